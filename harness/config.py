@@ -1,0 +1,169 @@
+"""Frozen value types for everything a run is made of, with TOML in/out.
+
+VmSpec describes one VM independent of the backend (QEMU argv or libvirt domain XML)."""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+
+from .errors import UsageError
+
+Bus = Literal["virtio", "ahci"]
+Cache = Literal["none", "writeback", "writethrough", "directsync", "unsafe"]
+Transport = Literal["virtiofs", "9p"]
+
+FILESYSTEMS = ("ext4", "xfs", "btrfs")
+CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
+
+
+@dataclass(frozen=True, slots=True)
+class DiskSpec:
+    """A raw disk image attached to the guest.
+
+    ``cache`` is QEMU's host-side cache mode (explicit, never QEMU's default); ``write_cache`` is what
+    the guest sees: on = a volatile write cache, so the guest issues FLUSH/FUA (required for the log to
+    contain flushes); off = the disk reports write-through (``hdparm -W0`` on AHCI does the same)."""
+
+    path: str
+    serial: str
+    bus: Bus = "virtio"
+    cache: Cache = "unsafe"
+    write_cache: bool = True
+    readonly: bool = False
+    discard: bool = True
+
+    def __post_init__(self) -> None:
+        if self.bus not in ("virtio", "ahci"):
+            raise UsageError(f"disk bus must be virtio or ahci, not {self.bus!r}")
+        if self.cache not in CACHE_MODES:
+            raise UsageError(f"disk cache must be one of {', '.join(CACHE_MODES)}, not {self.cache!r}")
+        if not self.serial.isalnum() or len(self.serial) > 20:
+            raise UsageError(f"disk serial must be alphanumeric, at most 20 chars: {self.serial!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ShareSpec:
+    """A host directory shared into the guest under a mount tag."""
+
+    tag: str
+    path: str
+    readonly: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class VmSpec:
+    kernel: str
+    initrd: str
+    memory_mb: int = 1024
+    cpus: int = 1
+    disks: tuple[DiskSpec, ...] = ()
+    shares: tuple[ShareSpec, ...] = ()
+    transport: Transport = "9p"
+    cmdline: tuple[str, ...] = ()
+    accel: Literal["auto", "kvm", "tcg"] = "auto"
+    machine: Literal["auto", "microvm", "q35", "pc"] = "auto"
+    timeout_s: float = 600.0
+    console_path: str = "console.log"
+    name: str = "powercut"
+
+    def __post_init__(self) -> None:
+        if self.memory_mb < 128:
+            raise UsageError(f"VM memory must be at least 128 MiB, not {self.memory_mb}")
+        if not 1 <= self.cpus <= 64:
+            raise UsageError(f"VM cpus must be 1..64, not {self.cpus}")
+        if self.transport not in ("virtiofs", "9p"):
+            raise UsageError(f"share transport must be virtiofs or 9p, not {self.transport!r}")
+        if self.accel not in ("auto", "kvm", "tcg"):
+            raise UsageError(f"accel must be auto, kvm or tcg, not {self.accel!r}")
+        if self.timeout_s <= 0:
+            raise UsageError("VM timeout must be positive")
+
+    def resolved_machine(self) -> str:
+        """microvm (fast boot, virtio-mmio) unless a disk needs AHCI, which needs PCI."""
+        if self.machine != "auto":
+            return self.machine
+        return "q35" if any(d.bus == "ahci" for d in self.disks) else "microvm"
+
+
+@dataclass(frozen=True, slots=True)
+class FsSpec:
+    fstype: str = "ext4"
+    mkfs_opts: tuple[str, ...] = ()
+    mount_opts: str = ""
+    size_mb: int = 256
+
+    def __post_init__(self) -> None:
+        if self.fstype not in FILESYSTEMS:
+            raise UsageError(f"unknown filesystem {self.fstype!r}: choose one of {', '.join(FILESYSTEMS)}")
+        minimum = {"ext4": 16, "xfs": 300, "btrfs": 128}[self.fstype]
+        if self.size_mb < minimum:
+            raise UsageError(f"{self.fstype} needs a data disk of at least {minimum} MiB, not {self.size_mb}")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """A built-in workload by ``name`` (with ``params``) or any shell ``cmd``: exactly one of the two."""
+
+    name: str = ""
+    cmd: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if bool(self.name) == bool(self.cmd):
+            raise UsageError("give exactly one of a workload name (--workload) or a command (--cmd)")
+
+    @property
+    def label(self) -> str:
+        return self.name or "cmd"
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclasses to plain TOML-able values (tuples to lists, None dropped)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if getattr(obj, f.name) is not None}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """Inverse of to_dict for the spec classes above (lists back to tuples, nested specs rebuilt)."""
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(known)
+    if unknown:
+        raise UsageError(f"{cls.__name__}: unknown keys {', '.join(sorted(unknown))}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        if name == "disks":
+            value = tuple(from_dict(DiskSpec, d) for d in value)
+        elif name == "shares":
+            value = tuple(from_dict(ShareSpec, s) for s in value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise UsageError(f"{cls.__name__}: {e}") from None
+
+
+def dumps_toml(sections: dict[str, Any]) -> str:
+    return tomli_w.dumps(to_dict(sections))
+
+
+def loads_toml(text: str, source: str = "<toml>") -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{source}: not valid TOML: {e}") from None

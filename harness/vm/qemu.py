@@ -1,0 +1,178 @@
+"""VmSpec -> QEMU argv, and running it: timeout, console to a file, the guest's exit status back,
+panic / hang / QEMU crash told apart."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import process
+from ..config import DiskSpec, VmSpec
+from ..errors import EnvironmentNotReady, GuestHang, GuestPanic, QemuCrashed, VmError
+
+log = logging.getLogger(__name__)
+
+QEMU = "qemu-system-x86_64"
+EXIT_RE = re.compile(rb"powercut-exit=(\d+)")
+PANIC_RE = re.compile(rb"Kernel panic - not syncing[^\n]*")
+BASE_CMDLINE = ("console=ttyS0", "panic=-1", "oops=panic", "loglevel=4", "rdinit=/init", "reboot=t",
+                "i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd", "tsc=reliable", "no_timer_check",
+                "cryptomgr.notests", "rcupdate.rcu_expedited=1", "mitigations=off", "random.trust_cpu=on")
+
+
+@dataclass(frozen=True, slots=True)
+class VmResult:
+    exit_status: int
+    console_path: str
+    wall_s: float
+    accel: str
+    boot_s: float | None = None
+
+
+def kernel_cmdline(spec: VmSpec) -> str:
+    return " ".join(BASE_CMDLINE + (f"powercut.transport={spec.transport}",) + spec.cmdline)
+
+
+def _drive_args(i: int, disk: DiskSpec, pci: bool) -> list[str]:
+    drive = (f"file={disk.path},format=raw,if=none,id=disk{i},cache={disk.cache},aio=threads"
+             + (",discard=unmap" if disk.discard else "") + (",readonly=on" if disk.readonly else ""))
+    wc = "on" if disk.write_cache else "off"
+    if disk.bus == "ahci":
+        return ["-drive", drive, "-device", f"ide-hd,drive=disk{i},bus=ahci0.{i},serial={disk.serial},write-cache={wc}"]
+    dev = "virtio-blk-pci" if pci else "virtio-blk-device"
+    return ["-drive", drive, "-device", f"{dev},drive=disk{i},serial={disk.serial},write-cache={wc}"]
+
+
+def build_argv(spec: VmSpec, accel: str, *, virtiofs_sockets: dict[str, str] | None = None,
+               qemu: str = QEMU) -> list[str]:
+    """The exact QEMU argv for ``spec`` with a resolved ``accel`` ('kvm' or 'tcg')."""
+    machine = spec.resolved_machine()
+    pci = machine != "microvm"
+    argv = [qemu, "-name", spec.name, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot"]
+    if machine == "microvm":
+        argv += ["-machine", "microvm,x-option-roms=off,isa-serial=on"
+                 + (",memory-backend=mem" if spec.transport == "virtiofs" else "")]
+    else:
+        argv += ["-machine", f"{machine}" + (",memory-backend=mem" if spec.transport == "virtiofs" else "")]
+    argv += ["-accel", accel, "-cpu", "host" if accel == "kvm" else "max", "-m", str(spec.memory_mb),
+             "-smp", str(spec.cpus), "-kernel", spec.kernel, "-initrd", spec.initrd,
+             "-append", kernel_cmdline(spec),
+             "-chardev", f"file,id=con,path={spec.console_path}", "-serial", "chardev:con"]
+    if spec.transport == "virtiofs":
+        argv += ["-object", f"memory-backend-memfd,id=mem,size={spec.memory_mb}M,share=on"]
+    if any(d.bus == "ahci" for d in spec.disks):
+        argv += ["-device", "ahci,id=ahci0"]
+    for i, disk in enumerate(spec.disks):
+        argv += _drive_args(i, disk, pci)
+    for i, share in enumerate(spec.shares):
+        if spec.transport == "virtiofs":
+            sock = (virtiofs_sockets or {}).get(share.tag, f"{share.tag}.sock")
+            dev = "vhost-user-fs-pci" if pci else "vhost-user-fs-device"
+            argv += ["-chardev", f"socket,id=vfs{i},path={sock}", "-device", f"{dev},chardev=vfs{i},tag={share.tag}"]
+        else:
+            dev = "virtio-9p-pci" if pci else "virtio-9p-device"
+            argv += ["-fsdev", f"local,id=fs{i},path={share.path},security_model=none,multidevs=remap"
+                     + (",readonly=on" if share.readonly else ""),
+                     "-device", f"{dev},fsdev=fs{i},mount_tag={share.tag}"]
+    return argv
+
+
+def console_tail(path: str | os.PathLike, lines: int = 30) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+def classify_end(console: bytes, qemu_rc: int | None, timed_out: bool, spec: VmSpec, qemu_stderr: str) -> int:
+    """The guest's exit status, or the VmError that says how the VM ended instead."""
+    tail = console_tail(spec.console_path)
+    panic = PANIC_RE.search(console)
+    if panic:
+        raise GuestPanic(f"guest kernel panic: {panic.group(0).decode(errors='replace').strip()}",
+                         spec.console_path, tail)
+    m = EXIT_RE.search(console)
+    if m and not timed_out:
+        return int(m.group(1))
+    if timed_out:
+        raise GuestHang(f"VM did not finish within {spec.timeout_s:g} s (killed)", spec.console_path, tail)
+    err = qemu_stderr.strip().splitlines()[-1] if qemu_stderr.strip() else ""
+    if qemu_rc is not None and qemu_rc < 0:
+        raise QemuCrashed(f"QEMU died of signal {-qemu_rc}" + (f": {err}" if err else ""), spec.console_path, tail)
+    if qemu_rc:
+        raise QemuCrashed(f"QEMU exited {qemu_rc}" + (f": {err}" if err else ""), spec.console_path, tail)
+    raise VmError("guest stopped without reporting an exit status", spec.console_path, tail)
+
+
+class VirtiofsDaemons:
+    """One virtiofsd per share for the lifetime of a VM run."""
+
+    def __init__(self, spec: VmSpec, rundir: Path) -> None:
+        self.sockets: dict[str, str] = {}
+        self.daemons: list[process.Spawned] = []
+        if spec.transport != "virtiofs":
+            return
+        binary = process.require("virtiofsd", "qemu-system-common (or virtiofsd)")
+        for share in spec.shares:
+            sock = str(rundir / f"vfs-{share.tag}.sock")
+            if os.path.exists(sock):
+                os.unlink(sock)
+            errf = open(rundir / f"virtiofsd-{share.tag}.log", "wb")
+            self.daemons.append(process.Spawned(
+                [binary, f"--socket-path={sock}", "-o", f"source={share.path}", "-o", "cache=always"
+                 if share.readonly else "cache=none", "-o", "xattr"], stdout=errf, stderr=errf))
+            self.sockets[share.tag] = sock
+        deadline = time.monotonic() + 10
+        while not all(os.path.exists(s) for s in self.sockets.values()):
+            if time.monotonic() > deadline or any(d.poll() is not None for d in self.daemons):
+                self.close()
+                raise EnvironmentNotReady(f"virtiofsd did not start (see {rundir}/virtiofsd-*.log)")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        for d in self.daemons:
+            d.kill()
+
+
+def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None,
+           start_marker: Path | None = None) -> VmResult:
+    """Boot ``spec`` and wait for it; return the guest's exit status or raise a VmError subclass.
+
+    ``start_marker``: a file the guest creates when the job starts; its appearance (polled) gives
+    the boot-to-job time."""
+    from .accel import resolve_accel
+
+    qemu = process.require(QEMU, "qemu-system-x86")
+    accel = accel or resolve_accel(spec.accel, spec.kernel, spec.initrd)
+    rundir = Path(rundir or Path(spec.console_path).parent)
+    rundir.mkdir(parents=True, exist_ok=True)
+    Path(spec.console_path).write_bytes(b"")
+    daemons = VirtiofsDaemons(spec, rundir)
+    try:
+        argv = build_argv(spec, accel, virtiofs_sockets=daemons.sockets, qemu=qemu)
+        (rundir / "qemu.argv").write_text(shlex.join(argv) + "\n")
+        stderr_path = rundir / "qemu.stderr"
+        start = time.monotonic()
+        boot_s = None
+        with open(stderr_path, "wb") as errf, process.Spawned(argv, stdout=errf, stderr=errf) as vm:
+            deadline = start + spec.timeout_s
+            rc = None
+            while rc is None and time.monotonic() < deadline:
+                rc = vm.wait(0.05 if start_marker and boot_s is None else min(1.0, max(0.0, deadline - time.monotonic())))
+                if start_marker and boot_s is None and start_marker.exists():
+                    boot_s = time.monotonic() - start
+            timed_out = rc is None
+            if timed_out:
+                vm.kill()
+        wall = time.monotonic() - start
+    finally:
+        daemons.close()
+    console = Path(spec.console_path).read_bytes()
+    status = classify_end(console, rc, timed_out, spec, stderr_path.read_text(errors="replace"))
+    log.info("VM %s: exit %d in %.1f s (%s)", spec.name, status, wall, accel)
+    return VmResult(status, spec.console_path, wall, accel, boot_s=boot_s)

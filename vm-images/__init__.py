@@ -1,0 +1,1 @@
+"""Guest images: a distro kernel plus an initramfs (busybox, the modules powercut needs, init.sh)."""

@@ -1,0 +1,294 @@
+"""Build and cache the default guest: a Debian kernel package plus an initramfs with busybox, exactly
+the modules listed in modules.txt (dependencies resolved through modules.dep) and init.sh.
+
+Images are cached by content hash under ``<cache>/images/<hash>/``; kernel packages are fetched with
+``apt-get download`` and unpacked with ``dpkg-deb -x`` under ``<cache>/kernels/<package>/``."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import lzma
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from powercut import process
+from powercut.config import dumps_toml, loads_toml
+from powercut.errors import CommandFailed, EnvironmentNotReady, ImageError, UsageError
+
+from .cpio import CpioWriter
+
+log = logging.getLogger(__name__)
+
+BUILDER_VERSION = "1"
+META_PACKAGE = "linux-image-amd64"
+
+
+def cache_root() -> Path:
+    root = os.environ.get("POWERCUT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "powercut")
+    return Path(root)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSpec:
+    """What to build.  ``kernel_package`` pins a Debian kernel package (e.g. linux-image-6.1.0-56-amd64);
+    empty means the one ``linux-image-amd64`` resolves to.  ``kernel`` + ``modules_dir`` (a
+    lib/modules/<release> directory with modules.dep) use a kernel of the user's own instead."""
+
+    kernel_package: str = ""
+    kernel: str = ""
+    modules_dir: str = ""
+    busybox: str = "/bin/busybox"
+    extra_modules: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if bool(self.kernel) != bool(self.modules_dir):
+            raise UsageError("--kernel and --modules go together (a kernel image and its lib/modules/<release>)")
+        if self.kernel and self.kernel_package:
+            raise UsageError("give either --kernel-package or --kernel/--modules, not both")
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    dir: str
+    kernel: str
+    initrd: str
+    kernel_release: str
+    source: str
+    modules: tuple[str, ...]
+    hash: str
+    initrd_bytes: int = 0
+    built_at: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def info(self) -> dict:
+        return {"hash": self.hash, "dir": self.dir, "kernel": self.kernel, "initrd": self.initrd,
+                "kernel_release": self.kernel_release, "source": self.source, "initrd_bytes": self.initrd_bytes,
+                "built_at": self.built_at, "modules": list(self.modules)}
+
+
+# ---------------------------------------------------------------- kernel packages
+
+def resolve_kernel_package() -> str:
+    """The versioned package the meta package linux-image-amd64 depends on."""
+    try:
+        out = process.run(["apt-cache", "depends", META_PACKAGE], timeout=60).stdout
+    except (CommandFailed, EnvironmentNotReady) as e:
+        cached = sorted((cache_root() / "kernels").glob("linux-image-*"))
+        if cached:
+            log.warning("apt-cache failed (%s); using cached %s", e, cached[-1].name)
+            return cached[-1].name
+        raise EnvironmentNotReady(f"cannot resolve {META_PACKAGE} with apt-cache ({e}); "
+                                  "run 'apt-get update' or give --kernel-package") from None
+    m = re.search(r"Depends:\s*(linux-image-[0-9][^\s]*)", out)
+    if not m:
+        raise EnvironmentNotReady(f"apt-cache depends {META_PACKAGE} names no kernel package; run 'apt-get update'")
+    return m.group(1)
+
+
+def fetch_kernel_package(package: str) -> Path:
+    """Download and unpack ``package`` once; returns the unpacked root."""
+    if not re.fullmatch(r"linux-image-[A-Za-z0-9.+~_-]+", package):
+        raise UsageError(f"not a kernel package name: {package!r}")
+    dest = cache_root() / "kernels" / package
+    if (dest / ".complete").exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        log.info("downloading %s", package)
+        try:
+            process.run(["apt-get", "download", package], timeout=900, cwd=tmp)
+        except CommandFailed as e:
+            raise EnvironmentNotReady(f"cannot download {package} with apt-get ({e.one_line()}); "
+                                      "run 'apt-get update' or pin another --kernel-package") from None
+        debs = list(Path(tmp).glob("*.deb"))
+        if not debs:
+            raise EnvironmentNotReady(f"apt-get download {package} produced no .deb")
+        root = Path(tmp) / "root"
+        process.run(["dpkg-deb", "-x", str(debs[0]), str(root)], timeout=300)
+        (root / "package").write_text(package + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        root.rename(dest)
+    (dest / ".complete").touch()
+    return dest
+
+
+def _package_kernel_and_modules(root: Path) -> tuple[Path, Path]:
+    kernels = sorted((root / "boot").glob("vmlinuz-*"))
+    if not kernels:
+        raise ImageError(f"{root}: the kernel package has no boot/vmlinuz-*")
+    release = kernels[-1].name[len("vmlinuz-"):]
+    for base in (root / "lib" / "modules", root / "usr" / "lib" / "modules"):
+        if (base / release).is_dir():
+            moddir = base / release
+            break
+    else:
+        raise ImageError(f"{root}: no lib/modules/{release} in the kernel package")
+    if not (moddir / "modules.dep").exists():
+        process.run(["depmod", "-b", str(root), release], timeout=300)
+        if not (moddir / "modules.dep").exists():
+            raise ImageError(f"depmod wrote no modules.dep for {moddir}")
+    return kernels[-1], moddir
+
+
+# ---------------------------------------------------------------- module resolution
+
+def _norm(name: str) -> str:
+    return re.sub(r"\.ko(\.(xz|zst|gz))?$", "", os.path.basename(name)).replace("-", "_")
+
+
+def wanted_modules(extra: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
+    """(name, optional) from modules.txt, plus ``extra`` (required)."""
+    text = resources.files("powercut.images").joinpath("modules.txt").read_text()
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            out.append((line.lstrip("?"), line.startswith("?")))
+    return out + [(m, False) for m in extra]
+
+
+def resolve_modules(modules_dep: str, builtin: str, wanted: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Relative module paths in load order (each module after its dependencies, once each).
+
+    A wanted module that is built into the kernel is skipped; one that is neither built in nor in
+    modules.dep raises ImageError naming it, unless it is optional."""
+    deps: dict[str, list[str]] = {}
+    by_name: dict[str, str] = {}
+    for line in modules_dep.splitlines():
+        if ":" not in line:
+            continue
+        mod, rest = line.split(":", 1)
+        deps[mod.strip()] = rest.split()
+        by_name[_norm(mod)] = mod.strip()
+    builtins = {_norm(line) for line in builtin.split()}
+    order: list[tuple[str, bool]] = []
+    seen: set[str] = set()
+
+    def visit(path: str, optional: bool, stack: tuple[str, ...]) -> None:
+        if path in seen:
+            return
+        if path in stack:
+            raise ImageError(f"module dependency cycle: {' -> '.join(stack + (path,))}")
+        for dep in deps.get(path, []):
+            visit(dep, optional, stack + (path,))
+        seen.add(path)
+        order.append((path, optional))
+
+    missing = []
+    for name, optional in wanted:
+        key = _norm(name)
+        if key in by_name:
+            visit(by_name[key], optional, ())
+        elif key in builtins:
+            continue
+        elif not optional:
+            missing.append(name)
+    if missing:
+        raise ImageError(f"kernel module{'s' if len(missing) > 1 else ''} not found in this kernel: "
+                         f"{', '.join(missing)} (neither in modules.dep nor built in)")
+    return order
+
+
+def _read_module(path: Path) -> bytes:
+    data = path.read_bytes()
+    if path.name.endswith(".xz"):
+        return lzma.decompress(data)
+    if path.name.endswith(".zst"):
+        return process.run(["zstd", "-dc", str(path)], timeout=60, text=False).stdout  # type: ignore[return-value]
+    if path.name.endswith(".gz"):
+        import gzip
+        return gzip.decompress(data)
+    return data
+
+
+# ---------------------------------------------------------------- building
+
+def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
+    if spec.kernel:
+        kernel, moddir = Path(spec.kernel), Path(spec.modules_dir)
+        if not kernel.is_file():
+            raise UsageError(f"--kernel {kernel}: no such file")
+        if not (moddir / "modules.dep").is_file():
+            raise UsageError(f"--modules {moddir}: no modules.dep there (run depmod for that kernel)")
+        source = f"kernel {kernel}, modules {moddir}"
+    else:
+        package = spec.kernel_package or resolve_kernel_package()
+        kernel, moddir = _package_kernel_and_modules(fetch_kernel_package(package))
+        source = f"Debian package {package}"
+    release = moddir.name
+    busybox = Path(spec.busybox)
+    if not busybox.is_file():
+        raise EnvironmentNotReady(f"{busybox} not found (install the Debian package busybox-static)")
+    wanted = wanted_modules(spec.extra_modules)
+    builtin = (moddir / "modules.builtin").read_text() if (moddir / "modules.builtin").exists() else ""
+    order = resolve_modules((moddir / "modules.dep").read_text(), builtin, wanted)
+    init = resources.files("powercut.images").joinpath("init.sh").read_bytes()
+
+    h = hashlib.sha256(BUILDER_VERSION.encode())
+    for part in (kernel.read_bytes(), init, busybox.read_bytes()):
+        h.update(hashlib.sha256(part).digest())
+    modules = [(rel, opt, _read_module(moddir / rel)) for rel, opt in order]
+    for rel, opt, data in modules:
+        h.update(f"{rel}:{opt}:".encode() + hashlib.sha256(data).digest())
+    digest = h.hexdigest()[:16]
+    out = cache_root() / "images" / digest
+    if (out / "image.toml").exists() and not force:
+        return load_image(out)
+
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent if out.parent.exists() else _mk(out.parent)))
+    try:
+        shutil.copyfile(kernel, tmp / "vmlinuz")
+        with open(tmp / "initrd.cpio", "wb") as f:
+            w = CpioWriter(f)
+            for d in ("bin", "sbin", "dev", "proc", "sys", "tmp", "newroot", "etc", "etc/powercut", "lib",
+                      f"lib/modules/{release}"):
+                w.dir(d)
+            w.chardev("dev/console", 5, 1)
+            w.chardev("dev/null", 1, 3)
+            w.file("init", init, mode=0o755)
+            w.file("bin/busybox", busybox.read_bytes(), mode=0o755)
+            listing = []
+            for rel, opt, data in modules:
+                target = f"lib/modules/{release}/" + re.sub(r"\.(xz|zst|gz)$", "", rel)
+                w.parents(target)
+                w.file(target, data, mode=0o644)
+                listing.append(f"/{target}" + (" optional" if opt else ""))
+            w.file("etc/powercut/modules", ("\n".join(listing) + "\n").encode())
+            w.file("etc/powercut/release", f"{release}\n".encode())
+            w.close()
+        image = Image(dir=str(out), kernel=str(out / "vmlinuz"), initrd=str(out / "initrd.cpio"),
+                      kernel_release=release, source=source, modules=tuple(_norm(r) for r, _, _ in modules),
+                      hash=digest, initrd_bytes=(tmp / "initrd.cpio").stat().st_size,
+                      built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        (tmp / "image.toml").write_text(dumps_toml({"image": image.info()}))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return load_image(out)
+
+
+def _mk(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def load_image(path: Path | str) -> Image:
+    path = Path(path)
+    meta = path / "image.toml"
+    if not meta.is_file():
+        raise ImageError(f"{path}: not a powercut image (no image.toml); run 'powercut image build'")
+    d = loads_toml(meta.read_text(), str(meta))["image"]
+    return Image(dir=str(path), kernel=str(path / "vmlinuz"), initrd=str(path / "initrd.cpio"),
+                 kernel_release=d["kernel_release"], source=d["source"], modules=tuple(d["modules"]),
+                 hash=d["hash"], initrd_bytes=d.get("initrd_bytes", 0), built_at=d.get("built_at", ""))

@@ -1,0 +1,73 @@
+#!/bin/busybox sh
+# powercut guest init (PID 1 in the initramfs).
+#  1. mount proc/sys/dev, load the modules listed in /etc/powercut/modules (dependency order)
+#  2. mount the host root read-only (virtiofs or 9p, tag "hostroot") on /newroot, with fresh
+#     tmpfs on /tmp and /run, and the job share (tag "job", read-write) on /run/powercut/job
+#  3. chroot into the host root and run /run/powercut/job/job.sh
+#  4. print "powercut-exit=<status>" on the console, write it to the job share, power off
+# Kernel command line: powercut.transport=9p|virtiofs  powercut.probe=1 (accel probe: report and stop)
+/bin/busybox mkdir -p /proc /sys /dev /newroot /tmp
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sysfs /sys
+/bin/busybox mount -t devtmpfs devtmpfs /dev
+/bin/busybox --install -s /bin
+export PATH=/bin
+
+finish() {
+    echo "powercut-exit=$1"
+    sync
+    # With QEMU's -no-reboot (libvirt: on_reboot=destroy) a reset ends the VM at once.
+    reboot -f
+    sleep 5
+    poweroff -f
+}
+
+for arg in $(cat /proc/cmdline); do
+    case "$arg" in
+        powercut.transport=*) transport="${arg#powercut.transport=}" ;;
+        powercut.probe=1) probe=1 ;;
+    esac
+done
+
+if [ -n "$probe" ]; then
+    echo "powercut-probe-ok"
+    finish 0
+fi
+
+while read -r mod optional; do
+    case "$mod" in ''|'#'*) continue ;; esac
+    if ! insmod "$mod" 2>/tmp/insmod.err; then
+        if grep -q 'File exists' /tmp/insmod.err; then continue; fi
+        if [ "$optional" = optional ]; then continue; fi
+        echo "powercut-init: cannot load $mod: $(cat /tmp/insmod.err)"
+        finish 125
+    fi
+done < /etc/powercut/modules
+
+case "$transport" in
+    virtiofs) mount -t virtiofs -o ro hostroot /newroot ;;
+    *) mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=loose,ro hostroot /newroot ;;
+esac || { echo "powercut-init: cannot mount the host root over ${transport:-9p}"; finish 125; }
+
+mount -t proc proc /newroot/proc
+mount -t sysfs sysfs /newroot/sys
+mount -t devtmpfs devtmpfs /newroot/dev
+mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+mount -t tmpfs -o mode=755 tmpfs /newroot/run
+mkdir -p /newroot/run/powercut/job /newroot/run/powercut/mnt
+case "$transport" in
+    virtiofs) mount -t virtiofs job /newroot/run/powercut/job ;;
+    *) mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 job /newroot/run/powercut/job ;;
+esac || { echo "powercut-init: cannot mount the job share"; finish 125; }
+[ -d /newroot/sys/kernel/config ] && mount -t configfs configfs /newroot/sys/kernel/config 2>/dev/null
+
+if [ ! -f /newroot/run/powercut/job/job.sh ]; then
+    echo "powercut-init: the job share has no job.sh"
+    finish 125
+fi
+chroot /newroot /bin/sh /run/powercut/job/job.sh </dev/null
+rc=$?
+echo "$rc" > /newroot/run/powercut/job/exit-status
+sync
+umount /newroot/run/powercut/job 2>/dev/null
+finish "$rc"
