@@ -1,0 +1,325 @@
+"""Crash models: exact states on hand-checked logs, closed-form counts, a brute-force oracle for
+write-cache coverage, validity/determinism/uniqueness properties, id round trips."""
+from __future__ import annotations
+
+import itertools
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from powercut.errors import UsageError
+from powercut.log import FLUSH, FUA, Entry, LogIndex, open_log
+from powercut.logwrite import LogWriter
+from powercut.models import (MODELS, CrashState, describe, durable_entries, enumerate_states, format_ranges,
+                             make_state, state_from_id, state_to_json)
+
+S = b"\1" * 512
+
+
+def build(ops: list, d: str) -> LogIndex:  # type: ignore[type-arg]
+    """ops: ("w", nr, flags) | ("f",) | ("d", nr) | ("m", text)."""
+    p = Path(d) / "m.log"
+    with LogWriter(p) as w:
+        for i, op in enumerate(ops):
+            if op[0] == "w":
+                w.write(i, S * op[1], op[2])
+            elif op[0] == "f":
+                w.flush()
+            elif op[0] == "d":
+                w.discard(i, op[1])
+            else:
+                w.mark(op[1])
+    return open_log(p, strict=True)
+
+
+@pytest.fixture
+def example(tmp_path: Path):  # type: ignore[no-untyped-def]
+    ops = [("w", 1, 0), ("w", 2, 0), ("f",), ("m", "begin:a"), ("w", 1, 0), ("w", 3, 0), ("w", 1, FUA),
+           ("w", 1, 0), ("f",), ("m", "ack:a"), ("d", 2), ("m", "dm-log-writes-end")]
+    with build(ops, str(tmp_path)) as idx:
+        yield idx
+
+
+def ids(states: list[CrashState]) -> list[str]:
+    return [s.id for s in states]
+
+
+# -- exact states on a hand-checked log ------------------------------------------------------------
+def test_no_cache_and_flush_exact(example: LogIndex) -> None:
+    nc = enumerate_states(example, "no-cache")
+    assert ids(nc) == [f"no-cache@{c}" for c in range(1, 13)]
+    assert all(s.dropped == () and s.torn == () for s in nc)
+    assert [s.acks for s in nc] == [()] * 9 + [("a",)] * 3
+    assert [s.begun for s in nc] == [()] * 3 + [("a",)] * 6 + [()] * 3
+    assert [s.epoch for s in nc] == [0, 0] + [1] * 6 + [2] * 4
+    assert ids(enumerate_states(example, "flush")) == [f"flush@{c}" for c in (3, 4, 7, 9, 10, 12)]
+
+
+def test_write_cache_exact(example: LogIndex) -> None:
+    got = [(s.id, s.dropped, s.acks, s.begun) for s in enumerate_states(example, "write-cache")]
+    a, b = ("a",), ()
+    assert got == [
+        ("write-cache@2", (), b, b), ("write-cache@2/d0", (0,), b, b), ("write-cache@2/d1", (1,), b, b),
+        ("write-cache@2/k", (0, 1), b, b),
+        # cut 3 (just before begin:a) equals keep-all at cut 2: the empty flush made nothing new durable
+        ("write-cache@6", (), b, a), ("write-cache@6/d4", (4,), b, a), ("write-cache@6/d5", (5,), b, a),
+        ("write-cache@6/k", (4, 5), b, a),
+        # the FUA entry 6 is durable from cut 7 on; 4, 5, 7 are still in the volatile cache
+        ("write-cache@8", (), b, a), ("write-cache@8/d4", (4,), b, a), ("write-cache@8/d5", (5,), b, a),
+        ("write-cache@8/d7", (7,), b, a), ("write-cache@8/k", (4, 5, 7), b, a),
+        ("write-cache@8/k4", (5, 7), b, a), ("write-cache@8/k5", (4, 7), b, a), ("write-cache@8/k7", (4, 5), b, a),
+        ("write-cache@11", (), a, b), ("write-cache@11/k", (10,), a, b),
+        ("write-cache@12", (), a, b), ("write-cache@12/k", (10,), a, b),
+    ]
+
+
+def test_torn_exact(example: LogIndex) -> None:
+    got = [(s.id, s.torn) for s in enumerate_states(example, "torn")]
+    assert got == [("torn@2/s0", ((1, (0,)),)), ("torn@2/s1", ((1, (1,)),)),
+                   ("torn@6/s0", ((5, (0,)),)), ("torn@6/s0,2", ((5, (0, 2)),)), ("torn@6/s0-1", ((5, (0, 1)),)),
+                   ("torn@6/s1", ((5, (1,)),)), ("torn@6/s1-2", ((5, (1, 2)),)), ("torn@6/s2", ((5, (2,)),))]
+
+
+def test_flush_with_payload_is_volatile_unless_fua(tmp_path: Path) -> None:
+    with build([("w", 1, 0), ("w", 1, FLUSH), ("w", 1, 0), ("w", 1, FLUSH | FUA), ("w", 1, 0)], str(tmp_path)) as idx:
+        got = {s.cut: [] for s in enumerate_states(idx, "write-cache")}
+        for s in enumerate_states(idx, "write-cache"):
+            got[s.cut].append(s.dropped)
+    # cut 1: before the PREFLUSH write; cut 3: its payload (1) and 2 may be lost, 0 may not (losing
+    # both equals keep-all at cut 1, so that one is not repeated)
+    assert got[1] == [(), (0,)] and sorted(got[3]) == [(), (1,), (2,)]
+    # cut 5: the FLUSH|FUA write 3 is durable, only 4 may be lost; drop-all equals keep-all at cut 3
+    assert sorted(got[5]) == [()] + [(4,)]
+
+
+# -- closed forms -----------------------------------------------------------------------------------
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("w"), st.integers(1, 5), st.sampled_from([0, 0, 0, FUA, FLUSH, FLUSH | FUA])),
+    st.tuples(st.just("f")), st.tuples(st.just("d"), st.integers(1, 4)),
+    st.tuples(st.just("m"), st.sampled_from(["mkfs", "ack:x", "ack:y", "begin:x", "begin:y", "ack:z"])),
+), max_size=18)
+
+
+def wc_closed_form(entries: tuple[Entry, ...]) -> int:
+    """(all k <= exhaustive_bound) sum over cut points of 2**k, minus one for every FLUSH (not the first entry) whose own data
+    is not made durable by it: its keep-all-before equals drop-all-after."""
+    n = len(entries)
+    data = [e.is_write or (e.is_discard and e.nr_sectors > 0) for e in entries]
+    total = 0
+    for c in range(1, n + 1):
+        if c < n and not (entries[c].is_mark or entries[c].is_flush or (entries[c].is_fua and data[c])):
+            continue
+        last = max([i for i in range(c) if entries[i].is_flush], default=-1)
+        total += 2 ** sum(1 for i in range(max(last, 0), c) if data[i] and not entries[i].is_fua)
+    return total - sum(1 for f, e in enumerate(entries) if f >= 1 and e.is_flush and not (e.is_fua and data[f]))
+
+
+def torn_closed_form(entries: tuple[Entry, ...], torn_samples: int) -> int:
+    total = 0
+    for e in entries:
+        if e.is_write and e.nr_sectors > 1:
+            m = e.nr_sectors
+            structured = {2: 2, 3: 3}.get(m, 4)
+            total += 2**m - 2 if 2**m - 2 <= structured + torn_samples else structured + torn_samples
+    return total
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS, torn_samples=st.integers(0, 6))
+def test_closed_form_counts(ops: list, torn_samples: int) -> None:  # type: ignore[type-arg]
+    with tempfile.TemporaryDirectory() as d, build(ops, d) as idx:
+        e = idx.entries
+        assert len(enumerate_states(idx, "no-cache")) == len(e)
+        assert len(enumerate_states(idx, "flush")) == sum(1 for x in e if x.is_flush or x.is_fua or x.is_mark)
+        assert len(enumerate_states(idx, "write-cache", exhaustive_bound=20)) == wc_closed_form(e)
+        assert len(enumerate_states(idx, "torn", torn_samples=torn_samples)) == torn_closed_form(e, torn_samples)
+
+
+# -- write-cache against a brute-force oracle over every cut and every subset ----------------------
+def oracle(entries: tuple[Entry, ...]) -> set[tuple[frozenset[int], tuple[str, ...], tuple[str, ...]]]:
+    """Every (durable data, acks, begun) a write-back cache can leave at any cut 1..n.  A data entry
+    before the cut is forced durable iff it is FUA or a FLUSH entry follows it before the cut."""
+    out = set()
+    for c in range(1, len(entries) + 1):
+        data = [i for i in range(c) if entries[i].changes_device]
+        forced = {i for i in data if entries[i].is_fua or any(entries[f].is_flush for f in range(i + 1, c))}
+        free = [i for i in data if i not in forced]
+        acks, begun = keys_before(entries, c)
+        for r in range(len(free) + 1):
+            for lost in itertools.combinations(free, r):
+                out.add((frozenset(data) - set(lost), acks, begun))
+    return out
+
+
+def keys_before(entries: tuple[Entry, ...], cut: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    acks = tuple(dict.fromkeys(e.mark[4:] for e in entries[:cut] if e.mark and e.mark.startswith("ack:")))
+    begun = tuple(dict.fromkeys(e.mark[6:] for e in entries[:cut] if e.mark and e.mark.startswith("begin:")
+                                and e.mark[6:] not in acks))
+    return acks, begun
+
+
+def content(entries: tuple[Entry, ...], s: CrashState) -> frozenset[int]:
+    return frozenset(i for i in range(s.cut) if entries[i].changes_device) - set(s.dropped)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS)
+def test_write_cache_covers_exactly_the_oracle(ops: list) -> None:  # type: ignore[type-arg]
+    with tempfile.TemporaryDirectory() as d, build(ops, d) as idx:
+        e = idx.entries
+        states = enumerate_states(idx, "write-cache", exhaustive_bound=20)
+        got = {(content(e, s), s.acks, s.begun) for s in states}
+        assert got == oracle(e)
+        marks_before = [sum(1 for x in e[:s.cut] if x.is_mark) for s in states]
+        keyed = [(content(e, s), m) for s, m in zip(states, marks_before)]
+        assert len(set(keyed)) == len(keyed), "two states with the same durable data and marks"
+
+
+# -- validity, determinism, uniqueness, ids ----------------------------------------------------------
+def assert_valid(entries: tuple[Entry, ...], s: CrashState) -> None:
+    assert 1 <= s.cut <= len(entries)
+    assert (s.acks, s.begun) == keys_before(entries, s.cut)
+    assert s.epoch == sum(1 for x in entries[:s.cut] if x.is_flush)
+    last_flush = max([i for i in range(s.cut) if entries[i].is_flush], default=-1)
+    for i in s.dropped:
+        assert i < s.cut and entries[i].changes_device and not entries[i].is_fua
+        assert i >= last_flush, "dropped an entry the last flush made durable"
+    assert list(s.dropped) == sorted(set(s.dropped))
+    if s.model != "write-cache":
+        assert s.dropped == ()
+    if s.model == "torn":
+        ((i, sectors),) = s.torn
+        assert i == s.cut - 1 and entries[i].is_write
+        assert 0 < len(sectors) < entries[i].nr_sectors and list(sectors) == sorted(set(sectors))
+        assert all(0 <= x < entries[i].nr_sectors for x in sectors)
+    else:
+        assert s.torn == ()
+    if s.model == "flush":
+        assert entries[s.cut - 1].is_flush or entries[s.cut - 1].is_fua or entries[s.cut - 1].is_mark
+
+
+BIG_OPS = st.lists(st.one_of(
+    st.tuples(st.just("w"), st.integers(1, 40), st.sampled_from([0, 0, 0, 0, 0, FUA, FLUSH])),
+    st.tuples(st.just("f")), st.tuples(st.just("m"), st.sampled_from(["ack:p", "begin:q", "ack:q"])),
+), min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=BIG_OPS, seed=st.integers(0, 2**32), bound=st.integers(0, 6), samples=st.integers(0, 12))
+def test_properties_all_models(ops: list, seed: int, bound: int, samples: int) -> None:  # type: ignore[type-arg]
+    kw = dict(seed=seed, exhaustive_bound=bound, samples=samples, torn_samples=samples % 5)
+    with tempfile.TemporaryDirectory() as d, build(ops, d) as idx:
+        e = idx.entries
+        for model in MODELS:
+            states = enumerate_states(idx, model, **kw)
+            assert states == enumerate_states(idx, model, **kw), "not deterministic"
+            assert [(s.cut, s.id) for s in states] == sorted((s.cut, s.id) for s in states)
+            assert len({s.id for s in states}) == len(states)
+            assert len({(s.cut, s.dropped, s.torn) for s in states}) == len(states)
+            for s in states:
+                assert s.model == model
+                assert_valid(e, s)
+                assert state_from_id(idx, s.id) == s
+                assert state_from_id(list(e), s.id) == s  # also from a plain entry list
+            json.dumps([state_to_json(s) for s in states])
+            info = describe(states)
+            assert info["total"] == len(states) == sum(x["states"] for x in info["epochs"])
+
+
+def test_sampled_epochs_have_structured_picks_and_seeded_samples(tmp_path: Path) -> None:
+    ops = [("w", 1, 0)] * 14 + [("m", "ack:x")]
+    with build(ops, str(tmp_path)) as idx:
+        states = [s for s in enumerate_states(idx, "write-cache", seed=3, samples=20) if s.cut == 14]
+        drops = {s.dropped for s in states}
+        d = tuple(range(14))
+        assert () in drops and d in drops
+        assert all((i,) in drops and d[:i] + d[i + 1:] in drops for i in range(14))
+        sampled = [s for s in states if "/r3." in s.id]
+        assert len(sampled) == 20 and len(states) == 2 + 28 + 20
+        other = {s.dropped for s in enumerate_states(idx, "write-cache", seed=4, samples=20) if "/r4." in s.id}
+        assert other != {s.dropped for s in sampled}
+        more = {s.id for s in enumerate_states(idx, "write-cache", seed=3, samples=40)}
+        assert {s.id for s in sampled} <= more, "a sample's id must not depend on the sample count"
+        exhaustive = enumerate_states(idx, "write-cache", exhaustive_bound=14)
+        assert len([s for s in exhaustive if s.cut == 14]) == 2**14
+        info = describe(states)
+        assert info["sampled"] == 20 and info["epochs"][0]["max_dropped"] == 14
+
+
+def test_torn_samples_on_a_large_write(tmp_path: Path) -> None:
+    with build([("w", 64, 0)], str(tmp_path)) as idx:
+        states = enumerate_states(idx, "torn", seed=1, torn_samples=4)
+        got = {s.torn[0][1] for s in states}
+        assert {tuple(range(32)), tuple(range(32, 64)), tuple(range(63)), (0,)} <= got
+        assert len(states) == 8 and sum("/r1." in s.id for s in states) == 4
+        assert enumerate_states(idx, "torn", seed=1) == states
+        assert {s.id for s in enumerate_states(idx, "torn", seed=2)} != {s.id for s in states}
+
+
+# -- ids and validation --------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [
+    "", "nocache@1", "no-cache", "no-cache@", "no-cache@0", "no-cache@13", "no-cache@-1", "no-cache@1x",
+    "no-cache@1/d0", "flush@1", "flush@2", "write-cache@2/d5", "write-cache@2/d1,0", "write-cache@2/d0-1,1",
+    "write-cache@2/x1", "write-cache@2/s0", "write-cache@12/d0", "write-cache@2/d99999999999999999999",
+    "torn@1/s0", "torn@2/s0-1", "torn@2/s", "torn@2/s2", "torn@3/s0", "torn@2/d0", "torn@1/r0.1",
+    "no-cache@1/r0.1", "write-cache@2/r0", "write-cache@ 2", "write-cache@2/d٣",
+])
+def test_bad_ids(example: LogIndex, bad: str) -> None:
+    with pytest.raises(UsageError):
+        state_from_id(example, bad)
+
+
+def test_ids_normalize_and_samples_rebuild(example: LogIndex) -> None:
+    assert state_from_id(example, "write-cache@8/d4,5").id == "write-cache@8/k7"
+    assert state_from_id(example, "write-cache@8/d").id == "write-cache@8"
+    assert state_from_id(example, "write-cache@5").dropped == ()  # any cut 1..n is a valid state
+    s = state_from_id(example, "write-cache@8/r7.3")
+    assert s.id == "write-cache@8/r7.3" and s == state_from_id(example, "write-cache@8/r7.3")
+    assert set(s.dropped) <= {4, 5, 7}
+    for j in range(40):  # a seeded pick is always a proper non-empty subset, even of 2 sectors
+        for cut, m in ((2, 2), (6, 3)):
+            t = state_from_id(example, f"torn@{cut}/r0.{j}")
+            assert 0 < len(t.torn[0][1]) < m and t.id == f"torn@{cut}/r0.{j}"
+
+
+def test_make_state_and_durable_entries(example: LogIndex) -> None:
+    s = make_state(example, "write-cache", 8, [7, 4])
+    assert s.id == "write-cache@8/k5" and s.dropped == (4, 7)  # shorter as "keep only 5"
+    assert [(e.index, t) for e, t in durable_entries(example, s)] == [(0, None), (1, None), (5, None), (6, None)]
+    t = make_state(example, "torn", 6, (), [(5, [2, 0])])
+    assert t.id == "torn@6/s0,2"
+    assert [(e.index, x) for e, x in durable_entries(example, t)][-1] == (5, (0, 2))
+    for args in [("write-cache", 8, [6]), ("write-cache", 8, [3]), ("no-cache", 3, [1]), ("torn", 6, (), [(4, [0])]),
+                 ("torn", 6, (), [(5, [0, 1, 2])]), ("flush", 1), ("bogus", 1), ("no-cache", 0)]:
+        with pytest.raises(UsageError):
+            make_state(example, *args)  # type: ignore[arg-type]
+
+
+def test_unknown_model_and_bad_parameters(example: LogIndex) -> None:
+    with pytest.raises(UsageError, match="no-cache, flush, write-cache, torn"):
+        enumerate_states(example, "writecache")
+    for kw in [dict(seed=-1), dict(exhaustive_bound=21), dict(samples=-1), dict(torn_samples=True)]:
+        with pytest.raises(UsageError):
+            enumerate_states(example, "write-cache", **kw)  # type: ignore[arg-type]
+
+
+def test_empty_log_and_json(tmp_path: Path, example: LogIndex) -> None:
+    with build([], str(tmp_path)) as idx:
+        assert all(enumerate_states(idx, m) == [] for m in MODELS)
+        assert describe([]) == {"total": 0, "models": {}, "cuts": 0, "sampled": 0, "epochs": []}
+    s = enumerate_states(example, "write-cache")[5]
+    j = state_to_json(s)
+    assert j == {"id": "write-cache@6/d4", "model": "write-cache", "cut": 6, "epoch": 1, "dropped": [4],
+                 "torn": [], "acks": [], "begun": ["a"]}
+    assert format_ranges([1, 2, 3, 5, 7, 8]) == "1-3,5,7-8"
+
+
+def test_describe_per_epoch(example: LogIndex) -> None:
+    info = describe(enumerate_states(example, "write-cache"))
+    assert info["total"] == 20 and info["cuts"] == 5 and info["models"] == {"write-cache": 20}
+    assert [(x["epoch"], x["states"], x["cuts"], x["first_cut"], x["last_cut"]) for x in info["epochs"]] == [
+        (0, 4, 1, 2, 2), (1, 12, 2, 6, 8), (2, 4, 2, 11, 12)]
