@@ -27,9 +27,10 @@ import mmap
 import os
 import stat
 import struct
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import Iterator
+from typing import Self
 
 from .errors import BadLog
 
@@ -150,7 +151,7 @@ class LogIndex:
             except BufferError:  # memoryviews still alive: the mapping goes when they do
                 log.debug("%s: data views still referenced; mapping released later", self.path)
 
-    def __enter__(self) -> LogIndex:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -357,8 +358,8 @@ def _scan(mm: mmap.mmap, size: int, ss: int) -> tuple[tuple[Entry, ...], str, in
                     i += 1
                     off += ss
                     if text == END_MARK and off != size:
-                        return (tuple(entries), f"end mark {END_MARK!r} at byte {off - ss}; "
-                                f"{size - off} trailing bytes not scanned", off, True)
+                        reason = f"end mark {END_MARK!r} at byte {off - ss}; {size - off} trailing bytes not scanned"
+                        return tuple(entries), reason, off, True
                     continue
         elif sector > max_sector or nr > max_sector - sector:
             why = f"sector range {sector}+{nr} overflows the device address space"

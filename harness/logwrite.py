@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from types import TracebackType
-from typing import BinaryIO
+from typing import BinaryIO, Self
 
 from .log import DISCARD, FLUSH, FUA, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, mark_limit
 
@@ -28,7 +28,7 @@ class LogWriter:
         self.sectorsize = sectorsize
         self.count = 0
         self.super_count = 0  # nr_entries as the kernel last wrote it (after a FUA or MARK entry)
-        self._f: BinaryIO | None = open(self.path, "wb")
+        self._f: BinaryIO | None = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         self._write_super(0)
 
     def _file(self) -> BinaryIO:
@@ -106,7 +106,7 @@ class LogWriter:
         self._f = None
         log.debug("%s: wrote %d entries (super says %d)", self.path, self.count, n)
 
-    def __enter__(self) -> LogWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:

@@ -44,9 +44,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import threading
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 from .errors import UsageError
 from .log import FLUSH, FUA, MARK, Entry, LogIndex
@@ -164,20 +165,25 @@ class _Ctx:
         self._km = 0
         self._acked: dict[str, None] = {}
         self._begun: dict[str, None] = {}
+        self._lock = threading.Lock()  # keys() extends shared state incrementally
 
     def keys(self, cut: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(acks, begun-not-acked) before the cut."""
         m = self.nmarks[cut]
-        if m not in self._keys:
-            if m < self._km:
-                self._km, self._acked, self._begun = 0, {}, {}
-            for e in self.marks[self._km:m]:
-                if e.ack_key is not None:
-                    self._acked[e.ack_key] = None
-                elif e.begin_key is not None:
-                    self._begun[e.begin_key] = None
-            self._km = m
-            self._keys[m] = (tuple(self._acked), tuple(k for k in self._begun if k not in self._acked))
+        with self._lock:
+            found = self._keys.get(m)
+            return found if found is not None else self._extend(m)
+
+    def _extend(self, m: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        if m < self._km:
+            self._km, self._acked, self._begun = 0, {}, {}
+        for e in self.marks[self._km:m]:
+            if e.ack_key is not None:
+                self._acked[e.ack_key] = None
+            elif e.begin_key is not None:
+                self._begun[e.begin_key] = None
+        self._km = m
+        self._keys[m] = (tuple(self._acked), tuple(k for k in self._begun if k not in self._acked))
         return self._keys[m]
 
     def droppable(self, cut: int) -> list[int]:
@@ -185,37 +191,45 @@ class _Ctx:
         return [i for i in range(start, cut) if _droppable(self.entries[i])]
 
     def state(self, model: str, cut: int, dropped: tuple[int, ...] = (),
-              torn: tuple[tuple[int, tuple[int, ...]], ...] = (), id: str | None = None) -> CrashState:
+              torn: tuple[tuple[int, tuple[int, ...]], ...] = (), id: str | None = None,
+              droppable: Sequence[int] | None = None) -> CrashState:
         acks, begun = self.keys(cut)
-        return CrashState(model, cut, dropped, torn, acks, begun, id or _explicit_id(self, model, cut, dropped, torn),
-                          self.epoch[cut])
+        sid = id or _explicit_id(model, cut, dropped, torn, droppable if droppable is not None
+                                 else self.droppable(cut) if dropped else ())
+        return CrashState(model, cut, dropped, torn, acks, begun, sid, self.epoch[cut])
 
     def canon(self, cut: int, dropped: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
-        """Smallest equivalent (cut, dropped): same durable data, same marks before the cut."""
-        gone = set(dropped)
-        c = cut
+        """Smallest equivalent (cut, dropped): same durable data, same marks before the cut.
+        ``dropped`` is sorted; walk back over dropped entries and entries without data."""
+        c, j = cut, len(dropped) - 1
         while c > 0:
             e = self.entries[c - 1]
-            if e.flags & MARK or (e.changes_device and c - 1 not in gone):
+            if e.flags & MARK:
                 break
+            if e.changes_device:
+                if j < 0 or dropped[j] != c - 1:
+                    break
+                j -= 1
             c -= 1
-        return c, dropped if c == cut else tuple(d for d in dropped if d < c)
+        return c, dropped[:j + 1]
 
 
 def _droppable(e: Entry) -> bool:
     return e.changes_device and not e.flags & FUA
 
 
-def _explicit_id(ctx: _Ctx, model: str, cut: int, dropped: tuple[int, ...],
-                 torn: tuple[tuple[int, tuple[int, ...]], ...]) -> str:
+def _explicit_id(model: str, cut: int, dropped: tuple[int, ...], torn: tuple[tuple[int, tuple[int, ...]], ...],
+                 droppable: Sequence[int]) -> str:
     base = f"{model}@{cut}"
     if torn:
         return f"{base}/s{format_ranges(torn[0][1])}"
     if not dropped:
         return base
+    if 2 * len(dropped) <= len(droppable):
+        return f"{base}/d{format_ranges(dropped)}"
     gone = set(dropped)
-    kept = [i for i in ctx.droppable(cut) if i not in gone]
-    return f"{base}/d{format_ranges(dropped)}" if len(dropped) <= len(kept) else f"{base}/k{format_ranges(kept)}"
+    kept = [i for i in droppable if i not in gone]
+    return f"{base}/k{format_ranges(kept)}"
 
 
 _CACHE: list[tuple[Sequence[Entry], _Ctx]] = []
@@ -344,31 +358,32 @@ def _write_cache(ctx: _Ctx, seed: int, bound: int, samples: int) -> list[CrashSt
         droppable = tuple(ctx.droppable(cut))
         k = len(droppable)
         batch: list[CrashState] = []
-
-        def add(dropped: tuple[int, ...], sid: str | None = None) -> bool:
-            key = ctx.canon(cut, dropped)
-            if key in seen:
-                return False
-            seen.add(key)
-            batch.append(ctx.state("write-cache", cut, dropped, (), sid))
-            return True
-
         if k <= bound:
             for mask in range(1 << k):
-                add(_pick(droppable, mask))
+                _add(ctx, seen, batch, cut, droppable, _pick(droppable, mask))
         else:
-            add(())
-            add(droppable)
-            for i in range(k):
-                add((droppable[i],))
-            for i in range(k):
-                add(droppable[:i] + droppable[i + 1:])
+            structured = [(), droppable, *((d,) for d in droppable),
+                          *(droppable[:i] + droppable[i + 1:] for i in range(k))]
+            for dropped in structured:
+                _add(ctx, seen, batch, cut, droppable, dropped)
             got = j = 0
             while got < samples and j < 4 * samples + 16:
-                got += add(_wc_sample(droppable, seed, cut, j), f"write-cache@{cut}/r{seed}.{j}")
+                got += _add(ctx, seen, batch, cut, droppable, _wc_sample(droppable, seed, cut, j),
+                            f"write-cache@{cut}/r{seed}.{j}")
                 j += 1
         out.extend(sorted(batch, key=lambda s: s.id))
     return out
+
+
+def _add(ctx: _Ctx, seen: set[tuple[int, tuple[int, ...]]], batch: list[CrashState], cut: int,
+         droppable: tuple[int, ...], dropped: tuple[int, ...], sid: str | None = None) -> bool:
+    """Append the state unless an equivalent one (same durable data, same marks) exists."""
+    key = ctx.canon(cut, dropped)
+    if key in seen:
+        return False
+    seen.add(key)
+    batch.append(ctx.state("write-cache", cut, dropped, (), sid, droppable))
+    return True
 
 
 def _torn(ctx: _Ctx, i: int, m: int, seed: int, torn_samples: int) -> list[CrashState]:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from powercut.errors import BadLog
 from powercut.log import DISCARD, FLUSH, FUA, MARK, METADATA, Entry, open_log, stats
 from powercut.logwrite import LogWriter

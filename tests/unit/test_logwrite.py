@@ -5,7 +5,6 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from powercut.log import DISCARD, FLUSH, FUA, MARK, METADATA, open_log
 from powercut.logwrite import LogWriter
 

@@ -10,12 +10,20 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from powercut.errors import UsageError
 from powercut.log import FLUSH, FUA, Entry, LogIndex, open_log
 from powercut.logwrite import LogWriter
-from powercut.models import (MODELS, CrashState, describe, durable_entries, enumerate_states, format_ranges,
-                             make_state, state_from_id, state_to_json)
+from powercut.models import (
+    MODELS,
+    CrashState,
+    describe,
+    durable_entries,
+    enumerate_states,
+    format_ranges,
+    make_state,
+    state_from_id,
+    state_to_json,
+)
 
 S = b"\1" * 512
 
@@ -124,7 +132,7 @@ def torn_closed_form(entries: tuple[Entry, ...], torn_samples: int) -> int:
         if e.is_write and e.nr_sectors > 1:
             m = e.nr_sectors
             structured = {2: 2, 3: 3}.get(m, 4)
-            total += 2**m - 2 if 2**m - 2 <= structured + torn_samples else structured + torn_samples
+            total += min(2**m - 2, structured + torn_samples)
     return total
 
 
@@ -211,7 +219,7 @@ BIG_OPS = st.lists(st.one_of(
 @settings(max_examples=60, deadline=None)
 @given(ops=BIG_OPS, seed=st.integers(0, 2**32), bound=st.integers(0, 6), samples=st.integers(0, 12))
 def test_properties_all_models(ops: list, seed: int, bound: int, samples: int) -> None:  # type: ignore[type-arg]
-    kw = dict(seed=seed, exhaustive_bound=bound, samples=samples, torn_samples=samples % 5)
+    kw = {"seed": seed, "exhaustive_bound": bound, "samples": samples, "torn_samples": samples % 5}
     with tempfile.TemporaryDirectory() as d, build(ops, d) as idx:
         e = idx.entries
         for model in MODELS:
@@ -302,7 +310,7 @@ def test_make_state_and_durable_entries(example: LogIndex) -> None:
 def test_unknown_model_and_bad_parameters(example: LogIndex) -> None:
     with pytest.raises(UsageError, match="no-cache, flush, write-cache, torn"):
         enumerate_states(example, "writecache")
-    for kw in [dict(seed=-1), dict(exhaustive_bound=21), dict(samples=-1), dict(torn_samples=True)]:
+    for kw in [{"seed": -1}, {"exhaustive_bound": 21}, {"samples": -1}, {"torn_samples": True}]:
         with pytest.raises(UsageError):
             enumerate_states(example, "write-cache", **kw)  # type: ignore[arg-type]
 
