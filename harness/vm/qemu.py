@@ -33,8 +33,24 @@ class VmResult:
     boot_s: float | None = None
 
 
+def host_tsc_khz() -> int | None:
+    """The host's TSC frequency.  Under TCG the guest's TSC ticks at the host's rate, and a guest on
+    microvm (no HPET, no ACPI PM timer) that fails to calibrate it against the PIT under load marks
+    the TSC unstable and hangs; telling it the frequency (tsc_early_khz) removes that race."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("cpu MHz"):
+                    return int(float(line.split(":")[1]) * 1000)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def kernel_cmdline(spec: VmSpec) -> str:
-    return " ".join(BASE_CMDLINE + (f"powercut.transport={spec.transport}",) + spec.cmdline)
+    khz = host_tsc_khz()
+    tsc = (f"tsc_early_khz={khz}",) if khz else ()
+    return " ".join(BASE_CMDLINE + tsc + (f"powercut.transport={spec.transport}",) + spec.cmdline)
 
 
 def _drive_args(i: int, disk: DiskSpec, pci: bool) -> list[str]:

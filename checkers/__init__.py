@@ -1,0 +1,1 @@
+"""Checkers, one per workload (package powercut.checkers)."""

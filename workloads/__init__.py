@@ -1,0 +1,1 @@
+"""Built-in workloads (package powercut.workloads), registered as entry points."""
