@@ -138,6 +138,10 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
 
     if spec.workload.name:
         workloads.get(spec.workload.name).params(spec.workload.params)  # unknown names/params fail here
+    if spec.backend == "qemu":
+        from .vm.qemu import QEMU
+        from . import process
+        process.require(QEMU, "qemu-system-x86")
     image = build_image(ImageSpec(**spec.image))
     out = Path(out).absolute()
     prepare_outdir(out, force)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh Debian/Ubuntu machine, as root: Debian packages, Python deps (this
+# checkout installed editable), the guest image.  Quick when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { echo "setup: $*"; }
+PY=${PYTHON:-python3}
+
+[ "$(id -u)" = 0 ] || { echo "setup: must run as root (loop devices, dm, mount, apt-get)" >&2; exit 1; }
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "setup: needs Python >= 3.11 ($PY)" >&2; exit 1; }
+
+PKGS=(qemu-system-x86 qemu-utils fio hdparm dmsetup e2fsprogs xfsprogs btrfs-progs busybox-static kmod cpio
+      zstd util-linux libvirt-daemon-system libvirt-dev pkg-config gcc)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+have_lists() { compgen -G "/var/lib/apt/lists/*_Packages" >/dev/null || compgen -G "/var/lib/apt/lists/*_Packages.*" >/dev/null; }
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    have_lists || apt-get update -q
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/tmp/powercut-apt.log 2>&1 || {
+        apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+        { echo "setup: apt-get install failed (see /tmp/powercut-apt.log)" >&2; exit 1; }; }
+fi
+have_lists || apt-get update -q   # the guest kernel comes from 'apt-get download'
+
+here=$(pwd -P)
+installed=$("$PY" -c 'import os, powercut; print(os.path.dirname(os.path.realpath(powercut.__file__)))' 2>/dev/null || true)
+if [ "$installed" != "$here/harness" ] || ! "$PY" -c 'import rich, tomli_w, pytest, hypothesis, libvirt' 2>/dev/null; then
+    say "installing powercut (editable) and its Python deps from $here"
+    "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".[test,libvirt]"
+fi
+
+say "guest image: $("$PY" -m powercut.cli image build | head -1)"

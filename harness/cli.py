@@ -1,0 +1,307 @@
+"""powercut command line: argument parsing and dispatch only."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import PowercutError, UsageError
+
+log = logging.getLogger("powercut")
+
+MAIN_DEFAULT_OUT = "runs/latest"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a wrong option as one line and exit code 2 (no usage dump)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"powercut: error: {message} (see '{self.prog} --help')\n")
+
+
+def _vm_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("VM")
+    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
+                   help="auto probes KVM once (cached) and falls back to TCG (default: auto)")
+    g.add_argument("--backend", choices=("qemu", "libvirt"), default="qemu", help="run QEMU directly or via libvirt")
+    g.add_argument("--libvirt-uri", default="qemu:///system", help="libvirt connection URI (default qemu:///system)")
+    g.add_argument("--memory", type=int, default=1024, metavar="MB", help="guest memory (default 1024)")
+    g.add_argument("--cpus", type=int, default=1, help="guest CPUs (default 1)")
+    g.add_argument("--bus", choices=("virtio", "ahci"), default="virtio", help="disk bus (ahci for hdparm -W)")
+    g.add_argument("--transport", choices=("9p", "virtiofs"), default="9p", help="how the host root is shared")
+    g.add_argument("--vm-timeout", type=float, default=900.0, metavar="S", help="kill the VM after S seconds")
+
+
+def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> None:
+    w = p.add_mutually_exclusive_group()
+    w.add_argument("--workload", help="a built-in or registered workload (see 'powercut workloads')")
+    w.add_argument("--cmd", help="any shell command, run in the guest with its cwd on the filesystem under test")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="workload parameter (repeat)")
+    p.add_argument("--fs", default="ext4", help="filesystem under test: ext4, xfs or btrfs (default ext4)")
+    p.add_argument("--mkfs-opts", default="", help="extra mkfs options, as one shell-quoted string")
+    p.add_argument("--mount-opts", default="", help="mount options (-o)")
+    p.add_argument("--size", type=int, default=0, metavar="MB", help="data disk size (default 256; xfs 300)")
+    p.add_argument("--log-size", type=int, default=0, metavar="MB", help="log disk size (default 4x data + 64)")
+    p.add_argument("--workload-timeout", type=float, default=300.0, metavar="S", help="kill the workload after S s")
+    p.add_argument("-o", "--out", required=required_out, default=None if required_out else MAIN_DEFAULT_OUT,
+                   help="recording directory" + ("" if required_out else f" (default {MAIN_DEFAULT_OUT})"))
+    p.add_argument("--force", action="store_true", help="replace an existing recording directory")
+    p.add_argument("--dry-run", action="store_true", help="print the exact QEMU argv and stop")
+    p.add_argument("--kernel-package", default="", help="pin the guest kernel package (default: linux-image-amd64's)")
+    _vm_options(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="powercut", description="Crash-consistency testing: record a workload's block writes with "
+               "dm-log-writes in a VM, replay every crash state, check that acknowledged commits survive.")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more console output (-vv: debug)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    r = sub.add_parser("run", help="the default campaign: build the image, record append-fsync on ext4, summarize")
+    _record_options(r, required_out=False)
+
+    r = sub.add_parser("record", help="record a workload's block writes in a VM")
+    _record_options(r)
+
+    img = sub.add_parser("image", help="build or inspect the guest image")
+    isub = img.add_subparsers(dest="image_command", metavar="ACTION", parser_class=Parser)
+    b = isub.add_parser("build", help="build (or find cached) the guest kernel + initramfs")
+    b.add_argument("--kernel-package", default="", help="Debian kernel package (default: what linux-image-amd64 resolves to)")
+    b.add_argument("--kernel", default="", help="a kernel image of your own (with --modules)")
+    b.add_argument("--modules", default="", help="its lib/modules/<release> directory (with modules.dep)")
+    b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    i = isub.add_parser("info", help="print what is inside the guest image")
+    i.add_argument("--kernel-package", default="")
+    i.add_argument("--json", action="store_true")
+
+    lg = sub.add_parser("log", help="read a dm-log-writes log")
+    lsub = lg.add_subparsers(dest="log_command", metavar="ACTION", parser_class=Parser)
+    for name, helptext in (("stats", "counts: entries, writes, flushes, FUAs, discards, marks"),
+                           ("show", "one line per entry")):
+        x = lsub.add_parser(name, help=helptext)
+        x.add_argument("path", help="a recording directory or a log file")
+        x.add_argument("--json", action="store_true")
+        if name == "show":
+            x.add_argument("--marks-only", action="store_true", help="only marks, flushes and FUAs")
+
+    st = sub.add_parser("states", help="list the crash states of a recording under a crash model")
+    st.add_argument("path", help="a recording directory or a log file")
+    st.add_argument("--model", default="flush", help="no-cache, flush, write-cache or torn (default flush)")
+    st.add_argument("--seed", type=int, default=0)
+    st.add_argument("--bound", type=int, default=10, help="write-cache: enumerate all subsets up to this many writes")
+    st.add_argument("--samples", type=int, default=64, help="write-cache: seeded samples beyond the bound")
+    st.add_argument("--json", action="store_true", help="one JSON object per state")
+
+    rp = sub.add_parser("replay", help="rebuild one crash state's disk image")
+    rp.add_argument("path", help="a recording directory (or a log file with --size)")
+    rp.add_argument("--state", required=True, help="a state id from 'powercut states'")
+    rp.add_argument("-o", "--out", required=True, help="output image file")
+    rp.add_argument("--size", type=int, default=0, help="data device size in bytes (only for a bare log file)")
+
+    sub.add_parser("workloads", help="list the registered workloads")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except PowercutError as e:
+        print(f"powercut: error: {e.one_line()}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("powercut: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into head & co.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
+    from .config import FsSpec, WorkloadSpec
+    from .record import RecordSpec
+    from .workload import parse_params
+
+    fs_size = args.size or (300 if args.fs == "xfs" else 256)
+    fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(shlex.split(args.mkfs_opts)), mount_opts=args.mount_opts,
+                size_mb=fs_size)
+    name = args.workload or ("" if args.cmd else default_workload)
+    if not name and not args.cmd:
+        raise UsageError("give --workload NAME or --cmd 'COMMAND'")
+    wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=parse_params(args.param),
+                      timeout_s=args.workload_timeout)
+    if args.cmd and args.param:
+        raise UsageError("--param goes with --workload, not --cmd")
+    return RecordSpec(fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,
+                      bus=args.bus, transport=args.transport, accel=args.accel, timeout_s=args.vm_timeout,
+                      backend=args.backend, libvirt_uri=args.libvirt_uri,
+                      image={"kernel_package": args.kernel_package})
+
+
+def _dry_run(spec: Any, out: str) -> int:
+    from powercut.images.build import ImageSpec, build_image
+
+    from .record import vm_spec
+    from .vm.accel import resolve_accel
+    from .vm.qemu import build_argv
+
+    image = build_image(ImageSpec(**spec.image))
+    o = Path(out).absolute()
+    vs = vm_spec(spec, image, o, o / "job")
+    print(shlex.join(build_argv(vs, resolve_accel(spec.accel, image.kernel, image.initrd))))
+    return 0
+
+
+def cmd_record(args: argparse.Namespace, default_workload: str | None = None) -> int:
+    from .record import record
+
+    spec = _record_spec(args, default_workload)
+    if args.dry_run:
+        return _dry_run(spec, args.out)
+    try:
+        rec = record(spec, args.out, force=args.force)
+    except PowercutError as e:
+        print(f"powercut: error: {e.one_line()}", file=sys.stderr)
+        if (Path(args.out) / "manifest.toml").exists():
+            print(f"powercut: recording kept for inspection (console.log, job/): {Path(args.out).absolute()}",
+                  file=sys.stderr)
+        return 1
+    m = rec.manifest
+    r = m["recording"]
+    print(f"recorded {m['workload'].get('name') or 'cmd'} on {m['fs']['fstype']} into {rec.dir}")
+    print(f"  VM {r.get('accel')}, boot to workload {r.get('boot_to_workload_s')} s, VM wall {r.get('vm_wall_s')} s,"
+          f" workload {m['result'].get('workload_s')} s")
+    _print_stats(str(rec.log_path))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if not args.force and Path(args.out).exists() and (Path(args.out) / "manifest.toml").exists():
+        args.force = True  # the default campaign's output directory is replaced each run
+    return cmd_record(args, default_workload="append-fsync")
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from powercut.images.build import ImageSpec, build_image
+
+    if args.image_command == "build":
+        image = build_image(ImageSpec(kernel_package=args.kernel_package, kernel=args.kernel,
+                                      modules_dir=args.modules), force=args.force)
+        print(f"image {image.hash}: {image.source}, kernel {image.kernel_release}, "
+              f"{len(image.modules)} modules, initramfs {image.initrd_bytes >> 10} KiB\n  {image.dir}")
+        return 0
+    if args.image_command == "info":
+        image = build_image(ImageSpec(kernel_package=args.kernel_package))
+        info = image.info()
+        if args.json:
+            print(json.dumps(info, indent=1))
+        else:
+            for k, v in info.items():
+                print(f"{k:15} {' '.join(v) if isinstance(v, list) else v}")
+        return 0
+    raise UsageError("powercut image: give an action: build or info")
+
+
+def _open(path: str):
+    from .log import open_log
+    from .record import load_recording
+
+    p = Path(path)
+    if p.is_dir():
+        return open_log(load_recording(p).log_path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    return open_log(p)
+
+
+def _print_stats(path: str, as_json: bool = False) -> None:
+    from .log import stats
+
+    with _open(path) as index:
+        s = stats(index)
+    if as_json:
+        print(json.dumps(s.to_dict()))
+        return
+    print(f"  log: {s.entries} entries: {s.writes} writes ({s.bytes_written / 1e6:.1f} MB), {s.flushes} flushes, "
+          f"{s.fuas} FUAs, {s.discards} discards, {s.marks} marks ({s.acks} acks)")
+    if s.stale_super or s.stop_reason:
+        print(f"  scan: {s.stop_reason}" + (f"; super says {s.super_nr_entries} entries" if s.stale_super else ""))
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    if args.log_command == "stats":
+        _print_stats(args.path, args.json)
+        return 0
+    if args.log_command == "show":
+        with _open(args.path) as index:
+            for e in index.entries:
+                if args.marks_only and not (e.is_mark or e.is_flush or e.is_fua):
+                    continue
+                if args.json:
+                    print(json.dumps({"index": e.index, "flags": e.flags, "sector": e.sector,
+                                      "nr_sectors": e.nr_sectors, "mark": e.mark, "data_offset": e.data_offset}))
+                else:
+                    print(e.describe())
+        return 0
+    raise UsageError("powercut log: give an action: stats or show")
+
+
+def cmd_states(args: argparse.Namespace) -> int:
+    from .models import describe, enumerate_states, state_to_json
+
+    with _open(args.path) as index:
+        states = enumerate_states(index, args.model, seed=args.seed, exhaustive_bound=args.bound,
+                                  samples=args.samples)
+        if args.json:
+            for s in states:
+                print(json.dumps(state_to_json(s)))
+            return 0
+        d = describe(states)
+    print(json.dumps(d, indent=1) if args.verbose else _describe_text(args.model, d))
+    return 0
+
+
+def _describe_text(model: str, d: dict[str, Any]) -> str:
+    lines = [f"{model}: {d.get('total')} crash states at {d.get('cuts')} cuts ({d.get('sampled', 0)} sampled)",
+             f"  {'epoch':>5} {'cuts':>11} {'states':>7} {'sampled':>7} {'max dropped':>11}"]
+    for e in d.get("epochs", []):
+        lines.append(f"  {e['epoch']:>5} {str(e['first_cut']) + '..' + str(e['last_cut']):>11} {e['states']:>7} "
+                     f"{e['sampled']:>7} {e['max_dropped']:>11}")
+    return "\n".join(lines)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import replay_state
+
+    out = replay_state(args.path, args.state, args.out, size=args.size or None)
+    print(f"state {args.state} -> {out}")
+    return 0
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    from .workload import get, registry
+
+    for name in sorted(registry()):
+        w = get(name)
+        print(f"{name:16} {w.description}\n{'':16} params: " + ", ".join(f"{k}={v}" for k, v in w.defaults.items()))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "record": cmd_record, "image": cmd_image, "log": cmd_log, "states": cmd_states,
+            "replay": cmd_replay, "workloads": cmd_workloads}
+
+if __name__ == "__main__":
+    sys.exit(main())
