@@ -203,7 +203,7 @@ def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], wor
                     st.walk_s += time.perf_counter() - t
                 t = time.perf_counter()
                 pristine.sync()
-                img = prov.clone(pristine.path, prov.workdir / f"state-{k}.img")
+                img = prov.clone(pristine.path, prov.path("state"))
                 st.clone_s += time.perf_counter() - t
             except OSError as e:
                 raise _io_error(e, f"replaying into {prov.workdir}") from None
@@ -222,7 +222,7 @@ def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], wor
                 st.release_s += time.perf_counter() - t
     finally:
         if pristine is not None:
-            pristine.close()
+            prov.drop_pristine(pristine)
         if isinstance(provider, str):
             prov.close()
 

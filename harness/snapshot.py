@@ -234,6 +234,11 @@ class Provider:
         self.workspace = Path(workspace)
         self.workdir = self._make_workdir(self.workspace)
         self._closed = False
+        self._seq = itertools.count()
+
+    def path(self, kind: str) -> Path:
+        """A fresh file name in the work directory."""
+        return self.workdir / f"{kind}-{next(self._seq)}.img"
 
     @staticmethod
     def _make_workdir(parent: Path) -> Path:
@@ -243,8 +248,13 @@ class Provider:
             raise UsageError(f"cannot use workspace {parent}: {e.strerror}") from None
 
     def pristine(self, size: int, initial: Path | None) -> Pristine:
-        path = self.workdir / "pristine.img"
-        return Pristine(path, _new_image(path, size, initial), False)
+        path = self.path("pristine")
+        return Pristine(path, _new_image(path, size, initial), False, path)
+
+    def drop_pristine(self, p: Pristine) -> None:
+        p.close()
+        if p.backing is not None:
+            p.backing.unlink(missing_ok=True)
 
     def clone(self, src: Path, dst: Path) -> Path:
         raise NotImplementedError
@@ -315,6 +325,7 @@ class XfsWorkspaceProvider(ReflinkProvider):
         self.reason = reason
         self.workspace = Path(workspace)
         self._closed = False
+        self._seq = itertools.count()
         self._mounted = False
         self.outer = self._make_workdir(self.workspace)
         self.image = self.outer / "xfs.img"
@@ -367,9 +378,9 @@ class DmSnapshotProvider(Provider):
     def __init__(self, workspace: Path, reason: str = "", chunk_sectors: int = 8) -> None:
         if os.geteuid() != 0:
             raise EnvironmentNotReady("dm-snapshot needs root")
-        if not Path("/dev/mapper/control").exists() and "device-mapper" not in _misc():
-            raise EnvironmentNotReady("dm-snapshot needs device-mapper, which this kernel lacks "
-                                      "(use it inside the guest VM)")
+        if not dm_supported():
+            raise EnvironmentNotReady("dm-snapshot needs device-mapper with the snapshot target, which this "
+                                      "kernel lacks (use it inside the guest VM)")
         self.dmsetup = process.require("dmsetup", "dmsetup")
         self.losetup = process.require("losetup", "mount")
         super().__init__(workspace, reason)
@@ -390,12 +401,43 @@ class DmSnapshotProvider(Provider):
     def pristine(self, size: int, initial: Path | None) -> Pristine:
         if size % 512:
             raise UsageError(f"dm-snapshot needs a size that is a multiple of 512, not {size}")
+        if self.live:
+            raise UsageError("dm-snapshot: release every clone before making a new pristine")
         self.size = size
-        backing = self.workdir / "pristine.img"
+        self._drop_cows()
+        backing = self.path("pristine")
         os.close(_new_image(backing, size, initial))
         dev = self._loop(backing)
-        fd = os.open(dev, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fd = os.open(dev, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            self._unloop(dev)
+            raise
         return Pristine(Path(dev), fd, True, backing)
+
+    def drop_pristine(self, p: Pristine) -> None:
+        p.close()
+        self._unloop(str(p.path))
+        if p.backing is not None:
+            p.backing.unlink(missing_ok=True)
+
+    def _unloop(self, dev: str) -> None:
+        if dev in self.loops:
+            self.loops.remove(dev)
+            process.run([self.losetup, "-d", dev], timeout=60)
+
+    def _drop_cows(self) -> None:
+        """COW devices are sized for one pristine size: drop the spare ones when it changes."""
+        for cow in self.free_cows:
+            if cow.startswith("/dev/zram"):
+                n = int(cow.removeprefix("/dev/zram"))
+                self.zrams.remove(n)
+                _zram_remove(n)
+            else:
+                self._unloop(cow)
+        self.free_cows.clear()
+        for f in self.workdir.glob("cow-*.img"):
+            f.unlink(missing_ok=True)
 
     def _cow(self) -> str:
         if self.free_cows:
@@ -404,7 +446,7 @@ class DmSnapshotProvider(Provider):
         if dev is not None:
             self.zrams.append(int(dev.removeprefix("/dev/zram")))
             return dev
-        backing = self.workdir / f"cow-{len(self.loops)}.img"
+        backing = self.path("cow")
         with open(backing, "wb") as f:
             f.truncate(self.size + (1 << 20))
         return self._loop(backing)
@@ -468,11 +510,17 @@ class DmSnapshotProvider(Provider):
             log.warning("dm-snapshot teardown: %s", "; ".join(errors))
 
 
-def _misc() -> str:
-    try:
-        return Path("/proc/misc").read_text()
-    except OSError:
-        return ""
+def dm_supported() -> bool:
+    """The kernel has device-mapper (/proc/misc; dmsetup creates /dev/mapper/control even when it
+    does not) and can load the snapshot target."""
+    def misc() -> str:
+        try:
+            return Path("/proc/misc").read_text()
+        except OSError:
+            return ""
+    if "device-mapper" not in misc() and os.geteuid() == 0:
+        process.run(["modprobe", "dm-snapshot"], timeout=60, check=False)
+    return "device-mapper" in misc()
 
 
 def _zram_add(size: int) -> str | None:
