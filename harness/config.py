@@ -70,6 +70,9 @@ class VmSpec:
     timeout_s: float = 600.0
     console_path: str = "console.log"
     name: str = "powercut"
+    # module groups the guest needs beyond the basics (e.g. the filesystem: "ext4"); empty = load
+    # every module of the image.  The runner adds the transport, "pci" and "ahci" as needed.
+    modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.memory_mb < 128:
@@ -82,6 +85,17 @@ class VmSpec:
             raise UsageError(f"accel must be auto, kvm or tcg, not {self.accel!r}")
         if self.timeout_s <= 0:
             raise UsageError("VM timeout must be positive")
+
+    def module_groups(self) -> tuple[str, ...]:
+        """Groups for the guest's powercut.load= (empty: load everything)."""
+        if not self.modules:
+            return ()
+        extra = [self.transport]
+        if self.resolved_machine() != "microvm":
+            extra.append("pci")
+        if any(d.bus == "ahci" for d in self.disks):
+            extra.append("ahci")
+        return tuple(dict.fromkeys(self.modules + tuple(extra)))
 
     def resolved_machine(self) -> str:
         """microvm (fast boot, virtio-mmio) unless a disk needs AHCI, which needs PCI."""

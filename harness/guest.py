@@ -83,8 +83,12 @@ def run_workload(job: dict[str, Any], env: dict[str, str], cwd: str, jobdir: Pat
     return {"workload_rc": rc, "workload_timed_out": timed_out, "workload_s": round(time.monotonic() - start, 3)}
 
 
+def uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
 def record(job: dict[str, Any], jobdir: Path) -> dict[str, Any]:
-    res: dict[str, Any] = {}
+    res: dict[str, Any] = {"uptime_agent_start": uptime()}
     data, logdev = find_disk(job["disks"]["data"]), find_disk(job["disks"]["log"])
     name = job["dm_name"]
     n = sectors(data)
@@ -103,6 +107,7 @@ def record(job: dict[str, Any], jobdir: Path) -> dict[str, Any]:
            "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
            "POWERCUT_DM_NAME": name, "POWERCUT_DEVICE": dev, "POWERCUT_MOUNT": mnt, "POWERCUT_FSTYPE": fs["fstype"],
            "POWERCUT_PARAMS": json.dumps(job["workload"].get("params") or {})}
+    res["uptime_workload_start"] = uptime()
     (jobdir / "started").write_text(f"{time.time()}\n")
     res.update(run_workload(job, env, mnt, jobdir))
     for attempt in range(5):

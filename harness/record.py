@@ -105,7 +105,8 @@ def vm_spec(spec: RecordSpec, image: Any, out: Path, jobdir: Path) -> VmSpec:
     return VmSpec(kernel=image.kernel, initrd=image.initrd, memory_mb=spec.memory_mb, cpus=spec.cpus, disks=disks,
                   shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False)),
                   transport=spec.transport, accel=spec.accel, timeout_s=spec.timeout_s,  # type: ignore[arg-type]
-                  console_path=str(out / "console.log"), name=f"powercut-record-{os.getpid()}")
+                  console_path=str(out / "console.log"), name=f"powercut-record-{os.getpid()}",
+                  modules=(spec.fs.fstype,))
 
 
 def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: Path | None):

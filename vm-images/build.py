@@ -25,7 +25,7 @@ from .cpio import CpioWriter
 
 log = logging.getLogger(__name__)
 
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 META_PACKAGE = "linux-image-amd64"
 
 
@@ -144,22 +144,25 @@ def _norm(name: str) -> str:
     return re.sub(r"\.ko(\.(xz|zst|gz))?$", "", os.path.basename(name)).replace("-", "_")
 
 
-def wanted_modules(extra: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
-    """(name, optional) from modules.txt, plus ``extra`` (required)."""
+def wanted_modules(extra: tuple[str, ...] = ()) -> list[tuple[str, bool, str]]:
+    """(name, optional, group) from modules.txt, plus ``extra`` (required, always loaded);
+    group '*' means always loaded."""
     text = resources.files("powercut.images").joinpath("modules.txt").read_text()
     out = []
     for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            out.append((line.lstrip("?"), line.startswith("?")))
-    return out + [(m, False) for m in extra]
+        words = line.split("#", 1)[0].split()
+        if words:
+            group = next((w[1:] for w in words[1:] if w.startswith("@")), "*")
+            out.append((words[0].lstrip("?"), words[0].startswith("?"), group))
+    return out + [(m, False, "*") for m in extra]
 
 
-def resolve_modules(modules_dep: str, builtin: str, wanted: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
-    """Relative module paths in load order (each module after its dependencies, once each).
-
-    A wanted module that is built into the kernel is skipped; one that is neither built in nor in
-    modules.dep raises ImageError naming it, unless it is optional."""
+def resolve_modules(modules_dep: str, builtin: str,
+                    wanted: list[tuple[str, bool, str]]) -> list[tuple[str, bool, str]]:
+    """(relative module path, optional, groups) in load order: each module after its dependencies,
+    once.  ``groups`` is '*' when an always-loaded module needs it, else the comma-joined groups of
+    the modules that need it.  A wanted module built into the kernel is skipped; one neither built
+    in nor in modules.dep raises ImageError naming it, unless it is optional."""
     deps: dict[str, list[str]] = {}
     by_name: dict[str, str] = {}
     for line in modules_dep.splitlines():
@@ -169,32 +172,33 @@ def resolve_modules(modules_dep: str, builtin: str, wanted: list[tuple[str, bool
         deps[mod.strip()] = rest.split()
         by_name[_norm(mod)] = mod.strip()
     builtins = {_norm(line) for line in builtin.split()}
-    order: list[tuple[str, bool]] = []
-    seen: set[str] = set()
+    order: list[str] = []
+    optional: dict[str, bool] = {}
+    groups: dict[str, set[str]] = {}
 
-    def visit(path: str, optional: bool, stack: tuple[str, ...]) -> None:
-        if path in seen:
-            return
+    def visit(path: str, opt: bool, group: str, stack: tuple[str, ...]) -> None:
         if path in stack:
             raise ImageError(f"module dependency cycle: {' -> '.join(stack + (path,))}")
+        groups.setdefault(path, set()).add(group)
+        optional[path] = optional.get(path, True) and opt
         for dep in deps.get(path, []):
-            visit(dep, optional, stack + (path,))
-        seen.add(path)
-        order.append((path, optional))
+            visit(dep, opt, group, stack + (path,))
+        if path not in order:
+            order.append(path)
 
     missing = []
-    for name, optional in wanted:
+    for name, opt, group in wanted:
         key = _norm(name)
         if key in by_name:
-            visit(by_name[key], optional, ())
+            visit(by_name[key], opt, group, ())
         elif key in builtins:
             continue
-        elif not optional:
+        elif not opt:
             missing.append(name)
     if missing:
         raise ImageError(f"kernel module{'s' if len(missing) > 1 else ''} not found in this kernel: "
                          f"{', '.join(missing)} (neither in modules.dep nor built in)")
-    return order
+    return [(p, optional[p], "*" if "*" in groups[p] else ",".join(sorted(groups[p]))) for p in order]
 
 
 def _read_module(path: Path) -> bytes:
@@ -207,6 +211,65 @@ def _read_module(path: Path) -> bytes:
         import gzip
         return gzip.decompress(data)
     return data
+
+
+# ---------------------------------------------------------------- kernel image
+
+XEN_ELFNOTE_PHYS32_ENTRY = 18
+
+
+def extract_vmlinux(bzimage: bytes) -> bytes | None:
+    """The uncompressed ELF vmlinux inside a bzImage, if it carries a PVH entry note.
+
+    QEMU boots such an ELF directly (PVH), skipping the real-mode setup and the in-guest
+    decompression -- under TCG that decompression alone takes seconds.  None when the payload's
+    compression is not one we can undo here or the ELF has no PVH note (then boot the bzImage)."""
+    import gzip
+    import zlib
+    for magic, kind in ((b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x1f\x8b\x08", "gzip")):
+        start = bzimage.find(magic)
+        while start != -1:
+            try:
+                if kind == "xz":
+                    out = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(bzimage[start:])
+                elif kind == "gzip":
+                    out = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(bzimage[start:])
+                else:
+                    out = _zstd(bzimage[start:])
+            except (lzma.LZMAError, zlib.error, gzip.BadGzipFile, CommandFailed, EnvironmentNotReady):
+                out = b""
+            if out[:4] == b"\x7fELF":
+                return out if _has_pvh_note(out) else None
+            start = bzimage.find(magic, start + 1)
+    return None
+
+
+def _zstd(data: bytes) -> bytes:
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(data)
+        f.flush()
+        return process.run(["zstd", "-dcq", f.name], timeout=120, check=False, text=False).stdout  # type: ignore[return-value]
+
+
+def _has_pvh_note(elf: bytes) -> bool:
+    """Does this 64-bit little-endian ELF carry a Xen PHYS32_ENTRY note (the PVH entry point)?"""
+    import struct
+    if elf[4] != 2 or elf[5] != 1:
+        return False
+    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+    for i in range(phnum):
+        ptype, _, offset, _, _, filesz = struct.unpack_from("<IIQQQQ", elf, phoff + i * phentsize)
+        if ptype != 4:  # PT_NOTE
+            continue
+        pos, end = offset, offset + filesz
+        while pos + 12 <= end:
+            namesz, descsz, ntype = struct.unpack_from("<III", elf, pos)
+            name = elf[pos + 12:pos + 12 + namesz].rstrip(b"\0")
+            if name == b"Xen" and ntype == XEN_ELFNOTE_PHYS32_ENTRY:
+                return True
+            pos += 12 + ((namesz + 3) & ~3) + ((descsz + 3) & ~3)
+    return False
 
 
 # ---------------------------------------------------------------- building
@@ -235,9 +298,9 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
     h = hashlib.sha256(BUILDER_VERSION.encode())
     for part in (kernel.read_bytes(), init, busybox.read_bytes()):
         h.update(hashlib.sha256(part).digest())
-    modules = [(rel, opt, _read_module(moddir / rel)) for rel, opt in order]
-    for rel, opt, data in modules:
-        h.update(f"{rel}:{opt}:".encode() + hashlib.sha256(data).digest())
+    modules = [(rel, opt, group, _read_module(moddir / rel)) for rel, opt, group in order]
+    for rel, opt, group, data in modules:
+        h.update(f"{rel}:{opt}:{group}:".encode() + hashlib.sha256(data).digest())
     digest = h.hexdigest()[:16]
     out = cache_root() / "images" / digest
     if (out / "image.toml").exists() and not force:
@@ -246,6 +309,9 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent if out.parent.exists() else _mk(out.parent)))
     try:
         shutil.copyfile(kernel, tmp / "vmlinuz")
+        vmlinux = extract_vmlinux(kernel.read_bytes())
+        if vmlinux:
+            (tmp / "vmlinux").write_bytes(vmlinux)
         with open(tmp / "initrd.cpio", "wb") as f:
             w = CpioWriter(f)
             for d in ("bin", "sbin", "dev", "proc", "sys", "tmp", "newroot", "etc", "etc/powercut", "lib",
@@ -256,16 +322,17 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
             w.file("init", init, mode=0o755)
             w.file("bin/busybox", busybox.read_bytes(), mode=0o755)
             listing = []
-            for rel, opt, data in modules:
+            for rel, opt, group, data in modules:
                 target = f"lib/modules/{release}/" + re.sub(r"\.(xz|zst|gz)$", "", rel)
                 w.parents(target)
                 w.file(target, data, mode=0o644)
-                listing.append(f"/{target}" + (" optional" if opt else ""))
+                listing.append(f"/{target} {group}" + (" optional" if opt else ""))
             w.file("etc/powercut/modules", ("\n".join(listing) + "\n").encode())
             w.file("etc/powercut/release", f"{release}\n".encode())
             w.close()
-        image = Image(dir=str(out), kernel=str(out / "vmlinuz"), initrd=str(out / "initrd.cpio"),
-                      kernel_release=release, source=source, modules=tuple(_norm(r) for r, _, _ in modules),
+        boot = "vmlinux" if vmlinux else "vmlinuz"
+        image = Image(dir=str(out), kernel=str(out / boot), initrd=str(out / "initrd.cpio"),
+                      kernel_release=release, source=source, modules=tuple(_norm(r) for r, _, _, _ in modules),
                       hash=digest, initrd_bytes=(tmp / "initrd.cpio").stat().st_size,
                       built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         (tmp / "image.toml").write_text(dumps_toml({"image": image.info()}))
@@ -289,6 +356,7 @@ def load_image(path: Path | str) -> Image:
     if not meta.is_file():
         raise ImageError(f"{path}: not a powercut image (no image.toml); run 'powercut image build'")
     d = loads_toml(meta.read_text(), str(meta))["image"]
-    return Image(dir=str(path), kernel=str(path / "vmlinuz"), initrd=str(path / "initrd.cpio"),
+    boot = "vmlinux" if (path / "vmlinux").exists() else "vmlinuz"
+    return Image(dir=str(path), kernel=str(path / boot), initrd=str(path / "initrd.cpio"),
                  kernel_release=d["kernel_release"], source=d["source"], modules=tuple(d["modules"]),
                  hash=d["hash"], initrd_bytes=d.get("initrd_bytes", 0), built_at=d.get("built_at", ""))

@@ -6,6 +6,7 @@
 #  3. chroot into the host root and run /run/powercut/job/job.sh
 #  4. print "powercut-exit=<status>" on the console, write it to the job share, power off
 # Kernel command line: powercut.transport=9p|virtiofs  powercut.probe=1 (accel probe: report and stop)
+#   powercut.load=GROUP,... (load only modules of these groups, see modules.txt; default all)
 /bin/busybox mkdir -p /proc /sys /dev /newroot /tmp
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
@@ -26,6 +27,7 @@ for arg in $(cat /proc/cmdline); do
     case "$arg" in
         powercut.transport=*) transport="${arg#powercut.transport=}" ;;
         powercut.probe=1) probe=1 ;;
+        powercut.load=*) load="${arg#powercut.load=}" ;;
     esac
 done
 
@@ -34,8 +36,16 @@ if [ -n "$probe" ]; then
     finish 0
 fi
 
-while read -r mod optional; do
+in_groups() {  # is any of the comma-separated groups $1 in powercut.load=?
+    [ "$1" = "*" ] || [ -z "$load" ] && return 0
+    for g in $(echo "$1" | tr , ' '); do
+        case ",$load," in *",$g,"*) return 0 ;; esac
+    done
+    return 1
+}
+while read -r mod groups optional; do
     case "$mod" in ''|'#'*) continue ;; esac
+    in_groups "$groups" || continue
     if ! insmod "$mod" 2>/tmp/insmod.err; then
         if grep -q 'File exists' /tmp/insmod.err; then continue; fi
         if [ "$optional" = optional ]; then continue; fi
@@ -44,6 +54,8 @@ while read -r mod optional; do
     fi
 done < /etc/powercut/modules
 
+stamp() { read -r up _ < /proc/uptime; echo "powercut-init: $1 at ${up}s"; }
+stamp "modules loaded"
 case "$transport" in
     virtiofs) mount -t virtiofs -o ro hostroot /newroot ;;
     *) mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=loose,ro hostroot /newroot ;;
@@ -65,6 +77,7 @@ if [ ! -f /newroot/run/powercut/job/job.sh ]; then
     echo "powercut-init: the job share has no job.sh"
     finish 125
 fi
+stamp "job start"
 chroot /newroot /bin/sh /run/powercut/job/job.sh </dev/null
 rc=$?
 echo "$rc" > /newroot/run/powercut/job/exit-status

@@ -50,7 +50,9 @@ def host_tsc_khz() -> int | None:
 def kernel_cmdline(spec: VmSpec) -> str:
     khz = host_tsc_khz()
     tsc = (f"tsc_early_khz={khz}",) if khz else ()
-    return " ".join(BASE_CMDLINE + tsc + (f"powercut.transport={spec.transport}",) + spec.cmdline)
+    groups = spec.module_groups()
+    load = (f"powercut.load={','.join(groups)}",) if groups else ()
+    return " ".join(BASE_CMDLINE + tsc + (f"powercut.transport={spec.transport}",) + load + spec.cmdline)
 
 
 def _drive_args(i: int, disk: DiskSpec, pci: bool) -> list[str]:
@@ -70,8 +72,10 @@ def build_argv(spec: VmSpec, accel: str, *, virtiofs_sockets: dict[str, str] | N
     pci = machine != "microvm"
     argv = [qemu, "-name", spec.name, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot"]
     if machine == "microvm":
+        # modern (virtio 1.0) MMIO transport: vhost-user-fs (virtiofsd) refuses legacy devices
         argv += ["-machine", "microvm,x-option-roms=off,isa-serial=on"
-                 + (",memory-backend=mem" if spec.transport == "virtiofs" else "")]
+                 + (",memory-backend=mem" if spec.transport == "virtiofs" else ""),
+                 "-global", "virtio-mmio.force-legacy=false"]
     else:
         argv += ["-machine", f"{machine}" + (",memory-backend=mem" if spec.transport == "virtiofs" else "")]
     argv += ["-accel", accel, "-cpu", "host" if accel == "kvm" else "max", "-m", str(spec.memory_mb),
@@ -140,8 +144,8 @@ class VirtiofsDaemons:
                 os.unlink(sock)
             errf = open(rundir / f"virtiofsd-{share.tag}.log", "wb")
             self.daemons.append(process.Spawned(
-                [binary, f"--socket-path={sock}", "-o", f"source={share.path}", "-o", "cache=always"
-                 if share.readonly else "cache=none", "-o", "xattr"], stdout=errf, stderr=errf))
+                [binary, f"--socket-path={sock}", "-o", f"source={share.path}", "-o", "sandbox=chroot",
+                 "-o", "cache=always" if share.readonly else "cache=none"], stdout=errf, stderr=errf))
             self.sockets[share.tag] = sock
         deadline = time.monotonic() + 10
         while not all(os.path.exists(s) for s in self.sockets.values()):
