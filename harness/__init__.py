@@ -2,7 +2,7 @@
 
 Public API for workloads: ``powercut.mark(text)`` inserts a mark into the dm-log-writes log of the
 device the workload runs on (``ack:<key>`` once a commit is durable, ``begin:<key>`` at its start)."""
-from .mark import mark, ack, begin  # noqa: F401
+from .marks import mark, ack, begin  # noqa: F401
 
 __all__ = ["mark", "ack", "begin"]
 __version__ = "0.1.0"

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import process
 from .errors import CommandFailed, PowercutError
-from .mark import mark
+from .marks import mark
 
 log = logging.getLogger("powercut.guest")
 

@@ -324,7 +324,6 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
             listing = []
             for rel, opt, group, data in modules:
                 target = f"lib/modules/{release}/" + re.sub(r"\.(xz|zst|gz)$", "", rel)
-                w.parents(target)
                 w.file(target, data, mode=0o644)
                 listing.append(f"/{target} {group}" + (" optional" if opt else ""))
             w.file("etc/powercut/modules", ("\n".join(listing) + "\n").encode())

@@ -1,4 +1,6 @@
-"""A minimal writer of the newc cpio format the kernel unpacks as initramfs (no root, no cpio binary)."""
+"""A minimal writer of the newc cpio format the kernel unpacks as initramfs (no root, no cpio binary).
+
+The kernel does not create missing parent directories: every entry is preceded by its parents."""
 from __future__ import annotations
 
 import stat
@@ -35,9 +37,11 @@ class CpioWriter:
             self.dir("/".join(parts[:i]))
 
     def file(self, name: str, data: bytes, mode: int = 0o644) -> None:
+        self.parents(name)
         self._entry(name, stat.S_IFREG | mode, data)
 
     def chardev(self, name: str, major: int, minor: int, mode: int = 0o600) -> None:
+        self.parents(name)
         self._entry(name, stat.S_IFCHR | mode, rdev=(major, minor))
 
     def close(self) -> None:
