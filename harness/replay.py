@@ -96,10 +96,12 @@ def check_extents(index: LogIndex, size: int, upto: int | None = None) -> None:
 
 
 class _Writer:
-    """Applies entries to an open image (a file or a block device) from the log's mmap."""
+    """Applies entries to an open image (a file or a block device) from the log's mmap.
+    ``punch``: discards become holes where possible (else written zeros).  ``zeros``: the image
+    is still all zeros (nothing written yet), so discards are no-ops (mkfs discards the device)."""
 
-    def __init__(self, index: LogIndex, fd: int, block: bool) -> None:
-        self.index, self.fd, self.block = index, fd, block
+    def __init__(self, index: LogIndex, fd: int, punch: bool, zeros: bool = False) -> None:
+        self.index, self.fd, self.punch, self.zeros = index, fd, punch, zeros
         self.ss = index.sectorsize
         self.bytes = 0
 
@@ -107,8 +109,10 @@ class _Writer:
         ss = self.ss
         off = e.sector * ss
         if e.is_discard:
-            zero_range(self.fd, off, e.nr_sectors * ss, self.block)
+            if not self.zeros:
+                zero_range(self.fd, off, e.nr_sectors * ss, not self.punch)
             return
+        self.zeros = False
         if sectors is None:
             data = self.index.data(e)
             pwrite_all(self.fd, data, off)
@@ -184,7 +188,7 @@ def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], wor
         except OSError as e:
             raise PowercutError(f"cannot create the pristine image in {prov.workdir}: {e.strerror}") from None
         st.setup_s += time.perf_counter() - t0
-        walker = _Writer(log, pristine.fd, pristine.block)
+        walker = _Writer(log, pristine.fd, punch=not (pristine.block or prov.dense), zeros=initial is None)
         entries = log.entries
         pos = 0
         for k, p in enumerate(plans):
@@ -200,9 +204,9 @@ def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], wor
                     st.walk_entries += p.base - pos
                     st.walk_bytes += walker.bytes - before
                     pos = p.base
+                    pristine.sync()
                     st.walk_s += time.perf_counter() - t
                 t = time.perf_counter()
-                pristine.sync()
                 img = prov.clone(pristine.path, prov.path("state"))
                 st.clone_s += time.perf_counter() - t
             except OSError as e:
@@ -233,7 +237,7 @@ def _apply_extras(log: LogIndex, img: Path, extras: Sequence[Extra], block: bool
     except OSError as e:
         raise _io_error(e, f"opening {img}") from None
     try:
-        w = _Writer(log, fd, block)
+        w = _Writer(log, fd, punch=not block)
         for e, sectors in extras:
             w.apply(e, sectors)
         if block:
@@ -274,6 +278,30 @@ def reference_image(log: LogIndex, state: CrashState, size: int, out: Path, init
                     f.seek((e.sector + s) * ss)
                     f.write(log.sector_data(e, s))
     return Path(out)
+
+
+def replay_into(log: LogIndex, state: CrashState, size: int, out: Path, initial: Path | None = None, *,
+                fsync: bool = True) -> Path:
+    """Build one state from entry 0 into the new file ``out`` on the walk's fast path (pwrite from
+    the mmap, holes for discards).  OSError on I/O errors (the caller cleans up)."""
+    fd = os.open(out, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        if initial is None:
+            os.ftruncate(fd, size)
+        else:
+            src = os.open(initial, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                sparse_copy_fd(src, fd, size)
+            finally:
+                os.close(src)
+        w = _Writer(log, fd, punch=True, zeros=initial is None)
+        for e, sectors in durable_entries(log, state):
+            w.apply(e, sectors)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return out
 
 
 # -- one state by id --------------------------------------------------------------------------------------
@@ -326,35 +354,16 @@ def replay_state(source: str | os.PathLike[str], state_id: str, out_path: str | 
         state = state_from_id(index, state_id)
         check_extents(index, dsize, state.cut)
         tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-        fd = -1
         try:
-            if init is None:
-                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-                os.ftruncate(fd, dsize)
-            else:
-                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-                src = os.open(init, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    sparse_copy_fd(src, fd, dsize)
-                finally:
-                    os.close(src)
-            w = _Writer(index, fd, False)
-            for e, sectors in durable_entries(index, state):
-                w.apply(e, sectors)
-            os.fsync(fd)
-            os.close(fd)
-            fd = -1
+            replay_into(index, state, dsize, tmp, init)
             os.replace(tmp, out)
         except OSError as e:
             raise _io_error(e, f"cannot write {out}") from None
         finally:
-            if fd >= 0:
-                os.close(fd)
-            if tmp.exists():
-                tmp.unlink()
+            tmp.unlink(missing_ok=True)
     log.info("replayed %s (%d entries) into %s", state.id, state.cut, out)
     return out
 
 
-__all__ = ["Plan", "ReplayStats", "check_extents", "materialize", "plan", "reference_image", "replay_state",
-           "write_zeros"]
+__all__ = ["Plan", "ReplayStats", "check_extents", "materialize", "plan", "reference_image", "replay_into",
+           "replay_state"]
