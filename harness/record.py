@@ -133,7 +133,7 @@ def prepare_outdir(out: Path, force: bool) -> None:
 def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> Recording:
     """Record ``spec.workload`` on ``spec.fs`` into the directory ``out``.  On any failure the
     directory is kept with a manifest whose status says what went wrong, and the error is raised."""
-    from powercut.images.build import ImageSpec, build_image
+    from powercut.images.build import ImageSpec, build_image, tools_dir
 
     from . import workload as workloads
 
@@ -157,7 +157,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
     jobdir = out / "job"
     jobdir.mkdir()
     job = {"kind": "record", "dm_name": DM_NAME, "disks": {"data": "pcdata", "log": "pclog"},
-           "fs": to_dict(spec.fs), "workload": to_dict(spec.workload)}
+           "fs": to_dict(spec.fs), "workload": to_dict(spec.workload), "tools_dir": tools_dir(image)}
     (jobdir / "job.json").write_text(json.dumps(job, indent=1))
     (jobdir / "job.sh").write_text(job_script("/run/powercut/job"))
     vmspec = vm_spec(spec, image, out, jobdir)

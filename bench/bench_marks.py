@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Cost per mark inside the guest: powercut.mark() (DM_TARGET_MSG ioctl, no fork) against the
+powercut-mark command (fork + exec of a Python entry point), on a real log-writes target.
+
+Prints both per-mark costs and their ratio, plus where it ran (KVM or TCG): absolute figures under
+TCG are 10-50x slower than native, the ratio is what carries over."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from powercut.config import FsSpec
+from powercut.images.build import build_image, tools_dir
+from powercut.record import RecordSpec, _sparse, job_script, run_job, vm_spec
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--marks", type=int, default=500, help="ioctl marks to time (the command: a tenth)")
+    ap.add_argument("--accel", default="auto", choices=("auto", "kvm", "tcg"))
+    args = ap.parse_args()
+    spec = RecordSpec(fs=FsSpec(size_mb=64), accel=args.accel, timeout_s=600)
+    image = build_image()
+    with tempfile.TemporaryDirectory(prefix="powercut-bench-marks-") as tmp:
+        out = Path(tmp)
+        _sparse(out / "data-final.img", 64 << 20)
+        _sparse(out / "log.bin", 64 << 20)
+        job = out / "job"
+        job.mkdir()
+        (job / "job.json").write_text(json.dumps({"kind": "mark-bench", "dm_name": "powercut-bench", "n": args.marks,
+                                                  "tools_dir": tools_dir(image), "disks": {"data": "pcdata", "log": "pclog"}}))
+        (job / "job.sh").write_text(job_script("/run/powercut/job"))
+        vm = run_job(vm_spec(spec, image, out, job), "qemu", "", out, None)
+        result = json.loads((job / "result.json").read_text())
+    if not result.get("ok"):
+        print(f"bench_marks: the guest job failed: {result.get('error')}", file=sys.stderr)
+        return 1
+    print(f"where: guest under {vm.accel.upper()} (QEMU), kernel log-writes target, {result['ioctl_marks']} marks")
+    print(f"powercut.mark() ioctl : {result['ioctl_us']:10.1f} us/mark")
+    for kind in ("c", "python"):
+        us = result.get(f"cmd_{kind}_us")
+        if us is None:
+            print(f"powercut-mark ({kind:6}) : not built (no C compiler)")
+            continue
+        print(f"powercut-mark ({kind:6}) : {us:10.1f} us/mark  ({result['cmd_marks']} runs, "
+              f"{us / result['ioctl_us']:.1f}x the ioctl)")
+    print(f"log entries written   : {result['logged_entries']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
