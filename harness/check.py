@@ -106,7 +106,7 @@ def judge(device: str, fstype: str, state: CrashState, checker: CheckerSpec, par
         return done("mount-failed")
     try:
         try:
-            result = checker.run(CheckInput(mnt, state.acks, state.begun, params))
+            result = checker.run(CheckInput(mnt, state.acks, state.begun, params, state.id))
         except Exception as e:  # a checker's bug is that state's finding, not the campaign's end
             log.exception("checker crashed on %s", state.id)
             result = CheckResult("checker-crashed", (f"{type(e).__name__}: {e}",))

@@ -7,7 +7,7 @@ and returns a ``CheckResult`` with reasons -- never a bare boolean.
 
 Registered under the entry-point group ``powercut.checkers`` with the workload's name; a user's own
 checker can also be any executable (``--checker 'COMMAND'``): it gets the same input as JSON on
-stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...}}``), exits 0 (pass) or 1
+stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...}, "state": "<id>"}``), exits 0 (pass) or 1
 (fail) and prints its reasons, one per line."""
 from __future__ import annotations
 
@@ -28,9 +28,11 @@ class CheckInput:
     acked: tuple[str, ...]
     begun: tuple[str, ...]
     params: dict[str, Any] = field(default_factory=dict)
+    state: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"mount": self.mount, "acked": list(self.acked), "begun": list(self.begun), "params": self.params}
+        return {"mount": self.mount, "acked": list(self.acked), "begun": list(self.begun), "params": self.params,
+                "state": self.state}
 
 
 @dataclass(frozen=True, slots=True)

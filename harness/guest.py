@@ -151,7 +151,43 @@ def mark_bench(job: dict[str, Any], jobdir: Path) -> dict[str, Any]:
     return {"ioctl_marks": n, "ioctl_us": round(ioctl_s * 1e6, 1), "cmd_marks": m, **costs, **status}
 
 
-JOBS = {"record": record, "mark-bench": mark_bench}
+def _append(path: Path, obj: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def check(job: dict[str, Any], jobdir: Path) -> dict[str, Any]:
+    """The checker VM: rebuild the listed states with dm-snapshot over an incrementally replayed
+    pristine (on a scratch disk) and judge each; progress.jsonl gets a "begin" line before and the
+    verdict after each state, so the host can attribute a panic or hang to its state."""
+    from .check import CheckerSpec, judge
+    from .log import open_log
+    from .models import state_from_id
+    from .replay import materialize
+
+    scratch = find_disk(job["disks"]["scratch"])
+    work = "/run/powercut/work"
+    os.makedirs(work, exist_ok=True)
+    process.run(["mkfs.ext4", "-F", "-q", "-E", "nodiscard", "-O", "^has_journal", scratch], timeout=300)
+    process.run(["mount", "-o", "noatime", scratch, work], timeout=60)
+    checker = CheckerSpec(**job["checker"])
+    progress = jobdir / "progress.jsonl"
+    n = 0
+    with open_log(job["log"]) as index:
+        states = [state_from_id(index, i) for i in job["states"]]
+        for state, img in materialize(index, None, job["size"], states, Path(work), provider="dm-snapshot"):
+            _append(progress, {"begin": state.id})
+            v = judge(str(img), job["fstype"], state, checker, job["params"], "/run/powercut/mnt",
+                      mount_opts=job.get("mount_opts", ""))
+            _append(progress, {"verdict": v.to_json()})
+            n += 1
+    process.run(["umount", work], timeout=60, check=False)
+    return {"judged": n}
+
+
+JOBS = {"record": record, "mark-bench": mark_bench, "check": check}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@
 #  4. print "powercut-exit=<status>" on the console, write it to the job share, power off
 # Kernel command line: powercut.transport=9p|virtiofs  powercut.probe=1 (accel probe: report and stop)
 #   powercut.load=GROUP,... (load only modules of these groups, see modules.txt; default all)
+#   powercut.mount=TAG,...  (more read-only shares, mounted at /run/powercut/TAG)
 /bin/busybox mkdir -p /proc /sys /dev /newroot /tmp
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
@@ -28,6 +29,7 @@ for arg in $(cat /proc/cmdline); do
         powercut.transport=*) transport="${arg#powercut.transport=}" ;;
         powercut.probe=1) probe=1 ;;
         powercut.load=*) load="${arg#powercut.load=}" ;;
+        powercut.mount=*) extra_mounts="${arg#powercut.mount=}" ;;
     esac
 done
 
@@ -71,6 +73,13 @@ case "$transport" in
     virtiofs) mount -t virtiofs job /newroot/run/powercut/job ;;
     *) mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 job /newroot/run/powercut/job ;;
 esac || { echo "powercut-init: cannot mount the job share"; finish 125; }
+for tag in $(echo "$extra_mounts" | tr , ' '); do  # more read-only shares, at /run/powercut/<tag>
+    mkdir -p "/newroot/run/powercut/$tag"
+    case "$transport" in
+        virtiofs) mount -t virtiofs -o ro "$tag" "/newroot/run/powercut/$tag" ;;
+        *) mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro "$tag" "/newroot/run/powercut/$tag" ;;
+    esac || { echo "powercut-init: cannot mount the share $tag"; finish 125; }
+done
 [ -d /newroot/sys/kernel/config ] && mount -t configfs configfs /newroot/sys/kernel/config 2>/dev/null
 
 if [ ! -f /newroot/run/powercut/job/job.sh ]; then

@@ -9,6 +9,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .. import process
 from ..config import DiskSpec, VmSpec
@@ -160,11 +161,12 @@ class VirtiofsDaemons:
 
 
 def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None,
-           start_marker: Path | None = None) -> VmResult:
+           start_marker: Path | None = None, watchdog: Callable[[], str | None] | None = None) -> VmResult:
     """Boot ``spec`` and wait for it; return the guest's exit status or raise a VmError subclass.
 
     ``start_marker``: a file the guest creates when the job starts; its appearance (polled) gives
-    the boot-to-job time."""
+    the boot-to-job time.  ``watchdog``: polled about once a second while the VM runs; a returned
+    reason kills the VM and raises GuestHang with it (e.g. one state of a campaign taking too long)."""
     from .accel import resolve_accel
 
     qemu = process.require(QEMU, "qemu-system-x86")
@@ -182,10 +184,13 @@ def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None
         with open(stderr_path, "wb") as errf, process.Spawned(argv, stdout=errf, stderr=errf) as vm:
             deadline = start + spec.timeout_s
             rc = None
+            stop_reason = None
             while rc is None and time.monotonic() < deadline:
                 rc = vm.wait(0.05 if start_marker and boot_s is None else min(1.0, max(0.0, deadline - time.monotonic())))
                 if start_marker and boot_s is None and start_marker.exists():
                     boot_s = time.monotonic() - start
+                if rc is None and watchdog and (stop_reason := watchdog()):
+                    break
             timed_out = rc is None
             if timed_out:
                 vm.kill()
@@ -193,6 +198,8 @@ def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None
     finally:
         daemons.close()
     console = Path(spec.console_path).read_bytes()
+    if stop_reason and not PANIC_RE.search(console):
+        raise GuestHang(stop_reason, spec.console_path, console_tail(spec.console_path))
     status = classify_end(console, rc, timed_out, spec, stderr_path.read_text(errors="replace"))
     log.info("VM %s: exit %d in %.1f s (%s)", spec.name, status, wall, accel)
     return VmResult(status, spec.console_path, wall, accel, boot_s=boot_s)
