@@ -56,17 +56,43 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
     _vm_options(p)
 
 
+def _check_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("checking")
+    g.add_argument("--model", action="append", dest="models", metavar="MODEL",
+                   help="crash model to check (repeat; default: flush and write-cache)")
+    g.add_argument("--check-in", choices=("vm", "host"), default="vm",
+                   help="vm (default): a checker VM judges the states, corrupt images never touch the host kernel;"
+                        " host: loop devices on this machine, in parallel (trusted, disposable machines only)")
+    g.add_argument("-j", "--jobs", type=int, default=0, help="host mode: parallel walks (default: one per core)")
+    g.add_argument("--checker", default="", metavar="COMMAND",
+                   help="your own checker: gets the input as JSON on stdin, exits 0 (pass) or 1 (fail)")
+    g.add_argument("--seed", type=int, default=0, help="seed for sampled crash states")
+    g.add_argument("--bound", type=int, default=10, help="write-cache: all subsets up to this many writes")
+    g.add_argument("--samples", type=int, default=64, help="write-cache: seeded samples beyond the bound")
+    g.add_argument("--max-states", type=int, default=0, help="judge at most this many states (0: all)")
+    g.add_argument("--state-timeout", type=float, default=300.0, metavar="S", help="VM mode: one state's limit")
+    g.add_argument("--resume", action="store_true", help="continue a campaign: skip the states already judged")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="powercut", description="Crash-consistency testing: record a workload's block writes with "
                "dm-log-writes in a VM, replay every crash state, check that acknowledged commits survive.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more console output (-vv: debug)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
-    r = sub.add_parser("run", help="the default campaign: build the image, record append-fsync on ext4, summarize")
+    r = sub.add_parser("run", help="the default campaign: record append-fsync on ext4, check every crash state "
+                       "under flush and write-cache, report")
     _record_options(r, required_out=False)
+    _check_options(r)
 
     r = sub.add_parser("record", help="record a workload's block writes in a VM")
     _record_options(r)
+
+    c = sub.add_parser("check", help="judge every crash state of a recording (recover, checker, fsck)")
+    c.add_argument("path", help="a recording directory")
+    c.add_argument("--out", help="output directory (default RECORDING/check)")
+    _check_options(c)
+    c.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="checker VM acceleration")
 
     img = sub.add_parser("image", help="build or inspect the guest image")
     isub = img.add_subparsers(dest="image_command", metavar="ACTION", parser_class=Parser)
@@ -189,9 +215,61 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if not args.force and Path(args.out).exists() and (Path(args.out) / "manifest.toml").exists():
-        args.force = True  # the default campaign's output directory is replaced each run
-    return cmd_record(args, default_workload="append-fsync")
+    """record + check + report with embedded defaults."""
+    if args.dry_run:
+        return cmd_record(args, default_workload="append-fsync")
+    rec = Path(args.out)
+    if args.resume and (rec / "manifest.toml").exists():
+        print(f"resuming the check of {rec}")
+    else:
+        if not args.force and rec.exists() and (rec / "manifest.toml").exists():
+            args.force = True  # the default campaign's output directory is replaced each run
+        rc = cmd_record(args, default_workload="append-fsync")
+        if rc:
+            return rc
+    args.path = str(rec)
+    args.out = None
+    return cmd_check(args)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from .campaign import DEFAULT_MODELS, CampaignSpec, run_campaign
+    from .report import repro
+
+    spec = CampaignSpec(models=tuple(args.models or DEFAULT_MODELS), check_in=args.check_in, jobs=args.jobs,
+                        checker_command=args.checker, seed=args.seed, bound=args.bound, samples=args.samples,
+                        max_states=args.max_states, resume=args.resume, accel=args.accel,
+                        state_timeout_s=args.state_timeout)
+    console = Console(stderr=True)
+    failed = 0
+    with Progress(TextColumn("[bold]checking"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                  TimeRemainingColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("check", total=None, info="")
+
+        def on_start(total: int, done: int) -> None:
+            progress.update(task, total=total, completed=done, info=f"in {args.check_in}")
+
+        def on_verdict(v: Any) -> None:
+            nonlocal failed
+            failed += v.verdict != "pass"
+            progress.update(task, advance=1, info=f"{failed} failing" if failed else "")
+
+        summary, paths = run_campaign(args.path, spec, args.out, on_start=on_start, on_verdict=on_verdict)
+    Console().print(report_table(summary))
+    for f in summary.failures[:10]:
+        print(f"FAIL {f.state}: {f.verdict}: {f.reasons[0] if f.reasons else ''}\n  repro: {repro(summary.recording, f)}")
+    if len(summary.failures) > 10:
+        print(f"... and {len(summary.failures) - 10} more failing states (see {paths['summary']})")
+    print(f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}")
+    return 0 if summary.ok else 3
+
+
+def report_table(summary: Any) -> Any:
+    from .report import table
+    return table(summary)
 
 
 def cmd_image(args: argparse.Namespace) -> int:
@@ -300,7 +378,7 @@ def cmd_workloads(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "record": cmd_record, "image": cmd_image, "log": cmd_log, "states": cmd_states,
+COMMANDS = {"run": cmd_run, "check": cmd_check, "record": cmd_record, "image": cmd_image, "log": cmd_log, "states": cmd_states,
             "replay": cmd_replay, "workloads": cmd_workloads}
 
 if __name__ == "__main__":
