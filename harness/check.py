@@ -199,6 +199,38 @@ def split_by_base(index: Any, states: list[CrashState], parts: int) -> list[list
     return [c for c in chunks if c]
 
 
+def cleanup_stale(workspace: str) -> None:
+    """Undo what a killed run left under ``workspace``: deepest mount first, and before unmounting a
+    file system, detach the loop devices whose backing files live on it."""
+    root = os.path.realpath(workspace)
+    inside = lambda p, top: p == top or p.startswith(top + "/")  # noqa: E731
+    try:
+        with open("/proc/self/mounts") as f:
+            points = [line.split()[1].replace("\\040", " ") for line in f]
+    except OSError:
+        points = []
+    res = process.run(["losetup", "--list", "--noheadings", "-O", "NAME,BACK-FILE"], timeout=30, check=False)
+    loops = []
+    for line in res.stdout.splitlines():
+        name, _, back = line.strip().partition(" ")
+        back = back.strip().removesuffix("(deleted)").strip()
+        if inside(back, root):
+            loops.append((name, back))
+
+    def detach(top: str) -> None:
+        for name, back in [lp for lp in loops if inside(lp[1], top)]:
+            log.warning("detaching %s (%s) left by an interrupted run", name, back)
+            process.run(["losetup", "-d", name], timeout=30, check=False)
+            loops.remove((name, back))
+
+    for mp in sorted((p for p in points if inside(p, root)), key=len, reverse=True):
+        detach(mp)
+        log.warning("unmounting %s left by an interrupted run", mp)
+        if process.run(["umount", mp], timeout=60, check=False).returncode:
+            process.run(["umount", "-l", mp], timeout=60, check=False)
+    detach(root)
+
+
 def check_host(index: Any, data_size: int, fstype: str, states: list[CrashState], checker: CheckerSpec,
                params: dict[str, Any], journal: Journal, workspace: str, jobs: int = 1,
                on_verdict: Any = None, mount_opts: str = "") -> None:
@@ -210,6 +242,7 @@ def check_host(index: Any, data_size: int, fstype: str, states: list[CrashState]
     from .replay import materialize
 
     process.require("losetup", "mount")
+    cleanup_stale(workspace)
     lock = threading.Lock()
     todo = [s for s in states if s.id not in journal.done]
 

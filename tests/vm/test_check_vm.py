@@ -1,0 +1,108 @@
+"""End to end: record in a VM, then judge every crash state in the checker VM and on the host."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from powercut.campaign import CampaignSpec, run_campaign
+from powercut.config import FsSpec, WorkloadSpec
+from powercut.record import RecordSpec, record
+
+pytestmark = pytest.mark.vm
+MODELS = ("flush", "no-cache", "write-cache")
+SMALL = dict(bound=2, samples=2)  # keep the write-cache state count small enough for TCG
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("good") / "rec"
+    record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(name="append-fsync", params={"n": 3})), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ack_early(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bad") / "rec"
+    record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(
+        name="append-fsync", params={"n": 3, "ack_early": True})), out)
+    return out
+
+
+def verdicts(summary_dir: Path) -> dict[str, str]:
+    return {v["state"]: v["verdict"] for v in map(json.loads, (summary_dir / "journal.jsonl").read_text().splitlines())}
+
+
+def test_append_fsync_passes_every_state_vm_and_host_agree(good: Path, tmp_path: Path) -> None:
+    vm, _ = run_campaign(good, CampaignSpec(models=MODELS, check_in="vm", **SMALL), tmp_path / "vm")
+    host, _ = run_campaign(good, CampaignSpec(models=MODELS, check_in="host", **SMALL), tmp_path / "host")
+    assert vm.ok and host.ok, (vm.failures[:3], host.failures[:3])
+    assert set(vm.by_model) == set(MODELS)
+    assert verdicts(tmp_path / "vm") == verdicts(tmp_path / "host")
+    assert vm.total > 30
+
+
+def test_ack_before_fsync_is_caught_under_every_model(ack_early: Path, tmp_path: Path) -> None:
+    vm, _ = run_campaign(ack_early, CampaignSpec(models=MODELS, check_in="vm", **SMALL), tmp_path / "vm")
+    host, _ = run_campaign(ack_early, CampaignSpec(models=MODELS, check_in="host", **SMALL), tmp_path / "host")
+    for s in (vm, host):
+        for model in MODELS:
+            assert s.by_model[model].get("lost-ack", 0) > 0, (model, s.by_model)
+    assert verdicts(tmp_path / "vm") == verdicts(tmp_path / "host")
+    junit = (tmp_path / "vm" / "junit.xml").read_text()
+    assert 'type="lost-ack"' in junit and "powercut replay" in junit
+
+
+def test_panic_and_hang_in_the_checker_vm_are_findings(good: Path, tmp_path: Path) -> None:
+    from powercut.check import select_states
+    from powercut.log import open_log
+    from powercut.record import load_recording
+    with open_log(load_recording(good).log_path) as index:
+        ids = [s.id for s in select_states(index, ["flush"])]
+    panic_id, hang_id = ids[2], ids[5]
+    cmd = ("python3 -c 'import json, sys, time\n"
+           "s = json.load(sys.stdin)[\"state\"]\n"
+           f"if s == \"{panic_id}\": open(\"/proc/sysrq-trigger\", \"w\").write(\"c\")\n"
+           f"if s == \"{hang_id}\": time.sleep(1000)\n"
+           "print(\"fine\")'")
+    summary, _ = run_campaign(good, CampaignSpec(models=("flush",), check_in="vm", checker_command=cmd,
+                                                 state_timeout_s=30), tmp_path / "out")
+    got = verdicts(tmp_path / "out")
+    assert got[panic_id] == "kernel-panic"
+    assert got[hang_id] == "timeout"
+    assert set(got) == set(ids)  # the campaign went on after both
+    assert all(v == "pass" for k, v in got.items() if k not in (panic_id, hang_id))
+
+
+def test_kill_9_then_resume_equals_uninterrupted(good: Path, tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "powercut.cli", "check", str(good), "--check-in", "host", "-j", "1",
+            "--model", "flush", "--model", "write-cache", "--bound", "3", "--samples", "4"]
+    full = subprocess.run(argv + ["--out", str(tmp_path / "full")], capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr
+    journal = tmp_path / "cut" / "journal.jsonl"
+    proc = subprocess.Popen(argv + ["--out", str(tmp_path / "cut")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not journal.exists() or len(journal.read_bytes().splitlines()) < 5):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    judged_before = len(journal.read_bytes().splitlines())
+    assert judged_before >= 5
+    # the killed run may leave loop devices and a mounted workspace behind: resume must cope
+    resumed = subprocess.run(argv + ["--out", str(tmp_path / "cut"), "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    a = json.loads((tmp_path / "full" / "summary.json").read_text())
+    b = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert a["by_model"] == b["by_model"] and a["total"] == b["total"]
+    assert verdicts(tmp_path / "full") == verdicts(tmp_path / "cut")
+    # nothing of the killed run is left mounted or attached
+    assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
+    loops = subprocess.run(["losetup", "--list", "--noheadings", "-O", "BACK-FILE"], capture_output=True, text=True)
+    assert str(tmp_path) not in loops.stdout
