@@ -145,7 +145,8 @@ def bench_log(label: str, log_path: Path, size: int, ws: Path, nstates: int, nre
                   f"walk); per state beyond the walk {costs * 1e3:.2f} ms (clone {res.clone_s / res.states * 1e3:.2f}, "
                   f"extras {res.extras_s / res.states * 1e3:.2f}, release {res.release_s / res.states * 1e3:.2f}); "
                   f"median state {statistics.median(per) * 1e3:.2f} ms: early half {_med(early_c)}, "
-                  f"late half {_med(late_c)}   [{res.provider_reason}]")
+                  f"late half {_med(late_c)}; walk in this run {res.walk_s:.3f} s for {res.walk_bytes / MB:.0f} MiB "
+                  f"({res.walk_bytes / MB / max(res.walk_s, 1e-9):,.0f} MB/s)   [{res.provider_reason}]")
             out[name] = {"total_s": total, "states": res.states, "per_state_ms": costs * 1e3,
                          "median_ms": statistics.median(per) * 1e3}
         # replay from scratch on a subset of the same states: the plain reference (zeros written

@@ -185,13 +185,14 @@ def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], wor
     try:
         try:
             pristine = prov.pristine(size, initial)
+            pristine.sync()
         except OSError as e:
             raise PowercutError(f"cannot create the pristine image in {prov.workdir}: {e.strerror}") from None
         st.setup_s += time.perf_counter() - t0
         walker = _Writer(log, pristine.fd, punch=not (pristine.block or prov.dense), zeros=initial is None)
         entries = log.entries
         pos = 0
-        for k, p in enumerate(plans):
+        for p in plans:
             t_state = time.perf_counter()
             try:
                 if p.base > pos:
