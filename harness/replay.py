@@ -32,7 +32,13 @@ from .errors import BadRecording, PowercutError, UsageError
 from .log import Entry, LogIndex, open_log
 from .models import CrashState, durable_entries, state_from_id
 from .record import load_recording
-from .snapshot import Provider, choose_provider, pwrite_all, sparse_copy_fd, write_zeros, zero_range
+from .snapshot import (
+    Provider,
+    choose_provider,
+    pwrite_all,
+    sparse_copy_fd,
+    zero_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -199,9 +205,9 @@ def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], wor
                     t = time.perf_counter()
                     before = walker.bytes
                     apply = walker.apply
-                    for e in entries[pos:p.base]:
-                        if e.changes_device:
-                            apply(e)
+                    for ent in entries[pos:p.base]:
+                        if ent.changes_device:
+                            apply(ent)
                     st.walk_entries += p.base - pos
                     st.walk_bytes += walker.bytes - before
                     pos = p.base
@@ -239,8 +245,8 @@ def _apply_extras(log: LogIndex, img: Path, extras: Sequence[Extra], block: bool
         raise _io_error(e, f"opening {img}") from None
     try:
         w = _Writer(log, fd, punch=not block)
-        for e, sectors in extras:
-            w.apply(e, sectors)
+        for ent, sectors in extras:
+            w.apply(ent, sectors)
         if block:
             os.fsync(fd)
     except OSError as e:

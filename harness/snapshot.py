@@ -28,6 +28,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 from . import process
 from .errors import CommandFailed, EnvironmentNotReady, PowercutError, UsageError
@@ -296,7 +297,7 @@ class Provider:
             self._closed = True
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> Provider:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

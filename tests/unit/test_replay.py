@@ -18,11 +18,23 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from powercut import process
-from powercut.errors import BadLog, BadRecording, EnvironmentNotReady, PowercutError, UsageError
+from powercut.errors import (
+    BadLog,
+    BadRecording,
+    EnvironmentNotReady,
+    PowercutError,
+    UsageError,
+)
 from powercut.log import FUA, LogIndex, open_log
 from powercut.logwrite import LogWriter
 from powercut.models import MODELS, durable_entries, enumerate_states, state_from_id
-from powercut.replay import ReplayStats, materialize, plan, reference_image, replay_state
+from powercut.replay import (
+    ReplayStats,
+    materialize,
+    plan,
+    reference_image,
+    replay_state,
+)
 from powercut.snapshot import (
     CopyProvider,
     Provider,
@@ -290,9 +302,8 @@ def test_choose_provider_errors(tmp_path: Path) -> None:
     if dm_available() is not None:
         with pytest.raises(EnvironmentNotReady):
             choose_provider(tmp_path, "dm-snapshot")
-    with build(tmp_path / "l.bin", HAND, 512) as idx:
-        with pytest.raises(UsageError, match="unknown snapshot provider"):
-            materialize(idx, None, NSECT * 512, enumerate_states(idx, "flush"), tmp_path, "zfs")
+    with build(tmp_path / "l.bin", HAND, 512) as idx, pytest.raises(UsageError, match="unknown snapshot provider"):
+        materialize(idx, None, NSECT * 512, enumerate_states(idx, "flush"), tmp_path, "zfs")
 
 
 # -- replay_state ---------------------------------------------------------------------------------------------

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from powercut import process
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.errors import WorkloadFailed
 from powercut.log import LogIndex, open_log
 from powercut.models import CrashState, enumerate_states, state_from_id
-from powercut.record import RecordSpec, Recording, record
+from powercut.record import Recording, RecordSpec, record
 from powercut.replay import materialize, reference_image, replay_state
 from powercut.workloads.append_fsync import record as append_record
 
