@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Crash states judged per second: host mode and VM mode against the generic/482 procedure
+(every state replayed from entry 0, then mount + umount + fsck) on the same states, in one run.
+
+Needs root.  Records append-fsync on ext4 (enough commits for >= 400 flush-model states) unless
+--recording names one.  Prints rates and ratios; absolute figures depend on the machine (and under
+TCG on the emulation), the ratios carry over."""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from powercut import process
+from powercut.campaign import CampaignSpec, run_campaign
+from powercut.check import CheckerSpec, judge, select_states
+from powercut.config import FsSpec, WorkloadSpec
+from powercut.log import open_log
+from powercut.record import RecordSpec, load_recording, record
+from powercut.replay import reference_image
+
+
+def baseline(rec, states, workdir: Path) -> float:
+    """generic/482: replay from scratch into a fresh image per state, then mount, check, fsck."""
+    checker = CheckerSpec(name=rec.manifest["workload"]["name"])
+    from powercut.workload import get
+    params = get(rec.manifest["workload"]["name"]).params(rec.manifest["workload"].get("params") or {})
+    img = workdir / "scratch.img"
+    t = time.perf_counter()
+    with open_log(rec.log_path) as index:
+        for s in states:
+            reference_image(index, s, rec.data_size, img)
+            loop = process.run(["losetup", "--find", "--show", str(img)], timeout=60).stdout.strip()
+            try:
+                v = judge(loop, rec.manifest["fs"]["fstype"], s, checker, params, str(workdir / "mnt"))
+                assert v.verdict == "pass", v
+            finally:
+                process.run(["losetup", "-d", loop], timeout=60)
+            img.unlink()
+    return len(states) / (time.perf_counter() - t)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--recording", help="an existing recording (default: record append-fsync n=--commits)")
+    ap.add_argument("--commits", type=int, default=120)
+    ap.add_argument("--baseline-states", type=int, default=60, help="states for the replay-from-scratch loop")
+    ap.add_argument("--vm-states", type=int, default=60, help="states for VM mode (0: skip VM mode)")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench_check: needs root (loop devices, mount)", file=sys.stderr)
+        return 1
+    tmp = Path(tempfile.mkdtemp(prefix="powercut-bench-check-"))
+    try:
+        if args.recording:
+            rec = load_recording(args.recording)
+        else:
+            t = time.perf_counter()
+            rec = record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(
+                name="append-fsync", params={"n": args.commits})), tmp / "rec")
+            print(f"recorded append-fsync n={args.commits} on ext4 64 MiB in {time.perf_counter() - t:.1f} s "
+                  f"({rec.manifest['recording'].get('accel')})")
+        with open_log(rec.log_path) as index:
+            states = select_states(index, ["flush"])
+        print(f"states: {len(states)} (flush model, after the mkfs mark)")
+        host, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="host", jobs=args.jobs), tmp / "host")
+        host_rate = host.total / host.seconds
+        print(f"host mode  -j {args.jobs}: {host.total} states in {host.seconds:7.1f} s = {host_rate:7.1f} states/s"
+              f"  (all pass: {host.ok})")
+        host1, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="host", jobs=1), tmp / "host1")
+        print(f"host mode  -j 1: {host1.total} states in {host1.seconds:7.1f} s = "
+              f"{host1.total / host1.seconds:7.1f} states/s")
+        sub = states[:: max(1, len(states) // args.baseline_states)][:args.baseline_states]
+        work = tmp / "baseline"
+        work.mkdir()
+        base_rate = baseline(rec, sub, work)
+        print(f"generic/482 loop (replay from scratch + mount + fsck, 1 process): {len(sub)} states, "
+              f"{base_rate:7.1f} states/s")
+        print(f"ratio host -j {args.jobs} / loop: {host_rate / base_rate:6.1f}x   "
+              f"host -j 1 / loop: {host1.total / host1.seconds / base_rate:6.1f}x")
+        if args.vm_states:
+            vm, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="vm", max_states=args.vm_states),
+                                 tmp / "vm")
+            print(f"VM mode (one checker VM, incl. its boot): {vm.total} states in {vm.seconds:7.1f} s = "
+                  f"{vm.total / vm.seconds:7.2f} states/s  (all pass: {vm.ok})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
