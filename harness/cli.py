@@ -15,6 +15,7 @@ from .errors import PowercutError, UsageError
 log = logging.getLogger("powercut")
 
 MAIN_DEFAULT_OUT = "runs/latest"
+RUN_COMMITS, RUN_BOUND, RUN_SAMPLES = 8, 4, 8
 
 
 class Parser(argparse.ArgumentParser):
@@ -67,8 +68,10 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--checker", default="", metavar="COMMAND",
                    help="your own checker: gets the input as JSON on stdin, exits 0 (pass) or 1 (fail)")
     g.add_argument("--seed", type=int, default=0, help="seed for sampled crash states")
-    g.add_argument("--bound", type=int, default=10, help="write-cache: all subsets up to this many writes")
-    g.add_argument("--samples", type=int, default=64, help="write-cache: seeded samples beyond the bound")
+    g.add_argument("--bound", type=int, default=None,
+                   help="write-cache: all subsets up to this many writes (default 10; run: 4)")
+    g.add_argument("--samples", type=int, default=None,
+                   help="write-cache: seeded samples beyond the bound (default 64; run: 8)")
     g.add_argument("--max-states", type=int, default=0, help="judge at most this many states (0: all)")
     g.add_argument("--state-timeout", type=float, default=300.0, metavar="S", help="VM mode: one state's limit")
     g.add_argument("--resume", action="store_true", help="continue a campaign: skip the states already judged")
@@ -218,6 +221,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     """record + check + report with embedded defaults."""
     if args.dry_run:
         return cmd_record(args, default_workload="append-fsync")
+    # embedded defaults of the main job: small enough to finish in minutes under TCG
+    if not args.workload and not args.cmd and not args.param:
+        args.param = [f"n={RUN_COMMITS}"]
+    args.bound = RUN_BOUND if args.bound is None else args.bound
+    args.samples = RUN_SAMPLES if args.samples is None else args.samples
     rec = Path(args.out)
     if args.resume and (rec / "manifest.toml").exists():
         print(f"resuming the check of {rec}")
@@ -240,7 +248,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .report import repro
 
     spec = CampaignSpec(models=tuple(args.models or DEFAULT_MODELS), check_in=args.check_in, jobs=args.jobs,
-                        checker_command=args.checker, seed=args.seed, bound=args.bound, samples=args.samples,
+                        checker_command=args.checker, seed=args.seed,
+                        bound=10 if args.bound is None else args.bound,
+                        samples=64 if args.samples is None else args.samples,
                         max_states=args.max_states, resume=args.resume, accel=args.accel,
                         state_timeout_s=args.state_timeout)
     console = Console(stderr=True)
