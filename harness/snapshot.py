@@ -510,9 +510,26 @@ class DmSnapshotProvider(Provider):
         return node
 
     def _node(self, name: str, dst: Path) -> Path:
+        """The device node: udev's /dev/mapper/NAME, else devtmpfs' /dev/dm-N found through sysfs
+        (no extra dmsetup run), else one we make from ``dmsetup info``'s major:minor."""
         mapper = Path("/dev/mapper") / name
         if mapper.exists():
             return mapper
+        for entry in Path("/sys/block").glob("dm-*"):
+            try:
+                if (entry / "dm" / "name").read_text().strip() != name:
+                    continue
+                major, minor = (int(x) for x in (entry / "dev").read_text().split(":"))
+            except (OSError, ValueError):
+                continue
+            node = Path("/dev") / entry.name
+            try:
+                st = os.stat(node)
+                if stat.S_ISBLK(st.st_mode) and st.st_rdev == os.makedev(major, minor):
+                    return node
+            except OSError:
+                pass
+            break
         info = process.run([self.dmsetup, "info", "-c", "--noheadings", "-o", "major,minor", name], timeout=30)
         major, minor = (int(x) for x in info.stdout.strip().split(":"))
         node = dst.with_suffix(".dev")
