@@ -268,6 +268,7 @@ def check_host(index: Any, data_size: int, fstype: str, states: list[CrashState]
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
+    from .loopdev import LoopDevice
     from .replay import materialize
 
     process.require("losetup", "mount")
@@ -279,16 +280,12 @@ def check_host(index: Any, data_size: int, fstype: str, states: list[CrashState]
         ws = os.path.join(workspace, f"w{wid}")
         os.makedirs(ws, exist_ok=True)
         for state, img in materialize(index, None, data_size, chunk, __import__("pathlib").Path(ws)):
-            loop = None
-            try:
-                dev = str(img)
-                if not stat.S_ISBLK(os.stat(dev).st_mode):
-                    loop = process.run(["losetup", "--find", "--show", dev], timeout=60).stdout.strip()
-                    dev = loop
-                v = judge(dev, fstype, state, checker, params, os.path.join(ws, "mnt"), mount_opts=mount_opts)
-            finally:
-                if loop:
-                    process.run(["losetup", "-d", loop], timeout=60, check=False)
+            mnt = os.path.join(ws, "mnt")
+            if stat.S_ISBLK(os.stat(img).st_mode):
+                v = judge(str(img), fstype, state, checker, params, mnt, mount_opts=mount_opts)
+            else:
+                with LoopDevice(img) as dev:
+                    v = judge(dev, fstype, state, checker, params, mnt, mount_opts=mount_opts)
             with lock:
                 journal.add(v)
                 if on_verdict:
