@@ -12,10 +12,9 @@ stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...}, "state"
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Callable
 
-from .errors import UsageError
+from . import registry
 
 GROUP = "powercut.checkers"
 VERDICTS = ("pass", "lost-ack", "corrupt-data", "fsck-error", "mount-failed", "checker-crashed", "kernel-panic",
@@ -57,11 +56,5 @@ class Checker:
 
 
 def get(name: str) -> Checker:
-    eps = {ep.name: ep for ep in entry_points(group=GROUP)}
-    if name not in eps:
-        raise UsageError(f"no checker registered for workload {name!r} (known: {', '.join(sorted(eps)) or 'none'}); "
-                         "give one with --checker 'COMMAND'")
-    obj = eps[name].load()
-    if not isinstance(obj, Checker):
-        raise UsageError(f"entry point {name!r} in {GROUP} is not a powercut.checker.Checker")
-    return obj
+    return registry.load(GROUP, name, Checker, "no checker registered for workload {name!r} (known: {known}); "
+                                               "give one with --checker 'COMMAND'")

@@ -380,9 +380,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_workloads(args: argparse.Namespace) -> int:
-    from .workload import get, registry
+    from .workload import get, names
 
-    for name in sorted(registry()):
+    for name in names():
         w = get(name)
         print(f"{name:16} {w.description}\n{'':16} params: " + ", ".join(f"{k}={v}" for k, v in w.defaults.items()))
     return 0

@@ -10,9 +10,9 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Callable
 
+from . import registry
 from .errors import UsageError
 
 GROUP = "powercut.workloads"
@@ -44,19 +44,13 @@ class Workload:
         return out
 
 
-def registry() -> dict[str, Any]:
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
+def names() -> list[str]:
+    return registry.names(GROUP)
 
 
 def get(name: str) -> Workload:
-    eps = registry()
-    if name not in eps:
-        raise UsageError(f"unknown workload {name!r}; known: {', '.join(sorted(eps)) or 'none'} "
-                         "(or give any command with --cmd)")
-    obj = eps[name].load()
-    if not isinstance(obj, Workload):
-        raise UsageError(f"entry point {name!r} in {GROUP} is not a powercut.workload.Workload")
-    return obj
+    return registry.load(GROUP, name, Workload, "unknown workload {name!r}; known: {known} "
+                                                "(or give any command with --cmd)")
 
 
 def parse_params(items: list[str]) -> dict[str, str]:

@@ -6,11 +6,11 @@ import zlib
 import pytest
 
 from powercut.errors import UsageError
-from powercut.workload import get, parse_params, registry
+from powercut.workload import get, names, parse_params
 
 
 def test_registry_finds_builtin_through_entry_points() -> None:
-    assert "append-fsync" in registry()
+    assert "append-fsync" in names()
     w = get("append-fsync")
     assert w.name == "append-fsync"
 

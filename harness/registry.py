@@ -1,0 +1,25 @@
+"""Plug-ins by entry point: the harness finds workloads and checkers by name, never by module."""
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import TypeVar
+
+from .errors import UsageError
+
+T = TypeVar("T")
+
+
+def names(group: str) -> list[str]:
+    return sorted(ep.name for ep in entry_points(group=group))
+
+
+def load(group: str, name: str, cls: type[T], unknown: str) -> T:
+    """The object registered as ``name`` in ``group``; ``unknown`` is the message's start when there
+    is none (the known names and nothing else are appended)."""
+    eps = {ep.name: ep for ep in entry_points(group=group)}
+    if name not in eps:
+        raise UsageError(unknown.format(name=name, known=", ".join(sorted(eps)) or "none"))
+    obj = eps[name].load()
+    if not isinstance(obj, cls):
+        raise UsageError(f"entry point {name!r} in {group} is not a {cls.__module__}.{cls.__name__}")
+    return obj
