@@ -325,7 +325,7 @@ def _print_stats(path: str, as_json: bool = False) -> None:
         return
     print(f"  log: {s.entries} entries: {s.writes} writes ({s.bytes_written / 1e6:.1f} MB), {s.flushes} flushes, "
           f"{s.fuas} FUAs, {s.discards} discards, {s.marks} marks ({s.acks} acks)")
-    if s.stale_super or s.stop_reason:
+    if not index.clean or s.stale_super:
         print(f"  scan: {s.stop_reason}" + (f"; super says {s.super_nr_entries} entries" if s.stale_super else ""))
 
 
