@@ -8,6 +8,7 @@
 # Kernel command line: powercut.transport=9p|virtiofs  powercut.probe=1 (accel probe: report and stop)
 #   powercut.load=GROUP,... (load only modules of these groups, see modules.txt; default all)
 #   powercut.mount=TAG,...  (more read-only shares, mounted at /run/powercut/TAG)
+#   powercut.keep=PATH,...  (host paths under /tmp to keep visible over the guest's own /tmp)
 /bin/busybox mkdir -p /proc /sys /dev /newroot /tmp
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
@@ -30,6 +31,7 @@ for arg in $(cat /proc/cmdline); do
         powercut.probe=1) probe=1 ;;
         powercut.load=*) load="${arg#powercut.load=}" ;;
         powercut.mount=*) extra_mounts="${arg#powercut.mount=}" ;;
+        powercut.keep=*) keep="${arg#powercut.keep=}" ;;
     esac
 done
 
@@ -66,8 +68,20 @@ esac || { echo "powercut-init: cannot mount the host root over ${transport:-9p}"
 mount -t proc proc /newroot/proc
 mount -t sysfs sysfs /newroot/sys
 mount -t devtmpfs devtmpfs /newroot/dev
-mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
 mount -t tmpfs -o mode=755 tmpfs /newroot/run
+# The guest gets a fresh, writable /tmp.  Host paths under /tmp that the job needs (a checkout or
+# a virtualenv living there: powercut.keep=PATH,...) stay visible: bind them back from the host's.
+if [ -n "$keep" ]; then
+    mkdir -p /newroot/run/powercut/hosttmp
+    mount --bind /newroot/tmp /newroot/run/powercut/hosttmp
+fi
+mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+for path in $(echo "$keep" | tr , ' '); do
+    case "$path" in /tmp/*) ;; *) continue ;; esac
+    mkdir -p "/newroot$path"
+    mount --bind "/newroot/run/powercut/hosttmp${path#/tmp}" "/newroot$path" ||
+        { echo "powercut-init: cannot keep $path visible"; finish 125; }
+done
 mkdir -p /newroot/run/powercut/job /newroot/run/powercut/mnt
 case "$transport" in
     virtiofs) mount -t virtiofs job /newroot/run/powercut/job ;;

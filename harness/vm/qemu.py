@@ -53,7 +53,23 @@ def kernel_cmdline(spec: VmSpec) -> str:
     tsc = (f"tsc_early_khz={khz}",) if khz else ()
     groups = spec.module_groups()
     load = (f"powercut.load={','.join(groups)}",) if groups else ()
-    return " ".join(BASE_CMDLINE + tsc + (f"powercut.transport={spec.transport}",) + load + spec.cmdline)
+    keep = host_paths_to_keep()
+    keep_arg = (f"powercut.keep={','.join(keep)}",) if keep else ()
+    return " ".join(BASE_CMDLINE + tsc + (f"powercut.transport={spec.transport}",) + load + keep_arg + spec.cmdline)
+
+
+def host_paths_to_keep() -> tuple[str, ...]:
+    """The guest runs this very powercut and Python from the shared host root, but mounts its own
+    tmpfs on /tmp: a checkout or virtualenv under /tmp (CI clones often live there) must be bound
+    back in, or the guest cannot import powercut."""
+    import sys
+    import powercut
+    here = os.path.dirname(os.path.dirname(os.path.realpath(powercut.__file__)))
+    out = []
+    for p in (here, os.path.realpath(sys.prefix)):
+        if p.startswith("/tmp/") and " " not in p and "," not in p and p not in out:
+            out.append(p)
+    return tuple(out)
 
 
 def _drive_args(i: int, disk: DiskSpec, pci: bool) -> list[str]:
