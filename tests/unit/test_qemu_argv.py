@@ -93,3 +93,14 @@ def test_classify_end(tmp_path: Path) -> None:
         classify_end(b"", 1, False, s, "warning\nno such device\n")
     with pytest.raises(VmError, match="without reporting"):
         classify_end(b"booting", 0, False, s, "")
+
+
+def test_paths_under_tmp_are_kept_visible_in_the_guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from powercut.vm import qemu
+    monkeypatch.setattr(sys, "prefix", "/tmp/some-venv")
+    assert "/tmp/some-venv" in qemu.host_paths_to_keep()
+    assert "powercut.keep=" in kernel_cmdline(spec(tmp_path)) and "/tmp/some-venv" in kernel_cmdline(spec(tmp_path))
+    monkeypatch.setattr(sys, "prefix", "/usr")
+    assert "/usr" not in qemu.host_paths_to_keep()
