@@ -187,10 +187,14 @@ def _dry_run(spec: Any, out: str) -> int:
     from .vm.accel import resolve_accel
     from .vm.qemu import build_argv
 
+    from . import process
+    from .vm.qemu import QEMU
+
+    qemu = process.require(QEMU, "qemu-system-x86")
     image = build_image(ImageSpec(**spec.image))
     o = Path(out).absolute()
     vs = vm_spec(spec, image, o, o / "job")
-    print(shlex.join(build_argv(vs, resolve_accel(spec.accel, image.kernel, image.initrd))))
+    print(shlex.join(build_argv(vs, resolve_accel(spec.accel, image.kernel, image.initrd), qemu=qemu)))
     return 0
 
 
