@@ -13,6 +13,7 @@ import os
 import subprocess
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from . import process
@@ -279,7 +280,7 @@ def check_host(index: Any, data_size: int, fstype: str, states: list[CrashState]
     def worker(wid: int, chunk: list[CrashState]) -> None:
         ws = os.path.join(workspace, f"w{wid}")
         os.makedirs(ws, exist_ok=True)
-        for state, img in materialize(index, None, data_size, chunk, __import__("pathlib").Path(ws)):
+        for state, img in materialize(index, None, data_size, chunk, Path(ws)):
             mnt = os.path.join(ws, "mnt")
             if stat.S_ISBLK(os.stat(img).st_mode):
                 v = judge(str(img), fstype, state, checker, params, mnt, mount_opts=mount_opts)

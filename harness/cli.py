@@ -249,7 +249,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from .campaign import DEFAULT_MODELS, CampaignSpec, run_campaign
-    from .report import repro
+    from .report import repro, table
 
     spec = CampaignSpec(models=tuple(args.models or DEFAULT_MODELS), check_in=args.check_in, jobs=args.jobs,
                         checker_command=args.checker, seed=args.seed,
@@ -272,7 +272,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             progress.update(task, advance=1, info=f"{failed} failing" if failed else "")
 
         summary, paths = run_campaign(args.path, spec, args.out, on_start=on_start, on_verdict=on_verdict)
-    Console().print(report_table(summary))
+    Console().print(table(summary))
     for f in summary.failures[:10]:
         print(f"FAIL {f.state}: {f.verdict}: {f.reasons[0] if f.reasons else ''}\n  repro: {repro(summary.recording, f)}")
     if len(summary.failures) > 10:
@@ -280,10 +280,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}")
     return 0 if summary.ok else 3
 
-
-def report_table(summary: Any) -> Any:
-    from .report import table
-    return table(summary)
 
 
 def cmd_image(args: argparse.Namespace) -> int:

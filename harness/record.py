@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import process
 from .config import DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, dumps_toml, loads_toml, to_dict
 from .errors import (BadRecording, LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed)
 
@@ -141,7 +142,6 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
         workloads.get(spec.workload.name).params(spec.workload.params)  # unknown names/params fail here
     if spec.backend == "qemu":
         from .vm.qemu import QEMU
-        from . import process
         process.require(QEMU, "qemu-system-x86")
     image = build_image(ImageSpec(**spec.image))
     out = Path(out).absolute()

@@ -37,7 +37,6 @@ def test_parse_params() -> None:
 
 
 def test_append_fsync_records_are_self_describing(tmp_path, monkeypatch) -> None:
-    from powercut.workloads import append_fsync
     marks = []
     monkeypatch.setattr("powercut.mark", lambda text, dm_name=None: marks.append(text))
     monkeypatch.setattr("powercut.ack", lambda k: marks.append(f"ack:{k}"))
