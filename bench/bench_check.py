@@ -15,20 +15,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from powercut import process
-from powercut.campaign import CampaignSpec, run_campaign
-from powercut.check import CheckerSpec, judge, select_states
+from powercut import filesystems, process
+from powercut.campaign import CampaignSpec, checker_for, run_campaign
+from powercut.check import CheckContext, judge
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.log import open_log
-from powercut.record import RecordSpec, load_recording, record
+from powercut.record import RecordSpec, record
+from powercut.recording import load as load_recording
 from powercut.replay import reference_image
+from powercut.selection import select
 
 
 def baseline(rec, states, workdir: Path) -> float:
-    """generic/482: replay from scratch into a fresh image per state, then mount, check, fsck."""
-    checker = CheckerSpec(name=rec.manifest["workload"]["name"])
-    from powercut.workload import get
-    params = get(rec.manifest["workload"]["name"]).params(rec.manifest["workload"].get("params") or {})
+    """generic/482: replay from scratch into a fresh image per state, then mount, check, fsck (with
+    a losetup fork per state, as its shell loop does)."""
+    checker, params = checker_for(rec.workload, "")
+    ctx = CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)
     img = workdir / "scratch.img"
     t = time.perf_counter()
     with open_log(rec.log_path) as index:
@@ -36,7 +38,7 @@ def baseline(rec, states, workdir: Path) -> float:
             reference_image(index, s, rec.data_size, img)
             loop = process.run(["losetup", "--find", "--show", str(img)], timeout=60).stdout.strip()
             try:
-                v = judge(loop, rec.manifest["fs"]["fstype"], s, checker, params, str(workdir / "mnt"))
+                v = judge(ctx, loop, s, str(workdir / "mnt"))
                 assert v.verdict == "pass", v
             finally:
                 process.run(["losetup", "-d", loop], timeout=60)
@@ -49,7 +51,7 @@ def main() -> int:
     ap.add_argument("--recording", help="an existing recording (default: record append-fsync n=--commits)")
     ap.add_argument("--commits", type=int, default=120)
     ap.add_argument("--baseline-states", type=int, default=60, help="states for the replay-from-scratch loop")
-    ap.add_argument("--vm-states", type=int, default=60, help="states for VM mode (0: skip VM mode)")
+    ap.add_argument("--vm-states", type=int, default=120, help="states for VM mode (0: skip VM mode)")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -66,8 +68,8 @@ def main() -> int:
             print(f"recorded append-fsync n={args.commits} on ext4 64 MiB in {time.perf_counter() - t:.1f} s "
                   f"({rec.manifest['recording'].get('accel')})")
         with open_log(rec.log_path) as index:
-            states = select_states(index, ["flush"])
-        print(f"states: {len(states)} (flush model, after the mkfs mark)")
+            states = select(index, ["flush"]).states
+        print(f"states: {len(states)} (flush model, distinct, after the mkfs mark)")
         host, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="host", jobs=args.jobs), tmp / "host")
         host_rate = host.total / host.seconds
         print(f"host mode  -j {args.jobs}: {host.total} states in {host.seconds:7.1f} s = {host_rate:7.1f} states/s"
@@ -83,10 +85,10 @@ def main() -> int:
               f"{base_rate:7.1f} states/s")
         print(f"ratio host -j {args.jobs} / loop: {host_rate / base_rate:6.1f}x   "
               f"host -j 1 / loop: {host1.total / host1.seconds / base_rate:6.1f}x")
-        if args.vm_states:
-            vm, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="vm", max_states=args.vm_states),
-                                 tmp / "vm")
-            print(f"VM mode (one checker VM, incl. its boot): {vm.total} states in {vm.seconds:7.1f} s = "
+        for jobs in ((1, args.jobs) if args.vm_states and args.jobs > 1 else (1,) if args.vm_states else ()):
+            vm, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="vm", jobs=jobs,
+                                                       max_states=args.vm_states), tmp / f"vm{jobs}")
+            print(f"VM mode -j {jobs} ({jobs} checker VM(s), incl. boot): {vm.total} states in {vm.seconds:7.1f} s = "
                   f"{vm.total / vm.seconds:7.2f} states/s  (all pass: {vm.ok})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -7,14 +7,14 @@ TCG are 10-50x slower than native, the ratio is what carries over."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
 from powercut.config import FsSpec
 from powercut.images.build import build_image, tools_dir
-from powercut.record import RecordSpec, _sparse, job_script, run_job, vm_spec
+from powercut import guestjob
+from powercut.record import RecordSpec, _sparse, run_job, vm_spec
 
 
 def main() -> int:
@@ -29,15 +29,14 @@ def main() -> int:
         _sparse(out / "data-final.img", 64 << 20)
         _sparse(out / "log.bin", 64 << 20)
         job = out / "job"
-        job.mkdir()
-        (job / "job.json").write_text(json.dumps({"kind": "mark-bench", "dm_name": "powercut-bench", "n": args.marks,
-                                                  "tools_dir": tools_dir(image), "disks": {"data": "pcdata", "log": "pclog"}}))
-        (job / "job.sh").write_text(job_script("/run/powercut/job"))
+        guestjob.write(job, guestjob.MarkBenchJob(dm_name="powercut-bench", n=args.marks, tools_dir=tools_dir(image),
+                                                  disks={"data": "pcdata", "log": "pclog"}))
         vm = run_job(vm_spec(spec, image, out, job), "qemu", "", out, None)
-        result = json.loads((job / "result.json").read_text())
-    if not result.get("ok"):
-        print(f"bench_marks: the guest job failed: {result.get('error')}", file=sys.stderr)
+        res = guestjob.read_result(job)
+    if not res.ok:
+        print(f"bench_marks: the guest job failed: {res.error}", file=sys.stderr)
         return 1
+    result = res.data
     print(f"where: guest under {vm.accel.upper()} (QEMU), kernel log-writes target, {result['ioctl_marks']} marks")
     print(f"powercut.mark() ioctl : {result['ioctl_us']:10.1f} us/mark")
     for kind in ("c", "python"):

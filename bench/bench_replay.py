@@ -20,13 +20,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from powercut.dm import dm_available as dm_supported
 from powercut.errors import PowercutError
+from powercut.imageio import probe_reflink
 from powercut.log import FUA, LogIndex, open_log
 from powercut.logwrite import LogWriter
 from powercut.models import CrashState, enumerate_states
+from powercut.mounts import fs_type
 from powercut.record import load_recording
 from powercut.replay import ReplayStats, materialize, reference_image, replay_into
-from powercut.snapshot import choose_provider, dm_supported, fs_type, probe_reflink
+from powercut.snapshot import choose_provider
 
 MB = 1 << 20
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import zlib
 
-from powercut.checker import CheckInput, CheckResult, Checker
+from powercut import CheckInput, CheckResult, Checker
 
 HEADER_MAX = 64
 

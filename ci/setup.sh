@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "setup: needs Python >= 3.11 ($PY)" >&2; exit 1; }
 
 PKGS=(qemu-system-x86 qemu-utils fio hdparm dmsetup e2fsprogs xfsprogs btrfs-progs busybox-static kmod cpio
-      zstd util-linux libvirt-daemon-system libvirt-dev pkg-config gcc)
+      zstd util-linux libvirt-daemon-system libvirt-dev pkg-config gcc openssh-server openssh-client)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

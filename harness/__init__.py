@@ -1,8 +1,16 @@
 """powercut: crash-consistency testing with dm-log-writes.
 
-Public API for workloads: ``powercut.mark(text)`` inserts a mark into the dm-log-writes log of the
-device the workload runs on (``ack:<key>`` once a commit is durable, ``begin:<key>`` at its start)."""
-from .marks import mark, ack, begin  # noqa: F401
+The public API, for workloads and checkers (theirs and the built-in ones alike):
 
-__all__ = ["mark", "ack", "begin"]
-__version__ = "0.1.0"
+* ``powercut.mark(text)``, ``powercut.ack(key)``, ``powercut.begin(key)`` insert a mark into the
+  dm-log-writes log of the device the workload runs on (``ack:<key>`` once a commit is durable,
+  ``begin:<key>`` at its start);
+* ``Workload`` (a guest-side program with typed parameters) and ``Checker``, ``CheckInput``,
+  ``CheckResult`` (the verdict on one recovered crash state), registered through the entry-point
+  groups ``powercut.workloads`` and ``powercut.checkers``."""
+from .checker import CheckInput, CheckResult, Checker
+from .marks import ack, begin, mark
+from .workload import Workload
+
+__all__ = ["mark", "ack", "begin", "Workload", "Checker", "CheckInput", "CheckResult"]
+__version__ = "0.2.0"

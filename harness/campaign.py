@@ -1,7 +1,16 @@
-"""A check campaign over one recording: choose the states, judge them (in a VM or on the host),
-journal, summarize.  ``powercut check`` and ``powercut run`` call ``run_campaign``."""
+"""A check campaign over one recording (host side): select the distinct states, judge them (checker
+VMs or host), confirm every failure, journal, summarize.  ``powercut check`` and ``powercut run``
+call ``run_campaign``.
+
+Each distinct disk image is judged once (selection.py: states with the same durable content and
+the same acked/begun keys are one; the journal lists the others as its aliases).  Every failing
+state is then judged a second time, alone (a fresh clone, a fresh mount point, nothing else from
+that recording mounted: one host worker, or one fresh checker VM): the same verdict makes it a
+confirmed finding; a different one makes it ``flaky`` -- a harness problem, reported with both
+verdicts, never counted as a finding of the program under test."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -10,11 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .check import CheckerSpec, Journal, Verdict, check_host, select_states
+from . import filesystems, recording
+from .check import CheckContext
+from .checker import CheckerSpec
 from .errors import UsageError
+from .journal import Journal
 from .log import open_log
-from .record import load_recording
+from .models import CrashState
 from .report import Summary, summarize, write_outputs
+from .selection import Selection, select
+from .verdict import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +39,7 @@ DEFAULT_MODELS = ("flush", "write-cache")
 class CampaignSpec:
     models: tuple[str, ...] = DEFAULT_MODELS
     check_in: str = "vm"
-    jobs: int = 0                 # host mode: 0 = one walk per core
+    jobs: int = 0                 # parallel walks (host) or checker VMs (vm); 0 = one per core
     checker_command: str = ""     # empty: the workload's registered checker (or fsck only for --cmd)
     seed: int = 0
     bound: int = 10
@@ -34,68 +48,145 @@ class CampaignSpec:
     resume: bool = False
     accel: str = "auto"
     state_timeout_s: float = 300.0
+    confirm: bool = True          # judge every failure a second time, alone
+    memory_mb: int = 768          # per checker VM
 
     def __post_init__(self) -> None:
         if self.check_in not in ("vm", "host"):
             raise UsageError(f"--check-in must be vm or host, not {self.check_in!r}")
+        if self.jobs < 0:
+            raise UsageError(f"-j must be 0 (one per core) or more, not {self.jobs}")
+        if self.max_states < 0:
+            raise UsageError(f"--max-states must be 0 (all) or more, not {self.max_states}")
+
+    def workers(self) -> int:
+        return self.jobs or os.cpu_count() or 1
 
 
-def checker_for(manifest: dict[str, Any], command: str) -> tuple[CheckerSpec, dict[str, Any]]:
+def checker_for(workload: dict[str, Any], command: str) -> tuple[CheckerSpec, dict[str, Any]]:
     from . import checker as checkers
     from . import workload as workloads
 
-    wl = manifest["workload"]
     params: dict[str, Any] = {}
-    if wl.get("name"):
-        params = workloads.get(wl["name"]).params(wl.get("params") or {})
+    if workload.get("name"):
+        params = workloads.get(workload["name"]).params(workload.get("params") or {})
     if command:
         return CheckerSpec(command=command), params
-    if wl.get("name"):
-        checkers.get(wl["name"])  # a missing checker is a usage error now, not per state
-        return CheckerSpec(name=wl["name"]), params
+    if workload.get("name"):
+        checkers.get(workload["name"])  # a missing checker is a usage error now, not per state
+        return CheckerSpec(name=workload["name"]), params
     return CheckerSpec(), params
+
+
+def prepare_out(outdir: Path, resume: bool) -> None:
+    if outdir.exists() and not resume:
+        if not outdir.is_dir():
+            raise UsageError(f"{outdir} exists and is not a directory")
+        if not (outdir / "journal.jsonl").exists() and any(outdir.iterdir()):
+            raise UsageError(f"{outdir} exists and is not a check output; choose another --out")
+        shutil.rmtree(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+
+
+class _Run:
+    """One campaign's moving parts: the journal, the aliases, the callbacks."""
+
+    def __init__(self, spec: CampaignSpec, rec: recording.Recording, ctx: CheckContext, outdir: Path,
+                 sel: Selection, journal: Journal, on_verdict: Callable[[Verdict], None] | None) -> None:
+        self.spec, self.rec, self.ctx, self.outdir = spec, rec, ctx, outdir
+        self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
+        self.confirm_s = 0.0
+        self.confirmed = 0
+
+    def sink(self, v: Verdict) -> None:
+        v = dataclasses.replace(v, aliases=tuple(self.sel.aliases.get(v.state, ())))
+        self.journal.add(v)
+        if self.on_verdict:
+            self.on_verdict(v)
+
+    def judge(self, index: Any, states: list[CrashState], sink: Callable[[Verdict], None], work: Path,
+              jobs: int) -> None:
+        if not states:
+            return
+        if self.spec.check_in == "host":
+            from .hostcheck import check_host
+            check_host(self.ctx, index, self.rec.data_size, states, sink, work, jobs=jobs,
+                       initial=self.rec.initial_image)
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            from powercut.images.build import build_image, tools_dir
+
+            from .checkvm import VmCheckSpec, check_vm
+            image = build_image()
+            vspec = VmCheckSpec(image.kernel, image.initrd, accel=self.spec.accel, memory_mb=self.spec.memory_mb,
+                                state_timeout_s=self.spec.state_timeout_s, tools_dir=tools_dir(image))
+            check_vm(self.ctx, self.rec.log_path, index, self.rec.data_size, states, sink, work, vspec, jobs=jobs)
+
+    def confirm(self, index: Any) -> None:
+        """Judge each unconfirmed failure again, alone; same verdict = confirmed, else flaky."""
+        by_id = {s.id: s for s in self.sel.states}
+        firsts = {v.state: v for v in self.journal if v.failed and not v.confirmed and v.verdict != "flaky"
+                  and v.state in by_id}
+        if not firsts:
+            return
+        t0 = time.monotonic()
+
+        def second(v2: Verdict) -> None:
+            v1 = firsts[v2.state]
+            if v2.verdict == v1.verdict:
+                self.journal.add(dataclasses.replace(v1, confirmed=True))
+            else:
+                self.journal.add(flaky(v1, v2))
+            self.confirmed += 1
+
+        self.judge(index, [by_id[i] for i in firsts], second, self.outdir / "confirm", 1)
+        self.confirm_s += time.monotonic() - t0
+
+
+def flaky(v1: Verdict, v2: Verdict) -> Verdict:
+    reasons = (f"judged twice with different verdicts: {v1.verdict}, then alone {v2.verdict} -- a harness "
+               "problem, not a finding", *(f"first: {r}" for r in v1.reasons), *(f"second: {r}" for r in v2.reasons))
+    return dataclasses.replace(v1, verdict="flaky", reasons=reasons, first=(v1.verdict, *v1.reasons),
+                               seconds=round(v1.seconds + v2.seconds, 3))
 
 
 def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str | os.PathLike[str] | None = None,
                  on_start: Callable[[int, int], None] | None = None,
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
-    rec = load_recording(rec_dir)
-    if not rec.ok:
-        raise UsageError(f"{rec.dir}: the recording did not finish ({rec.manifest['recording']['status']}); "
-                         "record again")
+    rec = recording.load(rec_dir).require_ok()
     outdir = Path(out) if out else rec.dir / "check"
-    if outdir.exists() and not spec.resume:
-        if not (outdir / "journal.jsonl").exists() and any(outdir.iterdir()):
-            raise UsageError(f"{outdir} exists and is not a check output")
-        shutil.rmtree(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    checker, params = checker_for(rec.manifest, spec.checker_command)
-    fstype = rec.manifest["fs"]["fstype"]
-    mount_opts = rec.manifest["fs"].get("mount_opts", "")
+    checker, params = checker_for(rec.workload, spec.checker_command)
+    ctx = CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)
+    if spec.check_in == "host":
+        from .hostcheck import require_root
+        require_root()
+    prepare_out(outdir, spec.resume)
     t0 = time.monotonic()
+    status = "complete"
     with open_log(rec.log_path) as index:
-        states = select_states(index, list(spec.models), seed=spec.seed, bound=spec.bound, samples=spec.samples)
-        if spec.max_states and len(states) > spec.max_states:
-            states = states[:spec.max_states]
+        sel = select(index, list(spec.models), seed=spec.seed, bound=spec.bound, samples=spec.samples,
+                     max_states=spec.max_states)
         journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
+        run = _Run(spec, rec, ctx, outdir, sel, journal, on_verdict)
         try:
             if on_start:
-                on_start(len(states), sum(1 for s in states if s.id in journal.done))
-            if spec.check_in == "host":
-                work = outdir / "work"
-                check_host(index, rec.data_size, fstype, states, checker, params, journal, str(work),
-                           jobs=spec.jobs or os.cpu_count() or 1, on_verdict=on_verdict, mount_opts=mount_opts)
-                shutil.rmtree(work, ignore_errors=True)
-            else:
-                from .checkvm import check_vm
-                check_vm(rec.dir, index, rec.data_size, fstype, states, checker, params, journal, outdir,
-                         accel=spec.accel, state_timeout=spec.state_timeout_s, on_verdict=on_verdict,
-                         mount_opts=mount_opts)
+                on_start(len(sel.states), sum(1 for s in sel.states if s.id in journal.done))
+            todo = [s for s in sel.states if s.id not in journal.done]
+            run.judge(index, todo, run.sink, outdir / "work", spec.workers())
+            if spec.confirm:
+                run.confirm(index)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException:
+            status = "error"
+            raise
         finally:
             journal.close()
-        wanted = {s.id for s in states}
-        verdicts = [v for sid, v in journal.done.items() if sid in wanted]
-    wl = rec.manifest["workload"]
-    summary = summarize(verdicts, recording=str(rec.dir), fstype=fstype, workload=wl.get("name") or "cmd",
-                        check_in=spec.check_in, seconds=time.monotonic() - t0)
-    return summary, write_outputs(summary, verdicts, outdir)
+            wanted = {s.id for s in sel.states}
+            verdicts = [v for sid, v in journal.done.items() if sid in wanted]
+            summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype, workload=rec.workload_label,
+                                check_in=spec.check_in, seconds=time.monotonic() - t0, selection=sel,
+                                status=status, confirm_s=run.confirm_s, rejudged=run.confirmed)
+            paths = write_outputs(summary, verdicts, outdir)
+    return summary, paths

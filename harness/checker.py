@@ -1,4 +1,4 @@
-"""The checker contract and registry.
+"""The checker contract and registry (host and guest).
 
 A checker gets a recovered, mounted filesystem and what the crash state promises: the keys acked
 before the cut (they must be there, intact), the keys begun but not acked (may or may not be there,
@@ -6,19 +6,22 @@ all or nothing) and the workload's parameters.  It runs the program's own recove
 and returns a ``CheckResult`` with reasons -- never a bare boolean.
 
 Registered under the entry-point group ``powercut.checkers`` with the workload's name; a user's own
-checker can also be any executable (``--checker 'COMMAND'``): it gets the same input as JSON on
-stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...}, "state": "<id>"}``), exits 0 (pass) or 1
-(fail) and prints its reasons, one per line."""
+checker can also be any command (``--checker 'COMMAND'``, run by /bin/sh in the mount): it gets
+the same input as JSON on stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...},
+"state": "<id>"}``) and answers one JSON object on stdout, ``{"verdict": "pass|lost-ack|corrupt-data",
+"reasons": [...]}``.  Without JSON the exit code decides: 0 pass, 1 a failure (``lost-ack`` if a
+line says "lost", else ``corrupt-data``) with its output lines as reasons, anything else (or the
+timeout) ``checker-crashed``.  The whole process group is killed at the timeout."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import registry
+from . import process, registry
+from .verdict import CHECKER_VERDICTS, VERDICTS
 
 GROUP = "powercut.checkers"
-VERDICTS = ("pass", "lost-ack", "corrupt-data", "fsck-error", "mount-failed", "checker-crashed", "kernel-panic",
-            "timeout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +61,54 @@ class Checker:
 def get(name: str) -> Checker:
     return registry.load(GROUP, name, Checker, "no checker registered for workload {name!r} (known: {known}); "
                                                "give one with --checker 'COMMAND'")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckerSpec:
+    """A registered checker (by workload name), a command (``--checker``), or none (recovery and
+    fsck only)."""
+
+    name: str = ""
+    command: str = ""
+    timeout_s: float = 120.0
+
+    def run(self, inp: CheckInput) -> CheckResult:
+        if self.name:
+            return get(self.name).check(inp)
+        if self.command:
+            return run_command(self.command, inp, self.timeout_s)
+        return CheckResult("pass", ("no checker: recovery mount and fsck only",))
+
+
+def run_command(command: str, inp: CheckInput, timeout: float) -> CheckResult:
+    res = process.run_shell(command, timeout=timeout, input=json.dumps(inp.to_json()), cwd=inp.mount)
+    if res.timed_out:
+        return CheckResult("checker-crashed", (f"checker command timed out after {timeout:g} s (process group "
+                                               "killed)",))
+    lines = tuple(line for line in res.stdout.splitlines() if line.strip())
+    answer = _json_answer(lines)
+    if answer is not None:
+        return answer
+    if res.returncode == 0:
+        return CheckResult("pass", lines)
+    if res.returncode == 1:
+        kind = "lost-ack" if any("lost" in line.lower() for line in lines) else "corrupt-data"
+        return CheckResult(kind, lines or ("checker command exited 1",))
+    tail = (res.stderr.strip().splitlines() or [""])[-1]
+    return CheckResult("checker-crashed", (f"checker command exited {res.returncode}: {tail}",))
+
+
+def _json_answer(lines: tuple[str, ...]) -> CheckResult | None:
+    """The structured answer, if the output is one JSON object with a known verdict."""
+    if not lines:
+        return None
+    try:
+        obj = json.loads("\n".join(lines))
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or obj.get("verdict") not in CHECKER_VERDICTS:
+        return None
+    reasons = obj.get("reasons", [])
+    if not isinstance(reasons, list):
+        reasons = [str(reasons)]
+    return CheckResult(obj["verdict"], tuple(str(r) for r in reasons))

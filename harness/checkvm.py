@@ -1,154 +1,183 @@
-"""``--check-in vm`` (the default): one long-lived checker VM judges many states.
+"""``--check-in vm`` (the default; host side): checker VMs judge the states, so corrupt images never
+touch the host kernel.  ``jobs`` VMs run side by side, each over its own contiguous chunk of the
+walk order (one kernel each, so clones of one filesystem never meet in one kernel).
 
-The guest rebuilds each state with dm-snapshot over an incrementally replayed pristine (no boot per
-state) and streams a "begin" line and then the verdict of each state to ``progress.jsonl`` in the
-job share.  The host copies each verdict into the journal (fsync'd) as it arrives.  A state that
-panics the guest kernel, or hangs longer than the per-state timeout, is that state's finding
-(kernel-panic / timeout): the VM is restarted and the campaign goes on with the next state."""
+Each VM rebuilds its states with dm-snapshot over an incrementally replayed pristine (no boot per
+state) and streams a "begin" line and then the verdict of each state to ``progress.jsonl`` in its
+job share; the host hands each verdict to the sink as it arrives.  A state that panics the guest
+kernel, or hangs longer than the per-state timeout, is that state's finding (kernel-panic /
+timeout): that VM is restarted and goes on with its next state."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .check import CheckerSpec, Journal, Verdict, split_by_base
+from . import guestjob, interrupt
+from .check import CheckContext
 from .config import DiskSpec, ShareSpec, VmSpec
 from .errors import GuestHang, GuestPanic, PowercutError, VmError
+from .hostcheck import split_by_base
+from .journal import read_lines
 from .models import CrashState
+from .verdict import Verdict
+from .vm.qemu import run_vm
 
 log = logging.getLogger(__name__)
 
 MAX_FAILED_BOOTS = 2
+Sink = Callable[[Verdict], None]
 
 
-class _Tail:
-    """Follows progress.jsonl: which state is in progress, new verdicts."""
+@dataclass(frozen=True, slots=True)
+class VmCheckSpec:
+    kernel: str
+    initrd: str
+    accel: str = "auto"
+    memory_mb: int = 768
+    state_timeout_s: float = 300.0
+    tools_dir: str = ""
+
+
+class _Progress:
+    """Follows one VM's progress.jsonl: which state is in progress, new verdicts."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.pos = 0
+        self.path, self.pos = path, 0
         self.current: str | None = None
         self.since = time.monotonic()
-        self.verdicts: list[Verdict] = []
 
     def poll(self) -> list[Verdict]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.pos)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1
-        self.pos += end
+        objs, self.pos = read_lines(self.path, self.pos)
         new = []
-        for line in data[:end].splitlines():
-            obj = json.loads(line)
+        for obj in objs:
             if "begin" in obj:
                 self.current, self.since = obj["begin"], time.monotonic()
-            else:
-                v = Verdict.from_json(obj["verdict"])
-                new.append(v)
+            elif "verdict" in obj:
+                new.append(Verdict.from_json(obj["verdict"]))
                 self.current = None
         return new
 
 
-def check_vm(rec_dir: Path, index: Any, data_size: int, fstype: str, states: list[CrashState], checker: CheckerSpec,
-             params: dict[str, Any], journal: Journal, workdir: Path, *, accel: str = "auto", memory_mb: int = 1024,
-             state_timeout: float = 300.0, on_verdict: Callable[[Verdict], None] | None = None,
-             mount_opts: str = "") -> None:
-    from powercut.images.build import build_image
+def check_vm(ctx: CheckContext, log_path: Path, index: Any, data_size: int, states: list[CrashState], sink: Sink,
+             workdir: Path, spec: VmCheckSpec, *, jobs: int = 1) -> None:
+    """Judge ``states`` in ``jobs`` checker VMs; every verdict goes to ``sink`` (under a lock)."""
+    chunks = split_by_base(index, states, jobs)
+    lock = threading.Lock()
 
-    from .record import job_script
-    from .vm.qemu import run_vm
+    def locked(v: Verdict) -> None:
+        with lock:
+            sink(v)
 
-    image = build_image()
-    by_id = {s.id: s for s in states}
-    boots_without_progress = 0
-    attempt = 0
-    while True:
-        todo = [s for s in states if s.id not in journal.done]
-        if not todo:
-            return
-        ordered = split_by_base(index, todo, 1)[0]
-        attempt += 1
-        run = workdir / f"vm{attempt}"
+    if len(chunks) <= 1:
+        for chunk in chunks:
+            _Worker(ctx, log_path, data_size, chunk, locked, workdir / "vm0", spec).run()
+        return
+    with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix="powercut-vm") as pool:
+        futures = [pool.submit(_Worker(ctx, log_path, data_size, c, locked, workdir / f"vm{i}", spec).run)
+                   for i, c in enumerate(chunks)]
+        for f in futures:
+            f.result()
+
+
+class _Worker:
+    """One checker VM (restarted after a panic or hang) over one chunk of states."""
+
+    def __init__(self, ctx: CheckContext, log_path: Path, data_size: int, states: list[CrashState], sink: Sink,
+                 workdir: Path, spec: VmCheckSpec) -> None:
+        self.ctx, self.log_path, self.size, self.states = ctx, log_path, data_size, states
+        self.sink, self.workdir, self.spec = sink, workdir, spec
+        self.by_id = {s.id: s for s in states}
+        self.done: set[str] = set()
+
+    def run(self) -> None:
+        failed_boots = 0
+        attempt = 0
+        while todo := [s for s in self.states if s.id not in self.done]:
+            interrupt.check()
+            attempt += 1
+            progressed, failure, culprit, since = self._boot(todo, attempt)
+            interrupt.check()
+            if failure is None:
+                left = [s.id for s in todo if s.id not in self.done]
+                if left:
+                    raise PowercutError(f"the checker VM ended without judging {len(left)} state(s), e.g. {left[0]} "
+                                        f"(see {self.workdir}/run{attempt}/job/agent.log)")
+                return
+            if culprit is None or culprit not in self.by_id:
+                failed_boots = 0 if progressed else failed_boots + 1
+                if failed_boots >= MAX_FAILED_BOOTS:
+                    raise PowercutError(f"the checker VM failed {MAX_FAILED_BOOTS} times before judging any state: "
+                                        f"{failure.one_line()}")
+                continue
+            self._blame(self.by_id[culprit], failure, since)
+
+    def _boot(self, todo: list[CrashState], attempt: int) -> tuple[bool, VmError | None, str | None, float]:
+        run = self.workdir / f"run{attempt}"
         if run.exists():
             shutil.rmtree(run)
         jobdir = run / "job"
-        jobdir.mkdir(parents=True)
         scratch = run / "scratch.img"
+        jobdir.mkdir(parents=True)
         with open(scratch, "wb") as f:
-            f.truncate(3 * data_size + (512 << 20))
-        job = {"kind": "check", "log": f"/run/powercut/rec/{Path(index.path).name}", "size": data_size,
-               "fstype": fstype, "mount_opts": mount_opts, "params": params,
-               "checker": {"name": checker.name, "command": checker.command, "timeout_s": checker.timeout_s},
-               "states": [s.id for s in ordered], "disks": {"scratch": "pcscratch"}}
-        (jobdir / "job.json").write_text(json.dumps(job))
-        (jobdir / "job.sh").write_text(job_script("/run/powercut/job"))
-        spec = VmSpec(kernel=image.kernel, initrd=image.initrd, memory_mb=memory_mb,
-                      disks=(DiskSpec(str(scratch), "pcscratch", cache="unsafe"),),
-                      shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False),
-                              ShareSpec("rec", str(Path(index.path).parent))),
-                      accel=accel,  # type: ignore[arg-type]
-                      timeout_s=60 + state_timeout * (len(ordered) + 1), console_path=str(run / "console.log"),
-                      name=f"powercut-check-{os.getpid()}", modules=(fstype,), cmdline=("powercut.mount=rec",))
-        tail = _Tail(jobdir / "progress.jsonl")
-        lock = threading.Lock()
+            f.truncate(3 * self.size + (512 << 20))
+        guestjob.write(jobdir, guestjob.CheckJob(
+            log=f"{guestjob.GUEST_REC_DIR}/{self.log_path.name}", size=self.size, fstype=self.ctx.fs.name,
+            mount_opts=self.ctx.mount_opts, checker=self.ctx.checker, states=tuple(s.id for s in todo),
+            disks={"scratch": "pcscratch"}, params=self.ctx.params, tools_dir=self.spec.tools_dir))
+        vm = VmSpec(kernel=self.spec.kernel, initrd=self.spec.initrd, memory_mb=self.spec.memory_mb,
+                    disks=(DiskSpec(str(scratch), "pcscratch", cache="unsafe"),),
+                    shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False),
+                            ShareSpec("rec", str(self.log_path.parent))),
+                    accel=self.spec.accel,  # type: ignore[arg-type]
+                    timeout_s=60 + self.spec.state_timeout_s * (len(todo) + 1),
+                    console_path=str(run / "console.log"), name=f"powercut-check-{os.getpid()}-{run.parent.name}",
+                    modules=(self.ctx.fs.module_group,), cmdline=("powercut.mount=rec",))
+        progress = _Progress(jobdir / "progress.jsonl")
         progressed = False
 
         def drain() -> None:
             nonlocal progressed
-            with lock:
-                for v in tail.poll():
-                    if v.state not in journal.done:
-                        journal.add(v)
-                        progressed = True
-                        if on_verdict:
-                            on_verdict(v)
+            for v in progress.poll():
+                if v.state in self.by_id and v.state not in self.done and not interrupt.stopping():
+                    self.done.add(v.state)
+                    self.sink(v)
+                    progressed = True
 
         def watchdog() -> str | None:
             drain()
-            if tail.current and time.monotonic() - tail.since > state_timeout:
-                return f"state {tail.current} did not finish within {state_timeout:g} s"
+            if progress.current and time.monotonic() - progress.since > self.spec.state_timeout_s:
+                return f"state {progress.current} did not finish within {self.spec.state_timeout_s:g} s"
             return None
 
         failure: VmError | None = None
         try:
-            run_vm(spec, rundir=run, watchdog=watchdog)
+            run_vm(vm, rundir=run, watchdog=watchdog)
         except VmError as e:
             failure = e
         drain()
         if failure is None:
-            result = _result(jobdir)
-            if not result.get("ok"):
-                raise PowercutError(f"the checker VM failed: {result.get('error')} (see {jobdir}/agent.log)")
-            continue
-        culprit = tail.current
-        if culprit is None or culprit not in by_id:
-            boots_without_progress = 0 if progressed else boots_without_progress + 1
-            if boots_without_progress >= MAX_FAILED_BOOTS:
-                raise PowercutError(f"the checker VM failed {MAX_FAILED_BOOTS} times before judging any state: "
-                                    f"{failure.one_line()}")
-            continue
-        s = by_id[culprit]
-        kind = "kernel-panic" if isinstance(failure, GuestPanic) else "timeout" if isinstance(failure, GuestHang) \
-            else "kernel-panic"
-        tail_lines = [line for line in failure.console_tail.splitlines() if line.strip()][-3:]
-        v = Verdict(s.id, s.model, s.cut, kind, (failure.one_line(), *tail_lines), len(s.acks), len(s.begun),
-                    round(time.monotonic() - tail.since, 3))
-        journal.add(v)
-        if on_verdict:
-            on_verdict(v)
-        log.warning("state %s: %s; restarting the checker VM", s.id, kind)
+            result = guestjob.read_result(jobdir)
+            if not result.ok:
+                raise PowercutError(f"the checker VM failed: {result.error} (see {jobdir}/agent.log)")
+        return progressed, failure, progress.current, progress.since
 
-
-def _result(jobdir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((jobdir / "result.json").read_text())
-    except (OSError, ValueError):
-        return {"ok": False, "error": "the guest agent wrote no result"}
+    def _blame(self, s: CrashState, failure: VmError, since: float) -> None:
+        kind = "timeout" if isinstance(failure, GuestHang) else "kernel-panic"
+        lines = [line for line in failure.console_tail.splitlines() if line.strip()]
+        if isinstance(failure, GuestPanic) and failure.panic_line:
+            detail = [failure.panic_line, *lines[1:3]]
+        else:
+            detail = lines[-3:]
+        v = Verdict(s.id, s.model, s.cut, kind, (failure.one_line(), *detail), len(s.acks), len(s.begun),
+                    round(time.monotonic() - since, 3))
+        self.done.add(s.id)
+        self.sink(v)
+        log.warning("state %s: %s; restarting its checker VM", s.id, kind)

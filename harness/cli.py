@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PowercutError, UsageError
+from . import interrupt
 
 log = logging.getLogger("powercut")
 
@@ -46,7 +47,8 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
     p.add_argument("--fs", default="ext4", help="filesystem under test: ext4, xfs or btrfs (default ext4)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, as one shell-quoted string")
     p.add_argument("--mount-opts", default="", help="mount options (-o)")
-    p.add_argument("--size", type=int, default=0, metavar="MB", help="data disk size (default 256; xfs 300)")
+    p.add_argument("--size", type=int, default=0, metavar="MB",
+                   help="data disk size (default: the filesystem's, ext4/btrfs 256, xfs 300)")
     p.add_argument("--log-size", type=int, default=0, metavar="MB", help="log disk size (default 4x data + 64)")
     p.add_argument("--workload-timeout", type=float, default=300.0, metavar="S", help="kill the workload after S s")
     p.add_argument("-o", "--out", required=required_out, default=None if required_out else MAIN_DEFAULT_OUT,
@@ -64,7 +66,8 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--check-in", choices=("vm", "host"), default="vm",
                    help="vm (default): a checker VM judges the states, corrupt images never touch the host kernel;"
                         " host: loop devices on this machine, in parallel (trusted, disposable machines only)")
-    g.add_argument("-j", "--jobs", type=int, default=0, help="host mode: parallel walks (default: one per core)")
+    g.add_argument("-j", "--jobs", type=int, default=0,
+                   help="checker VMs (vm) or parallel walks (host) at once (default: one per core)")
     g.add_argument("--checker", default="", metavar="COMMAND",
                    help="your own checker: gets the input as JSON on stdin, exits 0 (pass) or 1 (fail)")
     g.add_argument("--seed", type=int, default=0, help="seed for sampled crash states")
@@ -75,6 +78,8 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-states", type=int, default=0, help="judge at most this many states (0: all)")
     g.add_argument("--state-timeout", type=float, default=300.0, metavar="S", help="VM mode: one state's limit")
     g.add_argument("--resume", action="store_true", help="continue a campaign: skip the states already judged")
+    g.add_argument("--no-confirm", action="store_true",
+                   help="do not judge each failing state a second time, alone (flaky states then go unnoticed)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,16 +150,29 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return COMMANDS[args.command](args)
+        with interrupt.handled():
+            return COMMANDS[args.command](args)
     except PowercutError as e:
         print(f"powercut: error: {e.one_line()}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("powercut: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"powercut: {interrupt.note(e)}; stopped every VM and cleaned up", file=sys.stderr)
+        return interrupt.exit_status(e)
+    except OSError as e:  # an unwritable or missing path, a full disk, a permission: one line
+        print(f"powercut: error: {os_error(e)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # output piped into head & co.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def os_error(e: OSError) -> str:
+    what = e.strerror or type(e).__name__
+    if e.errno in (28, 122):
+        what = "no space left on the device"
+    where = " -> ".join(str(f) for f in (e.filename, e.filename2) if f)
+    hint = " (this needs root)" if e.errno in (1, 13) and os.geteuid() != 0 else ""
+    return f"{where}: {what}{hint}" if where else f"{what}{hint}"
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -164,9 +182,8 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     from .record import RecordSpec
     from .workload import parse_params
 
-    fs_size = args.size or (300 if args.fs == "xfs" else 256)
     fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(shlex.split(args.mkfs_opts)), mount_opts=args.mount_opts,
-                size_mb=fs_size)
+                size_mb=args.size)
     name = args.workload or ("" if args.cmd else default_workload)
     if not name and not args.cmd:
         raise UsageError("give --workload NAME or --cmd 'COMMAND'")
@@ -206,12 +223,15 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
         return _dry_run(spec, args.out)
     try:
         rec = record(spec, args.out, force=args.force)
-    except PowercutError as e:
-        print(f"powercut: error: {e.one_line()}", file=sys.stderr)
+    except (PowercutError, KeyboardInterrupt) as e:
+        if isinstance(e, KeyboardInterrupt):
+            print(f"powercut: {interrupt.note(e)}: the VM was stopped", file=sys.stderr)
+        else:
+            print(f"powercut: error: {e.one_line()}", file=sys.stderr)
         if (Path(args.out) / "manifest.toml").exists():
             print(f"powercut: recording kept for inspection (console.log, job/): {Path(args.out).absolute()}",
                   file=sys.stderr)
-        return 1
+        return interrupt.exit_status(e) if isinstance(e, KeyboardInterrupt) else 1
     m = rec.manifest
     r = m["recording"]
     print(f"recorded {m['workload'].get('name') or 'cmd'} on {m['fs']['fstype']} into {rec.dir}")
@@ -249,14 +269,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from .campaign import DEFAULT_MODELS, CampaignSpec, run_campaign
-    from .report import repro, table
 
     spec = CampaignSpec(models=tuple(args.models or DEFAULT_MODELS), check_in=args.check_in, jobs=args.jobs,
                         checker_command=args.checker, seed=args.seed,
                         bound=10 if args.bound is None else args.bound,
                         samples=64 if args.samples is None else args.samples,
                         max_states=args.max_states, resume=args.resume, accel=args.accel,
-                        state_timeout_s=args.state_timeout)
+                        state_timeout_s=args.state_timeout, confirm=not args.no_confirm)
     console = Console(stderr=True)
     failed = 0
     with Progress(TextColumn("[bold]checking"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
@@ -272,14 +291,31 @@ def cmd_check(args: argparse.Namespace) -> int:
             progress.update(task, advance=1, info=f"{failed} failing" if failed else "")
 
         summary, paths = run_campaign(args.path, spec, args.out, on_start=on_start, on_verdict=on_verdict)
+    _print_summary(summary, paths)
+    if summary.failures:
+        return 3
+    return 1 if summary.flaky else 0
+
+
+def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
+    from rich.console import Console
+
+    from .report import repro, table
+
     Console().print(table(summary))
+    left = {m: c.get("left_out", 0) for m, c in summary.counts.items() if c.get("left_out")}
+    if left:
+        print("--max-states left out " + ", ".join(f"{n} distinct {m} states" for m, n in left.items()))
+    if summary.rejudged:
+        print(f"confirmation: {summary.rejudged} failing states judged again alone in {summary.confirm_s:.1f} s: "
+              f"{summary.confirmed} confirmed, {len(summary.flaky)} flaky")
+    for f in summary.flaky[:10]:
+        print(f"FLAKY {f.state}: {f.reasons[0]}  (a harness problem, not a finding)")
     for f in summary.failures[:10]:
         print(f"FAIL {f.state}: {f.verdict}: {f.reasons[0] if f.reasons else ''}\n  repro: {repro(summary.recording, f)}")
     if len(summary.failures) > 10:
         print(f"... and {len(summary.failures) - 10} more failing states (see {paths['summary']})")
     print(f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}")
-    return 0 if summary.ok else 3
-
 
 
 def cmd_image(args: argparse.Namespace) -> int:
@@ -305,11 +341,11 @@ def cmd_image(args: argparse.Namespace) -> int:
 
 def _open(path: str):
     from .log import open_log
-    from .record import load_recording
+    from .recording import load
 
     p = Path(path)
     if p.is_dir():
-        return open_log(load_recording(p).log_path)
+        return open_log(load(p).log_path)
     if not p.exists():
         raise UsageError(f"{path}: no such file or directory")
     return open_log(p)

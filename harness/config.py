@@ -11,13 +11,13 @@ from typing import Any, Literal
 
 import tomli_w
 
+from . import filesystems
 from .errors import UsageError
 
 Bus = Literal["virtio", "ahci"]
 Cache = Literal["none", "writeback", "writethrough", "directsync", "unsafe"]
 Transport = Literal["virtiofs", "9p"]
 
-FILESYSTEMS = ("ext4", "xfs", "btrfs")
 CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
 
 
@@ -109,12 +109,13 @@ class FsSpec:
     fstype: str = "ext4"
     mkfs_opts: tuple[str, ...] = ()
     mount_opts: str = ""
-    size_mb: int = 256
+    size_mb: int = 0              # 0: the filesystem's default size
 
     def __post_init__(self) -> None:
-        if self.fstype not in FILESYSTEMS:
-            raise UsageError(f"unknown filesystem {self.fstype!r}: choose one of {', '.join(FILESYSTEMS)}")
-        minimum = {"ext4": 16, "xfs": 300, "btrfs": 128}[self.fstype]
+        fs = filesystems.get(self.fstype)
+        if not self.size_mb:
+            object.__setattr__(self, "size_mb", fs.default_mb)
+        minimum = fs.min_mb
         if self.size_mb < minimum:
             raise UsageError(f"{self.fstype} needs a data disk of at least {minimum} MiB, not {self.size_mb}")
 

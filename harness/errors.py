@@ -2,6 +2,8 @@
 (``str(err)``) that the CLI prints as is; nothing below should need a traceback to be understood."""
 from __future__ import annotations
 
+import shlex
+
 
 class PowercutError(Exception):
     """Base of every error powercut raises on purpose."""
@@ -43,7 +45,7 @@ class CommandFailed(PowercutError):
                  timeout: float | None = None) -> None:
         what = f"timed out after {timeout:g} s" if timed_out else f"exited {returncode}"
         tail = stderr_tail.strip().splitlines()[-1] if stderr_tail.strip() else ""
-        super().__init__(f"{argv[0]} {what}" + (f": {tail}" if tail else "") + f"  (argv: {' '.join(argv)})")
+        super().__init__(f"{argv[0]} {what}" + (f": {tail}" if tail else "") + f"  (argv: {shlex.join(argv)})")
         self.argv = argv
         self.returncode = returncode
         self.stderr_tail = stderr_tail
@@ -62,7 +64,15 @@ class VmError(PowercutError):
 
 
 class GuestPanic(VmError):
+    """``panic_line`` is the kernel's own "Kernel panic - not syncing: ..." line; ``console_tail``
+    starts at it (the stack dump that follows can be long)."""
+
     kind = "kernel-panic"
+
+    def __init__(self, message: str, console_path: str | None = None, console_tail: str = "",
+                 panic_line: str = "") -> None:
+        super().__init__(message, console_path, console_tail)
+        self.panic_line = panic_line
 
 
 class GuestHang(VmError):
@@ -79,3 +89,17 @@ class WorkloadFailed(PowercutError):
 
 class LogDeviceFull(PowercutError):
     """dm-log-writes ran out of log space: the log would be silently short."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP arrived: unwind, stop every VM and clean up, then exit 128+signum.
+    A KeyboardInterrupt subclass, so ``except Exception`` never swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum

@@ -1,27 +1,30 @@
-"""The guest-side half of a job: ``python -m powercut.guest /run/powercut/job/job.json``.
+"""The guest agent: ``python -m powercut.guest /run/powercut/job/job.json`` (runs inside the VM, as
+root, on the host's userspace shared read-only).
 
-Runs inside the VM (as root, on the host's userspace shared read-only).  Every step is logged to
-``agent.log`` in the job share and the outcome goes to ``result.json`` there; the exit status is 0
-when the job itself worked (a workload that fails is reported in result.json, not as a crash)."""
+Every step is logged to ``agent.log`` in the job share and the outcome goes to ``result.json``
+there (guestjob.GuestResult); the exit status is 0 when the job itself worked (a workload that
+fails is reported in the result, not as a crash).  Device-mapper by ioctl (dm.py), mounts by
+mount(2) (mounts.py): in a TCG guest each fork+exec costs more than the operation."""
 from __future__ import annotations
 
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from . import process
+from . import dm, filesystems, guestjob, process
 from .errors import CommandFailed, PowercutError
+from .guestjob import CheckJob, GuestResult, MarkBenchJob, RecordJob
+from .journal import JsonLines
 from .marks import mark
+from .mounts import mount, umount
 
 log = logging.getLogger("powercut.guest")
 
-MKFS = {"ext4": ["mkfs.ext4", "-F", "-q"], "xfs": ["mkfs.xfs", "-f", "-q"], "btrfs": ["mkfs.btrfs", "-f", "-q"]}
+MNT = "/run/powercut/mnt"
 
 
 def find_disk(serial: str) -> str:
@@ -42,148 +45,100 @@ def sectors(dev: str) -> int:
     return int(Path(f"/sys/block/{os.path.basename(dev)}/size").read_text())
 
 
-def dm_create(name: str, table: str) -> str:
-    process.run(["dmsetup", "create", name, "--noudevsync", "--table", table], timeout=60)
-    node = f"/dev/mapper/{name}"
-    if not os.path.exists(node):  # no udev in the guest: make the node ourselves
-        info = process.run(["dmsetup", "info", "-c", "--noheadings", "-o", "major,minor", name], timeout=30)
-        major, minor = (int(x) for x in info.stdout.strip().split(":"))
-        os.makedirs("/dev/mapper", exist_ok=True)
-        os.mknod(node, 0o600 | 0o060000, os.makedev(major, minor))
-    return node
-
-
 def log_writes_status(name: str) -> dict[str, Any]:
-    out = process.run(["dmsetup", "status", name], timeout=30).stdout.split()
-    # "<start> <len> log-writes <logged_entries> <highest_sector> [logging_disabled]"
+    # "<start> <len> log-writes <logged_entries> <highest_sector> [logging_disabled]" per target
+    out = dm.status(name)[0].split()
     return {"logged_entries": int(out[3]), "highest_sector": int(out[4]),
             "logging_disabled": "logging_disabled" in out[5:]}
-
-
-def run_workload(job: dict[str, Any], env: dict[str, str], cwd: str, jobdir: Path) -> dict[str, Any]:
-    wl = job["workload"]
-    if wl.get("cmd"):
-        argv = ["/bin/sh", "-c", wl["cmd"]]
-    else:
-        argv = [sys.executable, "-m", "powercut.workload", wl["name"]]
-    start = time.monotonic()
-    with open(jobdir / "workload.out", "wb") as out, open(jobdir / "workload.err", "wb") as err:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True)
-        try:
-            rc = proc.wait(timeout=wl["timeout_s"])
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out, rc = True, None
-        try:  # the workload's leftovers must not keep the filesystem busy
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    return {"workload_rc": rc, "workload_timed_out": timed_out, "workload_s": round(time.monotonic() - start, 3)}
 
 
 def uptime() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
-def record(job: dict[str, Any], jobdir: Path) -> dict[str, Any]:
+def run_workload(job: RecordJob, dev: str, jobdir: Path) -> dict[str, Any]:
+    wl = job.workload
+    argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
+    env = {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
+           "PYTHONDONTWRITEBYTECODE": "1", "POWERCUT_DM_NAME": job.dm_name, "POWERCUT_DEVICE": dev,
+           "POWERCUT_MOUNT": MNT, "POWERCUT_FSTYPE": job.fs.fstype, "POWERCUT_PARAMS": json.dumps(wl.params or {})}
+    start = time.monotonic()
+    with open(jobdir / "workload.out", "wb") as out, open(jobdir / "workload.err", "wb") as err:
+        with process.Spawned(argv, cwd=MNT, env=env, stdout=out, stderr=err) as proc:
+            rc = proc.wait(wl.timeout_s)
+            # leaving the block kills the whole group: its leftovers must not keep the filesystem busy
+    return {"workload_rc": rc, "workload_timed_out": rc is None, "workload_s": round(time.monotonic() - start, 3)}
+
+
+def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     res: dict[str, Any] = {"uptime_agent_start": uptime()}
-    data, logdev = find_disk(job["disks"]["data"]), find_disk(job["disks"]["log"])
-    name = job["dm_name"]
-    n = sectors(data)
+    data, logdev = find_disk(job.disks["data"]), find_disk(job.disks["log"])
+    fs = filesystems.get(job.fs.fstype)
     t0 = time.monotonic()
-    dev = dm_create(name, f"0 {n} log-writes {data} {logdev}")
-    fs = job["fs"]
-    process.run(MKFS[fs["fstype"]] + list(fs["mkfs_opts"]) + [dev], timeout=600)
+    dev = dm.create(job.dm_name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
+    process.run(fs.mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
     res["mkfs_s"] = round(time.monotonic() - t0, 3)
-    mark("mkfs", name)
-    mnt = "/run/powercut/mnt"
-    os.makedirs(mnt, exist_ok=True)
-    mount = ["mount", "-t", fs["fstype"]] + (["-o", fs["mount_opts"]] if fs["mount_opts"] else []) + [dev, mnt]
-    process.run(mount, timeout=120)
-    scripts = os.path.dirname(sys.executable)
-    if job.get("tools_dir"):  # the C powercut-mark, ahead of the Python one
-        scripts = f"{job['tools_dir']}:{scripts}"
-    env = {"PATH": f"{scripts}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-           "POWERCUT_DM_NAME": name, "POWERCUT_DEVICE": dev, "POWERCUT_MOUNT": mnt, "POWERCUT_FSTYPE": fs["fstype"],
-           "POWERCUT_PARAMS": json.dumps(job["workload"].get("params") or {})}
+    mark("mkfs", job.dm_name)
+    os.makedirs(MNT, exist_ok=True)
+    mount(dev, MNT, fs.name, job.fs.mount_opts)
     res["uptime_workload_start"] = uptime()
     (jobdir / "started").write_text(f"{time.time()}\n")
-    res.update(run_workload(job, env, mnt, jobdir))
-    for attempt in range(5):
-        try:
-            process.run(["umount", mnt], timeout=120)
-            break
-        except CommandFailed:
-            if attempt == 4:
-                raise
-            time.sleep(0.5)
-    res.update(log_writes_status(name))
-    process.run(["dmsetup", "remove", "--noudevsync", name], timeout=120)
+    res.update(run_workload(job, dev, jobdir))
+    umount(MNT, lazy_fallback=False)
+    res.update(log_writes_status(job.dm_name))
+    dm.remove(job.dm_name)
     return res
 
 
-def mark_bench(job: dict[str, Any], jobdir: Path) -> dict[str, Any]:
-    """Cost per mark: the ioctl from Python vs forking powercut-mark, on a real log-writes target."""
-    data, logdev = find_disk(job["disks"]["data"]), find_disk(job["disks"]["log"])
-    name = job["dm_name"]
-    dm_create(name, f"0 {sectors(data)} log-writes {data} {logdev}")
-    n = int(job.get("n", 200))
+def mark_bench(job: MarkBenchJob, jobdir: Path) -> dict[str, Any]:
+    """Cost per mark: the ioctl from Python vs running powercut-mark, on a real log-writes target."""
+    data, logdev = find_disk(job.disks["data"]), find_disk(job.disks["log"])
+    dm.create(job.dm_name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
+    n = job.n
     t = time.perf_counter()
     for i in range(n):
-        mark(f"ioctl:{i}", name)
+        mark(f"ioctl:{i}", job.dm_name)
     ioctl_s = (time.perf_counter() - t) / n
-    env = dict(os.environ, POWERCUT_DM_NAME=name)
+    env = dict(os.environ, POWERCUT_DM_NAME=job.dm_name)
     m = max(10, n // 10)
     costs = {}
     tools = {"python": os.path.join(os.path.dirname(sys.executable), "powercut-mark")}
-    if job.get("tools_dir"):
-        tools["c"] = os.path.join(job["tools_dir"], "powercut-mark")
+    if job.tools_dir:
+        tools["c"] = os.path.join(job.tools_dir, "powercut-mark")
     for kind, tool in tools.items():
         t = time.perf_counter()
         for i in range(m):
-            subprocess.run([tool, f"{kind}:{i}"], env=env, check=True)
+            process.run([tool, f"{kind}:{i}"], env=env, timeout=60)
         costs[f"cmd_{kind}_us"] = round((time.perf_counter() - t) / m * 1e6, 1)
-    status = log_writes_status(name)
-    process.run(["dmsetup", "remove", "--noudevsync", name], timeout=120)
+    status = log_writes_status(job.dm_name)
+    dm.remove(job.dm_name)
     return {"ioctl_marks": n, "ioctl_us": round(ioctl_s * 1e6, 1), "cmd_marks": m, **costs, **status}
 
 
-def _append(path: Path, obj: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(obj, separators=(",", ":")) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def check(job: dict[str, Any], jobdir: Path) -> dict[str, Any]:
+def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
     """The checker VM: rebuild the listed states with dm-snapshot over an incrementally replayed
     pristine (on a scratch disk) and judge each; progress.jsonl gets a "begin" line before and the
     verdict after each state, so the host can attribute a panic or hang to its state."""
-    from .check import CheckerSpec, judge
+    from .check import CheckContext, judge
     from .log import open_log
     from .models import state_from_id
     from .replay import materialize
 
-    scratch = find_disk(job["disks"]["scratch"])
+    scratch = find_disk(job.disks["scratch"])
     work = "/run/powercut/work"
     os.makedirs(work, exist_ok=True)
     process.run(["mkfs.ext4", "-F", "-q", "-E", "nodiscard", "-O", "^has_journal", scratch], timeout=300)
-    process.run(["mount", "-o", "noatime", scratch, work], timeout=60)
-    checker = CheckerSpec(**job["checker"])
-    progress = jobdir / "progress.jsonl"
+    mount(scratch, work, "ext4", "noatime")
+    ctx = CheckContext(filesystems.get(job.fstype), job.checker, dict(job.params), job.mount_opts)
     n = 0
-    with open_log(job["log"]) as index:
-        states = [state_from_id(index, i) for i in job["states"]]
-        for state, img in materialize(index, None, job["size"], states, Path(work), provider="dm-snapshot"):
-            _append(progress, {"begin": state.id})
-            v = judge(str(img), job["fstype"], state, checker, job["params"], "/run/powercut/mnt",
-                      mount_opts=job.get("mount_opts", ""))
-            _append(progress, {"verdict": v.to_json()})
+    with open_log(job.log) as index, JsonLines(jobdir / "progress.jsonl") as progress:
+        states = [state_from_id(index, i) for i in job.states]
+        for state, img in materialize(index, None, job.size, states, Path(work), provider="dm-snapshot"):
+            progress.add({"begin": state.id})
+            v = judge(ctx, str(img), state, MNT)
+            progress.add({"verdict": v.to_json()})
             n += 1
-    process.run(["umount", work], timeout=60, check=False)
+    umount(work)
     return {"judged": n}
 
 
@@ -196,22 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     jobdir = jobfile.parent
     logging.basicConfig(filename=jobdir / "agent.log", level=logging.DEBUG,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    job = json.loads(jobfile.read_text())
-    result: dict[str, Any] = {"ok": False}
+    result = GuestResult(False, "guest agent did not start the job")
     try:
-        result.update(JOBS[job["kind"]](job, jobdir))
-        result["ok"] = True
+        job = guestjob.load(jobfile)
+        result = GuestResult(True, data=JOBS[job.kind](job, jobdir))
     except PowercutError as e:
         log.error("%s", e)
-        result["error"] = e.one_line()
-        if isinstance(e, CommandFailed):
-            result["stderr_tail"] = e.stderr_tail
+        result = GuestResult(False, e.one_line(), e.stderr_tail if isinstance(e, CommandFailed) else "")
     except Exception as e:  # reported to the host, which turns it into one clear line
         log.exception("guest job crashed")
-        result["error"] = f"guest agent crashed: {type(e).__name__}: {e}"
-    (jobdir / "result.json").write_text(json.dumps(result, indent=1))
+        result = GuestResult(False, f"guest agent crashed: {type(e).__name__}: {e}")
+    guestjob.write_result(jobdir, result)
     os.sync()
-    return 0 if result["ok"] else 1
+    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

@@ -1,26 +1,17 @@
 """Marks in the dm-log-writes log, through the DM_TARGET_MSG ioctl on /dev/mapper/control (no fork,
-no dmsetup).  ``powercut.mark("ack:7")`` from Python; ``powercut-mark ack:7`` from any language.
+no dmsetup; the ioctl itself is ``dm.message``).  ``powercut.mark("ack:7")`` from Python;
+``powercut-mark ack:7`` from any language.  Runs in the guest, inside a recording's workload.
 
 The target is named by $POWERCUT_DM_NAME, which the recording job sets for the workload."""
 from __future__ import annotations
 
-import fcntl
 import os
-import struct
 import sys
 
-DM_CONTROL = "/dev/mapper/control"
-DM_NAME_LEN = 128
-DM_UUID_LEN = 129
-DM_IOCTL_SIZE = 312  # sizeof(struct dm_ioctl)
-DM_TARGET_MSG_CMD = 14
-DM_VERSION = (4, 0, 0)
+from . import dm
+from .dm import DM_CONTROL, DM_TARGET_MSG, message_buffer  # noqa: F401  (the packing lives in dm)
+
 MAX_MARK = 512 - 32 - 1  # the kernel keeps at most sectorsize - sizeof(entry) - 1 bytes of a mark
-
-_IOC_WRITE, _IOC_READ = 1, 2
-DM_TARGET_MSG = ((_IOC_READ | _IOC_WRITE) << 30) | (DM_IOCTL_SIZE << 16) | (0xFD << 8) | DM_TARGET_MSG_CMD
-
-_fd: int | None = None
 
 
 class MarkError(OSError):
@@ -28,29 +19,11 @@ class MarkError(OSError):
 
 
 def _control() -> int:
-    global _fd
-    if _fd is None:
-        try:
-            _fd = os.open(DM_CONTROL, os.O_RDWR | os.O_CLOEXEC)
-        except OSError as e:
-            raise MarkError(e.errno, f"cannot open {DM_CONTROL}: {e.strerror} (marks work only inside a "
-                                     "powercut recording, as root)") from None
-    return _fd
-
-
-def message_buffer(dm_name: str, message: str) -> bytearray:
-    """struct dm_ioctl + struct dm_target_msg {u64 sector; char message[]} for ``message``."""
-    name = dm_name.encode()
-    if not name or len(name) >= DM_NAME_LEN:
-        raise ValueError(f"bad device-mapper name {dm_name!r}")
-    payload = struct.pack("<Q", 0) + message.encode() + b"\0"
-    size = DM_IOCTL_SIZE + len(payload)
-    size += -size % 8
-    buf = bytearray(size)
-    struct.pack_into("<3I I I I i I I I Q", buf, 0, *DM_VERSION, size, DM_IOCTL_SIZE, 0, 0, 0, 0, 0, 0)
-    buf[48:48 + len(name)] = name
-    buf[DM_IOCTL_SIZE:DM_IOCTL_SIZE + len(payload)] = payload
-    return buf
+    try:
+        return dm.control()
+    except dm.DmError as e:
+        raise MarkError(e.errno, f"cannot open {DM_CONTROL}: {os.strerror(e.errno) if e.errno else e} "
+                                 "(marks work only inside a powercut recording, as root)") from None
 
 
 def mark(text: str, dm_name: str | None = None) -> None:
@@ -62,11 +35,11 @@ def mark(text: str, dm_name: str | None = None) -> None:
     dm_name = dm_name or os.environ.get("POWERCUT_DM_NAME")
     if not dm_name:
         raise MarkError(0, "POWERCUT_DM_NAME is not set: marks work only inside a powercut recording")
-    buf = message_buffer(dm_name, f"mark {text}")
+    _control()
     try:
-        fcntl.ioctl(_control(), DM_TARGET_MSG, buf, True)
-    except OSError as e:
-        raise MarkError(e.errno, f"mark {text!r} on {dm_name}: {e.strerror}") from None
+        dm.message(dm_name, f"mark {text}")
+    except dm.DmError as e:
+        raise MarkError(e.errno, f"mark {text!r} on {dm_name}: {os.strerror(e.errno)}") from None
 
 
 def ack(key: object) -> None:

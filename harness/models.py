@@ -1,64 +1,75 @@
-"""Crash models: turn a scanned log into an ordered, deterministic list of crash states (pure).
+"""Crash models: turn a scanned log into an ordered, deterministic list of crash states (pure; host and
+guest).  Owns what a state means; id syntax and seeded picks: stateid.py; judging each disk image
+once: selection.py.
 
 A crash state is *(cut, kept)*: ``entries[:cut]`` are the candidates, ``dropped`` the data entries
-among them that did not persist, ``torn`` the writes that persisted only partly (entry -> sector
-offsets that did persist).  Marks, empty flushes and empty FUA entries carry no data and are never
-dropped.  DISCARD entries count as writes of zeros.
-
-Models:
+among them that did not persist, ``torn`` the write that persisted only partly (entry -> sector
+offsets that did).  Marks and empty flush/FUA entries carry no data and are never dropped; DISCARD
+entries count as writes of zeros.  Only *key marks* (``ack:``/``begin:``) change what a checker is
+told; other marks (``mkfs``, a workload's notes, the end mark) split no state.
 
 * ``no-cache``: every prefix, cut = 1..n, nothing dropped.
-* ``flush``: the no-cache prefixes that end right after a FLUSH, FUA or MARK entry (generic/482).
+* ``flush``: the prefixes that end right after a FLUSH, a FUA or a key mark (generic/482).
 * ``write-cache``: for cut c let f be the last FLUSH entry before c.  Durable: every data entry
   before f, the data of f itself only if f is also FUA (a PREFLUSH write's payload goes to the
   volatile cache after the flush), every FUA entry in (f, c).  Droppable: the other data entries in
   [f, c) (all of entries[:c] when there is no flush yet); any subset of them may be lost.
-  **Cut points** are c = n and every c whose entry c is a mark, a FLUSH, or a FUA entry with data
-  (i.e. "just before" each of them, and the end of the log).  Why that covers every distinct
-  (durable set, acks, begun) of every cut 1..n: if entry c is a plain write/discard (or carries
-  nothing), then cut c+1 has the same last flush, the same marks, the same durable base and a
-  superset of droppable entries, so every state of cut c is also a state of cut c+1; by induction
-  every cut is covered by the next cut point at or after it.  Cutting *after* a mark instead (as
-  generic/482 does) would miss the states "commit k written but its ack not yet logged".  The
-  state sets of two consecutive cut points can still meet in one place: keep-all just before a
-  FLUSH that makes no data durable equals drop-all just after it; such duplicates (same durable
-  data, same marks before the cut) are removed, the earlier cut wins.  With k droppable entries at
-  a cut: all 2**k subsets if k <= ``exhaustive_bound``, else structured picks (keep all, drop all,
-  drop each one, keep each one) plus ``samples`` seeded random subsets.
-* ``torn``: for every write with nr_sectors > 1, cut right after it with everything before it
-  kept and that write persisted only at a proper non-empty subset of its sectors: structured
-  picks (first half, second half, all but the last sector, only the first) plus ``torn_samples``
-  seeded random subsets (all proper subsets if there are no more than that).
+  **Cut points**: c = n and every c whose entry c is a key mark, a FLUSH, or a FUA entry with data
+  (just before each, and the end).  They cover every (durable set, acks, begun) of every cut 1..n:
+  if entry c is a plain write or discard, a mark that is not a key mark, or carries nothing, cut
+  c+1 has the same last flush, key marks and forced-durable entries and a superset of the
+  droppable ones, so every state of cut c is one of cut c+1 (with entry c dropped too); by
+  induction every cut is covered by the next cut point.  Cutting *after* a key mark instead would
+  miss "commit k written, its ack not yet logged".  With k droppable entries: all 2**k subsets if
+  k <= ``exhaustive_bound``, else keep all, drop all, drop each, keep each, ``samples`` seeded.
+* ``torn``: (1) every write w of several sectors, cut right after it, all before it kept, w
+  persisted at a proper subset of its sectors: first half, second half, all but the last, only
+  the first, ``torn_samples`` seeded (every proper subset if no more).  (2) At every write-cache
+  cut point, each droppable write of several sectors with its first half persisted and the other
+  droppable entries all kept, or all lost; blind spot (b)'s picks; ``torn_samples`` seeded picks
+  of (write, sectors, lost subset).  Within a model, states with the same durable data (torn
+  sectors included) and key marks before the cut are one (the earlier cut wins).  Order: cut, id.
 
-State ids (stable; together with the log they rebuild the state, see ``state_from_id``)::
+**Coverage is relative to log order** (blind spots): the log has one order per flush window,
+completion order for FUA writes and marks, flush time for plain writes.
+(a) A plain write is logged at the next flush, after FUA writes and marks that completed later:
+    "this plain write durable, that earlier-logged FUA write not" is never generated.
+(b) A plain write W overlapping an earlier-logged FUA write U of its window is replayed on top of
+    it, though U may have reached the disk last.  Covered by ``torn`` (2) only, with everything
+    else kept: W persisted but for the sectors where U would be on top (U's, unless an entry
+    between U and W rewrote them), the image of "U after W".  A W entirely under U is the
+    write-cache state that loses W; not generated together with lost entries.
+(c) Under no-cache/flush an ack mark can precede the flush that logs the data it follows (e.g. a
+    ``nobarrier`` mount: fsync sends no flush, its plain writes are logged at a later one): the
+    prefixes between the ack and that flush lack data a cache-less disk holds, a lost ack the real
+    device would not show (a false alarm, not a missed bug).
 
-    id      = model "@" cut [ "/" spec ]
-    spec    = "d" ranges          write-cache: these entries dropped, the other droppable ones kept
-            | "k" [ ranges ]      write-cache: only these droppable entries kept ("k" alone: none)
-            | "s" ranges          torn: the sector offsets of entry cut-1 that persisted
-            | "r" seed "." n      write-cache/torn: the n-th seeded random pick (SHAKE-256 based)
-    ranges  = range *( "," range ) ; range = uint [ "-" uint ]   strictly increasing, inclusive
+Use ``space = CrashSpace(index)`` once per log (immutable but for a locked cache: thread-safe), then
+``space.states(model)``, ``space.state_from_id(id)``; ``enumerate_states``, ``make_state`` and
+``state_from_id`` take a CrashSpace, or a log to build one from (O(n) per call).
 """
 from __future__ import annotations
 
-import hashlib
+import dataclasses
+import functools
 import logging
-import re
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .errors import UsageError
-from .log import FLUSH, FUA, MARK, Entry, LogIndex
+from .log import FLUSH, FUA, Entry, LogIndex
+from .stateid import (MODELS, Pick, StateId, check_model, format_id, format_ranges, not_under, parse_id, parse_ranges,
+                      pick_bits, resolve, seeded_index, subset_picks, tear_picks, torn_sample, tw_sample, wc_sample)
 
 log = logging.getLogger(__name__)
 
-MODELS = ("no-cache", "flush", "write-cache", "torn")
+__all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "CrashState", "describe", "durable_entries",
+           "enumerate_states", "format_ranges", "make_state", "parse_ranges", "space", "state_from_id",
+           "state_to_json"]
 MAX_EXHAUSTIVE_BOUND = 20
-_NUM = r"[0-9]{1,19}"
-_RANGES = rf"{_NUM}(?:-{_NUM})?(?:,{_NUM}(?:-{_NUM})?)*"
-_ID = re.compile(rf"({'|'.join(MODELS)})@({_NUM})(?:/(?:([dks])((?:{_RANGES})?)|r({_NUM})\.({_NUM})))?")
+Torn = tuple[tuple[int, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +77,7 @@ class CrashState:
     model: str
     cut: int
     dropped: tuple[int, ...]
-    torn: tuple[tuple[int, tuple[int, ...]], ...]
+    torn: Torn
     acks: tuple[str, ...]
     begun: tuple[str, ...]
     id: str
@@ -79,11 +90,11 @@ def state_to_json(state: CrashState) -> dict[str, object]:
             "acks": list(state.acks), "begun": list(state.begun)}
 
 
-def durable_entries(entries: LogIndex | Sequence[Entry],
+def durable_entries(entries: CrashSpace | LogIndex | Sequence[Entry],
                     state: CrashState) -> Iterator[tuple[Entry, tuple[int, ...] | None]]:
     """What to replay for a state: (entry, None) for fully persisted data entries, (entry, sector
     offsets) for torn ones, in log order."""
-    seq = entries.entries if isinstance(entries, LogIndex) else entries
+    seq = _seq(entries)
     dropped = set(state.dropped)
     torn = dict(state.torn)
     for e in seq[:state.cut]:
@@ -91,120 +102,79 @@ def durable_entries(entries: LogIndex | Sequence[Entry],
             yield e, torn.get(e.index)
 
 
-# -- ranges ----------------------------------------------------------------------------------------
-def format_ranges(values: Sequence[int]) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        out.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    return ",".join(out)
+def is_key_mark(e: Entry) -> bool:
+    """An ``ack:`` or ``begin:`` mark: it changes what the checker is told."""
+    return e.ack_key is not None or e.begin_key is not None
 
 
-def parse_ranges(text: str, limit: int, what: str) -> tuple[int, ...]:
-    """Expand ``ranges`` (already syntax-checked); every value must be < limit, strictly increasing."""
-    out: list[int] = []
-    for part in filter(None, text.split(",")):
-        lo_s, _, hi_s = part.partition("-")
-        lo = int(lo_s)
-        hi = int(hi_s) if hi_s else lo
-        if hi < lo or (out and lo <= out[-1]):
-            raise UsageError(f"{what} {text!r}: ranges must be strictly increasing")
-        if hi >= limit:
-            raise UsageError(f"{what} {text!r}: {hi} is out of range (must be < {limit})")
-        out.extend(range(lo, hi + 1))
-    return tuple(out)
+def _seq(x: CrashSpace | LogIndex | Sequence[Entry]) -> Sequence[Entry]:
+    return x.entries if isinstance(x, (CrashSpace, LogIndex)) else x
 
 
-def _bits(key: str, k: int) -> int:
-    return int.from_bytes(hashlib.shake_256(key.encode()).digest((k + 7) // 8), "little") & ((1 << k) - 1)
+def _droppable(e: Entry) -> bool:
+    return e.changes_device and not e.flags & FUA
 
 
-def _pick(items: Sequence[int], bits: int) -> tuple[int, ...]:
-    s = format(bits, f"0{len(items)}b")[::-1] if items else ""
-    return tuple(x for x, b in zip(items, s) if b == "1")
+def _tearable(e: Entry) -> bool:
+    return e.is_write and e.nr_sectors > 1
 
 
-def _wc_sample(droppable: Sequence[int], seed: int, cut: int, n: int) -> tuple[int, ...]:
-    return _pick(droppable, _bits(f"powercut/write-cache/{seed}/{cut}/{n}", len(droppable)))
+class CrashSpace:
+    """The crash states of one log: prefix tables built once, states and ids on demand.
+    Thread-safe: the tables are immutable; the cache of (acks, begun) tuples is locked."""
 
-
-def _torn_sample(m: int, seed: int, cut: int, n: int) -> tuple[int, ...]:
-    full = (1 << m) - 1
-    for attempt in range(64):
-        bits = _bits(f"powercut/torn/{seed}/{cut}/{n}/{attempt}", m)
-        if 0 < bits < full:
-            return _pick(range(m), bits)
-    return (0,)
-
-
-# -- the log as seen by the models -----------------------------------------------------------------
-class _Ctx:
-    def __init__(self, entries: Sequence[Entry]) -> None:
-        self.entries = entries
-        n = self.n = len(entries)
-        self.last_flush = last_flush = [-1] * (n + 1)
-        self.epoch = epoch = [0] * (n + 1)
-        self.nmarks = nmarks = [0] * (n + 1)
-        self.marks: list[Entry] = []
-        lf = -1
-        for i, e in enumerate(entries):
+    def __init__(self, entries: LogIndex | Sequence[Entry]) -> None:
+        self.entries: tuple[Entry, ...] = tuple(_seq(entries))
+        n = self.n = len(self.entries)
+        last_flush, epoch, ndata, version = ([-1] * (n + 1), *([0] * (n + 1) for _ in range(3)))
+        self._events: list[tuple[bool, str]] = []  # (is an ack, key) of every key mark that adds a key
+        acked, begun, lf = set[str](), set[str](), -1
+        for i, e in enumerate(self.entries):
             if e.index != i:
                 raise UsageError(f"entry at position {i} has index {e.index}: not a log's entry list")
-            if e.flags & FLUSH:
-                lf = i
-            if e.flags & MARK:
-                self.marks.append(e)
-            last_flush[i + 1] = lf
-            epoch[i + 1] = epoch[i] + (e.flags & FLUSH > 0)
-            nmarks[i + 1] = len(self.marks)
-        self._keys: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {0: ((), ())}
-        self._km = 0
-        self._acked: dict[str, None] = {}
-        self._begun: dict[str, None] = {}
-        self._lock = threading.Lock()  # keys() extends shared state incrementally
+            lf = i if e.flags & FLUSH else lf
+            last_flush[i + 1], epoch[i + 1] = lf, epoch[i] + bool(e.flags & FLUSH)
+            ndata[i + 1] = ndata[i] + e.changes_device
+            is_ack, key = e.ack_key is not None, e.ack_key if e.ack_key is not None else e.begin_key
+            if key is not None and key not in acked and (is_ack or key not in begun):
+                self._events.append((is_ack, key))
+                (acked if is_ack else begun).add(key)
+            version[i + 1] = len(self._events)
+        self.last_flush, self.epoch, self.ndata = tuple(last_flush), tuple(epoch), tuple(ndata)
+        # a key mark either adds a key or changes nothing, so equal versions <=> equal (acks, begun)
+        self.key_version = tuple(version)
+        self._keys: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self._lock = threading.Lock()
 
     def keys(self, cut: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(acks, begun-not-acked) before the cut."""
-        m = self.nmarks[cut]
+        """(acks, begun-not-acked) before the cut, each in the order of its first mark."""
+        v = self.key_version[cut]
         with self._lock:
-            found = self._keys.get(m)
-            return found if found is not None else self._extend(m)
+            got = self._keys.get(v)
+            if got is None:
+                acks = tuple(k for is_ack, k in self._events[:v] if is_ack)
+                done = set(acks)
+                got = self._keys[v] = (acks, tuple(k for is_ack, k in self._events[:v] if not is_ack and k not in done))
+            return got
 
-    def _extend(self, m: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        if m < self._km:
-            self._km, self._acked, self._begun = 0, {}, {}
-        for e in self.marks[self._km:m]:
-            if e.ack_key is not None:
-                self._acked[e.ack_key] = None
-            elif e.begin_key is not None:
-                self._begun[e.begin_key] = None
-        self._km = m
-        self._keys[m] = (tuple(self._acked), tuple(k for k in self._begun if k not in self._acked))
-        return self._keys[m]
-
-    def droppable(self, cut: int) -> list[int]:
+    def droppable(self, cut: int) -> tuple[int, ...]:
+        """Data entries before the cut that a write-back cache may still lose (sorted)."""
         start = max(self.last_flush[cut], 0)
-        return [i for i in range(start, cut) if _droppable(self.entries[i])]
+        return tuple(i for i in range(start, cut) if _droppable(self.entries[i]))
 
-    def state(self, model: str, cut: int, dropped: tuple[int, ...] = (),
-              torn: tuple[tuple[int, tuple[int, ...]], ...] = (), id: str | None = None,
-              droppable: Sequence[int] | None = None) -> CrashState:
-        acks, begun = self.keys(cut)
-        sid = id or _explicit_id(model, cut, dropped, torn, droppable if droppable is not None
-                                 else self.droppable(cut) if dropped else ())
-        return CrashState(model, cut, dropped, torn, acks, begun, sid, self.epoch[cut])
+    def cut_points(self) -> list[int]:
+        """The write-cache cut points: just before each key mark, FLUSH, FUA entry with data; the end."""
+        es, n = self.entries, self.n
+        return [c for c in range(1, n + 1) if c == n or es[c].flags & FLUSH or is_key_mark(es[c])
+                or (es[c].is_fua and es[c].changes_device)]
 
     def canon(self, cut: int, dropped: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
-        """Smallest equivalent (cut, dropped): same durable data, same marks before the cut.
+        """Smallest equivalent (cut, dropped): same durable data, same key marks before the cut.
         ``dropped`` is sorted; walk back over dropped entries and entries without data."""
         c, j = cut, len(dropped) - 1
         while c > 0:
             e = self.entries[c - 1]
-            if e.flags & MARK:
+            if is_key_mark(e):
                 break
             if e.changes_device:
                 if j < 0 or dropped[j] != c - 1:
@@ -213,205 +183,218 @@ class _Ctx:
             c -= 1
         return c, dropped[:j + 1]
 
+    def state(self, model: str, cut: int, dropped: tuple[int, ...] = (), torn: Torn = (), sid: str | None = None,
+              droppable: Sequence[int] | None = None) -> CrashState:
+        """A state from checked parts; ``sid`` None: its canonical explicit id."""
+        acks, begun = self.keys(cut)
+        if sid is None:
+            pool = (droppable if droppable is not None else self.droppable(cut)) if dropped else ()
+            sid = format_id(model, cut, dropped, torn, pool)
+        return CrashState(model, cut, dropped, torn, acks, begun, sid, self.epoch[cut])
 
-def _droppable(e: Entry) -> bool:
-    return e.changes_device and not e.flags & FUA
+    def make_state(self, model: str, cut: int, dropped: Sequence[int] = (),
+                   torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
+        """Build and validate one state (e.g. a minimized one); UsageError if the model cannot
+        produce it from this log."""
+        check_model(model)
+        if not 1 <= cut <= self.n:
+            raise UsageError(f"cut {cut} out of range 1..{self.n} for a log of {self.n} entries")
+        drop = tuple(sorted(set(dropped)))
+        tears = tuple((int(i), tuple(sorted(set(s)))) for i, s in torn)
+        why = self._refusal(model, cut, drop, tears)
+        if why:
+            raise UsageError(why)
+        return self.state(model, cut, drop, tears)
 
+    def _refusal(self, model: str, cut: int, drop: tuple[int, ...], tears: Torn) -> str | None:
+        """Why ``model`` cannot produce this state; None if it can."""
+        last, pool = self.entries[cut - 1], self.droppable(cut)
+        if drop and model in ("no-cache", "flush"):
+            return f"model {model} drops no entries"
+        if (model == "torn") != bool(tears) or len(tears) > 1:
+            return "a torn state tears exactly one write" if model == "torn" else f"model {model} tears no writes"
+        if model == "flush" and not (last.flags & (FLUSH | FUA) or is_key_mark(last)):
+            return f"the flush model cuts only after FLUSH, FUA and ack/begin marks; entry {cut - 1} is none"
+        bad = set(drop) - set(pool)
+        if model == "torn":
+            t, sectors = tears[0]
+            e = self.entries[t] if 0 <= t < cut else None
+            if e is None or not _tearable(e):
+                return f"entry {t} is not a multi-sector write before cut {cut}"
+            if (t != cut - 1 or drop) and t not in pool:  # combined with the write cache: from the epoch
+                return (f"entry {t} cannot be torn with lost entries or before entry {cut - 1} at cut {cut}: "
+                        f"it is FUA or before the last flush")
+            if not sectors or len(sectors) >= e.nr_sectors or sectors[0] < 0 or sectors[-1] >= e.nr_sectors:
+                return f"torn sectors must be a proper non-empty subset of 0..{e.nr_sectors - 1}"
+            bad |= set(drop) & {t}
+        return (f"entries {format_ranges(sorted(bad))} cannot be lost at cut {cut} (FUA, before the last flush, "
+                f"no data, past the cut, or the torn write)") if bad else None
 
-def _explicit_id(model: str, cut: int, dropped: tuple[int, ...], torn: tuple[tuple[int, tuple[int, ...]], ...],
-                 droppable: Sequence[int]) -> str:
-    base = f"{model}@{cut}"
-    if torn:
-        return f"{base}/s{format_ranges(torn[0][1])}"
-    if not dropped:
-        return base
-    if 2 * len(dropped) <= len(droppable):
-        return f"{base}/d{format_ranges(dropped)}"
-    gone = set(dropped)
-    kept = [i for i in droppable if i not in gone]
-    return f"{base}/k{format_ranges(kept)}"
+    def state_from_id(self, state_id: str) -> CrashState:
+        """Rebuild the state an id names; UsageError for a malformed id or one that does not fit."""
+        sid = parse_id(state_id)
+        if not 1 <= sid.cut <= self.n:
+            raise UsageError(f"state id {state_id!r}: cut {sid.cut} out of range 1..{self.n}")
+        es = self.entries
+        lost, torn = resolve(sid, self.droppable(sid.cut) if sid.subset else (),
+                             lambda i: es[i].nr_sectors if i < sid.cut and _tearable(es[i]) else 0)
+        state = self.make_state(sid.model, sid.cut, lost, torn)
+        return dataclasses.replace(state, id=sid.text()) if sid.seeded else state
 
-
-_CACHE: list[tuple[Sequence[Entry], _Ctx]] = []
-
-
-def _ctx(index: LogIndex | Sequence[Entry]) -> _Ctx:
-    entries = index.entries if isinstance(index, LogIndex) else index
-    if not isinstance(entries, tuple):  # a list may change under us: no caching
-        return _Ctx(entries)
-    if _CACHE and _CACHE[0][0] is entries:
-        return _CACHE[0][1]
-    ctx = _Ctx(entries)
-    _CACHE[:] = [(entries, ctx)]
-    return ctx
-
-
-def _check_model(model: str) -> None:
-    if model not in MODELS:
-        raise UsageError(f"unknown crash model {model!r}; valid models: {', '.join(MODELS)}")
-
-
-# -- single states -----------------------------------------------------------------------------------
-def make_state(index: LogIndex | Sequence[Entry], model: str, cut: int, dropped: Sequence[int] = (),
-               torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
-    """Build and validate one state (e.g. a minimized one); raises UsageError if the model cannot
-    produce it from this log."""
-    _check_model(model)
-    ctx = _ctx(index)
-    if not 1 <= cut <= ctx.n:
-        raise UsageError(f"cut {cut} out of range 1..{ctx.n} for a log of {ctx.n} entries")
-    drop = tuple(sorted(set(dropped)))
-    tears = tuple((int(i), tuple(sorted(set(s)))) for i, s in torn)
-    if model != "write-cache" and drop:
-        raise UsageError(f"model {model} drops no entries")
-    if model != "torn" and tears:
-        raise UsageError(f"model {model} tears no writes")
-    if model == "flush" and not ctx.entries[cut - 1].flags & (FLUSH | FUA | MARK):
-        raise UsageError(f"flush model cuts only after FLUSH, FUA and MARK entries; entry {cut - 1} is none")
-    if model == "write-cache" and not set(drop) <= set(ctx.droppable(cut)):
-        bad = sorted(set(drop) - set(ctx.droppable(cut)))
-        raise UsageError(f"entries {format_ranges(bad)} cannot be lost at cut {cut} (FUA, before the "
-                         f"last flush, no data, or past the cut)")
-    if model == "torn":
-        e = ctx.entries[cut - 1]
-        if len(tears) != 1 or tears[0][0] != cut - 1:
-            raise UsageError(f"a torn state tears exactly entry {cut - 1} (the one before the cut)")
-        if not e.is_write or e.nr_sectors < 2:
-            raise UsageError(f"entry {cut - 1} is not a multi-sector write")
-        sectors = tears[0][1]
-        if not sectors or len(sectors) >= e.nr_sectors or sectors[0] < 0 or sectors[-1] >= e.nr_sectors:
-            raise UsageError(f"torn sectors must be a proper non-empty subset of 0..{e.nr_sectors - 1}")
-    return ctx.state(model, cut, drop, tears)
-
-
-def state_from_id(index: LogIndex | Sequence[Entry], state_id: str) -> CrashState:
-    """Rebuild the state an id names; raises UsageError for a malformed id or one that does not fit."""
-    m = _ID.fullmatch(state_id.strip()) if isinstance(state_id, str) else None
-    if m is None:
-        raise UsageError(f"malformed state id {state_id!r}; expected MODEL@CUT[/dRANGES|/kRANGES|/sRANGES|"
-                         f"/rSEED.N] with MODEL one of {', '.join(MODELS)}")
-    model, cut_s, kind, ranges, seed_s, n_s = m.groups()
-    cut = int(cut_s)
-    ctx = _ctx(index)
-    if not 1 <= cut <= ctx.n:
-        raise UsageError(f"state id {state_id!r}: cut {cut} out of range 1..{ctx.n}")
-    if kind is None and seed_s is None:
-        return make_state(index, model, cut)
-    if model == "write-cache" and kind in ("d", "k"):
-        droppable = ctx.droppable(cut)
-        listed = parse_ranges(ranges, ctx.n, f"state id {state_id!r}:")
-        bad = set(listed) - set(droppable)
-        if bad:
-            raise UsageError(f"state id {state_id!r}: entries {format_ranges(sorted(bad))} are not droppable "
-                             f"at cut {cut}")
-        return make_state(index, model, cut, listed if kind == "d" else [i for i in droppable if i not in listed])
-    if model == "torn" and kind == "s":
-        e = ctx.entries[cut - 1]
-        sectors = parse_ranges(ranges, max(e.nr_sectors, 1), f"state id {state_id!r}:") if e.is_write else ()
-        return make_state(index, model, cut, (), [(cut - 1, sectors)])
-    if seed_s is not None and model in ("write-cache", "torn"):
-        seed, n = int(seed_s), int(n_s)
-        if model == "write-cache":
-            return ctx.state(model, cut, _wc_sample(ctx.droppable(cut), seed, cut, n), (), state_id)
-        e = ctx.entries[cut - 1]
-        make_state(index, model, cut, (), [(cut - 1, (0,))])  # validates the entry
-        return ctx.state(model, cut, (), ((cut - 1, _torn_sample(e.nr_sectors, seed, cut, n)),), state_id)
-    raise UsageError(f"state id {state_id!r}: model {model} takes no '/{kind or 'r'}' part")
-
-
-# -- enumeration -----------------------------------------------------------------------------------
-def enumerate_states(index: LogIndex | Sequence[Entry], model: str, *, seed: int = 0, exhaustive_bound: int = 10,
-                     samples: int = 64, torn_samples: int = 4) -> list[CrashState]:
-    """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
-    _check_model(model)
-    for name, value, hi in (("seed", seed, 2**63 - 1), ("exhaustive_bound", exhaustive_bound, MAX_EXHAUSTIVE_BOUND),
-                            ("samples", samples, 10**6), ("torn_samples", torn_samples, 10**4)):
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
-            raise UsageError(f"{name} must be an integer in 0..{hi}, got {value!r}")
-    ctx = _ctx(index)
-    entries, n = ctx.entries, ctx.n
-    out: list[CrashState] = []
-    if model == "no-cache":
-        out = [ctx.state(model, c) for c in range(1, n + 1)]
-    elif model == "flush":
-        out = [ctx.state(model, i + 1) for i, e in enumerate(entries) if e.flags & (FLUSH | FUA | MARK)]
-    elif model == "write-cache":
-        out = _write_cache(ctx, seed, exhaustive_bound, samples)
-    else:
-        for i, e in enumerate(entries):
-            if e.is_write and e.nr_sectors > 1:
-                out.extend(sorted(_torn(ctx, i, e.nr_sectors, seed, torn_samples), key=lambda s: s.id))
-    log.debug("model %s: %d states over %d entries", model, len(out), n)
-    return out
-
-
-def _wc_cuts(ctx: _Ctx) -> list[int]:
-    entries = ctx.entries
-    return [c for c in range(1, ctx.n + 1)
-            if c == ctx.n or entries[c].flags & (FLUSH | MARK) or (entries[c].is_fua and entries[c].changes_device)]
-
-
-def _write_cache(ctx: _Ctx, seed: int, bound: int, samples: int) -> list[CrashState]:
-    seen: set[tuple[int, tuple[int, ...]]] = set()
-    out: list[CrashState] = []
-    for cut in _wc_cuts(ctx):
-        droppable = tuple(ctx.droppable(cut))
-        k = len(droppable)
-        batch: list[CrashState] = []
-        if k <= bound:
-            for mask in range(1 << k):
-                _add(ctx, seen, batch, cut, droppable, _pick(droppable, mask))
+    # -- enumeration ------------------------------------------------------------------------------
+    def states(self, model: str, *, seed: int = 0, exhaustive_bound: int = 10, samples: int = 64,
+               torn_samples: int = 4) -> list[CrashState]:
+        """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
+        check_model(model)
+        limits = (("seed", seed, 2**63 - 1), ("exhaustive_bound", exhaustive_bound, MAX_EXHAUSTIVE_BOUND),
+                  ("samples", samples, 10**6), ("torn_samples", torn_samples, 10**4))
+        for name, value, hi in limits:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
+                raise UsageError(f"{name} must be an integer in 0..{hi}, got {value!r}")
+        if model == "no-cache":
+            out = [self.state(model, c) for c in range(1, self.n + 1)]
+        elif model == "flush":
+            out = [self.state(model, i + 1) for i, e in enumerate(self.entries)
+                   if e.flags & (FLUSH | FUA) or is_key_mark(e)]
+        elif model == "write-cache":
+            out = _by_cut(self, model, self.cut_points(), lambda b: _write_cache(b, seed, exhaustive_bound, samples))
         else:
-            structured = [(), droppable, *((d,) for d in droppable),
-                          *(droppable[:i] + droppable[i + 1:] for i in range(k))]
-            for dropped in structured:
-                _add(ctx, seen, batch, cut, droppable, dropped)
-            got = j = 0
-            while got < samples and j < 4 * samples + 16:
-                got += _add(ctx, seen, batch, cut, droppable, _wc_sample(droppable, seed, cut, j),
-                            f"write-cache@{cut}/r{seed}.{j}")
-                j += 1
-        out.extend(sorted(batch, key=lambda s: s.id))
+            alone, combined = {i + 1 for i, e in enumerate(self.entries) if _tearable(e)}, set(self.cut_points())
+            out = _by_cut(self, model, sorted(alone | combined), lambda b: _torn_alone(b, seed, torn_samples),
+                          lambda b: _torn_combined(b, seed, torn_samples, combined))
+        log.debug("model %s: %d states over %d entries", model, len(out), self.n)
+        return out
+
+
+class _Batch:
+    """States of one cut, skipping any equivalent to one already generated (``seen`` spans cuts)."""
+
+    def __init__(self, sp: CrashSpace, seen: set[object], model: str, cut: int) -> None:
+        self.sp, self.seen, self.model, self.cut = sp, seen, model, cut
+        self.states: list[CrashState] = []
+
+    @functools.cached_property
+    def droppable(self) -> tuple[int, ...]:
+        return self.sp.droppable(self.cut)
+
+    def add(self, dropped: tuple[int, ...], torn: Torn = (), sid: str | None = None) -> bool:
+        key = (self.sp.canon(self.cut, dropped), torn)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        self.states.append(self.sp.state(self.model, self.cut, dropped, torn, sid, self.droppable if dropped else ()))
+        return True
+
+
+def _by_cut(sp: CrashSpace, model: str, cuts: Iterable[int], *fills: Callable[[_Batch], None]) -> list[CrashState]:
+    seen: set[object] = set()
+    out: list[CrashState] = []
+    for cut in cuts:
+        b = _Batch(sp, seen, model, cut)
+        for fill in fills:
+            fill(b)
+        out.extend(sorted(b.states, key=lambda s: s.id))
     return out
 
 
-def _add(ctx: _Ctx, seen: set[tuple[int, tuple[int, ...]]], batch: list[CrashState], cut: int,
-         droppable: tuple[int, ...], dropped: tuple[int, ...], sid: str | None = None) -> bool:
-    """Append the state unless an equivalent one (same durable data, same marks) exists."""
-    key = ctx.canon(cut, dropped)
-    if key in seen:
-        return False
-    seen.add(key)
-    batch.append(ctx.state("write-cache", cut, dropped, (), sid, droppable))
-    return True
+def _write_cache(b: _Batch, seed: int, bound: int, samples: int) -> None:
+    pool, cut = b.droppable, b.cut
+    if len(pool) <= bound:
+        for mask in range(1 << len(pool)):
+            b.add(pick_bits(pool, mask))
+        return
+    for dropped in subset_picks(pool):
+        b.add(dropped)
+    got = j = 0
+    while got < samples and j < 4 * samples + 16:
+        got += b.add(wc_sample(pool, seed, cut, j), (), f"write-cache@{cut}/r{seed}.{j}")
+        j += 1
 
 
-def _torn(ctx: _Ctx, i: int, m: int, seed: int, torn_samples: int) -> list[CrashState]:
-    cut = i + 1
-    h = m // 2
-    picks = dict.fromkeys([tuple(range(h)), tuple(range(h, m)), tuple(range(m - 1)), (0,)])
-    if (1 << m) - 2 <= len(picks) + torn_samples:  # small write: every proper subset
-        picks = dict.fromkeys(_pick(range(m), b) for b in range(1, (1 << m) - 1))
-    states = [ctx.state("torn", cut, (), ((i, p),)) for p in picks]
+def _torn_alone(b: _Batch, seed: int, torn_samples: int) -> None:
+    i = b.cut - 1
+    m = b.sp.entries[i].nr_sectors
+    if not _tearable(b.sp.entries[i]):
+        return
+    picks = dict.fromkeys(tear_picks(m, torn_samples))
+    for p in picks:
+        b.add((), ((i, p),))
     j = got = 0
     while len(picks) < (1 << m) - 2 and got < torn_samples and j < 4 * torn_samples + 16:
-        p = _torn_sample(m, seed, cut, j)
+        p = torn_sample(m, seed, b.cut, j)
         if p not in picks:
             picks[p] = None
-            states.append(ctx.state("torn", cut, (), ((i, p),), f"torn@{cut}/r{seed}.{j}"))
+            b.add((), ((i, p),), f"torn@{b.cut}/r{seed}.{j}")
             got += 1
         j += 1
-    return states
+
+
+def _torn_combined(b: _Batch, seed: int, torn_samples: int, cuts: set[int]) -> None:
+    if b.cut not in cuts:
+        return
+    sp, cut, pool = b.sp, b.cut, b.droppable
+    tearable = [t for t in pool if _tearable(sp.entries[t])]
+    fua = [u for u in sp.entries[max(sp.last_flush[cut], 0):cut] if u.is_fua and u.is_write]
+    for t in tearable:
+        half = ((t, tuple(range(sp.entries[t].nr_sectors // 2))),)
+        b.add((), half)
+        b.add(tuple(i for i in pool if i != t), half)
+        for sectors in _under_fua(sp, t, fua):
+            b.add((), ((t, sectors),))
+    for j in range(torn_samples if tearable else 0):  # duplicates of earlier picks are not retried
+        t = tearable[seeded_index(len(tearable), seed, cut, j)]
+        tear = torn_sample(sp.entries[t].nr_sectors, seed, t + 1, j)
+        lost = tw_sample([i for i in pool if i != t], seed, cut, t, j)
+        r = Pick("r", "", seed, j)
+        b.add(lost, ((t, tear),), StateId("torn", cut, r, r, t).text())
+
+
+def _under_fua(sp: CrashSpace, t: int, fua: Sequence[Entry]) -> Iterator[tuple[int, ...]]:
+    """Blind spot (b): for each FUA write U of the window (``fua``) logged before write t and
+    overlapping it, the sectors of t that persist if U reached the disk after t (all but those
+    where U's data would be on top)."""
+    w = sp.entries[t]
+    hits = [u for u in fua if u.index < t and u.sector < w.sector + w.nr_sectors and w.sector < u.sector + u.nr_sectors]
+    for u in hits:
+        later = [(x.sector, x.nr_sectors) for x in sp.entries[u.index + 1:t] if x.changes_device]
+        keep = not_under(w.sector, w.nr_sectors, (u.sector, u.nr_sectors), later)
+        if keep:
+            yield keep
+
+
+# -- the functional API (each call on the CrashSpace given, or on a fresh one for a log) --------------
+def space(index: CrashSpace | LogIndex | Sequence[Entry]) -> CrashSpace:
+    """The CrashSpace of a log (the same object if given one)."""
+    return index if isinstance(index, CrashSpace) else CrashSpace(index)
+
+
+def enumerate_states(index: CrashSpace | LogIndex | Sequence[Entry], model: str, *, seed: int = 0,
+                     exhaustive_bound: int = 10, samples: int = 64, torn_samples: int = 4) -> list[CrashState]:
+    """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
+    return space(index).states(model, seed=seed, exhaustive_bound=exhaustive_bound, samples=samples,
+                               torn_samples=torn_samples)
+
+
+def make_state(index: CrashSpace | LogIndex | Sequence[Entry], model: str, cut: int, dropped: Sequence[int] = (),
+               torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
+    """Build and validate one state; UsageError if the model cannot produce it from this log."""
+    return space(index).make_state(model, cut, dropped, torn)
+
+
+def state_from_id(index: CrashSpace | LogIndex | Sequence[Entry], state_id: str) -> CrashState:
+    """Rebuild the state an id names; UsageError for a malformed id or one that does not fit."""
+    return space(index).state_from_id(state_id)
 
 
 def describe(states: Sequence[CrashState]) -> dict[str, object]:
     """Total count and per-epoch breakdown (epoch = number of FLUSH entries before the cut)."""
+    _sampled = lambda s: "r" in s.id.partition("@")[2]  # noqa: E731 - an id with a seeded part
     per: dict[int, list[CrashState]] = {}
     for s in states:
         per.setdefault(s.epoch, []).append(s)
     epochs = [{"epoch": e, "states": len(group), "cuts": len({s.cut for s in group}),
                "first_cut": min(s.cut for s in group), "last_cut": max(s.cut for s in group),
-               "max_dropped": max(len(s.dropped) for s in group), "sampled": sum("/r" in s.id for s in group)}
+               "max_dropped": max(len(s.dropped) for s in group), "sampled": sum(map(_sampled, group))}
               for e, group in sorted(per.items())]
     return {"total": len(states), "models": dict(Counter(s.model for s in states)),
-            "cuts": len({s.cut for s in states}), "sampled": sum("/r" in s.id for s in states), "epochs": epochs}
+            "cuts": len({s.cut for s in states}), "sampled": sum(map(_sampled, states)), "epochs": epochs}

@@ -1,5 +1,10 @@
-"""The only place that runs subprocesses: argv lists, a timeout on every call, process-group kill,
-errors that carry the argv, the exit code and the stderr tail."""
+"""The only place that runs subprocesses (host and guest): argv lists (or an explicit shell for a
+user's command string), a timeout on every call, each child in its own process group that is killed
+as a whole (a grandchild cannot outlive its timeout and keep a mount busy), errors that carry the
+argv (``shlex.join``), the exit code and the stderr tail.
+
+Every live child group is registered, so an interrupt handler can kill them all at once
+(``kill_all``) even while the thread that started them is blocked."""
 from __future__ import annotations
 
 import logging
@@ -7,6 +12,8 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from typing import IO, Mapping, Sequence
 
@@ -15,14 +22,24 @@ from .errors import CommandFailed, EnvironmentNotReady
 log = logging.getLogger(__name__)
 
 TAIL_CHARS = 4000
+SHELL = "/bin/sh"
+
+_live: set[int] = set()
+_live_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
     argv: tuple[str, ...]
-    returncode: int
+    returncode: int | None    # None: killed by its timeout
     stdout: str
     stderr: str
+    duration_s: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
 
 
 def require(tool: str, package: str | None = None) -> str:
@@ -36,37 +53,81 @@ def require(tool: str, package: str | None = None) -> str:
     return path
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _register(pid: int) -> None:
+    with _live_lock:
+        _live.add(pid)
+
+
+def _unregister(pid: int) -> None:
+    with _live_lock:
+        _live.discard(pid)
+
+
+def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
+def live_groups() -> list[int]:
+    with _live_lock:
+        return sorted(_live)
+
+
+def kill_all(sig: int = signal.SIGKILL) -> int:
+    """Signal every live child process group (for an interrupt); returns how many."""
+    groups = live_groups()
+    for pid in groups:
+        _kill_group(pid, sig)
+    return len(groups)
+
+
 def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str | bytes | None = None,
         env: Mapping[str, str] | None = None, cwd: str | None = None, text: bool = True) -> Result:
-    """Run ``argv`` to completion in its own process group; on timeout kill the whole group."""
+    """Run ``argv`` to completion in its own process group; on timeout kill the whole group.
+    ``check``: a non-zero exit or a timeout raises CommandFailed; else both are in the Result."""
     argv = [str(a) for a in argv]
     log.debug("run %s", argv)
+    start = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env) if env else None,
                                 cwd=cwd, text=text, start_new_session=True)
     except FileNotFoundError as e:
         raise EnvironmentNotReady(f"{argv[0]} not found") from e
+    except NotADirectoryError as e:
+        raise EnvironmentNotReady(f"{cwd or argv[0]}: not a directory") from e
+    _register(proc.pid)
+    timed_out = False
     try:
-        out, err = proc.communicate(input=input, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        raise CommandFailed(argv, None, _tail(err), timed_out=True, timeout=timeout) from None
+        try:
+            out, err = proc.communicate(input=input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            out, err = proc.communicate()
+        finally:
+            # the leader has exited (or was killed): its leftovers in the group must not linger
+            _kill_group(proc.pid)
     except BaseException:
-        _kill_group(proc)
+        _kill_group(proc.pid)
         proc.wait()
         raise
+    finally:
+        _unregister(proc.pid)
+    res = Result(tuple(argv), None if timed_out else proc.returncode, out, err,
+                 round(time.monotonic() - start, 3), timed_out)
+    if check and timed_out:
+        raise CommandFailed(argv, None, _tail(err), timed_out=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise CommandFailed(argv, proc.returncode, _tail(err))
-    return Result(tuple(argv), proc.returncode, out, err)
+    return res
+
+
+def run_shell(command: str, *, timeout: float, check: bool = False, **kwargs: object) -> Result:
+    """A user's command string, explicitly through ``/bin/sh -c`` (same guarantees as ``run``)."""
+    return run([SHELL, "-c", command], timeout=timeout, check=check, **kwargs)  # type: ignore[arg-type]
 
 
 def _tail(s: str | bytes | None) -> str:
@@ -78,10 +139,10 @@ def _tail(s: str | bytes | None) -> str:
 
 
 class Spawned:
-    """A long-running child (QEMU, virtiofsd) in its own process group, output to files."""
+    """A long-running child (QEMU, virtiofsd, a workload) in its own process group, output to files."""
 
     def __init__(self, argv: Sequence[str], *, stdout: IO | int | None = None, stderr: IO | int | None = None,
-                 env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = ()) -> None:
+                 env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = (), cwd: str | None = None) -> None:
         self.argv = [str(a) for a in argv]
         log.debug("spawn %s", self.argv)
         try:
@@ -89,9 +150,10 @@ class Spawned:
                                          stdout=stdout if stdout is not None else subprocess.DEVNULL,
                                          stderr=stderr if stderr is not None else subprocess.DEVNULL,
                                          env=dict(env) if env else None, start_new_session=True,
-                                         pass_fds=tuple(pass_fds))
+                                         pass_fds=tuple(pass_fds), cwd=cwd)
         except FileNotFoundError as e:
             raise EnvironmentNotReady(f"{self.argv[0]} not found") from e
+        _register(self.proc.pid)
 
     @property
     def pid(self) -> int:
@@ -108,9 +170,10 @@ class Spawned:
         return self.proc.poll()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            _kill_group(self.proc)
-            self.proc.wait()
+        """Kill the whole group (also when the leader already exited: its children may not have)."""
+        _kill_group(self.proc.pid)
+        self.proc.wait()
+        _unregister(self.proc.pid)
 
     def __enter__(self) -> "Spawned":
         return self

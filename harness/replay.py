@@ -31,14 +31,9 @@ from pathlib import Path
 from .errors import BadRecording, PowercutError, UsageError
 from .log import Entry, LogIndex, open_log
 from .models import CrashState, durable_entries, state_from_id
-from .record import load_recording
-from .snapshot import (
-    Provider,
-    choose_provider,
-    pwrite_all,
-    sparse_copy_fd,
-    zero_range,
-)
+from .recording import load as load_recording
+from .imageio import pwrite_all, sparse_copy_fd, zero_range
+from .snapshot import Provider, choose_provider
 
 log = logging.getLogger(__name__)
 
@@ -317,22 +312,15 @@ def _source(source: str | os.PathLike[str], size: int | None) -> tuple[Path, int
     src = Path(source)
     if src.is_dir():
         rec = load_recording(src)
-        try:
-            dsize = rec.data_size
-            initial_name = rec.manifest["data"].get("initial", "zeros")
-            log_path = rec.log_path
-        except (KeyError, TypeError, ValueError) as e:
-            raise BadRecording(f"{src}: manifest lacks or garbles {e}") from None
+        dsize, log_path, initial = rec.data_size, rec.log_path, rec.initial_image
         if size is not None and size != dsize:
             raise UsageError(f"{src}: the recording's data device has {dsize} bytes; drop --size or give {dsize}")
         if not log_path.is_file():
             raise BadRecording(f"{src}: the log {log_path.name} is missing")
-        initial = None if initial_name == "zeros" else src / initial_name
         if initial is not None and not initial.is_file():
-            raise BadRecording(f"{src}: the initial image {initial_name} is missing")
+            raise BadRecording(f"{src}: the initial image {initial.name} is missing")
         if not rec.ok:
-            log.warning("%s: recording status is %r; replaying what the log holds", src,
-                        rec.manifest["recording"].get("status"))
+            log.warning("%s: recording status is %r; replaying what the log holds", src, rec.status)
         return log_path, dsize, initial
     if not src.exists():
         raise UsageError(f"{src}: no such recording directory or log file")

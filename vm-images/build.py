@@ -20,6 +20,7 @@ from pathlib import Path
 from powercut import process
 from powercut.config import dumps_toml, loads_toml
 from powercut.errors import CommandFailed, EnvironmentNotReady, ImageError, UsageError
+from powercut.paths import cache_root  # noqa: F401  (re-exported: powercut.images.build.cache_root)
 
 from .cpio import CpioWriter
 
@@ -27,12 +28,6 @@ log = logging.getLogger(__name__)
 
 BUILDER_VERSION = "3"
 META_PACKAGE = "linux-image-amd64"
-
-
-def cache_root() -> Path:
-    root = os.environ.get("POWERCUT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "powercut")
-    return Path(root)
 
 
 @dataclass(frozen=True, slots=True)

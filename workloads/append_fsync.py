@@ -11,7 +11,7 @@ import zlib
 from typing import Any
 
 import powercut
-from powercut.workload import Workload
+from powercut import Workload
 
 
 def payload(seed: int, i: int, size: int) -> bytes:

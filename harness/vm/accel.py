@@ -1,6 +1,16 @@
-"""Acceleration probe: 'auto' boots the guest kernel under KVM with a short timeout (the init answers
-``powercut-probe-ok`` at once); if that fails or hangs, TCG.  The verdict is cached per host kernel,
-QEMU binary and guest kernel, so the probe runs once per machine."""
+"""Acceleration probe (host side): 'auto' boots the guest kernel under KVM with a short timeout (the
+init answers ``powercut-probe-ok`` at once); if that fails or hangs, TCG.
+
+Two probes, one verdict cache (``<cache_root>/accel.json``, see :mod:`powercut.paths`):
+
+* local (the QEMU backend, local libvirt URIs): QEMU itself, here; keyed by host kernel release, QEMU
+  binary and guest kernel (:func:`local_key`).
+* remote (a libvirt URI that is not local, see powercut.vm.libvirt.is_local_uri): the same probe
+  guest booted as a libvirt domain of type kvm on that hypervisor (:func:`probe_kvm_libvirt`, with
+  the libvirt backend's helpers); keyed by the URI, the hypervisor's version and the guest kernel
+  (:func:`remote_key`).  A paused, failed or silent probe domain means TCG.
+
+Either probe runs once per key."""
 from __future__ import annotations
 
 import hashlib
@@ -8,28 +18,64 @@ import json
 import logging
 import os
 import platform
+import secrets
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from .. import process
 from ..errors import EnvironmentNotReady
+from ..paths import cache_root
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = float(os.environ.get("POWERCUT_KVM_PROBE_TIMEOUT", "15"))
+PROBE_OK = b"powercut-probe-ok"
 
 
 def _cache_file() -> Path:
-    from powercut.images.build import cache_root
     return cache_root() / "accel.json"
 
 
-def _key(qemu: str, kernel: str) -> str:
-    st = os.stat(qemu)
-    kst = os.stat(kernel)
-    raw = f"{platform.release()}|{qemu}|{st.st_size}|{st.st_mtime_ns}|{kernel}|{kst.st_size}|{kst.st_mtime_ns}"
+def _identity(path: str) -> str:
+    st = os.stat(path)
+    return f"{path}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def local_key(qemu: str, kernel: str) -> str:
+    """Cache key of the local probe: host kernel release, QEMU binary, guest kernel."""
+    raw = f"{platform.release()}|{_identity(qemu)}|{_identity(kernel)}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def remote_key(uri: str, kernel: str, hypervisor_version: int | str = "") -> str:
+    """Cache key of a probe through libvirt: the URI as given, the hypervisor's version (libvirt's
+    getVersion(), i.e. QEMU's there) and the guest kernel (a path on both hosts)."""
+    raw = f"libvirt|{uri}|{hypervisor_version}|{_identity(kernel)}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def _store(key: str, entry: dict) -> None:
+    cache = _cache_file()
+    verdicts = cached_verdicts()
+    verdicts[key] = entry
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(verdicts, indent=1))
+    tmp.replace(cache)
+
+
+def cached_probe(key: str, probe: Callable[[], tuple[bool, str]], *, where: str) -> str:
+    """'kvm' or 'tcg': the cached verdict for ``key``, else run ``probe`` once and cache its verdict."""
+    known = cached_verdicts().get(key)
+    if known and known.get("accel") in ("kvm", "tcg"):
+        return known["accel"]
+    ok, reason = probe()
+    accel = "kvm" if ok else "tcg"
+    log.info("acceleration probe on %s: %s (%s)", where, accel, reason)
+    _store(key, {"accel": accel, "reason": reason, "where": where, "at": time.time()})
+    return accel
 
 
 def kvm_usable_device() -> bool:
@@ -53,7 +99,7 @@ def probe_kvm(qemu: str, kernel: str, initrd: str, timeout: float = PROBE_TIMEOU
             vm.kill()
         took = time.monotonic() - start
         out = Path(console).read_bytes() if os.path.exists(console) else b""
-        if b"powercut-probe-ok" in out:
+        if PROBE_OK in out:
             return True, f"KVM guest booted in {took:.1f} s"
         if rc is None:
             return False, f"KVM guest did not boot within {timeout:g} s"
@@ -62,7 +108,7 @@ def probe_kvm(qemu: str, kernel: str, initrd: str, timeout: float = PROBE_TIMEOU
 
 
 def resolve_accel(requested: str, kernel: str, initrd: str) -> str:
-    """'kvm' or 'tcg' for ``requested`` in auto/kvm/tcg."""
+    """'kvm' or 'tcg' for ``requested`` in auto/kvm/tcg, for a VM run by QEMU on this host."""
     if requested == "tcg":
         return "tcg"
     qemu = process.require("qemu-system-x86_64", "qemu-system-x86")
@@ -70,27 +116,80 @@ def resolve_accel(requested: str, kernel: str, initrd: str) -> str:
         if not kvm_usable_device():
             raise EnvironmentNotReady("--accel kvm: /dev/kvm is missing or not accessible")
         return "kvm"
-    key = _key(qemu, kernel)
-    cache = _cache_file()
-    try:
-        verdicts = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        verdicts = {}
-    if key in verdicts:
-        return verdicts[key]["accel"]
-    ok, reason = probe_kvm(qemu, kernel, initrd)
-    accel = "kvm" if ok else "tcg"
-    log.info("acceleration probe: %s (%s)", accel, reason)
-    verdicts[key] = {"accel": accel, "reason": reason, "at": time.time()}
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(verdicts, indent=1))
-    tmp.replace(cache)
-    return accel
+    return cached_probe(local_key(qemu, kernel), lambda: probe_kvm(qemu, kernel, initrd), where="local")
+
+
+def resolve_remote_accel(requested: str, *, uri: str, kernel: str, probe: Callable[[], tuple[bool, str]],
+                         hypervisor_version: int | str = "") -> str:
+    """'kvm' or 'tcg' for a VM on the hypervisor behind libvirt ``uri``: kvm/tcg as asked (nothing
+    here can check the remote /dev/kvm); auto runs ``probe`` (a KVM boot there: (ok, reason)) once per
+    :func:`remote_key` and caches its verdict."""
+    if requested in ("kvm", "tcg"):
+        return requested
+    return cached_probe(remote_key(uri, kernel, hypervisor_version), probe, where=uri)
 
 
 def cached_verdicts() -> dict:
     try:
-        return json.loads(_cache_file().read_text())
+        verdicts = json.loads(_cache_file().read_text())
     except (OSError, ValueError):
         return {}
+    return verdicts if isinstance(verdicts, dict) else {}
+
+
+# ---------------------------------------------------------------- through libvirt
+
+def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *, uri: str,
+                      timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
+    """The probe on the hypervisor behind the libvirt connection ``conn``: kernel+initrd with
+    ``powercut.probe=1`` as a transient kvm domain (AUTODESTROY, destroyed at the end), waiting for
+    ``powercut-probe-ok`` on its console ``workdir``/accel-probe-console.log (a path both hosts see,
+    like every console of the libvirt backend); (ok, reason)."""
+    from ..config import VmSpec
+    from ..errors import VmError
+    from . import libvirt as lv
+
+    name = f"powercut-accel-probe-{secrets.token_hex(4)}"
+    console = Path(workdir) / "accel-probe-console.log"
+    console.write_bytes(b"")
+    spec = VmSpec(kernel=kernel, initrd=initrd, memory_mb=256, console_path=str(console), name=name,
+                  cmdline=("powercut.probe=1",), timeout_s=timeout)
+    start = time.monotonic()
+    try:
+        dom = lv.create_domain(libvirt, conn, lv.domain_xml(spec, "kvm", name=name))
+    except libvirt.libvirtError as e:
+        return False, f"libvirt at {uri} could not start a KVM domain: {e.get_error_message()}"
+    ok = lv.ConsoleWatch(console, PROBE_OK)
+    try:
+        while True:
+            took = time.monotonic() - start
+            state = lv.domain_state(libvirt, dom)
+            if ok.seen():
+                return True, f"KVM domain at {uri} booted in {took:.1f} s"
+            if state is None:
+                return False, f"KVM domain at {uri} stopped without booting"
+            if why := lv.paused_reason(libvirt, state):
+                return False, f"KVM domain at {uri} paused ({why})"
+            if took > timeout:
+                return False, f"KVM domain at {uri} did not boot within {timeout:g} s"
+            time.sleep(0.1)
+    except libvirt.libvirtError as e:  # no verdict, so nothing is cached
+        raise VmError(f"lost libvirt at {uri} during the KVM probe: {e.get_error_message()}") from None
+    finally:
+        lv.destroy_domain(libvirt, dom)
+
+
+def resolve_libvirt_accel(libvirt, conn, requested: str, *, uri: str, kernel: str, initrd: str,
+                          workdir: Path) -> str:
+    """kvm/tcg for a domain through the libvirt connection ``conn`` to ``uri``: a local URI
+    (powercut.vm.libvirt.is_local_uri) uses the local probe; a remote one boots the probe there."""
+    from .libvirt import is_local_uri
+
+    if is_local_uri(uri):
+        return resolve_accel(requested, kernel, initrd)
+    try:
+        version: int | str = conn.getVersion()
+    except libvirt.libvirtError:
+        version = ""
+    return resolve_remote_accel(requested, uri=uri, kernel=kernel, hypervisor_version=version,
+                                probe=lambda: probe_kvm_libvirt(libvirt, conn, kernel, initrd, workdir, uri=uri))

@@ -16,23 +16,24 @@ Mapping (checked against libvirt 9.0 + QEMU 7.2, see tests/unit/test_libvirt_xml
   disk's user alias ``ua-diskN``: the ``-device`` JSON QEMU gets carries ``"write-cache":"on|off"``
   as DiskSpec.write_cache says, independent of the cache mode.
 * shares: 9p (``accessmode='passthrough'``, ``multidevs='remap'``, ``<readonly/>``) or virtiofs
-  (libvirt starts virtiofsd with the chroot sandbox; memfd shared memory backing).  libvirt 9.0 has no read-only virtiofs:
+  (virtiofsd with the chroot sandbox; memfd shared memory).  libvirt 9.0 has no read-only virtiofs:
   the guest mounts ``hostroot`` read-only itself, as with the QEMU backend's virtiofsd.
 * console: ``<serial type='file'>`` with ``append='on'`` (libvirt opens the file and hands QEMU the
   fd; no virtlogd, no log rotation).  No graphics, network, USB or balloon.
-* permissions: the guest shares the whole host root, and qemu:///system runs QEMU as libvirt-qemu
-  by default; the domain therefore carries a static DAC label ``+0:+0`` with ``relabel='no'`` (QEMU
-  runs as root, and libvirt never chowns kernels, disks or console files).  That suffices for file
-  access, but a daemon whose qemu.conf user cannot open /dev/kvm (e.g. ``crw------- root``) re-probes
-  QEMU's capabilities on every lookup ("KVM was enabled when probing, but it is not available now"):
-  ~45 s per domain start.  ci/start-libvirtd.sh therefore also sets ``user``/``group`` root and
+* permissions: the guest shares the whole host root, so the domain carries a static DAC label
+  ``+0:+0`` with ``relabel='no'`` (QEMU runs as root; libvirt never chowns kernels, disks or console
+  files).  A daemon whose qemu.conf user cannot open /dev/kvm re-probes QEMU on every lookup (~45 s
+  per domain start), so ci/start-libvirtd.sh also sets ``user``/``group`` root and
   ``dynamic_ownership = 0`` in qemu.conf for the local daemon.
 
-Remote URIs (``qemu+ssh://host/system``) are passed to libvirt untouched.  Every path in the spec
-(kernel, initrd, disks, shares, console) is then a path *on the hypervisor host*, and the console
-file and the start marker are read locally after the run, so they must sit on a filesystem both
-hosts see at the same path.  ``accel`` auto on a remote URI is decided by the host's domain
-capabilities (kvm if it offers KVM), not by the local probe."""
+Lifetime: a domain is transient, started with AUTODESTROY on a connection held open for its whole
+life (libvirtd destroys it when the connection closes, even after ``kill -9`` of powercut), and
+destroyed explicitly on every way out.  A domain found paused (e.g. a KVM internal error) is an error
+at once, one that shows no powercut line on its console within the boot timeout a GuestHang; both name
+the URI and the accel.  Remote URIs (:func:`is_local_uri`) go to libvirt untouched: every path in the
+spec is then a path *on the hypervisor host*, and the console and the start marker are read here, so
+they must sit on a filesystem both hosts see at the same path.  ``accel`` auto on a remote URI boots
+the probe guest there as a kvm domain (:func:`powercut.vm.accel.resolve_libvirt_accel`)."""
 from __future__ import annotations
 
 import logging
@@ -41,11 +42,13 @@ import secrets
 import threading
 import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..config import VmSpec
-from ..errors import EnvironmentNotReady, QemuCrashed, VmError
+from ..errors import EnvironmentNotReady, GuestHang, QemuCrashed, UsageError, VmError
+from .accel import resolve_libvirt_accel
 from .qemu import VmResult, classify_end, console_tail, kernel_cmdline
 
 log = logging.getLogger(__name__)
@@ -144,6 +147,8 @@ def domain_xml(spec: VmSpec, accel: str, *, name: str | None = None) -> str:
 
 _EVENT_LOOP_LOCK = threading.Lock()
 _event_loop_started = False
+BOOT_TIMEOUTS_S = {"kvm": 60.0, "tcg": 300.0}  # to the first powercut line; POWERCUT_BOOT_TIMEOUT overrides
+POLL_S = 0.5  # domain state (paused? gone?) is polled this often
 
 
 def _import_libvirt():
@@ -174,7 +179,22 @@ def _ensure_event_loop(libvirt) -> None:
 
 
 def is_local_uri(uri: str) -> bool:
-    return not urlsplit(uri).netloc
+    """The rule: local = no host in the URI and the unix-socket transport (``qemu:///system``,
+    ``qemu:///session``, ``qemu+unix:///system?socket=...``): QEMU runs on this host, so the local
+    probe's verdict holds.  Anything else -- a host part (even 127.0.0.1), or the ssh, libssh, tcp,
+    tls or ext transport -- is remote, and ``auto`` is probed through libvirt."""
+    parts = urlsplit(uri)
+    return not parts.netloc and parts.scheme.partition("+")[2] in ("", "unix")
+
+
+def boot_timeout_s(accel: str, total_s: float) -> float:
+    """Seconds a domain may take to show the guest's first powercut line (capped by the VM timeout)."""
+    env = os.environ.get("POWERCUT_BOOT_TIMEOUT", "")
+    try:
+        limit = float(env) if env else BOOT_TIMEOUTS_S.get(accel, BOOT_TIMEOUTS_S["tcg"])
+    except ValueError:
+        raise UsageError(f"POWERCUT_BOOT_TIMEOUT must be a number of seconds, not {env!r}") from None
+    return min(limit, total_s)
 
 
 def _connect(libvirt, uri: str):
@@ -183,16 +203,6 @@ def _connect(libvirt, uri: str):
     except libvirt.libvirtError as e:
         hint = " (start the local daemon with ci/start-libvirtd.sh)" if is_local_uri(uri) else ""
         raise EnvironmentNotReady(f"cannot connect to libvirt at {uri}: {e.get_error_message()}{hint}") from None
-
-
-def _remote_accel(libvirt, conn, requested: str) -> str:
-    if requested in ("kvm", "tcg"):
-        return requested
-    try:
-        conn.getDomainCapabilities(None, "x86_64", None, "kvm", 0)
-        return "kvm"
-    except libvirt.libvirtError:  # the host offers no KVM domains
-        return "tcg"
 
 
 def _qemu_log(uri: str, name: str) -> str:
@@ -210,6 +220,21 @@ def _qemu_stderr(qemu_log: str) -> str:
     lines = [line for line in qemu_log.splitlines()
              if line.startswith("qemu-system") or (line[:4].isdigit() and "Z qemu-system" in line)]
     return "\n".join(line for line in lines if ": warning: " not in line)
+
+
+def _last_line(text: str) -> str:
+    return text.strip().splitlines()[-1] if text.strip() else ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Domain:
+    """What names one domain run in messages: the domain, the URI and the accel it runs with."""
+    name: str
+    uri: str
+    accel: str
+
+    def where(self) -> str:
+        return f"libvirt domain {self.name} at {self.uri} (accel {self.accel})"
 
 
 class _Watch:
@@ -234,16 +259,48 @@ class _Watch:
         return names.get(self.stop_detail, "unknown") if self.stop_detail is not None else "vanished"
 
 
-def _gone(libvirt, dom) -> bool:
+class ConsoleWatch:
+    """Watches a growing console file for one byte string, reading only what is new."""
+
+    def __init__(self, path: str | os.PathLike, needle: bytes) -> None:
+        self.path, self.needle, self.pos, self.found = path, needle, 0, False
+
+    def seen(self) -> bool:
+        if not self.found:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(max(0, self.pos - len(self.needle) + 1))
+                    data = f.read()
+                    self.pos = f.tell()
+            except OSError:
+                return False
+            self.found = self.needle in data
+        return self.found
+
+
+def domain_state(libvirt, dom) -> tuple[int, int] | None:
+    """(state, reason) of the domain, or None once it is shut off or gone (a transient domain)."""
     try:
-        return not dom.isActive()
+        state, reason = dom.state()
     except libvirt.libvirtError as e:
         if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-            return True
+            return None
         raise
+    return None if state == libvirt.VIR_DOMAIN_SHUTOFF else (state, reason)
 
 
-def _destroy(libvirt, dom) -> None:
+def paused_reason(libvirt, state: tuple[int, int] | None) -> str | None:
+    """Why a domain is paused ('crashed', 'ioerror', 'user', ...), or None if it is not stuck paused
+    (running, gone, or in the brief pauses of its own start and shutdown)."""
+    if state is None or state[0] != libvirt.VIR_DOMAIN_PAUSED:
+        return None
+    prefix = "VIR_DOMAIN_PAUSED_"
+    names = {getattr(libvirt, n): n[len(prefix):].lower().replace("_", "-") for n in dir(libvirt) if n.startswith(prefix)}
+    why = names.get(state[1], f"reason {state[1]}")
+    return None if why in ("starting-up", "shutting-down") else why
+
+
+def destroy_domain(libvirt, dom) -> None:
     try:
         dom.destroy()
     except libvirt.libvirtError as e:
@@ -251,11 +308,22 @@ def _destroy(libvirt, dom) -> None:
             log.warning("could not destroy libvirt domain: %s", e.get_error_message())
 
 
+def create_domain(libvirt, conn, xml: str):
+    """Start a transient domain that libvirtd destroys by itself when this connection closes -- even
+    when this process is killed with SIGKILL and no ``finally`` runs."""
+    return conn.createXML(xml, libvirt.VIR_DOMAIN_START_AUTODESTROY)
+
+
+# ---------------------------------------------------------------- running a VmSpec
+
 def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | None = None,
                    rundir: Path | None = None, start_marker: Path | None = None) -> VmResult:
     """Boot ``spec`` as a transient libvirt domain and wait for it; return the guest's exit status or
     raise a VmError subclass, exactly like :func:`powercut.vm.qemu.run_vm`.  The domain XML and
-    libvirt's QEMU log (local URIs) are kept in ``rundir`` as domain.xml and libvirt-qemu.log."""
+    libvirt's QEMU log (local URIs) are kept in ``rundir`` as domain.xml and libvirt-qemu.log.
+
+    The domain lives exactly as long as this call: it is started with AUTODESTROY on a connection
+    held open until the end, and destroyed explicitly on every way out (return, error, Ctrl-C)."""
     libvirt = _import_libvirt()
     _ensure_event_loop(libvirt)
     rundir = Path(rundir or Path(spec.console_path).parent)
@@ -263,37 +331,32 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | No
     conn = _connect(libvirt, uri)
     name = f"{spec.name}-{secrets.token_hex(4)}"
     watch = _Watch(libvirt, name)
-    callback = None
-    dom = None
+    callback = dom = None
+    qemu_log = ""
     try:
-        if accel is None:
-            if is_local_uri(uri):
-                from .accel import resolve_accel
-                accel = resolve_accel(spec.accel, spec.kernel, spec.initrd)
-            else:
-                accel = _remote_accel(libvirt, conn, spec.accel)
+        accel = accel or resolve_libvirt_accel(libvirt, conn, spec.accel, uri=uri, kernel=spec.kernel,
+                                               initrd=spec.initrd, workdir=rundir)
+        who = _Domain(name, uri, accel)
         xml = domain_xml(spec, accel, name=name)
         (rundir / "domain.xml").write_text(xml)
         Path(spec.console_path).write_bytes(b"")
         callback = conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, watch.lifecycle, None)
         start = time.monotonic()
         try:
-            dom = conn.createXML(xml, 0)
+            dom = create_domain(libvirt, conn, xml)
         except libvirt.libvirtError as e:
-            raise QemuCrashed(f"libvirt could not start domain {name}: {e.get_error_message()}"
+            raise QemuCrashed(f"libvirt could not start {who.where()}: {e.get_error_message()}"
                               f"  (XML: {rundir / 'domain.xml'})", spec.console_path,
                               console_tail(spec.console_path)) from None
         try:
-            timed_out, boot_s = _wait(libvirt, dom, watch, spec, start, start_marker)
+            timed_out, boot_s = _wait(libvirt, dom, watch, spec, start, start_marker, who)
         except libvirt.libvirtError as e:  # e.g. libvirtd went away under us
             raise VmError(f"lost libvirt at {uri} while waiting for domain {name}: {e.get_error_message()}",
                           spec.console_path, console_tail(spec.console_path)) from None
-        if timed_out:
-            _destroy(libvirt, dom)
         wall = time.monotonic() - start
     finally:
         if dom is not None:
-            _destroy(libvirt, dom)
+            destroy_domain(libvirt, dom)
         if callback is not None:
             try:
                 conn.domainEventDeregisterAny(callback)
@@ -306,35 +369,61 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | No
         qemu_log = _qemu_log(uri, name)
         if qemu_log:
             (rundir / "libvirt-qemu.log").write_text(qemu_log)
-    reason = "timeout" if timed_out else watch.reason()
-    crashed = reason in ("crashed", "failed", "destroyed")
-    console = Path(spec.console_path).read_bytes()
-    stderr = _qemu_stderr(qemu_log)
-    try:
-        status = classify_end(console, None if crashed or timed_out else 0, timed_out, spec, stderr)
-    except VmError as e:
-        if type(e) is VmError and crashed:  # classify_end's "no exit status" case: the QEMU process died
-            err = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-            raise QemuCrashed(f"QEMU process of libvirt domain {name} ended abnormally ({reason})"
-                              + (f": {err}" if err else ""), spec.console_path, e.console_tail) from None
-        raise
+    status = _exit_status(spec, "timeout" if timed_out else watch.reason(), _qemu_stderr(qemu_log), name)
     log.info("VM %s (libvirt %s): exit %d in %.1f s (%s)", name, uri, status, wall, accel)
     return VmResult(status, spec.console_path, wall, accel, boot_s=boot_s)
 
 
-def _wait(libvirt, dom, watch: _Watch, spec: VmSpec, start: float,
-          start_marker: Path | None) -> tuple[bool, float | None]:
-    """Wait for the domain to stop or the timeout: (timed_out, boot-to-job seconds)."""
-    deadline = time.monotonic() + spec.timeout_s  # from the domain's start: createXML may take a while
+def _exit_status(spec: VmSpec, reason: str, stderr: str, name: str) -> int:
+    """The guest's exit status from the console, or the VmError that says how the domain ended."""
+    timed_out = reason == "timeout"
+    crashed = reason in ("crashed", "failed", "destroyed")
+    console = Path(spec.console_path).read_bytes()
+    try:
+        return classify_end(console, None if crashed or timed_out else 0, timed_out, spec, stderr)
+    except VmError as e:
+        if type(e) is VmError and crashed:  # classify_end's "no exit status" case: the QEMU process died
+            err = _last_line(stderr)
+            raise QemuCrashed(f"QEMU process of libvirt domain {name} ended abnormally ({reason})"
+                              + (f": {err}" if err else ""), spec.console_path, e.console_tail) from None
+        raise
+
+
+def _wait(libvirt, dom, watch: _Watch, spec: VmSpec, start: float, start_marker: Path | None,
+          who: _Domain) -> tuple[bool, float | None]:
+    """Wait for the domain to stop or the VM timeout: (timed_out, boot-to-job seconds).  A domain
+    found paused is an error at once; a guest that shows no powercut line on its console (and has not
+    started the job) within the boot timeout is a GuestHang -- never a silent wait."""
+    deadline = start + spec.timeout_s  # from the domain's start: createXML may take a while
+    boot_deadline = start + boot_timeout_s(who.accel, spec.timeout_s)
+    alive = ConsoleWatch(spec.console_path, b"powercut-")
     boot_s = None
-    last_check = start
-    while not watch.stopped.is_set() and time.monotonic() < deadline:
-        fast = start_marker is not None and boot_s is None
-        watch.stopped.wait(0.05 if fast else min(0.5, max(0.0, deadline - time.monotonic())))
-        if fast and start_marker is not None and start_marker.exists():
-            boot_s = time.monotonic() - start
-        if time.monotonic() - last_check > 2:  # a lost event (e.g. libvirtd restarted) must not hang us
-            last_check = time.monotonic()
-            if _gone(libvirt, dom):
+    next_poll = start
+    while not watch.stopped.is_set():
+        now = time.monotonic()
+        if start_marker is not None and boot_s is None and start_marker.exists():
+            boot_s = now - start
+        if now >= next_poll:  # also catches a lost stop event (e.g. libvirtd restarted)
+            next_poll = now + POLL_S
+            state = domain_state(libvirt, dom)
+            if state is None:
                 return False, boot_s
-    return not watch.stopped.is_set() and not _gone(libvirt, dom), boot_s
+            if why := paused_reason(libvirt, state):
+                _raise_paused(who, why, spec)
+            if boot_s is None and not alive.seen() and now >= boot_deadline:
+                hint = ": KVM may not work on that host (try --accel tcg)" if who.accel == "kvm" else ""
+                raise GuestHang(f"{who.where()} did not reach the guest init within "
+                                f"{boot_deadline - start:g} s (no powercut line on its console){hint}",
+                                spec.console_path, console_tail(spec.console_path))
+        if now >= deadline:
+            return domain_state(libvirt, dom) is not None, boot_s
+        fast = start_marker is not None and boot_s is None
+        watch.stopped.wait(0.05 if fast else min(POLL_S, max(0.0, deadline - now)))
+    return False, boot_s
+
+
+def _raise_paused(who: _Domain, why: str, spec: VmSpec) -> None:
+    err = _last_line(_qemu_stderr(_qemu_log(who.uri, who.name)))
+    hint = "KVM cannot run this guest there (try --accel tcg)" if who.accel == "kvm" else "the guest cannot run"
+    raise VmError(f"{who.where()} is paused ({why}): {hint}" + (f"; QEMU: {err}" if err else ""),
+                  spec.console_path, console_tail(spec.console_path))

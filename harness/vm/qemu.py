@@ -131,8 +131,10 @@ def classify_end(console: bytes, qemu_rc: int | None, timed_out: bool, spec: VmS
     tail = console_tail(spec.console_path)
     panic = PANIC_RE.search(console)
     if panic:
-        raise GuestPanic(f"guest kernel panic: {panic.group(0).decode(errors='replace').strip()}",
-                         spec.console_path, tail)
+        line = panic.group(0).decode(errors="replace").strip()
+        # the tail starts at the panic line: the stack dump after it can push it out of any last-N
+        after = console[panic.start():].decode(errors="replace").splitlines()[:30]
+        raise GuestPanic(f"guest kernel panic: {line}", spec.console_path, "\n".join(after), panic_line=line)
     m = EXIT_RE.search(console)
     if m and not timed_out:
         return int(m.group(1))

@@ -80,3 +80,67 @@ def test_record_input_errors_before_any_vm(tmp_path: Path) -> None:
     out = run("record", "--cmd", "true", "--param", "n=1", "-o", str(tmp_path / "r"))
     assert out.returncode == 1 and "--param goes with --workload" in out.stderr
     assert not (tmp_path / "r").exists()
+
+
+def _fake_recording(tmp_path: Path, data: bytes = b"x" * (256 << 10)) -> Path:
+    """A recording directory with a real (tiny) log and a manifest: enough for check/replay to
+    get as far as their output paths."""
+    from powercut import recording
+
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    with LogWriter(rec / "log.bin") as w:
+        w.mark("mkfs")
+        w.write(0, data)
+        w.flush()
+        w.mark("ack:0")
+    recording.write(rec, {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
+                          "data": {"size_bytes": 1 << 20, "final": "data-final.img", "initial": "zeros"},
+                          "fs": {"fstype": "ext4"}, "workload": {"name": "append-fsync"}})
+    return rec
+
+
+def one_error_line(out: subprocess.CompletedProcess) -> str:
+    lines = out.stderr.strip().splitlines()
+    assert "Traceback" not in out.stderr and len(lines) == 1, out.stderr
+    assert lines[0].startswith("powercut: error: ")
+    return lines[0]
+
+
+def test_unwritable_output_is_one_line_naming_the_path(tmp_path: Path) -> None:
+    rec = _fake_recording(tmp_path)
+    out = run("check", str(rec), "--out", "/proc/nope/deeper", "--check-in", "vm")
+    assert out.returncode == 1 and "/proc/nope" in one_error_line(out)
+
+
+def test_host_mode_without_root_says_it_needs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    import os
+    rec = _fake_recording(tmp_path)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["check", str(rec), "--check-in", "host", "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert "needs root" in err and len(err.strip().splitlines()) == 1
+
+
+def test_full_disk_is_one_line(tmp_path: Path) -> None:
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tiny tmpfs (CI runs as root)")
+    rec = _fake_recording(tmp_path)
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=True)
+    try:
+        out = run("replay", str(rec), "--state", "no-cache@3", "-o", str(small / "state.img"))
+        assert out.returncode == 1 and "no space left" in one_error_line(out)
+        assert not list(small.iterdir())  # nothing half-written left behind
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
+def test_missing_recording_and_bad_state_are_one_line(tmp_path: Path) -> None:
+    rec = _fake_recording(tmp_path)
+    assert "not a recording" in one_error_line(run("check", str(tmp_path / "nope")))
+    assert "malformed state id" in one_error_line(run("replay", str(rec), "--state", "bogus", "-o",
+                                                      str(tmp_path / "x.img")))

@@ -1,12 +1,16 @@
-"""Loop devices by ioctl (root only: skipped elsewhere)."""
+"""Loop devices by ioctl and sysfs: attach (read-write, read-only, autoclear), find the loops
+backed by files under a path, detach (root only: skipped elsewhere)."""
 from __future__ import annotations
 
+import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from powercut.loopdev import LoopDevice
+from powercut.errors import PowercutError
+from powercut.loopdev import LoopDevice, LoopError, backing_file, detach, loops_backed_under
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/loop-control"),
                                 reason="needs root and /dev/loop-control")
@@ -38,3 +42,75 @@ def test_many_at_once(tmp_path: Path) -> None:
     assert len({d.path for d in imgs}) == 4
     for d in imgs:
         d.close()
+
+
+def _sys(dev: str, attr: str) -> str:
+    return Path(f"/sys/block/{os.path.basename(dev)}/{attr}").read_text().strip()
+
+
+def test_readonly_and_autoclear(tmp_path: Path) -> None:
+    img = tmp_path / "ro.img"
+    img.write_bytes(b"\3" * 8192)
+    with LoopDevice(img, readonly=True) as dev:
+        assert _sys(dev, "ro") == "1" and _sys(dev, "loop/autoclear") == "1"
+        with open(dev, "rb") as f:
+            assert f.read(4096) == b"\3" * 4096
+        fd = os.open(dev, os.O_WRONLY)  # the open may work, the write may not
+        try:
+            with pytest.raises(OSError) as ei:
+                os.write(fd, b"x" * 4096)
+                os.fsync(fd)
+            assert ei.value.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+        finally:
+            os.close(fd)
+    assert img.read_bytes() == b"\3" * 8192
+    with LoopDevice(img, autoclear=False) as dev:
+        assert _sys(dev, "ro") == "0" and _sys(dev, "loop/autoclear") == "0"
+
+
+def test_loops_backed_under_and_detach(tmp_path: Path) -> None:
+    inside, outside = tmp_path / "in dir", tmp_path / "in"
+    inside.mkdir()
+    outside.mkdir()
+    a, b = inside / "a.img", outside / "b.img"
+    for p in (a, b):
+        p.write_bytes(bytes(4096))
+    la, lb = LoopDevice(a, autoclear=False), LoopDevice(b)
+    try:
+        assert loops_backed_under(inside) == [(la.path, str(a))]  # not the sibling "in", a prefix of "in dir"
+        assert sorted(loops_backed_under(tmp_path)) == sorted([(la.path, str(a)), (lb.path, str(b))])
+        a.unlink()  # sysfs says "... (deleted)": still found, by its old name
+        assert loops_backed_under(inside) == [(la.path, str(a))]
+        os.close(la.fd)  # a run killed without autoclear: the loop stays behind
+        la.fd = -1
+        assert loops_backed_under(inside) == [(la.path, str(a))]
+        assert detach(la.path) is True
+        assert backing_file(la.path) is None and loops_backed_under(inside) == []
+        with open(lb.path, "rb"):  # still held: (here: lb's fd) the kernel detaches it at the last close
+            assert detach(lb.path) is False
+    finally:
+        la.close()
+        lb.close()
+    assert loops_backed_under(tmp_path) == []
+
+
+def test_autoclear_frees_a_loop_left_open_nowhere(tmp_path: Path) -> None:
+    """A run killed before close(): its fds close, autoclear detaches the device."""
+    img = tmp_path / "x.img"
+    img.write_bytes(bytes(4096))
+    lo = LoopDevice(img)
+    os.close(lo.fd)  # what process exit does
+    lo.fd = -1
+    for _ in range(100):
+        if not loops_backed_under(tmp_path):
+            break
+        time.sleep(0.01)
+    assert loops_backed_under(tmp_path) == []
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(LoopError, match=f"cannot attach a loop device to {tmp_path}/missing: No such file"):
+        LoopDevice(tmp_path / "missing")
+    with pytest.raises(LoopError, match="cannot detach /dev/nonexistent-loop"):
+        detach("/dev/nonexistent-loop")
+    assert issubclass(LoopError, PowercutError)

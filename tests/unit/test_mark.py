@@ -1,29 +1,45 @@
-"""Marks: the DM_TARGET_MSG ioctl buffer, and errors outside a recording."""
+"""Marks: sent as dm target messages (the packing is dm's), errors outside a recording."""
 from __future__ import annotations
 
-import struct
+import errno
 
 import pytest
 
+from powercut import dm
 from powercut import marks as markmod
 
 
-def test_ioctl_number_matches_linux_header() -> None:
-    # _IOWR(0xfd, 14, struct dm_ioctl) with sizeof(struct dm_ioctl) == 312
-    assert markmod.DM_TARGET_MSG == 0xC138FD0E
+def test_the_packing_is_dm_s() -> None:
+    """One place packs a dm_ioctl (tests/unit/test_dm.py checks the layout); marks reuses it."""
+    assert markmod.DM_TARGET_MSG == dm.DM_TARGET_MSG == 0xC138FD0E
+    assert markmod.message_buffer is dm.message_buffer
 
 
-def test_message_buffer_layout() -> None:
-    buf = markmod.message_buffer("powercut-rec", "mark ack:7")
-    version = struct.unpack_from("<3I", buf, 0)
-    data_size, data_start = struct.unpack_from("<II", buf, 12)
-    assert version == (4, 0, 0)
-    assert data_size == len(buf) and data_size % 8 == 0
-    assert data_start == 312
-    assert buf[48:48 + 13] == b"powercut-rec\0"
-    sector, = struct.unpack_from("<Q", buf, 312)
-    assert sector == 0
-    assert bytes(buf[320:320 + 11]) == b"mark ack:7\0"
+def test_mark_sends_a_target_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = []
+    monkeypatch.setattr(dm, "control", lambda: 99)
+    monkeypatch.setattr(dm, "message", lambda name, text, sector=0: sent.append((name, text, sector)))
+    monkeypatch.setenv("POWERCUT_DM_NAME", "powercut-rec")
+    markmod.ack(7)
+    markmod.begin("k")
+    markmod.mark("x", "other")
+    assert sent == [("powercut-rec", "mark ack:7", 0), ("powercut-rec", "mark begin:k", 0), ("other", "mark x", 0)]
+
+
+def test_kernel_errors_become_mark_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(name: str, text: str, sector: int = 0) -> None:
+        raise dm.DmError(f"device-mapper TARGET_MSG on {name}: EINVAL (Invalid argument)", errno.EINVAL)
+    monkeypatch.setattr(dm, "control", lambda: 99)
+    monkeypatch.setattr(dm, "message", fail)
+    with pytest.raises(markmod.MarkError) as ei:
+        markmod.mark("ack:1", "rec")
+    assert ei.value.errno == errno.EINVAL and "mark 'ack:1' on rec: Invalid argument" in str(ei.value)
+
+    def no_control() -> int:
+        raise dm.DmError("cannot open /dev/mapper/control: Permission denied", errno.EACCES)
+    monkeypatch.setattr(dm, "control", no_control)
+    with pytest.raises(markmod.MarkError, match="only inside a powercut recording, as root"):
+        markmod.mark("ack:1", "rec")
 
 
 def test_mark_outside_recording_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,20 +1,26 @@
 """Crash models: exact states on hand-checked logs, closed-form counts, a brute-force oracle for
-write-cache coverage, validity/determinism/uniqueness properties, id round trips."""
+write-cache coverage, validity/determinism/uniqueness properties, id round trips (the combined torn
+ids too), marks that are not ack/begin splitting no state, the CrashSpace (no hidden cache,
+thread-safe), torn+write-cache states and blind spot (b) replayed byte-exactly."""
 from __future__ import annotations
 
 import itertools
 import json
 import tempfile
+import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from powercut.errors import UsageError
 from powercut.log import FLUSH, FUA, Entry, LogIndex, open_log
 from powercut.logwrite import LogWriter
+from powercut.stateid import tear_picks
 from powercut.models import (
     MODELS,
+    CrashSpace,
     CrashState,
     describe,
     durable_entries,
@@ -64,7 +70,8 @@ def test_no_cache_and_flush_exact(example: LogIndex) -> None:
     assert [s.acks for s in nc] == [()] * 9 + [("a",)] * 3
     assert [s.begun for s in nc] == [()] * 3 + [("a",)] * 6 + [()] * 3
     assert [s.epoch for s in nc] == [0, 0] + [1] * 6 + [2] * 4
-    assert ids(enumerate_states(example, "flush")) == [f"flush@{c}" for c in (3, 4, 7, 9, 10, 12)]
+    # after FLUSH, FUA and ack/begin marks; not after the end mark (entry 11) any more
+    assert ids(enumerate_states(example, "flush")) == [f"flush@{c}" for c in (3, 4, 7, 9, 10)]
 
 
 def test_write_cache_exact(example: LogIndex) -> None:
@@ -80,16 +87,30 @@ def test_write_cache_exact(example: LogIndex) -> None:
         ("write-cache@8", (), b, a), ("write-cache@8/d4", (4,), b, a), ("write-cache@8/d5", (5,), b, a),
         ("write-cache@8/d7", (7,), b, a), ("write-cache@8/k", (4, 5, 7), b, a),
         ("write-cache@8/k4", (5, 7), b, a), ("write-cache@8/k5", (4, 7), b, a), ("write-cache@8/k7", (4, 5), b, a),
-        ("write-cache@11", (), a, b), ("write-cache@11/k", (10,), a, b),
+        # cut 11 (just before the end mark) is no cut point any more: a mark that is no ack/begin
         ("write-cache@12", (), a, b), ("write-cache@12/k", (10,), a, b),
     ]
 
 
 def test_torn_exact(example: LogIndex) -> None:
-    got = [(s.id, s.torn) for s in enumerate_states(example, "torn")]
-    assert got == [("torn@2/s0", ((1, (0,)),)), ("torn@2/s1", ((1, (1,)),)),
-                   ("torn@6/s0", ((5, (0,)),)), ("torn@6/s0,2", ((5, (0, 2)),)), ("torn@6/s0-1", ((5, (0, 1)),)),
-                   ("torn@6/s1", ((5, (1,)),)), ("torn@6/s1-2", ((5, (1, 2)),)), ("torn@6/s2", ((5, (2,)),))]
+    got = [(s.id, s.dropped, s.torn) for s in enumerate_states(example, "torn") if "r" not in s.id.split("@")[1]]
+    assert got == [
+        # alone: entry cut-1 torn, everything before it kept (unchanged)
+        ("torn@2/s0", (), ((1, (0,)),)), ("torn@2/s1", (), ((1, (1,)),)),
+        # combined at write-cache cut 2: tear 1 (first half), the rest (entry 0) lost
+        ("torn@2/t1:s0/k", (0,), ((1, (0,)),)),
+        ("torn@6/s0", (), ((5, (0,)),)), ("torn@6/s0,2", (), ((5, (0, 2)),)), ("torn@6/s0-1", (), ((5, (0, 1)),)),
+        ("torn@6/s1", (), ((5, (1,)),)), ("torn@6/s1-2", (), ((5, (1, 2)),)), ("torn@6/s2", (), ((5, (2,)),)),
+        ("torn@6/t5:s0/k", (4,), ((5, (0,)),)),
+        # cut 8 (before the second flush): tear 5 with 4 and 7 kept, and with both lost
+        ("torn@8/t5:s0", (), ((5, (0,)),)), ("torn@8/t5:s0/k", (4, 7), ((5, (0,)),)),
+    ]
+    seeded = [s for s in enumerate_states(example, "torn") if "r" in s.id.split("@")[1]]
+    assert [s.id for s in seeded] == ["torn@6/t5:r0.0/r0.0", "torn@8/t5:r0.0/r0.0", "torn@8/t5:r0.1/r0.1",
+                                      "torn@8/t5:r0.2/r0.2"]
+    for s in seeded:
+        assert s.torn[0][0] == 5 and set(s.dropped) <= {4, 7} and state_from_id(example, s.id) == s
+    assert not [s for s in enumerate_states(example, "torn", torn_samples=0) if "r" in s.id.split("@")[1]]
 
 
 def test_flush_with_payload_is_volatile_unless_fua(tmp_path: Path) -> None:
@@ -112,21 +133,44 @@ OPS = st.lists(st.one_of(
 ), max_size=18)
 
 
+def is_key(e: Entry) -> bool:
+    return e.mark is not None and e.mark.startswith(("ack:", "begin:"))
+
+
 def wc_closed_form(entries: tuple[Entry, ...]) -> int:
     """(all k <= exhaustive_bound) sum over cut points of 2**k, minus one for every FLUSH (not the first entry) whose own data
-    is not made durable by it: its keep-all-before equals drop-all-after."""
+    is not made durable by it: its keep-all-before equals drop-all-after.  Cut points: before ack/begin marks, FLUSH and
+    FUA entries with data, and the end (other marks are none)."""
     n = len(entries)
     data = [e.is_write or (e.is_discard and e.nr_sectors > 0) for e in entries]
     total = 0
     for c in range(1, n + 1):
-        if c < n and not (entries[c].is_mark or entries[c].is_flush or (entries[c].is_fua and data[c])):
+        if c < n and not (is_key(entries[c]) or entries[c].is_flush or (entries[c].is_fua and data[c])):
             continue
         last = max([i for i in range(c) if entries[i].is_flush], default=-1)
         total += 2 ** sum(1 for i in range(max(last, 0), c) if data[i] and not entries[i].is_fua)
     return total - sum(1 for f, e in enumerate(entries) if f >= 1 and e.is_flush and not (e.is_fua and data[f]))
 
 
+def under_fua(entries: tuple[Entry, ...], s: CrashState) -> bool:
+    """s is blind spot (b)'s state: the torn write keeps exactly its sectors that are not under some
+    FUA write of its flush window logged before it (and not rewritten in between)."""
+    (t, sectors), = s.torn
+    w = entries[t]
+    last_flush = max([i for i in range(s.cut) if entries[i].is_flush], default=0)
+    for u in entries[max(last_flush, 0):t]:
+        if u.is_fua and u.is_write:
+            top = {x for x in range(u.sector, u.sector + u.nr_sectors)}
+            for x in entries[u.index + 1:t]:
+                if x.changes_device:
+                    top -= set(range(x.sector, x.sector + x.nr_sectors))
+            if tuple(o for o in range(w.nr_sectors) if w.sector + o not in top) == sectors:
+                return True
+    return False
+
+
 def torn_closed_form(entries: tuple[Entry, ...], torn_samples: int) -> int:
+    """The torn states that tear entry cut-1 with everything before kept (ids torn@C/s.. and torn@C/r..)."""
     total = 0
     for e in entries:
         if e.is_write and e.nr_sectors > 1:
@@ -142,9 +186,18 @@ def test_closed_form_counts(ops: list, torn_samples: int) -> None:  # type: igno
     with tempfile.TemporaryDirectory() as d, build(ops, d) as idx:
         e = idx.entries
         assert len(enumerate_states(idx, "no-cache")) == len(e)
-        assert len(enumerate_states(idx, "flush")) == sum(1 for x in e if x.is_flush or x.is_fua or x.is_mark)
+        assert len(enumerate_states(idx, "flush")) == sum(1 for x in e if x.is_flush or x.is_fua or is_key(x))
         assert len(enumerate_states(idx, "write-cache", exhaustive_bound=20)) == wc_closed_form(e)
-        assert len(enumerate_states(idx, "torn", torn_samples=torn_samples)) == torn_closed_form(e, torn_samples)
+        torn = enumerate_states(idx, "torn", torn_samples=torn_samples)
+        alone = [s for s in torn if "/t" not in s.id]
+        # beyond the closed form only blind-spot-(b) states whose torn write is the last entry: they
+        # have the plain id of "entry cut-1 torn, all before kept", with sectors no pick chose
+        extra = [s for s in alone if s.torn[0][1] not in tear_picks(e[s.cut - 1].nr_sectors, torn_samples)
+                 and "/r" not in s.id]
+        assert len(alone) - len(extra) == torn_closed_form(e, torn_samples)
+        assert all(under_fua(e, s) for s in extra)
+        per_cut = Counter(s.cut for s in torn if "/t" in s.id and ":r" in s.id)
+        assert all(v <= torn_samples for v in per_cut.values())
 
 
 # -- write-cache against a brute-force oracle over every cut and every subset ----------------------
@@ -182,9 +235,9 @@ def test_write_cache_covers_exactly_the_oracle(ops: list) -> None:  # type: igno
         states = enumerate_states(idx, "write-cache", exhaustive_bound=20)
         got = {(content(e, s), s.acks, s.begun) for s in states}
         assert got == oracle(e)
-        marks_before = [sum(1 for x in e[:s.cut] if x.is_mark) for s in states]
+        marks_before = [sum(1 for x in e[:s.cut] if is_key(x)) for s in states]
         keyed = [(content(e, s), m) for s, m in zip(states, marks_before)]
-        assert len(set(keyed)) == len(keyed), "two states with the same durable data and marks"
+        assert len(set(keyed)) == len(keyed), "two states with the same durable data and ack/begin marks"
 
 
 # -- validity, determinism, uniqueness, ids ----------------------------------------------------------
@@ -197,17 +250,19 @@ def assert_valid(entries: tuple[Entry, ...], s: CrashState) -> None:
         assert i < s.cut and entries[i].changes_device and not entries[i].is_fua
         assert i >= last_flush, "dropped an entry the last flush made durable"
     assert list(s.dropped) == sorted(set(s.dropped))
-    if s.model != "write-cache":
+    if s.model not in ("write-cache", "torn"):
         assert s.dropped == ()
     if s.model == "torn":
         ((i, sectors),) = s.torn
-        assert i == s.cut - 1 and entries[i].is_write
+        assert i < s.cut and entries[i].is_write and i not in s.dropped
+        if i != s.cut - 1 or s.dropped:  # combined with the write cache: a droppable write of the epoch
+            assert i >= last_flush and not entries[i].is_fua
         assert 0 < len(sectors) < entries[i].nr_sectors and list(sectors) == sorted(set(sectors))
         assert all(0 <= x < entries[i].nr_sectors for x in sectors)
     else:
         assert s.torn == ()
     if s.model == "flush":
-        assert entries[s.cut - 1].is_flush or entries[s.cut - 1].is_fua or entries[s.cut - 1].is_mark
+        assert entries[s.cut - 1].is_flush or entries[s.cut - 1].is_fua or is_key(entries[s.cut - 1])
 
 
 BIG_OPS = st.lists(st.one_of(
@@ -328,6 +383,188 @@ def test_empty_log_and_json(tmp_path: Path, example: LogIndex) -> None:
 
 def test_describe_per_epoch(example: LogIndex) -> None:
     info = describe(enumerate_states(example, "write-cache"))
-    assert info["total"] == 20 and info["cuts"] == 5 and info["models"] == {"write-cache": 20}
+    assert info["total"] == 18 and info["cuts"] == 4 and info["models"] == {"write-cache": 18}
     assert [(x["epoch"], x["states"], x["cuts"], x["first_cut"], x["last_cut"]) for x in info["epochs"]] == [
-        (0, 4, 1, 2, 2), (1, 12, 2, 6, 8), (2, 4, 2, 11, 12)]
+        (0, 4, 1, 2, 2), (1, 12, 2, 6, 8), (2, 2, 1, 12, 12)]
+    torn = describe(enumerate_states(example, "torn"))
+    assert torn["sampled"] == 4  # the seeded combined ids count as sampled
+
+
+# -- marks that are not ack/begin split no state ---------------------------------------------------
+NOTE_OPS = st.lists(st.one_of(
+    st.tuples(st.just("w"), st.integers(1, 4), st.sampled_from([0, 0, 0, FUA, FLUSH])),
+    st.tuples(st.just("f")), st.tuples(st.just("d"), st.integers(1, 3)),
+    st.tuples(st.just("m"), st.sampled_from(["ack:x", "begin:x", "ack:y", "begin:y"])),
+), max_size=12)
+
+
+def signature(entries: tuple[Entry, ...], s: CrashState, origin: list[int]) -> tuple[object, ...]:
+    """A state in terms of the original ops (entry index -> op index), independent of inserted notes."""
+    return (frozenset(origin[i] for i in content(entries, s)), tuple((origin[i], x) for i, x in s.torn),
+            s.acks, s.begun)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=NOTE_OPS, where=st.lists(st.integers(0, 12), max_size=5), bound=st.integers(0, 4))
+def test_notes_add_no_states(ops: list, where: list[int], bound: int) -> None:  # type: ignore[type-arg]
+    """Inserting marks that are not ack/begin anywhere (mkfs, a workload's notes) changes no model's
+    set of (durable data, torn, acks, begun) and, but for no-cache's every-prefix, no count.  The
+    empty state (nothing written, nothing acked) is left aside: a leading note gives it a cut."""
+    assume(ops)  # an empty log has no cut at all; one with only notes has the empty state
+    noted = list(ops)
+    for k, pos in enumerate(sorted(where, reverse=True)):
+        noted.insert(min(pos, len(noted)), ("m", f"note {k}"))
+    kw = {"exhaustive_bound": bound, "samples": 0, "torn_samples": 0}  # seeded picks are keyed by cut number
+    with tempfile.TemporaryDirectory() as d, build(ops, d) as plain, \
+            tempfile.TemporaryDirectory() as d2, build(noted, d2) as idx:
+        origin = [i for i, op in enumerate(noted) if op[0] != "m" or not op[1].startswith("note")]
+        back = {new: old for old, new in enumerate(origin)}
+        for model in MODELS:
+            a = enumerate_states(plain, model, **kw)
+            b = enumerate_states(idx, model, **kw)
+            empty = (frozenset(), (), (), ())
+            a = [s for s in a if signature(plain.entries, s, list(range(len(plain.entries)))) != empty]
+            b = [s for s in b if signature(idx.entries, s, [back.get(i, -1) for i in range(len(idx.entries))]) != empty]
+            sig_a = {signature(plain.entries, s, list(range(len(plain.entries)))) for s in a}
+            sig_b = {signature(idx.entries, s, [back.get(i, -1) for i in range(len(idx.entries))]) for s in b}
+            assert sig_a == sig_b, model
+            if model != "no-cache":
+                assert len(a) == len(b), model
+
+
+# -- the CrashSpace ---------------------------------------------------------------------------------------
+def test_no_hidden_cache_and_a_space_is_reusable(example: LogIndex) -> None:
+    import powercut.models as models
+    assert not any(isinstance(v, (list, dict)) and not k.startswith("__") and k not in ("__all__",)
+                   for k, v in vars(models).items()), "module-level mutable state"
+    sp = CrashSpace(example)
+    for model in MODELS:
+        states = sp.states(model)
+        assert states == enumerate_states(example, model) == enumerate_states(sp, model)
+        assert all(sp.state_from_id(s.id) == s == state_from_id(sp, s.id) for s in states)
+    assert models.space(sp) is sp and models.space(example) is not models.space(example)
+    lst = list(example.entries)
+    sp2 = CrashSpace(lst)
+    lst.pop()  # the space copied the entries: a list changing afterwards does not change it
+    assert sp2.n == len(example.entries)
+    with pytest.raises(UsageError, match="not a log's entry list"):
+        CrashSpace(list(example.entries[1:]))
+
+
+def test_space_is_thread_safe(tmp_path: Path) -> None:
+    ops = [op for k in range(60) for op in (("w", 2, 0), ("m", f"begin:{k}"), ("f",), ("m", f"ack:{k}"))]
+    with build(ops, str(tmp_path)) as idx:
+        sp = CrashSpace(idx)
+        want = {m: CrashSpace(idx).states(m, exhaustive_bound=3) for m in MODELS}
+        results: list[object] = []
+        errors: list[BaseException] = []
+
+        def work(k: int) -> None:
+            try:
+                for m in (MODELS[k % 4:] + MODELS[:k % 4]):
+                    cuts = range(len(idx), 0, -1) if k % 2 else range(1, len(idx) + 1)
+                    keys = [sp.keys(c) for c in cuts]  # backwards and forwards at once
+                    results.append((m, sp.states(m, exhaustive_bound=3), keys[::-1] if k % 2 else keys))
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        first = [CrashSpace(idx).keys(c) for c in range(1, len(idx) + 1)]
+        assert all(states == want[m] and keys == first for m, states, keys in results)  # type: ignore[misc]
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=OPS)
+def test_key_version_names_the_keys(ops: list) -> None:  # type: ignore[type-arg]
+    with tempfile.TemporaryDirectory() as d, build(ops, d) as idx:
+        sp = CrashSpace(idx)
+        e = idx.entries
+        for c1 in range(len(e) + 1):
+            assert sp.keys(c1) == keys_before(e, c1)
+            for c2 in range(c1, len(e) + 1):
+                assert (sp.key_version[c1] == sp.key_version[c2]) == (keys_before(e, c1) == keys_before(e, c2))
+
+
+# -- torn writes combined with the write cache -------------------------------------------------------------
+def test_combined_torn_ids(example: LogIndex) -> None:
+    s = state_from_id(example, "torn@8/t5:s0/d4")
+    assert (s.cut, s.dropped, s.torn, s.id) == (8, (4,), ((5, (0,)),), "torn@8/t5:s0/d4")
+    assert state_from_id(example, "torn@8/t5:s0-1/k4").dropped == (7,)
+    assert state_from_id(example, "torn@8/t5:s2/d4,7").id == "torn@8/t5:s2/k"  # shorter form
+    assert state_from_id(example, "torn@8/t5:s0/k4,7").id == "torn@8/t5:s0"  # nothing lost
+    assert state_from_id(example, "torn@6/t5:s0,2").id == "torn@6/s0,2"  # = the plain torn id
+    assert state_from_id(example, "torn@6/t5:s0,2") == state_from_id(example, "torn@6/s0,2")
+    r = state_from_id(example, "torn@8/t5:r3.1/r3.2")
+    assert r.id == "torn@8/t5:r3.1/r3.2" and r.torn[0][0] == 5 and set(r.dropped) <= {4, 7}
+    assert make_state(example, "torn", 8, [4], [(5, [1])]).id == "torn@8/t5:s1/d4"
+    for bad in ["torn@8/t6:s0", "torn@8/t1:s0", "torn@8/t5:s0/d6", "torn@8/t5:s0/d5", "torn@8/t5:s0-2",
+                "torn@4/t5:s0", "torn@8/t5:s", "torn@8/t5:s0/", "torn@8/t5:d4", "torn@8/t5:s0/s1",
+                "torn@8/t5", "torn@8/t:s0", "torn@8/t5:s0/d99999999999", "write-cache@8/t5:s0/d4",
+                "torn@8/t99999999999999999999:s0", "torn@2/t1:s0/d1"]:
+        with pytest.raises(UsageError):
+            state_from_id(example, bad)
+    for args in [("torn", 8, [4], [(6, [0])]), ("torn", 8, [5], [(5, [0])]), ("torn", 3, [0], [(1, [0])]),
+                 ("torn", 8, [], [(5, [0]), (1, [0])])]:
+        with pytest.raises(UsageError):
+            make_state(example, *args)  # type: ignore[arg-type]
+
+
+def _writes_log(path: Path, ops: list[tuple], ss: int = 512) -> LogIndex:  # type: ignore[type-arg]
+    """ops: ("w", sector, nr, flags, fill) | ("f",) | ("d", sector, nr) | ("m", text): distinct data per sector."""
+    with LogWriter(path, ss) as w:
+        for op in ops:
+            if op[0] == "w":
+                w.write(op[1], b"".join(bytes([(op[4] + k) % 251 + 1]) * ss for k in range(op[2])), op[3])
+            elif op[0] == "f":
+                w.flush()
+            elif op[0] == "d":
+                w.discard(op[1], op[2])
+            else:
+                w.mark(op[1])
+    return open_log(path, strict=True)
+
+
+def test_blind_spot_b_fua_on_top(tmp_path: Path) -> None:
+    """A FUA write U logged before an overlapping plain write W of its window: besides "W on top"
+    (log order) there is a torn state whose image has U's data on top."""
+    from powercut.replay import reference_image
+    ops = [("w", 0, 8, 0, 1), ("f",), ("w", 2, 2, FUA, 50), ("m", "ack:u"), ("w", 0, 6, 0, 100), ("f",)]
+    with _writes_log(tmp_path / "l.bin", ops) as idx:
+        states = enumerate_states(idx, "torn", torn_samples=0)
+        mine = [s for s in states if s.torn == ((4, (0, 1, 4, 5)),) and s.dropped == ()]
+        assert [s.id for s in mine] == ["torn@5/s0-1,4-5"]
+        # with samples the same state may come first as a seeded pick (here torn@5/r0.1): still there once
+        assert len([s for s in enumerate_states(idx, "torn") if s.torn == mine[0].torn and not s.dropped]) == 1
+        img = reference_image(idx, mine[0], 16 * 512, tmp_path / "ref.img").read_bytes()
+        sector = [img[k * 512] for k in range(8)]
+        assert sector == [101, 102, 51, 52, 105, 106, 8, 9]  # U (fill 50) on top of W (fill 100)
+        assert state_from_id(idx, "torn@5/s0-1,4-5") == mine[0]
+
+
+REPLAY_OPS = st.lists(st.one_of(
+    st.tuples(st.just("w"), st.integers(0, 12), st.integers(1, 4), st.sampled_from([0, 0, 0, FUA, FLUSH]),
+              st.integers(0, 250)),
+    st.tuples(st.just("f")), st.tuples(st.just("d"), st.integers(0, 12), st.integers(1, 3)),
+    st.tuples(st.just("m"), st.sampled_from(["ack:a", "begin:b", "ack:b", "note"])),
+), min_size=1, max_size=14)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=REPLAY_OPS, seed=st.integers(0, 99))
+def test_combined_torn_states_replay_exactly(ops: list, seed: int) -> None:  # type: ignore[type-arg]
+    """materialize (incremental walk + clone + extras) and reference_image (from entry 0) agree on
+    every torn state, the combined ones included (torn entry not cut-1, entries lost)."""
+    import hashlib
+    from powercut.replay import materialize, reference_image
+    with tempfile.TemporaryDirectory() as d:
+        with _writes_log(Path(d) / "l.bin", ops) as idx:
+            states = enumerate_states(idx, "torn", seed=seed, torn_samples=3)
+            size = 16 * 512
+            for state, img in materialize(idx, None, size, states, Path(d), "copy"):
+                ref = reference_image(idx, state, size, Path(d) / "ref.img")
+                assert hashlib.sha256(img.read_bytes()).digest() == hashlib.sha256(ref.read_bytes()).digest(), state.id

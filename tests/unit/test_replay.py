@@ -1,9 +1,9 @@
 """Incremental replay: every state of every model, materialized through every provider that works
 here, is byte-identical to the plain replay-from-entry-0 reference; plans agree with
 models.durable_entries; discards read as zeros; replay_state rebuilds a state by id; bad input
-gives one clear error.  Root-only parts (XFS workspace, reflink on XFS, dm-snapshot, a full disk)
-skip when not root; dm-snapshot also needs a kernel with device-mapper (it runs in the guest VM
-from tests/vm/test_replay_real.py when the host lacks it)."""
+gives one clear error.  A full disk needs root (skipped elsewhere).  The providers' own tests
+(every provider against the reference, XFS workspace, dm-snapshot) are in test_snapshot.py, which
+reuses this module's log builders."""
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +21,6 @@ from powercut import process
 from powercut.errors import (
     BadLog,
     BadRecording,
-    EnvironmentNotReady,
     PowercutError,
     UsageError,
 )
@@ -35,15 +34,8 @@ from powercut.replay import (
     reference_image,
     replay_state,
 )
-from powercut.snapshot import (
-    CopyProvider,
-    Provider,
-    XfsWorkspaceProvider,
-    choose_provider,
-    data_extents,
-    dm_supported,
-    probe_reflink,
-)
+from powercut.imageio import data_extents
+from powercut.snapshot import Provider
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root (loop devices, mount)")
@@ -147,8 +139,9 @@ def test_plan_agrees_with_durable_entries(small_log: LogIndex) -> None:
             assert durable == prefix + list(p.extras), state.id
             if model in ("no-cache", "flush"):
                 assert p.base == state.cut and not p.extras
-            if model == "torn":
-                assert p.base == state.cut - 1 and len(p.extras) == 1
+            if model == "torn":  # the torn write (or an earlier dropped one) is where the clone starts
+                assert p.base == min([i for i, _ in state.torn] + list(state.dropped))
+                assert sum(sectors is not None for _, sectors in p.extras) == 1
 
 
 def test_extras_bounded_by_epoch(tmp_path: Path) -> None:
@@ -194,8 +187,9 @@ def test_discard_replays_as_zeros_and_holes(tmp_path: Path) -> None:
                     assert all(not (o < 12 * ss and o + n > 4 * ss) for o, n in data_extents(f.fileno(), size))
         # write-cache: a dropped discard leaves the data, a kept one zeros it
         wc = {s.id: s for s in enumerate_states(idx, "write-cache")}
-        kept = [s for s in wc.values() if s.cut == 4 and 2 not in s.dropped]
-        gone = [s for s in wc.values() if s.cut == 4 and 2 in s.dropped]
+        end = len(idx.entries)  # the end mark is not an ack: no cut of its own, the last cut is the end
+        kept = [s for s in wc.values() if s.cut == end and 2 not in s.dropped]
+        gone = [s for s in wc.values() if s.cut == end and 2 in s.dropped]
         assert kept and gone
         for state, img in materialize(idx, None, size, kept + gone, tmp_path, "copy"):
             zeros = img.read_bytes()[4 * ss:12 * ss] == bytes(8 * ss)
@@ -223,87 +217,6 @@ def test_walk_is_monotone_and_stats(tmp_path: Path) -> None:
         assert bases == sorted(bases) and sorted(s.id for s in got) == sorted(s.id for s in states)
         assert stats.states == len(states) and stats.walk_entries <= len(idx)
         assert stats.provider == "copy"
-
-
-# -- providers ----------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def xfs_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]:
-    if not ROOT:
-        pytest.skip("needs root (loop devices, mount)")
-    with XfsWorkspaceProvider(tmp_path_factory.mktemp("xfsws"), "test", image_bytes=512 << 20) as p:
-        yield p
-    assert not p.outer.exists()
-
-
-@needs_root
-def test_xfs_workspace_provider(small_log: LogIndex, xfs_provider: Provider, tmp_path: Path) -> None:
-    assert check_all(small_log, NSECT * small_log.sectorsize, tmp_path, xfs_provider, exhaustive_bound=5, samples=4)
-    assert [p.name for p in xfs_provider.workdir.iterdir() if p.suffix == ".img"] == []
-
-
-@needs_root
-def test_native_reflink_provider(xfs_provider: Provider, tmp_path: Path) -> None:
-    """On a filesystem with reflink (here: inside the XFS workspace), auto picks plain reflink."""
-    ws = xfs_provider.workdir / "native"
-    ws.mkdir()
-    assert probe_reflink(ws) is None
-    with choose_provider(ws) as p:
-        assert p.name == "reflink"
-        with build(tmp_path / "l.bin", LOGS["r2"], 4096) as idx:
-            check_all(idx, NSECT * 4096, tmp_path, p, exhaustive_bound=5, samples=4)
-
-
-@needs_root
-def test_auto_without_reflink_uses_xfs_workspace(tmp_path: Path) -> None:
-    if probe_reflink(tmp_path) is None:
-        pytest.skip(f"{tmp_path} supports reflink natively")
-    with choose_provider(tmp_path) as p:
-        assert p.name == "xfs" and "no reflink" in p.reason
-        outer = p.outer  # type: ignore[attr-defined]
-    assert not outer.exists()
-    assert process.run(["findmnt", "-n", str(outer / "mnt")], timeout=30, check=False).returncode != 0
-
-
-def dm_available() -> str | None:
-    if not ROOT:
-        return "needs root"
-    if not dm_supported():
-        return "this kernel has no device-mapper (tests/vm/test_replay_real.py runs these in the guest)"
-    return None
-
-
-@pytest.mark.skipif(dm_available() is not None, reason=str(dm_available()))
-def test_dm_snapshot_provider(small_log: LogIndex, tmp_path: Path) -> None:
-    with choose_provider(tmp_path, "dm-snapshot") as p:
-        assert p.block
-        check_all(small_log, NSECT * small_log.sectorsize, tmp_path, p, exhaustive_bound=5, samples=4)
-        assert p.live == {}  # type: ignore[attr-defined]
-    assert process.run(["dmsetup", "ls"], timeout=30).stdout.count(p.prefix) == 0  # type: ignore[attr-defined]
-
-
-def test_providers_agree(tmp_path: Path) -> None:
-    """Same states, every provider that works here, same bytes."""
-    names = ["copy"] + (["xfs"] if ROOT else []) + (["dm-snapshot"] if dm_available() is None else [])
-    with build(tmp_path / "l.bin", LOGS["r2"], 512) as idx:
-        states = enumerate_states(idx, "write-cache", exhaustive_bound=5, samples=4)
-        digests = {}
-        for name in names:
-            digests[name] = {s.id: sha(img) for s, img in materialize(idx, None, NSECT * 512, states, tmp_path, name)}
-        assert all(d == digests["copy"] for d in digests.values())
-
-
-def test_choose_provider_errors(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="unknown snapshot provider"):
-        choose_provider(tmp_path, "zfs")
-    with pytest.raises(UsageError, match="not a directory"):
-        choose_provider(tmp_path / "nope")
-    with CopyProvider(tmp_path, "x") as p:
-        assert p.name == "copy"
-    if dm_available() is not None:
-        with pytest.raises(EnvironmentNotReady):
-            choose_provider(tmp_path, "dm-snapshot")
-    with build(tmp_path / "l.bin", HAND, 512) as idx, pytest.raises(UsageError, match="unknown snapshot provider"):
-        materialize(idx, None, NSECT * 512, enumerate_states(idx, "flush"), tmp_path, "zfs")
 
 
 # -- replay_state ---------------------------------------------------------------------------------------------

@@ -57,14 +57,40 @@ def test_ack_before_fsync_is_caught_under_every_model(ack_early: Path, tmp_path:
     assert verdicts(tmp_path / "vm") == verdicts(tmp_path / "host")
     junit = (tmp_path / "vm" / "junit.xml").read_text()
     assert 'type="lost-ack"' in junit and "powercut replay" in junit
+    for s in (vm, host):  # every failure was judged again, alone, with the same verdict
+        assert s.failures and all(f.confirmed for f in s.failures) and not s.flaky
+        assert s.rejudged == len(s.failures)
+        print(f"confirmation ({s.check_in}): {s.rejudged} failing states re-judged in {s.confirm_s:.1f} s "
+              f"(campaign {s.seconds:.1f} s)")
+
+
+def test_a_flaky_checker_is_reported_as_flaky_not_as_a_finding(good: Path, tmp_path: Path) -> None:
+    """A checker that fails the first time it sees each flush state and passes after: every such
+    state is flaky (exit 1), none is a finding."""
+    from powercut.cli import main
+    marks = tmp_path / "seen"
+    marks.mkdir()
+    cmd = ("python3 -c 'import json, sys, os, hashlib\n"
+           "s = json.load(sys.stdin)[\"state\"]\n"
+           f"m = os.path.join(\"{marks}\", hashlib.md5(s.encode()).hexdigest())\n"
+           "if s.startswith(\"flush@\") and not os.path.exists(m):\n"
+           "    open(m, \"w\").close(); print(\"key 1 lost (fake)\"); sys.exit(1)\n'")
+    rc = main(["check", str(good), "--check-in", "host", "--model", "flush", "--model", "write-cache", "--bound", "2",
+               "--samples", "2", "--checker", cmd, "--out", str(tmp_path / "out")])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    flush_states = summary["states"]["flush"]["judged"]
+    assert rc == 1
+    assert summary["flaky"] == flush_states > 0 and summary["failures"] == [] and not summary["ok"]
+    first = summary["flaky_states"][0]
+    assert first["first"][0] == "lost-ack" and "then alone pass" in first["reasons"][0]
 
 
 def test_panic_and_hang_in_the_checker_vm_are_findings(good: Path, tmp_path: Path) -> None:
-    from powercut.check import select_states
     from powercut.log import open_log
-    from powercut.record import load_recording
-    with open_log(load_recording(good).log_path) as index:
-        ids = [s.id for s in select_states(index, ["flush"])]
+    from powercut.recording import load
+    from powercut.selection import select
+    with open_log(load(good).log_path) as index:
+        ids = [s.id for s in select(index, ["flush"]).states]
     panic_id, hang_id = ids[2], ids[5]
     cmd = ("python3 -c 'import json, sys, time\n"
            "s = json.load(sys.stdin)[\"state\"]\n"
@@ -76,6 +102,8 @@ def test_panic_and_hang_in_the_checker_vm_are_findings(good: Path, tmp_path: Pat
     got = verdicts(tmp_path / "out")
     assert got[panic_id] == "kernel-panic"
     assert got[hang_id] == "timeout"
+    panic = next(f for f in summary.failures if f.state == panic_id)
+    assert panic.confirmed and any("Kernel panic - not syncing" in r for r in panic.reasons), panic.reasons
     assert set(got) == set(ids)  # the campaign went on after both
     assert all(v == "pass" for k, v in got.items() if k not in (panic_id, hang_id))
 

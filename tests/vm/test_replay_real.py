@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,22 +127,30 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def test_dm_snapshot_provider_in_guest(tmp_path: Path) -> None:
-    """dm-snapshot unit tests run in a guest (root, device-mapper, loop devices): two logs through
-    dm-snapshot alone, and dm-snapshot == XFS workspace == sparse copy on one log.  They must run,
-    not skip, and pass.  The job records on xfs so that the guest loads the xfs module (the XFS
-    workspace provider needs it); TCG makes each test slow, hence the small selection."""
-    tests = ROOT / "tests" / "unit" / "test_replay.py"
-    select = "(dm_snapshot_provider and (hand-ss512 or r3-ss4096)) or providers_agree"
-    cmd = (f"{sys.executable} -m pytest -q -p no:cacheprovider -rs --rootdir={ROOT} {tests} -k '{select}'")
+    """Device-mapper tests run in a guest (root, device-mapper, loop devices; this host's kernel may
+    have none): tests/unit/test_dm.py whole (linear, snapshot and log-writes targets by ioctl), and
+    from tests/unit/test_snapshot.py two logs through dm-snapshot alone, the clone+release cost, and
+    dm-snapshot == XFS workspace == sparse copy == reference on one log.  They must run, not skip,
+    and pass.  The job records on xfs so that the guest loads the xfs module (the XFS workspace
+    provider needs it); TCG makes each test slow, hence the small selection."""
+    unit = ROOT / "tests" / "unit"
+    select = "(dm_snapshot_provider and (hand-ss512 or r3-ss4096)) or clone_release_cost or providers_agree"
+    cmd = (f"{sys.executable} -m pytest -q -p no:cacheprovider -rsP --rootdir={ROOT} {unit / 'test_dm.py'} "
+           f"&& {sys.executable} -m pytest -q -p no:cacheprovider -rsP --rootdir={ROOT} "
+           f"{unit / 'test_snapshot.py'} -k '{select}'")
     spec = RecordSpec(fs=FsSpec(fstype="xfs", size_mb=300), workload=WorkloadSpec(cmd=cmd, timeout_s=900),
                       accel="auto", timeout_s=1200)
     out = tmp_path / "rec"
     try:
         record(spec, out)
     except WorkloadFailed:
-        pytest.fail("dm-snapshot tests failed in the guest:\n" + _tail(out / "job" / "workload.out"))
+        pytest.fail("device-mapper tests failed in the guest:\n" + _tail(out / "job" / "workload.out"))
     text = (out / "job" / "workload.out").read_text()
-    assert "skipped" not in text and "3 passed" in text, text[-3000:]
+    passed = [int(n) for n in re.findall(r"^(\d+) passed", text, re.MULTILINE)]
+    assert "skipped" not in text and "failed" not in text and passed == [14, 4], text[-3000:]
+    cost = re.search(r"dm-snapshot clone\+release: [\d.]+ ms \(n=\d+\)", text)
+    assert cost, text[-3000:]
+    print(f"guest (ioctl, no dmsetup): {cost.group(0)}")
 
 
 def _tail(p: Path) -> str:

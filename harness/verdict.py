@@ -1,0 +1,69 @@
+"""The one verdict vocabulary (host and guest) and the verdict record a campaign journals.
+
+Severity, worst last.  ``flaky`` is not a finding about the program under test: the state was
+judged twice, alone the second time, and the two verdicts differ -- a harness problem, reported
+apart from confirmed failures."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SEVERITY = ("pass", "fsck-error", "lost-ack", "corrupt-data", "checker-crashed", "mount-failed", "timeout",
+            "kernel-panic", "flaky")
+VERDICTS = frozenset(SEVERITY)
+# what a checker may answer (the harness adds the others)
+CHECKER_VERDICTS = ("pass", "lost-ack", "corrupt-data", "checker-crashed")
+FINDINGS = frozenset(SEVERITY) - {"pass", "flaky"}
+
+
+def check_name(verdict: str) -> str:
+    if verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r}; known: {', '.join(SEVERITY)}")
+    return verdict
+
+
+def worst(verdicts: list[str]) -> str:
+    return max(verdicts, key=SEVERITY.index, default="pass")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One judged state.  ``aliases``: other state ids with the same durable content and the same
+    acked/begun keys, judged by this one.  ``confirmed``: a failure judged a second time, alone,
+    with the same verdict.  For ``flaky``, ``first`` holds the first verdict and its reasons."""
+
+    state: str
+    model: str
+    cut: int
+    verdict: str
+    reasons: tuple[str, ...]
+    acked: int
+    begun: int
+    seconds: float
+    aliases: tuple[str, ...] = ()
+    confirmed: bool = False
+    first: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict != "pass"
+
+    @property
+    def finding(self) -> bool:
+        return self.verdict in FINDINGS
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("reasons", "aliases", "first"):
+            d[k] = list(d[k])
+        if not self.aliases:
+            del d["aliases"]
+        if not self.first:
+            del d["first"]
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "Verdict":
+        return Verdict(str(d["state"]), str(d["model"]), int(d["cut"]), check_name(d["verdict"]),
+                       tuple(d["reasons"]), int(d["acked"]), int(d["begun"]), float(d["seconds"]),
+                       tuple(d.get("aliases", ())), bool(d.get("confirmed", False)), tuple(d.get("first", ())))

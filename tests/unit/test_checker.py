@@ -1,0 +1,69 @@
+"""checker.py: the external checker command -- JSON answer, exit-code fallback, timeout kills the
+whole process group -- and the verdict vocabulary."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from powercut.checker import CheckerSpec, CheckInput, CheckResult
+from powercut.verdict import SEVERITY, Verdict, check_name, worst
+
+
+@pytest.fixture
+def inp(tmp_path: Path) -> CheckInput:
+    return CheckInput(str(tmp_path), ("1", "2"), ("3",), {"n": 3}, "flush@9")
+
+
+def test_exit_code_protocol(inp: CheckInput) -> None:
+    ok = CheckerSpec(command="python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d[\"acked\"]), d[\"state\"])'")
+    r = ok.run(inp)
+    assert r.verdict == "pass" and r.reasons == ("2 flush@9",)
+    assert CheckerSpec(command="echo 'record 2 lost'; exit 1").run(inp).verdict == "lost-ack"
+    assert CheckerSpec(command="echo 'bad crc'; exit 1").run(inp).verdict == "corrupt-data"
+    crashed = CheckerSpec(command="echo boom >&2; exit 7").run(inp)
+    assert crashed.verdict == "checker-crashed" and "boom" in crashed.reasons[0]
+    assert CheckerSpec().run(inp).verdict == "pass"  # no checker: mount + fsck only
+
+
+def test_json_answer_wins_over_the_exit_code(inp: CheckInput) -> None:
+    r = CheckerSpec(command="""echo '{"verdict": "corrupt-data", "reasons": ["key 2 lost its tail"]}'; exit 1""").run(inp)
+    assert r == CheckResult("corrupt-data", ("key 2 lost its tail",))
+    r = CheckerSpec(command="""echo '{"verdict": "lost-ack", "reasons": ["2"]}'""").run(inp)
+    assert r.verdict == "lost-ack"
+    # an unknown verdict in JSON is not trusted: the exit code decides
+    assert CheckerSpec(command="""echo '{"verdict": "fine"}'""").run(inp).verdict == "pass"
+
+
+def test_timeout_kills_the_checkers_grandchildren(inp: CheckInput, tmp_path: Path) -> None:
+    pidfile = tmp_path / "gc.pid"
+    t = time.monotonic()
+    r = CheckerSpec(command=f"sleep 60 & echo $! > {pidfile}; wait", timeout_s=0.5).run(inp)
+    assert r.verdict == "checker-crashed" and "timed out" in r.reasons[0]
+    assert time.monotonic() - t < 10
+    pid = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        if open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the checker's grandchild outlived the timeout (it would keep the mount busy)")
+
+
+def test_verdict_vocabulary() -> None:
+    assert worst(["pass", "fsck-error", "lost-ack"]) == "lost-ack"
+    assert worst(["corrupt-data", "kernel-panic", "timeout"]) == "kernel-panic"
+    assert worst([]) == "pass"
+    assert SEVERITY[-1] == "flaky" and check_name("pass") == "pass"
+    with pytest.raises(ValueError, match="unknown verdict"):
+        check_name("meh")
+    with pytest.raises(ValueError):
+        CheckResult("meh")
+    fl = Verdict("a", "flush", 1, "flaky", (), 0, 0, 0.0, first=("lost-ack", "x"))
+    assert not fl.finding and fl.failed and Verdict.from_json(fl.to_json()) == fl

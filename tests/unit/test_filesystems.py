@@ -1,0 +1,40 @@
+"""filesystems.py: the one table; sizes feed FsSpec, options for clones never change the image."""
+from __future__ import annotations
+
+import pytest
+
+from powercut import filesystems
+from powercut.config import FsSpec
+from powercut.errors import UsageError
+
+
+def test_every_filesystem_is_complete() -> None:
+    for name in filesystems.names():
+        fs = filesystems.get(name)
+        assert fs.name == name and fs.mkfs and fs.fsck and 0 in fs.fsck_clean
+        assert 0 < fs.min_mb <= fs.default_mb and fs.module_group
+        assert fs.fsck_argv("/dev/x")[-1] == "/dev/x" and fs.mkfs_argv("/dev/x", ("-L", "a"))[-3:] == ["-L", "a", "/dev/x"]
+
+
+def test_clone_options() -> None:
+    xfs = filesystems.get("xfs")
+    assert xfs.check_mount_opts("") == "nouuid"
+    assert xfs.check_mount_opts("noatime,nouuid") == "nouuid,noatime"
+    assert filesystems.get("ext4").check_mount_opts("data=writeback") == "data=writeback"
+    assert not filesystems.get("btrfs").clones_mount_together
+    assert filesystems.join_opts("a,b", "", "b, c") == "a,b,c"
+
+
+def test_fsck_meaning() -> None:
+    ext4 = filesystems.get("ext4")
+    assert ext4.explain_fsck(4) == "errors left uncorrected" and ext4.explain_fsck(None) == "timed out"
+    assert ext4.explain_fsck(77) == "exit 77"
+
+
+def test_sizes_come_from_the_table() -> None:
+    assert FsSpec("xfs").size_mb == filesystems.get("xfs").default_mb
+    assert FsSpec("ext4").size_mb == filesystems.get("ext4").default_mb
+    with pytest.raises(UsageError, match="at least 300 MiB"):
+        FsSpec("xfs", size_mb=64)
+    with pytest.raises(UsageError, match="unknown filesystem 'zfs'"):
+        FsSpec("zfs")

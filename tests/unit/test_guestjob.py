@@ -1,0 +1,59 @@
+"""guestjob.py: jobs round-trip through JSON with their types, versions are checked, the one
+result reader turns a missing or garbled result into a clear failure, the one guest PATH."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from powercut import guestjob
+from powercut.checker import CheckerSpec
+from powercut.config import FsSpec, WorkloadSpec
+from powercut.errors import PowercutError
+
+
+def test_record_job_round_trips(tmp_path: Path) -> None:
+    job = guestjob.RecordJob(dm_name="x", disks={"data": "pcdata", "log": "pclog"},
+                             fs=FsSpec("xfs", ("-m", "reflink=1"), "noatime"),
+                             workload=WorkloadSpec(name="append-fsync", params={"n": 3}), tools_dir="/t")
+    guestjob.write(tmp_path, job)
+    back = guestjob.load(tmp_path / "job.json")
+    assert back == job and isinstance(back.fs, FsSpec) and back.fs.mkfs_opts == ("-m", "reflink=1")
+    script = (tmp_path / "job.sh").read_text()
+    assert "powercut.guest" in script and sys.executable in script and "/t:" in script
+
+
+def test_check_job_round_trips() -> None:
+    job = guestjob.CheckJob(log="/run/powercut/rec/log.bin", size=1 << 20, fstype="ext4", mount_opts="",
+                            checker=CheckerSpec(command="true", timeout_s=5), states=("flush@3", "flush@5"),
+                            disks={"scratch": "s"}, params={"n": 2})
+    back = guestjob.from_json(json.loads(json.dumps(guestjob.to_json(job))))
+    assert back == job and isinstance(back.checker, CheckerSpec) and back.states == ("flush@3", "flush@5")
+
+
+def test_version_and_kind_are_checked() -> None:
+    d = guestjob.to_json(guestjob.MarkBenchJob(dm_name="x", disks={}))
+    with pytest.raises(PowercutError, match="job version"):
+        guestjob.from_json(dict(d, version=1))
+    with pytest.raises(PowercutError, match="unknown job kind"):
+        guestjob.from_json(dict(d, kind="dance"))
+    with pytest.raises(PowercutError, match="no field 'bogus'"):
+        guestjob.from_json(dict(d, bogus=1))
+
+
+def test_result_reader(tmp_path: Path) -> None:
+    r = guestjob.read_result(tmp_path)
+    assert not r.ok and "wrote no result" in r.error
+    (tmp_path / "result.json").write_text("[1]")
+    assert not guestjob.read_result(tmp_path).ok
+    guestjob.write_result(tmp_path, guestjob.GuestResult(True, data={"workload_rc": 0, "mkfs_s": 0.4}))
+    r = guestjob.read_result(tmp_path)
+    assert r.ok and r.get("mkfs_s") == 0.4 and r.get("nope", 7) == 7
+
+
+def test_guest_path_order() -> None:
+    p = guestjob.guest_path("/img/tools").split(":")
+    assert p[0] == "/img/tools" and p[1] == str(Path(sys.executable).parent) and "/usr/sbin" in p
+    assert guestjob.guest_path().split(":")[0] == str(Path(sys.executable).parent)

@@ -1,0 +1,64 @@
+"""journal.py: fsync'd JSON lines; a torn last line is dropped on resume; the later verdict for a
+state wins (confirmation, flaky)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from powercut.errors import UsageError
+from powercut.journal import Journal, JsonLines, read_lines
+from powercut.verdict import Verdict
+
+
+def v(state: str, verdict: str = "pass", model: str = "flush", cut: int = 1) -> Verdict:
+    return Verdict(state, model, cut, verdict, (f"reason for {state}",), 1, 0, 0.01)
+
+
+def test_journal_resume_drops_a_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path, resume=False)
+    j.add(v("flush@1"))
+    j.add(v("flush@2", "lost-ack"))
+    j.close()
+    with open(path, "ab") as f:
+        f.write(b'{"state":"flush@3","mod')  # kill -9 in the middle of a write
+    with pytest.raises(UsageError, match="--resume"):
+        Journal(path, resume=False)
+    j = Journal(path, resume=True)
+    assert set(j.done) == {"flush@1", "flush@2"} and j.done["flush@2"].verdict == "lost-ack"
+    j.add(v("flush@3"))
+    j.close()
+    lines = path.read_text().splitlines()
+    assert [json.loads(x)["state"] for x in lines] == ["flush@1", "flush@2", "flush@3"]
+
+
+def test_later_line_wins_and_fields_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path, resume=False)
+    first = dataclasses.replace(v("write-cache@5/d3", "lost-ack", "write-cache", 5), aliases=("flush@5",))
+    j.add(first)
+    j.add(dataclasses.replace(first, confirmed=True))
+    j.close()
+    back = Journal(path, resume=True).done["write-cache@5/d3"]
+    assert back.confirmed and back.aliases == ("flush@5",) and back == dataclasses.replace(first, confirmed=True)
+
+
+def test_unreadable_lines_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_text('{"state": "x"}\nnot json\n' + json.dumps(v("flush@4").to_json()) + "\n")
+    assert list(Journal(path, resume=True).done) == ["flush@4"]
+
+
+def test_jsonlines_reader_follows_a_growing_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    assert read_lines(path) == ([], 0)
+    with JsonLines(path) as out:
+        out.add({"begin": "a"})
+        objs, pos = read_lines(path)
+        assert objs == [{"begin": "a"}]
+        with open(path, "ab") as f:
+            f.write(b'{"verdict"')  # half a line: not yet
+        assert read_lines(path, pos) == ([], pos)

@@ -1,0 +1,59 @@
+"""report.py: summary (counts per model, confirmed vs flaky), JSON, JUnit, table."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import SimpleNamespace
+
+from powercut.campaign import flaky
+from powercut.report import summarize, table, write_outputs
+from powercut.verdict import Verdict
+
+
+def v(state: str, verdict: str = "pass", model: str = "flush", cut: int = 1) -> Verdict:
+    return Verdict(state, model, cut, verdict, (f"reason for {state}",), 1, 0, 0.01)
+
+
+def test_summary_json_and_junit(tmp_path: Path) -> None:
+    lost = dataclasses.replace(v("flush@2", "lost-ack", cut=2), confirmed=True, aliases=("write-cache@2",))
+    fl = flaky(v("flush@4", "mount-failed", cut=4), v("flush@4", "pass", cut=4))
+    verdicts = [v("flush@1"), lost, v("write-cache@3/d4", "pass", "write-cache", 3), fl]
+    sel = SimpleNamespace(counts={"flush": {"generated": 9, "distinct": 3, "judged": 3, "left_out": 0},
+                                  "write-cache": {"generated": 5, "distinct": 2, "judged": 1, "left_out": 1}})
+    s = summarize(verdicts, recording="/r", fstype="ext4", workload="append-fsync", check_in="host", seconds=1.5,
+                  selection=sel, rejudged=2, confirm_s=0.5)
+    assert s.by_model == {"flush": {"pass": 1, "lost-ack": 1, "flaky": 1}, "write-cache": {"pass": 1}}
+    assert not s.ok and [f.state for f in s.failures] == ["flush@2"] and [f.state for f in s.flaky] == ["flush@4"]
+    assert s.confirmed == 1
+    paths = write_outputs(s, verdicts, tmp_path)
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["verdict"] == "lost-ack" and summary["total"] == 4 and summary["flaky"] == 1
+    assert summary["confirmed_failures"] == 1 and summary["states"]["write-cache"]["left_out"] == 1
+    assert summary["failures"][0]["repro"].startswith("powercut replay /r --state flush@2")
+    assert summary["flaky_states"][0]["first"][0] == "mount-failed"
+    root = ET.parse(paths["junit"]).getroot()
+    assert root.get("tests") == "4" and root.get("failures") == "1" and root.get("errors") == "1"
+    failing = [c for c in root.findall(".//testcase") if c.find("failure") is not None]
+    assert [c.get("name") for c in failing] == ["flush@2"]
+    assert "write-cache@2" in failing[0].find("failure").text
+    assert [c.get("name") for c in root.findall(".//testcase") if c.find("error") is not None] == ["flush@4"]
+
+
+def test_flaky_carries_both_verdicts() -> None:
+    f = flaky(v("flush@4", "mount-failed", cut=4), v("flush@4", "pass", cut=4))
+    assert f.verdict == "flaky" and not f.finding
+    assert "mount-failed, then alone pass" in f.reasons[0]
+    assert "first: reason for flush@4" in f.reasons and "second: reason for flush@4" in f.reasons
+
+
+def test_table_renders(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    s = summarize([v("flush@1"), v("flush@2", "lost-ack")], recording="/r", fstype="xfs", workload="w",
+                  check_in="vm", seconds=1.0, status="interrupted")
+    console = Console(record=True, width=120)
+    console.print(table(s))
+    text = console.export_text()
+    assert "INTERRUPTED" in text and "lost-ack" in text and not s.ok
