@@ -310,7 +310,7 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
         print(f"confirmation: {summary.rejudged} failing states judged again alone in {summary.confirm_s:.1f} s: "
               f"{summary.confirmed} confirmed, {len(summary.flaky)} flaky")
     for f in summary.flaky[:10]:
-        print(f"FLAKY {f.state}: {f.reasons[0]}  (a harness problem, not a finding)")
+        print(f"FLAKY {f.state}: {f.reasons[0]}")
     for f in summary.failures[:10]:
         print(f"FAIL {f.state}: {f.verdict}: {f.reasons[0] if f.reasons else ''}\n  repro: {repro(summary.recording, f)}")
     if len(summary.failures) > 10:

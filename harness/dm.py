@@ -188,13 +188,9 @@ def control() -> int:
         return _fd
     with _lock:
         if _fd is None:
-            try:
-                _fd = os.open(DM_CONTROL, os.O_RDWR | os.O_CLOEXEC)
-            except FileNotFoundError:
+            if not os.path.exists(DM_CONTROL):
                 _make_control()
-                _fd = _open_control()
-            except OSError as e:
-                raise DmError(f"cannot open {DM_CONTROL}: {e.strerror}", e.errno) from None
+            _fd = _open_control()
         return _fd
 
 
@@ -257,7 +253,7 @@ def _call_out(cmd: str, name: str | None, what: str, flags: int = 0) -> bytearra
     size = 16 << 10
     while True:
         buf = _call(cmd, header(name, flags=flags, size=size), what)
-        if not HEADER.unpack_from(buf, 0)[5] & BUFFER_FULL_FLAG:
+        if not HEADER.unpack_from(buf, 0)[7] & BUFFER_FULL_FLAG:  # flags
             return buf
         size *= 4
 
@@ -266,7 +262,7 @@ def _call_out(cmd: str, name: str | None, what: str, flags: int = 0) -> bytearra
 def create(name: str, table: Table, *, readonly: bool = False) -> str:
     """Create device ``name`` with ``table``, load and resume it; return a usable device node."""
     buf = _call("DEV_CREATE", header(name), name)
-    major, minor = decode_dev(HEADER.unpack_from(buf, 0)[8])
+    major, minor = decode_dev(HEADER.unpack_from(buf, 0)[10])  # dev
     try:
         _call("TABLE_LOAD", table_buffer(name, table, readonly=readonly), name)
         _call("DEV_SUSPEND", header(name), name)  # without SUSPEND_FLAG: resume (activate the table)
@@ -324,7 +320,7 @@ def remove(name: str, *, retries: int = 12) -> None:
 def info(name: str) -> DmDevice:
     """DM_DEV_STATUS: the device number, open count and flags of ``name``."""
     h = HEADER.unpack_from(_call("DEV_STATUS", header(name), name), 0)
-    return DmDevice(name, *decode_dev(h[8]), open_count=h[4], flags=h[5])
+    return DmDevice(name, *decode_dev(h[10]), open_count=h[6], flags=h[7])  # dev, open_count, flags
 
 
 def status(name: str, *, table: bool = False) -> list[str]:

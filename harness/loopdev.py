@@ -82,7 +82,14 @@ class LoopDevice:
         for attempt in range(attempts):
             n = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
             path = f"/dev/loop{n}"
-            fd = os.open(path, mode | os.O_CLOEXEC)
+            try:
+                fd = os.open(path, mode | os.O_CLOEXEC)
+            except OSError as e:
+                # ENXIO/ENOENT: the node is being created or torn down by a parallel attach/detach
+                if e.errno in (errno.ENXIO, errno.ENOENT) and attempt + 1 < attempts:
+                    time.sleep(0.002 * (attempt + 1))
+                    continue
+                raise LoopError(f"cannot open {path} for {self.backing}: {e.strerror}", e.errno or 0) from None
             try:
                 _configure(fd, backing_fd, self.backing, flags)
             except OSError as e:

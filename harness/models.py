@@ -65,9 +65,8 @@ from .stateid import (MODELS, Pick, StateId, check_model, format_id, format_rang
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "CrashState", "describe", "durable_entries",
-           "enumerate_states", "format_ranges", "make_state", "parse_ranges", "space", "state_from_id",
-           "state_to_json"]
+__all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "CrashState", "describe", "durable_entries", "enumerate_states",
+           "format_ranges", "is_key_mark", "make_state", "parse_ranges", "space", "state_from_id", "state_to_json"]
 MAX_EXHAUSTIVE_BOUND = 20
 Torn = tuple[tuple[int, tuple[int, ...]], ...]
 
@@ -111,10 +110,6 @@ def _seq(x: CrashSpace | LogIndex | Sequence[Entry]) -> Sequence[Entry]:
     return x.entries if isinstance(x, (CrashSpace, LogIndex)) else x
 
 
-def _droppable(e: Entry) -> bool:
-    return e.changes_device and not e.flags & FUA
-
-
 def _tearable(e: Entry) -> bool:
     return e.is_write and e.nr_sectors > 1
 
@@ -127,6 +122,8 @@ class CrashSpace:
         self.entries: tuple[Entry, ...] = tuple(_seq(entries))
         n = self.n = len(self.entries)
         last_flush, epoch, ndata, version = ([-1] * (n + 1), *([0] * (n + 1) for _ in range(3)))
+        self.is_key = tuple(is_key_mark(e) for e in self.entries)
+        self.is_data = tuple(e.changes_device for e in self.entries)
         self._events: list[tuple[bool, str]] = []  # (is an ack, key) of every key mark that adds a key
         acked, begun, lf = set[str](), set[str](), -1
         for i, e in enumerate(self.entries):
@@ -141,9 +138,9 @@ class CrashSpace:
                 (acked if is_ack else begun).add(key)
             version[i + 1] = len(self._events)
         self.last_flush, self.epoch, self.ndata = tuple(last_flush), tuple(epoch), tuple(ndata)
-        # a key mark either adds a key or changes nothing, so equal versions <=> equal (acks, begun)
-        self.key_version = tuple(version)
+        self.key_version = tuple(version)  # a key mark adds a key or changes nothing: same version <=> same keys
         self._keys: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self._at, self._acked, self._begun = 0, dict[str, None](), dict[str, None]()  # keys after _at events
         self._lock = threading.Lock()
 
     def keys(self, cut: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -152,31 +149,34 @@ class CrashSpace:
         with self._lock:
             got = self._keys.get(v)
             if got is None:
-                acks = tuple(k for is_ack, k in self._events[:v] if is_ack)
-                done = set(acks)
-                got = self._keys[v] = (acks, tuple(k for is_ack, k in self._events[:v] if not is_ack and k not in done))
+                if v < self._at:
+                    self._at, self._acked, self._begun = 0, {}, {}
+                for is_ack, k in self._events[self._at:v]:
+                    if is_ack:
+                        self._acked[k] = None
+                        self._begun.pop(k, None)
+                    else:
+                        self._begun[k] = None
+                self._at = v
+                got = self._keys[v] = (tuple(self._acked), tuple(self._begun))
             return got
 
     def droppable(self, cut: int) -> tuple[int, ...]:
         """Data entries before the cut that a write-back cache may still lose (sorted)."""
-        start = max(self.last_flush[cut], 0)
-        return tuple(i for i in range(start, cut) if _droppable(self.entries[i]))
+        es, data = self.entries, self.is_data
+        return tuple(i for i in range(max(self.last_flush[cut], 0), cut) if data[i] and not es[i].flags & FUA)
 
     def cut_points(self) -> list[int]:
         """The write-cache cut points: just before each key mark, FLUSH, FUA entry with data; the end."""
-        es, n = self.entries, self.n
-        return [c for c in range(1, n + 1) if c == n or es[c].flags & FLUSH or is_key_mark(es[c])
-                or (es[c].is_fua and es[c].changes_device)]
+        es, n, key, data = self.entries, self.n, self.is_key, self.is_data
+        return [c for c in range(1, n + 1) if c == n or key[c] or es[c].flags & FLUSH or data[c] and es[c].flags & FUA]
 
     def canon(self, cut: int, dropped: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
         """Smallest equivalent (cut, dropped): same durable data, same key marks before the cut.
         ``dropped`` is sorted; walk back over dropped entries and entries without data."""
-        c, j = cut, len(dropped) - 1
-        while c > 0:
-            e = self.entries[c - 1]
-            if is_key_mark(e):
-                break
-            if e.changes_device:
+        c, j, key, data = cut, len(dropped) - 1, self.is_key, self.is_data
+        while c > 0 and not key[c - 1]:
+            if data[c - 1]:
                 if j < 0 or dropped[j] != c - 1:
                     break
                 j -= 1
@@ -255,7 +255,7 @@ class CrashSpace:
             out = [self.state(model, c) for c in range(1, self.n + 1)]
         elif model == "flush":
             out = [self.state(model, i + 1) for i, e in enumerate(self.entries)
-                   if e.flags & (FLUSH | FUA) or is_key_mark(e)]
+                   if e.flags & (FLUSH | FUA) or self.is_key[i]]
         elif model == "write-cache":
             out = _by_cut(self, model, self.cut_points(), lambda b: _write_cache(b, seed, exhaustive_bound, samples))
         else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import guestjob, process, recording
+from . import filesystems, guestjob, process, recording
 from .config import DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
 from .errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from .recording import FORMAT_VERSION, MANIFEST, Recording, load_recording  # noqa: F401 (re-exported)
@@ -44,6 +44,11 @@ class RecordSpec:
         return mb << 20
 
 
+def _sparse(path: Path, size: int) -> None:
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
 def vm_spec(spec: RecordSpec, image: Any, out: Path, jobdir: Path) -> VmSpec:
     disks = (DiskSpec(str(out / "data-final.img"), "pcdata", bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
              DiskSpec(str(out / "log.bin"), "pclog", bus=spec.bus, cache="unsafe", write_cache=True))  # type: ignore[arg-type]
@@ -51,7 +56,7 @@ def vm_spec(spec: RecordSpec, image: Any, out: Path, jobdir: Path) -> VmSpec:
                   shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False)),
                   transport=spec.transport, accel=spec.accel, timeout_s=spec.timeout_s,  # type: ignore[arg-type]
                   console_path=str(out / "console.log"), name=f"powercut-record-{os.getpid()}",
-                  modules=(spec.fs.fstype,))
+                  modules=(filesystems.get(spec.fs.fstype).module_group,))
 
 
 def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: Path | None):

@@ -87,8 +87,8 @@ def image_key(sp: CrashSpace, state: CrashState) -> Hashable:
     cut = state.cut
     base = min(min(state.dropped, default=cut), min(torn, default=cut))
     gone = set(state.dropped)
-    es = sp.entries
-    rest = tuple((i, torn.get(i)) for i in range(base, cut) if es[i].changes_device and i not in gone)
+    data = sp.is_data
+    rest = tuple((i, torn.get(i)) for i in range(base, cut) if data[i] and i not in gone)
     return sp.ndata[base], rest, sp.key_version[cut]
 
 

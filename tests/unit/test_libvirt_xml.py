@@ -1,5 +1,6 @@
-"""VmSpec -> libvirt domain XML (powercut.vm.libvirt.domain_xml), parsed back with ElementTree.
-No libvirtd needed."""
+"""VmSpec -> libvirt domain XML (powercut.vm.libvirt.domain_xml), parsed back with ElementTree; the
+URI locality rule, the boot timeout, the console watch.  No libvirtd needed (the domain's lifetime
+with fake libvirt objects: tests/unit/test_accel.py)."""
 from __future__ import annotations
 
 import builtins
@@ -8,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from powercut.config import DiskSpec, ShareSpec, VmSpec
-from powercut.errors import EnvironmentNotReady
+from powercut.errors import EnvironmentNotReady, UsageError
 from powercut.vm import libvirt as lv
 from powercut.vm.qemu import kernel_cmdline
 
@@ -176,8 +177,35 @@ def test_name_override_and_no_override_without_disks():
 
 
 def test_uri_locality():
-    assert lv.is_local_uri("qemu:///system") and lv.is_local_uri("qemu+unix:///system")
-    assert not lv.is_local_uri("qemu+ssh://root@host/system")
+    # local: no host and the unix socket; everything else is probed through libvirt
+    for uri in ("qemu:///system", "qemu:///session", "qemu+unix:///system", "qemu+unix:///system?socket=/x.sock"):
+        assert lv.is_local_uri(uri), uri
+    for uri in ("qemu+ssh://root@host/system", "qemu+ssh://root@127.0.0.1:2222/system?keyfile=/k",
+                "qemu+ssh:///system", "qemu://localhost/system", "qemu+tcp://h/system",
+                "qemu+libssh2://u@h/system", "qemu+ext:///system?command=/bin/tunnel"):
+        assert not lv.is_local_uri(uri), uri
+
+
+def test_boot_timeout_per_accel_env_and_capped_by_vm_timeout(monkeypatch):
+    monkeypatch.delenv("POWERCUT_BOOT_TIMEOUT", raising=False)
+    assert lv.boot_timeout_s("kvm", 900) == lv.BOOT_TIMEOUTS_S["kvm"] < lv.boot_timeout_s("tcg", 900)
+    assert lv.boot_timeout_s("tcg", 40) == 40
+    monkeypatch.setenv("POWERCUT_BOOT_TIMEOUT", "7.5")
+    assert lv.boot_timeout_s("kvm", 900) == lv.boot_timeout_s("tcg", 900) == 7.5
+    monkeypatch.setenv("POWERCUT_BOOT_TIMEOUT", "soon")
+    with pytest.raises(UsageError, match="POWERCUT_BOOT_TIMEOUT must be a number of seconds, not 'soon'"):
+        lv.boot_timeout_s("kvm", 900)
+
+
+def test_console_watch_reads_only_new_bytes_and_finds_split_marker(tmp_path):
+    path = tmp_path / "console.log"
+    watch = lv.ConsoleWatch(path, b"powercut-probe-ok")
+    assert not watch.seen()  # no file yet
+    path.write_bytes(b"boot noise powercut-pro")
+    assert not watch.seen()
+    with open(path, "ab") as f:
+        f.write(b"be-ok\n")
+    assert watch.seen() and watch.seen()
 
 
 def test_qemu_stderr_filters_libvirt_lines_and_warnings():
