@@ -65,8 +65,9 @@ from .stateid import (MODELS, Pick, StateId, check_model, format_id, format_rang
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "CrashState", "describe", "durable_entries", "enumerate_states",
-           "format_ranges", "is_key_mark", "make_state", "parse_ranges", "space", "state_from_id", "state_to_json"]
+__all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "CrashState", "describe", "durable_entries",
+           "enumerate_states", "format_ranges", "is_key_mark", "make_state", "parse_ranges", "space",
+           "state_from_id", "state_to_json"]
 MAX_EXHAUSTIVE_BOUND = 20
 Torn = tuple[tuple[int, tuple[int, ...]], ...]
 
@@ -93,10 +94,8 @@ def durable_entries(entries: CrashSpace | LogIndex | Sequence[Entry],
                     state: CrashState) -> Iterator[tuple[Entry, tuple[int, ...] | None]]:
     """What to replay for a state: (entry, None) for fully persisted data entries, (entry, sector
     offsets) for torn ones, in log order."""
-    seq = _seq(entries)
-    dropped = set(state.dropped)
-    torn = dict(state.torn)
-    for e in seq[:state.cut]:
+    dropped, torn = set(state.dropped), dict(state.torn)
+    for e in _seq(entries)[:state.cut]:
         if e.changes_device and e.index not in dropped:
             yield e, torn.get(e.index)
 

@@ -23,6 +23,8 @@ Grammar (every id ever produced stays valid and keeps its meaning)::
     cut, entry, seed, n = uint (ASCII digits, at most 19)
 
 Examples: ``write-cache@8/k5``, ``torn@6/s0,2``, ``torn@14/t9:s0-3/d11``, ``torn@14/t9:r0.2/r0.2``.
+Canonical (``format_id``): of "d" and "k" the shorter (ties: "d"); a combined id that tears entry
+cut-1 and loses nothing is written in the plain ``tear`` form; seeded ids stay as they are.
 Seeded picks hash a text key with SHAKE-256, so an id's meaning does not depend on how many samples
 were asked for or on the Python version.
 """
@@ -54,11 +56,15 @@ def check_model(model: str) -> None:
 def runs(values: Sequence[int]) -> list[tuple[int, int]]:
     """Maximal runs ``[lo, hi)`` of consecutive values in a sorted sequence."""
     out: list[tuple[int, int]] = []
-    for v in values:
-        if out and v == out[-1][1]:
-            out[-1] = (out[-1][0], v + 1)
-        else:
-            out.append((v, v + 1))
+    if not values:
+        return out
+    lo = prev = values[0]
+    for v in values[1:]:
+        if v != prev + 1:
+            out.append((lo, prev + 1))
+            lo = v
+        prev = v
+    out.append((lo, prev + 1))
     return out
 
 
@@ -148,15 +154,15 @@ def parse_id(state_id: object) -> StateId:
     return StateId(model, cut, subset=subset, tear=_pick(c.group(2), "sr", sid, "tear"), entry=int(c.group(1)))
 
 
-def subset_pick(dropped: Sequence[int], droppable: Sequence[int]) -> Pick | None:
-    """The shorter explicit subset part for ``dropped`` (sorted) among ``droppable``; None if nothing
-    is dropped (the id then has no subset part)."""
+def _subset_text(dropped: Sequence[int], droppable: Sequence[int]) -> str:
+    """The shorter explicit subset part ("/d..." or "/k...") for ``dropped`` among ``droppable``;
+    "" when nothing is dropped."""
     if not dropped:
-        return None
+        return ""
     if 2 * len(dropped) <= len(droppable):
-        return Pick("d", format_ranges(dropped))
+        return "/d" + format_ranges(dropped)
     gone = set(dropped)
-    return Pick("k", format_ranges([i for i in droppable if i not in gone]))
+    return "/k" + format_ranges([i for i in droppable if i not in gone])
 
 
 def format_id(model: str, cut: int, dropped: Sequence[int], torn: Sequence[tuple[int, Sequence[int]]],
@@ -164,12 +170,11 @@ def format_id(model: str, cut: int, dropped: Sequence[int], torn: Sequence[tuple
     """The canonical explicit id of a state: ``dropped`` and each torn write's sectors sorted,
     ``droppable`` the entries that may be lost at the cut (needed only when something is dropped)."""
     if not torn:
-        return StateId(model, cut, subset=subset_pick(dropped, droppable)).text()
+        return f"{model}@{cut}{_subset_text(dropped, droppable)}"
     ((t, sectors),) = torn
-    tear = Pick("s", format_ranges(sectors))
     if t == cut - 1 and not dropped:
-        return StateId(model, cut, tear=tear).text()
-    return StateId(model, cut, subset_pick(dropped, [i for i in droppable if i != t]), tear, t).text()
+        return f"{model}@{cut}/s{format_ranges(sectors)}"
+    return f"{model}@{cut}/t{t}:s{format_ranges(sectors)}{_subset_text(dropped, [i for i in droppable if i != t])}"
 
 
 def resolve(sid: StateId, droppable: Sequence[int], sectors: Callable[[int], int]
@@ -211,7 +216,7 @@ def shake_bits(key: str, k: int) -> int:
 
 def pick_bits(items: Sequence[int], bits: int) -> tuple[int, ...]:
     """The items whose bit (least significant = first item) is set."""
-    return tuple(x for j, x in enumerate(items) if bits >> j & 1)
+    return tuple(x for x, b in zip(items, format(bits, f"0{len(items)}b")[::-1]) if b == "1")
 
 
 def wc_sample(droppable: Sequence[int], seed: int, cut: int, n: int) -> tuple[int, ...]:

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from powercut.errors import UsageError
 from powercut.log import FLUSH, FUA, Entry, LogIndex, open_log
 from powercut.logwrite import LogWriter
-from powercut.stateid import tear_picks
 from powercut.models import (
     MODELS,
     CrashSpace,
@@ -30,6 +29,7 @@ from powercut.models import (
     state_from_id,
     state_to_json,
 )
+from powercut.stateid import tear_picks
 
 S = b"\1" * 512
 
@@ -531,19 +531,27 @@ def _writes_log(path: Path, ops: list[tuple], ss: int = 512) -> LogIndex:  # typ
 
 def test_blind_spot_b_fua_on_top(tmp_path: Path) -> None:
     """A FUA write U logged before an overlapping plain write W of its window: besides "W on top"
-    (log order) there is a torn state whose image has U's data on top."""
-    from powercut.replay import reference_image
-    ops = [("w", 0, 8, 0, 1), ("f",), ("w", 2, 2, FUA, 50), ("m", "ack:u"), ("w", 0, 6, 0, 100), ("f",)]
+    (log order) there is a torn state whose image has U's data on top; it and the other combined
+    torn states materialize exactly as the from-scratch reference."""
+    import hashlib
+    from powercut.replay import materialize, reference_image
+    ops = [("w", 0, 8, 0, 1), ("f",), ("w", 2, 2, FUA, 50), ("m", "ack:u"), ("w", 0, 6, 0, 100),
+           ("w", 10, 2, 0, 200), ("f",)]
     with _writes_log(tmp_path / "l.bin", ops) as idx:
         states = enumerate_states(idx, "torn", torn_samples=0)
         mine = [s for s in states if s.torn == ((4, (0, 1, 4, 5)),) and s.dropped == ()]
-        assert [s.id for s in mine] == ["torn@5/s0-1,4-5"]
-        # with samples the same state may come first as a seeded pick (here torn@5/r0.1): still there once
-        assert len([s for s in enumerate_states(idx, "torn") if s.torn == mine[0].torn and not s.dropped]) == 1
+        assert [s.id for s in mine] == ["torn@6/t4:s0-1,4-5"]
         img = reference_image(idx, mine[0], 16 * 512, tmp_path / "ref.img").read_bytes()
-        sector = [img[k * 512] for k in range(8)]
-        assert sector == [101, 102, 51, 52, 105, 106, 8, 9]  # U (fill 50) on top of W (fill 100)
-        assert state_from_id(idx, "torn@5/s0-1,4-5") == mine[0]
+        sector = [img[k * 512] for k in range(12)]
+        assert sector == [101, 102, 51, 52, 105, 106, 8, 9, 0, 0, 201, 202]  # U (fill 50) on top of W (fill 100)
+        assert state_from_id(idx, mine[0].id) == mine[0]
+        with_samples = enumerate_states(idx, "torn")  # seeded picks may hit the same state: it is there once
+        assert len([s for s in with_samples if (s.cut, s.dropped, s.torn) == (6, (), mine[0].torn)]) == 1
+        combined = [s for s in with_samples if s.dropped or s.torn[0][0] != s.cut - 1]
+        assert any(s.dropped for s in combined) and any(":r" in s.id for s in combined)
+        for s, got in materialize(idx, None, 16 * 512, with_samples, tmp_path, "copy"):
+            ref = reference_image(idx, s, 16 * 512, tmp_path / "ref.img")
+            assert hashlib.sha256(got.read_bytes()).digest() == hashlib.sha256(ref.read_bytes()).digest(), s.id
 
 
 REPLAY_OPS = st.lists(st.one_of(
