@@ -121,7 +121,7 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
     verdict after each state, so the host can attribute a panic or hang to its state."""
     from .check import CheckContext, judge
     from .log import open_log
-    from .models import state_from_id
+    from .models import space
     from .replay import materialize
 
     scratch = find_disk(job.disks["scratch"])
@@ -132,7 +132,8 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
     ctx = CheckContext(filesystems.get(job.fstype), job.checker, dict(job.params), job.mount_opts)
     n = 0
     with open_log(job.log) as index, JsonLines(jobdir / "progress.jsonl") as progress:
-        states = [state_from_id(index, i) for i in job.states]
+        sp = space(index)
+        states = [sp.state_from_id(i) for i in job.states]
         for state, img in materialize(index, None, job.size, states, Path(work), provider="dm-snapshot"):
             progress.add({"begin": state.id})
             v = judge(ctx, str(img), state, MNT)

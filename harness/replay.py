@@ -31,6 +31,7 @@ from pathlib import Path
 from .errors import BadRecording, PowercutError, UsageError
 from .log import Entry, LogIndex, open_log
 from .models import CrashState, durable_entries, state_from_id
+from .stateid import runs
 from .recording import load as load_recording
 from .imageio import pwrite_all, sparse_copy_fd, zero_range
 from .snapshot import Provider, choose_provider
@@ -120,20 +121,9 @@ class _Writer:
             self.bytes += len(data)
             return
         data = self.index.data(e)
-        for lo, hi in _runs(sectors):  # a torn write: only the persisted sectors
+        for lo, hi in runs(sectors):  # a torn write: only the persisted sectors
             pwrite_all(self.fd, data[lo * ss:hi * ss], off + lo * ss)
             self.bytes += (hi - lo) * ss
-
-
-def _runs(sectors: Sequence[int]) -> Iterator[tuple[int, int]]:
-    """Maximal runs [lo, hi) of consecutive sector offsets."""
-    i = 0
-    while i < len(sectors):
-        j = i
-        while j + 1 < len(sectors) and sectors[j + 1] == sectors[j] + 1:
-            j += 1
-        yield sectors[i], sectors[j] + 1
-        i = j + 1
 
 
 def _check_initial(initial: Path | None, size: int) -> Path | None:
