@@ -61,6 +61,7 @@ def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdic
 
     os.makedirs(mnt, exist_ok=True)
     kmsg = KernelLog()
+    t_mount = time.monotonic()
     try:
         mount(device, mnt, ctx.fs.name, ctx.state_mount_opts)
     except MountError as e:
@@ -71,6 +72,7 @@ def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdic
         return done("mount-failed")
     finally:
         kmsg.close()
+    t_checker = time.monotonic()
     try:
         try:
             result = ctx.checker.run(CheckInput(mnt, state.acks, state.begun, ctx.params, state.id))
@@ -78,9 +80,13 @@ def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdic
             log.exception("checker crashed on %s", state.id)
             result = CheckResult("checker-crashed", (f"{type(e).__name__}: {e}",))
     finally:
+        t_umount = time.monotonic()
         umount(mnt)
     reasons.extend(result.reasons)
+    t_fsck = time.monotonic()
     ok, report = fsck(ctx, device)
+    log.debug("%s: mount %.3f checker %.3f umount %.3f fsck %.3f s", state.id, t_checker - t_mount,
+              t_umount - t_checker, t_fsck - t_umount, time.monotonic() - t_fsck)
     if not ok:
         reasons.append(f"fsck: {report}")
         return done(result.verdict if result.verdict != "pass" else "fsck-error")

@@ -198,19 +198,29 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
 
 
 def _dry_run(spec: Any, out: str) -> int:
+    """The exact QEMU argv (qemu backend) or domain XML (libvirt backend) the recording would run."""
     from powercut.images.build import ImageSpec, build_image
 
+    from . import process
     from .record import vm_spec
     from .vm.accel import resolve_accel
-    from .vm.qemu import build_argv
+    from .vm.qemu import QEMU, build_argv
 
-    from . import process
-    from .vm.qemu import QEMU
-
-    qemu = process.require(QEMU, "qemu-system-x86")
     image = build_image(ImageSpec(**spec.image))
     o = Path(out).absolute()
     vs = vm_spec(spec, image, o, o / "job")
+    if spec.backend == "libvirt":
+        from .vm.libvirt import is_local_uri
+        from .vm.libvirt_xml import domain_xml
+        if spec.accel == "auto" and not is_local_uri(spec.libvirt_uri):
+            print(f"powercut: --accel auto on {spec.libvirt_uri} is probed on that host at run time; "
+                  "showing the kvm domain", file=sys.stderr)
+            accel = "kvm"
+        else:
+            accel = resolve_accel(spec.accel, image.kernel, image.initrd)
+        print(domain_xml(vs, accel))
+        return 0
+    qemu = process.require(QEMU, "qemu-system-x86")
     print(shlex.join(build_argv(vs, resolve_accel(spec.accel, image.kernel, image.initrd), qemu=qemu)))
     return 0
 

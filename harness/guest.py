@@ -131,14 +131,17 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
     mount(scratch, work, "ext4", "noatime")
     ctx = CheckContext(filesystems.get(job.fstype), job.checker, dict(job.params), job.mount_opts)
     n = 0
-    with open_log(job.log) as index, JsonLines(jobdir / "progress.jsonl") as progress:
+    with open_log(job.log) as index, JsonLines(jobdir / "progress.jsonl", durable=False) as progress:
         sp = space(index)
         states = [sp.state_from_id(i) for i in job.states]
+        t = time.monotonic()
         for state, img in materialize(index, None, job.size, states, Path(work), provider="dm-snapshot"):
+            log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t)
             progress.add({"begin": state.id})
             v = judge(ctx, str(img), state, MNT)
             progress.add({"verdict": v.to_json()})
             n += 1
+            t = time.monotonic()
     umount(work)
     return {"judged": n}
 

@@ -16,11 +16,14 @@ log = logging.getLogger(__name__)
 
 
 class JsonLines:
-    """``add(obj)`` appends one line and fsyncs it; a crash leaves at most one torn last line,
-    which ``read_lines`` drops (and ``repair`` truncates away)."""
+    """``add(obj)`` appends one line (one write(2)) and fsyncs it; a crash leaves at most one torn
+    last line, which ``read_lines`` drops (and ``repair`` truncates away).  ``durable=False``: no
+    fsync -- for the guest's progress stream, where a write over 9p already reaches the host file
+    before it returns (all a panic attribution needs) and an fsync would flush the host's disk."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, durable: bool = True) -> None:
         self.path = str(path)
+        self.durable = durable
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         self._lock = threading.Lock()
 
@@ -28,7 +31,8 @@ class JsonLines:
         line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
         with self._lock:
             os.write(self.fd, line)
-            os.fsync(self.fd)
+            if self.durable:
+                os.fsync(self.fd)
 
     def close(self) -> None:
         with self._lock:
