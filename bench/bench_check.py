@@ -86,10 +86,14 @@ def main() -> int:
         print(f"ratio host -j {args.jobs} / loop: {host_rate / base_rate:6.1f}x   "
               f"host -j 1 / loop: {host1.total / host1.seconds / base_rate:6.1f}x")
         for jobs in ((1, args.jobs) if args.vm_states and args.jobs > 1 else (1,) if args.vm_states else ()):
+            stamps: list[float] = []
             vm, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="vm", jobs=jobs,
-                                                       max_states=args.vm_states), tmp / f"vm{jobs}")
-            print(f"VM mode -j {jobs} ({jobs} checker VM(s), incl. boot): {vm.total} states in {vm.seconds:7.1f} s = "
-                  f"{vm.total / vm.seconds:7.2f} states/s  (all pass: {vm.ok})")
+                                                       max_states=args.vm_states), tmp / f"vm{jobs}",
+                                 on_verdict=lambda v: stamps.append(time.monotonic()))
+            steady = (len(stamps) - jobs) / (stamps[-1] - stamps[jobs - 1]) if len(stamps) > 2 * jobs else 0.0
+            print(f"VM mode -j {jobs} ({jobs} checker VM(s)): {vm.total} states in {vm.seconds:7.1f} s = "
+                  f"{vm.total / vm.seconds:7.2f} states/s incl. boots; {steady:7.2f} states/s after each VM's "
+                  f"first verdict  (all pass: {vm.ok})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
