@@ -5,7 +5,7 @@ call ``run_campaign``.
 Each distinct disk image is judged once (selection.py: states with the same durable content and
 the same acked/begun keys are one; the journal lists the others as its aliases).  Every failing
 state is then judged a second time, alone (a fresh clone, a fresh mount point, nothing else from
-that recording mounted: one host worker, or one fresh checker VM): the same verdict makes it a
+that recording mounted: one host worker, or fresh checker VMs): the same verdict makes it a
 confirmed finding; a different one makes it ``flaky`` -- a harness problem, reported with both
 verdicts, never counted as a finding of the program under test."""
 from __future__ import annotations
@@ -139,7 +139,9 @@ class _Run:
                 self.journal.add(flaky(v1, v2))
             self.confirmed += 1
 
-        self.judge(index, [by_id[i] for i in firsts], second, self.outdir / "confirm", 1)
+        # alone: one host worker (one kernel); in VM mode every checker VM is a kernel of its own
+        jobs = 1 if self.spec.check_in == "host" else self.spec.workers()
+        self.judge(index, [by_id[i] for i in firsts], second, self.outdir / "confirm", jobs)
         self.confirm_s += time.monotonic() - t0
 
 

@@ -33,6 +33,7 @@ from .vm.qemu import run_vm
 log = logging.getLogger(__name__)
 
 MAX_FAILED_BOOTS = 2
+SCRATCH_FS = "ext4"  # the guest agent's work filesystem (guest.check)
 Sink = Callable[[Verdict], None]
 
 
@@ -139,7 +140,9 @@ class _Worker:
                     accel=self.spec.accel,  # type: ignore[arg-type]
                     timeout_s=60 + self.spec.state_timeout_s * (len(todo) + 1),
                     console_path=str(run / "console.log"), name=f"powercut-check-{os.getpid()}-{run.parent.name}",
-                    modules=(self.ctx.fs.module_group,), cmdline=("powercut.mount=rec",))
+                    # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
+                    modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
+                    cmdline=("powercut.mount=rec",))
         progress = _Progress(jobdir / "progress.jsonl")
         progressed = False
 

@@ -44,6 +44,20 @@ def domain_xml(spec: VmSpec, accel: str, *, name: str | None = None) -> str:
     _sub(dev, "controller", type="usb", model="none")
     if any(d.bus == "ahci" for d in spec.disks):
         _sub(dev, "controller", type="sata", index="0")
+    _disks(dev, spec, mmio)
+    _shares(dev, spec, mmio)
+    serial = _sub(dev, "serial", type="file")
+    _sub(serial, "source", path=os.path.abspath(spec.console_path), append="on")
+    _sub(serial, "target", port="0")
+    _sub(dev, "memballoon", model="none")
+    sec = _sub(dom, "seclabel", type="static", model="dac", relabel="no")
+    _sub(sec, "label", "+0:+0")
+    _qemu_overrides(dom, spec, mmio)
+    ET.indent(dom)
+    return ET.tostring(dom, encoding="unicode") + "\n"
+
+
+def _disks(dev: ET.Element, spec: VmSpec, mmio: bool) -> None:
     letters = {"virtio": 0, "ahci": 0}
     for i, disk in enumerate(spec.disks):
         d = _sub(dev, "disk", type="file", device="disk")
@@ -60,6 +74,9 @@ def domain_xml(spec: VmSpec, accel: str, *, name: str | None = None) -> str:
         _sub(d, "alias", name=f"ua-disk{i}")
         if mmio:
             _sub(d, "address", type="virtio-mmio")
+
+
+def _shares(dev: ET.Element, spec: VmSpec, mmio: bool) -> None:
     for share in spec.shares:
         if spec.transport == "virtiofs":
             fs = _sub(dev, "filesystem", type="mount", accessmode="passthrough")
@@ -76,12 +93,9 @@ def domain_xml(spec: VmSpec, accel: str, *, name: str | None = None) -> str:
             _sub(fs, "readonly")
         if mmio:
             _sub(fs, "address", type="virtio-mmio")
-    serial = _sub(dev, "serial", type="file")
-    _sub(serial, "source", path=os.path.abspath(spec.console_path), append="on")
-    _sub(serial, "target", port="0")
-    _sub(dev, "memballoon", model="none")
-    sec = _sub(dom, "seclabel", type="static", model="dac", relabel="no")
-    _sub(sec, "label", "+0:+0")
+
+
+def _qemu_overrides(dom: ET.Element, spec: VmSpec, mmio: bool) -> None:
     if spec.disks:
         override = _sub(dom, f"{{{QEMU_NS}}}override")
         for i, disk in enumerate(spec.disks):
@@ -93,8 +107,3 @@ def domain_xml(spec: VmSpec, accel: str, *, name: str | None = None) -> str:
         cmdline = _sub(dom, f"{{{QEMU_NS}}}commandline")
         _sub(cmdline, f"{{{QEMU_NS}}}arg", value="-global")
         _sub(cmdline, f"{{{QEMU_NS}}}arg", value="virtio-mmio.force-legacy=false")
-    ET.indent(dom)
-    return ET.tostring(dom, encoding="unicode") + "\n"
-
-
-# ---------------------------------------------------------------- libvirt-python plumbing

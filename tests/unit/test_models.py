@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
+from hypothesis import example as hyp_example
 from hypothesis import strategies as st
 from powercut.errors import UsageError
 from powercut.log import FLUSH, FUA, Entry, LogIndex, open_log
@@ -34,17 +35,18 @@ from powercut.stateid import tear_picks
 S = b"\1" * 512
 
 
-def build(ops: list, d: str) -> LogIndex:  # type: ignore[type-arg]
-    """ops: ("w", nr, flags) | ("f",) | ("d", nr) | ("m", text)."""
+def build(ops: list, d: str, at: list[int] | None = None) -> LogIndex:  # type: ignore[type-arg]
+    """ops: ("w", nr, flags) | ("f",) | ("d", nr) | ("m", text); op i writes/discards at sector
+    ``at[i]`` (default i)."""
     p = Path(d) / "m.log"
     with LogWriter(p) as w:
         for i, op in enumerate(ops):
             if op[0] == "w":
-                w.write(i, S * op[1], op[2])
+                w.write(i if at is None else at[i], S * op[1], op[2])
             elif op[0] == "f":
                 w.flush()
             elif op[0] == "d":
-                w.discard(i, op[1])
+                w.discard(i if at is None else at[i], op[1])
             else:
                 w.mark(op[1])
     return open_log(p, strict=True)
@@ -406,19 +408,23 @@ def signature(entries: tuple[Entry, ...], s: CrashState, origin: list[int]) -> t
 
 @settings(max_examples=80, deadline=None)
 @given(ops=NOTE_OPS, where=st.lists(st.integers(0, 12), max_size=5), bound=st.integers(0, 4))
+@hyp_example(ops=[("f",), ("f",), ("w", 1, 0), ("f",), ("f",), ("f",), ("f",), ("w", 2, FUA), ("w", 2, 0), ("w", 1, 0)],
+         where=[8], bound=0)  # write 8 overlaps the FUA write 7: a blind-spot-(b) state in both logs
 def test_notes_add_no_states(ops: list, where: list[int], bound: int) -> None:  # type: ignore[type-arg]
     """Inserting marks that are not ack/begin anywhere (mkfs, a workload's notes) changes no model's
     set of (durable data, torn, acks, begun) and, but for no-cache's every-prefix, no count.  The
-    empty state (nothing written, nothing acked) is left aside: a leading note gives it a cut."""
+    empty state (nothing written, nothing acked) is left aside: a leading note gives it a cut.
+    Each op keeps its sector in the noted log (a shifted write could gain or lose an overlap with a
+    FUA write, and so blind spot (b)'s torn state: another disk, not the same one with a note)."""
     assume(ops)  # an empty log has no cut at all; one with only notes has the empty state
     noted = list(ops)
     for k, pos in enumerate(sorted(where, reverse=True)):
         noted.insert(min(pos, len(noted)), ("m", f"note {k}"))
     kw = {"exhaustive_bound": bound, "samples": 0, "torn_samples": 0}  # seeded picks are keyed by cut number
+    origin = [i for i, op in enumerate(noted) if op[0] != "m" or not op[1].startswith("note")]
+    back = {new: old for old, new in enumerate(origin)}
     with tempfile.TemporaryDirectory() as d, build(ops, d) as plain, \
-            tempfile.TemporaryDirectory() as d2, build(noted, d2) as idx:
-        origin = [i for i, op in enumerate(noted) if op[0] != "m" or not op[1].startswith("note")]
-        back = {new: old for old, new in enumerate(origin)}
+            tempfile.TemporaryDirectory() as d2, build(noted, d2, [back.get(i, 0) for i in range(len(noted))]) as idx:
         for model in MODELS:
             a = enumerate_states(plain, model, **kw)
             b = enumerate_states(idx, model, **kw)
