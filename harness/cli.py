@@ -36,12 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print(f"powercut: {interrupt.note(e)}; stopped every VM and cleaned up", file=sys.stderr)
         return interrupt.exit_status(e)
+    except BrokenPipeError:  # output piped into head & co. (before OSError, its base class)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as e:  # an unwritable or missing path, a full disk, a permission: one line
         print(f"powercut: error: {os_error(e)}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # output piped into head & co.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 def os_error(e: OSError) -> str:

@@ -144,3 +144,13 @@ def test_missing_recording_and_bad_state_are_one_line(tmp_path: Path) -> None:
     assert "not a recording" in one_error_line(run("check", str(tmp_path / "nope")))
     assert "malformed state id" in one_error_line(run("replay", str(rec), "--state", "bogus", "-o",
                                                       str(tmp_path / "x.img")))
+
+
+def test_output_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    with LogWriter(big) as w:  # far more output than a pipe buffer holds
+        for i in range(4000):
+            w.mark(f"note:{i}")
+    out = subprocess.run(f"{sys.executable} -m powercut.cli log show {big} | head -1", shell=True,
+                         capture_output=True, text=True)
+    assert out.stderr == "" and len(out.stdout.splitlines()) == 1
