@@ -28,9 +28,15 @@ have_lists || apt-get update -q   # the guest kernel comes from 'apt-get downloa
 
 here=$(pwd -P)
 installed=$("$PY" -c 'import os, powercut; print(os.path.dirname(os.path.realpath(powercut.__file__)))' 2>/dev/null || true)
-if [ "$installed" != "$here/harness" ] || ! "$PY" -c 'import rich, tomli_w, pytest, hypothesis, libvirt' 2>/dev/null; then
+# the package metadata (entry points of the built-in workloads and checkers) comes from
+# pyproject.toml: reinstall when it changed since the last install of this checkout
+stamp="${XDG_CACHE_HOME:-$HOME/.cache}/powercut/installed-pyproject"
+want="$here $(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ "$installed" != "$here/harness" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] ||
+   ! "$PY" -c 'import rich, tomli_w, pytest, hypothesis, libvirt' 2>/dev/null; then
     say "installing powercut (editable) and its Python deps from $here"
     "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".[test,libvirt]"
+    mkdir -p "$(dirname "$stamp")" && echo "$want" > "$stamp"
 fi
 
 say "guest image: $("$PY" -m powercut.cli image build | head -1)"
