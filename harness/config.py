@@ -152,18 +152,19 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """Inverse of to_dict for the spec classes above (lists back to tuples, nested specs rebuilt)."""
+def from_dict(cls: type, data: dict[str, Any], nested: dict[str, type] | None = None) -> Any:
+    """Inverse of to_dict for frozen value classes: lists back to tuples, nested values rebuilt
+    (``nested``: field -> class for one nested value; VmSpec's disks and shares are built in)."""
     known = {f.name: f for f in dataclasses.fields(cls)}
     unknown = set(data) - set(known)
     if unknown:
         raise UsageError(f"{cls.__name__}: unknown keys {', '.join(sorted(unknown))}")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
-        if name == "disks":
-            value = tuple(from_dict(DiskSpec, d) for d in value)
-        elif name == "shares":
-            value = tuple(from_dict(ShareSpec, s) for s in value)
+        if cls is VmSpec and name in _LISTS:
+            value = tuple(from_dict(_LISTS[name], d) for d in value)
+        elif nested and name in nested:
+            value = from_dict(nested[name], value)
         elif isinstance(value, list):
             value = tuple(value)
         kwargs[name] = value
@@ -171,6 +172,9 @@ def from_dict(cls: type, data: dict[str, Any]) -> Any:
         return cls(**kwargs)
     except TypeError as e:
         raise UsageError(f"{cls.__name__}: {e}") from None
+
+
+_LISTS: dict[str, type] = {"disks": DiskSpec, "shares": ShareSpec}
 
 
 def dumps_toml(sections: dict[str, Any]) -> str:

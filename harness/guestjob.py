@@ -6,7 +6,6 @@ job types below, with ``version`` and ``kind``), ``job.sh`` (what the guest's in
 under the one guest PATH) and, afterwards, ``result.json`` and ``agent.log``."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
@@ -17,7 +16,7 @@ from typing import Any, ClassVar, Union
 
 from .checker import CheckerSpec
 from .config import FsSpec, WorkloadSpec, from_dict, to_dict
-from .errors import PowercutError
+from .errors import PowercutError, UsageError
 
 JOB_VERSION = 2
 GUEST_JOB_DIR = "/run/powercut/job"
@@ -82,22 +81,11 @@ def from_json(d: dict[str, Any], source: str = "job.json") -> Job:
     cls = KINDS.get(d.get("kind", ""))
     if cls is None:
         raise PowercutError(f"{source}: unknown job kind {d.get('kind')!r}")
-    fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for k, v in d.items():
-        if k in ("version", "kind"):
-            continue
-        if k not in fields:
-            raise PowercutError(f"{source}: a {cls.kind} job has no field {k!r}")
-        if k in NESTED:
-            v = from_dict(NESTED[k], v)
-        elif isinstance(v, list):
-            v = tuple(v)
-        kwargs[k] = v
+    body = {k: v for k, v in d.items() if k not in ("version", "kind")}
     try:
-        return cls(**kwargs)
-    except TypeError as e:
-        raise PowercutError(f"{source}: {e}") from None
+        return from_dict(cls, body, NESTED)
+    except UsageError as e:
+        raise PowercutError(f"{source}: a {cls.kind} job: {e.one_line()}") from None
 
 
 def job_script(tools_dir: str = "") -> str:

@@ -9,6 +9,7 @@ import mmap
 import os
 import stat
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -265,6 +266,10 @@ def test_message_marks_a_log_writes_target(tmp_path: Path) -> None:
         try:
             before = int(dm.status(name)[0].split()[3])
             dm.message(name, "mark powercut-test")
+            # the target's kthread writes the mark (and counts it) asynchronously: wait for it
+            deadline = time.monotonic() + 10
+            while int(dm.status(name)[0].split()[3]) == before and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert int(dm.status(name)[0].split()[3]) == before + 1
         finally:
             dm.remove(name)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from powercut.errors import UsageError
 from powercut.log import FLUSH, FUA, Entry, LogIndex, open_log
 from powercut.logwrite import LogWriter
+from logops import build_log
 from powercut.models import (
     MODELS,
     CrashSpace,
@@ -520,21 +521,6 @@ def test_combined_torn_ids(example: LogIndex) -> None:
             make_state(example, *args)  # type: ignore[arg-type]
 
 
-def _writes_log(path: Path, ops: list[tuple], ss: int = 512) -> LogIndex:  # type: ignore[type-arg]
-    """ops: ("w", sector, nr, flags, fill) | ("f",) | ("d", sector, nr) | ("m", text): distinct data per sector."""
-    with LogWriter(path, ss) as w:
-        for op in ops:
-            if op[0] == "w":
-                w.write(op[1], b"".join(bytes([(op[4] + k) % 251 + 1]) * ss for k in range(op[2])), op[3])
-            elif op[0] == "f":
-                w.flush()
-            elif op[0] == "d":
-                w.discard(op[1], op[2])
-            else:
-                w.mark(op[1])
-    return open_log(path, strict=True)
-
-
 def test_blind_spot_b_fua_on_top(tmp_path: Path) -> None:
     """A FUA write U logged before an overlapping plain write W of its window: besides "W on top"
     (log order) there is a torn state whose image has U's data on top; it and the other combined
@@ -543,7 +529,7 @@ def test_blind_spot_b_fua_on_top(tmp_path: Path) -> None:
     from powercut.replay import materialize, reference_image
     ops = [("w", 0, 8, 0, 1), ("f",), ("w", 2, 2, FUA, 50), ("m", "ack:u"), ("w", 0, 6, 0, 100),
            ("w", 10, 2, 0, 200), ("f",)]
-    with _writes_log(tmp_path / "l.bin", ops) as idx:
+    with build_log(tmp_path / "l.bin", ops) as idx:
         states = enumerate_states(idx, "torn", torn_samples=0)
         mine = [s for s in states if s.torn == ((4, (0, 1, 4, 5)),) and s.dropped == ()]
         assert [s.id for s in mine] == ["torn@6/t4:s0-1,4-5"]
@@ -576,7 +562,7 @@ def test_combined_torn_states_replay_exactly(ops: list, seed: int) -> None:  # t
     import hashlib
     from powercut.replay import materialize, reference_image
     with tempfile.TemporaryDirectory() as d:
-        with _writes_log(Path(d) / "l.bin", ops) as idx:
+        with build_log(Path(d) / "l.bin", ops) as idx:
             states = enumerate_states(idx, "torn", seed=seed, torn_samples=3)
             size = 16 * 512
             for state, img in materialize(idx, None, size, states, Path(d), "copy"):

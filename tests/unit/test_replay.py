@@ -10,7 +10,6 @@ import contextlib
 import hashlib
 import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -91,17 +90,6 @@ HAND = [("w", 0, 2, 0, 1), ("w", 4, 1, 0, 2), ("f", 0), ("m", "begin:a"), ("w", 
         ("d", 1, 2), ("w", 2, 1, 0, 5), ("w", 20, 2, 1, 6), ("w", 1, 1, 0, 7), ("m", "ack:a"), ("f", FUA),
         ("d", 0, 30), ("w", 3, 6, 0, 8), ("m", "ack:b")]
 LOGS = {"hand": HAND, "r1": random_ops(1, 40), "r2": random_ops(2, 60), "r3": random_ops(3, 25)}
-
-
-@pytest.fixture(params=[512, 4096], ids=["ss512", "ss4096"])
-def ss(request: pytest.FixtureRequest) -> int:
-    return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture(params=sorted(LOGS))
-def small_log(request: pytest.FixtureRequest, ss: int, tmp_path: Path) -> Iterator[LogIndex]:
-    with build(tmp_path / "log.bin", LOGS[request.param], ss) as idx:
-        yield idx
 
 
 def check_all(idx: LogIndex, size: int, workspace: Path, provider: str | Provider, models=MODELS,

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from powercut.errors import UsageError
-from powercut.log import FLUSH, FUA, LogIndex, open_log
-from powercut.logwrite import LogWriter
+from powercut.log import FLUSH, FUA, LogIndex
+from logops import build_log
 from powercut.models import MODELS, CrashSpace, CrashState, durable_entries, enumerate_states
 from powercut.replay import materialize, reference_image
 from powercut.selection import Selection, fair_shares, image_key, select, spread
@@ -23,18 +23,7 @@ KW = {"bound": 4, "samples": 3, "torn_samples": 2}
 
 
 def build(path: Path, ops: list[tuple]) -> LogIndex:  # type: ignore[type-arg]
-    """ops: ("w", sector, nr, flags, fill) | ("f",) | ("d", sector, nr) | ("m", text)."""
-    with LogWriter(path, 512) as w:
-        for op in ops:
-            if op[0] == "w":
-                w.write(op[1], b"".join(bytes([(op[4] + k) % 251 + 1]) * 512 for k in range(op[2])), op[3])
-            elif op[0] == "f":
-                w.flush()
-            elif op[0] == "d":
-                w.discard(op[1], op[2])
-            else:
-                w.mark(op[1])
-    return open_log(path, strict=True)
+    return build_log(path, ops, 512)
 
 
 OPS = st.lists(st.one_of(

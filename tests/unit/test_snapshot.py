@@ -36,17 +36,6 @@ DM_MISSING = dm_missing()
 needs_dm = pytest.mark.skipif(DM_MISSING is not None, reason=str(DM_MISSING))
 
 
-@pytest.fixture(params=[512, 4096], ids=["ss512", "ss4096"])
-def ss(request: pytest.FixtureRequest) -> int:
-    return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture(params=sorted(LOGS))
-def small_log(request: pytest.FixtureRequest, ss: int, tmp_path: Path) -> Iterator[LogIndex]:
-    with build(tmp_path / "log.bin", LOGS[request.param], ss) as idx:
-        yield idx
-
-
 # -- image I/O ----------------------------------------------------------------------------------------------
 def test_sparse_copy_keeps_holes_and_bytes(tmp_path: Path) -> None:
     src, dst = tmp_path / "s.img", tmp_path / "d.img"
