@@ -56,10 +56,9 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
         by_model[v.model][v.verdict] += 1
-    order = {"flaky": -1}
     failures = sorted((v for v in verdicts if v.finding),
                       key=lambda v: (-SEVERITY.index(v.verdict), v.model, v.cut, v.state))
-    flaky = sorted((v for v in verdicts if v.verdict == "flaky"), key=lambda v: (order["flaky"], v.model, v.cut))
+    flaky = sorted((v for v in verdicts if v.verdict == "flaky"), key=lambda v: (v.model, v.cut, v.state))
     counts = {m: (c.to_json() if hasattr(c, "to_json") else dict(c))
               for m, c in (selection.counts.items() if selection is not None else ())}
     return Summary(recording, fstype, workload, check_in, {m: dict(c) for m, c in sorted(by_model.items())},

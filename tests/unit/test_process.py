@@ -25,6 +25,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _gone_soon(pid: int) -> bool:
+    """True once ``pid`` has exited (waits up to 2.5 s: a killed group takes a moment to die)."""
+    for _ in range(50):
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
 def test_result_has_duration_and_output() -> None:
     res = process.run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10, check=False)
     assert res.returncode == 3 and res.stdout == "out\n" and res.stderr == "err\n"
@@ -40,22 +49,14 @@ def test_timeout_kills_the_group_grandchild_included(tmp_path: Path) -> None:
     assert res.timed_out and res.returncode is None
     assert time.monotonic() - t < 10
     grandchild = int(pidfile.read_text())
-    for _ in range(50):
-        if not _alive(grandchild):
-            break
-        time.sleep(0.05)
-    assert not _alive(grandchild), "the grandchild outlived the timeout"
+    assert _gone_soon(grandchild), "the grandchild outlived the timeout"
 
 
 def test_a_finished_command_leaves_no_background_child(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     process.run(["sh", "-c", f"(sleep 60 >/dev/null 2>&1 &  echo $! > {pidfile})"], timeout=10)
     pid = int(pidfile.read_text())
-    for _ in range(50):
-        if not _alive(pid):
-            break
-        time.sleep(0.05)
-    assert not _alive(pid)
+    assert _gone_soon(pid)
 
 
 def test_timeout_with_check_raises_with_shlex_argv() -> None:
@@ -104,8 +105,4 @@ def test_spawned_context_kills_the_group(tmp_path: Path) -> None:
             time.sleep(0.02)
         assert p.poll() is None
     grandchild = int(pidfile.read_text())
-    for _ in range(50):
-        if not _alive(grandchild):
-            break
-        time.sleep(0.05)
-    assert not _alive(grandchild)
+    assert _gone_soon(grandchild)
