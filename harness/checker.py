@@ -9,9 +9,9 @@ Registered under the entry-point group ``powercut.checkers`` with the workload's
 checker can also be any command (``--checker 'COMMAND'``, run by /bin/sh in the mount): it gets
 the same input as JSON on stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...},
 "state": "<id>"}``) and answers one JSON object on stdout, ``{"verdict": "pass|lost-ack|corrupt-data",
-"reasons": [...]}``.  Without JSON the exit code decides: 0 pass, 1 a failure (``lost-ack`` if a
-line says "lost", else ``corrupt-data``) with its output lines as reasons, anything else (or the
-timeout) ``checker-crashed``.  The whole process group is killed at the timeout."""
+"reasons": [...]}`` (``fail`` too: a failure of no named kind).  Without that JSON the exit code
+alone decides: 0 pass, 1 the generic ``fail`` (its output lines are the reasons; their words are
+never parsed for a verdict), anything else (or the timeout) ``checker-crashed``.  The whole process group is killed at the timeout."""
 from __future__ import annotations
 
 import json
@@ -92,8 +92,7 @@ def run_command(command: str, inp: CheckInput, timeout: float) -> CheckResult:
     if res.returncode == 0:
         return CheckResult("pass", lines)
     if res.returncode == 1:
-        kind = "lost-ack" if any("lost" in line.lower() for line in lines) else "corrupt-data"
-        return CheckResult(kind, lines or ("checker command exited 1",))
+        return CheckResult("fail", lines or ("checker command exited 1",))
     tail = (res.stderr.strip().splitlines() or [""])[-1]
     return CheckResult("checker-crashed", (f"checker command exited {res.returncode}: {tail}",))
 

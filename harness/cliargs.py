@@ -58,7 +58,8 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("-j", "--jobs", type=int, default=0,
                    help="checker VMs (vm) or parallel walks (host) at once (default: one per core)")
     g.add_argument("--checker", default="", metavar="COMMAND",
-                   help="your own checker: gets the input as JSON on stdin, exits 0 (pass) or 1 (fail)")
+                   help="your own checker: gets the input as JSON on stdin, answers {\"verdict\": ..., \"reasons\": [...]} "
+                        "on stdout, or exits 0 (pass) / 1 (fail)")
     g.add_argument("--seed", type=int, default=0, help="seed for sampled crash states")
     g.add_argument("--bound", type=int, default=None,
                    help="write-cache: all subsets up to this many writes (default 10; run: 4)")

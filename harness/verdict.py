@@ -8,11 +8,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-SEVERITY = ("pass", "fsck-error", "lost-ack", "corrupt-data", "checker-crashed", "mount-failed", "timeout",
+SEVERITY = ("pass", "fsck-error", "fail", "lost-ack", "corrupt-data", "checker-crashed", "mount-failed", "timeout",
             "kernel-panic", "flaky")
 VERDICTS = frozenset(SEVERITY)
-# what a checker may answer (the harness adds the others)
-CHECKER_VERDICTS = ("pass", "lost-ack", "corrupt-data", "checker-crashed")
+# what a checker may answer (the harness adds the others).  ``fail``: a checker command that said
+# only "exit 1" -- a failure of a kind it did not name.
+CHECKER_VERDICTS = ("pass", "fail", "lost-ack", "corrupt-data", "checker-crashed")
 FINDINGS = frozenset(SEVERITY) - {"pass", "flaky"}
 
 

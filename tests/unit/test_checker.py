@@ -21,8 +21,10 @@ def test_exit_code_protocol(inp: CheckInput) -> None:
     ok = CheckerSpec(command="python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d[\"acked\"]), d[\"state\"])'")
     r = ok.run(inp)
     assert r.verdict == "pass" and r.reasons == ("2 flush@9",)
-    assert CheckerSpec(command="echo 'record 2 lost'; exit 1").run(inp).verdict == "lost-ack"
-    assert CheckerSpec(command="echo 'bad crc'; exit 1").run(inp).verdict == "corrupt-data"
+    # exit 1 without JSON is the generic fail: the words of its output are never parsed for a verdict
+    lost = CheckerSpec(command="echo 'record 2 lost'; exit 1").run(inp)
+    assert lost == CheckResult("fail", ("record 2 lost",))
+    assert CheckerSpec(command="exit 1").run(inp) == CheckResult("fail", ("checker command exited 1",))
     crashed = CheckerSpec(command="echo boom >&2; exit 7").run(inp)
     assert crashed.verdict == "checker-crashed" and "boom" in crashed.reasons[0]
     assert CheckerSpec().run(inp).verdict == "pass"  # no checker: mount + fsck only
@@ -33,6 +35,7 @@ def test_json_answer_wins_over_the_exit_code(inp: CheckInput) -> None:
     assert r == CheckResult("corrupt-data", ("key 2 lost its tail",))
     r = CheckerSpec(command="""echo '{"verdict": "lost-ack", "reasons": ["2"]}'""").run(inp)
     assert r.verdict == "lost-ack"
+    assert CheckerSpec(command="""echo '{"verdict": "fail", "reasons": "x"}'; exit 1""").run(inp) == CheckResult("fail", ("x",))
     # an unknown verdict in JSON is not trusted: the exit code decides
     assert CheckerSpec(command="""echo '{"verdict": "fine"}'""").run(inp).verdict == "pass"
 
