@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("states", help="list the crash states of a recording under a crash model")
     st.add_argument("path", help="a recording directory or a log file")
-    st.add_argument("--model", default="flush", help="no-cache, flush, write-cache or torn (default flush)")
+    st.add_argument("--model", default="flush", help="no-cache, flush, write-cache, torn or torn-4k (default flush)")
     st.add_argument("--seed", type=int, default=0)
     st.add_argument("--bound", type=int, default=10, help="write-cache: enumerate all subsets up to this many writes")
     st.add_argument("--samples", type=int, default=64, help="write-cache: seeded samples beyond the bound")

@@ -23,12 +23,15 @@ told; other marks (``mkfs``, a workload's notes, the end mark) split no state.
   miss "commit k written, its ack not yet logged".  With k droppable entries: all 2**k subsets if
   k <= ``exhaustive_bound``, else keep all, drop all, drop each, keep each, ``samples`` seeded.
 * ``torn``: (1) every write w of several sectors, cut right after it, all before it kept, w
-  persisted at a proper subset of its sectors: first half, second half, all but the last, only
+  persisted at a proper subset of its sectors (units): first half, second half, all but the last, only
   the first, ``torn_samples`` seeded (every proper subset if no more).  (2) At every write-cache
   cut point, each droppable write of several sectors with its first half persisted and the other
   droppable entries all kept, or all lost; blind spot (b)'s picks; ``torn_samples`` seeded picks
   of (write, sectors, lost subset).  Within a model, states with the same durable data (torn
   sectors included) and key marks before the cut are one (the earlier cut wins).  Order: cut, id.
+* ``torn-4k``: ``torn`` with device-aligned 4 KiB units for sectors: disks with 4 KiB physical
+  sectors (4Kn, 512e, most SSDs) write those atomically; ``torn`` can also tear inside one (e.g.
+  ext4's 1 KiB superblock in block 0), which only a 512n disk can do.
 
 **Coverage is relative to log order** (blind spots): the log has one order per flush window,
 completion order for FUA writes and marks, flush time for plain writes.
@@ -57,10 +60,11 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from .errors import UsageError
 from .log import FLUSH, FUA, Entry, LogIndex
-from .stateid import (MODELS, Pick, StateId, check_model, format_id, format_ranges, not_under, parse_id, parse_ranges,
+from .stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges, not_under, parse_id, parse_ranges,
                       pick_bits, resolve, seeded_index, subset_picks, tear_picks, torn_sample, tw_sample, wc_sample)
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,7 @@ __all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "CrashState", "descri
            "enumerate_states", "format_ranges", "is_key_mark", "make_state", "parse_ranges", "space",
            "state_from_id", "state_to_json"]
 MAX_EXHAUSTIVE_BOUND = 20
+UNIT_BYTES = MappingProxyType({"torn": 0, "torn-4k": 4096})  # a torn model's atomic unit (0: a log sector)
 Torn = tuple[tuple[int, tuple[int, ...]], ...]
 
 
@@ -109,8 +114,29 @@ def _seq(x: CrashSpace | LogIndex | Sequence[Entry]) -> Sequence[Entry]:
     return x.entries if isinstance(x, (CrashSpace, LogIndex)) else x
 
 
-def _tearable(e: Entry) -> bool:
-    return e.is_write and e.nr_sectors > 1
+def _nunits(e: Entry, per: int) -> int:
+    """How many atomic units of ``per`` sectors (device-aligned) write e touches."""
+    if per <= 1:
+        return e.nr_sectors
+    return (e.sector + e.nr_sectors - 1) // per - e.sector // per + 1 if e.nr_sectors else 0
+
+
+def _expand(e: Entry, per: int, units: Sequence[int]) -> tuple[int, ...]:
+    """The sector offsets (in e) of the given unit indices (in e)."""
+    if per <= 1:
+        return tuple(units)
+    lo, hi = e.sector // per, e.sector + e.nr_sectors  # the first unit, the write's end
+    return tuple(o for k in units for o in range(max(e.sector, (lo + k) * per) - e.sector,
+                                                 min(hi, (lo + k + 1) * per) - e.sector))
+
+
+def _contract(e: Entry, per: int, sectors: Sequence[int]) -> tuple[int, ...] | None:
+    """The unit indices whose sectors are exactly ``sectors``; None if they are not whole units."""
+    if per <= 1:
+        return tuple(sectors)
+    first = e.sector // per
+    units = tuple(sorted({(e.sector + o) // per - first for o in sectors}))
+    return units if _expand(e, per, units) == tuple(sorted(sectors)) else None
 
 
 class CrashSpace:
@@ -118,6 +144,7 @@ class CrashSpace:
     Thread-safe: the tables are immutable; the cache of (acks, begun) tuples is locked."""
 
     def __init__(self, entries: LogIndex | Sequence[Entry]) -> None:
+        self.sectorsize = int(getattr(entries, "sectorsize", 512) or 512)
         self.entries: tuple[Entry, ...] = tuple(_seq(entries))
         n = self.n = len(self.entries)
         last_flush, epoch, ndata, version = ([-1] * (n + 1), *([0] * (n + 1) for _ in range(3)))
@@ -182,13 +209,27 @@ class CrashSpace:
             c -= 1
         return c, dropped[:j + 1]
 
+    def per(self, model: str) -> int:
+        """Sectors per atomic unit of a torn model."""
+        return max(1, UNIT_BYTES.get(model, 0) // self.sectorsize)
+
+    def tearable(self, model: str, e: Entry) -> bool:
+        return e.is_write and _nunits(e, self.per(model)) > 1
+
+    def units(self, model: str, e: Entry) -> int:
+        return _nunits(e, self.per(model))
+
+    def expand(self, model: str, e: Entry, units: Iterable[int]) -> tuple[int, ...]:
+        return _expand(e, self.per(model), tuple(units))
+
     def state(self, model: str, cut: int, dropped: tuple[int, ...] = (), torn: Torn = (), sid: str | None = None,
               droppable: Sequence[int] | None = None) -> CrashState:
-        """A state from checked parts; ``sid`` None: its canonical explicit id."""
+        """A state from checked parts (torn parts in sectors); ``sid`` None: its canonical explicit id."""
         acks, begun = self.keys(cut)
         if sid is None:
             pool = (droppable if droppable is not None else self.droppable(cut)) if dropped else ()
-            sid = format_id(model, cut, dropped, torn, pool)
+            units = tuple((t, _contract(self.entries[t], self.per(model), s) or ()) for t, s in torn)
+            sid = format_id(model, cut, dropped, units, pool)
         return CrashState(model, cut, dropped, torn, acks, begun, sid, self.epoch[cut])
 
     def make_state(self, model: str, cut: int, dropped: Sequence[int] = (),
@@ -210,21 +251,24 @@ class CrashSpace:
         last, pool = self.entries[cut - 1], self.droppable(cut)
         if drop and model in ("no-cache", "flush"):
             return f"model {model} drops no entries"
-        if (model == "torn") != bool(tears) or len(tears) > 1:
-            return "a torn state tears exactly one write" if model == "torn" else f"model {model} tears no writes"
+        torn_model = model in TORN_MODELS
+        if torn_model != bool(tears) or len(tears) > 1:
+            return "a torn state tears exactly one write" if torn_model else f"model {model} tears no writes"
         if model == "flush" and not (last.flags & (FLUSH | FUA) or is_key_mark(last)):
             return f"the flush model cuts only after FLUSH, FUA and ack/begin marks; entry {cut - 1} is none"
         bad = set(drop) - set(pool)
-        if model == "torn":
+        if torn_model:
             t, sectors = tears[0]
             e = self.entries[t] if 0 <= t < cut else None
-            if e is None or not _tearable(e):
-                return f"entry {t} is not a multi-sector write before cut {cut}"
+            if e is None or not self.tearable(model, e):
+                return f"entry {t} is not a write of several {'sectors' if self.per(model) == 1 else 'units'} before cut {cut}"
             if (t != cut - 1 or drop) and t not in pool:  # combined with the write cache: from the epoch
                 return (f"entry {t} cannot be torn with lost entries or before entry {cut - 1} at cut {cut}: "
                         f"it is FUA or before the last flush")
             if not sectors or len(sectors) >= e.nr_sectors or sectors[0] < 0 or sectors[-1] >= e.nr_sectors:
                 return f"torn sectors must be a proper non-empty subset of 0..{e.nr_sectors - 1}"
+            if _contract(e, self.per(model), sectors) is None:
+                return f"{model} tears between {UNIT_BYTES[model]}-byte units, not inside one"
             bad |= set(drop) & {t}
         return (f"entries {format_ranges(sorted(bad))} cannot be lost at cut {cut} (FUA, before the last flush, "
                 f"no data, past the cut, or the torn write)") if bad else None
@@ -235,9 +279,11 @@ class CrashSpace:
         if not 1 <= sid.cut <= self.n:
             raise UsageError(f"state id {state_id!r}: cut {sid.cut} out of range 1..{self.n}")
         es = self.entries
+        model = sid.model
         lost, torn = resolve(sid, self.droppable(sid.cut) if sid.subset else (),
-                             lambda i: es[i].nr_sectors if i < sid.cut and _tearable(es[i]) else 0)
-        state = self.make_state(sid.model, sid.cut, lost, torn)
+                             lambda i: self.units(model, es[i]) if i < sid.cut and self.tearable(model, es[i]) else 0)
+        torn = tuple((t, self.expand(model, es[t], u)) for t, u in torn)
+        state = self.make_state(model, sid.cut, lost, torn)
         return dataclasses.replace(state, id=sid.text()) if sid.seeded else state
 
     # -- enumeration ------------------------------------------------------------------------------
@@ -258,7 +304,8 @@ class CrashSpace:
         elif model == "write-cache":
             out = _by_cut(self, model, self.cut_points(), lambda b: _write_cache(b, seed, exhaustive_bound, samples))
         else:
-            alone, combined = {i + 1 for i, e in enumerate(self.entries) if _tearable(e)}, set(self.cut_points())
+            alone = {i + 1 for i, e in enumerate(self.entries) if self.tearable(model, e)}
+            combined = set(self.cut_points())
             out = _by_cut(self, model, sorted(alone | combined), lambda b: _torn_alone(b, seed, torn_samples),
                           lambda b: _torn_combined(b, seed, torn_samples, combined))
         log.debug("model %s: %d states over %d entries", model, len(out), self.n)
@@ -311,19 +358,20 @@ def _write_cache(b: _Batch, seed: int, bound: int, samples: int) -> None:
 
 
 def _torn_alone(b: _Batch, seed: int, torn_samples: int) -> None:
-    i = b.cut - 1
-    m = b.sp.entries[i].nr_sectors
-    if not _tearable(b.sp.entries[i]):
+    i, sp = b.cut - 1, b.sp
+    e = sp.entries[i]
+    if not sp.tearable(b.model, e):
         return
+    m = sp.units(b.model, e)
     picks = dict.fromkeys(tear_picks(m, torn_samples))
     for p in picks:
-        b.add((), ((i, p),))
+        b.add((), ((i, sp.expand(b.model, e, p)),))
     j = got = 0
     while len(picks) < (1 << m) - 2 and got < torn_samples and j < 4 * torn_samples + 16:
         p = torn_sample(m, seed, b.cut, j)
         if p not in picks:
             picks[p] = None
-            b.add((), ((i, p),), f"torn@{b.cut}/r{seed}.{j}")
+            b.add((), ((i, sp.expand(b.model, e, p)),), f"{b.model}@{b.cut}/r{seed}.{j}")
             got += 1
         j += 1
 
@@ -332,20 +380,22 @@ def _torn_combined(b: _Batch, seed: int, torn_samples: int, cuts: set[int]) -> N
     if b.cut not in cuts:
         return
     sp, cut, pool = b.sp, b.cut, b.droppable
-    tearable = [t for t in pool if _tearable(sp.entries[t])]
-    fua = [u for u in sp.entries[max(sp.last_flush[cut], 0):cut] if u.is_fua and u.is_write]
+    model, es = b.model, sp.entries
+    tearable = [t for t in pool if sp.tearable(model, es[t])]
+    fua = [u for u in es[max(sp.last_flush[cut], 0):cut] if u.is_fua and u.is_write]
     for t in tearable:
-        half = ((t, tuple(range(sp.entries[t].nr_sectors // 2))),)
+        half = ((t, sp.expand(model, es[t], range(sp.units(model, es[t]) // 2))),)
         b.add((), half)
         b.add(tuple(i for i in pool if i != t), half)
         for sectors in _under_fua(sp, t, fua):
-            b.add((), ((t, sectors),))
+            if _contract(es[t], sp.per(model), sectors) is not None:
+                b.add((), ((t, sectors),))
     for j in range(torn_samples if tearable else 0):  # duplicates of earlier picks are not retried
         t = tearable[seeded_index(len(tearable), seed, cut, j)]
-        tear = torn_sample(sp.entries[t].nr_sectors, seed, t + 1, j)
+        tear = sp.expand(model, es[t], torn_sample(sp.units(model, es[t]), seed, t + 1, j))
         lost = tw_sample([i for i in pool if i != t], seed, cut, t, j)
         r = Pick("r", "", seed, j)
-        b.add(lost, ((t, tear),), StateId("torn", cut, r, r, t).text())
+        b.add(lost, ((t, tear),), StateId(model, cut, r, r, t).text())
 
 
 def _under_fua(sp: CrashSpace, t: int, fua: Sequence[Entry]) -> Iterator[tuple[int, ...]]:

@@ -5,7 +5,7 @@ meaning, this module owns their syntax and the seeded functions ``r`` parts stan
 Grammar (every id ever produced stays valid and keeps its meaning)::
 
     id      = model "@" cut [ "/" spec ]
-    model   = "no-cache" | "flush" | "write-cache" | "torn"
+    model   = "no-cache" | "flush" | "write-cache" | "torn" | "torn-4k"
     spec    = subset                       write-cache: which droppable entries of the cut were lost
             | tear                         torn: entry cut-1 persisted partly, everything before kept
             | "t" entry ":" tear [ "/" subset ]
@@ -17,7 +17,8 @@ Grammar (every id ever produced stays valid and keeps its meaning)::
             | "k" [ ranges ]               only these droppable entries kept ("k" alone: none)
             | "r" seed "." n               the n-th seeded random subset (``wc_sample`` /
                                            ``tw_sample`` for a combined torn state)
-    tear    = "s" ranges                   the sector offsets (0-based, in the write) that persisted
+    tear    = "s" ranges                   the units (0-based, in the write) that persisted: sectors
+                                           for ``torn``, device-aligned 4 KiB units for ``torn-4k``
             | "r" seed "." n               the n-th seeded proper subset (``torn_sample``)
     ranges  = range *( "," range ) ; range = uint [ "-" uint ]   strictly increasing, inclusive
     cut, entry, seed, n = uint (ASCII digits, at most 19)
@@ -37,10 +38,11 @@ from dataclasses import dataclass
 
 from .errors import UsageError
 
-MODELS = ("no-cache", "flush", "write-cache", "torn")
+MODELS = ("no-cache", "flush", "write-cache", "torn", "torn-4k")
+TORN_MODELS = ("torn", "torn-4k")
 _NUM = r"[0-9]{1,19}"
 _RANGES = rf"{_NUM}(?:-{_NUM})?(?:,{_NUM}(?:-{_NUM})?)*"
-_HEAD = re.compile(rf"({'|'.join(MODELS)})@({_NUM})(?:/(.*))?", re.S)
+_HEAD = re.compile(rf"({'|'.join(sorted(MODELS, key=len, reverse=True))})@({_NUM})(?:/(.*))?", re.S)
 _PICK = re.compile(rf"(?:([dks])((?:{_RANGES})?)|r({_NUM})\.({_NUM}))")
 _COMBINED = re.compile(rf"t({_NUM}):([^/]*)(?:/(.*))?", re.S)
 USAGE = ("MODEL@CUT[/dRANGES|/kRANGES|/sRANGES|/rSEED.N|/tENTRY:TEAR[/SUBSET]] with MODEL one of "
@@ -181,7 +183,8 @@ def resolve(sid: StateId, droppable: Sequence[int], sectors: Callable[[int], int
             ) -> tuple[tuple[int, ...], tuple[tuple[int, tuple[int, ...]], ...]]:
     """What an id names: (lost entries, torn writes), given the entries that may be lost at its cut
     (``droppable``, sorted; needed when the id has a subset part) and ``sectors(entry)``, the number
-    of sectors of a multi-sector write before the cut (0 for any other entry).  UsageError for a
+    of units (sectors, or 4 KiB units for torn-4k) of a write of several units before the cut (0 for
+    any other entry); the torn part is in those units.  UsageError for a
     torn write that is none, out-of-range sectors, or lost entries that cannot be lost; whether the
     model can produce the result is the caller's to check."""
     whole = sid.text()

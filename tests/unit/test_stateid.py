@@ -171,4 +171,5 @@ def test_resolve() -> None:
                 "torn@8/t9:s0", "write-cache@8/d6", "write-cache@8/k9"]:
         with pytest.raises(UsageError):
             res(bad)
-    assert MODELS == ("no-cache", "flush", "write-cache", "torn")
+    assert MODELS == ("no-cache", "flush", "write-cache", "torn", "torn-4k")
+    assert parse_id("torn-4k@8/t5:s1").model == "torn-4k" and parse_id("torn@8/s1").model == "torn"
