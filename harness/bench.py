@@ -8,7 +8,11 @@ fio 2.x: KiB, and no ``io_kbytes``), ``runtime`` (ms) and ``clat_ns`` (fio 2.x: 
 ``N``, ``mean`` and ``percentile`` keyed "99.900000".  Syncs issued by ``fsync=N``/``fdatasync=N``
 are in ``jobs[0].sync.lat_ns``; count them by its ``N``: ``sync.total_ios`` counts fsync only, so
 it is 0 for fdatasync.  fio issues a sync before the next write, never after the last one: a run of
-W writes with a sync every n has (W-1)//n syncs."""
+W writes with a sync every n has (W-1)//n syncs.
+
+Also pure parsers for the other timed sources: a workload's timing file (marks.py's timing mode:
+``<monotonic ns> begin:KEY`` / ``ack:KEY`` lines -> ``TimingResult``) and ``pg_test_fsync``'s report
+(its "one 8kB write" section -> ops/s per sync method)."""
 from __future__ import annotations
 
 import json
@@ -267,3 +271,79 @@ def tlpi_scale(buffer_size: int, *, total_bytes: int = TLPI_TOTAL_BYTES,
     why = f"capped at {max_writes:,} writes" if writes == max_writes else "whole writes only"
     return written, scale, (f"wrote {written:,} of {total_bytes:,} bytes ({writes:,} {buffer_size}-byte writes, "
                             f"{why}); times scaled x{scale:.4g} to {total_bytes:,} bytes")
+
+
+# --- timing mode (a workload's begin/ack timestamps) ----------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TimingResult:
+    """A timed workload run: ``commits`` acks in ``seconds`` (first begin -- or first ack -- to last
+    ack); per-commit latency = ack time - begin time of the same key (a key without a begin: the
+    time since the previous ack)."""
+    commits: int
+    seconds: float
+    commits_per_s: float
+    mean_us: float
+    p50_us: float
+    p99_us: float
+    p999_us: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(sorted_values: list[float], pct: float) -> float:
+    """Nearest-rank percentile of an ascending list (the smallest value >= pct % of the values)."""
+    if not sorted_values:
+        raise UsageError("percentile of no values")
+    rank = max(1, -(-len(sorted_values) * pct // 100))
+    return sorted_values[min(len(sorted_values), int(rank)) - 1]
+
+
+def parse_timing(text: str, source: str = "timing file") -> TimingResult:
+    """The lines marks.py wrote in timing mode -> commits/s and per-commit latency."""
+    begun: dict[str, int] = {}
+    lats: list[float] = []
+    first = last = prev_ack = None
+    for n, line in enumerate(text.splitlines(), 1):
+        stamp, _, mark = line.strip().partition(" ")
+        if not line.strip():
+            continue
+        if not stamp.isdigit() or not mark:
+            raise WorkloadFailed(f"{source}: line {n} is not '<ns> <mark>': {line[:80]!r}")
+        ns = int(stamp)
+        kind, _, key = mark.partition(":")
+        if kind == "begin":
+            begun[key] = ns
+            first = ns if first is None else first
+        elif kind == "ack":
+            start = begun.pop(key, prev_ack if prev_ack is not None else first)
+            first = ns if first is None else first
+            if start is not None:
+                lats.append((ns - start) / 1000.0)
+            prev_ack = last = ns
+    if last is None or first is None or not lats:
+        raise WorkloadFailed(f"{source}: the workload acked nothing (does it call powercut.ack?)")
+    seconds = max((last - first) / 1e9, 1e-9)
+    lats.sort()
+    return TimingResult(len(lats), seconds, len(lats) / seconds, sum(lats) / len(lats),
+                        *(percentile(lats, p) for p in PERCENTILES))
+
+
+# --- pg_test_fsync ---------------------------------------------------------------------------------
+
+PG_SECTION = "Compare file sync methods using one 8kB write"
+_PG_LINE = re.compile(r"^\s+(\w+)\s+(?:([\d.]+) ops/sec\s+(\d+) usecs/op|n/a\S*)", re.MULTILINE)
+
+
+def parse_pg_test_fsync(text: str) -> dict[str, float]:
+    """``pg_test_fsync`` output -> {method: ops/s} for its "one 8kB write" section (methods it
+    reports as n/a are left out)."""
+    start = text.find(PG_SECTION)
+    if start < 0:
+        raise WorkloadFailed(f"pg_test_fsync output has no '{PG_SECTION}' section")
+    section = text[start:].split("\n\n", 1)[0]
+    out = {m.group(1): float(m.group(2)) for m in _PG_LINE.finditer(section) if m.group(2)}
+    if not out:
+        raise WorkloadFailed("pg_test_fsync reported no figure for one 8kB write")
+    return out

@@ -50,12 +50,17 @@ class CampaignSpec:
     state_timeout_s: float = 300.0
     confirm: bool = True          # judge every failure a second time, alone
     memory_mb: int = 768          # per checker VM
+    shrink: int = 3               # minimize + blame the first state of the first K failure groups (0: off)
+    shrink_budget: int = 60       # checks per minimization
 
     def __post_init__(self) -> None:
         if self.check_in not in ("vm", "host"):
             raise UsageError(f"--check-in must be vm or host, not {self.check_in!r}")
         if self.jobs < 0:
             raise UsageError(f"-j must be 0 (one per core) or more, not {self.jobs}")
+        if self.shrink < 0 or self.shrink_budget < 1:
+            raise UsageError(f"--shrink must be 0 (off) or more and its budget at least 1, not {self.shrink}, "
+                             f"{self.shrink_budget}")
         if self.max_states < 0:
             raise UsageError(f"--max-states must be 0 (all) or more, not {self.max_states}")
 
@@ -97,6 +102,8 @@ class _Run:
         self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
         self.confirm_s = 0.0
         self.confirmed = 0
+        self.groups: list[Any] = []
+        self.triage_s = 0.0
 
     def sink(self, v: Verdict) -> None:
         v = dataclasses.replace(v, aliases=tuple(self.sel.aliases.get(v.state, ())))
@@ -145,6 +152,53 @@ class _Run:
         self.confirm_s += time.monotonic() - t0
 
 
+    def triage(self, index: Any) -> list[Any]:
+        """Group the failures; minimize and blame the first of the first ``shrink`` groups where the
+        check runs; a repro bundle for every group."""
+        from . import triage
+        t0 = time.monotonic()
+        wanted = {s.id for s in self.sel.states}
+        self.groups = triage.group([v for sid, v in self.journal.done.items() if sid in wanted and v.finding])
+        todo = self.groups[:self.spec.shrink]
+        if todo:
+            firsts = [g.first for g in todo]
+            found = {d["state"]: d for d in self._diagnose(index, firsts)}
+            for g in todo:
+                g.diagnosis = found.get(g.first.state)
+        if self.groups:
+            triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.rec.log_path)
+            triage.save(self.outdir, self.groups)
+        self.triage_s = time.monotonic() - t0
+        return self.groups
+
+    def _diagnose(self, index: Any, firsts: list[Verdict]) -> list[dict[str, Any]]:
+        work = self.outdir / "diagnose"
+        if self.spec.check_in == "host":
+            from .diagnose import Where, diagnose
+            from .hostcheck import cleanup_stale
+            from .models import space
+            work.mkdir(parents=True, exist_ok=True)
+            cleanup_stale(work)
+            where = Where(index, self.rec.data_size, self.rec.initial_image, work, "auto", self.sel.floor)
+            sp = space(index)
+            try:
+                return [diagnose(self.ctx, where, sp.state_from_id(v.state), v, budget=self.spec.shrink_budget).to_json()
+                        for v in firsts]
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        from powercut.images.build import build_image, tools_dir
+
+        from .checkvm import VmCheckSpec, diagnose_vm
+        image = build_image()
+        vspec = VmCheckSpec(image.kernel, image.initrd, accel=self.spec.accel, memory_mb=self.spec.memory_mb,
+                            state_timeout_s=self.spec.state_timeout_s, tools_dir=tools_dir(image))
+        try:
+            return diagnose_vm(self.ctx, self.rec.log_path, self.rec.data_size, firsts, work, vspec,
+                               floor=self.sel.floor, budget=self.spec.shrink_budget)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def flaky(v1: Verdict, v2: Verdict) -> Verdict:
     reasons = (f"judged twice with different verdicts: {v1.verdict}, then alone {v2.verdict} -- a harness "
                "problem, not a finding", *(f"first: {r}" for r in v1.reasons), *(f"second: {r}" for r in v2.reasons))
@@ -177,6 +231,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
             run.judge(index, todo, run.sink, outdir / "work", spec.workers())
             if spec.confirm:
                 run.confirm(index)
+            run.triage(index)
         except KeyboardInterrupt:
             status = "interrupted"
             raise
@@ -189,6 +244,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
             verdicts = [v for sid, v in journal.done.items() if sid in wanted]
             summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype, workload=rec.workload_label,
                                 check_in=spec.check_in, seconds=time.monotonic() - t0, selection=sel,
-                                status=status, confirm_s=run.confirm_s, rejudged=run.confirmed)
+                                status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
+                                groups=[g.to_json() for g in run.groups], triage_s=run.triage_s)
             paths = write_outputs(summary, verdicts, outdir)
     return summary, paths

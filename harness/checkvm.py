@@ -54,6 +54,7 @@ class _Progress:
         self.path, self.pos = path, 0
         self.current: str | None = None
         self.since = time.monotonic()
+        self.diagnoses: list[dict[str, Any]] = []
 
     def poll(self) -> list[Verdict]:
         objs, self.pos = read_lines(self.path, self.pos)
@@ -64,6 +65,8 @@ class _Progress:
             elif "verdict" in obj:
                 new.append(Verdict.from_json(obj["verdict"]))
                 self.current = None
+            elif "diagnosis" in obj:
+                self.diagnoses.append(obj["diagnosis"])
         return new
 
 
@@ -92,9 +95,12 @@ class _Worker:
     """One checker VM (restarted after a panic or hang) over one chunk of states."""
 
     def __init__(self, ctx: CheckContext, log_path: Path, data_size: int, states: list[CrashState], sink: Sink,
-                 workdir: Path, spec: VmCheckSpec) -> None:
+                 workdir: Path, spec: VmCheckSpec, diagnose: tuple[dict[str, Any], ...] = (), floor: int = -1,
+                 budget: int = 60) -> None:
         self.ctx, self.log_path, self.size, self.states = ctx, log_path, data_size, states
         self.sink, self.workdir, self.spec = sink, workdir, spec
+        self.diagnose, self.floor, self.budget = diagnose, floor, budget
+        self.diagnoses: list[dict[str, Any]] = []
         self.by_id = {s.id: s for s in states}
         self.done: set[str] = set()
 
@@ -132,13 +138,14 @@ class _Worker:
         guestjob.write(jobdir, guestjob.CheckJob(
             log=f"{guestjob.GUEST_REC_DIR}/{self.log_path.name}", size=self.size, fstype=self.ctx.fs.name,
             mount_opts=self.ctx.mount_opts, checker=self.ctx.checker, states=tuple(s.id for s in todo),
-            disks={"scratch": "pcscratch"}, params=self.ctx.params, tools_dir=self.spec.tools_dir))
+            disks={"scratch": "pcscratch"}, params=self.ctx.params, tools_dir=self.spec.tools_dir,
+            diagnose=self.diagnose, floor=self.floor, budget=self.budget))
         vm = VmSpec(kernel=self.spec.kernel, initrd=self.spec.initrd, memory_mb=self.spec.memory_mb,
                     disks=(DiskSpec(str(scratch), "pcscratch", cache="unsafe"),),
                     shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False),
                             ShareSpec("rec", str(self.log_path.parent))),
                     accel=self.spec.accel,  # type: ignore[arg-type]
-                    timeout_s=60 + self.spec.state_timeout_s * (len(todo) + 1),
+                    timeout_s=60 + self.spec.state_timeout_s * (len(todo) + 1 + self.budget * len(self.diagnose) // 10),
                     console_path=str(run / "console.log"), name=f"powercut-check-{os.getpid()}-{run.parent.name}",
                     # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
                     modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
@@ -166,6 +173,7 @@ class _Worker:
         except VmError as e:
             failure = e
         drain()
+        self.diagnoses = progress.diagnoses
         if failure is None:
             result = guestjob.read_result(jobdir)
             if not result.ok:
@@ -184,3 +192,14 @@ class _Worker:
         self.done.add(s.id)
         self.sink(v)
         log.warning("state %s: %s; restarting its checker VM", s.id, kind)
+
+
+def diagnose_vm(ctx: CheckContext, log_path: Path, data_size: int, firsts: list[Verdict], workdir: Path,
+                spec: VmCheckSpec, *, floor: int | None, budget: int) -> list[dict[str, Any]]:
+    """Minimize and blame failing states in one checker VM (diagnose.py runs in the guest)."""
+    w = _Worker(ctx, log_path, data_size, [], lambda v: None, workdir, spec,
+                diagnose=tuple(v.to_json() for v in firsts), floor=-1 if floor is None else floor, budget=budget)
+    _, failure, _, _ = w._boot([], 1)
+    if failure is not None:
+        raise PowercutError(f"the checker VM diagnosing {len(firsts)} failure(s) failed: {failure.one_line()}")
+    return w.diagnoses

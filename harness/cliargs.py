@@ -70,6 +70,52 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resume", action="store_true", help="continue a campaign: skip the states already judged")
     g.add_argument("--no-confirm", action="store_true",
                    help="do not judge each failing state a second time, alone (flaky states then go unnoticed)")
+    g.add_argument("--shrink", type=int, default=3, metavar="K",
+                   help="minimize and blame the first state of the first K failure groups, each saved as a repro "
+                        "bundle (default 3; 0: off)")
+    g.add_argument("--shrink-budget", type=int, default=60, metavar="N", help="checks per minimization (default 60)")
+
+
+BENCH_SUITES = ("guarantees", "tlpi", "zodb-fsync", "commit", "flush-cost", "pg", "overhead", "all")
+BENCH_DEFAULT_OUT = "runs/bench"
+
+
+def _bench_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", action="append", dest="suites", metavar="NAME",
+                   help=f"a seed suite (repeat): {', '.join(BENCH_SUITES)} (default: guarantees, "
+                        "unless --profile or --workload is given)")
+    p.add_argument("--profile", action="append", default=[], metavar="NAME", help="a fio profile by name (repeat)")
+    p.add_argument("--workload", default="", help="time a registered workload (timing mode: its acks are timestamps)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="workload parameter (repeat)")
+    p.add_argument("--quick", action="store_true", help="few profiles, small sizes: seconds per run under TCG (CI)")
+    p.add_argument("--cache", choices=("both", "on", "off"), default="both",
+                   help="the disk write cache settings to time (default both)")
+    p.add_argument("--fs", default="ext4", help="filesystem made fresh for each run set (default ext4)")
+    p.add_argument("--mkfs-opts", default="", help="extra mkfs options, as one shell-quoted string")
+    p.add_argument("--mount-opts", default="", help="mount options (-o)")
+    p.add_argument("--size", type=int, default=0, metavar="MB", help="data disk size (default: the filesystem's)")
+    p.add_argument("-o", "--out", default=BENCH_DEFAULT_OUT,
+                   help=f"a run directory is made under it (default {BENCH_DEFAULT_OUT})")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    p.add_argument("--no-plot", action="store_true", help="no PNG/SVG plots")
+    p.add_argument("--list", action="store_true", help="list the suites and fio profiles and stop")
+    p.add_argument("--dry-run", action="store_true", help="print the exact QEMU argv and stop")
+    g = p.add_argument_group("VM (default: the disk is an emulated AHCI drive, so hdparm -W reaches it)")
+    g.add_argument("--qemu-cache", default="none", metavar="MODE",
+                   help="QEMU cache mode of the disk: none (default), writeback, writethrough, directsync "
+                        "(never unsafe: it drops the flushes being timed)")
+    g.add_argument("--disk-dir", default="", metavar="DIR", help="where the disk image goes (default: the run directory)")
+    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="auto probes KVM once (cached)")
+    g.add_argument("--memory", type=int, default=1024, metavar="MB", help="guest memory (default 1024)")
+    g.add_argument("--vm-timeout", type=float, default=0.0, metavar="S", help="kill the VM after S s (default: estimated)")
+    g.add_argument("--kernel-package", default="", help="pin the guest kernel package")
+    h = p.add_argument_group("host mode (no VM: time this machine's own disk)")
+    h.add_argument("--on-host", default="", metavar="DIR_OR_DEVICE",
+                   help="run fio here: a directory, or a block device written raw (with --raw; refused if mounted)")
+    h.add_argument("--toggle-write-cache", action="store_true",
+                   help="set the cache on and off (hdparm for ATA, sdparm for SCSI, nvme set-feature -f 6 for NVMe), "
+                        "read it back, restore it afterwards")
+    h.add_argument("--raw", action="store_true", help="allow fio to overwrite the block device named by --on-host")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,5 +173,32 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("-o", "--out", required=True, help="output image file")
     rp.add_argument("--size", type=int, default=0, help="data device size in bytes (only for a bare log file)")
 
+    _bench_options(sub.add_parser("bench", help="what each durability guarantee costs: fio profiles, seed suites "
+                                  "and timed workloads, disk write cache on and off"))
     sub.add_parser("workloads", help="list the registered workloads")
+
+    rr = sub.add_parser("repro", help="rebuild a failing state (a repro bundle, or a recording + --state) and judge "
+                        "it again in a checker VM: exit 3 if it still fails, 0 if not")
+    rr.add_argument("path", help="a repro bundle directory (check/bundles/NN-...) or a recording directory")
+    rr.add_argument("--state", default="", help="the state id (required for a recording; a bundle: its minimized state)")
+    rr.add_argument("--keep-image", default="", metavar="FILE", help="also write the state's image (unrecovered) to FILE")
+    rr.add_argument("--check-in", choices=("vm", "host"), default="vm", help="where to judge it (default vm)")
+    rr.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="checker VM acceleration")
+
+    mx = sub.add_parser("matrix", help="run the verdict matrix (or part of it): expected vs seen verdicts per "
+                        "workload variant, filesystem and crash model")
+    mx.add_argument("rows", nargs="*", metavar="PATTERN",
+                    help="glob(s) on row ids, e.g. 'wal/*' or '*/ext4*' (default: every row)")
+    mx.add_argument("--ci", action="store_true", help="only CI's part (the rows with a 'ci' key)")
+    mx.add_argument("--list", action="store_true", help="print the chosen rows and their expectations; run nothing")
+    mx.add_argument("--file", default="", help="another matrix file (default: the built-in checkers/matrix.toml)")
+    mx.add_argument("-o", "--out", default="runs/matrix", help="where recordings and results go (default runs/matrix)")
+    mx.add_argument("--check-in", choices=("vm", "host"), default=None,
+                    help="judge every row here (default: a CI row where its 'ci' says, the others in checker VMs)")
+    mx.add_argument("-j", "--jobs", type=int, default=0, help="checker VMs or host walks at once (default: one per core)")
+    mx.add_argument("--bound", type=int, default=10, help="write-cache: all subsets up to this many writes (default 10)")
+    mx.add_argument("--samples", type=int, default=64, help="write-cache: seeded samples beyond the bound (default 64)")
+    mx.add_argument("--max-states", type=int, default=0, help="judge at most this many states per row (0: all)")
+    mx.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="VM acceleration (default auto)")
+    mx.add_argument("--resume", action="store_true", help="reuse the recordings and verdicts already in --out")
     return p

@@ -10,9 +10,14 @@ separate ``sync`` object (``latency_in``).  Buffered and plain O_DIRECT profiles
 they are the baselines.
 
 O_DIRECT profiles exist only for block sizes that are multiples of 4096 (O_DIRECT needs writes
-aligned to the device's logical block size; 4096 is safe on every device)."""
+aligned to the device's logical block size; 4096 is safe on every device).
+
+Outside the catalogue, ``rewrite(method)`` profiles (``pg-<method>-8k``) rewrite one block in place
+with PostgreSQL's wal_sync_method calls, exactly as ``pg_test_fsync``'s "one 8kB write" tests do
+(``rewrite.fio``), so the two tools can be put side by side on the same target."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -32,6 +37,13 @@ QUICK_BLOCK = 4096
 
 #: The ``${VAR}`` names the job files use.
 VAR_DIR, VAR_BS, VAR_SIZE, VAR_RUNTIME, VAR_SYNC_EVERY = "PC_DIR", "PC_BS", "PC_SIZE", "PC_RUNTIME", "PC_SYNC_EVERY"
+VAR_FILE, VAR_UNLINK = "PC_FILE", "PC_UNLINK"
+REWRITE_JOB = "rewrite.fio"
+#: pg_test_fsync's method -> (guarantee, O_DIRECT, fio sync=, fsync=, fdatasync=)
+PG_METHODS: dict[str, tuple[str, int, str, int, int]] = {
+    "open_datasync": ("odsync", 1, "dsync", 0, 0), "fdatasync": ("fdatasync", 0, "none", 0, 1),
+    "fsync": ("fsync", 0, "none", 1, 0), "open_sync": ("osync", 1, "sync", 0, 0)}
+PG_BLOCK = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +157,10 @@ def by_name(name: str) -> Profile:
     for p in _ALL:
         if p.name == name:
             return p
+    if name.startswith("pg-"):
+        method, _, label = name[3:].rpartition("-")
+        if method in PG_METHODS and label == size_label(PG_BLOCK):
+            return rewrite(method)
     if name.startswith("group-commit-"):
         n, _, label = name[len("group-commit-"):].partition("-")
         sizes = {size_label(bs): bs for bs in BLOCK_SIZES}
@@ -152,6 +168,21 @@ def by_name(name: str) -> Profile:
             return group_commit(int(n), sizes[label])
     raise UsageError(f"unknown fio profile {name!r} (known: {', '.join(p.name for p in _ALL[:6])}, ...; "
                      f"`powercut bench --list` shows all)")
+
+
+def rewrite(method: str, block_size: int = PG_BLOCK) -> Profile:
+    """One block rewritten in place with pg_test_fsync's ``method`` (open_datasync, fdatasync, fsync,
+    open_sync): ``pg-<method>-8k``."""
+    if method not in PG_METHODS:
+        raise UsageError(f"unknown sync method {method!r}: one of {', '.join(PG_METHODS)}")
+    if block_size % DIRECT_ALIGN:
+        raise UsageError(f"a rewrite profile needs a block size that is a multiple of {DIRECT_ALIGN}, not {block_size}")
+    guarantee, direct, sync, fsync, fdatasync = PG_METHODS[method]
+    env = ((VAR_BS, str(block_size)), ("PC_DIRECT", str(direct)), ("PC_SYNC", sync), ("PC_FSYNC", str(fsync)),
+           ("PC_FDATASYNC", str(fdatasync)))
+    return Profile(f"pg-{method}-{size_label(block_size)}", guarantee, REWRITE_JOB, env, block_size,
+                   f"{method} as pg_test_fsync does it: one {block_size}-byte block rewritten in place",
+                   int(bool(fsync or fdatasync)))
 
 
 def job_dir() -> Path:
@@ -164,9 +195,16 @@ def job_path(profile: Profile) -> Path:
 
 
 def fio_command(profile: Profile, directory: str, size_bytes: int, *, fio: str = "fio",
-                runtime_s: int = 0) -> FioCommand:
+                runtime_s: int = 0, device: str = "") -> FioCommand:
     """The exact fio run of ``profile`` in ``directory`` (absolute; fio splits ``directory=`` at
-    ':'), writing ``size_bytes`` rounded down to whole blocks, capped at ``runtime_s`` (0: no cap)."""
+    ':'), writing ``size_bytes`` rounded down to whole blocks, capped at ``runtime_s`` (0: no cap).
+    ``device``: write the block device ``device`` itself (raw; ``directory`` is ignored, nothing is
+    unlinked)."""
+    file = f"powercut-{Path(profile.job_file).stem}.dat"
+    if device:
+        if not device.startswith("/dev/") or ":" in device:
+            raise UsageError(f"a raw fio target must be a /dev path without ':', not {device!r}")
+        directory, file = os.path.split(device)
     if not directory.startswith("/") or ":" in directory:
         raise UsageError(f"fio target directory must be an absolute path without ':', not {directory!r}")
     if size_bytes < profile.block_size:
@@ -178,7 +216,8 @@ def fio_command(profile: Profile, directory: str, size_bytes: int, *, fio: str =
     if profile.sync_every and writes <= profile.sync_every:
         raise UsageError(f"{profile.name}: {writes} writes never reach a sync (fio syncs after every "
                          f"{profile.sync_every}, never after the last); write more than {profile.sync_every}")
-    env = ((VAR_DIR, directory), (VAR_SIZE, str(size)), (VAR_RUNTIME, str(runtime_s))) + profile.env
+    env = ((VAR_DIR, directory), (VAR_SIZE, str(size)), (VAR_RUNTIME, str(runtime_s)), (VAR_FILE, file),
+           (VAR_UNLINK, "0" if device else "1")) + profile.env
     argv = (fio, "--output-format=json", "--eta=never", str(job_path(profile)))
     return FioCommand(argv, env, size)
 

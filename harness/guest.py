@@ -142,11 +142,31 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
             progress.add({"verdict": v.to_json()})
             n += 1
             t = time.monotonic()
+        _diagnose(job, ctx, index, Path(work), progress)
     umount(work)
     return {"judged": n}
 
 
-JOBS = {"record": record, "mark-bench": mark_bench, "check": check}
+def _diagnose(job: CheckJob, ctx: Any, index: Any, work: Path, progress: Any) -> None:
+    """Minimize and blame the failures the host asked about (diagnose.py), one progress line each."""
+    from .diagnose import Where, diagnose
+    from .models import space
+    from .verdict import Verdict
+
+    where = Where(index, job.size, None, work / "diagnose", "dm-snapshot", job.floor if job.floor >= 0 else None)
+    for first in map(Verdict.from_json, job.diagnose):
+        progress.add({"begin-diagnosis": first.state})
+        d = diagnose(ctx, where, space(index).state_from_id(first.state), first, budget=job.budget)
+        progress.add({"diagnosis": d.to_json()})
+
+
+def bench(job: Any, jobdir: Path) -> dict[str, Any]:
+    """``powercut bench``'s guest half (benchguest.py)."""
+    from .benchguest import bench_job
+    return bench_job(job, jobdir)
+
+
+JOBS = {"record": record, "mark-bench": mark_bench, "check": check, "bench": bench}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Union
 
+from .benchspec import RunSet
 from .checker import CheckerSpec
 from .config import FsSpec, WorkloadSpec, from_dict, to_dict
 from .errors import PowercutError, UsageError
@@ -54,6 +55,9 @@ class CheckJob:
     disks: dict[str, str]          # scratch -> serial
     params: dict[str, Any] = field(default_factory=dict)
     tools_dir: str = ""
+    diagnose: tuple[dict[str, Any], ...] = ()   # first verdicts (Verdict.to_json) of failures to minimize + blame
+    floor: int = -1                             # the floor mark's entry (-1: none)
+    budget: int = 60                            # checks per minimization
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +69,23 @@ class MarkBenchJob:
     tools_dir: str = ""
 
 
-Job = Union[RecordJob, CheckJob, MarkBenchJob]
-KINDS: dict[str, type] = {c.kind: c for c in (RecordJob, CheckJob, MarkBenchJob)}
+@dataclass(frozen=True, slots=True)
+class BenchJob:
+    """``powercut bench`` in the guest (benchguest.py): each run set on a fresh filesystem, the disk
+    write cache set with ``hdparm -W`` and read back before every item."""
+    kind: ClassVar[str] = "bench"
+    disks: dict[str, str]          # data (and log, for a dm-log-writes target) -> serial
+    fs: FsSpec
+    runsets: tuple[RunSet, ...]
+    dm_name: str = "powercut-bench"
+    tools_dir: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "runsets", tuple(RunSet.of(r) for r in self.runsets))
+
+
+Job = Union[RecordJob, CheckJob, MarkBenchJob, BenchJob]
+KINDS: dict[str, type] = {c.kind: c for c in (RecordJob, CheckJob, MarkBenchJob, BenchJob)}
 NESTED: dict[str, type] = {"fs": FsSpec, "workload": WorkloadSpec, "checker": CheckerSpec}
 
 

@@ -2,16 +2,25 @@
 no dmsetup; the ioctl itself is ``dm.message``).  ``powercut.mark("ack:7")`` from Python;
 ``powercut-mark ack:7`` from any language.  Runs in the guest, inside a recording's workload.
 
-The target is named by $POWERCUT_DM_NAME, which the recording job sets for the workload."""
+The target is named by $POWERCUT_DM_NAME, which the recording job sets for the workload.
+
+**Timing mode** (``powercut bench --workload``): with ``$POWERCUT_TIMING=<file>`` set, a mark sends
+no ioctl and needs no target; it appends ``<CLOCK_MONOTONIC ns> <text>`` to that file instead (one
+``write(2)`` on a descriptor opened once, no fsync), so any workload that acks can be timed:
+commits/s and per-commit latency = its ack's time minus its begin's (bench.parse_timing)."""
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 from . import dm
 from .dm import DM_CONTROL, DM_TARGET_MSG, message_buffer  # noqa: F401  (the packing lives in dm)
 
 MAX_MARK = 512 - 32 - 1  # the kernel keeps at most sectorsize - sizeof(entry) - 1 bytes of a mark
+TIMING_ENV = "POWERCUT_TIMING"
+
+_timing: dict[str, int] = {}  # timing file path -> its open descriptor
 
 
 class MarkError(OSError):
@@ -32,6 +41,10 @@ def mark(text: str, dm_name: str | None = None) -> None:
         raise ValueError(f"a mark is one word without spaces, not {text!r}")
     if len(text.encode()) > MAX_MARK:
         raise ValueError(f"a mark is at most {MAX_MARK} bytes")
+    timing = os.environ.get(TIMING_ENV)
+    if timing:
+        _time(timing, text)
+        return
     dm_name = dm_name or os.environ.get("POWERCUT_DM_NAME")
     if not dm_name:
         raise MarkError(0, "POWERCUT_DM_NAME is not set: marks work only inside a powercut recording")
@@ -40,6 +53,17 @@ def mark(text: str, dm_name: str | None = None) -> None:
         dm.message(dm_name, f"mark {text}")
     except dm.DmError as e:
         raise MarkError(e.errno, f"mark {text!r} on {dm_name}: {os.strerror(e.errno)}") from None
+
+
+def _time(path: str, text: str) -> None:
+    """Timing mode: one line ``<monotonic ns> <text>`` appended to ``path``."""
+    fd = _timing.get(path)
+    if fd is None:
+        try:
+            fd = _timing[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise MarkError(e.errno, f"${TIMING_ENV}={path}: cannot open it: {e.strerror}") from None
+    os.write(fd, f"{time.monotonic_ns()} {text}\n".encode())
 
 
 def ack(key: object) -> None:
@@ -53,7 +77,8 @@ def begin(key: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: powercut-mark TEXT   (e.g. powercut-mark ack:42; needs $POWERCUT_DM_NAME)",
+        print("usage: powercut-mark TEXT   (e.g. powercut-mark ack:42; needs $POWERCUT_DM_NAME, "
+              f"or ${TIMING_ENV}=FILE to time instead)",
               file=sys.stderr if len(args) != 1 else sys.stdout)
         return 0 if args and args[0] in ("-h", "--help") else 2
     try:

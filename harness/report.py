@@ -30,6 +30,8 @@ class Summary:
     status: str = "complete"                  # complete | interrupted | error
     confirm_s: float = 0.0
     rejudged: int = 0
+    groups: list[dict[str, Any]] = field(default_factory=list)  # failures grouped by how they fail (triage.py)
+    triage_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -46,13 +48,14 @@ class Summary:
                 "verdict": worst([f.verdict for f in self.failures]),
                 "confirmed_failures": self.confirmed, "flaky": len(self.flaky),
                 "confirmation": {"rejudged": self.rejudged, "seconds": round(self.confirm_s, 3)},
+                "groups": self.groups, "triage_seconds": round(self.triage_s, 3),
                 "failures": [dict(f.to_json(), repro=repro(self.recording, f)) for f in self.failures],
                 "flaky_states": [f.to_json() for f in self.flaky]}
 
 
 def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload: str, check_in: str,
               seconds: float, selection: Any = None, status: str = "complete", confirm_s: float = 0.0,
-              rejudged: int = 0) -> Summary:
+              rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
         by_model[v.model][v.verdict] += 1
@@ -62,12 +65,13 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
     counts = {m: (c.to_json() if hasattr(c, "to_json") else dict(c))
               for m, c in (selection.counts.items() if selection is not None else ())}
     return Summary(recording, fstype, workload, check_in, {m: dict(c) for m, c in sorted(by_model.items())},
-                   failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged)
+                   failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
+                   triage_s)
 
 
 def repro(recording: str, v: Verdict) -> str:
-    """One line that rebuilds the failing state for a look of one's own."""
-    return f"powercut replay {shlex.quote(recording)} --state {shlex.quote(v.state)} -o state.img"
+    """The one line that rebuilds the failing state and judges it again in a checker VM."""
+    return f"powercut repro {shlex.quote(recording)} --state {shlex.quote(v.state)}"
 
 
 def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:

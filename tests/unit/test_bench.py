@@ -39,7 +39,9 @@ def job_vars(path: Path) -> set[str]:
     return set(re.findall(r"\$\{(\w+)\}", "\n".join(lines)))
 
 
-PARSE_VARS = {"PC_DIR": "/tmp", "PC_BS": "4096", "PC_SIZE": "65536", "PC_RUNTIME": "0", "PC_SYNC_EVERY": "8"}
+PARSE_VARS = {"PC_DIR": "/tmp", "PC_BS": "4096", "PC_SIZE": "65536", "PC_RUNTIME": "0", "PC_SYNC_EVERY": "8",
+              "PC_FILE": "t.dat", "PC_UNLINK": "1", "PC_DIRECT": "0", "PC_SYNC": "none", "PC_FSYNC": "0",
+              "PC_FDATASYNC": "1"}
 
 
 @needs_fio
@@ -53,11 +55,15 @@ def test_job_file_parses_and_needs_its_variables(path: Path) -> None:
 
 
 def test_job_files_share_the_common_options() -> None:
-    assert len(JOB_FILES) == 8
+    assert len(JOB_FILES) == 9
     for path in JOB_FILES:
         text = path.read_text()
-        for line in ("ioengine=psync", "rw=write", "numjobs=1", "iodepth=1", "bs=${PC_BS}", "size=${PC_SIZE}",
-                     "directory=${PC_DIR}", "runtime=${PC_RUNTIME}", "fallocate=none", "end_fsync=0"):
+        rewrite = path.name == "rewrite.fio"   # one block rewritten in place: the region is one block
+        shape = ("rw=randwrite", "norandommap=1", "size=${PC_BS}", "io_size=${PC_SIZE}", "overwrite=1") if rewrite \
+            else ("rw=write", "size=${PC_SIZE}")
+        for line in ("ioengine=psync", "numjobs=1", "iodepth=1", "bs=${PC_BS}", "directory=${PC_DIR}",
+                     "filename=${PC_FILE}", "unlink=${PC_UNLINK}", "runtime=${PC_RUNTIME}", "fallocate=none",
+                     "end_fsync=0") + shape:
             assert f"\n{line}\n" in text, f"{path.name} lacks {line}"
         assert "time_based" not in text.split("[global]")[1]
         assert "percentile_list=" in text and all(f"{p:g}" in text for p in bench.PERCENTILES)
@@ -80,7 +86,7 @@ def test_catalogue_names_and_quick_subset() -> None:
     assert quick and {p.name for p in quick} < set(names)
     assert {p.guarantee for p in quick} == set(fioprofiles.GUARANTEES)
     assert all(by_name(n).name == n for n in names)
-    assert {p.job_file for p in profiles()} == {p.name for p in JOB_FILES}
+    assert {p.job_file for p in profiles()} | {"rewrite.fio"} == {p.name for p in JOB_FILES}
     assert not [p for p in profiles() if fioprofiles.GUARANTEES[p.guarantee].direct and p.block_size % 4096]
 
 
@@ -108,12 +114,12 @@ def test_fio_command_is_exact() -> None:
     assert cmd.argv == ("/usr/bin/fio", "--output-format=json", "--eta=never",
                         str(ROOT / "workloads" / "fio" / "group-commit.fio"))
     assert cmd.env_dict() == {"PC_DIR": "/mnt/t", "PC_SIZE": "98304", "PC_RUNTIME": "30", "PC_BS": "2048",
-                              "PC_SYNC_EVERY": "8"}
+                              "PC_SYNC_EVERY": "8", "PC_FILE": "powercut-group-commit.dat", "PC_UNLINK": "1"}
     assert cmd.size_bytes == 98304
     assert fioprofiles.fio_argv(p, "/mnt/t", 100_000, fio="/usr/bin/fio") == list(cmd.argv)
     assert fioprofiles.fio_env(p, "/mnt/t", 100_000, runtime_s=30) == cmd.env_dict()
     for path in JOB_FILES:  # every ${VAR} a job file uses is set by some profile's command
-        used = [q for q in profiles() if q.job_file == path.name]
+        used = [q for q in profiles() + (fioprofiles.rewrite("fsync"),) if q.job_file == path.name]
         assert job_vars(path) <= set(fio_command(used[0], "/x", 1 << 20).env_dict()), path.name
 
 
@@ -281,3 +287,92 @@ def test_real_tiny_fio_run_parses(tmp_path: Path, name: str) -> None:
     r = parse_fio_json(res.stdout, profile)
     assert (r.ops, r.bytes, r.syncs) == (4, 16384, 3 if profile.sync_every else 0)
     assert r.seconds > 0 and r.lat_p50_us > 0 and list(tmp_path.iterdir()) == []  # unlink=1
+
+
+def test_raw_device_command_writes_the_device_and_unlinks_nothing() -> None:
+    cmd = fio_command(by_name("fsync-4k"), "/ignored", 1 << 20, device="/dev/sdz")
+    env = cmd.env_dict()
+    assert (env["PC_DIR"], env["PC_FILE"], env["PC_UNLINK"]) == ("/dev", "sdz", "0")
+    with pytest.raises(UsageError, match="/dev path"):
+        fio_command(by_name("fsync-4k"), "/t", 1 << 20, device="/tmp/x")
+
+
+# --- pg_test_fsync's methods as rewrite-in-place profiles ------------------------------------------
+
+@pytest.mark.parametrize("method,direct,sync,fsync,fdatasync,latency_in", [
+    ("open_datasync", "1", "dsync", "0", "0", "clat"), ("fdatasync", "0", "none", "0", "1", "sync"),
+    ("fsync", "0", "none", "1", "0", "sync"), ("open_sync", "1", "sync", "0", "0", "clat")])
+def test_rewrite_profiles_do_what_pg_test_fsync_does(method, direct, sync, fsync, fdatasync, latency_in) -> None:
+    p = fioprofiles.rewrite(method)
+    env = dict(p.env)
+    assert (p.name, p.block_size, p.job_file, p.latency_in) == (f"pg-{method}-8k", 8192, "rewrite.fio", latency_in)
+    assert (env["PC_DIRECT"], env["PC_SYNC"], env["PC_FSYNC"], env["PC_FDATASYNC"]) == (direct, sync, fsync, fdatasync)
+    assert by_name(p.name) == p and p.durable
+    with pytest.raises(UsageError):
+        fioprofiles.rewrite("fsync_writethrough")
+
+
+@needs_fio
+def test_real_rewrite_run_stays_in_one_block(tmp_path: Path) -> None:
+    profile = fioprofiles.rewrite("fdatasync")
+    cmd = fio_command(profile, str(tmp_path), 10 * 8192, fio=FIO)
+    res = process.run(cmd.argv, timeout=30, env={**os.environ, **cmd.env_dict(), "PC_UNLINK": "0"})
+    r = parse_fio_json(res.stdout, profile)
+    assert (r.ops, r.syncs) == (10, 9)
+    assert (tmp_path / "powercut-rewrite.dat").stat().st_size == 8192  # every write went to offset 0
+
+
+# --- timing files and pg_test_fsync's report ---------------------------------------------------------
+
+def test_parse_timing_latency_is_ack_minus_begin() -> None:
+    ms = 1_000_000
+    lines = [f"{1000 * ms} begin:1", f"{1002 * ms} ack:1", f"{1010 * ms} begin:2", f"{1014 * ms} ack:2",
+             f"{1020 * ms} begin:3", f"{1021 * ms} ack:3", f"{1030 * ms} mkfs"]
+    r = bench.parse_timing("\n".join(lines) + "\n")
+    assert (r.commits, r.seconds) == (3, pytest.approx(0.021))
+    assert r.commits_per_s == pytest.approx(3 / 0.021)
+    assert (r.p50_us, r.p99_us, r.p999_us, r.mean_us) == (2000.0, 4000.0, 4000.0, pytest.approx(7000 / 3))
+
+
+def test_parse_timing_without_begin_uses_the_previous_ack() -> None:
+    r = bench.parse_timing("100 ack:a\n400 ack:b\n1000 ack:c\n")
+    assert (r.commits, r.p50_us, r.p99_us) == (2, 0.3, 0.6)
+    with pytest.raises(WorkloadFailed, match="acked nothing"):
+        bench.parse_timing("5 begin:1\n")
+    with pytest.raises(WorkloadFailed, match="line 2"):
+        bench.parse_timing("5 begin:1\nnot a line\n")
+
+
+def test_percentile_nearest_rank() -> None:
+    values = [float(i) for i in range(1, 1001)]
+    assert [bench.percentile(values, p) for p in (50, 99, 99.9, 100)] == [500.0, 990.0, 999.0, 1000.0]
+    assert bench.percentile([7.0], 99.9) == 7.0
+
+
+PG_OUT = """5 seconds per test
+O_DIRECT supported on this platform for open_datasync and open_sync.
+
+Compare file sync methods using one 8kB write:
+(in "wal_sync_method" preference order, except fdatasync is Linux's default)
+        open_datasync                      4383.890 ops/sec     228 usecs/op
+        fdatasync                          4738.341 ops/sec     211 usecs/op
+        fsync                              5970.498 ops/sec     167 usecs/op
+        fsync_writethrough                              n/a
+        open_sync                          7011.180 ops/sec     143 usecs/op
+
+Compare file sync methods using two 8kB writes:
+        open_datasync                      2972.793 ops/sec     336 usecs/op
+"""
+
+
+def test_parse_pg_test_fsync_one_write_section() -> None:
+    got = bench.parse_pg_test_fsync(PG_OUT)
+    assert got == {"open_datasync": 4383.89, "fdatasync": 4738.341, "fsync": 5970.498, "open_sync": 7011.18}
+    with pytest.raises(WorkloadFailed, match="no 'Compare"):
+        bench.parse_pg_test_fsync("pg_test_fsync: could not open output file\n")
+
+
+def test_parse_pg_test_fsync_real_output() -> None:
+    """pg_test_fsync 15's whole report (bench/fixtures): only the one-8kB-write section counts."""
+    got = bench.parse_pg_test_fsync((FIXTURES / "pg_test_fsync-15.txt").read_text())
+    assert list(got) == ["open_datasync", "fdatasync", "fsync", "open_sync"] and all(v > 0 for v in got.values())

@@ -59,3 +59,37 @@ def test_command_line_tool(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     assert markmod.main(["ack:1"]) == 1
     assert "powercut-mark:" in capsys.readouterr().err
     assert markmod.main([]) == 2
+
+
+def test_timing_mode_writes_timestamps_not_marks(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """$POWERCUT_TIMING: begin/ack append '<monotonic ns> <mark>' lines; no ioctl, no target needed."""
+    import time
+
+    from powercut import bench
+
+    def no_ioctl(*a, **k):
+        raise AssertionError("timing mode must not send a dm message")
+    monkeypatch.setattr(dm, "control", no_ioctl)
+    monkeypatch.setattr(dm, "message", no_ioctl)
+    monkeypatch.delenv("POWERCUT_DM_NAME", raising=False)
+    path = tmp_path / "timing.txt"
+    monkeypatch.setenv(markmod.TIMING_ENV, str(path))
+    before = time.monotonic_ns()
+    for i in range(3):
+        markmod.begin(i)
+        markmod.ack(i)
+    after = time.monotonic_ns()
+    lines = path.read_text().splitlines()
+    assert [ln.split()[1] for ln in lines] == ["begin:0", "ack:0", "begin:1", "ack:1", "begin:2", "ack:2"]
+    stamps = [int(ln.split()[0]) for ln in lines]
+    assert stamps == sorted(stamps) and before <= stamps[0] and stamps[-1] <= after
+    assert bench.parse_timing(path.read_text()).commits == 3
+    with pytest.raises(ValueError):   # the text rules still hold
+        markmod.mark("two words")
+    assert markmod.main(["ack:9"]) == 0 and path.read_text().splitlines()[-1].endswith(" ack:9")
+
+
+def test_timing_file_that_cannot_be_opened_is_a_mark_error(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv(markmod.TIMING_ENV, str(tmp_path / "no" / "such" / "dir" / "t.txt"))
+    with pytest.raises(markmod.MarkError, match="POWERCUT_TIMING=.*cannot open it"):
+        markmod.ack(1)

@@ -31,7 +31,7 @@ def test_summary_json_and_junit(tmp_path: Path) -> None:
     summary = json.loads(paths["summary"].read_text())
     assert summary["verdict"] == "lost-ack" and summary["total"] == 4 and summary["flaky"] == 1
     assert summary["confirmed_failures"] == 1 and summary["states"]["write-cache"]["left_out"] == 1
-    assert summary["failures"][0]["repro"].startswith("powercut replay /r --state flush@2")
+    assert summary["failures"][0]["repro"] == "powercut repro /r --state flush@2"
     assert summary["flaky_states"][0]["first"][0] == "mount-failed"
     root = ET.parse(paths["junit"]).getroot()
     assert root.get("tests") == "4" and root.get("failures") == "1" and root.get("errors") == "1"

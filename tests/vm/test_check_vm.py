@@ -56,7 +56,7 @@ def test_ack_before_fsync_is_caught_under_every_model(ack_early: Path, tmp_path:
             assert s.by_model[model].get("lost-ack", 0) > 0, (model, s.by_model)
     assert verdicts(tmp_path / "vm") == verdicts(tmp_path / "host")
     junit = (tmp_path / "vm" / "junit.xml").read_text()
-    assert 'type="lost-ack"' in junit and "powercut replay" in junit
+    assert 'type="lost-ack"' in junit and "powercut repro" in junit
     for s in (vm, host):  # every failure was judged again, alone, with the same verdict
         assert s.failures and all(f.confirmed for f in s.failures) and not s.flaky
         assert s.rejudged == len(s.failures)

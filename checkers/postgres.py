@@ -1,0 +1,347 @@
+"""Checker for postgres: the server's own crash recovery on the recovered data directory, then every
+acked transaction whole and byte-exact, and amcheck clean.  Runs wherever checks run (host mode or
+the checker VM), as root, on the recovered, writable mount (a disposable snapshot).
+
+The server is started directly on ``<mount>/<dir>`` as ``postgres`` (with CAP_DAC_READ_SEARCH, so
+the mount may sit under a directory only root can search), in its own process group, its socket in
+a fresh /tmp directory, no TCP, ``fsync=off`` (nothing here needs to be durable).  The stale
+``postmaster.pid`` of the crashed run is removed first (its pids are the guest's).  The server
+always goes down afterwards (SIGQUIT, then SIGKILL to its process group), so nothing keeps the
+mount busy.
+
+What was written is rebuilt from the parameters alone (the unit tests pin it to the workload):
+transaction ``i`` inserts row ``i`` (``row_bytes`` from (seed, i)) and sets the summary row to
+(count=i, last=i, digest=sha256(row i's payload)).
+
+* corrupt-data -- the server does not start (its PANIC/FATAL lines: "could not locate a valid
+  checkpoint record", "invalid page in block ..."), reading the tables fails (the error), pg_amcheck
+  (every table and btree index of the database, ``--heapallindexed``) reports a problem, a row or
+  the summary is not what was written, a row never begun, or a transaction half there (a row the
+  summary does not count, or a summary counting a missing row);
+* lost-ack -- an acked transaction absent (its row and its summary update both), or no data
+  directory while something was acked;
+* pass -- otherwise: the database holds transactions 1..last, each whole; a begun-not-acked one is
+  there whole or absent whole.  A state before the first ``begin`` (the cluster being unpacked)
+  passes without starting the server: nothing was promised yet."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import pwd
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from powercut import CheckInput, CheckResult, Checker
+
+MISSING = "the postgres workload needs PostgreSQL: apt-get install postgresql"
+USER = "postgres"
+DEFAULTS: dict[str, Any] = {"seed": 0, "row_bytes": 1000, "dir": "pgdata"}
+START_TIMEOUT_S = 240.0
+QUERY_TIMEOUT_S = 300.0
+# A seq scan of both tables (no index involved: amcheck checks the indexes against the heap)
+QUERY = ("SELECT 'row', id, encode(payload, 'hex'), NULL::integer, NULL::integer FROM rows UNION ALL "
+         "SELECT 'summary', id, encode(digest, 'hex'), count, last FROM summary")
+SCAN_OPTIONS = "-c enable_indexscan=off -c enable_bitmapscan=off -c enable_indexonlyscan=off"
+# Start-up failures that are this machine's problem, not the recovered state's
+HARNESS_PROBLEMS = ("lock file", "could not bind", "could not create listen socket", "shared memory",
+                    "cannot be run as root", "could not change directory", "out of memory",
+                    "could not create semaphores", "Permission denied")
+
+
+def payload(seed: int, i: int, size: int) -> bytes:
+    return random.Random(f"postgres:{seed}:{i}").randbytes(size)
+
+
+def summary(seed: int, i: int, size: int) -> tuple[int, int, bytes]:
+    """The summary row (count, last, digest) once transaction ``i`` committed (0: none did)."""
+    return (i, i, hashlib.sha256(payload(seed, i, size)).digest() if i else b"")
+
+
+def _keys(keys: set[int]) -> str:
+    return ", ".join(map(str, sorted(keys)[:10])) + (" ..." if len(keys) > 10 else "")
+
+
+def _first_difference(got: bytes, want: bytes) -> str:
+    if len(got) != len(want):
+        return f"{len(got)} bytes, {len(want)} written"
+    at = next(k for k, (a, b) in enumerate(zip(got, want)) if a != b)
+    return f"differs from byte {at}" + ("" if got.strip(b"\0") else " (zeros)")
+
+
+# -- what the server answered -----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The tables as read: rows by id, and the summary rows as (id, count, last, digest)."""
+
+    rows: dict[int, bytes] = field(default_factory=dict)
+    summaries: tuple[tuple[int, int, int, bytes], ...] = ()
+
+
+def parse(text: str) -> Found:
+    """psql's unaligned, tuples-only output of QUERY (fields separated by '|')."""
+    rows: dict[int, bytes] = {}
+    sums: list[tuple[int, int, int, bytes]] = []
+    for line in text.splitlines():
+        if not line:
+            continue
+        kind, ident, data, count, last = line.split("|")
+        if kind == "row":
+            rows[int(ident)] = bytes.fromhex(data)
+        else:
+            sums.append((int(ident), int(count), int(last), bytes.fromhex(data)))
+    return Found(rows, tuple(sums))
+
+
+def startup_failure(log_text: str) -> tuple[bool, list[str]]:
+    """Why the server did not start, from its log: (a harness problem?, the telling lines)."""
+    lines = [ln.strip() for ln in log_text.splitlines()]
+    telling = [ln for ln in lines if any(w in ln for w in ("PANIC:", "FATAL:", "ERROR:"))]
+    if not telling:
+        telling = lines[-3:]
+    harness = any(p in ln for ln in telling for p in HARNESS_PROBLEMS)
+    return harness, [_strip_prefix(ln) for ln in telling[:3]]
+
+
+def _strip_prefix(line: str) -> str:
+    """``2026-01-01 10:00:00.000 UTC [123] PANIC:  x`` -> ``PANIC: x``."""
+    for level in ("PANIC:", "FATAL:", "ERROR:", "LOG:", "WARNING:", "DETAIL:", "HINT:", "CONTEXT:"):
+        at = line.find(level)
+        if at >= 0:
+            return level + " " + line[at + len(level):].strip()
+    return line
+
+
+def recovery_note(log_text: str) -> str:
+    """What start-up did, in a few words (redo done / clean start)."""
+    for ln in log_text.splitlines():
+        if "redo done at" in ln:
+            return "recovery: " + _strip_prefix(ln).removeprefix("LOG: ").split(" system usage")[0]
+    if "database system was shut down at" in log_text:
+        return "recovery: none needed (a clean shutdown)"
+    return "recovery: no redo"
+
+
+class Judge:
+    """What the server answered against what the marks promise."""
+
+    def __init__(self, seed: int, row_bytes: int, acked: set[int], begun: set[int]) -> None:
+        self.seed, self.size, self.acked, self.begun = seed, row_bytes, acked, begun
+        self.corrupt: list[str] = []
+
+    def state(self, i: int) -> str:
+        return "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
+
+    def run(self, found: Found, *, amcheck: Sequence[str] = (), note: str = "") -> CheckResult:
+        self.corrupt.extend(f"pg_amcheck: {line}" for line in amcheck[:3])
+        last = self.check_summary(found.summaries)
+        self.check_rows(found.rows)
+        if last is not None:
+            self.check_pairs(set(found.rows), last)
+        lost = self.acked - set(found.rows)
+        held = f"rows {_keys(set(found.rows)) or 'none'}" if last is None else f"txns 1..{last}" if last else "no txn"
+        lost_line = f"acked txn(s) {_keys(lost)} lost: the database holds {held}" if lost else ""
+        if self.corrupt:
+            return CheckResult("corrupt-data", tuple(self.corrupt + ([lost_line] if lost_line else [])))
+        if lost:
+            return CheckResult("lost-ack", (lost_line, note) if note else (lost_line,))
+        absent = self.begun - set(found.rows)
+        gone = f"; begun, not acked, absent: {_keys(absent)}" if absent else ""
+        return CheckResult("pass", (f"{len(self.acked)} acked txn(s) intact; pg_amcheck clean; the database "
+                                    f"holds {held}{gone}",) + ((note,) if note else ()))
+
+    def check_summary(self, sums: tuple[tuple[int, int, int, bytes], ...]) -> int | None:
+        """The summary row against what its writer wrote; the ``last`` it names (None: not a txn)."""
+        if len(sums) != 1 or sums[0][0] != 1:
+            self.corrupt.append(f"the summary table holds {len(sums)} row(s) {[s[0] for s in sums]}, not just row 1")
+            if not sums:
+                return None
+        _, count, last, digest = sums[0]
+        if last < 0 or last and self.state(last) == "never begun":
+            self.corrupt.append(f"the summary row names txn {last}, which was never begun")
+            return None
+        if (count, last, digest) != summary(self.seed, last, self.size):
+            self.corrupt.append(f"the summary row (count={count}, last={last}) is not what txn {last} wrote"
+                                + (" (its digest differs)" if count == last else ""))
+        return last
+
+    def check_rows(self, rows: dict[int, bytes]) -> None:
+        for i, data in sorted(rows.items()):
+            state = self.state(i)
+            want = payload(self.seed, i, self.size)
+            if state == "never begun":
+                self.corrupt.append(f"row {i} is committed but was never begun")
+            elif data != want:
+                self.corrupt.append(f"row {i} ({state}): its payload {_first_difference(data, want)}")
+
+    def check_pairs(self, ids: set[int], last: int) -> None:
+        """Each transaction all or nothing: rows 1..last exactly, as the summary counts them."""
+        extra = {i for i in ids if not 1 <= i <= last}
+        missing = set(range(1, last + 1)) - ids
+        if extra:
+            self.corrupt.append(f"row(s) {_keys(extra)} present but the summary stops at txn {last}: an INSERT "
+                                "without its UPDATE")
+        if missing:
+            self.corrupt.append(f"the summary counts txns 1..{last} but row(s) {_keys(missing)} are missing: "
+                                "an UPDATE without its INSERT")
+
+
+# -- the server on the recovered data directory ------------------------------------------------------
+
+def bindir() -> str | None:
+    """Debian's /usr/lib/postgresql/<major>/bin, the newest major; None if none (or no postgres user)."""
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        return None
+    found = [d for d in glob.glob("/usr/lib/postgresql/*/bin/postgres") if d.split("/")[4].isdigit()]
+    return os.path.dirname(max(found, key=lambda d: int(d.split("/")[4]))) if found else None
+
+
+class StartFailed(Exception):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+class Server:
+    """``with Server(bindir, datadir) as s:`` -- started and ready, or StartFailed (a finding) or
+    RuntimeError (a harness problem); always stopped on the way out."""
+
+    def __init__(self, bin_dir: str, datadir: str) -> None:
+        self.bin, self.datadir = bin_dir, datadir
+        self.sock = tempfile.mkdtemp(prefix="powercut-pgcheck-")
+        self.log_path = os.path.join(self.sock, "server.log")
+        self.proc: subprocess.Popen[bytes] | None = None
+        pw = pwd.getpwnam(USER)
+        os.chown(self.sock, pw.pw_uid, pw.pw_gid)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"LC_ALL": "C"}
+
+    def __enter__(self) -> Server:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def start(self) -> None:
+        pidfile = os.path.join(self.datadir, "postmaster.pid")
+        if os.path.exists(pidfile):
+            os.unlink(pidfile)  # the crashed run's: its pids are the guest's
+        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        argv = [setpriv, f"--reuid={USER}", f"--regid={USER}", "--clear-groups", "--inh-caps=+dac_read_search",
+                "--ambient-caps=+dac_read_search", "--", os.path.join(self.bin, "postgres"), "-D", self.datadir,
+                "-c", "listen_addresses=", "-c", f"unix_socket_directories={self.sock}", "-c", "fsync=off",
+                "-c", "logging_collector=off", "-c", "autovacuum=off"]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env,
+                                         start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                harness, lines = startup_failure(self.log())
+                if harness:
+                    raise RuntimeError(f"postgres did not start (not the state's fault?): {'; '.join(lines)}")
+                raise StartFailed(lines)
+            if self._ready(pidfile):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"postgres: recovery did not finish in {START_TIMEOUT_S:g} s: "
+                           f"{'; '.join(startup_failure(self.log())[1])}")
+
+    def _ready(self, pidfile: str) -> bool:
+        try:
+            with open(pidfile) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return False
+        return len(lines) > 7 and self.proc is not None and lines[0] == str(self.proc.pid) and \
+            lines[7].strip() == "ready"
+
+    def run(self, tool: str, *args: str, options: str = "") -> subprocess.CompletedProcess[str]:
+        argv = [os.path.join(self.bin, tool), "-h", self.sock, "-U", USER, *args]
+        env = self.env | ({"PGOPTIONS": options} if options else {})
+        return subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env,
+                              timeout=QUERY_TIMEOUT_S, check=False)
+
+    def stop(self) -> None:
+        """Immediate shutdown, then nothing of its process group left; the socket directory removed."""
+        proc = self.proc
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGQUIT)
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # backends, and the postmaster if it is still there
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            self.proc = None
+        shutil.rmtree(self.sock, ignore_errors=True)
+
+
+def _error_lines(res: subprocess.CompletedProcess[str]) -> list[str]:
+    lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
+    return lines[:3] or [f"exited {res.returncode}"]
+
+
+def examine(srv: Server, judge: Judge) -> CheckResult:
+    """Read both tables, run pg_amcheck, judge."""
+    res = srv.run("psql", "-X", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-c", QUERY,
+                  options=SCAN_OPTIONS)
+    if res.returncode != 0:
+        return CheckResult("corrupt-data", tuple(f"reading the tables: {ln}" for ln in _error_lines(res)))
+    found = parse(res.stdout)
+    amc = srv.run("pg_amcheck", "-d", "postgres", "--heapallindexed", "--install-missing")
+    problems = [] if amc.returncode == 0 else \
+        [ln.strip() for ln in (amc.stdout + amc.stderr).splitlines() if ln.strip()] or [f"exited {amc.returncode}"]
+    return judge.run(found, amcheck=problems, note=recovery_note(srv.log()))
+
+
+def check(inp: CheckInput) -> CheckResult:
+    name = str(inp.params.get("dir", DEFAULTS["dir"]))
+    datadir = os.path.join(inp.mount, name)
+    acked, begun = {int(k) for k in inp.acked}, {int(k) for k in inp.begun}
+    if not acked and not begun:
+        return CheckResult("pass", ("no transaction begun yet: the cluster was being set up",))
+    if not os.path.exists(os.path.join(datadir, "PG_VERSION")):
+        if acked:
+            return CheckResult("lost-ack", (f"no data directory {name} but txn(s) {_keys(acked)} were acked",))
+        return CheckResult("corrupt-data", (f"no data directory {name}, made durable before the first begin",))
+    bin_dir = bindir()
+    if bin_dir is None:
+        raise RuntimeError(MISSING)
+    judge = Judge(int(inp.params.get("seed", DEFAULTS["seed"])),
+                  int(inp.params.get("row_bytes", DEFAULTS["row_bytes"])), acked, begun)
+    try:
+        with Server(bin_dir, datadir) as srv:
+            return examine(srv, judge)
+    except StartFailed as e:
+        return CheckResult("corrupt-data", ("the server does not start on the recovered data directory",
+                                            *e.lines))
+
+
+CHECKER = Checker(name="postgres", description="PostgreSQL's crash recovery, pg_amcheck, every acked transaction "
+                                               "whole and byte-exact, begun ones all or nothing", check=check)

@@ -1,0 +1,385 @@
+"""postgres: Debian's PostgreSQL server, its data directory on the filesystem under test, small
+transactions from one ``psql`` session.  Runs in the guest, as root, with its working directory on
+the filesystem under test; ``python -m powercut.workloads.postgres --prepare`` runs on the host.
+
+Setup (before the first ``begin``): a prepared cluster -- initdb (``--locale=C``, 1 MiB WAL
+segments, data checksums unless ``data_checksums=false``), then the schema (``rows``, ``summary``
+with its one row, the ``amcheck`` extension), shut down cleanly -- is unpacked into ``dir`` (owned
+by ``postgres``, mode 0700), the settings under test are appended to its ``postgresql.conf`` and
+everything is synced.  initdb takes about a minute under TCG, so the cluster is prepared once on
+the host into ``cache`` (default /var/cache/powercut/postgres, visible read-only in the guest):
+``python -m powercut.workloads.postgres --prepare``; without it the workload prepares one in the
+guest's /tmp first (slower, same result).
+
+The run: the server runs as ``postgres`` (unix socket in a /tmp directory, no TCP); one ``psql``
+(as root, so that its ``\\!`` can mark) reads a script where transaction ``i`` (1..n) is
+``\\! powercut-mark begin:<i>``; ``BEGIN``; an INSERT of row ``i`` (``row_bytes`` from (seed, i));
+an UPDATE of the summary row to (count=i, last=i, digest=sha256(payload)); ``COMMIT``;
+``\\! powercut-mark ack:<i>``.  psql runs them in order and stops at the first error
+(ON_ERROR_STOP), so each ack follows a COMMIT that returned.  A ``CHECKPOINT`` after every
+``checkpoint_every``-th ack (0: none) makes later first changes of a page write a full page image
+(or not, with ``full_page_writes=off``) and writes data pages the run changed.  At the end a fast
+shutdown (its checkpoint is recorded too).  Autovacuum is off: the writes are the workload's own.
+
+Params: ``n`` (10), ``synchronous_commit`` ("on"; on|off|local|remote_write|remote_apply),
+``fsync`` (true), ``full_page_writes`` (true), ``row_bytes`` (1000), ``seed`` (0), ``dir``
+("pgdata"), ``checkpoint_every`` (3), ``data_checksums`` (true), ``cache``.
+
+PostgreSQL's documented claims (postgresql.org/docs/15/runtime-config-wal.html, wal-reliability.html):
+  synchronous_commit=off: may lose the most recent commits after a crash, never corrupts the database.
+  fsync=off: may corrupt the database after a power loss (unrecoverable data corruption).
+  full_page_writes=off: a page torn by a partial write during a power loss may corrupt the database.
+  defaults (fsync, full_page_writes, synchronous_commit on): a commit is durable once COMMIT returns."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import pwd
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from powercut import Workload
+
+MISSING = "the postgres workload needs PostgreSQL: apt-get install postgresql"
+USER = "postgres"
+CACHE = "/var/cache/powercut/postgres"
+SYNC_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
+DEFAULTS: dict[str, Any] = {"n": 10, "synchronous_commit": "on", "fsync": True, "full_page_writes": True,
+                            "row_bytes": 1000, "seed": 0, "dir": "pgdata", "checkpoint_every": 3,
+                            "data_checksums": True, "cache": CACHE}
+SCHEMA = ("CREATE TABLE rows (id integer PRIMARY KEY, payload bytea NOT NULL);\n"
+          "CREATE TABLE summary (id integer PRIMARY KEY CHECK (id = 1), count integer NOT NULL, "
+          "last integer NOT NULL, digest bytea NOT NULL);\n"
+          "INSERT INTO summary VALUES (1, 0, 0, '\\x');\n"
+          "CREATE EXTENSION amcheck;\n")
+# Only the database the workload uses stays: fewer files to copy into the filesystem under test
+TRIM = ("ALTER DATABASE template0 IS_TEMPLATE false;\nDROP DATABASE template0;\n"
+        "ALTER DATABASE template1 IS_TEMPLATE false;\nDROP DATABASE template1;\n")
+INITDB = ("-A", "trust", "-U", USER, "-E", "UTF8", "--locale=C", "--wal-segsize=1", "--no-sync")
+# Settings every run gets (a small, quiet server; checkpoints only when asked for)
+BASE_SETTINGS: dict[str, str] = {
+    "shared_buffers": "16MB", "max_connections": "10", "dynamic_shared_memory_type": "sysv",
+    "max_wal_size": "64MB", "min_wal_size": "4MB", "checkpoint_timeout": "1d", "autovacuum": "off",
+    "max_parallel_workers_per_gather": "0", "logging_collector": "off", "log_checkpoints": "on",
+    "log_line_prefix": "'%m [%p] '"}
+# The mark command psql runs (``\\!``); tests point it at a stand-in.
+MARK_CMD = "powercut-mark"
+START_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    n: int
+    synchronous_commit: str
+    fsync: bool
+    full_page_writes: bool
+    row_bytes: int
+    seed: int
+    dir: str
+    checkpoint_every: int
+    data_checksums: bool
+    cache: str
+
+    @staticmethod
+    def of(given: dict[str, Any]) -> Params:
+        p = Params(**{k: given.get(k, v) for k, v in DEFAULTS.items()})
+        if str(p.synchronous_commit).lower() not in SYNC_COMMIT:
+            raise ValueError(f"postgres: synchronous_commit must be one of {', '.join(SYNC_COMMIT)}, "
+                             f"not {p.synchronous_commit!r}")
+        if p.n < 0 or p.row_bytes < 0 or p.checkpoint_every < 0:
+            raise ValueError(f"postgres: n, row_bytes and checkpoint_every must be >= 0 (got n={p.n}, "
+                             f"row_bytes={p.row_bytes}, checkpoint_every={p.checkpoint_every})")
+        if not p.dir or os.path.isabs(p.dir) or ".." in p.dir.split("/"):
+            raise ValueError(f"postgres: dir must be a relative path inside the mount, not {p.dir!r}")
+        return p
+
+
+def payload(seed: int, i: int, size: int) -> bytes:
+    return random.Random(f"postgres:{seed}:{i}").randbytes(size)
+
+
+def summary(seed: int, i: int, size: int) -> tuple[int, int, bytes]:
+    """The summary row (count, last, digest) once transaction ``i`` committed (0: none did)."""
+    return (i, i, hashlib.sha256(payload(seed, i, size)).digest() if i else b"")
+
+
+def settings(p: Params) -> dict[str, str]:
+    """Every setting the workload's server runs with: the base ones and the three under test."""
+    onoff = {True: "on", False: "off"}
+    return {**BASE_SETTINGS, "synchronous_commit": str(p.synchronous_commit).lower(), "fsync": onoff[p.fsync],
+            "full_page_writes": onoff[p.full_page_writes]}
+
+
+def render_conf(values: dict[str, str]) -> str:
+    """A block for postgresql.conf (later lines win over the defaults initdb wrote)."""
+    return "\n# powercut: the workload's settings\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+
+
+def transaction(p: Params, i: int) -> str:
+    """Transaction ``i`` as psql input, with its marks."""
+    count, last, digest = summary(p.seed, i, p.row_bytes)
+    return (f"\\! {MARK_CMD} begin:{i}\n"
+            "BEGIN;\n"
+            f"INSERT INTO rows (id, payload) VALUES ({i}, '\\x{payload(p.seed, i, p.row_bytes).hex()}');\n"
+            f"UPDATE summary SET count = {count}, last = {last}, digest = '\\x{digest.hex()}' WHERE id = 1;\n"
+            "COMMIT;\n"
+            f"\\! {MARK_CMD} ack:{i}\n")
+
+
+def script(p: Params) -> str:
+    """The whole psql input: every transaction, a CHECKPOINT after every ``checkpoint_every``-th."""
+    parts = ["\\set ON_ERROR_STOP 1\n"]
+    for i in range(1, p.n + 1):
+        parts.append(transaction(p, i))
+        if p.checkpoint_every and i % p.checkpoint_every == 0 and i < p.n:
+            parts.append("CHECKPOINT;\n")
+    return "".join(parts)
+
+
+# -- the server -------------------------------------------------------------------------------------
+
+def bindir() -> str | None:
+    """Debian's /usr/lib/postgresql/<major>/bin with a postgres binary, the newest major; None if none
+    (or no ``postgres`` user)."""
+    found = glob.glob("/usr/lib/postgresql/*/bin/postgres")
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        return None
+    majors = sorted((int(d.split("/")[4]), os.path.dirname(d)) for d in found if d.split("/")[4].isdigit())
+    return majors[-1][1] if majors else None
+
+
+def major(bin_dir: str) -> str:
+    return bin_dir.rstrip("/").split("/")[-2]
+
+
+def prepared_name(bin_dir: str, checksums: bool) -> str:
+    """The prepared cluster's file name: the major version and a hash of the recipe."""
+    recipe = repr((SCHEMA, TRIM, INITDB, checksums)).encode()
+    return f"pgdata-{major(bin_dir)}-{hashlib.sha256(recipe).hexdigest()[:12]}.tar"
+
+
+def as_postgres() -> dict[str, Any]:
+    """subprocess arguments that run a child as the postgres user (no supplementary groups)."""
+    pw = pwd.getpwnam(USER)
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [], "umask": 0o077}
+
+
+def chown_tree(path: str) -> None:
+    pw = pwd.getpwnam(USER)
+    for root, dirs, files in os.walk(path):
+        os.chown(root, pw.pw_uid, pw.pw_gid)
+        for name in files:
+            os.chown(os.path.join(root, name), pw.pw_uid, pw.pw_gid)
+
+
+def start(bin_dir: str, datadir: str, sockdir: str, log: Any) -> subprocess.Popen[bytes]:
+    """The postmaster as ``postgres`` (in this process group), once it accepts connections."""
+    argv = [os.path.join(bin_dir, "postgres"), "-D", datadir, "-c", "listen_addresses=",
+            "-c", f"unix_socket_directories={sockdir}"]
+    server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **as_postgres())
+    deadline = time.monotonic() + START_TIMEOUT_S
+    pidfile = os.path.join(datadir, "postmaster.pid")
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"postgres: the server exited {server.returncode} while starting")
+        try:
+            with open(pidfile) as f:
+                lines = f.read().splitlines()
+            if len(lines) > 7 and lines[0] == str(server.pid) and lines[7].strip() == "ready":
+                return server
+        except FileNotFoundError:
+            pass
+        time.sleep(0.1)
+    stop(server, fast=False)
+    raise RuntimeError(f"postgres: the server did not become ready in {START_TIMEOUT_S:g} s")
+
+
+def stop(server: subprocess.Popen[bytes], *, fast: bool = True) -> int | None:
+    """Fast shutdown (a checkpoint, then exit); immediate (SIGQUIT, then SIGKILL) otherwise or when
+    it takes too long.  The postmaster's exit status, None if it had to be killed."""
+    if server.poll() is None and fast:
+        server.send_signal(signal.SIGINT)
+        try:
+            return server.wait(START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass
+    if server.poll() is None:
+        server.send_signal(signal.SIGQUIT)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        return None
+    return server.returncode
+
+
+def psql(bin_dir: str, sockdir: str, text: str, *, timeout: float = 3600.0) -> None:
+    """Run ``text`` through one psql session as root (its ``\\!`` marks need root); raise on failure."""
+    argv = [os.path.join(bin_dir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", sockdir, "-U", USER,
+            "-d", "postgres", "-f", "-"]
+    res = subprocess.run(argv, input=text.encode(), stdout=sys.stdout.buffer, stderr=subprocess.PIPE,
+                         timeout=timeout, check=False)
+    if res.returncode != 0:
+        tail = res.stderr.decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"postgres: psql exited {res.returncode}: {' | '.join(tail)}")
+
+
+def socket_dir() -> str:
+    d = tempfile.mkdtemp(prefix="powercut-pg-")
+    chown_tree(d)
+    return d
+
+
+# -- the prepared cluster ---------------------------------------------------------------------------
+
+def prepare(bin_dir: str, out_tar: str, *, checksums: bool, log: Any) -> None:
+    """initdb + schema + clean shutdown in a /tmp directory, packed as ``out_tar`` (atomically)."""
+    work = tempfile.mkdtemp(prefix="powercut-pgprep-")
+    try:
+        os.chmod(work, 0o755)
+        datadir = os.path.join(work, "pgdata")
+        chown_tree(work)
+        initdb = [os.path.join(bin_dir, "initdb"), "-D", datadir, *INITDB] + (["-k"] if checksums else [])
+        subprocess.run(initdb, stdout=log, stderr=log, check=True, timeout=1800, **as_postgres())
+        with open(os.path.join(datadir, "postgresql.conf"), "a") as f:
+            f.write(render_conf({k: v for k, v in BASE_SETTINGS.items()}))
+        server = start(bin_dir, datadir, work, log)
+        try:
+            psql(bin_dir, work, "\\set ON_ERROR_STOP 1\n" + SCHEMA + TRIM, timeout=600)
+        finally:
+            rc = stop(server)
+        if rc != 0:
+            raise RuntimeError(f"postgres: the server's shutdown after the schema exited {rc}")
+        drop_spare_wal(bin_dir, datadir)
+        os.makedirs(os.path.dirname(out_tar) or ".", exist_ok=True)
+        tmp = f"{out_tar}.{os.getpid()}.tmp"
+        with tarfile.open(tmp, "w") as tar:
+            tar.add(datadir, arcname="pgdata", filter=_skip_runtime)
+        os.replace(tmp, out_tar)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def drop_spare_wal(bin_dir: str, datadir: str) -> None:
+    """After a clean shutdown only the segment of the shutdown checkpoint is needed; the others are
+    recycled segments kept for later (the server makes new ones when it needs them)."""
+    out = subprocess.run([os.path.join(bin_dir, "pg_controldata"), datadir], capture_output=True, text=True,
+                         check=True, timeout=60, env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"}).stdout
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    if fields.get("Database cluster state", "").strip() != "shut down":
+        raise RuntimeError(f"postgres: the prepared cluster is not shut down cleanly: {out[:200]}")
+    keep = fields["Latest checkpoint's REDO WAL file"].strip()
+    wal = os.path.join(datadir, "pg_wal")
+    for name in os.listdir(wal):
+        if len(name) == 24 and name != keep:
+            os.unlink(os.path.join(wal, name))
+
+
+def _skip_runtime(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    return None if os.path.basename(info.name) in ("postmaster.pid", "postmaster.opts") else info
+
+
+def cluster_tar(p: Params, bin_dir: str) -> tuple[str, str]:
+    """The prepared cluster to unpack, and where it came from (the cache, or made here in /tmp)."""
+    name = prepared_name(bin_dir, p.data_checksums)
+    cached = os.path.join(p.cache, name)
+    if os.path.exists(cached):
+        return cached, f"prepared cluster {cached}"
+    made = os.path.join(tempfile.gettempdir(), name)
+    t = time.monotonic()
+    prepare(bin_dir, made, checksums=p.data_checksums, log=sys.stderr)
+    return made, (f"no prepared cluster in {p.cache}: made one here in {time.monotonic() - t:.1f} s "
+                  "(python -m powercut.workloads.postgres --prepare on the host spares that)")
+
+
+def install(tar_path: str, datadir: str, p: Params) -> None:
+    """Unpack the cluster into ``datadir`` with the run's settings, all of it durable."""
+    if os.path.exists(datadir):
+        shutil.rmtree(datadir)
+    parent = os.path.dirname(os.path.abspath(datadir))
+    os.makedirs(parent, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=parent, prefix=".unpack-") as tmp:
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(tmp, filter="fully_trusted")
+        os.rename(os.path.join(tmp, "pgdata"), datadir)
+    chown_tree(datadir)
+    os.chmod(datadir, 0o700)
+    with open(os.path.join(datadir, "postgresql.conf"), "a") as f:
+        f.write(render_conf(settings(p)))
+    os.sync()
+
+
+def main(params: dict[str, Any]) -> int:
+    p = Params.of(params)
+    bin_dir = bindir()
+    if bin_dir is None:
+        sys.stderr.write(MISSING + "\n")
+        return 1
+    t = time.monotonic()
+    tar_path, origin = cluster_tar(p, bin_dir)
+    datadir = os.path.abspath(p.dir)
+    install(tar_path, datadir, p)
+    sys.stderr.write(f"postgres: {origin}; unpacked into {p.dir} in {time.monotonic() - t:.1f} s\n")
+    sys.stderr.flush()
+    sockdir = socket_dir()
+    server = start(bin_dir, datadir, sockdir, sys.stderr)
+    rc: int | None = None
+    try:
+        psql(bin_dir, sockdir, script(p))
+    finally:
+        rc = stop(server)
+        shutil.rmtree(sockdir, ignore_errors=True)
+    if rc != 0:
+        sys.stderr.write(f"postgres: the server's fast shutdown ended with {rc}\n")
+        return 1
+    return 0
+
+
+def prepare_main(argv: list[str]) -> int:
+    """``--prepare [--no-checksums] [DIR]``: make the prepared cluster on the host (as root)."""
+    checksums = "--no-checksums" not in argv
+    rest = [a for a in argv if not a.startswith("--")]
+    bin_dir = bindir()
+    if bin_dir is None:
+        sys.stderr.write(MISSING + "\n")
+        return 1
+    out = os.path.join(rest[0] if rest else CACHE, prepared_name(bin_dir, checksums))
+    if os.path.exists(out):
+        sys.stdout.write(f"{out} (already there)\n")
+        return 0
+    with tempfile.TemporaryFile() as log:
+        try:
+            prepare(bin_dir, out, checksums=checksums, log=log)
+        except (subprocess.CalledProcessError, RuntimeError) as e:
+            log.seek(0)
+            sys.stderr.write(f"{e}\n{log.read().decode(errors='replace')[-2000:]}")
+            return 1
+    sys.stdout.write(f"{out}\n")
+    return 0
+
+
+WORKLOAD = Workload(
+    name="postgres",
+    description="PostgreSQL transactions (INSERT a row + UPDATE a summary row) from one psql session; "
+                "synchronous_commit=on|off, fsync, full_page_writes",
+    main=main,
+    defaults=dict(DEFAULTS),
+)
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--prepare"]:
+        sys.stderr.write("usage: python -m powercut.workloads.postgres --prepare [--no-checksums] [DIR]\n")
+        sys.exit(2)
+    sys.exit(prepare_main(sys.argv[2:]))
