@@ -96,10 +96,10 @@ class _Worker:
 
     def __init__(self, ctx: CheckContext, log_path: Path, data_size: int, states: list[CrashState], sink: Sink,
                  workdir: Path, spec: VmCheckSpec, diagnose: tuple[dict[str, Any], ...] = (), floor: int = -1,
-                 budget: int = 60) -> None:
+                 budget: int = 60, tear_only: bool = False) -> None:
         self.ctx, self.log_path, self.size, self.states = ctx, log_path, data_size, states
         self.sink, self.workdir, self.spec = sink, workdir, spec
-        self.diagnose, self.floor, self.budget = diagnose, floor, budget
+        self.diagnose, self.floor, self.budget, self.tear_only = diagnose, floor, budget, tear_only
         self.diagnoses: list[dict[str, Any]] = []
         self.by_id = {s.id: s for s in states}
         self.done: set[str] = set()
@@ -139,7 +139,7 @@ class _Worker:
             log=f"{guestjob.GUEST_REC_DIR}/{self.log_path.name}", size=self.size, fstype=self.ctx.fs.name,
             mount_opts=self.ctx.mount_opts, checker=self.ctx.checker, states=tuple(s.id for s in todo),
             disks={"scratch": "pcscratch"}, params=self.ctx.params, tools_dir=self.spec.tools_dir,
-            diagnose=self.diagnose, floor=self.floor, budget=self.budget))
+            diagnose=self.diagnose, floor=self.floor, budget=self.budget, tear_only=self.tear_only))
         vm = VmSpec(kernel=self.spec.kernel, initrd=self.spec.initrd, memory_mb=self.spec.memory_mb,
                     disks=(DiskSpec(str(scratch), "pcscratch", cache="unsafe"),),
                     shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False),
@@ -195,10 +195,12 @@ class _Worker:
 
 
 def diagnose_vm(ctx: CheckContext, log_path: Path, data_size: int, firsts: list[Verdict], workdir: Path,
-                spec: VmCheckSpec, *, floor: int | None, budget: int) -> list[dict[str, Any]]:
-    """Minimize and blame failing states in one checker VM (diagnose.py runs in the guest)."""
+                spec: VmCheckSpec, *, floor: int | None, budget: int, tear_only: bool = False) -> list[dict[str, Any]]:
+    """Minimize and blame failing states in one checker VM (diagnose.py runs in the guest);
+    ``tear_only``: only find out whether each (torn) failure needs its tear."""
     w = _Worker(ctx, log_path, data_size, [], lambda v: None, workdir, spec,
-                diagnose=tuple(v.to_json() for v in firsts), floor=-1 if floor is None else floor, budget=budget)
+                diagnose=tuple(v.to_json() for v in firsts), floor=-1 if floor is None else floor, budget=budget,
+                tear_only=tear_only)
     _, failure, _, _ = w._boot([], 1)
     if failure is not None:
         raise PowercutError(f"the checker VM diagnosing {len(firsts)} failure(s) failed: {failure.one_line()}")

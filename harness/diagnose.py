@@ -121,3 +121,25 @@ def _with_image(where: Where, state: CrashState, use: Any) -> Any:
             with LoopDevice(img) as dev:
                 return use(dev)
     raise RuntimeError(f"no image for {state.id}")
+
+
+def without_tear(ctx: CheckContext, where: Where, state: CrashState, first: Verdict) -> str:
+    """For a failing torn state: the id of the same state without its tear -- the torn write kept
+    whole, or lost whole -- that fails with the same verdict, or "" if the tear is needed for the
+    failure.  A torn model combines tears with write-cache losses; a failure that survives the
+    tear's removal is a write-cache finding, not a tear's.  (The verdict, not the reason class: a
+    record lost whole and one torn are one bug with different details.)"""
+    from .errors import UsageError
+
+    sp = CrashSpace(where.index) if not isinstance(where.index, CrashSpace) else where.index
+    mnt = str(where.workdir / "mnt")
+    ((t, _),) = state.torn
+    for dropped in (state.dropped, tuple(sorted({*state.dropped, t}))):
+        try:
+            cand = sp.make_state("write-cache", state.cut, dropped)
+        except UsageError:
+            continue
+        v = _with_image(where, cand, lambda dev, c=cand: judge(ctx, dev, c, mnt))
+        if v.verdict == first.verdict:
+            return cand.id
+    return ""

@@ -21,6 +21,7 @@ from .guestjob import CheckJob, GuestResult, MarkBenchJob, RecordJob
 from .journal import JsonLines
 from .marks import mark
 from .mounts import mount, umount
+from .verdict import Verdict
 
 log = logging.getLogger("powercut.guest")
 
@@ -149,14 +150,18 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
 
 def _diagnose(job: CheckJob, ctx: Any, index: Any, work: Path, progress: Any) -> None:
     """Minimize and blame the failures the host asked about (diagnose.py), one progress line each."""
-    from .diagnose import Where, diagnose
+    from .diagnose import Where, diagnose, without_tear
     from .models import space
-    from .verdict import Verdict
 
     where = Where(index, job.size, None, work / "diagnose", "dm-snapshot", job.floor if job.floor >= 0 else None)
+    sp = space(index)
     for first in map(Verdict.from_json, job.diagnose):
         progress.add({"begin-diagnosis": first.state})
-        d = diagnose(ctx, where, space(index).state_from_id(first.state), first, budget=job.budget)
+        state = sp.state_from_id(first.state)
+        if job.tear_only:
+            progress.add({"diagnosis": {"state": first.state, "without_tear": without_tear(ctx, where, state, first)}})
+            continue
+        d = diagnose(ctx, where, state, first, budget=job.budget)
         progress.add({"diagnosis": d.to_json()})
 
 

@@ -58,6 +58,7 @@ class CheckJob:
     diagnose: tuple[dict[str, Any], ...] = ()   # first verdicts (Verdict.to_json) of failures to minimize + blame
     floor: int = -1                             # the floor mark's entry (-1: none)
     budget: int = 60                            # checks per minimization
+    tear_only: bool = False                     # only ask whether each torn failure needs its tear
 
 
 @dataclass(frozen=True, slots=True)

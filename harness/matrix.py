@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PowercutError, UsageError
-from .stateid import MODELS
+from .stateid import MODELS, TORN_MODELS
 from .verdict import FINDINGS
 
 log = logging.getLogger(__name__)
 
 EXPECTATIONS = frozenset({"pass", "fail"} | FINDINGS)
+MAX_TEAR_CHECKS = 40  # failing torn states checked for whether they need their tear, per row
 CI_PARTS = ("host", "vm", "")
 
 
@@ -40,6 +41,7 @@ class Row:
     mkfs_opts: str = ""
     ci: str = ""                              # "host" / "vm": in CI's part of the matrix, checked there
     notes: dict[str, str] = field(default_factory=dict)   # model -> why this cell
+    claim: str = ""                           # the program's documented claim for this configuration
 
     @property
     def id(self) -> str:
@@ -78,7 +80,7 @@ def load(path: str | Path | None = None) -> list[Row]:
 
 
 def _rows(d: dict[str, Any], where: str) -> list[Row]:
-    known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes"}
+    known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim"}
     unknown = set(d) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -98,7 +100,8 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
         raise UsageError(f"{where}: notes for models without an expectation: {', '.join(sorted(set(notes) - set(expect)))}")
     fss = d["fs"] if isinstance(d["fs"], list) else [d["fs"]]
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
-                str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes) for fs in fss]
+                str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
+                " ".join(str(d.get("claim", "")).split())) for fs in fss]
 
 
 def choose(rows: list[Row], patterns: list[str] | tuple[str, ...] = (), ci: bool = False) -> list[Row]:
@@ -124,6 +127,13 @@ class Cell:
     first_reason: str = ""
     flaky: int = 0
     error: str = ""
+    tear_free: int = 0                                      # failing torn states that fail as well untorn
+    tear_free_example: str = ""
+
+    @property
+    def tear_needed(self) -> int:
+        """Failing states that need their tear (all of them for a model that tears nothing)."""
+        return sum(self.failing.values()) - self.tear_free
 
     @property
     def seen(self) -> str:
@@ -133,14 +143,18 @@ class Cell:
             return "flaky"
         if not self.failing:
             return "pass"
+        if not self.tear_needed:
+            return "pass (untorn)"
         return max(self.failing, key=lambda v: (self.failing[v], v))
 
     @property
     def ok(self) -> bool:
+        """``pass`` expected: no failing state -- for a torn model, none that needs its tear (the
+        tear adds nothing); a failure expected: some failing state with that verdict."""
         if self.error or self.flaky or not self.judged:
             return False
         if self.expected == "pass":
-            return not self.failing
+            return not self.tear_needed
         if self.expected == "fail":
             return bool(self.failing)
         return self.failing.get(self.expected, 0) > 0
@@ -148,22 +162,30 @@ class Cell:
     def describe(self) -> str:
         if self.error:
             return f"error: {self.error}"
+        untorn = (f"; {self.tear_free} failing states fail the same way without their tear (write-cache losses, "
+                  f"e.g. {self.tear_free_example})" if self.tear_free else "")
         if not self.failing:
-            return f"pass ({self.judged} states)" + (f", {self.flaky} flaky" if self.flaky else "")
+            return f"pass ({self.judged} states)" + (f", {self.flaky} flaky" if self.flaky else "") + untorn
         kinds = ", ".join(f"{v} {n}" for v, n in sorted(self.failing.items()))
-        return f"{kinds} of {self.judged}; first {self.first}" + (f", {self.flaky} flaky" if self.flaky else "")
+        return (f"{kinds} of {self.judged}; first {self.first}" + (f", {self.flaky} flaky" if self.flaky else "")
+                + untorn)
 
     def to_json(self) -> dict[str, Any]:
         return {"row": self.row, "model": self.model, "expected": self.expected, "seen": self.seen, "ok": self.ok,
                 "judged": self.judged, "failing": self.failing, "first_failing_state": self.first,
-                "first_reason": self.first_reason, "flaky": self.flaky, "error": self.error}
+                "first_reason": self.first_reason, "flaky": self.flaky, "error": self.error,
+                "tear_free": self.tear_free, "tear_free_example": self.tear_free_example}
 
 
-def cells(row: Row, summary: Any) -> list[Cell]:
-    """Compare a campaign summary (report.Summary) with the row's expectations, model by model."""
+def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None) -> list[Cell]:
+    """Compare a campaign summary (report.Summary) with the row's expectations, model by model.
+    ``untorn``: failing torn states -> the same state without its tear that fails the same way
+    (those are write-cache findings: not counted as the torn model's)."""
     out = []
+    untorn = untorn or {}
     for m in row.models:
         fails = [f for f in summary.failures if f.model == m]
+        free = [f.state for f in fails if untorn.get(f.state)]
         first = min(fails, key=lambda f: (f.cut, f.state)) if fails else None
         counts: dict[str, int] = {}
         for f in fails:
@@ -171,7 +193,8 @@ def cells(row: Row, summary: Any) -> list[Cell]:
         error = "" if summary.status == "complete" else f"campaign {summary.status}"
         out.append(Cell(row.id, m, row.expect[m], sum(summary.by_model.get(m, {}).values()), counts,
                         first.state if first else "", (first.reasons[0] if first and first.reasons else ""),
-                        sum(1 for f in summary.flaky if f.model == m), error))
+                        sum(1 for f in summary.flaky if f.model == m), error, len(free),
+                        f"{free[0]} fails as {untorn[free[0]]}" if free else ""))
     return out
 
 
@@ -217,16 +240,49 @@ def run_row(row: Row, how: MatrixRun, on_verdict: Any = None) -> tuple[list[Cell
         info["record_s"] = rec.manifest.get("recording", {}).get("vm_wall_s")
         cspec = CampaignSpec(models=row.models, check_in=how.check_in or row.ci or "vm", jobs=how.jobs,
                              bound=how.bound, samples=how.samples, max_states=how.max_states, accel=how.accel,
-                             resume=how.resume)
+                             resume=how.resume, shrink=0)  # the matrix wants verdicts; triage is check's
         summary, _ = run_campaign(recdir, cspec, recdir / "check", on_verdict=on_verdict)
         info["check_s"] = round(summary.seconds, 1)
         info["check_in"] = cspec.check_in
-        return cells(row, summary), info
+        torn = [f for f in summary.failures if f.model in TORN_MODELS]
+        untorn = _untorn(rec, cspec, torn[:MAX_TEAR_CHECKS], recdir / "untorn") if torn else {}
+        info["tear_checks"] = {"checked": min(len(torn), MAX_TEAR_CHECKS), "torn_failures": len(torn)}
+        return cells(row, summary, untorn), info
     except KeyboardInterrupt:
         raise
     except (PowercutError, OSError) as e:
         log.warning("matrix row %s: %s", row.id, one_line(e))
         return failed_cells(row, one_line(e)), info
+
+
+def _untorn(rec: Any, cspec: Any, torn: list[Any], work: Path) -> dict[str, str]:
+    """Which failing torn states fail the same way without their tear (diagnose.without_tear), where
+    the check ran; the states not checked (beyond MAX_TEAR_CHECKS) stay the torn model's."""
+    import shutil
+
+    from . import filesystems
+    from .campaign import checker_for
+    from .check import CheckContext
+    from .log import open_log
+    checker, params = checker_for(rec.workload, "")
+    ctx = CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)
+    try:
+        if cspec.check_in == "host":
+            from .diagnose import Where, without_tear
+            from .models import space
+            work.mkdir(parents=True, exist_ok=True)
+            with open_log(rec.log_path) as index:
+                sp, where = space(index), Where(index, rec.data_size, rec.initial_image, work)
+                return {f.state: without_tear(ctx, where, sp.state_from_id(f.state), f) for f in torn}
+        from powercut.images.build import build_image, tools_dir
+
+        from .checkvm import VmCheckSpec, diagnose_vm
+        image = build_image()
+        vspec = VmCheckSpec(image.kernel, image.initrd, accel=cspec.accel, tools_dir=tools_dir(image))
+        found = diagnose_vm(ctx, rec.log_path, rec.data_size, torn, work, vspec, floor=None, budget=1, tear_only=True)
+        return {d["state"]: d.get("without_tear", "") for d in found}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _recorded(recdir: Path) -> bool:
@@ -264,6 +320,11 @@ def markdown(rows: list[Row], results: list[Cell]) -> str:
     lines.append("")
     for r in rows:
         lines.append(f"- **{r.id}**: {' '.join(r.why.split())}")
+        if r.claim:
+            seen = [c for c in by_row.get(r.id, [])]
+            verdict = ("reality agrees" if seen and all(c.ok for c in seen) else
+                       "**reality disagrees** (see the cells above)" if seen else "not run")
+            lines.append(f"  - documented claim: \"{r.claim}\" -- {verdict}")
         lines.extend(f"  - {m}: {' '.join(n.split())}" for m, n in r.notes.items())
     return "\n".join(lines) + "\n"
 

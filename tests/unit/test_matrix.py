@@ -102,6 +102,15 @@ def test_cells_compare_what_was_seen_with_what_was_expected(tmp_path: Path) -> N
     assert not flush2.ok and flush2.seen == "flaky"
     assert not torn2.ok and torn2.judged == 0  # nothing judged is never as expected
     assert all(not c.ok and c.seen == "error" for c in matrix.failed_cells(row, "recording failed"))
+    # a torn failure that fails the same way without its tear is the write-cache model's, not torn's
+    s3 = summarize([_v("torn-4k@9/t5:s0/d4", "torn-4k", "corrupt-data", 9)], recording="r", fstype="ext4",
+                   workload="w", check_in="host", seconds=1.0)
+    torn3 = matrix.cells(row, s3, {"torn-4k@9/t5:s0/d4": "write-cache@9/d4"})[2]
+    assert torn3.seen == "pass (untorn)" and torn3.tear_free == 1 and "without their tear" in torn3.describe()
+    assert torn3.ok  # expected "fail": the torn model did flag it, with or without the tear
+    assert matrix.cells(row, s3, {"torn-4k@9/t5:s0/d4": ""})[2].seen == "corrupt-data"
+    passing = matrix.Cell(row.id, "torn-4k", "pass", 3, {"corrupt-data": 2}, "torn-4k@9/t5:s0/d4", tear_free=2)
+    assert passing.ok and not matrix.Cell(row.id, "torn-4k", "pass", 3, {"corrupt-data": 2}, tear_free=1).ok
 
 
 def test_matrix_cli_lists_rows_and_refuses_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
