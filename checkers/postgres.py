@@ -302,9 +302,30 @@ class Server:
         shutil.rmtree(self.sock, ignore_errors=True)
 
 
-def _error_lines(res: subprocess.CompletedProcess[str]) -> list[str]:
-    lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
-    return lines[:3] or [f"exited {res.returncode}"]
+def error_lines(text: str, returncode: int) -> list[str]:
+    """A client's complaint, errors first: ``FATAL: invalid page in block 0 of relation base/5/1259``
+    (the connection boilerplate before the server's words dropped), then a warning that explains it."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for i, ln in enumerate(lines):
+        if ln.startswith("psql: error: connection to server") and "failed: " in ln:
+            lines[i] = ln.split("failed: ", 1)[1]
+    errors = [ln for ln in lines if ln.startswith(("PANIC:", "FATAL:", "ERROR:"))]
+    rest = [ln for ln in lines if ln not in errors]
+    return [" ".join(ln.split()) for ln in (errors + rest)[:2]] or [f"exited {returncode}"]
+
+
+def amcheck_problems(text: str, returncode: int) -> list[str]:
+    """pg_amcheck's report, one line per problem: a relation's header line (``btree index
+    "postgres.public.rows_pkey":``) joined with the indented lines under it; notices dropped."""
+    out: list[str] = []
+    for ln in text.splitlines():
+        if not ln.strip() or ln.lstrip().startswith("NOTICE:"):
+            continue
+        if out and out[-1].endswith(":") and (ln[:1].isspace() or ln.startswith(("ERROR:", "DETAIL:"))):
+            out[-1] += " " + " ".join(ln.split())
+        else:
+            out.append(" ".join(ln.split()))
+    return out or [f"pg_amcheck exited {returncode}"]
 
 
 def examine(srv: Server, judge: Judge) -> CheckResult:
@@ -312,11 +333,11 @@ def examine(srv: Server, judge: Judge) -> CheckResult:
     res = srv.run("psql", "-X", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-c", QUERY,
                   options=SCAN_OPTIONS)
     if res.returncode != 0:
-        return CheckResult("corrupt-data", tuple(f"reading the tables: {ln}" for ln in _error_lines(res)))
+        return CheckResult("corrupt-data", tuple(f"reading the tables: {ln}"
+                                                 for ln in error_lines(res.stderr or res.stdout, res.returncode)))
     found = parse(res.stdout)
     amc = srv.run("pg_amcheck", "-d", "postgres", "--heapallindexed", "--install-missing")
-    problems = [] if amc.returncode == 0 else \
-        [ln.strip() for ln in (amc.stdout + amc.stderr).splitlines() if ln.strip()] or [f"exited {amc.returncode}"]
+    problems = [] if amc.returncode == 0 else amcheck_problems(amc.stdout + "\n" + amc.stderr, amc.returncode)
     return judge.run(found, amcheck=problems, note=recovery_note(srv.log()))
 
 

@@ -223,7 +223,8 @@ def run_on_host(runsets: tuple[Any, ...], target: HostTarget, rundir: Path, *, t
         runsets = ((None, tuple(seen.values())),)
     else:
         runsets = tuple((rs.write_cache, rs.items) for rs in runsets)
-    where = Where(target.path if not target.raw else "/", dict(os.environ), raw_device=target.path if target.raw else "")
+    where = Where(target.path if not target.raw else "/", dict(os.environ),
+                  raw_device=target.path if target.raw else "")
     (rundir / "raw").mkdir(parents=True, exist_ok=True)
     total, done = sum(len(items) for _, items in runsets), 0
     entries: list[Any] = []

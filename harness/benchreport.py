@@ -148,7 +148,7 @@ def plot(results: BenchResults, out_dir: str | Path, stem: str = "latency") -> l
     ax.set_yscale("log")
     ax.set_ylabel("per-op latency (µs, log)\nbar p50, whisker p99")
     ax.grid(axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="best", framealpha=0.85)
     ax2.set_yscale("log")
     ax2.set_ylabel("commits/s (log)")
     ax2.grid(axis="y", which="both", alpha=0.3)
@@ -157,7 +157,8 @@ def plot(results: BenchResults, out_dir: str | Path, stem: str = "latency") -> l
     m = results.meta
     title = f"powercut bench: {m.fs} on {m.device or m.backing} ({m.mode}, {m.accel}"
     title += f", qemu cache={m.qemu_cache})" if m.qemu_cache else ")"
-    ax.set_title("\n".join([title] + textwrap.wrap(m.note, 110)), fontsize=9)
+    ax.set_title("\n".join([title] + textwrap.wrap(f"backed by {m.backing}", 110) + textwrap.wrap(m.note, 110)),
+                 fontsize=9)
     fig.tight_layout()
     out = Path(out_dir)
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]

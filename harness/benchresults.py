@@ -170,9 +170,11 @@ def from_sets(runsets: tuple[RunSet, ...], sets: list[dict[str, Any]]) -> tuple[
         raise UsageError(f"the guest returned {len(sets)} run sets for {len(runsets)} planned")
     entries: list[BenchEntry] = []
     checks: list[dict] = []
-    for rs, got in zip(runsets, sets):
+    for rs, got in zip(runsets, sets, strict=True):
         checks += [{**c, "set": rs.label} for c in got.get("checks", [])]
-        for item, outcome in zip(rs.items, got["items"]):
+        if len(got["items"]) != len(rs.items):
+            raise UsageError(f"{rs.label}: the guest returned {len(got['items'])} results for {len(rs.items)} items")
+        for item, outcome in zip(rs.items, got["items"], strict=True):
             checks += [{**outcome["check"], "set": rs.label, "item": item.label}] if outcome.get("check") else []
             entries += entries_for(item, outcome, write_cache=rs.write_cache, target=rs.target,
                                    mount_opts=rs.mount_opts)

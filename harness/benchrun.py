@@ -103,8 +103,8 @@ def _sparse(path: Path, size: int) -> None:
 
 def vm_spec(spec: BenchVmSpec, image: Any, rundir: Path, disks: list[tuple[Path, str]], timeout_s: float) -> VmSpec:
     return VmSpec(kernel=image.kernel, initrd=image.initrd, memory_mb=spec.memory_mb, cpus=1,
-                  disks=tuple(DiskSpec(str(p), serial, bus="ahci", cache=spec.qemu_cache, write_cache=True,  # type: ignore[arg-type]
-                                       discard=False) for p, serial in disks),
+                  disks=tuple(DiskSpec(str(p), serial, bus="ahci", cache=spec.qemu_cache,  # type: ignore[arg-type]
+                                       write_cache=True, discard=False) for p, serial in disks),
                   shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(rundir / "job"), readonly=False)),
                   accel=spec.accel, timeout_s=timeout_s, console_path=str(rundir / "console.log"),  # type: ignore[arg-type]
                   name=f"powercut-bench-{os.getpid()}", modules=(filesystems.get(spec.fs.fstype).module_group,))
@@ -125,8 +125,8 @@ def prepare(spec: BenchVmSpec, runsets: tuple[RunSet, ...], rundir: Path) -> tup
     for i, (path, _) in enumerate(disks):
         _sparse(path, (spec.fs.size_mb << 20) * (1 if i == 0 else 4) + (0 if i == 0 else 64 << 20))
     _check_direct_io(disks[0][0], spec.qemu_cache)
-    job = guestjob.BenchJob(disks={role: serial for role, (_, serial) in zip(("data", "log"), disks)}, fs=spec.fs,
-                            runsets=runsets, tools_dir=tools_dir(image))
+    roles = dict(zip(("data", "log"), (serial for _, serial in disks), strict=False))
+    job = guestjob.BenchJob(disks=roles, fs=spec.fs, runsets=runsets, tools_dir=tools_dir(image))
     guestjob.write(rundir / "job", job)
     timeout = spec.timeout_s or estimate_timeout(runsets)
     return image, vm_spec(spec, image, rundir, disks, timeout), [p for p, _ in disks]
@@ -264,8 +264,8 @@ def _host(req: BenchRequest, runsets: tuple[RunSet, ...], out: Path, on_progress
                          "add --raw to allow that")
     entries, checks = run_on_host(runsets, target, out, toggle=req.toggle, on_progress=on_progress)
     dev, fstype = block_device_of(req.on_host) if not target.raw else (target.path, "")
-    meta = BenchMeta(mode="host", accel="host", qemu_cache="", backing=describe(target), guest_kernel=os.uname().release,
-                     fs=fstype or "raw", bus=target.transport, quick=req.quick,
+    meta = BenchMeta(mode="host", accel="host", qemu_cache="", backing=describe(target),
+                     guest_kernel=os.uname().release, fs=fstype or "raw", bus=target.transport, quick=req.quick,
                      date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), suites=req.suites, device=dev,
                      note="" if req.toggle else "write cache left as it was (no --toggle-write-cache)",
                      version=_version())

@@ -80,7 +80,7 @@ def commit(r: BenchResults) -> Table | None:
     t = _table(f"commit: one fsync per {GROUP_COMMIT_BLOCK}-byte commit vs group commit "
                f"(seed: Postgres {PG_TPS:.0f} tps where one fsync costs ~1 ms: fsync is "
                f"{PG_TPS * PG_FSYNC_US / 1e6:.0%} of a commit)",
-               "item", "cache", "commits/s", "fsyncs/s", "fsync mean", "fsync share", "vs one fsync")
+               "item", "cache", "txn/s", "fsyncs/s", "fsync mean", "fsync share", "vs one fsync")
     for wc in (True, False):
         base = r.find(base_name, wc, suite="commit")
         for e in (x for x in r.entries if x.suite == "commit" and x.write_cache == wc and not x.error):
@@ -118,7 +118,7 @@ def pg(r: BenchResults) -> Table | None:
                                                                                  suite="pg"))
     t = _table(f"pg: our rewrite-in-place profiles vs pg_test_fsync, one 8kB write, ops/s"
                f"{f' (median of {runs} interleaved runs)' if runs > 1 else ''} (goal: within {PG_GOAL:.0%})",
-               "method", "cache", "ours", "pg_test_fsync", "ours/pg", "within goal")
+               "method", "cache", "ours", "pg_test_fsync", "ours/pg", "within goal", "spread ours", "spread pg")
     for wc in (True, False):
         for method in PG_METHODS:
             ours = r.median("commits_per_s", f"pg-{method}-8k", wc, suite="pg")
@@ -127,8 +127,17 @@ def pg(r: BenchResults) -> Table | None:
                 continue
             q = ratio(ours, theirs)
             t.add_row(method, "on" if wc else "off", fmt_num(ours), fmt_num(theirs), fmt_ratio(q),
-                      "-" if q is None else ("yes" if abs(q - 1) <= PG_GOAL else "no"))
+                      "-" if q is None else ("yes" if abs(q - 1) <= PG_GOAL else "no"),
+                      fmt_ratio(spread(r, "commits_per_s", f"pg-{method}-8k", wc)),
+                      fmt_ratio(spread(r, "ops_per_s", f"pg_test_fsync {method}", wc)))
+    if runs > 1:
+        t.caption = "spread: the largest over the smallest of a tool's repeated runs (the noise floor of the ratio)"
     return t
+
+
+def spread(r: BenchResults, attr: str, name: str, wc: bool) -> float | None:
+    values = [v for e in r.find_all(name, wc, suite="pg") if (v := getattr(e, attr))]
+    return max(values) / min(values) if len(values) > 1 else None
 
 
 def overhead(r: BenchResults) -> Table | None:

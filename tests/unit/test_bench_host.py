@@ -13,7 +13,7 @@ from powercut.benchhost import CacheTool, HostTarget, cache_tool, check_unused, 
 from powercut.errors import EnvironmentNotReady, Interrupted, UsageError
 
 
-def fake_sysfs(root: Path, name: str, majmin: str, *, vendor: str | None = None, parts: dict[str, str] = {},
+def fake_sysfs(root: Path, name: str, majmin: str, *, vendor: str | None = None, parts: dict[str, str] | None = None,
                holders: tuple[str, ...] = (), cache: str = "write back") -> Path:
     """/sys/block/NAME (+ partitions), /sys/dev/block/M:m links, /sys/class/block/X/holders."""
     disk = root / "devices" / "x" / "block" / name
@@ -31,7 +31,7 @@ def fake_sysfs(root: Path, name: str, majmin: str, *, vendor: str | None = None,
     (disk / "holders").mkdir()
     for h in holders:
         (disk / "holders" / h).mkdir()
-    for part, mm in parts.items():
+    for part, mm in (parts or {}).items():
         (disk / part).mkdir()
         (disk / part / "partition").write_text("1\n")
         (disk / part / "dev").write_text(mm + "\n")

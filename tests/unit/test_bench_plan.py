@@ -135,3 +135,13 @@ def test_the_vm_uses_ahci_and_a_flushing_cache_mode(tmp_path: Path) -> None:
 def test_timeout_estimate_grows_with_the_work() -> None:
     quick, full = plan(("guarantees",), quick=True), plan(("guarantees", "pg"))
     assert 300 < estimate_timeout(quick) < estimate_timeout(full)
+
+
+def test_the_backing_names_the_host_file_and_its_device(tmp_path: Path) -> None:
+    from powercut.benchrun import block_device_of, describe_backing
+    img = tmp_path / "d.img"
+    img.write_bytes(b"")
+    dev, fstype = block_device_of(img)
+    assert dev.startswith("/dev/") or dev.startswith("device ") or dev.startswith("tmpfs")
+    text = describe_backing(img)
+    assert text.startswith(f"{img} on {dev}") and (not fstype or f"({fstype})" in text)
