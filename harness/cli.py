@@ -322,48 +322,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_repro(args: argparse.Namespace) -> int:
-    from . import repro
-
-    target = repro.resolve(args.path, args.state)
-    v = repro.run(target, check_in=args.check_in, accel=args.accel, keep_image=args.keep_image)
-    print("\n".join(repro.describe(target, v)))
-    if args.keep_image:
-        print(f"image (as the crash left it, before recovery): {args.keep_image}")
-    return repro.exit_status(v)
-
-
-def cmd_matrix(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from . import matrix
-
-    rows = matrix.choose(matrix.load(args.file or None), args.rows, ci=args.ci)
-    if args.list:
-        for r in rows:
-            cells = ", ".join(f"{m} {r.expect[m]}" for m in r.models)
-            print(f"{r.id:44} {cells}" + (f"   [CI: {r.ci}]" if r.ci else ""))
-        return 0
-    out = Path(args.out)
-    how = matrix.MatrixRun(out=out, check_in=args.check_in or "", jobs=args.jobs, bound=args.bound,
-                           samples=args.samples, max_states=args.max_states, accel=args.accel, resume=args.resume)
-    console = Console(stderr=True)
-    results, infos = [], []
-    for k, row in enumerate(rows, 1):
-        with console.status(f"[{k}/{len(rows)}] {row.id}: recording and checking under {', '.join(row.models)}"):
-            cells, info = matrix.run_row(row, how)
-        results.extend(cells)
-        infos.append(info)
-        for c in cells:
-            mark = "ok  " if c.ok else "SURPRISE"
-            print(f"{mark} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}", flush=True)
-    paths = matrix.write_results(out, rows, results, infos)
-    Console().print(matrix.table(rows, results))
-    bad = [c for c in results if not c.ok]
-    print(f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}")
-    return 3 if bad else 0
-
-
 def cmd_workloads(args: argparse.Namespace) -> int:
     from .workload import get, names
 
@@ -373,76 +331,9 @@ def cmd_workloads(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_request(args: argparse.Namespace):
-    from .benchrun import BenchRequest, BenchVmSpec
-    from .benchspec import SUITES
-    from .config import FsSpec
-    from .workload import parse_params
+from .clicommands import cmd_bench, cmd_matrix, cmd_report, cmd_repro  # noqa: E402 (after the helpers they use)
 
-    suites = tuple(args.suites or (() if args.profile or args.workload else ("guarantees",)))
-    suites = SUITES if "all" in suites else suites
-    if args.dry_run and args.on_host:
-        raise UsageError("--dry-run shows the VM's QEMU argv; --on-host runs no VM")
-    if (args.toggle_write_cache or args.raw) and not args.on_host:
-        raise UsageError("--toggle-write-cache and --raw go with --on-host (the VM mode always toggles the cache)")
-    fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(shlex.split(args.mkfs_opts)), mount_opts=args.mount_opts,
-                size_mb=args.size)
-    vm = BenchVmSpec(fs=fs, qemu_cache=args.qemu_cache, accel=args.accel, memory_mb=args.memory,
-                     timeout_s=args.vm_timeout, disk_dir=args.disk_dir, image={"kernel_package": args.kernel_package})
-    caches = {"both": (True, False), "on": (True,), "off": (False,)}[args.cache]
-    return BenchRequest(suites=suites, profiles=tuple(args.profile), workload=args.workload,
-                        params=parse_params(args.param), quick=args.quick, caches=caches, vm=vm,
-                        on_host=args.on_host, toggle=args.toggle_write_cache, raw_ok=args.raw, out=args.out,
-                        plots=not args.no_plot)
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    """Time the guarantees in a VM (or --on-host), cache on and off; tables, seed comparisons, plots."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from . import benchreport, benchseeds
-    from .benchrun import dry_run_argv, plan_request, run_bench, run_dir
-
-    if args.list:
-        from .benchspec import __doc__ as suites_doc
-        from .fioprofiles import profiles
-        print((suites_doc or "").split("Suites", 1)[-1].split("\n\n", 1)[-1].strip())
-        print("\nfio profiles: " + " ".join(p.name for p in profiles()) + "\n(--quick: "
-              + " ".join(p.name for p in profiles(quick=True)) + "; also group-commit-N-SIZE, pg-METHOD-8k)")
-        return 0
-    req = _bench_request(args)
-    if args.dry_run:
-        print(shlex.join(dry_run_argv(req.vm, plan_request(req), run_dir(req))))
-        return 0
-    with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("bench", total=None, info="planning")
-
-        def on_progress(done: int, total: int, label: str) -> None:
-            progress.update(task, total=total, completed=done, info=label)
-
-        results, out, warnings = run_bench(req, on_progress)
-    if args.json:
-        print(json.dumps(benchreport.summary_json(results), indent=1))
-    else:
-        console = Console(width=None if sys.stdout.isatty() else 160)
-        console.print(benchreport.main_table(results))
-        for table in benchseeds.tables(results):
-            console.print(table)
-        print("\n".join(benchreport.describe(results)))
-    for w in warnings:
-        print(f"powercut: warning: {w}", file=sys.stderr)
-    plots = [p for p in (out / "latency.png", out / "latency.svg") if p.exists()]
-    print(f"results: {out / 'results.json'}" + (f"\nplots: {', '.join(map(str, plots))}" if plots else ""),
-          file=sys.stderr if args.json else sys.stdout)
-    failed = [e for e in results.entries if e.error]
-    for e in failed[:10]:
-        print(f"FAILED {e.name} (cache {e.cache}): {e.error}", file=sys.stderr)
-    return 1 if failed else 0
-
-
-COMMANDS = {"run": cmd_run, "check": cmd_check, "record": cmd_record, "image": cmd_image, "log": cmd_log, "states": cmd_states, "matrix": cmd_matrix, "repro": cmd_repro,
+COMMANDS = {"run": cmd_run, "check": cmd_check, "record": cmd_record, "image": cmd_image, "log": cmd_log, "states": cmd_states, "matrix": cmd_matrix, "repro": cmd_repro, "report": cmd_report,
             "replay": cmd_replay, "workloads": cmd_workloads, "bench": cmd_bench}
 
 if __name__ == "__main__":

@@ -177,6 +177,17 @@ def build_parser() -> argparse.ArgumentParser:
                                   "and timed workloads, disk write cache on and off"))
     sub.add_parser("workloads", help="list the registered workloads")
 
+    rp2 = sub.add_parser("report", help="durability vs cost: each verdict-matrix row's verdicts next to its "
+                         "commits/s and p99 with the disk write cache on and off")
+    rp2.add_argument("matrix", help="a matrix output directory (powercut matrix -o DIR) or its matrix.json")
+    rp2.add_argument("--bench", action="append", default=[], metavar="RESULTS",
+                     help="bench results.json with the rows timed (repeat); default: --measure them")
+    rp2.add_argument("--measure", action="store_true", help="time the rows now (a bench VM per filesystem)")
+    rp2.add_argument("--quick", action="store_true", help="fewer commits per timed run (CI)")
+    rp2.add_argument("--file", default="", help="the matrix file the results came from (default: the built-in)")
+    rp2.add_argument("-o", "--out", default="", help="where the report goes (default: MATRIX/report)")
+    rp2.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="bench VM acceleration")
+
     rr = sub.add_parser("repro", help="rebuild a failing state (a repro bundle, or a recording + --state) and judge "
                         "it again in a checker VM: exit 3 if it still fails, 0 if not")
     rr.add_argument("path", help="a repro bundle directory (check/bundles/NN-...) or a recording directory")

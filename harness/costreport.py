@@ -31,11 +31,14 @@ class Line:
     off: BenchEntry | None
 
     def verdicts(self) -> str:
+        """Per model: ``pass/judged``, or the failing states by verdict out of those judged."""
         parts = []
         for c in self.cells:
             f = c.get("failing", {})
-            bad = ", ".join(f"{n} {v}" for v, n in sorted(f.items()))
-            parts.append(f"{c['model']}: {c['judged']} judged" + (f", {bad}" if bad else ", all pass"))
+            if not f or c.get("seen") == "pass (untorn)":
+                parts.append(f"{c['model']} pass {c['judged']}")
+            else:
+                parts.append(f"{c['model']} " + "+".join(f"{n} {v}" for v, n in sorted(f.items())) + f"/{c['judged']}")
         return "; ".join(parts) or "not checked"
 
     @property
@@ -149,7 +152,8 @@ def findings(lines: list[Line]) -> list[str]:
             bad = "; ".join(f"{c['model']}: {', '.join(f'{n} {v}' for v, n in c['failing'].items())}"
                             for c in a.cells if c.get("failing") and c.get("seen") != "pass (untorn)")
             out.append(f"{a.row.workload} on {a.row.fs}{' ' + a.row.mount_opts if a.row.mount_opts else ''}: "
-                       f"{k}={b.row.params.get(k)} instead of {a.row.params.get(k)} turns [{bad}] into a pass, "
+                       f"{k}={b.row.params.get(k, '(default)')} instead of {a.row.params.get(k, '(default)')} "
+                       f"turns [{bad}] into a pass, "
                        f"at " + ("; ".join(costs) or "a cost not measured"))
     return out
 
@@ -165,7 +169,7 @@ def plot(lines: list[Line], out: Path) -> list[Path]:
     timed = [ln for ln in lines if ln.on or ln.off]
     if not timed:
         return []
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(timed) + 1.6))
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(timed) + 2.0))
     ys = range(len(timed))
     for dy, attr, label, alpha in ((-0.2, "on", "cache on", 1.0), (0.2, "off", "cache off", 0.55)):
         vals = [getattr(ln, attr).commits_per_s if getattr(ln, attr) else 0 for ln in timed]
@@ -174,8 +178,11 @@ def plot(lines: list[Line], out: Path) -> list[Path]:
     ax.set_yticks(list(ys), [ln.row.id for ln in timed], fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("commits/s (log scale; green: every state passed, red: a failure found)")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("commits/s (log scale)")
+    from matplotlib.patches import Patch
+    handles = [Patch(color="tab:green", label="every state passed"), Patch(color="tab:red", label="a failure found"),
+               Patch(color="0.3", label="cache on (upper bar)"), Patch(color="0.3", alpha=0.45, label="cache off (lower bar)")]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / len(timed)), ncol=4, fontsize=8)
     ax.set_title("durability vs cost: commits/s with the disk write cache on (dark) and off (light)")
     fig.tight_layout()
     paths = [out / "durability-vs-cost.png", out / "durability-vs-cost.svg"]
