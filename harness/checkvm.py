@@ -96,10 +96,11 @@ class _Worker:
 
     def __init__(self, ctx: CheckContext, log_path: Path, data_size: int, states: list[CrashState], sink: Sink,
                  workdir: Path, spec: VmCheckSpec, diagnose: tuple[dict[str, Any], ...] = (), floor: int = -1,
-                 budget: int = 60, tear_only: bool = False) -> None:
+                 budget: int = 60, tear_only: bool = False, shell: bool = False) -> None:
         self.ctx, self.log_path, self.size, self.states = ctx, log_path, data_size, states
         self.sink, self.workdir, self.spec = sink, workdir, spec
         self.diagnose, self.floor, self.budget, self.tear_only = diagnose, floor, budget, tear_only
+        self.shell = shell
         self.diagnoses: list[dict[str, Any]] = []
         self.by_id = {s.id: s for s in states}
         self.done: set[str] = set()
@@ -139,17 +140,19 @@ class _Worker:
             log=f"{guestjob.GUEST_REC_DIR}/{self.log_path.name}", size=self.size, fstype=self.ctx.fs.name,
             mount_opts=self.ctx.mount_opts, checker=self.ctx.checker, states=tuple(s.id for s in todo),
             disks={"scratch": "pcscratch"}, params=self.ctx.params, tools_dir=self.spec.tools_dir,
-            diagnose=self.diagnose, floor=self.floor, budget=self.budget, tear_only=self.tear_only))
+            diagnose=self.diagnose, floor=self.floor, budget=self.budget, tear_only=self.tear_only,
+            shell=self.shell))
         vm = VmSpec(kernel=self.spec.kernel, initrd=self.spec.initrd, memory_mb=self.spec.memory_mb,
                     disks=(DiskSpec(str(scratch), "pcscratch", cache="unsafe"),),
                     shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False),
                             ShareSpec("rec", str(self.log_path.parent))),
                     accel=self.spec.accel,  # type: ignore[arg-type]
-                    timeout_s=60 + self.spec.state_timeout_s * (len(todo) + 1 + self.budget * len(self.diagnose) // 10),
+                    timeout_s=(24 * 3600 if self.shell else
+                               60 + self.spec.state_timeout_s * (len(todo) + 1 + self.budget * len(self.diagnose) // 10)),
                     console_path=str(run / "console.log"), name=f"powercut-check-{os.getpid()}-{run.parent.name}",
                     # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
                     modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
-                    cmdline=("powercut.mount=rec",))
+                    cmdline=("powercut.mount=rec",), interactive=self.shell)
         progress = _Progress(jobdir / "progress.jsonl")
         progressed = False
 
@@ -205,3 +208,15 @@ def diagnose_vm(ctx: CheckContext, log_path: Path, data_size: int, firsts: list[
     if failure is not None:
         raise PowercutError(f"the checker VM diagnosing {len(firsts)} failure(s) failed: {failure.one_line()}")
     return w.diagnoses
+
+
+def shell_vm(ctx: CheckContext, log_path: Path, data_size: int, state: CrashState, workdir: Path,
+             spec: VmCheckSpec) -> Verdict | None:
+    """Judge one state in a checker VM, then open an interactive shell in it on the recovered, mounted
+    state, on this terminal (``powercut repro --shell``)."""
+    got: list[Verdict] = []
+    w = _Worker(ctx, log_path, data_size, [state], got.append, workdir, spec, shell=True)
+    _, failure, _, _ = w._boot([state], 1)
+    if failure is not None:
+        raise PowercutError(f"the shell's checker VM failed: {failure.one_line()}")
+    return got[0] if got else None

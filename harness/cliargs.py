@@ -194,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--state", default="", help="the state id (required for a recording; a bundle: its minimized state)")
     rr.add_argument("--keep-image", default="", metavar="FILE", help="also write the state's image (unrecovered) to FILE")
     rr.add_argument("--check-in", choices=("vm", "host"), default="vm", help="where to judge it (default vm)")
+    rr.add_argument("--shell", action="store_true",
+                    help="then open a shell on this terminal in a checker VM, the state recovered and mounted")
     rr.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="checker VM acceleration")
 
     mx = sub.add_parser("matrix", help="run the verdict matrix (or part of it): expected vs seen verdicts per "

@@ -45,6 +45,14 @@ def cmd_repro(args: argparse.Namespace) -> int:
     from . import repro
 
     target = repro.resolve(args.path, args.state)
+    if args.shell:
+        print(f"booting a checker VM on {target.state}: a shell opens on the recovered state; exit powers it off",
+              file=sys.stderr)
+        shell_v = repro.shell(target, accel=args.accel)
+        if shell_v is None:
+            raise UsageError(f"state {target.state} was not judged")
+        print("\n".join(repro.describe(target, shell_v)))
+        return repro.exit_status(shell_v)
     v = repro.run(target, check_in=args.check_in, accel=args.accel, keep_image=args.keep_image)
     print("\n".join(repro.describe(target, v)))
     if args.keep_image:

@@ -73,6 +73,7 @@ class VmSpec:
     # module groups the guest needs beyond the basics (e.g. the filesystem: "ext4"); empty = load
     # every module of the image.  The runner adds the transport, "pci" and "ahci" as needed.
     modules: tuple[str, ...] = ()
+    interactive: bool = False     # the serial console on this terminal (stdin/stdout), logged to console_path
 
     def __post_init__(self) -> None:
         if self.memory_mb < 128:

@@ -143,9 +143,29 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
             progress.add({"verdict": v.to_json()})
             n += 1
             t = time.monotonic()
+            if job.shell:
+                _shell(ctx, str(img), state, v)
         _diagnose(job, ctx, index, Path(work), progress)
     umount(work)
     return {"judged": n}
+
+
+def _shell(ctx: Any, device: str, state: Any, v: Any) -> None:
+    """``powercut repro --shell``: the state recovered (mounted: the kernel replays its journal) and an
+    interactive shell in it, on the console; the VM powers off when the shell exits."""
+    os.makedirs(MNT, exist_ok=True)
+    mount(device, MNT, ctx.fs.name, ctx.state_mount_opts)
+    try:
+        with open("/dev/console", "r+b", buffering=0) as tty:
+            tty.write((f"\n=== {state.id}: {v.verdict}: {v.reasons[0] if v.reasons else ''}\n"
+                       f"=== recovered and mounted at {MNT} (your shell's cwd); acked: {', '.join(state.acks) or '-'}"
+                       "; exit (or Ctrl-D) powers the VM off\n").encode())
+            env = dict(os.environ, PS1=f"powercut {state.id}# ", HOME="/tmp")
+            with process.Spawned(["/bin/sh", "-i"], stdin=tty, stdout=tty, stderr=tty, cwd=MNT, env=env) as sh:
+                sh.wait(None)
+    finally:
+        os.chdir("/")
+        umount(MNT)
 
 
 def _diagnose(job: CheckJob, ctx: Any, index: Any, work: Path, progress: Any) -> None:

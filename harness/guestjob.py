@@ -59,6 +59,7 @@ class CheckJob:
     floor: int = -1                             # the floor mark's entry (-1: none)
     budget: int = 60                            # checks per minimization
     tear_only: bool = False                     # only ask whether each torn failure needs its tear
+    shell: bool = False                         # after judging, an interactive shell on the recovered state
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,11 +142,12 @@ class Spawned:
     """A long-running child (QEMU, virtiofsd, a workload) in its own process group, output to files."""
 
     def __init__(self, argv: Sequence[str], *, stdout: IO | int | None = None, stderr: IO | int | None = None,
-                 env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = (), cwd: str | None = None) -> None:
+                 env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = (), cwd: str | None = None,
+                 stdin: IO | int | None = None) -> None:
         self.argv = [str(a) for a in argv]
         log.debug("spawn %s", self.argv)
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(self.argv, stdin=stdin if stdin is not None else subprocess.DEVNULL,
                                          stdout=stdout if stdout is not None else subprocess.DEVNULL,
                                          stderr=stderr if stderr is not None else subprocess.DEVNULL,
                                          env=dict(env) if env else None, start_new_session=True,

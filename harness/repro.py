@@ -78,6 +78,22 @@ def run(target: Target, *, check_in: str = "vm", accel: str = "auto", keep_image
     return got[0]
 
 
+def shell(target: Target, *, accel: str = "auto") -> Verdict | None:
+    """Judge the state in a checker VM, then a shell in it on the recovered, mounted state."""
+    from powercut.images.build import build_image, tools_dir
+
+    from .checkvm import VmCheckSpec, shell_vm
+    work = Path(tempfile.mkdtemp(prefix="powercut-shell-"))
+    try:
+        with open_log(target.log_path) as index:
+            st = space(index).state_from_id(target.state)
+            image = build_image()
+            spec = VmCheckSpec(image.kernel, image.initrd, accel=accel, tools_dir=tools_dir(image))
+            return shell_vm(target.ctx, target.log_path, target.size, st, work, spec)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def describe(target: Target, v: Verdict) -> list[str]:
     lines = [f"{target.state} ({target.source}): {v.verdict}"]
     lines += [f"  {r}" for r in v.reasons[:8]]

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import shlex
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,8 @@ def build_argv(spec: VmSpec, accel: str, *, virtiofs_sockets: dict[str, str] | N
     argv += ["-accel", accel, "-cpu", "host" if accel == "kvm" else "max", "-m", str(spec.memory_mb),
              "-smp", str(spec.cpus), "-kernel", spec.kernel, "-initrd", spec.initrd,
              "-append", kernel_cmdline(spec),
-             "-chardev", f"file,id=con,path={spec.console_path}", "-serial", "chardev:con"]
+             "-chardev", (f"stdio,id=con,signal=off,logfile={spec.console_path}" if spec.interactive else
+                          f"file,id=con,path={spec.console_path}"), "-serial", "chardev:con"]
     if spec.transport == "virtiofs":
         argv += ["-object", f"memory-backend-memfd,id=mem,size={spec.memory_mb}M,share=on"]
     if any(d.bus == "ahci" for d in spec.disks):
@@ -199,7 +201,8 @@ def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None
         stderr_path = rundir / "qemu.stderr"
         start = time.monotonic()
         boot_s = None
-        with open(stderr_path, "wb") as errf, process.Spawned(argv, stdout=errf, stderr=errf) as vm:
+        term = {"stdin": sys.stdin.fileno(), "stdout": sys.stdout.fileno()} if spec.interactive else {}
+        with open(stderr_path, "wb") as errf, process.Spawned(argv, **{"stdout": errf, **term}, stderr=errf) as vm:
             deadline = start + spec.timeout_s
             rc = None
             stop_reason = None

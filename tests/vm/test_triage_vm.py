@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,7 @@ def test_shrink_blame_and_a_bundle_that_travels(rec: Path, tmp_path: Path) -> No
     print(again.stdout)
     assert again.returncode == 3, again.stderr[-2000:]
     assert "still fails: the same verdict as in the bundle" in again.stdout
+    _shell(moved)
     with open(moved / "log.bin", "r+b") as f:
         f.seek(1000)
         f.write(b"\x5a\xa5")
@@ -65,3 +67,26 @@ def test_diagnosis_runs_in_the_checker_vm(rec: Path, tmp_path: Path) -> None:
     g = summary.groups[0]
     assert g["minimized"] and any("/Data.fs" in c for c in g["culprits"]), g
     assert Path(g["bundle"], "bundle.json").exists()
+
+
+def _shell(bundle: Path) -> None:
+    """``powercut repro --shell``: a shell on the recovered, mounted state, on our stdin/stdout."""
+    p = subprocess.Popen([sys.executable, "-m", "powercut.cli", "repro", str(bundle), "--shell"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert p.stdin is not None and p.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + 600
+    while b"powers the VM off" not in seen and time.monotonic() < deadline:
+        chunk = p.stdout.read1(4096)
+        if not chunk:
+            break
+        seen += chunk
+    assert b"recovered and mounted" in seen, seen[-2000:]
+    time.sleep(2)  # let the shell start before typing
+    p.stdin.write(b"ls -l Data.fs && echo listed-$((6*7))\nexit\n")
+    p.stdin.flush()
+    rest, _ = p.communicate(timeout=300)
+    out = (seen + rest).decode(errors="replace")
+    print(out[-1500:])
+    assert "listed-42" in out and "Data.fs" in out
+    assert p.returncode == 3  # the state still fails: the shell does not change the verdict
