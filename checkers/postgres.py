@@ -155,8 +155,8 @@ class Judge:
             return CheckResult("lost-ack", (lost_line, note) if note else (lost_line,))
         absent = self.begun - set(found.rows)
         gone = f"; begun, not acked, absent: {_keys(absent)}" if absent else ""
-        return CheckResult("pass", (f"{len(self.acked)} acked txn(s) intact; pg_amcheck clean; the database "
-                                    f"holds {held}{gone}",) + ((note,) if note else ()))
+        line = f"{len(self.acked)} acked txn(s) intact; pg_amcheck clean; the database holds {held}{gone}"
+        return CheckResult("pass", (line, note) if note else (line,))
 
     def check_summary(self, sums: tuple[tuple[int, int, int, bytes], ...]) -> int | None:
         """The summary row against what its writer wrote; the ``last`` it names (None: not a txn)."""

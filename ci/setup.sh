@@ -41,3 +41,5 @@ if [ "$installed" != "$here/harness" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$w
 fi
 
 say "guest image: $("$PY" -m powercut.cli image build | head -1)"
+# the postgres workload's prepared cluster (initdb once here: under TCG it takes a minute per recording)
+say "postgres cluster: $("$PY" -m powercut.workloads.postgres --prepare 2>&1 | tail -1)"

@@ -24,6 +24,8 @@ from .log import FLUSH, FUA
 log = logging.getLogger(__name__)
 
 SECTOR = 512
+ICHECK_BATCH = 64          # blocks per debugfs icheck (its -R argument list is limited)
+BLOCKS_PER_WRITE = 32      # a large write is mapped at this many evenly spaced blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +116,14 @@ def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
 
 
 def _blocks(e: Any, block_size: int) -> list[int]:
+    """The filesystem blocks a write covers (a large write: BLOCKS_PER_WRITE of them, evenly
+    spaced, first and last included)."""
     first = e.sector * SECTOR // block_size
     last = ((e.sector + e.nr_sectors) * SECTOR - 1) // block_size
-    return list(range(first, last + 1))
+    n = last - first + 1
+    if n <= BLOCKS_PER_WRITE:
+        return list(range(first, last + 1))
+    return sorted({first + (n - 1) * k // (BLOCKS_PER_WRITE - 1) for k in range(BLOCKS_PER_WRITE)})
 
 
 def _merge(found: list[tuple[str, str, str]]) -> tuple[str, str, str]:
@@ -173,8 +180,9 @@ def _field(text: str, name: str) -> str | None:
 
 def _icheck(run: Callable[..., Any], device: str, blocks: list[int]) -> dict[int, int]:
     out: dict[int, int] = {}
-    for k in range(0, len(blocks), 200):
-        text = run(["debugfs", "-R", "icheck " + " ".join(map(str, blocks[k:k + 200])), device], timeout=120).stdout
+    for k in range(0, len(blocks), ICHECK_BATCH):  # debugfs -R takes a limited argument list
+        text = run(["debugfs", "-R", "icheck " + " ".join(map(str, blocks[k:k + ICHECK_BATCH])), device],
+                   timeout=120).stdout
         for line in text.splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
@@ -187,11 +195,13 @@ def _ncheck(run: Callable[..., Any], device: str, inodes: list[int]) -> dict[int
     out: dict[int, tuple[str, str]] = {}
     if not inodes:
         return out
-    text = run(["debugfs", "-R", "ncheck " + " ".join(map(str, inodes)), device], timeout=120).stdout
-    for line in text.splitlines():
-        parts = line.split(None, 1)
-        if len(parts) == 2 and parts[0].isdigit():
-            out.setdefault(int(parts[0]), ("/" + parts[1].lstrip("/"), "file"))
+    for k in range(0, len(inodes), ICHECK_BATCH):
+        text = run(["debugfs", "-R", "ncheck " + " ".join(map(str, inodes[k:k + ICHECK_BATCH])), device],
+                   timeout=120).stdout
+        for line in text.splitlines():
+            parts = line.split(None, 1)
+            if len(parts) == 2 and parts[0].isdigit():
+                out.setdefault(int(parts[0]), ("/" + parts[1].lstrip("/"), "file"))
     for ino in list(out):
         st = run(["debugfs", "-R", f"stat <{ino}>", device], timeout=120, check=False).stdout
         if "Type: directory" in st:

@@ -76,14 +76,17 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                            samples=args.samples, max_states=args.max_states, accel=args.accel, resume=args.resume)
     console = Console(stderr=True)
     results, infos = [], []
-    for k, row in enumerate(rows, 1):
-        with console.status(f"[{k}/{len(rows)}] {row.id}: recording and checking under {', '.join(row.models)}"):
-            cells, info = matrix.run_row(row, how)
+
+    def done(row: matrix.Row, cells: list[matrix.Cell], info: dict) -> None:
         results.extend(cells)
         infos.append(info)
         for c in cells:
             mark = "ok  " if c.ok else "SURPRISE"
             print(f"{mark} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}", flush=True)
+
+    with console.status(f"{len(rows)} rows: each recorded in a VM (the next while this one is checked), "
+                        "then checked"):
+        matrix.run_rows(rows, how, done)
     paths = matrix.write_results(out, rows, results, infos)
     Console().print(matrix.table(rows, results))
     bad = [c for c in results if not c.ok]

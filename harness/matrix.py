@@ -22,7 +22,7 @@ from .verdict import FINDINGS
 
 log = logging.getLogger(__name__)
 
-EXPECTATIONS = frozenset({"pass", "fail"} | FINDINGS)
+EXPECTATIONS = frozenset({"pass", "fail"} | FINDINGS | {f"{v} only" for v in FINDINGS})  # "V only": no other
 MAX_TEAR_CHECKS = 40  # failing torn states checked for whether they need their tear, per row
 CI_PARTS = ("host", "vm", "")
 
@@ -42,6 +42,7 @@ class Row:
     ci: str = ""                              # "host" / "vm": in CI's part of the matrix, checked there
     notes: dict[str, str] = field(default_factory=dict)   # model -> why this cell
     claim: str = ""                           # the program's documented claim for this configuration
+    max_states: int = 0                       # judge at most this many states of this row (0: as the run says)
 
     @property
     def id(self) -> str:
@@ -80,7 +81,8 @@ def load(path: str | Path | None = None) -> list[Row]:
 
 
 def _rows(d: dict[str, Any], where: str) -> list[Row]:
-    known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim"}
+    known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim",
+             "max_states"}
     unknown = set(d) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -101,7 +103,7 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
     fss = d["fs"] if isinstance(d["fs"], list) else [d["fs"]]
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
                 str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
-                " ".join(str(d.get("claim", "")).split())) for fs in fss]
+                " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0))) for fs in fss]
 
 
 def choose(rows: list[Row], patterns: list[str] | tuple[str, ...] = (), ci: bool = False) -> list[Row]:
@@ -157,6 +159,8 @@ class Cell:
             return not self.tear_needed
         if self.expected == "fail":
             return bool(self.failing)
+        if self.expected.endswith(" only"):  # that verdict and no other (e.g. "may lose, never corrupts")
+            return set(self.failing) == {self.expected.removesuffix(" only")}
         return self.failing.get(self.expected, 0) > 0
 
     def describe(self) -> str:
@@ -223,23 +227,60 @@ class MatrixRun:
 
 def run_row(row: Row, how: MatrixRun, on_verdict: Any = None) -> tuple[list[Cell], dict[str, Any]]:
     """Record the row's workload (unless resumed) and check it under its models."""
-    from . import recording
-    from .campaign import CampaignSpec, run_campaign
+    return check_row(row, how, record_row(row, how), on_verdict)
+
+
+def run_rows(rows: list[Row], how: MatrixRun, on_row: Any = None) -> list[tuple[list[Cell], dict[str, Any]]]:
+    """Every row, the next one recorded while this one is checked (a TCG recording keeps one core
+    busy; the check runs beside it).  ``on_row(row, cells, info)`` as each row ends."""
+    from concurrent.futures import ThreadPoolExecutor
+    out = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="powercut-record") as pool:
+        ahead = pool.submit(record_row, rows[0], how) if rows else None
+        for k, row in enumerate(rows):
+            recorded = ahead.result() if ahead is not None else ""
+            ahead = pool.submit(record_row, rows[k + 1], how) if k + 1 < len(rows) else None
+            cells_, info = check_row(row, how, recorded)
+            if on_row:
+                on_row(row, cells_, info)
+            out.append((cells_, info))
+    return out
+
+
+def record_row(row: Row, how: MatrixRun) -> str:
+    """Record the row into ``how.out/ROW`` (kept when resuming a finished one); "" or the error."""
     from .config import FsSpec, WorkloadSpec
     from .record import RecordSpec, record
 
     recdir = how.out / row.slug
-    info: dict[str, Any] = {"row": row.id, "recording": str(recdir)}
+    if how.resume and _recorded(recdir):
+        return ""
     try:
-        if not (how.resume and _recorded(recdir)):
-            spec = RecordSpec(fs=FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()),
-                                        mount_opts=row.mount_opts),
-                              workload=WorkloadSpec(name=row.workload, params=dict(row.params)), accel=how.accel)
-            record(spec, recdir, force=True)
+        spec = RecordSpec(fs=FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()), mount_opts=row.mount_opts),
+                          workload=WorkloadSpec(name=row.workload, params=dict(row.params)), accel=how.accel)
+        record(spec, recdir, force=True)
+        return ""
+    except (PowercutError, OSError) as e:
+        log.warning("matrix row %s: %s", row.id, one_line(e))
+        return one_line(e)
+
+
+def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = None
+              ) -> tuple[list[Cell], dict[str, Any]]:
+    from . import recording
+    from .campaign import CampaignSpec, run_campaign
+
+    recdir = how.out / row.slug
+    info: dict[str, Any] = {"row": row.id, "recording": str(recdir)}
+    if record_error:
+        return failed_cells(row, record_error), info
+    try:
         rec = recording.load(recdir)
         info["record_s"] = rec.manifest.get("recording", {}).get("vm_wall_s")
         cspec = CampaignSpec(models=row.models, check_in=how.check_in or row.ci or "vm", jobs=how.jobs,
-                             bound=how.bound, samples=how.samples, max_states=how.max_states, accel=how.accel,
+                             bound=how.bound, samples=how.samples, accel=how.accel,
+                             max_states=min(x for x in (how.max_states, row.max_states) if x) if
+                             (how.max_states or row.max_states) else 0,
                              resume=how.resume, shrink=0)  # the matrix wants verdicts; triage is check's
         summary, _ = run_campaign(recdir, cspec, recdir / "check", on_verdict=on_verdict)
         info["check_s"] = round(summary.seconds, 1)
@@ -248,8 +289,6 @@ def run_row(row: Row, how: MatrixRun, on_verdict: Any = None) -> tuple[list[Cell
         untorn = _untorn(rec, cspec, torn[:MAX_TEAR_CHECKS], recdir / "untorn") if torn else {}
         info["tear_checks"] = {"checked": min(len(torn), MAX_TEAR_CHECKS), "torn_failures": len(torn)}
         return cells(row, summary, untorn), info
-    except KeyboardInterrupt:
-        raise
     except (PowercutError, OSError) as e:
         log.warning("matrix row %s: %s", row.id, one_line(e))
         return failed_cells(row, one_line(e)), info

@@ -92,3 +92,10 @@ def test_culprit_text() -> None:
     c = blame.Culprit(159, 18058, 2, "lost", "data block", "/Data.fs", "written after begin:2")
     assert c.describe() == "lost: data block of /Data.fs (entry #159, sectors 18058+2), written after begin:2"
     assert c.to_json()["text"] == c.describe()
+
+
+def test_a_large_write_is_mapped_at_a_bounded_number_of_blocks() -> None:
+    e = SimpleNamespace(sector=8, nr_sectors=2048)  # 1 MiB in 1 KiB blocks: 1024 blocks
+    got = blame._blocks(e, 1024)
+    assert len(got) == blame.BLOCKS_PER_WRITE and got[0] == 4 and got[-1] == 4 + 1023
+    assert blame._blocks(SimpleNamespace(sector=8, nr_sectors=4), 1024) == [4, 5]

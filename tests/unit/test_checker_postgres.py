@@ -30,7 +30,7 @@ def params(**given: Any) -> pgw.Params:
     return pgw.Params.of(pgw.WORKLOAD.params(given))
 
 
-def judge(rows: dict[int, bytes], last: int | None, acked: set[int], begun: set[int] = set(),
+def judge(rows: dict[int, bytes], last: int | None, acked: set[int], begun: frozenset[int] | set[int] = frozenset(),
           amcheck: tuple[str, ...] = ()) -> CheckResult:
     sums = () if last is None else ((1, *pgc.summary(SEED, last, SIZE)),)
     return pgc.Judge(SEED, SIZE, acked, begun).run(pgc.Found(rows, sums), amcheck=amcheck)
@@ -166,8 +166,8 @@ def test_client_complaints_come_errors_first_without_boilerplate() -> None:
     assert pgc.error_lines("", 3) == ["exited 3"]
     report = ('NOTICE:  extension "amcheck" already exists, skipping\nheap table "postgres.public.rows", block 0, '
               "offset 1:\n    line pointer to page offset 32767 is not maximally aligned\n")
-    assert pgc.amcheck_problems(report, 2) == ['heap table "postgres.public.rows", block 0, offset 1: line pointer '
-                                               "to page offset 32767 is not maximally aligned"]
+    assert pgc.amcheck_problems(report, 2) == [('heap table "postgres.public.rows", block 0, offset 1: line pointer '
+                                                "to page offset 32767 is not maximally aligned")]
 
 
 def test_states_without_a_server_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,7 +217,7 @@ def copy_of(ran: tuple[Path, list[str]], tmp_path: Path) -> Path:
     return mnt
 
 
-def judged(mnt: Path, acked: list[int], begun: list[int] = []) -> CheckResult:
+def judged(mnt: Path, acked: list[int], begun: tuple[int, ...] = ()) -> CheckResult:
     return pgc.check(CheckInput(str(mnt), tuple(map(str, acked)), tuple(map(str, begun)),
                                 {"seed": SEED, "row_bytes": SIZE}))
 
