@@ -50,7 +50,8 @@ class CampaignSpec:
     state_timeout_s: float = 300.0
     confirm: bool = True          # judge every failure a second time, alone
     memory_mb: int = 768          # per checker VM
-    shrink: int = 3               # minimize + blame the first state of the first K failure groups (0: off)
+    shrink: int = 0               # minimize + blame the first state of the first K failure groups (0: off;
+                                  # the CLI's --shrink defaults to 3)
     shrink_budget: int = 60       # checks per minimization
 
     def __post_init__(self) -> None:
