@@ -84,6 +84,12 @@ def checker_for(workload: dict[str, Any], command: str) -> tuple[CheckerSpec, di
     return CheckerSpec(), params
 
 
+def context_for(rec: recording.Recording, command: str = "") -> CheckContext:
+    """How a recording's states are judged: its filesystem, mount options, checker and parameters."""
+    checker, params = checker_for(rec.workload, command)
+    return CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)
+
+
 def prepare_out(outdir: Path, resume: bool) -> None:
     if outdir.exists() and not resume:
         if not outdir.is_dir():
@@ -122,13 +128,13 @@ class _Run:
                        initial=self.rec.initial_image)
             shutil.rmtree(work, ignore_errors=True)
         else:
-            from powercut.images.build import build_image, tools_dir
+            from .checkvm import check_vm
+            check_vm(self.ctx, self.rec.log_path, index, self.rec.data_size, states, sink, work, self._vm(), jobs=jobs)
 
-            from .checkvm import VmCheckSpec, check_vm
-            image = build_image()
-            vspec = VmCheckSpec(image.kernel, image.initrd, accel=self.spec.accel, memory_mb=self.spec.memory_mb,
-                                state_timeout_s=self.spec.state_timeout_s, tools_dir=tools_dir(image))
-            check_vm(self.ctx, self.rec.log_path, index, self.rec.data_size, states, sink, work, vspec, jobs=jobs)
+    def _vm(self) -> Any:
+        from .checkvm import VmCheckSpec
+        return VmCheckSpec.default(accel=self.spec.accel, memory_mb=self.spec.memory_mb,
+                                   state_timeout_s=self.spec.state_timeout_s)
 
     def confirm(self, index: Any) -> None:
         """Judge each unconfirmed failure again, alone; same verdict = confirmed, else flaky."""
@@ -180,21 +186,16 @@ class _Run:
             from .models import space
             work.mkdir(parents=True, exist_ok=True)
             cleanup_stale(work)
-            where = Where(index, self.rec.data_size, self.rec.initial_image, work, "auto", self.sel.floor)
             sp = space(index)
+            where = Where(index, self.rec.data_size, self.rec.initial_image, work, "auto", self.sel.floor, sp)
             try:
                 return [diagnose(self.ctx, where, sp.state_from_id(v.state), v, budget=self.spec.shrink_budget).to_json()
                         for v in firsts]
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-        from powercut.images.build import build_image, tools_dir
-
-        from .checkvm import VmCheckSpec, diagnose_vm
-        image = build_image()
-        vspec = VmCheckSpec(image.kernel, image.initrd, accel=self.spec.accel, memory_mb=self.spec.memory_mb,
-                            state_timeout_s=self.spec.state_timeout_s, tools_dir=tools_dir(image))
+        from .checkvm import diagnose_vm
         try:
-            return diagnose_vm(self.ctx, self.rec.log_path, self.rec.data_size, firsts, work, vspec,
+            return diagnose_vm(self.ctx, self.rec.log_path, self.rec.data_size, firsts, work, self._vm(),
                                floor=self.sel.floor, budget=self.spec.shrink_budget)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -212,8 +213,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
     rec = recording.load(rec_dir).require_ok()
     outdir = Path(out) if out else rec.dir / "check"
-    checker, params = checker_for(rec.workload, spec.checker_command)
-    ctx = CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)
+    ctx = context_for(rec, spec.checker_command)
     if spec.check_in == "host":
         from .hostcheck import require_root
         require_root()

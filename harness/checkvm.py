@@ -46,6 +46,14 @@ class VmCheckSpec:
     state_timeout_s: float = 300.0
     tools_dir: str = ""
 
+    @staticmethod
+    def default(*, accel: str = "auto", memory_mb: int = 768, state_timeout_s: float = 300.0) -> "VmCheckSpec":
+        """The checker VM on the default guest image (built, or found cached)."""
+        from powercut.images.build import build_image, tools_dir
+        image = build_image()
+        return VmCheckSpec(image.kernel, image.initrd, accel=accel, memory_mb=memory_mb,
+                           state_timeout_s=state_timeout_s, tools_dir=tools_dir(image))
+
 
 class _Progress:
     """Follows one VM's progress.jsonl: which state is in progress, new verdicts."""

@@ -73,13 +73,17 @@ class Where:
     workdir: Path
     provider: str = "auto"
     floor: int | None = None
+    space: CrashSpace | None = None   # the log's CrashSpace, when the caller has one (else built per call)
+
+    def crash_space(self) -> CrashSpace:
+        return self.space if self.space is not None else CrashSpace(self.index)
 
 
 def diagnose(ctx: CheckContext, where: Where, state: CrashState, first: Verdict, *,
              budget: int = DEFAULT_BUDGET) -> Diagnosis:
     """Minimize ``state`` (judged ``first``) and blame what is left."""
     t0 = time.monotonic()
-    sp = CrashSpace(where.index) if not isinstance(where.index, CrashSpace) else where.index
+    sp = where.crash_space()
     mnt = str(where.workdir / "mnt")
 
     def judge_one(candidate: CrashState) -> Verdict:
@@ -131,7 +135,7 @@ def without_tear(ctx: CheckContext, where: Where, state: CrashState, first: Verd
     record lost whole and one torn are one bug with different details.)"""
     from .errors import UsageError
 
-    sp = CrashSpace(where.index) if not isinstance(where.index, CrashSpace) else where.index
+    sp = where.crash_space()
     mnt = str(where.workdir / "mnt")
     ((t, _),) = state.torn
     for dropped in (state.dropped, tuple(sorted({*state.dropped, t}))):

@@ -173,8 +173,8 @@ def _diagnose(job: CheckJob, ctx: Any, index: Any, work: Path, progress: Any) ->
     from .diagnose import Where, diagnose, without_tear
     from .models import space
 
-    where = Where(index, job.size, None, work / "diagnose", "dm-snapshot", job.floor if job.floor >= 0 else None)
     sp = space(index)
+    where = Where(index, job.size, None, work / "diagnose", "dm-snapshot", job.floor if job.floor >= 0 else None, sp)
     for first in map(Verdict.from_json, job.diagnose):
         progress.add({"begin-diagnosis": first.state})
         state = sp.state_from_id(first.state)

@@ -279,8 +279,7 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
         info["record_s"] = rec.manifest.get("recording", {}).get("vm_wall_s")
         cspec = CampaignSpec(models=row.models, check_in=how.check_in or row.ci or "vm", jobs=how.jobs,
                              bound=how.bound, samples=how.samples, accel=how.accel,
-                             max_states=min(x for x in (how.max_states, row.max_states) if x) if
-                             (how.max_states or row.max_states) else 0,
+                             max_states=min((x for x in (how.max_states, row.max_states) if x), default=0),
                              resume=how.resume, shrink=0)  # the matrix wants verdicts; triage is check's
         summary, _ = run_campaign(recdir, cspec, recdir / "check", on_verdict=on_verdict)
         info["check_s"] = round(summary.seconds, 1)
@@ -299,26 +298,21 @@ def _untorn(rec: Any, cspec: Any, torn: list[Any], work: Path) -> dict[str, str]
     the check ran; the states not checked (beyond MAX_TEAR_CHECKS) stay the torn model's."""
     import shutil
 
-    from . import filesystems
-    from .campaign import checker_for
-    from .check import CheckContext
+    from .campaign import context_for
     from .log import open_log
-    checker, params = checker_for(rec.workload, "")
-    ctx = CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)
+    ctx = context_for(rec)
     try:
         if cspec.check_in == "host":
             from .diagnose import Where, without_tear
             from .models import space
             work.mkdir(parents=True, exist_ok=True)
             with open_log(rec.log_path) as index:
-                sp, where = space(index), Where(index, rec.data_size, rec.initial_image, work)
+                sp = space(index)
+                where = Where(index, rec.data_size, rec.initial_image, work, space=sp)
                 return {f.state: without_tear(ctx, where, sp.state_from_id(f.state), f) for f in torn}
-        from powercut.images.build import build_image, tools_dir
-
         from .checkvm import VmCheckSpec, diagnose_vm
-        image = build_image()
-        vspec = VmCheckSpec(image.kernel, image.initrd, accel=cspec.accel, tools_dir=tools_dir(image))
-        found = diagnose_vm(ctx, rec.log_path, rec.data_size, torn, work, vspec, floor=None, budget=1, tear_only=True)
+        found = diagnose_vm(ctx, rec.log_path, rec.data_size, torn, work, VmCheckSpec.default(accel=cspec.accel),
+                            floor=None, budget=1, tear_only=True)
         return {d["state"]: d.get("without_tear", "") for d in found}
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -41,11 +41,9 @@ def resolve(path: str, state: str = "") -> Target:
     if (p / recording.MANIFEST).exists():
         if not state:
             raise UsageError(f"{path} is a recording: give the state to rebuild with --state ID")
-        from .campaign import checker_for
+        from .campaign import context_for
         rec = recording.load(p).require_ok()
-        checker, params = checker_for(rec.workload, "")
-        ctx = CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)
-        return Target(rec.log_path, rec.data_size, rec.initial_image, ctx, state, "", f"recording {p}")
+        return Target(rec.log_path, rec.data_size, rec.initial_image, context_for(rec), state, "", f"recording {p}")
     raise UsageError(f"{path}: neither a repro bundle ({bundle.MANIFEST}) nor a recording ({recording.MANIFEST})")
 
 
@@ -64,12 +62,8 @@ def run(target: Target, *, check_in: str = "vm", accel: str = "auto", keep_image
                 from .hostcheck import check_host
                 check_host(target.ctx, index, target.size, [st], got.append, work, initial=target.initial)
             else:
-                from powercut.images.build import build_image, tools_dir
-
                 from .checkvm import VmCheckSpec, check_vm
-                image = build_image()
-                spec = VmCheckSpec(image.kernel, image.initrd, accel=accel, state_timeout_s=state_timeout_s,
-                                   tools_dir=tools_dir(image))
+                spec = VmCheckSpec.default(accel=accel, state_timeout_s=state_timeout_s)
                 check_vm(target.ctx, target.log_path, index, target.size, [st], got.append, work, spec)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -80,16 +74,12 @@ def run(target: Target, *, check_in: str = "vm", accel: str = "auto", keep_image
 
 def shell(target: Target, *, accel: str = "auto") -> Verdict | None:
     """Judge the state in a checker VM, then a shell in it on the recovered, mounted state."""
-    from powercut.images.build import build_image, tools_dir
-
     from .checkvm import VmCheckSpec, shell_vm
     work = Path(tempfile.mkdtemp(prefix="powercut-shell-"))
     try:
         with open_log(target.log_path) as index:
             st = space(index).state_from_id(target.state)
-            image = build_image()
-            spec = VmCheckSpec(image.kernel, image.initrd, accel=accel, tools_dir=tools_dir(image))
-            return shell_vm(target.ctx, target.log_path, target.size, st, work, spec)
+            return shell_vm(target.ctx, target.log_path, target.size, st, work, VmCheckSpec.default(accel=accel))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

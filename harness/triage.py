@@ -14,6 +14,7 @@ from typing import Any
 
 from . import bundle
 from .shrink import reason_class
+from .stateid import parse_id
 from .verdict import SEVERITY, Verdict
 
 log = logging.getLogger(__name__)
@@ -81,5 +82,4 @@ def write_bundles(outdir: Path, groups: list[Group], rec: Any, ctx: Any, log_pat
 
 def _need(d: Any) -> int:
     """The last entry a diagnosis's states need (the minimized cut, the blamed writes)."""
-    cut = int(d.minimized.split("@")[1].split("/")[0])
-    return max([cut] + [c.entry + 1 for c in d.culprits])
+    return max([parse_id(d.minimized).cut] + [c.entry + 1 for c in d.culprits])
