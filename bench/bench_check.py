@@ -15,15 +15,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from powercut import filesystems, process
-from powercut.campaign import CampaignSpec, checker_for, run_campaign
-from powercut.check import CheckContext, judge
+from powercut.linux import filesystems
+from powercut.linux import process
+from powercut.campaign.run import CampaignSpec, run_campaign
+from powercut.check.context import checker_for
+from powercut.check.context import CheckContext
+from powercut.check.judge import judge
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.log import open_log
-from powercut.record import RecordSpec, record
-from powercut.recording import load as load_recording
-from powercut.replay import reference_image
-from powercut.selection import select
+from powercut.core.dmlog import open_log
+from powercut.record.vm import RecordSpec, record
+from powercut.record.recording import load as load_recording
+from powercut.replay.materialize import reference_image
+from powercut.core.selection import select
 
 
 def baseline(rec, states, workdir: Path) -> float:

@@ -20,16 +20,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from powercut.dm import dm_available as dm_supported
+from powercut.linux.dm import dm_available as dm_supported
 from powercut.errors import PowercutError
-from powercut.imageio import probe_reflink
-from powercut.log import FUA, LogIndex, open_log
-from powercut.logwrite import LogWriter
-from powercut.models import CrashState, enumerate_states
-from powercut.mounts import fs_type
-from powercut.record import load_recording
-from powercut.replay import ReplayStats, materialize, reference_image, replay_into
-from powercut.snapshot import choose_provider
+from powercut.linux.imageio import probe_reflink
+from powercut.core.dmlog import FUA, LogIndex, open_log
+from powercut.core.dmlog_writer import LogWriter
+from powercut.core.models import CrashState, enumerate_states
+from powercut.linux.mounts import fs_type
+from powercut.record.recording import load_recording
+from powercut.replay.materialize import ReplayStats, materialize, reference_image, replay_into
+from powercut.replay.providers import choose_provider
 
 MB = 1 << 20
 
@@ -175,7 +175,7 @@ def bench_log(label: str, log_path: Path, size: int, ws: Path, nstates: int, nre
 
 
 def _walk_order(idx: LogIndex, states: list[CrashState]) -> list[CrashState]:
-    from powercut.replay import plan
+    from powercut.replay.materialize import plan
     return [p.state for p in sorted((plan(idx, s) for s in states), key=lambda p: p.base)]
 
 

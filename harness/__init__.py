@@ -8,9 +8,11 @@ The public API, for workloads and checkers (theirs and the built-in ones alike):
 * ``Workload`` (a guest-side program with typed parameters) and ``Checker``, ``CheckInput``,
   ``CheckResult`` (the verdict on one recovered crash state), registered through the entry-point
   groups ``powercut.workloads`` and ``powercut.checkers``."""
-from .checker import CheckInput, CheckResult, Checker
-from .marks import ack, begin, mark
-from .workload import Workload
+from __future__ import annotations
+
+from powercut.checker import Checker, CheckInput, CheckResult
+from powercut.marks import ack, begin, mark
+from powercut.workload import Workload
 
 __all__ = ["mark", "ack", "begin", "Workload", "Checker", "CheckInput", "CheckResult"]
 __version__ = "0.2.0"

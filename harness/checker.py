@@ -18,8 +18,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import process, registry
-from .verdict import CHECKER_VERDICTS, VERDICTS
+from powercut import registry
+from powercut.core.verdict import CHECKER_VERDICTS, VERDICTS
+from powercut.linux import process
 
 GROUP = "powercut.checkers"
 

@@ -4,6 +4,7 @@ VmSpec describes one VM independent of the backend (QEMU argv or libvirt domain 
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,8 +12,8 @@ from typing import Any, Literal
 
 import tomli_w
 
-from . import filesystems
-from .errors import UsageError
+from powercut.errors import UsageError
+from powercut.linux import filesystems
 
 Bus = Literal["virtio", "ahci"]
 Cache = Literal["none", "writeback", "writethrough", "directsync", "unsafe"]
@@ -187,3 +188,59 @@ def loads_toml(text: str, source: str = "<toml>") -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{source}: not valid TOML: {e}") from None
+
+
+def cache_root() -> Path:
+    root = os.environ.get("POWERCUT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "powercut")
+    return Path(root)
+
+
+KINDS = ("fio", "workload", "pg_test_fsync")
+TARGETS = ("disk", "log-writes")
+
+
+@dataclass(frozen=True, slots=True)
+class BenchItem:
+    kind: str                   # fio | workload | pg_test_fsync
+    name: str                   # a profile, a workload name, or "pg_test_fsync"
+    suite: str = ""
+    size_bytes: int = 0         # fio: bytes to write
+    runtime_s: int = 0          # fio: time cap (0: none); pg_test_fsync: seconds per test
+    params: dict[str, Any] = field(default_factory=dict)   # a workload's parameters
+    label: str = ""             # how results name it (default: name)
+    note: str = ""              # said next to its figures (e.g. TLPI's scaling)
+    scale_to: int = 0           # tlpi: scale the time to this many bytes
+    timeout_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"bench item kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if not self.label:
+            object.__setattr__(self, "label", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSet:
+    """Items timed on one fresh filesystem with the disk write cache ``write_cache``."""
+    write_cache: bool
+    items: tuple[BenchItem, ...]
+    target: str = "disk"        # disk | log-writes
+    mount_opts: str = ""
+    group: str = ""             # items of another group never share this filesystem (a fresh mkfs)
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise UsageError(f"bench target must be one of {', '.join(TARGETS)}, not {self.target!r}")
+        items = tuple(i if isinstance(i, BenchItem) else from_dict(BenchItem, i) for i in self.items)
+        object.__setattr__(self, "items", items)
+
+    @property
+    def label(self) -> str:
+        extra = [self.target] if self.target != "disk" else []
+        extra += [self.mount_opts] if self.mount_opts else []
+        return f"cache {'on' if self.write_cache else 'off'}" + "".join(f", {x}" for x in extra)
+
+    @staticmethod
+    def of(d: dict[str, Any]) -> RunSet:
+        return d if isinstance(d, RunSet) else from_dict(RunSet, d)

@@ -14,8 +14,8 @@ import os
 import sys
 import time
 
-from . import dm
-from .dm import DM_CONTROL, DM_TARGET_MSG, message_buffer  # noqa: F401  (the packing lives in dm)
+from powercut.linux import dm
+from powercut.linux.dm import DM_CONTROL, DM_TARGET_MSG, message_buffer
 
 MAX_MARK = 512 - 32 - 1  # the kernel keeps at most sectorsize - sizeof(entry) - 1 bytes of a mark
 TIMING_ENV = "POWERCUT_TIMING"

@@ -5,7 +5,7 @@ import threading
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
-from .errors import UsageError
+from powercut.errors import UsageError
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import registry
-from .errors import UsageError
+from powercut import registry
+from powercut.errors import UsageError
 
 GROUP = "powercut.workloads"
 

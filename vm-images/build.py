@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from powercut import process
+from powercut.linux import process
 from powercut.config import dumps_toml, loads_toml
 from powercut.errors import CommandFailed, EnvironmentNotReady, ImageError, UsageError
-from powercut.paths import cache_root  # noqa: F401  (re-exported: powercut.images.build.cache_root)
+from powercut.config import cache_root
 
-from .cpio import CpioWriter
+from powercut.images.cpio import CpioWriter
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,9 @@
-"""VM backends: QEMU directly (qemu.py) or through libvirt (libvirt.py), one VmSpec for both."""
+"""VM backends (host), and the job share the guest agent reads.
+
+* ``qemu`` -- QEMU argv, virtiofsd, run_vm;
+* ``cmdline`` -- the guest kernel command line;
+* ``console`` -- how a run ended, read from the console;
+* ``accel`` -- KVM or TCG: the local probe and the verdict cache;
+* ``libvirt`` -- the libvirt backend and its remote KVM probe;
+* ``libvirt_xml`` -- VmSpec -> domain XML;
+* ``guestjob`` -- typed, versioned jobs for the guest agent."""

@@ -18,15 +18,14 @@ import json
 import logging
 import os
 import platform
-import secrets
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
-from .. import process
-from ..errors import EnvironmentNotReady
-from ..paths import cache_root
+from powercut.config import cache_root
+from powercut.errors import EnvironmentNotReady
+from powercut.linux import process
 
 log = logging.getLogger(__name__)
 
@@ -135,61 +134,3 @@ def cached_verdicts() -> dict:
     except (OSError, ValueError):
         return {}
     return verdicts if isinstance(verdicts, dict) else {}
-
-
-# ---------------------------------------------------------------- through libvirt
-
-def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *, uri: str,
-                      timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
-    """The probe on the hypervisor behind the libvirt connection ``conn``: kernel+initrd with
-    ``powercut.probe=1`` as a transient kvm domain (AUTODESTROY, destroyed at the end), waiting for
-    ``powercut-probe-ok`` on its console ``workdir``/accel-probe-console.log (a path both hosts see,
-    like every console of the libvirt backend); (ok, reason)."""
-    from ..config import VmSpec
-    from ..errors import VmError
-    from . import libvirt as lv
-
-    name = f"powercut-accel-probe-{secrets.token_hex(4)}"
-    console = Path(workdir) / "accel-probe-console.log"
-    console.write_bytes(b"")
-    spec = VmSpec(kernel=kernel, initrd=initrd, memory_mb=256, console_path=str(console), name=name,
-                  cmdline=("powercut.probe=1",), timeout_s=timeout)
-    start = time.monotonic()
-    try:
-        dom = lv.create_domain(libvirt, conn, lv.domain_xml(spec, "kvm", name=name))
-    except libvirt.libvirtError as e:
-        return False, f"libvirt at {uri} could not start a KVM domain: {e.get_error_message()}"
-    ok = lv.ConsoleWatch(console, PROBE_OK)
-    try:
-        while True:
-            took = time.monotonic() - start
-            state = lv.domain_state(libvirt, dom)
-            if ok.seen():
-                return True, f"KVM domain at {uri} booted in {took:.1f} s"
-            if state is None:
-                return False, f"KVM domain at {uri} stopped without booting"
-            if why := lv.paused_reason(libvirt, state):
-                return False, f"KVM domain at {uri} paused ({why})"
-            if took > timeout:
-                return False, f"KVM domain at {uri} did not boot within {timeout:g} s"
-            time.sleep(0.1)
-    except libvirt.libvirtError as e:  # no verdict, so nothing is cached
-        raise VmError(f"lost libvirt at {uri} during the KVM probe: {e.get_error_message()}") from None
-    finally:
-        lv.destroy_domain(libvirt, dom)
-
-
-def resolve_libvirt_accel(libvirt, conn, requested: str, *, uri: str, kernel: str, initrd: str,
-                          workdir: Path) -> str:
-    """kvm/tcg for a domain through the libvirt connection ``conn`` to ``uri``: a local URI
-    (powercut.vm.libvirt.is_local_uri) uses the local probe; a remote one boots the probe there."""
-    from .libvirt import is_local_uri
-
-    if is_local_uri(uri):
-        return resolve_accel(requested, kernel, initrd)
-    try:
-        version: int | str = conn.getVersion()
-    except libvirt.libvirtError:
-        version = ""
-    return resolve_remote_accel(requested, uri=uri, kernel=kernel, hypervisor_version=version,
-                                probe=lambda: probe_kvm_libvirt(libvirt, conn, kernel, initrd, workdir, uri=uri))

@@ -1,6 +1,6 @@
 """VmSpec -> libvirt domain XML, and running it as a transient domain through libvirt-python, with
 exactly the semantics of :func:`powercut.vm.qemu.run_vm` (exit status back; panic / hang / crash of
-the QEMU process told apart by :func:`powercut.vm.qemu.classify_end`).
+the QEMU process told apart by :func:`powercut.vm.console.classify_end`).
 
 Mapping (checked against libvirt 9.0 + QEMU 7.2, see tests/unit/test_libvirt_xml.py):
 
@@ -45,11 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..config import VmSpec
-from ..errors import EnvironmentNotReady, GuestHang, QemuCrashed, UsageError, VmError
-from .accel import resolve_libvirt_accel
-from .libvirt_xml import QEMU_NS, domain_xml  # noqa: F401 (domain_xml is re-exported)
-from .qemu import VmResult, classify_end, console_tail
+from powercut.config import VmSpec
+from powercut.errors import EnvironmentNotReady, GuestHang, QemuCrashed, UsageError, VmError
+from powercut.vm import accel as _accel
+from powercut.vm.console import ConsoleWatch, VmResult, classify_end, console_tail
+from powercut.vm.libvirt_xml import domain_xml
 
 log = logging.getLogger(__name__)
 
@@ -168,25 +168,6 @@ class _Watch:
                  self.lv.VIR_DOMAIN_EVENT_STOPPED_CRASHED: "crashed",
                  self.lv.VIR_DOMAIN_EVENT_STOPPED_FAILED: "failed"}
         return names.get(self.stop_detail, "unknown") if self.stop_detail is not None else "vanished"
-
-
-class ConsoleWatch:
-    """Watches a growing console file for one byte string, reading only what is new."""
-
-    def __init__(self, path: str | os.PathLike, needle: bytes) -> None:
-        self.path, self.needle, self.pos, self.found = path, needle, 0, False
-
-    def seen(self) -> bool:
-        if not self.found:
-            try:
-                with open(self.path, "rb") as f:
-                    f.seek(max(0, self.pos - len(self.needle) + 1))
-                    data = f.read()
-                    self.pos = f.tell()
-            except OSError:
-                return False
-            self.found = self.needle in data
-        return self.found
 
 
 def domain_state(libvirt, dom) -> tuple[int, int] | None:
@@ -338,3 +319,55 @@ def _raise_paused(who: _Domain, why: str, spec: VmSpec) -> None:
     hint = "KVM cannot run this guest there (try --accel tcg)" if who.accel == "kvm" else "the guest cannot run"
     raise VmError(f"{who.where()} is paused ({why}): {hint}" + (f"; QEMU: {err}" if err else ""),
                   spec.console_path, console_tail(spec.console_path))
+
+
+# ------------------------------------------------------------ KVM probe through libvirt
+
+def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *, uri: str,
+                      timeout: float = _accel.PROBE_TIMEOUT_S) -> tuple[bool, str]:
+    """The probe on the hypervisor behind the libvirt connection ``conn``: kernel+initrd with
+    ``powercut.probe=1`` as a transient kvm domain (AUTODESTROY, destroyed at the end), waiting for
+    ``powercut-probe-ok`` on its console ``workdir``/accel-probe-console.log (a path both hosts see,
+    like every console of the libvirt backend); (ok, reason)."""
+    name = f"powercut-accel-probe-{secrets.token_hex(4)}"
+    console = Path(workdir) / "accel-probe-console.log"
+    console.write_bytes(b"")
+    spec = VmSpec(kernel=kernel, initrd=initrd, memory_mb=256, console_path=str(console), name=name,
+                  cmdline=("powercut.probe=1",), timeout_s=timeout)
+    start = time.monotonic()
+    try:
+        dom = create_domain(libvirt, conn, domain_xml(spec, "kvm", name=name))
+    except libvirt.libvirtError as e:
+        return False, f"libvirt at {uri} could not start a KVM domain: {e.get_error_message()}"
+    ok = ConsoleWatch(console, _accel.PROBE_OK)
+    try:
+        while True:
+            took = time.monotonic() - start
+            state = domain_state(libvirt, dom)
+            if ok.seen():
+                return True, f"KVM domain at {uri} booted in {took:.1f} s"
+            if state is None:
+                return False, f"KVM domain at {uri} stopped without booting"
+            if why := paused_reason(libvirt, state):
+                return False, f"KVM domain at {uri} paused ({why})"
+            if took > timeout:
+                return False, f"KVM domain at {uri} did not boot within {timeout:g} s"
+            time.sleep(0.1)
+    except libvirt.libvirtError as e:  # no verdict, so nothing is cached
+        raise VmError(f"lost libvirt at {uri} during the KVM probe: {e.get_error_message()}") from None
+    finally:
+        destroy_domain(libvirt, dom)
+
+
+def resolve_libvirt_accel(libvirt, conn, requested: str, *, uri: str, kernel: str, initrd: str,
+                          workdir: Path) -> str:
+    """kvm/tcg for a domain through the libvirt connection ``conn`` to ``uri``: a local URI
+    (powercut.vm.libvirt.is_local_uri) uses the local probe; a remote one boots the probe there."""
+    if is_local_uri(uri):
+        return _accel.resolve_accel(requested, kernel, initrd)
+    try:
+        version: int | str = conn.getVersion()
+    except libvirt.libvirtError:
+        version = ""
+    return _accel.resolve_remote_accel(requested, uri=uri, kernel=kernel, hypervisor_version=version,
+                                probe=lambda: probe_kvm_libvirt(libvirt, conn, kernel, initrd, workdir, uri=uri))

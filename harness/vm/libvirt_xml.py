@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 
-from ..config import VmSpec
-from .qemu import kernel_cmdline
+from powercut.config import VmSpec
+from powercut.vm.cmdline import kernel_cmdline
 
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 ET.register_namespace("qemu", QEMU_NS)

@@ -4,73 +4,21 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shlex
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import process
-from ..config import DiskSpec, VmSpec
-from ..errors import EnvironmentNotReady, GuestHang, GuestPanic, QemuCrashed, VmError
+from powercut.config import DiskSpec, VmSpec
+from powercut.errors import EnvironmentNotReady, GuestHang
+from powercut.linux import process
+from powercut.vm.cmdline import kernel_cmdline
+from powercut.vm.console import PANIC_RE, VmResult, classify_end, console_tail
 
 log = logging.getLogger(__name__)
 
 QEMU = "qemu-system-x86_64"
-EXIT_RE = re.compile(rb"powercut-exit=(\d+)")
-PANIC_RE = re.compile(rb"Kernel panic - not syncing[^\n]*")
-BASE_CMDLINE = ("console=ttyS0", "panic=-1", "oops=panic", "loglevel=4", "rdinit=/init", "reboot=t",
-                "i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd", "tsc=reliable", "no_timer_check",
-                "cryptomgr.notests", "rcupdate.rcu_expedited=1", "mitigations=off", "random.trust_cpu=on")
-
-
-@dataclass(frozen=True, slots=True)
-class VmResult:
-    exit_status: int
-    console_path: str
-    wall_s: float
-    accel: str
-    boot_s: float | None = None
-
-
-def host_tsc_khz() -> int | None:
-    """The host's TSC frequency.  Under TCG the guest's TSC ticks at the host's rate, and a guest on
-    microvm (no HPET, no ACPI PM timer) that fails to calibrate it against the PIT under load marks
-    the TSC unstable and hangs; telling it the frequency (tsc_early_khz) removes that race."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("cpu MHz"):
-                    return int(float(line.split(":")[1]) * 1000)
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def kernel_cmdline(spec: VmSpec) -> str:
-    khz = host_tsc_khz()
-    tsc = (f"tsc_early_khz={khz}",) if khz else ()
-    groups = spec.module_groups()
-    load = (f"powercut.load={','.join(groups)}",) if groups else ()
-    keep = host_paths_to_keep()
-    keep_arg = (f"powercut.keep={','.join(keep)}",) if keep else ()
-    return " ".join(BASE_CMDLINE + tsc + (f"powercut.transport={spec.transport}",) + load + keep_arg + spec.cmdline)
-
-
-def host_paths_to_keep() -> tuple[str, ...]:
-    """The guest runs this very powercut and Python from the shared host root, but mounts its own
-    tmpfs on /tmp: a checkout or virtualenv under /tmp (CI clones often live there) must be bound
-    back in, or the guest cannot import powercut."""
-    import sys
-    import powercut
-    here = os.path.dirname(os.path.dirname(os.path.realpath(powercut.__file__)))
-    out = []
-    for p in (here, os.path.realpath(sys.prefix)):
-        if p.startswith("/tmp/") and " " not in p and "," not in p and p not in out:
-            out.append(p)
-    return tuple(out)
 
 
 def _drive_args(i: int, disk: DiskSpec, pci: bool) -> list[str]:
@@ -120,36 +68,6 @@ def build_argv(spec: VmSpec, accel: str, *, virtiofs_sockets: dict[str, str] | N
     return argv
 
 
-def console_tail(path: str | os.PathLike, lines: int = 30) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
-
-
-def classify_end(console: bytes, qemu_rc: int | None, timed_out: bool, spec: VmSpec, qemu_stderr: str) -> int:
-    """The guest's exit status, or the VmError that says how the VM ended instead."""
-    tail = console_tail(spec.console_path)
-    panic = PANIC_RE.search(console)
-    if panic:
-        line = panic.group(0).decode(errors="replace").strip()
-        # the tail starts at the panic line: the stack dump after it can push it out of any last-N
-        after = console[panic.start():].decode(errors="replace").splitlines()[:30]
-        raise GuestPanic(f"guest kernel panic: {line}", spec.console_path, "\n".join(after), panic_line=line)
-    m = EXIT_RE.search(console)
-    if m and not timed_out:
-        return int(m.group(1))
-    if timed_out:
-        raise GuestHang(f"VM did not finish within {spec.timeout_s:g} s (killed)", spec.console_path, tail)
-    err = qemu_stderr.strip().splitlines()[-1] if qemu_stderr.strip() else ""
-    if qemu_rc is not None and qemu_rc < 0:
-        raise QemuCrashed(f"QEMU died of signal {-qemu_rc}" + (f": {err}" if err else ""), spec.console_path, tail)
-    if qemu_rc:
-        raise QemuCrashed(f"QEMU exited {qemu_rc}" + (f": {err}" if err else ""), spec.console_path, tail)
-    raise VmError("guest stopped without reporting an exit status", spec.console_path, tail)
-
-
 class VirtiofsDaemons:
     """One virtiofsd per share for the lifetime of a VM run."""
 
@@ -187,7 +105,7 @@ def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None
     ``start_marker``: a file the guest creates when the job starts; its appearance (polled) gives
     the boot-to-job time.  ``watchdog``: polled about once a second while the VM runs; a returned
     reason kills the VM and raises GuestHang with it (e.g. one state of a campaign taking too long)."""
-    from .accel import resolve_accel
+    from powercut.vm.accel import resolve_accel
 
     qemu = process.require(QEMU, "qemu-system-x86")
     accel = accel or resolve_accel(spec.accel, spec.kernel, spec.initrd)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from powercut.log import LogIndex
+from powercut.core.dmlog import LogIndex
 from test_replay import LOGS, build
 
 

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from powercut import paths
+from powercut import config as paths
 from powercut.config import VmSpec
 from powercut.errors import GuestHang, VmError
 from powercut.vm import accel
@@ -230,7 +230,7 @@ def test_remote_verdict_is_cached_per_uri_no_second_boot(monkeypatch, files, cac
 
     def probe():
         calls.append(1)
-        return accel.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE)
+        return lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE)
 
     for _ in range(2):
         assert accel.resolve_remote_accel("auto", uri=REMOTE, kernel=files.kernel, probe=probe) == "kvm"
@@ -261,7 +261,7 @@ def test_local_uri_uses_the_local_probe_not_a_domain(files, monkeypatch):
     monkeypatch.setattr(accel, "resolve_accel", lambda req, kernel, initrd: seen.append(req) or "tcg")
     conn = FakeConn(Guest())
     for uri in ("qemu:///system", "qemu:///session", "qemu+unix:///system?socket=/run/x.sock"):
-        assert accel.resolve_libvirt_accel(FAKE, conn, "auto", uri=uri, kernel=files.kernel,
+        assert lv.resolve_libvirt_accel(FAKE, conn, "auto", uri=uri, kernel=files.kernel,
                                            initrd=files.initrd, workdir=files.dir) == "tcg"
     assert seen == ["auto"] * 3 and conn.domains == []
 
@@ -274,14 +274,14 @@ def test_local_uri_uses_the_local_probe_not_a_domain(files, monkeypatch):
 ])
 def test_probe_domain_verdicts(files, guest, ok, reason):
     conn = FakeConn(guest)
-    got, why = accel.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE, timeout=0.3)
+    got, why = lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE, timeout=0.3)
     assert got is ok and reason in why and REMOTE in why
     assert conn.flags == [FAKE.VIR_DOMAIN_START_AUTODESTROY] and conn.domains[0].destroyed == 1
 
 
 def test_probe_that_loses_libvirt_caches_nothing(files, cache):
     conn = FakeConn(Guest(state=FakeError("end of file while reading data")))
-    probe = lambda: accel.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE)  # noqa: E731
+    probe = lambda: lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE)  # noqa: E731
     with pytest.raises(VmError, match="lost libvirt at .* during the KVM probe"):
         accel.resolve_remote_accel("auto", uri=REMOTE, kernel=files.kernel, probe=probe)
     assert not cache.exists() and conn.domains[0].destroyed == 1

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from powercut import benchguest, process
-from powercut.benchguest import Where, run_item
-from powercut.benchspec import BenchItem
+from powercut.guest import bench as benchguest
+from powercut.linux import process
+from powercut.bench.items import PG_GLOB, Where, run_item
+from powercut.config import BenchItem
 from powercut.errors import EnvironmentNotReady
 
 
@@ -92,7 +93,7 @@ def test_real_items_through_the_guest_runners(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "fs") == []                             # nothing left behind
 
 
-@pytest.mark.skipif(not glob.glob(benchguest.PG_GLOB), reason="pg_test_fsync not installed (Debian package postgresql)")
+@pytest.mark.skipif(not glob.glob(PG_GLOB), reason="pg_test_fsync not installed (Debian package postgresql)")
 def test_real_pg_test_fsync_run(tmp_path: Path) -> None:
     got = run_item(BenchItem("pg_test_fsync", "pg_test_fsync", runtime_s=1, timeout_s=120),
                    Where(str(tmp_path), dict(os.environ)), tmp_path / "pg")

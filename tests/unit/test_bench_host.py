@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from powercut import benchhost, process
-from powercut.benchhost import CacheTool, HostTarget, cache_tool, check_unused, write_cache_set
+from powercut.bench import host as benchhost
+from powercut.linux import process
+from powercut.bench.host import CacheTool, HostTarget, cache_tool, check_unused, write_cache_set
 from powercut.errors import EnvironmentNotReady, Interrupted, UsageError
 
 
@@ -180,7 +181,7 @@ def test_host_mode_without_toggle_times_the_directory_as_is(tmp_path: Path) -> N
     import shutil
     if shutil.which("fio") is None:
         pytest.skip("fio is not installed (Debian package fio)")
-    from powercut.benchspec import plan
+    from powercut.bench.plan import plan
     sets = plan((), quick=True, profiles=("fsync-4k",), workload="append-fsync", params={"n": 4},
                 caches=(True,))
     entries, checks = benchhost.run_on_host(sets, benchhost.resolve_target(str(tmp_path)), tmp_path / "run",

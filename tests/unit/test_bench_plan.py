@@ -8,12 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from powercut import bench, benchspec, guestjob
-from powercut.benchrun import BenchRequest, BenchVmSpec, estimate_timeout, plan_request, vm_spec
-from powercut.benchspec import BenchItem, RunSet, plan
+from powercut.bench import parse as bench
+from powercut.bench import plan as benchspec
+from powercut.vm import guestjob
+from powercut.bench.run import BenchRequest, BenchVmSpec, estimate_timeout, plan_request, vm_spec
+from powercut.config import BenchItem, RunSet
+from powercut.bench.plan import plan
 from powercut.config import FsSpec
 from powercut.errors import UsageError
-from powercut.fioprofiles import by_name, profiles
+from powercut.bench.profiles import by_name, profiles
 from powercut.vm.qemu import build_argv
 
 
@@ -138,7 +141,7 @@ def test_timeout_estimate_grows_with_the_work() -> None:
 
 
 def test_the_backing_names_the_host_file_and_its_device(tmp_path: Path) -> None:
-    from powercut.benchrun import block_device_of, describe_backing
+    from powercut.bench.run import block_device_of, describe_backing
     img = tmp_path / "d.img"
     img.write_bytes(b"")
     dev, fstype = block_device_of(img)

@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from powercut import benchreport, benchresults, benchseeds
-from powercut.bench import parse_fio_json
-from powercut.benchresults import BenchEntry, BenchMeta, BenchResults, entries_for, from_sets
-from powercut.benchspec import BenchItem, RunSet
+from powercut.report import bench as benchreport
+from powercut.bench import results as benchresults
+from powercut.report import seeds as benchseeds
+from powercut.bench.parse import parse_fio_json
+from powercut.bench.results import BenchEntry, BenchMeta, BenchResults, entries_for, from_sets
+from powercut.config import BenchItem, RunSet
 from powercut.errors import UsageError
-from powercut.fioprofiles import by_name
+from powercut.bench.profiles import by_name
 
 FIXTURES = Path(__file__).resolve().parents[2] / "bench" / "fixtures"
 

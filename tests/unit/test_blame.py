@@ -7,8 +7,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from logops import build_log
-from powercut import blame
-from powercut.models import CrashSpace
+from powercut.debug import blame
+from powercut.core.models import CrashSpace
 
 OPS = [("m", "mkfs"), ("m", "begin:1"), ("w", 100, 4, 0, 1), ("w", 200, 2, 0, 2), ("f",), ("m", "ack:1"),
        ("m", "begin:2"), ("w", 104, 4, 0, 3), ("w", 300, 2, 0, 4), ("f",), ("m", "ack:2")]

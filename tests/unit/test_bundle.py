@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from logops import build_log
-from powercut import bundle, repro
+from powercut.debug import bundle
+from powercut.debug import repro
 from powercut.checker import CheckerSpec
 from powercut.errors import UsageError
-from powercut.log import open_log
-from powercut.verdict import Verdict
+from powercut.core.dmlog import open_log
+from powercut.core.verdict import Verdict
 
 OPS = [("m", "mkfs"), ("m", "begin:1"), ("w", 100, 4, 0, 1), ("d", 50, 8), ("f",), ("m", "ack:1"),
        ("w", 104, 4, 0, 3), ("f",), ("m", "ack:2")]

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from powercut import recording
-from powercut.campaign import CampaignSpec, prepare_out, run_campaign
+from powercut.record import recording
+from powercut.campaign.run import CampaignSpec, prepare_out, run_campaign
 from powercut.errors import UsageError
-from powercut.logwrite import LogWriter
-from powercut.loopdev import LoopDevice
-from powercut.mounts import mount, umount
+from powercut.core.dmlog_writer import LogWriter
+from powercut.linux.loopdev import LoopDevice
+from powercut.linux.mounts import mount, umount
 
 BS = 4096
 SIZE = 16 << 20

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from powercut.checker import CheckerSpec, CheckInput, CheckResult
-from powercut.verdict import SEVERITY, Verdict, check_name, worst
+from powercut.core.verdict import SEVERITY, Verdict, check_name, worst
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from powercut.cli import main
-from powercut.logwrite import LogWriter
+from powercut.core.dmlog_writer import LogWriter
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -85,7 +85,7 @@ def test_record_input_errors_before_any_vm(tmp_path: Path) -> None:
 def _fake_recording(tmp_path: Path, data: bytes = b"x" * (256 << 10)) -> Path:
     """A recording directory with a real (tiny) log and a manifest: enough for check/replay to
     get as far as their output paths."""
-    from powercut import recording
+    from powercut.record import recording
 
     rec = tmp_path / "rec"
     rec.mkdir()

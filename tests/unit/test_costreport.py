@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from powercut import costreport, matrix
-from powercut.benchresults import BenchEntry, BenchMeta, BenchResults
+from powercut.report import cost as costreport
+from powercut.report import matrix
+from powercut.campaign.matrix import timed_params
+from powercut.bench.results import BenchEntry, BenchMeta, BenchResults
 
 MATRIX = """
 [[row]]
@@ -69,8 +71,8 @@ def test_join_and_the_second_fsync_finding(rows: list[matrix.Row], tmp_path: Pat
 
 
 def test_timed_runs_get_enough_commits(rows: list[matrix.Row]) -> None:
-    assert costreport.timed_params(rows[0], quick=True) == {"fsync": 1, "prealloc": True, "n": 24}
-    assert costreport.timed_params(rows[2], quick=False) == {"mode": "o_sync", "bs": 16, "total": 16 * 64}
+    assert timed_params(rows[0], quick=True) == {"fsync": 1, "prealloc": True, "n": 24}
+    assert timed_params(rows[2], quick=False) == {"mode": "o_sync", "bs": 16, "total": 16 * 64}
 
 
 def test_report_without_matrix_results_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from powercut import dm
+from powercut.linux import dm
 from powercut.errors import PowercutError, UsageError
-from powercut.loopdev import LoopDevice
+from powercut.linux.loopdev import LoopDevice
 
 
 def _dm_missing() -> str | None:

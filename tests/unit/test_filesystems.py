@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from powercut import filesystems
+from powercut.linux import filesystems
 from powercut.config import FsSpec
 from powercut.errors import UsageError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from powercut import guestjob
+from powercut.vm import guestjob
 from powercut.checker import CheckerSpec
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.errors import PowercutError

@@ -1,80 +1,199 @@
-"""The import contract (ARCHITECTURE.md "Boundaries"), read from the source with ast -- imports
-inside functions count too:
+"""The import contract (ARCHITECTURE.md "Boundaries", LAYOUT.md 2.2), read from the source with ast;
+imports inside functions count too:
 
-* the pure core (log, stateid, models, selection, shrink) imports only the standard library,
-  ``errors`` and the pure core itself;
-* nothing that judges or rebuilds states (replay, check, hostcheck, checkvm, campaign, guest)
-  imports ``record`` (the host half of a recording);
-* ``vm/`` never imports the image builder (``powercut.images``);
+* each part sits in one layer and imports only its own part and parts of lower layers (two parts of
+  one layer never import each other);
+* outside ``record/`` only ``record.recording`` (the format) is imported, and ``record.vm`` only by
+  ``campaign/`` and ``cli/``; ``guest/`` imports ``vm.guestjob`` and no other part of ``vm/``;
+* third-party packages only where the table allows them;
+* no import cycle between modules;
+* imports inside functions only in ``cli/`` and ``guest/`` (start-up cost) and for the optional
+  dependencies (libvirt, matplotlib);
+* absolute imports only; every module has a docstring and stays under 450 lines; each package's
+  ``__init__`` docstring names every module of the package;
 * ``workloads/`` and ``checkers/`` import only powercut's public API (``powercut.__all__``).
 """
 from __future__ import annotations
 
 import ast
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import powercut
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "harness"
-PURE = {"log", "stateid", "models", "selection", "shrink"}
-NO_RECORD = {"replay", "check", "hostcheck", "checkvm", "campaign", "guest", "journal", "verdict"}
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
+LAYERS = ({"errors"}, {"core", "linux"}, {"config", "registry"}, {"marks", "workload", "checker"}, {""},
+          {"vm", "images"}, {"record"}, {"replay"}, {"check", "bench"}, {"debug"}, {"report"},
+          {"campaign"}, {"guest", "cli"})
+LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
+THIRD_PARTY = {"tomli_w": {"config"}, "rich": {"report", "cli"}, "matplotlib": {"report"}, "libvirt": {"vm"}}
+OPTIONAL = {"libvirt", "matplotlib"}          # may be imported inside a function anywhere they are allowed
+LAZY_PARTS = {"cli", "guest"}                 # start-up cost: imports inside functions allowed
+LAZY_RULE = False                             # turned on once the imports that hid cycles are hoisted
 
-def imported(source: str, package: str) -> list[str]:
-    """Absolute module names a source imports (relative imports resolved against ``package``)."""
-    out: list[str] = []
-    for node in ast.walk(ast.parse(source)):
+
+@dataclass(frozen=True)
+class Imp:
+    name: str          # absolute module (or module.attr) name
+    line: int
+    in_function: bool
+    relative: bool
+
+
+def part_of(module: str) -> str | None:
+    """The part of a powercut module name: 'core' for powercut.core.models, 'config' for
+    powercut.config, '' for the package root; None for workloads/checkers."""
+    if module == "powercut":
+        return ""
+    bits = module.split(".")
+    if bits[0] != "powercut":
+        return None
+    if bits[1] in ("workloads", "checkers"):
+        return None
+    return bits[1]
+
+
+def imports(source: str, module: str) -> list[Imp]:
+    """Every import of a source, with relative ones resolved against ``module``'s package."""
+    tree = ast.parse(source)
+    funcs = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for n in ast.walk(f) if n is not f}
+    is_pkg = module.endswith(".__init__")
+    module = module.removesuffix(".__init__")
+    out: list[Imp] = []
+    for node in ast.walk(tree):
+        inside = id(node) in funcs
         if isinstance(node, ast.Import):
-            out.extend(a.name for a in node.names)
+            out.extend(Imp(a.name, node.lineno, inside, False) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = module.split(".")
+                base = base[:len(base) - node.level + (1 if is_pkg else 0)]
                 mod = ".".join(base + ([node.module] if node.module else []))
-                if node.module is None:  # from . import x, y
-                    out.extend(f"{mod}.{a.name}" for a in node.names)
-                    continue
             else:
                 mod = node.module or ""
-            if mod == "powercut":  # from powercut import x: x may be a submodule
-                out.extend(f"powercut.{a.name}" if a.name not in powercut.__all__ else "powercut"
-                           for a in node.names)
-            else:
-                out.append(mod)
+            for a in node.names:
+                full = f"{mod}.{a.name}"
+                if mod == "powercut" and a.name in powercut.__all__:
+                    full = "powercut"
+                out.append(Imp(full if _is_module(full) else mod, node.lineno, inside, bool(node.level)))
     return out
 
 
-def violations(module: str, source: str) -> list[str]:
-    """What ``module`` (a dotted name under powercut) imports against the contract."""
-    package = module.rsplit(".", 1)[0]
-    parts = module.split(".")
-    bad = []
-    for name in imported(source, package):
-        top = name.split(".")[0]
-        inner = name.split(".")[1] if name.startswith("powercut.") else ""
-        if parts[:2] == ["powercut", parts[1]] and parts[1] in PURE and len(parts) == 2:
-            if top != "powercut" and top not in STDLIB:
-                bad.append(f"{module} (pure) imports third-party {name}")
-            elif top == "powercut" and inner not in PURE | {"errors"}:
-                bad.append(f"{module} (pure) imports {name}")
-        if len(parts) == 2 and parts[1] in NO_RECORD and inner == "record":
-            bad.append(f"{module} imports {name} (the host half of a recording)")
-        if parts[:2] == ["powercut", "vm"] and inner == "images":
-            bad.append(f"{module} imports the image builder {name}")
-        if len(parts) > 2 and parts[1] in ("workloads", "checkers") and top == "powercut" and name != "powercut":
-            bad.append(f"{module} imports {name}, not powercut's public API")
+def _is_module(name: str) -> bool:
+    """Is the dotted name a module or package of the tree (for 'from powercut.x import y')?"""
+    if not name.startswith("powercut."):
+        return False
+    bits = name.split(".")[1:]
+    base = {"images": ROOT / "vm-images", "workloads": ROOT / "workloads", "checkers": ROOT / "checkers"}
+    top = base.get(bits[0], HARNESS / bits[0])
+    path = top if bits[0] in base else HARNESS.joinpath(*bits)
+    if bits[0] in base:
+        path = top.joinpath(*bits[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def violations(module: str, source: str, *, lazy: bool | None = None) -> list[str]:
+    """What ``module`` (a dotted name under powercut; packages as ``pkg.__init__``) imports against
+    the contract."""
+    me = module.removesuffix(".__init__")
+    lazy = LAZY_RULE if lazy is None else lazy
+    bad: list[str] = []
+    plugin = me.startswith(("powercut.workloads", "powercut.checkers"))
+    mine = part_of(me)
+    for imp in imports(source, module):
+        top = imp.name.split(".")[0]
+        where = f"{module}:{imp.line}"
+        if imp.relative and not plugin:
+            bad.append(f"{where} imports {imp.name} relatively (imports are absolute)")
+        if plugin:
+            if top == "powercut" and imp.name != "powercut" and not imp.name.startswith(me.rsplit(".", 1)[0]):
+                bad.append(f"{where} imports {imp.name}, not powercut's public API")
+            continue
+        if top == "powercut":
+            theirs = part_of(imp.name)
+            if theirs is None:
+                bad.append(f"{where} imports the plug-in {imp.name}")
+                continue
+            if theirs not in LAYER or mine not in LAYER:
+                bad.append(f"{where}: {imp.name} or {me} is in no layer")
+                continue
+            if theirs != mine and LAYER[theirs] >= LAYER[mine]:
+                bad.append(f"{where}: {mine or 'powercut'}/ (layer {LAYER[mine]}) imports {imp.name} "
+                           f"(layer {LAYER[theirs]})")
+            if theirs == "record" and mine != "record":
+                if imp.name not in ("powercut.record.recording",) and not imp.name.startswith("powercut.record.vm"):
+                    bad.append(f"{where} imports {imp.name}: outside record/ only record.recording")
+                if imp.name.startswith("powercut.record.vm") and mine not in ("campaign", "cli"):
+                    bad.append(f"{where} imports {imp.name}: record.vm is for campaign/ and cli/ only")
+            if mine == "guest" and theirs in ("vm", "images") and imp.name != "powercut.vm.guestjob":
+                bad.append(f"{where} imports {imp.name}: the guest uses vm.guestjob only")
+        elif top not in STDLIB:
+            allowed = THIRD_PARTY.get(top)
+            if allowed is None or mine not in allowed:
+                bad.append(f"{where} imports third-party {imp.name}")
+        if lazy and imp.in_function and mine not in LAZY_PARTS and top not in OPTIONAL | STDLIB:
+            bad.append(f"{where} imports {imp.name} inside a function (only cli/, guest/ and optional "
+                       f"dependencies do)")
     return bad
 
 
 def modules() -> list[tuple[str, Path]]:
-    out = [(f"powercut.{p.stem}", p) for p in HARNESS.glob("*.py")]
-    out += [(f"powercut.vm.{p.stem}", p) for p in (HARNESS / "vm").glob("*.py")]
-    out += [(f"powercut.workloads.{p.stem}", p) for p in (ROOT / "workloads").rglob("*.py")]
-    out += [(f"powercut.checkers.{p.stem}", p) for p in (ROOT / "checkers").rglob("*.py")]
+    out = []
+    for p in sorted(HARNESS.rglob("*.py")):
+        rel = p.relative_to(HARNESS).with_suffix("")
+        out.append((".".join(("powercut",) + rel.parts), p))
+    for base, pkg in ((ROOT / "vm-images", "images"), (ROOT / "workloads", "workloads"),
+                      (ROOT / "checkers", "checkers")):
+        for p in sorted(base.rglob("*.py")):
+            rel = p.relative_to(base).with_suffix("")
+            out.append((".".join(("powercut", pkg) + rel.parts), p))
     return out
+
+
+def graph() -> dict[str, set[str]]:
+    """module -> the powercut modules it imports (package __init__ files under the package's name)."""
+    names = {m.removesuffix(".__init__") for m, _ in modules()}
+    g: dict[str, set[str]] = {}
+    for mod, path in modules():
+        me = mod.removesuffix(".__init__")
+        deps = set()
+        for imp in imports(path.read_text(), mod):
+            n = imp.name
+            while n and n not in names:
+                n = n.rpartition(".")[0]
+            if n and n != me:
+                deps.add(n)
+        g[me] = deps
+    return g
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of the graph, or None (a package's __init__ importing its own modules counts
+    as an edge like any other)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(g.get(n, ())):
+            if state.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in state and (c := visit(d)):
+                return c
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(g):
+        if n not in state and (c := visit(n)):
+            return c
+    return None
 
 
 def test_the_tree_keeps_the_contract() -> None:
@@ -83,26 +202,61 @@ def test_the_tree_keeps_the_contract() -> None:
 
 
 def test_the_checker_catches_deliberate_bad_imports() -> None:
-    assert violations("powercut.replay", "from .record import load_recording\n")
-    assert violations("powercut.check", "def f():\n    from powercut.record import record\n")
-    assert violations("powercut.models", "import numpy\n")
-    assert violations("powercut.models", "from .replay import plan\n")
-    assert violations("powercut.stateid", "from . import process\n")
+    assert violations("powercut.replay.materialize", "from powercut.record.vm import record\n")
+    assert violations("powercut.check.judge", "def f():\n    from powercut.record.vm import record\n")
+    assert violations("powercut.core.models", "import numpy\n")
+    assert violations("powercut.core.models", "from powercut.replay.materialize import plan\n")
+    assert violations("powercut.core.stateid", "from powercut.linux import process\n")   # same layer
     assert violations("powercut.vm.accel", "from powercut.images.build import cache_root\n")
-    assert violations("powercut.workloads.wal", "from powercut.check import judge\n")
-    assert violations("powercut.checkers.wal", "from powercut import process\n")
+    assert violations("powercut.check.judge", "from powercut.bench import parse\n")      # same layer
+    assert violations("powercut.report.summary", "from powercut.campaign.run import flaky\n")
+    assert violations("powercut.guest.check", "from powercut.vm.qemu import run_vm\n")
+    assert violations("powercut.debug.triage", "from . import bundle\n")                 # relative
+    assert violations("powercut.check.vm", "def f():\n    from powercut.debug import blame\n")
+    assert violations("powercut.check.host", "def f():\n    from powercut.replay import snapshot\n", lazy=True)
+    assert violations("powercut.debug.bundle", "def f():\n    import rich\n", lazy=True)
+    assert violations("powercut.report.summary", "import libvirt\n")
+    assert violations("powercut.workloads.wal", "from powercut.check.judge import judge\n")
+    assert violations("powercut.checkers.wal", "from powercut.linux import process\n")
     # and lets the allowed ones through
-    assert not violations("powercut.models", "from .errors import UsageError\nfrom .log import Entry\nimport re\n")
+    assert not violations("powercut.core.models", "from powercut.errors import UsageError\n"
+                                                  "from powercut.core.dmlog import Entry\nimport re\n")
     assert not violations("powercut.workloads.wal", "import powercut\nfrom powercut import ack, begin\n")
-    assert not violations("powercut.replay", "from .recording import load\n")
+    assert not violations("powercut.replay.materialize", "from powercut.record.recording import load\n")
+    assert not violations("powercut.cli.check", "def f():\n    from powercut.campaign.run import run_campaign\n",
+                          lazy=True)
+    assert not violations("powercut.vm.libvirt", "def f():\n    import libvirt\n", lazy=True)
+    assert not violations("powercut.report.bench", "def plot():\n    import matplotlib\n", lazy=True)
+    assert not violations("powercut.check.host", "def f():\n    import json\n", lazy=True)
+
+
+def test_no_import_cycle() -> None:
+    assert find_cycle(graph()) is None, " -> ".join(find_cycle(graph()) or [])
+
+
+def test_the_cycle_check_finds_a_deliberate_cycle() -> None:
+    g = graph()
+    assert find_cycle({**g, "powercut.linux.dm": g["powercut.linux.dm"] | {"powercut.replay.dmsnapshot"}})
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
 def test_every_module_has_a_docstring_and_stays_small() -> None:
     big = []
     for mod, path in modules():
         src = path.read_text()
-        if path.name != "__init__.py":
+        if path.name not in ("__init__.py",) or path.parent == HARNESS:
             assert ast.get_docstring(ast.parse(src)), f"{mod} has no module docstring"
         if len(src.splitlines()) > 450:
             big.append(f"{mod}: {len(src.splitlines())} lines")
     assert not big, big
+
+
+def test_each_package_init_names_its_modules() -> None:
+    missing = []
+    for init in sorted(HARNESS.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        for p in sorted(init.parent.glob("*.py")):
+            if p.name != "__init__.py" and f"``{p.stem}``" not in doc and p.stem not in doc.split():
+                missing.append(f"{init.parent.name}/__init__.py does not name {p.stem}")
+    assert not missing, "\n".join(missing)

@@ -12,7 +12,7 @@ import pytest
 
 SCRIPT = r"""
 import sys, time
-from powercut import interrupt, process
+from powercut.linux import interrupt, process
 from powercut.errors import Interrupted
 try:
     with interrupt.handled():

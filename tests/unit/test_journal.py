@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from powercut.errors import UsageError
-from powercut.journal import Journal, JsonLines, read_lines
-from powercut.verdict import Verdict
+from powercut.campaign.journal import Journal
+from powercut.linux.jsonlines import JsonLines, read_lines
+from powercut.core.verdict import Verdict
 
 
 def v(state: str, verdict: str = "pass", model: str = "flush", cut: int = 1) -> Verdict:

@@ -11,7 +11,7 @@ import pytest
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.errors import EnvironmentNotReady, UsageError
 from powercut.vm import libvirt as lv
-from powercut.vm.qemu import kernel_cmdline
+from powercut.vm.cmdline import kernel_cmdline
 
 Q = "{http://libvirt.org/schemas/domain/qemu/1.0}"
 

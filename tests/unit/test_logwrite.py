@@ -5,8 +5,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from powercut.log import DISCARD, FLUSH, FUA, MARK, METADATA, open_log
-from powercut.logwrite import LogWriter
+from powercut.core.dmlog import DISCARD, FLUSH, FUA, MARK, METADATA, open_log
+from powercut.core.dmlog_writer import LogWriter
 
 MAGIC = 0x6A736677736872
 

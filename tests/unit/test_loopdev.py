@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from powercut.errors import PowercutError
-from powercut.loopdev import LoopDevice, LoopError, backing_file, detach, loops_backed_under
+from powercut.linux.loopdev import LoopDevice, LoopError, backing_file, detach, loops_backed_under
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/loop-control"),
                                 reason="needs root and /dev/loop-control")

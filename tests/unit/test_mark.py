@@ -5,7 +5,7 @@ import errno
 
 import pytest
 
-from powercut import dm
+from powercut.linux import dm
 from powercut import marks as markmod
 
 
@@ -65,7 +65,7 @@ def test_timing_mode_writes_timestamps_not_marks(monkeypatch: pytest.MonkeyPatch
     """$POWERCUT_TIMING: begin/ack append '<monotonic ns> <mark>' lines; no ioctl, no target needed."""
     import time
 
-    from powercut import bench
+    from powercut.bench import parse as bench
 
     def no_ioctl(*a, **k):
         raise AssertionError("timing mode must not send a dm message")

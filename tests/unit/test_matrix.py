@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from powercut import matrix
+from powercut.report import matrix
 from powercut import workload as workloads
 from powercut.cli import main
 from powercut.errors import UsageError
-from powercut.report import summarize
-from powercut.verdict import Verdict
+from powercut.report.summary import summarize
+from powercut.core.verdict import Verdict
 
 ROW = """
 [[row]]

@@ -16,22 +16,12 @@ from hypothesis import assume, given, settings
 from hypothesis import example as hyp_example
 from hypothesis import strategies as st
 from powercut.errors import UsageError
-from powercut.log import FLUSH, FUA, Entry, LogIndex, open_log
-from powercut.logwrite import LogWriter
+from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex, open_log
+from powercut.core.dmlog_writer import LogWriter
 from logops import build_log
-from powercut.models import (
-    MODELS,
-    CrashSpace,
-    CrashState,
-    describe,
-    durable_entries,
-    enumerate_states,
-    format_ranges,
-    make_state,
-    state_from_id,
-    state_to_json,
-)
-from powercut.stateid import tear_picks
+from powercut.core.stateid import MODELS, format_ranges
+from powercut.core.models import CrashSpace, CrashState, describe, durable_entries, enumerate_states, make_state, state_from_id, state_to_json
+from powercut.core.stateid import tear_picks
 
 S = b"\1" * 512
 
@@ -446,7 +436,7 @@ def test_notes_add_no_states(ops: list, where: list[int], bound: int) -> None:  
 
 # -- the CrashSpace ---------------------------------------------------------------------------------------
 def test_no_hidden_cache_and_a_space_is_reusable(example: LogIndex) -> None:
-    import powercut.models as models
+    import powercut.core.models as models
     assert not any(isinstance(v, (list, dict)) and not k.startswith("__") and k not in ("__all__",)
                    for k, v in vars(models).items()), "module-level mutable state"
     sp = CrashSpace(example)
@@ -531,7 +521,7 @@ def test_blind_spot_b_fua_on_top(tmp_path: Path) -> None:
     (log order) there is a torn state whose image has U's data on top; it and the other combined
     torn states materialize exactly as the from-scratch reference."""
     import hashlib
-    from powercut.replay import materialize, reference_image
+    from powercut.replay.materialize import materialize, reference_image
     ops = [("w", 0, 8, 0, 1), ("f",), ("w", 2, 2, FUA, 50), ("m", "ack:u"), ("w", 0, 6, 0, 100),
            ("w", 10, 2, 0, 200), ("f",)]
     with build_log(tmp_path / "l.bin", ops) as idx:
@@ -565,7 +555,7 @@ def test_combined_torn_states_replay_exactly(ops: list, seed: int) -> None:  # t
     """materialize (incremental walk + clone + extras) and reference_image (from entry 0) agree on
     every torn state, the combined ones included (torn entry not cut-1, entries lost)."""
     import hashlib
-    from powercut.replay import materialize, reference_image
+    from powercut.replay.materialize import materialize, reference_image
     with tempfile.TemporaryDirectory() as d:
         with build_log(Path(d) / "l.bin", ops) as idx:
             states = enumerate_states(idx, "torn", seed=seed, torn_samples=3)

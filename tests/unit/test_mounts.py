@@ -9,24 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from powercut import mounts, process
+from powercut.linux import mounts
+from powercut.linux import process
 from powercut.errors import PowercutError, UsageError
-from powercut.loopdev import LoopDevice
-from powercut.mounts import (
-    MS_DIRSYNC,
-    MS_LAZYTIME,
-    MS_MANDLOCK,
-    MS_NOATIME,
-    MS_NODEV,
-    MS_NODIRATIME,
-    MS_NOEXEC,
-    MS_NOSUID,
-    MS_RDONLY,
-    MS_RELATIME,
-    MS_STRICTATIME,
-    MS_SYNCHRONOUS,
-    parse_options,
-)
+from powercut.linux.loopdev import LoopDevice
+from powercut.linux.mounts import MS_DIRSYNC, MS_LAZYTIME, MS_MANDLOCK, MS_NOATIME, MS_NODEV, MS_NODIRATIME, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_RELATIME, MS_STRICTATIME, MS_SYNCHRONOUS, parse_options
 
 
 # -- option words ------------------------------------------------------------------------------------------

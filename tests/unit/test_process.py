@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from powercut import process
+from powercut.linux import process
 from powercut.errors import CommandFailed, EnvironmentNotReady
 
 

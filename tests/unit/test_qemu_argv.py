@@ -7,7 +7,9 @@ import pytest
 
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.errors import GuestHang, GuestPanic, QemuCrashed, UsageError, VmError
-from powercut.vm.qemu import build_argv, classify_end, kernel_cmdline
+from powercut.vm.qemu import build_argv
+from powercut.vm.console import classify_end
+from powercut.vm.cmdline import kernel_cmdline
 
 
 def spec(tmp_path: Path, **kw) -> VmSpec:
@@ -98,9 +100,9 @@ def test_classify_end(tmp_path: Path) -> None:
 def test_paths_under_tmp_are_kept_visible_in_the_guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from powercut.vm import qemu
+    from powercut.vm import cmdline
     monkeypatch.setattr(sys, "prefix", "/tmp/some-venv")
-    assert "/tmp/some-venv" in qemu.host_paths_to_keep()
+    assert "/tmp/some-venv" in cmdline.host_paths_to_keep()
     assert "powercut.keep=" in kernel_cmdline(spec(tmp_path)) and "/tmp/some-venv" in kernel_cmdline(spec(tmp_path))
     monkeypatch.setattr(sys, "prefix", "/usr")
-    assert "/usr" not in qemu.host_paths_to_keep()
+    assert "/usr" not in cmdline.host_paths_to_keep()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from powercut import recording
+from powercut.record import recording
 from powercut.errors import BadRecording, UsageError
 
 GOOD = {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},

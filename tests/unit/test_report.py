@@ -7,9 +7,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
 
-from powercut.campaign import flaky
-from powercut.report import summarize, table, write_outputs
-from powercut.verdict import Verdict
+from powercut.campaign.run import flaky
+from powercut.report.summary import summarize, table, write_outputs
+from powercut.core.verdict import Verdict
 
 
 def v(state: str, verdict: str = "pass", model: str = "flush", cut: int = 1) -> Verdict:

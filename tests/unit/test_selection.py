@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from powercut.errors import UsageError
-from powercut.log import FLUSH, FUA, LogIndex
+from powercut.core.dmlog import FLUSH, FUA, LogIndex
 from logops import build_log
-from powercut.models import MODELS, CrashSpace, CrashState, durable_entries, enumerate_states
-from powercut.replay import materialize, reference_image
-from powercut.selection import Selection, fair_shares, image_key, select, spread
+from powercut.core.stateid import MODELS
+from powercut.core.models import CrashSpace, CrashState, durable_entries, enumerate_states
+from powercut.replay.materialize import materialize, reference_image
+from powercut.core.selection import Selection, fair_shares, image_key, select, spread
 
 SIZE = 16 * 512
 KW = {"bound": 4, "samples": 3, "torn_samples": 2}

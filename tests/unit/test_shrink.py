@@ -17,11 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from logops import build_log
 from powercut.errors import UsageError
-from powercut.log import FLUSH, FUA
-from powercut.models import MODELS, CrashSpace, CrashState
-from powercut.selection import image_key
-from powercut.shrink import Outcome, find_integer, minimize, reason_class, signature
-from powercut.stateid import parse_id
+from powercut.core.dmlog import FLUSH, FUA
+from powercut.core.stateid import MODELS
+from powercut.core.models import CrashSpace, CrashState
+from powercut.core.selection import image_key
+from powercut.core.shrink import Outcome, find_integer, minimize, reason_class, signature
+from powercut.core.stateid import parse_id
 
 Judge = Callable[[CrashState], Outcome]
 PASS = Outcome("pass")

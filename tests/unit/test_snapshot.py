@@ -11,13 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from powercut import dm, mounts
+from powercut.linux import dm
+from powercut.linux import mounts
 from powercut.errors import EnvironmentNotReady, UsageError
-from powercut.imageio import data_extents, new_image, probe_reflink, punch_hole, pwrite_all, sparse_copy_fd
-from powercut.log import LogIndex
-from powercut.models import enumerate_states
-from powercut.replay import materialize, reference_image
-from powercut.snapshot import CopyProvider, Provider, XfsWorkspaceProvider, choose_provider
+from powercut.linux.imageio import data_extents, new_image, probe_reflink, punch_hole, pwrite_all, sparse_copy_fd
+from powercut.core.dmlog import LogIndex
+from powercut.core.models import enumerate_states
+from powercut.replay.materialize import materialize, reference_image
+from powercut.replay.snapshot import CopyProvider, Provider, XfsWorkspaceProvider
+from powercut.replay.providers import choose_provider
 from test_replay import HAND, LOGS, NSECT, build, check_all, sha
 
 ROOT = os.geteuid() == 0
@@ -108,7 +110,7 @@ def test_native_reflink_provider(xfs_provider: Provider, tmp_path: Path) -> None
 @needs_root
 def test_auto_without_reflink_uses_xfs_workspace(tmp_path: Path) -> None:
     """The XFS workspace is a loop device + mount(2); close unmounts it and frees the loop."""
-    from powercut.loopdev import loops_backed_under
+    from powercut.linux.loopdev import loops_backed_under
     if probe_reflink(tmp_path) is None:
         pytest.skip(f"{tmp_path} supports reflink natively")
     with choose_provider(tmp_path) as p:

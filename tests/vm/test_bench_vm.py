@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from powercut.fioprofiles import profiles
+from powercut.bench.profiles import profiles
 
 pytestmark = pytest.mark.vm
 

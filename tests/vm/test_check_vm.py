@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from powercut.campaign import CampaignSpec, run_campaign
+from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.record import RecordSpec, record
+from powercut.record.vm import RecordSpec, record
 
 pytestmark = pytest.mark.vm
 MODELS = ("flush", "no-cache", "write-cache")
@@ -86,9 +86,9 @@ def test_a_flaky_checker_is_reported_as_flaky_not_as_a_finding(good: Path, tmp_p
 
 
 def test_panic_and_hang_in_the_checker_vm_are_findings(good: Path, tmp_path: Path) -> None:
-    from powercut.log import open_log
-    from powercut.recording import load
-    from powercut.selection import select
+    from powercut.core.dmlog import open_log
+    from powercut.record.recording import load
+    from powercut.core.selection import select
     with open_log(load(good).log_path) as index:
         ids = [s.id for s in select(index, ["flush"]).states]
     panic_id, hang_id = ids[2], ids[5]

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from powercut.campaign import CampaignSpec, run_campaign
+from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.loopdev import loops_backed_under
-from powercut.mounts import mounts_under
-from powercut.record import RecordSpec, record
-from powercut.recording import load
+from powercut.linux.loopdev import loops_backed_under
+from powercut.linux.mounts import mounts_under
+from powercut.record.vm import RecordSpec, record
+from powercut.record.recording import load
 
 pytestmark = pytest.mark.vm
 CLI = [sys.executable, "-m", "powercut.cli"]

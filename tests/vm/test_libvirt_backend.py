@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from powercut import process
+from powercut.linux import process
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.errors import GuestHang, GuestPanic, QemuCrashed
 from powercut.vm.libvirt import run_vm_libvirt

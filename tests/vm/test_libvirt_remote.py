@@ -16,11 +16,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from powercut import process
+from powercut.linux import process
 from powercut.config import FsSpec, ShareSpec, VmSpec, WorkloadSpec
 from powercut.errors import VmError
-from powercut.log import open_log
-from powercut.record import RecordSpec, record
+from powercut.core.dmlog import open_log
+from powercut.record.vm import RecordSpec, record
 from powercut.vm import accel
 from powercut.vm.libvirt import is_local_uri, run_vm_libvirt
 
@@ -201,7 +201,7 @@ def _wait_gone(name: str, limit: float) -> float:
 CHILD = """
 import sys
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.record import RecordSpec, record
+from powercut.record.vm import RecordSpec, record
 record(RecordSpec(fs=FsSpec(fstype="ext4", size_mb=256), workload=WorkloadSpec(cmd="sleep 600"),
                   backend="libvirt", libvirt_uri=sys.argv[2], accel="tcg", timeout_s=900), sys.argv[1])
 """

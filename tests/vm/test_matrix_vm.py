@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from powercut import matrix
+from powercut.report import matrix
 
 pytestmark = pytest.mark.vm
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from powercut.campaign import CampaignSpec, run_campaign
+from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.record import RecordSpec, record
+from powercut.record.vm import RecordSpec, record
 from powercut.workloads import postgres as pgw
 
 pytestmark = pytest.mark.vm

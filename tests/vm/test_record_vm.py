@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.errors import (GuestPanic, ImageError, LogDeviceFull, UsageError,
-                             WorkloadFailed)
-from powercut.log import open_log
-from powercut.record import RecordSpec, load_recording, record
+from powercut.errors import GuestPanic, ImageError, LogDeviceFull, UsageError, WorkloadFailed
+from powercut.core.dmlog import open_log
+from powercut.record.vm import RecordSpec, record
+from powercut.record.recording import load_recording
 
 pytestmark = pytest.mark.vm
 N = 6

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from powercut import process
+from powercut.linux import process
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.errors import WorkloadFailed
-from powercut.log import LogIndex, open_log
-from powercut.models import CrashState, enumerate_states, state_from_id
-from powercut.record import Recording, RecordSpec, record
-from powercut.replay import materialize, reference_image, replay_state
+from powercut.core.dmlog import LogIndex, open_log
+from powercut.core.models import CrashState, enumerate_states, state_from_id
+from powercut.record.recording import Recording
+from powercut.record.vm import RecordSpec, record
+from powercut.replay.materialize import materialize, reference_image, replay_state
 from powercut.workloads.append_fsync import record as append_record
 
 pytestmark = pytest.mark.vm

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from powercut.campaign import CampaignSpec, run_campaign
+from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.record import RecordSpec, record
+from powercut.record.vm import RecordSpec, record
 
 pytestmark = pytest.mark.vm
 

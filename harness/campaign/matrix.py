@@ -1,0 +1,171 @@
+"""Running the verdict matrix (host): record each row (one ahead while the previous one is checked), check it under each model, judge failing torn states again without their tear, and time the rows for the durability-vs-cost report."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powercut.bench.results import BenchResults
+from powercut.core.stateid import TORN_MODELS
+from powercut.errors import PowercutError
+from powercut.report.matrix import Cell, Row, cells, failed_cells, one_line
+
+log = logging.getLogger(__name__)
+
+
+MAX_TEAR_CHECKS = 40  # failing torn states checked for whether they need their tear, per row
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixRun:
+    """How to run the chosen rows.  ``check_in`` empty: each CI row where its ``ci`` says, the
+    others in checker VMs.  ``resume``: reuse a row's recording and judged states."""
+
+    out: Path
+    check_in: str = ""
+    jobs: int = 0
+    bound: int = 10
+    samples: int = 64
+    max_states: int = 0
+    accel: str = "auto"
+    resume: bool = False
+
+
+def run_row(row: Row, how: MatrixRun, on_verdict: Any = None) -> tuple[list[Cell], dict[str, Any]]:
+    """Record the row's workload (unless resumed) and check it under its models."""
+    return check_row(row, how, record_row(row, how), on_verdict)
+
+
+def run_rows(rows: list[Row], how: MatrixRun, on_row: Any = None) -> list[tuple[list[Cell], dict[str, Any]]]:
+    """Every row, the next one recorded while this one is checked (a TCG recording keeps one core
+    busy; the check runs beside it).  ``on_row(row, cells, info)`` as each row ends."""
+    from concurrent.futures import ThreadPoolExecutor
+    out = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="powercut-record") as pool:
+        ahead = pool.submit(record_row, rows[0], how) if rows else None
+        for k, row in enumerate(rows):
+            recorded = ahead.result() if ahead is not None else ""
+            ahead = pool.submit(record_row, rows[k + 1], how) if k + 1 < len(rows) else None
+            cells_, info = check_row(row, how, recorded)
+            if on_row:
+                on_row(row, cells_, info)
+            out.append((cells_, info))
+    return out
+
+
+def record_row(row: Row, how: MatrixRun) -> str:
+    """Record the row into ``how.out/ROW`` (kept when resuming a finished one); "" or the error."""
+    from powercut.config import FsSpec, WorkloadSpec
+    from powercut.record.vm import RecordSpec, record
+
+    recdir = how.out / row.slug
+    if how.resume and _recorded(recdir):
+        return ""
+    try:
+        spec = RecordSpec(fs=FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()), mount_opts=row.mount_opts),
+                          workload=WorkloadSpec(name=row.workload, params=dict(row.params)), accel=how.accel)
+        record(spec, recdir, force=True)
+        return ""
+    except (PowercutError, OSError) as e:
+        log.warning("matrix row %s: %s", row.id, one_line(e))
+        return one_line(e)
+
+
+def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = None
+              ) -> tuple[list[Cell], dict[str, Any]]:
+    from powercut.campaign.run import CampaignSpec, run_campaign
+    from powercut.record import recording
+
+    recdir = how.out / row.slug
+    info: dict[str, Any] = {"row": row.id, "recording": str(recdir)}
+    if record_error:
+        return failed_cells(row, record_error), info
+    try:
+        rec = recording.load(recdir)
+        info["record_s"] = rec.manifest.get("recording", {}).get("vm_wall_s")
+        cspec = CampaignSpec(models=row.models, check_in=how.check_in or row.ci or "vm", jobs=how.jobs,
+                             bound=how.bound, samples=how.samples, accel=how.accel,
+                             max_states=min((x for x in (how.max_states, row.max_states) if x), default=0),
+                             resume=how.resume, shrink=0)  # the matrix wants verdicts; triage is check's
+        summary, _ = run_campaign(recdir, cspec, recdir / "check", on_verdict=on_verdict)
+        info["check_s"] = round(summary.seconds, 1)
+        info["check_in"] = cspec.check_in
+        torn = [f for f in summary.failures if f.model in TORN_MODELS]
+        untorn = _untorn(rec, cspec, torn[:MAX_TEAR_CHECKS], recdir / "untorn") if torn else {}
+        info["tear_checks"] = {"checked": min(len(torn), MAX_TEAR_CHECKS), "torn_failures": len(torn)}
+        return cells(row, summary, untorn), info
+    except (PowercutError, OSError) as e:
+        log.warning("matrix row %s: %s", row.id, one_line(e))
+        return failed_cells(row, one_line(e)), info
+
+
+def _untorn(rec: Any, cspec: Any, torn: list[Any], work: Path) -> dict[str, str]:
+    """Which failing torn states fail the same way without their tear (diagnose.without_tear), where
+    the check ran; the states not checked (beyond MAX_TEAR_CHECKS) stay the torn model's."""
+    import shutil
+
+    from powercut.check.context import context_for
+    from powercut.core.dmlog import open_log
+    ctx = context_for(rec)
+    try:
+        if cspec.check_in == "host":
+            from powercut.core.models import space
+            from powercut.debug.diagnose import Where, without_tear
+            work.mkdir(parents=True, exist_ok=True)
+            with open_log(rec.log_path) as index:
+                sp = space(index)
+                where = Where(index, rec.data_size, rec.initial_image, work, space=sp)
+                return {f.state: without_tear(ctx, where, sp.state_from_id(f.state), f) for f in torn}
+        from powercut.check.vm import VmCheckSpec, diagnose_vm
+        found = diagnose_vm(ctx, rec.log_path, rec.data_size, torn, work, VmCheckSpec.default(accel=cspec.accel),
+                            floor=None, budget=1, tear_only=True)
+        return {d["state"]: d.get("without_tear", "") for d in found}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _recorded(recdir: Path) -> bool:
+    from powercut.record import recording
+    try:
+        recording.load(recdir).require_ok()
+        return True
+    except PowercutError:
+        return False
+
+
+TIMED_COMMITS = {False: 64, True: 24}   # commits per timed run (quick: True)
+
+
+def timed_params(row: Row, quick: bool) -> dict[str, Any]:
+    """The row's parameters with enough commits to time (``n``, or osync's ``total``)."""
+    p = dict(row.params)
+    n = TIMED_COMMITS[quick]
+    if row.workload == "osync":
+        p["total"] = int(p.get("bs", 4096)) * n
+    else:
+        p["n"] = max(int(p.get("n", 0) or 0), n)
+    return p
+
+
+def measure(rows: list[Row], out: Path, *, quick: bool, accel: str = "auto") -> list[BenchResults]:
+    """Time every row's workload with the cache on and off: one bench VM per filesystem."""
+    from powercut.bench.results import write
+    from powercut.bench.run import BenchVmSpec, run_bench_vm
+    from powercut.config import BenchItem, FsSpec, RunSet
+
+    results = []
+    for fstype in dict.fromkeys(r.fs for r in rows):
+        sets: dict[tuple[bool, str], list[BenchItem]] = {}
+        for r in (r for r in rows if r.fs == fstype):
+            item = BenchItem("workload", r.workload, "report", params=timed_params(r, quick), label=r.id)
+            for wc in (True, False):
+                sets.setdefault((wc, r.mount_opts), []).append(item)
+        runsets = tuple(RunSet(wc, tuple(items), "disk", opts) for (wc, opts), items in sets.items())
+        d = out / f"bench-{fstype}"
+        d.mkdir(parents=True, exist_ok=True)
+        res = run_bench_vm(BenchVmSpec(fs=FsSpec(fstype=fstype), accel=accel), runsets, d, suites=("report",),
+                           quick=quick)
+        write(res, d / "results.json")
+        results.append(res)
+    return results

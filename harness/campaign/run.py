@@ -1,0 +1,229 @@
+"""A check campaign over one recording (host side): select the distinct states, judge them (checker
+VMs or host), confirm every failure, journal, summarize.  ``powercut check`` and ``powercut run``
+call ``run_campaign``.
+
+Each distinct disk image is judged once (selection.py: states with the same durable content and
+the same acked/begun keys are one; the journal lists the others as its aliases).  Every failing
+state is then judged a second time, alone (a fresh clone, a fresh mount point, nothing else from
+that recording mounted: one host worker, or fresh checker VMs): the same verdict makes it a
+confirmed finding; a different one makes it ``flaky`` -- a harness problem, reported with both
+verdicts, never counted as a finding of the program under test."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from powercut.campaign.journal import Journal
+from powercut.check.context import CheckContext, context_for
+from powercut.core.dmlog import open_log
+from powercut.core.models import CrashState
+from powercut.core.selection import Selection, select
+from powercut.core.verdict import Verdict
+from powercut.errors import UsageError
+from powercut.record import recording
+from powercut.report.summary import Summary, summarize, write_outputs
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODELS = ("flush", "write-cache")
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignSpec:
+    models: tuple[str, ...] = DEFAULT_MODELS
+    check_in: str = "vm"
+    jobs: int = 0                 # parallel walks (host) or checker VMs (vm); 0 = one per core
+    checker_command: str = ""     # empty: the workload's registered checker (or fsck only for --cmd)
+    seed: int = 0
+    bound: int = 10
+    samples: int = 64
+    max_states: int = 0           # 0 = all
+    resume: bool = False
+    accel: str = "auto"
+    state_timeout_s: float = 300.0
+    confirm: bool = True          # judge every failure a second time, alone
+    memory_mb: int = 768          # per checker VM
+    shrink: int = 0               # minimize + blame the first state of the first K failure groups (0: off;
+                                  # the CLI's --shrink defaults to 3)
+    shrink_budget: int = 60       # checks per minimization
+
+    def __post_init__(self) -> None:
+        if self.check_in not in ("vm", "host"):
+            raise UsageError(f"--check-in must be vm or host, not {self.check_in!r}")
+        if self.jobs < 0:
+            raise UsageError(f"-j must be 0 (one per core) or more, not {self.jobs}")
+        if self.shrink < 0 or self.shrink_budget < 1:
+            raise UsageError(f"--shrink must be 0 (off) or more and its budget at least 1, not {self.shrink}, "
+                             f"{self.shrink_budget}")
+        if self.max_states < 0:
+            raise UsageError(f"--max-states must be 0 (all) or more, not {self.max_states}")
+
+    def workers(self) -> int:
+        return self.jobs or os.cpu_count() or 1
+
+
+def prepare_out(outdir: Path, resume: bool) -> None:
+    if outdir.exists() and not resume:
+        if not outdir.is_dir():
+            raise UsageError(f"{outdir} exists and is not a directory")
+        if not (outdir / "journal.jsonl").exists() and any(outdir.iterdir()):
+            raise UsageError(f"{outdir} exists and is not a check output; choose another --out")
+        shutil.rmtree(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+
+
+class _Run:
+    """One campaign's moving parts: the journal, the aliases, the callbacks."""
+
+    def __init__(self, spec: CampaignSpec, rec: recording.Recording, ctx: CheckContext, outdir: Path,
+                 sel: Selection, journal: Journal, on_verdict: Callable[[Verdict], None] | None) -> None:
+        self.spec, self.rec, self.ctx, self.outdir = spec, rec, ctx, outdir
+        self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
+        self.confirm_s = 0.0
+        self.confirmed = 0
+        self.groups: list[Any] = []
+        self.triage_s = 0.0
+
+    def sink(self, v: Verdict) -> None:
+        v = dataclasses.replace(v, aliases=tuple(self.sel.aliases.get(v.state, ())))
+        self.journal.add(v)
+        if self.on_verdict:
+            self.on_verdict(v)
+
+    def judge(self, index: Any, states: list[CrashState], sink: Callable[[Verdict], None], work: Path,
+              jobs: int) -> None:
+        if not states:
+            return
+        if self.spec.check_in == "host":
+            from powercut.check.host import check_host
+            check_host(self.ctx, index, self.rec.data_size, states, sink, work, jobs=jobs,
+                       initial=self.rec.initial_image)
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            from powercut.check.vm import check_vm
+            check_vm(self.ctx, self.rec.log_path, index, self.rec.data_size, states, sink, work, self._vm(), jobs=jobs)
+
+    def _vm(self) -> Any:
+        from powercut.check.vm import VmCheckSpec
+        return VmCheckSpec.default(accel=self.spec.accel, memory_mb=self.spec.memory_mb,
+                                   state_timeout_s=self.spec.state_timeout_s)
+
+    def confirm(self, index: Any) -> None:
+        """Judge each unconfirmed failure again, alone; same verdict = confirmed, else flaky."""
+        by_id = {s.id: s for s in self.sel.states}
+        firsts = {v.state: v for v in self.journal if v.failed and not v.confirmed and v.verdict != "flaky"
+                  and v.state in by_id}
+        if not firsts:
+            return
+        t0 = time.monotonic()
+
+        def second(v2: Verdict) -> None:
+            v1 = firsts[v2.state]
+            if v2.verdict == v1.verdict:
+                self.journal.add(dataclasses.replace(v1, confirmed=True))
+            else:
+                self.journal.add(flaky(v1, v2))
+            self.confirmed += 1
+
+        # alone: one host worker (one kernel); in VM mode every checker VM is a kernel of its own
+        jobs = 1 if self.spec.check_in == "host" else self.spec.workers()
+        self.judge(index, [by_id[i] for i in firsts], second, self.outdir / "confirm", jobs)
+        self.confirm_s += time.monotonic() - t0
+
+
+    def triage(self, index: Any) -> list[Any]:
+        """Group the failures; minimize and blame the first of the first ``shrink`` groups where the
+        check runs; a repro bundle for every group."""
+        from powercut.debug import triage
+        t0 = time.monotonic()
+        wanted = {s.id for s in self.sel.states}
+        self.groups = triage.group([v for sid, v in self.journal.done.items() if sid in wanted and v.finding])
+        todo = self.groups[:self.spec.shrink]
+        if todo:
+            firsts = [g.first for g in todo]
+            found = {d["state"]: d for d in self._diagnose(index, firsts)}
+            for g in todo:
+                g.diagnosis = found.get(g.first.state)
+        if self.groups:
+            triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.rec.log_path)
+            triage.save(self.outdir, self.groups)
+        self.triage_s = time.monotonic() - t0
+        return self.groups
+
+    def _diagnose(self, index: Any, firsts: list[Verdict]) -> list[dict[str, Any]]:
+        work = self.outdir / "diagnose"
+        if self.spec.check_in == "host":
+            from powercut.check.host import cleanup_stale
+            from powercut.core.models import space
+            from powercut.debug.diagnose import Where, diagnose
+            work.mkdir(parents=True, exist_ok=True)
+            cleanup_stale(work)
+            sp = space(index)
+            where = Where(index, self.rec.data_size, self.rec.initial_image, work, "auto", self.sel.floor, sp)
+            try:
+                return [diagnose(self.ctx, where, sp.state_from_id(v.state), v, budget=self.spec.shrink_budget).to_json()
+                        for v in firsts]
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        from powercut.check.vm import diagnose_vm
+        try:
+            return diagnose_vm(self.ctx, self.rec.log_path, self.rec.data_size, firsts, work, self._vm(),
+                               floor=self.sel.floor, budget=self.spec.shrink_budget)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def flaky(v1: Verdict, v2: Verdict) -> Verdict:
+    reasons = (f"judged twice with different verdicts: {v1.verdict}, then alone {v2.verdict} -- a harness "
+               "problem, not a finding", *(f"first: {r}" for r in v1.reasons), *(f"second: {r}" for r in v2.reasons))
+    return dataclasses.replace(v1, verdict="flaky", reasons=reasons, first=(v1.verdict, *v1.reasons),
+                               seconds=round(v1.seconds + v2.seconds, 3))
+
+
+def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str | os.PathLike[str] | None = None,
+                 on_start: Callable[[int, int], None] | None = None,
+                 on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
+    rec = recording.load(rec_dir).require_ok()
+    outdir = Path(out) if out else rec.dir / "check"
+    ctx = context_for(rec, spec.checker_command)
+    if spec.check_in == "host":
+        from powercut.check.host import require_root
+        require_root()
+    prepare_out(outdir, spec.resume)
+    t0 = time.monotonic()
+    status = "complete"
+    with open_log(rec.log_path) as index:
+        sel = select(index, list(spec.models), seed=spec.seed, bound=spec.bound, samples=spec.samples,
+                     max_states=spec.max_states)
+        journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
+        run = _Run(spec, rec, ctx, outdir, sel, journal, on_verdict)
+        try:
+            if on_start:
+                on_start(len(sel.states), sum(1 for s in sel.states if s.id in journal.done))
+            todo = [s for s in sel.states if s.id not in journal.done]
+            run.judge(index, todo, run.sink, outdir / "work", spec.workers())
+            if spec.confirm:
+                run.confirm(index)
+            run.triage(index)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException:
+            status = "error"
+            raise
+        finally:
+            journal.close()
+            wanted = {s.id for s in sel.states}
+            verdicts = [v for sid, v in journal.done.items() if sid in wanted]
+            summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype, workload=rec.workload_label,
+                                check_in=spec.check_in, seconds=time.monotonic() - t0, selection=sel,
+                                status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
+                                groups=[g.to_json() for g in run.groups], triage_s=run.triage_s)
+            paths = write_outputs(summary, verdicts, outdir)
+    return summary, paths

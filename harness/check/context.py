@@ -1,0 +1,50 @@
+"""What a state is judged against (host and guest): the frozen CheckContext (recording, filesystem, checker, params, timeouts), built once for a recording, and its checker."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from powercut.checker import CheckerSpec
+from powercut.linux import filesystems
+from powercut.linux.filesystems import Filesystem
+from powercut.record import recording
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckContext:
+    """Everything that is the same for every state of a campaign."""
+
+    fs: Filesystem
+    checker: CheckerSpec = CheckerSpec()
+    params: dict[str, Any] = field(default_factory=dict)
+    mount_opts: str = ""          # the recording's own mount options
+    mount_timeout_s: float = 120.0
+    fsck_timeout_s: float = 300.0
+
+    @property
+    def state_mount_opts(self) -> str:
+        return self.fs.check_mount_opts(self.mount_opts)
+
+
+def checker_for(workload: dict[str, Any], command: str) -> tuple[CheckerSpec, dict[str, Any]]:
+    from powercut import checker as checkers
+    from powercut import workload as workloads
+
+    params: dict[str, Any] = {}
+    if workload.get("name"):
+        params = workloads.get(workload["name"]).params(workload.get("params") or {})
+    if command:
+        return CheckerSpec(command=command), params
+    if workload.get("name"):
+        checkers.get(workload["name"])  # a missing checker is a usage error now, not per state
+        return CheckerSpec(name=workload["name"]), params
+    return CheckerSpec(), params
+
+
+def context_for(rec: recording.Recording, command: str = "") -> CheckContext:
+    """How a recording's states are judged: its filesystem, mount options, checker and parameters."""
+    checker, params = checker_for(rec.workload, command)
+    return CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)

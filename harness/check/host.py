@@ -1,0 +1,119 @@
+"""``--check-in host`` (host, root): judge crash states on this machine over loop devices, ``jobs``
+incremental walks in parallel.  For trusted, disposable machines: a corrupt image meets the host
+kernel.
+
+Clones of one filesystem share its UUID/fsid; what lets them be judged side by side comes from the
+filesystem table (``nouuid`` for xfs), and a filesystem whose clones cannot be mounted together in
+one kernel (btrfs before temp-fsid) has its mounts serialized -- the walks still run in parallel."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable
+
+from powercut.check.context import CheckContext
+from powercut.check.judge import judge
+from powercut.core.models import CrashState
+from powercut.core.verdict import Verdict
+from powercut.errors import EnvironmentNotReady
+from powercut.linux import interrupt
+from powercut.linux.loopdev import LoopDevice, detach, loops_backed_under
+from powercut.linux.mounts import mounts_under, umount
+from powercut.replay.materialize import materialize, plan
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[Verdict], None]
+
+
+def require_root(what: str = "--check-in host") -> None:
+    if os.geteuid() != 0:
+        raise EnvironmentNotReady(f"{what} needs root (loop devices and mount): run it as root, or check in "
+                                  "the VM (--check-in vm, the default)")
+
+
+def split_by_base(index: Any, states: list[CrashState], parts: int) -> list[list[CrashState]]:
+    """Contiguous chunks in walk order, one incremental walk each."""
+    ordered = sorted(states, key=lambda s: plan(index, s).base)
+    parts = max(1, min(parts, len(ordered)))
+    size, extra = divmod(len(ordered), parts)
+    chunks, pos = [], 0
+    for i in range(parts):
+        n = size + (1 if i < extra else 0)
+        chunks.append(ordered[pos:pos + n])
+        pos += n
+    return [c for c in chunks if c]
+
+
+def cleanup_stale(workspace: str | os.PathLike[str]) -> None:
+    """Undo what a killed run left under ``workspace``: deepest mount first, and before unmounting a
+    filesystem, detach the loop devices whose backing files live on it."""
+    root = os.path.realpath(workspace)
+    loops = loops_backed_under(root)
+
+    def detach_under(top: str) -> None:
+        for dev, back in [lp for lp in loops if lp[1] == top or lp[1].startswith(top + "/")]:
+            log.warning("detaching %s (%s) left by an interrupted run", dev, back)
+            detach(dev)
+            loops.remove((dev, back))
+
+    for m in mounts_under(root):
+        detach_under(m.target)
+        log.warning("unmounting %s left by an interrupted run", m.target)
+        umount(m.target, missing_ok=True)
+    detach_under(root)
+
+
+def check_host(ctx: CheckContext, index: Any, data_size: int, states: list[CrashState], sink: Sink,
+               workspace: Path, *, jobs: int = 1, initial: Path | None = None) -> None:
+    """Judge ``states`` here; each verdict goes to ``sink`` (called under a lock, in walk order per
+    worker).  Stops between states on an interrupt; what is mounted or attached is undone."""
+    require_root()
+    cleanup_stale(workspace)
+    lock = threading.Lock()
+    serial = threading.Lock() if not ctx.fs.clones_mount_together else None
+    failed = threading.Event()
+
+    def worker(wid: int, chunk: list[CrashState]) -> None:
+        ws = workspace / f"w{wid}"
+        ws.mkdir(parents=True, exist_ok=True)
+        mnt = str(ws / "mnt")
+        walk = materialize(index, initial, data_size, chunk, ws)
+        with contextlib.closing(walk):
+            for state, img in walk:
+                if interrupt.stopping() or failed.is_set():
+                    return
+                with serial or contextlib.nullcontext():
+                    v = _judge_image(ctx, img, state, mnt)
+                if interrupt.stopping():
+                    return  # its checker or fsck may have been killed: not a verdict
+                with lock:
+                    sink(v)
+
+    chunks = split_by_base(index, states, jobs)
+    if not chunks:
+        return
+    with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix="powercut-host") as pool:
+        futures = [pool.submit(worker, i, c) for i, c in enumerate(chunks)]
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in done:
+                if f.exception() is not None:
+                    failed.set()
+            for f in futures:
+                f.result()
+        except BaseException:
+            failed.set()
+            raise
+
+
+def _judge_image(ctx: CheckContext, img: Path, state: CrashState, mnt: str) -> Verdict:
+    if stat.S_ISBLK(os.stat(img).st_mode):
+        return judge(ctx, str(img), state, mnt)
+    with LoopDevice(img) as dev:
+        return judge(ctx, dev, state, mnt)

@@ -1,0 +1,117 @@
+"""Judge one crash state (host and guest): recover (mount: the kernel replays its journal, as after
+a real power loss) -> the workload's checker -> unmount -> read-only fsck -> a verdict with reasons.
+
+``judge`` works on any block device and runs wherever the device is: on the host over a loop device
+(hostcheck.py) or inside the checker VM over a dm-snapshot (the guest agent, checkvm.py).  A mount
+that fails carries the kernel's own words about it (its /dev/kmsg lines), so an unmountable state
+can be told from a harness problem."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from powercut.check.context import CheckContext
+from powercut.checker import CheckInput, CheckResult
+from powercut.core.models import CrashState
+from powercut.core.verdict import Verdict
+from powercut.linux import process
+from powercut.linux.mounts import MountError, mount, umount
+
+log = logging.getLogger(__name__)
+
+KMSG_LINES = 6
+
+
+def fsck(ctx: CheckContext, device: str) -> tuple[bool, str]:
+    """Read-only fsck: (clean, what it said: the meaning of its exit code and its last lines)."""
+    res = process.run(ctx.fs.fsck_argv(device), timeout=ctx.fsck_timeout_s, check=False)
+    if res.returncode in ctx.fs.fsck_clean:
+        return True, "clean"
+    text = (res.stdout + res.stderr).strip().splitlines()
+    return False, f"{ctx.fs.fsck[0]} {ctx.fs.explain_fsck(res.returncode)}: " + " | ".join(text[-3:])
+
+
+def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdict:
+    """The verdict for one state whose image is the block device ``device``."""
+    t0 = time.monotonic()
+    reasons: list[str] = []
+
+    def done(verdict: str) -> Verdict:
+        return Verdict(state.id, state.model, state.cut, verdict, tuple(reasons), len(state.acks), len(state.begun),
+                       round(time.monotonic() - t0, 3))
+
+    os.makedirs(mnt, exist_ok=True)
+    kmsg = KernelLog()
+    t_mount = time.monotonic()
+    try:
+        mount(device, mnt, ctx.fs.name, ctx.state_mount_opts)
+    except MountError as e:
+        reasons.append(f"mount failed: {e.one_line()}")
+        reasons.extend(f"kernel: {line}" for line in kmsg.lines_about(device, ctx.fs.name))
+        ok, report = fsck(ctx, device)
+        reasons.append(f"fsck: {report}")
+        return done("mount-failed")
+    finally:
+        kmsg.close()
+    t_checker = time.monotonic()
+    try:
+        try:
+            result = ctx.checker.run(CheckInput(mnt, state.acks, state.begun, ctx.params, state.id))
+        except Exception as e:  # a checker's bug is that state's finding, not the campaign's end
+            log.exception("checker crashed on %s", state.id)
+            result = CheckResult("checker-crashed", (f"{type(e).__name__}: {e}",))
+    finally:
+        t_umount = time.monotonic()
+        umount(mnt)
+    reasons.extend(result.reasons)
+    t_fsck = time.monotonic()
+    ok, report = fsck(ctx, device)
+    log.debug("%s: mount %.3f checker %.3f umount %.3f fsck %.3f s", state.id, t_checker - t_mount,
+              t_umount - t_checker, t_fsck - t_umount, time.monotonic() - t_fsck)
+    if not ok:
+        reasons.append(f"fsck: {report}")
+        return done(result.verdict if result.verdict != "pass" else "fsck-error")
+    return done(result.verdict)
+
+
+class KernelLog:
+    """The kernel's messages from now on (/dev/kmsg, read without blocking); empty where the
+    kernel log cannot be read (not root)."""
+
+    def __init__(self) -> None:
+        try:
+            self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.lseek(self.fd, 0, os.SEEK_END)
+        except OSError:
+            self.fd = -1
+
+    def read(self) -> list[str]:
+        out: list[str] = []
+        while self.fd >= 0:
+            try:
+                rec = os.read(self.fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as e:  # EPIPE: records were overwritten; go on from the next one
+                if e.errno == 32:
+                    continue
+                break
+            if not rec:
+                break
+            head, _, msg = rec.decode(errors="replace").partition(";")
+            out.append(msg.split("\n", 1)[0].strip())
+        return out
+
+    def lines_about(self, device: str, fstype: str) -> list[str]:
+        """The messages naming the device (``XFS (loop3): ...``, ``EXT4-fs (dm-2): ...``) or the
+        filesystem, the last few."""
+        dev = os.path.basename(os.path.realpath(device))
+        names = (dev, fstype.upper(), f"{fstype}:", "BTRFS", "EXT4-fs")
+        lines = [m for m in self.read() if any(n in m for n in names)]
+        return [m for m in lines if dev in m or fstype.upper() in m.upper()][-KMSG_LINES:]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

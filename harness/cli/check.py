@@ -1,0 +1,140 @@
+"""The commands that judge (host): ``check`` (and its summary and failure groups), ``repro`` and ``matrix``."""
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from powercut.errors import UsageError
+
+log = logging.getLogger("powercut")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from powercut.campaign.run import DEFAULT_MODELS, CampaignSpec, run_campaign
+
+    spec = CampaignSpec(models=tuple(args.models or DEFAULT_MODELS), check_in=args.check_in, jobs=args.jobs,
+                        checker_command=args.checker, seed=args.seed,
+                        bound=10 if args.bound is None else args.bound,
+                        samples=64 if args.samples is None else args.samples,
+                        max_states=args.max_states, resume=args.resume, accel=args.accel,
+                        state_timeout_s=args.state_timeout, confirm=not args.no_confirm, shrink=args.shrink,
+                        shrink_budget=args.shrink_budget)
+    console = Console(stderr=True)
+    failed = 0
+    with Progress(TextColumn("[bold]checking"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                  TimeRemainingColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("check", total=None, info="")
+
+        def on_start(total: int, done: int) -> None:
+            progress.update(task, total=total, completed=done, info=f"in {args.check_in}")
+
+        def on_verdict(v: Any) -> None:
+            nonlocal failed
+            failed += v.verdict != "pass"
+            progress.update(task, advance=1, info=f"{failed} failing" if failed else "")
+
+        summary, paths = run_campaign(args.path, spec, args.out, on_start=on_start, on_verdict=on_verdict)
+    _print_summary(summary, paths)
+    if summary.failures:
+        return 3
+    return 1 if summary.flaky else 0
+
+
+def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
+    from rich.console import Console
+
+    from powercut.report.summary import repro, table
+
+    Console().print(table(summary))
+    left = {m: c.get("left_out", 0) for m, c in summary.counts.items() if c.get("left_out")}
+    if left:
+        print("--max-states left out " + ", ".join(f"{n} distinct {m} states" for m, n in left.items()))
+    if summary.rejudged:
+        print(f"confirmation: {summary.rejudged} failing states judged again alone in {summary.confirm_s:.1f} s: "
+              f"{summary.confirmed} confirmed, {len(summary.flaky)} flaky")
+    for f in summary.flaky[:10]:
+        print(f"FLAKY {f.state}: {f.reasons[0]}")
+    _print_groups(summary)
+    for f in summary.failures[:10]:
+        print(f"FAIL {f.state}: {f.verdict}: {f.reasons[0] if f.reasons else ''}\n  repro: {repro(summary.recording, f)}")
+    if len(summary.failures) > 10:
+        print(f"... and {len(summary.failures) - 10} more failing states (see {paths['summary']})")
+    print(f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}")
+
+
+def _print_groups(summary: Any) -> None:
+    """Failures grouped by how they fail, each with its minimized state, its blame and its bundle."""
+    if not summary.groups:
+        return
+    print(f"{len(summary.failures)} failing states in {len(summary.groups)} group(s) by how they fail"
+          f" (triage {summary.triage_s:.1f} s):")
+    for k, g in enumerate(summary.groups, 1):
+        print(f"GROUP {k}: {g['verdict']} x {g['count']}: {g['reason_class']}")
+        if g.get("minimized"):
+            print(f"  minimized: {g['first']} -> {g['minimized']} ({g['shrink_calls']} checks; one write at a "
+                  f"time: at least {g['one_at_a_time']})")
+            for c in g.get("culprits", [])[:6]:
+                print(f"  {c}")
+        if g.get("bundle"):
+            print(f"  repro: powercut repro {shlex.quote(g['bundle'])}")
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    from powercut.debug import repro
+
+    target = repro.resolve(args.path, args.state)
+    if args.shell:
+        print(f"booting a checker VM on {target.state}: a shell opens on the recovered state; exit powers it off",
+              file=sys.stderr)
+        shell_v = repro.shell(target, accel=args.accel)
+        if shell_v is None:
+            raise UsageError(f"state {target.state} was not judged")
+        print("\n".join(repro.describe(target, shell_v)))
+        return repro.exit_status(shell_v)
+    v = repro.run(target, check_in=args.check_in, accel=args.accel, keep_image=args.keep_image)
+    print("\n".join(repro.describe(target, v)))
+    if args.keep_image:
+        print(f"image (as the crash left it, before recovery): {args.keep_image}")
+    return repro.exit_status(v)
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from powercut.campaign.matrix import MatrixRun, run_rows
+    from powercut.report import matrix
+
+    rows = matrix.choose(matrix.load(args.file or None), args.rows, ci=args.ci)
+    if args.list:
+        for r in rows:
+            cells = ", ".join(f"{m} {r.expect[m]}" for m in r.models)
+            print(f"{r.id:44} {cells}" + (f"   [CI: {r.ci}]" if r.ci else ""))
+        return 0
+    out = Path(args.out)
+    how = MatrixRun(out=out, check_in=args.check_in or "", jobs=args.jobs, bound=args.bound,
+                           samples=args.samples, max_states=args.max_states, accel=args.accel, resume=args.resume)
+    console = Console(stderr=True)
+    results, infos = [], []
+
+    def done(row: matrix.Row, cells: list[matrix.Cell], info: dict) -> None:
+        results.extend(cells)
+        infos.append(info)
+        for c in cells:
+            mark = "ok  " if c.ok else "SURPRISE"
+            print(f"{mark} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}", flush=True)
+
+    with console.status(f"{len(rows)} rows: each recorded in a VM (the next while this one is checked), "
+                        "then checked"):
+        run_rows(rows, how, done)
+    paths = matrix.write_results(out, rows, results, infos)
+    Console().print(matrix.table(rows, results))
+    bad = [c for c in results if not c.ok]
+    print(f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}")
+    return 3 if bad else 0

@@ -1,0 +1,97 @@
+"""The commands that look inside a recording (host): ``log stats|show``, ``states``, ``replay`` and ``workloads``."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from powercut.errors import UsageError
+
+log = logging.getLogger("powercut")
+
+
+def _open(path: str):
+    from powercut.core.dmlog import open_log
+    from powercut.record.recording import load
+
+    p = Path(path)
+    if p.is_dir():
+        return open_log(load(p).log_path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    return open_log(p)
+
+
+def _print_stats(path: str, as_json: bool = False) -> None:
+    from powercut.core.dmlog import stats
+
+    with _open(path) as index:
+        s = stats(index)
+    if as_json:
+        print(json.dumps(s.to_dict()))
+        return
+    print(f"  log: {s.entries} entries: {s.writes} writes ({s.bytes_written / 1e6:.1f} MB), {s.flushes} flushes, "
+          f"{s.fuas} FUAs, {s.discards} discards, {s.marks} marks ({s.acks} acks)")
+    if not index.clean or s.stale_super:
+        print(f"  scan: {s.stop_reason}" + (f"; super says {s.super_nr_entries} entries" if s.stale_super else ""))
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    if args.log_command == "stats":
+        _print_stats(args.path, args.json)
+        return 0
+    if args.log_command == "show":
+        with _open(args.path) as index:
+            for e in index.entries:
+                if args.marks_only and not (e.is_mark or e.is_flush or e.is_fua):
+                    continue
+                if args.json:
+                    print(json.dumps({"index": e.index, "flags": e.flags, "sector": e.sector,
+                                      "nr_sectors": e.nr_sectors, "mark": e.mark, "data_offset": e.data_offset}))
+                else:
+                    print(e.describe())
+        return 0
+    raise UsageError("powercut log: give an action: stats or show")
+
+
+def cmd_states(args: argparse.Namespace) -> int:
+    from powercut.core.models import describe, enumerate_states, state_to_json
+
+    with _open(args.path) as index:
+        states = enumerate_states(index, args.model, seed=args.seed, exhaustive_bound=args.bound,
+                                  samples=args.samples)
+        if args.json:
+            for s in states:
+                print(json.dumps(state_to_json(s)))
+            return 0
+        d = describe(states)
+    print(json.dumps(d, indent=1) if args.verbose else _describe_text(args.model, d))
+    return 0
+
+
+def _describe_text(model: str, d: dict[str, Any]) -> str:
+    lines = [f"{model}: {d.get('total')} crash states at {d.get('cuts')} cuts ({d.get('sampled', 0)} sampled)",
+             f"  {'epoch':>5} {'cuts':>11} {'states':>7} {'sampled':>7} {'max dropped':>11}"]
+    for e in d.get("epochs", []):
+        lines.append(f"  {e['epoch']:>5} {str(e['first_cut']) + '..' + str(e['last_cut']):>11} {e['states']:>7} "
+                     f"{e['sampled']:>7} {e['max_dropped']:>11}")
+    return "\n".join(lines)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from powercut.replay.materialize import replay_state
+
+    out = replay_state(args.path, args.state, args.out, size=args.size or None)
+    print(f"state {args.state} -> {out}")
+    return 0
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    from powercut.workload import get, names
+
+    for name in names():
+        w = get(name)
+        print(f"{name:16} {w.description}\n{'':16} params: " + ", ".join(f"{k}={v}" for k, v in w.defaults.items()))
+    return 0

@@ -1,0 +1,135 @@
+"""The commands that make recordings (host): ``run`` (record + check + report), ``record`` (with --dry-run) and ``image``."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from powercut.cli.check import cmd_check
+from powercut.cli.inspect import _print_stats
+from powercut.cli.parser import RUN_BOUND, RUN_COMMITS, RUN_SAMPLES
+from powercut.errors import PowercutError, UsageError
+from powercut.linux import interrupt
+
+log = logging.getLogger("powercut")
+
+
+def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
+    from powercut.config import FsSpec, WorkloadSpec
+    from powercut.record.vm import RecordSpec
+    from powercut.workload import parse_params
+
+    fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(shlex.split(args.mkfs_opts)), mount_opts=args.mount_opts,
+                size_mb=args.size)
+    name = args.workload or ("" if args.cmd else default_workload)
+    if not name and not args.cmd:
+        raise UsageError("give --workload NAME or --cmd 'COMMAND'")
+    wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=parse_params(args.param),
+                      timeout_s=args.workload_timeout)
+    if args.cmd and args.param:
+        raise UsageError("--param goes with --workload, not --cmd")
+    return RecordSpec(fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,
+                      bus=args.bus, transport=args.transport, accel=args.accel, timeout_s=args.vm_timeout,
+                      backend=args.backend, libvirt_uri=args.libvirt_uri,
+                      image={"kernel_package": args.kernel_package})
+
+
+def _dry_run(spec: Any, out: str) -> int:
+    """The exact QEMU argv (qemu backend) or domain XML (libvirt backend) the recording would run."""
+    from powercut.images.build import ImageSpec, build_image
+    from powercut.linux import process
+    from powercut.record.vm import vm_spec
+    from powercut.vm.accel import resolve_accel
+    from powercut.vm.qemu import QEMU, build_argv
+
+    image = build_image(ImageSpec(**spec.image))
+    o = Path(out).absolute()
+    vs = vm_spec(spec, image, o, o / "job")
+    if spec.backend == "libvirt":
+        from powercut.vm.libvirt import is_local_uri
+        from powercut.vm.libvirt_xml import domain_xml
+        if spec.accel == "auto" and not is_local_uri(spec.libvirt_uri):
+            print(f"powercut: --accel auto on {spec.libvirt_uri} is probed on that host at run time; "
+                  "showing the kvm domain", file=sys.stderr)
+            accel = "kvm"
+        else:
+            accel = resolve_accel(spec.accel, image.kernel, image.initrd)
+        print(domain_xml(vs, accel))
+        return 0
+    qemu = process.require(QEMU, "qemu-system-x86")
+    print(shlex.join(build_argv(vs, resolve_accel(spec.accel, image.kernel, image.initrd), qemu=qemu)))
+    return 0
+
+
+def cmd_record(args: argparse.Namespace, default_workload: str | None = None) -> int:
+    from powercut.record.vm import record
+
+    spec = _record_spec(args, default_workload)
+    if args.dry_run:
+        return _dry_run(spec, args.out)
+    try:
+        rec = record(spec, args.out, force=args.force)
+    except (PowercutError, KeyboardInterrupt) as e:
+        if isinstance(e, KeyboardInterrupt):
+            print(f"powercut: {interrupt.note(e)}: the VM was stopped", file=sys.stderr)
+        else:
+            print(f"powercut: error: {e.one_line()}", file=sys.stderr)
+        if (Path(args.out) / "manifest.toml").exists():
+            print(f"powercut: recording kept for inspection (console.log, job/): {Path(args.out).absolute()}",
+                  file=sys.stderr)
+        return interrupt.exit_status(e) if isinstance(e, KeyboardInterrupt) else 1
+    m = rec.manifest
+    r = m["recording"]
+    print(f"recorded {m['workload'].get('name') or 'cmd'} on {m['fs']['fstype']} into {rec.dir}")
+    print(f"  VM {r.get('accel')}, boot to workload {r.get('boot_to_workload_s')} s, VM wall {r.get('vm_wall_s')} s,"
+          f" workload {m['result'].get('workload_s')} s")
+    _print_stats(str(rec.log_path))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """record + check + report with embedded defaults."""
+    if args.dry_run:
+        return cmd_record(args, default_workload="append-fsync")
+    # embedded defaults of the main job: small enough to finish in minutes under TCG
+    if not args.workload and not args.cmd and not args.param:
+        args.param = [f"n={RUN_COMMITS}"]
+    args.bound = RUN_BOUND if args.bound is None else args.bound
+    args.samples = RUN_SAMPLES if args.samples is None else args.samples
+    rec = Path(args.out)
+    if args.resume and (rec / "manifest.toml").exists():
+        print(f"resuming the check of {rec}")
+    else:
+        if not args.force and rec.exists() and (rec / "manifest.toml").exists():
+            args.force = True  # the default campaign's output directory is replaced each run
+        rc = cmd_record(args, default_workload="append-fsync")
+        if rc:
+            return rc
+    args.path = str(rec)
+    args.out = None
+    return cmd_check(args)
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from powercut.images.build import ImageSpec, build_image
+
+    if args.image_command == "build":
+        image = build_image(ImageSpec(kernel_package=args.kernel_package, kernel=args.kernel,
+                                      modules_dir=args.modules), force=args.force)
+        print(f"image {image.hash}: {image.source}, kernel {image.kernel_release}, "
+              f"{len(image.modules)} modules, initramfs {image.initrd_bytes >> 10} KiB\n  {image.dir}")
+        return 0
+    if args.image_command == "info":
+        image = build_image(ImageSpec(kernel_package=args.kernel_package))
+        info = image.info()
+        if args.json:
+            print(json.dumps(info, indent=1))
+        else:
+            for k, v in info.items():
+                print(f"{k:15} {' '.join(v) if isinstance(v, list) else v}")
+        return 0
+    raise UsageError("powercut image: give an action: build or info")

@@ -1,0 +1,9 @@
+"""Pure core (host and guest): standard library and ``powercut.errors`` only.
+
+* ``dmlog`` -- the dm-log-writes log reader (superblock, entries, marks, scan of an unclean log);
+* ``dmlog_writer`` -- writes logs in the same format (tests, bundles, synthetic logs);
+* ``stateid`` -- the grammar of crash-state ids and run-lengths;
+* ``models`` -- the crash models (flush, no-cache, write-cache, torn, torn-4k) as a CrashSpace per log;
+* ``selection`` -- each distinct disk image judged once, --max-states shares;
+* ``shrink`` -- minimize a failing state;
+* ``verdict`` -- the one verdict vocabulary."""

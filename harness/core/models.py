@@ -1,0 +1,450 @@
+"""Crash models: turn a scanned log into an ordered, deterministic list of crash states (pure; host and
+guest).  Owns what a state means; id syntax and seeded picks: stateid.py; judging each disk image
+once: selection.py.
+
+A crash state is *(cut, kept)*: ``entries[:cut]`` are the candidates, ``dropped`` the data entries
+among them that did not persist, ``torn`` the write that persisted only partly (entry -> sector
+offsets that did).  Marks and empty flush/FUA entries carry no data and are never dropped; DISCARD
+entries count as writes of zeros.  Only *key marks* (``ack:``/``begin:``) change what a checker is
+told; other marks (``mkfs``, a workload's notes, the end mark) split no state.
+
+* ``no-cache``: every prefix, cut = 1..n, nothing dropped.
+* ``flush``: the prefixes that end right after a FLUSH, a FUA or a key mark (generic/482).
+* ``write-cache``: for cut c let f be the last FLUSH entry before c.  Durable: every data entry
+  before f, the data of f itself only if f is also FUA (a PREFLUSH write's payload goes to the
+  volatile cache after the flush), every FUA entry in (f, c).  Droppable: the other data entries in
+  [f, c) (all of entries[:c] when there is no flush yet); any subset of them may be lost.
+  **Cut points**: c = n and every c whose entry c is a key mark, a FLUSH, or a FUA entry with data
+  (just before each, and the end).  They cover every (durable set, acks, begun) of every cut 1..n:
+  if entry c is a plain write or discard, a mark that is not a key mark, or carries nothing, cut
+  c+1 has the same last flush, key marks and forced-durable entries and a superset of the
+  droppable ones, so every state of cut c is one of cut c+1 (with entry c dropped too); by
+  induction every cut is covered by the next cut point.  Cutting *after* a key mark instead would
+  miss "commit k written, its ack not yet logged".  With k droppable entries: all 2**k subsets if
+  k <= ``exhaustive_bound``, else keep all, drop all, drop each, keep each, ``samples`` seeded.
+* ``torn``: (1) every write w of several sectors, cut right after it, all before it kept, w
+  persisted at a proper subset of its sectors (units): first half, second half, all but the last, only
+  the first, ``torn_samples`` seeded (every proper subset if no more).  (2) At every write-cache
+  cut point, each droppable write of several sectors with its first half persisted and the other
+  droppable entries all kept, or all lost; blind spot (b)'s picks; ``torn_samples`` seeded picks
+  of (write, sectors, lost subset).  Within a model, states with the same durable data (torn
+  sectors included) and key marks before the cut are one (the earlier cut wins).  Order: cut, id.
+* ``torn-4k``: ``torn`` with device-aligned 4 KiB units for sectors: disks with 4 KiB physical
+  sectors (4Kn, 512e, most SSDs) write those atomically; ``torn`` can also tear inside one (e.g.
+  ext4's 1 KiB superblock in block 0), which only a 512n disk can do.
+
+**Coverage is relative to log order** (blind spots): the log has one order per flush window,
+completion order for FUA writes and marks, flush time for plain writes.
+(a) A plain write is logged at the next flush, after FUA writes and marks that completed later:
+    "this plain write durable, that earlier-logged FUA write not" is never generated.
+(b) A plain write W overlapping an earlier-logged FUA write U of its window is replayed on top of
+    it, though U may have reached the disk last.  Covered by ``torn`` (2) only, with everything
+    else kept: W persisted but for the sectors where U would be on top (U's, unless an entry
+    between U and W rewrote them), the image of "U after W".  A W entirely under U is the
+    write-cache state that loses W; not generated together with lost entries.
+(c) Under no-cache/flush an ack mark can precede the flush that logs the data it follows (e.g. a
+    ``nobarrier`` mount: fsync sends no flush, its plain writes are logged at a later one): the
+    prefixes between the ack and that flush lack data a cache-less disk holds, a lost ack the real
+    device would not show (a false alarm, not a missed bug).
+
+Use ``space = CrashSpace(index)`` once per log (immutable but for a locked cache: thread-safe), then
+``space.states(model)``, ``space.state_from_id(id)``; ``enumerate_states``, ``make_state`` and
+``state_from_id`` take a CrashSpace, or a log to build one from (O(n) per call).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
+from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges,
+                                   not_under, parse_id, parse_ranges, pick_bits, resolve, seeded_index, subset_picks,
+                                   tear_picks, torn_sample, tw_sample, wc_sample)
+from powercut.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "CrashState", "describe", "durable_entries",
+           "enumerate_states", "format_ranges", "is_key_mark", "make_state", "parse_ranges", "space",
+           "state_from_id", "state_to_json"]
+MAX_EXHAUSTIVE_BOUND = 20
+UNIT_BYTES = MappingProxyType({"torn": 0, "torn-4k": 4096})  # a torn model's atomic unit (0: a log sector)
+Torn = tuple[tuple[int, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CrashState:
+    model: str
+    cut: int
+    dropped: tuple[int, ...]
+    torn: Torn
+    acks: tuple[str, ...]
+    begun: tuple[str, ...]
+    id: str
+    epoch: int  # number of FLUSH entries before the cut
+
+
+def state_to_json(state: CrashState) -> dict[str, object]:
+    return {"id": state.id, "model": state.model, "cut": state.cut, "epoch": state.epoch,
+            "dropped": list(state.dropped), "torn": [[i, list(s)] for i, s in state.torn],
+            "acks": list(state.acks), "begun": list(state.begun)}
+
+
+def durable_entries(entries: CrashSpace | LogIndex | Sequence[Entry],
+                    state: CrashState) -> Iterator[tuple[Entry, tuple[int, ...] | None]]:
+    """What to replay for a state: (entry, None) for fully persisted data entries, (entry, sector
+    offsets) for torn ones, in log order."""
+    dropped, torn = set(state.dropped), dict(state.torn)
+    for e in _seq(entries)[:state.cut]:
+        if e.changes_device and e.index not in dropped:
+            yield e, torn.get(e.index)
+
+
+def is_key_mark(e: Entry) -> bool:
+    """An ``ack:`` or ``begin:`` mark: it changes what the checker is told."""
+    return e.ack_key is not None or e.begin_key is not None
+
+
+def _seq(x: CrashSpace | LogIndex | Sequence[Entry]) -> Sequence[Entry]:
+    return x.entries if isinstance(x, (CrashSpace, LogIndex)) else x
+
+
+def _nunits(e: Entry, per: int) -> int:
+    """How many atomic units of ``per`` sectors (device-aligned) write e touches."""
+    if per <= 1:
+        return e.nr_sectors
+    return (e.sector + e.nr_sectors - 1) // per - e.sector // per + 1 if e.nr_sectors else 0
+
+
+def _expand(e: Entry, per: int, units: Sequence[int]) -> tuple[int, ...]:
+    """The sector offsets (in e) of the given unit indices (in e)."""
+    if per <= 1:
+        return tuple(units)
+    lo, hi = e.sector // per, e.sector + e.nr_sectors  # the first unit, the write's end
+    return tuple(o for k in units for o in range(max(e.sector, (lo + k) * per) - e.sector,
+                                                 min(hi, (lo + k + 1) * per) - e.sector))
+
+
+def _contract(e: Entry, per: int, sectors: Sequence[int]) -> tuple[int, ...] | None:
+    """The unit indices whose sectors are exactly ``sectors``; None if they are not whole units."""
+    if per <= 1:
+        return tuple(sectors)
+    first = e.sector // per
+    units = tuple(sorted({(e.sector + o) // per - first for o in sectors}))
+    return units if _expand(e, per, units) == tuple(sorted(sectors)) else None
+
+
+class CrashSpace:
+    """The crash states of one log: prefix tables built once, states and ids on demand.
+    Thread-safe: the tables are immutable; the cache of (acks, begun) tuples is locked."""
+
+    def __init__(self, entries: LogIndex | Sequence[Entry]) -> None:
+        self.sectorsize = int(getattr(entries, "sectorsize", 512) or 512)
+        self.entries: tuple[Entry, ...] = tuple(_seq(entries))
+        n = self.n = len(self.entries)
+        last_flush, epoch, ndata, version = ([-1] * (n + 1), *([0] * (n + 1) for _ in range(3)))
+        self.is_key = tuple(is_key_mark(e) for e in self.entries)
+        self.is_data = tuple(e.changes_device for e in self.entries)
+        self._events: list[tuple[bool, str]] = []  # (is an ack, key) of every key mark that adds a key
+        acked, begun, lf = set[str](), set[str](), -1
+        for i, e in enumerate(self.entries):
+            if e.index != i:
+                raise UsageError(f"entry at position {i} has index {e.index}: not a log's entry list")
+            lf = i if e.flags & FLUSH else lf
+            last_flush[i + 1], epoch[i + 1] = lf, epoch[i] + bool(e.flags & FLUSH)
+            ndata[i + 1] = ndata[i] + e.changes_device
+            is_ack, key = e.ack_key is not None, e.ack_key if e.ack_key is not None else e.begin_key
+            if key is not None and key not in acked and (is_ack or key not in begun):
+                self._events.append((is_ack, key))
+                (acked if is_ack else begun).add(key)
+            version[i + 1] = len(self._events)
+        self.last_flush, self.epoch, self.ndata = tuple(last_flush), tuple(epoch), tuple(ndata)
+        self.key_version = tuple(version)  # a key mark adds a key or changes nothing: same version <=> same keys
+        self._keys: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self._at, self._acked, self._begun = 0, dict[str, None](), dict[str, None]()  # keys after _at events
+        self._lock = threading.Lock()
+
+    def keys(self, cut: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(acks, begun-not-acked) before the cut, each in the order of its first mark."""
+        v = self.key_version[cut]
+        with self._lock:
+            got = self._keys.get(v)
+            if got is None:
+                if v < self._at:
+                    self._at, self._acked, self._begun = 0, {}, {}
+                for is_ack, k in self._events[self._at:v]:
+                    if is_ack:
+                        self._acked[k] = None
+                        self._begun.pop(k, None)
+                    else:
+                        self._begun[k] = None
+                self._at = v
+                got = self._keys[v] = (tuple(self._acked), tuple(self._begun))
+            return got
+
+    def droppable(self, cut: int) -> tuple[int, ...]:
+        """Data entries before the cut that a write-back cache may still lose (sorted)."""
+        es, data = self.entries, self.is_data
+        return tuple(i for i in range(max(self.last_flush[cut], 0), cut) if data[i] and not es[i].flags & FUA)
+
+    def cut_points(self) -> list[int]:
+        """The write-cache cut points: just before each key mark, FLUSH, FUA entry with data; the end."""
+        es, n, key, data = self.entries, self.n, self.is_key, self.is_data
+        return [c for c in range(1, n + 1) if c == n or key[c] or es[c].flags & FLUSH or data[c] and es[c].flags & FUA]
+
+    def canon(self, cut: int, dropped: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+        """Smallest equivalent (cut, dropped): same durable data, same key marks before the cut.
+        ``dropped`` is sorted; walk back over dropped entries and entries without data."""
+        c, j, key, data = cut, len(dropped) - 1, self.is_key, self.is_data
+        while c > 0 and not key[c - 1]:
+            if data[c - 1]:
+                if j < 0 or dropped[j] != c - 1:
+                    break
+                j -= 1
+            c -= 1
+        return c, dropped[:j + 1]
+
+    def per(self, model: str) -> int:
+        """Sectors per atomic unit of a torn model."""
+        return max(1, UNIT_BYTES.get(model, 0) // self.sectorsize)
+
+    def tearable(self, model: str, e: Entry) -> bool:
+        return e.is_write and _nunits(e, self.per(model)) > 1
+
+    def units(self, model: str, e: Entry) -> int:
+        return _nunits(e, self.per(model))
+
+    def expand(self, model: str, e: Entry, units: Iterable[int]) -> tuple[int, ...]:
+        return _expand(e, self.per(model), tuple(units))
+
+    def state(self, model: str, cut: int, dropped: tuple[int, ...] = (), torn: Torn = (), sid: str | None = None,
+              droppable: Sequence[int] | None = None) -> CrashState:
+        """A state from checked parts (torn parts in sectors); ``sid`` None: its canonical explicit id."""
+        acks, begun = self.keys(cut)
+        if sid is None:
+            pool = (droppable if droppable is not None else self.droppable(cut)) if dropped else ()
+            units = tuple((t, _contract(self.entries[t], self.per(model), s) or ()) for t, s in torn)
+            sid = format_id(model, cut, dropped, units, pool)
+        return CrashState(model, cut, dropped, torn, acks, begun, sid, self.epoch[cut])
+
+    def make_state(self, model: str, cut: int, dropped: Sequence[int] = (),
+                   torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
+        """Build and validate one state (e.g. a minimized one); UsageError if the model cannot
+        produce it from this log."""
+        check_model(model)
+        if not 1 <= cut <= self.n:
+            raise UsageError(f"cut {cut} out of range 1..{self.n} for a log of {self.n} entries")
+        drop = tuple(sorted(set(dropped)))
+        tears = tuple((int(i), tuple(sorted(set(s)))) for i, s in torn)
+        why = self._refusal(model, cut, drop, tears)
+        if why:
+            raise UsageError(why)
+        return self.state(model, cut, drop, tears)
+
+    def _refusal(self, model: str, cut: int, drop: tuple[int, ...], tears: Torn) -> str | None:
+        """Why ``model`` cannot produce this state; None if it can."""
+        last, pool = self.entries[cut - 1], self.droppable(cut)
+        if drop and model in ("no-cache", "flush"):
+            return f"model {model} drops no entries"
+        torn_model = model in TORN_MODELS
+        if torn_model != bool(tears) or len(tears) > 1:
+            return "a torn state tears exactly one write" if torn_model else f"model {model} tears no writes"
+        if model == "flush" and not (last.flags & (FLUSH | FUA) or is_key_mark(last)):
+            return f"the flush model cuts only after FLUSH, FUA and ack/begin marks; entry {cut - 1} is none"
+        bad = set(drop) - set(pool)
+        if torn_model:
+            t, sectors = tears[0]
+            e = self.entries[t] if 0 <= t < cut else None
+            if e is None or not self.tearable(model, e):
+                return f"entry {t} is not a write of several {'sectors' if self.per(model) == 1 else 'units'} before cut {cut}"
+            if (t != cut - 1 or drop) and t not in pool:  # combined with the write cache: from the epoch
+                return (f"entry {t} cannot be torn with lost entries or before entry {cut - 1} at cut {cut}: "
+                        f"it is FUA or before the last flush")
+            if not sectors or len(sectors) >= e.nr_sectors or sectors[0] < 0 or sectors[-1] >= e.nr_sectors:
+                return f"torn sectors must be a proper non-empty subset of 0..{e.nr_sectors - 1}"
+            if _contract(e, self.per(model), sectors) is None:
+                return f"{model} tears between {UNIT_BYTES[model]}-byte units, not inside one"
+            bad |= set(drop) & {t}
+        return (f"entries {format_ranges(sorted(bad))} cannot be lost at cut {cut} (FUA, before the last flush, "
+                f"no data, past the cut, or the torn write)") if bad else None
+
+    def state_from_id(self, state_id: str) -> CrashState:
+        """Rebuild the state an id names; UsageError for a malformed id or one that does not fit."""
+        sid = parse_id(state_id)
+        if not 1 <= sid.cut <= self.n:
+            raise UsageError(f"state id {state_id!r}: cut {sid.cut} out of range 1..{self.n}")
+        es = self.entries
+        model = sid.model
+        lost, torn = resolve(sid, self.droppable(sid.cut) if sid.subset else (),
+                             lambda i: self.units(model, es[i]) if i < sid.cut and self.tearable(model, es[i]) else 0)
+        torn = tuple((t, self.expand(model, es[t], u)) for t, u in torn)
+        state = self.make_state(model, sid.cut, lost, torn)
+        return dataclasses.replace(state, id=sid.text()) if sid.seeded else state
+
+    # -- enumeration ------------------------------------------------------------------------------
+    def states(self, model: str, *, seed: int = 0, exhaustive_bound: int = 10, samples: int = 64,
+               torn_samples: int = 4) -> list[CrashState]:
+        """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
+        check_model(model)
+        limits = (("seed", seed, 2**63 - 1), ("exhaustive_bound", exhaustive_bound, MAX_EXHAUSTIVE_BOUND),
+                  ("samples", samples, 10**6), ("torn_samples", torn_samples, 10**4))
+        for name, value, hi in limits:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
+                raise UsageError(f"{name} must be an integer in 0..{hi}, got {value!r}")
+        if model == "no-cache":
+            out = [self.state(model, c) for c in range(1, self.n + 1)]
+        elif model == "flush":
+            out = [self.state(model, i + 1) for i, e in enumerate(self.entries)
+                   if e.flags & (FLUSH | FUA) or self.is_key[i]]
+        elif model == "write-cache":
+            out = _by_cut(self, model, self.cut_points(), lambda b: _write_cache(b, seed, exhaustive_bound, samples))
+        else:
+            alone = {i + 1 for i, e in enumerate(self.entries) if self.tearable(model, e)}
+            combined = set(self.cut_points())
+            out = _by_cut(self, model, sorted(alone | combined), lambda b: _torn_alone(b, seed, torn_samples),
+                          lambda b: _torn_combined(b, seed, torn_samples, combined))
+        log.debug("model %s: %d states over %d entries", model, len(out), self.n)
+        return out
+
+
+class _Batch:
+    """States of one cut, skipping any equivalent to one already generated (``seen`` spans cuts)."""
+
+    def __init__(self, sp: CrashSpace, seen: set[object], model: str, cut: int) -> None:
+        self.sp, self.seen, self.model, self.cut = sp, seen, model, cut
+        self.states: list[CrashState] = []
+
+    @functools.cached_property
+    def droppable(self) -> tuple[int, ...]:
+        return self.sp.droppable(self.cut)
+
+    def add(self, dropped: tuple[int, ...], torn: Torn = (), sid: str | None = None) -> bool:
+        key = (self.sp.canon(self.cut, dropped), torn)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        self.states.append(self.sp.state(self.model, self.cut, dropped, torn, sid, self.droppable if dropped else ()))
+        return True
+
+
+def _by_cut(sp: CrashSpace, model: str, cuts: Iterable[int], *fills: Callable[[_Batch], None]) -> list[CrashState]:
+    seen: set[object] = set()
+    out: list[CrashState] = []
+    for cut in cuts:
+        b = _Batch(sp, seen, model, cut)
+        for fill in fills:
+            fill(b)
+        out.extend(sorted(b.states, key=lambda s: s.id))
+    return out
+
+
+def _write_cache(b: _Batch, seed: int, bound: int, samples: int) -> None:
+    pool, cut = b.droppable, b.cut
+    if len(pool) <= bound:
+        for mask in range(1 << len(pool)):
+            b.add(pick_bits(pool, mask))
+        return
+    for dropped in subset_picks(pool):
+        b.add(dropped)
+    got = j = 0
+    while got < samples and j < 4 * samples + 16:
+        got += b.add(wc_sample(pool, seed, cut, j), (), f"write-cache@{cut}/r{seed}.{j}")
+        j += 1
+
+
+def _torn_alone(b: _Batch, seed: int, torn_samples: int) -> None:
+    i, sp = b.cut - 1, b.sp
+    e = sp.entries[i]
+    if not sp.tearable(b.model, e):
+        return
+    m = sp.units(b.model, e)
+    picks = dict.fromkeys(tear_picks(m, torn_samples))
+    for p in picks:
+        b.add((), ((i, sp.expand(b.model, e, p)),))
+    j = got = 0
+    while len(picks) < (1 << m) - 2 and got < torn_samples and j < 4 * torn_samples + 16:
+        p = torn_sample(m, seed, b.cut, j)
+        if p not in picks:
+            picks[p] = None
+            b.add((), ((i, sp.expand(b.model, e, p)),), f"{b.model}@{b.cut}/r{seed}.{j}")
+            got += 1
+        j += 1
+
+
+def _torn_combined(b: _Batch, seed: int, torn_samples: int, cuts: set[int]) -> None:
+    if b.cut not in cuts:
+        return
+    sp, cut, pool = b.sp, b.cut, b.droppable
+    model, es = b.model, sp.entries
+    tearable = [t for t in pool if sp.tearable(model, es[t])]
+    fua = [u for u in es[max(sp.last_flush[cut], 0):cut] if u.is_fua and u.is_write]
+    for t in tearable:
+        half = ((t, sp.expand(model, es[t], range(sp.units(model, es[t]) // 2))),)
+        b.add((), half)
+        b.add(tuple(i for i in pool if i != t), half)
+        for sectors in _under_fua(sp, t, fua):
+            if _contract(es[t], sp.per(model), sectors) is not None:
+                b.add((), ((t, sectors),))
+    for j in range(torn_samples if tearable else 0):  # duplicates of earlier picks are not retried
+        t = tearable[seeded_index(len(tearable), seed, cut, j)]
+        tear = sp.expand(model, es[t], torn_sample(sp.units(model, es[t]), seed, t + 1, j))
+        lost = tw_sample([i for i in pool if i != t], seed, cut, t, j)
+        r = Pick("r", "", seed, j)
+        b.add(lost, ((t, tear),), StateId(model, cut, r, r, t).text())
+
+
+def _under_fua(sp: CrashSpace, t: int, fua: Sequence[Entry]) -> Iterator[tuple[int, ...]]:
+    """Blind spot (b): for each FUA write U of the window (``fua``) logged before write t and
+    overlapping it, the sectors of t that persist if U reached the disk after t (all but those
+    where U's data would be on top)."""
+    w = sp.entries[t]
+    hits = [u for u in fua if u.index < t and u.sector < w.sector + w.nr_sectors and w.sector < u.sector + u.nr_sectors]
+    for u in hits:
+        later = [(x.sector, x.nr_sectors) for x in sp.entries[u.index + 1:t] if x.changes_device]
+        keep = not_under(w.sector, w.nr_sectors, (u.sector, u.nr_sectors), later)
+        if keep:
+            yield keep
+
+
+# -- the functional API (each call on the CrashSpace given, or on a fresh one for a log) --------------
+def space(index: CrashSpace | LogIndex | Sequence[Entry]) -> CrashSpace:
+    """The CrashSpace of a log (the same object if given one)."""
+    return index if isinstance(index, CrashSpace) else CrashSpace(index)
+
+
+def enumerate_states(index: CrashSpace | LogIndex | Sequence[Entry], model: str, *, seed: int = 0,
+                     exhaustive_bound: int = 10, samples: int = 64, torn_samples: int = 4) -> list[CrashState]:
+    """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
+    return space(index).states(model, seed=seed, exhaustive_bound=exhaustive_bound, samples=samples,
+                               torn_samples=torn_samples)
+
+
+def make_state(index: CrashSpace | LogIndex | Sequence[Entry], model: str, cut: int, dropped: Sequence[int] = (),
+               torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
+    """Build and validate one state; UsageError if the model cannot produce it from this log."""
+    return space(index).make_state(model, cut, dropped, torn)
+
+
+def state_from_id(index: CrashSpace | LogIndex | Sequence[Entry], state_id: str) -> CrashState:
+    """Rebuild the state an id names; UsageError for a malformed id or one that does not fit."""
+    return space(index).state_from_id(state_id)
+
+
+def describe(states: Sequence[CrashState]) -> dict[str, object]:
+    """Total count and per-epoch breakdown (epoch = number of FLUSH entries before the cut)."""
+    _sampled = lambda s: "r" in s.id.partition("@")[2]  # noqa: E731 - an id with a seeded part
+    per: dict[int, list[CrashState]] = {}
+    for s in states:
+        per.setdefault(s.epoch, []).append(s)
+    epochs = [{"epoch": e, "states": len(group), "cuts": len({s.cut for s in group}),
+               "first_cut": min(s.cut for s in group), "last_cut": max(s.cut for s in group),
+               "max_dropped": max(len(s.dropped) for s in group), "sampled": sum(map(_sampled, group))}
+              for e, group in sorted(per.items())]
+    return {"total": len(states), "models": dict(Counter(s.model for s in states)),
+            "cuts": len({s.cut for s in states}), "sampled": sum(map(_sampled, states)), "epochs": epochs}

@@ -1,0 +1,172 @@
+"""Choose the crash states a campaign judges (pure; host): the states after a floor mark, each
+distinct disk image once, and under a cap a fair share of every model.
+
+* **Floor**: only states whose cut lies after the floor mark (``mkfs``) and whose durable set keeps
+  every entry before it whole (before mkfs finished there is no filesystem to recover).
+* **Each disk image judged once**: two states are one *distinct* state when they replay the same
+  data -- the same fully durable data entries and the same torn writes with the same sectors --
+  and tell the checker the same acked and begun keys.  Replay applies the durable entries in log
+  order, so such states give byte-identical images (``replay.reference_image`` and
+  ``replay.materialize`` alike) and identical checker input.  The first in model order (models
+  in the order given, then each model's own order) is the *representative* that gets judged; the
+  others are its *aliases* and share its verdict.
+* **The key** (``image_key``) costs O(epoch), not O(cut): with ``base`` the first dropped or torn
+  entry (else the cut), every data entry before ``base`` is durable and the one at ``base`` is
+  not, so the durable set is "the first ``ndata[base]`` data entries of the log" plus the kept
+  data entries in [base, cut) (with torn sectors) -- a pair that depends on the durable set
+  alone and gives it back.  The keys part is the space's ``key_version`` (the number of key marks
+  that added a key): equal versions <=> equal (acks, begun).
+* **max_states** spreads over the models: every model's *own* distinct states (those it
+  represents) get a fair share (water-filling: as equal as possible, a model that needs fewer
+  leaves the rest to the others, ties to the earlier model), and within a model the share is
+  evenly spaced over its ordered list, first and last included, so early and late cuts are
+  both judged.  Deterministic; never more than max_states.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from powercut.core.dmlog import Entry, LogIndex
+from powercut.core.models import CrashSpace, CrashState, space
+from powercut.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ModelCounts", "Selection", "fair_shares", "image_key", "select", "spread"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCounts:
+    """One model's numbers.  ``generated``: its states after the floor (``below_floor`` more were
+    before it); ``distinct``: the distinct images they map to; ``owned``: those it represents (not
+    already an earlier model's); ``judged``: owned ones selected under max_states."""
+
+    generated: int
+    distinct: int
+    owned: int
+    judged: int
+    below_floor: int = 0
+
+    @property
+    def left_out(self) -> int:
+        return self.owned - self.judged
+
+    def to_json(self) -> dict[str, int]:
+        return {"generated": self.generated, "distinct": self.distinct, "owned": self.owned,
+                "judged": self.judged, "left_out": self.left_out, "below_floor": self.below_floor}
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """``states``: the representatives to judge (model order, then each model's order).
+    ``aliases``: representative id -> the ids of the other states with its image (every
+    representative that has some, judged or left out).  ``floor``: the floor mark's entry (None:
+    no floor)."""
+
+    states: tuple[CrashState, ...]
+    aliases: dict[str, tuple[str, ...]]
+    counts: dict[str, ModelCounts]
+    floor: int | None
+
+    @property
+    def left_out(self) -> dict[str, int]:
+        """Per model: how many of its distinct states max_states dropped."""
+        return {m: c.left_out for m, c in self.counts.items()}
+
+    def to_json(self) -> dict[str, object]:
+        return {"judged": len(self.states), "floor": self.floor, "aliases": sum(map(len, self.aliases.values())),
+                "models": {m: c.to_json() for m, c in self.counts.items()}}
+
+
+def image_key(sp: CrashSpace, state: CrashState) -> Hashable:
+    """Equal for two states of ``sp`` iff they replay the same durable data (torn sectors included)
+    and carry the same acks and begun keys.  O(cut - first dropped/torn entry)."""
+    torn = dict(state.torn)
+    cut = state.cut
+    base = min(min(state.dropped, default=cut), min(torn, default=cut))
+    gone = set(state.dropped)
+    data = sp.is_data
+    rest = tuple((i, torn.get(i)) for i in range(base, cut) if data[i] and i not in gone)
+    return sp.ndata[base], rest, sp.key_version[cut]
+
+
+def fair_shares(sizes: Sequence[int], n: int) -> list[int]:
+    """Split n slots over groups of these sizes as round-robin would (one slot per group in turn,
+    a full group skipped): max-min fair, the odd slots to the earlier groups; n <= 0: no limit."""
+    if n <= 0 or n >= sum(sizes):
+        return list(sizes)
+    lo, hi = 0, max(sizes)
+    while lo < hi:  # the highest level L with sum(min(size, L)) <= n
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if sum(min(s, mid) for s in sizes) <= n else (lo, mid - 1)
+    got = [min(s, lo) for s in sizes]
+    left = n - sum(got)
+    for i, size in enumerate(sizes):  # fewer left than groups above the level
+        if left and size > lo:
+            got[i] += 1
+            left -= 1
+    return got
+
+
+def spread(count: int, q: int) -> list[int]:
+    """q indices of range(count), evenly spaced, first and last included (q == 1: the middle)."""
+    if q >= count:
+        return list(range(count))
+    if q <= 0:
+        return []
+    if q == 1:
+        return [(count - 1) // 2]
+    return [(2 * i * (count - 1) + q - 1) // (2 * (q - 1)) for i in range(q)]
+
+
+def _after_floor(state: CrashState, floor: int | None) -> bool:
+    return floor is None or (state.cut > floor and all(d > floor for d in state.dropped)
+                             and all(t > floor for t, _ in state.torn))
+
+
+def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], models: Sequence[str], *, seed: int = 0,
+           bound: int = 10, samples: int = 64, torn_samples: int = 4, max_states: int = 0,
+           floor_mark: str | None = "mkfs") -> Selection:
+    """The states to judge: after the floor mark (if the log has it), one per distinct image, at
+    most ``max_states`` (0: all) spread fairly over the models.  Deterministic per seed."""
+    if not models:
+        raise UsageError("select at least one crash model")
+    if not isinstance(max_states, int) or isinstance(max_states, bool) or max_states < 0:
+        raise UsageError(f"max_states must be a non-negative integer, got {max_states!r}")
+    sp = space(index_or_entries)
+    floor = next((e.index for e in sp.entries if e.mark == floor_mark), None) if floor_mark else None
+    order = list(dict.fromkeys(models))
+    reps: dict[Hashable, CrashState] = {}
+    owned: dict[str, list[CrashState]] = {}
+    aliases: dict[str, list[str]] = {}
+    raw: dict[str, tuple[int, int, int]] = {}
+    for model in order:
+        states = sp.states(model, seed=seed, exhaustive_bound=bound, samples=samples, torn_samples=torn_samples)
+        mine: list[CrashState] = []
+        seen: set[Hashable] = set()
+        kept = 0
+        for s in states:
+            if not _after_floor(s, floor):
+                continue
+            kept += 1
+            key = image_key(sp, s)
+            seen.add(key)
+            rep = reps.setdefault(key, s)
+            if rep is s:
+                mine.append(s)
+            else:
+                aliases.setdefault(rep.id, []).append(s.id)
+        owned[model] = mine
+        raw[model] = (kept, len(seen), len(states) - kept)
+    shares = fair_shares([len(owned[m]) for m in order], max_states)
+    chosen: list[CrashState] = []
+    counts: dict[str, ModelCounts] = {}
+    for model, q in zip(order, shares):
+        chosen.extend(owned[model][i] for i in spread(len(owned[model]), q))
+        gen, distinct, below = raw[model]
+        counts[model] = ModelCounts(gen, distinct, len(owned[model]), q, below)
+    log.debug("selected %d of %d distinct states (floor %s): %s", len(chosen), len(reps), floor,
+              {m: c.to_json() for m, c in counts.items()})
+    return Selection(tuple(chosen), {k: tuple(v) for k, v in aliases.items()}, counts, floor)

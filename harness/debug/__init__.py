@@ -1,0 +1,7 @@
+"""After a failure: from a failing state to the bug.
+
+* ``diagnose`` -- shrink and blame, on the host or in a checker VM;
+* ``blame`` -- which file or structure each culprit write belongs to;
+* ``triage`` -- failures grouped by cause;
+* ``bundle`` -- self-contained repro bundles;
+* ``repro`` -- judge one state again, or open a shell in it."""

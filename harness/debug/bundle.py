@@ -1,0 +1,133 @@
+"""Repro bundles (host): a failing state saved as a directory that travels alone -- ``bundle.json``
+(the state and its minimized form, the verdict and reasons, the blame, the filesystem, mount
+options, checker and workload parameters, where it came from) and ``log.bin``, the recording's
+log cut right after the last entry the states need (so the state ids keep their meaning) with its
+SHA-256.  ``powercut repro BUNDLE`` rebuilds the state from it and judges it again; a missing or
+altered log is one clear error, never a wrong verdict."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powercut.checker import CheckerSpec
+from powercut.core.dmlog import open_log
+from powercut.errors import UsageError
+
+FORMAT = 1
+LOG = "log.bin"
+MANIFEST = "bundle.json"
+_NR_ENTRIES = struct.Struct("<Q")  # the log super's nr_entries, at byte 16
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    dir: Path
+    doc: dict[str, Any]
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / LOG
+
+    @property
+    def state(self) -> str:
+        """The state to judge: the minimized one when there is one."""
+        return str(self.doc.get("minimized") or self.doc["state"])
+
+    @property
+    def checker(self) -> CheckerSpec:
+        c = self.doc.get("checker", {})
+        return CheckerSpec(name=str(c.get("name", "")), command=str(c.get("command", "")),
+                           timeout_s=float(c.get("timeout_s", 120.0)))
+
+
+def write(dest: Path, *, recording: str, log_path: Path, data_size: int, fstype: str, mount_opts: str,
+          checker: CheckerSpec, params: dict[str, Any], workload: dict[str, Any], verdict: Any,
+          diagnosis: Any = None, cut: int = 0) -> Path:
+    """Write a bundle for ``verdict`` (and its ``diagnosis``) into the new directory ``dest``;
+    ``cut``: how many log entries it needs (0: all)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        entries = trim_log(log_path, tmp / LOG, cut)
+        doc = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "recording": recording, "log": {"file": LOG, "sha256": sha256(tmp / LOG), "entries": entries},
+               "data_size": data_size, "fstype": fstype, "mount_opts": mount_opts,
+               "checker": {"name": checker.name, "command": checker.command, "timeout_s": checker.timeout_s},
+               "params": params, "workload": workload, "state": verdict.state, "verdict": verdict.verdict,
+               "reasons": list(verdict.reasons),
+               "minimized": diagnosis.minimized if diagnosis is not None else "",
+               "diagnosis": diagnosis.to_json() if diagnosis is not None else None}
+        (tmp / MANIFEST).write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def trim_log(src: Path, dst: Path, cut: int) -> int:
+    """Copy the log's first ``cut`` entries (0: all) byte for byte, its super saying how many."""
+    with open_log(src) as index:
+        n = len(index.entries) if not cut else min(cut, len(index.entries))
+        ss = index.sectorsize
+        end = ss if n == 0 else max(_end(e, ss) for e in index.entries[:n])
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        remaining = end
+        while remaining:
+            chunk = f.read(min(remaining, 1 << 20))
+            if not chunk:
+                raise UsageError(f"{src}: shorter than its own entries")
+            out.write(chunk)
+            remaining -= len(chunk)
+        out.seek(16)
+        out.write(_NR_ENTRIES.pack(n))
+    return n
+
+
+def _end(e: Any, ss: int) -> int:
+    """Byte offset just past an entry: a mark's text is inline in its header sector (at +32), a
+    discard has no data, a write or flush ``nr_sectors`` sectors after its header."""
+    if e.is_mark:
+        return e.data_offset - 32 + ss
+    return e.data_offset + (0 if e.is_discard else e.nr_sectors * ss)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load(path: str | Path) -> Bundle:
+    """Read and verify a bundle: one clear UsageError if anything is missing or altered."""
+    d = Path(path)
+    if not d.is_dir():
+        raise UsageError(f"{path}: not a repro bundle directory")
+    try:
+        doc = json.loads((d / MANIFEST).read_text())
+    except OSError:
+        raise UsageError(f"{path}: no {MANIFEST}: not a repro bundle") from None
+    except ValueError as e:
+        raise UsageError(f"{path}/{MANIFEST}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or "state" not in doc:
+        raise UsageError(f"{path}/{MANIFEST}: not a bundle of format {FORMAT}")
+    b = Bundle(d, doc)
+    if not b.log_path.is_file():
+        raise UsageError(f"bundle {path}: {LOG} is missing (the bundle cannot rebuild its state without it)")
+    want = str(doc.get("log", {}).get("sha256", ""))
+    got = sha256(b.log_path)
+    if got != want:
+        raise UsageError(f"bundle {path}: {LOG} was altered (sha256 {got[:12]}..., the bundle says {want[:12]}...)")
+    return b

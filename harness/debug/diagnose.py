@@ -1,0 +1,150 @@
+"""From a failing state to its cause (host and guest): minimize it by judging candidate states for
+real (shrink.py drives, this module materializes and judges), then blame the minimized state's
+writes (blame.py) on the recovered image of its cut.  Runs where the check runs: on the host over
+loop devices, or inside the checker VM over dm-snapshots (``provider``)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powercut.check.context import CheckContext
+from powercut.check.judge import judge
+from powercut.core.models import CrashSpace, CrashState
+from powercut.core.shrink import minimize
+from powercut.core.verdict import Verdict
+from powercut.debug.blame import Culprit, blame, writes_that_matter
+from powercut.linux.mounts import mount, umount
+from powercut.replay.materialize import materialize
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """A failing state, its minimized form and the writes it comes down to."""
+
+    state: str
+    verdict: str
+    minimized: str
+    minimized_reasons: tuple[str, ...]
+    reason_class: str
+    calls: int
+    one_at_a_time: int
+    exhausted: bool
+    culprits: tuple[Culprit, ...]
+    seconds: float
+
+    @property
+    def cause(self) -> str:
+        """What groups failures of one bug: the verdict, its reason class and what the culprits are."""
+        short = {"lost": "lost", "torn": "torn", "not": "late", "durable,": "present"}
+        objs = sorted({f"{short.get(c.how.split(' ')[0], c.how)} {c.what}" + (f" of {c.path}" if c.path else "")
+                       for c in self.culprits})
+        return f"{self.verdict}: {self.reason_class} <- " + ("; ".join(objs) or "no write (the cut alone)")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "verdict": self.verdict, "minimized": self.minimized,
+                "minimized_reasons": list(self.minimized_reasons), "reason_class": self.reason_class,
+                "calls": self.calls, "one_at_a_time": self.one_at_a_time, "exhausted": self.exhausted,
+                "culprits": [c.to_json() for c in self.culprits], "cause": self.cause, "seconds": self.seconds}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "Diagnosis":
+        cs = tuple(Culprit(**{k: v for k, v in c.items() if k != "text"}) for c in d.get("culprits", ()))
+        return Diagnosis(str(d["state"]), str(d["verdict"]), str(d["minimized"]), tuple(d.get("minimized_reasons", ())),
+                         str(d.get("reason_class", "")), int(d.get("calls", 0)), int(d.get("one_at_a_time", 0)),
+                         bool(d.get("exhausted", False)), cs, float(d.get("seconds", 0.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """What it takes to rebuild and judge states: the log, the data device, where to work."""
+
+    index: Any
+    size: int
+    initial: Path | None
+    workdir: Path
+    provider: str = "auto"
+    floor: int | None = None
+    space: CrashSpace | None = None   # the log's CrashSpace, when the caller has one (else built per call)
+
+    def crash_space(self) -> CrashSpace:
+        return self.space if self.space is not None else CrashSpace(self.index)
+
+
+def diagnose(ctx: CheckContext, where: Where, state: CrashState, first: Verdict, *,
+             budget: int = DEFAULT_BUDGET) -> Diagnosis:
+    """Minimize ``state`` (judged ``first``) and blame what is left."""
+    t0 = time.monotonic()
+    sp = where.crash_space()
+    mnt = str(where.workdir / "mnt")
+
+    def judge_one(candidate: CrashState) -> Verdict:
+        return _with_image(where, candidate, lambda dev: judge(ctx, dev, candidate, mnt))
+
+    floor = where.floor if where.floor is not None and where.floor < state.cut else None
+    shrunk = minimize(sp, state, judge_one, budget=budget, expected=first, floor=floor)
+    culprits = tuple(_blame(ctx, where, sp, shrunk.minimized, mnt))
+    return Diagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1],
+                     shrunk.calls, shrunk.one_at_a_time, shrunk.exhausted, culprits, round(time.monotonic() - t0, 2))
+
+
+def _blame(ctx: CheckContext, where: Where, sp: CrashSpace, state: CrashState, mnt: str) -> list[Culprit]:
+    """Blame on the image of the state's cut with every write kept (for a prefix state: up to the
+    flush its cut came too early for), recovered by a mount."""
+    items = writes_that_matter(sp, state)
+    cut = max([state.cut] + [i + 1 for i, _ in items])  # for a prefix state: up to the flush it came before
+    kept = sp.make_state("no-cache", min(cut, sp.n))
+
+    def run(dev: str) -> list[Culprit]:
+        try:
+            mount(dev, mnt, ctx.fs.name, ctx.state_mount_opts)
+            umount(mnt)
+        except Exception as e:  # an unrecoverable image is still worth a try with the tools
+            log.info("blame: recovery mount of %s failed: %s", kept.id, e)
+        return blame(sp, state, ctx.fs.name, dev)
+
+    return _with_image(where, kept, run)
+
+
+def _with_image(where: Where, state: CrashState, use: Any) -> Any:
+    (where.workdir / "diag").mkdir(parents=True, exist_ok=True)
+    walk = materialize(where.index, where.initial, where.size, [state], where.workdir / "diag", where.provider)
+    with contextlib.closing(walk):
+        for _, img in walk:
+            if stat.S_ISBLK(os.stat(img).st_mode):
+                return use(str(img))
+            from powercut.linux.loopdev import LoopDevice
+            with LoopDevice(img) as dev:
+                return use(dev)
+    raise RuntimeError(f"no image for {state.id}")
+
+
+def without_tear(ctx: CheckContext, where: Where, state: CrashState, first: Verdict) -> str:
+    """For a failing torn state: the id of the same state without its tear -- the torn write kept
+    whole, or lost whole -- that fails with the same verdict, or "" if the tear is needed for the
+    failure.  A torn model combines tears with write-cache losses; a failure that survives the
+    tear's removal is a write-cache finding, not a tear's.  (The verdict, not the reason class: a
+    record lost whole and one torn are one bug with different details.)"""
+    from powercut.errors import UsageError
+
+    sp = where.crash_space()
+    mnt = str(where.workdir / "mnt")
+    ((t, _),) = state.torn
+    for dropped in (state.dropped, tuple(sorted({*state.dropped, t}))):
+        try:
+            cand = sp.make_state("write-cache", state.cut, dropped)
+        except UsageError:
+            continue
+        v = _with_image(where, cand, lambda dev, c=cand: judge(ctx, dev, c, mnt))
+        if v.verdict == first.verdict:
+            return cand.id
+    return ""

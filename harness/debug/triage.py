@@ -1,0 +1,85 @@
+"""Triage after a campaign (host): group the failing states by how they fail -- verdict and the class
+of the first reason (shrink.reason_class: particulars stripped) -- so 1,000 failing states of one
+bug read as one group; minimize and blame the first state of the first ``k`` groups where the
+check runs (diagnose.py: on the host, or in a checker VM); save each as a repro bundle.  Writes
+``diagnoses.json`` and ``bundles/`` into the campaign's output directory."""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from powercut.core.shrink import reason_class
+from powercut.core.stateid import parse_id
+from powercut.core.verdict import SEVERITY, Verdict
+from powercut.debug import bundle
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Group:
+    """Failing states that fail the same way."""
+
+    verdict: str
+    reason_class: str
+    states: list[Verdict] = field(default_factory=list)
+    diagnosis: dict[str, Any] | None = None
+    bundle: str = ""
+
+    @property
+    def first(self) -> Verdict:
+        return min(self.states, key=lambda v: (v.cut, len(v.state), v.state))
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.diagnosis or {}
+        return {"verdict": self.verdict, "reason_class": self.reason_class, "count": len(self.states),
+                "first": self.first.state, "states": [v.state for v in self.states[:20]],
+                "cause": d.get("cause", ""), "minimized": d.get("minimized", ""),
+                "culprits": [c.get("text", "") for c in d.get("culprits", ())],
+                "shrink_calls": d.get("calls"), "one_at_a_time": d.get("one_at_a_time"), "bundle": self.bundle}
+
+
+def group(failures: list[Verdict]) -> list[Group]:
+    """Groups by (verdict, reason class), worst verdict first, then the larger group."""
+    groups: dict[tuple[str, str], Group] = {}
+    for v in failures:
+        key = (v.verdict, reason_class(v.reasons[0]) if v.reasons else "")
+        groups.setdefault(key, Group(*key)).states.append(v)
+    return sorted(groups.values(), key=lambda g: (-SEVERITY.index(g.verdict), -len(g.states), g.reason_class))
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:60] or "state"
+
+
+def save(outdir: Path, groups: list[Group]) -> Path:
+    path = outdir / "diagnoses.json"
+    path.write_text(json.dumps({"groups": [g.to_json() for g in groups]}, indent=1) + "\n")
+    return path
+
+
+def write_bundles(outdir: Path, groups: list[Group], rec: Any, ctx: Any, log_path: Path) -> None:
+    """A bundle per diagnosed group (and for a group not diagnosed, its first state as it is)."""
+    from powercut.debug.diagnose import Diagnosis
+
+    for k, g in enumerate(groups, 1):
+        d = Diagnosis.from_json(g.diagnosis) if g.diagnosis else None
+        first = g.first
+        cut = max([first.cut] + ([_need(d)] if d else []))
+        dest = outdir / "bundles" / f"{k:02d}-{slug(first.state)}"
+        try:
+            bundle.write(dest, recording=str(rec.dir), log_path=log_path, data_size=rec.data_size,
+                         fstype=rec.fstype, mount_opts=rec.mount_opts, checker=ctx.checker, params=ctx.params,
+                         workload=dict(rec.workload), verdict=first, diagnosis=d, cut=cut + 1)
+            g.bundle = str(dest)
+        except OSError as e:
+            log.warning("cannot write the repro bundle %s: %s", dest, e)
+
+
+def _need(d: Any) -> int:
+    """The last entry a diagnosis's states need (the minimized cut, the blamed writes)."""
+    return max([parse_id(d.minimized).cut] + [c.entry + 1 for c in d.culprits])

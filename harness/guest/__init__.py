@@ -1,0 +1,6 @@
+"""The guest agent: ``python -m powercut.guest JOB`` -- everything that runs inside the VM.
+
+* ``__main__`` -- reads the job and dispatches by its kind;
+* ``record`` -- the record and mark-bench jobs;
+* ``check`` -- the checker VM's job (check, shell, diagnose);
+* ``bench`` -- the bench job."""

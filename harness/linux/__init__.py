@@ -1,0 +1,11 @@
+"""Operating-system adapters (host and guest): standard library and ``powercut.errors`` only.
+
+* ``process`` -- every subprocess: argv lists, timeouts, process groups;
+* ``interrupt`` -- signals become Interrupted, child groups are killed;
+* ``dm`` -- device-mapper by ioctl;
+* ``loopdev`` -- loop devices by ioctl;
+* ``mounts`` -- mount(2)/umount2 and the kernel's log;
+* ``imageio`` -- sparse image files, copy and reflink;
+* ``filesystems`` -- the filesystem table (mkfs, fsck, mount options, modules);
+* ``blockdev`` -- find a disk by serial, its size;
+* ``jsonlines`` -- the fsync'd JSON-lines file."""

@@ -1,0 +1,79 @@
+"""The one table of per-filesystem knowledge (host and guest): how to make one, how to check one
+read-only and what its checker's exit codes mean, its minimum and default size, its default mount
+options, what clones of one filesystem need to be mounted side by side in one kernel, and which
+module group the guest loads for it.  record, check, the guest agent and the CLI all read it here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from powercut.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class Filesystem:
+    name: str
+    mkfs: tuple[str, ...]               # argv; the device is appended
+    fsck: tuple[str, ...]               # read-only check argv; the device is appended
+    fsck_clean: frozenset[int]          # exit codes that mean "no problem found"
+    fsck_meaning: dict[int, str]        # what the other exit codes mean (for reasons)
+    min_mb: int
+    default_mb: int
+    mount_opts: str = ""                # options every mount of this filesystem gets
+    # Clones of one filesystem (every crash state of a recording is one) carry the same UUID/fsid.
+    clone_mount_opts: str = ""          # what lets two clones be mounted at once in one kernel
+    clones_mount_together: bool = True  # False: no two clones mounted together in one kernel
+    module_group: str = ""
+
+    def fsck_argv(self, device: str) -> list[str]:
+        return [*self.fsck, device]
+
+    def mkfs_argv(self, device: str, extra: tuple[str, ...] = ()) -> list[str]:
+        return [*self.mkfs, *extra, device]
+
+    def check_mount_opts(self, user: str) -> str:
+        """Options for mounting a crash state: the user's, plus what clones need (never a change to
+        the image itself)."""
+        return join_opts(self.mount_opts, self.clone_mount_opts, user)
+
+    def explain_fsck(self, rc: int | None) -> str:
+        if rc is None:
+            return "timed out"
+        return self.fsck_meaning.get(rc, f"exit {rc}")
+
+
+def join_opts(*parts: str) -> str:
+    seen: dict[str, None] = {}
+    for p in parts:
+        for o in filter(None, (x.strip() for x in p.split(","))):
+            seen.setdefault(o, None)
+    return ",".join(seen)
+
+
+FILESYSTEMS: dict[str, Filesystem] = {
+    "ext4": Filesystem(
+        "ext4", ("mkfs.ext4", "-F", "-q"), ("e2fsck", "-fn"), frozenset({0}),
+        {1: "errors corrected", 2: "errors corrected, reboot", 4: "errors left uncorrected",
+         8: "operational error", 12: "interrupted", 16: "usage error"},
+        min_mb=16, default_mb=256, module_group="ext4"),
+    "xfs": Filesystem(
+        "xfs", ("mkfs.xfs", "-f", "-q"), ("xfs_repair", "-n"), frozenset({0}),
+        {1: "corruption found", 2: "dirty log (needs a mount to replay it)"},
+        min_mb=300, default_mb=300, clone_mount_opts="nouuid", module_group="xfs"),
+    "btrfs": Filesystem(
+        "btrfs", ("mkfs.btrfs", "-f", "-q"), ("btrfs", "check", "--readonly"), frozenset({0}),
+        {1: "errors found"},
+        # kernels before temp-fsid support (6.7; Debian 12's 6.1) refuse a second device with a
+        # mounted fsid: clones are judged one at a time per kernel
+        min_mb=128, default_mb=256, clones_mount_together=False, module_group="btrfs"),
+}
+
+
+def get(name: str) -> Filesystem:
+    try:
+        return FILESYSTEMS[name]
+    except KeyError:
+        raise UsageError(f"unknown filesystem {name!r}: choose one of {', '.join(FILESYSTEMS)}") from None
+
+
+def names() -> tuple[str, ...]:
+    return tuple(FILESYSTEMS)

@@ -1,0 +1,183 @@
+"""The only place that runs subprocesses (host and guest): argv lists (or an explicit shell for a
+user's command string), a timeout on every call, each child in its own process group that is killed
+as a whole (a grandchild cannot outlive its timeout and keep a mount busy), errors that carry the
+argv (``shlex.join``), the exit code and the stderr tail.
+
+Every live child group is registered, so an interrupt handler can kill them all at once
+(``kill_all``) even while the thread that started them is blocked."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Mapping, Sequence
+
+from powercut.errors import CommandFailed, EnvironmentNotReady
+
+log = logging.getLogger(__name__)
+
+TAIL_CHARS = 4000
+SHELL = "/bin/sh"
+
+_live: set[int] = set()
+_live_lock = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int | None    # None: killed by its timeout
+    stdout: str
+    stderr: str
+    duration_s: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def require(tool: str, package: str | None = None) -> str:
+    """Absolute path of ``tool`` or EnvironmentNotReady naming the package that provides it."""
+    path = shutil.which(tool) or next(
+        (p for p in (f"/usr/sbin/{tool}", f"/sbin/{tool}", f"/usr/lib/qemu/{tool}", f"/usr/libexec/{tool}")
+         if os.access(p, os.X_OK)), None)
+    if not path:
+        hint = f" (install the Debian package {package}, or run ci/setup.sh)" if package else ""
+        raise EnvironmentNotReady(f"{tool} not found{hint}")
+    return path
+
+
+def _register(pid: int) -> None:
+    with _live_lock:
+        _live.add(pid)
+
+
+def _unregister(pid: int) -> None:
+    with _live_lock:
+        _live.discard(pid)
+
+
+def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def live_groups() -> list[int]:
+    with _live_lock:
+        return sorted(_live)
+
+
+def kill_all(sig: int = signal.SIGKILL) -> int:
+    """Signal every live child process group (for an interrupt); returns how many."""
+    groups = live_groups()
+    for pid in groups:
+        _kill_group(pid, sig)
+    return len(groups)
+
+
+def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str | bytes | None = None,
+        env: Mapping[str, str] | None = None, cwd: str | None = None, text: bool = True) -> Result:
+    """Run ``argv`` to completion in its own process group; on timeout kill the whole group.
+    ``check``: a non-zero exit or a timeout raises CommandFailed; else both are in the Result."""
+    argv = [str(a) for a in argv]
+    log.debug("run %s", argv)
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env) if env else None,
+                                cwd=cwd, text=text, start_new_session=True)
+    except FileNotFoundError as e:
+        raise EnvironmentNotReady(f"{argv[0]} not found") from e
+    except NotADirectoryError as e:
+        raise EnvironmentNotReady(f"{cwd or argv[0]}: not a directory") from e
+    _register(proc.pid)
+    timed_out = False
+    try:
+        try:
+            out, err = proc.communicate(input=input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            out, err = proc.communicate()
+        finally:
+            # the leader has exited (or was killed): its leftovers in the group must not linger
+            _kill_group(proc.pid)
+    except BaseException:
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
+    finally:
+        _unregister(proc.pid)
+    res = Result(tuple(argv), None if timed_out else proc.returncode, out, err,
+                 round(time.monotonic() - start, 3), timed_out)
+    if check and timed_out:
+        raise CommandFailed(argv, None, _tail(err), timed_out=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise CommandFailed(argv, proc.returncode, _tail(err))
+    return res
+
+
+def run_shell(command: str, *, timeout: float, check: bool = False, **kwargs: object) -> Result:
+    """A user's command string, explicitly through ``/bin/sh -c`` (same guarantees as ``run``)."""
+    return run([SHELL, "-c", command], timeout=timeout, check=check, **kwargs)  # type: ignore[arg-type]
+
+
+def _tail(s: str | bytes | None) -> str:
+    if s is None:
+        return ""
+    if isinstance(s, bytes):
+        s = s.decode(errors="replace")
+    return s[-TAIL_CHARS:]
+
+
+class Spawned:
+    """A long-running child (QEMU, virtiofsd, a workload) in its own process group, output to files."""
+
+    def __init__(self, argv: Sequence[str], *, stdout: IO | int | None = None, stderr: IO | int | None = None,
+                 env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = (), cwd: str | None = None,
+                 stdin: IO | int | None = None) -> None:
+        self.argv = [str(a) for a in argv]
+        log.debug("spawn %s", self.argv)
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                                         stdout=stdout if stdout is not None else subprocess.DEVNULL,
+                                         stderr=stderr if stderr is not None else subprocess.DEVNULL,
+                                         env=dict(env) if env else None, start_new_session=True,
+                                         pass_fds=tuple(pass_fds), cwd=cwd)
+        except FileNotFoundError as e:
+            raise EnvironmentNotReady(f"{self.argv[0]} not found") from e
+        _register(self.proc.pid)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Exit code, or None if still running after ``timeout`` seconds."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        """Kill the whole group (also when the leader already exited: its children may not have)."""
+        _kill_group(self.proc.pid)
+        self.proc.wait()
+        _unregister(self.proc.pid)
+
+    def __enter__(self) -> "Spawned":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()

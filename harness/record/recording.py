@@ -1,0 +1,136 @@
+"""A recording on disk (host): the manifest's schema, loading and validating it, writing it.
+
+A recording directory holds::
+
+    manifest.toml     what ran, on what, how it ended
+    log.bin           the dm-log-writes log (the log disk, sparse)
+    data-final.img    the data disk after the run (= replaying the whole log onto the initial state)
+    console.log       the guest's serial console
+    job/              job.json, job.sh, agent.log, workload.out/.err, result.json
+
+Everything that reads a recording (check, replay, the CLI) goes through ``load``; a missing or
+garbled key is one clear BadRecording line naming it, never a KeyError."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powercut.config import dumps_toml, loads_toml
+from powercut.errors import BadRecording, UsageError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.toml"
+# status values: "running" while the VM runs, "ok", "interrupted", or how it failed
+OK, RUNNING, INTERRUPTED = "ok", "running", "interrupted"
+
+# section -> keys every manifest has (more may be present)
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "recording": ("format", "status"),
+    "log": ("file",),
+    "data": ("size_bytes", "final", "initial"),
+    "fs": ("fstype",),
+    "workload": (),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    dir: Path
+    manifest: dict[str, Any]
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / self.manifest["log"]["file"]
+
+    @property
+    def final_image(self) -> Path:
+        return self.dir / self.manifest["data"]["final"]
+
+    @property
+    def data_size(self) -> int:
+        return int(self.manifest["data"]["size_bytes"])
+
+    @property
+    def initial_image(self) -> Path | None:
+        name = self.manifest["data"]["initial"]
+        return None if name == "zeros" else self.dir / name
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest["recording"]["status"])
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def fstype(self) -> str:
+        return str(self.manifest["fs"]["fstype"])
+
+    @property
+    def mount_opts(self) -> str:
+        return str(self.manifest["fs"].get("mount_opts", ""))
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        return dict(self.manifest["workload"])
+
+    @property
+    def workload_label(self) -> str:
+        return str(self.manifest["workload"].get("name") or "cmd")
+
+    def require_ok(self) -> "Recording":
+        if not self.ok:
+            error = self.manifest["recording"].get("error", "")
+            raise UsageError(f"{self.dir}: the recording did not finish ({self.status}"
+                             + (f": {error}" if error else "") + "); record again")
+        return self
+
+
+def load(path: str | os.PathLike[str]) -> Recording:
+    p = Path(path)
+    f = p / MANIFEST
+    if not f.is_file():
+        raise BadRecording(f"{p}: not a recording (no {MANIFEST})")
+    try:
+        text = f.read_text()
+    except OSError as e:
+        raise BadRecording(f"{f}: cannot read: {e.strerror}") from None
+    try:
+        m = loads_toml(text, str(f))
+    except UsageError as e:
+        raise BadRecording(e.one_line()) from None
+    validate(m, str(f))
+    return Recording(p, m)
+
+
+def validate(m: dict[str, Any], source: str) -> None:
+    for section, keys in REQUIRED.items():
+        sec = m.get(section)
+        if not isinstance(sec, dict):
+            raise BadRecording(f"{source}: no [{section}] section")
+        for key in keys:
+            if key not in sec:
+                raise BadRecording(f"{source}: [{section}] has no {key!r}")
+    fmt = m["recording"]["format"]
+    if fmt != FORMAT_VERSION:
+        raise BadRecording(f"{source}: recording format {fmt!r}, this powercut reads {FORMAT_VERSION}")
+    try:
+        size = int(m["data"]["size_bytes"])
+    except (TypeError, ValueError):
+        raise BadRecording(f"{source}: [data] size_bytes is not a number") from None
+    if size <= 0 or size % 512:
+        raise BadRecording(f"{source}: [data] size_bytes {size} is not a positive multiple of 512")
+
+
+def write(directory: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest atomically (a reader never sees half of it)."""
+    tmp = directory / f".{MANIFEST}.tmp"
+    tmp.write_text(dumps_toml(manifest))
+    os.replace(tmp, directory / MANIFEST)
+
+
+# the name the rest of the code knew it by
+load_recording = load

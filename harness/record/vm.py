@@ -1,0 +1,176 @@
+"""The host half of a recording: prepare disks and the job share, boot the VM, collect the log
+into a recording directory (layout and manifest: recording.py).
+
+The initial data-disk state is all zeros (mkfs runs through the log), recorded as such.  An
+interrupt (SIGINT/SIGTERM/SIGHUP) kills the VM on the way out and leaves the manifest with status
+``interrupted``."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from powercut.config import DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
+from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
+from powercut.linux import filesystems, process
+from powercut.record import recording
+from powercut.record.recording import FORMAT_VERSION, MANIFEST, Recording
+from powercut.vm import guestjob
+
+log = logging.getLogger(__name__)
+
+DM_NAME = "powercut-rec"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSpec:
+    fs: FsSpec = field(default_factory=FsSpec)
+    workload: WorkloadSpec = WorkloadSpec(name="append-fsync")
+    log_size_mb: int = 0          # 0: sized from the data disk
+    memory_mb: int = 1024
+    cpus: int = 1
+    bus: str = "virtio"
+    transport: str = "9p"
+    accel: str = "auto"
+    timeout_s: float = 900.0
+    backend: str = "qemu"
+    libvirt_uri: str = "qemu:///system"
+    image: dict[str, Any] = field(default_factory=dict)
+
+    def log_bytes(self) -> int:
+        mb = self.log_size_mb or max(4 * self.fs.size_mb + 64, 512)
+        return mb << 20
+
+
+def _sparse(path: Path, size: int) -> None:
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def vm_spec(spec: RecordSpec, image: Any, out: Path, jobdir: Path) -> VmSpec:
+    disks = (DiskSpec(str(out / "data-final.img"), "pcdata", bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
+             DiskSpec(str(out / "log.bin"), "pclog", bus=spec.bus, cache="unsafe", write_cache=True))  # type: ignore[arg-type]
+    return VmSpec(kernel=image.kernel, initrd=image.initrd, memory_mb=spec.memory_mb, cpus=spec.cpus, disks=disks,
+                  shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False)),
+                  transport=spec.transport, accel=spec.accel, timeout_s=spec.timeout_s,  # type: ignore[arg-type]
+                  console_path=str(out / "console.log"), name=f"powercut-record-{os.getpid()}",
+                  modules=(filesystems.get(spec.fs.fstype).module_group,))
+
+
+def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: Path | None):
+    """Run a VmSpec on the chosen backend (qemu or libvirt)."""
+    if backend == "libvirt":
+        from powercut.vm.libvirt import run_vm_libvirt
+        return run_vm_libvirt(vmspec, uri=uri, rundir=rundir, start_marker=start_marker)
+    if backend != "qemu":
+        raise UsageError(f"unknown backend {backend!r}: qemu or libvirt")
+    from powercut.vm.qemu import run_vm
+    return run_vm(vmspec, rundir=rundir, start_marker=start_marker)
+
+
+def prepare_outdir(out: Path, force: bool) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise UsageError(f"{out} exists and is not empty (use --force to replace it)")
+        if not (out / MANIFEST).exists() and not (out / "job").exists():
+            raise UsageError(f"{out} is not a recording; refusing to delete it even with --force")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> Recording:
+    """Record ``spec.workload`` on ``spec.fs`` into the directory ``out``.  On any failure (or an
+    interrupt) the directory is kept with a manifest whose status says what happened, and the
+    error is raised."""
+    from powercut import workload as workloads
+    from powercut.images.build import ImageSpec, build_image, tools_dir
+
+    if spec.workload.name:
+        workloads.get(spec.workload.name).params(spec.workload.params)  # unknown names/params fail here
+    if spec.backend == "qemu":
+        from powercut.vm.qemu import QEMU
+        process.require(QEMU, "qemu-system-x86")
+    image = build_image(ImageSpec(**spec.image))
+    out = Path(out).absolute()
+    prepare_outdir(out, force)
+    data_bytes = spec.fs.size_mb << 20
+    need = data_bytes + spec.log_bytes()
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise PowercutError(f"not enough free space in {out}: {free >> 20} MiB free, a recording may need up "
+                            f"to {need >> 20} MiB (data {spec.fs.size_mb} MiB + log {spec.log_bytes() >> 20} MiB)")
+    _sparse(out / "data-final.img", data_bytes)
+    _sparse(out / "log.bin", spec.log_bytes())
+    jobdir = out / "job"
+    guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks={"data": "pcdata", "log": "pclog"},
+                                              fs=spec.fs, workload=spec.workload, tools_dir=tools_dir(image)))
+    vmspec = vm_spec(spec, image, out, jobdir)
+    manifest = _manifest(spec, image, vmspec, data_bytes)
+    start = time.monotonic()
+    try:
+        recording.write(out, manifest)
+        try:
+            res = run_job(vmspec, spec.backend, spec.libvirt_uri, out, jobdir / "started")
+        except VmError as e:
+            manifest["recording"].update(status=e.kind, error=e.one_line())
+            raise
+        manifest["recording"].update(accel=res.accel, vm_wall_s=round(res.wall_s, 3),
+                                     boot_to_workload_s=round(res.boot_s, 3) if res.boot_s else None)
+        result = guestjob.read_result(jobdir)
+        manifest["result"] = {"ok": result.ok, **result.data, **({"error": result.error} if result.error else {})}
+        _judge(result, manifest, out)
+        manifest["recording"]["status"] = recording.OK
+    except KeyboardInterrupt as e:
+        manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
+        raise
+    finally:
+        manifest["recording"]["wall_s"] = round(time.monotonic() - start, 3)
+        recording.write(out, manifest)
+    return Recording(out, manifest)
+
+
+def _manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int) -> dict[str, Any]:
+    return {
+        "recording": {"format": FORMAT_VERSION, "status": recording.RUNNING,
+                      "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "backend": spec.backend, "image": image.hash,
+                      "kernel_release": image.kernel_release, "image_source": image.source},
+        "fs": to_dict(spec.fs), "workload": to_dict(spec.workload),
+        "vm": {"memory_mb": spec.memory_mb, "cpus": spec.cpus, "bus": spec.bus, "transport": spec.transport,
+               "disk_cache": "unsafe", "write_cache": True, "machine": vmspec.resolved_machine()},
+        "data": {"initial": "zeros", "size_bytes": data_bytes, "final": "data-final.img"},
+        "log": {"file": "log.bin", "device_bytes": spec.log_bytes()},
+        "files": {"console": "console.log", "job": "job"},
+    }
+
+
+def _judge(result: guestjob.GuestResult, manifest: dict[str, Any], out: Path) -> None:
+    rec = manifest["recording"]
+    if not result.ok:
+        rec.update(status="guest-error", error=result.error or "guest job failed")
+        raise PowercutError(f"recording failed in the guest: {rec['error']} (see {out}/job/agent.log)")
+    if result.get("logging_disabled"):
+        rec.update(status="log-full", error="dm-log-writes ran out of log space")
+        raise LogDeviceFull(f"the log device filled up: the log is incomplete; record again with a larger "
+                            f"--log-size (now {manifest['log']['device_bytes'] >> 20} MiB)")
+    if result.get("workload_timed_out"):
+        rec.update(status="workload-timeout", error="workload killed by its timeout")
+        raise WorkloadFailed(f"the workload did not finish within {manifest['workload']['timeout_s']:g} s and "
+                             f"was killed (see {out}/job/workload.err)")
+    if result.get("workload_rc"):
+        rc = result.get("workload_rc")
+        tail = _tail(out / "job" / "workload.err")
+        rec.update(status="workload-failed", error=f"workload exited {rc}")
+        raise WorkloadFailed(f"the workload exited {rc}" + (f": {tail}" if tail else "") +
+                             f" (see {out}/job/workload.err)")
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][:200] if lines else ""

@@ -1,0 +1,6 @@
+"""Crash states -> disk images (host and guest).
+
+* ``materialize`` -- the incremental walk over the log;
+* ``snapshot`` -- the provider interface and the file-based providers;
+* ``dmsnapshot`` -- the dm-snapshot provider;
+* ``providers`` -- the catalogue and the choice of a provider."""

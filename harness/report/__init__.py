@@ -1,0 +1,7 @@
+"""What people read.
+
+* ``summary`` -- summary.json, JUnit, the console table and repro lines;
+* ``matrix`` -- the verdict matrix: rows, cells, tables;
+* ``bench`` -- bench tables and plots;
+* ``seeds`` -- the seed documents' figures;
+* ``cost`` -- the durability-vs-cost report."""

@@ -1,0 +1,272 @@
+"""The verdict matrix (host): the data file ``checkers/matrix.toml`` -- workload x variant x filesystem
+and mount options x crash model -> the expected verdict and why --, choosing rows, running them
+(one recording and one check campaign per row) and comparing what was seen with what was expected.
+``powercut matrix`` and the tests read it; nothing here prints.
+
+A cell's expectation is ``pass`` (every judged state passes), a verdict (at least one confirmed
+failing state has it), or ``fail`` (at least one confirmed failing state, any verdict).  A flaky
+state, a recording that failed or a campaign that did not complete is never as expected."""
+from __future__ import annotations
+
+import fnmatch
+import logging
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from powercut.core.stateid import MODELS
+from powercut.core.verdict import FINDINGS
+from powercut.errors import PowercutError, UsageError
+
+log = logging.getLogger(__name__)
+
+EXPECTATIONS = frozenset({"pass", "fail"} | FINDINGS | {f"{v} only" for v in FINDINGS})  # "V only": no other
+
+
+CI_PARTS = ("host", "vm", "")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One configuration: a workload variant on one filesystem with its mount options."""
+
+    workload: str
+    variant: str
+    params: dict[str, Any]
+    fs: str
+    expect: dict[str, str]                    # model -> expectation
+    why: str
+    mount_opts: str = ""
+    mkfs_opts: str = ""
+    ci: str = ""                              # "host" / "vm": in CI's part of the matrix, checked there
+    notes: dict[str, str] = field(default_factory=dict)   # model -> why this cell
+    claim: str = ""                           # the program's documented claim for this configuration
+    max_states: int = 0                       # judge at most this many states of this row (0: as the run says)
+
+    @property
+    def id(self) -> str:
+        return f"{self.workload}/{self.variant}/{self.fs}" + (f":{self.mount_opts}" if self.mount_opts else "")
+
+    @property
+    def slug(self) -> str:
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in self.id.replace("/", "__"))
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(m for m in MODELS if m in self.expect)
+
+
+def default_path() -> Path:
+    return Path(str(resources.files("powercut.checkers") / "matrix.toml"))
+
+
+def load(path: str | Path | None = None) -> list[Row]:
+    """Every row of the matrix file (a row with a list of filesystems is one row per filesystem)."""
+    p = Path(path) if path else default_path()
+    try:
+        doc = tomllib.loads(p.read_text())
+    except OSError as e:
+        raise UsageError(f"{p}: cannot read the verdict matrix: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{p}: not a valid verdict matrix: {e}") from None
+    rows: list[Row] = []
+    for n, d in enumerate(doc.get("row", []), 1):
+        rows.extend(_rows(d, f"{p}: row {n}"))
+    ids = [r.id for r in rows]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise UsageError(f"{p}: the same configuration twice: {', '.join(dup)}")
+    return rows
+
+
+def _rows(d: dict[str, Any], where: str) -> list[Row]:
+    known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim",
+             "max_states"}
+    unknown = set(d) - known
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    for key in ("workload", "variant", "fs", "expect", "why"):
+        if not d.get(key):
+            raise UsageError(f"{where}: needs '{key}'")
+    expect = {str(m): str(v) for m, v in dict(d["expect"]).items()}
+    for m, v in expect.items():
+        if m not in MODELS:
+            raise UsageError(f"{where}: unknown model {m!r} in expect; models: {', '.join(MODELS)}")
+        if v not in EXPECTATIONS:
+            raise UsageError(f"{where}: expect.{m} = {v!r}; expected one of {', '.join(sorted(EXPECTATIONS))}")
+    if d.get("ci", "") not in CI_PARTS:
+        raise UsageError(f"{where}: ci must be 'host', 'vm' or absent, not {d.get('ci')!r}")
+    notes = {str(m): str(v) for m, v in dict(d.get("notes", {})).items()}
+    if set(notes) - set(expect):
+        raise UsageError(f"{where}: notes for models without an expectation: {', '.join(sorted(set(notes) - set(expect)))}")
+    fss = d["fs"] if isinstance(d["fs"], list) else [d["fs"]]
+    return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
+                str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
+                " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0))) for fs in fss]
+
+
+def choose(rows: list[Row], patterns: list[str] | tuple[str, ...] = (), ci: bool = False) -> list[Row]:
+    """The rows whose id matches any glob pattern (all without patterns); ``ci``: only CI's part."""
+    out = [r for r in rows if (not patterns or any(fnmatch.fnmatchcase(r.id, p) for p in patterns))
+           and (not ci or r.ci)]
+    if not out:
+        raise UsageError("no row of the verdict matrix matches " + (", ".join(patterns) or "the CI part")
+                         + f"; rows: {', '.join(r.id for r in rows[:8])}{' ...' if len(rows) > 8 else ''}")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """What one model saw on one row, against what was expected."""
+
+    row: str
+    model: str
+    expected: str
+    judged: int = 0
+    failing: dict[str, int] = field(default_factory=dict)   # verdict -> confirmed failing states
+    first: str = ""                                         # the first failing state (lowest cut)
+    first_reason: str = ""
+    flaky: int = 0
+    error: str = ""
+    tear_free: int = 0                                      # failing torn states that fail as well untorn
+    tear_free_example: str = ""
+
+    @property
+    def tear_needed(self) -> int:
+        """Failing states that need their tear (all of them for a model that tears nothing)."""
+        return sum(self.failing.values()) - self.tear_free
+
+    @property
+    def seen(self) -> str:
+        if self.error:
+            return "error"
+        if self.flaky:
+            return "flaky"
+        if not self.failing:
+            return "pass"
+        if not self.tear_needed:
+            return "pass (untorn)"
+        return max(self.failing, key=lambda v: (self.failing[v], v))
+
+    @property
+    def ok(self) -> bool:
+        """``pass`` expected: no failing state -- for a torn model, none that needs its tear (the
+        tear adds nothing); a failure expected: some failing state with that verdict."""
+        if self.error or self.flaky or not self.judged:
+            return False
+        if self.expected == "pass":
+            return not self.tear_needed
+        if self.expected == "fail":
+            return bool(self.failing)
+        if self.expected.endswith(" only"):  # that verdict and no other (e.g. "may lose, never corrupts")
+            return set(self.failing) == {self.expected.removesuffix(" only")}
+        return self.failing.get(self.expected, 0) > 0
+
+    def describe(self) -> str:
+        if self.error:
+            return f"error: {self.error}"
+        untorn = (f"; {self.tear_free} failing states fail the same way without their tear (write-cache losses, "
+                  f"e.g. {self.tear_free_example})" if self.tear_free else "")
+        if not self.failing:
+            return f"pass ({self.judged} states)" + (f", {self.flaky} flaky" if self.flaky else "") + untorn
+        kinds = ", ".join(f"{v} {n}" for v, n in sorted(self.failing.items()))
+        return (f"{kinds} of {self.judged}; first {self.first}" + (f", {self.flaky} flaky" if self.flaky else "")
+                + untorn)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"row": self.row, "model": self.model, "expected": self.expected, "seen": self.seen, "ok": self.ok,
+                "judged": self.judged, "failing": self.failing, "first_failing_state": self.first,
+                "first_reason": self.first_reason, "flaky": self.flaky, "error": self.error,
+                "tear_free": self.tear_free, "tear_free_example": self.tear_free_example}
+
+
+def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None) -> list[Cell]:
+    """Compare a campaign summary (report.Summary) with the row's expectations, model by model.
+    ``untorn``: failing torn states -> the same state without its tear that fails the same way
+    (those are write-cache findings: not counted as the torn model's)."""
+    out = []
+    untorn = untorn or {}
+    for m in row.models:
+        fails = [f for f in summary.failures if f.model == m]
+        free = [f.state for f in fails if untorn.get(f.state)]
+        first = min(fails, key=lambda f: (f.cut, f.state)) if fails else None
+        counts: dict[str, int] = {}
+        for f in fails:
+            counts[f.verdict] = counts.get(f.verdict, 0) + 1
+        error = "" if summary.status == "complete" else f"campaign {summary.status}"
+        out.append(Cell(row.id, m, row.expect[m], sum(summary.by_model.get(m, {}).values()), counts,
+                        first.state if first else "", (first.reasons[0] if first and first.reasons else ""),
+                        sum(1 for f in summary.flaky if f.model == m), error, len(free),
+                        f"{free[0]} fails as {untorn[free[0]]}" if free else ""))
+    return out
+
+
+def failed_cells(row: Row, error: str) -> list[Cell]:
+    return [Cell(row.id, m, row.expect[m], error=error) for m in row.models]
+
+
+def one_line(e: BaseException) -> str:
+    return e.one_line() if isinstance(e, PowercutError) else f"{type(e).__name__}: {e}"
+
+
+def shape(rows: list[Row]) -> dict[str, list[str]]:
+    """Which variants the expectations say each kind of model catches: ``only:<model>`` (caught by
+    that model and passing every other one it is run under) and ``all`` (caught by every model)."""
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        caught = [m for m in r.models if r.expect[m] != "pass"]
+        if len(caught) == 1 and len(r.models) > 1:
+            out.setdefault(f"only:{caught[0]}", []).append(r.id)
+        if caught and len(caught) == len(r.models) and len(r.models) > 1:
+            out.setdefault("all", []).append(r.id)
+    return out
+
+
+def markdown(rows: list[Row], results: list[Cell]) -> str:
+    """The matrix as it came out: one line per cell, expected vs seen, the first failing state and why."""
+    by_row: dict[str, list[Cell]] = {}
+    for c in results:
+        by_row.setdefault(c.row, []).append(c)
+    lines = ["| configuration | model | expected | seen | first failing state | |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        for c in by_row.get(r.id, []):
+            lines.append(f"| {r.id} | {c.model} | {c.expected} | {c.describe()} | {c.first or '-'} | "
+                         f"{'ok' if c.ok else '**SURPRISE**'} |")
+    lines.append("")
+    for r in rows:
+        lines.append(f"- **{r.id}**: {' '.join(r.why.split())}")
+        if r.claim:
+            seen = [c for c in by_row.get(r.id, [])]
+            verdict = ("reality agrees" if seen and all(c.ok for c in seen) else
+                       "**reality disagrees** (see the cells above)" if seen else "not run")
+            lines.append(f"  - documented claim: \"{r.claim}\" -- {verdict}")
+        lines.extend(f"  - {m}: {' '.join(n.split())}" for m, n in r.notes.items())
+    return "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, rows: list[Row], results: list[Cell], infos: list[dict[str, Any]]) -> dict[str, Path]:
+    import json
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "matrix.json", "md": out / "matrix.md"}
+    doc = {"cells": [c.to_json() for c in results], "rows": infos,
+           "as_expected": sum(c.ok for c in results), "cells_total": len(results)}
+    paths["json"].write_text(json.dumps(doc, indent=1))
+    paths["md"].write_text(markdown(rows, results))
+    return paths
+
+
+def table(rows: list[Row], results: list[Cell]) -> Any:
+    from rich.table import Table
+    t = Table(title="verdict matrix: expected vs seen")
+    for col in ("configuration", "model", "expected", "seen", "first failing state", ""):
+        t.add_column(col)
+    by_row: dict[str, list[Cell]] = {}
+    for c in results:
+        by_row.setdefault(c.row, []).append(c)
+    for r in rows:
+        for c in by_row.get(r.id, []):
+            t.add_row(r.id, c.model, c.expected, c.describe(), c.first or "-",
+                      "ok" if c.ok else "[bold red]SURPRISE[/]")
+    return t

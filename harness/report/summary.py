@@ -1,0 +1,128 @@
+"""Campaign outputs from the verdict journal (host): a summary (per model: generated / distinct /
+judged states and the verdicts), JSON summary, JUnit XML (one test case per judged state), the
+console table, and a repro line for every failure.  Confirmed failures and flaky states are
+counted apart: a flaky state is a harness problem, not a finding."""
+from __future__ import annotations
+
+import json
+import shlex
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from powercut.core.verdict import SEVERITY, Verdict, worst
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    recording: str
+    fstype: str
+    workload: str
+    check_in: str
+    by_model: dict[str, dict[str, int]]       # model -> verdict -> judged states
+    failures: list[Verdict]                   # findings (confirmed unless confirmation was off)
+    flaky: list[Verdict]
+    total: int                                # judged states
+    seconds: float
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # model -> generated/distinct/judged/left_out
+    status: str = "complete"                  # complete | interrupted | error
+    confirm_s: float = 0.0
+    rejudged: int = 0
+    groups: list[dict[str, Any]] = field(default_factory=list)  # failures grouped by how they fail (triage.py)
+    triage_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.flaky and self.status == "complete"
+
+    @property
+    def confirmed(self) -> int:
+        return sum(f.confirmed for f in self.failures)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"recording": self.recording, "fstype": self.fstype, "workload": self.workload,
+                "check_in": self.check_in, "status": self.status, "total": self.total, "ok": self.ok,
+                "seconds": round(self.seconds, 3), "states": self.counts, "by_model": self.by_model,
+                "verdict": worst([f.verdict for f in self.failures]),
+                "confirmed_failures": self.confirmed, "flaky": len(self.flaky),
+                "confirmation": {"rejudged": self.rejudged, "seconds": round(self.confirm_s, 3)},
+                "groups": self.groups, "triage_seconds": round(self.triage_s, 3),
+                "failures": [dict(f.to_json(), repro=repro(self.recording, f)) for f in self.failures],
+                "flaky_states": [f.to_json() for f in self.flaky]}
+
+
+def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload: str, check_in: str,
+              seconds: float, selection: Any = None, status: str = "complete", confirm_s: float = 0.0,
+              rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0) -> Summary:
+    by_model: dict[str, Counter[str]] = defaultdict(Counter)
+    for v in verdicts:
+        by_model[v.model][v.verdict] += 1
+    failures = sorted((v for v in verdicts if v.finding),
+                      key=lambda v: (-SEVERITY.index(v.verdict), v.model, v.cut, v.state))
+    flaky = sorted((v for v in verdicts if v.verdict == "flaky"), key=lambda v: (v.model, v.cut, v.state))
+    counts = {m: (c.to_json() if hasattr(c, "to_json") else dict(c))
+              for m, c in (selection.counts.items() if selection is not None else ())}
+    return Summary(recording, fstype, workload, check_in, {m: dict(c) for m, c in sorted(by_model.items())},
+                   failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
+                   triage_s)
+
+
+def repro(recording: str, v: Verdict) -> str:
+    """The one line that rebuilds the failing state and judges it again in a checker VM."""
+    return f"powercut repro {shlex.quote(recording)} --state {shlex.quote(v.state)}"
+
+
+def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
+    suites = ET.Element("testsuites", name="powercut", tests=str(summary.total),
+                        failures=str(len(summary.failures)), errors=str(len(summary.flaky)),
+                        time=f"{summary.seconds:.3f}")
+    for model in summary.by_model:
+        mine = [v for v in verdicts if v.model == model]
+        suite = ET.SubElement(suites, "testsuite", name=f"{summary.workload}.{summary.fstype}.{model}",
+                              tests=str(len(mine)), failures=str(sum(v.finding for v in mine)),
+                              errors=str(sum(v.verdict == "flaky" for v in mine)),
+                              time=f"{sum(v.seconds for v in mine):.3f}")
+        for v in sorted(mine, key=lambda v: (v.cut, v.state)):
+            case = ET.SubElement(suite, "testcase", classname=f"{summary.workload}.{summary.fstype}.{model}",
+                                 name=v.state, time=f"{v.seconds:.3f}")
+            if v.verdict == "pass":
+                continue
+            tag = "error" if v.verdict == "flaky" else "failure"
+            fail = ET.SubElement(case, tag, type=v.verdict, message=f"{v.verdict}: {v.reasons[0] if v.reasons else ''}")
+            fail.text = "\n".join(v.reasons) + f"\nrepro: {repro(summary.recording, v)}\n"
+            if v.aliases:
+                fail.text += f"also judged by this state: {', '.join(v.aliases)}\n"
+    ET.indent(suites)
+    path.write_text(ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")
+
+
+def write_outputs(summary: Summary, verdicts: list[Verdict], outdir: Path) -> dict[str, Path]:
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = {"summary": outdir / "summary.json", "junit": outdir / "junit.xml"}
+    paths["summary"].write_text(json.dumps(summary.to_json(), indent=1) + "\n")
+    write_junit(summary, verdicts, paths["junit"])
+    return paths
+
+
+def table(summary: Summary) -> Any:
+    """A rich Table: one row per model -- generated / distinct / judged states, then one column
+    per verdict that occurred."""
+    from rich.table import Table
+
+    seen = [v for v in SEVERITY if any(v in c for c in summary.by_model.values())]
+    status = "" if summary.status == "complete" else f" [{summary.status.upper()}]"
+    t = Table(title=f"{summary.workload} on {summary.fstype}: {summary.total} distinct crash states judged "
+                    f"in {summary.check_in} in {summary.seconds:.1f} s{status}", min_width=72)
+    t.add_column("model")
+    for col in ("generated", "distinct", "judged"):
+        t.add_column(col, justify="right")
+    for v in seen:
+        t.add_column(v, justify="right", style="green" if v == "pass" else "yellow" if v == "flaky" else "red")
+    for model in dict.fromkeys([*summary.counts, *summary.by_model]):
+        c = summary.counts.get(model, {})
+        counts = summary.by_model.get(model, {})
+        t.add_row(model, *[str(c.get(k, "")) for k in ("generated", "distinct", "judged")],
+                  *[str(counts.get(v, 0)) for v in seen])
+    return t
