@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from powercut.bench import parse as bench
+from powercut.bench.items import Where, run_item
+from powercut.bench.results import entries_for
 from powercut.errors import EnvironmentNotReady, UsageError
 from powercut.linux import process
 
@@ -206,8 +208,6 @@ def run_on_host(runsets: tuple[Any, ...], target: HostTarget, rundir: Path, *, t
                 on_progress: Callable[[int, int, str], None] | None = None, run: Runner = process.run) -> tuple:
     """Time every item of ``runsets`` on ``target``: (entries, checks).  Without ``toggle`` the
     cache is left as it is and run sets of one target/mount are merged (entries say "as is")."""
-    from powercut.bench.items import Where, run_item
-    from powercut.bench.results import entries_for
 
     if os.geteuid() != 0 and (toggle or target.raw):
         raise EnvironmentNotReady("--on-host with --toggle-write-cache or a raw device needs root")

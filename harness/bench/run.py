@@ -17,13 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from powercut.bench.plan import count_items, needs_log_disk
+import powercut
+from powercut import workload as workloads
+from powercut.bench import results as benchresults
+from powercut.bench.host import describe, resolve_target, run_on_host
+from powercut.bench.plan import count_items, needs_log_disk, plan
 from powercut.bench.results import TCG_NOTE, BenchMeta, BenchResults, from_sets
-from powercut.linux import jsonlines
 from powercut.config import CACHE_MODES, DiskSpec, FsSpec, RunSet, ShareSpec, VmSpec
 from powercut.errors import PowercutError, UsageError
-from powercut.linux import filesystems
+from powercut.images.build import ImageSpec, build_image, tools_dir
+from powercut.linux import filesystems, jsonlines, process
+from powercut.linux.mounts import mountinfo
 from powercut.vm import guestjob
+from powercut.vm.accel import resolve_accel
+from powercut.vm.qemu import QEMU, build_argv, run_vm
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +66,6 @@ def estimate_timeout(runsets: tuple[RunSet, ...]) -> float:
 
 def block_device_of(path: str | os.PathLike[str]) -> tuple[str, str]:
     """(``/dev/NAME``, filesystem type) holding ``path`` on the host ("" where unknown)."""
-    from powercut.linux.mounts import mountinfo
 
     st = os.stat(path)
     majmin = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
@@ -114,7 +120,6 @@ def vm_spec(spec: BenchVmSpec, image: Any, rundir: Path, disks: list[tuple[Path,
 
 def prepare(spec: BenchVmSpec, runsets: tuple[RunSet, ...], rundir: Path) -> tuple[Any, VmSpec, list[Path]]:
     """Build (or find) the image, write the job and the sparse disks: (image, VmSpec, disk paths)."""
-    from powercut.images.build import ImageSpec, build_image, tools_dir
 
     image = build_image(ImageSpec(**spec.image))
     rundir.mkdir(parents=True, exist_ok=True)
@@ -150,7 +155,6 @@ def _watch(progress_path: Path, total: int, on_progress: Progress | None) -> Cal
 
 def run_bench_vm(spec: BenchVmSpec, runsets: tuple[RunSet, ...], rundir: str | os.PathLike[str], *,
                  suites: tuple[str, ...], quick: bool, on_progress: Progress | None = None) -> BenchResults:
-    from powercut.vm.qemu import run_vm
 
     rundir = Path(rundir).absolute()
     image, vmspec, disks = prepare(spec, runsets, rundir)
@@ -180,9 +184,6 @@ def run_bench_vm(spec: BenchVmSpec, runsets: tuple[RunSet, ...], rundir: str | o
 
 def dry_run_argv(spec: BenchVmSpec, runsets: tuple[RunSet, ...], rundir: str | os.PathLike[str]) -> list[str]:
     """The exact QEMU argv a run would use (the job and sparse disks are written, then removed)."""
-    from powercut.linux import process
-    from powercut.vm.accel import resolve_accel
-    from powercut.vm.qemu import QEMU, build_argv
 
     image, vmspec, disks = prepare(spec, runsets, Path(rundir).absolute())
     try:
@@ -194,7 +195,6 @@ def dry_run_argv(spec: BenchVmSpec, runsets: tuple[RunSet, ...], rundir: str | o
 
 
 def _version() -> str:
-    import powercut
     return getattr(powercut, "__version__", "")
 
 
@@ -217,8 +217,6 @@ class BenchRequest:
 
 
 def plan_request(req: BenchRequest) -> tuple[RunSet, ...]:
-    from powercut import workload as workloads
-    from powercut.bench.plan import plan
 
     params = workloads.get(req.workload).params(req.params) if req.workload else {}
     if req.params and not req.workload:
@@ -240,7 +238,6 @@ def run_dir(req: BenchRequest) -> Path:
 def run_bench(req: BenchRequest, on_progress: Progress | None = None) -> tuple[BenchResults, Path, list[str]]:
     """Plan, time (VM or host) and write ``results.json``: (results, run dir, warnings).  The plots are
     the caller's (report.bench.plot), so the cost half does not depend on the report."""
-    from powercut.bench import results as benchresults
 
     runsets = plan_request(req)
     out = run_dir(req)
@@ -254,7 +251,6 @@ def run_bench(req: BenchRequest, on_progress: Progress | None = None) -> tuple[B
 
 
 def _host(req: BenchRequest, runsets: tuple[RunSet, ...], out: Path, on_progress: Progress | None) -> BenchResults:
-    from powercut.bench.host import describe, resolve_target, run_on_host
 
     target = resolve_target(req.on_host)
     if target.raw and not req.raw_ok:

@@ -6,9 +6,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.bench.results import BenchResults
+from powercut.bench.results import BenchResults, write
+from powercut.bench.run import BenchVmSpec, run_bench_vm
+from powercut.campaign.run import CampaignSpec, run_campaign
+from powercut.check.context import context_for
+from powercut.check.vm import VmCheckSpec, diagnose_vm
+from powercut.config import BenchItem, FsSpec, RunSet, WorkloadSpec
+from powercut.core.dmlog import open_log
+from powercut.core.models import space
 from powercut.core.stateid import TORN_MODELS
+from powercut.debug.diagnose import Where, without_tear
 from powercut.errors import PowercutError
+from powercut.record import recording
+from powercut.record.vm import RecordSpec, record
 from powercut.report.matrix import Cell, Row, cells, failed_cells, one_line
 
 log = logging.getLogger(__name__)
@@ -56,8 +66,6 @@ def run_rows(rows: list[Row], how: MatrixRun, on_row: Any = None) -> list[tuple[
 
 def record_row(row: Row, how: MatrixRun) -> str:
     """Record the row into ``how.out/ROW`` (kept when resuming a finished one); "" or the error."""
-    from powercut.config import FsSpec, WorkloadSpec
-    from powercut.record.vm import RecordSpec, record
 
     recdir = how.out / row.slug
     if how.resume and _recorded(recdir):
@@ -74,8 +82,6 @@ def record_row(row: Row, how: MatrixRun) -> str:
 
 def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = None
               ) -> tuple[list[Cell], dict[str, Any]]:
-    from powercut.campaign.run import CampaignSpec, run_campaign
-    from powercut.record import recording
 
     recdir = how.out / row.slug
     info: dict[str, Any] = {"row": row.id, "recording": str(recdir)}
@@ -105,19 +111,14 @@ def _untorn(rec: Any, cspec: Any, torn: list[Any], work: Path) -> dict[str, str]
     the check ran; the states not checked (beyond MAX_TEAR_CHECKS) stay the torn model's."""
     import shutil
 
-    from powercut.check.context import context_for
-    from powercut.core.dmlog import open_log
     ctx = context_for(rec)
     try:
         if cspec.check_in == "host":
-            from powercut.core.models import space
-            from powercut.debug.diagnose import Where, without_tear
             work.mkdir(parents=True, exist_ok=True)
             with open_log(rec.log_path) as index:
                 sp = space(index)
                 where = Where(index, rec.data_size, rec.initial_image, work, space=sp)
                 return {f.state: without_tear(ctx, where, sp.state_from_id(f.state), f) for f in torn}
-        from powercut.check.vm import VmCheckSpec, diagnose_vm
         found = diagnose_vm(ctx, rec.log_path, rec.data_size, torn, work, VmCheckSpec.default(accel=cspec.accel),
                             floor=None, budget=1, tear_only=True)
         return {d["state"]: d.get("without_tear", "") for d in found}
@@ -126,7 +127,6 @@ def _untorn(rec: Any, cspec: Any, torn: list[Any], work: Path) -> dict[str, str]
 
 
 def _recorded(recdir: Path) -> bool:
-    from powercut.record import recording
     try:
         recording.load(recdir).require_ok()
         return True
@@ -150,9 +150,6 @@ def timed_params(row: Row, quick: bool) -> dict[str, Any]:
 
 def measure(rows: list[Row], out: Path, *, quick: bool, accel: str = "auto") -> list[BenchResults]:
     """Time every row's workload with the cache on and off: one bench VM per filesystem."""
-    from powercut.bench.results import write
-    from powercut.bench.run import BenchVmSpec, run_bench_vm
-    from powercut.config import BenchItem, FsSpec, RunSet
 
     results = []
     for fstype in dict.fromkeys(r.fs for r in rows):

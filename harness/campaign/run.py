@@ -21,10 +21,14 @@ from typing import Any, Callable
 
 from powercut.campaign.journal import Journal
 from powercut.check.context import CheckContext, context_for
+from powercut.check.host import check_host, cleanup_stale, require_root
+from powercut.check.vm import VmCheckSpec, check_vm, diagnose_vm
 from powercut.core.dmlog import open_log
-from powercut.core.models import CrashState
+from powercut.core.models import CrashState, space
 from powercut.core.selection import Selection, select
 from powercut.core.verdict import Verdict
+from powercut.debug import triage
+from powercut.debug.diagnose import Where, diagnose
 from powercut.errors import UsageError
 from powercut.record import recording
 from powercut.report.summary import Summary, summarize, write_outputs
@@ -101,16 +105,13 @@ class _Run:
         if not states:
             return
         if self.spec.check_in == "host":
-            from powercut.check.host import check_host
             check_host(self.ctx, index, self.rec.data_size, states, sink, work, jobs=jobs,
                        initial=self.rec.initial_image)
             shutil.rmtree(work, ignore_errors=True)
         else:
-            from powercut.check.vm import check_vm
             check_vm(self.ctx, self.rec.log_path, index, self.rec.data_size, states, sink, work, self._vm(), jobs=jobs)
 
     def _vm(self) -> Any:
-        from powercut.check.vm import VmCheckSpec
         return VmCheckSpec.default(accel=self.spec.accel, memory_mb=self.spec.memory_mb,
                                    state_timeout_s=self.spec.state_timeout_s)
 
@@ -140,7 +141,6 @@ class _Run:
     def triage(self, index: Any) -> list[Any]:
         """Group the failures; minimize and blame the first of the first ``shrink`` groups where the
         check runs; a repro bundle for every group."""
-        from powercut.debug import triage
         t0 = time.monotonic()
         wanted = {s.id for s in self.sel.states}
         self.groups = triage.group([v for sid, v in self.journal.done.items() if sid in wanted and v.finding])
@@ -159,9 +159,6 @@ class _Run:
     def _diagnose(self, index: Any, firsts: list[Verdict]) -> list[dict[str, Any]]:
         work = self.outdir / "diagnose"
         if self.spec.check_in == "host":
-            from powercut.check.host import cleanup_stale
-            from powercut.core.models import space
-            from powercut.debug.diagnose import Where, diagnose
             work.mkdir(parents=True, exist_ok=True)
             cleanup_stale(work)
             sp = space(index)
@@ -171,7 +168,6 @@ class _Run:
                         for v in firsts]
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-        from powercut.check.vm import diagnose_vm
         try:
             return diagnose_vm(self.ctx, self.rec.log_path, self.rec.data_size, firsts, work, self._vm(),
                                floor=self.sel.floor, budget=self.spec.shrink_budget)
@@ -193,7 +189,6 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     outdir = Path(out) if out else rec.dir / "check"
     ctx = context_for(rec, spec.checker_command)
     if spec.check_in == "host":
-        from powercut.check.host import require_root
         require_root()
     prepare_out(outdir, spec.resume)
     t0 = time.monotonic()

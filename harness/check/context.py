@@ -5,6 +5,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from powercut import checker as checkers
+from powercut import workload as workloads
 from powercut.checker import CheckerSpec
 from powercut.linux import filesystems
 from powercut.linux.filesystems import Filesystem
@@ -30,8 +32,6 @@ class CheckContext:
 
 
 def checker_for(workload: dict[str, Any], command: str) -> tuple[CheckerSpec, dict[str, Any]]:
-    from powercut import checker as checkers
-    from powercut import workload as workloads
 
     params: dict[str, Any] = {}
     if workload.get("name"):

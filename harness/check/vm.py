@@ -26,6 +26,7 @@ from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.core.models import CrashState
 from powercut.core.verdict import Verdict
 from powercut.errors import GuestHang, GuestPanic, PowercutError, VmError
+from powercut.images.build import build_image, tools_dir
 from powercut.linux import interrupt
 from powercut.linux.jsonlines import read_lines
 from powercut.vm import guestjob
@@ -50,7 +51,6 @@ class VmCheckSpec:
     @staticmethod
     def default(*, accel: str = "auto", memory_mb: int = 768, state_timeout_s: float = 300.0) -> "VmCheckSpec":
         """The checker VM on the default guest image (built, or found cached)."""
-        from powercut.images.build import build_image, tools_dir
         image = build_image()
         return VmCheckSpec(image.kernel, image.initrd, accel=accel, memory_mb=memory_mb,
                            state_timeout_s=state_timeout_s, tools_dir=tools_dir(image))

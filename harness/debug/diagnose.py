@@ -19,6 +19,8 @@ from powercut.core.models import CrashSpace, CrashState
 from powercut.core.shrink import minimize
 from powercut.core.verdict import Verdict
 from powercut.debug.blame import Culprit, blame, writes_that_matter
+from powercut.errors import UsageError
+from powercut.linux.loopdev import LoopDevice
 from powercut.linux.mounts import mount, umount
 from powercut.replay.materialize import materialize
 
@@ -122,7 +124,6 @@ def _with_image(where: Where, state: CrashState, use: Any) -> Any:
         for _, img in walk:
             if stat.S_ISBLK(os.stat(img).st_mode):
                 return use(str(img))
-            from powercut.linux.loopdev import LoopDevice
             with LoopDevice(img) as dev:
                 return use(dev)
     raise RuntimeError(f"no image for {state.id}")
@@ -134,7 +135,6 @@ def without_tear(ctx: CheckContext, where: Where, state: CrashState, first: Verd
     failure.  A torn model combines tears with write-cache losses; a failure that survives the
     tear's removal is a write-cache finding, not a tear's.  (The verdict, not the reason class: a
     record lost whole and one torn are one bug with different details.)"""
-    from powercut.errors import UsageError
 
     sp = where.crash_space()
     mnt = str(where.workdir / "mnt")

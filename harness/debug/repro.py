@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.context import CheckContext
+from powercut.check.context import CheckContext, context_for
+from powercut.check.host import check_host
+from powercut.check.vm import VmCheckSpec, check_vm, shell_vm
 from powercut.core.dmlog import open_log
 from powercut.core.models import space
 from powercut.core.verdict import Verdict
@@ -17,6 +19,7 @@ from powercut.debug import bundle
 from powercut.errors import UsageError
 from powercut.linux import filesystems
 from powercut.record import recording
+from powercut.replay.materialize import replay_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,6 @@ def resolve(path: str, state: str = "") -> Target:
     if (p / recording.MANIFEST).exists():
         if not state:
             raise UsageError(f"{path} is a recording: give the state to rebuild with --state ID")
-        from powercut.check.context import context_for
         rec = recording.load(p).require_ok()
         return Target(rec.log_path, rec.data_size, rec.initial_image, context_for(rec), state, "", f"recording {p}")
     raise UsageError(f"{path}: neither a repro bundle ({bundle.MANIFEST}) nor a recording ({recording.MANIFEST})")
@@ -58,13 +60,10 @@ def run(target: Target, *, check_in: str = "vm", accel: str = "auto", keep_image
         with open_log(target.log_path) as index:
             st = space(index).state_from_id(target.state)
             if keep_image:
-                from powercut.replay.materialize import replay_state
                 replay_state(target.log_path, target.state, keep_image, size=target.size, initial=target.initial)
             if check_in == "host":
-                from powercut.check.host import check_host
                 check_host(target.ctx, index, target.size, [st], got.append, work, initial=target.initial)
             else:
-                from powercut.check.vm import VmCheckSpec, check_vm
                 spec = VmCheckSpec.default(accel=accel, state_timeout_s=state_timeout_s)
                 check_vm(target.ctx, target.log_path, index, target.size, [st], got.append, work, spec)
     finally:
@@ -76,7 +75,6 @@ def run(target: Target, *, check_in: str = "vm", accel: str = "auto", keep_image
 
 def shell(target: Target, *, accel: str = "auto") -> Verdict | None:
     """Judge the state in a checker VM, then a shell in it on the recovered, mounted state."""
-    from powercut.check.vm import VmCheckSpec, shell_vm
     work = Path(tempfile.mkdtemp(prefix="powercut-shell-"))
     try:
         with open_log(target.log_path) as index:

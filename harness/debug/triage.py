@@ -16,6 +16,7 @@ from powercut.core.shrink import reason_class
 from powercut.core.stateid import parse_id
 from powercut.core.verdict import SEVERITY, Verdict
 from powercut.debug import bundle
+from powercut.debug.diagnose import Diagnosis
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,6 @@ def save(outdir: Path, groups: list[Group]) -> Path:
 
 def write_bundles(outdir: Path, groups: list[Group], rec: Any, ctx: Any, log_path: Path) -> None:
     """A bundle per diagnosed group (and for a group not diagnosed, its first state as it is)."""
-    from powercut.debug.diagnose import Diagnosis
 
     for k, g in enumerate(groups, 1):
         d = Diagnosis.from_json(g.diagnosis) if g.diagnosis else None

@@ -14,12 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from powercut import workload as workloads
 from powercut.config import DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
+from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import filesystems, process
 from powercut.record import recording
 from powercut.record.recording import FORMAT_VERSION, MANIFEST, Recording
 from powercut.vm import guestjob
+from powercut.vm.libvirt import run_vm_libvirt
+from powercut.vm.qemu import QEMU, run_vm
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +68,9 @@ def vm_spec(spec: RecordSpec, image: Any, out: Path, jobdir: Path) -> VmSpec:
 def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: Path | None):
     """Run a VmSpec on the chosen backend (qemu or libvirt)."""
     if backend == "libvirt":
-        from powercut.vm.libvirt import run_vm_libvirt
         return run_vm_libvirt(vmspec, uri=uri, rundir=rundir, start_marker=start_marker)
     if backend != "qemu":
         raise UsageError(f"unknown backend {backend!r}: qemu or libvirt")
-    from powercut.vm.qemu import run_vm
     return run_vm(vmspec, rundir=rundir, start_marker=start_marker)
 
 
@@ -86,13 +88,10 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
     """Record ``spec.workload`` on ``spec.fs`` into the directory ``out``.  On any failure (or an
     interrupt) the directory is kept with a manifest whose status says what happened, and the
     error is raised."""
-    from powercut import workload as workloads
-    from powercut.images.build import ImageSpec, build_image, tools_dir
 
     if spec.workload.name:
         workloads.get(spec.workload.name).params(spec.workload.params)  # unknown names/params fail here
     if spec.backend == "qemu":
-        from powercut.vm.qemu import QEMU
         process.require(QEMU, "qemu-system-x86")
     image = build_image(ImageSpec(**spec.image))
     out = Path(out).absolute()

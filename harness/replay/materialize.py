@@ -34,7 +34,7 @@ from powercut.core.stateid import runs
 from powercut.errors import BadRecording, PowercutError, UsageError
 from powercut.linux.imageio import pwrite_all, sparse_copy_fd, zero_range
 from powercut.record.recording import load as load_recording
-from powercut.replay.providers import choose_provider
+from powercut.replay.providers import PROVIDERS, choose_provider
 from powercut.replay.snapshot import Provider
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,6 @@ def materialize(log: LogIndex, initial: Path | None, size: int, states: Sequence
     check_extents(log, size, max((p.state.cut for p in plans), default=0))
     initial = _check_initial(initial, size)
     if isinstance(provider, str) and provider != "auto":
-        from powercut.replay.providers import PROVIDERS
         if provider not in PROVIDERS:
             raise UsageError(f"unknown snapshot provider {provider!r}; choose auto, {', '.join(PROVIDERS)}")
     return _walk(log, initial, size, plans, Path(workspace), provider, st)

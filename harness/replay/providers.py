@@ -8,6 +8,7 @@ from pathlib import Path
 from powercut.errors import EnvironmentNotReady, UsageError
 from powercut.linux import mounts
 from powercut.linux.imageio import probe_reflink
+from powercut.replay.dmsnapshot import DmSnapshotProvider
 from powercut.replay.snapshot import CopyProvider, Provider, ReflinkProvider, XfsWorkspaceProvider
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,6 @@ def choose_provider(workspace: Path, prefer: str = "auto", *, image_bytes: int =
     if prefer == "copy":
         return _chosen(CopyProvider(workspace, "asked for"))
     if prefer == "dm-snapshot":
-        from powercut.replay.dmsnapshot import DmSnapshotProvider
         return _chosen(DmSnapshotProvider(workspace, "asked for"))
     why_not = probe_reflink(workspace)
     if why_not is None and prefer in ("auto", "reflink"):

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
+from powercut.bench.profiles import size_label
 from powercut.bench.results import BenchEntry, BenchResults
 from powercut.errors import EnvironmentNotReady
 
@@ -47,7 +48,6 @@ def buffered_peer(results: BenchResults, e: BenchEntry) -> BenchEntry | None:
     bs = e.detail.get("bytes", 0) and e.detail.get("ops") and e.detail["bytes"] // e.detail["ops"]
     if e.kind != "fio" or not bs:
         return None
-    from powercut.bench.profiles import size_label
     return results.find(f"buffered-{size_label(bs)}", e.write_cache, setting=e.setting)
 
 

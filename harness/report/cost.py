@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from powercut.bench.results import BenchEntry, BenchResults
 from powercut.errors import UsageError
+from powercut.report.bench import fmt_us
 from powercut.report.matrix import Row
 
 log = logging.getLogger(__name__)
@@ -72,7 +75,6 @@ def _rate(e: BenchEntry | None) -> str:
 
 
 def _p99(e: BenchEntry | None) -> str:
-    from powercut.report.bench import fmt_us
     return fmt_us(e.p99_us) if e is not None else "-"
 
 
@@ -86,7 +88,6 @@ def markdown(lines: list[Line], meta: str) -> str:
 
 
 def table(lines: list[Line]) -> Any:
-    from rich.table import Table
     t = Table(title="durability vs cost")
     for col in ("configuration", "verdicts", "commits/s on", "p99 on", "commits/s off", "p99 off"):
         t.add_column(col, justify="right" if col != "configuration" and col != "verdicts" else "left")

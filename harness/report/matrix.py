@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import FINDINGS
 from powercut.errors import PowercutError, UsageError
@@ -258,7 +260,6 @@ def write_results(out: Path, rows: list[Row], results: list[Cell], infos: list[d
 
 
 def table(rows: list[Row], results: list[Cell]) -> Any:
-    from rich.table import Table
     t = Table(title="verdict matrix: expected vs seen")
     for col in ("configuration", "model", "expected", "seen", "first failing state", ""):
         t.add_column(col)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from powercut.core.verdict import SEVERITY, Verdict, worst
 
 
@@ -109,7 +111,6 @@ def write_outputs(summary: Summary, verdicts: list[Verdict], outdir: Path) -> di
 def table(summary: Summary) -> Any:
     """A rich Table: one row per model -- generated / distinct / judged states, then one column
     per verdict that occurred."""
-    from rich.table import Table
 
     seen = [v for v in SEVERITY if any(v in c for c in summary.by_model.values())]
     status = "" if summary.status == "complete" else f" [{summary.status.upper()}]"

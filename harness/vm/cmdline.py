@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 
+import powercut
 from powercut.config import VmSpec
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,6 @@ def host_paths_to_keep() -> tuple[str, ...]:
     back in, or the guest cannot import powercut."""
     import sys
 
-    import powercut
     here = os.path.dirname(os.path.dirname(os.path.realpath(powercut.__file__)))
     out = []
     for p in (here, os.path.realpath(sys.prefix)):

@@ -13,6 +13,7 @@ from typing import Callable
 from powercut.config import DiskSpec, VmSpec
 from powercut.errors import EnvironmentNotReady, GuestHang
 from powercut.linux import process
+from powercut.vm.accel import resolve_accel
 from powercut.vm.cmdline import kernel_cmdline
 from powercut.vm.console import PANIC_RE, VmResult, classify_end, console_tail
 
@@ -105,7 +106,6 @@ def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None
     ``start_marker``: a file the guest creates when the job starts; its appearance (polled) gives
     the boot-to-job time.  ``watchdog``: polled about once a second while the VM runs; a returned
     reason kills the VM and raises GuestHang with it (e.g. one state of a campaign taking too long)."""
-    from powercut.vm.accel import resolve_accel
 
     qemu = process.require(QEMU, "qemu-system-x86")
     accel = accel or resolve_accel(spec.accel, spec.kernel, spec.initrd)

@@ -33,7 +33,7 @@ LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 THIRD_PARTY = {"tomli_w": {"config"}, "rich": {"report", "cli"}, "matplotlib": {"report"}, "libvirt": {"vm"}}
 OPTIONAL = {"libvirt", "matplotlib"}          # may be imported inside a function anywhere they are allowed
 LAZY_PARTS = {"cli", "guest"}                 # start-up cost: imports inside functions allowed
-LAZY_RULE = False                             # turned on once the imports that hid cycles are hoisted
+LAZY_RULE = True
 
 
 @dataclass(frozen=True)
