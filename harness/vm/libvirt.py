@@ -243,7 +243,7 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | No
         try:
             timed_out, boot_s = _wait(libvirt, dom, watch, spec, start, start_marker, who)
         except libvirt.libvirtError as e:  # e.g. libvirtd went away under us
-            raise VmError(f"lost libvirt at {uri} while waiting for domain {name}: {e.get_error_message()}",
+            raise VmError(f"lost libvirt while waiting for {who.where()}: {e.get_error_message()}",
                           spec.console_path, console_tail(spec.console_path)) from None
         wall = time.monotonic() - start
     finally:
@@ -261,12 +261,12 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | No
         qemu_log = _qemu_log(uri, name)
         if qemu_log:
             (rundir / "libvirt-qemu.log").write_text(qemu_log)
-    status = _exit_status(spec, "timeout" if timed_out else watch.reason(), _qemu_stderr(qemu_log), name)
+    status = _exit_status(spec, "timeout" if timed_out else watch.reason(), _qemu_stderr(qemu_log), who)
     log.info("VM %s (libvirt %s): exit %d in %.1f s (%s)", name, uri, status, wall, accel)
     return VmResult(status, spec.console_path, wall, accel, boot_s=boot_s)
 
 
-def _exit_status(spec: VmSpec, reason: str, stderr: str, name: str) -> int:
+def _exit_status(spec: VmSpec, reason: str, stderr: str, who: _Domain) -> int:
     """The guest's exit status from the console, or the VmError that says how the domain ended."""
     timed_out = reason == "timeout"
     crashed = reason in ("crashed", "failed", "destroyed")
@@ -276,8 +276,11 @@ def _exit_status(spec: VmSpec, reason: str, stderr: str, name: str) -> int:
     except VmError as e:
         if type(e) is VmError and crashed:  # classify_end's "no exit status" case: the QEMU process died
             err = _last_line(stderr)
-            raise QemuCrashed(f"QEMU process of libvirt domain {name} ended abnormally ({reason})"
+            raise QemuCrashed(f"the QEMU process of {who.where()} ended abnormally ({reason})"
                               + (f": {err}" if err else ""), spec.console_path, e.console_tail) from None
+        if type(e) is VmError:   # "stopped without an exit status": say which domain, where, with which accel
+            what = str(e).removesuffix(f" (console: {e.console_path})")
+            raise VmError(f"{who.where()}: {what}", spec.console_path, e.console_tail) from None
         raise
 
 

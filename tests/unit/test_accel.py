@@ -279,6 +279,38 @@ def test_probe_domain_verdicts(files, guest, ok, reason):
     assert conn.flags == [FAKE.VIR_DOMAIN_START_AUTODESTROY] and conn.domains[0].destroyed == 1
 
 
+class AbortingConn(FakeConn):
+    """A hypervisor whose QEMU aborts as it starts a KVM guest (e.g. "failed to set MSR 0x10a",
+    kvm_buf_set_msrs: Assertion failed): createXML fails, no domain exists."""
+
+    def createXML(self, xml: str, flags: int) -> FakeDom:
+        raise FakeError("internal error: qemu unexpectedly closed the monitor: kvm_buf_set_msrs: Assertion failed")
+
+
+def test_probe_of_a_qemu_that_aborts_at_start_is_a_tcg_verdict_naming_the_uri(files, cache):
+    conn = AbortingConn(Guest())
+    got, why = lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE, timeout=0.3)
+    assert got is False and REMOTE in why and "\n" not in why
+    probe = lambda: lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE)  # noqa: E731
+    assert accel.resolve_remote_accel("auto", uri=REMOTE, kernel=files.kernel, probe=probe) == "tcg"
+    assert json.loads(cache.read_text()).popitem()[1]["where"] == REMOTE
+
+
+@pytest.mark.parametrize("conn", [AbortingConn(Guest()), FakeConn(Guest(b"", state=PAUSED_CRASHED)),
+                                  FakeConn(Guest(b"")), FakeConn(Guest(b"", stop=True))],
+                         ids=["aborts-at-start", "pauses", "no-agent", "stops-without-booting"])
+def test_every_way_kvm_fails_is_a_vm_error_naming_uri_and_accel(monkeypatch, files, conn):
+    """Behaviour, not wording: whichever way KVM fails on a host, an explicit --accel kvm run ends at
+    once (within the boot timeout) in a VmError that names the URI and the accel, in one line."""
+    monkeypatch.setenv("POWERCUT_BOOT_TIMEOUT", "0.3")
+    start = time.monotonic()
+    with pytest.raises(VmError) as exc:
+        run(conn, monkeypatch, files, uri=REMOTE, accel_="kvm", timeout_s=600)
+    assert REMOTE in str(exc.value) and "(accel kvm)" in str(exc.value) and "\n" not in exc.value.one_line()
+    assert time.monotonic() - start < 10
+    assert all(d.destroyed == 1 for d in conn.domains)
+
+
 def test_probe_that_loses_libvirt_caches_nothing(files, cache):
     conn = FakeConn(Guest(state=FakeError("end of file while reading data")))
     probe = lambda: lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE)  # noqa: E731

@@ -151,7 +151,9 @@ def test_record_through_ssh_probes_kvm_there(ssh_uri, tmp_path, monkeypatch):
     with open_log(rec.log_path, strict=True) as index:
         assert [k for _, k in index.acks()] == ["0", "1", "2"]
     (verdict,) = accel.cached_verdicts().values()
-    assert verdict["where"] == ssh_uri and f"KVM domain at {ssh_uri}" in verdict["reason"]
+    # the verdict is the remote probe's, for that URI, whichever way KVM failed or worked there (a domain
+    # that pauses, a QEMU that aborts at start, no agent within the timeout): the reason names the URI
+    assert verdict["where"] == ssh_uri and ssh_uri in verdict["reason"] and "\n" not in verdict["reason"]
     assert rec.manifest["recording"]["accel"] == verdict["accel"] == expected
     assert (rec.dir / "accel-probe-console.log").exists()
     assert domains(f"powercut-record-{os.getpid()}-") == [] and domains("powercut-accel-probe-") == []
@@ -174,9 +176,8 @@ def test_kvm_domain_that_cannot_run_is_an_error_not_a_hang(ssh_uri, tmp_path, mo
     try:
         res = run_vm_libvirt(spec, uri=ssh_uri, accel="kvm", rundir=tmp_path / "run")
         assert res.exit_status == 0 and res.accel == "kvm"
-    except VmError as e:
-        assert f"at {ssh_uri} (accel kvm)" in str(e) and "\n" not in e.one_line()
-        assert "is paused" in str(e) or "did not reach the guest init within 8 s" in str(e)
+    except VmError as e:  # behaviour, not wording: KVM pauses, aborts at start or never boots, by host
+        assert ssh_uri in str(e) and "(accel kvm)" in str(e) and "\n" not in e.one_line()
     assert time.monotonic() - start < 60
     assert domains("pctest-kvm-") == []
 
