@@ -166,7 +166,7 @@ def from_dict(cls: type, data: dict[str, Any], nested: dict[str, type] | None = 
         if cls is VmSpec and name in _LISTS:
             value = tuple(from_dict(_LISTS[name], d) for d in value)
         elif nested and name in nested:
-            value = from_dict(nested[name], value)
+            value = from_dict(nested[name], value, nested)
         elif isinstance(value, list):
             value = tuple(value)
         kwargs[name] = value

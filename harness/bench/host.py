@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.bench import parse as bench
-from powercut.bench.items import Where, run_item
+from powercut.bench.items import ItemTarget, run_item
 from powercut.bench.results import entries_for
 from powercut.errors import EnvironmentNotReady, UsageError
 from powercut.linux import process
@@ -224,7 +224,7 @@ def run_on_host(runsets: tuple[Any, ...], target: HostTarget, rundir: Path, *, t
         runsets = ((None, tuple(seen.values())),)
     else:
         runsets = tuple((rs.write_cache, rs.items) for rs in runsets)
-    where = Where(target.path if not target.raw else "/", dict(os.environ),
+    where = ItemTarget(target.path if not target.raw else "/", dict(os.environ),
                   raw_device=target.path if target.raw else "")
     (rundir / "raw").mkdir(parents=True, exist_ok=True)
     total, done = sum(len(items) for _, items in runsets), 0

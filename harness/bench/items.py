@@ -1,4 +1,5 @@
-"""How one bench item runs (guest and host): fio, a timed workload or pg_test_fsync in a directory with its environment, and the runner table."""
+"""How one bench item runs (guest and host): fio, a timed workload or pg_test_fsync in a directory with
+its environment, and the runner table."""
 from __future__ import annotations
 
 import glob
@@ -26,7 +27,7 @@ PG_GLOB = "/usr/lib/postgresql/*/bin/pg_test_fsync"
 
 
 @dataclass(frozen=True, slots=True)
-class Where:
+class ItemTarget:
     """Where items run: a directory (on the filesystem under test), the environment they get, and
     -- for raw fio runs on the host -- a block device written directly."""
     directory: str
@@ -35,7 +36,7 @@ class Where:
     tmp: str = "/tmp"           # where timing files go (not on the filesystem under test)
 
 
-def run_fio(item: BenchItem, where: Where, out: Path) -> dict[str, Any]:
+def run_fio(item: BenchItem, where: ItemTarget, out: Path) -> dict[str, Any]:
     profile = fioprofiles.by_name(item.name)
     cmd = fioprofiles.fio_command(profile, where.directory, item.size_bytes, fio=process.require("fio", "fio"),
                                   runtime_s=item.runtime_s, device=where.raw_device)
@@ -47,7 +48,7 @@ def run_fio(item: BenchItem, where: Where, out: Path) -> dict[str, Any]:
     return bench.parse_fio_json(res.stdout, profile).as_dict()
 
 
-def run_workload(item: BenchItem, where: Where, out: Path) -> dict[str, Any]:
+def run_workload(item: BenchItem, where: ItemTarget, out: Path) -> dict[str, Any]:
     """The workload with ``$POWERCUT_TIMING`` set: its begin/ack marks become timestamps."""
     if where.raw_device:
         raise PowercutError(f"workload {item.name} needs a filesystem, not the raw device {where.raw_device}")
@@ -70,7 +71,7 @@ def run_workload(item: BenchItem, where: Where, out: Path) -> dict[str, Any]:
     return bench.parse_timing(text, f"{item.label} timing").as_dict()
 
 
-def run_pg_test_fsync(item: BenchItem, where: Where, out: Path) -> dict[str, Any]:
+def run_pg_test_fsync(item: BenchItem, where: ItemTarget, out: Path) -> dict[str, Any]:
     found = sorted(glob.glob(PG_GLOB), key=lambda p: [int(x) for x in p.split("/")[4].split(".") if x.isdigit()])
     if not found:
         raise EnvironmentNotReady("pg_test_fsync not found (Debian package postgresql)")
@@ -85,7 +86,7 @@ def run_pg_test_fsync(item: BenchItem, where: Where, out: Path) -> dict[str, Any
 RUNNERS = {"fio": run_fio, "workload": run_workload, "pg_test_fsync": run_pg_test_fsync}
 
 
-def run_item(item: BenchItem, where: Where, out: Path) -> dict[str, Any]:
+def run_item(item: BenchItem, where: ItemTarget, out: Path) -> dict[str, Any]:
     """One item -> ``{"ok": True, "result": ...}`` or ``{"ok": False, "error": one line}``."""
     t = time.monotonic()
     try:

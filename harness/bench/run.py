@@ -1,7 +1,7 @@
 """The host half of ``powercut bench`` in a VM: one VM with the data disk (and, for the
 recording-overhead suite, a log disk) on **AHCI**, so that ``hdparm -W`` reaches the emulated
 drive, with a QEMU cache mode that honours the guest's flushes (``none`` by default; ``unsafe``,
-which drops them, is refused); the guest half is benchguest.py.  While the VM runs, the guest's
+which drops them, is refused); the guest half is guest/bench.py.  While the VM runs, the guest's
 ``progress.jsonl`` feeds a progress callback.  The result is a ``BenchResults`` whose meta says the
 accel, the cache mode and the host file and device behind the disk.
 
@@ -155,7 +155,6 @@ def _watch(progress_path: Path, total: int, on_progress: Progress | None) -> Cal
 
 def run_bench_vm(spec: BenchVmSpec, runsets: tuple[RunSet, ...], rundir: str | os.PathLike[str], *,
                  suites: tuple[str, ...], quick: bool, on_progress: Progress | None = None) -> BenchResults:
-
     rundir = Path(rundir).absolute()
     image, vmspec, disks = prepare(spec, runsets, rundir)
     backing = describe_backing(disks[0])
@@ -217,7 +216,6 @@ class BenchRequest:
 
 
 def plan_request(req: BenchRequest) -> tuple[RunSet, ...]:
-
     params = workloads.get(req.workload).params(req.params) if req.workload else {}
     if req.params and not req.workload:
         raise UsageError("--param goes with --workload")
@@ -251,7 +249,6 @@ def run_bench(req: BenchRequest, on_progress: Progress | None = None) -> tuple[B
 
 
 def _host(req: BenchRequest, runsets: tuple[RunSet, ...], out: Path, on_progress: Progress | None) -> BenchResults:
-
     target = resolve_target(req.on_host)
     if target.raw and not req.raw_ok:
         raise UsageError(f"--on-host {req.on_host} is a block device: fio would overwrite it from its start; "

@@ -1,4 +1,5 @@
-"""The verdict journal (host): the resume point of a check campaign -- which state ids already have a verdict, appended durably as each one comes in."""
+"""The verdict journal (host): the resume point of a check campaign -- which state ids already have a
+verdict, appended durably as each one comes in."""
 from __future__ import annotations
 
 import logging

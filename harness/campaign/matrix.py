@@ -1,4 +1,6 @@
-"""Running the verdict matrix (host): record each row (one ahead while the previous one is checked), check it under each model, judge failing torn states again without their tear, and time the rows for the durability-vs-cost report."""
+"""Running the verdict matrix (host): record each row (one ahead while the previous one is checked),
+check it under each model, judge failing torn states again without their tear, and time the rows for
+the durability-vs-cost report."""
 from __future__ import annotations
 
 import logging
@@ -9,13 +11,12 @@ from typing import Any
 from powercut.bench.results import BenchResults, write
 from powercut.bench.run import BenchVmSpec, run_bench_vm
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.check.context import context_for
-from powercut.check.vm import VmCheckSpec, diagnose_vm
+from powercut.check.context import LogSource, context_for
 from powercut.config import BenchItem, FsSpec, RunSet, WorkloadSpec
 from powercut.core.dmlog import open_log
 from powercut.core.models import space
 from powercut.core.stateid import TORN_MODELS
-from powercut.debug.diagnose import Where, without_tear
+from powercut.debug.triage import diagnose_at
 from powercut.errors import PowercutError
 from powercut.record import recording
 from powercut.record.vm import RecordSpec, record
@@ -82,7 +83,6 @@ def record_row(row: Row, how: MatrixRun) -> str:
 
 def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = None
               ) -> tuple[list[Cell], dict[str, Any]]:
-
     recdir = how.out / row.slug
     info: dict[str, Any] = {"row": row.id, "recording": str(recdir)}
     if record_error:
@@ -106,24 +106,13 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
         return failed_cells(row, one_line(e)), info
 
 
-def _untorn(rec: Any, cspec: Any, torn: list[Any], work: Path) -> dict[str, str]:
+def _untorn(rec: Any, cspec: CampaignSpec, torn: list[Any], work: Path) -> dict[str, str]:
     """Which failing torn states fail the same way without their tear (diagnose.without_tear), where
     the check ran; the states not checked (beyond MAX_TEAR_CHECKS) stay the torn model's."""
-    import shutil
-
-    ctx = context_for(rec)
-    try:
-        if cspec.check_in == "host":
-            work.mkdir(parents=True, exist_ok=True)
-            with open_log(rec.log_path) as index:
-                sp = space(index)
-                where = Where(index, rec.data_size, rec.initial_image, work, space=sp)
-                return {f.state: without_tear(ctx, where, sp.state_from_id(f.state), f) for f in torn}
-        found = diagnose_vm(ctx, rec.log_path, rec.data_size, torn, work, VmCheckSpec.default(accel=cspec.accel),
+    with open_log(rec.log_path) as index:
+        found = diagnose_at(cspec.place(), context_for(rec), LogSource.of(rec), index, space(index), torn, work,
                             floor=None, budget=1, tear_only=True)
-        return {d["state"]: d.get("without_tear", "") for d in found}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return {d["state"]: d.get("without_tear", "") for d in found}
 
 
 def _recorded(recdir: Path) -> bool:

@@ -2,7 +2,7 @@
 VMs or host), confirm every failure, journal, summarize.  ``powercut check`` and ``powercut run``
 call ``run_campaign``.
 
-Each distinct disk image is judged once (selection.py: states with the same durable content and
+Each distinct disk image is judged once (core/selection.py: states with the same durable content and
 the same acked/begun keys are one; the journal lists the others as its aliases).  Every failing
 state is then judged a second time, alone (a fresh clone, a fresh mount point, nothing else from
 that recording mounted: one host worker, or fresh checker VMs): the same verdict makes it a
@@ -20,15 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from powercut.campaign.journal import Journal
-from powercut.check.context import CheckContext, context_for
-from powercut.check.host import check_host, cleanup_stale, require_root
-from powercut.check.vm import VmCheckSpec, check_vm, diagnose_vm
+from powercut.check.context import CheckContext, LogSource, context_for
+from powercut.check.place import Place
 from powercut.core.dmlog import open_log
 from powercut.core.models import CrashState, space
 from powercut.core.selection import Selection, select
 from powercut.core.verdict import Verdict
 from powercut.debug import triage
-from powercut.debug.diagnose import Where, diagnose
 from powercut.errors import UsageError
 from powercut.record import recording
 from powercut.report.summary import Summary, summarize, write_outputs
@@ -58,8 +56,7 @@ class CampaignSpec:
     shrink_budget: int = 60       # checks per minimization
 
     def __post_init__(self) -> None:
-        if self.check_in not in ("vm", "host"):
-            raise UsageError(f"--check-in must be vm or host, not {self.check_in!r}")
+        self.place()   # validates --check-in
         if self.jobs < 0:
             raise UsageError(f"-j must be 0 (one per core) or more, not {self.jobs}")
         if self.shrink < 0 or self.shrink_budget < 1:
@@ -70,6 +67,9 @@ class CampaignSpec:
 
     def workers(self) -> int:
         return self.jobs or os.cpu_count() or 1
+
+    def place(self) -> Place:
+        return Place(self.check_in, self.accel, self.memory_mb, self.state_timeout_s)
 
 
 def prepare_out(outdir: Path, resume: bool) -> None:
@@ -89,6 +89,7 @@ class _Run:
                  sel: Selection, journal: Journal, on_verdict: Callable[[Verdict], None] | None) -> None:
         self.spec, self.rec, self.ctx, self.outdir = spec, rec, ctx, outdir
         self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
+        self.place, self.src = spec.place(), LogSource.of(rec)
         self.confirm_s = 0.0
         self.confirmed = 0
         self.groups: list[Any] = []
@@ -102,18 +103,7 @@ class _Run:
 
     def judge(self, index: Any, states: list[CrashState], sink: Callable[[Verdict], None], work: Path,
               jobs: int) -> None:
-        if not states:
-            return
-        if self.spec.check_in == "host":
-            check_host(self.ctx, index, self.rec.data_size, states, sink, work, jobs=jobs,
-                       initial=self.rec.initial_image)
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            check_vm(self.ctx, self.rec.log_path, index, self.rec.data_size, states, sink, work, self._vm(), jobs=jobs)
-
-    def _vm(self) -> Any:
-        return VmCheckSpec.default(accel=self.spec.accel, memory_mb=self.spec.memory_mb,
-                                   state_timeout_s=self.spec.state_timeout_s)
+        self.place.judge(self.ctx, self.src, index, states, sink, work, jobs=jobs)
 
     def confirm(self, index: Any) -> None:
         """Judge each unconfirmed failure again, alone; same verdict = confirmed, else flaky."""
@@ -132,9 +122,8 @@ class _Run:
                 self.journal.add(flaky(v1, v2))
             self.confirmed += 1
 
-        # alone: one host worker (one kernel); in VM mode every checker VM is a kernel of its own
-        jobs = 1 if self.spec.check_in == "host" else self.spec.workers()
-        self.judge(index, [by_id[i] for i in firsts], second, self.outdir / "confirm", jobs)
+        self.judge(index, [by_id[i] for i in firsts], second, self.outdir / "confirm",
+                   self.place.alone(self.spec.workers()))
         self.confirm_s += time.monotonic() - t0
 
 
@@ -157,22 +146,8 @@ class _Run:
         return self.groups
 
     def _diagnose(self, index: Any, firsts: list[Verdict]) -> list[dict[str, Any]]:
-        work = self.outdir / "diagnose"
-        if self.spec.check_in == "host":
-            work.mkdir(parents=True, exist_ok=True)
-            cleanup_stale(work)
-            sp = space(index)
-            where = Where(index, self.rec.data_size, self.rec.initial_image, work, "auto", self.sel.floor, sp)
-            try:
-                return [diagnose(self.ctx, where, sp.state_from_id(v.state), v, budget=self.spec.shrink_budget).to_json()
-                        for v in firsts]
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-        try:
-            return diagnose_vm(self.ctx, self.rec.log_path, self.rec.data_size, firsts, work, self._vm(),
-                               floor=self.sel.floor, budget=self.spec.shrink_budget)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        return triage.diagnose_at(self.place, self.ctx, self.src, index, space(index), firsts,
+                                  self.outdir / "diagnose", floor=self.sel.floor, budget=self.spec.shrink_budget)
 
 
 def flaky(v1: Verdict, v2: Verdict) -> Verdict:
@@ -188,8 +163,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     rec = recording.load(rec_dir).require_ok()
     outdir = Path(out) if out else rec.dir / "check"
     ctx = context_for(rec, spec.checker_command)
-    if spec.check_in == "host":
-        require_root()
+    spec.place().require()
     prepare_out(outdir, spec.resume)
     t0 = time.monotonic()
     status = "complete"

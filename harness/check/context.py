@@ -1,8 +1,11 @@
-"""What a state is judged against (host and guest): the frozen CheckContext (recording, filesystem, checker, params, timeouts), built once for a recording, and its checker."""
+"""What a state is judged against (host and guest): the frozen CheckContext (filesystem, checker,
+params, mount options, timeouts), built once for a recording, its checker, and the LogSource (log,
+data size, initial image) the states are rebuilt from."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from powercut import checker as checkers
@@ -31,8 +34,22 @@ class CheckContext:
         return self.fs.check_mount_opts(self.mount_opts)
 
 
-def checker_for(workload: dict[str, Any], command: str) -> tuple[CheckerSpec, dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class LogSource:
+    """The recorded log a state is rebuilt from: its path, the data device's size and the image the
+    log starts from (None: zeros; a repro bundle has none)."""
 
+    path: Path
+    size: int
+    initial: Path | None = None
+
+    @staticmethod
+    def of(rec: recording.Recording) -> "LogSource":
+        return LogSource(rec.log_path, rec.data_size, rec.initial_image)
+
+
+def checker_for(workload: dict[str, Any], command: str) -> tuple[CheckerSpec, dict[str, Any]]:
+    """The checker of a recording's workload (or ``command``) and its typed parameters."""
     params: dict[str, Any] = {}
     if workload.get("name"):
         params = workloads.get(workload["name"]).params(workload.get("params") or {})

@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable
 
-from powercut.check.context import CheckContext
+from powercut.check.context import CheckContext, LogSource
 from powercut.check.judge import judge
 from powercut.core.models import CrashState
 from powercut.core.verdict import Verdict
@@ -69,8 +69,8 @@ def cleanup_stale(workspace: str | os.PathLike[str]) -> None:
     detach_under(root)
 
 
-def check_host(ctx: CheckContext, index: Any, data_size: int, states: list[CrashState], sink: Sink,
-               workspace: Path, *, jobs: int = 1, initial: Path | None = None) -> None:
+def check_host(ctx: CheckContext, src: LogSource, index: Any, states: list[CrashState], sink: Sink,
+               workspace: Path, *, jobs: int = 1) -> None:
     """Judge ``states`` here; each verdict goes to ``sink`` (called under a lock, in walk order per
     worker).  Stops between states on an interrupt; what is mounted or attached is undone."""
     require_root()
@@ -83,7 +83,7 @@ def check_host(ctx: CheckContext, index: Any, data_size: int, states: list[Crash
         ws = workspace / f"w{wid}"
         ws.mkdir(parents=True, exist_ok=True)
         mnt = str(ws / "mnt")
-        walk = materialize(index, initial, data_size, chunk, ws)
+        walk = materialize(index, src.initial, src.size, chunk, ws)
         with contextlib.closing(walk):
             for state, img in walk:
                 if interrupt.stopping() or failed.is_set():

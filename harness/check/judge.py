@@ -2,7 +2,7 @@
 a real power loss) -> the workload's checker -> unmount -> read-only fsck -> a verdict with reasons.
 
 ``judge`` works on any block device and runs wherever the device is: on the host over a loop device
-(hostcheck.py) or inside the checker VM over a dm-snapshot (the guest agent, checkvm.py).  A mount
+(check/host.py) or inside the checker VM over a dm-snapshot (the guest agent, check/vm.py).  A mount
 that fails carries the kernel's own words about it (its /dev/kmsg lines), so an unmountable state
 can be told from a harness problem."""
 from __future__ import annotations

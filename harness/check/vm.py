@@ -6,7 +6,11 @@ Each VM rebuilds its states with dm-snapshot over an incrementally replayed pris
 state) and streams a "begin" line and then the verdict of each state to ``progress.jsonl`` in its
 job share; the host hands each verdict to the sink as it arrives.  A state that panics the guest
 kernel, or hangs longer than the per-state timeout, is that state's finding (kernel-panic /
-timeout): that VM is restarted and goes on with its next state."""
+timeout): that VM is restarted and goes on with its next state.
+
+``CheckerVm`` only boots one VM on a job and follows its progress; its three callers are
+``check_vm`` (judge states, restarting after a panic or hang), ``diagnose_vm`` (minimize and blame
+in the guest) and ``shell_vm`` (``repro --shell``)."""
 from __future__ import annotations
 
 import logging
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.context import CheckContext
+from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import split_by_base
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.core.models import CrashState
@@ -79,7 +83,7 @@ class _Progress:
         return new
 
 
-def check_vm(ctx: CheckContext, log_path: Path, index: Any, data_size: int, states: list[CrashState], sink: Sink,
+def check_vm(ctx: CheckContext, src: LogSource, index: Any, states: list[CrashState], sink: Sink,
              workdir: Path, spec: VmCheckSpec, *, jobs: int = 1) -> None:
     """Judge ``states`` in ``jobs`` checker VMs; every verdict goes to ``sink`` (under a lock)."""
     chunks = split_by_base(index, states, jobs)
@@ -91,87 +95,68 @@ def check_vm(ctx: CheckContext, log_path: Path, index: Any, data_size: int, stat
 
     if len(chunks) <= 1:
         for chunk in chunks:
-            _Worker(ctx, log_path, data_size, chunk, locked, workdir / "vm0", spec).run()
+            _Judging(CheckerVm(ctx, src, spec, workdir / "vm0"), chunk, locked).run()
         return
     with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix="powercut-vm") as pool:
-        futures = [pool.submit(_Worker(ctx, log_path, data_size, c, locked, workdir / f"vm{i}", spec).run)
+        futures = [pool.submit(_Judging(CheckerVm(ctx, src, spec, workdir / f"vm{i}"), c, locked).run)
                    for i, c in enumerate(chunks)]
         for f in futures:
             f.result()
 
 
-class _Worker:
-    """One checker VM (restarted after a panic or hang) over one chunk of states."""
+@dataclass(slots=True)
+class Outcome:
+    """How one boot of a checker VM went."""
 
-    def __init__(self, ctx: CheckContext, log_path: Path, data_size: int, states: list[CrashState], sink: Sink,
-                 workdir: Path, spec: VmCheckSpec, diagnose: tuple[dict[str, Any], ...] = (), floor: int = -1,
-                 budget: int = 60, tear_only: bool = False, shell: bool = False) -> None:
-        self.ctx, self.log_path, self.size, self.states = ctx, log_path, data_size, states
-        self.sink, self.workdir, self.spec = sink, workdir, spec
-        self.diagnose, self.floor, self.budget, self.tear_only = diagnose, floor, budget, tear_only
-        self.shell = shell
-        self.diagnoses: list[dict[str, Any]] = []
-        self.by_id = {s.id: s for s in states}
-        self.done: set[str] = set()
+    failure: VmError | None        # a panic, hang or crash of the VM (None: it ended normally)
+    current: str | None            # the state in progress when it ended
+    since: float                   # when that state began (monotonic)
+    diagnoses: list[dict[str, Any]]
 
-    def run(self) -> None:
-        failed_boots = 0
-        attempt = 0
-        while todo := [s for s in self.states if s.id not in self.done]:
-            interrupt.check()
-            attempt += 1
-            progressed, failure, culprit, since = self._boot(todo, attempt)
-            interrupt.check()
-            if failure is None:
-                left = [s.id for s in todo if s.id not in self.done]
-                if left:
-                    raise PowercutError(f"the checker VM ended without judging {len(left)} state(s), e.g. {left[0]} "
-                                        f"(see {self.workdir}/run{attempt}/job/agent.log)")
-                return
-            if culprit is None or culprit not in self.by_id:
-                failed_boots = 0 if progressed else failed_boots + 1
-                if failed_boots >= MAX_FAILED_BOOTS:
-                    raise PowercutError(f"the checker VM failed {MAX_FAILED_BOOTS} times before judging any state: "
-                                        f"{failure.one_line()}")
-                continue
-            self._blame(self.by_id[culprit], failure, since)
 
-    def _boot(self, todo: list[CrashState], attempt: int) -> tuple[bool, VmError | None, str | None, float]:
-        run = self.workdir / f"run{attempt}"
+class CheckerVm:
+    """Boots a checker VM on one job and follows its progress stream: each verdict goes to
+    ``on_verdict`` as it arrives; a state that runs past the per-state timeout ends the VM."""
+
+    def __init__(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path) -> None:
+        self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
+        self.boots = 0
+
+    def source(self) -> guestjob.StateSource:
+        return guestjob.StateSource(log=f"{guestjob.GUEST_REC_DIR}/{self.src.path.name}", size=self.src.size,
+                                    fstype=self.ctx.fs.name, mount_opts=self.ctx.mount_opts,
+                                    checker=self.ctx.checker, disks={"scratch": "pcscratch"},
+                                    params=self.ctx.params)
+
+    def run(self, job: guestjob.Job, *, steps: int, on_verdict: Sink = lambda v: None,
+            interactive: bool = False) -> Outcome:
+        """One boot on ``job``; ``steps``: how many per-state timeouts the whole job may take."""
+        self.boots += 1
+        run = self.workdir / f"run{self.boots}"
         if run.exists():
             shutil.rmtree(run)
         jobdir = run / "job"
         scratch = run / "scratch.img"
         jobdir.mkdir(parents=True)
         with open(scratch, "wb") as f:
-            f.truncate(3 * self.size + (512 << 20))
-        guestjob.write(jobdir, guestjob.CheckJob(
-            log=f"{guestjob.GUEST_REC_DIR}/{self.log_path.name}", size=self.size, fstype=self.ctx.fs.name,
-            mount_opts=self.ctx.mount_opts, checker=self.ctx.checker, states=tuple(s.id for s in todo),
-            disks={"scratch": "pcscratch"}, params=self.ctx.params, tools_dir=self.spec.tools_dir,
-            diagnose=self.diagnose, floor=self.floor, budget=self.budget, tear_only=self.tear_only,
-            shell=self.shell))
+            f.truncate(3 * self.src.size + (512 << 20))
+        guestjob.write(jobdir, job)
         vm = VmSpec(kernel=self.spec.kernel, initrd=self.spec.initrd, memory_mb=self.spec.memory_mb,
                     disks=(DiskSpec(str(scratch), "pcscratch", cache="unsafe"),),
                     shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False),
-                            ShareSpec("rec", str(self.log_path.parent))),
+                            ShareSpec("rec", str(self.src.path.parent))),
                     accel=self.spec.accel,  # type: ignore[arg-type]
-                    timeout_s=(24 * 3600 if self.shell else
-                               60 + self.spec.state_timeout_s * (len(todo) + 1 + self.budget * len(self.diagnose) // 10)),
-                    console_path=str(run / "console.log"), name=f"powercut-check-{os.getpid()}-{run.parent.name}",
+                    timeout_s=24 * 3600 if interactive else 60 + self.spec.state_timeout_s * steps,
+                    console_path=str(run / "console.log"), name=f"powercut-check-{os.getpid()}-{self.workdir.name}",
                     # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
                     modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
-                    cmdline=("powercut.mount=rec",), interactive=self.shell)
+                    cmdline=("powercut.mount=rec",), interactive=interactive)
         progress = _Progress(jobdir / "progress.jsonl")
-        progressed = False
 
         def drain() -> None:
-            nonlocal progressed
             for v in progress.poll():
-                if v.state in self.by_id and v.state not in self.done and not interrupt.stopping():
-                    self.done.add(v.state)
-                    self.sink(v)
-                    progressed = True
+                if not interrupt.stopping():
+                    on_verdict(v)
 
         def watchdog() -> str | None:
             drain()
@@ -185,12 +170,48 @@ class _Worker:
         except VmError as e:
             failure = e
         drain()
-        self.diagnoses = progress.diagnoses
         if failure is None:
             result = guestjob.read_result(jobdir)
             if not result.ok:
                 raise PowercutError(f"the checker VM failed: {result.error} (see {jobdir}/agent.log)")
-        return progressed, failure, progress.current, progress.since
+        return Outcome(failure, progress.current, progress.since, progress.diagnoses)
+
+
+class _Judging:
+    """Judges one chunk of states in one checker VM, booted again after a panic or a hang (which
+    becomes the finding of the state in progress)."""
+
+    def __init__(self, vm: CheckerVm, states: list[CrashState], sink: Sink) -> None:
+        self.vm, self.states, self.sink = vm, states, sink
+        self.by_id = {s.id: s for s in states}
+        self.done: set[str] = set()
+
+    def run(self) -> None:
+        failed_boots = 0
+        while todo := [s for s in self.states if s.id not in self.done]:
+            interrupt.raise_if_stopping()
+            before = len(self.done)
+            job = guestjob.CheckJob(self.vm.source(), tuple(s.id for s in todo), tools_dir=self.vm.spec.tools_dir)
+            out = self.vm.run(job, steps=len(todo) + 1, on_verdict=self._verdict)
+            interrupt.raise_if_stopping()
+            if out.failure is None:
+                left = [s.id for s in todo if s.id not in self.done]
+                if left:
+                    raise PowercutError(f"the checker VM ended without judging {len(left)} state(s), e.g. {left[0]} "
+                                        f"(see {self.vm.workdir}/run{self.vm.boots}/job/agent.log)")
+                return
+            if out.current is None or out.current not in self.by_id:
+                failed_boots = 0 if len(self.done) > before else failed_boots + 1
+                if failed_boots >= MAX_FAILED_BOOTS:
+                    raise PowercutError(f"the checker VM failed {MAX_FAILED_BOOTS} times before judging any state: "
+                                        f"{out.failure.one_line()}")
+                continue
+            self._blame(self.by_id[out.current], out.failure, out.since)
+
+    def _verdict(self, v: Verdict) -> None:
+        if v.state in self.by_id and v.state not in self.done:
+            self.done.add(v.state)
+            self.sink(v)
 
     def _blame(self, s: CrashState, failure: VmError, since: float) -> None:
         kind = "timeout" if isinstance(failure, GuestHang) else "kernel-panic"
@@ -206,26 +227,26 @@ class _Worker:
         log.warning("state %s: %s; restarting its checker VM", s.id, kind)
 
 
-def diagnose_vm(ctx: CheckContext, log_path: Path, data_size: int, firsts: list[Verdict], workdir: Path,
-                spec: VmCheckSpec, *, floor: int | None, budget: int, tear_only: bool = False) -> list[dict[str, Any]]:
-    """Minimize and blame failing states in one checker VM (diagnose.py runs in the guest);
+def diagnose_vm(ctx: CheckContext, src: LogSource, firsts: list[Verdict], workdir: Path, spec: VmCheckSpec, *,
+                floor: int | None, budget: int, tear_only: bool = False) -> list[dict[str, Any]]:
+    """Minimize and blame failing states in one checker VM (debug.diagnose runs in the guest);
     ``tear_only``: only find out whether each (torn) failure needs its tear."""
-    w = _Worker(ctx, log_path, data_size, [], lambda v: None, workdir, spec,
-                diagnose=tuple(v.to_json() for v in firsts), floor=-1 if floor is None else floor, budget=budget,
-                tear_only=tear_only)
-    _, failure, _, _ = w._boot([], 1)
-    if failure is not None:
-        raise PowercutError(f"the checker VM diagnosing {len(firsts)} failure(s) failed: {failure.one_line()}")
-    return w.diagnoses
+    vm = CheckerVm(ctx, src, spec, workdir)
+    job = guestjob.DiagnoseJob(vm.source(), tuple(v.to_json() for v in firsts), floor=-1 if floor is None else floor,
+                               budget=budget, tear_only=tear_only, tools_dir=spec.tools_dir)
+    out = vm.run(job, steps=1 + budget * len(firsts) // 10)
+    if out.failure is not None:
+        raise PowercutError(f"the checker VM diagnosing {len(firsts)} failure(s) failed: {out.failure.one_line()}")
+    return out.diagnoses
 
 
-def shell_vm(ctx: CheckContext, log_path: Path, data_size: int, state: CrashState, workdir: Path,
-             spec: VmCheckSpec) -> Verdict | None:
+def shell_vm(ctx: CheckContext, src: LogSource, state: CrashState, workdir: Path, spec: VmCheckSpec) -> Verdict | None:
     """Judge one state in a checker VM, then open an interactive shell in it on the recovered, mounted
     state, on this terminal (``powercut repro --shell``)."""
     got: list[Verdict] = []
-    w = _Worker(ctx, log_path, data_size, [state], got.append, workdir, spec, shell=True)
-    _, failure, _, _ = w._boot([state], 1)
-    if failure is not None:
-        raise PowercutError(f"the shell's checker VM failed: {failure.one_line()}")
+    vm = CheckerVm(ctx, src, spec, workdir)
+    out = vm.run(guestjob.ShellJob(vm.source(), state.id, tools_dir=spec.tools_dir), steps=2,
+                 on_verdict=got.append, interactive=True)
+    if out.failure is not None:
+        raise PowercutError(f"the shell's checker VM failed: {out.failure.one_line()}")
     return got[0] if got else None

@@ -1,4 +1,5 @@
-"""The commands that judge (host): ``check`` (and its summary and failure groups), ``repro`` and ``matrix``."""
+"""The commands that judge (host): ``check`` (and its summary and failure groups), ``repro`` and
+``matrix``."""
 from __future__ import annotations
 
 import argparse
@@ -87,18 +88,20 @@ def _print_groups(summary: Any) -> None:
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
+    from powercut.check.place import Place
     from powercut.debug import repro
 
     target = repro.resolve(args.path, args.state)
+    place = Place("vm" if args.shell else args.check_in, args.accel)
     if args.shell:
         print(f"booting a checker VM on {target.state}: a shell opens on the recovered state; exit powers it off",
               file=sys.stderr)
-        shell_v = repro.shell(target, accel=args.accel)
+        shell_v = repro.shell(target, place)
         if shell_v is None:
             raise UsageError(f"state {target.state} was not judged")
         print("\n".join(repro.describe(target, shell_v)))
         return repro.exit_status(shell_v)
-    v = repro.run(target, check_in=args.check_in, accel=args.accel, keep_image=args.keep_image)
+    v = repro.run(target, place, keep_image=args.keep_image)
     print("\n".join(repro.describe(target, v)))
     if args.keep_image:
         print(f"image (as the crash left it, before recovery): {args.keep_image}")

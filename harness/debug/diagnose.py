@@ -1,6 +1,6 @@
 """From a failing state to its cause (host and guest): minimize it by judging candidate states for
-real (shrink.py drives, this module materializes and judges), then blame the minimized state's
-writes (blame.py) on the recovered image of its cut.  Runs where the check runs: on the host over
+real (core/shrink.py drives, this module materializes and judges), then blame the minimized state's
+writes (debug/blame.py) on the recovered image of its cut.  Runs where the check runs: on the host over
 loop devices, or inside the checker VM over dm-snapshots (``provider``)."""
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class Diagnosis:
 
 
 @dataclass(frozen=True, slots=True)
-class Where:
+class Workspace:
     """What it takes to rebuild and judge states: the log, the data device, where to work."""
 
     index: Any
@@ -82,24 +82,24 @@ class Where:
         return self.space if self.space is not None else CrashSpace(self.index)
 
 
-def diagnose(ctx: CheckContext, where: Where, state: CrashState, first: Verdict, *,
+def diagnose(ctx: CheckContext, ws: Workspace, state: CrashState, first: Verdict, *,
              budget: int = DEFAULT_BUDGET) -> Diagnosis:
     """Minimize ``state`` (judged ``first``) and blame what is left."""
     t0 = time.monotonic()
-    sp = where.crash_space()
-    mnt = str(where.workdir / "mnt")
+    sp = ws.crash_space()
+    mnt = str(ws.workdir / "mnt")
 
     def judge_one(candidate: CrashState) -> Verdict:
-        return _with_image(where, candidate, lambda dev: judge(ctx, dev, candidate, mnt))
+        return _with_image(ws, candidate, lambda dev: judge(ctx, dev, candidate, mnt))
 
-    floor = where.floor if where.floor is not None and where.floor < state.cut else None
+    floor = ws.floor if ws.floor is not None and ws.floor < state.cut else None
     shrunk = minimize(sp, state, judge_one, budget=budget, expected=first, floor=floor)
-    culprits = tuple(_blame(ctx, where, sp, shrunk.minimized, mnt))
+    culprits = tuple(_blame(ctx, ws, sp, shrunk.minimized, mnt))
     return Diagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1],
                      shrunk.calls, shrunk.one_at_a_time, shrunk.exhausted, culprits, round(time.monotonic() - t0, 2))
 
 
-def _blame(ctx: CheckContext, where: Where, sp: CrashSpace, state: CrashState, mnt: str) -> list[Culprit]:
+def _blame(ctx: CheckContext, ws: Workspace, sp: CrashSpace, state: CrashState, mnt: str) -> list[Culprit]:
     """Blame on the image of the state's cut with every write kept (for a prefix state: up to the
     flush its cut came too early for), recovered by a mount."""
     items = writes_that_matter(sp, state)
@@ -114,12 +114,12 @@ def _blame(ctx: CheckContext, where: Where, sp: CrashSpace, state: CrashState, m
             log.info("blame: recovery mount of %s failed: %s", kept.id, e)
         return blame(sp, state, ctx.fs.name, dev)
 
-    return _with_image(where, kept, run)
+    return _with_image(ws, kept, run)
 
 
-def _with_image(where: Where, state: CrashState, use: Any) -> Any:
-    (where.workdir / "diag").mkdir(parents=True, exist_ok=True)
-    walk = materialize(where.index, where.initial, where.size, [state], where.workdir / "diag", where.provider)
+def _with_image(ws: Workspace, state: CrashState, use: Any) -> Any:
+    (ws.workdir / "diag").mkdir(parents=True, exist_ok=True)
+    walk = materialize(ws.index, ws.initial, ws.size, [state], ws.workdir / "diag", ws.provider)
     with contextlib.closing(walk):
         for _, img in walk:
             if stat.S_ISBLK(os.stat(img).st_mode):
@@ -129,22 +129,22 @@ def _with_image(where: Where, state: CrashState, use: Any) -> Any:
     raise RuntimeError(f"no image for {state.id}")
 
 
-def without_tear(ctx: CheckContext, where: Where, state: CrashState, first: Verdict) -> str:
+def without_tear(ctx: CheckContext, ws: Workspace, state: CrashState, first: Verdict) -> str:
     """For a failing torn state: the id of the same state without its tear -- the torn write kept
     whole, or lost whole -- that fails with the same verdict, or "" if the tear is needed for the
     failure.  A torn model combines tears with write-cache losses; a failure that survives the
     tear's removal is a write-cache finding, not a tear's.  (The verdict, not the reason class: a
     record lost whole and one torn are one bug with different details.)"""
 
-    sp = where.crash_space()
-    mnt = str(where.workdir / "mnt")
+    sp = ws.crash_space()
+    mnt = str(ws.workdir / "mnt")
     ((t, _),) = state.torn
     for dropped in (state.dropped, tuple(sorted({*state.dropped, t}))):
         try:
             cand = sp.make_state("write-cache", state.cut, dropped)
         except UsageError:
             continue
-        v = _with_image(where, cand, lambda dev, c=cand: judge(ctx, dev, c, mnt))
+        v = _with_image(ws, cand, lambda dev, c=cand: judge(ctx, dev, c, mnt))
         if v.verdict == first.verdict:
             return cand.id
     return ""

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.context import CheckContext, context_for
-from powercut.check.host import check_host
-from powercut.check.vm import VmCheckSpec, check_vm, shell_vm
+from powercut.check.context import CheckContext, LogSource, context_for
+from powercut.check.place import Place
+from powercut.check.vm import shell_vm
 from powercut.core.dmlog import open_log
 from powercut.core.models import space
 from powercut.core.verdict import Verdict
@@ -24,11 +24,9 @@ from powercut.replay.materialize import replay_state
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What a repro needs: the log, the data device size, how to judge, and what was seen before."""
+    """What a repro rebuilds (the log source and the state), how it is judged, and what was seen before."""
 
-    log_path: Path
-    size: int
-    initial: Path | None
+    src: LogSource
     ctx: CheckContext
     state: str
     before: str = ""              # the verdict the bundle recorded ("" for a recording)
@@ -41,31 +39,29 @@ def resolve(path: str, state: str = "") -> Target:
         b = bundle.load(p)
         fs = filesystems.get(str(b.doc["fstype"]))
         ctx = CheckContext(fs, b.checker, dict(b.doc.get("params") or {}), str(b.doc.get("mount_opts", "")))
-        return Target(b.log_path, int(b.doc["data_size"]), None, ctx, state or b.state, str(b.doc.get("verdict", "")),
-                      f"bundle {p}")
+        return Target(LogSource(b.log_path, int(b.doc["data_size"])), ctx, state or b.state,
+                      str(b.doc.get("verdict", "")), f"bundle {p}")
     if (p / recording.MANIFEST).exists():
         if not state:
             raise UsageError(f"{path} is a recording: give the state to rebuild with --state ID")
         rec = recording.load(p).require_ok()
-        return Target(rec.log_path, rec.data_size, rec.initial_image, context_for(rec), state, "", f"recording {p}")
+        return Target(LogSource.of(rec), context_for(rec), state, "", f"recording {p}")
     raise UsageError(f"{path}: neither a repro bundle ({bundle.MANIFEST}) nor a recording ({recording.MANIFEST})")
 
 
-def run(target: Target, *, check_in: str = "vm", accel: str = "auto", keep_image: str = "",
-        state_timeout_s: float = 300.0) -> Verdict:
-    """Judge the target's state once; ``keep_image``: also write its (unrecovered) image there."""
+def run(target: Target, place: Place, *, keep_image: str = "") -> Verdict:
+    """Judge the target's state once where ``place`` says; ``keep_image``: also write its
+    (unrecovered) image there."""
     got: list[Verdict] = []
+    place.require()
+    src = target.src
     work = Path(tempfile.mkdtemp(prefix="powercut-repro-"))
     try:
-        with open_log(target.log_path) as index:
+        with open_log(src.path) as index:
             st = space(index).state_from_id(target.state)
             if keep_image:
-                replay_state(target.log_path, target.state, keep_image, size=target.size, initial=target.initial)
-            if check_in == "host":
-                check_host(target.ctx, index, target.size, [st], got.append, work, initial=target.initial)
-            else:
-                spec = VmCheckSpec.default(accel=accel, state_timeout_s=state_timeout_s)
-                check_vm(target.ctx, target.log_path, index, target.size, [st], got.append, work, spec)
+                replay_state(src.path, target.state, keep_image, size=src.size, initial=src.initial)
+            place.judge(target.ctx, src, index, [st], got.append, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not got:
@@ -73,13 +69,13 @@ def run(target: Target, *, check_in: str = "vm", accel: str = "auto", keep_image
     return got[0]
 
 
-def shell(target: Target, *, accel: str = "auto") -> Verdict | None:
+def shell(target: Target, place: Place) -> Verdict | None:
     """Judge the state in a checker VM, then a shell in it on the recovered, mounted state."""
     work = Path(tempfile.mkdtemp(prefix="powercut-shell-"))
     try:
-        with open_log(target.log_path) as index:
+        with open_log(target.src.path) as index:
             st = space(index).state_from_id(target.state)
-            return shell_vm(target.ctx, target.log_path, target.size, st, work, VmCheckSpec.default(accel=accel))
+            return shell_vm(target.ctx, target.src, st, work, place.vm())
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -99,4 +95,4 @@ def exit_status(v: Verdict) -> int:
 
 
 def info(target: Target) -> dict[str, Any]:
-    return {"log": str(target.log_path), "size": target.size, "state": target.state, "fstype": target.ctx.fs.name}
+    return {"log": str(target.src.path), "size": target.src.size, "state": target.state, "fstype": target.ctx.fs.name}

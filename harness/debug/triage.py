@@ -1,22 +1,29 @@
 """Triage after a campaign (host): group the failing states by how they fail -- verdict and the class
 of the first reason (shrink.reason_class: particulars stripped) -- so 1,000 failing states of one
 bug read as one group; minimize and blame the first state of the first ``k`` groups where the
-check runs (diagnose.py: on the host, or in a checker VM); save each as a repro bundle.  Writes
-``diagnoses.json`` and ``bundles/`` into the campaign's output directory."""
+check runs (``diagnose_at``: debug.diagnose on the host, or in a checker VM, by the campaign's
+check.place.Place); save each as a repro bundle.  Writes ``diagnoses.json`` and ``bundles/`` into
+the campaign's output directory."""
 from __future__ import annotations
 
 import json
 import logging
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from powercut.check.context import CheckContext, LogSource
+from powercut.check.host import cleanup_stale
+from powercut.check.place import Place
+from powercut.check.vm import diagnose_vm
+from powercut.core.models import CrashSpace
 from powercut.core.shrink import reason_class
 from powercut.core.stateid import parse_id
 from powercut.core.verdict import SEVERITY, Verdict
 from powercut.debug import bundle
-from powercut.debug.diagnose import Diagnosis
+from powercut.debug.diagnose import Diagnosis, Workspace, diagnose, without_tear
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,24 @@ def group(failures: list[Verdict]) -> list[Group]:
         key = (v.verdict, reason_class(v.reasons[0]) if v.reasons else "")
         groups.setdefault(key, Group(*key)).states.append(v)
     return sorted(groups.values(), key=lambda g: (-SEVERITY.index(g.verdict), -len(g.states), g.reason_class))
+
+
+def diagnose_at(place: Place, ctx: CheckContext, src: LogSource, index: Any, sp: CrashSpace, firsts: list[Verdict],
+                work: Path, *, floor: int | None, budget: int, tear_only: bool = False) -> list[dict[str, Any]]:
+    """Diagnose failing states where ``place`` judges: each a Diagnosis as JSON, or with
+    ``tear_only`` ``{"state", "without_tear"}`` (debug.diagnose.without_tear)."""
+    try:
+        if not place.on_host:
+            return diagnose_vm(ctx, src, firsts, work, place.vm(), floor=floor, budget=budget, tear_only=tear_only)
+        work.mkdir(parents=True, exist_ok=True)
+        cleanup_stale(work)
+        ws = Workspace(index, src.size, src.initial, work, "auto", floor, sp)
+        if tear_only:
+            return [{"state": v.state, "without_tear": without_tear(ctx, ws, sp.state_from_id(v.state), v)}
+                    for v in firsts]
+        return [diagnose(ctx, ws, sp.state_from_id(v.state), v, budget=budget).to_json() for v in firsts]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def slug(text: str) -> str:

@@ -3,8 +3,8 @@ root, on the host's userspace shared read-only).
 
 Every step is logged to ``agent.log`` in the job share and the outcome goes to ``result.json``
 there (guestjob.GuestResult); the exit status is 0 when the job itself worked (a workload that
-fails is reported in the result, not as a crash).  Device-mapper by ioctl (dm.py), mounts by
-mount(2) (mounts.py): in a TCG guest each fork+exec costs more than the operation."""
+fails is reported in the result, not as a crash).  Device-mapper by ioctl (linux/dm.py), mounts by
+mount(2) (linux/mounts.py): in a TCG guest each fork+exec costs more than the operation."""
 from __future__ import annotations
 
 import logging
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.errors import CommandFailed, PowercutError
-from powercut.guest.check import check
+from powercut.guest.check import check, diagnose_job, shell
 from powercut.guest.record import mark_bench, record
 from powercut.vm import guestjob
 from powercut.vm.guestjob import GuestResult
@@ -23,12 +23,13 @@ log = logging.getLogger("powercut.guest")
 
 
 def bench(job: Any, jobdir: Path) -> dict[str, Any]:
-    """``powercut bench``'s guest half (benchguest.py)."""
+    """``powercut bench``'s guest half (guest/bench.py)."""
     from powercut.guest.bench import bench_job
     return bench_job(job, jobdir)
 
 
-JOBS = {"record": record, "mark-bench": mark_bench, "check": check, "bench": bench}
+JOBS = {"record": record, "mark-bench": mark_bench, "check": check, "diagnose": diagnose_job, "shell": shell,
+        "bench": bench}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.bench import parse as bench
-from powercut.bench.items import Where, run_item
+from powercut.bench.items import ItemTarget, run_item
 from powercut.config import BenchItem, RunSet
 from powercut.errors import EnvironmentNotReady, PowercutError
 from powercut.linux import dm, filesystems, process
@@ -70,8 +70,8 @@ def _check_dict(c: bench.WriteCacheCheck) -> dict[str, Any]:
     return {"device": c.device, "wanted": c.wanted, "hdparm": c.hdparm, "sysfs": c.sysfs}
 
 
-def guest_where(job: BenchJob, dev: str) -> Where:
-    return Where(MNT, {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
+def guest_where(job: BenchJob, dev: str) -> ItemTarget:
+    return ItemTarget(MNT, {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
                        "PYTHONDONTWRITEBYTECODE": "1", "POWERCUT_DEVICE": dev, "POWERCUT_MOUNT": MNT,
                        "POWERCUT_FSTYPE": job.fs.fstype})
 
@@ -113,7 +113,7 @@ def run_set(job: BenchJob, rs: RunSet, index: int, devs: tuple[str, str | None],
             "mkfs_s": mkfs_s, "checks": checks, "items": results}
 
 
-def _run_item(item: BenchItem, where: Where, out: Path, data: str, rs: RunSet) -> dict[str, Any]:
+def _run_item(item: BenchItem, where: ItemTarget, out: Path, data: str, rs: RunSet) -> dict[str, Any]:
     check = read_write_cache(data, rs.write_cache)   # refuses (raises) if the setting did not hold
     outcome = run_item(item, where, out)
     return {**outcome, "check": _check_dict(check)}

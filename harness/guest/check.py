@@ -1,61 +1,115 @@
-"""The guest's check job: the checker VM's loop over states (replay inside the guest, a dm-snapshot per state, judge), a shell in one recovered state, and diagnoses."""
+"""The guest's checker-VM jobs, one handler per job kind (guestjob): ``check`` judges states,
+``diagnose`` minimizes and blames failures, ``shell`` opens a shell in one recovered state.  Each
+rebuilds its states with dm-snapshot over a pristine replayed incrementally inside the guest, on a
+scratch disk, and writes one progress line before and one after each step, so the host can
+attribute a panic or a hang to its state."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powercut.check.context import CheckContext
+from powercut.check.judge import judge
+from powercut.core.dmlog import LogIndex, open_log
+from powercut.core.models import CrashSpace, CrashState, space
 from powercut.core.verdict import Verdict
+from powercut.debug.diagnose import Workspace, diagnose, without_tear
 from powercut.guest.record import MNT
 from powercut.linux import filesystems, process
 from powercut.linux.blockdev import find_disk
 from powercut.linux.jsonlines import JsonLines
 from powercut.linux.mounts import mount, umount
-from powercut.vm.guestjob import CheckJob
+from powercut.replay.materialize import materialize
+from powercut.vm.guestjob import CheckJob, DiagnoseJob, ShellJob, StateSource
 
-log = logging.getLogger("powercut.guest")
+log = logging.getLogger(__name__)
+
+WORK = "/run/powercut/work"
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    """A job's open log, its crash space, the judging context, the scratch work dir, the progress file."""
+
+    ctx: CheckContext
+    index: LogIndex
+    space: CrashSpace
+    work: Path
+    progress: JsonLines
+    size: int
+
+    def states(self, ids: tuple[str, ...]) -> Iterator[tuple[CrashState, Path]]:
+        t = time.monotonic()
+        for state, img in materialize(self.index, None, self.size, [self.space.state_from_id(i) for i in ids],
+                                      self.work, provider="dm-snapshot"):
+            log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t)
+            yield state, img
+            t = time.monotonic()
+
+    def judge(self, state: CrashState, img: Path) -> Verdict:
+        self.progress.add({"begin": state.id})
+        v = judge(self.ctx, str(img), state, MNT)
+        self.progress.add({"verdict": v.to_json()})
+        return v
+
+
+@contextlib.contextmanager
+def _session(src: StateSource, jobdir: Path) -> Iterator[_Session]:
+    scratch = find_disk(src.disks["scratch"])
+    os.makedirs(WORK, exist_ok=True)
+    process.run(["mkfs.ext4", "-F", "-q", "-E", "nodiscard", "-O", "^has_journal", scratch], timeout=300)
+    mount(scratch, WORK, "ext4", "noatime")
+    ctx = CheckContext(filesystems.get(src.fstype), src.checker, dict(src.params), src.mount_opts)
+    try:
+        with open_log(src.log) as index, JsonLines(jobdir / "progress.jsonl", durable=False) as progress:
+            yield _Session(ctx, index, space(index), Path(WORK), progress, src.size)
+    finally:
+        umount(WORK)
 
 
 def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
-    """The checker VM: rebuild the listed states with dm-snapshot over an incrementally replayed
-    pristine (on a scratch disk) and judge each; progress.jsonl gets a "begin" line before and the
-    verdict after each state, so the host can attribute a panic or hang to its state."""
-    from powercut.check.context import CheckContext
-    from powercut.check.judge import judge
-    from powercut.core.dmlog import open_log
-    from powercut.core.models import space
-    from powercut.replay.materialize import materialize
-
-    scratch = find_disk(job.disks["scratch"])
-    work = "/run/powercut/work"
-    os.makedirs(work, exist_ok=True)
-    process.run(["mkfs.ext4", "-F", "-q", "-E", "nodiscard", "-O", "^has_journal", scratch], timeout=300)
-    mount(scratch, work, "ext4", "noatime")
-    ctx = CheckContext(filesystems.get(job.fstype), job.checker, dict(job.params), job.mount_opts)
+    """The checker VM: judge each listed state."""
     n = 0
-    with open_log(job.log) as index, JsonLines(jobdir / "progress.jsonl", durable=False) as progress:
-        sp = space(index)
-        states = [sp.state_from_id(i) for i in job.states]
-        t = time.monotonic()
-        for state, img in materialize(index, None, job.size, states, Path(work), provider="dm-snapshot"):
-            log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t)
-            progress.add({"begin": state.id})
-            v = judge(ctx, str(img), state, MNT)
-            progress.add({"verdict": v.to_json()})
+    with _session(job.src, jobdir) as s:
+        for state, img in s.states(job.states):
+            s.judge(state, img)
             n += 1
-            t = time.monotonic()
-            if job.shell:
-                _shell(ctx, str(img), state, v)
-        _diagnose(job, ctx, index, Path(work), progress)
-    umount(work)
     return {"judged": n}
 
 
-def _shell(ctx: Any, device: str, state: Any, v: Any) -> None:
-    """``powercut repro --shell``: the state recovered (mounted: the kernel replays its journal) and an
-    interactive shell in it, on the console; the VM powers off when the shell exits."""
+def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
+    """Minimize and blame the failures the host asked about (debug.diagnose), one progress line each."""
+    with _session(job.src, jobdir) as s:
+        ws = Workspace(s.index, job.src.size, None, s.work / "diagnose", "dm-snapshot",
+                       job.floor if job.floor >= 0 else None, s.space)
+        for first in map(Verdict.from_json, job.failures):
+            s.progress.add({"begin-diagnosis": first.state})
+            state = s.space.state_from_id(first.state)
+            if job.tear_only:
+                s.progress.add({"diagnosis": {"state": first.state,
+                                              "without_tear": without_tear(s.ctx, ws, state, first)}})
+                continue
+            s.progress.add({"diagnosis": diagnose(s.ctx, ws, state, first, budget=job.budget).to_json()})
+    return {"diagnosed": len(job.failures)}
+
+
+def shell(job: ShellJob, jobdir: Path) -> dict[str, Any]:
+    """``powercut repro --shell``: judge the state, then mount it (the kernel replays its journal) and
+    run an interactive shell in it on the console; the VM powers off when the shell exits."""
+    with _session(job.src, jobdir) as s:
+        for state, img in s.states((job.state,)):
+            v = s.judge(state, img)
+            _shell(s.ctx, str(img), state, v)
+    return {"judged": 1}
+
+
+def _shell(ctx: CheckContext, device: str, state: CrashState, v: Verdict) -> None:
     os.makedirs(MNT, exist_ok=True)
     mount(device, MNT, ctx.fs.name, ctx.state_mount_opts)
     try:
@@ -69,20 +123,3 @@ def _shell(ctx: Any, device: str, state: Any, v: Any) -> None:
     finally:
         os.chdir("/")
         umount(MNT)
-
-
-def _diagnose(job: CheckJob, ctx: Any, index: Any, work: Path, progress: Any) -> None:
-    """Minimize and blame the failures the host asked about (diagnose.py), one progress line each."""
-    from powercut.core.models import space
-    from powercut.debug.diagnose import Where, diagnose, without_tear
-
-    sp = space(index)
-    where = Where(index, job.size, None, work / "diagnose", "dm-snapshot", job.floor if job.floor >= 0 else None, sp)
-    for first in map(Verdict.from_json, job.diagnose):
-        progress.add({"begin-diagnosis": first.state})
-        state = sp.state_from_id(first.state)
-        if job.tear_only:
-            progress.add({"diagnosis": {"state": first.state, "without_tear": without_tear(ctx, where, state, first)}})
-            continue
-        d = diagnose(ctx, where, state, first, budget=job.budget)
-        progress.add({"diagnosis": d.to_json()})

@@ -1,4 +1,5 @@
-"""The guest's record and mark-bench jobs: create log-writes over the data and log disks, mkfs through it, run the workload, tear the target down; time marks."""
+"""The guest's record and mark-bench jobs: create log-writes over the data and log disks, mkfs through
+it, run the workload, tear the target down; time marks."""
 from __future__ import annotations
 
 import json

@@ -31,7 +31,7 @@ def stopping() -> bool:
     return _stop.is_set()
 
 
-def check() -> None:
+def raise_if_stopping() -> None:
     """Raise Interrupted in a worker thread if the run is being interrupted."""
     if _stop.is_set():
         raise Interrupted(_first[0] if _first else signal.SIGINT)
@@ -82,4 +82,4 @@ def note(e: BaseException) -> str:
     return str(e) if isinstance(e, Interrupted) else "interrupted"
 
 
-__all__ = ["check", "exit_status", "handled", "note", "reset", "stopping"]
+__all__ = ["raise_if_stopping", "exit_status", "handled", "note", "reset", "stopping"]

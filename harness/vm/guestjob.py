@@ -18,7 +18,7 @@ from powercut.checker import CheckerSpec
 from powercut.config import FsSpec, RunSet, WorkloadSpec, from_dict, to_dict
 from powercut.errors import PowercutError, UsageError
 
-JOB_VERSION = 2
+JOB_VERSION = 3
 GUEST_JOB_DIR = "/run/powercut/job"
 GUEST_REC_DIR = "/run/powercut/rec"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -43,22 +43,45 @@ class RecordJob:
 
 
 @dataclass(frozen=True, slots=True)
-class CheckJob:
-    kind: ClassVar[str] = "check"
+class StateSource:
+    """What every checker-VM job rebuilds states from and judges them with."""
     log: str                       # the log's path in the guest
     size: int                      # data device bytes
     fstype: str
     mount_opts: str
     checker: CheckerSpec
-    states: tuple[str, ...]
     disks: dict[str, str]          # scratch -> serial
     params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckJob:
+    """Judge these states, one progress line before and one verdict after each."""
+    kind: ClassVar[str] = "check"
+    src: StateSource
+    states: tuple[str, ...]
     tools_dir: str = ""
-    diagnose: tuple[dict[str, Any], ...] = ()   # first verdicts (Verdict.to_json) of failures to minimize + blame
-    floor: int = -1                             # the floor mark's entry (-1: none)
-    budget: int = 60                            # checks per minimization
-    tear_only: bool = False                     # only ask whether each torn failure needs its tear
-    shell: bool = False                         # after judging, an interactive shell on the recovered state
+
+
+@dataclass(frozen=True, slots=True)
+class DiagnoseJob:
+    """Minimize and blame failing states (or, ``tear_only``, ask whether each torn one needs its tear)."""
+    kind: ClassVar[str] = "diagnose"
+    src: StateSource
+    failures: tuple[dict[str, Any], ...]   # first verdicts (Verdict.to_json) of the failures
+    floor: int = -1                        # the floor mark's entry (-1: none)
+    budget: int = 60                       # checks per minimization
+    tear_only: bool = False
+    tools_dir: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ShellJob:
+    """Judge one state, then an interactive shell on it, recovered and mounted (``repro --shell``)."""
+    kind: ClassVar[str] = "shell"
+    src: StateSource
+    state: str
+    tools_dir: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +95,7 @@ class MarkBenchJob:
 
 @dataclass(frozen=True, slots=True)
 class BenchJob:
-    """``powercut bench`` in the guest (benchguest.py): each run set on a fresh filesystem, the disk
+    """``powercut bench`` in the guest (guest/bench.py): each run set on a fresh filesystem, the disk
     write cache set with ``hdparm -W`` and read back before every item."""
     kind: ClassVar[str] = "bench"
     disks: dict[str, str]          # data (and log, for a dm-log-writes target) -> serial
@@ -85,9 +108,9 @@ class BenchJob:
         object.__setattr__(self, "runsets", tuple(RunSet.of(r) for r in self.runsets))
 
 
-Job = Union[RecordJob, CheckJob, MarkBenchJob, BenchJob]
-KINDS: dict[str, type] = {c.kind: c for c in (RecordJob, CheckJob, MarkBenchJob, BenchJob)}
-NESTED: dict[str, type] = {"fs": FsSpec, "workload": WorkloadSpec, "checker": CheckerSpec}
+Job = Union[RecordJob, CheckJob, DiagnoseJob, ShellJob, MarkBenchJob, BenchJob]
+KINDS: dict[str, type] = {c.kind: c for c in (RecordJob, CheckJob, DiagnoseJob, ShellJob, MarkBenchJob, BenchJob)}
+NESTED: dict[str, type] = {"fs": FsSpec, "workload": WorkloadSpec, "checker": CheckerSpec, "src": StateSource}
 
 
 def to_json(job: Job) -> dict[str, Any]:

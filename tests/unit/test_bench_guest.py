@@ -12,7 +12,7 @@ import pytest
 
 from powercut.guest import bench as benchguest
 from powercut.linux import process
-from powercut.bench.items import PG_GLOB, Where, run_item
+from powercut.bench.items import PG_GLOB, ItemTarget, run_item
 from powercut.config import BenchItem
 from powercut.errors import EnvironmentNotReady
 
@@ -74,7 +74,7 @@ def test_a_drive_that_ignores_the_setting_is_refused(drive) -> None:
 
 def test_a_failing_item_is_reported_not_raised(tmp_path: Path) -> None:
     item = BenchItem("workload", "append-fsync", "workload", params={"n": 2})
-    got = run_item(item, Where(str(tmp_path), dict(os.environ), raw_device="/dev/sdz"), tmp_path / "x")
+    got = run_item(item, ItemTarget(str(tmp_path), dict(os.environ), raw_device="/dev/sdz"), tmp_path / "x")
     assert got == {"ok": False, "error": "workload append-fsync needs a filesystem, not the raw device /dev/sdz"}
 
 
@@ -83,7 +83,7 @@ needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not i
 
 @needs_fio
 def test_real_items_through_the_guest_runners(tmp_path: Path) -> None:
-    where = Where(str(tmp_path / "fs"), dict(os.environ), tmp=str(tmp_path))
+    where = ItemTarget(str(tmp_path / "fs"), dict(os.environ), tmp=str(tmp_path))
     (tmp_path / "fs").mkdir()
     fio = run_item(BenchItem("fio", "fdatasync-4k", size_bytes=8 * 4096), where, tmp_path / "f")
     assert fio["ok"] and fio["result"]["ops"] == 8 and (tmp_path / "f.json").stat().st_size > 0
@@ -96,5 +96,5 @@ def test_real_items_through_the_guest_runners(tmp_path: Path) -> None:
 @pytest.mark.skipif(not glob.glob(PG_GLOB), reason="pg_test_fsync not installed (Debian package postgresql)")
 def test_real_pg_test_fsync_run(tmp_path: Path) -> None:
     got = run_item(BenchItem("pg_test_fsync", "pg_test_fsync", runtime_s=1, timeout_s=120),
-                   Where(str(tmp_path), dict(os.environ)), tmp_path / "pg")
+                   ItemTarget(str(tmp_path), dict(os.environ)), tmp_path / "pg")
     assert got["ok"] and set(got["result"]["ops_per_s"]) >= {"open_datasync", "fdatasync", "fsync", "open_sync"}

@@ -25,12 +25,19 @@ def test_record_job_round_trips(tmp_path: Path) -> None:
     assert "powercut.guest" in script and sys.executable in script and "/t:" in script
 
 
-def test_check_job_round_trips() -> None:
-    job = guestjob.CheckJob(log="/run/powercut/rec/log.bin", size=1 << 20, fstype="ext4", mount_opts="",
-                            checker=CheckerSpec(command="true", timeout_s=5), states=("flush@3", "flush@5"),
-                            disks={"scratch": "s"}, params={"n": 2})
-    back = guestjob.from_json(json.loads(json.dumps(guestjob.to_json(job))))
-    assert back == job and isinstance(back.checker, CheckerSpec) and back.states == ("flush@3", "flush@5")
+def test_checker_vm_jobs_round_trip() -> None:
+    src = guestjob.StateSource(log="/run/powercut/rec/log.bin", size=1 << 20, fstype="ext4", mount_opts="",
+                               checker=CheckerSpec(command="true", timeout_s=5), disks={"scratch": "s"},
+                               params={"n": 2})
+    jobs = [guestjob.CheckJob(src, states=("flush@3", "flush@5")),
+            guestjob.DiagnoseJob(src, failures=({"state": "flush@3", "verdict": "lost-ack"},), floor=2, budget=9,
+                                 tear_only=True),
+            guestjob.ShellJob(src, state="flush@3")]
+    for job in jobs:
+        back = guestjob.from_json(json.loads(json.dumps(guestjob.to_json(job))))
+        assert back == job and type(back) is type(job)
+        assert isinstance(back.src, guestjob.StateSource) and isinstance(back.src.checker, CheckerSpec)
+    assert {guestjob.to_json(j)["kind"] for j in jobs} == {"check", "diagnose", "shell"}
 
 
 def test_version_and_kind_are_checked() -> None:

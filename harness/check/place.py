@@ -1,0 +1,64 @@
+"""Where states are judged (host side): the one value that decides host or checker VM, with the
+checker VM's settings, and the one dispatch over the two.  Campaigns, confirmation, repro and the
+matrix's tear checks all judge through ``Place.judge``; diagnoses go through
+``debug.diagnose.diagnose_at``, which takes the same value."""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powercut.check.context import CheckContext, LogSource
+from powercut.check.host import check_host, require_root
+from powercut.check.vm import VmCheckSpec, check_vm
+from powercut.core.models import CrashState
+from powercut.core.verdict import Verdict
+from powercut.errors import UsageError
+
+PLACES = ("vm", "host")
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """``vm`` (the default: checker VMs, a corrupt image never meets the host kernel) or ``host``
+    (loop devices on this machine: root, fast, for trusted disposable machines)."""
+
+    check_in: str = "vm"
+    accel: str = "auto"
+    memory_mb: int = 768           # per checker VM
+    state_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.check_in not in PLACES:
+            raise UsageError(f"--check-in must be vm or host, not {self.check_in!r}")
+
+    @property
+    def on_host(self) -> bool:
+        return self.check_in == "host"
+
+    def require(self) -> None:
+        """Fail before any work when this place cannot judge here (host mode needs root)."""
+        if self.on_host:
+            require_root()
+
+    def vm(self) -> VmCheckSpec:
+        """The checker VM on the default guest image (built, or found cached)."""
+        return VmCheckSpec.default(accel=self.accel, memory_mb=self.memory_mb, state_timeout_s=self.state_timeout_s)
+
+    def alone(self, jobs: int) -> int:
+        """How many workers judge states that must be judged alone (confirmation): one host worker
+        (one kernel); every checker VM is a kernel of its own."""
+        return 1 if self.on_host else jobs
+
+    def judge(self, ctx: CheckContext, src: LogSource, index: Any, states: list[CrashState],
+              sink: Callable[[Verdict], None], work: Path, *, jobs: int = 1) -> None:
+        """Judge ``states`` of the log ``index`` (opened from ``src``); each verdict goes to ``sink``."""
+        if not states:
+            return
+        if self.on_host:
+            check_host(ctx, src, index, states, sink, work, jobs=jobs)
+            shutil.rmtree(work, ignore_errors=True)   # only after a clean end: nothing is mounted under it
+        else:
+            check_vm(ctx, src, index, states, sink, work, self.vm(), jobs=jobs)
