@@ -1,4 +1,5 @@
-"""The commands that look inside a recording (host): ``log stats|show``, ``states``, ``replay`` and ``workloads``."""
+"""The commands that look inside a recording (host): ``log stats|show``, ``states``, ``replay`` and
+``workloads``."""
 from __future__ import annotations
 
 import argparse

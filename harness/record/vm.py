@@ -1,5 +1,5 @@
 """The host half of a recording: prepare disks and the job share, boot the VM, collect the log
-into a recording directory (layout and manifest: recording.py).
+into a recording directory (layout and manifest: record/recording.py).
 
 The initial data-disk state is all zeros (mkfs runs through the log), recorded as such.  An
 interrupt (SIGINT/SIGTERM/SIGHUP) kills the VM on the way out and leaves the manifest with status

@@ -1,4 +1,5 @@
-"""Which snapshot provider a replay uses (host and guest): the catalogue, and the first that works for a work directory (reflink, XFS workspace, dm-snapshot, plain copy)."""
+"""Which snapshot provider a replay uses (host and guest): the catalogue, and the first that works for
+a work directory (reflink, XFS workspace, dm-snapshot, plain copy)."""
 from __future__ import annotations
 
 import logging

@@ -1,8 +1,8 @@
 """How a ``powercut bench`` run is shown (host): the terminal table (rich: ops/s, MB/s, commits/s,
 per-op p50/p99/p99.9, the slowdown against buffered writes of the same size, the cache off/on
-ratio), the seed comparisons (benchseeds.py) and the plots (matplotlib, optional: the ``bench``
+ratio), the seed comparisons (report/seeds.py) and the plots (matplotlib, optional: the ``bench``
 extra): per-op latency per guarantee, write cache on and off side by side, log scale, as PNG and
-SVG.  Nothing here prints; cli.py does."""
+SVG.  Nothing here prints; cli/ does."""
 from __future__ import annotations
 
 import logging

@@ -32,7 +32,7 @@ class Summary:
     status: str = "complete"                  # complete | interrupted | error
     confirm_s: float = 0.0
     rejudged: int = 0
-    groups: list[dict[str, Any]] = field(default_factory=list)  # failures grouped by how they fail (triage.py)
+    groups: list[dict[str, Any]] = field(default_factory=list)  # failures grouped by how they fail (debug/triage.py)
     triage_s: float = 0.0
 
     @property

@@ -1,4 +1,5 @@
-"""The guest kernel's command line (host): the base parameters every powercut VM gets, the TSC frequency to pin, and the host paths under /tmp or /run the guest must keep visible."""
+"""The guest kernel's command line (host): the base parameters every powercut VM gets, the TSC
+frequency to pin, and the host paths under /tmp or /run the guest must keep visible."""
 from __future__ import annotations
 
 import logging

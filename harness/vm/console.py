@@ -1,4 +1,5 @@
-"""How a VM run ended (host), read from its serial console: the result value, the exit and panic markers, the console's tail, and a watch for one string in a growing console file."""
+"""How a VM run ended (host), read from its serial console: the result value, the exit and panic
+markers, the console's tail, and a watch for one string in a growing console file."""
 from __future__ import annotations
 
 import logging
