@@ -161,6 +161,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                  on_start: Callable[[int, int], None] | None = None,
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
     rec = recording.load(rec_dir).require_ok()
+    recording.verify_log(rec)
     outdir = Path(out) if out else rec.dir / "check"
     ctx = context_for(rec, spec.checker_command)
     spec.place().require()
@@ -170,6 +171,9 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     with open_log(rec.log_path) as index:
         sel = select(index, list(spec.models), seed=spec.seed, bound=spec.bound, samples=spec.samples,
                      max_states=spec.max_states)
+        if not sel.states:   # nothing judged is not a pass
+            raise UsageError(f"{rec.dir}: no crash state to judge under {', '.join(spec.models)}: the log holds "
+                             "no write after the mkfs mark")
         journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
         run = _Run(spec, rec, ctx, outdir, sel, journal, on_verdict)
         try:

@@ -45,6 +45,7 @@ def resolve(path: str, state: str = "") -> Target:
         if not state:
             raise UsageError(f"{path} is a recording: give the state to rebuild with --state ID")
         rec = recording.load(p).require_ok()
+        recording.verify_log(rec)
         return Target(LogSource.of(rec), context_for(rec), state, "", f"recording {p}")
     raise UsageError(f"{path}: neither a repro bundle ({bundle.MANIFEST}) nor a recording ({recording.MANIFEST})")
 

@@ -9,16 +9,24 @@ A recording directory holds::
     job/              job.json, job.sh, agent.log, workload.out/.err, result.json
 
 Everything that reads a recording (check, replay, the CLI) goes through ``load``; a missing or
-garbled key is one clear BadRecording line naming it, never a KeyError."""
+garbled key is one clear BadRecording line naming it, never a KeyError.
+
+The log is pinned at recording time (``[log] entries``, ``used_bytes``, ``sha256``: ``pin_log``), and
+whatever judges states first calls ``verify_log``: a log that was cut short, damaged, or swapped for
+another recording's is refused in one line, never judged (a cut log has fewer acks, and its states
+would pass).  Recordings made before the pin are still checked against the guest's own count
+(``[result] logged_entries``) and the teardown mark."""
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from powercut.config import dumps_toml, loads_toml
-from powercut.errors import BadRecording, UsageError
+from powercut.core.dmlog import END_MARK, open_log
+from powercut.errors import BadLog, BadRecording, UsageError
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.toml"
@@ -130,6 +138,55 @@ def write(directory: Path, manifest: dict[str, Any]) -> None:
     tmp = directory / f".{MANIFEST}.tmp"
     tmp.write_text(dumps_toml(manifest))
     os.replace(tmp, directory / MANIFEST)
+
+
+def _sha256(path: Path, nbytes: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        left = nbytes
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
+
+
+def pin_log(path: Path) -> dict[str, Any]:
+    """What pins a finished log: its entry count, the bytes its entries use, their sha256."""
+    with open_log(path) as index:
+        used, n = index.stop_offset, len(index.entries)
+    return {"entries": n, "used_bytes": used, "sha256": _sha256(path, used)}
+
+
+def verify_log(rec: Recording) -> None:
+    """Refuse (BadRecording, one line) a log that disagrees with its manifest: missing, cut short,
+    damaged, without dm-log-writes' teardown mark, or not the log this recording made."""
+    path, pin = rec.log_path, rec.manifest["log"]
+    if not path.is_file():
+        raise BadRecording(f"{path}: the recording's log is missing")
+    try:
+        index = open_log(path)
+    except BadLog as e:
+        raise BadRecording(f"{rec.dir}: the log is not usable: {e.one_line()}") from None
+    with index:
+        n, used, clean, reason = len(index.entries), index.stop_offset, index.clean, index.stop_reason
+        ended = n > 0 and index.entries[-1].mark == END_MARK
+    logged = rec.manifest.get("result", {}).get("logged_entries")
+    want = pin.get("entries", logged + 1 if isinstance(logged, int) else None)
+    where = f"{rec.dir}: the log {path.name}"
+    if not clean:
+        raise BadRecording(f"{where} is damaged: its scan stops after {n} entries ({reason}); record again")
+    if want is not None and n != want:
+        raise BadRecording(f"{where} holds {n} entries, the recording logged {want}: it was cut short or "
+                           "replaced; record again")
+    if not ended:
+        raise BadRecording(f"{where} does not end with dm-log-writes' teardown mark {END_MARK!r}: it was cut "
+                           "short; record again")
+    if "sha256" in pin and (used != pin.get("used_bytes") or _sha256(path, used) != pin["sha256"]):
+        raise BadRecording(f"{where} is not the log this recording made (its sha256 differs from the "
+                           "manifest's): a damaged copy or another recording's log; record again")
 
 
 # the name the rest of the code knew it by

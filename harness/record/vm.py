@@ -122,6 +122,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
         result = guestjob.read_result(jobdir)
         manifest["result"] = {"ok": result.ok, **result.data, **({"error": result.error} if result.error else {})}
         _judge(result, manifest, out)
+        manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
         manifest["recording"]["status"] = recording.OK
     except KeyboardInterrupt as e:
         manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")

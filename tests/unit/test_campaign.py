@@ -88,6 +88,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
             w.flush()
             w.mark("note:informational")
             w.mark(f"ack:{i}")
+        w.mark("dm-log-writes-end")   # the teardown mark every real recording ends with
     recording.write(rec, {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
                           "data": {"size_bytes": SIZE, "final": "data-final.img", "initial": "zeros"},
                           "fs": {"fstype": "ext4"}, "workload": {"cmd": "synthetic"}})

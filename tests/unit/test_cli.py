@@ -94,6 +94,7 @@ def _fake_recording(tmp_path: Path, data: bytes = b"x" * (256 << 10)) -> Path:
         w.write(0, data)
         w.flush()
         w.mark("ack:0")
+        w.mark("dm-log-writes-end")
     recording.write(rec, {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
                           "data": {"size_bytes": 1 << 20, "final": "data-final.img", "initial": "zeros"},
                           "fs": {"fstype": "ext4"}, "workload": {"name": "append-fsync"}})
