@@ -11,18 +11,34 @@ the same input as JSON on stdin (``{"mount": ..., "acked": [...], "begun": [...]
 "state": "<id>"}``) and answers one JSON object on stdout, ``{"verdict": "pass|lost-ack|corrupt-data",
 "reasons": [...]}`` (``fail`` too: a failure of no named kind).  Without that JSON the exit code
 alone decides: 0 pass, 1 the generic ``fail`` (its output lines are the reasons; their words are
-never parsed for a verdict), anything else (or the timeout) ``checker-crashed``.  The whole process group is killed at the timeout."""
+never parsed for a verdict), anything else (or the timeout) ``checker-crashed``.  The whole process
+group is killed at the timeout.
+
+A broken checker is the harness's error (CheckerError, exit 1), never a finding of the program
+under test: a command the shell cannot find or run (exit 127/126), a JSON answer whose verdict is
+not one of the above.  ``CheckerSpec.validate`` finds a missing command before the campaign.  Its
+output is capped at MAX_REASONS lines of MAX_REASON_CHARS characters."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from powercut import registry
 from powercut.core.verdict import CHECKER_VERDICTS, VERDICTS
+from powercut.errors import CheckerError, UsageError
 from powercut.linux import process
 
 GROUP = "powercut.checkers"
+DEFAULT_TIMEOUT_S = 120.0
+MAX_REASONS = 40            # lines of a checker's answer kept as reasons
+MAX_REASON_CHARS = 400
+SHELL_WORDS = frozenset("cd exec env test [ true false echo printf export set if for while until case command eval "
+                        "exit return read wait trap ulimit umask shift unset alias type hash kill pwd readonly "
+                        "source . : time nice timeout sudo".split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +87,19 @@ class CheckerSpec:
 
     name: str = ""
     command: str = ""
-    timeout_s: float = 120.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def validate(self) -> None:
+        """Before a campaign: a registered checker exists, a command's program can be found."""
+        if self.timeout_s <= 0:
+            raise UsageError(f"the checker timeout must be more than 0 s, not {self.timeout_s:g}")
+        if self.name:
+            get(self.name)
+        elif self.command:
+            program = first_program(self.command)
+            if program and not _runnable(program):
+                raise UsageError(f"--checker {self.command!r}: {program} is not an executable "
+                                 f"{'file' if '/' in program else 'command on PATH'}")
 
     def run(self, inp: CheckInput) -> CheckResult:
         if self.name:
@@ -81,15 +109,47 @@ class CheckerSpec:
         return CheckResult("pass", ("no checker: recovery mount and fsck only",))
 
 
+def first_program(command: str) -> str:
+    """The program a shell command line starts (after VAR=value words), or "" when it starts with
+    shell syntax this cannot judge (a builtin, a keyword, a subshell)."""
+    try:
+        words = shlex.split(command)
+    except ValueError as e:
+        raise UsageError(f"--checker {command!r}: {e}") from None
+    words = [w for w in words if not ("=" in w and w.split("=", 1)[0].isidentifier())] or [""]
+    first = words[0]
+    if not first or first in SHELL_WORDS or any(c in first for c in "()$`;|&<>{}*?"):
+        return ""
+    return first
+
+
+def _runnable(program: str) -> bool:
+    if "/" in program:
+        return os.path.isabs(program) and os.path.isfile(program) and os.access(program, os.X_OK)
+    return shutil.which(program) is not None
+
+
+def _capped(lines: list[str]) -> tuple[str, ...]:
+    out = [line if len(line) <= MAX_REASON_CHARS else line[:MAX_REASON_CHARS] + " [...]"
+           for line in lines[:MAX_REASONS]]
+    if len(lines) > MAX_REASONS:
+        out.append(f"[{len(lines) - MAX_REASONS} more lines of checker output not kept]")
+    return tuple(out)
+
+
 def run_command(command: str, inp: CheckInput, timeout: float) -> CheckResult:
     res = process.run_shell(command, timeout=timeout, input=json.dumps(inp.to_json()), cwd=inp.mount)
     if res.timed_out:
         return CheckResult("checker-crashed", (f"checker command timed out after {timeout:g} s (process group "
                                                "killed)",))
-    lines = tuple(line for line in res.stdout.splitlines() if line.strip())
-    answer = _json_answer(lines)
+    if res.returncode in (126, 127):   # the shell could not find or run it: the harness's input is wrong
+        tail = (res.stderr.strip().splitlines() or [""])[-1]
+        raise CheckerError(f"--checker {command!r} cannot run (exit {res.returncode}): {tail}")
+    raw = [line for line in res.stdout.splitlines() if line.strip()]
+    answer = _json_answer(tuple(raw))
     if answer is not None:
-        return answer
+        return CheckResult(answer.verdict, _capped(list(answer.reasons)))
+    lines = _capped(raw)
     if res.returncode == 0:
         return CheckResult("pass", lines)
     if res.returncode == 1:
@@ -106,8 +166,11 @@ def _json_answer(lines: tuple[str, ...]) -> CheckResult | None:
         obj = json.loads("\n".join(lines))
     except ValueError:
         return None
-    if not isinstance(obj, dict) or obj.get("verdict") not in CHECKER_VERDICTS:
+    if not isinstance(obj, dict) or "verdict" not in obj:
         return None
+    if obj["verdict"] not in CHECKER_VERDICTS:
+        raise CheckerError(f"the checker answered verdict {obj['verdict']!r}, which is none of "
+                           f"{', '.join(CHECKER_VERDICTS)}: fix the checker")
     reasons = obj.get("reasons", [])
     if not isinstance(reasons, list):
         reasons = [str(reasons)]

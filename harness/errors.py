@@ -103,3 +103,8 @@ class Interrupted(KeyboardInterrupt):
     @property
     def exit_status(self) -> int:
         return 128 + self.signum
+
+
+class CheckerError(PowercutError):
+    """The checker itself is broken (a command that cannot start, an answer that is no verdict, a
+    checker that fails on every first state): a harness-side error (exit 1), never a finding."""

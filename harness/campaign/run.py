@@ -27,13 +27,15 @@ from powercut.core.models import CrashState, space
 from powercut.core.selection import Selection, select
 from powercut.core.verdict import Verdict
 from powercut.debug import triage
-from powercut.errors import UsageError
+from powercut.checker import DEFAULT_TIMEOUT_S
+from powercut.errors import CheckerError, UsageError
 from powercut.record import recording
 from powercut.report.summary import Summary, summarize, write_outputs
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODELS = ("flush", "write-cache")
+BROKEN_AFTER = 3   # a checker that crashes on each of the first states judged is broken, not a finding
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,7 @@ class CampaignSpec:
     check_in: str = "vm"
     jobs: int = 0                 # parallel walks (host) or checker VMs (vm); 0 = one per core
     checker_command: str = ""     # empty: the workload's registered checker (or fsck only for --cmd)
+    checker_timeout_s: float = DEFAULT_TIMEOUT_S   # per state
     seed: int = 0
     bound: int = 10
     samples: int = 64
@@ -62,6 +65,9 @@ class CampaignSpec:
         if self.shrink < 0 or self.shrink_budget < 1:
             raise UsageError(f"--shrink must be 0 (off) or more and its budget at least 1, not {self.shrink}, "
                              f"{self.shrink_budget}")
+        if self.checker_timeout_s <= 0 or self.state_timeout_s <= 0:
+            raise UsageError(f"the checker and state timeouts must be more than 0 s, not {self.checker_timeout_s:g}, "
+                             f"{self.state_timeout_s:g}")
         if self.max_states < 0:
             raise UsageError(f"--max-states must be 0 (all) or more, not {self.max_states}")
 
@@ -90,12 +96,18 @@ class _Run:
         self.spec, self.rec, self.ctx, self.outdir = spec, rec, ctx, outdir
         self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
         self.place, self.src = spec.place(), LogSource.of(rec)
+        self.first: list[str] = []   # the first verdicts of this run: a checker broken on all is an error
         self.confirm_s = 0.0
         self.confirmed = 0
         self.groups: list[Any] = []
         self.triage_s = 0.0
 
     def sink(self, v: Verdict) -> None:
+        self.first.append(v.verdict)
+        if len(self.first) == BROKEN_AFTER and set(self.first) == {"checker-crashed"}:
+            raise CheckerError(f"the checker failed on each of the first {BROKEN_AFTER} states, e.g. {v.state}: "
+                               f"{v.reasons[0] if v.reasons else 'no reason'}; fix the checker (or its timeout, "
+                               "--checker-timeout) and check again with --resume")
         v = dataclasses.replace(v, aliases=tuple(self.sel.aliases.get(v.state, ())))
         self.journal.add(v)
         if self.on_verdict:
@@ -163,7 +175,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     rec = recording.load(rec_dir).require_ok()
     recording.verify_log(rec)
     outdir = Path(out) if out else rec.dir / "check"
-    ctx = context_for(rec, spec.checker_command)
+    ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s)
     spec.place().require()
     prepare_out(outdir, spec.resume)
     t0 = time.monotonic()

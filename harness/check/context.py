@@ -10,7 +10,7 @@ from typing import Any
 
 from powercut import checker as checkers
 from powercut import workload as workloads
-from powercut.checker import CheckerSpec
+from powercut.checker import DEFAULT_TIMEOUT_S, CheckerSpec
 from powercut.linux import filesystems
 from powercut.linux.filesystems import Filesystem
 from powercut.record import recording
@@ -48,20 +48,24 @@ class LogSource:
         return LogSource(rec.log_path, rec.data_size, rec.initial_image)
 
 
-def checker_for(workload: dict[str, Any], command: str) -> tuple[CheckerSpec, dict[str, Any]]:
+def checker_for(workload: dict[str, Any], command: str,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[CheckerSpec, dict[str, Any]]:
     """The checker of a recording's workload (or ``command``) and its typed parameters."""
     params: dict[str, Any] = {}
     if workload.get("name"):
         params = workloads.get(workload["name"]).params(workload.get("params") or {})
     if command:
-        return CheckerSpec(command=command), params
+        spec = CheckerSpec(command=command, timeout_s=timeout_s)
+        spec.validate()   # a command that cannot start is a usage error now, not every state's finding
+        return spec, params
     if workload.get("name"):
         checkers.get(workload["name"])  # a missing checker is a usage error now, not per state
-        return CheckerSpec(name=workload["name"]), params
+        return CheckerSpec(name=workload["name"], timeout_s=timeout_s), params
     return CheckerSpec(), params
 
 
-def context_for(rec: recording.Recording, command: str = "") -> CheckContext:
+def context_for(rec: recording.Recording, command: str = "", checker_timeout_s: float = DEFAULT_TIMEOUT_S
+                ) -> CheckContext:
     """How a recording's states are judged: its filesystem, mount options, checker and parameters."""
-    checker, params = checker_for(rec.workload, command)
+    checker, params = checker_for(rec.workload, command, checker_timeout_s)
     return CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)

@@ -15,6 +15,7 @@ from powercut.check.context import CheckContext
 from powercut.checker import CheckInput, CheckResult
 from powercut.core.models import CrashState
 from powercut.core.verdict import Verdict
+from powercut.errors import CheckerError
 from powercut.linux import process
 from powercut.linux.mounts import MountError, mount, umount
 
@@ -58,6 +59,8 @@ def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdic
     try:
         try:
             result = ctx.checker.run(CheckInput(mnt, state.acks, state.begun, ctx.params, state.id))
+        except CheckerError:    # the checker cannot run or answers no verdict: the harness's error
+            raise
         except Exception as e:  # a checker's bug is that state's finding, not the campaign's end
             log.exception("checker crashed on %s", state.id)
             result = CheckResult("checker-crashed", (f"{type(e).__name__}: {e}",))

@@ -13,7 +13,7 @@ import pytest
 
 from powercut.record import recording
 from powercut.campaign.run import CampaignSpec, prepare_out, run_campaign
-from powercut.errors import UsageError
+from powercut.errors import CheckerError, UsageError
 from powercut.core.dmlog_writer import LogWriter
 from powercut.linux.loopdev import LoopDevice
 from powercut.linux.mounts import mount, umount
@@ -153,3 +153,21 @@ def test_max_states_spreads_and_reports_left_out(synthetic: Path, tmp_path: Path
     assert s.total == 4
     assert s.counts["flush"]["judged"] >= 1 and s.counts["write-cache"]["judged"] >= 1
     assert sum(c["left_out"] for c in s.counts.values()) > 0
+
+
+def test_a_checker_broken_on_every_first_state_stops_the_campaign(synthetic: Path, tmp_path: Path) -> None:
+    """#25: a checker that crashes (or times out) on each of the first states is the harness's
+    error, exit 1 -- not a confirmed finding per state; an unknown verdict and a command that
+    cannot start are errors too, the latter before anything is judged."""
+    spec = dict(models=("flush", "write-cache"), check_in="host", jobs=1, confirm=True)
+    with pytest.raises(CheckerError, match="failed on each of the first 3 states"):
+        run_campaign(synthetic, CampaignSpec(checker_command="exit 3", **spec), tmp_path / "crash")
+    with pytest.raises(CheckerError, match="first 3 states.*timed out"):
+        run_campaign(synthetic, CampaignSpec(checker_command="sleep 5", checker_timeout_s=0.2, **spec),
+                     tmp_path / "slow")
+    with pytest.raises(CheckerError, match="'corrupt'"):
+        run_campaign(synthetic, CampaignSpec(checker_command="""echo '{"verdict": "corrupt"}'""", **spec),
+                     tmp_path / "unknown")
+    with pytest.raises(UsageError, match="not an executable file"):
+        run_campaign(synthetic, CampaignSpec(checker_command="/nonexistent/check.py", **spec), tmp_path / "typo")
+    assert not (tmp_path / "typo").exists()

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from powercut.checker import MAX_REASONS
+from powercut.errors import CheckerError, UsageError
+
 from powercut.checker import CheckerSpec, CheckInput, CheckResult
 from powercut.core.verdict import SEVERITY, Verdict, check_name, worst
 
@@ -36,8 +39,33 @@ def test_json_answer_wins_over_the_exit_code(inp: CheckInput) -> None:
     r = CheckerSpec(command="""echo '{"verdict": "lost-ack", "reasons": ["2"]}'""").run(inp)
     assert r.verdict == "lost-ack"
     assert CheckerSpec(command="""echo '{"verdict": "fail", "reasons": "x"}'; exit 1""").run(inp) == CheckResult("fail", ("x",))
-    # an unknown verdict in JSON is not trusted: the exit code decides
-    assert CheckerSpec(command="""echo '{"verdict": "fine"}'""").run(inp).verdict == "pass"
+    # an unknown verdict in JSON is the checker's error, never a pass (#25): exit 0 does not rescue it
+    with pytest.raises(CheckerError, match="'fine'"):
+        CheckerSpec(command="""echo '{"verdict": "fine"}'""").run(inp)
+
+
+def test_a_checker_that_cannot_run_is_an_error_not_a_finding(inp: CheckInput, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not an executable file"):
+        CheckerSpec(command=str(tmp_path / "no-such-checker.py")).validate()
+    with pytest.raises(UsageError, match="not an executable command on PATH"):
+        CheckerSpec(command="no-such-checker-xyz --strict").validate()
+    with pytest.raises(UsageError, match="timeout"):
+        CheckerSpec(command="true", timeout_s=0).validate()
+    for ok in ("true", "FOO=1 python3 -c 'pass'", "cd sub && ./x", "/bin/sh -c 'exit 0'"):
+        CheckerSpec(command=ok).validate()   # found, or shell syntax it cannot judge: run and see
+    with pytest.raises(CheckerError, match="cannot run .exit 127."):
+        CheckerSpec(command="FOO=1 no-such-checker-xyz").run(inp)
+    script = tmp_path / "noexec.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    with pytest.raises(CheckerError, match="cannot run .exit 126."):
+        CheckerSpec(command=str(script)).run(inp)
+
+
+def test_a_chatty_checker_is_capped(inp: CheckInput) -> None:
+    r = CheckerSpec(command="yes 'a very long line of output' | head -n 100000; exit 1").run(inp)
+    assert r.verdict == "fail" and len(r.reasons) == MAX_REASONS + 1 and "99960 more lines" in r.reasons[-1]
+    r = CheckerSpec(command="python3 -c 'print(\"x\" * 100000)'").run(inp)
+    assert len(r.reasons[0]) < 500
 
 
 def test_timeout_kills_the_checkers_grandchildren(inp: CheckInput, tmp_path: Path) -> None:
