@@ -57,6 +57,7 @@ class CampaignSpec:
     shrink: int = 0               # minimize + blame the first state of the first K failure groups (0: off;
                                   # the CLI's --shrink defaults to 3)
     shrink_budget: int = 60       # checks per minimization
+    allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
 
     def __post_init__(self) -> None:
         self.place()   # validates --check-in
@@ -209,6 +210,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
             summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype, workload=rec.workload_label,
                                 check_in=spec.check_in, seconds=time.monotonic() - t0, selection=sel,
                                 status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
-                                groups=[g.to_json() for g in run.groups], triage_s=run.triage_s)
+                                groups=[g.to_json() for g in run.groups], triage_s=run.triage_s,
+                                acks=len(index.acks()), allow_no_acks=spec.allow_no_acks)
             paths = write_outputs(summary, verdicts, outdir)
     return summary, paths

@@ -43,9 +43,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
         summary, paths = run_campaign(args.path, spec, args.out, on_start=on_start, on_verdict=on_verdict)
     _print_summary(summary, paths)
+    for note in summary.notes():
+        print(f"powercut: {note}", file=sys.stderr)
     if summary.failures:
         return 3
-    return 1 if summary.flaky else 0
+    return 0 if summary.ok else 1
 
 
 def _print_summary(summary: Any, paths: dict[str, Path]) -> None:

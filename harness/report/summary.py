@@ -1,7 +1,12 @@
 """Campaign outputs from the verdict journal (host): a summary (per model: generated / distinct /
 judged states and the verdicts), JSON summary, JUnit XML (one test case per judged state), the
 console table, and a repro line for every failure.  Confirmed failures and flaky states are
-counted apart: a flaky state is a harness problem, not a finding."""
+counted apart: a flaky state is a harness problem, not a finding.
+
+A campaign that did not complete (interrupted, or stopped by an error) is never green: its verdict
+is ``incomplete`` unless a finding is worse, and JUnit carries an error test case that says how to
+go on (``--resume``).  A recording that acknowledged nothing proves nothing: its verdict is
+``no-acks``, a JUnit error too, unless the caller allowed it."""
 from __future__ import annotations
 
 import json
@@ -34,10 +39,36 @@ class Summary:
     rejudged: int = 0
     groups: list[dict[str, Any]] = field(default_factory=list)  # failures grouped by how they fail (debug/triage.py)
     triage_s: float = 0.0
+    acks: int = -1                            # ack marks in the log (-1: not known)
+    planned: int = 0                          # distinct states selected to judge
+    allow_no_acks: bool = False
+
+    @property
+    def no_acks(self) -> bool:
+        return self.acks == 0 and not self.allow_no_acks
 
     @property
     def ok(self) -> bool:
-        return not self.failures and not self.flaky and self.status == "complete"
+        return not self.failures and not self.flaky and self.status == "complete" and not self.no_acks
+
+    @property
+    def verdict(self) -> str:
+        if self.failures:
+            return worst([f.verdict for f in self.failures])
+        if self.status != "complete":
+            return "incomplete"
+        return "no-acks" if self.no_acks else "pass"
+
+    def notes(self) -> list[str]:
+        """What makes a result without failures not a pass, in words."""
+        out = []
+        if self.status != "complete":
+            out.append(f"the check is {self.status} ({self.total} of {self.planned or '?'} states judged): not a "
+                       "pass; run the same command with --resume to finish it")
+        if self.no_acks:
+            out.append("the workload acknowledged no commit (no ack: mark in the log): every state passes and "
+                       "proves nothing; make the workload call powercut.ack, or --allow-no-acks")
+        return out
 
     @property
     def confirmed(self) -> int:
@@ -47,7 +78,7 @@ class Summary:
         return {"recording": self.recording, "fstype": self.fstype, "workload": self.workload,
                 "check_in": self.check_in, "status": self.status, "total": self.total, "ok": self.ok,
                 "seconds": round(self.seconds, 3), "states": self.counts, "by_model": self.by_model,
-                "verdict": worst([f.verdict for f in self.failures]),
+                "verdict": self.verdict, "notes": self.notes(), "acks": self.acks, "planned": self.planned,
                 "confirmed_failures": self.confirmed, "flaky": len(self.flaky),
                 "confirmation": {"rejudged": self.rejudged, "seconds": round(self.confirm_s, 3)},
                 "groups": self.groups, "triage_seconds": round(self.triage_s, 3),
@@ -57,7 +88,8 @@ class Summary:
 
 def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload: str, check_in: str,
               seconds: float, selection: Any = None, status: str = "complete", confirm_s: float = 0.0,
-              rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0) -> Summary:
+              rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0,
+              acks: int = -1, allow_no_acks: bool = False) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
         by_model[v.model][v.verdict] += 1
@@ -68,7 +100,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               for m, c in (selection.counts.items() if selection is not None else ())}
     return Summary(recording, fstype, workload, check_in, {m: dict(c) for m, c in sorted(by_model.items())},
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
-                   triage_s)
+                   triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks)
 
 
 def repro(recording: str, v: Verdict) -> str:
@@ -77,9 +109,17 @@ def repro(recording: str, v: Verdict) -> str:
 
 
 def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
-    suites = ET.Element("testsuites", name="powercut", tests=str(summary.total),
-                        failures=str(len(summary.failures)), errors=str(len(summary.flaky)),
+    notes = summary.notes()
+    suites = ET.Element("testsuites", name="powercut", tests=str(summary.total + bool(notes)),
+                        failures=str(len(summary.failures)), errors=str(len(summary.flaky) + bool(notes)),
                         time=f"{summary.seconds:.3f}")
+    if notes:   # an incomplete campaign or one without acks is never green
+        suite = ET.SubElement(suites, "testsuite", name=f"{summary.workload}.{summary.fstype}.campaign", tests="1",
+                              failures="0", errors="1", time="0.000")
+        case = ET.SubElement(suite, "testcase", classname=f"{summary.workload}.{summary.fstype}.campaign",
+                             name=summary.verdict, time="0.000")
+        err = ET.SubElement(case, "error", type=summary.verdict, message=notes[0])
+        err.text = "\n".join(notes) + "\n"
     for model in summary.by_model:
         mine = [v for v in verdicts if v.model == model]
         suite = ET.SubElement(suites, "testsuite", name=f"{summary.workload}.{summary.fstype}.{model}",

@@ -57,3 +57,24 @@ def test_table_renders(tmp_path: Path) -> None:
     console.print(table(s))
     text = console.export_text()
     assert "INTERRUPTED" in text and "lost-ack" in text and not s.ok
+
+
+def test_an_interrupted_or_ackless_campaign_is_never_green(tmp_path: Path) -> None:
+    """#25 items 4 and 6: no failure, but interrupted (or no ack at all): the verdict is not pass,
+    JUnit has an error, and the note says what to do."""
+    sel = SimpleNamespace(counts={}, states=[1, 2, 3])
+    s = summarize([v("flush@1")], recording="/r", fstype="ext4", workload="w", check_in="vm", seconds=1,
+                  selection=sel, status="interrupted", acks=2)
+    assert not s.ok and s.verdict == "incomplete" and "--resume" in s.notes()[0] and "1 of 3" in s.notes()[0]
+    paths = write_outputs(s, [v("flush@1")], tmp_path / "i")
+    doc = json.loads(paths["summary"].read_text())
+    assert doc["verdict"] == "incomplete" and doc["status"] == "interrupted" and not doc["ok"]
+    root = ET.parse(paths["junit"]).getroot()
+    assert root.get("errors") == "1" and "--resume" in root.find(".//error").get("message")
+    none = summarize([v("flush@1")], recording="/r", fstype="ext4", workload="w", check_in="vm", seconds=1,
+                     selection=sel, acks=0)
+    assert not none.ok and none.verdict == "no-acks" and "powercut.ack" in none.notes()[0]
+    assert ET.parse(write_outputs(none, [v("flush@1")], tmp_path / "n")["junit"]).getroot().get("errors") == "1"
+    allowed = summarize([v("flush@1")], recording="/r", fstype="ext4", workload="w", check_in="vm", seconds=1,
+                        selection=sel, acks=0, allow_no_acks=True)
+    assert allowed.ok and allowed.verdict == "pass" and allowed.notes() == []
