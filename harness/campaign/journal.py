@@ -1,17 +1,43 @@
 """The verdict journal (host): the resume point of a check campaign -- which state ids already have a
-verdict, appended durably as each one comes in."""
+verdict, appended durably as each one comes in -- and the settings it was made with
+(``campaign.json``): ``--resume`` with other settings would mix verdicts of two campaigns, so it is
+refused, naming what differs."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
 from powercut.linux.jsonlines import JsonLines, read_lines, repair
 
 log = logging.getLogger(__name__)
+
+SETTINGS = "campaign.json"
+
+
+def pin_settings(outdir: Path, settings: dict[str, Any], resume: bool) -> None:
+    """Write the campaign's settings, or on resume refuse settings that differ from the pinned ones."""
+    path = outdir / SETTINGS
+    if resume and path.exists():
+        try:
+            before = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise UsageError(f"{path} is unreadable: cannot tell which settings the journal was made with; "
+                             "check again without --resume into another --out") from None
+        diff = [k for k in sorted(set(before) | set(settings)) if before.get(k) != settings.get(k)]
+        if diff:
+            k = diff[0]
+            raise UsageError(f"--resume with other settings would mix two campaigns' verdicts: {k} was "
+                             f"{before.get(k)!r}, now {settings.get(k)!r}" + (f" (and {len(diff) - 1} more)"
+                                                                              if len(diff) > 1 else ""))
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(settings, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
 
 
 class Journal:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from powercut.campaign.journal import Journal
+from powercut.campaign.journal import Journal, pin_settings
 from powercut.check.context import CheckContext, LogSource, context_for
 from powercut.check.place import Place
 from powercut.core.dmlog import open_log
@@ -58,6 +58,14 @@ class CampaignSpec:
                                   # the CLI's --shrink defaults to 3)
     shrink_budget: int = 60       # checks per minimization
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
+    force: bool = False           # replace an earlier check in the output directory
+
+    def settings(self, rec: recording.Recording) -> dict[str, Any]:
+        """What a resumed campaign must share with the journal's: the log and how states are made
+        and judged (not where or how fast)."""
+        return {"log_sha256": rec.manifest["log"].get("sha256", ""), "models": list(self.models),
+                "seed": self.seed, "bound": self.bound, "samples": self.samples, "max_states": self.max_states,
+                "checker": self.checker_command, "checker_timeout_s": self.checker_timeout_s}
 
     def __post_init__(self) -> None:
         self.place()   # validates --check-in
@@ -79,12 +87,17 @@ class CampaignSpec:
         return Place(self.check_in, self.accel, self.memory_mb, self.state_timeout_s)
 
 
-def prepare_out(outdir: Path, resume: bool) -> None:
+def prepare_out(outdir: Path, resume: bool, force: bool = False) -> None:
     if outdir.exists() and not resume:
         if not outdir.is_dir():
             raise UsageError(f"{outdir} exists and is not a directory")
-        if not (outdir / "journal.jsonl").exists() and any(outdir.iterdir()):
+        journal = outdir / "journal.jsonl"
+        if not journal.exists() and any(outdir.iterdir()):
             raise UsageError(f"{outdir} exists and is not a check output; choose another --out")
+        if journal.exists() and not force:
+            n = sum(1 for line in journal.read_text(errors="replace").splitlines() if line.strip())
+            raise UsageError(f"{outdir} holds an earlier check ({n} verdicts): --resume to go on with it, --force "
+                             "to replace it, or another --out")
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
 
@@ -178,7 +191,8 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     outdir = Path(out) if out else rec.dir / "check"
     ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s)
     spec.place().require()
-    prepare_out(outdir, spec.resume)
+    prepare_out(outdir, spec.resume, spec.force)
+    pin_settings(outdir, spec.settings(rec), spec.resume)
     t0 = time.monotonic()
     status = "complete"
     with open_log(rec.log_path) as index:

@@ -39,9 +39,12 @@ def test_prepare_out_refuses_a_foreign_directory(tmp_path: Path) -> None:
     assert (tmp_path / "precious.txt").exists()
     out = tmp_path / "check"
     prepare_out(out, resume=False)
-    (out / "journal.jsonl").write_text("")
+    (out / "journal.jsonl").write_text('{"state": "flush@3"}\n')
     (out / "summary.json").write_text("{}")
-    prepare_out(out, resume=False)  # an earlier check output is replaced
+    with pytest.raises(UsageError, match="holds an earlier check .1 verdicts.: --resume .* --force"):
+        prepare_out(out, resume=False)   # #25: an earlier check is not discarded silently
+    assert (out / "summary.json").exists()
+    prepare_out(out, resume=False, force=True)  # replaced only when asked
     assert not (out / "summary.json").exists()
 
 
@@ -171,3 +174,18 @@ def test_a_checker_broken_on_every_first_state_stops_the_campaign(synthetic: Pat
     with pytest.raises(UsageError, match="not an executable file"):
         run_campaign(synthetic, CampaignSpec(checker_command="/nonexistent/check.py", **spec), tmp_path / "typo")
     assert not (tmp_path / "typo").exists()
+
+
+def test_resume_with_other_settings_is_refused(synthetic: Path, tmp_path: Path) -> None:
+    spec = dict(models=("flush",), check_in="host", jobs=1)
+    run_campaign(synthetic, CampaignSpec(**spec), tmp_path / "out")
+    with pytest.raises(UsageError, match="holds an earlier check"):
+        run_campaign(synthetic, CampaignSpec(**spec), tmp_path / "out")
+    for other in (dict(seed=7), dict(models=("flush", "no-cache")), dict(checker_command="true")):
+        with pytest.raises(UsageError, match="--resume with other settings"):
+            run_campaign(synthetic, CampaignSpec(resume=True, **{**spec, **other}), tmp_path / "out")
+    s, _ = run_campaign(synthetic, CampaignSpec(resume=True, jobs=2, models=("flush",), check_in="host"),
+                        tmp_path / "out")   # where and how fast may change
+    assert s.ok
+    s, _ = run_campaign(synthetic, CampaignSpec(force=True, **spec), tmp_path / "out")
+    assert s.ok
