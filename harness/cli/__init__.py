@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"powercut: error: {e.one_line()}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
-        print(f"powercut: {interrupt.note(e)}; stopped every VM and cleaned up", file=sys.stderr)
+        again = ("; the verdicts so far are kept: run the same command with --resume to finish"
+                 if args.command in ("check", "run", "matrix") else "")
+        print(f"powercut: {interrupt.note(e)}; stopped every VM and cleaned up{again}", file=sys.stderr)
         return interrupt.exit_status(e)
     except BrokenPipeError:  # output piped into head & co. (before OSError, its base class)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

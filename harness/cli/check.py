@@ -26,7 +26,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                         samples=64 if args.samples is None else args.samples,
                         max_states=args.max_states, resume=args.resume, accel=args.accel,
                         state_timeout_s=args.state_timeout, confirm=not args.no_confirm, shrink=args.shrink,
-                        shrink_budget=args.shrink_budget)
+                        shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
+                        allow_no_acks=args.allow_no_acks, force=args.force)
     console = Console(stderr=True)
     failed = 0
     with Progress(TextColumn("[bold]checking"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),

@@ -67,6 +67,11 @@ def _check_options(p: argparse.ArgumentParser) -> None:
                    help="write-cache: seeded samples beyond the bound (default 64; run: 8)")
     g.add_argument("--max-states", type=int, default=0, help="judge at most this many states (0: all)")
     g.add_argument("--state-timeout", type=float, default=300.0, metavar="S", help="VM mode: one state's limit")
+    g.add_argument("--checker-timeout", type=float, default=120.0, metavar="S",
+                   help="the checker's limit per state (default 120); a checker that times out or crashes on each "
+                        "of the first 3 states stops the check")
+    g.add_argument("--allow-no-acks", action="store_true",
+                   help="a recording without any ack: mark may pass (it proves nothing: by default that is exit 1)")
     g.add_argument("--resume", action="store_true", help="continue a campaign: skip the states already judged")
     g.add_argument("--no-confirm", action="store_true",
                    help="do not judge each failing state a second time, alone (flaky states then go unnoticed)")
@@ -134,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="judge every crash state of a recording (recover, checker, fsck)")
     c.add_argument("path", help="a recording directory")
-    c.add_argument("--out", help="output directory (default RECORDING/check)")
+    c.add_argument("-o", "--out", help="output directory (default RECORDING/check)")
+    c.add_argument("--force", action="store_true", help="replace an earlier check in the output directory")
     _check_options(c)
     c.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="checker VM acceleration")
 

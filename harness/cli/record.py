@@ -11,7 +11,7 @@ from typing import Any
 
 from powercut.cli.check import cmd_check
 from powercut.cli.inspect import _print_stats
-from powercut.cli.parser import RUN_BOUND, RUN_COMMITS, RUN_SAMPLES
+from powercut.cli.parser import MAIN_DEFAULT_OUT, RUN_BOUND, RUN_COMMITS, RUN_SAMPLES
 from powercut.errors import PowercutError, UsageError
 from powercut.linux import interrupt
 
@@ -78,7 +78,7 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
             print(f"powercut: {interrupt.note(e)}: the VM was stopped", file=sys.stderr)
         else:
             print(f"powercut: error: {e.one_line()}", file=sys.stderr)
-        if (Path(args.out) / "manifest.toml").exists():
+        if not isinstance(e, UsageError) and (Path(args.out) / "manifest.toml").exists():  # it had started
             print(f"powercut: recording kept for inspection (console.log, job/): {Path(args.out).absolute()}",
                   file=sys.stderr)
         return interrupt.exit_status(e) if isinstance(e, KeyboardInterrupt) else 1
@@ -104,8 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume and (rec / "manifest.toml").exists():
         print(f"resuming the check of {rec}")
     else:
-        if not args.force and rec.exists() and (rec / "manifest.toml").exists():
-            args.force = True  # the default campaign's output directory is replaced each run
+        if not args.force and str(args.out) == MAIN_DEFAULT_OUT and (rec / "manifest.toml").exists():
+            args.force = True  # the default campaign's own directory is replaced each run (never a -o DIR)
         rc = cmd_record(args, default_workload="append-fsync")
         if rc:
             return rc

@@ -26,7 +26,7 @@ from powercut.linux.blockdev import find_disk
 from powercut.linux.jsonlines import JsonLines
 from powercut.linux.mounts import mount, umount
 from powercut.replay.materialize import materialize
-from powercut.vm.guestjob import CheckJob, DiagnoseJob, ShellJob, StateSource
+from powercut.vm.guestjob import SHELL_READY, CheckJob, DiagnoseJob, ShellJob, StateSource
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def _shell(ctx: CheckContext, device: str, state: CrashState, v: Verdict) -> Non
     try:
         with open("/dev/console", "r+b", buffering=0) as tty:
             tty.write((f"\n=== {state.id}: {v.verdict}: {v.reasons[0] if v.reasons else ''}\n"
-                       f"=== recovered and mounted at {MNT} (your shell's cwd); acked: {', '.join(state.acks) or '-'}"
+                       f"{SHELL_READY.decode()} {MNT} (your shell's cwd); acked: {', '.join(state.acks) or '-'}"
                        "; exit (or Ctrl-D) powers the VM off\n").encode())
             env = dict(os.environ, PS1=f"powercut {state.id}# ", HOME="/tmp")
             with process.Spawned(["/bin/sh", "-i"], stdin=tty, stdout=tty, stderr=tty, cwd=MNT, env=env) as sh:

@@ -74,12 +74,23 @@ def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: 
     return run_vm(vmspec, rundir=rundir, start_marker=start_marker)
 
 
+# what powercut itself puts in a recording directory (the recording, its check, the matrix's extras)
+OWN_FILES = frozenset({MANIFEST, f".{MANIFEST}.tmp", "log.bin", "data-final.img", "console.log", "job", "check",
+                       "qemu.argv", "qemu.stderr", "domain.xml", "libvirt-qemu.log", "accel-probe-console.log",
+                       "untorn", "diagnose", "report"})
+
+
 def prepare_outdir(out: Path, force: bool) -> None:
     if out.exists() and any(out.iterdir()):
         if not force:
             raise UsageError(f"{out} exists and is not empty (use --force to replace it)")
         if not (out / MANIFEST).exists() and not (out / "job").exists():
             raise UsageError(f"{out} is not a recording; refusing to delete it even with --force")
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in OWN_FILES and not p.name.startswith("virtiofsd"))
+        if foreign:
+            raise UsageError(f"{out} holds files powercut did not make ({', '.join(foreign[:3])}"
+                             f"{', ...' if len(foreign) > 3 else ''}): refusing to delete them even with --force; "
+                             "move them or choose another --out")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -22,6 +22,7 @@ JOB_VERSION = 3
 GUEST_JOB_DIR = "/run/powercut/job"
 GUEST_REC_DIR = "/run/powercut/rec"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SHELL_READY = b"=== recovered and mounted at"   # the shell job's banner: its shell reads input from now on
 
 
 def guest_path(tools_dir: str = "") -> str:

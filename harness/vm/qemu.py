@@ -1,11 +1,17 @@
 """VmSpec -> QEMU argv, and running it: timeout, console to a file, the guest's exit status back,
-panic / hang / QEMU crash told apart."""
+panic / hang / QEMU crash told apart.
+
+An interactive VM (``repro --shell``) has the serial console on this terminal.  When standard input
+is not a terminal (a pipe, a file, /dev/null) it is relayed only once the guest says its shell is
+ready (``guestjob.SHELL_READY`` on the console), so piped input keeps its first bytes, and its end
+of file ends the shell (``exit``), so the VM powers off instead of waiting for input forever."""
 from __future__ import annotations
 
 import logging
 import os
 import shlex
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -15,7 +21,8 @@ from powercut.errors import EnvironmentNotReady, GuestHang
 from powercut.linux import process
 from powercut.vm.accel import resolve_accel
 from powercut.vm.cmdline import kernel_cmdline
-from powercut.vm.console import PANIC_RE, VmResult, classify_end, console_tail
+from powercut.vm.console import PANIC_RE, ConsoleWatch, VmResult, classify_end, console_tail
+from powercut.vm.guestjob import SHELL_READY
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +106,37 @@ class VirtiofsDaemons:
             d.kill()
 
 
+class _StdinRelay:
+    """Copies a non-terminal standard input to QEMU's serial console once the guest's shell is
+    ready, then ``exit`` at its end of file."""
+
+    def __init__(self, console_path: str) -> None:
+        self.read_end, self._w = os.pipe()
+        self._ready = ConsoleWatch(console_path, SHELL_READY)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="powercut-stdin", daemon=True)
+
+    def start(self) -> None:
+        os.close(self.read_end)   # QEMU has its copy
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        try:
+            while not self._ready.seen():
+                if self._stop.wait(0.1):
+                    return
+            while chunk := os.read(sys.stdin.fileno(), 65536):
+                os.write(self._w, chunk)
+            os.write(self._w, b"\nexit\n")
+        except OSError:   # QEMU went away: nothing more to say to it
+            pass
+        finally:
+            os.close(self._w)
+
+
 def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None,
            start_marker: Path | None = None, watchdog: Callable[[], str | None] | None = None) -> VmResult:
     """Boot ``spec`` and wait for it; return the guest's exit status or raise a VmError subclass.
@@ -119,8 +157,12 @@ def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None
         stderr_path = rundir / "qemu.stderr"
         start = time.monotonic()
         boot_s = None
-        term = {"stdin": sys.stdin.fileno(), "stdout": sys.stdout.fileno()} if spec.interactive else {}
+        relay = _StdinRelay(spec.console_path) if spec.interactive and not os.isatty(sys.stdin.fileno()) else None
+        term = ({"stdin": relay.read_end if relay else sys.stdin.fileno(), "stdout": sys.stdout.fileno()}
+                if spec.interactive else {})
         with open(stderr_path, "wb") as errf, process.Spawned(argv, **{"stdout": errf, **term}, stderr=errf) as vm:
+            if relay:
+                relay.start()
             deadline = start + spec.timeout_s
             rc = None
             stop_reason = None
@@ -136,6 +178,8 @@ def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None
         wall = time.monotonic() - start
     finally:
         daemons.close()
+        if relay:
+            relay.stop()
     console = Path(spec.console_path).read_bytes()
     if stop_reason and not PANIC_RE.search(console):
         raise GuestHang(stop_reason, spec.console_path, console_tail(spec.console_path))

@@ -53,6 +53,7 @@ def test_shrink_blame_and_a_bundle_that_travels(rec: Path, tmp_path: Path) -> No
     assert again.returncode == 3, again.stderr[-2000:]
     assert "still fails: the same verdict as in the bundle" in again.stdout
     _shell(moved)
+    _shell_piped(moved)
     with open(moved / "log.bin", "r+b") as f:
         f.seek(1000)
         f.write(b"\x5a\xa5")
@@ -90,3 +91,13 @@ def _shell(bundle: Path) -> None:
     print(out[-1500:])
     assert "listed-42" in out and "Data.fs" in out
     assert p.returncode == 3  # the state still fails: the shell does not change the verdict
+
+
+def _shell_piped(bundle: Path) -> None:
+    """#25: ``repro --shell`` without a terminal: input piped at once keeps its first bytes (it is
+    held until the guest's shell is ready) and its end of file ends the shell, so the VM powers off."""
+    p = subprocess.run([sys.executable, "-m", "powercut.cli", "repro", str(bundle), "--shell"],
+                       input=b"echo first-$((6*7))\n", capture_output=True, timeout=600)
+    out = p.stdout.decode(errors="replace")
+    assert "first-42" in out, out[-2000:]
+    assert p.returncode == 3
