@@ -49,4 +49,5 @@ WORKLOAD = Workload(
     description="N appends to one file, each followed by fsync and ack:<i>",
     main=main,
     defaults={"n": 20, "size": 4000, "seed": 0, "file": "append.log", "fsync": True, "ack_early": False},
+    minimum={"n": 1, "size": 1},
 )

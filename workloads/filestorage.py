@@ -193,4 +193,6 @@ WORKLOAD = Workload(
                 "sets it to ' ' in place; fsync=0|1|2, prealloc",
     main=main,
     defaults=dict(DEFAULTS),
+    choices={"fsync": (0, 1, 2)},
+    minimum={"n": 1, "txn_bytes": 1, "records": 1},
 )

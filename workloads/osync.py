@@ -182,4 +182,6 @@ WORKLOAD = Workload(
                 "ack after each write (or each ack_every writes)",
     main=main,
     defaults=dict(DEFAULTS),
+    choices={"mode": tuple(MODES)},
+    minimum={"bs": 1, "total": 1, "ack_every": 1},
 )

@@ -378,6 +378,8 @@ WORKLOAD = Workload(
                 "synchronous_commit=on|off, fsync, full_page_writes",
     main=main,
     defaults=dict(DEFAULTS),
+    choices={"synchronous_commit": SYNC_COMMIT},
+    minimum={"n": 1, "row_bytes": 1},
 )
 
 if __name__ == "__main__":

@@ -141,4 +141,6 @@ WORKLOAD = Workload(
                 "journal_mode=DELETE|TRUNCATE|WAL, synchronous=OFF|NORMAL|FULL|EXTRA",
     main=main,
     defaults=dict(DEFAULTS),
+    choices={"journal_mode": JOURNAL_MODES, "synchronous": SYNCHRONOUS},
+    minimum={"n": 1},
 )

@@ -382,4 +382,6 @@ WORKLOAD = Workload(
                 "fixed-page data file, segment rotation; variants " + ", ".join(VARIANTS),
     main=main,
     defaults=dict(DEFAULTS),
+    choices={"variant": VARIANTS},
+    minimum={"n": 1, "group": 1, "page_bytes": 1, "npages": 1, "segment_bytes": 1},
 )

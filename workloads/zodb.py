@@ -126,4 +126,5 @@ WORKLOAD = Workload(
                 "(needs powercut[apps])",
     main=main,
     defaults=dict(DEFAULTS),
+    minimum={"n": 1, "value_bytes": 1},
 )
