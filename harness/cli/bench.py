@@ -7,6 +7,7 @@ import argparse
 import json
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from powercut.errors import PowercutError, UsageError
@@ -56,7 +57,7 @@ def _bench_request(args: argparse.Namespace):
         raise UsageError("--dry-run shows the VM's QEMU argv; --on-host runs no VM")
     if (args.toggle_write_cache or args.raw) and not args.on_host:
         raise UsageError("--toggle-write-cache and --raw go with --on-host (the VM mode always toggles the cache)")
-    fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(shlex.split(args.mkfs_opts)), mount_opts=args.mount_opts,
+    fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(args.mkfs_opts), mount_opts=args.mount_opts,
                 size_mb=args.size)
     vm = BenchVmSpec(fs=fs, qemu_cache=args.qemu_cache, accel=args.accel, memory_mb=args.memory,
                      timeout_s=args.vm_timeout, disk_dir=args.disk_dir, image={"kernel_package": args.kernel_package})
@@ -72,7 +73,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from powercut.bench.run import dry_run_argv, plan_request, run_bench, run_dir
+    from powercut.bench.run import dry_run_argv, plan_request, run_bench
     from powercut.report import bench as benchreport
     from powercut.report import seeds as benchseeds
 
@@ -85,7 +86,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     req = _bench_request(args)
     if args.dry_run:
-        print(shlex.join(dry_run_argv(req.vm, plan_request(req), run_dir(req))))
+        with tempfile.TemporaryDirectory(prefix="powercut-dry-run-") as tmp:   # nothing left behind
+            print(shlex.join(dry_run_argv(req.vm, plan_request(req), Path(tmp) / "run")))
         return 0
     with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True) as progress:

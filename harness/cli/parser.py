@@ -1,8 +1,11 @@
 """The command line's grammar (host): every subcommand, its options, their defaults and help.
-Parsing only -- cli.py dispatches and prints."""
+Parsing only -- cli/__init__.py dispatches and prints.  Every numeric option has a type that refuses
+a value out of its range, so a bad value exits 2 like a bad option, before anything runs."""
 from __future__ import annotations
 
 import argparse
+import shlex
+from collections.abc import Callable
 
 MAIN_DEFAULT_OUT = "runs/latest"
 RUN_COMMITS, RUN_BOUND, RUN_SAMPLES = 8, 4, 8
@@ -15,17 +18,57 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"powercut: error: {message} (see '{self.prog} --help')\n")
 
 
+
+def at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``least`` (a bad value exits 2 before anything runs)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"wants a whole number, not {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
+        return value
+    parse.__name__ = f"integer >= {least}"
+    return parse
+
+
+def _float(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants a number, not {text!r}") from None
+    if value != value or value < 0 or (positive and value == 0):
+        raise argparse.ArgumentTypeError(f"must be {'more than' if positive else 'at least'} 0, not {text}")
+    return value
+
+
+def shell_words(text: str) -> tuple[str, ...]:
+    """An argparse type: one shell-quoted string split into words (an unbalanced quote exits 2)."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e} in {text!r}") from None
+
+
+def positive_float(text: str) -> float:
+    return _float(text, True)
+
+
+def non_negative_float(text: str) -> float:
+    return _float(text, False)
+
 def _vm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("VM")
     g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
                    help="auto probes KVM once (cached) and falls back to TCG (default: auto)")
     g.add_argument("--backend", choices=("qemu", "libvirt"), default="qemu", help="run QEMU directly or via libvirt")
     g.add_argument("--libvirt-uri", default="qemu:///system", help="libvirt connection URI (default qemu:///system)")
-    g.add_argument("--memory", type=int, default=1024, metavar="MB", help="guest memory (default 1024)")
-    g.add_argument("--cpus", type=int, default=1, help="guest CPUs (default 1)")
+    g.add_argument("--memory", type=at_least(64), default=1024, metavar="MB", help="guest memory (default 1024)")
+    g.add_argument("--cpus", type=at_least(1), default=1, help="guest CPUs (default 1)")
     g.add_argument("--bus", choices=("virtio", "ahci"), default="virtio", help="disk bus (ahci for hdparm -W)")
     g.add_argument("--transport", choices=("9p", "virtiofs"), default="9p", help="how the host root is shared")
-    g.add_argument("--vm-timeout", type=float, default=900.0, metavar="S", help="kill the VM after S seconds")
+    g.add_argument("--vm-timeout", type=positive_float, default=900.0, metavar="S", help="kill the VM after S seconds")
 
 
 def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> None:
@@ -34,12 +77,12 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
     w.add_argument("--cmd", help="any shell command, run in the guest with its cwd on the filesystem under test")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="workload parameter (repeat)")
     p.add_argument("--fs", default="ext4", help="filesystem under test: ext4, xfs or btrfs (default ext4)")
-    p.add_argument("--mkfs-opts", default="", help="extra mkfs options, as one shell-quoted string")
+    p.add_argument("--mkfs-opts", type=shell_words, default="", help="extra mkfs options, as one shell-quoted string")
     p.add_argument("--mount-opts", default="", help="mount options (-o)")
-    p.add_argument("--size", type=int, default=0, metavar="MB",
+    p.add_argument("--size", type=at_least(0), default=0, metavar="MB",
                    help="data disk size (default: the filesystem's, ext4/btrfs 256, xfs 300)")
-    p.add_argument("--log-size", type=int, default=0, metavar="MB", help="log disk size (default 4x data + 64)")
-    p.add_argument("--workload-timeout", type=float, default=300.0, metavar="S", help="kill the workload after S s")
+    p.add_argument("--log-size", type=at_least(0), default=0, metavar="MB", help="log disk size (default 4x data + 64)")
+    p.add_argument("--workload-timeout", type=positive_float, default=300.0, metavar="S", help="kill the workload after S s")
     p.add_argument("-o", "--out", required=required_out, default=None if required_out else MAIN_DEFAULT_OUT,
                    help="recording directory" + ("" if required_out else f" (default {MAIN_DEFAULT_OUT})"))
     p.add_argument("--force", action="store_true", help="replace an existing recording directory")
@@ -55,19 +98,19 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--check-in", choices=("vm", "host"), default="vm",
                    help="vm (default): a checker VM judges the states, corrupt images never touch the host kernel;"
                         " host: loop devices on this machine, in parallel (trusted, disposable machines only)")
-    g.add_argument("-j", "--jobs", type=int, default=0,
+    g.add_argument("-j", "--jobs", type=at_least(0), default=0,
                    help="checker VMs (vm) or parallel walks (host) at once (default: one per core)")
     g.add_argument("--checker", default="", metavar="COMMAND",
                    help="your own checker: gets the input as JSON on stdin, answers {\"verdict\": ..., \"reasons\": [...]} "
                         "on stdout, or exits 0 (pass) / 1 (fail)")
-    g.add_argument("--seed", type=int, default=0, help="seed for sampled crash states")
-    g.add_argument("--bound", type=int, default=None,
+    g.add_argument("--seed", type=at_least(0), default=0, help="seed for sampled crash states")
+    g.add_argument("--bound", type=at_least(0), default=None,
                    help="write-cache: all subsets up to this many writes (default 10; run: 4)")
-    g.add_argument("--samples", type=int, default=None,
+    g.add_argument("--samples", type=at_least(0), default=None,
                    help="write-cache: seeded samples beyond the bound (default 64; run: 8)")
-    g.add_argument("--max-states", type=int, default=0, help="judge at most this many states (0: all)")
-    g.add_argument("--state-timeout", type=float, default=300.0, metavar="S", help="VM mode: one state's limit")
-    g.add_argument("--checker-timeout", type=float, default=120.0, metavar="S",
+    g.add_argument("--max-states", type=at_least(0), default=0, help="judge at most this many states (0: all)")
+    g.add_argument("--state-timeout", type=positive_float, default=300.0, metavar="S", help="VM mode: one state's limit")
+    g.add_argument("--checker-timeout", type=positive_float, default=120.0, metavar="S",
                    help="the checker's limit per state (default 120); a checker that times out or crashes on each "
                         "of the first 3 states stops the check")
     g.add_argument("--allow-no-acks", action="store_true",
@@ -75,10 +118,10 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resume", action="store_true", help="continue a campaign: skip the states already judged")
     g.add_argument("--no-confirm", action="store_true",
                    help="do not judge each failing state a second time, alone (flaky states then go unnoticed)")
-    g.add_argument("--shrink", type=int, default=3, metavar="K",
+    g.add_argument("--shrink", type=at_least(0), default=3, metavar="K",
                    help="minimize and blame the first state of the first K failure groups, each saved as a repro "
                         "bundle (default 3; 0: off)")
-    g.add_argument("--shrink-budget", type=int, default=60, metavar="N", help="checks per minimization (default 60)")
+    g.add_argument("--shrink-budget", type=at_least(1), default=60, metavar="N", help="checks per minimization (default 60)")
 
 
 BENCH_SUITES = ("guarantees", "tlpi", "zodb-fsync", "commit", "flush-cost", "pg", "overhead", "all")
@@ -96,9 +139,9 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", choices=("both", "on", "off"), default="both",
                    help="the disk write cache settings to time (default both)")
     p.add_argument("--fs", default="ext4", help="filesystem made fresh for each run set (default ext4)")
-    p.add_argument("--mkfs-opts", default="", help="extra mkfs options, as one shell-quoted string")
+    p.add_argument("--mkfs-opts", type=shell_words, default="", help="extra mkfs options, as one shell-quoted string")
     p.add_argument("--mount-opts", default="", help="mount options (-o)")
-    p.add_argument("--size", type=int, default=0, metavar="MB", help="data disk size (default: the filesystem's)")
+    p.add_argument("--size", type=at_least(0), default=0, metavar="MB", help="data disk size (default: the filesystem's)")
     p.add_argument("-o", "--out", default=BENCH_DEFAULT_OUT,
                    help=f"a run directory is made under it (default {BENCH_DEFAULT_OUT})")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
@@ -111,8 +154,8 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
                         "(never unsafe: it drops the flushes being timed)")
     g.add_argument("--disk-dir", default="", metavar="DIR", help="where the disk image goes (default: the run directory)")
     g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="auto probes KVM once (cached)")
-    g.add_argument("--memory", type=int, default=1024, metavar="MB", help="guest memory (default 1024)")
-    g.add_argument("--vm-timeout", type=float, default=0.0, metavar="S", help="kill the VM after S s (default: estimated)")
+    g.add_argument("--memory", type=at_least(64), default=1024, metavar="MB", help="guest memory (default 1024)")
+    g.add_argument("--vm-timeout", type=non_negative_float, default=0.0, metavar="S", help="kill the VM after S s (default: estimated)")
     g.add_argument("--kernel-package", default="", help="pin the guest kernel package")
     h = p.add_argument_group("host mode (no VM: time this machine's own disk)")
     h.add_argument("--on-host", default="", metavar="DIR_OR_DEVICE",
@@ -168,16 +211,16 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("states", help="list the crash states of a recording under a crash model")
     st.add_argument("path", help="a recording directory or a log file")
     st.add_argument("--model", default="flush", help="no-cache, flush, write-cache, torn or torn-4k (default flush)")
-    st.add_argument("--seed", type=int, default=0)
-    st.add_argument("--bound", type=int, default=10, help="write-cache: enumerate all subsets up to this many writes")
-    st.add_argument("--samples", type=int, default=64, help="write-cache: seeded samples beyond the bound")
+    st.add_argument("--seed", type=at_least(0), default=0)
+    st.add_argument("--bound", type=at_least(0), default=10, help="write-cache: enumerate all subsets up to this many writes")
+    st.add_argument("--samples", type=at_least(0), default=64, help="write-cache: seeded samples beyond the bound")
     st.add_argument("--json", action="store_true", help="one JSON object per state")
 
     rp = sub.add_parser("replay", help="rebuild one crash state's disk image")
     rp.add_argument("path", help="a recording directory (or a log file with --size)")
     rp.add_argument("--state", required=True, help="a state id from 'powercut states'")
     rp.add_argument("-o", "--out", required=True, help="output image file")
-    rp.add_argument("--size", type=int, default=0, help="data device size in bytes (only for a bare log file)")
+    rp.add_argument("--size", type=at_least(0), default=0, help="data device size in bytes (only for a bare log file)")
 
     _bench_options(sub.add_parser("bench", help="what each durability guarantee costs: fio profiles, seed suites "
                                   "and timed workloads, disk write cache on and off"))
@@ -214,10 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("-o", "--out", default="runs/matrix", help="where recordings and results go (default runs/matrix)")
     mx.add_argument("--check-in", choices=("vm", "host"), default=None,
                     help="judge every row here (default: a CI row where its 'ci' says, the others in checker VMs)")
-    mx.add_argument("-j", "--jobs", type=int, default=0, help="checker VMs or host walks at once (default: one per core)")
-    mx.add_argument("--bound", type=int, default=10, help="write-cache: all subsets up to this many writes (default 10)")
-    mx.add_argument("--samples", type=int, default=64, help="write-cache: seeded samples beyond the bound (default 64)")
-    mx.add_argument("--max-states", type=int, default=0, help="judge at most this many states per row (0: all)")
+    mx.add_argument("-j", "--jobs", type=at_least(0), default=0, help="checker VMs or host walks at once (default: one per core)")
+    mx.add_argument("--bound", type=at_least(0), default=10, help="write-cache: all subsets up to this many writes (default 10)")
+    mx.add_argument("--samples", type=at_least(0), default=64, help="write-cache: seeded samples beyond the bound (default 64)")
+    mx.add_argument("--max-states", type=at_least(0), default=0, help="judge at most this many states per row (0: all)")
     mx.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="VM acceleration (default auto)")
     mx.add_argument("--resume", action="store_true", help="reuse the recordings and verdicts already in --out")
     return p

@@ -23,7 +23,7 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     from powercut.record.vm import RecordSpec
     from powercut.workload import parse_params
 
-    fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(shlex.split(args.mkfs_opts)), mount_opts=args.mount_opts,
+    fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(args.mkfs_opts), mount_opts=args.mount_opts,
                 size_mb=args.size)
     name = args.workload or ("" if args.cmd else default_workload)
     if not name and not args.cmd:

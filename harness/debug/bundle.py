@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.checker import CheckerSpec
+from powercut.checker import get as get_checker
 from powercut.core.dmlog import open_log
 from powercut.errors import UsageError
 
@@ -102,6 +103,27 @@ def _end(e: Any, ss: int) -> int:
     return e.data_offset + (0 if e.is_discard else e.nr_sectors * ss)
 
 
+def _validate(doc: dict[str, Any], where: str) -> None:
+    """Every key a repro reads, with its type: one UsageError naming the first that is wrong."""
+    def bad(key: str, want: str) -> UsageError:
+        return UsageError(f"{where}: {key} is {doc.get(key)!r}, not {want}; the bundle is damaged: write it again "
+                          "with powercut check")
+
+    if not isinstance(doc.get("fstype"), str) or not doc["fstype"]:
+        raise bad("fstype", "a filesystem name")
+    size = doc.get("data_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0 or size % 512:
+        raise bad("data_size", "a positive whole number of bytes (a multiple of 512)")
+    if not isinstance(doc.get("log"), dict) or not isinstance(doc["log"].get("sha256"), str):
+        raise bad("log", "an object with the log's sha256")
+    for key, kind in (("state", str), ("params", dict), ("checker", dict)):
+        if key in doc and not isinstance(doc[key], kind):
+            raise bad(key, f"a JSON {'string' if kind is str else 'object'}")
+    checker = doc.get("checker") or {}
+    if checker.get("name"):
+        get_checker(str(checker["name"]))   # an unknown checker name is one UsageError line
+
+
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -123,6 +145,7 @@ def load(path: str | Path) -> Bundle:
         raise UsageError(f"{path}/{MANIFEST}: not valid JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or "state" not in doc:
         raise UsageError(f"{path}/{MANIFEST}: not a bundle of format {FORMAT}")
+    _validate(doc, f"{path}/{MANIFEST}")
     b = Bundle(d, doc)
     if not b.log_path.is_file():
         raise UsageError(f"bundle {path}: {LOG} is missing (the bundle cannot rebuild its state without it)")
