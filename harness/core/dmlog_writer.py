@@ -1,4 +1,5 @@
-"""Write dm-log-writes logs byte-exactly in the kernel's format, for tests and fixtures.
+"""Write dm-log-writes logs byte-exactly in the kernel's format (pure; host and guest): LogWriter for
+tests and fixtures, ``trim_log`` for repro bundles (a log's first entries, byte for byte).
 
 The layout matches drivers/md/dm-log-writes.c: a super sector (magic, version, nr_entries,
 sectorsize, zero padded), then per entry one header sector (sector, nr_sectors, flags, data_len,
@@ -11,9 +12,12 @@ from __future__ import annotations
 import logging
 import os
 from types import TracebackType
-from typing import BinaryIO, Self
+from pathlib import Path
+from typing import Any, BinaryIO, Self
 
-from powercut.core.dmlog import DISCARD, FLUSH, FUA, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, mark_limit
+from powercut.core.dmlog import (DISCARD, FLUSH, FUA, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, mark_limit,
+                                 open_log)
+from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -111,3 +115,32 @@ class LogWriter:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+# -- copying a prefix of a log ----------------------------------------------------------------
+
+def trim_log(src: Path, dst: Path, cut: int) -> int:
+    """Copy the log's first ``cut`` entries (0: all) byte for byte, its super saying how many."""
+    with open_log(src) as index:
+        n = len(index.entries) if not cut else min(cut, len(index.entries))
+        ss = index.sectorsize
+        end = ss if n == 0 else max(entry_end(e, ss) for e in index.entries[:n])
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        remaining = end
+        while remaining:
+            chunk = f.read(min(remaining, 1 << 20))
+            if not chunk:
+                raise UsageError(f"{src}: shorter than its own entries")
+            out.write(chunk)
+            remaining -= len(chunk)
+        out.seek(16)
+        out.write(n.to_bytes(8, "little"))   # the super's nr_entries
+    return n
+
+
+def entry_end(e: Any, ss: int) -> int:
+    """Byte offset just past an entry: a mark's text is inline in its header sector (at +32), a
+    discard has no data, a write or flush ``nr_sectors`` sectors after its header."""
+    if e.is_mark:
+        return e.data_offset - 32 + ss
+    return e.data_offset + (0 if e.is_discard else e.nr_sectors * ss)

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +17,12 @@ from typing import Any
 
 from powercut.checker import CheckerSpec
 from powercut.checker import get as get_checker
-from powercut.core.dmlog import open_log
+from powercut.core.dmlog_writer import trim_log
 from powercut.errors import UsageError
 
 FORMAT = 1
 LOG = "log.bin"
 MANIFEST = "bundle.json"
-_NR_ENTRIES = struct.Struct("<Q")  # the log super's nr_entries, at byte 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,33 +72,6 @@ def write(dest: Path, *, recording: str, log_path: Path, data_size: int, fstype:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
-
-
-def trim_log(src: Path, dst: Path, cut: int) -> int:
-    """Copy the log's first ``cut`` entries (0: all) byte for byte, its super saying how many."""
-    with open_log(src) as index:
-        n = len(index.entries) if not cut else min(cut, len(index.entries))
-        ss = index.sectorsize
-        end = ss if n == 0 else max(_end(e, ss) for e in index.entries[:n])
-    with open(src, "rb") as f, open(dst, "wb") as out:
-        remaining = end
-        while remaining:
-            chunk = f.read(min(remaining, 1 << 20))
-            if not chunk:
-                raise UsageError(f"{src}: shorter than its own entries")
-            out.write(chunk)
-            remaining -= len(chunk)
-        out.seek(16)
-        out.write(_NR_ENTRIES.pack(n))
-    return n
-
-
-def _end(e: Any, ss: int) -> int:
-    """Byte offset just past an entry: a mark's text is inline in its header sector (at +32), a
-    discard has no data, a write or flush ``nr_sectors`` sectors after its header."""
-    if e.is_mark:
-        return e.data_offset - 32 + ss
-    return e.data_offset + (0 if e.is_discard else e.nr_sectors * ss)
 
 
 def _validate(doc: dict[str, Any], where: str) -> None:
