@@ -25,7 +25,8 @@ from powercut.errors import PowercutError
 from powercut.linux.imageio import probe_reflink
 from powercut.core.dmlog import FUA, LogIndex, open_log
 from powercut.core.dmlog_writer import LogWriter
-from powercut.core.models import CrashState, enumerate_states
+from powercut.core.crashstate import CrashState
+from powercut.core.models import enumerate_states
 from powercut.linux.mounts import fs_type
 from powercut.record.recording import load_recording
 from powercut.replay.materialize import ReplayStats, materialize, reference_image, replay_into

@@ -23,7 +23,8 @@ from powercut.campaign.journal import Journal, pin_settings
 from powercut.check.context import CheckContext, LogSource, context_for
 from powercut.check.place import Place
 from powercut.core.dmlog import open_log
-from powercut.core.models import CrashState, space
+from powercut.core.crashstate import CrashState
+from powercut.core.models import space
 from powercut.core.selection import Selection, select
 from powercut.core.verdict import Verdict
 from powercut.debug import triage

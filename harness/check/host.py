@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.judge import judge
-from powercut.core.models import CrashState
+from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
 from powercut.errors import EnvironmentNotReady
 from powercut.linux import interrupt

@@ -13,7 +13,7 @@ import time
 
 from powercut.check.context import CheckContext
 from powercut.checker import CheckInput, CheckResult
-from powercut.core.models import CrashState
+from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
 from powercut.errors import CheckerError
 from powercut.linux import process

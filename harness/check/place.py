@@ -13,7 +13,7 @@ from typing import Any
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import check_host, require_root
 from powercut.check.vm import VmCheckSpec, check_vm
-from powercut.core.models import CrashState
+from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
 

@@ -27,7 +27,7 @@ from typing import Any
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import split_by_base
 from powercut.config import DiskSpec, ShareSpec, VmSpec
-from powercut.core.models import CrashState
+from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
 from powercut.errors import GuestHang, GuestPanic, PowercutError, VmError
 from powercut.images.build import build_image, tools_dir

@@ -58,7 +58,8 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_states(args: argparse.Namespace) -> int:
-    from powercut.core.models import describe, enumerate_states, state_to_json
+    from powercut.core.crashstate import state_to_json
+    from powercut.core.models import describe, enumerate_states
 
     with _open(args.path) as index:
         states = enumerate_states(index, args.model, seed=args.seed, exhaustive_bound=args.bound,

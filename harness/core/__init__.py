@@ -3,6 +3,7 @@
 * ``dmlog`` -- the dm-log-writes log reader (superblock, entries, marks, scan of an unclean log);
 * ``dmlog_writer`` -- writes logs in the same format (tests, bundles, synthetic logs);
 * ``stateid`` -- the grammar of crash-state ids and run-lengths;
+* ``crashstate`` -- what a crash state is and keeps (the one durable-set rule replay and selection use);
 * ``models`` -- the crash models (flush, no-cache, write-cache, torn, torn-4k) as a CrashSpace per log;
 * ``selection`` -- each distinct disk image judged once, --max-states shares;
 * ``shrink`` -- minimize a failing state;

@@ -59,9 +59,9 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 
+from powercut.core.crashstate import CrashState, DeviceChanges, Torn, is_key_mark
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
 from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges,
                                    not_under, parse_id, parse_ranges, pick_bits, resolve, seeded_index, subset_picks,
@@ -70,45 +70,17 @@ from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "CrashState", "describe", "durable_entries",
-           "enumerate_states", "format_ranges", "is_key_mark", "make_state", "parse_ranges", "space",
-           "state_from_id", "state_to_json"]
+__all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "describe", "durable_entries", "enumerate_states",
+           "format_ranges", "make_state", "parse_ranges", "space", "state_from_id"]
 MAX_EXHAUSTIVE_BOUND = 20
 UNIT_BYTES = MappingProxyType({"torn": 0, "torn-4k": 4096})  # a torn model's atomic unit (0: a log sector)
-Torn = tuple[tuple[int, tuple[int, ...]], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CrashState:
-    model: str
-    cut: int
-    dropped: tuple[int, ...]
-    torn: Torn
-    acks: tuple[str, ...]
-    begun: tuple[str, ...]
-    id: str
-    epoch: int  # number of FLUSH entries before the cut
-
-
-def state_to_json(state: CrashState) -> dict[str, object]:
-    return {"id": state.id, "model": state.model, "cut": state.cut, "epoch": state.epoch,
-            "dropped": list(state.dropped), "torn": [[i, list(s)] for i, s in state.torn],
-            "acks": list(state.acks), "begun": list(state.begun)}
-
-
 def durable_entries(entries: CrashSpace | LogIndex | Sequence[Entry],
                     state: CrashState) -> Iterator[tuple[Entry, tuple[int, ...] | None]]:
     """What to replay for a state: (entry, None) for fully persisted data entries, (entry, sector
     offsets) for torn ones, in log order."""
-    dropped, torn = set(state.dropped), dict(state.torn)
-    for e in _seq(entries)[:state.cut]:
-        if e.changes_device and e.index not in dropped:
-            yield e, torn.get(e.index)
-
-
-def is_key_mark(e: Entry) -> bool:
-    """An ``ack:`` or ``begin:`` mark: it changes what the checker is told."""
-    return e.ack_key is not None or e.begin_key is not None
+    seq = _seq(entries)
+    for i, torn in state.kept(DeviceChanges(seq)):
+        yield seq[i], torn
 
 
 def _seq(x: CrashSpace | LogIndex | Sequence[Entry]) -> Sequence[Entry]:

@@ -29,7 +29,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from powercut.core.dmlog import Entry, LogIndex
-from powercut.core.models import CrashSpace, CrashState, space
+from powercut.core.crashstate import CrashState
+from powercut.core.models import CrashSpace, space
 from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -83,13 +84,8 @@ class Selection:
 def image_key(sp: CrashSpace, state: CrashState) -> Hashable:
     """Equal for two states of ``sp`` iff they replay the same durable data (torn sectors included)
     and carry the same acks and begun keys.  O(cut - first dropped/torn entry)."""
-    torn = dict(state.torn)
-    cut = state.cut
-    base = min(min(state.dropped, default=cut), min(torn, default=cut))
-    gone = set(state.dropped)
-    data = sp.is_data
-    rest = tuple((i, torn.get(i)) for i in range(base, cut) if data[i] and i not in gone)
-    return sp.ndata[base], rest, sp.key_version[cut]
+    base = state.base
+    return sp.ndata[base], state.kept(sp.is_data, base), sp.key_version[state.cut]
 
 
 def fair_shares(sizes: Sequence[int], n: int) -> list[int]:

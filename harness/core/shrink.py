@@ -31,7 +31,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from powercut.core.models import CrashSpace, CrashState
+from powercut.core.crashstate import CrashState, Torn
+
+from powercut.core.models import CrashSpace
 from powercut.core.selection import image_key
 from powercut.errors import UsageError
 
@@ -42,7 +44,6 @@ __all__ = ["DEFAULT_BUDGET", "Judged", "Outcome", "Shrunk", "Signature", "find_i
 DEFAULT_BUDGET = 200
 Signature = tuple[str, str]  # (verdict, class of the first reason)
 Build = Callable[[Sequence[int]], CrashState | None]
-Torn = tuple[tuple[int, tuple[int, ...]], ...]
 
 
 class Judged(Protocol):

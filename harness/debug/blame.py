@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from powercut.core.dmlog import FLUSH, FUA
-from powercut.core.models import CrashSpace, CrashState
+from powercut.core.crashstate import CrashState
+from powercut.core.models import CrashSpace
 from powercut.errors import PowercutError
 from powercut.linux import process
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from powercut.check.context import CheckContext
 from powercut.check.judge import judge
-from powercut.core.models import CrashSpace, CrashState
+from powercut.core.crashstate import CrashState
+from powercut.core.models import CrashSpace
 from powercut.core.shrink import minimize
 from powercut.core.verdict import Verdict
 from powercut.debug.blame import Culprit, blame, writes_that_matter

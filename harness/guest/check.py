@@ -17,7 +17,8 @@ from typing import Any
 from powercut.check.context import CheckContext
 from powercut.check.judge import judge
 from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.models import CrashSpace, CrashState, space
+from powercut.core.crashstate import CrashState
+from powercut.core.models import CrashSpace, space
 from powercut.core.verdict import Verdict
 from powercut.debug.diagnose import Workspace, diagnose, without_tear
 from powercut.guest.record import MNT

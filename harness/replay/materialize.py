@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from powercut.core.dmlog import Entry, LogIndex, open_log
-from powercut.core.models import CrashState, durable_entries, state_from_id
+from powercut.core.crashstate import CrashState, DeviceChanges
+from powercut.core.models import durable_entries, state_from_id
 from powercut.core.stateid import runs
 from powercut.errors import BadRecording, PowercutError, UsageError
 from powercut.linux.imageio import pwrite_all, sparse_copy_fd, zero_range
@@ -73,15 +74,10 @@ def plan(index: LogIndex | Sequence[Entry], state: CrashState) -> Plan:
     """The pristine position a state needs and the writes to add on the clone (cost: the size of
     the state's epoch, never the whole log)."""
     entries = index.entries if isinstance(index, LogIndex) else index
-    torn = dict(state.torn)
-    cut = state.cut
-    if not 0 <= cut <= len(entries):
-        raise UsageError(f"state {state.id}: cut {cut} is past the log's {len(entries)} entries")
-    base = min(min(state.dropped, default=cut), min(torn, default=cut), cut)
-    dropped = set(state.dropped)
-    # the same rule as models.durable_entries, restricted to [base, cut)
-    extras = tuple((e, torn.get(e.index)) for e in entries[base:cut]
-                   if e.changes_device and e.index not in dropped)
+    if not 0 <= state.cut <= len(entries):
+        raise UsageError(f"state {state.id}: cut {state.cut} is past the log's {len(entries)} entries")
+    base = state.base
+    extras = tuple((entries[i], torn) for i, torn in state.kept(DeviceChanges(entries), base))  # CrashState's rule
     return Plan(state, base, extras)
 
 
@@ -142,7 +138,7 @@ def _check_initial(initial: Path | None, size: int) -> Path | None:
     return p
 
 
-def materialize(log: LogIndex, initial: Path | None, size: int, states: Sequence[CrashState], workspace: Path,
+def materialize(index: LogIndex, initial: Path | None, size: int, states: Sequence[CrashState], workspace: Path,
                 provider: str | Provider = "auto", *, stats: ReplayStats | None = None
                 ) -> Iterator[tuple[CrashState, Path]]:
     """Yield (state, image) for every state, in walk order (sorted by the pristine position the
@@ -155,16 +151,16 @@ def materialize(log: LogIndex, initial: Path | None, size: int, states: Sequence
     advancing the iterator (or closing it) releases it.  Copy it if you need it longer.  Close the
     iterator (``contextlib.closing``) if you stop early, so the workspace is cleaned up at once."""
     st = stats if stats is not None else ReplayStats()
-    plans = sorted((plan(log, s) for s in states), key=lambda p: p.base)
-    check_extents(log, size, max((p.state.cut for p in plans), default=0))
+    plans = sorted((plan(index, s) for s in states), key=lambda p: p.base)
+    check_extents(index, size, max((p.state.cut for p in plans), default=0))
     initial = _check_initial(initial, size)
     if isinstance(provider, str) and provider != "auto":
         if provider not in PROVIDERS:
             raise UsageError(f"unknown snapshot provider {provider!r}; choose auto, {', '.join(PROVIDERS)}")
-    return _walk(log, initial, size, plans, Path(workspace), provider, st)
+    return _walk(index, initial, size, plans, Path(workspace), provider, st)
 
 
-def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], workspace: Path,
+def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], workspace: Path,
           provider: str | Provider, st: ReplayStats) -> Iterator[tuple[CrashState, Path]]:
     if not plans:
         return
@@ -180,8 +176,8 @@ def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], wor
         except OSError as e:
             raise PowercutError(f"cannot create the pristine image in {prov.workdir}: {e.strerror}") from None
         st.setup_s += time.perf_counter() - t0
-        walker = _Writer(log, pristine.fd, punch=not (pristine.block or prov.dense), zeros=initial is None)
-        entries = log.entries
+        walker = _Writer(index, pristine.fd, punch=not (pristine.block or prov.dense), zeros=initial is None)
+        entries = index.entries
         pos = 0
         for p in plans:
             t_state = time.perf_counter()
@@ -206,7 +202,7 @@ def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], wor
             try:
                 if p.extras:
                     t = time.perf_counter()
-                    _apply_extras(log, img, p.extras, prov.block)
+                    _apply_extras(index, img, p.extras, prov.block)
                     st.extras_entries += len(p.extras)
                     st.extras_s += time.perf_counter() - t
                 st.states += 1
@@ -223,13 +219,13 @@ def _walk(log: LogIndex, initial: Path | None, size: int, plans: list[Plan], wor
             prov.close()
 
 
-def _apply_extras(log: LogIndex, img: Path, extras: Sequence[Extra], block: bool) -> None:
+def _apply_extras(index: LogIndex, img: Path, extras: Sequence[Extra], block: bool) -> None:
     try:
         fd = os.open(img, os.O_RDWR | os.O_CLOEXEC)
     except OSError as e:
         raise _io_error(e, f"opening {img}") from None
     try:
-        w = _Writer(log, fd, punch=not block)
+        w = _Writer(index, fd, punch=not block)
         for ent, sectors in extras:
             w.apply(ent, sectors)
         if block:
@@ -246,11 +242,11 @@ def _io_error(e: OSError, doing: str) -> PowercutError:
 
 
 # -- the plain baseline ---------------------------------------------------------------------------------
-def reference_image(log: LogIndex, state: CrashState, size: int, out: Path, initial: Path | None = None) -> Path:
+def reference_image(index: LogIndex, state: CrashState, size: int, out: Path, initial: Path | None = None) -> Path:
     """Replay the state from entry 0 into ``out`` the straightforward way (generic/482's
-    replay-log): start from the initial image (or zeros), write every durable entry in log order,
+    replay-index): start from the initial image (or zeros), write every durable entry in index order,
     zeros for discards, only the persisted sectors of a torn write."""
-    ss = log.sectorsize
+    ss = index.sectorsize
     with open(out, "wb") as f:
         if initial is None:
             f.truncate(size)
@@ -259,20 +255,20 @@ def reference_image(log: LogIndex, state: CrashState, size: int, out: Path, init
                 while chunk := src.read(1 << 20):
                     f.write(chunk)
             f.truncate(size)
-        for e, sectors in durable_entries(log, state):
+        for e, sectors in durable_entries(index, state):
             f.seek(e.sector * ss)
             if e.is_discard:
                 f.write(bytes(e.nr_sectors * ss))
             elif sectors is None:
-                f.write(log.data(e))
+                f.write(index.data(e))
             else:
                 for s in sectors:
                     f.seek((e.sector + s) * ss)
-                    f.write(log.sector_data(e, s))
+                    f.write(index.sector_data(e, s))
     return Path(out)
 
 
-def replay_into(log: LogIndex, state: CrashState, size: int, out: Path, initial: Path | None = None, *,
+def replay_into(index: LogIndex, state: CrashState, size: int, out: Path, initial: Path | None = None, *,
                 fsync: bool = True) -> Path:
     """Build one state from entry 0 into the new file ``out`` on the walk's fast path (pwrite from
     the mmap, holes for discards).  OSError on I/O errors (the caller cleans up)."""
@@ -286,8 +282,8 @@ def replay_into(log: LogIndex, state: CrashState, size: int, out: Path, initial:
                 sparse_copy_fd(src, fd, size)
             finally:
                 os.close(src)
-        w = _Writer(log, fd, punch=True, zeros=initial is None)
-        for e, sectors in durable_entries(log, state):
+        w = _Writer(index, fd, punch=True, zeros=initial is None)
+        for e, sectors in durable_entries(index, state):
             w.apply(e, sectors)
         if fsync:
             os.fsync(fd)

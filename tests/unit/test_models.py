@@ -20,7 +20,8 @@ from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex, open_log
 from powercut.core.dmlog_writer import LogWriter
 from logops import build_log
 from powercut.core.stateid import MODELS, format_ranges
-from powercut.core.models import CrashSpace, CrashState, describe, durable_entries, enumerate_states, make_state, state_from_id, state_to_json
+from powercut.core.crashstate import CrashState, state_to_json
+from powercut.core.models import CrashSpace, describe, durable_entries, enumerate_states, make_state, state_from_id
 from powercut.core.stateid import tear_picks
 
 S = b"\1" * 512

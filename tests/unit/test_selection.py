@@ -15,7 +15,8 @@ from powercut.errors import UsageError
 from powercut.core.dmlog import FLUSH, FUA, LogIndex
 from logops import build_log
 from powercut.core.stateid import MODELS
-from powercut.core.models import CrashSpace, CrashState, durable_entries, enumerate_states
+from powercut.core.crashstate import CrashState
+from powercut.core.models import CrashSpace, durable_entries, enumerate_states
 from powercut.replay.materialize import materialize, reference_image
 from powercut.core.selection import Selection, fair_shares, image_key, select, spread
 

@@ -19,7 +19,8 @@ from logops import build_log
 from powercut.errors import UsageError
 from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.stateid import MODELS
-from powercut.core.models import CrashSpace, CrashState
+from powercut.core.crashstate import CrashState
+from powercut.core.models import CrashSpace
 from powercut.core.selection import image_key
 from powercut.core.shrink import Outcome, find_integer, minimize, reason_class, signature
 from powercut.core.stateid import parse_id

@@ -17,7 +17,8 @@ from powercut.linux import process
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.errors import WorkloadFailed
 from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.models import CrashState, enumerate_states, state_from_id
+from powercut.core.crashstate import CrashState
+from powercut.core.models import enumerate_states, state_from_id
 from powercut.record.recording import Recording
 from powercut.record.vm import RecordSpec, record
 from powercut.replay.materialize import materialize, reference_image, replay_state
