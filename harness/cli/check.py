@@ -30,19 +30,27 @@ def cmd_check(args: argparse.Namespace) -> int:
                         allow_no_acks=args.allow_no_acks, force=args.force)
     console = Console(stderr=True)
     failed = 0
-    with Progress(TextColumn("[bold]checking"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                  TimeRemainingColumn(), console=console, transient=True) as progress:
-        task = progress.add_task("check", total=None, info="")
+    # the bar appears once judging starts: a refusal before it is one line, with no bar around it
+    progress = Progress(TextColumn("[bold]checking"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=console, transient=True)
+    task = progress.add_task("check", total=None, info="")
+    started: list[bool] = []   # rich's stop() writes a newline even when the bar never started
 
-        def on_start(total: int, done: int) -> None:
-            progress.update(task, total=total, completed=done, info=f"in {args.check_in}")
+    def on_start(total: int, done: int) -> None:
+        started.append(True)
+        progress.start()
+        progress.update(task, total=total, completed=done, info=f"in {args.check_in}")
 
-        def on_verdict(v: Any) -> None:
-            nonlocal failed
-            failed += v.verdict != "pass"
-            progress.update(task, advance=1, info=f"{failed} failing" if failed else "")
+    def on_verdict(v: Any) -> None:
+        nonlocal failed
+        failed += v.verdict != "pass"
+        progress.update(task, advance=1, info=f"{failed} failing" if failed else "")
 
+    try:
         summary, paths = run_campaign(args.path, spec, args.out, on_start=on_start, on_verdict=on_verdict)
+    finally:
+        if started:
+            progress.stop()
     _print_summary(summary, paths)
     for note in summary.notes():
         print(f"powercut: {note}", file=sys.stderr)

@@ -292,9 +292,10 @@ def _map(path: str) -> tuple[mmap.mmap, int]:
         os.close(fd)
 
 
-def open_log(path: str | os.PathLike[str], strict: bool = False) -> LogIndex:
+def open_log(path: str | os.PathLike[str], strict: bool = False, quiet: bool = False) -> LogIndex:
     """Scan a dm-log-writes log.  Raises BadLog if it is not a log at all (or, with ``strict``, if
-    the scan stops on corruption rather than at a clean end)."""
+    the scan stops on corruption rather than at a clean end).  ``quiet``: an early stop is the
+    caller's to report (logged at debug level, not as a warning)."""
     spath = os.fsdecode(os.fspath(path))
     mm, size = _map(spath)
     try:
@@ -315,7 +316,8 @@ def open_log(path: str | os.PathLike[str], strict: bool = False) -> LogIndex:
         if strict:
             mm.close()
             raise BadLog(spath, offset, reason.rsplit(" at byte ", 1)[0])
-        log.warning("%s: scan stopped early after %d entries: %s", spath, len(entries), reason)
+        (log.debug if quiet else log.warning)("%s: scan stopped early after %d entries: %s", spath, len(entries),
+                                              reason)
     if len(entries) != nr_entries:
         log.info("%s: super says %d entries, scan found %d", spath, nr_entries, len(entries))
     return LogIndex(spath, mm, size, sectorsize, nr_entries, entries, reason, offset, clean)

@@ -167,7 +167,7 @@ def verify_log(rec: Recording) -> None:
     if not path.is_file():
         raise BadRecording(f"{path}: the recording's log is missing")
     try:
-        index = open_log(path)
+        index = open_log(path, quiet=True)   # an early stop is reported below, as the refusal
     except BadLog as e:
         raise BadRecording(f"{rec.dir}: the log is not usable: {e.one_line()}") from None
     with index:

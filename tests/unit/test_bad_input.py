@@ -23,7 +23,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def one_line(p: subprocess.CompletedProcess, *words: str) -> None:
-    lines = p.stderr.strip().splitlines()
+    lines = p.stderr.rstrip("\n").splitlines()
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     for w in words:
         assert w in lines[0], (w, lines[0])

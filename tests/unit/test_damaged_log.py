@@ -136,7 +136,7 @@ def test_the_cli_says_one_line_and_exits_1(rec: Path, tmp_path: Path, argv: list
     args = [a.format(rec=rec, out=tmp_path / "img") for a in argv]
     p = subprocess.run([sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert len(p.stderr.strip().splitlines()) == 1 and "log.bin" in p.stderr and "record again" in p.stderr
+    assert len(p.stderr.rstrip("\n").splitlines()) == 1 and "log.bin" in p.stderr and "record again" in p.stderr
     assert not (tmp_path / "img").exists()
 
 
