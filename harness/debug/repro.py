@@ -17,6 +17,8 @@ from powercut.core.models import space
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle
 from powercut.errors import UsageError
+
+CHECKER_SAID = ("lost-ack", "corrupt-data", "fail", "checker-crashed")   # verdicts only a checker gives
 from powercut.linux import filesystems
 from powercut.record import recording
 from powercut.replay.materialize import replay_state
@@ -39,6 +41,11 @@ def resolve(path: str, state: str = "") -> Target:
         b = bundle.load(p)
         fs = filesystems.get(str(b.doc["fstype"]))
         ctx = CheckContext(fs, b.checker, dict(b.doc.get("params") or {}), str(b.doc.get("mount_opts", "")))
+        before = str(b.doc.get("verdict", ""))
+        if before in CHECKER_SAID and not (b.checker.name or b.checker.command):
+            raise UsageError(f"bundle {p} names no checker, but its verdict {before} came from one: judged without "
+                             "it the state would seem to pass; write the bundle again with powercut check")
+        b.checker.validate()   # a command this machine cannot run is refused here, not judged as "no longer fails"
         return Target(LogSource(b.log_path, int(b.doc["data_size"])), ctx, state or b.state,
                       str(b.doc.get("verdict", "")), f"bundle {p}")
     if (p / recording.MANIFEST).exists():

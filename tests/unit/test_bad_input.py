@@ -106,3 +106,18 @@ def test_a_damaged_bundle_is_one_line(tmp_path: Path, change, names: str) -> Non
     p = cli("repro", str(b), "--check-in", "host")
     assert p.returncode == 1
     one_line(p, names)
+
+
+def test_a_bundle_without_its_checker_is_refused_not_no_longer_failing(tmp_path: Path) -> None:
+    """#25: a lost-ack bundle whose checker is gone would be judged by recovery and fsck alone and
+    'no longer fail' (exit 0): refused instead; so is a checker command this machine cannot run."""
+    b = _bundle(tmp_path)
+    doc = json.loads((b / "bundle.json").read_text())
+    (b / "bundle.json").write_text(json.dumps(dict(doc, checker={"name": "", "command": ""})))
+    p = cli("repro", str(b), "--check-in", "host")
+    assert p.returncode == 1
+    one_line(p, "names no checker", "lost-ack")
+    (b / "bundle.json").write_text(json.dumps(dict(doc, checker={"command": "/opt/gone/check.py"})))
+    p = cli("repro", str(b), "--check-in", "host")
+    assert p.returncode == 1
+    one_line(p, "/opt/gone/check.py")
