@@ -113,7 +113,7 @@ def _connect(libvirt, uri: str):
         return libvirt.open(uri)
     except libvirt.libvirtError as e:
         hint = " (start the local daemon with ci/start-libvirtd.sh)" if is_local_uri(uri) else ""
-        raise EnvironmentNotReady(f"cannot connect to libvirt at {uri}: {e.get_error_message()}{hint}") from None
+        raise EnvironmentNotReady(f"cannot connect to libvirt at {uri}: {_message(e)}{hint}") from None
 
 
 def _qemu_log(uri: str, name: str) -> str:
@@ -131,6 +131,12 @@ def _qemu_stderr(qemu_log: str) -> str:
     lines = [line for line in qemu_log.splitlines()
              if line.startswith("qemu-system") or (line[:4].isdigit() and "Z qemu-system" in line)]
     return "\n".join(line for line in lines if ": warning: " not in line)
+
+
+def _message(e: Exception) -> str:
+    """libvirt's error message in one line (QEMU's own words can span several: an abort's assertion)."""
+    text = e.get_error_message() if hasattr(e, "get_error_message") else str(e)
+    return " | ".join(line.strip() for line in str(text or e).splitlines() if line.strip())
 
 
 def _last_line(text: str) -> str:
@@ -197,7 +203,7 @@ def destroy_domain(libvirt, dom) -> None:
         dom.destroy()
     except libvirt.libvirtError as e:
         if e.get_error_code() not in (libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_ERR_OPERATION_INVALID):
-            log.warning("could not destroy libvirt domain: %s", e.get_error_message())
+            log.warning("could not destroy libvirt domain: %s", _message(e))
 
 
 def create_domain(libvirt, conn, xml: str):
@@ -237,13 +243,13 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | No
         try:
             dom = create_domain(libvirt, conn, xml)
         except libvirt.libvirtError as e:
-            raise QemuCrashed(f"libvirt could not start {who.where()}: {e.get_error_message()}"
+            raise QemuCrashed(f"libvirt could not start {who.where()}: {_message(e)}"
                               f"  (XML: {rundir / 'domain.xml'})", spec.console_path,
                               console_tail(spec.console_path)) from None
         try:
             timed_out, boot_s = _wait(libvirt, dom, watch, spec, start, start_marker, who)
         except libvirt.libvirtError as e:  # e.g. libvirtd went away under us
-            raise VmError(f"lost libvirt while waiting for {who.where()}: {e.get_error_message()}",
+            raise VmError(f"lost libvirt while waiting for {who.where()}: {_message(e)}",
                           spec.console_path, console_tail(spec.console_path)) from None
         wall = time.monotonic() - start
     finally:
@@ -341,7 +347,7 @@ def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *,
     try:
         dom = create_domain(libvirt, conn, domain_xml(spec, "kvm", name=name))
     except libvirt.libvirtError as e:
-        return False, f"libvirt at {uri} could not start a KVM domain: {e.get_error_message()}"
+        return False, f"libvirt at {uri} could not start a KVM domain: {_message(e)}"
     ok = ConsoleWatch(console, _accel.PROBE_OK)
     try:
         while True:
@@ -357,7 +363,7 @@ def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *,
                 return False, f"KVM domain at {uri} did not boot within {timeout:g} s"
             time.sleep(0.1)
     except libvirt.libvirtError as e:  # no verdict, so nothing is cached
-        raise VmError(f"lost libvirt at {uri} during the KVM probe: {e.get_error_message()}") from None
+        raise VmError(f"lost libvirt at {uri} during the KVM probe: {_message(e)}") from None
     finally:
         destroy_domain(libvirt, dom)
 

@@ -284,7 +284,9 @@ class AbortingConn(FakeConn):
     kvm_buf_set_msrs: Assertion failed): createXML fails, no domain exists."""
 
     def createXML(self, xml: str, flags: int) -> FakeDom:
-        raise FakeError("internal error: qemu unexpectedly closed the monitor: kvm_buf_set_msrs: Assertion failed")
+        raise FakeError("internal error: qemu unexpectedly closed the monitor: 2026-11-24T03:10:12.1Z\n"
+                        "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x0\nqemu-system-x86_64: "
+                        "kvm.c:3183: kvm_buf_set_msrs: Assertion `ret == nmsrs' failed.")
 
 
 def test_probe_of_a_qemu_that_aborts_at_start_is_a_tcg_verdict_naming_the_uri(files, cache):
