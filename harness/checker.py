@@ -6,7 +6,11 @@ all or nothing) and the workload's parameters.  It runs the program's own recove
 and returns a ``CheckResult`` with reasons -- never a bare boolean.
 
 Registered under the entry-point group ``powercut.checkers`` with the workload's name; a user's own
-checker can also be any command (``--checker 'COMMAND'``, run by /bin/sh in the mount): it gets
+checker can also be a Python function named by reference (``FILE::NAME``, the pytest plugin's
+checkers; ``pycall.py``): it gets the ``CheckInput`` and answers ``None``/``True`` (pass), ``False``
+(fail), a ``CheckResult``, or raises ``AssertionError`` (``fail``, its message or ``assert`` line the
+reason; any other exception is ``checker-crashed``; it must read ``state.mount``, never the cwd:
+several states may be judged at once in one process).  Or any command (``--checker 'COMMAND'``, run by /bin/sh in the mount): it gets
 the same input as JSON on stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...},
 "state": "<id>"}``) and answers one JSON object on stdout, ``{"verdict": "pass|lost-ack|corrupt-data",
 "reasons": [...]}`` (``fail`` too: a failure of no named kind).  Without that JSON the exit code
@@ -31,6 +35,7 @@ from powercut import registry
 from powercut.core.verdict import CHECKER_VERDICTS, VERDICTS
 from powercut.errors import CheckerError, UsageError
 from powercut.linux import process
+from powercut.pycall import FunctionRef, assertion_reason
 
 GROUP = "powercut.checkers"
 DEFAULT_TIMEOUT_S = 120.0
@@ -82,12 +87,14 @@ def get(name: str) -> Checker:
 
 @dataclass(frozen=True, slots=True)
 class CheckerSpec:
-    """A registered checker (by workload name), a command (``--checker``), or none (recovery and
-    fsck only)."""
+    """A registered checker (by workload name), a command (``--checker``), a Python function
+    (``FILE::NAME`` with the sys.path its imports need), or none (recovery and fsck only)."""
 
     name: str = ""
     command: str = ""
     timeout_s: float = DEFAULT_TIMEOUT_S
+    function: str = ""
+    path: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Before a campaign: a registered checker exists, a command's program can be found."""
@@ -95,6 +102,8 @@ class CheckerSpec:
             raise UsageError(f"the checker timeout must be more than 0 s, not {self.timeout_s:g}")
         if self.name:
             get(self.name)
+        elif self.function:
+            FunctionRef.parse(self.function).load(self.path)
         elif self.command:
             program = first_program(self.command)
             if program and not _runnable(program):
@@ -104,9 +113,32 @@ class CheckerSpec:
     def run(self, inp: CheckInput) -> CheckResult:
         if self.name:
             return get(self.name).check(inp)
+        if self.function:
+            return call_function(self.function, self.path, inp)
         if self.command:
             return run_command(self.command, inp, self.timeout_s)
         return CheckResult("pass", ("no checker: recovery mount and fsck only",))
+
+
+def call_function(ref: str, path: tuple[str, ...], inp: CheckInput) -> CheckResult:
+    """A checker function's verdict on one state (see the module's docstring)."""
+    fn = FunctionRef.parse(ref).load(path)
+    name = ref.rpartition("::")[2]
+    try:
+        value = fn(inp)
+    except AssertionError as e:
+        return CheckResult("fail", _capped(assertion_reason(e).splitlines() or ["assertion failed"]))
+    if value is None or value is True:
+        return CheckResult("pass")
+    if value is False:
+        return CheckResult("fail", (f"{name} returned False",))
+    if isinstance(value, CheckResult):
+        if value.verdict not in CHECKER_VERDICTS:
+            raise CheckerError(f"the checker {name} answered verdict {value.verdict!r}, which is the harness's, "
+                               f"not one of {', '.join(CHECKER_VERDICTS)}: fix the checker")
+        return CheckResult(value.verdict, _capped(list(value.reasons)))
+    raise CheckerError(f"the checker {name} returned {type(value).__name__}: return None or True (pass), False "
+                       "(fail) or a powercut.CheckResult, or raise AssertionError")
 
 
 def first_program(command: str) -> str:

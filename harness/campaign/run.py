@@ -60,13 +60,15 @@ class CampaignSpec:
     shrink_budget: int = 60       # checks per minimization
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
     force: bool = False           # replace an earlier check in the output directory
+    checker_function: str = ""    # a Python checker, FILE::NAME (the pytest plugin's; powercut.pycall)
+    checker_path: tuple[str, ...] = ()   # sys.path entries its imports need
 
     def settings(self, rec: recording.Recording) -> dict[str, Any]:
         """What a resumed campaign must share with the journal's: the log and how states are made
         and judged (not where or how fast)."""
         return {"log_sha256": rec.manifest["log"].get("sha256", ""), "models": list(self.models),
                 "seed": self.seed, "bound": self.bound, "samples": self.samples, "max_states": self.max_states,
-                "checker": self.checker_command, "checker_timeout_s": self.checker_timeout_s}
+                "checker": self.checker_command or self.checker_function, "checker_timeout_s": self.checker_timeout_s}
 
     def __post_init__(self) -> None:
         self.place()   # validates --check-in
@@ -190,7 +192,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     rec = recording.load(rec_dir).require_ok()
     recording.verify_log(rec)
     outdir = Path(out) if out else rec.dir / "check"
-    ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s)
+    ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s, spec.checker_function, spec.checker_path)
     spec.place().require()
     prepare_out(outdir, spec.resume, spec.force)
     pin_settings(outdir, spec.settings(rec), spec.resume)

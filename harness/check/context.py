@@ -11,6 +11,7 @@ from typing import Any
 from powercut import checker as checkers
 from powercut import workload as workloads
 from powercut.checker import DEFAULT_TIMEOUT_S, CheckerSpec
+from powercut.errors import UsageError
 from powercut.linux import filesystems
 from powercut.linux.filesystems import Filesystem
 from powercut.record import recording
@@ -48,15 +49,18 @@ class LogSource:
         return LogSource(rec.log_path, rec.data_size, rec.initial_image)
 
 
-def checker_for(workload: dict[str, Any], command: str,
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[CheckerSpec, dict[str, Any]]:
-    """The checker of a recording's workload (or ``command``) and its typed parameters."""
-    params: dict[str, Any] = {}
+def checker_for(workload: dict[str, Any], command: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
+                function: str = "", path: tuple[str, ...] = ()) -> tuple[CheckerSpec, dict[str, Any]]:
+    """The checker of a recording's workload (or ``command``, or the Python ``function``) and its
+    parameters (typed for a named workload; as recorded for a command)."""
+    params: dict[str, Any] = dict(workload.get("params") or {})
     if workload.get("name"):
-        params = workloads.get(workload["name"]).params(workload.get("params") or {})
-    if command:
-        spec = CheckerSpec(command=command, timeout_s=timeout_s)
-        spec.validate()   # a command that cannot start is a usage error now, not every state's finding
+        params = workloads.get(workload["name"]).params(params)
+    if command and function:
+        raise UsageError("give a checker command or a checker function, not both")
+    if command or function:
+        spec = CheckerSpec(command=command, timeout_s=timeout_s, function=function, path=tuple(path))
+        spec.validate()   # a checker that cannot start is a usage error now, not every state's finding
         return spec, params
     if workload.get("name"):
         checkers.get(workload["name"])  # a missing checker is a usage error now, not per state
@@ -64,8 +68,8 @@ def checker_for(workload: dict[str, Any], command: str,
     return CheckerSpec(), params
 
 
-def context_for(rec: recording.Recording, command: str = "", checker_timeout_s: float = DEFAULT_TIMEOUT_S
-                ) -> CheckContext:
+def context_for(rec: recording.Recording, command: str = "", checker_timeout_s: float = DEFAULT_TIMEOUT_S,
+                function: str = "", path: tuple[str, ...] = ()) -> CheckContext:
     """How a recording's states are judged: its filesystem, mount options, checker and parameters."""
-    checker, params = checker_for(rec.workload, command, checker_timeout_s)
+    checker, params = checker_for(rec.workload, command, checker_timeout_s, function, path)
     return CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)

@@ -43,7 +43,8 @@ class Bundle:
     def checker(self) -> CheckerSpec:
         c = self.doc.get("checker", {})
         return CheckerSpec(name=str(c.get("name", "")), command=str(c.get("command", "")),
-                           timeout_s=float(c.get("timeout_s", 120.0)))
+                           timeout_s=float(c.get("timeout_s", 120.0)), function=str(c.get("function", "")),
+                           path=tuple(str(p) for p in c.get("path", ())))
 
 
 def write(dest: Path, *, recording: str, log_path: Path, data_size: int, fstype: str, mount_opts: str,
@@ -61,7 +62,8 @@ def write(dest: Path, *, recording: str, log_path: Path, data_size: int, fstype:
         doc = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "recording": recording, "log": {"file": LOG, "sha256": sha256(tmp / LOG), "entries": entries},
                "data_size": data_size, "fstype": fstype, "mount_opts": mount_opts,
-               "checker": {"name": checker.name, "command": checker.command, "timeout_s": checker.timeout_s},
+               "checker": {"name": checker.name, "command": checker.command, "timeout_s": checker.timeout_s,
+                           **({"function": checker.function, "path": list(checker.path)} if checker.function else {})},
                "params": params, "workload": workload, "state": verdict.state, "verdict": verdict.verdict,
                "reasons": list(verdict.reasons),
                "minimized": diagnosis.minimized if diagnosis is not None else "",

@@ -42,7 +42,7 @@ def resolve(path: str, state: str = "") -> Target:
         fs = filesystems.get(str(b.doc["fstype"]))
         ctx = CheckContext(fs, b.checker, dict(b.doc.get("params") or {}), str(b.doc.get("mount_opts", "")))
         before = str(b.doc.get("verdict", ""))
-        if before in CHECKER_SAID and not (b.checker.name or b.checker.command):
+        if before in CHECKER_SAID and not (b.checker.name or b.checker.command or b.checker.function):
             raise UsageError(f"bundle {p} names no checker, but its verdict {before} came from one: judged without "
                              "it the state would seem to pass; write the bundle again with powercut check")
         b.checker.validate()   # a command this machine cannot run is refused here, not judged as "no longer fails"
