@@ -7,12 +7,31 @@ The public API, for workloads and checkers (theirs and the built-in ones alike):
   ``begin:<key>`` at its start);
 * ``Workload`` (a guest-side program with typed parameters) and ``Checker``, ``CheckInput``,
   ``CheckResult`` (the verdict on one recovered crash state), registered through the entry-point
-  groups ``powercut.workloads`` and ``powercut.checkers``."""
+  groups ``powercut.workloads`` and ``powercut.checkers``.
+
+The names load on first use (PEP 562), so that importing a submodule -- the pytest plugin, which
+pytest loads in every session of a project that has powercut installed -- costs nothing else."""
 from __future__ import annotations
 
-from powercut.checker import Checker, CheckInput, CheckResult
-from powercut.marks import ack, begin, mark
-from powercut.workload import Workload
+import importlib
+from typing import Any
 
 __all__ = ["mark", "ack", "begin", "Workload", "Checker", "CheckInput", "CheckResult"]
 __version__ = "0.2.0"
+
+_HOME = {"mark": "powercut.marks", "ack": "powercut.marks", "begin": "powercut.marks",
+         "Workload": "powercut.workload", "Checker": "powercut.checker", "CheckInput": "powercut.checker",
+         "CheckResult": "powercut.checker"}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'powercut' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

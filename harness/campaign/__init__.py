@@ -2,4 +2,6 @@
 
 * ``run`` -- the check campaign (record, check, confirm, triage);
 * ``journal`` -- the verdict journal, the resume point;
-* ``matrix`` -- running the verdict matrix and timing its rows."""
+* ``matrix`` -- running the verdict matrix and timing its rows;
+* ``crashtest`` -- one crash test of a user's program (record + check + the words for a failure), the
+  pytest plugin's engine."""

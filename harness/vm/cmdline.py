@@ -40,15 +40,27 @@ def kernel_cmdline(spec: VmSpec) -> str:
     return " ".join(BASE_CMDLINE + tsc + (f"powercut.transport={spec.transport}",) + load + keep_arg + spec.cmdline)
 
 
+_extra_keep: set[str] = set()   # more host paths this process's guests must see (keep_visible)
+
+
+def keep_visible(paths: tuple[str, ...] | list[str]) -> None:
+    """Host paths the guests of this process must see although they lie under /tmp (a user's test
+    project and its sys.path, for the pytest plugin's workload and checker functions)."""
+    _extra_keep.update(os.path.realpath(p) for p in paths if p)
+
+
 def host_paths_to_keep() -> tuple[str, ...]:
     """The guest runs this very powercut and Python from the shared host root, but mounts its own
     tmpfs on /tmp: a checkout or virtualenv under /tmp (CI clones often live there) must be bound
-    back in, or the guest cannot import powercut."""
+    back in, or the guest cannot import powercut; so must the paths given to keep_visible.  A path
+    inside another kept one is not repeated (the kernel command line is short)."""
     import sys
 
     here = os.path.dirname(os.path.dirname(os.path.realpath(powercut.__file__)))
-    out = []
-    for p in (here, os.path.realpath(sys.prefix)):
-        if p.startswith("/tmp/") and " " not in p and "," not in p and p not in out:
+    wanted = [here, os.path.realpath(sys.prefix), *sorted(_extra_keep)]
+    out: list[str] = []
+    for p in sorted(dict.fromkeys(wanted), key=len):
+        if p.startswith("/tmp/") and " " not in p and "," not in p and os.path.isdir(p) \
+                and not any(p == k or p.startswith(k + "/") for k in out):
             out.append(p)
-    return tuple(out)
+    return tuple(sorted(out))

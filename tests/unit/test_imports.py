@@ -26,13 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "harness"
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
-LAYERS = ({"errors"}, {"core", "linux"}, {"config", "registry"}, {"marks", "workload", "checker"}, {""},
+LAYERS = ({"errors"}, {"core", "linux"}, {"config", "registry", "pycall"}, {"marks", "workload", "checker"}, {""},
           {"vm", "images"}, {"record"}, {"replay"}, {"check", "bench"}, {"debug"}, {"report"},
-          {"campaign"}, {"guest", "cli"})
+          {"campaign"}, {"guest", "cli", "pytest_plugin"})
 LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
-THIRD_PARTY = {"tomli_w": {"config"}, "rich": {"report", "cli"}, "matplotlib": {"report"}, "libvirt": {"vm"}}
+THIRD_PARTY = {"tomli_w": {"config"}, "rich": {"report", "cli"}, "matplotlib": {"report"}, "libvirt": {"vm"},
+               "pytest": {"pytest_plugin"}}
 OPTIONAL = {"libvirt", "matplotlib"}          # may be imported inside a function anywhere they are allowed
-LAZY_PARTS = {"cli", "guest"}                 # start-up cost: imports inside functions allowed
+LAZY_PARTS = {"cli", "guest", "pytest_plugin"}   # start-up cost: imports inside functions allowed
 LAZY_RULE = True
 
 

@@ -101,8 +101,22 @@ def test_paths_under_tmp_are_kept_visible_in_the_guest(tmp_path: Path, monkeypat
     import sys
 
     from powercut.vm import cmdline
-    monkeypatch.setattr(sys, "prefix", "/tmp/some-venv")
-    assert "/tmp/some-venv" in cmdline.host_paths_to_keep()
-    assert "powercut.keep=" in kernel_cmdline(spec(tmp_path)) and "/tmp/some-venv" in kernel_cmdline(spec(tmp_path))
+    venv = tmp_path / "some-venv"
+    venv.mkdir()
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    assert str(venv) in cmdline.host_paths_to_keep()
+    assert "powercut.keep=" in kernel_cmdline(spec(tmp_path)) and str(venv) in kernel_cmdline(spec(tmp_path))
     monkeypatch.setattr(sys, "prefix", "/usr")
     assert "/usr" not in cmdline.host_paths_to_keep()
+
+
+def test_paths_kept_for_user_functions_are_not_repeated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pytest plugin's test project and its sys.path: one bind per outermost directory, and
+    nothing that does not exist (the guest's bind would fail)."""
+    from powercut.vm import cmdline
+    monkeypatch.setattr(cmdline, "_extra_keep", set())
+    (tmp_path / "proj" / "lib").mkdir(parents=True)
+    cmdline.keep_visible([str(tmp_path / "proj" / "lib"), str(tmp_path / "proj"), str(tmp_path / "gone"), "/usr/lib"])
+    kept = cmdline.host_paths_to_keep()
+    assert str(tmp_path / "proj") in kept
+    assert str(tmp_path / "proj" / "lib") not in kept and str(tmp_path / "gone") not in kept and "/usr/lib" not in kept

@@ -1,0 +1,228 @@
+"""One crash test, as the pytest plugin runs it (host side): record a workload (a shell command or
+a Python function) in a VM, judge its crash states with a checker (a Python function or a
+command), and say what was found in the words a person acts on.
+
+``CrashTest`` is the frozen description (what runs, on which filesystem, under which models, where
+it is judged, what is expected); ``missing(test)`` lists the prerequisites this machine lacks;
+``run(test, out)`` records into ``out/recording`` and checks into ``out/check``; its ``Outcome``
+says whether the expectation held (``expect``: ``pass``, ``fail`` for any finding, or one verdict)
+and, when it did not, ``explain()`` gives the verdict, the failing states out of the judged ones,
+the first failing state, each failure group with its minimized state, its blame and the
+``powercut repro`` command, and where the artifacts are."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from powercut.campaign.run import DEFAULT_MODELS, CampaignSpec, run_campaign
+from powercut.check.host import require_root
+from powercut.checker import DEFAULT_TIMEOUT_S
+from powercut.config import FsSpec, WorkloadSpec
+from powercut.core.stateid import MODELS
+from powercut.core.verdict import FINDINGS, Verdict
+from powercut.errors import PowercutError, UsageError
+from powercut.images.build import ImageSpec, build_image
+from powercut.linux import filesystems, process
+from powercut.record.vm import RecordSpec, record
+from powercut.report.summary import Summary
+from powercut.vm.cmdline import keep_visible
+from powercut.vm.qemu import QEMU
+
+EXPECT = ("pass", "fail", *sorted(FINDINGS))
+PARAM_TYPES = (str, int, float, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class CrashTest:
+    name: str                               # the test's id, for labels
+    workload_cmd: str                       # the shell command the guest runs (pycall.workload_command for a function)
+    checker_cmd: str = ""                   # a checker command, or
+    checker_function: str = ""              # a Python checker, FILE::NAME
+    path: tuple[str, ...] = ()              # sys.path entries the functions' imports need
+    params: dict[str, Any] = field(default_factory=dict)
+    fs: str = "ext4"
+    size_mb: int = 0                        # 0: the filesystem's default size
+    mkfs_opts: tuple[str, ...] = ()
+    mount_opts: str = ""
+    models: tuple[str, ...] = DEFAULT_MODELS
+    check_in: str = "vm"
+    jobs: int = 0
+    max_states: int = 0
+    bound: int = 10
+    samples: int = 64
+    seed: int = 0
+    accel: str = "auto"
+    shrink: int = 1                         # minimize + blame the first K failure groups
+    expect: str = "pass"
+    allow_no_acks: bool = False
+    workload_timeout_s: float = 600.0
+    checker_timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if not self.workload_cmd:
+            raise UsageError(f"{self.name}: the crash test needs a workload (a function or a shell command)")
+        filesystems.get(self.fs)
+        unknown = [m for m in self.models if m not in MODELS]
+        if unknown or not self.models:
+            raise UsageError(f"{self.name}: unknown crash model(s) {', '.join(unknown) or '(none given)'}; known: "
+                             f"{', '.join(MODELS)}")
+        if self.expect not in EXPECT:
+            raise UsageError(f"{self.name}: expect={self.expect!r}: one of {', '.join(EXPECT)}")
+        for key, value in self.params.items():
+            if not key.isidentifier() or not isinstance(value, PARAM_TYPES):
+                raise UsageError(f"{self.name}: workload parameter {key}={value!r}: names are identifiers, values "
+                                 "str, int, float or bool (they travel as JSON into the guest)")
+        if self.size_mb and self.size_mb < 16:
+            raise UsageError(f"{self.name}: size_mb={self.size_mb}: 0 (the filesystem's default) or at least 16 MiB")
+        self.campaign()   # validates check_in, jobs, timeouts, max_states
+
+    def functions(self) -> list[str]:
+        """The Python functions (FILE::NAME) the test runs: its checker, and its workload's when the
+        workload is ``python -m powercut.pycall FILE::NAME``."""
+        out = [self.checker_function] if self.checker_function else []
+        words = self.workload_cmd.split()
+        if "powercut.pycall" in words and words[-1] != "powercut.pycall":
+            out.append(shlex.split(self.workload_cmd)[-1])
+        return out
+
+    def recording(self) -> RecordSpec:
+        return RecordSpec(fs=FsSpec(fstype=self.fs, mkfs_opts=self.mkfs_opts, mount_opts=self.mount_opts,
+                                    size_mb=self.size_mb),
+                          workload=WorkloadSpec(name="", cmd=self.workload_cmd, params=dict(self.params),
+                                                timeout_s=self.workload_timeout_s),
+                          accel=self.accel)
+
+    def campaign(self) -> CampaignSpec:
+        return CampaignSpec(models=self.models, check_in=self.check_in, jobs=self.jobs, seed=self.seed,
+                            bound=self.bound, samples=self.samples, max_states=self.max_states, accel=self.accel,
+                            checker_command=self.checker_cmd, checker_function=self.checker_function,
+                            checker_path=self.path, checker_timeout_s=self.checker_timeout_s, shrink=self.shrink,
+                            allow_no_acks=self.allow_no_acks, force=True)
+
+
+def missing(test: CrashTest) -> list[str]:
+    """What this machine lacks to run ``test``, each with how to get it (empty: ready)."""
+    out = []
+    try:
+        process.require(QEMU, "qemu-system-x86")
+    except PowercutError as e:
+        out.append(e.one_line())
+    fs = filesystems.get(test.fs)
+    for tool in {fs.mkfs[0]: 0, fs.fsck[0]: 0}:
+        try:
+            process.require(tool, {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs"}.get(test.fs))
+        except PowercutError as e:
+            out.append(e.one_line())
+    if test.check_in == "host":
+        try:
+            require_root("--powercut-check-in host")
+        except PowercutError as e:
+            out.append(e.one_line())
+    if not out:
+        try:
+            build_image(ImageSpec())   # the guest kernel and initramfs: built once, then found in the cache
+        except PowercutError as e:
+            out.append(f"no guest image: {e.one_line()}")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    test: CrashTest
+    summary: Summary
+    paths: dict[str, Path]
+    out: Path
+
+    @property
+    def findings(self) -> list[Verdict]:
+        return self.summary.failures
+
+    @property
+    def as_expected(self) -> bool:
+        s, want = self.summary, self.test.expect
+        if s.status != "complete" or s.flaky or s.no_acks:
+            return False            # never an expectation met by a run that proves nothing
+        if want == "pass":
+            return not s.failures
+        if want == "fail":
+            return bool(s.failures)
+        return any(f.verdict == want for f in s.failures)
+
+    def headline(self) -> str:
+        s, n = self.summary, len(self.summary.failures)
+        where = f"{s.fstype}; {', '.join(self.test.models)}; judged in {s.check_in}"
+        if s.status != "complete" or s.no_acks:
+            return f"powercut: {s.verdict}: {s.notes()[0] if s.notes() else s.status} ({where})"
+        if n:
+            said = f", {sum(f.confirmed for f in s.failures)} confirmed alone" if s.rejudged else ""
+            return f"powercut: {s.verdict}: {n} of {s.total} distinct crash states fail ({where}){said}"
+        if s.flaky:
+            return (f"powercut: flaky: {len(s.flaky)} of {s.total} distinct crash states gave two verdicts, a harness "
+                    f"problem ({where})")
+        return f"powercut: pass: all {s.total} distinct crash states pass ({where})"
+
+    def explain(self) -> str:
+        """The failure as a person acts on it (also the JUnit failure text)."""
+        s = self.summary
+        lines = [self.headline()]
+        if self.test.expect != "pass" and not s.failures and s.status == "complete":
+            lines.append(f"expected {self.test.expect}: the crash test was expected to find "
+                         f"{'a failure' if self.test.expect == 'fail' else self.test.expect}, and found none")
+        elif self.test.expect not in ("pass", "fail") and s.failures:
+            seen = sorted({f.verdict for f in s.failures})
+            lines.append(f"expected {self.test.expect}, found {', '.join(seen)}")
+        if s.failures:
+            first = min(s.failures, key=lambda v: (v.cut, v.state))
+            lines.append(f"first failing state: {first.state}: {first.verdict}: "
+                         f"{first.reasons[0] if first.reasons else ''}")
+        for k, g in enumerate(s.groups[:5], 1):
+            lines.append(f"group {k}: {g['verdict']} x {g['count']}: {g['reason_class']}")
+            if g.get("minimized"):
+                lines.append(f"  minimized: {g['first']} -> {g['minimized']} ({g['shrink_calls']} checks)")
+            lines.extend(f"  blame: {_short(c)}" for c in g.get("culprits", [])[:4])
+            if g.get("bundle"):
+                lines.append(f"  repro: powercut repro {shlex.quote(g['bundle'])}")
+        if len(s.groups) > 5:
+            lines.append(f"... {len(s.groups) - 5} more groups in {self.paths['summary']}")
+        for f in s.flaky[:3]:
+            lines.append(f"flaky {f.state}: {f.reasons[0] if f.reasons else ''}")
+        lines.extend(f"note: {n}" for n in s.notes()[1:])
+        lines.append(f"artifacts: {self.out} (journal {self.paths['summary'].parent / 'journal.jsonl'})")
+        return "\n".join(lines)
+
+    def properties(self) -> list[tuple[str, str]]:
+        """For JUnit (pytest's record_property): what a CI page shows beside the test."""
+        s = self.summary
+        props = [("powercut_verdict", s.verdict), ("powercut_states", str(s.total)),
+                 ("powercut_failed", str(len(s.failures))), ("powercut_flaky", str(len(s.flaky))),
+                 ("powercut_artifacts", str(self.out))]
+        if s.groups and s.groups[0].get("bundle"):
+            props.append(("powercut_repro", f"powercut repro {shlex.quote(s.groups[0]['bundle'])}"))
+        return props
+
+
+def _short(text: str, limit: int = 220) -> str:
+    return text if len(text) <= limit else text[:limit - 5] + " [...]"
+
+
+def run(test: CrashTest, out: Path, on_verdict: Callable[[Verdict], None] | None = None) -> Outcome:
+    """Record, then check; ``out`` is replaced if it holds an earlier run of this test."""
+    out = Path(out).absolute()
+    if out.exists():
+        if not (out / "crashtest.json").exists() and any(out.iterdir()):
+            raise UsageError(f"{out} exists and is not a powercut crash test's output: refusing to replace it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / "crashtest.json").write_text(json.dumps({"test": test.name, "workload": test.workload_cmd,
+                                                    "checker": test.checker_function or test.checker_cmd,
+                                                    "params": test.params, "pid": os.getpid()}, indent=1) + "\n")
+    # the guests import the test's functions from its files and sys.path: keep those visible there
+    keep_visible([*test.path, *(os.path.dirname(f.split("::")[0]) for f in test.functions())])
+    rec = record(test.recording(), out / "recording")
+    summary, paths = run_campaign(rec.dir, test.campaign(), out / "check", on_verdict=on_verdict)
+    return Outcome(test, summary, paths, out)

@@ -1,0 +1,239 @@
+"""The pytest plugin (powercut/pytest_plugin.py) through pytester, with a fake campaign: no VM.
+
+The fake replaces ``campaign.crashtest.run`` and ``missing`` (the plugin calls them through the
+module) and builds a real ``Outcome`` from made-up verdicts, so the words a failing crash test
+prints, its JUnit properties, the settings' precedence and the prerequisite handling are the
+real code's.  tests/vm/test_pytest_plugin_vm.py runs the same plugin on real VMs."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from powercut.campaign import crashtest as ct
+from powercut.core.verdict import Verdict
+from powercut.report.summary import summarize
+
+pytest_plugins = ["pytester"]
+
+TEST_FILE = '''
+import pytest
+import powercut
+
+def put_keys(mount, n=3):
+    for i in range(n):
+        powercut.ack(i)
+
+def check_keys(state):
+    assert True
+
+@pytest.mark.powercut(fs="xfs", models=["flush"], params={"n": 5})
+def test_kv(crashtest):
+    crashtest(put_keys, check_keys)
+'''
+
+
+def verdict(state: str, v: str = "pass", cut: int = 5, reason: str = "") -> Verdict:
+    return Verdict(state, state.split("@")[0], cut, v, (reason,) if reason else (), 2, 0, 0.1,
+                   confirmed=v != "pass")
+
+
+class FakeCampaign:
+    """What the plugin asked for (the CrashTest values) and what it gets back."""
+
+    def __init__(self, verdicts: list[Verdict], groups: list[dict] | None = None, acks: int = 5,
+                 status: str = "complete") -> None:
+        self.verdicts, self.groups, self.acks, self.status = verdicts, groups or [], acks, status
+        self.tests: list[ct.CrashTest] = []
+
+    def run(self, test: ct.CrashTest, out: Path, on_verdict=None) -> ct.Outcome:
+        self.tests.append(test)
+        (out / "check").mkdir(parents=True, exist_ok=True)
+        fails = [v for v in self.verdicts if v.finding]
+        summary = summarize(self.verdicts, recording=str(out / "recording"), fstype=test.fs, workload="cmd",
+                            check_in=test.check_in, seconds=2.0, status=self.status, rejudged=len(fails),
+                            groups=self.groups, acks=self.acks)
+        return ct.Outcome(test, summary, {"summary": out / "check" / "summary.json",
+                                          "junit": out / "check" / "junit.xml"}, out)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):
+    def install(campaign: FakeCampaign, lacking: list[str] | None = None) -> FakeCampaign:
+        monkeypatch.setattr(ct, "run", campaign.run)
+        monkeypatch.setattr(ct, "missing", lambda test: list(lacking or []))
+        return campaign
+    return install
+
+
+LOST = [verdict("flush@9", "lost-ack", 9, "acked key 3 missing: got 2 records"),
+        verdict("flush@12", "lost-ack", 12, "acked key 4 missing: got 2 records"),
+        verdict("flush@3"), verdict("flush@4")]
+GROUP = {"verdict": "lost-ack", "reason_class": "acked key * missing: got * records", "count": 2,
+         "first": "flush@9", "minimized": "flush@9/d3", "shrink_calls": 7,
+         "culprits": ["entry 41: 4096 bytes at sector 2048: file data of /store.db (inode 12)"],
+         "bundle": "/tmp/out/check/bundles/01-flush_9"}
+
+
+def test_plugin_is_registered_by_its_entry_point(pytester: pytest.Pytester) -> None:
+    res = pytester.runpytest("--help")
+    res.stdout.fnmatch_lines(["*powercut crash tests*", "*--powercut-check-in*", "*--powercut-skip-missing*"])
+    res = pytester.runpytest("--markers")
+    res.stdout.fnmatch_lines(["*@pytest.mark.powercut(**settings)*"])
+
+
+def test_plugin_module_loads_nothing_of_the_harness() -> None:
+    """pytest imports the plugin in every session of a project with powercut installed."""
+    code = ("import sys; import powercut.pytest_plugin; "
+            "print(sorted(m for m in sys.modules if m.startswith('powercut')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "['powercut', 'powercut.pytest_plugin']"
+
+
+def test_a_passing_crash_test_passes_with_its_settings(pytester: pytest.Pytester, fake) -> None:
+    camp = fake(FakeCampaign([verdict("flush@3"), verdict("flush@4")]))
+    pytester.makepyfile(test_kv=TEST_FILE)
+    res = pytester.runpytest("--junitxml=junit.xml")
+    res.assert_outcomes(passed=1)
+    (test,) = camp.tests
+    assert (test.fs, test.models, test.params, test.check_in, test.expect) == ("xfs", ("flush",), {"n": 5}, "vm",
+                                                                                "pass")
+    assert test.checker_function.endswith("test_kv.py::check_keys") and not test.checker_cmd
+    assert "-m powercut.pycall" in test.workload_cmd and "test_kv.py::put_keys" in test.workload_cmd
+    res.stdout.fnmatch_lines(["*powercut crash tests*", "*test_kv.py::test_kv: pass: all 2 distinct crash states pass (xfs; flush; judged in vm)"])
+    props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
+    assert props["powercut_verdict"] == "pass" and props["powercut_states"] == "2"
+
+
+def test_a_failing_crash_test_reads_like_a_finding(pytester: pytest.Pytester, fake) -> None:
+    fake(FakeCampaign(LOST, [GROUP]))
+    pytester.makepyfile(test_kv=TEST_FILE)
+    res = pytester.runpytest("--junitxml=junit.xml")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([
+        "*powercut: lost-ack: 2 of 4 distinct crash states fail (xfs; flush; judged in vm), 2 confirmed alone",
+        "first failing state: flush@9: lost-ack: acked key 3 missing: got 2 records",
+        "group 1: lost-ack x 2: acked key * missing: got * records",
+        "  minimized: flush@9 -> flush@9/d3 (7 checks)",
+        "  blame: entry 41: 4096 bytes at sector 2048: file data of /store.db (inode 12)",
+        "  repro: powercut repro /tmp/out/check/bundles/01-flush_9",
+        "artifacts: *",
+        "*FAILED test_kv.py::test_kv - *lost-ack*",
+    ])
+    assert "def __call__" not in res.stdout.str() and "CrashTestFailed" not in res.stdout.str()
+    case = next(ET.parse(pytester.path / "junit.xml").iter("testcase"))
+    failure = case.find("failure")
+    assert failure is not None and "repro: powercut repro /tmp/out/check/bundles/01-flush_9" in failure.text
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["powercut_failed"] == "2" and props["powercut_repro"].startswith("powercut repro ")
+
+
+@pytest.mark.parametrize("expect, verdicts, outcome, words", [
+    ("lost-ack", LOST, "passed", None),
+    ("fail", LOST, "passed", None),
+    ("corrupt-data", LOST, "failed", "expected corrupt-data, found lost-ack"),
+    ("fail", [verdict("flush@3")], "failed", "expected fail: the crash test was expected to find a failure"),
+])
+def test_expectations_for_known_broken_variants(pytester: pytest.Pytester, fake, expect, verdicts, outcome,
+                                                words) -> None:
+    fake(FakeCampaign(verdicts))
+    pytester.makepyfile(test_kv=TEST_FILE.replace("crashtest(put_keys, check_keys)",
+                                                  f"crashtest(put_keys, check_keys, expect={expect!r})"))
+    res = pytester.runpytest()
+    res.assert_outcomes(**{outcome: 1})
+    if words:
+        res.stdout.fnmatch_lines([f"*{words}*"])
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"status": "interrupted"}, "powercut: incomplete: the check is interrupted"),
+    ({"acks": 0}, "powercut: no-acks: the workload acknowledged no commit"),
+])
+def test_a_run_that_proves_nothing_fails_even_when_a_failure_was_expected(pytester, fake, kwargs, words) -> None:
+    fake(FakeCampaign([verdict("flush@3")], **kwargs))
+    pytester.makepyfile(test_kv=TEST_FILE)
+    res = pytester.runpytest()
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([f"*{words}*"])
+
+
+def test_command_line_overrides_marker_and_call(pytester: pytest.Pytester, fake) -> None:
+    camp = fake(FakeCampaign([verdict("flush@3")]))
+    pytester.makepyfile(test_kv=TEST_FILE.replace("crashtest(put_keys, check_keys)",
+                                                  "crashtest(put_keys, 'true', fs='ext4', max_states=9)"))
+    res = pytester.runpytest("--powercut-models=write-cache,torn", "--powercut-check-in=host",
+                             "--powercut-max-states=3", "--powercut-jobs=2", f"--powercut-out={pytester.path}/pc")
+    res.assert_outcomes(passed=1)
+    (test,) = camp.tests
+    assert (test.fs, test.models, test.check_in, test.max_states, test.jobs) == (
+        "ext4", ("write-cache", "torn"), "host", 3, 2)
+    assert test.checker_cmd == "true" and not test.checker_function
+    res.stdout.fnmatch_lines(["*test_kv.py::test_kv: pass*"])
+
+
+def test_shell_command_workload_and_no_checker(pytester: pytest.Pytester, fake) -> None:
+    camp = fake(FakeCampaign([verdict("flush@3")]))
+    pytester.makepyfile(test_cmd='''
+        def test_cmd(crashtest):
+            out = crashtest("for i in 1 2 3; do echo $i >> f; sync; powercut-mark ack:$i; done")
+            assert out.summary.total == 1
+    ''')
+    pytester.runpytest().assert_outcomes(passed=1)
+    (test,) = camp.tests
+    assert test.workload_cmd.startswith("for i in") and not test.checker_cmd and not test.checker_function
+    assert (test.fs, test.models) == ("ext4", ("flush", "write-cache"))
+
+
+@pytest.mark.parametrize("body, words", [
+    ("crashtest(lambda m: None)", "must be defined at the top level of its module"),
+    ("crashtest('true', nonsense=1)", "unknown crash-test setting(s) nonsense"),
+    ("crashtest('true', models=['cache'])", "unknown crash model(s) cache"),
+    ("crashtest('true', fs='ntfs')", "ntfs"),
+    ("crashtest('true', expect='maybe')", "expect='maybe'"),
+    ("crashtest('true', params={'a': None})", "workload parameter a=None"),
+    ("crashtest('true', max_states=-1)", "--max-states"),
+])
+def test_mistakes_are_one_line_failures(pytester: pytest.Pytester, fake, body, words) -> None:
+    camp = fake(FakeCampaign([verdict("flush@3")]))
+    pytester.makepyfile(test_bad=f"def test_bad(crashtest):\n    {body}\n")
+    res = pytester.runpytest()
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([f"*{words}*"])
+    assert "Traceback" not in res.stdout.str() and "During handling" not in res.stdout.str() and not camp.tests
+
+
+def test_missing_prerequisite_is_an_error_unless_skips_were_asked_for(pytester: pytest.Pytester, fake) -> None:
+    fake(FakeCampaign([verdict("flush@3")]), lacking=["qemu-system-x86_64 not found (install the Debian package "
+                                                     "qemu-system-x86)"])
+    pytester.makepyfile(test_kv=TEST_FILE)
+    res = pytester.runpytest()
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*cannot run crash tests here: qemu-system-x86_64 not found (install*--powercut-skip"
+                              "-missing*"])
+    res = pytester.runpytest("--powercut-skip-missing", "-rs")
+    res.assert_outcomes(skipped=1)
+    res.stdout.fnmatch_lines(["SKIPPED*qemu-system-x86_64 not found*"])
+
+
+def test_harness_error_says_what_happened_and_where(pytester: pytest.Pytester, monkeypatch) -> None:
+    from powercut.errors import WorkloadFailed
+
+    def run(test, out, on_verdict=None):
+        raise WorkloadFailed("the workload exited 1: KeyError: 'x' (see /o/job/workload.err)")
+    monkeypatch.setattr(ct, "run", run)
+    monkeypatch.setattr(ct, "missing", lambda test: [])
+    pytester.makepyfile(test_kv=TEST_FILE)
+    res = pytester.runpytest()
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*powercut could not finish the crash test: WorkloadFailed: the workload exited 1*"])
+    assert "Traceback" not in res.stdout.str() and "During handling" not in res.stdout.str()
+
+
+def test_no_crash_test_no_section(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    res = pytester.runpytest()
+    res.assert_outcomes(passed=1)
+    assert "powercut crash tests" not in res.stdout.str()
