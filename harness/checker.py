@@ -96,6 +96,12 @@ class CheckerSpec:
     function: str = ""
     path: tuple[str, ...] = ()
 
+    def host_paths(self) -> tuple[str, ...]:
+        """The host paths a checker function needs where it runs: its file's directory, its sys.path."""
+        if not self.function:
+            return ()
+        return (os.path.dirname(FunctionRef.parse(self.function).file), *self.path)
+
     def validate(self) -> None:
         """Before a campaign: a registered checker exists, a command's program can be found."""
         if self.timeout_s <= 0:

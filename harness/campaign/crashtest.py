@@ -183,7 +183,8 @@ class Outcome:
         for k, g in enumerate(s.groups[:5], 1):
             lines.append(f"group {k}: {g['verdict']} x {g['count']}: {g['reason_class']}")
             if g.get("minimized"):
-                lines.append(f"  minimized: {g['first']} -> {g['minimized']} ({g['shrink_calls']} checks)")
+                calls = g["shrink_calls"]
+                lines.append(f"  minimized: {g['first']} -> {g['minimized']} ({calls} check{'' if calls == 1 else 's'})")
             lines.extend(f"  blame: {_short(c)}" for c in g.get("culprits", [])[:4])
             if g.get("bundle"):
                 lines.append(f"  repro: powercut repro {shlex.quote(g['bundle'])}")

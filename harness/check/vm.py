@@ -34,6 +34,7 @@ from powercut.images.build import build_image, tools_dir
 from powercut.linux import interrupt
 from powercut.linux.jsonlines import read_lines
 from powercut.vm import guestjob
+from powercut.vm.cmdline import keep_visible
 from powercut.vm.qemu import run_vm
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class CheckerVm:
 
     def __init__(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path) -> None:
         self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
+        keep_visible(ctx.checker.host_paths())   # a checker function's file and sys.path, even under /tmp
         self.boots = 0
 
     def source(self) -> guestjob.StateSource:
