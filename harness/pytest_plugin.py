@@ -26,6 +26,9 @@ and where the artifacts are; JUnit gets them as properties.  A missing prerequis
 guest image, root for host mode) is an error saying how to get it, or a skip with
 ``--powercut-skip-missing``.
 
+``--powercut-shard I/N`` splits the crash tests (not their states: each test records its own
+workload) over N runners.
+
 Only the standard library and pytest are imported here; the harness loads when a crash test runs
 (pytest loads this module in every session of a project that has powercut installed)."""
 from __future__ import annotations
@@ -68,6 +71,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--powercut-out", default=None, metavar="DIR",
                 help="keep each crash test's recording, journal and repro bundles under DIR/<test> "
                      "(default: pytest's tmp_path)")
+    g.addoption("--powercut-shard", default=None, metavar="I/N",
+                help="run only shard I of N of the crash tests (1-based, round-robin over their sorted ids; the "
+                     "other tests run in shard 1): split a nightly's crash tests over N CI runners")
     g.addoption("--powercut-skip-missing", action="store_true", default=False,
                 help="skip crash tests when QEMU, the guest image or root is missing (default: error)")
 
@@ -75,6 +81,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}(**settings): crash-test settings for the crashtest fixture "
                                        f"({', '.join(SETTINGS)})")
+
+
+def _shard(config: pytest.Config) -> tuple[int, int] | None:
+    text = config.getoption("powercut_shard")
+    if not text:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise pytest.UsageError(f"--powercut-shard wants I/N with 1 <= I <= N (e.g. 2/4), not {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--powercut-shard: each crash test runs in exactly one shard (a crash test records its own
+    workload, so it is the unit a runner takes: its states cannot be split over runners that would
+    each record again); the tests that are not crash tests run in shard 1."""
+    shard = _shard(config)
+    if shard is None:
+        return
+    index, total = shard
+    crash = sorted(item.nodeid for item in items if "crashtest" in getattr(item, "fixturenames", ()))
+    mine = set(crash[index - 1::total])
+    keep, drop = [], []
+    for item in items:
+        is_crash = "crashtest" in getattr(item, "fixturenames", ())
+        (keep if (item.nodeid in mine if is_crash else index == 1) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def _options(config: pytest.Config) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 * ``run`` -- the check campaign (record, check, confirm, triage);
 * ``journal`` -- the verdict journal, the resume point;
+* ``merge`` -- the shards of one campaign joined into its outputs;
 * ``matrix`` -- running the verdict matrix and timing its rows;
 * ``crashtest`` -- one crash test of a user's program (record + check + the words for a failure), the
   pytest plugin's engine."""

@@ -26,6 +26,7 @@ from powercut.core.dmlog import open_log
 from powercut.core.crashstate import CrashState
 from powercut.core.models import space
 from powercut.core.selection import Selection, select
+from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.debug import triage
 from powercut.checker import DEFAULT_TIMEOUT_S
@@ -60,6 +61,7 @@ class CampaignSpec:
     shrink_budget: int = 60       # checks per minimization
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
     force: bool = False           # replace an earlier check in the output directory
+    shard: Shard = Shard()        # judge only this shard of the distinct states (--shard i/n)
     checker_function: str = ""    # a Python checker, FILE::NAME (the pytest plugin's; powercut.pycall)
     checker_path: tuple[str, ...] = ()   # sys.path entries its imports need
 
@@ -68,7 +70,8 @@ class CampaignSpec:
         and judged (not where or how fast)."""
         return {"log_sha256": rec.manifest["log"].get("sha256", ""), "models": list(self.models),
                 "seed": self.seed, "bound": self.bound, "samples": self.samples, "max_states": self.max_states,
-                "checker": self.checker_command or self.checker_function, "checker_timeout_s": self.checker_timeout_s}
+                "checker": self.checker_command or self.checker_function, "checker_timeout_s": self.checker_timeout_s,
+                **({} if self.shard.whole else {"shard": str(self.shard)})}
 
     def __post_init__(self) -> None:
         self.place()   # validates --check-in
@@ -191,7 +194,8 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
     rec = recording.load(rec_dir).require_ok()
     recording.verify_log(rec)
-    outdir = Path(out) if out else rec.dir / "check"
+    outdir = Path(out) if out else rec.dir / ("check" if spec.shard.whole else
+                                              f"check-shard-{spec.shard.index}-of-{spec.shard.total}")
     ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s, spec.checker_function, spec.checker_path)
     spec.place().require()
     prepare_out(outdir, spec.resume, spec.force)
@@ -204,6 +208,11 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
         if not sel.states:   # nothing judged is not a pass
             raise UsageError(f"{rec.dir}: no crash state to judge under {', '.join(spec.models)}: the log holds "
                              "no write after the mkfs mark")
+        everything = len(sel.states)
+        sel = dataclasses.replace(sel, states=spec.shard.take(sel.states))
+        if not sel.states:
+            raise UsageError(f"shard {spec.shard} is empty: the campaign has {everything} distinct states for "
+                             f"{spec.shard.total} shards; use fewer shards")
         journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
         run = _Run(spec, rec, ctx, outdir, sel, journal, on_verdict)
         try:
@@ -228,6 +237,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                                 check_in=spec.check_in, seconds=time.monotonic() - t0, selection=sel,
                                 status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
                                 groups=[g.to_json() for g in run.groups], triage_s=run.triage_s,
-                                acks=len(index.acks()), allow_no_acks=spec.allow_no_acks)
+                                acks=len(index.acks()), allow_no_acks=spec.allow_no_acks,
+                                shard="" if spec.shard.whole else str(spec.shard))
             paths = write_outputs(summary, verdicts, outdir)
     return summary, paths

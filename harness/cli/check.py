@@ -19,6 +19,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from powercut.campaign.run import DEFAULT_MODELS, CampaignSpec, run_campaign
+    from powercut.core.shard import Shard
 
     spec = CampaignSpec(models=tuple(args.models or DEFAULT_MODELS), check_in=args.check_in, jobs=args.jobs,
                         checker_command=args.checker, seed=args.seed,
@@ -27,7 +28,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                         max_states=args.max_states, resume=args.resume, accel=args.accel,
                         state_timeout_s=args.state_timeout, confirm=not args.no_confirm, shrink=args.shrink,
                         shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
-                        allow_no_acks=args.allow_no_acks, force=args.force)
+                        allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard())
     console = Console(stderr=True)
     failed = 0
     # the bar appears once judging starts: a refusal before it is one line, with no bar around it
@@ -51,12 +52,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     finally:
         if started:
             progress.stop()
+    return _finish(summary, paths)
+
+
+def _finish(summary: Any, paths: dict[str, Path]) -> int:
     _print_summary(summary, paths)
     for note in summary.notes():
         print(f"powercut: {note}", file=sys.stderr)
     if summary.failures:
         return 3
     return 0 if summary.ok else 1
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from powercut.campaign.merge import merge
+
+    summary, paths = merge(args.shards, args.out)
+    return _finish(summary, paths)
 
 
 def _print_summary(summary: Any, paths: dict[str, Path]) -> None:

@@ -51,6 +51,16 @@ def shell_words(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"{e} in {text!r}") from None
 
 
+def shard(text: str):
+    """An argparse type: i/n, 1 <= i <= n (a bad value exits 2)."""
+    from powercut.core.shard import Shard
+    from powercut.errors import UsageError
+    try:
+        return Shard.parse(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def positive_float(text: str) -> float:
     return _float(text, True)
 
@@ -116,6 +126,9 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--allow-no-acks", action="store_true",
                    help="a recording without any ack: mark may pass (it proves nothing: by default that is exit 1)")
     g.add_argument("--resume", action="store_true", help="continue a campaign: skip the states already judged")
+    g.add_argument("--shard", type=shard, default=None, metavar="I/N",
+                   help="judge only shard I of N of the distinct states (1-based; deterministic, no coordination); "
+                        "'powercut merge' joins the shards' outputs")
     g.add_argument("--no-confirm", action="store_true",
                    help="do not judge each failing state a second time, alone (flaky states then go unnoticed)")
     g.add_argument("--shrink", type=at_least(0), default=3, metavar="K",
@@ -263,4 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--max-states", type=at_least(0), default=0, help="judge at most this many states per row (0: all)")
     mx.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="VM acceleration (default auto)")
     mx.add_argument("--resume", action="store_true", help="reuse the recordings and verdicts already in --out")
+
+    mg = sub.add_parser("merge", help="join the outputs of a check's shards (--shard i/n) into the one summary, "
+                        "JUnit and failure groups of the whole campaign")
+    mg.add_argument("shards", nargs="+", metavar="SHARD_OUT", help="each shard's check output directory")
+    mg.add_argument("-o", "--out", required=True, help="the merged output directory")
     return p

@@ -101,8 +101,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.bound = RUN_BOUND if args.bound is None else args.bound
     args.samples = RUN_SAMPLES if args.samples is None else args.samples
     rec = Path(args.out)
-    if args.resume and (rec / "manifest.toml").exists():
-        print(f"resuming the check of {rec}")
+    if args.shard and not args.shard.whole and not (rec / "manifest.toml").exists():
+        raise UsageError(f"run --shard {args.shard} checks one shard of a recording that every shard shares: record "
+                         f"it first (powercut record ... -o {args.out}) and give each shard that directory (each "
+                         "shard's own recording would make them shards of different recordings)")
+    if (args.resume or (args.shard and not args.shard.whole)) and (rec / "manifest.toml").exists():
+        print(f"{'resuming the check' if args.resume else f'checking shard {args.shard}'} of {rec}")
     else:
         if not args.force and str(args.out) == MAIN_DEFAULT_OUT and (rec / "manifest.toml").exists():
             args.force = True  # the default campaign's own directory is replaced each run (never a -o DIR)

@@ -6,5 +6,6 @@
 * ``crashstate`` -- what a crash state is and keeps (the one durable-set rule replay and selection use);
 * ``models`` -- the crash models (flush, no-cache, write-cache, torn, torn-4k) as a CrashSpace per log;
 * ``selection`` -- each distinct disk image judged once, --max-states shares;
+* ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;
 * ``shrink`` -- minimize a failing state;
 * ``verdict`` -- the one verdict vocabulary."""

@@ -42,6 +42,8 @@ class Summary:
     acks: int = -1                            # ack marks in the log (-1: not known)
     planned: int = 0                          # distinct states selected to judge
     allow_no_acks: bool = False
+    shard: str = ""                           # "i/n" for one shard of a campaign ("" the whole)
+    missing_shards: tuple[str, ...] = ()      # a merge without them is not complete
 
     @property
     def no_acks(self) -> bool:
@@ -62,7 +64,11 @@ class Summary:
     def notes(self) -> list[str]:
         """What makes a result without failures not a pass, in words."""
         out = []
-        if self.status != "complete":
+        if self.missing_shards:
+            out.append(f"shard{'s' if len(self.missing_shards) > 1 else ''} {', '.join(self.missing_shards)} "
+                       f"{'are' if len(self.missing_shards) > 1 else 'is'} missing from the merge: not a pass; merge "
+                       "every shard's output")
+        elif self.status != "complete":
             out.append(f"the check is {self.status} ({self.total} of {self.planned or '?'} states judged): not a "
                        "pass; run the same command with --resume to finish it")
         if self.no_acks:
@@ -79,6 +85,7 @@ class Summary:
                 "check_in": self.check_in, "status": self.status, "total": self.total, "ok": self.ok,
                 "seconds": round(self.seconds, 3), "states": self.counts, "by_model": self.by_model,
                 "verdict": self.verdict, "notes": self.notes(), "acks": self.acks, "planned": self.planned,
+                "allow_no_acks": self.allow_no_acks, "shard": self.shard, "missing_shards": list(self.missing_shards),
                 "confirmed_failures": self.confirmed, "flaky": len(self.flaky),
                 "confirmation": {"rejudged": self.rejudged, "seconds": round(self.confirm_s, 3)},
                 "groups": self.groups, "triage_seconds": round(self.triage_s, 3),
@@ -89,7 +96,8 @@ class Summary:
 def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload: str, check_in: str,
               seconds: float, selection: Any = None, status: str = "complete", confirm_s: float = 0.0,
               rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0,
-              acks: int = -1, allow_no_acks: bool = False) -> Summary:
+              acks: int = -1, allow_no_acks: bool = False, shard: str = "",
+              missing_shards: tuple[str, ...] = ()) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
         by_model[v.model][v.verdict] += 1
@@ -100,7 +108,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               for m, c in (selection.counts.items() if selection is not None else ())}
     return Summary(recording, fstype, workload, check_in, {m: dict(c) for m, c in sorted(by_model.items())},
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
-                   triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks)
+                   triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards))
 
 
 def repro(recording: str, v: Verdict) -> str:
@@ -154,6 +162,7 @@ def table(summary: Summary) -> Any:
 
     seen = [v for v in SEVERITY if any(v in c for c in summary.by_model.values())]
     status = "" if summary.status == "complete" else f" [{summary.status.upper()}]"
+    status += f" [shard {summary.shard}]" if summary.shard else ""
     t = Table(title=f"{summary.workload} on {summary.fstype}: {summary.total} distinct crash states judged "
                     f"in {summary.check_in} in {summary.seconds:.1f} s{status}", min_width=72)
     t.add_column("model")

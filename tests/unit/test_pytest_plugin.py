@@ -237,3 +237,19 @@ def test_no_crash_test_no_section(pytester: pytest.Pytester) -> None:
     res = pytester.runpytest()
     res.assert_outcomes(passed=1)
     assert "powercut crash tests" not in res.stdout.str()
+
+
+def test_shards_split_the_crash_tests_over_runners(pytester: pytest.Pytester, fake) -> None:
+    fake(FakeCampaign([verdict("flush@3")]))
+    body = "\n".join(f"def test_crash_{i}(crashtest):\n    crashtest('true')\n" for i in range(5))
+    pytester.makepyfile(test_many=body + "\ndef test_plain():\n    pass\n")
+    ran = []
+    for i in (1, 2, 3):
+        res = pytester.runpytest(f"--powercut-shard={i}/3", "-v")
+        ran.append({line.split("::")[1].split()[0] for line in res.outlines if " PASSED" in line})
+    crash = [r - {"test_plain"} for r in ran]
+    assert set().union(*crash) == {f"test_crash_{i}" for i in range(5)} and sum(map(len, crash)) == 5
+    assert [len(c) for c in crash] == [2, 2, 1] and "test_plain" in ran[0] and "test_plain" not in ran[1] | ran[2]
+    res = pytester.runpytest("--powercut-shard=4/3")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--powercut-shard wants I/N*"])
