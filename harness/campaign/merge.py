@@ -24,6 +24,7 @@ from powercut.core.verdict import Verdict
 from powercut.debug import triage
 from powercut.errors import UsageError
 from powercut.linux.jsonlines import read_lines
+from powercut.report import matrix
 from powercut.report.summary import Summary, summarize, write_outputs
 
 DIAGNOSED = ("cause", "minimized", "culprits", "shrink_calls", "one_at_a_time")
@@ -159,3 +160,57 @@ def _groups(judged: list[Verdict], outs: list[ShardOut], outdir: Path) -> list[d
                 doc["bundle"] = str(dest)
         out.append(doc)
     return out
+
+
+def is_matrix(paths: list[str | Path]) -> bool:
+    """Are these matrix outputs (matrix.json) rather than check outputs?"""
+    return bool(paths) and all((Path(p) / "matrix.json").is_file() for p in paths)
+
+
+def merge_matrix(paths: list[str | Path], out: str | Path
+                 ) -> tuple[list[matrix.Row], list[matrix.Cell], dict[str, Path], tuple[str, ...]]:
+    """The matrix shards (``matrix --shard i/n``) as one matrix: rows in the unsharded order."""
+    docs = []
+    for p in paths:
+        try:
+            docs.append((Path(p), json.loads((Path(p) / "matrix.json").read_text())))
+        except ValueError as e:
+            raise UsageError(f"{p}/matrix.json is unreadable ({e})") from None
+    first_dir, first = docs[0]
+    shards: dict[int, Path] = {}
+    total = 0
+    for d, doc in docs:
+        if doc.get("chosen") != first.get("chosen") or doc.get("file") != first.get("file"):
+            raise UsageError(f"{first_dir} and {d} are shards of different matrix runs (other rows or matrix file): "
+                             "they cannot be merged")
+        s = Shard.parse(doc.get("shard") or "1/1")
+        if total and s.total != total:
+            raise UsageError(f"{first_dir} and {d} have different shard counts: they cannot be merged")
+        total = s.total
+        if s.index in shards:
+            raise UsageError(f"{shards[s.index]} and {d} are both matrix shard {s}: give each shard once")
+        shards[s.index] = d
+    outdir = Path(out)
+    if any(outdir.resolve() == d.resolve() for d, _ in docs):
+        raise UsageError(f"{outdir} is one of the shards: merge into another -o")
+    if outdir.exists() and any(outdir.iterdir()) and not (outdir / "merge.json").exists():
+        raise UsageError(f"{outdir} exists and is not a merge output; choose another -o")
+    every = {r.id: r for r in matrix.load(first.get("file") or None)}
+    unknown = [rid for rid in first.get("chosen", []) if rid not in every]
+    if unknown:
+        raise UsageError(f"the matrix file has no row {unknown[0]}: the shards ran another matrix file")
+    rows = [every[rid] for rid in first.get("chosen", [])]
+    results = [matrix.Cell.from_json(c) for _, doc in docs for c in doc.get("cells", [])]
+    order = {r.id: k for k, r in enumerate(rows)}
+    results.sort(key=lambda c: order.get(c.row, len(order)))
+    missing = tuple(f"{i}/{total}" for i in range(1, total + 1) if i not in shards)
+    done = {c.row for c in results}
+    if outdir.exists():
+        shutil.rmtree(outdir)
+    outdir.mkdir(parents=True)
+    (outdir / "merge.json").write_text(json.dumps({"matrix_shards": [str(d) for d, _ in docs],
+                                                   "missing": list(missing)}, indent=1) + "\n")
+    paths_out = matrix.write_results(outdir, [r for r in rows if r.id in done], results,
+                                     [i for _, doc in docs for i in doc.get("rows", [])], chosen=[r.id for r in rows],
+                                     file=first.get("file", ""), missing=missing)
+    return rows, results, paths_out, missing

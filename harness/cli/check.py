@@ -65,8 +65,20 @@ def _finish(summary: Any, paths: dict[str, Path]) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from powercut.campaign.merge import merge
+    from rich.console import Console
 
+    from powercut.campaign.merge import is_matrix, merge, merge_matrix
+
+    if is_matrix(args.shards):
+        rows, results, paths, missing = merge_matrix(args.shards, args.out)
+        from powercut.report import matrix
+        Console().print(matrix.table(rows, results))
+        bad = [c for c in results if not c.ok]
+        print(f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}")
+        if missing:
+            print(f"powercut: matrix shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing from the "
+                  "merge: not a pass", file=sys.stderr)
+        return 3 if bad else (1 if missing else 0)
     summary, paths = merge(args.shards, args.out)
     return _finish(summary, paths)
 
@@ -137,7 +149,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from powercut.campaign.matrix import MatrixRun, run_rows
     from powercut.report import matrix
 
-    rows = matrix.choose(matrix.load(args.file or None), args.rows, ci=args.ci)
+    from powercut.core.shard import Shard
+
+    chosen = matrix.choose(matrix.load(args.file or None), args.rows, ci=args.ci)
+    shard = args.shard or Shard()
+    rows = list(shard.take(chosen))
+    if not rows:
+        raise UsageError(f"matrix shard {shard} is empty: {len(chosen)} rows for {shard.total} shards")
     if args.list:
         for r in rows:
             cells = ", ".join(f"{m} {r.expect[m]}" for m in r.models)
@@ -159,7 +177,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     with console.status(f"{len(rows)} rows: each recorded in a VM (the next while this one is checked), "
                         "then checked"):
         run_rows(rows, how, done)
-    paths = matrix.write_results(out, rows, results, infos)
+    paths = matrix.write_results(out, rows, results, infos, shard="" if shard.whole else str(shard),
+                                 chosen=[r.id for r in chosen], file=str(Path(args.file).absolute()) if args.file else "")
     Console().print(matrix.table(rows, results))
     bad = [c for c in results if not c.ok]
     print(f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}")

@@ -276,9 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--max-states", type=at_least(0), default=0, help="judge at most this many states per row (0: all)")
     mx.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="VM acceleration (default auto)")
     mx.add_argument("--resume", action="store_true", help="reuse the recordings and verdicts already in --out")
+    mx.add_argument("--shard", type=shard, default=None, metavar="I/N",
+                    help="run only shard I of N of the chosen rows (round-robin, 1-based); 'powercut merge' joins them")
 
     mg = sub.add_parser("merge", help="join the outputs of a check's shards (--shard i/n) into the one summary, "
-                        "JUnit and failure groups of the whole campaign")
-    mg.add_argument("shards", nargs="+", metavar="SHARD_OUT", help="each shard's check output directory")
+                        "JUnit and failure groups of the whole campaign (or a matrix's shards into one matrix)")
+    mg.add_argument("shards", nargs="+", metavar="SHARD_OUT",
+                    help="each shard's check output directory (or each matrix shard's -o directory)")
     mg.add_argument("-o", "--out", required=True, help="the merged output directory")
     return p

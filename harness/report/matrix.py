@@ -184,6 +184,14 @@ class Cell:
                 "tear_free": self.tear_free, "tear_free_example": self.tear_free_example}
 
 
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "Cell":
+        return Cell(str(d["row"]), str(d["model"]), str(d["expected"]), int(d.get("judged", 0)),
+                    {str(k): int(v) for k, v in (d.get("failing") or {}).items()}, str(d.get("first_failing_state", "")),
+                    str(d.get("first_reason", "")), int(d.get("flaky", 0)), str(d.get("error", "")),
+                    int(d.get("tear_free", 0)), str(d.get("tear_free_example", "")))
+
+
 def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None) -> list[Cell]:
     """Compare a campaign summary (report.Summary) with the row's expectations, model by model.
     ``untorn``: failing torn states -> the same state without its tear that fails the same way
@@ -248,12 +256,18 @@ def markdown(rows: list[Row], results: list[Cell]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(out: Path, rows: list[Row], results: list[Cell], infos: list[dict[str, Any]]) -> dict[str, Path]:
+def write_results(out: Path, rows: list[Row], results: list[Cell], infos: list[dict[str, Any]], *,
+                  shard: str = "", chosen: list[str] | None = None, file: str = "",
+                  missing: tuple[str, ...] = ()) -> dict[str, Path]:
+    """matrix.json and matrix.md; ``shard`` (i/n) with ``chosen`` (every row id of the unsharded
+    run) and ``file`` make a shard's output self-describing for ``powercut merge``."""
     import json
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "matrix.json", "md": out / "matrix.md"}
     doc = {"cells": [c.to_json() for c in results], "rows": infos,
-           "as_expected": sum(c.ok for c in results), "cells_total": len(results)}
+           "as_expected": sum(c.ok for c in results), "cells_total": len(results), "shard": shard,
+           "chosen": list(chosen if chosen is not None else [r.id for r in rows]), "file": file,
+           "missing_shards": list(missing)}
     paths["json"].write_text(json.dumps(doc, indent=1))
     paths["md"].write_text(markdown(rows, results))
     return paths

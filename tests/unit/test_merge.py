@@ -125,3 +125,34 @@ def test_bad_shard_option_exits_2(value, capsys) -> None:
     with pytest.raises(SystemExit) as e:
         main(["check", "rec", "--shard", value])
     assert e.value.code == 2 and "--shard" in capsys.readouterr().err
+
+
+def _matrix_shard(d: Path, shard: str, rows: list, chosen: list[str], file: str = "") -> Path:
+    from powercut.report import matrix
+    cells = [matrix.Cell(r.id, m, r.expect[m], judged=4) for r in rows for m in r.models]
+    matrix.write_results(d, rows, cells, [{"row": r.id} for r in rows], shard=shard, chosen=chosen, file=file)
+    return d
+
+
+def test_matrix_shards_merge_in_row_order_and_refuse_mixtures(tmp_path) -> None:
+    from powercut.campaign.merge import is_matrix, merge_matrix
+    from powercut.core.shard import Shard as S
+    from powercut.report import matrix
+
+    chosen = matrix.choose(matrix.load(), ["wal/*"])[:5]
+    ids = [r.id for r in chosen]
+    outs = [_matrix_shard(tmp_path / f"m{i}", f"{i}/2", list(S(i, 2).take(chosen)), ids) for i in (2, 1)]
+    assert is_matrix(outs) and not is_matrix([tmp_path])
+    rows, cells, paths, missing = merge_matrix(outs, tmp_path / "merged")
+    assert [r.id for r in rows] == ids and not missing
+    assert list(dict.fromkeys(c.row for c in cells)) == ids
+    doc = json.loads(paths["json"].read_text())
+    assert doc["cells_total"] == sum(len(r.models) for r in chosen) and doc["as_expected"] == sum(c.ok for c in cells)
+    _, _, _, missing = merge_matrix(outs[1:], tmp_path / "half")
+    assert missing == ("2/2",)
+    other = _matrix_shard(tmp_path / "other", "2/2", chosen[1:2], ids[:4])
+    with pytest.raises(UsageError, match="different matrix runs"):
+        merge_matrix([outs[1], other], tmp_path / "x")
+    dup = _matrix_shard(tmp_path / "dup", "1/2", list(S(1, 2).take(chosen)), ids)
+    with pytest.raises(UsageError, match="both matrix shard 1/2"):
+        merge_matrix([outs[1], dup], tmp_path / "y")
