@@ -40,6 +40,23 @@ if [ "$installed" != "$here/harness" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$w
     mkdir -p "$(dirname "$stamp")" && echo "$want" > "$stamp"
 fi
 
+# actionlint (tests/unit/test_workflow.py validates .github/workflows with it): a pinned release built
+# from the Go module proxy (checksummed by sum.golang.org) with the machine's Go toolchain
+ACTIONLINT_VERSION=v1.7.7
+bin="${XDG_CACHE_HOME:-$HOME/.cache}/powercut/bin"
+if [ ! -x "$bin/actionlint" ] || ! "$bin/actionlint" -version 2>/dev/null | grep -q "${ACTIONLINT_VERSION#v}"; then
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    if [ ! -x "$go" ]; then
+        say "installing Go (for actionlint)"
+        apt-get install -y -q --no-install-recommends golang-go >/tmp/powercut-apt.log 2>&1 || true
+        go=$(command -v go || echo /usr/lib/go/bin/go)
+    fi
+    say "building actionlint $ACTIONLINT_VERSION from the Go module proxy"
+    mkdir -p "$bin"
+    GOBIN="$bin" GOTOOLCHAIN=auto "$go" install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" ||
+        { echo "setup: cannot build actionlint $ACTIONLINT_VERSION with $go" >&2; exit 1; }
+fi
+
 say "guest image: $("$PY" -m powercut.cli image build | head -1)"
 # the postgres workload's prepared cluster (initdb once here: under TCG it takes a minute per recording)
 say "postgres cluster: $("$PY" -m powercut.workloads.postgres --prepare 2>&1 | tail -1)"
