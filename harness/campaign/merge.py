@@ -24,7 +24,7 @@ from powercut.core.verdict import Verdict
 from powercut.debug import triage
 from powercut.errors import UsageError
 from powercut.linux.jsonlines import read_lines
-from powercut.report import matrix
+from powercut.report import html, matrix
 from powercut.report.summary import Summary, summarize, write_outputs
 
 DIAGNOSED = ("cause", "minimized", "culprits", "shrink_calls", "one_at_a_time")
@@ -140,6 +140,7 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
     if groups:
         (outdir / "diagnoses.json").write_text(json.dumps({"groups": groups}, indent=1) + "\n")
     paths = write_outputs(summary, judged, outdir)
+    paths["html"] = html.write(summary, outdir, judged)
     return summary, paths
 
 

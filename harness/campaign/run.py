@@ -32,6 +32,7 @@ from powercut.debug import triage
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.errors import CheckerError, UsageError
 from powercut.record import recording
+from powercut.report import html
 from powercut.report.summary import Summary, summarize, write_outputs
 
 log = logging.getLogger(__name__)
@@ -240,4 +241,5 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                                 acks=len(index.acks()), allow_no_acks=spec.allow_no_acks,
                                 shard="" if spec.shard.whole else str(spec.shard))
             paths = write_outputs(summary, verdicts, outdir)
+            paths["html"] = html.write(summary, outdir, verdicts)
     return summary, paths

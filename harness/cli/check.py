@@ -103,6 +103,8 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
     if len(summary.failures) > 10:
         print(f"... and {len(summary.failures) - 10} more failing states (see {paths['summary']})")
     print(f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}")
+    if paths.get("html"):
+        print(f"report: {paths['html']}")
 
 
 def _print_groups(summary: Any) -> None:

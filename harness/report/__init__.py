@@ -4,4 +4,6 @@
 * ``matrix`` -- the verdict matrix: rows, cells, tables;
 * ``bench`` -- bench tables and plots;
 * ``seeds`` -- the seed documents' figures;
-* ``cost`` -- the durability-vs-cost report."""
+* ``cost`` -- the durability-vs-cost report;
+* ``html`` -- the self-contained report.html of a check (Jinja2 template in ``templates/``);
+* ``timeline`` -- the log as an inline SVG timeline with the failing cuts."""

@@ -31,7 +31,8 @@ LAYERS = ({"errors"}, {"core", "linux"}, {"config", "registry", "pycall"}, {"mar
           {"campaign"}, {"guest", "cli", "pytest_plugin"})
 LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 THIRD_PARTY = {"tomli_w": {"config"}, "rich": {"report", "cli"}, "matplotlib": {"report"}, "libvirt": {"vm"},
-               "pytest": {"pytest_plugin"}}
+               "pytest": {"pytest_plugin"},
+               "jinja2": {"report"}}
 OPTIONAL = {"libvirt", "matplotlib"}          # may be imported inside a function anywhere they are allowed
 LAZY_PARTS = {"cli", "guest", "pytest_plugin"}   # start-up cost: imports inside functions allowed
 LAZY_RULE = True
