@@ -194,6 +194,8 @@ class Outcome:
             lines.append(f"flaky {f.state}: {f.reasons[0] if f.reasons else ''}")
         lines.extend(f"note: {n}" for n in s.notes()[1:])
         lines.append(f"artifacts: {self.out} (journal {self.paths['summary'].parent / 'journal.jsonl'})")
+        if self.paths.get("html"):
+            lines.append(f"report: {self.paths['html']}")
         return "\n".join(lines)
 
     def properties(self) -> list[tuple[str, str]]:
@@ -202,6 +204,8 @@ class Outcome:
         props = [("powercut_verdict", s.verdict), ("powercut_states", str(s.total)),
                  ("powercut_failed", str(len(s.failures))), ("powercut_flaky", str(len(s.flaky))),
                  ("powercut_artifacts", str(self.out))]
+        if self.paths.get("html"):
+            props.append(("powercut_report", str(self.paths["html"])))
         if s.groups and s.groups[0].get("bundle"):
             props.append(("powercut_repro", f"powercut repro {shlex.quote(s.groups[0]['bundle'])}"))
         return props
