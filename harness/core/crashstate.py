@@ -23,7 +23,7 @@ class CrashState:
     acks: tuple[str, ...]
     begun: tuple[str, ...]
     id: str
-    epoch: int  # number of FLUSH entries before the cut
+    epoch: int  # number of barrier FLUSH entries before the cut (ordering flushes not counted)
 
     # -- what the state keeps: the one rule models, replay and selection use ----------------------
     @property

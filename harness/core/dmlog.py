@@ -47,6 +47,9 @@ KNOWN_FLAGS = FLUSH | FUA | DISCARD | MARK | METADATA
 END_MARK = "dm-log-writes-end"
 ACK_PREFIX = "ack:"
 BEGIN_PREFIX = "begin:"
+ORDER_BEGIN = "powercut-order-begin"  # the marking code's ordering flush lies between these two (models.py)
+ORDER_END = "powercut-order-end"
+ORDER_SUFFIX = "-order"  # the linear device over a recording's log-writes target the marking code flushes
 
 SUPER = struct.Struct("<QQQI")
 HEADER = struct.Struct("<QQQQ")
@@ -110,6 +113,11 @@ class Entry:
     def begin_key(self) -> str | None:
         m = self.mark
         return m[len(BEGIN_PREFIX):] if m is not None and m.startswith(BEGIN_PREFIX) else None
+
+    @property
+    def is_order_mark(self) -> bool:
+        """One of the marks the marking code puts around its ordering flush (never a key mark)."""
+        return self.mark in (ORDER_BEGIN, ORDER_END)
 
     def byte_offset(self, sectorsize: int) -> int:
         """Byte offset on the data device."""

@@ -9,7 +9,8 @@ entries count as writes of zeros.  Only *key marks* (``ack:``/``begin:``) change
 told; other marks (``mkfs``, a workload's notes, the end mark) split no state.
 
 * ``no-cache``: every prefix, cut = 1..n, nothing dropped.
-* ``flush``: the prefixes that end right after a FLUSH, a FUA or a key mark (generic/482).
+* ``flush``: the prefixes that end right after a FLUSH, a FUA or a key mark (generic/482); FLUSH
+  here and below means a barrier, not an ordering flush (blind spot (c)).
 * ``write-cache``: for cut c let f be the last FLUSH entry before c.  Durable: every data entry
   before f, the data of f itself only if f is also FUA (a PREFLUSH write's payload goes to the
   volatile cache after the flush), every FUA entry in (f, c).  Droppable: the other data entries in
@@ -42,10 +43,11 @@ completion order for FUA writes and marks, flush time for plain writes.
     else kept: W persisted but for the sectors where U would be on top (U's, unless an entry
     between U and W rewrote them), the image of "U after W".  A W entirely under U is the
     write-cache state that loses W; not generated together with lost entries.
-(c) Under no-cache/flush an ack mark can precede the flush that logs the data it follows (e.g. a
-    ``nobarrier`` mount: fsync sends no flush, its plain writes are logged at a later one): the
-    prefixes between the ack and that flush lack data a cache-less disk holds, a lost ack the real
-    device would not show (a false alarm, not a missed bug).
+(c) Marks: dm-log-writes logs a plain write at the next flush but a mark at once, so a mark can
+    precede writes that completed before it (a false lost-ack under no-cache and flush).  Ordered
+    marks fix that; the harness's ordering flushes (``CrashSpace.ordering``) are ordering points,
+    not durability barriers, and count as carrying nothing here.  The kernel's lines, the rule
+    that recognises them and what stays unfixed: core/markorder.py.
 
 Use ``space = CrashSpace(index)`` once per log (immutable but for a locked cache: thread-safe), then
 ``space.states(model)``, ``space.state_from_id(id)``; ``enumerate_states``, ``make_state`` and
@@ -63,6 +65,7 @@ from types import MappingProxyType
 
 from powercut.core.crashstate import CrashState, DeviceChanges, Torn, is_key_mark
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
+from powercut.core.markorder import ordering_flushes
 from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges,
                                    not_under, parse_id, parse_ranges, pick_bits, resolve, seeded_index, subset_picks,
                                    tear_picks, torn_sample, tw_sample, wc_sample)
@@ -123,13 +126,15 @@ class CrashSpace:
         last_flush, epoch, ndata, version = ([-1] * (n + 1), *([0] * (n + 1) for _ in range(3)))
         self.is_key = tuple(is_key_mark(e) for e in self.entries)
         self.is_data = tuple(e.changes_device for e in self.entries)
+        self.ordering, self.order_windows, self.ambiguous_windows = ordering_flushes(self.entries)
         self._events: list[tuple[bool, str]] = []  # (is an ack, key) of every key mark that adds a key
         acked, begun, lf = set[str](), set[str](), -1
         for i, e in enumerate(self.entries):
             if e.index != i:
                 raise UsageError(f"entry at position {i} has index {e.index}: not a log's entry list")
-            lf = i if e.flags & FLUSH else lf
-            last_flush[i + 1], epoch[i + 1] = lf, epoch[i] + bool(e.flags & FLUSH)
+            barrier = bool(e.flags & FLUSH) and i not in self.ordering
+            lf = i if barrier else lf
+            last_flush[i + 1], epoch[i + 1] = lf, epoch[i] + barrier
             ndata[i + 1] = ndata[i] + e.changes_device
             is_ack, key = e.ack_key is not None, e.ack_key if e.ack_key is not None else e.begin_key
             if key is not None and key not in acked and (is_ack or key not in begun):
@@ -160,15 +165,24 @@ class CrashSpace:
                 got = self._keys[v] = (tuple(self._acked), tuple(self._begun))
             return got
 
+    def is_barrier(self, i: int) -> bool:
+        """Entry i is a FLUSH that makes what precedes it durable (not an ordering flush)."""
+        return bool(self.entries[i].flags & FLUSH) and i not in self.ordering
+
+    def is_flush_cut(self, i: int) -> bool:
+        """The flush model cuts right after entry i: a barrier FLUSH, a FUA entry or a key mark."""
+        return self.is_barrier(i) or bool(self.entries[i].flags & FUA) or self.is_key[i]
+
     def droppable(self, cut: int) -> tuple[int, ...]:
         """Data entries before the cut that a write-back cache may still lose (sorted)."""
         es, data = self.entries, self.is_data
         return tuple(i for i in range(max(self.last_flush[cut], 0), cut) if data[i] and not es[i].flags & FUA)
 
     def cut_points(self) -> list[int]:
-        """The write-cache cut points: just before each key mark, FLUSH, FUA entry with data; the end."""
+        """The write-cache cut points: just before each key mark, barrier FLUSH, FUA entry with data; the end."""
         es, n, key, data = self.entries, self.n, self.is_key, self.is_data
-        return [c for c in range(1, n + 1) if c == n or key[c] or es[c].flags & FLUSH or data[c] and es[c].flags & FUA]
+        return [c for c in range(1, n + 1)
+                if c == n or key[c] or self.is_barrier(c) or data[c] and es[c].flags & FUA]
 
     def canon(self, cut: int, dropped: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
         """Smallest equivalent (cut, dropped): same durable data, same key marks before the cut.
@@ -227,8 +241,9 @@ class CrashSpace:
         torn_model = model in TORN_MODELS
         if torn_model != bool(tears) or len(tears) > 1:
             return "a torn state tears exactly one write" if torn_model else f"model {model} tears no writes"
-        if model == "flush" and not (last.flags & (FLUSH | FUA) or is_key_mark(last)):
-            return f"the flush model cuts only after FLUSH, FUA and ack/begin marks; entry {cut - 1} is none"
+        if model == "flush" and not self.is_flush_cut(cut - 1):
+            return (f"the flush model cuts only after FLUSH (not an ordering flush), FUA and ack/begin marks; "
+                    f"entry {cut - 1} is none")
         bad = set(drop) - set(pool)
         if torn_model:
             t, sectors = tears[0]
@@ -272,8 +287,7 @@ class CrashSpace:
         if model == "no-cache":
             out = [self.state(model, c) for c in range(1, self.n + 1)]
         elif model == "flush":
-            out = [self.state(model, i + 1) for i, e in enumerate(self.entries)
-                   if e.flags & (FLUSH | FUA) or self.is_key[i]]
+            out = [self.state(model, i + 1) for i in range(self.n) if self.is_flush_cut(i)]
         elif model == "write-cache":
             out = _by_cut(self, model, self.cut_points(), lambda b: _write_cache(b, seed, exhaustive_bound, samples))
         else:
@@ -409,7 +423,7 @@ def state_from_id(index: CrashSpace | LogIndex | Sequence[Entry], state_id: str)
 
 
 def describe(states: Sequence[CrashState]) -> dict[str, object]:
-    """Total count and per-epoch breakdown (epoch = number of FLUSH entries before the cut)."""
+    """Total count and per-epoch breakdown (epoch = number of barrier FLUSH entries before the cut)."""
     _sampled = lambda s: "r" in s.id.partition("@")[2]  # noqa: E731 - an id with a seeded part
     per: dict[int, list[CrashState]] = {}
     for s in states:

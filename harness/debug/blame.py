@@ -80,7 +80,7 @@ def place(sp: CrashSpace, entry: int, state: CrashState) -> str:
     ack = next((e for e in es[entry + 1:state.cut] if e.ack_key is not None), None)
     if entry < state.cut and ack is not None:
         return f"{where}, not yet flushed when {ack.mark} was given"
-    flush = next((e for e in es[max(entry, state.cut):] if e.flags & FLUSH), None)
+    flush = next((e for e in es[max(entry, state.cut):] if sp.is_barrier(e.index)), None)
     later = next((e for e in es[state.cut:] if e.ack_key is not None), None)
     tail = f"the crash came before the flush at #{flush.index}" if flush is not None else "never flushed"
     return f"{where}; {tail}" + (f" (before {later.mark})" if later is not None else "")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.core.dmlog import open_log
+from powercut.core.markorder import ordering_flushes
 
 WIDTH = 1200          # SVG user units across
 LANES = (("write", "data writes", "#6b8fb3"), ("flush", "FLUSH", "#333333"), ("fua", "FUA", "#8a5cb8"),
@@ -75,14 +76,18 @@ def from_log(path: str | Path, failing: tuple[Any, ...] | list[Any] = ()) -> Tim
         return None
     lanes: dict[str, list[tuple[int, str]]] = {lane: [] for lane, _, _ in LANES}
     with index:
+        ordering, _, _ = ordering_flushes(index.entries)
         for e in index:
             if e.is_mark:
+                if e.is_order_mark:  # the marking code's, around its ordering flush
+                    continue
                 text = e.mark or ""
                 lane = "ack" if text.startswith("ack:") else "begin" if text.startswith("begin:") else "mark"
                 lanes[lane].append((e.index, text))
                 continue
             if e.is_flush:
-                lanes["flush"].append((e.index, "FLUSH" + (" + FUA" if e.is_fua else "")))
+                lanes["flush"].append((e.index, "ordering flush (a mark's, no barrier)" if e.index in ordering
+                                       else "FLUSH" + (" + FUA" if e.is_fua else "")))
             if e.is_fua and e.nr_sectors:
                 lanes["fua"].append((e.index, f"FUA write, sector {e.sector} +{e.nr_sectors}"))
             elif e.changes_device and not e.is_fua:
