@@ -4,6 +4,15 @@ no dmsetup; the ioctl itself is ``dm.message``).  ``powercut.mark("ack:7")`` fro
 
 The target is named by $POWERCUT_DM_NAME, which the recording job sets for the workload.
 
+**Ordered marks.**  dm-log-writes logs a completed plain write only at the next flush but a mark at
+once, so a mark could precede writes that completed before it (a false lost-ack; core/models.py,
+blind spot (c), has the kernel's lines).  With $POWERCUT_ORDER_DEV set (the recording job sets it to
+a linear device over the log-writes target), a mark first inserts ``powercut-order-begin``, fsyncs
+that device (one empty flush through the target: every completed write is logged), inserts
+``powercut-order-end``, suspends and resumes the target (every bio in flight completes, a program
+flush already under way included), then inserts the mark.  The models treat that flush as an
+ordering point, never as a durability barrier.
+
 **Timing mode** (``powercut bench --workload``): with ``$POWERCUT_TIMING=<file>`` set, a mark sends
 no ioctl and needs no target; it appends ``<CLOCK_MONOTONIC ns> <text>`` to that file instead (one
 ``write(2)`` on a descriptor opened once, no fsync), so any workload that acks can be timed:
@@ -14,13 +23,16 @@ import os
 import sys
 import time
 
+from powercut.core.dmlog import ORDER_BEGIN, ORDER_END
 from powercut.linux import dm
 from powercut.linux.dm import DM_CONTROL, DM_TARGET_MSG, message_buffer
 
 MAX_MARK = 512 - 32 - 1  # the kernel keeps at most sectorsize - sizeof(entry) - 1 bytes of a mark
 TIMING_ENV = "POWERCUT_TIMING"
+ORDER_ENV = "POWERCUT_ORDER_DEV"
 
 _timing: dict[str, int] = {}  # timing file path -> its open descriptor
+_order: dict[str, int] = {}  # order device path -> its open descriptor
 
 
 class MarkError(OSError):
@@ -35,8 +47,9 @@ def _control() -> int:
                                  "(marks work only inside a powercut recording, as root)") from None
 
 
-def mark(text: str, dm_name: str | None = None) -> None:
-    """Insert ``text`` as a mark into the log.  Raises MarkError if it cannot."""
+def mark(text: str, dm_name: str | None = None, *, order_dev: str | None = None) -> None:
+    """Insert ``text`` as a mark into the log, ordered after every completed write when an order
+    device is given (``order_dev`` or $POWERCUT_ORDER_DEV).  Raises MarkError if it cannot."""
     if not text or any(c.isspace() for c in text):
         raise ValueError(f"a mark is one word without spaces, not {text!r}")
     if len(text.encode()) > MAX_MARK:
@@ -49,10 +62,39 @@ def mark(text: str, dm_name: str | None = None) -> None:
     if not dm_name:
         raise MarkError(0, "POWERCUT_DM_NAME is not set: marks work only inside a powercut recording")
     _control()
+    order_dev = os.environ.get(ORDER_ENV) if order_dev is None else order_dev
     try:
+        if order_dev:
+            _ordering(dm_name, order_dev)
         dm.message(dm_name, f"mark {text}")
     except dm.DmError as e:
         raise MarkError(e.errno, f"mark {text!r} on {dm_name}: {os.strerror(e.errno)}") from None
+
+
+def _ordering(dm_name: str, order_dev: str) -> None:
+    """The ordering step before a mark (see the module's docstring)."""
+    fd = _order.get(order_dev)
+    if fd is None:
+        try:
+            fd = _order[order_dev] = os.open(order_dev, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise MarkError(e.errno, f"${ORDER_ENV}={order_dev}: cannot open it: {e.strerror}") from None
+    dm.message(dm_name, f"mark {ORDER_BEGIN}")
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        raise MarkError(e.errno, f"flush of {order_dev} before a mark: {e.strerror}") from None
+    dm.message(dm_name, f"mark {ORDER_END}")
+    dm.suspend(dm_name)
+    dm.resume(dm_name)
+
+
+def close() -> None:
+    """Close the descriptors marks keep open (before the recording removes its devices)."""
+    for cache in (_order, _timing):
+        for fd in cache.values():
+            os.close(fd)
+        cache.clear()
 
 
 def _time(path: str, text: str) -> None:

@@ -38,8 +38,9 @@ of its directory) is durable before the first commit, whatever the mode.
   the cache off.
 * o_direct, ``prealloc=true`` (overwrites of allocated, written blocks: no metadata the data
   needs): on real hardware durable with the cache off, lost with it on.  Write-cache catches it
-  (lost-ack).  No-cache and flush report lost-ack too, a **false alarm** (blind spot (c)):
-  dm-log-writes logs a plain write only at the next flush, after the ack mark that followed it."""
+  (lost-ack); no-cache and flush pass, because marks are ordered (core/markorder.py): without that,
+  dm-log-writes would log each plain write only at the next flush, after the ack that followed it,
+  a false lost-ack."""
 from __future__ import annotations
 
 import mmap

@@ -10,10 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from powercut.core.dmlog import FS_SUFFIX, ORDER_SUFFIX
 from powercut.linux import dm, filesystems, process
 from powercut.linux.blockdev import find_disk, sectors
 from powercut.linux.mounts import mount, umount
-from powercut.marks import mark
+from powercut import marks
+from powercut.marks import ORDER_ENV, mark
 from powercut.vm import guestjob
 from powercut.vm.guestjob import MarkBenchJob, RecordJob
 
@@ -33,12 +35,39 @@ def uptime() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
-def run_workload(job: RecordJob, dev: str, jobdir: Path) -> dict[str, Any]:
+def stack(dm_name: str, dev: str, size: int) -> tuple[str, str, dict[str, Any]]:
+    """Two linear maps over the log-writes target ``dev``: ``<name>-fs``, where the filesystem lives,
+    and ``<name>-order``, which marks flush to order the log (marks.py; no filesystem, so no page
+    cache, so its fsync is one empty flush).  Both are needed because a mounted filesystem holds its
+    device exclusively, and device-mapper tables share a claim: the order device can sit beside the
+    filesystem's, not over the target the filesystem holds.  Also what the target's queue says of
+    its write cache: without one no flush reaches the target and marks stay unordered.  ``size``:
+    the target's, in 512-byte sectors."""
+    table = [(0, size, "linear", f"{dev} 0")]
+    fsdev = dm.create(dm_name + FS_SUFFIX, table)
+    order = dm.create(dm_name + ORDER_SUFFIX, table)
+    minor = os.minor(os.stat(dev).st_rdev)
+    try:
+        cache = Path(f"/sys/block/dm-{minor}/queue/write_cache").read_text().strip()
+    except OSError:
+        cache = "unknown"
+    if cache == "write through":
+        log.warning("%s has no write cache: no flush reaches the log, marks cannot be ordered", dev)
+    return fsdev, order, {"target_write_cache": cache}
+
+
+def unstack(dm_name: str) -> None:
+    for suffix in (ORDER_SUFFIX, FS_SUFFIX):
+        dm.remove(dm_name + suffix)
+
+
+def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str) -> dict[str, Any]:
     wl = job.workload
     argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
     env = {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
            "PYTHONDONTWRITEBYTECODE": "1", "POWERCUT_DM_NAME": job.dm_name, "POWERCUT_DEVICE": dev,
-           "POWERCUT_MOUNT": MNT, "POWERCUT_FSTYPE": job.fs.fstype, "POWERCUT_PARAMS": json.dumps(wl.params or {})}
+           "POWERCUT_MOUNT": MNT, "POWERCUT_FSTYPE": job.fs.fstype, "POWERCUT_PARAMS": json.dumps(wl.params or {}),
+           ORDER_ENV: order_dev}
     start = time.monotonic()
     with open(jobdir / "workload.out", "wb") as out, open(jobdir / "workload.err", "wb") as err:
         with process.Spawned(argv, cwd=MNT, env=env, stdout=out, stderr=err) as proc:
@@ -52,7 +81,9 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     data, logdev = find_disk(job.disks["data"]), find_disk(job.disks["log"])
     fs = filesystems.get(job.fs.fstype)
     t0 = time.monotonic()
-    dev = dm.create(job.dm_name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
+    target = dm.create(job.dm_name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
+    dev, order_dev, info = stack(job.dm_name, target, sectors(data))
+    res.update(info)
     process.run(fs.mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
     res["mkfs_s"] = round(time.monotonic() - t0, 3)
     mark("mkfs", job.dm_name)
@@ -60,33 +91,44 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     mount(dev, MNT, fs.name, job.fs.mount_opts)
     res["uptime_workload_start"] = uptime()
     (jobdir / "started").write_text(f"{time.time()}\n")
-    res.update(run_workload(job, dev, jobdir))
+    res.update(run_workload(job, dev, jobdir, order_dev))
+    if dm.info(job.dm_name).suspended:  # a marker killed between its suspend and resume
+        log.warning("%s was left suspended by a mark; resuming it", job.dm_name)
+        dm.resume(job.dm_name)
     umount(MNT, lazy_fallback=False)
+    unstack(job.dm_name)
     res.update(log_writes_status(job.dm_name))
     dm.remove(job.dm_name)
     return res
 
 
 def mark_bench(job: MarkBenchJob, jobdir: Path) -> dict[str, Any]:
-    """Cost per mark: the ioctl from Python vs running powercut-mark, on a real log-writes target."""
+    """Cost per mark on a real log-writes target: the ioctl from Python, unordered and ordered, and
+    running powercut-mark (C and Python), unordered and ordered."""
     data, logdev = find_disk(job.disks["data"]), find_disk(job.disks["log"])
-    dm.create(job.dm_name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
+    target = dm.create(job.dm_name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
+    _, order_dev, info = stack(job.dm_name, target, sectors(data))
     n = job.n
-    t = time.perf_counter()
-    for i in range(n):
-        mark(f"ioctl:{i}", job.dm_name)
-    ioctl_s = (time.perf_counter() - t) / n
-    env = dict(os.environ, POWERCUT_DM_NAME=job.dm_name)
-    m = max(10, n // 10)
-    costs = {}
+    costs: dict[str, Any] = {"ioctl_marks": n, **info}
+    for kind, order in (("ioctl", None), ("ioctl_ordered", order_dev)):
+        t = time.perf_counter()
+        for i in range(n):
+            mark(f"{kind}:{i}", job.dm_name, order_dev=order)
+        costs[f"{kind}_us"] = round((time.perf_counter() - t) / n * 1e6, 1)
+    marks.close()
+    m = costs["cmd_marks"] = max(10, n // 10)
     tools = {"python": os.path.join(os.path.dirname(sys.executable), "powercut-mark")}
     if job.tools_dir:
         tools["c"] = os.path.join(job.tools_dir, "powercut-mark")
     for kind, tool in tools.items():
-        t = time.perf_counter()
-        for i in range(m):
-            process.run([tool, f"{kind}:{i}"], env=env, timeout=60)
-        costs[f"cmd_{kind}_us"] = round((time.perf_counter() - t) / m * 1e6, 1)
+        for suffix, extra in (("", {}), ("_ordered", {ORDER_ENV: order_dev})):
+            env = {k: v for k, v in os.environ.items() if k != ORDER_ENV}
+            env.update(POWERCUT_DM_NAME=job.dm_name, **extra)
+            t = time.perf_counter()
+            for i in range(m):
+                process.run([tool, f"{kind}{suffix}:{i}"], env=env, timeout=60)
+            costs[f"cmd_{kind}{suffix}_us"] = round((time.perf_counter() - t) / m * 1e6, 1)
+    unstack(job.dm_name)
     status = log_writes_status(job.dm_name)
     dm.remove(job.dm_name)
-    return {"ioctl_marks": n, "ioctl_us": round(ioctl_s * 1e6, 1), "cmd_marks": m, **costs, **status}
+    return {**costs, **status}

@@ -41,6 +41,7 @@ CMDS = {"VERSION": 0, "REMOVE_ALL": 1, "LIST_DEVICES": 2, "DEV_CREATE": 3, "DEV_
 READONLY_FLAG = 1 << 0
 SUSPEND_FLAG = 1 << 1
 STATUS_TABLE_FLAG = 1 << 4
+SKIP_LOCKFS_FLAG = 1 << 10
 BUFFER_FULL_FLAG = 1 << 8
 
 Table = Sequence[tuple[int, int, str, str]]  # (start sector, length in sectors, target type, params)
@@ -315,6 +316,23 @@ def remove(name: str, *, retries: int = 12) -> None:
     made = _made_nodes.pop(name, None)
     if made is not None:
         made.unlink(missing_ok=True)
+
+
+def suspend(name: str, *, lockfs: bool = False) -> None:
+    """DM_DEV_SUSPEND: block new I/O and wait for every bio in flight to complete; without
+    ``lockfs`` the filesystem on it is not frozen (nothing is written back)."""
+    _call("DEV_SUSPEND", header(name, flags=SUSPEND_FLAG | (0 if lockfs else SKIP_LOCKFS_FLAG)), name)
+
+
+def resume(name: str) -> None:
+    """DM_DEV_SUSPEND without SUSPEND_FLAG: let I/O flow again (the live table stays)."""
+    _call("DEV_SUSPEND", header(name), name)
+
+
+def quiesce(name: str) -> None:
+    """Wait until every bio in flight on ``name`` has completed, then let I/O flow again."""
+    suspend(name)
+    resume(name)
 
 
 def info(name: str) -> DmDevice:

@@ -16,6 +16,8 @@ from typing import Any
 
 from powercut import workload as workloads
 from powercut.config import DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
+from powercut.core.dmlog import open_log
+from powercut.core.markorder import mark_order
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import filesystems, process
@@ -134,6 +136,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
         manifest["result"] = {"ok": result.ok, **result.data, **({"error": result.error} if result.error else {})}
         _judge(result, manifest, out)
         manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
+        manifest["marks"] = _mark_order(out / "log.bin")
         manifest["recording"]["status"] = recording.OK
     except KeyboardInterrupt as e:
         manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
@@ -142,6 +145,13 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
         manifest["recording"]["wall_s"] = round(time.monotonic() - start, 3)
         recording.write(out, manifest)
     return Recording(out, manifest)
+
+
+def _mark_order(path: Path) -> dict[str, Any]:
+    """The manifest's [marks]: how many key marks the log orders after every write completed before
+    them (core/models.py, blind spot (c)); ``ordered`` false means the old false alarm is possible."""
+    with open_log(path) as index:
+        return mark_order(index.entries)
 
 
 def _manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int) -> dict[str, Any]:

@@ -93,3 +93,40 @@ def test_timing_file_that_cannot_be_opened_is_a_mark_error(monkeypatch: pytest.M
     monkeypatch.setenv(markmod.TIMING_ENV, str(tmp_path / "no" / "such" / "dir" / "t.txt"))
     with pytest.raises(markmod.MarkError, match="POWERCUT_TIMING=.*cannot open it"):
         markmod.ack(1)
+
+
+def test_an_ordered_mark_flushes_and_waits_before_it(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """With an order device: begin mark, an fsync of that device, end mark, suspend and resume of
+    the target, then the mark; the device is opened once per process."""
+    calls: list[tuple[str, ...]] = []
+    dev = tmp_path / "order"
+    dev.write_bytes(b"")
+    monkeypatch.setattr(dm, "control", lambda: 99)
+    monkeypatch.setattr(dm, "message", lambda name, text, sector=0: calls.append(("msg", name, text)))
+    monkeypatch.setattr(dm, "suspend", lambda name: calls.append(("suspend", name)))
+    monkeypatch.setattr(dm, "resume", lambda name: calls.append(("resume", name)))
+    real_fsync, opened = markmod.os.fsync, []
+    monkeypatch.setattr(markmod.os, "fsync", lambda fd: (calls.append(("fsync",)), real_fsync(fd))[1])
+    real_open = markmod.os.open
+    monkeypatch.setattr(markmod.os, "open", lambda *a, **k: (opened.append(a[0]), real_open(*a, **k))[1])
+    monkeypatch.setenv("POWERCUT_DM_NAME", "rec")
+    monkeypatch.setenv(markmod.ORDER_ENV, str(dev))
+    try:
+        markmod.ack(1)
+        markmod.ack(2)
+    finally:
+        markmod.close()
+    one = [("msg", "rec", "mark powercut-order-begin"), ("fsync",), ("msg", "rec", "mark powercut-order-end"),
+           ("suspend", "rec"), ("resume", "rec")]
+    assert calls == one + [("msg", "rec", "mark ack:1")] + one + [("msg", "rec", "mark ack:2")]
+    assert opened == [str(dev)]
+    calls.clear()
+    markmod.mark("x", "rec", order_dev="")  # explicitly unordered
+    assert calls == [("msg", "rec", "mark x")]
+
+
+def test_an_order_device_that_cannot_be_opened_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dm, "control", lambda: 99)
+    monkeypatch.setattr(dm, "message", lambda name, text, sector=0: None)
+    with pytest.raises(markmod.MarkError, match="POWERCUT_ORDER_DEV=/nonexistent/order: cannot open it"):
+        markmod.mark("ack:1", "rec", order_dev="/nonexistent/order")
