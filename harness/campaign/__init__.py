@@ -4,5 +4,6 @@
 * ``journal`` -- the verdict journal, the resume point;
 * ``merge`` -- the shards of one campaign joined into its outputs;
 * ``matrix`` -- running the verdict matrix and timing its rows;
+* ``demo`` -- the main job: the named workloads durable and broken, checked, timed, one page;
 * ``crashtest`` -- one crash test of a user's program (record + check + the words for a failure), the
   pytest plugin's engine."""

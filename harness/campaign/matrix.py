@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powercut.bench.plan import plan
 from powercut.bench.results import BenchResults, write
 from powercut.bench.run import BenchVmSpec, run_bench_vm
 from powercut.campaign.run import CampaignSpec, run_campaign
@@ -137,20 +138,25 @@ def timed_params(row: Row, quick: bool) -> dict[str, Any]:
     return p
 
 
-def measure(rows: list[Row], out: Path, *, quick: bool, accel: str = "auto") -> list[BenchResults]:
-    """Time every row's workload with the cache on and off: one bench VM per filesystem."""
+def measure(rows: list[Row], out: Path, *, quick: bool, accel: str = "auto",
+            suites: tuple[str, ...] = ()) -> list[BenchResults]:
+    """Time every row's workload with the cache on and off: one bench VM per filesystem; ``suites``
+    (e.g. ``tlpi``) are timed in the first one too."""
 
     results = []
-    for fstype in dict.fromkeys(r.fs for r in rows):
+    for k, fstype in enumerate(dict.fromkeys(r.fs for r in rows)):
         sets: dict[tuple[bool, str], list[BenchItem]] = {}
         for r in (r for r in rows if r.fs == fstype):
             item = BenchItem("workload", r.workload, "report", params=timed_params(r, quick), label=r.id)
             for wc in (True, False):
                 sets.setdefault((wc, r.mount_opts), []).append(item)
         runsets = tuple(RunSet(wc, tuple(items), "disk", opts) for (wc, opts), items in sets.items())
+        extra = suites if k == 0 else ()
+        if extra:
+            runsets += plan(extra, quick=quick, fstype=fstype)
         d = out / f"bench-{fstype}"
         d.mkdir(parents=True, exist_ok=True)
-        res = run_bench_vm(BenchVmSpec(fs=FsSpec(fstype=fstype), accel=accel), runsets, d, suites=("report",),
+        res = run_bench_vm(BenchVmSpec(fs=FsSpec(fstype=fstype), accel=accel), runsets, d, suites=("report", *extra),
                            quick=quick)
         write(res, d / "results.json")
         results.append(res)

@@ -8,7 +8,7 @@ import os
 import sys
 
 from powercut.cli.bench import cmd_bench, cmd_report
-from powercut.cli.check import cmd_check, cmd_matrix, cmd_merge, cmd_repro
+from powercut.cli.check import cmd_check, cmd_demo, cmd_matrix, cmd_merge, cmd_repro
 from powercut.cli.inspect import cmd_log, cmd_replay, cmd_states, cmd_workloads
 from powercut.cli.parser import build_parser
 from powercut.cli.record import cmd_image, cmd_record, cmd_run
@@ -56,7 +56,8 @@ def os_error(e: OSError) -> str:
 
 
 COMMANDS = {"run": cmd_run, "check": cmd_check, "record": cmd_record, "image": cmd_image, "log": cmd_log, "states": cmd_states, "matrix": cmd_matrix, "repro": cmd_repro, "report": cmd_report,
-            "replay": cmd_replay, "workloads": cmd_workloads, "bench": cmd_bench, "merge": cmd_merge}
+            "replay": cmd_replay, "workloads": cmd_workloads, "bench": cmd_bench, "merge": cmd_merge,
+            "demo": cmd_demo}
 
 if __name__ == "__main__":
     sys.exit(main())

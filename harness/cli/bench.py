@@ -41,7 +41,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(meta)
     (out / "report.md").write_text(costreport.markdown(lines, meta))
     plots = costreport.plot(lines, out)
-    print(f"report: {out / 'report.md'}" + "".join(f", {p}" for p in plots))
+    from powercut.report import html
+    cells = [matrix.Cell.from_json(c) for c in doc.get("cells", [])]
+    svg = next((p for p in plots if p.suffix == ".svg"), None)
+    page = html.write_matrix(out, rows, cells, list(doc.get("rows", [])), cost=costreport.view(lines, meta, svg),
+                             title="durability vs cost", kind="durability vs cost report",
+                             rows_dir=mdir if mdir.is_dir() else mdir.parent)
+    print(f"report: {page}; {out / 'report.md'}" + "".join(f", {p}" for p in plots))
     return 0
 
 

@@ -75,6 +75,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         Console().print(matrix.table(rows, results))
         bad = [c for c in results if not c.ok]
         print(f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}")
+        print(f"report: {paths['html']}")
         if missing:
             print(f"powercut: matrix shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing from the "
                   "merge: not a pass", file=sys.stderr)
@@ -184,4 +185,27 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     Console().print(matrix.table(rows, results))
     bad = [c for c in results if not c.ok]
     print(f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}")
+    print(f"report: {paths['html']}")
+    return 3 if bad else 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job: six showcase rows checked and timed; one line per workload; report.html."""
+    from powercut.campaign.demo import DemoSpec, run_demo
+    from powercut.report import matrix
+
+    def done(row: matrix.Row, cells: list[matrix.Cell], info: dict) -> None:
+        for c in cells:
+            print(f"{'ok  ' if c.ok else 'SURPRISE'} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}",
+                  flush=True)
+
+    res = run_demo(DemoSpec(out=Path(args.out), check_in=args.check_in, jobs=args.jobs, max_states=args.max_states,
+                            accel=args.accel, cost=not args.no_cost), done)
+    print()
+    for line in res.lines:
+        print(line)
+    bad = res.surprises
+    print(f"{len(res.cells) - len(bad)} of {len(res.cells)} cells as expected"
+          + (f"; surprises: {', '.join(f'{c.row} {c.model}' for c in bad)}" if bad else ""))
+    print(f"report: {res.paths['html']}")
     return 3 if bad else 0

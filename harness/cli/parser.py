@@ -279,6 +279,16 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--shard", type=shard, default=None, metavar="I/N",
                     help="run only shard I of N of the chosen rows (round-robin, 1-based); 'powercut merge' joins them")
 
+    dm = sub.add_parser("demo", help="the main job: the three named workloads, each durable and broken, checked in "
+                        "checker VMs and timed with the cache on and off; one report.html")
+    dm.add_argument("-o", "--out", default="runs/demo", help="where recordings and results go (default runs/demo)")
+    dm.add_argument("--check-in", choices=("vm", "host"), default="vm", help="where to judge the states (default vm)")
+    dm.add_argument("-j", "--jobs", type=at_least(0), default=0, help="checker VMs at once (default: one per core)")
+    dm.add_argument("--max-states", type=at_least(0), default=0,
+                    help="judge at most this many states per row, spread over its models (default 0: all)")
+    dm.add_argument("--no-cost", action="store_true", help="skip the timings (no bench VM)")
+    dm.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="VM acceleration (default auto)")
+
     mg = sub.add_parser("merge", help="join the outputs of a check's shards (--shard i/n) into the one summary, "
                         "JUnit and failure groups of the whole campaign (or a matrix's shards into one matrix)")
     mg.add_argument("shards", nargs="+", metavar="SHARD_OUT",

@@ -122,6 +122,18 @@ def findings(lines: list[Line]) -> list[str]:
     return out
 
 
+def view(lines: list[Line], meta: str, svg: Path | None = None) -> dict[str, Any]:
+    """The durability-vs-cost section of the matrix page (report/html.write_matrix): the table's
+    lines, the findings, where the figures were taken, and the plot's SVG to inline."""
+    text = ""
+    if svg is not None and svg.is_file():
+        raw = svg.read_text()
+        text = raw[raw.find("<svg"):]   # without the XML declaration and DOCTYPE: inline in HTML
+    return {"lines": [{"id": ln.row.id, "verdicts": ln.verdicts(), "durable": ln.durable, "on_rate": _rate(ln.on),
+                       "on_p99": _p99(ln.on), "off_rate": _rate(ln.off), "off_p99": _p99(ln.off)} for ln in lines],
+            "findings": findings(lines), "meta": meta, "svg": text}
+
+
 def plot(lines: list[Line], out: Path) -> list[Path]:
     """Commits/s per configuration, cache on and off side by side, log scale; durable ones green."""
     try:

@@ -3,7 +3,12 @@ verdict in one sentence, the states per model, the log's timeline with the faili
 failure groups (minimized state, blame, repro command to copy, the kernel's words for a mount
 failure), flaky states and the environment -- rendered by Jinja2 from ``templates/report.html.j2``
 with inline CSS, SVG and a few lines of script: nothing is loaded from anywhere, so the file opens
-from an unzipped CI artifact.  ``check``, ``run`` and ``merge`` write it beside summary.json."""
+from an unzipped CI artifact.  ``check``, ``run`` and ``merge`` write it beside summary.json.
+
+The matrix page (``write_matrix``, ``templates/matrix.html.j2``): the verdict matrix as a grid of
+expected vs seen, its surprises, each row's reason, and -- from ``powercut report`` -- each
+guarantee's verdicts beside its commits/s and p99 with the cache on and off, with matplotlib's SVG
+plot inlined.  ``matrix``, ``merge`` (of matrix shards) and ``report`` write it."""
 from __future__ import annotations
 
 import json
@@ -14,6 +19,7 @@ from typing import Any
 
 import jinja2
 
+from powercut.core.stateid import MODELS
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
 from powercut.report import timeline
@@ -51,7 +57,18 @@ def _environment(recording: Path) -> list[tuple[str, str]]:
             ("disk bus", str(vm.get("bus", "?"))), ("guest write cache", "on" if vm.get("write_cache") else "off"),
             ("filesystem", f"{fs.get('fstype', '?')} {' '.join(fs.get('mkfs_opts', []))} "
                            f"{fs.get('mount_opts', '')}".strip()),
-            ("recorded", str(r.get("created", "?")))]
+            ("marks", _marks(m.get("marks"))), ("recorded", str(r.get("created", "?")))]
+
+
+def _marks(m: dict[str, Any] | None) -> str:
+    """How the recording's key marks are ordered (core/markorder.py)."""
+    if not m:
+        return "recorded before ordered marks: an ack may precede writes that completed before it (README, blind spot (c))"
+    if m.get("ordered"):
+        return f"ordered: each of the {m.get('key_marks')} key marks follows every write completed before it"
+    return (f"{m.get('ordered_key_marks')} of {m.get('key_marks')} key marks ordered"
+            + (f", {m.get('ambiguous_windows')} ambiguous windows" if m.get("ambiguous_windows") else "")
+            + ": before the others the log may lack writes that had completed (README, blind spot (c))")
 
 
 def _groups(s: Summary, outdir: Path) -> list[dict[str, Any]]:
@@ -82,5 +99,61 @@ def write(s: Summary, outdir: Path, verdicts: list[Any]) -> Path:
         environment=_environment(rec), notes=s.notes(),
         summary_json=json.dumps(s.to_json().get("states", {})))
     path = outdir / "report.html"
+    path.write_text(page)
+    return path
+
+
+# -- the matrix page: matrix, merge of matrix shards, report (with the cost view) ------------------------
+def matrix_sentence(rows: list[Any], results: list[Any], missing: tuple[str, ...] = ()) -> str:
+    bad = [c for c in results if not c.ok]
+    text = (f"{len(rows)} configurations, {len(results)} cells (configuration x crash model): "
+            f"{len(results) - len(bad)} as expected, {len(bad)} surprise{'s' if len(bad) != 1 else ''}")
+    if bad:
+        text += " (" + ", ".join(f"{c.row} {c.model}" for c in bad[:4]) + (" ..." if len(bad) > 4 else "") + ")"
+    text += "."
+    return text + (f" Shards missing: {', '.join(missing)}: not a complete matrix." if missing else "")
+
+
+def _label(c: Any) -> str:
+    """A cell's seen verdict in a word or two: failures that need no tear are the write cache's."""
+    return "write-cache's only" if c.seen == "pass (untorn)" else str(c.seen)
+
+
+def write_matrix(out: Path, rows: list[Any], results: list[Any], infos: list[dict[str, Any]], *,
+                 shard: str = "", missing: tuple[str, ...] = (), cost: dict[str, Any] | None = None,
+                 summary_lines: list[str] | None = None, seeds: str = "", title: str = "verdict matrix",
+                 kind: str = "verdict matrix", rows_dir: Path | None = None) -> Path:
+    """Render ``out/report.html``: the matrix grid (expected vs seen), surprises, each row's why,
+    optionally the durability-vs-cost view (``cost``: lines, findings, meta, svg) and the seeds.
+    ``rows_dir``: where the rows' own outputs are (default ``out``), for the links to their pages."""
+    by_row: dict[str, dict[str, Any]] = {}
+    for c in results:
+        by_row.setdefault(c.row, {})[c.model] = c
+    used = [m for m in MODELS if any(m in cells for cells in by_row.values())]
+    workloads: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        report = (rows_dir or out) / r.slug / "check" / "report.html"
+        cells = {m: {"ok": c.ok, "seen": _label(c), "expected": c.expected,
+                     "title": f"expected {c.expected}; seen {c.describe()}"
+                              + (f" -- {' '.join(r.notes[m].split())}" if m in r.notes else "")}
+                 for m, c in by_row.get(r.id, {}).items()}
+        workloads.setdefault(r.workload, []).append(
+            {"id": r.id, "slug": r.slug, "cells": cells, "why": " ".join(r.why.split()), "claim": r.claim,
+             "notes": {m: " ".join(n.split()) for m, n in r.notes.items()},
+             "link": os.path.relpath(report, out) if report.is_file() else ""})
+    surprises = [{"row": c.row, "model": c.model, "expected": c.expected, "seen": c.seen, "describe": c.describe(),
+                  "first_reason": c.first_reason} for c in results if not c.ok]
+    recs = [Path(i["recording"]) for i in infos if i.get("recording")]
+    env = next((e for p in recs if len(e := _environment(p)) > 1), [])
+    env = [(k, v) for k, v in env if k not in ("recording", "filesystem", "recorded", "marks")]
+    env += [("checked in", ", ".join(sorted({str(i["check_in"]) for i in infos if i.get("check_in")})) or "?"),
+            ("rows", str(len(rows)))]
+    ok = not surprises and not missing and bool(results)
+    page = _ENV.get_template("matrix.html.j2").render(
+        title=title, kind=kind, shard=shard, ok=ok, verdict="AS EXPECTED" if ok else "SURPRISES" if surprises else "INCOMPLETE",
+        sentence=matrix_sentence(rows, results, missing), notes=[], models=used,
+        workloads=[{"name": k, "rows": v} for k, v in workloads.items()], surprises=surprises, cost=cost,
+        seeds=seeds, summary_lines=summary_lines or [], environment=env)
+    path = out / "report.html"
     path.write_text(page)
     return path

@@ -21,6 +21,7 @@ from rich.table import Table
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import FINDINGS
 from powercut.errors import PowercutError, UsageError
+from powercut.report import html
 
 log = logging.getLogger(__name__)
 
@@ -198,19 +199,29 @@ def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None) -> list[
     (those are write-cache findings: not counted as the torn model's)."""
     out = []
     untorn = untorn or {}
-    for m in row.models:
-        fails = [f for f in summary.failures if f.model == m]
+    covered = getattr(summary, "covered", None) or summary.by_model
+    for m in row.models:   # a model's states judged as aliases of an earlier model's count as its own
+        fails = [f for f in summary.failures if f.model == m or any(a.startswith(f"{m}@") for a in f.aliases)]
         free = [f.state for f in fails if untorn.get(f.state)]
         first = min(fails, key=lambda f: (f.cut, f.state)) if fails else None
         counts: dict[str, int] = {}
         for f in fails:
             counts[f.verdict] = counts.get(f.verdict, 0) + 1
         error = "" if summary.status == "complete" else f"campaign {summary.status}"
-        out.append(Cell(row.id, m, row.expect[m], sum(summary.by_model.get(m, {}).values()), counts,
-                        first.state if first else "", (first.reasons[0] if first and first.reasons else ""),
-                        sum(1 for f in summary.flaky if f.model == m), error, len(free),
+        out.append(Cell(row.id, m, row.expect[m], sum(covered.get(m, {}).values()), counts,
+                        _id_in(first, m) if first else "", (first.reasons[0] if first and first.reasons else ""),
+                        sum(1 for f in summary.flaky if m in _models(f)), error, len(free),
                         f"{free[0]} fails as {untorn[free[0]]}" if free else ""))
     return out
+
+
+def _id_in(v: Any, model: str) -> str:
+    """The id of the verdict's state as ``model`` names it (its own, or its alias of that model)."""
+    return v.state if v.model == model else next((a for a in v.aliases if a.startswith(f"{model}@")), v.state)
+
+
+def _models(v: Any) -> set[str]:
+    return {v.model, *(a.partition("@")[0] for a in v.aliases)}
 
 
 def failed_cells(row: Row, error: str) -> list[Cell]:
@@ -259,7 +270,7 @@ def markdown(rows: list[Row], results: list[Cell]) -> str:
 def write_results(out: Path, rows: list[Row], results: list[Cell], infos: list[dict[str, Any]], *,
                   shard: str = "", chosen: list[str] | None = None, file: str = "",
                   missing: tuple[str, ...] = ()) -> dict[str, Path]:
-    """matrix.json and matrix.md; ``shard`` (i/n) with ``chosen`` (every row id of the unsharded
+    """matrix.json, matrix.md and report.html; ``shard`` (i/n) with ``chosen`` (every row id of the unsharded
     run) and ``file`` make a shard's output self-describing for ``powercut merge``."""
     import json
     out.mkdir(parents=True, exist_ok=True)
@@ -270,6 +281,7 @@ def write_results(out: Path, rows: list[Row], results: list[Cell], infos: list[d
            "missing_shards": list(missing)}
     paths["json"].write_text(json.dumps(doc, indent=1))
     paths["md"].write_text(markdown(rows, results))
+    paths["html"] = html.write_matrix(out, rows, results, infos, shard=shard, missing=missing)
     return paths
 
 

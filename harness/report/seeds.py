@@ -8,6 +8,9 @@ and 4 s); ZODB FileStorage 2864 / 30.9 / 15.0 txn/s for fsync 0 / 1 / 2; Postgre
 fsync costs ~1 ms; Adium F_FULLFSYNC 1142 µs vs fsync 92.8 µs."""
 from __future__ import annotations
 
+from io import StringIO
+
+from rich.console import Console
 from rich.table import Table
 
 from powercut.bench.profiles import GROUP_COMMIT_BLOCK, PG_METHODS, size_label
@@ -162,3 +165,14 @@ def overhead(r: BenchResults) -> Table | None:
 def tables(r: BenchResults) -> list[Table]:
     """Every seed comparison the run has figures for, in suite order."""
     return [t for t in (tlpi(r), zodb(r), commit(r), flush_cost(r), pg(r), overhead(r)) if t is not None]
+
+
+def tlpi_text(results: list[BenchResults]) -> str:
+    """The TLPI table of each result set beside the book's figures, as plain text (for the page)."""
+    buf = StringIO()
+    console = Console(file=buf, width=130, color_system=None)
+    for r in results:
+        t = tlpi(r)
+        if t is not None:
+            console.print(t)
+    return buf.getvalue()

@@ -44,6 +44,8 @@ class Summary:
     allow_no_acks: bool = False
     shard: str = ""                           # "i/n" for one shard of a campaign ("" the whole)
     missing_shards: tuple[str, ...] = ()      # a merge without them is not complete
+    covered: dict[str, dict[str, int]] = field(default_factory=dict)  # model -> verdict -> its distinct
+    #   states judged, directly or as the alias of an earlier model's state with the same image
 
     @property
     def no_acks(self) -> bool:
@@ -84,6 +86,7 @@ class Summary:
         return {"recording": self.recording, "fstype": self.fstype, "workload": self.workload,
                 "check_in": self.check_in, "status": self.status, "total": self.total, "ok": self.ok,
                 "seconds": round(self.seconds, 3), "states": self.counts, "by_model": self.by_model,
+                "covered": self.covered,
                 "verdict": self.verdict, "notes": self.notes(), "acks": self.acks, "planned": self.planned,
                 "allow_no_acks": self.allow_no_acks, "shard": self.shard, "missing_shards": list(self.missing_shards),
                 "confirmed_failures": self.confirmed, "flaky": len(self.flaky),
@@ -99,8 +102,11 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               acks: int = -1, allow_no_acks: bool = False, shard: str = "",
               missing_shards: tuple[str, ...] = ()) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
+    covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
         by_model[v.model][v.verdict] += 1
+        for m in models_of(v):
+            covered[m][v.verdict] += 1
     failures = sorted((v for v in verdicts if v.finding),
                       key=lambda v: (-SEVERITY.index(v.verdict), v.model, v.cut, v.state))
     flaky = sorted((v for v in verdicts if v.verdict == "flaky"), key=lambda v: (v.model, v.cut, v.state))
@@ -108,7 +114,13 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               for m, c in (selection.counts.items() if selection is not None else ())}
     return Summary(recording, fstype, workload, check_in, {m: dict(c) for m, c in sorted(by_model.items())},
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
-                   triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards))
+                   triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
+                   {m: dict(c) for m, c in sorted(covered.items())})
+
+
+def models_of(v: Verdict) -> list[str]:
+    """The models a verdict speaks for: its state's, and each alias's (an alias id starts with its model)."""
+    return list(dict.fromkeys([v.model, *(a.partition("@")[0] for a in v.aliases)]))
 
 
 def repro(recording: str, v: Verdict) -> str:

@@ -88,3 +88,66 @@ def test_timeline_of_a_large_log_stays_small(tmp_path) -> None:
 def test_unreadable_log_gives_no_timeline(tmp_path) -> None:
     (tmp_path / "log.bin").write_bytes(b"not a log")
     assert timeline.from_log(tmp_path / "log.bin") is None
+
+
+# -- the matrix page (matrix, merge of matrix shards, report) ----------------------------------------
+def matrix_page(tmp_path: Path, with_cost: bool) -> tuple[Path, list]:
+    from powercut.bench.results import BenchEntry
+    from powercut.report import cost, html, matrix
+
+    rows = matrix.choose(matrix.load(), ["filestorage/*/ext4"])
+    cells = []
+    for r in rows:
+        for m in r.models:
+            failing = {} if r.expect[m] == "pass" else {r.expect[m] if r.expect[m] != "fail" else "corrupt-data": 3}
+            cells.append(matrix.Cell(r.id, m, r.expect[m], judged=40, failing=failing,
+                                     first="write-cache@9/d3" if failing else ""))
+    bad = matrix.Cell(rows[0].id, rows[0].models[0], rows[0].expect[rows[0].models[0]], judged=40,
+                      failing={"lost-ack": 2}, first="flush@17", first_reason="ack 4 acknowledged but missing")
+    cells[0] = bad  # a surprise: a durable configuration caught
+    (tmp_path / rows[1].slug / "check").mkdir(parents=True)
+    (tmp_path / rows[1].slug / "check" / "report.html").write_text("<html></html>")
+    view = None
+    if with_cost:
+        def entry(wc: bool, rate: float) -> BenchEntry:
+            return BenchEntry("report", "x", "workload", wc, commits_per_s=rate, p99_us=1500.0)
+        lines = [cost.Line(r, tuple(c.to_json() for c in cells if c.row == r.id), entry(True, 100.0 * (k + 1)),
+                           entry(False, 40.0 * (k + 1))) for k, r in enumerate(rows)]
+        svg = tmp_path / "plot.svg"
+        svg.write_text('<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg xmlns="http://www.w3.org/2000/svg"><rect/></svg>')
+        view = cost.view(lines, "timed in a VM (tcg)", svg)
+    page = html.write_matrix(tmp_path, rows, cells, [], cost=view)
+    return page, rows
+
+
+def test_the_matrix_page_shows_the_grid_surprises_and_cost(tmp_path) -> None:
+    page, rows = matrix_page(tmp_path, with_cost=True)
+    text = page.read_text()
+    p = Outside()
+    p.feed(text)
+    # the only references are links to the rows' own pages in the same output
+    assert all(r == f"<a href={rows[1].slug}/check/report.html>" for r in p.refs), p.refs
+    assert not re.search(r"url\(|@import|<script src|<link", text)
+    assert "<?xml" not in text and "<svg" in text   # the plot inlined without its XML prolog
+    dom = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                          f"file://{page}"], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-500:]
+    seen = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom.stdout))
+    n = sum(len(r.models) for r in rows)
+    assert f"{len(rows)} configurations, {n} cells (configuration x crash model): {n - 1} as expected, 1 surprise" in seen
+    assert "SURPRISES" in seen and "Durability vs cost" in seen and "commits/s cache off" in seen
+    assert f"{rows[0].id} · {rows[0].models[0]}: expected pass, seen lost-ack" in seen
+    shot = tmp_path / "matrix.png"
+    res = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                          "--window-size=1280,1600", f"file://{page}"], capture_output=True, timeout=120)
+    assert res.returncode == 0 and shot.stat().st_size > 20_000
+
+
+def test_a_matrix_without_surprises_or_cost_is_as_expected(tmp_path) -> None:
+    from powercut.report import html, matrix
+    rows = matrix.choose(matrix.load(), ["wal/correct/ext4"])
+    cells = [matrix.Cell(rows[0].id, m, "pass", judged=10) for m in rows[0].models]
+    text = html.write_matrix(tmp_path, rows, cells, []).read_text()
+    assert 'id="verdict">AS EXPECTED<' in text and "Durability vs cost" not in text
+    missing = html.write_matrix(tmp_path, rows, cells, [], missing=("2/3",)).read_text()
+    assert 'id="verdict">INCOMPLETE<' in missing and "Shards missing: 2/3" in missing

@@ -122,3 +122,21 @@ def test_matrix_cli_lists_rows_and_refuses_bad_input(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as e:
         main(["matrix", "--check-in", "cloud"])
     assert e.value.code == 2
+
+
+def test_a_model_whose_states_are_all_aliases_is_judged_through_them() -> None:
+    """no-cache before flush: every flush state has a no-cache state's image, so flush owns none;
+    its cell counts the verdicts of its aliases (judged, failing, first failing state by its own id)."""
+    from powercut.core.verdict import Verdict
+    from powercut.report.summary import summarize
+    row = matrix.Row("osync", "v", {}, "ext4", {"no-cache": "pass", "flush": "lost-ack"}, "why")
+    vs = [Verdict("no-cache@5", "no-cache", 5, "pass", (), 1, 0, 0.1, aliases=("flush@5",)),
+          Verdict("no-cache@6", "no-cache", 6, "pass", (), 1, 0, 0.1),
+          Verdict("no-cache@9", "no-cache", 9, "lost-ack", ("ack 2 missing",), 2, 0, 0.1, aliases=("flush@9",),
+                  confirmed=True)]
+    s = summarize(vs, recording="r", fstype="ext4", workload="osync", check_in="host", seconds=1.0)
+    assert s.by_model == {"no-cache": {"pass": 2, "lost-ack": 1}}
+    assert s.covered == {"no-cache": {"pass": 2, "lost-ack": 1}, "flush": {"pass": 1, "lost-ack": 1}}
+    nc, fl = matrix.cells(row, s)
+    assert (nc.judged, nc.failing, nc.ok) == (3, {"lost-ack": 1}, False)
+    assert (fl.judged, fl.failing, fl.first, fl.ok) == (2, {"lost-ack": 1}, "flush@9", True)
