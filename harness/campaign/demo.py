@@ -32,7 +32,7 @@ class DemoSpec:
     out: Path
     check_in: str = "vm"
     jobs: int = 0
-    max_states: int = 0           # per row, spread over its models (0: every distinct state)
+    max_states: int = 80          # per row, spread over its models (0: every distinct state)
     accel: str = "auto"
     cost: bool = True             # time the rows and the TLPI suite (one bench VM)
     rows_file: Path | None = None
@@ -93,15 +93,14 @@ def workload_lines(rows: list[Row], cells: list[Cell], lines: list[cost.Line]) -
         parts = []
         for r in (r for r in rows if r.workload == wl):
             cs = by_row.get(r.id, [])
-            judged = sum(c.judged for c in cs)
             if any(c.error for c in cs):
                 what = "could not be checked (" + next(c.error for c in cs if c.error) + ")"
             elif all(not c.failing for c in cs):
-                what = f"survived all {judged} crash states judged"
+                what = "survived every crash state judged (" + ", ".join(f"{c.judged} {c.model}" for c in cs) + ")"
             else:
-                bad = ", ".join(f"{n} {v}" for c in cs for v, n in sorted(c.failing.items()))
-                what = f"failed {bad} of {judged} crash states (" + ", ".join(
-                    f"{c.model}" for c in cs if c.failing) + ")"
+                what = "failed: " + ", ".join(
+                    f"{' and '.join(f'{n} {v}' for v, n in sorted(c.failing.items()))} of {c.judged} {c.model} states"
+                    for c in cs if c.failing)
             ln = timing.get(r.id)
             price = ""
             if ln is not None and ln.on is not None and ln.on.commits_per_s:

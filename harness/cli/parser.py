@@ -284,8 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("-o", "--out", default="runs/demo", help="where recordings and results go (default runs/demo)")
     dm.add_argument("--check-in", choices=("vm", "host"), default="vm", help="where to judge the states (default vm)")
     dm.add_argument("-j", "--jobs", type=at_least(0), default=0, help="checker VMs at once (default: one per core)")
-    dm.add_argument("--max-states", type=at_least(0), default=0,
-                    help="judge at most this many states per row, spread over its models (default 0: all)")
+    dm.add_argument("--max-states", type=at_least(0), default=80,
+                    help="judge at most this many states per row, spread over its models (default 80; 0: all)")
     dm.add_argument("--no-cost", action="store_true", help="skip the timings (no bench VM)")
     dm.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="VM acceleration (default auto)")
 
