@@ -119,8 +119,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"powercut: warning: {w}", file=sys.stderr)
     plots = [p for p in (out / "latency.png", out / "latency.svg") if p.exists()]
-    print(f"results: {out / 'results.json'}" + (f"\nplots: {', '.join(map(str, plots))}" if plots else ""),
-          file=sys.stderr if args.json else sys.stdout)
+    from powercut.report import html
+    page = html.write_bench(results, out)
+    print(f"results: {out / 'results.json'}" + (f"\nplots: {', '.join(map(str, plots))}" if plots else "")
+          + f"\nreport: {page}", file=sys.stderr if args.json else sys.stdout)
     failed = [e for e in results.entries if e.error]
     for e in failed[:10]:
         print(f"FAILED {e.name} (cache {e.cache}): {e.error}", file=sys.stderr)

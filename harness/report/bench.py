@@ -58,27 +58,45 @@ def cache_peer(results: BenchResults, e: BenchEntry) -> BenchEntry | None:
     return results.find(e.name, True, suite=e.suite, setting=e.setting)
 
 
-def main_table(results: BenchResults) -> Table:
-    m = results.meta
-    where = f"{m.mode}, {m.accel}" + (f", qemu cache={m.qemu_cache}" if m.qemu_cache else "")
-    t = Table(title=f"powercut bench ({where}; {m.fs} on {m.device or m.backing})", title_justify="left")
-    for col in ("suite", "item", "cache", "ops/s", "MB/s", "commits/s", "p50", "p99", "p99.9", "vs buffered",
-                "off/on"):
-        t.add_column(col, justify="left" if col in ("suite", "item", "cache") else "right")
-    suite = None
+COLUMNS = ("suite", "item", "cache", "ops/s", "MB/s", "commits/s", "p50", "p99", "p99.9", "vs buffered", "off/on")
+
+
+def rows(results: BenchResults) -> list[dict[str, str]]:
+    """The main table's rows (terminal and page alike): column -> text, ``error`` for a failed item."""
+    out = []
     for e in results.entries:
         if e.error:
-            t.add_row(e.suite if e.suite != suite else "", e.name, e.cache, f"[red]failed: {e.error[:60]}[/red]")
-            suite = e.suite
+            out.append({"suite": e.suite, "item": e.name, "cache": e.cache, "error": e.error})
             continue
         slow = ratio(getattr(buffered_peer(results, e), "ops_per_s", None), e.ops_per_s)
         on = cache_peer(results, e)
         off_on = ratio(on.commits_per_s, e.commits_per_s) if on else None
-        cache = e.cache + (f", {e.setting}" if e.setting else "")
-        t.add_row(e.suite if e.suite != suite else "", e.name, cache, fmt_num(e.ops_per_s), fmt_num(e.mb_per_s),
-                  fmt_num(e.commits_per_s), fmt_us(e.p50_us), fmt_us(e.p99_us), fmt_us(e.p999_us),
-                  fmt_ratio(slow) if slow and e.name.split("-")[0] != "buffered" else "", fmt_ratio(off_on))
-        suite = e.suite
+        out.append({"suite": e.suite, "item": e.name, "cache": e.cache + (f", {e.setting}" if e.setting else ""),
+                    "ops/s": fmt_num(e.ops_per_s), "MB/s": fmt_num(e.mb_per_s), "commits/s": fmt_num(e.commits_per_s),
+                    "p50": fmt_us(e.p50_us), "p99": fmt_us(e.p99_us), "p99.9": fmt_us(e.p999_us),
+                    "vs buffered": fmt_ratio(slow) if slow and e.name.split("-")[0] != "buffered" else "",
+                    "off/on": fmt_ratio(off_on)})
+    return out
+
+
+def title(results: BenchResults) -> str:
+    m = results.meta
+    where = f"{m.mode}, {m.accel}" + (f", qemu cache={m.qemu_cache}" if m.qemu_cache else "")
+    return f"powercut bench ({where}; {m.fs} on {m.device or m.backing})"
+
+
+def main_table(results: BenchResults) -> Table:
+    t = Table(title=title(results), title_justify="left")
+    for col in COLUMNS:
+        t.add_column(col, justify="left" if col in ("suite", "item", "cache") else "right")
+    suite = None
+    for r in rows(results):
+        shown = r["suite"] if r["suite"] != suite else ""
+        suite = r["suite"]
+        if "error" in r:
+            t.add_row(shown, r["item"], r["cache"], f"[red]failed: {r['error'][:60]}[/red]")
+        else:
+            t.add_row(shown, *(r[c] for c in COLUMNS[1:]))
     return t
 
 

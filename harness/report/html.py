@@ -8,7 +8,11 @@ from an unzipped CI artifact.  ``check``, ``run`` and ``merge`` write it beside 
 The matrix page (``write_matrix``, ``templates/matrix.html.j2``): the verdict matrix as a grid of
 expected vs seen, its surprises, each row's reason, and -- from ``powercut report`` -- each
 guarantee's verdicts beside its commits/s and p99 with the cache on and off, with matplotlib's SVG
-plot inlined.  ``matrix``, ``merge`` (of matrix shards) and ``report`` write it."""
+plot inlined.  ``matrix``, ``merge`` (of matrix shards), ``report`` and ``demo`` write it.
+
+The bench page (``write_bench``, ``templates/bench.html.j2``): every timed item's cost (the terminal
+table's rows), the latency plot inlined, the seeds' tables beside ours, where it was measured.
+``bench`` writes it beside results.json."""
 from __future__ import annotations
 
 import json
@@ -22,7 +26,7 @@ import jinja2
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
-from powercut.report import timeline
+from powercut.report import bench, seeds, timeline
 from powercut.report.summary import Summary
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("powercut.report", "templates"),
@@ -154,6 +158,27 @@ def write_matrix(out: Path, rows: list[Any], results: list[Any], infos: list[dic
         sentence=matrix_sentence(rows, results, missing), notes=[], models=used,
         workloads=[{"name": k, "rows": v} for k, v in workloads.items()], surprises=surprises, cost=cost,
         seeds=seeds, summary_lines=summary_lines or [], environment=env)
+    path = out / "report.html"
+    path.write_text(page)
+    return path
+
+
+# -- the bench page ------------------------------------------------------------------------------------
+def write_bench(results: Any, out: Path) -> Path:
+    """Render ``out/report.html`` for ``powercut bench``: every item's cost, the latency plot
+    (``latency.svg`` in ``out``, inlined), the seeds' tables beside ours, where it was measured."""
+    rows = bench.rows(results)
+    failed = sum("error" in r for r in rows)
+    m = results.meta
+    sentence = (f"{len(rows)} items timed in a {m.mode} ({m.accel}) on {m.fs}"
+                + (", the disk write cache on and off" if {e.write_cache for e in results.entries} >= {True, False} else "")
+                + (f"; {failed} failed." if failed else "; every item ran."))
+    svg = out / "latency.svg"
+    raw = svg.read_text() if svg.is_file() else ""
+    page = _ENV.get_template("bench.html.j2").render(
+        title=bench.title(results), ok=not failed, verdict="FAILED ITEMS" if failed else "TIMED", sentence=sentence,
+        columns=bench.COLUMNS, rows=rows, svg=raw[raw.find("<svg"):] if raw else "",
+        seeds=seeds.as_text(seeds.tables(results)), where=bench.describe(results))
     path = out / "report.html"
     path.write_text(page)
     return path

@@ -168,11 +168,14 @@ def tables(r: BenchResults) -> list[Table]:
 
 
 def tlpi_text(results: list[BenchResults]) -> str:
-    """The TLPI table of each result set beside the book's figures, as plain text (for the page)."""
+    """The TLPI table of each result set beside the book's figures, as plain text (for a page)."""
+    return as_text([t for r in results if (t := tlpi(r)) is not None])
+
+
+def as_text(tables: list[Table]) -> str:
+    """Rich tables as plain text (a page shows them in a <pre>)."""
     buf = StringIO()
     console = Console(file=buf, width=130, color_system=None)
-    for r in results:
-        t = tlpi(r)
-        if t is not None:
-            console.print(t)
+    for t in tables:
+        console.print(t)
     return buf.getvalue()

@@ -173,3 +173,20 @@ def test_repeated_runs_are_compared_by_their_medians() -> None:
     assert r.median("commits_per_s", "fsync-4k", False) is None
     text = render(benchseeds.overhead(r))
     assert "median of 3" in " ".join(text.split()) and "2.40x" in text
+
+
+def test_the_bench_page_shows_every_item_the_plot_and_where(tmp_path: Path) -> None:
+    """powercut bench's report.html: the terminal table's rows (a failed item says so), the latency
+    plot inlined without its XML prolog, the seeds' tables, where the figures were taken; nothing
+    loaded from outside."""
+    import re
+    from powercut.report import html
+    pytest.importorskip("matplotlib")
+    r = sample()
+    benchreport.plot(r, tmp_path)
+    text = html.write_bench(r, tmp_path).read_text()
+    assert "6 items timed in a vm" in text and "1 failed." in text and 'id="verdict">FAILED ITEMS<' in text
+    assert "failed: fio osync-4k exited 1: boom" in text and "fsync-4k" in text and "19 ms" in text and "800.0x" in text
+    assert "<svg" in text and "<?xml" not in text
+    assert all(line in text for line in benchreport.describe(r))
+    assert not re.search(r'(src|href)="(?!#)|url\((?!#)|@import', text)   # the SVG's clip-paths are url(#...)
