@@ -46,3 +46,15 @@ def test_ci_part_of_the_verdict_matrix(tmp_path: Path) -> None:
     assert "fsync=2 instead of 1 turns" in md  # what the second fsync buys, and its price
     assert (out / "report" / "durability-vs-cost.png").stat().st_size > 1000
     print(f"durability-vs-cost report in {time.monotonic() - t0:.0f} s")
+    # the pages a person reads: the matrix's, and the report's with the cost view, as Chromium shows them
+    import re
+    import shutil
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "chromium is missing: ci/setup.sh installs the Debian package"
+    for page, wanted in ((out / "report.html", f"{len(doc['cells'])} as expected, 0 surprises"),
+                         (out / "report" / "report.html", "Durability vs cost")):
+        dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", f"file://{page}"],
+                             capture_output=True, text=True, timeout=120)
+        seen = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom.stdout))
+        assert wanted in seen and "AS EXPECTED" in seen, seen[:2000]
+        assert all(r in seen for r in rows), [r for r in rows if r not in seen]
