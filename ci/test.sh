@@ -4,7 +4,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh || exit 1
 bash ci/start-libvirtd.sh || exit 1
-"${PYTHON:-python3}" -m pytest -q -p no:cacheprovider "$@" tests
+"${PYTHON:-python3}" -m pytest -q -p no:cacheprovider --durations=25 "$@" tests
 rc=$?
 if [ $rc -eq 5 ]; then
     echo "test.sh: pytest collected no tests: that is a failure here" >&2
