@@ -69,8 +69,7 @@ def run_demo(spec: DemoSpec, on_row: Any = None) -> DemoResult:
             log.warning("timing the rows failed: %s", cost_error)
     doc = {"cells": [c.to_json() for c in cells]}
     lines = cost.join(rows, doc, benches)
-    meta = "; ".join(sorted({f"timed in a {b.meta.mode} ({b.meta.accel}, QEMU cache={b.meta.qemu_cache or '-'}, "
-                             f"{b.meta.backing})" for b in benches}))
+    meta = cost.where(benches)
     plots = cost.plot(lines, spec.out) if benches else []
     svg = next((p for p in plots if p.suffix == ".svg"), None)
     sentences = workload_lines(rows, cells, lines)

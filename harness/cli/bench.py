@@ -31,8 +31,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.measure:
         benches += measure(rows, out, quick=args.quick, accel=args.accel)
     lines = costreport.join(rows, doc, benches)
-    meta = "; ".join(sorted({f"timed in a {b.meta.mode} ({b.meta.accel}, QEMU cache={b.meta.qemu_cache or '-'}, "
-                             f"{b.meta.backing}){': ' + b.meta.note if b.meta.note else ''}" for b in benches}))
+    meta = costreport.where(benches)
     console = Console()
     (console if console.is_terminal else Console(width=170)).print(costreport.table(lines))
     for sentence in costreport.findings(lines):

@@ -49,8 +49,6 @@ ACK_PREFIX = "ack:"
 BEGIN_PREFIX = "begin:"
 ORDER_BEGIN = "powercut-order-begin"  # the marking code's ordering flush lies between these two (models.py)
 ORDER_END = "powercut-order-end"
-ORDER_SUFFIX = "-order"  # the linear device over a recording's log-writes target the marking code flushes
-FS_SUFFIX = "-fs"  # the linear device over it that holds the recorded filesystem
 
 SUPER = struct.Struct("<QQQI")
 HEADER = struct.Struct("<QQQQ")

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from powercut.core.dmlog import FS_SUFFIX, ORDER_SUFFIX
 from powercut.linux import dm, filesystems, process
 from powercut.linux.blockdev import find_disk, sectors
 from powercut.linux.mounts import mount, umount
@@ -22,6 +21,8 @@ from powercut.vm.guestjob import MarkBenchJob, RecordJob
 log = logging.getLogger("powercut.guest")
 
 MNT = "/run/powercut/mnt"
+FS_SUFFIX = "-fs"        # the linear map over the log-writes target that holds the recorded filesystem
+ORDER_SUFFIX = "-order"  # the linear map beside it that marks flush (marks.py)
 
 
 def log_writes_status(name: str) -> dict[str, Any]:

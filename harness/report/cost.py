@@ -16,6 +16,7 @@ from rich.table import Table
 
 from powercut.bench.results import BenchEntry, BenchResults
 from powercut.errors import UsageError
+from powercut.report import html
 from powercut.report.bench import fmt_us
 from powercut.report.matrix import Row
 
@@ -122,16 +123,18 @@ def findings(lines: list[Line]) -> list[str]:
     return out
 
 
+def where(benches: list[BenchResults]) -> str:
+    """Where the rows were timed (one clause per bench run)."""
+    return "; ".join(sorted({f"timed in a {b.meta.mode} ({b.meta.accel}, QEMU cache={b.meta.qemu_cache or '-'}, "
+                             f"{b.meta.backing}){': ' + b.meta.note if b.meta.note else ''}" for b in benches}))
+
+
 def view(lines: list[Line], meta: str, svg: Path | None = None) -> dict[str, Any]:
     """The durability-vs-cost section of the matrix page (report/html.write_matrix): the table's
     lines, the findings, where the figures were taken, and the plot's SVG to inline."""
-    text = ""
-    if svg is not None and svg.is_file():
-        raw = svg.read_text()
-        text = raw[raw.find("<svg"):]   # without the XML declaration and DOCTYPE: inline in HTML
     return {"lines": [{"id": ln.row.id, "verdicts": ln.verdicts(), "durable": ln.durable, "on_rate": _rate(ln.on),
                        "on_p99": _p99(ln.on), "off_rate": _rate(ln.off), "off_p99": _p99(ln.off)} for ln in lines],
-            "findings": findings(lines), "meta": meta, "svg": text}
+            "findings": findings(lines), "meta": meta, "svg": html.inline_svg(svg)}
 
 
 def plot(lines: list[Line], out: Path) -> list[Path]:

@@ -164,6 +164,14 @@ def write_matrix(out: Path, rows: list[Any], results: list[Any], infos: list[dic
 
 
 # -- the bench page ------------------------------------------------------------------------------------
+def inline_svg(path: Path | None) -> str:
+    """An SVG file's ``<svg>`` element, without the XML declaration and DOCTYPE ("" if none)."""
+    if path is None or not path.is_file():
+        return ""
+    raw = path.read_text()
+    return raw[raw.find("<svg"):]
+
+
 def write_bench(results: Any, out: Path) -> Path:
     """Render ``out/report.html`` for ``powercut bench``: every item's cost, the latency plot
     (``latency.svg`` in ``out``, inlined), the seeds' tables beside ours, where it was measured."""
@@ -173,11 +181,9 @@ def write_bench(results: Any, out: Path) -> Path:
     sentence = (f"{len(rows)} items timed in a {m.mode} ({m.accel}) on {m.fs}"
                 + (", the disk write cache on and off" if {e.write_cache for e in results.entries} >= {True, False} else "")
                 + (f"; {failed} failed." if failed else "; every item ran."))
-    svg = out / "latency.svg"
-    raw = svg.read_text() if svg.is_file() else ""
     page = _ENV.get_template("bench.html.j2").render(
         title=bench.title(results), ok=not failed, verdict="FAILED ITEMS" if failed else "TIMED", sentence=sentence,
-        columns=bench.COLUMNS, rows=rows, svg=raw[raw.find("<svg"):] if raw else "",
+        columns=bench.COLUMNS, rows=rows, svg=inline_svg(out / "latency.svg"),
         seeds=seeds.as_text(seeds.tables(results)), where=bench.describe(results))
     path = out / "report.html"
     path.write_text(page)

@@ -22,6 +22,7 @@ from powercut.core.stateid import MODELS
 from powercut.core.verdict import FINDINGS
 from powercut.errors import PowercutError, UsageError
 from powercut.report import html
+from powercut.report.summary import models_of
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,7 @@ def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None) -> list[
     untorn = untorn or {}
     covered = getattr(summary, "covered", None) or summary.by_model
     for m in row.models:   # a model's states judged as aliases of an earlier model's count as its own
-        fails = [f for f in summary.failures if f.model == m or any(a.startswith(f"{m}@") for a in f.aliases)]
+        fails = [f for f in summary.failures if m in models_of(f)]
         free = [f.state for f in fails if untorn.get(f.state)]
         first = min(fails, key=lambda f: (f.cut, f.state)) if fails else None
         counts: dict[str, int] = {}
@@ -210,7 +211,7 @@ def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None) -> list[
         error = "" if summary.status == "complete" else f"campaign {summary.status}"
         out.append(Cell(row.id, m, row.expect[m], sum(covered.get(m, {}).values()), counts,
                         _id_in(first, m) if first else "", (first.reasons[0] if first and first.reasons else ""),
-                        sum(1 for f in summary.flaky if m in _models(f)), error, len(free),
+                        sum(1 for f in summary.flaky if m in models_of(f)), error, len(free),
                         f"{free[0]} fails as {untorn[free[0]]}" if free else ""))
     return out
 
@@ -218,10 +219,6 @@ def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None) -> list[
 def _id_in(v: Any, model: str) -> str:
     """The id of the verdict's state as ``model`` names it (its own, or its alias of that model)."""
     return v.state if v.model == model else next((a for a in v.aliases if a.startswith(f"{model}@")), v.state)
-
-
-def _models(v: Any) -> set[str]:
-    return {v.model, *(a.partition("@")[0] for a in v.aliases)}
 
 
 def failed_cells(row: Row, error: str) -> list[Cell]:
