@@ -42,6 +42,7 @@ class MatrixRun:
     max_states: int = 0
     accel: str = "auto"
     resume: bool = False
+    check_uris: tuple[str, ...] = ()   # --check-uri: every row's checker VMs on these libvirt hosts
 
 
 def run_row(row: Row, how: MatrixRun, on_verdict: Any = None) -> tuple[list[Cell], dict[str, Any]]:
@@ -91,7 +92,8 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
     try:
         rec = recording.load(recdir)
         info["record_s"] = rec.manifest.get("recording", {}).get("vm_wall_s")
-        cspec = CampaignSpec(models=row.models, check_in=how.check_in or row.ci or "vm", jobs=how.jobs,
+        where = how.check_in or ("vm" if how.check_uris else row.ci or "vm")
+        cspec = CampaignSpec(models=row.models, check_in=where, jobs=how.jobs, check_uris=how.check_uris,
                              bound=how.bound, samples=how.samples, accel=how.accel,
                              max_states=min((x for x in (how.max_states, row.max_states) if x), default=0),
                              resume=how.resume, shrink=0)  # the matrix wants verdicts; triage is check's

@@ -65,6 +65,7 @@ class CampaignSpec:
     shard: Shard = Shard()        # judge only this shard of the distinct states (--shard i/n)
     checker_function: str = ""    # a Python checker, FILE::NAME (the pytest plugin's; powercut.pycall)
     checker_path: tuple[str, ...] = ()   # sys.path entries its imports need
+    check_uris: tuple[str, ...] = ()     # --check-uri: libvirt hosts the checker VMs boot on
 
     def settings(self, rec: recording.Recording) -> dict[str, Any]:
         """What a resumed campaign must share with the journal's: the log and how states are made
@@ -91,7 +92,7 @@ class CampaignSpec:
         return self.jobs or os.cpu_count() or 1
 
     def place(self) -> Place:
-        return Place(self.check_in, self.accel, self.memory_mb, self.state_timeout_s)
+        return Place(self.check_in, self.accel, self.memory_mb, self.state_timeout_s, tuple(self.check_uris))
 
 
 def prepare_out(outdir: Path, resume: bool, force: bool = False) -> None:

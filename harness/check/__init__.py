@@ -4,4 +4,6 @@
 * ``judge`` -- mount, checker, umount, read-only fsck of one state;
 * ``host`` -- --check-in host: loop devices, parallel incremental walks;
 * ``vm`` -- --check-in vm: checker VMs (CheckerVm boots one; check, diagnose and shell jobs);
+* ``hosts`` -- where a checker VM boots: QEMU here, libvirt here, or a remote libvirt host
+  (--check-uri: image and recording shipped by hash, files mirrored back);
 * ``place`` -- the one value that decides where states are judged, and its dispatch."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import check_host, require_root
+from powercut.check.hosts import validate_uri
 from powercut.check.vm import VmCheckSpec, check_vm
 from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
@@ -29,10 +30,17 @@ class Place:
     accel: str = "auto"
     memory_mb: int = 768           # per checker VM
     state_timeout_s: float = 300.0
+    uris: tuple[str, ...] = ()     # --check-uri: libvirt hosts the checker VMs boot on (none: QEMU here)
 
     def __post_init__(self) -> None:
         if self.check_in not in PLACES:
             raise UsageError(f"--check-in must be vm or host, not {self.check_in!r}")
+        if self.uris and self.on_host:
+            raise UsageError("--check-uri boots checker VMs on libvirt hosts: it needs --check-in vm, not host")
+        if len(set(self.uris)) != len(self.uris):
+            raise UsageError("--check-uri: a host given twice (use -j for more VMs on one host)")
+        for uri in self.uris:
+            validate_uri(uri)
 
     @property
     def on_host(self) -> bool:
@@ -45,11 +53,12 @@ class Place:
 
     def vm(self) -> VmCheckSpec:
         """The checker VM on the default guest image (built, or found cached)."""
-        return VmCheckSpec.default(accel=self.accel, memory_mb=self.memory_mb, state_timeout_s=self.state_timeout_s)
+        return VmCheckSpec.default(accel=self.accel, memory_mb=self.memory_mb, state_timeout_s=self.state_timeout_s,
+                                   uris=self.uris)
 
     def alone(self, jobs: int) -> int:
         """How many workers judge states that must be judged alone (confirmation): one host worker
-        (one kernel); every checker VM is a kernel of its own."""
+        (one kernel); every checker VM is a kernel of its own (``jobs`` on each --check-uri host)."""
         return 1 if self.on_host else jobs
 
     def judge(self, ctx: CheckContext, src: LogSource, index: Any, states: list[CrashState],

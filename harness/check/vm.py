@@ -26,16 +26,16 @@ from typing import Any
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import split_by_base
+from powercut.check.hosts import CheckHost, Staged
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
-from powercut.errors import GuestHang, GuestPanic, PowercutError, VmError
+from powercut.errors import GuestHang, GuestPanic, PowercutError, UsageError, VmError
 from powercut.images.build import build_image, tools_dir
 from powercut.linux import interrupt
 from powercut.linux.jsonlines import read_lines
 from powercut.vm import guestjob
 from powercut.vm.cmdline import keep_visible
-from powercut.vm.qemu import run_vm
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +52,18 @@ class VmCheckSpec:
     memory_mb: int = 768
     state_timeout_s: float = 300.0
     tools_dir: str = ""
+    uris: tuple[str, ...] = ()     # libvirt hosts the VMs boot on (--check-uri); none: QEMU here
 
     @staticmethod
-    def default(*, accel: str = "auto", memory_mb: int = 768, state_timeout_s: float = 300.0) -> "VmCheckSpec":
+    def default(*, accel: str = "auto", memory_mb: int = 768, state_timeout_s: float = 300.0,
+                uris: tuple[str, ...] = ()) -> "VmCheckSpec":
         """The checker VM on the default guest image (built, or found cached)."""
         image = build_image()
         return VmCheckSpec(image.kernel, image.initrd, accel=accel, memory_mb=memory_mb,
-                           state_timeout_s=state_timeout_s, tools_dir=tools_dir(image))
+                           state_timeout_s=state_timeout_s, tools_dir=tools_dir(image) or "", uris=uris)
+
+    def hosts(self) -> list[CheckHost]:
+        return [CheckHost(u) for u in self.uris] or [CheckHost()]
 
 
 class _Progress:
@@ -86,8 +91,10 @@ class _Progress:
 
 def check_vm(ctx: CheckContext, src: LogSource, index: Any, states: list[CrashState], sink: Sink,
              workdir: Path, spec: VmCheckSpec, *, jobs: int = 1) -> None:
-    """Judge ``states`` in ``jobs`` checker VMs; every verdict goes to ``sink`` (under a lock)."""
-    chunks = split_by_base(index, states, jobs)
+    """Judge ``states`` in ``jobs`` checker VMs on each of the spec's hosts (contiguous chunks of the
+    walk order, dealt to the hosts in turn); every verdict goes to ``sink`` (under a lock)."""
+    hosts = spec.hosts()
+    chunks = split_by_base(index, states, jobs * len(hosts))
     lock = threading.Lock()
 
     def locked(v: Verdict) -> None:
@@ -96,10 +103,11 @@ def check_vm(ctx: CheckContext, src: LogSource, index: Any, states: list[CrashSt
 
     if len(chunks) <= 1:
         for chunk in chunks:
-            _Judging(CheckerVm(ctx, src, spec, workdir / "vm0"), chunk, locked).run()
+            _Judging(CheckerVm(ctx, src, spec, workdir / "vm0", hosts[0]), chunk, locked).run()
         return
     with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix="powercut-vm") as pool:
-        futures = [pool.submit(_Judging(CheckerVm(ctx, src, spec, workdir / f"vm{i}"), c, locked).run)
+        futures = [pool.submit(_Judging(CheckerVm(ctx, src, spec, workdir / f"vm{i}", hosts[i % len(hosts)]), c,
+                                        locked).run)
                    for i, c in enumerate(chunks)]
         for f in futures:
             f.result()
@@ -119,10 +127,17 @@ class CheckerVm:
     """Boots a checker VM on one job and follows its progress stream: each verdict goes to
     ``on_verdict`` as it arrives; a state that runs past the per-state timeout ends the VM."""
 
-    def __init__(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path) -> None:
+    def __init__(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path,
+                 host: CheckHost | None = None) -> None:
         self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
+        self.host = host or CheckHost()
         keep_visible(ctx.checker.host_paths())   # a checker function's file and sys.path, even under /tmp
         self.boots = 0
+
+    def staged(self) -> Staged:
+        """The image, tools and recording as the booting host sees them (shipped there once)."""
+        return self.host.stage(self.src, self.spec.kernel, self.spec.initrd, self.spec.tools_dir,
+                               self.ctx.checker.host_paths())
 
     def source(self) -> guestjob.StateSource:
         return guestjob.StateSource(log=f"{guestjob.GUEST_REC_DIR}/{self.src.path.name}", size=self.src.size,
@@ -138,21 +153,21 @@ class CheckerVm:
         if run.exists():
             shutil.rmtree(run)
         jobdir = run / "job"
-        scratch = run / "scratch.img"
         jobdir.mkdir(parents=True)
-        with open(scratch, "wb") as f:
-            f.truncate(3 * self.src.size + (512 << 20))
         guestjob.write(jobdir, job)
-        vm = VmSpec(kernel=self.spec.kernel, initrd=self.spec.initrd, memory_mb=self.spec.memory_mb,
-                    disks=(DiskSpec(str(scratch), "pcscratch", cache="unsafe"),),
-                    shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False),
-                            ShareSpec("rec", str(self.src.path.parent))),
-                    accel=self.spec.accel,  # type: ignore[arg-type]
-                    timeout_s=24 * 3600 if interactive else 60 + self.spec.state_timeout_s * steps,
-                    console_path=str(run / "console.log"), name=f"powercut-check-{os.getpid()}-{self.workdir.name}",
-                    # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
-                    modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
-                    cmdline=("powercut.mount=rec",), interactive=interactive)
+        staged = self.staged()
+
+        def make_vm(d: str) -> VmSpec:   # d: the run directory on the host that boots the VM
+            return VmSpec(kernel=staged.kernel, initrd=staged.initrd, memory_mb=self.spec.memory_mb,
+                          disks=(DiskSpec(f"{d}/scratch.img", "pcscratch", cache="unsafe"),),
+                          shares=(ShareSpec("hostroot", "/"), ShareSpec("job", f"{d}/job", readonly=False),
+                                  ShareSpec("rec", staged.rec_dir)),
+                          accel=self.spec.accel,  # type: ignore[arg-type]
+                          timeout_s=24 * 3600 if interactive else 60 + self.spec.state_timeout_s * steps,
+                          console_path=f"{d}/console.log", name=f"powercut-check-{os.getpid()}-{self.workdir.name}",
+                          # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
+                          modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
+                          cmdline=("powercut.mount=rec",), interactive=interactive)
         progress = _Progress(jobdir / "progress.jsonl")
 
         def drain() -> None:
@@ -168,7 +183,9 @@ class CheckerVm:
 
         failure: VmError | None = None
         try:
-            run_vm(vm, rundir=run, watchdog=watchdog)
+            if interactive and self.host.remote:
+                raise UsageError("an interactive shell needs a checker VM on this machine, not on a --check-uri host")
+            self.host.boot(make_vm, run, 3 * self.src.size + (512 << 20), watchdog)
         except VmError as e:
             failure = e
         drain()
@@ -193,7 +210,7 @@ class _Judging:
         while todo := [s for s in self.states if s.id not in self.done]:
             interrupt.raise_if_stopping()
             before = len(self.done)
-            job = guestjob.CheckJob(self.vm.source(), tuple(s.id for s in todo), tools_dir=self.vm.spec.tools_dir)
+            job = guestjob.CheckJob(self.vm.source(), tuple(s.id for s in todo), tools_dir=self.vm.staged().tools_dir)
             out = self.vm.run(job, steps=len(todo) + 1, on_verdict=self._verdict)
             interrupt.raise_if_stopping()
             if out.failure is None:
@@ -235,7 +252,7 @@ def diagnose_vm(ctx: CheckContext, src: LogSource, firsts: list[Verdict], workdi
     ``tear_only``: only find out whether each (torn) failure needs its tear."""
     vm = CheckerVm(ctx, src, spec, workdir)
     job = guestjob.DiagnoseJob(vm.source(), tuple(v.to_json() for v in firsts), floor=-1 if floor is None else floor,
-                               budget=budget, tear_only=tear_only, tools_dir=spec.tools_dir)
+                               budget=budget, tear_only=tear_only, tools_dir=vm.staged().tools_dir)
     out = vm.run(job, steps=1 + budget * len(firsts) // 10)
     if out.failure is not None:
         raise PowercutError(f"the checker VM diagnosing {len(firsts)} failure(s) failed: {out.failure.one_line()}")
@@ -247,7 +264,7 @@ def shell_vm(ctx: CheckContext, src: LogSource, state: CrashState, workdir: Path
     state, on this terminal (``powercut repro --shell``)."""
     got: list[Verdict] = []
     vm = CheckerVm(ctx, src, spec, workdir)
-    out = vm.run(guestjob.ShellJob(vm.source(), state.id, tools_dir=spec.tools_dir), steps=2,
+    out = vm.run(guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir), steps=2,
                  on_verdict=got.append, interactive=True)
     if out.failure is not None:
         raise PowercutError(f"the shell's checker VM failed: {out.failure.one_line()}")

@@ -28,7 +28,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                         max_states=args.max_states, resume=args.resume, accel=args.accel,
                         state_timeout_s=args.state_timeout, confirm=not args.no_confirm, shrink=args.shrink,
                         shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
-                        allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard())
+                        allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard(),
+                        check_uris=tuple(args.check_uris))
     console = Console(stderr=True)
     failed = 0
     # the bar appears once judging starts: a refusal before it is one line, with no bar around it
@@ -164,9 +165,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             cells = ", ".join(f"{m} {r.expect[m]}" for m in r.models)
             print(f"{r.id:44} {cells}" + (f"   [CI: {r.ci}]" if r.ci else ""))
         return 0
+    if args.check_uris:   # refused before any row is recorded, not once per row
+        from powercut.check.place import Place
+        Place(args.check_in or "vm", uris=tuple(args.check_uris))
     out = Path(args.out)
     how = MatrixRun(out=out, check_in=args.check_in or "", jobs=args.jobs, bound=args.bound,
-                           samples=args.samples, max_states=args.max_states, accel=args.accel, resume=args.resume)
+                    samples=args.samples, max_states=args.max_states, accel=args.accel, resume=args.resume,
+                    check_uris=tuple(args.check_uris))
     console = Console(stderr=True)
     results, infos = [], []
 

@@ -110,6 +110,8 @@ def _check_options(p: argparse.ArgumentParser) -> None:
                         " host: loop devices on this machine, in parallel (trusted, disposable machines only)")
     g.add_argument("-j", "--jobs", type=at_least(0), default=0,
                    help="checker VMs (vm) or parallel walks (host) at once (default: one per core)")
+    g.add_argument("--check-uri", action="append", dest="check_uris", default=[], metavar="URI",
+                   help="a libvirt host for the checker VMs, e.g. qemu+ssh://user@host/system (repeat: the states are spread over the hosts, -j VMs on each; the image and recording are shipped there by hash)")
     g.add_argument("--checker", default="", metavar="COMMAND",
                    help="your own checker: gets the input as JSON on stdin, answers {\"verdict\": ..., \"reasons\": [...]} "
                         "on stdout, or exits 0 (pass) / 1 (fail)")
@@ -271,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--check-in", choices=("vm", "host"), default=None,
                     help="judge every row here (default: a CI row where its 'ci' says, the others in checker VMs)")
     mx.add_argument("-j", "--jobs", type=at_least(0), default=0, help="checker VMs or host walks at once (default: one per core)")
+    mx.add_argument("--check-uri", action="append", dest="check_uris", default=[], metavar="URI",
+                    help="a libvirt host for the checker VMs, e.g. qemu+ssh://user@host/system (repeat: the states are spread over the hosts, -j VMs on each; the image and recording are shipped there by hash)")
     mx.add_argument("--bound", type=at_least(0), default=10, help="write-cache: all subsets up to this many writes (default 10)")
     mx.add_argument("--samples", type=at_least(0), default=64, help="write-cache: seeded samples beyond the bound (default 64)")
     mx.add_argument("--max-states", type=at_least(0), default=0, help="judge at most this many states per row (0: all)")

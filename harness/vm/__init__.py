@@ -5,5 +5,6 @@
 * ``console`` -- how a run ended, read from the console;
 * ``accel`` -- KVM or TCG: the local probe and the verdict cache;
 * ``libvirt`` -- the libvirt backend and its remote KVM probe;
+* ``remote`` -- a remote libvirt host over ssh: shipping by hash, mirroring its files;
 * ``libvirt_xml`` -- VmSpec -> domain XML;
 * ``guestjob`` -- typed, versioned jobs for the guest agent."""

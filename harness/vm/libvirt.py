@@ -36,12 +36,14 @@ they must sit on a filesystem both hosts see at the same path.  ``accel`` auto o
 the probe guest there as a kvm domain (:func:`powercut.vm.accel.resolve_libvirt_accel`)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -50,6 +52,7 @@ from powercut.errors import EnvironmentNotReady, GuestHang, QemuCrashed, UsageEr
 from powercut.vm import accel as _accel
 from powercut.vm.console import ConsoleWatch, VmResult, classify_end, console_tail
 from powercut.vm.libvirt_xml import domain_xml
+from powercut.vm.remote import Mirror
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,7 @@ LOCAL_QEMU_LOG_DIR = Path("/var/log/libvirt/qemu")
 _EVENT_LOOP_LOCK = threading.Lock()
 _event_loop_started = False
 BOOT_TIMEOUTS_S = {"kvm": 60.0, "tcg": 300.0}  # to the first powercut line; POWERCUT_BOOT_TIMEOUT overrides
+PROBE_CONSOLE = "accel-probe-console.log"
 POLL_S = 0.5  # domain state (paused? gone?) is polled this often
 
 
@@ -215,7 +219,8 @@ def create_domain(libvirt, conn, xml: str):
 # ---------------------------------------------------------------- running a VmSpec
 
 def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | None = None,
-                   rundir: Path | None = None, start_marker: Path | None = None) -> VmResult:
+                   rundir: Path | None = None, start_marker: Path | None = None,
+                   watchdog: Callable[[], str | None] | None = None, mirror: Mirror | None = None) -> VmResult:
     """Boot ``spec`` as a transient libvirt domain and wait for it; return the guest's exit status or
     raise a VmError subclass, exactly like :func:`powercut.vm.qemu.run_vm`.  The domain XML and
     libvirt's QEMU log (local URIs) are kept in ``rundir`` as domain.xml and libvirt-qemu.log.
@@ -233,11 +238,14 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | No
     qemu_log = ""
     try:
         accel = accel or resolve_libvirt_accel(libvirt, conn, spec.accel, uri=uri, kernel=spec.kernel,
-                                               initrd=spec.initrd, workdir=rundir)
+                                               initrd=spec.initrd, workdir=rundir, mirror=mirror)
         who = _Domain(name, uri, accel)
         xml = domain_xml(spec, accel, name=name)
         (rundir / "domain.xml").write_text(xml)
-        Path(spec.console_path).write_bytes(b"")
+        if mirror is None:
+            Path(spec.console_path).write_bytes(b"")
+        else:   # the domain writes its console there; everything below reads the local copy
+            spec = dataclasses.replace(spec, console_path=str(mirror.local(spec.console_path)))
         callback = conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, watch.lifecycle, None)
         start = time.monotonic()
         try:
@@ -247,7 +255,7 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | No
                               f"  (XML: {rundir / 'domain.xml'})", spec.console_path,
                               console_tail(spec.console_path)) from None
         try:
-            timed_out, boot_s = _wait(libvirt, dom, watch, spec, start, start_marker, who)
+            timed_out, boot_s = _wait(libvirt, dom, watch, spec, start, start_marker, who, watchdog, mirror)
         except libvirt.libvirtError as e:  # e.g. libvirtd went away under us
             raise VmError(f"lost libvirt while waiting for {who.where()}: {_message(e)}",
                           spec.console_path, console_tail(spec.console_path)) from None
@@ -255,6 +263,8 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | No
     finally:
         if dom is not None:
             destroy_domain(libvirt, dom)
+        if mirror is not None:
+            mirror.sync(final=True)
         if callback is not None:
             try:
                 conn.domainEventDeregisterAny(callback)
@@ -291,10 +301,12 @@ def _exit_status(spec: VmSpec, reason: str, stderr: str, who: _Domain) -> int:
 
 
 def _wait(libvirt, dom, watch: _Watch, spec: VmSpec, start: float, start_marker: Path | None,
-          who: _Domain) -> tuple[bool, float | None]:
+          who: _Domain, watchdog: Callable[[], str | None] | None = None,
+          mirror: Mirror | None = None) -> tuple[bool, float | None]:
     """Wait for the domain to stop or the VM timeout: (timed_out, boot-to-job seconds).  A domain
     found paused is an error at once; a guest that shows no powercut line on its console (and has not
-    started the job) within the boot timeout is a GuestHang -- never a silent wait."""
+    started the job) within the boot timeout is a GuestHang -- never a silent wait; a reason from
+    ``watchdog`` is a GuestHang too."""
     deadline = start + spec.timeout_s  # from the domain's start: createXML may take a while
     boot_deadline = start + boot_timeout_s(who.accel, spec.timeout_s)
     alive = ConsoleWatch(spec.console_path, b"powercut-")
@@ -306,11 +318,15 @@ def _wait(libvirt, dom, watch: _Watch, spec: VmSpec, start: float, start_marker:
             boot_s = now - start
         if now >= next_poll:  # also catches a lost stop event (e.g. libvirtd restarted)
             next_poll = now + POLL_S
+            if mirror is not None:
+                mirror.sync()
             state = domain_state(libvirt, dom)
             if state is None:
                 return False, boot_s
             if why := paused_reason(libvirt, state):
                 _raise_paused(who, why, spec)
+            if watchdog is not None and (reason := watchdog()):
+                raise GuestHang(f"{who.where()}: {reason}", spec.console_path, console_tail(spec.console_path))
             if boot_s is None and not alive.seen() and now >= boot_deadline:
                 hint = ": KVM may not work on that host (try --accel tcg)" if who.accel == "kvm" else ""
                 raise GuestHang(f"{who.where()} did not reach the guest init within "
@@ -333,14 +349,16 @@ def _raise_paused(who: _Domain, why: str, spec: VmSpec) -> None:
 # ------------------------------------------------------------ KVM probe through libvirt
 
 def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *, uri: str,
-                      timeout: float = _accel.PROBE_TIMEOUT_S) -> tuple[bool, str]:
+                      timeout: float = _accel.PROBE_TIMEOUT_S, mirror: Mirror | None = None) -> tuple[bool, str]:
     """The probe on the hypervisor behind the libvirt connection ``conn``: kernel+initrd with
     ``powercut.probe=1`` as a transient kvm domain (AUTODESTROY, destroyed at the end), waiting for
     ``powercut-probe-ok`` on its console ``workdir``/accel-probe-console.log (a path both hosts see,
-    like every console of the libvirt backend); (ok, reason)."""
+    like every console of the libvirt backend, or, with ``mirror``, in its remote directory, read
+    through it); (ok, reason)."""
     name = f"powercut-accel-probe-{secrets.token_hex(4)}"
-    console = Path(workdir) / "accel-probe-console.log"
-    console.write_bytes(b"")
+    console = Path(mirror.remote_dir if mirror else workdir) / PROBE_CONSOLE
+    if mirror is None:
+        console.write_bytes(b"")
     spec = VmSpec(kernel=kernel, initrd=initrd, memory_mb=256, console_path=str(console), name=name,
                   cmdline=("powercut.probe=1",), timeout_s=timeout)
     start = time.monotonic()
@@ -348,9 +366,11 @@ def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *,
         dom = create_domain(libvirt, conn, domain_xml(spec, "kvm", name=name))
     except libvirt.libvirtError as e:
         return False, f"libvirt at {uri} could not start a KVM domain: {_message(e)}"
-    ok = ConsoleWatch(console, _accel.PROBE_OK)
+    ok = ConsoleWatch(mirror.local(str(console)) if mirror else console, _accel.PROBE_OK)
     try:
         while True:
+            if mirror is not None:
+                mirror.sync()
             took = time.monotonic() - start
             state = domain_state(libvirt, dom)
             if ok.seen():
@@ -369,7 +389,7 @@ def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *,
 
 
 def resolve_libvirt_accel(libvirt, conn, requested: str, *, uri: str, kernel: str, initrd: str,
-                          workdir: Path) -> str:
+                          workdir: Path, mirror: Mirror | None = None) -> str:
     """kvm/tcg for a domain through the libvirt connection ``conn`` to ``uri``: a local URI
     (powercut.vm.libvirt.is_local_uri) uses the local probe; a remote one boots the probe there."""
     if is_local_uri(uri):
@@ -379,4 +399,5 @@ def resolve_libvirt_accel(libvirt, conn, requested: str, *, uri: str, kernel: st
     except libvirt.libvirtError:
         version = ""
     return _accel.resolve_remote_accel(requested, uri=uri, kernel=kernel, hypervisor_version=version,
-                                probe=lambda: probe_kvm_libvirt(libvirt, conn, kernel, initrd, workdir, uri=uri))
+                                probe=lambda: probe_kvm_libvirt(libvirt, conn, kernel, initrd, workdir, uri=uri,
+                                                                  mirror=mirror))

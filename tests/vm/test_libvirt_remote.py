@@ -237,3 +237,45 @@ def test_kill_9_of_powercut_leaves_no_domain(via, libvirtd, request, tmp_path):
             pass
         child.kill()
         log.close()
+
+
+def test_checker_vms_on_a_remote_host_through_ssh(ssh_uri, tmp_path, monkeypatch):
+    """--check-uri qemu+ssh://...: the image and the recording are shipped to the host's remote root by
+    hash (nothing is read from this host's paths: the root is new), each checker VM's console and
+    progress are mirrored back over ssh, every remote run directory and domain is gone at the end, and
+    the verdicts equal the host-mode check of the same states, verdict for verdict, failures included."""
+    from powercut.campaign.run import CampaignSpec, run_campaign
+    from powercut.vm.remote import sha256_file
+    rec = record(RecordSpec(fs=FsSpec(fstype="ext4", size_mb=256),
+                            workload=WorkloadSpec(name="append-fsync", params={"n": 3, "ack_early": True}),
+                            accel="auto", timeout_s=600), tmp_path / "rec")
+    assert rec.ok
+    root = tmp_path / "remote-root"
+    monkeypatch.setenv("POWERCUT_REMOTE_ROOT", str(root))
+    how = dict(models=("flush", "write-cache"), max_states=10, shrink=0, accel="tcg")
+    start = time.monotonic()
+    remote, _ = run_campaign(rec.dir, CampaignSpec(check_in="vm", jobs=1, check_uris=(ssh_uri,), **how),
+                             tmp_path / "remote-check")
+    wall = time.monotonic() - start
+    local, _ = run_campaign(rec.dir, CampaignSpec(check_in="host", jobs=1, **how), tmp_path / "host-check")
+
+    def verdicts(out):
+        from powercut.campaign.journal import Journal
+        j = Journal(out / "journal.jsonl", resume=True)
+        try:
+            return {v.state: (v.verdict, v.reasons) for v in j}
+        finally:
+            j.close()
+
+    seen, expected = verdicts(tmp_path / "remote-check"), verdicts(tmp_path / "host-check")
+    assert len(seen) == remote.total == local.total >= 10
+    assert seen == expected
+    assert local.failures and len(remote.failures) == len(local.failures)   # failures, not only passes
+    sha = sha256_file(rec.log_path)
+    assert (root / "recordings" / sha / rec.log_path.name).read_bytes() == rec.log_path.read_bytes()
+    assert list((root / "images").glob("*/.complete")), "the image was not shipped"
+    assert list((root / "runs").iterdir()) == []                          # every boot's run removed
+    consoles = list((tmp_path / "remote-check").rglob("console.log"))
+    assert consoles and any(b"powercut-" in c.read_bytes() for c in consoles)   # mirrored back here
+    assert domains(f"powercut-check-{os.getpid()}-") == []
+    print(f"\nremote check of 10 states through ssh: {wall:.1f} s (first boot ships the image)")
