@@ -33,7 +33,8 @@ from typing import Any
 from powercut import Checker, CheckInput, CheckResult
 
 DEFAULTS: dict[str, Any] = {"variant": "correct", "n": 12, "group": 1, "page_bytes": 4096, "npages": 8,
-                            "segment_bytes": 16384, "checkpoint_every": 5, "seed": 0, "dir": "wal"}
+                            "segment_bytes": 16384, "checkpoint_every": 5, "seed": 0, "dir": "wal",
+                            "fault_at": 0, "on_error": "stop"}
 BLOCK = 4096
 REC = struct.Struct("<IQII")          # length, lsn, type, crc32c
 PAGE = struct.Struct("<QII")          # txn, page, 0 (then the image)

@@ -5,6 +5,8 @@ The public API, for workloads and checkers (theirs and the built-in ones alike):
 * ``powercut.mark(text)``, ``powercut.ack(key)``, ``powercut.begin(key)`` insert a mark into the
   dm-log-writes log of the device the workload runs on (``ack:<key>`` once a commit is durable,
   ``begin:<key>`` at its start);
+* ``powercut.fault(kind, ranges)``, ``powercut.recover()``, ``powercut.file_sectors(path)`` inject
+  I/O errors on the workload's device from a chosen point (faults.py);
 * ``Workload`` (a guest-side program with typed parameters) and ``Checker``, ``CheckInput``,
   ``CheckResult`` (the verdict on one recovered crash state), registered through the entry-point
   groups ``powercut.workloads`` and ``powercut.checkers``.
@@ -16,10 +18,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["mark", "ack", "begin", "Workload", "Checker", "CheckInput", "CheckResult"]
+__all__ = ["mark", "ack", "begin", "fault", "recover", "file_sectors", "Workload", "Checker", "CheckInput",
+           "CheckResult"]
 __version__ = "0.2.0"
 
 _HOME = {"mark": "powercut.marks", "ack": "powercut.marks", "begin": "powercut.marks",
+         "fault": "powercut.faults", "recover": "powercut.faults", "file_sectors": "powercut.faults",
          "Workload": "powercut.workload", "Checker": "powercut.checker", "CheckInput": "powercut.checker",
          "CheckResult": "powercut.checker"}
 

@@ -59,8 +59,10 @@ Variants, and the crash model expected to catch each (the verdict matrix confirm
 Coverage is relative to log order (ARCHITECTURE.md): a 4 KiB unit is never torn inside."""
 from __future__ import annotations
 
+import errno
 import os
 import random
+import sys
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,7 +73,9 @@ from powercut import Workload
 
 VARIANTS = ("correct", "no-fsync", "no-crc", "commit-before-data", "no-dir-fsync", "checkpoint-early")
 DEFAULTS: dict[str, Any] = {"variant": "correct", "n": 12, "group": 1, "page_bytes": 4096, "npages": 8,
-                            "segment_bytes": 16384, "checkpoint_every": 5, "seed": 0, "dir": "wal"}
+                            "segment_bytes": 16384, "checkpoint_every": 5, "seed": 0, "dir": "wal",
+                            "fault_at": 0, "on_error": "stop"}
+ON_ERROR = ("stop", "retry")
 BLOCK = 4096
 REC = struct.Struct("<IQII")          # length, lsn, type, crc32c
 PAGE = struct.Struct("<QII")          # txn, page, 0 (then the image)
@@ -111,6 +115,9 @@ def _mark(kind: str, txn: int) -> None:
 
 # The mark hook: ("begin" | "ack", txn).  Tests replace it (real marks need a dm-log-writes device).
 MARK: Callable[[str, int], None] = _mark
+# The fault hooks (powercut.fault / powercut.recover); tests replace them too.
+FAULT: Callable[..., None] = lambda kind, ranges: powercut.fault(kind, ranges)
+RECOVER: Callable[[], None] = lambda: powercut.recover()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,8 @@ class Params:
     checkpoint_every: int
     seed: int
     dir: str
+    fault_at: int = 0
+    on_error: str = "stop"
 
     @staticmethod
     def of(given: dict[str, Any]) -> Params:
@@ -144,6 +153,8 @@ class Params:
             return f"page_bytes must be a multiple of 512 from 512 to 1 MiB, not {self.page_bytes}"
         if self.segment_bytes < BLOCK:
             return f"segment_bytes must be at least {BLOCK}, not {self.segment_bytes}"
+        if self.on_error not in ON_ERROR or self.fault_at < 0:
+            return f"on_error must be one of {', '.join(ON_ERROR)} and fault_at >= 0 (0: no fault)"
         if not self.dir or os.path.isabs(self.dir) or ".." in self.dir.split("/"):
             return f"dir must be a relative path inside the working directory, not {self.dir!r}"
         return ""
@@ -151,6 +162,10 @@ class Params:
     @property
     def crc(self) -> bool:
         return self.variant != "no-crc"
+
+    @property
+    def sync_all_variant(self) -> bool:
+        return self.variant == "commit-before-data"
 
 
 def txn_pages(t: int, npages: int) -> list[int]:
@@ -326,6 +341,26 @@ class Writer:
         else:
             self.fsync_log(self.seg_fd)
 
+    def commit_through_error(self, sectors: list[tuple[int, int]]) -> bool:
+        """The commit of the group holding txn ``fault_at``: the segment's sectors fail (an injected
+        EIO, core/faults.py) before its fsync.  ``retry`` fsyncs again once the device is back and
+        acks -- the fsyncgate bug: the kernel marked the failed pages clean, so the second fsync
+        reports success for data that never reached the disk.  ``stop`` acks nothing more (what
+        PostgreSQL does since 2018: PANIC, then recovery from its own log).  True: ack the group."""
+        FAULT("eio-range", sectors)
+        try:
+            self.fsync_log(self.seg_fd)
+            RECOVER()
+            return True
+        except OSError as e:
+            if e.errno != errno.EIO:
+                raise
+            RECOVER()
+        if self.p.on_error == "retry":
+            self.fsync_log(self.seg_fd)
+            return True
+        return False
+
     def checkpoint(self) -> None:
         p = self.p
         for page in sorted(self.dirty):
@@ -361,10 +396,19 @@ def main(params: dict[str, Any]) -> int:
         for group in groups(p):
             if w.off + group_bytes(p, group) > w.seg_bytes:
                 w.rotate()
+            faulty = p.fault_at in group and not p.sync_all_variant
+            # the segment's sectors, asked before its writes (the segment is preallocated and fsynced)
+            sectors = powercut.file_sectors(w.path(seg_name(w.segno))) if faulty else []
             for u in group:
                 MARK("begin", u)
                 w.write_txn(u)
-            w.commit()
+            if faulty:
+                if not w.commit_through_error(sectors):
+                    print(f"wal: fsync of segment {w.segno} failed (EIO) for txns {list(group)}: stopping without "
+                          "acking them", file=sys.stderr)
+                    return 3
+            else:
+                w.commit()
             for u in group:
                 MARK("ack", u)
             since += len(group)
@@ -382,6 +426,6 @@ WORKLOAD = Workload(
                 "fixed-page data file, segment rotation; variants " + ", ".join(VARIANTS),
     main=main,
     defaults=dict(DEFAULTS),
-    choices={"variant": VARIANTS},
+    choices={"variant": VARIANTS, "on_error": ON_ERROR},
     minimum={"n": 1, "group": 1, "page_bytes": 1, "npages": 1, "segment_bytes": 1},
 )

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from powercut.campaign.journal import Journal, pin_settings
-from powercut.check.context import CheckContext, LogSource, context_for
+from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
 from powercut.core.dmlog import open_log
 from powercut.core.crashstate import CrashState
@@ -205,6 +205,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     t0 = time.monotonic()
     status = "complete"
     with open_log(rec.log_path) as index:
+        ctx = with_faults(ctx, index)
         sel = select(index, list(spec.models), seed=spec.seed, bound=spec.bound, samples=spec.samples,
                      max_states=spec.max_states)
         if not sel.states:   # nothing judged is not a pass

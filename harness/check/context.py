@@ -3,6 +3,7 @@ params, mount options, timeouts), built once for a recording, its checker, and t
 data size, initial image) the states are rebuilt from."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 from powercut import checker as checkers
 from powercut import workload as workloads
 from powercut.checker import DEFAULT_TIMEOUT_S, CheckerSpec
+from powercut.core.faults import Faults
 from powercut.errors import UsageError
 from powercut.linux import filesystems
 from powercut.linux.filesystems import Filesystem
@@ -29,6 +31,7 @@ class CheckContext:
     mount_opts: str = ""          # the recording's own mount options
     mount_timeout_s: float = 120.0
     fsck_timeout_s: float = 300.0
+    faults: Faults = Faults()     # injected I/O errors in the log (set where the log is opened)
 
     @property
     def state_mount_opts(self) -> str:
@@ -66,6 +69,15 @@ def checker_for(workload: dict[str, Any], command: str = "", timeout_s: float = 
         checkers.get(workload["name"])  # a missing checker is a usage error now, not per state
         return CheckerSpec(name=workload["name"], timeout_s=timeout_s), params
     return CheckerSpec(), params
+
+
+def with_faults(ctx: CheckContext, index: Any) -> CheckContext:
+    """``ctx`` knowing the fault windows of the opened log ``index`` (a malformed fault mark: one line)."""
+    try:
+        faults = Faults.from_marks(index.marks())
+    except ValueError as e:
+        raise UsageError(f"the log's fault marks are malformed: {e}") from None
+    return dataclasses.replace(ctx, faults=faults) if faults else ctx
 
 
 def context_for(rec: recording.Recording, command: str = "", checker_timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -59,6 +59,8 @@ def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdic
     try:
         try:
             result = ctx.checker.run(CheckInput(mnt, state.acks, state.begun, ctx.params, state.id))
+            if result.verdict in AFTER_ERROR_FROM:
+                result = after_error(ctx, state, mnt, result)
         except CheckerError:    # the checker cannot run or answers no verdict: the harness's error
             raise
         except Exception as e:  # a checker's bug is that state's finding, not the campaign's end
@@ -76,6 +78,30 @@ def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdic
         reasons.append(f"fsck: {report}")
         return done(result.verdict if result.verdict != "pass" else "fsck-error")
     return done(result.verdict)
+
+
+AFTER_ERROR_FROM = ("fail", "lost-ack", "corrupt-data")
+
+
+def after_error(ctx: CheckContext, state: CrashState, mnt: str, result: CheckResult) -> CheckResult:
+    """A failing state of a recording with injected I/O errors, judged again (same mount) with only
+    the acks a program that stops at its first error could have made (core/faults.py): passing
+    then, it fails because of acks made after an error -- ``acked-after-error``.  Otherwise the
+    failure stands as the checker said."""
+    trusted = ctx.faults.trusted(state.acks)
+    if trusted is None:
+        return result
+    dropped = state.acks[len(trusted):]
+    begun = tuple(dict.fromkeys((*state.begun, *dropped)))
+    again = ctx.checker.run(CheckInput(mnt, trusted, begun, ctx.params, state.id))
+    if again.verdict != "pass":
+        return result
+    key = dropped[0]
+    why = (ctx.faults.why or {}).get(key, "a fault window")
+    return CheckResult("acked-after-error", (
+        f"commit {key} was acked after the device failed I/O during it ({why}); with only the "
+        f"{len(trusted)} ack(s) before it the state passes: acks {list(dropped[:8])} are the program's "
+        f"after an I/O error, and {result.verdict}: " + "; ".join(result.reasons[:2]),))
 
 
 class KernelLog:

@@ -8,13 +8,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-SEVERITY = ("pass", "fsck-error", "fail", "lost-ack", "corrupt-data", "checker-crashed", "mount-failed", "timeout",
-            "kernel-panic", "flaky")
+SEVERITY = ("pass", "fsck-error", "fail", "lost-ack", "corrupt-data", "acked-after-error", "checker-crashed",
+            "mount-failed", "timeout", "kernel-panic", "flaky")
 VERDICTS = frozenset(SEVERITY)
 # what a checker may answer (the harness adds the others).  ``fail``: a checker command that said
 # only "exit 1" -- a failure of a kind it did not name.
 CHECKER_VERDICTS = ("pass", "fail", "lost-ack", "corrupt-data", "checker-crashed")
 FINDINGS = frozenset(SEVERITY) - {"pass", "flaky"}
+# ``acked-after-error`` (the judge's, core/faults.py): the state fails with every ack and passes with
+# only the acks made before the program's first injected I/O error.
 
 
 def check_name(verdict: str) -> str:

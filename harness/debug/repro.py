@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.context import CheckContext, LogSource, context_for
+from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
 from powercut.check.vm import shell_vm
 from powercut.core.dmlog import open_log
@@ -69,7 +69,7 @@ def run(target: Target, place: Place, *, keep_image: str = "") -> Verdict:
             st = space(index).state_from_id(target.state)
             if keep_image:
                 replay_state(src.path, target.state, keep_image, size=src.size, initial=src.initial)
-            place.judge(target.ctx, src, index, [st], got.append, work)
+            place.judge(with_faults(target.ctx, index), src, index, [st], got.append, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not got:

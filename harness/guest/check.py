@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.context import CheckContext
+from powercut.check.context import CheckContext, with_faults
 from powercut.check.judge import judge
 from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.crashstate import CrashState
@@ -69,7 +69,7 @@ def _session(src: StateSource, jobdir: Path) -> Iterator[_Session]:
     ctx = CheckContext(filesystems.get(src.fstype), src.checker, dict(src.params), src.mount_opts)
     try:
         with open_log(src.log) as index, JsonLines(jobdir / "progress.jsonl", durable=False) as progress:
-            yield _Session(ctx, index, space(index), Path(WORK), progress, src.size)
+            yield _Session(with_faults(ctx, index), index, space(index), Path(WORK), progress, src.size)
     finally:
         umount(WORK)
 

@@ -14,6 +14,9 @@ from powercut.linux import dm, filesystems, process
 from powercut.linux.blockdev import find_disk, sectors
 from powercut.linux.mounts import mount, umount
 from powercut import marks
+from powercut.core.faults import FAULT_OFF
+from powercut.faults import FAULT_ENV
+from powercut.faults import table as fault_table
 from powercut.marks import ORDER_ENV, mark
 from powercut.vm import guestjob
 from powercut.vm.guestjob import MarkBenchJob, RecordJob
@@ -57,18 +60,32 @@ def stack(dm_name: str, dev: str, size: int) -> tuple[str, str, dict[str, Any]]:
     return fsdev, order, {"target_write_cache": cache}
 
 
+def end_fault(dm_name: str, target: str, size: int) -> bool:
+    """A fault the workload left on is switched off before the unmount (which must reach the log),
+    with its ``powercut-fault:off`` mark; True if there was one."""
+    live = dm.status(dm_name + FS_SUFFIX, table=True)
+    if all(" linear " in f" {t} " for t in live) and len(live) == 1:
+        return False
+    if dm.info(dm_name + FS_SUFFIX).suspended:
+        dm.resume(dm_name + FS_SUFFIX)
+    dm.reload(dm_name + FS_SUFFIX, fault_table("", target, size))
+    mark(FAULT_OFF, dm_name)
+    log.warning("the workload left a fault on: switched off before the unmount")
+    return True
+
+
 def unstack(dm_name: str) -> None:
     for suffix in (ORDER_SUFFIX, FS_SUFFIX):
         dm.remove(dm_name + suffix)
 
 
-def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str) -> dict[str, Any]:
+def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str, target: str) -> dict[str, Any]:
     wl = job.workload
     argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
     env = {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
            "PYTHONDONTWRITEBYTECODE": "1", "POWERCUT_DM_NAME": job.dm_name, "POWERCUT_DEVICE": dev,
            "POWERCUT_MOUNT": MNT, "POWERCUT_FSTYPE": job.fs.fstype, "POWERCUT_PARAMS": json.dumps(wl.params or {}),
-           ORDER_ENV: order_dev}
+           ORDER_ENV: order_dev, FAULT_ENV: f"{job.dm_name}{FS_SUFFIX}:{target}:{sectors(dev)}"}
     start = time.monotonic()
     with open(jobdir / "workload.out", "wb") as out, open(jobdir / "workload.err", "wb") as err:
         with process.Spawned(argv, cwd=MNT, env=env, stdout=out, stderr=err) as proc:
@@ -92,10 +109,11 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     mount(dev, MNT, fs.name, job.fs.mount_opts)
     res["uptime_workload_start"] = uptime()
     (jobdir / "started").write_text(f"{time.time()}\n")
-    res.update(run_workload(job, dev, jobdir, order_dev))
+    res.update(run_workload(job, dev, jobdir, order_dev, target))
     if dm.info(job.dm_name).suspended:  # a marker killed between its suspend and resume
         log.warning("%s was left suspended by a mark; resuming it", job.dm_name)
         dm.resume(job.dm_name)
+    res["fault_left_on"] = end_fault(job.dm_name, target, sectors(data))
     umount(MNT, lazy_fallback=False)
     unstack(job.dm_name)
     res.update(log_writes_status(job.dm_name))

@@ -329,6 +329,15 @@ def resume(name: str) -> None:
     _call("DEV_SUSPEND", header(name), name)
 
 
+def reload(name: str, table: Table) -> None:
+    """Swap the live table of ``name`` (a mounted filesystem's device included): load it as the
+    inactive table, suspend without freezing the filesystem (bios in flight complete under the old
+    table), resume (the new table goes live) -- ``dmsetup suspend --nolockfs; load; resume``."""
+    _call("TABLE_LOAD", table_buffer(name, table), name)
+    suspend(name)
+    resume(name)
+
+
 def quiesce(name: str) -> None:
     """Wait until every bio in flight on ``name`` has completed, then let I/O flow again."""
     suspend(name)

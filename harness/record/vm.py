@@ -17,6 +17,7 @@ from typing import Any
 from powercut import workload as workloads
 from powercut.config import DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
 from powercut.core.dmlog import open_log
+from powercut.core.faults import Faults
 from powercut.core.markorder import mark_order
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
@@ -137,6 +138,11 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
         _judge(result, manifest, out)
         manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
         manifest["marks"] = _mark_order(out / "log.bin")
+        if faults := _faults(out / "log.bin"):
+            manifest["faults"] = {"windows": [w.describe() for w in faults.windows],
+                                  "acked_after_error": list(faults.after_error),
+                                  "workload_rc": int(result.get("workload_rc") or 0),
+                                  "left_on": bool(result.get("fault_left_on"))}
         manifest["recording"]["status"] = recording.OK
     except KeyboardInterrupt as e:
         manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
@@ -152,6 +158,15 @@ def _mark_order(path: Path) -> dict[str, Any]:
     them (core/models.py, blind spot (c)); ``ordered`` false means the old false alarm is possible."""
     with open_log(path) as index:
         return mark_order(index.entries)
+
+
+def _faults(path: Path) -> Faults:
+    """The log's fault windows (core/faults.py); none when the log cannot be read."""
+    try:
+        with open_log(path) as index:
+            return Faults.from_marks(index.marks())
+    except (PowercutError, ValueError, OSError):
+        return Faults()
 
 
 def _manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int) -> dict[str, Any]:
@@ -181,7 +196,9 @@ def _judge(result: guestjob.GuestResult, manifest: dict[str, Any], out: Path) ->
         rec.update(status="workload-timeout", error="workload killed by its timeout")
         raise WorkloadFailed(f"the workload did not finish within {manifest['workload']['timeout_s']:g} s and "
                              f"was killed (see {out}/job/workload.err)")
-    if result.get("workload_rc"):
+    if result.get("workload_rc") and _faults(out / "log.bin"):
+        log.info("the workload exited %s after an injected I/O error: recorded", result.get("workload_rc"))
+    elif result.get("workload_rc"):
         rc = result.get("workload_rc")
         tail = _tail(out / "job" / "workload.err")
         rec.update(status="workload-failed", error=f"workload exited {rc}")

@@ -1,0 +1,160 @@
+"""Injected I/O errors from inside a recording's workload (guest side): ``powercut.fault(...)``,
+``powercut.recover()``, and ``powercut-fault on|off`` for any language.
+
+The recording job puts the filesystem on a device-mapper layer above dm-log-writes and names it in
+$POWERCUT_FAULT_DEV (``<dm name>:<lower device>:<sectors>``).  A fault swaps that layer's table
+(``dm.reload``: suspend without freezing the filesystem, load, resume), so a failed write or flush
+never reaches the log and every crash state stays one the disk could hold:
+
+* ``fault("eio-writes")`` -- dm-flakey with ``error_writes`` and an up interval of 0 (always down):
+  every write and every flush (an fsync's cache flush included) fails with EIO; reads work.
+* ``fault("eio-range", ranges)`` -- a linear table with dm ``error`` segments over the given
+  512-byte sector ranges: reads and writes there fail with EIO; flushes and other sectors work (a
+  disk with bad sectors, or a thin pool out of space under one file).  ``file_sectors(path)``
+  gives a file's ranges (FIEMAP; its blocks must be allocated: preallocate, then fsync).
+* ``recover()`` -- the plain linear table again (a transient error is over).
+
+Each switch is an ordered mark in the log (core/faults.py): ``powercut-fault:on:...`` before the
+swap, ``powercut-fault:off`` after the swap back."""
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import sys
+
+from powercut.core.faults import FAULT_OFF, KINDS, on_mark
+from powercut.linux import dm
+from powercut.marks import MarkError, mark
+
+FAULT_ENV = "POWERCUT_FAULT_DEV"
+FS_IOC_FIEMAP = 0xC020660B
+FIEMAP_EXTENT_LAST = 0x1
+FIEMAP_UNUSABLE = 0x2 | 0x4 | 0x8 | 0x80 | 0x100   # unknown, delalloc, encoded, not aligned, inline
+EXTENT = struct.Struct("=QQQ2QI3I")                 # struct fiemap_extent, 56 bytes
+HEADER = struct.Struct("=QQIIII")                   # struct fiemap, 32 bytes
+
+
+class FaultError(OSError):
+    pass
+
+
+def _device() -> tuple[str, str, int]:
+    spec = os.environ.get(FAULT_ENV, "")
+    name, _, rest = spec.partition(":")
+    lower, _, size = rest.rpartition(":")
+    if not name or not lower or not size.isdigit():
+        raise FaultError(0, f"${FAULT_ENV} is not set: faults work only inside a powercut recording")
+    return name, lower, int(size)
+
+
+def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] = ()) -> list[tuple[int, int, str, str]]:
+    """The device-mapper table of the fault layer for ``kind`` ("" for none: plain linear)."""
+    if not kind:
+        return [(0, size, "linear", f"{lower} 0")]
+    if kind == "eio-writes":
+        return [(0, size, "flakey", f"{lower} 0 0 1 1 error_writes")]
+    if kind != "eio-range":
+        raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(KINDS)})")
+    out, pos = [], 0
+    for start, n in sorted(ranges):
+        if start < pos or start + n > size or n <= 0:
+            raise ValueError(f"sector range {start}+{n} overlaps another or is outside the device ({size} sectors)")
+        if start > pos:
+            out.append((pos, start - pos, "linear", f"{lower} {pos}"))
+        out.append((start, n, "error", ""))
+        pos = start + n
+    if pos < size:
+        out.append((pos, size - pos, "linear", f"{lower} {pos}"))
+    return out
+
+
+def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...] = ()) -> None:
+    """From now on the workload's device fails I/O as ``kind`` says (see the module docstring)."""
+    name, lower, size = _device()
+    rng = tuple((int(s), int(n)) for s, n in ranges)
+    new = table(kind, lower, size, rng)   # validated before anything is marked
+    mark(on_mark(kind, rng))
+    try:
+        dm.reload(name, new)
+    except dm.DmError as e:
+        raise FaultError(e.errno, f"cannot switch {name} to {kind}: {e}") from None
+
+
+def recover() -> None:
+    """The device works again (the plain linear table), then ``powercut-fault:off`` is marked."""
+    name, lower, size = _device()
+    try:
+        dm.reload(name, table("", lower, size))
+    except dm.DmError as e:
+        raise FaultError(e.errno, f"cannot switch {name} back: {e}") from None
+    mark(FAULT_OFF)
+
+
+def file_sectors(path: str) -> list[tuple[int, int]]:
+    """The 512-byte sector ranges of the device that hold ``path``'s blocks (FIEMAP, without syncing:
+    asking writes nothing back, so dirty data stays dirty for the fault to meet).  Every extent must
+    be allocated and mapped one to one (not ext4 delalloc, not a compressed or inline extent; btrfs
+    maps logical addresses, not the device's: refused): preallocate the file and fsync it first."""
+    out: list[tuple[int, int]] = []
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _is_btrfs(os.path.realpath(path)):
+            raise FaultError(0, f"{path}: btrfs extents are logical addresses, not the device's sectors")
+        start, count = 0, 64
+        while True:
+            buf = bytearray(HEADER.size + count * EXTENT.size)
+            HEADER.pack_into(buf, 0, start, 2 ** 64 - 1 - start, 0, 0, count, 0)
+            fcntl.ioctl(fd, FS_IOC_FIEMAP, buf, True)
+            mapped = HEADER.unpack_from(buf, 0)[3]
+            last = False
+            for i in range(mapped):
+                logical, physical, length, _r1, _r2, flags, *_ = EXTENT.unpack_from(buf, HEADER.size + i * EXTENT.size)
+                if flags & FIEMAP_UNUSABLE:
+                    raise FaultError(0, f"{path}: an extent at byte {logical} has no fixed place on the device "
+                                        f"(FIEMAP flags {flags:#x}): preallocate and fsync the file first")
+                out.append((physical // 512, (length + 511) // 512))
+                start = logical + length
+                last = bool(flags & FIEMAP_EXTENT_LAST)
+            if last or mapped == 0:
+                return out
+    finally:
+        os.close(fd)
+
+
+def _is_btrfs(path: str) -> bool:
+    try:
+        with open("/proc/self/mountinfo") as f:
+            best = max((line.split() for line in f), key=lambda p: len(p[4]) if path.startswith(p[4]) else -1)
+        return best[best.index("-") + 1] == "btrfs"
+    except (OSError, ValueError):
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    usage = ("usage: powercut-fault on eio-writes | on eio-range (FILE | START+SECTORS) ... | off\n"
+             f"  (inside a powercut recording: needs ${FAULT_ENV})")
+    if not args or args[0] in ("-h", "--help"):
+        print(usage, file=sys.stdout if args else sys.stderr)
+        return 0 if args else 2
+    try:
+        if args == ["off"]:
+            recover()
+        elif len(args) >= 2 and args[0] == "on" and args[1] in KINDS:
+            ranges: list[tuple[int, int]] = []
+            for a in args[2:]:
+                s, plus, n = a.partition("+")
+                ranges += [(int(s), int(n))] if plus and s.isdigit() and n.isdigit() else file_sectors(a)
+            fault(args[1], ranges)
+        else:
+            print(usage, file=sys.stderr)
+            return 2
+    except (FaultError, MarkError, ValueError, OSError) as e:
+        print(f"powercut-fault: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
