@@ -25,7 +25,7 @@ import sys
 
 from powercut.core.faults import FAULT_OFF, KINDS, on_mark
 from powercut.linux import dm
-from powercut.marks import MarkError, mark
+from powercut.marks import TIMING_ENV, MarkError, mark
 
 FAULT_ENV = "POWERCUT_FAULT_DEV"
 FS_IOC_FIEMAP = 0xC020660B
@@ -70,7 +70,10 @@ def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] 
 
 
 def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...] = ()) -> None:
-    """From now on the workload's device fails I/O as ``kind`` says (see the module docstring)."""
+    """From now on the workload's device fails I/O as ``kind`` says (see the module docstring).
+    In timing mode ($POWERCUT_TIMING: ``powercut bench --workload``) nothing fails: a no-op."""
+    if os.environ.get(TIMING_ENV):
+        return
     name, lower, size = _device()
     rng = tuple((int(s), int(n)) for s, n in ranges)
     new = table(kind, lower, size, rng)   # validated before anything is marked
@@ -83,6 +86,8 @@ def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...]
 
 def recover() -> None:
     """The device works again (the plain linear table), then ``powercut-fault:off`` is marked."""
+    if os.environ.get(TIMING_ENV):
+        return
     name, lower, size = _device()
     try:
         dm.reload(name, table("", lower, size))

@@ -130,3 +130,17 @@ def test_a_failure_of_a_trusted_ack_keeps_its_verdict():
     first = CheckResult("lost-ack", ("acked [0] lost",))
     assert after_error(_Ctx(Faults.from_marks(MARKS), chk), _state(["0", "1"]), "/mnt", first) is first
     assert after_error(_Ctx(Faults(), chk), _state(["0", "1"]), "/mnt", first) is first     # no faults: as said
+
+
+def test_outside_a_recording_a_fault_is_one_clear_error_and_in_timing_mode_a_no_op(monkeypatch, tmp_path):
+    import powercut
+    from powercut.faults import FaultError, main
+    monkeypatch.delenv("POWERCUT_FAULT_DEV", raising=False)
+    monkeypatch.delenv("POWERCUT_TIMING", raising=False)
+    with pytest.raises(FaultError, match="only inside a powercut recording"):
+        powercut.fault("eio-writes")
+    assert main(["on", "eio-writes"]) == 1 and main(["sideways"]) == 2 and main(["--help"]) == 0
+    monkeypatch.setenv("POWERCUT_TIMING", str(tmp_path / "t"))
+    powercut.fault("eio-writes")
+    powercut.recover()
+    assert not (tmp_path / "t").exists()
