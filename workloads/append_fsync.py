@@ -2,11 +2,21 @@
 
 Each record is self-describing so a checker can verify it: ``PCREC1 <i> <len> <crc32>\\n`` then
 ``len`` payload bytes derived from (seed, i).  ``ack_early=true`` acks before fsync (a deliberately
-broken variant that a crash test must catch)."""
+broken variant that a crash test must catch).
+
+``fault_at=K`` (K >= 0) meets an injected I/O error (powercut.fault, core/faults.py): the file is
+preallocated beyond its end (``fallocate`` with KEEP_SIZE, so appends keep their meaning) and
+fsynced first; record K's write goes to sectors that fail with EIO (``eio-range`` over the file), so
+its fsync fails.  ``on_error=retry`` fsyncs again once the device is back and acks (fsyncgate: the
+failed pages were marked clean, the second fsync reports success); ``stop`` exits 3 without the
+ack."""
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import random
+import sys
 import zlib
 from typing import Any
 
@@ -23,19 +33,58 @@ def record(seed: int, i: int, size: int) -> bytes:
     return b"PCREC1 %d %d %08x\n" % (i, size, zlib.crc32(body)) + body
 
 
+FALLOC_FL_KEEP_SIZE = 1
+
+
+def preallocate(fd: int, nbytes: int) -> None:
+    """Allocate ``nbytes`` beyond the end without changing the size (unwritten extents)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long)
+    if libc.fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, nbytes) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"fallocate: {os.strerror(err)}")
+
+
+def fsync_through_error(fd: int, sectors: list[tuple[int, int]], retry: bool) -> bool:
+    """The fsync that meets the injected EIO; True if the record may be acked."""
+    powercut.fault("eio-range", sectors)
+    try:
+        os.fsync(fd)
+        powercut.recover()
+        return True
+    except OSError as e:
+        if e.errno != errno.EIO:
+            raise
+        powercut.recover()
+    if retry:
+        os.fsync(fd)   # succeeds: the error was reported once and the pages are clean
+        return True
+    return False
+
+
 def main(params: dict[str, Any]) -> int:
     path = params["file"]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fault_at = params["fault_at"]
     try:
+        if fault_at >= 0:
+            preallocate(fd, params["n"] * len(record(params["seed"], 0, params["size"])))
+            os.fsync(fd)
         dirfd = os.open(".", os.O_RDONLY)
         os.fsync(dirfd)  # the new file's directory entry is part of the first commit
         os.close(dirfd)
         for i in range(params["n"]):
+            sectors = powercut.file_sectors(path) if i == fault_at else []
             powercut.begin(i)
             os.write(fd, record(params["seed"], i, params["size"]))
             if params["ack_early"]:
                 powercut.ack(i)
-            if params["fsync"]:
+            if i == fault_at:
+                if not fsync_through_error(fd, sectors, params["on_error"] == "retry"):
+                    print(f"append-fsync: fsync of record {i} failed (EIO): stopping without acking it",
+                          file=sys.stderr)
+                    return 3
+            elif params["fsync"]:
                 os.fsync(fd)
             if not params["ack_early"]:
                 powercut.ack(i)
@@ -48,6 +97,8 @@ WORKLOAD = Workload(
     name="append-fsync",
     description="N appends to one file, each followed by fsync and ack:<i>",
     main=main,
-    defaults={"n": 20, "size": 4000, "seed": 0, "file": "append.log", "fsync": True, "ack_early": False},
-    minimum={"n": 1, "size": 1},
+    defaults={"n": 20, "size": 4000, "seed": 0, "file": "append.log", "fsync": True, "ack_early": False,
+              "fault_at": -1, "on_error": "stop"},
+    choices={"on_error": ("stop", "retry")},
+    minimum={"n": 1, "size": 1, "fault_at": -1},
 )
