@@ -10,7 +10,16 @@ the connection at the end checkpoints the WAL into the database (after the last 
 are judged too).
 
 Params: ``journal_mode`` DELETE | TRUNCATE | WAL (default WAL), ``synchronous`` OFF | NORMAL | FULL |
-EXTRA (default FULL), ``n`` (12), ``seed`` (0), ``file`` ("app.db").
+EXTRA (default FULL), ``n`` (12), ``seed`` (0), ``file`` ("app.db"), ``fault_at`` (0: none).
+
+``fault_at=K`` (rollback-journal modes): the database file is preallocated beyond its end
+(``fallocate`` KEEP_SIZE, fsynced) so its sectors are known, and they fail with EIO (``eio-range``,
+core/faults.py) during txn K's COMMIT: the journal is written and synced, the database's own sync
+fails, COMMIT raises.  SQLite documents that an I/O error may roll the transaction back
+(sqlite.org/lang_transaction.html: SQLITE_IOERR is among the errors that "can cause an automatic
+rollback"; the hot journal rolls it back at the next open).  The workload then lets the device
+recover, opens the database again, prints what it holds, and exits 3 without acking K: the crash
+states (acks 1..K-1) and that line show whether the claim held.
 
 SQLite's documented claims per configuration (sqlite.org/pragma.html#pragma_synchronous, wal.html):
   WAL + NORMAL: may lose the most recent commits after a power loss, but stays consistent.
@@ -25,16 +34,20 @@ import hashlib
 import os
 import random
 import sqlite3
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import powercut
 from powercut import Workload
+from powercut.workloads.append_fsync import preallocate
 
 JOURNAL_MODES = ("DELETE", "TRUNCATE", "WAL")
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 PAYLOAD_BYTES = 1000
-DEFAULTS: dict[str, Any] = {"journal_mode": "WAL", "synchronous": "FULL", "n": 12, "seed": 0, "file": "app.db"}
+DEFAULTS: dict[str, Any] = {"journal_mode": "WAL", "synchronous": "FULL", "n": 12, "seed": 0, "file": "app.db",
+                            "fault_at": 0}
+PREALLOC_BYTES = 4 << 20
 SCHEMA = ("CREATE TABLE rows (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)",
           "CREATE TABLE summary (id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL, "
           "last INTEGER NOT NULL, digest BLOB NOT NULL)",
@@ -56,11 +69,16 @@ class Params:
     n: int
     seed: int
     file: str
+    fault_at: int = 0
 
     @staticmethod
     def of(given: dict[str, Any]) -> Params:
         p = Params(**{k: given.get(k, v) for k, v in DEFAULTS.items()})
-        p = Params(str(p.journal_mode).upper(), str(p.synchronous).upper(), int(p.n), int(p.seed), str(p.file))
+        p = Params(str(p.journal_mode).upper(), str(p.synchronous).upper(), int(p.n), int(p.seed), str(p.file),
+                   int(p.fault_at))
+        if p.fault_at and p.journal_mode == "WAL":
+            raise ValueError("sqlite: fault_at needs a rollback-journal mode (DELETE or TRUNCATE): a WAL commit "
+                             "appends to the -wal file, whose sectors are not known before the write")
         if p.journal_mode not in JOURNAL_MODES:
             raise ValueError(f"sqlite: journal_mode must be one of {', '.join(JOURNAL_MODES)}, not {p.journal_mode!r}")
         if p.synchronous not in SYNCHRONOUS:
@@ -120,6 +138,41 @@ def commit(con: sqlite3.Connection, p: Params, i: int) -> None:
     MARK("ack", i)
 
 
+def commit_through_error(con: sqlite3.Connection, p: Params, i: int) -> int:
+    """Txn ``i`` with the database's sectors failing during its COMMIT; what the database holds once
+    the device is back, printed; the exit status (3: stopped without the ack)."""
+    sectors = powercut.file_sectors(p.file)
+    MARK("begin", i)
+    con.execute("BEGIN IMMEDIATE")
+    con.execute("INSERT INTO rows (id, payload) VALUES (?, ?)", (i, payload(p.seed, i)))
+    count, last, digest = summary(p.seed, i)
+    con.execute("UPDATE summary SET count = ?, last = ?, digest = ? WHERE id = 1", (count, last, digest))
+    powercut.fault("eio-range", sectors)
+    try:
+        con.execute("COMMIT")
+        error = ""
+    except sqlite3.Error as e:
+        error = f"{type(e).__name__}: {e}"
+    finally:
+        powercut.recover()
+    if not error:
+        print(f"sqlite: COMMIT of txn {i} succeeded although the database's sectors failed", file=sys.stderr)
+        MARK("ack", i)
+        return 0
+    con.close()
+    after = sqlite3.connect(p.file, isolation_level=None)
+    try:
+        seen = after.execute("SELECT count FROM summary").fetchone()[0]
+        rows = after.execute("SELECT count(*) FROM rows WHERE id = ?", (i,)).fetchone()[0]
+        integrity = after.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        after.close()
+    outcome = "rolled back" if seen == i - 1 and rows == 0 else f"NOT rolled back (summary count {seen}, row {i}: {rows})"
+    print(f"sqlite: COMMIT of txn {i} failed ({error}); reopened after the device came back: {outcome}; "
+          f"integrity_check: {integrity}; stopping without acking it", file=sys.stderr)
+    return 3
+
+
 def main(params: dict[str, Any]) -> int:
     p = Params.of(params)
     for suffix in ("", "-journal", "-wal", "-shm"):
@@ -128,7 +181,16 @@ def main(params: dict[str, Any]) -> int:
     con = connect(p)
     try:
         create(con, p)
+        if p.fault_at:
+            fd = os.open(p.file, os.O_WRONLY)
+            try:
+                preallocate(fd, PREALLOC_BYTES)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         for i in range(1, p.n + 1):
+            if i == p.fault_at:
+                return commit_through_error(con, p, i)
             commit(con, p, i)
     finally:
         con.close()

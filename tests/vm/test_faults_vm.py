@@ -50,3 +50,19 @@ def test_stopping_at_the_first_eio_passes_and_its_exit_is_recorded(tmp_path):
     summary, _ = run_campaign(rec.dir, CampaignSpec(models=("flush", "write-cache"), check_in="host", jobs=1,
                                                     max_states=200, shrink=0), tmp_path / "check")
     assert summary.total > 0 and not summary.failures
+
+
+def test_sqlite_rolls_back_a_commit_whose_database_sync_failed(tmp_path):
+    """SQLite's claim (an I/O error during COMMIT rolls the transaction back), checked in the guest:
+    the database's sectors fail during txn 2's COMMIT; COMMIT raises; reopened after the device came
+    back the database holds txn 1 and passes integrity_check; the recording's crash states pass."""
+    rec = record(RecordSpec(fs=FsSpec(fstype="ext4", size_mb=256),
+                            workload=WorkloadSpec(name="sqlite", params={"journal_mode": "TRUNCATE", "n": 3,
+                                                                         "fault_at": 2}),
+                            accel="auto", timeout_s=600), tmp_path / "sqlite")
+    said = (rec.dir / "job" / "workload.err").read_text()
+    assert "COMMIT of txn 2 failed" in said and "reopened after the device came back: rolled back" in said
+    assert "integrity_check: ok" in said and rec.manifest["faults"]["workload_rc"] == 3
+    summary, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="host", jobs=1, shrink=0),
+                              tmp_path / "check")
+    assert summary.total > 0 and not summary.failures
