@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import tomli_w
 
+from powercut.core.faults import FaultPlan
 from powercut.errors import UsageError
 from powercut.linux import filesystems
 
@@ -130,10 +131,16 @@ class WorkloadSpec:
     cmd: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 300.0
+    fault: str = ""                  # the recording's fault plan (core/faults.FaultPlan), canonical text
 
     def __post_init__(self) -> None:
         if bool(self.name) == bool(self.cmd):
             raise UsageError("give exactly one of a workload name (--workload) or a command (--cmd)")
+        if self.fault:
+            try:
+                object.__setattr__(self, "fault", str(FaultPlan.parse(self.fault)))
+            except ValueError as e:
+                raise UsageError(f"--fault {self.fault}: {e}") from None
 
     @property
     def label(self) -> str:

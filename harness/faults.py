@@ -15,19 +15,33 @@ never reaches the log and every crash state stays one the disk could hold:
 * ``recover()`` -- the plain linear table again (a transient error is over).
 
 Each switch is an ordered mark in the log (core/faults.py): ``powercut-fault:on:...`` before the
-swap, ``powercut-fault:off`` after the swap back."""
+swap, ``powercut-fault:off`` after the swap back.
+
+**The recording's fault plan** (``--fault`` on record and run, ``fault=`` in the pytest marker;
+core/faults.FaultPlan) switches a fault without touching the program: $POWERCUT_FAULT_PLAN holds the
+plan and $POWERCUT_FAULT_STATE its state file (JSON, under an flock: any number of processes mark).
+Mark triggers run in the marking call itself (``plan_mark``, from marks.mark; the C powercut-mark
+execs ``powercut-fault hook TEXT`` when TEXT matches $POWERCUT_FAULT_MARKS and the plan is not
+spent), so the fault is on before the mark's caller goes on; write-count, time and start triggers
+run in the recording job (guest/record.py)."""
 from __future__ import annotations
 
 import fcntl
+import fnmatch
+import json
 import os
 import struct
 import sys
+from dataclasses import dataclass
 
-from powercut.core.faults import FAULT_OFF, KINDS, on_mark
+from powercut.core.faults import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
 from powercut.linux import dm
-from powercut.marks import TIMING_ENV, MarkError, mark
+from powercut.logmark import TIMING_ENV, MarkError, insert
 
 FAULT_ENV = "POWERCUT_FAULT_DEV"
+PLAN_ENV = "POWERCUT_FAULT_PLAN"
+PLAN_STATE_ENV = "POWERCUT_FAULT_STATE"
+PLAN_MARKS_ENV = "POWERCUT_FAULT_MARKS"   # the globs that may move the plan, one per line (C prefilter)
 FS_IOC_FIEMAP = 0xC020660B
 FIEMAP_EXTENT_LAST = 0x1
 FIEMAP_UNUSABLE = 0x2 | 0x4 | 0x8 | 0x80 | 0x100   # unknown, delalloc, encoded, not aligned, inline
@@ -39,13 +53,30 @@ class FaultError(OSError):
     pass
 
 
-def _device() -> tuple[str, str, int]:
-    spec = os.environ.get(FAULT_ENV, "")
-    name, _, rest = spec.partition(":")
-    lower, _, size = rest.rpartition(":")
-    if not name or not lower or not size.isdigit():
-        raise FaultError(0, f"${FAULT_ENV} is not set: faults work only inside a powercut recording")
-    return name, lower, int(size)
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The fault layer: its dm name, the device under it, its size (sectors); the log-writes target's
+    name and order device for the switch marks (None: from the workload's environment)."""
+    name: str
+    lower: str
+    size: int
+    dm_name: str | None = None
+    order_dev: str | None = None
+
+    @staticmethod
+    def parse(spec: str, **kw: str) -> "Target":
+        name, _, rest = spec.partition(":")
+        lower, _, size = rest.rpartition(":")
+        if not name or not lower or not size.isdigit():
+            raise FaultError(0, f"${FAULT_ENV} is not set: faults work only inside a powercut recording")
+        return Target(name, lower, int(size), **kw)
+
+    def spec(self) -> str:
+        return f"{self.name}:{self.lower}:{self.size}"
+
+
+def _device() -> Target:
+    return Target.parse(os.environ.get(FAULT_ENV, ""))
 
 
 def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] = ()) -> list[tuple[int, int, str, str]]:
@@ -69,31 +100,121 @@ def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] 
     return out
 
 
-def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...] = ()) -> None:
+def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...] = (), *,
+          target: Target | None = None) -> None:
     """From now on the workload's device fails I/O as ``kind`` says (see the module docstring).
     In timing mode ($POWERCUT_TIMING: ``powercut bench --workload``) nothing fails: a no-op."""
     if os.environ.get(TIMING_ENV):
         return
-    name, lower, size = _device()
+    t = target or _device()
     rng = tuple((int(s), int(n)) for s, n in ranges)
-    new = table(kind, lower, size, rng)   # validated before anything is marked
-    mark(on_mark(kind, rng))
+    new = table(kind, t.lower, t.size, rng)   # validated before anything is marked
+    insert(on_mark(kind, rng), t.dm_name, t.order_dev)
     try:
-        dm.reload(name, new)
+        dm.reload(t.name, new)
     except dm.DmError as e:
-        raise FaultError(e.errno, f"cannot switch {name} to {kind}: {e}") from None
+        raise FaultError(e.errno, f"cannot switch {t.name} to {kind}: {e}") from None
 
 
-def recover() -> None:
+def recover(*, target: Target | None = None) -> None:
     """The device works again (the plain linear table), then ``powercut-fault:off`` is marked."""
     if os.environ.get(TIMING_ENV):
         return
-    name, lower, size = _device()
+    t = target or _device()
     try:
-        dm.reload(name, table("", lower, size))
+        dm.reload(t.name, table("", t.lower, t.size))
     except dm.DmError as e:
-        raise FaultError(e.errno, f"cannot switch {name} back: {e}") from None
-    mark(FAULT_OFF)
+        raise FaultError(e.errno, f"cannot switch {t.name} back: {e}") from None
+    insert(FAULT_OFF, t.dm_name, t.order_dev)
+
+
+def plan_env(plan: FaultPlan, state_path: str) -> dict[str, str]:
+    """What the workload's environment carries of a plan (the recording job sets it)."""
+    globs = [g for g in (plan.on_glob, plan.until) if g]
+    return {PLAN_ENV: str(plan), PLAN_STATE_ENV: state_path, PLAN_MARKS_ENV: "\n".join(globs)}
+
+
+class PlanRun:
+    """A plan and its state file, locked for each step (marks may come from many processes)."""
+
+    def __init__(self, plan: FaultPlan, state_path: str, target: Target | None = None, mount: str = ".") -> None:
+        self.plan, self.path, self.target, self.mount = plan, state_path, target, mount
+
+    @staticmethod
+    def from_env() -> "PlanRun | None":
+        text, path = os.environ.get(PLAN_ENV), os.environ.get(PLAN_STATE_ENV)
+        if not text or not path:
+            return None
+        return PlanRun(FaultPlan.parse(text), path, None, os.environ.get("POWERCUT_MOUNT", "."))
+
+    def state(self) -> PlanState:
+        try:
+            with open(self.path) as f:
+                return PlanState.from_json(json.load(f))
+        except FileNotFoundError:
+            return PlanState()
+
+    def _locked(self, move) -> str:
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            before = self.state()
+            if before.error:
+                return ""
+            after, action = move(before)
+            try:
+                if action == "on":
+                    self._on()
+                elif action == "off":
+                    recover(target=self.target)
+            except (FaultError, MarkError, ValueError, OSError) as e:
+                why = (f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename and e.strerror
+                       else str(e))
+                after = PlanState(after.matches, before.on, before.off, f"fault plan '{self.plan}': {why}")
+                self._save(after)
+                raise FaultError(getattr(e, "errno", 0) or 0, after.error) from None
+            self._save(after)
+            return action
+        finally:
+            os.close(fd)
+
+    def _on(self) -> None:
+        ranges = self.plan.sectors
+        if self.plan.file:
+            ranges = tuple(file_sectors(os.path.join(self.mount, self.plan.file)))
+            if not ranges:
+                raise FaultError(0, f"{self.plan.file} has no blocks on the device yet")
+        fault(self.plan.kind, ranges, target=self.target)
+
+    def _save(self, st: PlanState) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(st.to_json(), f)
+        os.replace(tmp, self.path)
+        spent = st.error or (st.on and (st.off or not self.plan.until))
+        if spent:
+            open(self.path + ".done", "w").close()
+
+    def on_mark(self, text: str) -> str:
+        """A user mark was inserted: move the plan; the action taken ("on", "off" or "")."""
+        return self._locked(lambda st: self.plan.step(st, text))
+
+    def fire(self) -> str:
+        """A job-side trigger (start, writes, after) is met: switch on unless already on."""
+        return self._locked(lambda st: (st, "") if st.on else (PlanState(st.matches, True, False), "on"))
+
+
+def plan_mark(text: str) -> None:
+    """Called by marks.mark after each mark it inserted: the plan's mark triggers.  A switch that
+    cannot be made is a FaultError (the mark's caller sees it; the recording fails on it)."""
+    if text.startswith("powercut-") or os.path.exists(os.environ.get(PLAN_STATE_ENV, "") + ".done"):
+        return
+    globs = [g for g in os.environ.get(PLAN_MARKS_ENV, "").split("\n") if g]
+    if not any(fnmatch.fnmatchcase(text, g) for g in globs):
+        return
+    run = PlanRun.from_env()
+    if run is not None:
+        run.on_mark(text)
 
 
 def file_sectors(path: str) -> list[tuple[int, int]]:
@@ -139,13 +260,16 @@ def _is_btrfs(path: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     usage = ("usage: powercut-fault on eio-writes | on eio-range (FILE | START+SECTORS) ... | off\n"
-             f"  (inside a powercut recording: needs ${FAULT_ENV})")
+             f"  (inside a powercut recording: needs ${FAULT_ENV}; 'powercut-fault hook MARK' is the\n"
+             "  C powercut-mark's call into the recording's fault plan)")
     if not args or args[0] in ("-h", "--help"):
         print(usage, file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
     try:
         if args == ["off"]:
             recover()
+        elif len(args) == 2 and args[0] == "hook":
+            plan_mark(args[1])
         elif len(args) >= 2 and args[0] == "on" and args[1] in KINDS:
             ranges: list[tuple[int, int]] = []
             for a in args[2:]:

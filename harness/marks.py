@@ -23,33 +23,21 @@ import os
 import sys
 import time
 
-from powercut.core.dmlog import ORDER_BEGIN, ORDER_END
-from powercut.linux import dm
-from powercut.linux.dm import DM_CONTROL, DM_TARGET_MSG, message_buffer
+from powercut.faults import PLAN_ENV, plan_mark
+from powercut import logmark
+from powercut.logmark import ORDER_ENV, TIMING_ENV, MarkError
+
+__all__ = ["mark", "ack", "begin", "close", "MarkError", "ORDER_ENV", "TIMING_ENV", "MAX_MARK"]
 
 MAX_MARK = 512 - 32 - 1  # the kernel keeps at most sectorsize - sizeof(entry) - 1 bytes of a mark
-TIMING_ENV = "POWERCUT_TIMING"
-ORDER_ENV = "POWERCUT_ORDER_DEV"
 
 _timing: dict[str, int] = {}  # timing file path -> its open descriptor
-_order: dict[str, int] = {}  # order device path -> its open descriptor
-
-
-class MarkError(OSError):
-    pass
-
-
-def _control() -> int:
-    try:
-        return dm.control()
-    except dm.DmError as e:
-        raise MarkError(e.errno, f"cannot open {DM_CONTROL}: {os.strerror(e.errno) if e.errno else e} "
-                                 "(marks work only inside a powercut recording, as root)") from None
 
 
 def mark(text: str, dm_name: str | None = None, *, order_dev: str | None = None) -> None:
     """Insert ``text`` as a mark into the log, ordered after every completed write when an order
-    device is given (``order_dev`` or $POWERCUT_ORDER_DEV).  Raises MarkError if it cannot."""
+    device is given (``order_dev`` or $POWERCUT_ORDER_DEV), then let the recording's fault plan see
+    it (faults.plan_mark).  Raises MarkError if it cannot."""
     if not text or any(c.isspace() for c in text):
         raise ValueError(f"a mark is one word without spaces, not {text!r}")
     if len(text.encode()) > MAX_MARK:
@@ -58,43 +46,17 @@ def mark(text: str, dm_name: str | None = None, *, order_dev: str | None = None)
     if timing:
         _time(timing, text)
         return
-    dm_name = dm_name or os.environ.get("POWERCUT_DM_NAME")
-    if not dm_name:
-        raise MarkError(0, "POWERCUT_DM_NAME is not set: marks work only inside a powercut recording")
-    _control()
-    order_dev = os.environ.get(ORDER_ENV) if order_dev is None else order_dev
-    try:
-        if order_dev:
-            _ordering(dm_name, order_dev)
-        dm.message(dm_name, f"mark {text}")
-    except dm.DmError as e:
-        raise MarkError(e.errno, f"mark {text!r} on {dm_name}: {os.strerror(e.errno)}") from None
-
-
-def _ordering(dm_name: str, order_dev: str) -> None:
-    """The ordering step before a mark (see the module's docstring)."""
-    fd = _order.get(order_dev)
-    if fd is None:
-        try:
-            fd = _order[order_dev] = os.open(order_dev, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            raise MarkError(e.errno, f"${ORDER_ENV}={order_dev}: cannot open it: {e.strerror}") from None
-    dm.message(dm_name, f"mark {ORDER_BEGIN}")
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        raise MarkError(e.errno, f"flush of {order_dev} before a mark: {e.strerror}") from None
-    dm.message(dm_name, f"mark {ORDER_END}")
-    dm.suspend(dm_name)
-    dm.resume(dm_name)
+    logmark.insert(text, dm_name, order_dev)
+    if os.environ.get(PLAN_ENV) and not text.startswith("powercut-"):
+        plan_mark(text)
 
 
 def close() -> None:
     """Close the descriptors marks keep open (before the recording removes its devices)."""
-    for cache in (_order, _timing):
-        for fd in cache.values():
-            os.close(fd)
-        cache.clear()
+    logmark.close()
+    for fd in _timing.values():
+        os.close(fd)
+    _timing.clear()
 
 
 def _time(path: str, text: str) -> None:
@@ -125,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args and args[0] in ("-h", "--help") else 2
     try:
         mark(args[0])
-    except (MarkError, ValueError) as e:
+    except (MarkError, ValueError, OSError) as e:
         print(f"powercut-mark: {e}", file=sys.stderr)
         return 1
     return 0

@@ -44,7 +44,7 @@ import pytest
 MARKER = "powercut"
 SETTINGS = ("fs", "size_mb", "mkfs_opts", "mount_opts", "models", "params", "max_states", "expect", "shrink",
             "seed", "bound", "samples", "allow_no_acks", "workload_timeout_s", "checker_timeout_s", "jobs",
-            "check_in", "accel")
+            "check_in", "accel", "fault")
 _ran: list[tuple[str, str]] = []    # (node id, headline) of each crash test of this session
 
 

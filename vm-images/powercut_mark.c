@@ -6,9 +6,14 @@
  * Ordered marks (as in marks.py): with $POWERCUT_ORDER_DEV set, first mark powercut-order-begin,
  * fsync that device (an empty flush through the log-writes target: every completed write is
  * logged), mark powercut-order-end, suspend and resume the target (every bio in flight completes),
- * then mark TEXT. */
+ * then mark TEXT.
+ *
+ * The recording's fault plan (faults.py): with $POWERCUT_FAULT_PLAN set, a mark matching one of the
+ * globs in $POWERCUT_FAULT_MARKS (one per line) while the plan is not spent ($POWERCUT_FAULT_STATE.done
+ * absent) execs `powercut-fault hook TEXT`, which may switch the fault before this command returns. */
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <linux/dm-ioctl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +54,30 @@ static int fail(const char *what, const char *name)
 	return 1;
 }
 
+/* Does mark TEXT move the recording's fault plan?  (faults.plan_mark decides; this only filters.) */
+static int plan_wants(const char *text)
+{
+	const char *plan = getenv("POWERCUT_FAULT_PLAN"), *state = getenv("POWERCUT_FAULT_STATE");
+	const char *globs = getenv("POWERCUT_FAULT_MARKS");
+	if (!plan || !*plan || !state || !globs || !strncmp(text, "powercut-", 9))
+		return 0;
+	char done[4096];
+	if (snprintf(done, sizeof done, "%s.done", state) >= (int)sizeof done || access(done, F_OK) == 0)
+		return 0;
+	char glob[512];
+	for (const char *p = globs; *p;) {
+		size_t n = strcspn(p, "\n");
+		if (n < sizeof glob) {
+			memcpy(glob, p, n);
+			glob[n] = 0;
+			if (n && fnmatch(glob, text, 0) == 0)
+				return 1;
+		}
+		p += n + (p[n] == '\n');
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2 || !argv[1][0] || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -87,6 +116,10 @@ int main(int argc, char **argv)
 	if (dm_call(ctl, DM_TARGET_MSG, name, 0, argv[1]) < 0) {
 		fprintf(stderr, "powercut-mark: mark %s on %s: %s\n", argv[1], name, strerror(errno));
 		return 1;
+	}
+	if (plan_wants(argv[1])) {
+		execlp("powercut-fault", "powercut-fault", "hook", argv[1], (char *)NULL);
+		return fail("exec powercut-fault (the fault plan)", name);
 	}
 	return 0;
 }

@@ -28,6 +28,7 @@ from powercut.core.verdict import FINDINGS, Verdict
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
 from powercut.linux import filesystems, process
+from powercut.core.faults import FaultPlan
 from powercut.record.vm import RecordSpec, record
 from powercut.report.summary import Summary
 from powercut.vm.cmdline import keep_visible
@@ -62,6 +63,7 @@ class CrashTest:
     allow_no_acks: bool = False
     workload_timeout_s: float = 600.0
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
+    fault: str = ""                         # the recording's fault plan (--fault; core/faults.FaultPlan)
 
     def __post_init__(self) -> None:
         if not self.workload_cmd:
@@ -80,6 +82,11 @@ class CrashTest:
         if self.size_mb and self.size_mb < 16:
             raise UsageError(f"{self.name}: size_mb={self.size_mb}: 0 (the filesystem's default) or at least 16 MiB")
         self.campaign()   # validates check_in, jobs, timeouts, max_states
+        if self.fault:
+            try:
+                FaultPlan.parse(self.fault)
+            except ValueError as e:
+                raise UsageError(f"{self.name}: fault={self.fault!r}: {e}") from None
 
     def functions(self) -> list[str]:
         """The Python functions (FILE::NAME) the test runs: its checker, and its workload's when the
@@ -94,7 +101,7 @@ class CrashTest:
         return RecordSpec(fs=FsSpec(fstype=self.fs, mkfs_opts=self.mkfs_opts, mount_opts=self.mount_opts,
                                     size_mb=self.size_mb),
                           workload=WorkloadSpec(name="", cmd=self.workload_cmd, params=dict(self.params),
-                                                timeout_s=self.workload_timeout_s),
+                                                timeout_s=self.workload_timeout_s, fault=self.fault),
                           accel=self.accel)
 
     def campaign(self) -> CampaignSpec:

@@ -86,6 +86,10 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
     w.add_argument("--workload", help="a built-in or registered workload (see 'powercut workloads')")
     w.add_argument("--cmd", help="any shell command, run in the guest with its cwd on the filesystem under test")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="workload parameter (repeat)")
+    p.add_argument("--fault", default="", metavar="KIND[,KEY=VALUE...]",
+                   help="inject I/O errors during the recording: eio-writes or eio-range (file=PATH | "
+                        "sectors=S+N), on at mark=GLOB[,nth=N] | p=P[,seed=S] | writes=N | after=SECONDS "
+                        "(default: from the start), off at until=GLOB (see README, Faults)")
     p.add_argument("--fs", default="ext4", help="filesystem under test: ext4, xfs or btrfs (default ext4)")
     p.add_argument("--mkfs-opts", type=shell_words, default="", help="extra mkfs options, as one shell-quoted string")
     p.add_argument("--mount-opts", default="", help="mount options (-o)")

@@ -29,7 +29,7 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     if not name and not args.cmd:
         raise UsageError("give --workload NAME or --cmd 'COMMAND'")
     wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=parse_params(args.param),
-                      timeout_s=args.workload_timeout)
+                      timeout_s=args.workload_timeout, fault=args.fault)
     if args.cmd and args.param:
         raise UsageError("--param goes with --workload, not --cmd")
     return RecordSpec(fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,

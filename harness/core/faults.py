@@ -139,3 +139,153 @@ class Faults:
         return Faults(tuple(Window(int(w["on"]), None if w["off"] is None else int(w["off"]), str(w["kind"]),
                                    tuple((int(a), int(b)) for a, b in w.get("ranges", []))) for w in d["windows"]),
                       tuple(d.get("after_error", [])), dict(d.get("why") or {}))
+
+
+# ---------------------------------------------------------------------------------------------
+# The recording's fault plan: when to switch a fault on (and off) without touching the program.
+
+PLAN_KEYS = ("file", "sectors", "mark", "nth", "p", "seed", "writes", "after", "until")
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPlan:
+    """``--fault KIND[,key=value...]``: one fault the recording switches on by itself.
+
+    What fails (``KIND``): ``eio-writes`` (every write and flush), or ``eio-range`` over ``file=PATH``
+    (a file under the mount, relative to it; its sectors are read when the fault goes on, so it must
+    be allocated then) or ``sectors=START+N[;START+N...]``.
+
+    When it goes on (at most one trigger; none: before the workload starts):
+
+    * ``mark=GLOB[,nth=N]`` -- just after the N-th mark (default 1st) matching GLOB (fnmatch) that
+      the workload inserts with powercut.mark or powercut-mark, before that call returns;
+    * ``p=P[,seed=S][,mark=GLOB]`` -- at each mark matching GLOB (default ``ack:*``) with probability
+      P, drawn from a generator seeded with (S, the match's number): the same marks give the same
+      choice on every run;
+    * ``writes=N`` -- once the filesystem's device has completed N writes since the workload started
+      (polled every 2 ms in the guest: the switch lands within a few writes of N; the log records
+      exactly where);
+    * ``after=S`` -- S seconds after the workload started.
+
+    ``until=GLOB``: off again just after the first mark matching GLOB once on (a transient error);
+    else it stays on to the end of the workload.  It fires once: one window per recording."""
+    kind: str
+    file: str = ""
+    sectors: tuple[tuple[int, int], ...] = ()
+    mark: str = ""
+    nth: int = 0
+    p: float = 0.0
+    seed: int = 0
+    writes: int = 0
+    after: float = 0.0
+    until: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r} (known: {', '.join(KINDS)})")
+        if (self.kind == "eio-range") != bool(self.file or self.sectors):
+            raise ValueError("eio-range needs file=PATH or sectors=START+N, and only eio-range takes them")
+        if self.file and self.sectors:
+            raise ValueError("give file= or sectors=, not both")
+        if self.file.startswith("/") or ".." in self.file.split("/"):
+            raise ValueError(f"file={self.file}: a path relative to the filesystem under test, inside it")
+        triggers = [k for k, v in (("mark", self.mark and not self.p), ("p", self.p), ("writes", self.writes),
+                                   ("after", self.after)) if v]
+        if len(triggers) > 1:
+            raise ValueError(f"one trigger per fault, not {' and '.join(triggers)}")
+        if self.nth and not (self.mark and not self.p):
+            raise ValueError("nth= goes with mark=")
+        if self.nth < 0 or self.writes < 0 or self.after < 0 or self.seed < 0:
+            raise ValueError("nth, writes, after and seed are not negative")
+        if self.p and not 0 < self.p <= 1:
+            raise ValueError(f"p={self.p}: a probability in (0, 1]")
+        if self.seed and not self.p:
+            raise ValueError("seed= goes with p=")
+        for glob in (self.mark, self.until):
+            if glob and (any(c.isspace() or c == "," for c in glob) or glob.startswith("powercut-")):
+                raise ValueError(f"mark glob {glob!r}: one word without commas, not a powercut- mark")
+
+    @property
+    def trigger(self) -> str:
+        """``start``, ``mark``, ``p``, ``writes`` or ``after``."""
+        if self.p:
+            return "p"
+        if self.mark:
+            return "mark"
+        return "writes" if self.writes else "after" if self.after else "start"
+
+    @property
+    def on_glob(self) -> str:
+        """The marks that may switch the fault on (``""``: not a mark trigger)."""
+        return self.mark or "ack:*" if self.trigger == "p" else self.mark
+
+    @staticmethod
+    def parse(text: str) -> "FaultPlan":
+        """``KIND[,key=value...]``; ValueError naming what is wrong."""
+        kind, *pairs = [p.strip() for p in text.strip().split(",")]
+        kw: dict[str, Any] = {}
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq or key not in PLAN_KEYS or not value:
+                raise ValueError(f"{pair!r}: expected key=value with key one of {', '.join(PLAN_KEYS)}")
+            if key in kw:
+                raise ValueError(f"{key}= given twice")
+            try:
+                if key in ("nth", "writes", "seed"):
+                    kw[key] = int(value)
+                elif key in ("p", "after"):
+                    kw[key] = float(value)
+                elif key == "sectors":
+                    kw[key] = tuple(_sector_range(r) for r in value.split(";"))
+                else:
+                    kw[key] = value
+            except ValueError:
+                raise ValueError(f"{key}={value}: not a valid value") from None
+        return FaultPlan(kind, **kw)
+
+    def __str__(self) -> str:
+        out = [self.kind]
+        for key in PLAN_KEYS:
+            value = getattr(self, key)
+            if value:
+                out.append(f"{key}=" + (";".join(f"{s}+{n}" for s, n in value) if key == "sectors" else
+                                        f"{value:g}" if isinstance(value, float) else str(value)))
+        return ",".join(out)
+
+    def step(self, state: "PlanState", text: str) -> tuple["PlanState", str]:
+        """What a user mark ``text`` does: (the new state, ``"on"``, ``"off"`` or ``""``)."""
+        import fnmatch
+        import random
+        if state.on and not state.off and self.until and fnmatch.fnmatchcase(text, self.until):
+            return PlanState(state.matches, True, True, state.error), "off"
+        glob = self.on_glob
+        if state.on or not glob or not fnmatch.fnmatchcase(text, glob):
+            return state, ""
+        n = state.matches + 1
+        if self.trigger == "p":
+            fire = random.Random(f"{self.seed}:{n}").random() < self.p
+        else:
+            fire = n == (self.nth or 1)
+        return PlanState(n, fire, False, state.error), "on" if fire else ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanState:
+    matches: int = 0          # marks that matched the on glob so far
+    on: bool = False          # the fault went on
+    off: bool = False         # and off again (until=)
+    error: str = ""           # a switch that could not be made
+
+    def to_json(self) -> dict[str, Any]:
+        return {"matches": self.matches, "on": self.on, "off": self.off, "error": self.error}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "PlanState":
+        return PlanState(int(d.get("matches", 0)), bool(d.get("on")), bool(d.get("off")), str(d.get("error", "")))
+
+
+def _sector_range(text: str) -> tuple[int, int]:
+    start, plus, n = text.partition("+")
+    if not plus or not start.isdigit() or not n.isdigit() or int(n) == 0:
+        raise ValueError(text)
+    return int(start), int(n)

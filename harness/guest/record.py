@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,8 @@ from powercut.linux import dm, filesystems, process
 from powercut.linux.blockdev import find_disk, sectors
 from powercut.linux.mounts import mount, umount
 from powercut import marks
-from powercut.core.faults import FAULT_OFF
-from powercut.faults import FAULT_ENV
+from powercut.core.faults import FAULT_OFF, FaultPlan
+from powercut.faults import FAULT_ENV, FaultError, PlanRun, Target, plan_env
 from powercut.faults import table as fault_table
 from powercut.marks import ORDER_ENV, mark
 from powercut.vm import guestjob
@@ -26,6 +27,8 @@ log = logging.getLogger("powercut.guest")
 MNT = "/run/powercut/mnt"
 FS_SUFFIX = "-fs"        # the linear map over the log-writes target that holds the recorded filesystem
 ORDER_SUFFIX = "-order"  # the linear map beside it that marks flush (marks.py)
+PLAN_STATE = "/run/powercut/fault-plan.json"   # the fault plan's state (faults.PlanRun), guest-local
+PLAN_POLL_S = 0.002
 
 
 def log_writes_status(name: str) -> dict[str, Any]:
@@ -79,19 +82,81 @@ def unstack(dm_name: str) -> None:
         dm.remove(dm_name + suffix)
 
 
+class PlanTrigger:
+    """The plan's job-side triggers: ``start`` before the workload, ``writes``/``after`` from a thread
+    polling the filesystem device's completed writes (/sys/block/dm-N/stat) and the clock."""
+
+    def __init__(self, run: PlanRun, dev: str) -> None:
+        self.run, self.plan = run, run.plan
+        self.stat = f"/sys/block/dm-{os.minor(os.stat(dev).st_rdev)}/stat"
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.error = ""
+
+    def writes(self) -> int:
+        return int(Path(self.stat).read_text().split()[4])   # writes completed
+
+    def start(self) -> None:
+        if self.plan.trigger == "start":
+            self._fire()
+        elif self.plan.trigger in ("writes", "after"):
+            self.base, self.t0 = self.writes(), time.monotonic()
+            self.thread = threading.Thread(target=self._poll, name="fault-plan", daemon=True)
+            self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stop.wait(PLAN_POLL_S):
+            met = (self.writes() - self.base >= self.plan.writes if self.plan.trigger == "writes"
+                   else time.monotonic() - self.t0 >= self.plan.after)
+            if met:
+                self._fire()
+                return
+
+    def _fire(self) -> None:
+        try:
+            self.run.fire()
+        except (FaultError, OSError) as e:
+            self.error = str(e)
+            log.error("%s", e)
+
+    def finish(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+
+
 def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str, target: str) -> dict[str, Any]:
     wl = job.workload
     argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
+    fault_dev = Target(job.dm_name + FS_SUFFIX, target, sectors(dev), job.dm_name, order_dev)
     env = {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
            "PYTHONDONTWRITEBYTECODE": "1", "POWERCUT_DM_NAME": job.dm_name, "POWERCUT_DEVICE": dev,
            "POWERCUT_MOUNT": MNT, "POWERCUT_FSTYPE": job.fs.fstype, "POWERCUT_PARAMS": json.dumps(wl.params or {}),
-           ORDER_ENV: order_dev, FAULT_ENV: f"{job.dm_name}{FS_SUFFIX}:{target}:{sectors(dev)}"}
+           ORDER_ENV: order_dev, FAULT_ENV: fault_dev.spec()}
+    res: dict[str, Any] = {}
+    trigger = None
+    if wl.fault:
+        run = PlanRun(FaultPlan.parse(wl.fault), PLAN_STATE, fault_dev, MNT)
+        for leftover in (PLAN_STATE, PLAN_STATE + ".done"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        env.update(plan_env(run.plan, PLAN_STATE))
+        trigger = PlanTrigger(run, dev)
+        trigger.start()
     start = time.monotonic()
-    with open(jobdir / "workload.out", "wb") as out, open(jobdir / "workload.err", "wb") as err:
-        with process.Spawned(argv, cwd=MNT, env=env, stdout=out, stderr=err) as proc:
-            rc = proc.wait(wl.timeout_s)
-            # leaving the block kills the whole group: its leftovers must not keep the filesystem busy
-    return {"workload_rc": rc, "workload_timed_out": rc is None, "workload_s": round(time.monotonic() - start, 3)}
+    try:
+        with open(jobdir / "workload.out", "wb") as out, open(jobdir / "workload.err", "wb") as err:
+            with process.Spawned(argv, cwd=MNT, env=env, stdout=out, stderr=err) as proc:
+                rc = proc.wait(wl.timeout_s)
+                # leaving the block kills the whole group: its leftovers must not keep the filesystem busy
+    finally:
+        if trigger is not None:
+            trigger.finish()
+    res.update(workload_rc=rc, workload_timed_out=rc is None, workload_s=round(time.monotonic() - start, 3))
+    if trigger is not None:
+        st = trigger.run.state()
+        res["fault_plan"] = {"plan": wl.fault, **st.to_json(), "error": st.error or trigger.error}
+    return res
 
 
 def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:

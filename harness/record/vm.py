@@ -142,7 +142,9 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
             manifest["faults"] = {"windows": [w.describe() for w in faults.windows],
                                   "acked_after_error": list(faults.after_error),
                                   "workload_rc": int(result.get("workload_rc") or 0),
-                                  "left_on": bool(result.get("fault_left_on"))}
+                                  "left_on": bool(result.get("fault_left_on")),
+                                  **({"plan": result.get("fault_plan", {}).get("plan")}
+                                     if result.get("fault_plan") else {})}
         manifest["recording"]["status"] = recording.OK
     except KeyboardInterrupt as e:
         manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
@@ -196,6 +198,14 @@ def _judge(result: guestjob.GuestResult, manifest: dict[str, Any], out: Path) ->
         rec.update(status="workload-timeout", error="workload killed by its timeout")
         raise WorkloadFailed(f"the workload did not finish within {manifest['workload']['timeout_s']:g} s and "
                              f"was killed (see {out}/job/workload.err)")
+    plan = result.get("fault_plan")
+    if plan and (plan.get("error") or not plan.get("on")):
+        why = plan.get("error") or (f"the fault plan '{plan['plan']}' never fired" +
+                                    (f" ({plan.get('matches', 0)} marks matched its trigger)"
+                                     if "mark=" in plan["plan"] or "p=" in plan["plan"] else "") +
+                                    ": nothing was injected, so nothing about errors would be tested")
+        rec.update(status="fault-plan-failed", error=why)
+        raise WorkloadFailed(f"{why} (see {out}/job/workload.err)")
     if result.get("workload_rc") and _faults(out / "log.bin"):
         log.info("the workload exited %s after an injected I/O error: recorded", result.get("workload_rc"))
     elif result.get("workload_rc"):
