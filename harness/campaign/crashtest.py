@@ -166,7 +166,8 @@ class Outcome:
         if s.status != "complete" or s.no_acks:
             return f"powercut: {s.verdict}: {s.notes()[0] if s.notes() else s.status} ({where})"
         if n:
-            said = f", {sum(f.confirmed for f in s.failures)} confirmed alone" if s.rejudged else ""
+            said = (f", {s.confirmed} confirmed alone" + (f", {s.by_group} by their group's sample" if s.by_group else "")
+                    if s.rejudged else "")
             return f"powercut: {s.verdict}: {n} of {s.total} distinct crash states fail ({where}){said}"
         if s.flaky:
             return (f"powercut: flaky: {len(s.flaky)} of {s.total} distinct crash states gave two verdicts, a harness "
@@ -183,15 +184,24 @@ class Outcome:
         elif self.test.expect not in ("pass", "fail") and s.failures:
             seen = sorted({f.verdict for f in s.failures})
             lines.append(f"expected {self.test.expect}, found {', '.join(seen)}")
-        if s.failures:
+        if s.failures and not s.groups:
             first = min(s.failures, key=lambda v: (v.cut, v.state))
             lines.append(f"first failing state: {first.state}: {first.verdict}: "
                          f"{first.reasons[0] if first.reasons else ''}")
-        for k, g in enumerate(s.groups[:5], 1):
-            lines.append(f"group {k}: {g['verdict']} x {g['count']}: {g['reason_class']}")
+        for k, g in enumerate(s.groups[:5], 1):   # the causes lead, each with its minimized state and repro
+            cause = (g.get("cause") or "").removeprefix(f"{g['verdict']}: ") or g["reason_class"]
+            lines.append(f"group {k}: {g['verdict']} x {g['count']}: {cause}")
+            if "confirmed_alone" in g:
+                by = f", {g['confirmed_by_group']} by the group's sample" if g["confirmed_by_group"] else ""
+                esc = "; its sample disagreed: confirmed state by state" if g.get("escalated") else ""
+                lines.append(f"  confirmed: {g['confirmed_alone']} alone{by}{esc}")
             if g.get("minimized"):
                 calls = g["shrink_calls"]
                 lines.append(f"  minimized: {g['first']} -> {g['minimized']} ({calls} check{'' if calls == 1 else 's'})")
+            else:
+                first_v = next((f for f in s.failures if f.state == g["first"]), None)
+                lines.append(f"  first state: {g['first']}" + (f": {first_v.reasons[0]}" if first_v and first_v.reasons
+                                                               else ""))
             lines.extend(f"  blame: {_short(c)}" for c in g.get("culprits", [])[:4])
             if g.get("bundle"):
                 lines.append(f"  repro: powercut repro {shlex.quote(g['bundle'])}")

@@ -27,7 +27,8 @@ from powercut.linux.jsonlines import read_lines
 from powercut.report import html, matrix
 from powercut.report.summary import Summary, summarize, write_outputs
 
-DIAGNOSED = ("cause", "minimized", "culprits", "shrink_calls", "one_at_a_time")
+DIAGNOSED = ("cause", "minimized", "culprits", "shrink_calls", "one_at_a_time", "minimized_confirmed",
+             "minimized_alone")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,10 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
                         rejudged=sum(o.summary.get("confirmation", {}).get("rejudged", 0) for o in outs),
                         groups=groups, triage_s=sum(o.summary.get("triage_seconds", 0.0) for o in outs),
                         acks=int(base.get("acks", -1)), allow_no_acks=bool(base.get("allow_no_acks", False)),
-                        missing_shards=missing)
+                        missing_shards=missing,
+                        confirm_mode=str(base.get("confirmation", {}).get("mode", "all")),
+                        confirm_sample=int(base.get("confirmation", {}).get("sample", 0)),
+                        escalated=sum(int(o.summary.get("confirmation", {}).get("escalated_groups", 0)) for o in outs))
     with open(outdir / "journal.jsonl", "w") as f:
         for v in sorted(judged, key=lambda v: (v.model, v.cut, v.state)):
             f.write(json.dumps(v.to_json()) + "\n")
@@ -150,6 +154,8 @@ def _groups(judged: list[Verdict], outs: list[ShardOut], outdir: Path) -> list[d
     out = []
     for k, g in enumerate(triage.group([v for v in judged if v.finding]), 1):
         doc = g.to_json()
+        doc["escalated"] = any(theirs.get("escalated") and (theirs.get("verdict"), theirs.get("reason_class")) ==
+                               (g.verdict, g.reason_class) for o in outs for theirs in o.groups)
         found = diagnosed.get(doc["first"])
         if found:
             o, theirs = found

@@ -1,13 +1,17 @@
 """A check campaign over one recording (host side): select the distinct states, judge them (checker
-VMs or host), confirm every failure, journal, summarize.  ``powercut check`` and ``powercut run``
+VMs or host), confirm the failures, journal, summarize.  ``powercut check`` and ``powercut run``
 call ``run_campaign``.
 
 Each distinct disk image is judged once (core/selection.py: states with the same durable content and
-the same acked/begun keys are one; the journal lists the others as its aliases).  Every failing
-state is then judged a second time, alone (a fresh clone, a fresh mount point, nothing else from
-that recording mounted: one host worker, or fresh checker VMs): the same verdict makes it a
-confirmed finding; a different one makes it ``flaky`` -- a harness problem, reported with both
-verdicts, never counted as a finding of the program under test."""
+the same acked/begun keys are one; the journal lists the others as its aliases).  Failing states
+are then judged a second time, alone (a fresh clone, a fresh mount point, nothing else from that
+recording mounted: one host worker, or fresh checker VMs): the same verdict makes it a confirmed
+finding; a different one makes it ``flaky`` -- a harness problem, reported with both verdicts, never
+counted as a finding of the program under test.  By default confirmation goes by failure group
+(core/confirm.py): a small group is judged again whole, a large one by a deterministic sample (its
+first, its last, its minimized state, seeded others, ``confirm_sample`` in all),
+and any disagreement confirms the group state by state; ``confirm_mode="all"`` judges every failing
+state again."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,6 +26,7 @@ from typing import Any, Callable
 from powercut.campaign.journal import Journal, pin_settings
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
+from powercut.core import confirm as confirming
 from powercut.core.dmlog import open_log
 from powercut.core.crashstate import CrashState
 from powercut.core.models import space
@@ -55,7 +60,9 @@ class CampaignSpec:
     resume: bool = False
     accel: str = "auto"
     state_timeout_s: float = 300.0
-    confirm: bool = True          # judge every failure a second time, alone
+    confirm: bool = True          # judge failures a second time, alone
+    confirm_mode: str = "group"   # group: by failure group (a sample of a large group); all: every failure
+    confirm_sample: int = confirming.DEFAULT_SAMPLE   # states judged alone per large group
     memory_mb: int = 768          # per checker VM
     shrink: int = 0               # minimize + blame the first state of the first K failure groups (0: off;
                                   # the CLI's --shrink defaults to 3)
@@ -87,6 +94,11 @@ class CampaignSpec:
                              f"{self.state_timeout_s:g}")
         if self.max_states < 0:
             raise UsageError(f"--max-states must be 0 (all) or more, not {self.max_states}")
+        if self.confirm_mode not in confirming.MODES:
+            raise UsageError(f"--confirm must be one of {', '.join(confirming.MODES)}, not {self.confirm_mode!r}")
+        if self.confirm_sample < confirming.MIN_SAMPLE:
+            raise UsageError(f"--confirm-sample must be at least {confirming.MIN_SAMPLE} (a group's first and last "
+                             f"state), not {self.confirm_sample}")
 
     def workers(self) -> int:
         return self.jobs or os.cpu_count() or 1
@@ -123,6 +135,8 @@ class _Run:
         self.confirmed = 0
         self.groups: list[Any] = []
         self.triage_s = 0.0
+        self.escalated: set[tuple[str, str]] = set()   # groups confirmed state by state after a disagreement
+        self.index: Any = None
 
     def sink(self, v: Verdict) -> None:
         self.first.append(v.verdict)
@@ -139,45 +153,93 @@ class _Run:
               jobs: int) -> None:
         self.place.judge(self.ctx, self.src, index, states, sink, work, jobs=jobs)
 
-    def confirm(self, index: Any) -> None:
-        """Judge each unconfirmed failure again, alone; same verdict = confirmed, else flaky."""
-        by_id = {s.id: s for s in self.sel.states}
-        firsts = {v.state: v for v in self.journal if v.failed and not v.confirmed and v.verdict != "flaky"
-                  and v.state in by_id}
-        if not firsts:
-            return
-        t0 = time.monotonic()
-
-        def second(v2: Verdict) -> None:
-            v1 = firsts[v2.state]
-            if v2.verdict == v1.verdict:
-                self.journal.add(dataclasses.replace(v1, confirmed=True))
-            else:
-                self.journal.add(flaky(v1, v2))
-            self.confirmed += 1
-
-        self.judge(index, [by_id[i] for i in firsts], second, self.outdir / "confirm",
-                   self.place.alone(self.spec.workers()))
-        self.confirm_s += time.monotonic() - t0
-
-
     def triage(self, index: Any) -> list[Any]:
-        """Group the failures; minimize and blame the first of the first ``shrink`` groups where the
-        check runs; a repro bundle for every group."""
+        """Group the failures by cause; minimize and blame the first state of the first ``shrink``
+        groups where the check runs; confirm by group (``confirm``); a repro bundle for every group."""
         t0 = time.monotonic()
-        wanted = {s.id for s in self.sel.states}
-        self.groups = triage.group([v for sid, v in self.journal.done.items() if sid in wanted and v.finding])
+        self.groups = self._findings()
         todo = self.groups[:self.spec.shrink]
         if todo:
-            firsts = [g.first for g in todo]
-            found = {d["state"]: d for d in self._diagnose(index, firsts)}
+            found = {d["state"]: d for d in self._diagnose(index, [g.first for g in todo])}
             for g in todo:
                 g.diagnosis = found.get(g.first.state)
+        self.triage_s = time.monotonic() - t0
+        if self.spec.confirm:
+            self.confirm(index)
+            kept = {(g.verdict, g.reason_class): g.diagnosis for g in self.groups if g.diagnosis}
+            self.groups = self._findings()   # confirmation may have made states flaky, or whole groups
+            for g in self.groups:
+                g.diagnosis = kept.get((g.verdict, g.reason_class))
+        t1 = time.monotonic()
         if self.groups:
             triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.rec.log_path)
             triage.save(self.outdir, self.groups)
-        self.triage_s = time.monotonic() - t0
+        self.triage_s += time.monotonic() - t1
         return self.groups
+
+    def confirm(self, index: Any) -> None:
+        """Judge the unconfirmed failures again, alone, by group (core/confirm.py): the whole of a
+        small group, a sample of a large one, and each diagnosed group's minimized state, all in one
+        lone phase; then state by state every group whose sample or minimized state disagreed."""
+        by_id = {s.id: s for s in self.sel.states}
+        mine = [v for sid, v in self.journal.done.items() if sid in by_id]
+        firsts = [v for v in mine if v.failed and not v.confirmed and not v.by_group and v.verdict != "flaky"]
+        named = {(g.verdict, g.reason_class): g.diagnosis["minimized"] for g in self.groups
+                 if g.diagnosis and g.diagnosis.get("minimized")}
+        minimized = {key: m for key, m in named.items() if m not in by_id}   # not a judged state: judged here
+        if not firsts and not minimized:
+            return
+        t0 = time.monotonic()
+        plans = confirming.plan(firsts, mode=self.spec.confirm_mode, k=self.spec.confirm_sample,
+                                seed=self.spec.seed, settled=[v for v in mine if v.verdict == "flaky" or v.confirmed],
+                                always=set(named.values()))
+        sampled = [v for p in plans for v in p.sample]
+        extra = {key: space(index).state_from_id(m) for key, m in minimized.items()}
+        seconds = self._alone(sampled, [by_id[v.state] for v in sampled] + list({st.id: st for st in extra.values()}
+                                                                                 .values()))
+        by_group, escalate = confirming.settle(plans, seconds)
+        for key, st in extra.items():   # the repro the report leads with must fail the same way alone
+            v2 = seconds.get(st.id)
+            same = v2 is not None and v2.verdict == key[0]
+            g = next(g for g in self.groups if (g.verdict, g.reason_class) == key)
+            g.diagnosis = dict(g.diagnosis or {}, minimized_confirmed=same,
+                               minimized_alone=v2.verdict if v2 is not None else "not judged")
+            if not same:
+                plan = next((p for p in plans if p.key == key), None)
+                moved = {v.state for v in plan.rest()} if plan else set()
+                by_group = [v for v in by_group if v.state not in moved]
+                escalate += [v for v in plan.rest() if v.state not in {e.state for e in escalate}] if plan else []
+        for v in by_group:
+            self.journal.add(dataclasses.replace(v, by_group=True))
+        if escalate:
+            self.escalated |= {confirming.group_key(v) for v in escalate}
+            self._alone(escalate, [by_id[v.state] for v in escalate])
+        self.confirm_s += time.monotonic() - t0
+
+    def _alone(self, firsts: list[Verdict], states: list[CrashState]) -> dict[str, Verdict]:
+        """Judge ``states`` again, alone; journal each of ``firsts`` as confirmed or flaky.  Every
+        lone verdict comes back by state id (others, such as minimized states, are not journaled)."""
+        want = {v.state: v for v in firsts}
+        seconds: dict[str, Verdict] = {}
+
+        def second(v2: Verdict) -> None:
+            seconds[v2.state] = v2
+            v1 = want.get(v2.state)
+            if v1 is None:
+                return
+            self.journal.add(dataclasses.replace(v1, confirmed=True, by_group=False) if confirming.agrees(v1, v2)
+                             else flaky(v1, v2))
+            self.confirmed += 1
+
+        self.judge(self.index, states, second, self.outdir / "confirm", self.place.alone(self.spec.workers()))
+        return seconds
+
+    def _findings(self) -> list[Any]:
+        wanted = {s.id for s in self.sel.states}
+        groups = triage.group([v for sid, v in self.journal.done.items() if sid in wanted and v.finding])
+        for g in groups:
+            g.escalated = (g.verdict, g.reason_class) in self.escalated
+        return groups
 
     def _diagnose(self, index: Any, firsts: list[Verdict]) -> list[dict[str, Any]]:
         return triage.diagnose_at(self.place, self.ctx, self.src, index, space(index), firsts,
@@ -218,14 +280,13 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                              f"{spec.shard.total} shards; use fewer shards")
         journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
         run = _Run(spec, rec, ctx, outdir, sel, journal, on_verdict)
+        run.index = index
         try:
             if on_start:
                 on_start(len(sel.states), sum(1 for s in sel.states if s.id in journal.done))
             todo = [s for s in sel.states if s.id not in journal.done]
             run.judge(index, todo, run.sink, outdir / "work", spec.workers())
-            if spec.confirm:
-                run.confirm(index)
-            run.triage(index)
+            run.triage(index)   # groups, diagnoses, confirmation by group, bundles
         except KeyboardInterrupt:
             status = "interrupted"
             raise
@@ -239,6 +300,8 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
             summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype, workload=rec.workload_label,
                                 check_in=spec.check_in, seconds=time.monotonic() - t0, selection=sel,
                                 status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
+                                confirm_mode=(spec.confirm_mode if spec.confirm else "off"),
+                                confirm_sample=spec.confirm_sample, escalated=len(run.escalated),
                                 groups=[g.to_json() for g in run.groups], triage_s=run.triage_s,
                                 acks=len(index.acks()), allow_no_acks=spec.allow_no_acks,
                                 shard="" if spec.shard.whole else str(spec.shard))

@@ -26,7 +26,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                         bound=10 if args.bound is None else args.bound,
                         samples=64 if args.samples is None else args.samples,
                         max_states=args.max_states, resume=args.resume, accel=args.accel,
-                        state_timeout_s=args.state_timeout, confirm=not args.no_confirm, shrink=args.shrink,
+                        state_timeout_s=args.state_timeout, confirm=not args.no_confirm,
+                        confirm_mode=args.confirm_mode, confirm_sample=args.confirm_sample, shrink=args.shrink,
                         shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
                         allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard(),
                         check_uris=tuple(args.check_uris))
@@ -86,6 +87,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
+    """The table, then the failures by cause (each group: count, confirmation, minimized state,
+    repro), then a few of the states themselves."""
     from rich.console import Console
 
     from powercut.report.summary import repro, table
@@ -94,36 +97,62 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
     left = {m: c.get("left_out", 0) for m, c in summary.counts.items() if c.get("left_out")}
     if left:
         print("--max-states left out " + ", ".join(f"{n} distinct {m} states" for m, n in left.items()))
-    if summary.rejudged:
-        print(f"confirmation: {summary.rejudged} failing states judged again alone in {summary.confirm_s:.1f} s: "
-              f"{summary.confirmed} confirmed, {len(summary.flaky)} flaky")
+    _print_groups(summary)
+    line = summary.confirmation_line()
+    if line:
+        print(line)
     for f in summary.flaky[:10]:
         print(f"FLAKY {f.state}: {f.reasons[0]}")
-    _print_groups(summary)
-    for f in summary.failures[:10]:
-        print(f"FAIL {f.state}: {f.verdict}: {f.reasons[0] if f.reasons else ''}\n  repro: {repro(summary.recording, f)}")
-    if len(summary.failures) > 10:
-        print(f"... and {len(summary.failures) - 10} more failing states (see {paths['summary']})")
+    shown = 3 if summary.groups else 10
+    for f in summary.failures[:shown]:
+        print(f"FAIL {f.state}: {f.verdict} ({f.confirmation}): {f.reasons[0] if f.reasons else ''}\n"
+              f"  repro: {repro(summary.recording, f)}")
+    if len(summary.failures) > shown:
+        print(f"... and {len(summary.failures) - shown} more failing states (see {paths['summary']})")
     print(f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}")
     if paths.get("html"):
         print(f"report: {paths['html']}")
 
 
 def _print_groups(summary: Any) -> None:
-    """Failures grouped by how they fail, each with its minimized state, its blame and its bundle."""
+    """Failures grouped by cause, each with its confirmation, minimized state, blame and repro."""
     if not summary.groups:
         return
-    print(f"{len(summary.failures)} failing states in {len(summary.groups)} group(s) by how they fail"
+    print(f"{len(summary.failures)} failing states in {len(summary.groups)} group(s) by cause"
           f" (triage {summary.triage_s:.1f} s):")
     for k, g in enumerate(summary.groups, 1):
-        print(f"GROUP {k}: {g['verdict']} x {g['count']}: {g['reason_class']}")
+        cause = (g.get("cause") or "").removeprefix(f"{g['verdict']}: ") or g["reason_class"]
+        print(f"GROUP {k}: {g['verdict']} x {g['count']}: {cause}")
+        conf = _group_confirmation(g)
+        if conf:
+            print(f"  {conf}")
         if g.get("minimized"):
+            alone = ("" if "minimized_confirmed" not in g else "; judged alone: the same verdict"
+                     if g["minimized_confirmed"] else f"; judged alone: {g.get('minimized_alone', '?')} (not the same)")
             print(f"  minimized: {g['first']} -> {g['minimized']} ({g['shrink_calls']} checks; one write at a "
-                  f"time: at least {g['one_at_a_time']})")
+                  f"time: at least {g['one_at_a_time']}{alone})")
             for c in g.get("culprits", [])[:6]:
                 print(f"  {c}")
+        else:
+            print(f"  first state: {g['first']}")
         if g.get("bundle"):
             print(f"  repro: powercut repro {shlex.quote(g['bundle'])}")
+        else:
+            print(f"  repro: powercut repro {shlex.quote(summary.recording)} --state {shlex.quote(g['first'])}")
+
+
+def _group_confirmation(g: dict[str, Any]) -> str:
+    if "confirmed_alone" not in g:
+        return ""
+    n, alone, by = g["count"], g["confirmed_alone"], g["confirmed_by_group"]
+    if alone == 0 and by == 0:
+        return "unconfirmed (confirmation off)"
+    parts = [f"{alone} of {n} confirmed alone"] + ([f"{by} confirmed by the group's sample"] if by else [])
+    if g.get("unconfirmed"):
+        parts.append(f"{g['unconfirmed']} unconfirmed")
+    if g.get("escalated"):
+        parts.append("its sample disagreed: confirmed state by state")
+    return "; ".join(parts)
 
 
 def cmd_repro(args: argparse.Namespace) -> int:

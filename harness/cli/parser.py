@@ -135,8 +135,14 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--shard", type=shard, default=None, metavar="I/N",
                    help="judge only shard I of N of the distinct states (1-based; deterministic, no coordination); "
                         "'powercut merge' joins the shards' outputs")
+    g.add_argument("--confirm", choices=("group", "all"), default="group", dest="confirm_mode",
+                   help="judge failing states a second time, alone: 'group' (default) a sample of each failure group "
+                        "(the whole group when it is small or its sample disagrees), 'all' every failing state")
+    g.add_argument("--confirm-sample", type=at_least(2), default=8, metavar="K",
+                   help="states of a large failure group judged alone: its first, its last and seeded others, K in "
+                        "all (default 8)")
     g.add_argument("--no-confirm", action="store_true",
-                   help="do not judge each failing state a second time, alone (flaky states then go unnoticed)")
+                   help="do not judge failing states a second time (flaky states then go unnoticed)")
     g.add_argument("--shrink", type=at_least(0), default=3, metavar="K",
                    help="minimize and blame the first state of the first K failure groups, each saved as a repro "
                         "bundle (default 3; 0: off)")

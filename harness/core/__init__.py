@@ -10,4 +10,5 @@
 * ``selection`` -- each distinct disk image judged once, --max-states shares;
 * ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;
 * ``shrink`` -- minimize a failing state;
+* ``confirm`` -- confirmation by failure group: which failing states are judged again alone;
 * ``verdict`` -- the one verdict vocabulary."""

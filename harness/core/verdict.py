@@ -33,7 +33,9 @@ def worst(verdicts: list[str]) -> str:
 class Verdict:
     """One judged state.  ``aliases``: other state ids with the same durable content and the same
     acked/begun keys, judged by this one.  ``confirmed``: a failure judged a second time, alone,
-    with the same verdict.  For ``flaky``, ``first`` holds the first verdict and its reasons."""
+    with the same verdict.  ``by_group``: a failure not judged again itself, standing on its
+    group's confirmation (core/confirm.py: every sampled state of its group kept its verdict).
+    For ``flaky``, ``first`` holds the first verdict and its reasons."""
 
     state: str
     model: str
@@ -46,6 +48,7 @@ class Verdict:
     aliases: tuple[str, ...] = ()
     confirmed: bool = False
     first: tuple[str, ...] = ()
+    by_group: bool = False
 
     @property
     def failed(self) -> bool:
@@ -55,6 +58,16 @@ class Verdict:
     def finding(self) -> bool:
         return self.verdict in FINDINGS
 
+    @property
+    def confirmation(self) -> str:
+        """``confirmed`` (judged again alone, same verdict), ``confirmed-by-group``, ``flaky``,
+        ``unconfirmed`` (confirmation off or not reached); "" for a pass."""
+        if self.verdict == "flaky":
+            return "flaky"
+        if not self.failed:
+            return ""
+        return "confirmed" if self.confirmed else "confirmed-by-group" if self.by_group else "unconfirmed"
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         for k in ("reasons", "aliases", "first"):
@@ -63,10 +76,13 @@ class Verdict:
             del d["aliases"]
         if not self.first:
             del d["first"]
+        if not self.by_group:
+            del d["by_group"]
         return d
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Verdict":
         return Verdict(str(d["state"]), str(d["model"]), int(d["cut"]), check_name(d["verdict"]),
                        tuple(d["reasons"]), int(d["acked"]), int(d["begun"]), float(d["seconds"]),
-                       tuple(d.get("aliases", ())), bool(d.get("confirmed", False)), tuple(d.get("first", ())))
+                       tuple(d.get("aliases", ())), bool(d.get("confirmed", False)), tuple(d.get("first", ())),
+                       bool(d.get("by_group", False)))

@@ -19,7 +19,7 @@ from powercut.check.host import cleanup_stale
 from powercut.check.place import Place
 from powercut.check.vm import diagnose_vm
 from powercut.core.models import CrashSpace
-from powercut.core.shrink import reason_class
+from powercut.core.confirm import group_key, order
 from powercut.core.stateid import parse_id
 from powercut.core.verdict import SEVERITY, Verdict
 from powercut.debug import bundle
@@ -37,10 +37,11 @@ class Group:
     states: list[Verdict] = field(default_factory=list)
     diagnosis: dict[str, Any] | None = None
     bundle: str = ""
+    escalated: bool = False     # its confirmation sample disagreed: confirmed state by state
 
     @property
     def first(self) -> Verdict:
-        return min(self.states, key=lambda v: (v.cut, len(v.state), v.state))
+        return min(self.states, key=order)
 
     def to_json(self) -> dict[str, Any]:
         d = self.diagnosis or {}
@@ -48,14 +49,20 @@ class Group:
                 "first": self.first.state, "states": [v.state for v in self.states[:20]],
                 "cause": d.get("cause", ""), "minimized": d.get("minimized", ""),
                 "culprits": [c.get("text", "") for c in d.get("culprits", ())],
-                "shrink_calls": d.get("calls"), "one_at_a_time": d.get("one_at_a_time"), "bundle": self.bundle}
+                "shrink_calls": d.get("calls"), "one_at_a_time": d.get("one_at_a_time"), "bundle": self.bundle,
+                "confirmed_alone": sum(v.confirmed for v in self.states),
+                "confirmed_by_group": sum(v.by_group for v in self.states),
+                "unconfirmed": sum(not v.confirmed and not v.by_group for v in self.states),
+                "escalated": self.escalated,
+                **({"minimized_confirmed": d["minimized_confirmed"], "minimized_alone": d.get("minimized_alone", "")}
+                   if "minimized_confirmed" in d else {})}
 
 
 def group(failures: list[Verdict]) -> list[Group]:
     """Groups by (verdict, reason class), worst verdict first, then the larger group."""
     groups: dict[tuple[str, str], Group] = {}
     for v in failures:
-        key = (v.verdict, reason_class(v.reasons[0]) if v.reasons else "")
+        key = group_key(v)
         groups.setdefault(key, Group(*key)).states.append(v)
     return sorted(groups.values(), key=lambda g: (-SEVERITY.index(g.verdict), -len(g.states), g.reason_class))
 

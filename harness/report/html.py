@@ -39,9 +39,11 @@ def sentence(s: Summary) -> str:
     if s.shard:
         where += f" (shard {s.shard})"
     if s.failures:
-        conf = sum(f.confirmed for f in s.failures)
-        text = (f"{where}; {len(s.failures)} fail ({', '.join(sorted({f.verdict for f in s.failures}, key=SEVERITY.index))}), "
-                f"{conf} confirmed alone, {len(s.flaky)} flaky.")
+        conf = (f"{s.confirmed} confirmed alone, {s.by_group} confirmed by their group's sample"
+                if s.rejudged else "unconfirmed")
+        text = (f"{where}; {len(s.failures)} fail in {len(s.groups) or '?'} group{'s' if len(s.groups) != 1 else ''} "
+                f"by cause ({', '.join(sorted({f.verdict for f in s.failures}, key=SEVERITY.index))}), "
+                f"{conf}, {len(s.flaky)} flaky.")
     elif s.flaky:
         text = f"{where}; none fails, {len(s.flaky)} flaky (judged twice with different verdicts: a harness problem)."
     else:
@@ -81,12 +83,32 @@ def _groups(s: Summary, outdir: Path) -> list[dict[str, Any]]:
         first = next((f for f in s.failures if f.state == g.get("first")), None)
         reasons = list(first.reasons) if first else []
         bundle = g.get("bundle") or ""
-        out.append({**g, "k": k, "reasons": [r for r in reasons if not r.startswith("kernel:")][:8],
+        out.append({**g, "k": k, "confirmation": _confirmation(g), "reasons": [r for r in reasons if not r.startswith("kernel:")][:8],
                     "kernel": [r.removeprefix("kernel: ") for r in reasons if r.startswith("kernel:")],
                     "repro": f"powercut repro {shlex.quote(bundle)}" if bundle else
                     f"powercut repro {shlex.quote(s.recording)} --state {shlex.quote(str(g.get('first', '')))}",
                     "bundle_rel": os.path.relpath(bundle, outdir) if bundle else ""})
     return out
+
+
+def _confirmation(g: dict[str, Any]) -> str:
+    """How a group's failures were confirmed, in words."""
+    if "confirmed_alone" not in g:
+        return ""
+    n, alone, by = g["count"], g["confirmed_alone"], g["confirmed_by_group"]
+    if not alone and not by:
+        return "unconfirmed: confirmation was off"
+    text = f"{alone} of {n} judged again alone with the same verdict"
+    if by:
+        text += f"; the other {by} stand on that sample (confirmed-by-group)"
+    if g.get("unconfirmed"):
+        text += f"; {g['unconfirmed']} unconfirmed"
+    if g.get("escalated"):
+        text += "; its sample disagreed somewhere, so the group was confirmed state by state"
+    if "minimized_confirmed" in g:
+        text += ("; the minimized state judged alone fails the same way" if g["minimized_confirmed"] else
+                 f"; the minimized state judged alone gave {g.get('minimized_alone', '?')}: not the same")
+    return text + "."
 
 
 def write(s: Summary, outdir: Path, verdicts: list[Any]) -> Path:

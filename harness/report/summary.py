@@ -46,6 +46,9 @@ class Summary:
     missing_shards: tuple[str, ...] = ()      # a merge without them is not complete
     covered: dict[str, dict[str, int]] = field(default_factory=dict)  # model -> verdict -> its distinct
     #   states judged, directly or as the alias of an earlier model's state with the same image
+    confirm_mode: str = "group"               # group | all | off (core/confirm.py)
+    confirm_sample: int = 0                   # states judged alone per large group
+    escalated: int = 0                        # groups confirmed state by state after their sample disagreed
 
     @property
     def no_acks(self) -> bool:
@@ -80,7 +83,25 @@ class Summary:
 
     @property
     def confirmed(self) -> int:
+        """Findings judged again alone with the same verdict."""
         return sum(f.confirmed for f in self.failures)
+
+    @property
+    def by_group(self) -> int:
+        """Findings standing on their group's confirmation (its sample kept its verdict)."""
+        return sum(f.by_group and not f.confirmed for f in self.failures)
+
+    def confirmation_line(self) -> str:
+        """What confirmation did, in one line ("" when it judged nothing)."""
+        if not self.rejudged:
+            return "" if self.confirm_mode != "off" or not self.failures else \
+                "confirmation off: no failing state was judged again alone"
+        how = {"group": f"by failure group (a sample of up to {self.confirm_sample} per group)",
+               "all": "every failing state"}.get(self.confirm_mode, self.confirm_mode)
+        esc = (f"; {self.escalated} group{'s' if self.escalated != 1 else ''} confirmed state by state after "
+               "a disagreement" if self.escalated else "")
+        return (f"confirmation {how}: {self.rejudged} states judged again alone in {self.confirm_s:.1f} s: "
+                f"{self.confirmed} confirmed, {self.by_group} confirmed by their group, {len(self.flaky)} flaky{esc}")
 
     def to_json(self) -> dict[str, Any]:
         return {"recording": self.recording, "fstype": self.fstype, "workload": self.workload,
@@ -89,8 +110,9 @@ class Summary:
                 "covered": self.covered,
                 "verdict": self.verdict, "notes": self.notes(), "acks": self.acks, "planned": self.planned,
                 "allow_no_acks": self.allow_no_acks, "shard": self.shard, "missing_shards": list(self.missing_shards),
-                "confirmed_failures": self.confirmed, "flaky": len(self.flaky),
-                "confirmation": {"rejudged": self.rejudged, "seconds": round(self.confirm_s, 3)},
+                "confirmed_failures": self.confirmed, "confirmed_by_group": self.by_group, "flaky": len(self.flaky),
+                "confirmation": {"mode": self.confirm_mode, "sample": self.confirm_sample, "rejudged": self.rejudged,
+                                 "seconds": round(self.confirm_s, 3), "escalated_groups": self.escalated},
                 "groups": self.groups, "triage_seconds": round(self.triage_s, 3),
                 "failures": [dict(f.to_json(), repro=repro(self.recording, f)) for f in self.failures],
                 "flaky_states": [f.to_json() for f in self.flaky]}
@@ -100,7 +122,8 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               seconds: float, selection: Any = None, status: str = "complete", confirm_s: float = 0.0,
               rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0,
               acks: int = -1, allow_no_acks: bool = False, shard: str = "",
-              missing_shards: tuple[str, ...] = ()) -> Summary:
+              missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
+              escalated: int = 0) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -115,7 +138,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
     return Summary(recording, fstype, workload, check_in, {m: dict(c) for m, c in sorted(by_model.items())},
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
-                   {m: dict(c) for m, c in sorted(covered.items())})
+                   {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated)
 
 
 def models_of(v: Verdict) -> list[str]:
@@ -126,6 +149,12 @@ def models_of(v: Verdict) -> list[str]:
 def repro(recording: str, v: Verdict) -> str:
     """The one line that rebuilds the failing state and judges it again in a checker VM."""
     return f"powercut repro {shlex.quote(recording)} --state {shlex.quote(v.state)}"
+
+
+CONFIRMATION = {"confirmed": "confirmed (judged again alone: the same verdict)",
+                "confirmed-by-group": "confirmed-by-group (not judged again itself: every sampled state of its "
+                                      "failure group kept its verdict alone)",
+                "unconfirmed": "unconfirmed (not judged again: confirmation was off or did not finish)"}
 
 
 def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
@@ -154,6 +183,8 @@ def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
             tag = "error" if v.verdict == "flaky" else "failure"
             fail = ET.SubElement(case, tag, type=v.verdict, message=f"{v.verdict}: {v.reasons[0] if v.reasons else ''}")
             fail.text = "\n".join(v.reasons) + f"\nrepro: {repro(summary.recording, v)}\n"
+            if v.verdict != "flaky":
+                fail.text += f"confirmation: {CONFIRMATION[v.confirmation]}\n"
             if v.aliases:
                 fail.text += f"also judged by this state: {', '.join(v.aliases)}\n"
     ET.indent(suites)

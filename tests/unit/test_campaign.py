@@ -117,25 +117,73 @@ def test_host_campaign_distinct_states_and_aliases(synthetic: Path, tmp_path: Pa
                             tmp_path / "out")
     # flush cuts are consistent; the unjournaled writer's other states may not be (real findings)
     assert set(s.by_model["flush"]) == {"pass"} and s.status == "complete" and not s.flaky
-    assert {f.verdict for f in s.failures} <= {"fsck-error", "mount-failed"} and all(f.confirmed for f in s.failures)
+    assert {f.verdict for f in s.failures} <= {"fsck-error", "mount-failed"}
+    assert all(f.confirmation in ("confirmed", "confirmed-by-group") for f in s.failures)
     c = s.counts
     assert c["flush"]["generated"] >= c["flush"]["distinct"] and c["write-cache"]["owned"] < c["write-cache"]["distinct"]
     summary = json.loads(paths["summary"].read_text())
     journal = [json.loads(x) for x in (tmp_path / "out" / "journal.jsonl").read_text().splitlines()]
     aliased = [j for j in journal if j.get("aliases")]
     assert aliased, "flush states and write-cache keep-all states share images: some verdicts must carry aliases"
-    # one line per judged state, plus one per confirmed failure (the later line wins on resume)
+    # one line per judged state, plus one per failure confirmed alone or by its group (the later line wins)
     assert summary["total"] == len({j["state"] for j in journal}) == sum(m["judged"] for m in summary["states"].values())
-    assert len(journal) == summary["total"] + summary["confirmation"]["rejudged"]
+    assert len(journal) == summary["total"] + summary["confirmation"]["rejudged"] + summary["confirmed_by_group"]
+
+
+STRICT = CHECKER.replace('need[k] not in text', 'k == "2" or need[k] not in text')   # key 2: always "lost"
 
 
 def test_host_campaign_confirms_real_failures(synthetic: Path, tmp_path: Path) -> None:
     # a checker that claims key 2 is always lost: every state acking 2 fails, twice the same way
-    strict = CHECKER.replace('need[k] not in text', 'k == "2" or need[k] not in text')
-    s, _ = run_campaign(synthetic, CampaignSpec(models=("flush",), check_in="host", checker_command=strict),
-                        tmp_path / "out")
+    s, _ = run_campaign(synthetic, CampaignSpec(models=("flush",), check_in="host", checker_command=STRICT,
+                                                confirm_mode="all"), tmp_path / "out")
     assert s.failures and all(f.confirmed and f.verdict == "lost-ack" for f in s.failures) and not s.flaky
-    assert s.rejudged == len(s.failures)
+    assert s.rejudged == len(s.failures) and s.by_group == 0
+
+
+def test_group_confirmation_judges_a_sample_and_the_rest_stand_on_it(synthetic: Path, tmp_path: Path) -> None:
+    """One cause, many states: the first, the last and seeded others (2 here) are judged alone; the
+    rest are confirmed-by-group, in the summary, the journal, JUnit and the report."""
+    spec = dict(models=("flush", "write-cache"), check_in="host", checker_command=STRICT, bound=2, samples=2,
+                confirm_sample=2, shrink=2)
+    s, paths = run_campaign(synthetic, CampaignSpec(**spec), tmp_path / "g")
+    every, _ = run_campaign(synthetic, CampaignSpec(**dict(spec, confirm_mode="all")), tmp_path / "a")
+    assert not s.flaky and max(g["count"] for g in s.groups) > 2
+    for g in s.groups:   # each group: min(count, 2) judged alone (3 if its minimized state is a member), the rest
+        alone = g["confirmed_alone"]       # stand on that sample
+        assert min(g["count"], 2) <= alone <= min(g["count"], 3) and not g["escalated"]
+        assert g["confirmed_by_group"] == g["count"] - alone
+        mine = sorted((f for f in s.failures if f.state in g["states"] or f.state == g["first"]),
+                      key=lambda f: (f.cut, len(f.state), f.state))
+        assert mine[0].confirmed and mine[0].state == g["first"]     # the first is always in the sample
+    assert s.rejudged == s.confirmed == sum(g["confirmed_alone"] for g in s.groups)
+    assert s.by_group == len(s.failures) - s.rejudged > 0
+    assert verdicts(tmp_path / "g") == verdicts(tmp_path / "a")      # the same verdicts, fewer lone checks
+    assert every.rejudged == len(every.failures) > s.rejudged
+    assert 'confirmation: confirmed-by-group' in paths["junit"].read_text()
+    assert "confirmed-by-group" in (tmp_path / "g" / "report.html").read_text()
+    minimized = [g for g in s.groups if g.get("minimized")]
+    assert minimized and all(g["minimized_confirmed"] is True for g in minimized if g["minimized"] not in
+                             {f.state for f in s.failures})       # a minimized state outside the group judged alone
+    again, _ = run_campaign(synthetic, CampaignSpec(**spec), tmp_path / "g2")   # deterministic: the same sample
+    assert {f.state for f in again.failures if f.confirmed} == {f.state for f in s.failures if f.confirmed}
+
+
+def test_a_flaky_checker_escalates_its_group_and_every_state_is_flaky(synthetic: Path, tmp_path: Path) -> None:
+    """The forced flake: a checker that fails a state the first time it sees it.  The group's sample
+    passes alone, so the whole group is judged state by state: every state flaky, no finding."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    flake = ("python3 -c 'import json, sys, os, hashlib\n"
+             "s = json.load(sys.stdin)[\"state\"]\n"
+             f"m = os.path.join(\"{seen}\", hashlib.md5(s.encode()).hexdigest())\n"
+             "if not os.path.exists(m):\n"
+             "    open(m, \"w\").close(); print(json.dumps({\"verdict\": \"lost-ack\", \"reasons\": [\"key 9 lost\"]})); sys.exit(0)\n"
+             "print(json.dumps({\"verdict\": \"pass\"}))'")
+    s, _ = run_campaign(synthetic, CampaignSpec(models=("flush", "write-cache"), check_in="host", checker_command=flake,
+                                                bound=2, samples=2, confirm_sample=2), tmp_path / "out")
+    assert not s.failures and len(s.flaky) == s.total > 2 and s.escalated == 1
+    assert s.rejudged == s.total and not s.ok
 
 
 def test_verdicts_equal_at_j1_and_j2_and_after_resume(synthetic: Path, tmp_path: Path) -> None:

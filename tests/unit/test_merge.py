@@ -53,8 +53,9 @@ def test_three_shards_merge_to_the_unsharded_campaign(campaigns) -> None:
     assert v1 == v2
     assert (merged.total, merged.by_model, merged.counts, merged.verdict, merged.ok, merged.status) == \
         (whole.total, whole.by_model, whole.counts, whole.verdict, whole.ok, whole.status)
-    assert [(f.state, f.verdict, f.confirmed) for f in merged.failures] == \
-        [(f.state, f.verdict, f.confirmed) for f in whole.failures]
+    # every failure confirmed in both; alone or by its group's sample may differ (each shard samples its part)
+    assert [(f.state, f.verdict, f.confirmation != "unconfirmed") for f in merged.failures] == \
+        [(f.state, f.verdict, True) for f in whole.failures]
     key = ("verdict", "reason_class", "count", "first")
     assert [{k: g[k] for k in key} for g in merged.groups] == [{k: g[k] for k in key} for g in whole.groups]
     assert junit_cases(campaigns["merged_paths"]["junit"]) == junit_cases(campaigns["whole_paths"]["junit"])

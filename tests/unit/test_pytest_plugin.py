@@ -115,7 +115,6 @@ def test_a_failing_crash_test_reads_like_a_finding(pytester: pytest.Pytester, fa
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines([
         "*powercut: lost-ack: 2 of 4 distinct crash states fail (xfs; flush; judged in vm), 2 confirmed alone",
-        "first failing state: flush@9: lost-ack: acked key 3 missing: got 2 records",
         "group 1: lost-ack x 2: acked key * missing: got * records",
         "  minimized: flush@9 -> flush@9/d3 (7 checks)",
         "  blame: entry 41: 4096 bytes at sector 2048: file data of /store.db (inode 12)",
