@@ -62,6 +62,8 @@ class Summary:
     def verdict(self) -> str:
         if self.failures:
             return worst([f.verdict for f in self.failures])
+        if self.flaky:   # no finding, but not a pass: the harness gave two verdicts for a state
+            return "flaky"
         if self.status != "complete":
             return "incomplete"
         return "no-acks" if self.no_acks else "pass"

@@ -183,7 +183,7 @@ def test_a_flaky_checker_escalates_its_group_and_every_state_is_flaky(synthetic:
     s, _ = run_campaign(synthetic, CampaignSpec(models=("flush", "write-cache"), check_in="host", checker_command=flake,
                                                 bound=2, samples=2, confirm_sample=2), tmp_path / "out")
     assert not s.failures and len(s.flaky) == s.total > 2 and s.escalated == 1
-    assert s.rejudged == s.total and not s.ok
+    assert s.rejudged == s.total and not s.ok and s.verdict == "flaky"   # never "pass"
 
 
 def test_verdicts_equal_at_j1_and_j2_and_after_resume(synthetic: Path, tmp_path: Path) -> None:
