@@ -2,43 +2,56 @@
 transactions from one ``psql`` session.  Runs in the guest, as root, with its working directory on
 the filesystem under test; ``python -m powercut.workloads.postgres --prepare`` runs on the host.
 
-Setup (before the first ``begin``): a prepared cluster -- initdb (``--locale=C``, 1 MiB WAL
-segments, data checksums unless ``data_checksums=false``), then the schema (``rows``, ``summary``
-with its one row, the ``amcheck`` extension), shut down cleanly -- is unpacked into ``dir`` (owned
-by ``postgres``, mode 0700), the settings under test are appended to its ``postgresql.conf`` and
-everything is synced.  Preparing takes 35-55 s in a TCG guest (2 s on the host), so it is done
-once on the host into ``cache`` (default /var/cache/powercut/postgres, which the guest sees
-read-only): ``python -m powercut.workloads.postgres --prepare``; without it the workload prepares
-one in the guest's /tmp first (slower, same result).  The prepared cluster keeps only the
-``postgres`` database and the WAL segment of its shutdown checkpoint (10 MB, 400 files to copy).
+Setup (before the first ``begin``): a prepared cluster -- initdb (``--locale=C``, 1 MiB WAL segments,
+data checksums unless ``data_checksums=false``), the schema (``rows``, ``summary`` with its one row,
+``amcheck``), a clean shutdown; only the ``postgres`` database and the last WAL segment kept -- is
+unpacked into ``dir`` (``postgres``'s, 0700), the settings under test appended to its postgresql.conf,
+all synced.  Preparing takes 35-55 s in a TCG guest, so it is done once on the host into ``cache``
+(default /var/cache/powercut/postgres, read-only in the guest; else the guest prepares one in /tmp).
 
-The run: the server runs as ``postgres`` (unix socket in a /tmp directory, no TCP); one ``psql``
-(as root, so that its ``\\!`` can mark) reads a script where transaction ``i`` (1..n) is
-``\\! powercut-mark begin:<i>``; ``BEGIN``; an INSERT of row ``i`` (``row_bytes`` from (seed, i));
-an UPDATE of the summary row to (count=i, last=i, digest=sha256(payload)); ``COMMIT``;
-``\\! powercut-mark ack:<i>``.  psql runs them in order and stops at the first error
-(ON_ERROR_STOP), so each ack follows a COMMIT that returned.  A ``CHECKPOINT`` after every
-``checkpoint_every``-th ack (0: none) makes later first changes of a page write a full page image
-(or not, with ``full_page_writes=off``) and writes data pages the run changed.  At the end a fast
-shutdown (its checkpoint is recorded too).  Autovacuum is off: the writes are the workload's own.
+The run: the server runs as ``postgres`` (unix socket in a /tmp directory, no TCP); one ``psql`` (as
+root, so that its ``\\!`` can mark) reads a script where transaction ``i`` (1..n) is ``\\! powercut-mark
+begin:<i>``; ``BEGIN``; an INSERT of row ``i`` (``row_bytes`` from (seed, i)); an UPDATE of the summary
+row to (count=i, last=i, digest=sha256(payload)); ``COMMIT``; ``\\! powercut-mark ack:<i>`` -- in order,
+stopping at the first error (ON_ERROR_STOP): each ack follows a COMMIT that returned.  A ``CHECKPOINT``
+after every ``checkpoint_every``-th ack but the last (0: none) makes later first changes of a page write
+a full page image (unless ``full_page_writes=off``) and writes the changed data pages.  Then a fast
+shutdown (its checkpoint recorded too).  Autovacuum is off: the writes are the workload's own.
 
-Params: ``n`` (10), ``synchronous_commit`` ("on"; on|off|local|remote_write|remote_apply),
-``fsync`` (true), ``full_page_writes`` (true), ``row_bytes`` (1000), ``seed`` (0), ``dir``
-("pgdata"), ``checkpoint_every`` (3), ``data_checksums`` (true: a torn page fails its checksum when
-read, instead of passing for a page), ``cache``.
+Params: ``n`` (10), ``synchronous_commit`` ("on"; on|off|local|remote_write|remote_apply), ``fsync``
+and ``full_page_writes`` (true), ``row_bytes`` (1000), ``seed`` (0), ``dir`` ("pgdata"), ``checkpoint_every``
+(3), ``data_checksums`` (true: a torn page fails its checksum), ``cache``, ``data_sync_retry`` (false),
+``fault_at`` (0).
 
-PostgreSQL's documented claims (postgresql.org/docs/15/runtime-config-wal.html, wal-reliability.html):
+``fault_at=K`` (1..the script's CHECKPOINTs): the K-th CHECKPOINT runs while the files of ``rows`` and
+``summary`` (main forks, rows' TOAST; ``pg_relation_filepath``) fail with EIO (eio-range), without
+ON_ERROR_STOP (the checkpointer runs it in production: no application sees it fail); the device back, it
+is retried (as the checkpointer would) while it fails, once per file (a failed fsync ends its checkpoint;
+Linux reports each file's writeback error once), then once with ON_ERROR_STOP.  eio-range fails only
+allocated blocks: the pages must be ones an earlier checkpoint wrote.  With fault_at=2 and row_bytes=1200
+(six rows a heap page) rows 4-6 sit on checkpoint 1's page and row 7 starts the next (at 1000 row 7's
+full page image repairs that page).  If psql dies, the workload switches the fault off, waits for the
+server, shuts it down and exits 3.
+
+PostgreSQL's documented claims (postgresql.org/docs/15/ runtime-config-wal, wal-reliability, -error-handling):
   defaults (synchronous_commit, fsync, full_page_writes on): a commit is durable once COMMIT returns.
   synchronous_commit=off: may lose the most recent commits after a crash, never corrupts the database.
   fsync=off: may corrupt the database after a power loss (and lose commits).
-  full_page_writes=off: risks torn pages -- a page written in part at a power loss corrupts the database."""
+  full_page_writes=off: risks torn pages -- a page written in part at a power loss corrupts the database.
+  data_sync_retry=off (default): a failed data file flush PANICs; the crash recovery replays the WAL.
+  data_sync_retry=on: an ERROR, retried later -- which "may be reported as successful, when in fact the data
+  has been lost".  Seen (Linux 6.1, ext4, 15.18): off -- PANIC, crash restarts until the fault is off, redo:
+  every crash state passes; on -- ERROR (summary), ERROR (rows), then a checkpoint completes without rows
+  4-6, acked before the fault: every later state is corrupt-data or lost-ack."""
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
 import pwd
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -46,9 +59,11 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import powercut
 from powercut import Workload
 
 MISSING = "the postgres workload needs PostgreSQL: apt-get install postgresql"
@@ -57,7 +72,7 @@ CACHE = "/var/cache/powercut/postgres"
 SYNC_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
 DEFAULTS: dict[str, Any] = {"n": 10, "synchronous_commit": "on", "fsync": True, "full_page_writes": True,
                             "row_bytes": 1000, "seed": 0, "dir": "pgdata", "checkpoint_every": 3,
-                            "data_checksums": True, "cache": CACHE}
+                            "data_checksums": True, "cache": CACHE, "data_sync_retry": False, "fault_at": 0}
 SCHEMA = ("CREATE TABLE rows (id integer PRIMARY KEY, payload bytea NOT NULL);\n"
           "CREATE TABLE summary (id integer PRIMARY KEY CHECK (id = 1), count integer NOT NULL, "
           "last integer NOT NULL, digest bytea NOT NULL);\n"
@@ -73,9 +88,14 @@ BASE_SETTINGS: dict[str, str] = {
     "max_wal_size": "64MB", "min_wal_size": "4MB", "checkpoint_timeout": "1d", "autovacuum": "off",
     "max_parallel_workers_per_gather": "0", "logging_collector": "off", "log_checkpoints": "on",
     "log_line_prefix": "'%m [%p] '"}
-# The mark command psql runs (``\\!``); tests point it at a stand-in.
+# The mark and fault commands psql runs (``\\!``); tests point them at stand-ins.
 MARK_CMD = "powercut-mark"
+FAULT_CMD = "powercut-fault"
 START_TIMEOUT_S = 300.0
+FAULT_FILES_QUERY = ("SELECT pg_relation_filepath('rows'), pg_relation_filepath('summary'), "
+                     "pg_relation_filepath(NULLIF(reltoastrelid, 0)) FROM pg_class WHERE oid = 'rows'::regclass")
+STOPPED_AFTER_FAULT = 3   # the exit status when psql died in a run with a fault (the server crashed)
+RECOVER: Callable[[], None] = lambda: powercut.recover()   # the fault off when psql died; tests replace it
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +110,8 @@ class Params:
     checkpoint_every: int
     data_checksums: bool
     cache: str
+    data_sync_retry: bool = False
+    fault_at: int = 0
 
     @staticmethod
     def of(given: dict[str, Any]) -> Params:
@@ -97,12 +119,21 @@ class Params:
         if str(p.synchronous_commit).lower() not in SYNC_COMMIT:
             raise ValueError(f"postgres: synchronous_commit must be one of {', '.join(SYNC_COMMIT)}, "
                              f"not {p.synchronous_commit!r}")
-        if p.n < 0 or p.row_bytes < 0 or p.checkpoint_every < 0:
-            raise ValueError(f"postgres: n, row_bytes and checkpoint_every must be >= 0 (got n={p.n}, "
-                             f"row_bytes={p.row_bytes}, checkpoint_every={p.checkpoint_every})")
+        if min(p.n, p.row_bytes, p.checkpoint_every, p.fault_at) < 0:
+            raise ValueError(f"postgres: n, row_bytes, checkpoint_every and fault_at must be >= 0 (got n={p.n}, "
+                             f"row_bytes={p.row_bytes}, checkpoint_every={p.checkpoint_every}, fault_at={p.fault_at})")
         if not p.dir or os.path.isabs(p.dir) or ".." in p.dir.split("/"):
             raise ValueError(f"postgres: dir must be a relative path inside the mount, not {p.dir!r}")
+        if p.fault_at and not 1 <= p.fault_at <= (k := checkpoints(p)):
+            raise ValueError(f"postgres: fault_at={p.fault_at} names no CHECKPOINT of the script: with n={p.n} and "
+                             f"checkpoint_every={p.checkpoint_every} it makes {k or 'none'} "
+                             f"(fault_at must be 0{f' or 1..{k}' if k else ''})")
         return p
+
+
+def checkpoints(p: Params) -> int:
+    """How many CHECKPOINTs the script makes: one after every ``checkpoint_every``-th ack but the last."""
+    return (p.n - 1) // p.checkpoint_every if p.checkpoint_every and p.n > 0 else 0
 
 
 def payload(seed: int, i: int, size: int) -> bytes:
@@ -115,10 +146,10 @@ def summary(seed: int, i: int, size: int) -> tuple[int, int, bytes]:
 
 
 def settings(p: Params) -> dict[str, str]:
-    """Every setting the workload's server runs with: the base ones and the three under test."""
+    """Every setting the workload's server runs with: the base ones and the four under test."""
     onoff = {True: "on", False: "off"}
     return {**BASE_SETTINGS, "synchronous_commit": str(p.synchronous_commit).lower(), "fsync": onoff[p.fsync],
-            "full_page_writes": onoff[p.full_page_writes]}
+            "full_page_writes": onoff[p.full_page_writes], "data_sync_retry": onoff[p.data_sync_retry]}
 
 
 def render_conf(values: dict[str, str]) -> str:
@@ -137,13 +168,27 @@ def transaction(p: Params, i: int) -> str:
             f"\\! {MARK_CMD} ack:{i}\n")
 
 
-def script(p: Params) -> str:
-    """The whole psql input: every transaction, a CHECKPOINT after every ``checkpoint_every``-th."""
-    parts = ["\\set ON_ERROR_STOP 1\n"]
+def faulty_checkpoint(files: Sequence[str]) -> str:
+    """The ``fault_at``-th CHECKPOINT under the fault, then retried (the module docstring says how).  A
+    fault that cannot be switched kills psql ($PPID of the ``\\!`` shell): psql goes on after a failed
+    ``\\!`` command."""
+    return (f"\\! {FAULT_CMD} on eio-range {' '.join(shlex.quote(f) for f in files)} || kill $PPID\n"
+            f"\\set ON_ERROR_STOP 0\nCHECKPOINT;\n\\! {FAULT_CMD} off || kill $PPID\nCHECKPOINT;\n"
+            + "\\if :ERROR\nCHECKPOINT;\n\\endif\n" * (len(files) - 1)
+            + "\\set ON_ERROR_STOP 1\n\\if :ERROR\nCHECKPOINT;\n\\endif\n")
+
+
+def script(p: Params, fault_files: Sequence[str] = ()) -> str:
+    """The whole psql input: every transaction, a CHECKPOINT after every ``checkpoint_every``-th; the
+    ``fault_at``-th one with ``fault_files`` failing (faulty_checkpoint)."""
+    if p.fault_at and not fault_files:
+        raise ValueError("postgres: fault_at needs the files to fail")
+    parts, k = ["\\set ON_ERROR_STOP 1\n"], 0
     for i in range(1, p.n + 1):
         parts.append(transaction(p, i))
         if p.checkpoint_every and i % p.checkpoint_every == 0 and i < p.n:
-            parts.append("CHECKPOINT;\n")
+            k += 1
+            parts.append(faulty_checkpoint(fault_files) if k == p.fault_at else "CHECKPOINT;\n")
     return "".join(parts)
 
 
@@ -161,14 +206,10 @@ def bindir() -> str | None:
     return majors[-1][1] if majors else None
 
 
-def major(bin_dir: str) -> str:
-    return bin_dir.rstrip("/").split("/")[-2]
-
-
 def prepared_name(bin_dir: str, checksums: bool) -> str:
     """The prepared cluster's file name: the major version and a hash of the recipe."""
     recipe = repr((SCHEMA, TRIM, INITDB, BASE_SETTINGS, checksums)).encode()
-    return f"pgdata-{major(bin_dir)}-{hashlib.sha256(recipe).hexdigest()[:12]}.tar"
+    return f"pgdata-{bin_dir.rstrip('/').split('/')[-2]}-{hashlib.sha256(recipe).hexdigest()[:12]}.tar"
 
 
 def as_postgres() -> dict[str, Any]:
@@ -179,10 +220,9 @@ def as_postgres() -> dict[str, Any]:
 
 def chown_tree(path: str) -> None:
     pw = pwd.getpwnam(USER)
-    for root, dirs, files in os.walk(path):
-        os.chown(root, pw.pw_uid, pw.pw_gid)
-        for name in files:
-            os.chown(os.path.join(root, name), pw.pw_uid, pw.pw_gid)
+    for root, _, files in os.walk(path):
+        for name in (root, *(os.path.join(root, f) for f in files)):
+            os.chown(name, pw.pw_uid, pw.pw_gid)
 
 
 def start(bin_dir: str, datadir: str, sockdir: str, log: Any) -> subprocess.Popen[bytes]:
@@ -195,13 +235,9 @@ def start(bin_dir: str, datadir: str, sockdir: str, log: Any) -> subprocess.Pope
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"postgres: the server exited {server.returncode} while starting")
-        try:
-            with open(pidfile) as f:
-                lines = f.read().splitlines()
-            if len(lines) > 7 and lines[0] == str(server.pid) and lines[7].strip() == "ready":
+        with contextlib.suppress(FileNotFoundError), open(pidfile) as f:
+            if (lines := f.read().splitlines())[7:] and lines[0] == str(server.pid) and lines[7].strip() == "ready":
                 return server
-        except FileNotFoundError:
-            pass
         time.sleep(0.1)
     stop(server, fast=False)
     raise RuntimeError(f"postgres: the server did not become ready in {START_TIMEOUT_S:g} s")
@@ -212,10 +248,8 @@ def stop(server: subprocess.Popen[bytes], *, fast: bool = True) -> int | None:
     it takes too long.  The postmaster's exit status, None if it had to be killed."""
     if server.poll() is None and fast:
         server.send_signal(signal.SIGINT)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             return server.wait(START_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass
     if server.poll() is None:
         server.send_signal(signal.SIGQUIT)
         try:
@@ -227,21 +261,28 @@ def stop(server: subprocess.Popen[bytes], *, fast: bool = True) -> int | None:
     return server.returncode
 
 
-def psql(bin_dir: str, sockdir: str, text: str, *, timeout: float = 3600.0) -> None:
-    """Run ``text`` through one psql session as root (its ``\\!`` marks need root); raise on failure."""
+def psql(bin_dir: str, sockdir: str, text: str, *, timeout: float = 3600.0,
+         check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    """Run ``text`` through one psql session as root (its ``\\!`` marks need root); what psql said on
+    stderr goes on to ours; with ``check``, a RuntimeError when it exits non-zero."""
     argv = [os.path.join(bin_dir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", sockdir, "-U", USER,
             "-d", "postgres", "-f", "-"]
     res = subprocess.run(argv, input=text.encode(), stdout=sys.stdout.buffer, stderr=subprocess.PIPE,
                          timeout=timeout, check=False)
-    if res.returncode != 0:
-        tail = res.stderr.decode(errors="replace").strip().splitlines()[-3:]
-        raise RuntimeError(f"postgres: psql exited {res.returncode}: {' | '.join(tail)}")
+    sys.stderr.write(said := res.stderr.decode(errors="replace"))
+    sys.stderr.flush()
+    if check and res.returncode != 0:
+        raise RuntimeError(f"postgres: psql exited {res.returncode}: {' | '.join(said.strip().splitlines()[-3:])}")
+    return res
 
 
-def socket_dir() -> str:
-    d = tempfile.mkdtemp(prefix="powercut-pg-")
-    chown_tree(d)
-    return d
+def fault_files(p: Params, bin_dir: str, sockdir: str, datadir: str) -> list[str]:
+    """The absolute paths of the files fault_at fails (rows, summary, rows' TOAST if any), said on stderr."""
+    argv = [os.path.join(bin_dir, "psql"), "-XAt", "-F", " ", "-h", sockdir, "-U", USER, "-c", FAULT_FILES_QUERY]
+    rel = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout.split()
+    sys.stderr.write(f"postgres: CHECKPOINT {p.fault_at} of {checkpoints(p)} runs with {', '.join(rel)} (rows, "
+                     f"summary, rows' TOAST) failing with EIO; data_sync_retry = {settings(p)['data_sync_retry']}\n")
+    return [os.path.join(datadir, r) for r in rel]
 
 
 # -- the prepared cluster ---------------------------------------------------------------------------
@@ -268,7 +309,8 @@ def prepare(bin_dir: str, out_tar: str, *, checksums: bool, log: Any) -> None:
         os.makedirs(os.path.dirname(out_tar) or ".", exist_ok=True)
         tmp = f"{out_tar}.{os.getpid()}.tmp"
         with tarfile.open(tmp, "w") as tar:
-            tar.add(datadir, arcname="pgdata", filter=_skip_runtime)
+            tar.add(datadir, arcname="pgdata",  # without the server's runtime files
+                    filter=lambda i: None if os.path.basename(i.name) in ("postmaster.pid", "postmaster.opts") else i)
         os.replace(tmp, out_tar)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -287,10 +329,6 @@ def drop_spare_wal(bin_dir: str, datadir: str) -> None:
     for name in os.listdir(wal):
         if len(name) == 24 and name != keep:
             os.unlink(os.path.join(wal, name))
-
-
-def _skip_runtime(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    return None if os.path.basename(info.name) in ("postmaster.pid", "postmaster.opts") else info
 
 
 def cluster_tar(p: Params, bin_dir: str) -> tuple[str, str]:
@@ -335,18 +373,46 @@ def main(params: dict[str, Any]) -> int:
     install(tar_path, datadir, p)
     sys.stderr.write(f"postgres: {origin}; unpacked into {p.dir} in {time.monotonic() - t:.1f} s\n")
     sys.stderr.flush()
-    sockdir = socket_dir()
+    chown_tree(sockdir := tempfile.mkdtemp(prefix="powercut-pg-"))
     server = start(bin_dir, datadir, sockdir, sys.stderr)
-    rc: int | None = None
+    stopped, status = "", 0
     try:
-        psql(bin_dir, sockdir, script(p))
+        files = fault_files(p, bin_dir, sockdir, datadir) if p.fault_at else []
+        res = psql(bin_dir, sockdir, script(p, files), check=not p.fault_at)
+        if res.returncode:
+            stopped, status = after_psql_died(res, p.fault_at, bin_dir, sockdir, server)
     finally:
         rc = stop(server)
         shutil.rmtree(sockdir, ignore_errors=True)
     if rc != 0:
-        sys.stderr.write(f"postgres: the server's fast shutdown ended with {rc}\n")
-        return 1
-    return 0
+        stopped, status = f"postgres: the server's fast shutdown ended with {rc}" + (stopped and f"; {stopped}"), 1
+    sys.stderr.write(f"{stopped}\n" if stopped else "")
+    return status
+
+
+def after_psql_died(res: subprocess.CompletedProcess[bytes], k: int, bin_dir: str, sockdir: str,
+                    server: subprocess.Popen[bytes]) -> tuple[str, int]:
+    """psql died in a run with a fault (the server crashed, or the fault could not be switched): the fault
+    off, the server's crash recovery awaited; one line, and the exit status (1: the fault never went on)."""
+    said = [ln.strip() for ln in res.stderr.decode(errors="replace").splitlines() if ln.strip()] or ["-"]
+    try:
+        RECOVER()
+        off = ""
+    except Exception as x:  # noqa: BLE001 -- whatever it was, the server must still be shut down
+        off = "" if "no fault" in str(x) else f"could NOT be switched off ({type(x).__name__}: {x})"
+    if res.returncode == -signal.SIGTERM:  # the script's ``|| kill $PPID``: FAULT_CMD failed, and said why
+        return (f"postgres: could not switch the fault around CHECKPOINT {k} (psql killed): {said[-1]}"
+                + (off and f"; the fault {off}"), 1)
+    back, deadline = "the server is not back", time.monotonic() + START_TIMEOUT_S  # it refuses connections ...
+    isready = [os.path.join(bin_dir, "pg_isready"), "-q", "-h", sockdir, "-U", USER, "-d", "postgres", "-t", "5"]
+    while server.poll() is None and time.monotonic() < deadline:  # ... until its crash recovery is over
+        if subprocess.run(isready, check=False, timeout=60).returncode == 0:
+            back = "the server accepts connections again"
+            break
+        time.sleep(0.2)
+    return (f"postgres: psql stopped in a run whose CHECKPOINT {k} ran under an injected EIO (exit {res.returncode}: "
+            f"{said[-1]}); the fault {off or 'switched off'}, {back}; the script's later transactions did not run",
+            STOPPED_AFTER_FAULT)
 
 
 def prepare_main(argv: list[str]) -> int:
@@ -372,15 +438,10 @@ def prepare_main(argv: list[str]) -> int:
     return 0
 
 
-WORKLOAD = Workload(
-    name="postgres",
-    description="PostgreSQL transactions (INSERT a row + UPDATE a summary row) from one psql session; "
-                "synchronous_commit=on|off, fsync, full_page_writes",
-    main=main,
-    defaults=dict(DEFAULTS),
-    choices={"synchronous_commit": SYNC_COMMIT},
-    minimum={"n": 1, "row_bytes": 1},
-)
+WORKLOAD = Workload(name="postgres", main=main, defaults=dict(DEFAULTS), minimum={"n": 1, "row_bytes": 1},
+                    description="PostgreSQL transactions (INSERT a row + UPDATE a summary row) from one psql session; "
+                                "synchronous_commit=on|off, fsync, full_page_writes; data_sync_retry under an EIO",
+                    choices={"synchronous_commit": SYNC_COMMIT})
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["--prepare"]:

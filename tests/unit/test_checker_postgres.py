@@ -86,10 +86,60 @@ def test_each_ack_follows_its_commit_and_each_begin_precedes_it() -> None:
 def test_the_settings_under_test_reach_postgresql_conf() -> None:
     s = pgw.settings(params(synchronous_commit="OFF", fsync=False, full_page_writes=False))
     assert (s["synchronous_commit"], s["fsync"], s["full_page_writes"]) == ("off", "off", "off")
+    assert s["data_sync_retry"] == "off"  # PostgreSQL's default since 11, written out all the same
+    assert "data_sync_retry = on" in pgw.render_conf(pgw.settings(params(data_sync_retry="true"))).splitlines()
     assert pgw.settings(params())["fsync"] == "on" and s["autovacuum"] == "off"
     conf = pgw.render_conf(s).splitlines()
     assert "fsync = off" in conf and "full_page_writes = off" in conf and "dynamic_shared_memory_type = sysv" in conf
     assert conf[1].startswith("#")  # a commented block appended after initdb's defaults
+
+
+def test_fault_at_must_name_a_checkpoint_of_the_script() -> None:
+    assert [pgw.checkpoints(params(n=n, checkpoint_every=e)) for n, e in
+            ((10, 3), (9, 3), (7, 3), (3, 3), (1, 1), (10, 0))] == [3, 2, 2, 0, 0, 0]
+    assert params(fault_at=3).fault_at == 3 and params().fault_at == 0 and params().data_sync_retry is False
+    with pytest.raises(ValueError, match=r"^postgres: fault_at=4 names no CHECKPOINT of the script: with n=10 and "
+                                         r"checkpoint_every=3 it makes 3 \(fault_at must be 0 or 1\.\.3\)$"):
+        params(fault_at=4)
+    with pytest.raises(ValueError, match=r"checkpoint_every=0 it makes none \(fault_at must be 0\)$"):
+        params(fault_at=1, checkpoint_every=0)
+    with pytest.raises(ValueError, match="it makes none"):
+        params(n=3, fault_at=1)  # no CHECKPOINT after the last ack
+    with pytest.raises((ValueError, UsageError), match="at least 0"):
+        params(fault_at=-1)
+
+
+FILES = ("/mnt/pg data/base/5/16384", "/mnt/pg data/base/5/16391", "/mnt/pg data/base/5/16387")
+
+
+def test_the_faulty_checkpoint_fails_with_the_files_then_is_retried_until_it_succeeds() -> None:
+    p = params(n=10, checkpoint_every=3, fault_at=2, seed=SEED, row_bytes=SIZE)
+    text = pgw.script(p, FILES)
+    plain = pgw.script(params(n=10, checkpoint_every=3, seed=SEED, row_bytes=SIZE))
+    assert pgw.FAULT_CMD not in plain and ":ERROR" not in plain
+    lines = text.splitlines()
+    on = lines.index(f"\\! {pgw.FAULT_CMD} on eio-range '/mnt/pg data/base/5/16384' '/mnt/pg data/base/5/16391' "
+                     "'/mnt/pg data/base/5/16387' || kill $PPID")
+    assert lines[on - 1] == f"\\! {pgw.MARK_CMD} ack:6"  # the 2nd CHECKPOINT's place
+    assert lines[on + 1:on + 15] == [
+        "\\set ON_ERROR_STOP 0",
+        "CHECKPOINT;",                          # under the fault: its error does not stop the script
+        f"\\! {pgw.FAULT_CMD} off || kill $PPID",
+        "CHECKPOINT;",                          # the retry; again while it fails, one more try per file
+        "\\if :ERROR", "CHECKPOINT;", "\\endif",
+        "\\if :ERROR", "CHECKPOINT;", "\\endif",
+        "\\set ON_ERROR_STOP 1",                 # and once more, which must succeed
+        "\\if :ERROR", "CHECKPOINT;", "\\endif"]
+    assert lines[on + 15] == f"\\! {pgw.MARK_CMD} begin:7"  # the script goes on with its transactions
+    # everything else as without a fault: the other CHECKPOINTs plain, every transaction the same
+    assert text.replace(pgw.faulty_checkpoint(FILES), "CHECKPOINT;\n") == plain
+    assert [lines[k - 1] for k, ln in enumerate(lines) if ln == "CHECKPOINT;" and lines[k - 1].startswith("\\! "
+            + pgw.MARK_CMD)] == [f"\\! {pgw.MARK_CMD} ack:3", f"\\! {pgw.MARK_CMD} ack:9"]
+    one = pgw.faulty_checkpoint(FILES[:1]).splitlines()
+    assert one[3:] == [f"\\! {pgw.FAULT_CMD} off || kill $PPID", "CHECKPOINT;", "\\set ON_ERROR_STOP 1",
+                       "\\if :ERROR", "CHECKPOINT;", "\\endif"]
+    with pytest.raises(ValueError, match="needs the files"):
+        pgw.script(p)
 
 
 def test_the_prepared_cluster_name_follows_the_major_and_the_recipe() -> None:
@@ -267,3 +317,89 @@ def test_a_real_damaged_heap_page_or_control_file_is_corrupt_data(ran: tuple[Pat
     r = judged(mnt, [1, 2, 3, 4])
     assert r.verdict == "corrupt-data" and r.reasons[0] == "the server does not start on the recovered data directory"
     assert r.reasons[1] == "FATAL: incorrect checksum in control file", r
+
+
+# -- fault_at for real, with stand-ins for powercut-fault (no device-mapper here) --------------------
+
+def run_with_fault_stand_in(top: Path, on: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str], list[str]]:
+    """The workload (n=9, the 2nd CHECKPOINT under ``fault_at``) with a stand-in ``powercut-fault``
+    whose ``on`` runs the shell text ``on``; (exit status, marks, the stand-in's and RECOVER's calls)."""
+    os.chmod(top, 0o755)
+    calls, marks = top / "calls", top / "marks"
+    for name, body in (("mark", f'echo "$1" >> {marks}\n'),
+                       ("fault", f'echo "$*" >> {calls}\nif [ "$1" = on ]; then\n{on}\nfi\n')):
+        (top / name).write_text("#!/bin/sh\n" + body)
+        (top / name).chmod(0o755)
+    (top / "run").mkdir()
+    monkeypatch.setattr(pgw, "MARK_CMD", str(top / "mark"))
+    monkeypatch.setattr(pgw, "FAULT_CMD", str(top / "fault"))
+    monkeypatch.setattr(pgw, "RECOVER", lambda: calls.open("a").write("RECOVER\n"))
+    monkeypatch.chdir(top / "run")
+    given = {"n": 9, "fault_at": 2, "cache": str(top.parent / "cache"), "row_bytes": SIZE, "seed": SEED}
+    rc = pgw.WORKLOAD.main(pgw.WORKLOAD.params(given))
+    return rc, marks.read_text().split(), calls.read_text().splitlines()
+
+
+@pytest.fixture
+def top(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="powercut-test-pgfault-"))
+    try:
+        os.chmod(base, 0o755)
+        (base / "t").mkdir()
+        yield base / "t"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@real
+def test_a_real_run_names_the_tables_files_and_goes_on_after_the_checkpoint(top: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    rc, marks, calls = run_with_fault_stand_in(top, "true", monkeypatch)
+    assert rc == 0 and marks == [f"{k}:{i}" for i in range(1, 10) for k in ("begin", "ack")]
+    on = calls[0].split()
+    assert on[:2] == ["on", "eio-range"] and calls[1:] == ["off"]  # no RECOVER: psql switched it off
+    pgdata = top / "run" / "pgdata"
+    files = [Path(f) for f in on[2:]]
+    assert len(files) == 3 and all(f.parent.parent == pgdata / "base" and f.is_file() for f in files)
+    assert files[0].stat().st_size == 8192 and pgc.payload(SEED, 6, SIZE) in files[0].read_bytes()  # rows
+    assert files[2].stat().st_size == 0  # rows' TOAST relation: nothing was big enough to go there
+    assert "data_sync_retry = off" in (pgdata / "postgresql.conf").read_text()
+    assert "postgres: CHECKPOINT 2 of 2 runs with base/" in capfd.readouterr().err
+    mnt = top.parent / "mnt"
+    subprocess.run(["cp", "-a", str(top / "run"), str(mnt)], check=True, timeout=60)
+    assert judged(mnt, list(range(1, 10))).verdict == "pass"
+
+
+@real
+def test_a_server_crash_under_the_fault_stops_the_workload_with_one_line(top: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         capfd: pytest.CaptureFixture[str]) -> None:
+    """The checkpointer killed where a PANIC would end it: the postmaster crash-restarts, psql loses its
+    connection; the workload switches the fault off itself, waits for the recovery, shuts down, exits 3."""
+    kill = (f"PM=$(head -1 {top}/run/pgdata/postmaster.pid)\n"
+            "for c in $(pgrep -P $PM); do\n"
+            "  case \"$(tr '\\0' ' ' < /proc/$c/cmdline 2>/dev/null)\" in *checkpointer*) kill -KILL $c;; esac\n"
+            "done")
+    rc, marks, calls = run_with_fault_stand_in(top, kill, monkeypatch)
+    assert rc == pgw.STOPPED_AFTER_FAULT
+    assert marks == [f"{k}:{i}" for i in range(1, 7) for k in ("begin", "ack")]
+    assert calls[0].startswith("on eio-range ") and calls[-1] == "RECOVER"
+    assert calls[1:-1] in ([], ["off"])  # psql may still run the script's ``off`` before it notices the loss
+    err = capfd.readouterr().err
+    assert "all server processes terminated; reinitializing" in err and "database system is shut down" in err
+    last = err.rstrip().splitlines()[-1]
+    assert last.startswith("postgres: psql stopped in a run whose CHECKPOINT 2 ran under an injected EIO (exit 2: ")
+    assert last.endswith("the fault switched off, the server accepts connections again; the script's later "
+                         "transactions did not run")
+    mnt = top.parent / "mnt"
+    subprocess.run(["cp", "-a", str(top / "run"), str(mnt)], check=True, timeout=60)
+    assert judged(mnt, list(range(1, 7))).verdict == "pass"
+
+
+@real
+def test_a_fault_that_cannot_be_switched_on_kills_psql_and_fails_the_run(top: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         capfd: pytest.CaptureFixture[str]) -> None:
+    rc, marks, calls = run_with_fault_stand_in(top, "echo 'powercut-fault: x: no fixed place' >&2; exit 1",
+                                               monkeypatch)
+    assert rc == 1 and marks[-1] == "ack:6" and calls[1:] == ["RECOVER"]
+    last = capfd.readouterr().err.rstrip().splitlines()[-1]
+    assert last == "postgres: could not switch the fault around CHECKPOINT 2 (psql killed): powercut-fault: x: no fixed place"
