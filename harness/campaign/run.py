@@ -136,7 +136,6 @@ class _Run:
         self.groups: list[Any] = []
         self.triage_s = 0.0
         self.escalated: set[tuple[str, str]] = set()   # groups confirmed state by state after a disagreement
-        self.index: Any = None
 
     def sink(self, v: Verdict) -> None:
         self.first.append(v.verdict)
@@ -195,28 +194,28 @@ class _Run:
                                 always=set(named.values()))
         sampled = [v for p in plans for v in p.sample]
         extra = {key: space(index).state_from_id(m) for key, m in minimized.items()}
-        seconds = self._alone(sampled, [by_id[v.state] for v in sampled] + list({st.id: st for st in extra.values()}
-                                                                                 .values()))
-        by_group, escalate = confirming.settle(plans, seconds)
-        for key, st in extra.items():   # the repro the report leads with must fail the same way alone
+        seconds = self._alone(index, sampled, [by_id[v.state] for v in sampled]
+                              + list({st.id: st for st in extra.values()}.values()))
+        disagreeing = set()
+        for g in self.groups:   # the repro the report leads with must fail the same way alone
+            st = extra.get((g.verdict, g.reason_class))
+            if st is None:
+                continue
             v2 = seconds.get(st.id)
-            same = v2 is not None and v2.verdict == key[0]
-            g = next(g for g in self.groups if (g.verdict, g.reason_class) == key)
+            same = v2 is not None and v2.verdict == g.verdict
             g.diagnosis = dict(g.diagnosis or {}, minimized_confirmed=same,
                                minimized_alone=v2.verdict if v2 is not None else "not judged")
             if not same:
-                plan = next((p for p in plans if p.key == key), None)
-                moved = {v.state for v in plan.rest()} if plan else set()
-                by_group = [v for v in by_group if v.state not in moved]
-                escalate += [v for v in plan.rest() if v.state not in {e.state for e in escalate}] if plan else []
+                disagreeing.add((g.verdict, g.reason_class))
+        by_group, escalate = confirming.settle(plans, seconds, disagreeing)
         for v in by_group:
             self.journal.add(dataclasses.replace(v, by_group=True))
         if escalate:
             self.escalated |= {confirming.group_key(v) for v in escalate}
-            self._alone(escalate, [by_id[v.state] for v in escalate])
+            self._alone(index, escalate, [by_id[v.state] for v in escalate])
         self.confirm_s += time.monotonic() - t0
 
-    def _alone(self, firsts: list[Verdict], states: list[CrashState]) -> dict[str, Verdict]:
+    def _alone(self, index: Any, firsts: list[Verdict], states: list[CrashState]) -> dict[str, Verdict]:
         """Judge ``states`` again, alone; journal each of ``firsts`` as confirmed or flaky.  Every
         lone verdict comes back by state id (others, such as minimized states, are not journaled)."""
         want = {v.state: v for v in firsts}
@@ -231,7 +230,7 @@ class _Run:
                              else flaky(v1, v2))
             self.confirmed += 1
 
-        self.judge(self.index, states, second, self.outdir / "confirm", self.place.alone(self.spec.workers()))
+        self.judge(index, states, second, self.outdir / "confirm", self.place.alone(self.spec.workers()))
         return seconds
 
     def _findings(self) -> list[Any]:
@@ -280,7 +279,6 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                              f"{spec.shard.total} shards; use fewer shards")
         journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
         run = _Run(spec, rec, ctx, outdir, sel, journal, on_verdict)
-        run.index = index
         try:
             if on_start:
                 on_start(len(sel.states), sum(1 for s in sel.states if s.id in journal.done))

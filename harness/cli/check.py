@@ -116,6 +116,8 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
 
 def _print_groups(summary: Any) -> None:
     """Failures grouped by cause, each with its confirmation, minimized state, blame and repro."""
+    from powercut.report.summary import group_confirmation
+
     if not summary.groups:
         return
     print(f"{len(summary.failures)} failing states in {len(summary.groups)} group(s) by cause"
@@ -123,14 +125,12 @@ def _print_groups(summary: Any) -> None:
     for k, g in enumerate(summary.groups, 1):
         cause = (g.get("cause") or "").removeprefix(f"{g['verdict']}: ") or g["reason_class"]
         print(f"GROUP {k}: {g['verdict']} x {g['count']}: {cause}")
-        conf = _group_confirmation(g)
+        conf = group_confirmation(g)
         if conf:
             print(f"  {conf}")
         if g.get("minimized"):
-            alone = ("" if "minimized_confirmed" not in g else "; judged alone: the same verdict"
-                     if g["minimized_confirmed"] else f"; judged alone: {g.get('minimized_alone', '?')} (not the same)")
             print(f"  minimized: {g['first']} -> {g['minimized']} ({g['shrink_calls']} checks; one write at a "
-                  f"time: at least {g['one_at_a_time']}{alone})")
+                  f"time: at least {g['one_at_a_time']})")
             for c in g.get("culprits", [])[:6]:
                 print(f"  {c}")
         else:
@@ -139,20 +139,6 @@ def _print_groups(summary: Any) -> None:
             print(f"  repro: powercut repro {shlex.quote(g['bundle'])}")
         else:
             print(f"  repro: powercut repro {shlex.quote(summary.recording)} --state {shlex.quote(g['first'])}")
-
-
-def _group_confirmation(g: dict[str, Any]) -> str:
-    if "confirmed_alone" not in g:
-        return ""
-    n, alone, by = g["count"], g["confirmed_alone"], g["confirmed_by_group"]
-    if alone == 0 and by == 0:
-        return "unconfirmed (confirmation off)"
-    parts = [f"{alone} of {n} confirmed alone"] + ([f"{by} confirmed by the group's sample"] if by else [])
-    if g.get("unconfirmed"):
-        parts.append(f"{g['unconfirmed']} unconfirmed")
-    if g.get("escalated"):
-        parts.append("its sample disagreed: confirmed state by state")
-    return "; ".join(parts)
 
 
 def cmd_repro(args: argparse.Namespace) -> int:

@@ -106,10 +106,12 @@ def agrees(first: Verdict, second: Verdict) -> bool:
     return first.verdict == second.verdict
 
 
-def settle(plans: list[GroupPlan], seconds: dict[str, Verdict]) -> tuple[list[Verdict], list[Verdict]]:
+def settle(plans: list[GroupPlan], seconds: dict[str, Verdict],
+           disagreeing: Collection[tuple[str, str]] = ()) -> tuple[list[Verdict], list[Verdict]]:
     """After the samples were judged alone (``seconds``: state -> its lone verdict): the members that
     now stand on their group's confirmation (to journal with ``by_group``), and the members still to
-    judge alone (the rest of every group whose sample disagreed anywhere)."""
+    judge alone (the rest of every group whose sample disagreed anywhere, or whose key is in
+    ``disagreeing``: its minimized state, judged alone outside the group, gave another verdict)."""
     by_group: list[Verdict] = []
     escalate: list[Verdict] = []
     for p in plans:
@@ -119,7 +121,7 @@ def settle(plans: list[GroupPlan], seconds: dict[str, Verdict]) -> tuple[list[Ve
         missing = [v.state for v in p.sample if v.state not in seconds]
         if missing:
             raise ValueError(f"group {p.key}: no lone verdict for sampled state(s) {', '.join(missing[:3])}")
-        if all(agrees(v, seconds[v.state]) for v in p.sample):
+        if p.key not in disagreeing and all(agrees(v, seconds[v.state]) for v in p.sample):
             by_group.extend(rest)
         else:
             escalate.extend(rest)

@@ -27,7 +27,7 @@ from powercut.core.stateid import MODELS
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
 from powercut.report import bench, seeds, timeline
-from powercut.report.summary import Summary
+from powercut.report.summary import Summary, group_confirmation
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("powercut.report", "templates"),
                           autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
@@ -83,32 +83,12 @@ def _groups(s: Summary, outdir: Path) -> list[dict[str, Any]]:
         first = next((f for f in s.failures if f.state == g.get("first")), None)
         reasons = list(first.reasons) if first else []
         bundle = g.get("bundle") or ""
-        out.append({**g, "k": k, "confirmation": _confirmation(g), "reasons": [r for r in reasons if not r.startswith("kernel:")][:8],
+        out.append({**g, "k": k, "confirmation": (group_confirmation(g) + ".").lstrip("."), "reasons": [r for r in reasons if not r.startswith("kernel:")][:8],
                     "kernel": [r.removeprefix("kernel: ") for r in reasons if r.startswith("kernel:")],
                     "repro": f"powercut repro {shlex.quote(bundle)}" if bundle else
                     f"powercut repro {shlex.quote(s.recording)} --state {shlex.quote(str(g.get('first', '')))}",
                     "bundle_rel": os.path.relpath(bundle, outdir) if bundle else ""})
     return out
-
-
-def _confirmation(g: dict[str, Any]) -> str:
-    """How a group's failures were confirmed, in words."""
-    if "confirmed_alone" not in g:
-        return ""
-    n, alone, by = g["count"], g["confirmed_alone"], g["confirmed_by_group"]
-    if not alone and not by:
-        return "unconfirmed: confirmation was off"
-    text = f"{alone} of {n} judged again alone with the same verdict"
-    if by:
-        text += f"; the other {by} stand on that sample (confirmed-by-group)"
-    if g.get("unconfirmed"):
-        text += f"; {g['unconfirmed']} unconfirmed"
-    if g.get("escalated"):
-        text += "; its sample disagreed somewhere, so the group was confirmed state by state"
-    if "minimized_confirmed" in g:
-        text += ("; the minimized state judged alone fails the same way" if g["minimized_confirmed"] else
-                 f"; the minimized state judged alone gave {g.get('minimized_alone', '?')}: not the same")
-    return text + "."
 
 
 def write(s: Summary, outdir: Path, verdicts: list[Any]) -> Path:

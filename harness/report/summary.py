@@ -153,6 +153,26 @@ def repro(recording: str, v: Verdict) -> str:
     return f"powercut repro {shlex.quote(recording)} --state {shlex.quote(v.state)}"
 
 
+def group_confirmation(g: dict[str, Any]) -> str:
+    """How a failure group (triage.Group.to_json) was confirmed, in words ("" for an old summary)."""
+    if "confirmed_alone" not in g:
+        return ""
+    n, alone, by = g["count"], g["confirmed_alone"], g["confirmed_by_group"]
+    if not alone and not by:
+        return "unconfirmed: confirmation was off"
+    text = f"{alone} of {n} judged again alone with the same verdict"
+    if by:
+        text += f"; the other {by} stand on that sample (confirmed-by-group)"
+    if g.get("unconfirmed"):
+        text += f"; {g['unconfirmed']} unconfirmed"
+    if g.get("escalated"):
+        text += "; its sample disagreed somewhere, so the group was confirmed state by state"
+    if "minimized_confirmed" in g:
+        text += ("; the minimized state judged alone fails the same way" if g["minimized_confirmed"] else
+                 f"; the minimized state judged alone gave {g.get('minimized_alone', '?')}: not the same")
+    return text
+
+
 CONFIRMATION = {"confirmed": "confirmed (judged again alone: the same verdict)",
                 "confirmed-by-group": "confirmed-by-group (not judged again itself: every sampled state of its "
                                       "failure group kept its verdict alone)",

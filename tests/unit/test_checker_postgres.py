@@ -340,6 +340,13 @@ def run_with_fault_stand_in(top: Path, on: str, monkeypatch: pytest.MonkeyPatch)
     return rc, marks.read_text().split(), calls.read_text().splitlines()
 
 
+def judged_copy(top: Path, acked: int):
+    """The run's directory copied beside it (the checker's server writes to it), judged with 1..acked."""
+    mnt = top.parent / "mnt"
+    subprocess.run(["cp", "-a", str(top / "run"), str(mnt)], check=True, timeout=60)
+    return judged(mnt, list(range(1, acked + 1)))
+
+
 @pytest.fixture
 def top(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     base = Path(tempfile.mkdtemp(prefix="powercut-test-pgfault-"))
@@ -365,9 +372,7 @@ def test_a_real_run_names_the_tables_files_and_goes_on_after_the_checkpoint(top:
     assert files[2].stat().st_size == 0  # rows' TOAST relation: nothing was big enough to go there
     assert "data_sync_retry = off" in (pgdata / "postgresql.conf").read_text()
     assert "postgres: CHECKPOINT 2 of 2 runs with base/" in capfd.readouterr().err
-    mnt = top.parent / "mnt"
-    subprocess.run(["cp", "-a", str(top / "run"), str(mnt)], check=True, timeout=60)
-    assert judged(mnt, list(range(1, 10))).verdict == "pass"
+    assert judged_copy(top, 9).verdict == "pass"
 
 
 @real
@@ -390,9 +395,7 @@ def test_a_server_crash_under_the_fault_stops_the_workload_with_one_line(top: Pa
     assert last.startswith("postgres: psql stopped in a run whose CHECKPOINT 2 ran under an injected EIO (exit 2: ")
     assert last.endswith("the fault switched off, the server accepts connections again; the script's later "
                          "transactions did not run")
-    mnt = top.parent / "mnt"
-    subprocess.run(["cp", "-a", str(top / "run"), str(mnt)], check=True, timeout=60)
-    assert judged(mnt, list(range(1, 7))).verdict == "pass"
+    assert judged_copy(top, 6).verdict == "pass"
 
 
 @real

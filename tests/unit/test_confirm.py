@@ -117,3 +117,10 @@ def test_the_minimized_state_is_always_in_its_groups_sample() -> None:
         [p] = confirm.plan(members, k=4, seed=2, always={target, "write-cache@7/d1"})   # a non-member is ignored
         states = [m.state for m in p.sample]
         assert target in states and len(states) == 4 and states[0] == "flush@100" and states[-1] == "flush@199"
+
+
+def test_settle_a_disagreeing_minimized_state_escalates_its_group() -> None:
+    plans = confirm.plan(group(20), k=4)
+    seconds = {m.state: m for m in plans[0].sample}                  # the sample itself agrees
+    by_group, escalate = confirm.settle(plans, seconds, disagreeing={plans[0].key})
+    assert by_group == [] and len(escalate) == 16
