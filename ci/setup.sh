@@ -9,7 +9,7 @@ PY=${PYTHON:-python3}
 [ "$(id -u)" = 0 ] || { echo "setup: must run as root (loop devices, dm, mount, apt-get)" >&2; exit 1; }
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "setup: needs Python >= 3.11 ($PY)" >&2; exit 1; }
 
-PKGS=(qemu-system-x86 qemu-utils fio hdparm dmsetup e2fsprogs xfsprogs btrfs-progs busybox-static kmod cpio
+PKGS=(qemu-system-x86 qemu-utils fio hdparm dmsetup e2fsprogs e2fsck-static xfsprogs btrfs-progs busybox-static kmod cpio
       zstd util-linux libvirt-daemon-system libvirt-dev pkg-config gcc openssh-server openssh-client
       postgresql chromium)
 missing=()

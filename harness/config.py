@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -191,6 +190,7 @@ def dumps_toml(sections: dict[str, Any]) -> str:
 
 
 def loads_toml(text: str, source: str = "<toml>") -> dict[str, Any]:
+    import tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -115,7 +115,7 @@ def vm_spec(spec: BenchVmSpec, image: Any, rundir: Path, disks: list[tuple[Path,
                                        write_cache=True, discard=False) for p, serial in disks),
                   shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(rundir / "job"), readonly=False)),
                   accel=spec.accel, timeout_s=timeout_s, console_path=str(rundir / "console.log"),  # type: ignore[arg-type]
-                  name=f"powercut-bench-{os.getpid()}", modules=(filesystems.get(spec.fs.fstype).module_group,))
+                  name=f"powercut-bench-{os.getpid()}", modules=(filesystems.get(spec.fs.fstype).module_group, "record"))
 
 
 def prepare(spec: BenchVmSpec, runsets: tuple[RunSet, ...], rundir: Path) -> tuple[Any, VmSpec, list[Path]]:

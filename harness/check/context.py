@@ -7,7 +7,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from powercut import checker as checkers
 from powercut import workload as workloads
@@ -16,7 +16,9 @@ from powercut.core.faults import Faults
 from powercut.errors import UsageError
 from powercut.linux import filesystems
 from powercut.linux.filesystems import Filesystem
-from powercut.record import recording
+
+if TYPE_CHECKING:   # the checker VM's agent never loads a recording: it does not import that module
+    from powercut.record import recording
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from powercut.check.context import LogSource
 from powercut.config import VmSpec
 from powercut.errors import EnvironmentNotReady, UsageError
+from powercut.linux import process
+from powercut.vm.guestjob import SCRATCH_MKFS
 from powercut.vm.libvirt import is_local_uri, run_vm_libvirt
 from powercut.vm.qemu import run_vm
 from powercut.vm.remote import Mirror, Shipper, SshTarget, code_digest, remote_root, sha256_file
@@ -108,6 +110,7 @@ class CheckHost:
         if not self.remote:
             with open(run / "scratch.img", "wb") as f:
                 f.truncate(scratch_bytes)
+            process.run([*SCRATCH_MKFS, str(run / "scratch.img")], timeout=300)   # the job says scratch_ready
             vm = make_vm(str(run))
             if self.uri:
                 run_vm_libvirt(vm, uri=self.uri, rundir=run, watchdog=watchdog)

@@ -32,7 +32,7 @@ from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
 from powercut.errors import GuestHang, GuestPanic, PowercutError, UsageError, VmError
 from powercut.images.build import build_image, tools_dir
-from powercut.linux import interrupt
+from powercut.linux import filesystems, interrupt
 from powercut.linux.jsonlines import read_lines
 from powercut.vm import guestjob
 from powercut.vm.cmdline import keep_visible
@@ -143,7 +143,9 @@ class CheckerVm:
         return guestjob.StateSource(log=f"{guestjob.GUEST_REC_DIR}/{self.src.path.name}", size=self.src.size,
                                     fstype=self.ctx.fs.name, mount_opts=self.ctx.mount_opts,
                                     checker=self.ctx.checker, disks={"scratch": "pcscratch"},
-                                    params=self.ctx.params)
+                                    params=self.ctx.params,
+                                    entries=guestjob.StateSource.entries_for(self.ctx.checker),
+                                    fsck=filesystems.fsck_program(self.ctx.fs), scratch_ready=not self.host.remote)
 
     def run(self, job: guestjob.Job, *, steps: int, on_verdict: Sink = lambda v: None,
             interactive: bool = False) -> Outcome:

@@ -7,41 +7,44 @@ fails is reported in the result, not as a crash).  Device-mapper by ioctl (linux
 mount(2) (linux/mounts.py): in a TCG guest each fork+exec costs more than the operation."""
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from powercut.errors import CommandFailed, PowercutError
-from powercut.guest.check import check, diagnose_job, shell
-from powercut.guest.record import mark_bench, record
 from powercut.vm import guestjob
 from powercut.vm.guestjob import GuestResult
 
 log = logging.getLogger("powercut.guest")
 
+# kind -> (module, handler): each job imports only its own handler's modules (under TCG every
+# module the agent imports before its first state costs its boot time)
+JOBS = {"record": ("powercut.guest.record", "record"), "mark-bench": ("powercut.guest.record", "mark_bench"),
+        "check": ("powercut.guest.check", "check"), "diagnose": ("powercut.guest.check", "diagnose_job"),
+        "shell": ("powercut.guest.check", "shell"), "bench": ("powercut.guest.bench", "bench_job")}
 
-def bench(job: Any, jobdir: Path) -> dict[str, Any]:
-    """``powercut bench``'s guest half (guest/bench.py)."""
-    from powercut.guest.bench import bench_job
-    return bench_job(job, jobdir)
 
-
-JOBS = {"record": record, "mark-bench": mark_bench, "check": check, "diagnose": diagnose_job, "shell": shell,
-        "bench": bench}
+def handler(kind: str) -> Callable[[Any, Path], dict[str, Any]]:
+    module, name = JOBS[kind]
+    return getattr(importlib.import_module(module), name)
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = guestjob.uptime()
     args = sys.argv[1:] if argv is None else argv
     jobfile = Path(args[0])
     jobdir = jobfile.parent
     logging.basicConfig(filename=jobdir / "agent.log", level=logging.DEBUG,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log.info("agent started %.2f s after the kernel (Python start and imports included)", started)
     result = GuestResult(False, "guest agent did not start the job")
     try:
         job = guestjob.load(jobfile)
-        result = GuestResult(True, data=JOBS[job.kind](job, jobdir))
+        result = GuestResult(True, data={"agent_started_s": started, **handler(job.kind)(job, jobdir)})
     except PowercutError as e:
         log.error("%s", e)
         result = GuestResult(False, e.one_line(), e.stderr_tail if isinstance(e, CommandFailed) else "")

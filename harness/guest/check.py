@@ -14,19 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powercut import registry
 from powercut.check.context import CheckContext, with_faults
 from powercut.check.judge import judge
 from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.crashstate import CrashState
 from powercut.core.models import CrashSpace, space
 from powercut.core.verdict import Verdict
-from powercut.debug.diagnose import Workspace, diagnose, without_tear
-from powercut.guest.record import MNT
 from powercut.linux import filesystems, process
 from powercut.linux.blockdev import find_disk
 from powercut.linux.jsonlines import JsonLines
 from powercut.linux.mounts import mount, umount
 from powercut.replay.materialize import materialize
+from powercut.vm.guestjob import GUEST_MNT as MNT
+from powercut.vm.guestjob import SCRATCH_MKFS, uptime
 from powercut.vm.guestjob import SHELL_READY, CheckJob, DiagnoseJob, ShellJob, StateSource
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 WORK = "/run/powercut/work"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Session:
     """A job's open log, its crash space, the judging context, the scratch work dir, the progress file."""
 
@@ -44,6 +45,7 @@ class _Session:
     work: Path
     progress: JsonLines
     size: int
+    ready: float | None = None      # when the first state began (uptime)
 
     def states(self, ids: tuple[str, ...]) -> Iterator[tuple[CrashState, Path]]:
         t = time.monotonic()
@@ -54,6 +56,9 @@ class _Session:
             t = time.monotonic()
 
     def judge(self, state: CrashState, img: Path) -> Verdict:
+        if self.ready is None:   # the boot timeline: kernel start -> this VM judges its first state
+            self.ready = uptime()
+            log.info("first state begins %.2f s after the kernel", self.ready)
         self.progress.add({"begin": state.id})
         v = judge(self.ctx, str(img), state, MNT)
         self.progress.add({"verdict": v.to_json()})
@@ -62,9 +67,14 @@ class _Session:
 
 @contextlib.contextmanager
 def _session(src: StateSource, jobdir: Path) -> Iterator[_Session]:
+    for key, ref in src.entries.items():
+        registry.preset(*key.split("/", 1), ref)
+    if src.fsck:
+        filesystems.preset_fsck(src.fstype, src.fsck)
     scratch = find_disk(src.disks["scratch"])
     os.makedirs(WORK, exist_ok=True)
-    process.run(["mkfs.ext4", "-F", "-q", "-E", "nodiscard", "-O", "^has_journal", scratch], timeout=300)
+    if not src.scratch_ready:
+        process.run([*SCRATCH_MKFS, scratch], timeout=300)
     mount(scratch, WORK, "ext4", "noatime")
     ctx = CheckContext(filesystems.get(src.fstype), src.checker, dict(src.params), src.mount_opts)
     try:
@@ -81,11 +91,12 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
         for state, img in s.states(job.states):
             s.judge(state, img)
             n += 1
-    return {"judged": n}
+    return {"judged": n, "first_state_s": s.ready}
 
 
 def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
     """Minimize and blame the failures the host asked about (debug.diagnose), one progress line each."""
+    from powercut.debug.diagnose import Workspace, diagnose, without_tear   # only this job needs them
     with _session(job.src, jobdir) as s:
         ws = Workspace(s.index, job.src.size, None, s.work / "diagnose", "dm-snapshot",
                        job.floor if job.floor >= 0 else None, s.space)

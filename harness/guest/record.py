@@ -24,7 +24,7 @@ from powercut.vm.guestjob import MarkBenchJob, RecordJob
 
 log = logging.getLogger("powercut.guest")
 
-MNT = "/run/powercut/mnt"
+MNT = guestjob.GUEST_MNT
 FS_SUFFIX = "-fs"        # the linear map over the log-writes target that holds the recorded filesystem
 ORDER_SUFFIX = "-order"  # the linear map beside it that marks flush (marks.py)
 PLAN_STATE = "/run/powercut/fault-plan.json"   # the fault plan's state (faults.PlanRun), guest-local

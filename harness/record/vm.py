@@ -65,7 +65,7 @@ def vm_spec(spec: RecordSpec, image: Any, out: Path, jobdir: Path) -> VmSpec:
                   shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False)),
                   transport=spec.transport, accel=spec.accel, timeout_s=spec.timeout_s,  # type: ignore[arg-type]
                   console_path=str(out / "console.log"), name=f"powercut-record-{os.getpid()}",
-                  modules=(filesystems.get(spec.fs.fstype).module_group,))
+                  modules=(filesystems.get(spec.fs.fstype).module_group, "record"))
 
 
 def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: Path | None):

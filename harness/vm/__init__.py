@@ -7,4 +7,5 @@
 * ``libvirt`` -- the libvirt backend and its remote KVM probe;
 * ``remote`` -- a remote libvirt host over ssh: shipping by hash, mirroring its files;
 * ``libvirt_xml`` -- VmSpec -> domain XML;
-* ``guestjob`` -- typed, versioned jobs for the guest agent."""
+* ``guestjob`` -- typed, versioned jobs for the guest agent;
+* ``agentboot`` -- how the guest agent starts fast (bytecode from the host, no ``site``)."""

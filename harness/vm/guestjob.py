@@ -3,7 +3,7 @@ agent's result (both sides: the host writes jobs and reads results, the guest th
 
 A job directory (shared into the guest as ``/run/powercut/job``) holds ``job.json`` (one of the
 job types below, with ``version`` and ``kind``), ``job.sh`` (what the guest's init runs: the agent
-under the one guest PATH) and, afterwards, ``result.json`` and ``agent.log``."""
+under the one guest PATH), ``boot.py`` (how the agent starts: vm/agentboot.py) and, afterwards, ``result.json`` and ``agent.log``."""
 from __future__ import annotations
 
 import json
@@ -14,15 +14,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Union
 
+from powercut import checker as checkers, registry
 from powercut.checker import CheckerSpec
 from powercut.config import FsSpec, RunSet, WorkloadSpec, from_dict, to_dict
 from powercut.errors import PowercutError, UsageError
+from powercut.vm.agentboot import boot_script
 
-JOB_VERSION = 3
+JOB_VERSION = 4
 GUEST_JOB_DIR = "/run/powercut/job"
 GUEST_REC_DIR = "/run/powercut/rec"
+GUEST_MNT = "/run/powercut/mnt"            # where the guest mounts the filesystem under test
+# the checker VM's scratch disk (the pristine and the COWs): ext4 without a journal, whatever is judged;
+# formatted by the host where it can (natively ~30 ms; a dynamically linked mkfs costs a TCG guest ~0.3 s)
+SCRATCH_MKFS = ("mkfs.ext4", "-F", "-q", "-E", "nodiscard", "-O", "^has_journal")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHELL_READY = b"=== recovered and mounted at"   # the shell job's banner: its shell reads input from now on
+
+
+def uptime() -> float:
+    """Seconds since the guest kernel started (guest side; the boot timeline's clock: init.sh
+    stamps its steps with it too).  -1 where there is no /proc/uptime."""
+    try:
+        with open("/proc/uptime") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1.0
 
 
 def guest_path(tools_dir: str = "") -> str:
@@ -53,6 +69,15 @@ class StateSource:
     checker: CheckerSpec
     disks: dict[str, str]          # scratch -> serial
     params: dict[str, Any] = field(default_factory=dict)
+    entries: dict[str, str] = field(default_factory=dict)   # "group/name" -> "module:attr", as the host found them
+    fsck: tuple[str, ...] = ()     # the fsck argv the host chose (filesystems.fsck_program)
+    scratch_ready: bool = False    # the host made the scratch filesystem (SCRATCH_MKFS)
+
+    @staticmethod
+    def entries_for(checker: CheckerSpec) -> dict[str, str]:
+        """Where the registered checker is (registry.preset in the guest: no metadata scan there)."""
+        ref = registry.entry_ref(checkers.GROUP, checker.name) if checker.name else ""
+        return {f"{checkers.GROUP}/{checker.name}": ref} if ref else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,18 +157,27 @@ def from_json(d: dict[str, Any], source: str = "job.json") -> Job:
         raise PowercutError(f"{source}: a {cls.kind} job: {e.one_line()}") from None
 
 
+def needs_full_site(job: Job) -> bool:
+    """A job that runs the user's code in the agent's process (a checker function) or the user's
+    programs (record, bench) starts the agent with ``site`` as usual; the checker-VM jobs of
+    built-in or command checkers without it (vm/agentboot.py)."""
+    src = getattr(job, "src", None)
+    return src is None or bool(src.checker.function)
+
+
 def job_script(tools_dir: str = "") -> str:
-    return ("#!/bin/sh\n# written by powercut: runs the guest agent in the guest\n"
+    return ("#!/bin/sh\n# written by powercut: runs the guest agent in the guest (boot.py: vm/agentboot.py)\n"
             f"exec /usr/bin/env -i PATH={shlex.quote(guest_path(tools_dir))} HOME=/tmp LANG=C.UTF-8 "
-            f"PYTHONDONTWRITEBYTECODE=1 {shlex.quote(sys.executable)} -m powercut.guest "
+            f"PYTHONDONTWRITEBYTECODE=1 {shlex.quote(sys.executable)} -S {GUEST_JOB_DIR}/boot.py "
             f"{GUEST_JOB_DIR}/job.json\n")
 
 
 def write(jobdir: Path, job: Job) -> None:
-    """job.json + job.sh into a (new or empty) job directory."""
+    """job.json, job.sh and boot.py into a (new or empty) job directory."""
     jobdir.mkdir(parents=True, exist_ok=True)
     (jobdir / "job.json").write_text(json.dumps(to_json(job), indent=1))
     (jobdir / "job.sh").write_text(job_script(job.tools_dir))
+    (jobdir / "boot.py").write_text(boot_script(guest_path(job.tools_dir), full_site=needs_full_site(job)))
 
 
 def load(path: Path) -> Job:

@@ -22,7 +22,8 @@ def test_record_job_round_trips(tmp_path: Path) -> None:
     back = guestjob.load(tmp_path / "job.json")
     assert back == job and isinstance(back.fs, FsSpec) and back.fs.mkfs_opts == ("-m", "reflink=1")
     script = (tmp_path / "job.sh").read_text()
-    assert "powercut.guest" in script and sys.executable in script and "/t:" in script
+    assert "boot.py" in script and sys.executable in script and "/t:" in script
+    assert "powercut.guest" in (tmp_path / "boot.py").read_text()
 
 
 def test_checker_vm_jobs_round_trip() -> None:
