@@ -129,7 +129,7 @@ class _Run:
                  sel: Selection, journal: Journal, on_verdict: Callable[[Verdict], None] | None) -> None:
         self.spec, self.rec, self.ctx, self.outdir = spec, rec, ctx, outdir
         self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
-        self.place, self.src = spec.place(), LogSource.of(rec)
+        self.place, self.src = spec.place().with_warm_vms(), LogSource.of(rec)
         self.first: list[str] = []   # the first verdicts of this run: a checker broken on all is an error
         self.confirm_s = 0.0
         self.confirmed = 0
@@ -162,6 +162,7 @@ class _Run:
             found = {d["state"]: d for d in self._diagnose(index, [g.first for g in todo])}
             for g in todo:
                 g.diagnosis = found.get(g.first.state)
+        self.place.close_warm()   # confirmation judges in fresh kernels
         self.triage_s = time.monotonic() - t0
         if self.spec.confirm:
             self.confirm(index)
@@ -292,6 +293,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
             status = "error"
             raise
         finally:
+            run.place.close_warm(force=status != "complete")
             journal.close()
             wanted = {s.id for s in sel.states}
             verdicts = [v for sid, v in journal.done.items() if sid in wanted]

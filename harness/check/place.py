@@ -4,16 +4,17 @@ matrix's tear checks all judge through ``Place.judge``; diagnoses go through
 ``debug.diagnose.diagnose_at``, which takes the same value."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import check_host, require_root
 from powercut.check.hosts import validate_uri
-from powercut.check.vm import VmCheckSpec, check_vm
+from powercut.check.vm import VmCheckSpec, WarmVms, check_vm
 from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
@@ -31,6 +32,8 @@ class Place:
     memory_mb: int = 768           # per checker VM
     state_timeout_s: float = 300.0
     uris: tuple[str, ...] = ()     # --check-uri: libvirt hosts the checker VMs boot on (none: QEMU here)
+    # one run's checker VMs kept booted between its phases (check -> diagnosis); None: every phase boots
+    warm: WarmVms | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.check_in not in PLACES:
@@ -70,4 +73,13 @@ class Place:
             check_host(ctx, src, index, states, sink, work, jobs=jobs)
             shutil.rmtree(work, ignore_errors=True)   # only after a clean end: nothing is mounted under it
         else:
-            check_vm(ctx, src, index, states, sink, work, self.vm(), jobs=jobs)
+            check_vm(ctx, src, index, states, sink, work, self.vm(), jobs=jobs, warm=self.warm)
+
+    def with_warm_vms(self) -> "Place":
+        """This place keeping a run's checker VMs booted between phases (close_warm ends them)."""
+        return self if self.on_host else dataclasses.replace(self, warm=WarmVms())
+
+    def close_warm(self, force: bool = False) -> None:
+        """Stop the checker VMs kept for a next phase; later phases boot their own."""
+        if self.warm is not None:
+            self.warm.close(force=force)

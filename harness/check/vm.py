@@ -88,11 +88,18 @@ class _Progress:
                 self.diagnoses.append(obj["diagnosis"])
         return new
 
+    def overdue(self, limit_s: float) -> str | None:
+        """Why the VM must end: its state in progress ran past the per-state limit (None: it has not)."""
+        if self.current and time.monotonic() - self.since > limit_s:
+            return f"state {self.current} did not finish within {limit_s:g} s"
+        return None
+
 
 def check_vm(ctx: CheckContext, src: LogSource, index: Any, states: list[CrashState], sink: Sink,
-             workdir: Path, spec: VmCheckSpec, *, jobs: int = 1) -> None:
+             workdir: Path, spec: VmCheckSpec, *, jobs: int = 1, warm: "WarmVms | None" = None) -> None:
     """Judge ``states`` in ``jobs`` checker VMs on each of the spec's hosts (contiguous chunks of the
-    walk order, dealt to the hosts in turn); every verdict goes to ``sink`` (under a lock)."""
+    walk order, dealt to the hosts in turn); every verdict goes to ``sink`` (under a lock).  With
+    ``warm``, a VM that ends its chunk normally stays booted there for the run's next phase."""
     hosts = spec.hosts()
     chunks = split_by_base(index, states, jobs * len(hosts))
     lock = threading.Lock()
@@ -101,16 +108,60 @@ def check_vm(ctx: CheckContext, src: LogSource, index: Any, states: list[CrashSt
         with lock:
             sink(v)
 
+    def one(i: int, chunk: list[CrashState]) -> None:
+        vm = CheckerVm(ctx, src, spec, workdir / f"vm{i}", hosts[i % len(hosts)], serve=warm is not None)
+        try:
+            _Judging(vm, chunk, locked).run()
+        except BaseException:
+            vm.close(force=True)
+            raise
+        if warm is not None:
+            warm.park(vm)
+
     if len(chunks) <= 1:
-        for chunk in chunks:
-            _Judging(CheckerVm(ctx, src, spec, workdir / "vm0", hosts[0]), chunk, locked).run()
+        for i, chunk in enumerate(chunks):
+            one(i, chunk)
         return
     with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix="powercut-vm") as pool:
-        futures = [pool.submit(_Judging(CheckerVm(ctx, src, spec, workdir / f"vm{i}", hosts[i % len(hosts)]), c,
-                                        locked).run)
-                   for i, c in enumerate(chunks)]
+        futures = [pool.submit(one, i, c) for i, c in enumerate(chunks)]
         for f in futures:
             f.result()
+
+
+class WarmVms:
+    """Checker VMs of one run kept booted between its phases: the check's last VM to finish runs the
+    diagnosis next (one boot saved, ~4-6 s under TCG).  Confirmation never takes one: it judges in
+    fresh kernels.  ``close`` (the run's end, or before confirmation) stops the ones left."""
+
+    KEEP = 1   # the diagnosis runs in one VM
+
+    def __init__(self) -> None:
+        self._vms: list[CheckerVm] = []
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def park(self, vm: "CheckerVm") -> None:
+        with self._lock:
+            keep = not self.closed and vm.live() and len(self._vms) < self.KEEP
+            if keep:
+                self._vms.append(vm)
+        if not keep:
+            vm.close()
+
+    def take(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec) -> "CheckerVm | None":
+        with self._lock:
+            for vm in self._vms:
+                if vm.ctx == ctx and vm.src == src and vm.spec == spec and vm.live():
+                    self._vms.remove(vm)
+                    return vm
+        return None
+
+    def close(self, force: bool = False) -> None:
+        with self._lock:
+            self.closed = True
+            vms, self._vms = self._vms, []
+        for vm in vms:
+            vm.close(force=force)
 
 
 @dataclass(slots=True)
@@ -128,11 +179,29 @@ class CheckerVm:
     ``on_verdict`` as it arrives; a state that runs past the per-state timeout ends the VM."""
 
     def __init__(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path,
-                 host: CheckHost | None = None) -> None:
+                 host: CheckHost | None = None, *, serve: bool = False) -> None:
         self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
         self.host = host or CheckHost()
         keep_visible(ctx.checker.host_paths())   # a checker function's file and sys.path, even under /tmp
         self.boots = 0
+        # serve: the VM stays booted after a job and takes the next one (QEMU on this machine only:
+        # a remote host's files are mirrored, not shared)
+        self.serve = serve and not self.host.uri
+        self._live: _Live | None = None
+
+    def live(self) -> bool:
+        """A booted VM waiting for its next job."""
+        return self._live is not None and self._live.thread.is_alive()
+
+    def close(self, force: bool = False) -> None:
+        """End a serving VM: the STOP file (the agent exits, the guest powers off), killed if it has
+        not ended within 30 s (at once with ``force``)."""
+        live, self._live = self._live, None
+        if live is None:
+            return
+        (live.jobdir / guestjob.STOP).touch()
+        live.kill_after = time.monotonic() + (0.0 if force else 30.0)
+        live.thread.join(90)
 
     def staged(self) -> Staged:
         """The image, tools and recording as the booting host sees them (shipped there once)."""
@@ -149,27 +218,12 @@ class CheckerVm:
 
     def run(self, job: guestjob.Job, *, steps: int, on_verdict: Sink = lambda v: None,
             interactive: bool = False) -> Outcome:
-        """One boot on ``job``; ``steps``: how many per-state timeouts the whole job may take."""
-        self.boots += 1
-        run = self.workdir / f"run{self.boots}"
-        if run.exists():
-            shutil.rmtree(run)
-        jobdir = run / "job"
-        jobdir.mkdir(parents=True)
-        guestjob.write(jobdir, job)
+        """One boot on ``job`` (serving: the booted VM's next job, or a boot that stays up after it);
+        ``steps``: how many per-state timeouts the whole job may take."""
+        if self.serve and not interactive:
+            return self._serve(job, on_verdict)
+        run, jobdir = self._new_run(job, serve=False)
         staged = self.staged()
-
-        def make_vm(d: str) -> VmSpec:   # d: the run directory on the host that boots the VM
-            return VmSpec(kernel=staged.kernel, initrd=staged.initrd, memory_mb=self.spec.memory_mb,
-                          disks=(DiskSpec(f"{d}/scratch.img", "pcscratch", cache="unsafe"),),
-                          shares=(ShareSpec("hostroot", "/"), ShareSpec("job", f"{d}/job", readonly=False),
-                                  ShareSpec("rec", staged.rec_dir)),
-                          accel=self.spec.accel,  # type: ignore[arg-type]
-                          timeout_s=24 * 3600 if interactive else 60 + self.spec.state_timeout_s * steps,
-                          console_path=f"{d}/console.log", name=f"powercut-check-{os.getpid()}-{self.workdir.name}",
-                          # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
-                          modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
-                          cmdline=("powercut.mount=rec",), interactive=interactive)
         progress = _Progress(jobdir / "progress.jsonl")
 
         def drain() -> None:
@@ -179,15 +233,15 @@ class CheckerVm:
 
         def watchdog() -> str | None:
             drain()
-            if progress.current and time.monotonic() - progress.since > self.spec.state_timeout_s:
-                return f"state {progress.current} did not finish within {self.spec.state_timeout_s:g} s"
-            return None
+            return progress.overdue(self.spec.state_timeout_s)
 
         failure: VmError | None = None
         try:
             if interactive and self.host.remote:
                 raise UsageError("an interactive shell needs a checker VM on this machine, not on a --check-uri host")
-            self.host.boot(make_vm, run, 3 * self.src.size + (512 << 20), watchdog)
+            timeout = 24 * 3600 if interactive else 60 + self.spec.state_timeout_s * steps
+            self.host.boot(lambda d: self._vm_spec(staged, d, timeout, interactive), run,
+                           3 * self.src.size + (512 << 20), watchdog)
         except VmError as e:
             failure = e
         drain()
@@ -196,6 +250,111 @@ class CheckerVm:
             if not result.ok:
                 raise PowercutError(f"the checker VM failed: {result.error} (see {jobdir}/agent.log)")
         return Outcome(failure, progress.current, progress.since, progress.diagnoses)
+
+    def _new_run(self, job: guestjob.Job, *, serve: bool) -> tuple[Path, Path]:
+        self.boots += 1
+        run = self.workdir / f"run{self.boots}"
+        if run.exists():
+            shutil.rmtree(run)
+        jobdir = run / "job"
+        jobdir.mkdir(parents=True)
+        guestjob.write(jobdir, job, seq=1, serve=serve)
+        return run, jobdir
+
+    def _vm_spec(self, staged: Staged, d: str, timeout_s: float, interactive: bool = False) -> VmSpec:
+        """The VM, ``d`` being the run directory on the host that boots it."""
+        return VmSpec(kernel=staged.kernel, initrd=staged.initrd, memory_mb=self.spec.memory_mb,
+                      disks=(DiskSpec(f"{d}/scratch.img", "pcscratch", cache="unsafe"),),
+                      shares=(ShareSpec("hostroot", "/"), ShareSpec("job", f"{d}/job", readonly=False),
+                              ShareSpec("rec", staged.rec_dir)),
+                      accel=self.spec.accel,  # type: ignore[arg-type]
+                      timeout_s=timeout_s, console_path=f"{d}/console.log",
+                      name=f"powercut-check-{os.getpid()}-{self.workdir.name}",
+                      # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
+                      modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
+                      cmdline=("powercut.mount=rec",), interactive=interactive)
+
+    def _serve(self, job: guestjob.Job, on_verdict: Sink) -> Outcome:
+        """``run`` for a serving VM: hand ``job`` to the booted VM, or boot one on it that stays up
+        after it; return once its result is there or the VM has ended."""
+        live = self._live if self.live() else None
+        if live is not None:
+            live.next(job, on_verdict)
+            log.debug("%s: job %d handed to the booted VM", self.workdir.name, live.seq)
+        else:
+            run, jobdir = self._new_run(job, serve=True)
+            staged = self.staged()
+            live = _Live(jobdir, _Progress(jobdir / "progress.jsonl"), on_verdict)
+
+            def watchdog() -> str | None:
+                live.drain()
+                if time.monotonic() > live.kill_after:
+                    return "stopped by the host"
+                return live.progress.overdue(self.spec.state_timeout_s)
+
+            def boot() -> None:
+                try:   # the VM's own limit: its idle agent ends itself; hangs are the watchdog's
+                    self.host.boot(lambda d: self._vm_spec(staged, d, guestjob.IDLE_S + 24 * 3600), run,
+                                   3 * self.src.size + (512 << 20), watchdog)
+                except VmError as e:
+                    live.failure = e
+
+            live.thread = threading.Thread(target=boot, name=f"powercut-{self.workdir.name}", daemon=True)
+            live.thread.start()
+            self._live = live
+        while True:
+            live.drain()
+            result = guestjob.read_result(live.jobdir, live.seq)
+            if result.ok or live.answered():
+                live.drain()
+                if not result.ok:
+                    raise PowercutError(f"the checker VM failed: {result.error} (see {live.jobdir}/agent.log)")
+                return live.outcome(None)
+            if not live.thread.is_alive():
+                live.drain()
+                self._live = None
+                if live.failure is None:   # ended without this job's result
+                    raise PowercutError(f"the checker VM failed: {result.error} (see {live.jobdir}/agent.log)")
+                return live.outcome(live.failure)
+            if interrupt.stopping():
+                self.close(force=True)
+                interrupt.raise_if_stopping()
+            time.sleep(0.05)
+
+
+class _Live:
+    """A serving checker VM: its boot thread, its job share, the job in progress."""
+
+    def __init__(self, jobdir: Path, progress: _Progress, on_verdict: Sink) -> None:
+        self.thread = threading.Thread()
+        self.jobdir, self.progress, self.on_verdict = jobdir, progress, on_verdict
+        self.seq = 1
+        self.lock = threading.Lock()
+        self.failure: VmError | None = None
+        self.kill_after = float("inf")
+
+    def drain(self) -> None:
+        with self.lock:
+            for v in self.progress.poll():
+                if not interrupt.stopping():
+                    self.on_verdict(v)
+
+    def next(self, job: guestjob.Job, on_verdict: Sink) -> None:
+        """Job seq+1: the last one's result and progress go, then the new job.json (atomically)."""
+        with self.lock:
+            self.seq += 1
+            for name in ("result.json", "progress.jsonl"):
+                (self.jobdir / name).unlink(missing_ok=True)
+            self.progress, self.on_verdict = _Progress(self.jobdir / "progress.jsonl"), on_verdict
+            guestjob.write(self.jobdir, job, seq=self.seq, serve=True)
+
+    def answered(self) -> bool:
+        """This job's result is there (a failed one too)."""
+        return guestjob.peek_result_seq(self.jobdir) == self.seq
+
+    def outcome(self, failure: VmError | None) -> Outcome:
+        p = self.progress
+        return Outcome(failure, p.current, p.since, p.diagnoses)
 
 
 class _Judging:
@@ -249,13 +408,18 @@ class _Judging:
 
 
 def diagnose_vm(ctx: CheckContext, src: LogSource, firsts: list[Verdict], workdir: Path, spec: VmCheckSpec, *,
-                floor: int | None, budget: int, tear_only: bool = False) -> list[dict[str, Any]]:
-    """Minimize and blame failing states in one checker VM (debug.diagnose runs in the guest);
-    ``tear_only``: only find out whether each (torn) failure needs its tear."""
-    vm = CheckerVm(ctx, src, spec, workdir)
+                floor: int | None, budget: int, tear_only: bool = False,
+                warm: WarmVms | None = None) -> list[dict[str, Any]]:
+    """Minimize and blame failing states in one checker VM (debug.diagnose runs in the guest): the
+    run's check VM still booted in ``warm``, or a new one; ``tear_only``: only find out whether each
+    (torn) failure needs its tear."""
+    vm = (warm.take(ctx, src, spec) if warm else None) or CheckerVm(ctx, src, spec, workdir)
     job = guestjob.DiagnoseJob(vm.source(), tuple(v.to_json() for v in firsts), floor=-1 if floor is None else floor,
                                budget=budget, tear_only=tear_only, tools_dir=vm.staged().tools_dir)
-    out = vm.run(job, steps=1 + budget * len(firsts) // 10)
+    try:
+        out = vm.run(job, steps=1 + budget * len(firsts) // 10)
+    finally:
+        vm.close()
     if out.failure is not None:
         raise PowercutError(f"the checker VM diagnosing {len(firsts)} failure(s) failed: {out.failure.one_line()}")
     return out.diagnoses

@@ -73,7 +73,8 @@ def diagnose_at(place: Place, ctx: CheckContext, src: LogSource, index: Any, sp:
     ``tear_only`` ``{"state", "without_tear"}`` (debug.diagnose.without_tear)."""
     try:
         if not place.on_host:
-            return diagnose_vm(ctx, src, firsts, work, place.vm(), floor=floor, budget=budget, tear_only=tear_only)
+            return diagnose_vm(ctx, src, firsts, work, place.vm(), floor=floor, budget=budget, tear_only=tear_only,
+                               warm=place.warm)
         work.mkdir(parents=True, exist_ok=True)
         cleanup_stale(work)
         ws = Workspace(index, src.size, src.initial, work, "auto", floor, sp)

@@ -41,19 +41,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(filename=jobdir / "agent.log", level=logging.DEBUG,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log.info("agent started %.2f s after the kernel (Python start and imports included)", started)
-    result = GuestResult(False, "guest agent did not start the job")
-    try:
-        job = guestjob.load(jobfile)
-        result = GuestResult(True, data={"agent_started_s": started, **handler(job.kind)(job, jobdir)})
-    except PowercutError as e:
-        log.error("%s", e)
-        result = GuestResult(False, e.one_line(), e.stderr_tail if isinstance(e, CommandFailed) else "")
-    except Exception as e:  # reported to the host, which turns it into one clear line
-        log.exception("guest job crashed")
-        result = GuestResult(False, f"guest agent crashed: {type(e).__name__}: {e}")
-    guestjob.write_result(jobdir, result)
-    os.sync()
-    return 0 if result.ok else 1
+    while True:   # a serving agent runs job after job (guestjob.wait_next) in one boot
+        seq, serve = guestjob.peek(jobfile)
+        result = GuestResult(False, "guest agent did not start the job")
+        try:
+            job = guestjob.load(jobfile)
+            log.info("job %d: %s%s", seq, job.kind, " (serving)" if serve else "")
+            result = GuestResult(True, data={"agent_started_s": started, **handler(job.kind)(job, jobdir)})
+        except PowercutError as e:
+            log.error("%s", e)
+            result = GuestResult(False, e.one_line(), e.stderr_tail if isinstance(e, CommandFailed) else "")
+        except Exception as e:  # reported to the host, which turns it into one clear line
+            log.exception("guest job crashed")
+            result = GuestResult(False, f"guest agent crashed: {type(e).__name__}: {e}")
+        guestjob.write_result(jobdir, result, seq)
+        os.sync()
+        if not (serve and guestjob.wait_next(jobdir, seq)):
+            return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

@@ -139,8 +139,30 @@ KINDS: dict[str, type] = {c.kind: c for c in (RecordJob, CheckJob, DiagnoseJob, 
 NESTED: dict[str, type] = {"fs": FsSpec, "workload": WorkloadSpec, "checker": CheckerSpec, "src": StateSource}
 
 
-def to_json(job: Job) -> dict[str, Any]:
-    return {"version": JOB_VERSION, "kind": job.kind, **to_dict(job)}
+STOP = "stop"           # a file in the job share: a serving agent ends (and the guest powers off)
+IDLE_S = 900.0          # a serving agent given no next job for this long ends by itself
+
+
+def to_json(job: Job, *, seq: int = 1, serve: bool = False) -> dict[str, Any]:
+    """``seq``: the job's number in this VM; ``serve``: after it, the agent waits for job seq+1 (a
+    new job.json) or the STOP file, so one booted VM can run the jobs of several phases."""
+    return {"version": JOB_VERSION, "kind": job.kind, "seq": seq, "serve": serve, **to_dict(job)}
+
+
+def envelope(d: Any) -> tuple[int, bool]:
+    """(seq, serve) of a job.json's contents ((1, False) for anything else)."""
+    if not isinstance(d, dict):
+        return 1, False
+    seq = d.get("seq", 1)
+    return (seq if isinstance(seq, int) else 1), d.get("serve") is True
+
+
+def peek(path: Path) -> tuple[int, bool]:
+    """(seq, serve) of a job file, never an error (``load`` reports an unreadable one)."""
+    try:
+        return envelope(json.loads(Path(path).read_text()))
+    except (OSError, ValueError):
+        return 1, False
 
 
 def from_json(d: dict[str, Any], source: str = "job.json") -> Job:
@@ -150,7 +172,7 @@ def from_json(d: dict[str, Any], source: str = "job.json") -> Job:
     cls = KINDS.get(d.get("kind", ""))
     if cls is None:
         raise PowercutError(f"{source}: unknown job kind {d.get('kind')!r}")
-    body = {k: v for k, v in d.items() if k not in ("version", "kind")}
+    body = {k: v for k, v in d.items() if k not in ("version", "kind", "seq", "serve")}
     try:
         return from_dict(cls, body, NESTED)
     except UsageError as e:
@@ -172,12 +194,29 @@ def job_script(tools_dir: str = "") -> str:
             f"{GUEST_JOB_DIR}/job.json\n")
 
 
-def write(jobdir: Path, job: Job) -> None:
-    """job.json, job.sh and boot.py into a (new or empty) job directory."""
+def write(jobdir: Path, job: Job, *, seq: int = 1, serve: bool = False) -> None:
+    """job.json (replaced atomically: a serving agent polls for it), job.sh and boot.py into a job
+    directory."""
     jobdir.mkdir(parents=True, exist_ok=True)
-    (jobdir / "job.json").write_text(json.dumps(to_json(job), indent=1))
     (jobdir / "job.sh").write_text(job_script(job.tools_dir))
     (jobdir / "boot.py").write_text(boot_script(guest_path(job.tools_dir), full_site=needs_full_site(job)))
+    tmp = jobdir / ".job.json.tmp"
+    tmp.write_text(json.dumps(to_json(job, seq=seq, serve=serve), indent=1))
+    os.replace(tmp, jobdir / "job.json")
+
+
+def wait_next(jobdir: Path, seq: int, idle_s: float = IDLE_S, poll_s: float = 0.05) -> bool:
+    """Guest side, after job ``seq`` of a serving agent: True once job.json holds a later job, False
+    on the STOP file or after ``idle_s`` without one."""
+    import time
+    deadline = time.monotonic() + idle_s
+    while time.monotonic() < deadline:
+        if (jobdir / STOP).exists():
+            return False
+        if peek(jobdir / "job.json")[0] > seq:
+            return True
+        time.sleep(poll_s)
+    return False
 
 
 def load(path: Path) -> Job:
@@ -200,21 +239,35 @@ class GuestResult:
         return self.data.get(key, default)
 
 
-def read_result(jobdir: Path) -> GuestResult:
+def read_result(jobdir: Path, seq: int | None = None) -> GuestResult:
+    """The agent's result (of job ``seq``, when given: an earlier job's result is no result)."""
     try:
         d = json.loads((Path(jobdir) / "result.json").read_text())
     except (OSError, ValueError):
         return GuestResult(False, f"the guest agent wrote no result (see {jobdir}/agent.log and the console log)")
     if not isinstance(d, dict):
         return GuestResult(False, f"{jobdir}/result.json is not an object")
-    data = {k: v for k, v in d.items() if k not in ("ok", "error", "stderr_tail")}
+    if seq is not None and d.get("seq", 1) != seq:
+        return GuestResult(False, f"the guest agent wrote no result for job {seq} (see {jobdir}/agent.log)")
+    data = {k: v for k, v in d.items() if k not in ("ok", "error", "stderr_tail", "seq")}
     return GuestResult(bool(d.get("ok")), str(d.get("error", "")), str(d.get("stderr_tail", "")), data)
 
 
-def write_result(jobdir: Path, result: GuestResult) -> None:
-    out = {"ok": result.ok, **result.data}
+def peek_result_seq(jobdir: Path) -> int | None:
+    """The job number of the result in ``jobdir`` (None: no readable result)."""
+    try:
+        d = json.loads((Path(jobdir) / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return d.get("seq", 1) if isinstance(d, dict) else None
+
+
+def write_result(jobdir: Path, result: GuestResult, seq: int = 1) -> None:
+    out = {"ok": result.ok, "seq": seq, **result.data}
     if result.error:
         out["error"] = result.error
     if result.stderr_tail:
         out["stderr_tail"] = result.stderr_tail
-    (Path(jobdir) / "result.json").write_text(json.dumps(out, indent=1))
+    tmp = Path(jobdir) / ".result.json.tmp"
+    tmp.write_text(json.dumps(out, indent=1))
+    os.replace(tmp, Path(jobdir) / "result.json")   # whole or not there: the host polls for it
