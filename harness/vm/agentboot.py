@@ -63,19 +63,18 @@ def compile_package() -> None:
 
 @functools.lru_cache(maxsize=None)
 def site_paths(env_path: str) -> tuple[str, ...]:
-    """The sys.path entries ``site`` adds for this Python in the guest's environment (``env -i``
-    with the guest's PATH): site-packages and what .pth files add.  Empty if it cannot be asked."""
+    """This Python's sys.path in the guest's environment (``env -i`` with the guest's PATH), site's
+    additions included (site-packages, what .pth files add; boot.py adds only what ``-S`` left out).
+    Empty if it cannot be asked."""
     import subprocess   # host only
     probe = "import json, sys; print(json.dumps(sys.path))"
     try:
         full = json.loads(subprocess.run([sys.executable, "-c", probe], env={"PATH": env_path, "HOME": "/tmp"},
-                                         capture_output=True, text=True, timeout=60, check=True).stdout)
-        bare = json.loads(subprocess.run([sys.executable, "-S", "-c", probe], env={"PATH": env_path, "HOME": "/tmp"},
-                                         capture_output=True, text=True, timeout=60, check=True).stdout)
+                                         capture_output=True, text=True, timeout=60, check=True, cwd="/").stdout)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         log.debug("cannot ask %s for its site paths: %s", sys.executable, e)
         return ()
-    return tuple(p for p in full if p and p not in bare)
+    return tuple(p for p in full if p)
 
 
 def boot_script(env_path: str, *, full_site: bool) -> str:
