@@ -18,7 +18,10 @@ rest of a pre-allocated log device) and the teardown mark ``dm-log-writes-end`` 
 logged after it, so whatever follows is left-over data and is not scanned).  Any other stop is
 corruption: kept silently (entries before it are indexed) unless ``strict=True``.
 
-The index maps the file with mmap; ``LogIndex.data`` returns zero-copy memoryviews.
+The index maps the file with mmap; ``LogIndex.data`` returns zero-copy memoryviews.  The scan drops
+the pages it has read from the process's mapping as it goes (``madvise(MADV_DONTNEED)``: they stay
+in the page cache and fault back in when read again), so a process's resident set does not grow to
+the size of the log; ``LogIndex.release`` does the same for a walk over the entries' data.
 """
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ SUPER = struct.Struct("<QQQI")
 HEADER = struct.Struct("<QQQQ")
 _U64 = struct.Struct("<Q")
 MAX_BYTE = 2**63 - 1  # device byte offsets must fit an off_t
+RELEASE_BYTES = 16 << 20  # the scan drops its read pages from the mapping every this many bytes
 
 
 def mark_limit(sectorsize: int) -> int:
@@ -208,6 +212,14 @@ class LogIndex:
         start = entry.data_offset + offset * self.sectorsize
         return self._view()[start:start + self.sectorsize]
 
+    def release(self, start: int, stop: int) -> None:
+        """Drop the pages of entries[start:stop] from this process's mapping (not from the page
+        cache): a walk that has written them out calls this so that its resident set stays small.
+        Reading them again just faults them back in."""
+        if self._mm is not None and 0 <= start < stop <= len(self.entries):
+            first, last = self.entries[start], self.entries[stop - 1]
+            _release(self._mm, _entry_start(first, self.sectorsize), _entry_end(last, self.sectorsize))
+
     # -- marks -----------------------------------------------------------------------------------
     def marks(self) -> list[tuple[int, str]]:
         """(entry index, text) of every mark, in log order."""
@@ -272,6 +284,27 @@ def stats(index: LogIndex) -> LogStats:
 
 
 # ---------------------------------------------------------------------------------------------------
+def _entry_start(e: Entry, ss: int) -> int:
+    return e.data_offset - (HEADER.size if e.flags & MARK else ss)
+
+
+def _entry_end(e: Entry, ss: int) -> int:
+    if e.flags & MARK:
+        return e.data_offset - HEADER.size + ss
+    return e.data_offset + (0 if e.flags & DISCARD else e.nr_sectors * ss)
+
+
+def _release(mm: mmap.mmap, start: int, end: int) -> None:
+    """madvise(MADV_DONTNEED) the whole pages of [start, end) of a read-only file mapping."""
+    page = mmap.PAGESIZE
+    lo, hi = -(-start // page) * page, min(end, len(mm)) // page * page
+    if hi > lo and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        except (OSError, ValueError) as e:  # an optimisation only
+            log.debug("madvise(DONTNEED, %d, %d): %s", lo, hi - lo, e)
+
+
 def _map(path: str) -> tuple[mmap.mmap, int]:
     try:
         st = os.stat(path)
@@ -316,6 +349,7 @@ def open_log(path: str | os.PathLike[str], strict: bool = False, quiet: bool = F
         if size < sectorsize:
             raise BadLog(spath, 0, f"only {size} bytes: shorter than the {sectorsize}-byte super sector")
         entries, reason, offset, clean = _scan(mm, size, sectorsize)
+        _release(mm, 0, size)
     except BaseException:
         mm.close()
         raise
@@ -339,7 +373,11 @@ def _scan(mm: mmap.mmap, size: int, ss: int) -> tuple[tuple[Entry, ...], str, in
     max_sector = MAX_BYTE // ss
     off = ss
     i = 0
+    released, next_release = 0, RELEASE_BYTES
     while True:
+        if off >= next_release:  # keep the resident set small: drop the pages read so far
+            _release(mm, released, off)
+            released, next_release = off, off + RELEASE_BYTES
         if off == size:
             return tuple(entries), "end of file", off, True
         if off + ss > size:

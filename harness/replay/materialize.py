@@ -189,6 +189,7 @@ def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], w
                     for ent in entries[pos:p.base]:
                         if ent.changes_device:
                             apply(ent)
+                    index.release(pos, p.base)  # the log pages written out: out of the resident set
                     st.walk_entries += p.base - pos
                     st.walk_bytes += walker.bytes - before
                     pos = p.base
