@@ -54,6 +54,11 @@ class CheckInput:
     params: dict[str, Any] = field(default_factory=dict)
     state: str = ""
 
+    def __post_init__(self) -> None:  # a state's acks may be a KeyPrefix (core/crashstate): checkers get tuples
+        for name in ("acked", "begun"):
+            if type(getattr(self, name)) is not tuple:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+
     def to_json(self) -> dict[str, Any]:
         return {"mount": self.mount, "acked": list(self.acked), "begun": list(self.begun), "params": self.params,
                 "state": self.state}

@@ -2,11 +2,14 @@
 entries before it that did not persist (``dropped``) and those that persisted only partly (``torn``),
 the acked and begun keys -- and the one rule for its durable data (``CrashState.base``,
 ``CrashState.kept``) that the crash models (core/models), the replay (replay/materialize.plan) and
-the selection of distinct images (core/selection.image_key) all use."""
+the selection of distinct images (core/selection.image_key) all use.  ``KeyPrefix``: a state's acks
+as a view of the log's ack keys (shared by every state, so a log with k acks costs O(k), not O(k^2))."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, overload
 
 from powercut.core.dmlog import Entry
 
@@ -20,7 +23,7 @@ class CrashState:
     cut: int
     dropped: tuple[int, ...]
     torn: Torn
-    acks: tuple[str, ...]
+    acks: Sequence[str]   # a tuple, or a KeyPrefix (compares, hashes and pickles like one)
     begun: tuple[str, ...]
     id: str
     epoch: int  # number of barrier FLUSH entries before the cut (ordering flushes not counted)
@@ -38,6 +41,65 @@ class CrashState:
         discard; marks and empty flushes never do)."""
         gone, torn = set(self.dropped), dict(self.torn)
         return tuple((i, torn.get(i)) for i in range(start, self.cut) if changes_device[i] and i not in gone)
+
+class KeyPrefix(Sequence[str]):
+    """The first ``n`` keys of a shared list that is never changed: the acks of a state, without a
+    tuple per state.  The acks before a cut are a prefix of the log's acks in ack order, so every
+    state of a log shares one list (as tuples, a log with k acks would hold k tuples of up to k
+    keys: O(k^2) time and memory).  Behaves as the tuple of its keys: equal to it (and to an equal
+    KeyPrefix), same hash, slices are tuples, pickles and copies as the tuple."""
+
+    __slots__ = ("_keys", "_n")
+
+    def __init__(self, keys: list[str], n: int) -> None:
+        if not 0 <= n <= len(keys):
+            raise ValueError(f"prefix of {n} keys of a list of {len(keys)}")
+        self._keys, self._n = keys, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[str, ...]: ...
+    def __getitem__(self, i: int | slice) -> str | tuple[str, ...]:
+        if isinstance(i, slice):
+            return tuple(self._keys[:self._n][i])
+        return self._keys[range(self._n)[i]]
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.islice(self._keys, self._n)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self._keys.index(key, 0, self._n)  # type: ignore[arg-type]
+        except ValueError:
+            return False
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, KeyPrefix):
+            return self._n == other._n and (self._keys is other._keys or tuple(self) == tuple(other))
+        if isinstance(other, tuple):
+            return tuple(self) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __add__(self, other: Any) -> tuple[str, ...]:
+        return tuple(self) + other if isinstance(other, tuple) else NotImplemented
+
+    def __radd__(self, other: Any) -> tuple[str, ...]:
+        return other + tuple(self) if isinstance(other, tuple) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return tuple, (tuple(self),)
+
 
 def state_to_json(state: CrashState) -> dict[str, object]:
     return {"id": state.id, "model": state.model, "cut": state.cut, "epoch": state.epoch,

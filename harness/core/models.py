@@ -63,7 +63,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import MappingProxyType
 
-from powercut.core.crashstate import CrashState, DeviceChanges, Torn, is_key_mark
+from powercut.core.crashstate import CrashState, DeviceChanges, KeyPrefix, Torn, is_key_mark
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
 from powercut.core.markorder import ordering_flushes
 from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges,
@@ -143,26 +143,28 @@ class CrashSpace:
             version[i + 1] = len(self._events)
         self.last_flush, self.epoch, self.ndata = tuple(last_flush), tuple(epoch), tuple(ndata)
         self.key_version = tuple(version)  # a key mark adds a key or changes nothing: same version <=> same keys
-        self._keys: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        self._at, self._acked, self._begun = 0, dict[str, None](), dict[str, None]()  # keys after _at events
+        self._ack_keys = [k for is_ack, k in self._events if is_ack]  # in ack order: the acks before a cut are a prefix
+        self._keys: dict[int, tuple[KeyPrefix, tuple[str, ...]]] = {}
+        self._at, self._nacks, self._begun = 0, 0, dict[str, None]()  # after _at events: _nacks acks, these begun
         self._lock = threading.Lock()
 
-    def keys(self, cut: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(acks, begun-not-acked) before the cut, each in the order of its first mark."""
+    def keys(self, cut: int) -> tuple[Sequence[str], tuple[str, ...]]:
+        """(acks, begun-not-acked) before the cut, each in the order of its first mark.  The acks are
+        a KeyPrefix of the log's ack keys (a tuple in all but memory)."""
         v = self.key_version[cut]
         with self._lock:
             got = self._keys.get(v)
             if got is None:
                 if v < self._at:
-                    self._at, self._acked, self._begun = 0, {}, {}
+                    self._at, self._nacks, self._begun = 0, 0, {}
                 for is_ack, k in self._events[self._at:v]:
                     if is_ack:
-                        self._acked[k] = None
+                        self._nacks += 1
                         self._begun.pop(k, None)
                     else:
                         self._begun[k] = None
                 self._at = v
-                got = self._keys[v] = (tuple(self._acked), tuple(self._begun))
+                got = self._keys[v] = (KeyPrefix(self._ack_keys, self._nacks), tuple(self._begun))
             return got
 
     def is_barrier(self, i: int) -> bool:
