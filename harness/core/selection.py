@@ -13,8 +13,9 @@ distinct disk image once, and under a cap a fair share of every model.
 * **The key** (``image_key``) costs O(epoch), not O(cut): with ``base`` the first dropped or torn
   entry (else the cut), every data entry before ``base`` is durable and the one at ``base`` is
   not, so the durable set is "the first ``ndata[base]`` data entries of the log" plus the kept
-  data entries in [base, cut) (with torn sectors) -- a pair that depends on the durable set
-  alone and gives it back.  The keys part is the space's ``key_version`` (the number of key marks
+  data entries in [base, cut) (with torn sectors) -- told by where the kept ones end and which
+  were lost before that, a few small objects per state that depend on the durable set alone
+  and give it back.  The keys part is the space's ``key_version`` (the number of key marks
   that added a key): equal versions <=> equal (acks, begun).
 * **max_states** spreads over the models: every model's *own* distinct states (those it
   represents) get a fair share (water-filling: as equal as possible, a model that needs fewer
@@ -83,9 +84,20 @@ class Selection:
 
 def image_key(sp: CrashSpace, state: CrashState) -> Hashable:
     """Equal for two states of ``sp`` iff they replay the same durable data (torn sectors included)
-    and carry the same acks and begun keys.  O(cut - first dropped/torn entry)."""
-    base = state.base
-    return sp.ndata[base], state.kept(sp.is_data, base), sp.key_version[state.cut]
+    and carry the same acks and begun keys.  O(cut - first dropped/torn entry); a few small objects.
+
+    With ``hi`` just past the last data entry the state keeps (``base`` if none), the durable set
+    is the first ``ndata[base]`` data entries, then those of [base, hi) but the lost ones (all
+    dropped entries below ``hi``), the torn ones with their sectors: (ndata[base], ndata[hi], lost,
+    torn) names it and is named by it."""
+    base, cut, dropped, data = state.base, state.cut, state.dropped, sp.is_data
+    hi, j = cut, len(dropped) - 1
+    while hi > base and (not data[hi - 1] or (j >= 0 and dropped[j] == hi - 1)):
+        if data[hi - 1]:
+            j -= 1
+        hi -= 1
+    lost = dropped if j == len(dropped) - 1 else dropped[:j + 1]
+    return sp.ndata[base], sp.ndata[hi], lost, state.torn, sp.key_version[cut]
 
 
 def fair_shares(sizes: Sequence[int], n: int) -> list[int]:
