@@ -3,7 +3,9 @@ entries before it that did not persist (``dropped``) and those that persisted on
 the acked and begun keys -- and the one rule for its durable data (``CrashState.base``,
 ``CrashState.kept``) that the crash models (core/models), the replay (replay/materialize.plan) and
 the selection of distinct images (core/selection.image_key) all use.  ``KeyPrefix``: a state's acks
-as a view of the log's ack keys (shared by every state, so a log with k acks costs O(k), not O(k^2))."""
+as a view of the log's ack keys (shared by every state, so a log with k acks costs O(k), not O(k^2)).
+A torn write's atomic units (``unit_count``, ``unit_sectors``, ``sector_units``): what the torn
+models tear between."""
 from __future__ import annotations
 
 import itertools
@@ -99,6 +101,34 @@ class KeyPrefix(Sequence[str]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return tuple, (tuple(self),)
+
+
+# -- torn writes: atomic units of ``per`` sectors (device-aligned) -> sector offsets and back ---------------
+def unit_count(e: Entry, per: int) -> int:
+    """How many atomic units of ``per`` sectors (device-aligned) write e touches."""
+    if per <= 1:
+        return e.nr_sectors
+    return (e.sector + e.nr_sectors - 1) // per - e.sector // per + 1 if e.nr_sectors else 0
+
+
+def unit_sectors(e: Entry, per: int, units: Sequence[int], offs: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The sector offsets (in e) of the given unit indices (in e), made of ``offs``'s int objects
+    (0, 1, ... at least e.nr_sectors of them; CrashSpace shares one table)."""
+    offs = range(e.nr_sectors) if offs is None else offs
+    if per <= 1:
+        return tuple(map(offs.__getitem__, units)) if all(0 <= u < e.nr_sectors for u in units) else tuple(units)
+    lo, hi = e.sector // per, e.sector + e.nr_sectors  # the first unit, the write's end
+    return tuple(itertools.chain.from_iterable(offs[max(e.sector, (lo + k) * per) - e.sector:
+                                                    min(hi, (lo + k + 1) * per) - e.sector] for k in units))
+
+
+def sector_units(e: Entry, per: int, sectors: Sequence[int]) -> tuple[int, ...] | None:
+    """The unit indices whose sectors are exactly ``sectors``; None if they are not whole units."""
+    if per <= 1:
+        return tuple(sectors)
+    first = e.sector // per
+    units = tuple(sorted({(e.sector + o) // per - first for o in sectors}))
+    return units if unit_sectors(e, per, units) == tuple(sorted(sectors)) else None
 
 
 def state_to_json(state: CrashState) -> dict[str, object]:

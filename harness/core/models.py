@@ -57,13 +57,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import MappingProxyType
 
-from powercut.core.crashstate import CrashState, DeviceChanges, KeyPrefix, Torn, is_key_mark
+from powercut.core.crashstate import (CrashState, DeviceChanges, KeyPrefix, Torn, is_key_mark, sector_units,
+                                      unit_count, unit_sectors)
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
 from powercut.core.markorder import ordering_flushes
 from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges,
@@ -88,31 +90,6 @@ def durable_entries(entries: CrashSpace | LogIndex | Sequence[Entry],
 
 def _seq(x: CrashSpace | LogIndex | Sequence[Entry]) -> Sequence[Entry]:
     return x.entries if isinstance(x, (CrashSpace, LogIndex)) else x
-
-
-def _nunits(e: Entry, per: int) -> int:
-    """How many atomic units of ``per`` sectors (device-aligned) write e touches."""
-    if per <= 1:
-        return e.nr_sectors
-    return (e.sector + e.nr_sectors - 1) // per - e.sector // per + 1 if e.nr_sectors else 0
-
-
-def _expand(e: Entry, per: int, units: Sequence[int]) -> tuple[int, ...]:
-    """The sector offsets (in e) of the given unit indices (in e)."""
-    if per <= 1:
-        return tuple(units)
-    lo, hi = e.sector // per, e.sector + e.nr_sectors  # the first unit, the write's end
-    return tuple(o for k in units for o in range(max(e.sector, (lo + k) * per) - e.sector,
-                                                 min(hi, (lo + k + 1) * per) - e.sector))
-
-
-def _contract(e: Entry, per: int, sectors: Sequence[int]) -> tuple[int, ...] | None:
-    """The unit indices whose sectors are exactly ``sectors``; None if they are not whole units."""
-    if per <= 1:
-        return tuple(sectors)
-    first = e.sector // per
-    units = tuple(sorted({(e.sector + o) // per - first for o in sectors}))
-    return units if _expand(e, per, units) == tuple(sorted(sectors)) else None
 
 
 class CrashSpace:
@@ -147,6 +124,7 @@ class CrashSpace:
         self._keys: dict[int, tuple[KeyPrefix, tuple[str, ...]]] = {}
         self._at, self._nacks, self._begun = 0, 0, dict[str, None]()  # after _at events: _nacks acks, these begun
         self._lock = threading.Lock()
+        self._offs: tuple[int, ...] = ()
 
     def keys(self, cut: int) -> tuple[Sequence[str], tuple[str, ...]]:
         """(acks, begun-not-acked) before the cut, each in the order of its first mark.  The acks are
@@ -203,13 +181,19 @@ class CrashSpace:
         return max(1, UNIT_BYTES.get(model, 0) // self.sectorsize)
 
     def tearable(self, model: str, e: Entry) -> bool:
-        return e.is_write and _nunits(e, self.per(model)) > 1
+        return e.is_write and unit_count(e, self.per(model)) > 1
 
     def units(self, model: str, e: Entry) -> int:
-        return _nunits(e, self.per(model))
+        return unit_count(e, self.per(model))
 
     def expand(self, model: str, e: Entry, units: Iterable[int]) -> tuple[int, ...]:
-        return _expand(e, self.per(model), tuple(units))
+        return unit_sectors(e, self.per(model), tuple(units), self._offsets(e.nr_sectors))
+
+    def _offsets(self, n: int) -> tuple[int, ...]:
+        """0, 1, ... (at least n) as shared ints: 8 bytes per sector offset of a torn state, not 36."""
+        if n > len(self._offs):  # a race only builds an equal table twice
+            self._offs = tuple(range(max(n, 2 * len(self._offs))))
+        return self._offs
 
     def state(self, model: str, cut: int, dropped: tuple[int, ...] = (), torn: Torn = (), sid: str | None = None,
               droppable: Sequence[int] | None = None) -> CrashState:
@@ -217,7 +201,7 @@ class CrashSpace:
         acks, begun = self.keys(cut)
         if sid is None:
             pool = (droppable if droppable is not None else self.droppable(cut)) if dropped else ()
-            units = tuple((t, _contract(self.entries[t], self.per(model), s) or ()) for t, s in torn)
+            units = tuple((t, sector_units(self.entries[t], self.per(model), s) or ()) for t, s in torn)
             sid = format_id(model, cut, dropped, units, pool)
         return CrashState(model, cut, dropped, torn, acks, begun, sid, self.epoch[cut])
 
@@ -257,7 +241,7 @@ class CrashSpace:
                         f"it is FUA or before the last flush")
             if not sectors or len(sectors) >= e.nr_sectors or sectors[0] < 0 or sectors[-1] >= e.nr_sectors:
                 return f"torn sectors must be a proper non-empty subset of 0..{e.nr_sectors - 1}"
-            if _contract(e, self.per(model), sectors) is None:
+            if sector_units(e, self.per(model), sectors) is None:
                 return f"{model} tears between {UNIT_BYTES[model]}-byte units, not inside one"
             bad |= set(drop) & {t}
         return (f"entries {format_ranges(sorted(bad))} cannot be lost at cut {cut} (FUA, before the last flush, "
@@ -301,10 +285,37 @@ class CrashSpace:
         return out
 
 
+class _Seen(dict[int, set[object]]):
+    """Canonical cut -> equivalence keys of the states generated so far.  A canonical cut is never
+    below the data entry before its cut's last flush (only entries from the flush on can be lost),
+    so keys under that floor are forgotten as the cuts advance: memory for an epoch, not the log."""
+
+    def __init__(self, sp: CrashSpace) -> None:
+        super().__init__()
+        self.sp, self.heap, self.floor = sp, list[int](), 0   # heap: the canonical cuts held
+        self.data_pos = [i for i, d in enumerate(sp.is_data) if d]   # the k-th data entry's index
+
+    def advance(self, cut: int) -> None:
+        k = self.sp.ndata[max(self.sp.last_flush[cut], 0)]
+        self.floor = max(self.floor, self.data_pos[k - 1] + 1 if k else 0)
+        while self.heap and self.heap[0] < self.floor:
+            del self[heapq.heappop(self.heap)]
+
+    def add(self, cut: int, dropped: tuple[int, ...], torn: Torn) -> bool:
+        """Record a state's key; False if an equivalent one was generated before."""
+        c, lost = self.sp.canon(cut, dropped)
+        if c not in self:
+            self[c] = set()
+            heapq.heappush(self.heap, c)
+        bucket, n = self[c], len(self[c])
+        bucket.add((lost, torn))
+        return len(bucket) > n
+
+
 class _Batch:
     """States of one cut, skipping any equivalent to one already generated (``seen`` spans cuts)."""
 
-    def __init__(self, sp: CrashSpace, seen: set[object], model: str, cut: int) -> None:
+    def __init__(self, sp: CrashSpace, seen: _Seen, model: str, cut: int) -> None:
         self.sp, self.seen, self.model, self.cut = sp, seen, model, cut
         self.states: list[CrashState] = []
 
@@ -313,18 +324,17 @@ class _Batch:
         return self.sp.droppable(self.cut)
 
     def add(self, dropped: tuple[int, ...], torn: Torn = (), sid: str | None = None) -> bool:
-        key = (self.sp.canon(self.cut, dropped), torn)
-        if key in self.seen:
+        if not self.seen.add(self.cut, dropped, torn):
             return False
-        self.seen.add(key)
         self.states.append(self.sp.state(self.model, self.cut, dropped, torn, sid, self.droppable if dropped else ()))
         return True
 
 
 def _by_cut(sp: CrashSpace, model: str, cuts: Iterable[int], *fills: Callable[[_Batch], None]) -> list[CrashState]:
-    seen: set[object] = set()
+    seen = _Seen(sp)
     out: list[CrashState] = []
-    for cut in cuts:
+    for cut in cuts:   # in increasing order
+        seen.advance(cut)
         b = _Batch(sp, seen, model, cut)
         for fill in fills:
             fill(b)
@@ -377,7 +387,7 @@ def _torn_combined(b: _Batch, seed: int, torn_samples: int, cuts: set[int]) -> N
         b.add((), half)
         b.add(tuple(i for i in pool if i != t), half)
         for sectors in _under_fua(sp, t, fua):
-            if _contract(es[t], sp.per(model), sectors) is not None:
+            if sector_units(es[t], sp.per(model), sectors) is not None:
                 b.add((), ((t, sectors),))
     for j in range(torn_samples if tearable else 0):  # duplicates of earlier picks are not retried
         t = tearable[seeded_index(len(tearable), seed, cut, j)]
