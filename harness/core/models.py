@@ -111,13 +111,13 @@ class CrashSpace:
                 raise UsageError(f"entry at position {i} has index {e.index}: not a log's entry list")
             barrier = bool(e.flags & FLUSH) and i not in self.ordering
             lf = i if barrier else lf
-            last_flush[i + 1], epoch[i + 1] = lf, epoch[i] + barrier
-            ndata[i + 1] = ndata[i] + e.changes_device
+            last_flush[i + 1], epoch[i + 1] = lf, epoch[i] + 1 if barrier else epoch[i]  # a run shares one int
+            ndata[i + 1] = ndata[i] + 1 if e.changes_device else ndata[i]
             is_ack, key = e.ack_key is not None, e.ack_key if e.ack_key is not None else e.begin_key
             if key is not None and key not in acked and (is_ack or key not in begun):
                 self._events.append((is_ack, key))
                 (acked if is_ack else begun).add(key)
-            version[i + 1] = len(self._events)
+            version[i + 1] = len(self._events) if key is not None else version[i]
         self.last_flush, self.epoch, self.ndata = tuple(last_flush), tuple(epoch), tuple(ndata)
         self.key_version = tuple(version)  # a key mark adds a key or changes nothing: same version <=> same keys
         self._ack_keys = [k for is_ack, k in self._events if is_ack]  # in ack order: the acks before a cut are a prefix
