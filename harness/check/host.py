@@ -22,7 +22,7 @@ from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
 from powercut.errors import EnvironmentNotReady
 from powercut.linux import interrupt
-from powercut.linux.loopdev import LoopDevice, detach, loops_backed_under
+from powercut.linux.loopdev import LoopDevice, detach, ensure_write_cache, loops_backed_under
 from powercut.linux.mounts import mounts_under, umount
 from powercut.replay.materialize import materialize, plan
 
@@ -52,9 +52,12 @@ def split_by_base(index: Any, states: list[CrashState], parts: int) -> list[list
 
 def cleanup_stale(workspace: str | os.PathLike[str]) -> None:
     """Undo what a killed run left under ``workspace``: deepest mount first, and before unmounting a
-    filesystem, detach the loop devices whose backing files live on it."""
+    filesystem, detach the loop devices whose backing files live on it.  Every such loop gets its
+    write cache back first (the XFS workspace's is off, and autoclear detaches it at the unmount)."""
     root = os.path.realpath(workspace)
     loops = loops_backed_under(root)
+    for dev, _ in loops:
+        ensure_write_cache(dev)
 
     def detach_under(top: str) -> None:
         for dev, back in [lp for lp in loops if lp[1] == top or lp[1].startswith(top + "/")]:

@@ -1,6 +1,7 @@
 """Loop devices by ioctl (LOOP_CTL_GET_FREE, LOOP_CONFIGURE or LOOP_SET_FD + LOOP_SET_STATUS64,
-LOOP_CLR_FD) and by sysfs (which loops are backed by files under a path): attaching and detaching
-one per crash state without forking losetup, which in host mode costs more than the mount.
+LOOP_CLR_FD) and by sysfs (which loops are backed by files under a path; whether the block layer
+sends a loop flushes): attaching and detaching one per crash state without forking losetup, which
+in host mode costs more than the mount.
 
 Runs on the host (host-mode checks, the XFS workspace, stale-run cleanup) and in the guest
 (dm-snapshot's pristine and COW devices); needs root and /dev/loop-control."""
@@ -52,12 +53,19 @@ class LoopDevice:
 
     ``readonly`` attaches a read-only device.  ``autoclear`` (default) lets the kernel detach it
     when its last user goes away -- so a killed run leaves no loop behind once its fds are closed
-    and its mounts unmounted; ``close()`` detaches it at once when nothing else holds it."""
+    and its mounts unmounted; ``close()`` detaches it at once when nothing else holds it.
+
+    ``write_cache=False`` makes the device write-through (``set_write_cache``): the block layer
+    completes flushes without passing them on, so a flush never becomes an fsync of the backing
+    file -- only for scratch devices whose contents nobody reads after a host crash.  The setting
+    outlives the attachment (it belongs to /dev/loopN), so ``close()`` restores it, and a device
+    attached with the default finds its write cache on even if a killed run left it off."""
 
     def __init__(self, backing: str | os.PathLike[str], *, readonly: bool = False, autoclear: bool = True,
-                 attempts: int = 20) -> None:
+                 attempts: int = 20, write_cache: bool = True) -> None:
         self.path = ""
         self.fd = -1
+        self.write_through = False
         self.backing = os.path.abspath(backing)
         flags = (LO_FLAGS_READ_ONLY if readonly else 0) | (LO_FLAGS_AUTOCLEAR if autoclear else 0)
         mode = os.O_RDONLY if readonly else os.O_RDWR
@@ -77,6 +85,17 @@ class LoopDevice:
                 os.close(backing_fd)
         finally:
             os.close(ctl)
+        if readonly:
+            return
+        if write_cache:
+            ensure_write_cache(self.path)   # a killed run may have left it off
+            return
+        try:
+            set_write_cache(self.path, False)
+            self.write_through = True
+        except OSError as e:
+            self.close()
+            raise LoopError(f"cannot set the write cache of {self.path}: {e.strerror}", e.errno or 0) from None
 
     def _attach(self, ctl: int, backing_fd: int, mode: int, flags: int, attempts: int) -> None:
         for attempt in range(attempts):
@@ -94,8 +113,11 @@ class LoopDevice:
                 _configure(fd, backing_fd, self.backing, flags)
             except OSError as e:
                 os.close(fd)
-                if e.errno == errno.EBUSY and attempt + 1 < attempts:  # another thread or process won it
-                    time.sleep(0.001 * (attempt + 1))
+                if e.errno == errno.EBUSY and attempt + 1 < attempts:
+                    # another thread or process bound it first: the next LOOP_CTL_GET_FREE names
+                    # another device, so the first retry goes at once (two workers collide often)
+                    if attempt:
+                        time.sleep(0.001 * attempt)
                     continue
                 raise LoopError(f"cannot attach {path} to {self.backing}: {e.strerror}", e.errno or 0) from None
             self.path, self.fd = path, fd
@@ -104,6 +126,9 @@ class LoopDevice:
     def close(self) -> None:
         if self.fd >= 0:
             try:
+                if self.write_through:
+                    self.write_through = False
+                    ensure_write_cache(self.path)
                 _clear(self.fd, self.path)
             finally:
                 os.close(self.fd)
@@ -157,18 +182,46 @@ def _clear(fd: int, path: str, attempts: int = 50) -> None:
 
 
 def detach(dev: str) -> bool:
-    """Detach loop device ``dev`` (e.g. one a killed run left behind).  True when it is free now;
-    False when something still holds it (a mount, a dm table, an open fd): the kernel then
-    detaches it when the last holder lets go."""
+    """Detach loop device ``dev`` (e.g. one a killed run left behind), its write cache back on.
+    True when it is free now; False when something still holds it (a mount, a dm table, an open
+    fd): the kernel then detaches it when the last holder lets go."""
     try:
         fd = os.open(dev, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
         raise LoopError(f"cannot detach {dev}: {e.strerror}", e.errno or 0) from None
     try:
+        ensure_write_cache(dev)
         _clear(fd, dev)
     finally:
         os.close(fd)
     return backing_file(dev) is None
+
+
+def _cache_knob(dev: str) -> str:
+    return f"/sys/block/{os.path.basename(dev)}/queue/write_cache"
+
+
+def has_write_cache(dev: str) -> bool:
+    """Whether the block layer treats ``dev`` as having a volatile write cache (sends it flushes)."""
+    with open(_cache_knob(dev), "rb") as f:
+        return f.read().strip() == b"write back"
+
+
+def set_write_cache(dev: str, enabled: bool) -> None:
+    """Write-back (flushes reach the loop driver, which fsyncs the backing file) or write-through
+    (the block layer completes flushes and drops FUA itself).  What is written and read is the
+    same either way; only durability across a host crash differs.  Costs a queue freeze (~10 ms)."""
+    with open(_cache_knob(dev), "wb") as f:
+        f.write(b"write back" if enabled else b"write through")
+
+
+def ensure_write_cache(dev: str) -> None:
+    """Turn the write cache of ``dev`` back on where it is off (set only while it is attached)."""
+    try:
+        if not has_write_cache(dev):
+            set_write_cache(dev, True)
+    except OSError:   # refused where there is no cache to turn on (a backing file without fsync)
+        pass
 
 
 def backing_file(dev: str) -> str | None:

@@ -8,7 +8,9 @@ dm-snapshot), ``release(path)`` drops a clone, ``close()`` tears everything down
 * ``reflink``   -- FICLONE (shares every extent; copy-on-write on both sides).  Needs a workspace
   filesystem with reflink (XFS with reflink=1, btrfs, bcachefs...).
 * ``xfs``       -- reflink inside an XFS image (sparse file, ``mkfs.xfs -m reflink=1``, loop
-  mount) made in the workspace: for workspaces without reflink, as root.  Removed on close.
+  mount) made in the workspace: for workspaces without reflink, as root.  Removed on close.  Its
+  loop device is write-through: a flush of a state's filesystem still reaches its clone (an fsync
+  of the clone inside this XFS), but not the disk under the workspace.
 * ``copy``      -- sparse copy: SEEK_DATA/SEEK_HOLE + copy_file_range, holes preserved.  Works
   anywhere; cost grows with the pristine's allocated bytes (not with the log).
 * ``dm-snapshot`` -- (``dmsnap.DmSnapshotProvider``) the pristine is a loop device over a file;
@@ -170,7 +172,13 @@ class CopyProvider(Provider):
 
 class XfsWorkspaceProvider(ReflinkProvider):
     """Reflink clones inside an XFS image (sparse) made in the workspace, on a loop device
-    (loopdev, autoclear) mounted by mount(2) (mounts); unmounted by the one umount loop."""
+    (loopdev, autoclear) mounted by mount(2) (mounts); unmounted by the one umount loop.
+
+    The loop device is write-through (``write_cache=False``): XFS's flushes end in the block layer
+    instead of an fsync of the image -- a journal commit and a cache flush of the disk below, some
+    20 per crash state (every flush of a state's filesystem is an fsync of its clone, which forces
+    this XFS's log).  Nothing reads this image after a host crash (the next run removes it), so
+    its durability buys nothing; what each state's device holds and returns is the same."""
 
     name = "xfs"
 
@@ -192,7 +200,7 @@ class XfsWorkspaceProvider(ReflinkProvider):
             with open(self.image, "wb") as f:
                 f.truncate(max(image_bytes, 512 << 20))
             process.run([mkfs, "-q", "-f", "-m", "reflink=1", str(self.image)], timeout=120)
-            self.loop = LoopDevice(self.image)
+            self.loop = LoopDevice(self.image, write_cache=False)
             mounts.mount(self.loop.path, self.mnt, "xfs")
             self._mounted = True
             why = probe_reflink(self.mnt)

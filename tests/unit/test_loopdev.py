@@ -1,5 +1,5 @@
-"""Loop devices by ioctl and sysfs: attach (read-write, read-only, autoclear), find the loops
-backed by files under a path, detach (root only: skipped elsewhere)."""
+"""Loop devices by ioctl and sysfs: attach (read-write, read-only, autoclear, write-through), find
+the loops backed by files under a path, detach (root only: skipped elsewhere)."""
 from __future__ import annotations
 
 import errno
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from powercut.errors import PowercutError
-from powercut.linux.loopdev import LoopDevice, LoopError, backing_file, detach, loops_backed_under
+from powercut.linux.loopdev import (LoopDevice, LoopError, backing_file, detach, has_write_cache, loops_backed_under,
+                                    set_write_cache)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/loop-control"),
                                 reason="needs root and /dev/loop-control")
@@ -92,6 +93,34 @@ def test_loops_backed_under_and_detach(tmp_path: Path) -> None:
         la.close()
         lb.close()
     assert loops_backed_under(tmp_path) == []
+
+
+def test_write_through_holds_the_data_and_the_cache_comes_back(tmp_path: Path) -> None:
+    img = tmp_path / "wt.img"
+    img.write_bytes(bytes(8192))
+    lo = LoopDevice(img, write_cache=False, autoclear=False)
+    try:
+        assert not has_write_cache(lo.path) and lo.write_through
+        with open(lo.path, "rb+") as f:
+            f.write(b"\7" * 4096)
+            f.flush()
+            os.fsync(f.fileno())   # a flush the block layer completes itself
+        with open(lo.path, "rb") as f:
+            assert f.read(4096) == b"\7" * 4096
+    finally:
+        lo.close()
+    # the setting belongs to /dev/loopN, not to the attachment: close() turned it back on
+    lo = LoopDevice(img, autoclear=False)
+    try:
+        assert has_write_cache(lo.path)
+        set_write_cache(lo.path, False)   # as a run killed before close() leaves it
+        os.close(lo.fd)
+        lo.fd = -1
+        assert detach(lo.path) is True    # the stale-run cleanup turns it back on
+        assert has_write_cache(lo.path)
+    finally:
+        lo.close()
+    assert img.read_bytes()[:4096] == b"\7" * 4096
 
 
 def test_autoclear_frees_a_loop_left_open_nowhere(tmp_path: Path) -> None:

@@ -123,6 +123,27 @@ def test_auto_without_reflink_uses_xfs_workspace(tmp_path: Path) -> None:
 
 
 @needs_root
+def test_xfs_workspace_loop_is_write_through_until_close(tmp_path: Path) -> None:
+    """Flushes inside the workspace stop at its loop device (no fsync of the image below); the
+    loop's write cache is on again once the workspace is gone, and a killed run's is turned back
+    on by the host's stale-run cleanup before the unmount lets autoclear detach it."""
+    from powercut.check.host import cleanup_stale
+    from powercut.linux.loopdev import has_write_cache
+    p = XfsWorkspaceProvider(tmp_path, "test", image_bytes=512 << 20)
+    dev = p.loop.path  # type: ignore[union-attr]
+    assert not has_write_cache(dev)
+    p.close()
+    assert has_write_cache(dev)
+    p = XfsWorkspaceProvider(tmp_path, "test", image_bytes=512 << 20)
+    dev = p.loop.path  # type: ignore[union-attr]
+    os.close(p.loop.fd)  # type: ignore[union-attr]  # killed: its fds closed, its mount still there
+    p.loop.fd = -1  # type: ignore[union-attr]
+    p._closed = True
+    cleanup_stale(tmp_path)
+    assert mounts.mounts_under(tmp_path) == [] and has_write_cache(dev)
+
+
+@needs_root
 def test_xfs_workspace_busy_at_close_is_detached(tmp_path: Path) -> None:
     """A file left open in the workspace: close still unmounts (lazily) and removes everything."""
     p = XfsWorkspaceProvider(tmp_path, "test", image_bytes=512 << 20)
