@@ -59,6 +59,27 @@ def test_a_finished_command_leaves_no_background_child(tmp_path: Path) -> None:
     assert _gone_soon(pid)
 
 
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no os.pidfd_open on this platform")
+def test_waiting_after_the_pipes_close_does_not_poll_with_sleeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the child closes its pipes at once and exits 0.3 s later: subprocess's own wait(timeout)
+    # would poll waitpid with sleeps (1 ms, 2, 4...); the pidfd wait returns when it exits
+    sleeps: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (sleeps.append(s), real_sleep(s)))
+    t = time.monotonic()
+    res = process.run(["sh", "-c", "exec >&- 2>&-; sleep 0.3; exit 4"], timeout=10, check=False)
+    assert res.returncode == 4 and not res.timed_out
+    assert 0.3 <= time.monotonic() - t < 5
+    assert sleeps == []
+
+
+def test_timeout_after_the_pipes_close_still_kills() -> None:
+    t = time.monotonic()
+    res = process.run(["sh", "-c", "exec >&- 2>&-; sleep 30"], timeout=0.5, check=False)
+    assert res.timed_out and res.returncode is None
+    assert time.monotonic() - t < 10
+
+
 def test_timeout_with_check_raises_with_shlex_argv() -> None:
     with pytest.raises(CommandFailed) as e:
         process.run(["sh", "-c", "sleep 5", "my arg"], timeout=0.3)
