@@ -1,14 +1,17 @@
-"""journal.py: fsync'd JSON lines; a torn last line is dropped on resume; the later verdict for a
-state wins (confirmation, flaky)."""
+"""journal.py: JSON lines written at once and fsync'd within SYNC_S and at close; a torn last line
+is dropped on resume; the later verdict for a state wins (confirmation, flaky)."""
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from powercut.errors import UsageError
+from powercut.campaign import journal
 from powercut.campaign.journal import Journal
 from powercut.linux.jsonlines import JsonLines, read_lines
 from powercut.core.verdict import Verdict
@@ -45,6 +48,31 @@ def test_later_line_wins_and_fields_round_trip(tmp_path: Path) -> None:
     j.close()
     back = Journal(path, resume=True).done["write-cache@5/d3"]
     assert back.confirmed and back.aliases == ("flush@5",) and back == dataclasses.replace(first, confirmed=True)
+
+
+def test_verdicts_are_written_at_once_and_fsynced_later_in_one_go(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    monkeypatch.setattr(journal, "SYNC_S", 0.2)
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path, resume=False)
+    for i in range(50):
+        j.add(v(f"flush@{i}"))
+    # in the file at once (what a killed run leaves for --resume), not one fsync per verdict
+    assert [o["state"] for o in read_lines(path)[0]] == [f"flush@{i}" for i in range(50)]
+    assert len(synced) <= 1
+    for _ in range(100):
+        if synced:
+            break
+        time.sleep(0.02)
+    assert len(synced) == 1, "no fsync within SYNC_S of the verdicts"
+    monkeypatch.setattr(journal, "SYNC_S", 30.0)
+    j.add(v("flush@50"))
+    j.close()   # the last verdict's fsync does not wait for the timer
+    assert len(synced) == 2
+    assert set(Journal(path, resume=True).done) == {f"flush@{i}" for i in range(51)}
 
 
 def test_unreadable_lines_are_skipped(tmp_path: Path) -> None:
