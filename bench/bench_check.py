@@ -53,10 +53,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--recording", help="an existing recording (default: record append-fsync n=--commits)")
     ap.add_argument("--commits", type=int, default=120)
+    ap.add_argument("--keep-recording", metavar="DIR",
+                    help="record into DIR and keep it there (for later runs with --recording DIR)")
     ap.add_argument("--baseline-states", type=int, default=60, help="states for the replay-from-scratch loop")
     ap.add_argument("--vm-states", type=int, default=120, help="states for VM mode (0: skip VM mode)")
+    ap.add_argument("--host-only", action="store_true",
+                    help="host mode and the generic/482 loop only (no VM mode; with --recording, no VM at all)")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
+    if args.host_only:
+        args.vm_states = 0
     if os.geteuid() != 0:
         print("bench_check: needs root (loop devices, mount)", file=sys.stderr)
         return 1
@@ -67,7 +73,8 @@ def main() -> int:
         else:
             t = time.perf_counter()
             rec = record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(
-                name="append-fsync", params={"n": args.commits})), tmp / "rec")
+                name="append-fsync", params={"n": args.commits})),
+                Path(args.keep_recording) if args.keep_recording else tmp / "rec")
             print(f"recorded append-fsync n={args.commits} on ext4 64 MiB in {time.perf_counter() - t:.1f} s "
                   f"({rec.manifest['recording'].get('accel')})")
         with open_log(rec.log_path) as index:
