@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import struct
 import time
 from pathlib import Path
 
 from powercut.errors import PowercutError
+
+log = logging.getLogger(__name__)
 
 LOOP_SET_FD = 0x4C00
 LOOP_CLR_FD = 0x4C01
@@ -55,11 +58,12 @@ class LoopDevice:
     when its last user goes away -- so a killed run leaves no loop behind once its fds are closed
     and its mounts unmounted; ``close()`` detaches it at once when nothing else holds it.
 
-    ``write_cache=False`` makes the device write-through (``set_write_cache``): the block layer
-    completes flushes without passing them on, so a flush never becomes an fsync of the backing
-    file -- only for scratch devices whose contents nobody reads after a host crash.  The setting
-    outlives the attachment (it belongs to /dev/loopN), so ``close()`` restores it, and a device
-    attached with the default finds its write cache on even if a killed run left it off."""
+    ``write_cache=False`` makes the device write-through where sysfs lets it (``set_write_cache``;
+    ``write_through`` says whether it is): the block layer completes flushes without passing them
+    on, so a flush never becomes an fsync of the backing file -- only for scratch devices whose
+    contents nobody reads after a host crash.  The setting outlives the attachment (it belongs to
+    /dev/loopN), so ``close()`` restores it, and a device attached with the default finds its
+    write cache on even if a killed run left it off."""
 
     def __init__(self, backing: str | os.PathLike[str], *, readonly: bool = False, autoclear: bool = True,
                  attempts: int = 20, write_cache: bool = True) -> None:
@@ -93,9 +97,8 @@ class LoopDevice:
         try:
             set_write_cache(self.path, False)
             self.write_through = True
-        except OSError as e:
-            self.close()
-            raise LoopError(f"cannot set the write cache of {self.path}: {e.strerror}", e.errno or 0) from None
+        except OSError as e:   # a read-only /sys: slower, not wrong
+            log.info("%s stays write-back (%s): its flushes fsync %s", self.path, e.strerror, self.backing)
 
     def _attach(self, ctl: int, backing_fd: int, mode: int, flags: int, attempts: int) -> None:
         for attempt in range(attempts):

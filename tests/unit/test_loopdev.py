@@ -123,6 +123,22 @@ def test_write_through_holds_the_data_and_the_cache_comes_back(tmp_path: Path) -
     assert img.read_bytes()[:4096] == b"\7" * 4096
 
 
+def test_write_through_refused_leaves_a_working_write_back_device(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only /sys: the device is attached all the same, its flushes still fsync."""
+    from powercut.linux import loopdev
+
+    def refused(dev: str, enabled: bool) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(loopdev, "set_write_cache", refused)
+    img = tmp_path / "ro-sys.img"
+    img.write_bytes(bytes(4096))
+    with LoopDevice(img, write_cache=False) as dev:
+        assert has_write_cache(dev)
+        with open(dev, "rb") as f:
+            assert f.read(4096) == bytes(4096)
+
+
 def test_autoclear_frees_a_loop_left_open_nowhere(tmp_path: Path) -> None:
     """A run killed before close(): its fds close, autoclear detaches the device."""
     img = tmp_path / "x.img"
