@@ -4,14 +4,19 @@ the host's preparation of the VM included) and the time per state after it, for 
 it starts now against the classic start, alternated in one run, medians of --rounds.
 
 The classic start (the baseline) is today's code with the start-up cuts undone: the agent started
-as ``python -m powercut.guest`` with ``site`` and no bytecode (PYTHONPYCACHEPREFIX pointing at an
-empty directory: every module compiled in the guest, as when nothing had written powercut's
-bytecode), every module of the image loaded, the scratch disk formatted in the guest, the
-dynamically linked e2fsck.  Also printed: the guest's own timeline (kernel -> init -> modules ->
+as ``python -m powercut.guest`` with ``site`` and without powercut's bytecode (its __pycache__
+directories moved aside for the round: every powercut module compiled in the guest, as when
+PYTHONDONTWRITEBYTECODE kept them from being written; the stdlib's bytecode stays), the modules
+of recording and the console loaded too (as before their groups), the scratch disk formatted in the guest, the dynamically linked e2fsck.  Also printed: the guest's own timeline (kernel -> init -> modules ->
 agent -> first state, from /proc/uptime) of the last round of each.
 
     python bench/bench_vmstart.py                      # records append-fsync n=60 first (~12 s)
     python bench/bench_vmstart.py --recording DIR --states 40 --rounds 3
+    python bench/bench_vmstart.py --failing-recording DIR   # + a failing campaign with/without the warm VM
+
+``--failing-recording``: a campaign (flush, -j 2, --shrink 3) over a recording with failures, run
+with the check's last VM kept booted for the diagnosis (now) and with every phase booting its own
+VMs, alternated: campaign wall time and the triage phase's (diagnosis) time.
 
 Figures depend on the machine (under TCG, on the emulation and on what else runs): compare the
 ratios, taken in one invocation."""
@@ -36,10 +41,10 @@ from powercut.core.selection import select
 from powercut.linux import filesystems
 from powercut.record.recording import load as load_recording
 from powercut.record.vm import RecordSpec, record
-from powercut.vm import guestjob
+from powercut.vm import agentboot, guestjob
 
 CLASSIC_SCRIPT = ("#!/bin/sh\nexec /usr/bin/env -i PATH={path} HOME=/tmp LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 "
-                  "PYTHONPYCACHEPREFIX=/tmp/no-bytecode {py} -m powercut.guest {jobdir}/job.json\n")
+                  "{py} -m powercut.guest {jobdir}/job.json\n")
 
 
 class Variant:
@@ -56,7 +61,7 @@ class Variant:
             def vm_spec(vm: CheckerVm, staged, d, timeout_s, interactive=False):  # type: ignore[no-untyped-def]
                 spec = real_vm_spec(vm, staged, d, timeout_s, interactive)
                 return spec.__class__(**{**{f: getattr(spec, f) for f in spec.__dataclass_fields__},
-                                         "modules": ()})   # every module of the image
+                                         "modules": spec.modules + ("record", "console")})  # as before the groups
 
             def source(vm: CheckerVm) -> guestjob.StateSource:
                 src = real_source(vm)
@@ -68,7 +73,11 @@ class Variant:
                 return CLASSIC_SCRIPT.format(path=guestjob.guest_path(tools_dir), py=sys.executable,
                                              jobdir=guestjob.GUEST_JOB_DIR)
 
-            self.patches = [mock.patch.object(CheckerVm, "_vm_spec", vm_spec),
+            self.hidden = [d for pkg in agentboot.package_dirs().values() for d in Path(pkg).rglob("__pycache__")]
+            for d in self.hidden:
+                d.rename(d.with_name("__pycache__.bench-hidden"))
+            self.patches = [mock.patch.object(agentboot, "compile_package", lambda: None),
+                            mock.patch.object(CheckerVm, "_vm_spec", vm_spec),
                             mock.patch.object(CheckerVm, "source", source),
                             mock.patch.object(guestjob, "job_script", job_script),
                             mock.patch("powercut.check.hosts.CheckHost.boot", _guest_mkfs_boot())]
@@ -79,6 +88,8 @@ class Variant:
     def __exit__(self, *exc: object) -> None:
         for p in reversed(self.patches):
             p.stop()
+        for d in getattr(self, "hidden", []):
+            d.with_name("__pycache__.bench-hidden").rename(d)
 
 
 def _guest_mkfs_boot():  # type: ignore[no-untyped-def]
@@ -144,11 +155,32 @@ def timeline(console: Path, agent: Path) -> dict[str, float]:
     return out
 
 
+def warm_campaigns(rec_dir: Path, tmp: Path, rounds: int) -> None:
+    from powercut.campaign.run import CampaignSpec, run_campaign
+    from powercut.check.place import Place
+    got: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for r in range(rounds):
+        for warm in (False, True):
+            cold = mock.patch.object(Place, "with_warm_vms", lambda self: self)
+            with (mock.MagicMock() if warm else cold):
+                t = time.monotonic()
+                s, _ = run_campaign(rec_dir, CampaignSpec(models=("flush",), check_in="vm", jobs=2, shrink=3),
+                                    tmp / f"campaign-{warm}-{r}")
+                got[warm].append((time.monotonic() - t, s.triage_s))
+                print(f"round {r + 1} {'warm' if warm else 'cold'}: {s.total} states, {s.verdict}, "
+                      f"{got[warm][-1][0]:.1f} s, diagnosis+bundles {s.triage_s:.1f} s", flush=True)
+    cold_w, warm_w = (statistics.median(x[0] for x in got[k]) for k in (False, True))
+    cold_t, warm_t = (statistics.median(x[1] for x in got[k]) for k in (False, True))
+    print(f"failing campaign, medians: wall {cold_w:.1f} -> {warm_w:.1f} s ({warm_w / cold_w:.2f}), "
+          f"diagnosis {cold_t:.1f} -> {warm_t:.1f} s ({warm_t / cold_t:.2f}) with the check's VM kept")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recording", help="an ext4 recording (default: record append-fsync n=60)")
     ap.add_argument("--states", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--failing-recording", help="also time a failing campaign with and without the warm VM")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="powercut-bench-vmstart-"))
     try:
@@ -177,6 +209,8 @@ def main() -> int:
             if a is None or b is None:
                 continue
             print(f"{label:28s}{a:10.3f}{b:10.3f}{b / a:13.2f}")
+        if args.failing_recording:
+            warm_campaigns(Path(args.failing_recording), tmp, args.rounds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
