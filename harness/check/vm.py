@@ -221,7 +221,7 @@ class CheckerVm:
         """One boot on ``job`` (serving: the booted VM's next job, or a boot that stays up after it);
         ``steps``: how many per-state timeouts the whole job may take."""
         if self.serve and not interactive:
-            return self._serve(job, on_verdict)
+            return self._serve(job, on_verdict, 60 + self.spec.state_timeout_s * steps)
         run, jobdir = self._new_run(job, serve=False)
         staged = self.staged()
         progress = _Progress(jobdir / "progress.jsonl")
@@ -274,22 +274,26 @@ class CheckerVm:
                       modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
                       cmdline=("powercut.mount=rec",), interactive=interactive)
 
-    def _serve(self, job: guestjob.Job, on_verdict: Sink) -> Outcome:
+    def _serve(self, job: guestjob.Job, on_verdict: Sink, limit_s: float) -> Outcome:
         """``run`` for a serving VM: hand ``job`` to the booted VM, or boot one on it that stays up
-        after it; return once its result is there or the VM has ended."""
+        after it; return once its result is there or the VM has ended.  ``limit_s``: the job's own
+        limit (a VM that hangs outside any state, e.g. before its first, is ended by it)."""
         live = self._live if self.live() else None
         if live is not None:
-            live.next(job, on_verdict)
+            live.next(job, on_verdict, limit_s)
             log.debug("%s: job %d handed to the booted VM", self.workdir.name, live.seq)
         else:
             run, jobdir = self._new_run(job, serve=True)
             staged = self.staged()
-            live = _Live(jobdir, _Progress(jobdir / "progress.jsonl"), on_verdict)
+            live = _Live(jobdir, _Progress(jobdir / "progress.jsonl"), on_verdict, limit_s)
 
             def watchdog() -> str | None:
                 live.drain()
-                if time.monotonic() > live.kill_after:
+                now = time.monotonic()
+                if now > live.kill_after:
                     return "stopped by the host"
+                if now > live.job_deadline and live.busy():
+                    return f"job {live.seq} did not finish within {live.job_limit_s:g} s"
                 return live.progress.overdue(self.spec.state_timeout_s)
 
             def boot() -> None:
@@ -325,10 +329,11 @@ class CheckerVm:
 class _Live:
     """A serving checker VM: its boot thread, its job share, the job in progress."""
 
-    def __init__(self, jobdir: Path, progress: _Progress, on_verdict: Sink) -> None:
+    def __init__(self, jobdir: Path, progress: _Progress, on_verdict: Sink, limit_s: float) -> None:
         self.thread = threading.Thread()
         self.jobdir, self.progress, self.on_verdict = jobdir, progress, on_verdict
         self.seq = 1
+        self.job_limit_s, self.job_deadline = limit_s, time.monotonic() + limit_s
         self.lock = threading.Lock()
         self.failure: VmError | None = None
         self.kill_after = float("inf")
@@ -339,14 +344,19 @@ class _Live:
                 if not interrupt.stopping():
                     self.on_verdict(v)
 
-    def next(self, job: guestjob.Job, on_verdict: Sink) -> None:
+    def next(self, job: guestjob.Job, on_verdict: Sink, limit_s: float) -> None:
         """Job seq+1: the last one's result and progress go, then the new job.json (atomically)."""
         with self.lock:
             self.seq += 1
+            self.job_limit_s, self.job_deadline = limit_s, time.monotonic() + limit_s
             for name in ("result.json", "progress.jsonl"):
                 (self.jobdir / name).unlink(missing_ok=True)
             self.progress, self.on_verdict = _Progress(self.jobdir / "progress.jsonl"), on_verdict
             guestjob.write(self.jobdir, job, seq=self.seq, serve=True)
+
+    def busy(self) -> bool:
+        """The VM is on a job (not waiting for the next one, which takes no limit)."""
+        return guestjob.peek_result_seq(self.jobdir) != self.seq
 
     def answered(self) -> bool:
         """This job's result is there (a failed one too)."""

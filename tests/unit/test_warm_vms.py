@@ -28,6 +28,8 @@ from pathlib import Path
 import powercut.guest.__main__ as agent
 
 def check(job, jobdir):
+    if "stuck-before" in job.states:   # hangs before its first state: only the job's limit ends it
+        time.sleep(3600)
     with open(jobdir / "progress.jsonl", "a") as f:
         for sid in job.states:
             f.write(json.dumps({"begin": sid}) + "\n"); f.flush()
@@ -111,6 +113,13 @@ def test_a_hang_is_the_jobs_failure_and_the_next_job_boots_again(vm: CheckerVm) 
     assert isinstance(out.failure, GuestHang) and out.current == "hang" and not vm.live()
     out = vm.run(check_job(vm, "flush@4"), steps=2)
     assert out.failure is None and ProcessHost.boots == 2
+
+
+def test_a_job_that_hangs_outside_any_state_is_ended_by_its_own_limit(vm: CheckerVm) -> None:
+    t = time.monotonic()
+    out = vm.run(check_job(vm, "stuck-before"), steps=-29)   # limit: 60 + 2 s x -29 = 2 s
+    assert isinstance(out.failure, GuestHang) and "did not finish within" in str(out.failure)
+    assert out.current is None and time.monotonic() - t < 30 and not vm.live()
 
 
 def test_a_vm_that_ends_without_a_result_is_an_error_or_a_failure(vm: CheckerVm) -> None:
