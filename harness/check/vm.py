@@ -292,7 +292,7 @@ class CheckerVm:
                 now = time.monotonic()
                 if now > live.kill_after:
                     return "stopped by the host"
-                if now > live.job_deadline and live.busy():
+                if now > live.job_deadline and not live.answered():   # waiting for a next job: no limit
                     return f"job {live.seq} did not finish within {live.job_limit_s:g} s"
                 return live.progress.overdue(self.spec.state_timeout_s)
 
@@ -308,18 +308,17 @@ class CheckerVm:
             self._live = live
         while True:
             live.drain()
-            result = guestjob.read_result(live.jobdir, live.seq)
-            if result.ok or live.answered():
+            answered = live.answered()
+            if answered or not live.thread.is_alive():
                 live.drain()
+                if not answered:
+                    self._live = None
+                    if live.failure is not None:
+                        return live.outcome(live.failure)
+                result = guestjob.read_result(live.jobdir, live.seq)   # failed, or none for this job
                 if not result.ok:
                     raise PowercutError(f"the checker VM failed: {result.error} (see {live.jobdir}/agent.log)")
                 return live.outcome(None)
-            if not live.thread.is_alive():
-                live.drain()
-                self._live = None
-                if live.failure is None:   # ended without this job's result
-                    raise PowercutError(f"the checker VM failed: {result.error} (see {live.jobdir}/agent.log)")
-                return live.outcome(live.failure)
             if interrupt.stopping():
                 self.close(force=True)
                 interrupt.raise_if_stopping()
@@ -353,10 +352,6 @@ class _Live:
                 (self.jobdir / name).unlink(missing_ok=True)
             self.progress, self.on_verdict = _Progress(self.jobdir / "progress.jsonl"), on_verdict
             guestjob.write(self.jobdir, job, seq=self.seq, serve=True)
-
-    def busy(self) -> bool:
-        """The VM is on a job (not waiting for the next one, which takes no limit)."""
-        return guestjob.peek_result_seq(self.jobdir) != self.seq
 
     def answered(self) -> bool:
         """This job's result is there (a failed one too)."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import threading
 from dataclasses import dataclass
 
-from powercut.errors import UsageError
+from powercut.errors import PowercutError, UsageError
+from powercut.linux import process
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +92,9 @@ _fsck_lock = threading.Lock()
 
 def _version(program: str) -> str:
     try:
-        res = subprocess.run([program, "-V"], capture_output=True, text=True, timeout=30,
-                             env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C"})
-    except (OSError, subprocess.SubprocessError):
+        res = process.run([program, "-V"], timeout=30, check=False,
+                          env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C"})
+    except PowercutError:
         return ""
     first = (res.stderr or res.stdout).strip().splitlines()
     return first[0] if first else ""

@@ -25,6 +25,8 @@ import sys
 import threading
 
 import powercut
+from powercut.errors import PowercutError
+from powercut.linux import process
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +68,11 @@ def site_paths(env_path: str) -> tuple[str, ...]:
     """This Python's sys.path in the guest's environment (``env -i`` with the guest's PATH), site's
     additions included (site-packages, what .pth files add; boot.py adds only what ``-S`` left out).
     Empty if it cannot be asked."""
-    import subprocess   # host only
     probe = "import json, sys; print(json.dumps(sys.path))"
     try:
-        full = json.loads(subprocess.run([sys.executable, "-c", probe], env={"PATH": env_path, "HOME": "/tmp"},
-                                         capture_output=True, text=True, timeout=60, check=True, cwd="/").stdout)
-    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        full = json.loads(process.run([sys.executable, "-c", probe], env={"PATH": env_path, "HOME": "/tmp"},
+                                      timeout=60, cwd="/").stdout)
+    except (PowercutError, ValueError) as e:
         log.debug("cannot ask %s for its site paths: %s", sys.executable, e)
         return ()
     return tuple(p for p in full if p)

@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Union
@@ -195,11 +196,12 @@ def job_script(tools_dir: str = "") -> str:
 
 
 def write(jobdir: Path, job: Job, *, seq: int = 1, serve: bool = False) -> None:
-    """job.json (replaced atomically: a serving agent polls for it), job.sh and boot.py into a job
-    directory."""
+    """job.json (replaced atomically: a serving agent polls for it) and, for a VM's first job, job.sh
+    and boot.py into a job directory."""
     jobdir.mkdir(parents=True, exist_ok=True)
-    (jobdir / "job.sh").write_text(job_script(job.tools_dir))
-    (jobdir / "boot.py").write_text(boot_script(guest_path(job.tools_dir), full_site=needs_full_site(job)))
+    if seq == 1:   # a later job goes to an agent that has started already
+        (jobdir / "job.sh").write_text(job_script(job.tools_dir))
+        (jobdir / "boot.py").write_text(boot_script(guest_path(job.tools_dir), full_site=needs_full_site(job)))
     tmp = jobdir / ".job.json.tmp"
     tmp.write_text(json.dumps(to_json(job, seq=seq, serve=serve), indent=1))
     os.replace(tmp, jobdir / "job.json")
@@ -208,7 +210,6 @@ def write(jobdir: Path, job: Job, *, seq: int = 1, serve: bool = False) -> None:
 def wait_next(jobdir: Path, seq: int, idle_s: float = IDLE_S, poll_s: float = 0.05) -> bool:
     """Guest side, after job ``seq`` of a serving agent: True once job.json holds a later job, False
     on the STOP file or after ``idle_s`` without one."""
-    import time
     deadline = time.monotonic() + idle_s
     while time.monotonic() < deadline:
         if (jobdir / STOP).exists():
