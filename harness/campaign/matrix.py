@@ -4,6 +4,7 @@ the durability-vs-cost report."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,8 +102,10 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
         info["check_s"] = round(summary.seconds, 1)
         info["check_in"] = cspec.check_in
         torn = [f for f in summary.failures if f.model in TORN_MODELS]
+        t0 = time.monotonic()
         untorn = _untorn(rec, cspec, torn[:MAX_TEAR_CHECKS], recdir / "untorn") if torn else {}
-        info["tear_checks"] = {"checked": min(len(torn), MAX_TEAR_CHECKS), "torn_failures": len(torn)}
+        info["tear_checks"] = {"checked": min(len(torn), MAX_TEAR_CHECKS), "torn_failures": len(torn),
+                               "seconds": round(time.monotonic() - t0, 1)}
         return cells(row, summary, untorn), info
     except (PowercutError, OSError) as e:
         log.warning("matrix row %s: %s", row.id, one_line(e))

@@ -58,7 +58,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
-import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -73,7 +72,6 @@ from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_mod
                                    tear_picks, torn_sample, tw_sample, wc_sample)
 from powercut.errors import UsageError
 
-log = logging.getLogger(__name__)
 
 __all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "CrashSpace", "describe", "durable_entries", "enumerate_states",
            "format_ranges", "make_state", "parse_ranges", "space", "state_from_id"]
@@ -264,6 +262,13 @@ class CrashSpace:
     def states(self, model: str, *, seed: int = 0, exhaustive_bound: int = 10, samples: int = 64,
                torn_samples: int = 4) -> list[CrashState]:
         """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
+        return list(self.iter_states(model, seed=seed, exhaustive_bound=exhaustive_bound, samples=samples,
+                                     torn_samples=torn_samples))
+
+    def iter_states(self, model: str, *, seed: int = 0, exhaustive_bound: int = 10, samples: int = 64,
+                    torn_samples: int = 4) -> Iterator[CrashState]:
+        """``states()`` one at a time, in order: memory for one cut's states and one epoch's
+        equivalence keys, not the model's states (millions at 10^6 entries).  Arguments checked now."""
         check_model(model)
         limits = (("seed", seed, 2**63 - 1), ("exhaustive_bound", exhaustive_bound, MAX_EXHAUSTIVE_BOUND),
                   ("samples", samples, 10**6), ("torn_samples", torn_samples, 10**4))
@@ -271,18 +276,15 @@ class CrashSpace:
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
                 raise UsageError(f"{name} must be an integer in 0..{hi}, got {value!r}")
         if model == "no-cache":
-            out = [self.state(model, c) for c in range(1, self.n + 1)]
-        elif model == "flush":
-            out = [self.state(model, i + 1) for i in range(self.n) if self.is_flush_cut(i)]
-        elif model == "write-cache":
-            out = _by_cut(self, model, self.cut_points(), lambda b: _write_cache(b, seed, exhaustive_bound, samples))
-        else:
-            alone = {i + 1 for i, e in enumerate(self.entries) if self.tearable(model, e)}
-            combined = set(self.cut_points())
-            out = _by_cut(self, model, sorted(alone | combined), lambda b: _torn_alone(b, seed, torn_samples),
-                          lambda b: _torn_combined(b, seed, torn_samples, combined))
-        log.debug("model %s: %d states over %d entries", model, len(out), self.n)
-        return out
+            return (self.state(model, c) for c in range(1, self.n + 1))
+        if model == "flush":
+            return (self.state(model, i + 1) for i in range(self.n) if self.is_flush_cut(i))
+        if model == "write-cache":
+            return _by_cut(self, model, self.cut_points(), lambda b: _write_cache(b, seed, exhaustive_bound, samples))
+        alone = {i + 1 for i, e in enumerate(self.entries) if self.tearable(model, e)}
+        combined = set(self.cut_points())
+        return _by_cut(self, model, sorted(alone | combined), lambda b: _torn_alone(b, seed, torn_samples),
+                       lambda b: _torn_combined(b, seed, torn_samples, combined))
 
 
 class _Seen(dict[int, set[object]]):
@@ -330,16 +332,15 @@ class _Batch:
         return True
 
 
-def _by_cut(sp: CrashSpace, model: str, cuts: Iterable[int], *fills: Callable[[_Batch], None]) -> list[CrashState]:
+def _by_cut(sp: CrashSpace, model: str, cuts: Iterable[int],
+            *fills: Callable[[_Batch], None]) -> Iterator[CrashState]:
     seen = _Seen(sp)
-    out: list[CrashState] = []
     for cut in cuts:   # in increasing order
         seen.advance(cut)
         b = _Batch(sp, seen, model, cut)
         for fill in fills:
             fill(b)
-        out.extend(sorted(b.states, key=lambda s: s.id))
-    return out
+        yield from sorted(b.states, key=lambda s: s.id)
 
 
 def _write_cache(b: _Batch, seed: int, bound: int, samples: int) -> None:

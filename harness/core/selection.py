@@ -26,8 +26,10 @@ distinct disk image once, and under a cap a fair share of every model.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Sequence
+from array import array
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from powercut.core.dmlog import Entry, LogIndex
 from powercut.core.crashstate import CrashState
@@ -36,7 +38,7 @@ from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelCounts", "Selection", "fair_shares", "image_key", "select", "spread"]
+__all__ = ["ModelCounts", "Selection", "StateList", "fair_shares", "image_key", "select", "spread"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,7 @@ class Selection:
     representative that has some, judged or left out).  ``floor``: the floor mark's entry (None:
     no floor)."""
 
-    states: tuple[CrashState, ...]
+    states: Sequence[CrashState]   # a StateList from select(); a tuple once sharded
     aliases: dict[str, tuple[str, ...]]
     counts: dict[str, ModelCounts]
     floor: int | None
@@ -134,11 +136,120 @@ def _after_floor(state: CrashState, floor: int | None) -> bool:
                              and all(t > floor for t, _ in state.torn))
 
 
+class StateList(Sequence[CrashState]):
+    """Crash states kept as their ids -- one shared buffer of the ids' ASCII after ``MODEL@``, a
+    model byte and a 4-byte end offset per state: ~20-25 bytes a state instead of ~300 bytes of
+    objects -- each rebuilt from its id when asked for (``CrashSpace.state_from_id``: an id names
+    one state, equal to the enumerated one).  A log of 10^6 entries has millions of distinct
+    states: this is how a selection of them fits in memory."""
+
+    __slots__ = ("_sp", "_buf", "_ends", "_mi", "_models", "_model_at")
+    WIDE = 1 << 32   # ids' bytes from which the end offsets take 8 bytes, not 4
+
+    def __init__(self, sp: CrashSpace, ids: Iterable[str] = ()) -> None:
+        self._sp, self._buf, self._ends, self._mi = sp, bytearray(), array("I"), array("B")
+        self._models: list[str] = []
+        self._model_at: dict[str, int] = {}
+        for sid in ids:
+            self.append_id(sid)
+
+    def append_id(self, sid: str) -> None:
+        model, at, rest = sid.partition("@")
+        if not at:
+            raise ValueError(f"not a state id: {sid!r}")
+        m = self._model_at.get(model)
+        if m is None:
+            m = self._model_at[model] = len(self._models)
+            self._models.append(model)
+        self._buf += rest.encode("ascii")
+        self._mi.append(m)
+        self._push_end(len(self._buf))
+
+    def _push_end(self, end: int) -> None:
+        if end >= self.WIDE and self._ends.typecode == "I":
+            self._ends = array("Q", self._ends)
+        self._ends.append(end)
+
+    def extend(self, other: "StateList") -> None:
+        """Append every id of ``other`` (of the same log), buffer to buffer."""
+        remap = array("B")
+        for m in other._models:
+            if m not in self._model_at:
+                self._model_at[m] = len(self._models)
+                self._models.append(m)
+            remap.append(self._model_at[m])
+        base = len(self._buf)
+        self._buf += other._buf
+        if base + len(other._buf) >= self.WIDE and self._ends.typecode == "I":
+            self._ends = array("Q", self._ends)
+        self._ends.extend(e + base for e in other._ends)
+        self._mi.extend(remap[m] for m in other._mi)
+
+    def id_at(self, i: int) -> str:
+        i = range(len(self._ends))[i]
+        rest = self._buf[self._ends[i - 1] if i else 0:self._ends[i]].decode("ascii")
+        return f"{self._models[self._mi[i]]}@{rest}"
+
+    def ids(self) -> Iterator[str]:
+        return map(self.id_at, range(len(self._ends)))
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    @overload
+    def __getitem__(self, i: int) -> CrashState: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[CrashState]: ...
+    def __getitem__(self, i: int | slice) -> CrashState | list[CrashState]:
+        if isinstance(i, slice):
+            return [self._sp.state_from_id(self.id_at(k)) for k in range(len(self._ends))[i]]
+        return self._sp.state_from_id(self.id_at(i))
+
+    def __iter__(self) -> Iterator[CrashState]:
+        return map(self._sp.state_from_id, self.ids())
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a StateList of the same log with the same ids, or to a tuple/list of the same states."""
+        if isinstance(other, StateList):
+            if self._sp.entries != other._sp.entries or len(self) != len(other):
+                return False
+            if self._models == other._models:
+                return self._mi == other._mi and self._buf == other._buf and list(self._ends) == list(other._ends)
+            return all(a == b for a, b in zip(self.ids(), other.ids()))
+        if isinstance(other, (tuple, list)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"StateList({len(self)} states)"
+
+
+def _windows(states: Iterator[CrashState], version: Sequence[int]) -> Iterator[tuple[int, list[CrashState]]]:
+    """A model's states (in cut order) grouped by the key version of their cut (non-decreasing)."""
+    group: list[CrashState] = []
+    at = -1
+    for s in states:
+        v = version[s.cut]
+        if v != at and group:
+            yield at, group
+            group = []
+        at = v
+        group.append(s)
+    if group:
+        yield at, group
+
+
 def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], models: Sequence[str], *, seed: int = 0,
            bound: int = 10, samples: int = 64, torn_samples: int = 4, max_states: int = 0,
            floor_mark: str | None = "mkfs") -> Selection:
     """The states to judge: after the floor mark (if the log has it), one per distinct image, at
-    most ``max_states`` (0: all) spread fairly over the models.  Deterministic per seed."""
+    most ``max_states`` (0: all) spread fairly over the models.  Deterministic per seed.
+
+    Streaming: the image key holds the key version, so two states of different versions are never
+    one image; the models' states are taken a key version at a time (all models, in model order)
+    and the keys forgotten after it.  The representatives are kept as ids (``StateList``)."""
     if not models:
         raise UsageError("select at least one crash model")
     if not isinstance(max_states, int) or isinstance(max_states, bool) or max_states < 0:
@@ -146,35 +257,47 @@ def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], models: Se
     sp = space(index_or_entries)
     floor = next((e.index for e in sp.entries if e.mark == floor_mark), None) if floor_mark else None
     order = list(dict.fromkeys(models))
-    reps: dict[Hashable, CrashState] = {}
-    owned: dict[str, list[CrashState]] = {}
+    streams = [_windows(sp.iter_states(m, seed=seed, exhaustive_bound=bound, samples=samples,
+                                       torn_samples=torn_samples), sp.key_version) for m in order]
+    ahead: list[tuple[int, list[CrashState]] | None] = [next(w, None) for w in streams]
+    owned = {m: StateList(sp) for m in order}
     aliases: dict[str, list[str]] = {}
-    raw: dict[str, tuple[int, int, int]] = {}
-    for model in order:
-        states = sp.states(model, seed=seed, exhaustive_bound=bound, samples=samples, torn_samples=torn_samples)
-        mine: list[CrashState] = []
-        seen: set[Hashable] = set()
-        kept = 0
-        for s in states:
-            if not _after_floor(s, floor):
+    gen, distinct, below = dict.fromkeys(order, 0), dict.fromkeys(order, 0), dict.fromkeys(order, 0)
+    while any(a is not None for a in ahead):
+        v = min(a[0] for a in ahead if a is not None)
+        reps: dict[Hashable, str] = {}   # this key version's images -> their representative's id
+        for k, model in enumerate(order):
+            got = ahead[k]
+            if got is None or got[0] != v:
                 continue
-            kept += 1
-            key = image_key(sp, s)
-            seen.add(key)
-            rep = reps.setdefault(key, s)
-            if rep is s:
-                mine.append(s)
-            else:
-                aliases.setdefault(rep.id, []).append(s.id)
-        owned[model] = mine
-        raw[model] = (kept, len(seen), len(states) - kept)
+            seen: set[Hashable] = set()
+            for s in got[1]:
+                if not _after_floor(s, floor):
+                    below[model] += 1
+                    continue
+                gen[model] += 1
+                key = image_key(sp, s)
+                seen.add(key)
+                rep = reps.get(key)
+                if rep is None:
+                    reps[key] = s.id
+                    owned[model].append_id(s.id)
+                else:
+                    aliases.setdefault(rep, []).append(s.id)
+            distinct[model] += len(seen)
+            ahead[k] = next(streams[k], None)
     shares = fair_shares([len(owned[m]) for m in order], max_states)
-    chosen: list[CrashState] = []
+    chosen = StateList(sp)
     counts: dict[str, ModelCounts] = {}
     for model, q in zip(order, shares):
-        chosen.extend(owned[model][i] for i in spread(len(owned[model]), q))
-        gen, distinct, below = raw[model]
-        counts[model] = ModelCounts(gen, distinct, len(owned[model]), q, below)
-    log.debug("selected %d of %d distinct states (floor %s): %s", len(chosen), len(reps), floor,
-              {m: c.to_json() for m, c in counts.items()})
-    return Selection(tuple(chosen), {k: tuple(v) for k, v in aliases.items()}, counts, floor)
+        mine = owned.pop(model)
+        if q == len(mine):
+            chosen.extend(mine)
+        else:
+            for i in spread(len(mine), q):
+                chosen.append_id(mine.id_at(i))
+        counts[model] = ModelCounts(gen[model], distinct[model], len(mine), q, below[model])
+        del mine
+    log.debug("selected %d of %d distinct states (floor %s): %s", len(chosen),
+              sum(c.owned for c in counts.values()), floor, {m: c.to_json() for m, c in counts.items()})
+    return Selection(chosen, {k: tuple(v) for k, v in aliases.items()}, counts, floor)

@@ -18,7 +18,8 @@ from powercut.core.stateid import MODELS
 from powercut.core.crashstate import CrashState
 from powercut.core.models import CrashSpace, durable_entries, enumerate_states
 from powercut.replay.materialize import materialize, reference_image
-from powercut.core.selection import Selection, fair_shares, image_key, select, spread
+from powercut.core.selection import Selection, StateList, fair_shares, image_key, select, spread
+from powercut.core.shard import Shard
 
 SIZE = 16 * 512
 KW = {"bound": 4, "samples": 3, "torn_samples": 2}
@@ -215,3 +216,93 @@ def test_bad_arguments(tmp_path: Path) -> None:
         assert select(idx, ["flush", "flush"]).counts.keys() == {"flush"}
         sel = select(list(idx.entries), ["no-cache"])
         assert [s.id for s in sel.states] == ["no-cache@1"] and sel.to_json()["judged"] == 1
+
+
+# -- streaming and compact: the same selection as the plain, all-in-memory algorithm ------------------
+def plain_select(idx: LogIndex, models: list[str], max_states: int, floor_mark: str | None,
+                 seed: int) -> tuple[list[CrashState], dict[str, tuple[str, ...]], dict[str, tuple[int, ...]]]:
+    """The selection's definition, written the obvious way: model by model, every state in memory."""
+    sp = CrashSpace(idx)
+    floor = next((e.index for e in sp.entries if e.mark == floor_mark), None) if floor_mark else None
+    reps: dict[object, CrashState] = {}
+    owned: dict[str, list[CrashState]] = {}
+    aliases: dict[str, list[str]] = {}
+    counts: dict[str, tuple[int, ...]] = {}
+    for m in dict.fromkeys(models):
+        every = sp.states(m, seed=seed, exhaustive_bound=4, samples=3, torn_samples=2)
+        after = [s for s in every if floor is None or (s.cut > floor and all(d > floor for d in s.dropped)
+                                                        and all(t > floor for t, _ in s.torn))]
+        owned[m] = []
+        for s in after:
+            rep = reps.setdefault(image_key(sp, s), s)
+            if rep is s:
+                owned[m].append(s)
+            else:
+                aliases.setdefault(rep.id, []).append(s.id)
+        counts[m] = (len(after), len({image_key(sp, s) for s in after}), len(owned[m]), len(every) - len(after))
+    shares = fair_shares([len(v) for v in owned.values()], max_states)
+    chosen = [s for m, q in zip(owned, shares) for s in (owned[m][i] for i in spread(len(owned[m]), q))]
+    return chosen, {k: tuple(v) for k, v in aliases.items()}, {m: c + (q,) for (m, c), q in zip(counts.items(), shares)}
+
+
+@settings(max_examples=120, deadline=None)
+@given(ops=OPS, cap=st.integers(0, 12), seed=st.integers(0, 3), floor=st.sampled_from(["mkfs", None]),
+       models=st.permutations(MODELS).flatmap(lambda p: st.integers(1, len(p)).map(lambda k: list(p[:k]))))
+def test_streaming_select_equals_the_plain_one(ops: list, cap: int, seed: int, floor: str | None,  # type: ignore[type-arg]
+                                               models: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as d, build(Path(d) / "l.bin", ops) as idx:
+        sel = select(idx, models, max_states=cap, floor_mark=floor, seed=seed, **KW)
+        chosen, aliases, counts = plain_select(idx, models, cap, floor, seed)
+        assert list(sel.states) == chosen          # rebuilt from the ids: the very states, in order
+        assert [s.id for s in sel.states] == [s.id for s in chosen]
+        assert sel.aliases == aliases
+        assert {m: (c.generated, c.distinct, c.owned, c.below_floor, c.judged) for m, c in sel.counts.items()} == counts
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS, seed=st.integers(0, 3))
+def test_iter_states_is_states_one_at_a_time(ops: list, seed: int) -> None:  # type: ignore[type-arg]
+    with tempfile.TemporaryDirectory() as d, build(Path(d) / "l.bin", ops) as idx:
+        sp = CrashSpace(idx)
+        for m in MODELS:
+            kw = {"seed": seed, "exhaustive_bound": 4, "samples": 3, "torn_samples": 2}
+            assert list(sp.iter_states(m, **kw)) == sp.states(m, **kw)
+
+
+def test_state_list(tmp_path: Path) -> None:
+    idx = build(tmp_path / "l.bin", [("m", "mkfs"), ("w", 0, 4, 0, 1), ("w", 4, 2, 0, 2), ("f",), ("m", "ack:a"),
+                                     ("w", 1, 4, 0, 3), ("w", 8, 2, FUA, 1), ("m", "ack:b")])
+    with idx:
+        sel = select(idx, list(MODELS), **KW)
+        states = sel.states
+        assert isinstance(states, StateList) and len(states) > 10
+        whole = list(states)
+        assert [states[i] for i in range(len(states))] == whole
+        assert states[-1] == whole[-1] and states[1:7:2] == whole[1:7:2] and states[::-1] == whole[::-1]
+        assert states == tuple(whole) and states == whole and states != whole[:-1]
+        assert list(states.ids()) == [s.id for s in whole]
+        with pytest.raises(IndexError):
+            states[len(states)]
+        assert Shard(2, 3).take(states) == tuple(whole[1::3])
+        with pytest.raises(TypeError):
+            hash(states)
+
+
+def test_state_list_extend_and_wide_offsets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    idx = build(tmp_path / "l.bin", [("m", "mkfs"), ("w", 0, 4, 0, 1), ("w", 4, 2, 0, 2), ("f",), ("m", "ack:a"),
+                                     ("w", 1, 4, 0, 3), ("m", "ack:b")])
+    with idx:
+        sp = CrashSpace(idx)
+        wc, flush = (sp.states(m, **{"exhaustive_bound": 4}) for m in ("write-cache", "flush"))
+        a, b = StateList(sp, (s.id for s in flush)), StateList(sp, (s.id for s in wc))
+        a.extend(b)
+        a.extend(StateList(sp))
+        assert list(a) == flush + wc and a == StateList(sp, [s.id for s in flush + wc])
+        monkeypatch.setattr(StateList, "WIDE", 8)   # offsets past it switch to 8 bytes, ids unchanged
+        c = StateList(sp, (s.id for s in wc))
+        d = StateList(sp, [flush[0].id])
+        d.extend(c)
+        assert c._ends.typecode == d._ends.typecode == "Q"
+        assert list(c.ids()) == [s.id for s in wc] and list(d) == flush[:1] + wc
+        with pytest.raises(ValueError):
+            StateList(sp, ["no model"])

@@ -1,0 +1,85 @@
+"""bench/matrix_runners.py: the workflow's scheduling model (list scheduling per stage, stages one
+after the other), reading a matrix output's rows, and its errors.  Figures are the script's to print."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "matrix_runners.py"
+
+
+@pytest.fixture(scope="module")
+def mr() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("matrix_runners", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["matrix_runners"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_makespan_is_list_scheduling(mr: ModuleType) -> None:
+    assert mr.makespan([], 4) == 0
+    assert mr.makespan([3, 3, 3], 1) == 9
+    assert mr.makespan([3, 3, 3], 3) == 3 == mr.makespan([3, 3, 3], 30)
+    assert mr.makespan([5, 1, 1, 1, 1, 1], 2) == 5        # the short ones fill the other runner
+    assert mr.makespan([1, 1, 5], 2) == 6                # in order: the long last job waits
+
+
+def row(mr: ModuleType, name: str, record: float, check: float, states: int, state_s: float, tear: int = 0):  # noqa: ANN201
+    return mr.RowCost(name, record, check, states, state_s, tear)
+
+
+def test_wall_model(mr: ModuleType) -> None:
+    rows = [row(mr, "a", 10, 60, 100, 100), row(mr, "b", 20, 30, 50, 40, tear=10)]
+    kw = {"jobs": 2, "overhead": 0.0, "boot": 5.0, "merge": 0.0}
+    assert rows[0].fixed_s(2, 5.0) == 10 and rows[1].fixed_s(2, 5.0) == 10
+    record, check, merge = mr.stage_jobs(rows, 2, **kw)
+    assert record == [10, 20] and merge == [0, 0]
+    tear_b = 5 + 10 * 0.8 / 2
+    assert check == [10 + 25, 10 + 25, 10 + 10 + tear_b / 2, 10 + 10 + tear_b / 2]
+    assert mr.wall(rows, 1, 1, **kw) == 30 + (10 + 50) + (10 + 20 + tear_b)
+    walls = [mr.wall(rows, n, s, **kw) for n in (1, 2, 4, 8) for s in (1,)]
+    assert walls == sorted(walls, reverse=True)            # more runners never cost time here
+    t = mr.table(rows, runners=(1, 4), shard_counts=(1, 2), **kw)
+    assert [x["runners"] for x in t] == [1, 4] and t[0]["best_shards"] == 1
+    assert t[1]["best_s"] == min(t[1]["wall_s"].values())
+    measured = [rows[0], mr.RowCost("b", 20, 30, 50, 40, 10, 3.0)]
+    assert mr.stage_jobs(measured, 1, **kw)[1] == [10 + 50, 10 + 20 + 3.0]
+    with_overhead = mr.wall(rows, 4, 2, jobs=2, overhead=60.0, boot=5.0, merge=0.0)
+    assert with_overhead == mr.wall(rows, 4, 2, **kw) + 3 * 60
+
+
+def write_row(d: Path, vm_wall: float, seconds: float, verdicts: list[tuple[str, float]], status: str = "complete") -> None:
+    (d / "check").mkdir(parents=True)
+    (d / "manifest.toml").write_text(f'[recording]\nstatus = "ok"\nvm_wall_s = {vm_wall}\n')
+    (d / "check" / "summary.json").write_text(json.dumps({"status": status, "seconds": seconds, "total": len(verdicts)}))
+    (d / "check" / "journal.jsonl").write_text("".join(json.dumps({"state": s, "seconds": x}) + "\n" for s, x in verdicts))
+
+
+def test_reads_a_matrix_output(mr: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_row(tmp_path / "wal__correct__ext4", 12.5, 40.0, [("flush@3", 0.5), ("flush@9", 0.25), ("flush@3", 0.75)])
+    write_row(tmp_path / "half", 1.0, 1.0, [("flush@1", 1.0)], status="interrupted")
+    (tmp_path / "not-a-row").mkdir()
+    (tmp_path / "matrix.json").write_text(json.dumps({"rows": [{"recording": str(tmp_path / "wal__correct__ext4"),
+                                                                 "tear_checks": {"checked": 7, "seconds": 9.5}}]}))
+    rows = mr.read_rows(tmp_path)
+    assert rows == [mr.RowCost("wal__correct__ext4", 12.5, 40.0, 3, 1.0, 7, 9.5)]   # the later line of a state wins
+    assert "half" in capsys.readouterr().err
+    assert mr.main([str(tmp_path), "--json", str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out
+    assert "1 rows" in out and "runners" in out and "best" in out
+    assert json.loads((tmp_path / "t.json").read_text())["rows"][0]["tear_states"] == 7
+
+
+def test_errors_are_one_line(mr: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert mr.main([str(tmp_path / "nope")]) == 2
+    assert mr.main([str(tmp_path)]) == 2
+    assert mr.main([str(tmp_path), "--jobs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("matrix_runners: ") for line in err)
