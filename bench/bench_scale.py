@@ -64,18 +64,17 @@ VM tests, load ~5), no phase over 2x.  ``walk``'s time per entry falls: the pris
 linear in the bytes written (0.4-1 GB/s here), the 64 clones a constant, each bounded by the data
 device (a sparse copy of up to 256 MiB), not by the log.
 
-**Memory at 10^6 entries** (peak RSS above an import-only child): read ~210 MiB (the Entry
-index, ~180 B per entry), no-cache ~0.5 GiB, flush ~0.35-0.4, walk ~0.35, torn-4k ~0.75-0.85 --
-under 1 GiB.  Over it: write-cache (1.3 GiB real, 2.6 synthetic), torn (1.4 / 3.9) and select
-(2.1 / 4.5).  Not a leak and not superlinear (memory per state flat from 10^4 to 10^6): they hold
-every state as a Python object, and the number of states grows with the log -- 3.6 (real) and
-7.6 (synthetic: flush windows of 20-30 writes, past the exhaustive bound of 10, so 2k+2 structured
-picks and 64 samples per cut point) write-cache states per entry, 2.1 / 9.6 torn ones -- at
-~300-440 B each (a CrashState is 96 B, its id ~75 B, its dropped tuple 40 + 8 B per entry), and
-select keeps the flush and write-cache states with one image key each (~640 B per state in all).
-Under 1 GiB would take states that are not objects: a streaming enumeration and a selection that
-keeps compact (cut, lost-set) records and builds a CrashState when it is judged.  A campaign over
-such a log would judge 3.6-7.6 M states (days); ``--max-states`` caps the judging, not this memory.
+**Memory at 10^6 entries** (peak RSS above an import-only child; synthetic / real, 2026-11-25, on
+this 2-core machine beside a TCG matrix run): read 207 / 208 MiB (the Entry index, ~180 B per
+entry), enum:no-cache 321 / 332, flush 321 / 332, write-cache 359 / 354, torn 407 / 382, torn-4k
+357 / 349, select 660 / 535, walk 342 / 313 -- all under 1 GiB.  Before (objects for every state):
+write-cache 2633 / 1300, torn 4020 / 1400, select 4629 / 2100.  What changed: a model's states are
+streamed (``CrashSpace.iter_states``: one cut's states and one epoch's equivalence keys at a time;
+the enum phases count the stream), and ``select`` takes all models a key version at a time (two
+states of different key versions are never one image) and keeps its representatives as ids
+(``StateList``: the id after ``MODEL@``, a model byte and a 4-byte offset, ~25 B a state; a state
+is rebuilt from its id when judged).  The states a campaign still has to judge are objects again
+(``--max-states`` caps them; a campaign over 3-7.6 M states would take days anyway).
 """
 from __future__ import annotations
 
