@@ -2,6 +2,7 @@
 
     python bench/matrix_runners.py runs/matrix                   # after ci/matrix.sh (or powercut matrix -o DIR)
     python bench/matrix_runners.py DIR --job-overhead 90 --json out.json
+    python bench/matrix_runners.py DIR1 DIR2                        # one matrix run in two parts (by rows)
 
 Reads, for every row directory of a matrix output (``DIR/<row>/``): the recording's VM wall time
 (``manifest.toml``), the check's wall time and judged states (``check/summary.json``), the seconds
@@ -137,7 +138,8 @@ def _hms(s: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("matrix", type=Path, help="a matrix output directory (powercut matrix -o DIR)")
+    ap.add_argument("matrix", type=Path, nargs="+",
+                    help="matrix output directories (powercut matrix -o DIR; several: one run split by rows)")
     ap.add_argument("--jobs", type=int, default=2, help="checker VMs the measured run used (-j; default 2)")
     ap.add_argument("--job-overhead", type=float, default=60.0,
                     help="seconds each CI job spends before its work (default 60: an assumption, not measured here)")
@@ -147,15 +149,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--where", default="this machine", help="where the figures were taken (printed)")
     ap.add_argument("--json", type=Path, help="also write the rows and the table here")
     a = ap.parse_args(argv)
-    if not a.matrix.is_dir():
-        print(f"matrix_runners: {a.matrix}: not a directory", file=sys.stderr)
-        return 2
+    for d in a.matrix:
+        if not d.is_dir():
+            print(f"matrix_runners: {d}: not a directory", file=sys.stderr)
+            return 2
     if a.jobs < 1:
         print("matrix_runners: --jobs must be at least 1", file=sys.stderr)
         return 2
-    rows = read_rows(a.matrix)
+    rows = [r for d in a.matrix for r in read_rows(d)]
     if not rows:
-        print(f"matrix_runners: {a.matrix}: no row with a recording and a complete check", file=sys.stderr)
+        print(f"matrix_runners: {' '.join(map(str, a.matrix))}: no row with a recording and a complete check",
+              file=sys.stderr)
         return 2
     kw = {"jobs": a.jobs, "overhead": a.job_overhead, "boot": a.boot, "merge": a.merge}
     states, state_s = sum(r.states for r in rows), sum(r.state_s for r in rows)

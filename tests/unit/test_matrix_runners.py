@@ -83,3 +83,12 @@ def test_errors_are_one_line(mr: ModuleType, tmp_path: Path, capsys: pytest.Capt
     assert mr.main([str(tmp_path), "--jobs", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("matrix_runners: ") for line in err)
+
+
+def test_several_directories_are_one_run(mr: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_row(tmp_path / "a" / "wal__correct__ext4", 10.0, 20.0, [("flush@3", 1.0)])
+    write_row(tmp_path / "b" / "postgres__defaults__ext4", 30.0, 900.0, [("flush@4", 9.0), ("flush@8", 11.0)])
+    assert mr.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("2 rows, 3 states") and "postgres__defaults__ext4" in out
+    assert mr.main([str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
