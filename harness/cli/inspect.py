@@ -59,11 +59,11 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 def cmd_states(args: argparse.Namespace) -> int:
     from powercut.core.crashstate import state_to_json
-    from powercut.core.models import describe, enumerate_states
+    from powercut.core.models import CrashSpace, describe
 
-    with _open(args.path) as index:
-        states = enumerate_states(index, args.model, seed=args.seed, exhaustive_bound=args.bound,
-                                  samples=args.samples)
+    with _open(args.path) as index:   # streamed: a log of 10^6 entries has millions of states
+        states = CrashSpace(index).iter_states(args.model, seed=args.seed, exhaustive_bound=args.bound,
+                                               samples=args.samples)
         if args.json:
             for s in states:
                 print(json.dumps(state_to_json(s)))

@@ -2,14 +2,16 @@
 entries before it that did not persist (``dropped``) and those that persisted only partly (``torn``),
 the acked and begun keys -- and the one rule for its durable data (``CrashState.base``,
 ``CrashState.kept``) that the crash models (core/models), the replay (replay/materialize.plan) and
-the selection of distinct images (core/selection.image_key) all use.  ``KeyPrefix``: a state's acks
+the selection of distinct images (core/selection.image_key) all use; ``describe``: a set of states
+counted per epoch, in one pass.  ``KeyPrefix``: a state's acks
 as a view of the log's ack keys (shared by every state, so a log with k acks costs O(k), not O(k^2)).
 A torn write's atomic units (``unit_count``, ``unit_sectors``, ``sector_units``): what the torn
 models tear between."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -148,3 +150,25 @@ class DeviceChanges:
 def is_key_mark(e: Entry) -> bool:
     """An ``ack:`` or ``begin:`` mark: it changes what the checker is told."""
     return e.ack_key is not None or e.begin_key is not None
+
+
+def describe(states: Iterable[CrashState]) -> dict[str, object]:
+    """Total count and per-epoch breakdown (epoch = number of barrier FLUSH entries before the cut);
+    one pass, so a stream (``CrashSpace.iter_states``) needs no list."""
+    per: dict[int, list[int]] = {}   # epoch -> [states, first cut, last cut, max dropped, sampled]
+    cuts: dict[int, set[int]] = {}
+    models: Counter[str] = Counter()
+    for s in states:
+        sampled = "r" in s.id.partition("@")[2]   # an id with a seeded part
+        e = per.get(s.epoch)
+        if e is None:
+            e = per[s.epoch] = [0, s.cut, s.cut, 0, 0]
+            cuts[s.epoch] = set()
+        e[0] += 1
+        e[1], e[2], e[3], e[4] = min(e[1], s.cut), max(e[2], s.cut), max(e[3], len(s.dropped)), e[4] + sampled
+        cuts[s.epoch].add(s.cut)
+        models[s.model] += 1
+    epochs = [{"epoch": k, "states": e[0], "cuts": len(cuts[k]), "first_cut": e[1], "last_cut": e[2],
+               "max_dropped": e[3], "sampled": e[4]} for k, e in sorted(per.items())]
+    return {"total": sum(e[0] for e in per.values()), "models": dict(models),
+            "cuts": len(set().union(*cuts.values())), "sampled": sum(e[4] for e in per.values()), "epochs": epochs}

@@ -59,12 +59,11 @@ import dataclasses
 import functools
 import heapq
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import MappingProxyType
 
-from powercut.core.crashstate import (CrashState, DeviceChanges, KeyPrefix, Torn, is_key_mark, sector_units,
-                                      unit_count, unit_sectors)
+from powercut.core.crashstate import (CrashState, DeviceChanges, KeyPrefix, Torn, describe, is_key_mark,
+                                      sector_units, unit_count, unit_sectors)
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
 from powercut.core.markorder import ordering_flushes
 from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges,
@@ -433,17 +432,3 @@ def make_state(index: CrashSpace | LogIndex | Sequence[Entry], model: str, cut: 
 def state_from_id(index: CrashSpace | LogIndex | Sequence[Entry], state_id: str) -> CrashState:
     """Rebuild the state an id names; UsageError for a malformed id or one that does not fit."""
     return space(index).state_from_id(state_id)
-
-
-def describe(states: Sequence[CrashState]) -> dict[str, object]:
-    """Total count and per-epoch breakdown (epoch = number of barrier FLUSH entries before the cut)."""
-    _sampled = lambda s: "r" in s.id.partition("@")[2]  # noqa: E731 - an id with a seeded part
-    per: dict[int, list[CrashState]] = {}
-    for s in states:
-        per.setdefault(s.epoch, []).append(s)
-    epochs = [{"epoch": e, "states": len(group), "cuts": len({s.cut for s in group}),
-               "first_cut": min(s.cut for s in group), "last_cut": max(s.cut for s in group),
-               "max_dropped": max(len(s.dropped) for s in group), "sampled": sum(map(_sampled, group))}
-              for e, group in sorted(per.items())]
-    return {"total": len(states), "models": dict(Counter(s.model for s in states)),
-            "cuts": len({s.cut for s in states}), "sampled": sum(map(_sampled, states)), "epochs": epochs}

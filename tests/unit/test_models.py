@@ -387,6 +387,15 @@ def test_describe_per_epoch(example: LogIndex) -> None:
         (0, 4, 1, 2, 2), (1, 12, 2, 6, 8), (2, 2, 1, 12, 12)]
     torn = describe(enumerate_states(example, "torn"))
     assert torn["sampled"] == 4  # the seeded combined ids count as sampled
+    mixed = [s for m in MODELS for s in enumerate_states(example, m)]
+    assert describe(iter(mixed)) == describe(mixed)            # one pass: a stream needs no list
+    assert describe(CrashSpace(example).iter_states("torn")) == torn
+    d = describe(mixed)
+    assert d["total"] == len(mixed) and d["cuts"] == len({s.cut for s in mixed})
+    assert sum(e["states"] for e in d["epochs"]) == len(mixed) and d["models"] == dict(Counter(s.model for s in mixed))
+    for e in d["epochs"]:
+        group = [s for s in mixed if s.epoch == e["epoch"]]
+        assert e["max_dropped"] == max(len(s.dropped) for s in group) and e["cuts"] == len({s.cut for s in group})
 
 
 # -- marks that are not ack/begin split no state ---------------------------------------------------
