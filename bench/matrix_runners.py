@@ -17,7 +17,8 @@ go to the first free of N runners in the workflow's order (list scheduling, as t
 Each job pays ``--job-overhead`` seconds (runner start, checkout, packages, the cached guest image).
 
 * record job of row r:  overhead + its recording's wall time;
-* check job (r, shard): overhead + the row's fixed check cost + its states' VM time / (jobs x shards);
+* check job (r, shard): overhead + the row's fixed check cost + its states' VM time / (jobs x shards),
+  ``jobs`` the checker VMs a runner runs (``--runner-jobs``, default 2: a runner like this machine);
   the fixed cost is what the measured check spent beyond its states (checker VMs' boots, selection,
   report, and the confirmation of failures, which each shard does for its own): ``check wall -
   state seconds / jobs``, at least one checker VM boot (``--boot``); the matrix's tear checks are
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
 import sys
 import tomllib
 from dataclasses import asdict, dataclass
@@ -51,17 +53,20 @@ class RowCost:
     state_s: float       # the states' seconds in their checker VMs, summed
     tear_states: int     # failing torn states judged again without their tear
     tear_s: float = 0.0  # their measured wall time (matrix.json of newer runs; 0: estimated)
+    jobs: int = 2        # checker VMs the measured check ran (-j)
 
-    def fixed_s(self, jobs: int, boot: float) -> float:
-        return max(boot, self.check_s - self.state_s / jobs)
+    def fixed_s(self, boot: float) -> float:
+        """What the measured check spent beyond its states' share of its -j checker VMs."""
+        return max(boot, self.check_s - self.state_s / self.jobs)
 
     @property
     def per_state(self) -> float:
         return self.state_s / self.states if self.states else 0.0
 
 
-def read_rows(matrix_dir: Path) -> list[RowCost]:
-    """Every row directory of a matrix output that has a recording and a finished check."""
+def read_rows(matrix_dir: Path, jobs: int = 2) -> list[RowCost]:
+    """Every row directory of a matrix output that has a recording and a finished check (checked
+    with ``jobs`` checker VMs)."""
     tear: dict[str, tuple[int, float]] = {}
     mj = matrix_dir / "matrix.json"
     if mj.is_file():
@@ -90,7 +95,7 @@ def read_rows(matrix_dir: Path) -> list[RowCost]:
             print(f"matrix_runners: skipping {d.name}: its check is {s.get('status')}", file=sys.stderr)
             continue
         out.append(RowCost(d.name, float(rec.get("vm_wall_s") or rec.get("wall_s") or 0.0), float(s["seconds"]),
-                           int(s.get("total") or len(seconds)), sum(seconds.values()), *tear.get(d.name, (0, 0.0))))
+                           int(s.get("total") or len(seconds)), sum(seconds.values()), *tear.get(d.name, (0, 0.0)), jobs))
     return out
 
 
@@ -111,7 +116,7 @@ def stage_jobs(rows: list[RowCost], shards: int, *, jobs: int, overhead: float, 
     check = []
     for r in rows:   # the workflow's matrix: row-major, shards within a row
         tear_s = r.tear_s or ((boot + r.tear_states * r.per_state / jobs) if r.tear_states else 0.0)
-        each = overhead + r.fixed_s(jobs, boot) + r.state_s / (jobs * shards) + tear_s / shards
+        each = overhead + r.fixed_s(boot) + r.state_s / (jobs * shards) + tear_s / shards
         check += [each] * shards
     return record, check, [overhead + merge] * len(rows)
 
@@ -138,9 +143,10 @@ def _hms(s: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("matrix", type=Path, nargs="+",
-                    help="matrix output directories (powercut matrix -o DIR; several: one run split by rows)")
-    ap.add_argument("--jobs", type=int, default=2, help="checker VMs the measured run used (-j; default 2)")
+    ap.add_argument("matrix", nargs="+", help="matrix output directories (powercut matrix -o DIR; several: one "
+                    "run split by rows), each DIR or DIR:J, J the -j it was checked with (default --jobs)")
+    ap.add_argument("--jobs", type=int, default=2, help="checker VMs the measured runs used (-j; default 2)")
+    ap.add_argument("--runner-jobs", type=int, default=2, help="checker VMs a CI runner runs (default 2)")
     ap.add_argument("--job-overhead", type=float, default=60.0,
                     help="seconds each CI job spends before its work (default 60: an assumption, not measured here)")
     ap.add_argument("--boot", type=float, default=5.1, help="a checker VM's ready time, s (default 5.1: TCG here)")
@@ -149,22 +155,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--where", default="this machine", help="where the figures were taken (printed)")
     ap.add_argument("--json", type=Path, help="also write the rows and the table here")
     a = ap.parse_args(argv)
-    for d in a.matrix:
+    dirs: list[tuple[Path, int]] = []
+    for item in a.matrix:
+        path, _, j = item.rpartition(":")
+        d, jobs = (Path(path), int(j)) if path and j.isdigit() and not Path(item).is_dir() else (Path(item), a.jobs)
         if not d.is_dir():
             print(f"matrix_runners: {d}: not a directory", file=sys.stderr)
             return 2
-    if a.jobs < 1:
-        print("matrix_runners: --jobs must be at least 1", file=sys.stderr)
+        dirs.append((d, jobs))
+    if min(a.jobs, a.runner_jobs, *(j for _, j in dirs)) < 1:
+        print("matrix_runners: --jobs, --runner-jobs and DIR:J must be at least 1", file=sys.stderr)
         return 2
-    rows = [r for d in a.matrix for r in read_rows(d)]
+    rows = [r for d, j in dirs for r in read_rows(d, j)]
     if not rows:
-        print(f"matrix_runners: {' '.join(map(str, a.matrix))}: no row with a recording and a complete check",
-              file=sys.stderr)
+        print(f"matrix_runners: {' '.join(a.matrix)}: no row with a recording and a complete check", file=sys.stderr)
         return 2
-    kw = {"jobs": a.jobs, "overhead": a.job_overhead, "boot": a.boot, "merge": a.merge}
+    kw = {"jobs": a.runner_jobs, "overhead": a.job_overhead, "boot": a.boot, "merge": a.merge}
     states, state_s = sum(r.states for r in rows), sum(r.state_s for r in rows)
     serial = sum(r.record_s + r.check_s for r in rows)
-    print(f"{len(rows)} rows, {states:,} states judged, measured on {a.where} (-j {a.jobs} checker VMs)")
+    print(f"{len(rows)} rows, {states:,} states judged, measured on {a.where} "
+          f"(-j {'/'.join(sorted({str(r.jobs) for r in rows}))} checker VMs; a runner here runs {a.runner_jobs})")
     print(f"  recording {sum(r.record_s for r in rows):,.0f} s, checks {sum(r.check_s for r in rows):,.0f} s "
           f"(states {state_s:,.0f} s in VMs, {state_s / max(states, 1):.3f} s per state), "
           f"record + check one row after the other: {_hms(serial)}"
@@ -186,4 +196,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:   # the table piped into head: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

@@ -38,7 +38,8 @@ def row(mr: ModuleType, name: str, record: float, check: float, states: int, sta
 def test_wall_model(mr: ModuleType) -> None:
     rows = [row(mr, "a", 10, 60, 100, 100), row(mr, "b", 20, 30, 50, 40, tear=10)]
     kw = {"jobs": 2, "overhead": 0.0, "boot": 5.0, "merge": 0.0}
-    assert rows[0].fixed_s(2, 5.0) == 10 and rows[1].fixed_s(2, 5.0) == 10
+    assert rows[0].fixed_s(5.0) == 10 and rows[1].fixed_s(5.0) == 10
+    assert mr.RowCost("c", 1, 60, 100, 100, 0, jobs=1).fixed_s(5.0) == 5     # at least a boot
     record, check, merge = mr.stage_jobs(rows, 2, **kw)
     assert record == [10, 20] and merge == [0, 0]
     tear_b = 5 + 10 * 0.8 / 2
@@ -69,7 +70,8 @@ def test_reads_a_matrix_output(mr: ModuleType, tmp_path: Path, capsys: pytest.Ca
     (tmp_path / "matrix.json").write_text(json.dumps({"rows": [{"recording": str(tmp_path / "wal__correct__ext4"),
                                                                  "tear_checks": {"checked": 7, "seconds": 9.5}}]}))
     rows = mr.read_rows(tmp_path)
-    assert rows == [mr.RowCost("wal__correct__ext4", 12.5, 40.0, 3, 1.0, 7, 9.5)]   # the later line of a state wins
+    assert rows == [mr.RowCost("wal__correct__ext4", 12.5, 40.0, 3, 1.0, 7, 9.5, 2)]
+    assert mr.read_rows(tmp_path, jobs=1)[0].jobs == 1   # the later line of a state wins
     assert "half" in capsys.readouterr().err
     assert mr.main([str(tmp_path), "--json", str(tmp_path / "t.json")]) == 0
     out = capsys.readouterr().out
@@ -81,14 +83,17 @@ def test_errors_are_one_line(mr: ModuleType, tmp_path: Path, capsys: pytest.Capt
     assert mr.main([str(tmp_path / "nope")]) == 2
     assert mr.main([str(tmp_path)]) == 2
     assert mr.main([str(tmp_path), "--jobs", "0"]) == 2
+    assert mr.main([f"{tmp_path}:0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("matrix_runners: ") for line in err)
+    assert len(err) == 4 and all(line.startswith("matrix_runners: ") for line in err)
 
 
 def test_several_directories_are_one_run(mr: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_row(tmp_path / "a" / "wal__correct__ext4", 10.0, 20.0, [("flush@3", 1.0)])
     write_row(tmp_path / "b" / "postgres__defaults__ext4", 30.0, 900.0, [("flush@4", 9.0), ("flush@8", 11.0)])
-    assert mr.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert mr.main([str(tmp_path / "a"), f"{tmp_path / 'b'}:1"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("2 rows, 3 states") and "postgres__defaults__ext4" in out
+    assert out.startswith("2 rows, 3 states") and "postgres__defaults__ext4" in out and "-j 1/2" in out
+    assert mr.main([str(tmp_path / "a"), f"{tmp_path / 'b'}:1", "--json", str(tmp_path / "t.json")]) == 0
+    assert [r["jobs"] for r in json.loads((tmp_path / "t.json").read_text())["rows"]] == [2, 1]
     assert mr.main([str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
