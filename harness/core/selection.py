@@ -22,6 +22,11 @@ distinct disk image once, and under a cap a fair share of every model.
   leaves the rest to the others, ties to the earlier model), and within a model the share is
   evenly spaced over its ordered list, first and last included, so early and late cuts are
   both judged.  Deterministic; never more than max_states.
+* **Memory** (a 10^6-entry log has millions of states): the models' states are streamed
+  (``CrashSpace.iter_states``) a key version at a time, all models in model order (states of
+  different key versions never share an image, so the keys are forgotten after each version), and
+  the representatives are kept as ids (``StateList``, ~25 bytes a state), each rebuilt from its id
+  when asked for.
 """
 from __future__ import annotations
 
