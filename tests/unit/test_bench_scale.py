@@ -3,28 +3,21 @@ configuration end to end -- every phase in the table and results, the plot writt
 assertions (tests/README.md): the figures are the bench's to print."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from powercut.core.dmlog import END_MARK, open_log
+import benchscripts
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_scale.py"
+from powercut.core.dmlog import END_MARK, open_log
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_scale", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_scale"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return benchscripts.load("bench_scale")
 
 
 def test_synthetic_log_is_shaped_like_a_filesystems(bench: ModuleType, tmp_path: Path) -> None:

@@ -2,25 +2,18 @@
 after the other), reading a matrix output's rows, and its errors.  Figures are the script's to print."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "matrix_runners.py"
+import benchscripts
 
 
 @pytest.fixture(scope="module")
 def mr() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("matrix_runners", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["matrix_runners"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return benchscripts.load("matrix_runners")
 
 
 def test_makespan_is_list_scheduling(mr: ModuleType) -> None:
