@@ -3,7 +3,8 @@
 the host's preparation of the VM included) and the time per state after it, for the checker VM as
 it starts now against the classic start, alternated in one run, medians of --rounds.
 
-The classic start (the baseline) is today's code with the start-up cuts undone: the agent started
+Three starts: "now" (a checker VM restored from its template, check/template.py), "boot" (the same
+VM booted: POWERCUT_VM_START=boot) and "classic".  The classic start (the baseline) is today's code with the start-up cuts undone: the agent started
 as ``python -m powercut.guest`` with ``site`` and without powercut's bytecode (its __pycache__
 directories moved aside for the round: every powercut module compiled in the guest, as when
 PYTHONDONTWRITEBYTECODE kept them from being written; the stdlib's bytecode stays), the modules
@@ -48,13 +49,14 @@ CLASSIC_SCRIPT = ("#!/bin/sh\nexec /usr/bin/env -i PATH={path} HOME=/tmp LANG=C.
 
 
 class Variant:
-    """Patches that turn the checker VM's start back into the classic one (None: as it is now)."""
+    """Patches that turn the checker VM's start back into the classic one, or into a boot (as now,
+    but without the template: POWERCUT_VM_START=boot), or none (as it is now)."""
 
-    def __init__(self, name: str, classic: bool) -> None:
-        self.name, self.classic = name, classic
+    def __init__(self, name: str, classic: bool, boot: bool = False) -> None:
+        self.name, self.classic, self.boot = name, classic, boot or classic
 
     def __enter__(self) -> "Variant":
-        self.patches = []
+        self.patches = [mock.patch.dict("os.environ", {"POWERCUT_VM_START": "boot" if self.boot else "snapshot"})]
         if self.classic:
             real_vm_spec, real_source = CheckerVm._vm_spec, CheckerVm.source
 
@@ -76,7 +78,7 @@ class Variant:
             self.hidden = [d for pkg in agentboot.package_dirs().values() for d in Path(pkg).rglob("__pycache__")]
             for d in self.hidden:
                 d.rename(d.with_name("__pycache__.bench-hidden"))
-            self.patches = [mock.patch.object(agentboot, "compile_package", lambda: None),
+            self.patches += [mock.patch.object(agentboot, "compile_package", lambda: None),
                             mock.patch.object(CheckerVm, "_vm_spec", vm_spec),
                             mock.patch.object(CheckerVm, "source", source),
                             mock.patch.object(guestjob, "job_script", job_script),
@@ -112,8 +114,20 @@ def one(rec, states: list[str], work: Path, variant: Variant) -> dict[str, float
 
     vm = CheckerVm(cctx, LogSource.of(rec), spec, work)
 
-    def watch() -> None:   # the first "begin" line, polled every 10 ms
+    host: dict[str, float] = {}
+
+    def watch() -> None:   # host clock: QEMU started, restored, agent's log begun, first "begin" (every 10 ms)
         while not done.is_set():
+            for key, pattern, needle in (("qemu_started", "run*/qemu.argv", ""),
+                                         ("restored", "run*/console.log", "powercut-restored"),
+                                         ("agent_log", "run*/job/agent.log", "")):
+                if key not in host:
+                    for p in work.glob(pattern):
+                        try:
+                            if not needle or needle in p.read_text(errors="replace"):
+                                host[key] = time.monotonic()
+                        except OSError:
+                            pass
             for p in work.glob("run*/job/progress.jsonl"):
                 try:
                     if '"begin"' in p.read_text():
@@ -134,6 +148,9 @@ def one(rec, states: list[str], work: Path, variant: Variant) -> dict[str, float
     if out.failure is not None or not first_begin or len(verdicts) != len(states):
         raise SystemExit(f"bench_vmstart: the {variant.name} VM failed: {out.failure}")
     stamps["ready_s"] = first_begin[0] - t0
+    for key in ("qemu_started", "restored", "agent_log"):
+        if key in host:
+            stamps[f"host_{key}"] = host[key] - t0
     stamps["per_state_s"] = (verdicts[-1] - first_begin[0]) / len(states)
     stamps["wall_s"] = time.monotonic() - t0
     stamps.update(timeline(next(work.glob("run*/console.log")), next(work.glob("run*/job/agent.log"))))
@@ -191,24 +208,33 @@ def main() -> int:
                                                                                 params={"n": 60})), tmp / "rec")
         with open_log(rec.log_path) as index:
             states = [s.id for s in select(index, ["flush"]).states][:args.states]
-        results: dict[str, list[dict[str, float]]] = {"classic": [], "now": []}
+        variants = {"classic": Variant("classic", True), "boot": Variant("boot", False, boot=True),
+                    "now": Variant("now", False)}
+        t = time.monotonic()   # the template of "now" is built once, before the rounds (cached after)
+        one(rec, states[:1], tmp / "template", variants["now"])
+        print(f"warm-up of 'now' (its checker VM template built, or found cached): {time.monotonic() - t:.1f} s")
+        results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
         for r in range(args.rounds):
-            for name in ("classic", "now"):
-                results[name].append(one(rec, states, tmp / f"{name}{r}", Variant(name, name == "classic")))
+            for name, variant in variants.items():
+                results[name].append(one(rec, states, tmp / f"{name}{r}", variant))
                 print(f"round {r + 1} {name:8s} ready {results[name][-1]['ready_s']:5.2f} s, "
                       f"{results[name][-1]['per_state_s'] * 1000:5.0f} ms/state", flush=True)
         med = {n: {k: statistics.median(x[k] for x in rs if k in x) for k in rs[0]} for n, rs in results.items()}
         print(f"\nchecker VM, {len(states)} flush states of {rec.dir.name}, medians of {args.rounds} "
               f"({rec.manifest['recording'].get('accel', '?')} recording; this run's VMs: see the consoles)")
-        print(f"{'':28s}{'classic':>10s}{'now':>10s}{'now/classic':>13s}")
-        for key, label in (("ready_s", "ready: QEMU start -> 1st state"), ("per_state_s", "per state (s)"),
+        print(f"{'':32s}{'classic':>9s}{'boot':>9s}{'now':>9s}{'now/classic':>12s}{'now/boot':>10s}")
+        for key, label in (("ready_s", "ready: QEMU start -> 1st state"),
+                           ("host_qemu_started", "  host: QEMU started at"), ("host_restored", "  host: guest restored at"),
+                           ("host_agent_log", "  host: agent's log begun at"), ("per_state_s", "per state (s)"),
                            ("fsck_s", "  of which fsck (s)"), ("modules_loaded", "guest: modules loaded at"),
                            ("job_start", "guest: agent's job.sh at"), ("agent_main", "guest: agent main() at"),
                            ("first_state", "guest: first state at")):
-            a, b = med["classic"].get(key), med["now"].get(key)
-            if a is None or b is None:
-                continue
-            print(f"{label:28s}{a:10.3f}{b:10.3f}{b / a:13.2f}")
+            a, b, c = (med[n].get(key) for n in ("classic", "boot", "now"))
+            cells = "".join(f"{x:9.3f}" if x is not None else f"{'-':>9s}" for x in (a, b, c))
+            ratios = "".join(f"{c / x:{w}.2f}" if c is not None and x else f"{'-':>{w}s}" for x, w in ((a, 12), (b, 10)))
+            print(f"{label:32s}{cells}{ratios}")
+        print("(guest timeline rows: a restored VM's clock goes on from its template's, so its stamps are not "
+              "comparable with a boot's)")
         if args.failing_recording:
             warm_campaigns(Path(args.failing_recording), tmp, args.rounds)
     finally:

@@ -13,9 +13,10 @@ class CpioWriter:
         self.ino = 1
         self.dirs: set[str] = set()
 
-    def _entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0), nlink: int = 1) -> None:
+    def _entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0), nlink: int = 1,
+               mtime: int = 0) -> None:
         namez = name.encode() + b"\0"
-        fields = (self.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rdev[0], rdev[1], len(namez), 0)
+        fields = (self.ino, mode, 0, 0, nlink, mtime, len(data), 0, 0, rdev[0], rdev[1], len(namez), 0)
         header = b"070701" + b"".join(b"%08X" % v for v in fields)
         self.ino += 1
         self.f.write(header + namez)
@@ -36,9 +37,14 @@ class CpioWriter:
         for i in range(1, len(parts) + 1):
             self.dir("/".join(parts[:i]))
 
-    def file(self, name: str, data: bytes, mode: int = 0o644) -> None:
+    def file(self, name: str, data: bytes, mode: int = 0o644, mtime: int = 0) -> None:
+        """A regular file; ``mtime`` matters to Python, whose bytecode records its source's mtime."""
         self.parents(name)
-        self._entry(name, stat.S_IFREG | mode, data)
+        self._entry(name, stat.S_IFREG | mode, data, mtime=mtime)
+
+    def symlink(self, name: str, target: str) -> None:
+        self.parents(name)
+        self._entry(name, stat.S_IFLNK | 0o777, target.encode())
 
     def chardev(self, name: str, major: int, minor: int, mode: int = 0o600) -> None:
         self.parents(name)

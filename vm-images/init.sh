@@ -9,6 +9,9 @@
 #   powercut.load=GROUP,... (load only modules of these groups, see modules.txt; default all)
 #   powercut.mount=TAG,...  (more read-only shares, mounted at /run/powercut/TAG)
 #   powercut.keep=PATH,...  (host paths under /tmp to keep visible over the guest's own /tmp)
+#   powercut.template=1     (a checker VM's template, check/template.py: instead of 2-3, run the template
+#                            agent from /pcroot, a root the host appended to this initramfs; it mounts
+#                            the shares itself once the VM is restored, guest/template.py)
 /bin/busybox mkdir -p /proc /sys /dev /newroot /tmp
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
@@ -32,6 +35,7 @@ for arg in $(cat /proc/cmdline); do
         powercut.load=*) load="${arg#powercut.load=}" ;;
         powercut.mount=*) extra_mounts="${arg#powercut.mount=}" ;;
         powercut.keep=*) keep="${arg#powercut.keep=}" ;;
+        powercut.template=1) template=1 ;;
     esac
 done
 
@@ -60,6 +64,26 @@ done < /etc/powercut/modules
 
 stamp() { read -r up _ < /proc/uptime; echo "powercut-init: $1 at ${up}s"; }
 stamp "modules loaded"
+if [ -n "$template" ]; then
+    [ -f /pcroot/.powercut/python ] || { echo "powercut-init: no template root in the initramfs"; finish 125; }
+    for d in proc sys dev tmp run; do mkdir -p "/pcroot/$d"; done
+    mount -t proc proc /pcroot/proc
+    mount -t sysfs sysfs /pcroot/sys
+    mount -t devtmpfs devtmpfs /pcroot/dev
+    mount -t tmpfs -o mode=1777 tmpfs /pcroot/tmp
+    mount -t tmpfs -o mode=755 tmpfs /pcroot/run
+    stamp "template agent start"
+    env -i PATH=/bin HOME=/tmp LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 \
+        chroot /pcroot "$(cat /pcroot/.powercut/python)" -S /.powercut/boot.py </dev/null
+    rc=$?
+    job=/pcroot/.powercut/host/run/powercut/job
+    if [ -d "$job" ]; then
+        echo "$rc" > "$job/exit-status"
+        sync
+        umount "$job" 2>/dev/null
+    fi
+    finish "$rc"
+fi
 case "$transport" in
     virtiofs) mount -t virtiofs -o ro hostroot /newroot ;;
     *) mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=loose,ro hostroot /newroot ;;

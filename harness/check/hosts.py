@@ -13,16 +13,18 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import shutil
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from powercut.check import template as snapshot
 from powercut.check.context import LogSource
 from powercut.config import VmSpec
-from powercut.errors import EnvironmentNotReady, UsageError
-from powercut.linux import process
+from powercut.errors import EnvironmentNotReady, UsageError, VmError
+from powercut.linux import interrupt, process
 from powercut.vm.guestjob import SCRATCH_MKFS
 from powercut.vm.libvirt import is_local_uri, run_vm_libvirt
 from powercut.vm.qemu import run_vm
@@ -108,14 +110,31 @@ class CheckHost:
         under ``dir`` (``run`` here; a fresh run directory on a remote host, whose files are mirrored
         back into ``run``).  The job files must already be in ``run``/job."""
         if not self.remote:
+            vm = make_vm(str(run))
+            tmpl_ok = not self.uri and snapshot.eligible(vm)
+            if tmpl_ok:   # a template's disks have sizes of a few kinds (check/template.py)
+                scratch_bytes = snapshot.scratch_bytes(scratch_bytes)
             with open(run / "scratch.img", "wb") as f:
                 f.truncate(scratch_bytes)
             process.run([*SCRATCH_MKFS, str(run / "scratch.img")], timeout=300)   # the job says scratch_ready
-            vm = make_vm(str(run))
             if self.uri:
                 run_vm_libvirt(vm, uri=self.uri, rundir=run, watchdog=watchdog)
-            else:
-                run_vm(vm, rundir=run, watchdog=watchdog)
+                return
+            tmpl = snapshot.template_for(vm) if tmpl_ok else None
+            if tmpl is not None:
+                try:
+                    run_vm(tmpl.restored_spec(vm, run), rundir=run, watchdog=watchdog)
+                    why = "" if snapshot.restored(vm.console_path) else "its guest ended before the job"
+                except VmError as e:
+                    if snapshot.restored(vm.console_path) or interrupt.stopping():
+                        raise   # the job's failure (a panic or hang in a state), not the restore's
+                    why = e.one_line()
+                if not why:
+                    return
+                # the restore failed before the guest ran anything of the job: boot instead
+                shutil.copyfile(vm.console_path, run / "console-restore.log")
+                snapshot.discard(tmpl, f"{why}; console: {run / 'console-restore.log'}")
+            run_vm(vm, rundir=run, watchdog=watchdog)
             return
         assert self.shipper is not None
         files = {f"job/{p.name}": p.read_bytes() for p in sorted((run / "job").iterdir()) if p.is_file()}

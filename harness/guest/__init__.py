@@ -3,4 +3,5 @@
 * ``__main__`` -- reads the job and dispatches by its kind;
 * ``record`` -- the record and mark-bench jobs;
 * ``check`` -- the checker VM's job (check, shell, diagnose);
-* ``bench`` -- the bench job."""
+* ``bench`` -- the bench job;
+* ``template`` -- a checker VM's template agent: started ahead of any job, saved, restored per VM."""

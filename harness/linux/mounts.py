@@ -22,6 +22,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_SYNCHRONOUS = 1, 2, 4, 8, 16
 MS_MANDLOCK, MS_DIRSYNC, MS_NOSYMFOLLOW = 64, 128, 256
 MS_NOATIME, MS_NODIRATIME, MS_SILENT = 1024, 2048, 1 << 15
 MS_RELATIME, MS_I_VERSION, MS_STRICTATIME, MS_LAZYTIME = 1 << 21, 1 << 23, 1 << 24, 1 << 25
+MS_BIND = 4096
 MNT_DETACH = 2
 
 # option word -> (flag, set it?) -- the words mount(8) turns into MS_* flags
@@ -41,6 +42,7 @@ FLAG_WORDS: dict[str, tuple[int, bool]] = {
     "lazytime": (MS_LAZYTIME, True), "nolazytime": (MS_LAZYTIME, False),
     "iversion": (MS_I_VERSION, True), "noiversion": (MS_I_VERSION, False),
     "silent": (MS_SILENT, True), "loud": (MS_SILENT, False),
+    "bind": (MS_BIND, True),
 }
 # fstab-only words that mount(8) drops before the kernel sees them
 USERSPACE_WORDS = frozenset({"defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group",

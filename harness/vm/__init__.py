@@ -8,4 +8,5 @@
 * ``remote`` -- a remote libvirt host over ssh: shipping by hash, mirroring its files;
 * ``libvirt_xml`` -- VmSpec -> domain XML;
 * ``guestjob`` -- typed, versioned jobs for the guest agent;
-* ``agentboot`` -- how the guest agent starts fast (bytecode from the host, no ``site``)."""
+* ``agentboot`` -- how the guest agent starts fast (bytecode from the host, no ``site``);
+* ``qmp`` -- a minimal QMP client (saving a checker VM's template)."""

@@ -78,8 +78,20 @@ def site_paths(env_path: str) -> tuple[str, ...]:
     return tuple(p for p in full if p)
 
 
-def boot_script(env_path: str, *, full_site: bool) -> str:
-    """``boot.py``: what the guest's ``python -S`` runs (its argv: the job file)."""
+AGENT = "from powercut.guest.__main__ import main\n\nsys.exit(main(sys.argv[1:]))\n"
+TEMPLATE_AGENT = "from powercut.guest.template import main\n\nsys.exit(main())\n"
+
+
+def start_config(env: dict[str, str], *, full_site: bool) -> dict[str, object]:
+    """``start.json``: how a job's agent starts (its environment, ``site`` or the site paths), for
+    the template agent of a restored checker VM, which started before the job (guest/template.py)."""
+    return {"env": env, "full_site": bool(full_site or not site_paths(env["PATH"])),
+            "site_paths": list(site_paths(env["PATH"]))}
+
+
+def boot_script(env_path: str, *, full_site: bool, entry: str = AGENT) -> str:
+    """``boot.py``: what the guest's ``python -S`` runs (its argv: the job file); ``entry``: the
+    lines that run once powercut is importable (the agent, or the template agent)."""
     compile_package()
     paths = () if full_site else site_paths(env_path)
     return f'''# written by powercut (vm/agentboot.py): the guest agent, started without site
@@ -115,7 +127,4 @@ def bind():
 if not bind():
     import site
     site.main()
-from powercut.guest.__main__ import main
-
-sys.exit(main(sys.argv[1:]))
-'''
+''' + entry

@@ -19,7 +19,7 @@ from powercut import checker as checkers, registry
 from powercut.checker import CheckerSpec
 from powercut.config import FsSpec, RunSet, WorkloadSpec, from_dict, to_dict
 from powercut.errors import PowercutError, UsageError
-from powercut.vm.agentboot import boot_script
+from powercut.vm.agentboot import boot_script, start_config
 
 JOB_VERSION = 4
 GUEST_JOB_DIR = "/run/powercut/job"
@@ -188,10 +188,15 @@ def needs_full_site(job: Job) -> bool:
     return src is None or bool(src.checker.function)
 
 
+def agent_env(tools_dir: str = "") -> dict[str, str]:
+    """The guest agent's whole environment."""
+    return {"PATH": guest_path(tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def job_script(tools_dir: str = "") -> str:
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in agent_env(tools_dir).items())
     return ("#!/bin/sh\n# written by powercut: runs the guest agent in the guest (boot.py: vm/agentboot.py)\n"
-            f"exec /usr/bin/env -i PATH={shlex.quote(guest_path(tools_dir))} HOME=/tmp LANG=C.UTF-8 "
-            f"PYTHONDONTWRITEBYTECODE=1 {shlex.quote(sys.executable)} -S {GUEST_JOB_DIR}/boot.py "
+            f"exec /usr/bin/env -i {env} {shlex.quote(sys.executable)} -S {GUEST_JOB_DIR}/boot.py "
             f"{GUEST_JOB_DIR}/job.json\n")
 
 
@@ -202,6 +207,8 @@ def write(jobdir: Path, job: Job, *, seq: int = 1, serve: bool = False) -> None:
     if seq == 1:   # a later job goes to an agent that has started already
         (jobdir / "job.sh").write_text(job_script(job.tools_dir))
         (jobdir / "boot.py").write_text(boot_script(guest_path(job.tools_dir), full_site=needs_full_site(job)))
+        (jobdir / "start.json").write_text(json.dumps(start_config(agent_env(job.tools_dir),
+                                                                   full_site=needs_full_site(job))))
     tmp = jobdir / ".job.json.tmp"
     tmp.write_text(json.dumps(to_json(job, seq=seq, serve=serve), indent=1))
     os.replace(tmp, jobdir / "job.json")
@@ -272,3 +279,33 @@ def write_result(jobdir: Path, result: GuestResult, seq: int = 1) -> None:
     tmp = Path(jobdir) / ".result.json.tmp"
     tmp.write_text(json.dumps(out, indent=1))
     os.replace(tmp, Path(jobdir) / "result.json")   # whole or not there: the host polls for it
+
+
+# A checker VM's template (check/template.py on the host, guest/template.py in the guest): the
+# template agent says READY once it can be saved, polls the control disk for a go block, and says
+# RESTORED once restored and in the host root (what fails before that is the restore's).
+TEMPLATE_READY = "powercut-template-ready"
+TEMPLATE_RESTORED = "powercut-restored"
+TEMPLATE_PRELOAD = ("powercut.guest.__main__", "powercut.guest.check")   # what it imports before the save
+CONTROL_SERIAL = "pcctl"
+GO_MAGIC = b"powercut-go\n"
+GO_BLOCK = 4096
+
+
+def go_block(now: float, seed: str) -> bytes:
+    """The control disk's first block for one restored VM: the host's clock and random bytes."""
+    block = GO_MAGIC + json.dumps({"time": now, "seed": seed}).encode()
+    if len(block) >= GO_BLOCK:
+        raise ValueError("go block too long")
+    return block + b"\0" * (GO_BLOCK - len(block))
+
+
+def parse_go(block: bytes) -> dict[str, Any] | None:
+    """A go block's settings (None: not a go block, e.g. the template's zeroed control disk)."""
+    if not block.startswith(GO_MAGIC):
+        return None
+    end = block.find(b"\0")
+    go = json.loads(block[len(GO_MAGIC):end if end > 0 else len(block)])
+    if not isinstance(go, dict) or not isinstance(go.get("time"), (int, float)) or not isinstance(go.get("seed"), str):
+        raise ValueError(f"a go block without time and seed: {go!r}")
+    return go

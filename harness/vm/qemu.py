@@ -63,6 +63,10 @@ def build_argv(spec: VmSpec, accel: str, *, virtiofs_sockets: dict[str, str] | N
         argv += ["-device", "ahci,id=ahci0"]
     for i, disk in enumerate(spec.disks):
         argv += _drive_args(i, disk, pci)
+    if spec.qmp:
+        argv += ["-qmp", f"unix:{spec.qmp},server=on,wait=off"]
+    if spec.restore:
+        argv += ["-incoming", f"exec:cat {shlex.quote(spec.restore)}"]
     for i, share in enumerate(spec.shares):
         if spec.transport == "virtiofs":
             sock = (virtiofs_sockets or {}).get(share.tag, f"{share.tag}.sock")
