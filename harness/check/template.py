@@ -224,6 +224,7 @@ def template_for(spec: VmSpec) -> Template | None:
         try:
             tmpl.build(replace(spec, accel=accel), accel, rt)   # type: ignore[arg-type]
         except (PowercutError, OSError) as e:
+            (tmpl.dir / "state.part").unlink(missing_ok=True)   # a full disk must not stay full
             with _lock:
                 _failed.add(key)
             log.warning("checker VMs boot: the template VM could not be saved: %s (see %s/build)",
@@ -251,13 +252,16 @@ def restored(console_path: str) -> bool:
 
 
 def _prune(root: Path, keep: Path) -> None:
-    """Only the KEEP newest templates stay (each holds a saved VM of ~100-200 MB)."""
+    """Only the KEEP most recently used templates stay (each holds a saved VM of ~100-200 MB), and
+    none used in the last hour goes (another run may be about to restore it)."""
     try:
         dirs = sorted((d for d in root.iterdir() if d.is_dir() and d != keep),
                       key=lambda d: d.stat().st_mtime, reverse=True)
     except OSError:
         return
     for d in dirs[KEEP - 1:]:
+        if time.time() - d.stat().st_mtime < 3600:
+            continue
         lockf = open(d / "lock", "a")
         try:
             fcntl.flock(lockf, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -306,3 +306,24 @@ def test_wait_migration_completed_and_failed() -> None:
     wait_migration(Q([{"status": "active"}, {"status": "completed"}]), 5)   # type: ignore[arg-type]
     with pytest.raises(QmpError, match="failed: disk full"):
         wait_migration(Q([{"status": "failed", "error-desc": "disk full"}]), 5)   # type: ignore[arg-type]
+
+
+def test_prune_keeps_the_recent_templates_and_any_used_within_the_hour(tmp_path: Path) -> None:
+    import time
+    root = tmp_path / "templates"
+    old = []
+    for i in range(9):
+        d = root / f"old{i}"
+        d.mkdir(parents=True)
+        t = time.time() - 7200 - i * 60   # old0 the most recently used
+        os.utime(d, (t, t))
+        old.append(d)
+    fresh = root / "fresh"
+    fresh.mkdir()
+    keep = root / "current"
+    keep.mkdir()
+    template._prune(root, keep=keep)
+    left = {d.name for d in root.iterdir()}
+    assert "current" in left and "fresh" in left   # this run's, and one used within the hour
+    # KEEP in all: the current one, then the most recently used (fresh and old0..old3)
+    assert left == {"current", "fresh"} | {f"old{i}" for i in range(template.KEEP - 2)}
