@@ -70,8 +70,8 @@ if [ -n "$template" ]; then
     mount -t proc proc /pcroot/proc
     mount -t sysfs sysfs /pcroot/sys
     mount -t devtmpfs devtmpfs /pcroot/dev
-    mount -t tmpfs -o mode=1777 tmpfs /pcroot/tmp
-    mount -t tmpfs -o mode=755 tmpfs /pcroot/run
+    # /tmp and /run stay the initramfs' own (writable): the runtime may hold a checkout under /tmp
+    chmod 1777 /pcroot/tmp
     stamp "template agent start"
     env -i PATH=/bin HOME=/tmp LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 \
         chroot /pcroot "$(cat /pcroot/.powercut/python)" -S /.powercut/boot.py </dev/null

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import secrets
+import shlex
 import shutil
 import threading
 import time
@@ -164,7 +165,7 @@ class Template:
                      qmp=qmp_path, name=f"powercut-template-{os.getpid()}")
         Path(vm.console_path).write_bytes(b"")
         argv = build_argv(vm, accel, qemu=process.require(QEMU, "qemu-system-x86"))
-        (work / "qemu.argv").write_text(" ".join(argv) + "\n")
+        (work / "qemu.argv").write_text(shlex.join(argv) + "\n")
         ready = ConsoleWatch(vm.console_path, guestjob.TEMPLATE_READY.encode())
         state_part = tdir / "state.part"
         with open(work / "qemu.stderr", "wb") as errf, process.Spawned(argv, stdout=errf, stderr=errf) as q:
@@ -177,7 +178,7 @@ class Template:
             try:
                 # saved running (not stopped first): the runstate travels with the state, and a
                 # restored VM starts running only if it was saved running
-                qmp.command("migrate", uri=f"exec:cat > {state_part}")
+                qmp.command("migrate", uri=f"exec:cat > {shlex.quote(str(state_part))}")
                 wait_migration(qmp, 120)
                 qmp.command("quit")
             finally:
