@@ -28,7 +28,13 @@ Each job pays ``--job-overhead`` seconds (runner start, checkout, packages, the 
 
 Printed: the rows by cost, the one-machine wall time (measured), and the table runners -> wall time
 for each shard count, with the best.  Figures, never assertions.
-"""
+
+
+A row whose check ran in several invocations (``--resume``) has in its summary the last invocation's
+seconds only; it is told by its span (``campaign.json`` written at the start, ``summary.json`` at
+the end) being far longer.  Such a row takes its figures from ``--earlier`` (an earlier --json output
+of the run that judged it, when plausible), else an estimate (its states' seconds / -j + one boot),
+and the script says how many of each.  A row found in several directories is the later one's."""
 from __future__ import annotations
 
 import argparse
@@ -37,7 +43,7 @@ import json
 import os
 import sys
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 SHARD_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -58,6 +64,12 @@ class RowCost:
     def fixed_s(self, boot: float) -> float:
         """What the measured check spent beyond its states' share of its -j checker VMs."""
         return max(boot, self.check_s - self.state_s / self.jobs)
+
+    resumed: bool = False  # its check ran in several invocations: check_s is only the last one's
+
+    def plausible(self) -> bool:
+        """Its check time covers at least its states' share of its checker VMs."""
+        return self.check_s >= self.state_s / self.jobs
 
     @property
     def per_state(self) -> float:
@@ -94,8 +106,13 @@ def read_rows(matrix_dir: Path, jobs: int = 2) -> list[RowCost]:
         if s.get("status") != "complete":
             print(f"matrix_runners: skipping {d.name}: its check is {s.get('status')}", file=sys.stderr)
             continue
+        # a resumed check's summary counts the last invocation only: its span (campaign.json written
+        # at the start, summary.json at the end) is then much longer than its seconds
+        campaign = d / "check" / "campaign.json"
+        span = summary.stat().st_mtime - campaign.stat().st_mtime if campaign.is_file() else float(s["seconds"])
         out.append(RowCost(d.name, float(rec.get("vm_wall_s") or rec.get("wall_s") or 0.0), float(s["seconds"]),
-                           int(s.get("total") or len(seconds)), sum(seconds.values()), *tear.get(d.name, (0, 0.0)), jobs))
+                           int(s.get("total") or len(seconds)), sum(seconds.values()), *tear.get(d.name, (0, 0.0)), jobs,
+                           resumed=span - float(s["seconds"]) > 60))
     return out
 
 
@@ -154,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wall", type=float, default=0.0, help="the measured run's wall time, s, to print beside")
     ap.add_argument("--where", default="this machine", help="where the figures were taken (printed)")
     ap.add_argument("--json", type=Path, help="also write the rows and the table here")
+    ap.add_argument("--earlier", type=Path, help="an earlier --json output: rows whose check the measured run only "
+                    "resumed (their summary's seconds are the resume's) take their figures from it")
     a = ap.parse_args(argv)
     dirs: list[tuple[Path, int]] = []
     for item in a.matrix:
@@ -166,10 +185,36 @@ def main(argv: list[str] | None = None) -> int:
     if min(a.jobs, a.runner_jobs, *(j for _, j in dirs)) < 1:
         print("matrix_runners: --jobs, --runner-jobs and DIR:J must be at least 1", file=sys.stderr)
         return 2
-    rows = [r for d, j in dirs for r in read_rows(d, j)]
+    by_name: dict[str, RowCost] = {}
+    for d, j in dirs:   # a row in several directories: the later directory's (a re-run of it)
+        for r in read_rows(d, j):
+            if r.row in by_name:
+                print(f"({r.row}: taken from {d}, the later directory)")
+            by_name[r.row] = r
+    rows = list(by_name.values())
     if not rows:
         print(f"matrix_runners: {' '.join(a.matrix)}: no row with a recording and a complete check", file=sys.stderr)
         return 2
+    earlier: dict[str, RowCost] = {}
+    if a.earlier:
+        try:
+            earlier = {r["row"]: RowCost(**r) for r in json.loads(a.earlier.read_text())["rows"]}
+            earlier = {k: replace(r, resumed=not r.plausible()) for k, r in earlier.items()}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"matrix_runners: --earlier {a.earlier}: not an earlier --json output ({e})", file=sys.stderr)
+            return 2
+    taken, estimated = 0, 0
+    for i, r in enumerate(rows):
+        if not r.resumed:
+            continue
+        e = earlier.get(r.row)
+        if e is not None and not e.resumed and e.plausible() and e.states == r.states:
+            rows[i], taken = e, taken + 1
+        else:   # its states' share of its VMs, plus one boot
+            rows[i], estimated = replace(r, check_s=r.state_s / r.jobs + a.boot), estimated + 1
+    if taken or estimated:
+        print(f"({taken} resumed row(s) take their check time from {a.earlier}; {estimated} resumed row(s) have it "
+              "estimated: their states' seconds / -j + one boot)")
     kw = {"jobs": a.runner_jobs, "overhead": a.job_overhead, "boot": a.boot, "merge": a.merge}
     states, state_s = sum(r.states for r in rows), sum(r.state_s for r in rows)
     serial = sum(r.record_s + r.check_s for r in rows)

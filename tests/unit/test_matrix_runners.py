@@ -90,3 +90,42 @@ def test_several_directories_are_one_run(mr: ModuleType, tmp_path: Path, capsys:
     assert mr.main([str(tmp_path / "a"), f"{tmp_path / 'b'}:1", "--json", str(tmp_path / "t.json")]) == 0
     assert [r["jobs"] for r in json.loads((tmp_path / "t.json").read_text())["rows"]] == [2, 1]
     assert mr.main([str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
+
+
+def test_resumed_rows_take_earlier_figures_or_an_estimate(mr: ModuleType, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A resumed check's summary counts its last invocation only (its span, campaign.json to
+    summary.json, is far longer): the row takes an earlier run's figures, else an estimate."""
+    import os
+    m = tmp_path / "m"
+    for name in ("a__x__ext4", "b__x__ext4", "c__x__ext4"):
+        write_row(m / name, 10.0, 0.2, [("flush@1", 30.0), ("flush@2", 30.0)])
+        (m / name / "check" / "campaign.json").write_text("{}")
+        os.utime(m / name / "check" / "campaign.json", (1000, 1000))
+        os.utime(m / name / "check" / "summary.json", (5000, 5000))   # resumed hours later
+    fresh = m / "d__x__ext4"
+    write_row(fresh, 10.0, 50.0, [("flush@1", 30.0), ("flush@2", 30.0)])
+    (fresh / "check" / "campaign.json").write_text("{}")
+    os.utime(fresh / "check" / "campaign.json", (1000, 1000))
+    os.utime(fresh / "check" / "summary.json", (1050, 1050))
+    rows = {r.row: r for r in mr.read_rows(m, 2)}
+    assert [rows[n].resumed for n in sorted(rows)] == [True, True, True, False]
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"rows": [
+        {"row": "a__x__ext4", "record_s": 10.0, "check_s": 70.0, "states": 2, "state_s": 60.0, "tear_states": 0},
+        {"row": "b__x__ext4", "record_s": 10.0, "check_s": 5.0, "states": 2, "state_s": 60.0, "tear_states": 0}]}))
+    out = tmp_path / "t.json"
+    assert mr.main([str(m), "--earlier", str(earlier), "--json", str(out), "--boot", "5"]) == 0
+    got = {r["row"]: r["check_s"] for r in json.loads(out.read_text())["rows"]}
+    # a: the earlier figure; b: its earlier figure is itself implausible -> estimated; c: none -> estimated
+    assert got == {"a__x__ext4": 70.0, "b__x__ext4": 60.0 / 2 + 5, "c__x__ext4": 60.0 / 2 + 5, "d__x__ext4": 50.0}
+    assert "1 resumed row(s) take" in capsys.readouterr().out
+    assert mr.main([str(m), "--earlier", str(tmp_path / "missing.json")]) == 2
+
+
+def test_a_row_in_two_directories_is_the_later_ones(mr: ModuleType, tmp_path: Path) -> None:
+    write_row(tmp_path / "one" / "a__x__ext4", 10.0, 40.0, [("flush@1", 10.0)])
+    write_row(tmp_path / "two" / "a__x__ext4", 10.0, 80.0, [("flush@1", 20.0)])
+    out = tmp_path / "t.json"
+    assert mr.main([str(tmp_path / "one"), str(tmp_path / "two"), "--json", str(out)]) == 0
+    assert [r["check_s"] for r in json.loads(out.read_text())["rows"]] == [80.0]
