@@ -83,6 +83,13 @@ class QemuCrashed(VmError):
     kind = "qemu-crashed"
 
 
+class VmKilled(VmError):
+    """QEMU was stopped by a signal from another process (``pkill``, a CI runner's cleanup): no
+    state's doing, so no state's finding."""
+
+    kind = "vm-killed"
+
+
 class WorkloadFailed(PowercutError):
     """The workload ran in the guest and exited non-zero (or was killed by its timeout)."""
 

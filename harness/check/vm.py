@@ -30,7 +30,7 @@ from powercut.check.hosts import CheckHost, Staged
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.core.crashstate import CrashState
 from powercut.core.verdict import Verdict
-from powercut.errors import GuestHang, GuestPanic, PowercutError, UsageError, VmError
+from powercut.errors import GuestHang, GuestPanic, PowercutError, UsageError, VmError, VmKilled
 from powercut.images.build import build_image, tools_dir
 from powercut.linux import filesystems, interrupt
 from powercut.linux.jsonlines import read_lines
@@ -385,7 +385,9 @@ class _Judging:
                     raise PowercutError(f"the checker VM ended without judging {len(left)} state(s), e.g. {left[0]} "
                                         f"(see {self.vm.workdir}/run{self.vm.boots}/job/agent.log)")
                 return
-            if out.current is None or out.current not in self.by_id:
+            # a VM killed from outside (or one that failed before any state) blames no state: it
+            # boots again on the states left, as long as each boot makes progress
+            if isinstance(out.failure, VmKilled) or out.current is None or out.current not in self.by_id:
                 failed_boots = 0 if len(self.done) > before else failed_boots + 1
                 if failed_boots >= MAX_FAILED_BOOTS:
                     raise PowercutError(f"the checker VM failed {MAX_FAILED_BOOTS} times before judging any state: "

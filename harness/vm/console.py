@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from powercut.config import VmSpec
-from powercut.errors import GuestHang, GuestPanic, QemuCrashed, VmError
+from powercut.errors import GuestHang, GuestPanic, QemuCrashed, VmError, VmKilled
 
 log = logging.getLogger(__name__)
 
 
 EXIT_RE = re.compile(rb"powercut-exit=(\d+)")
 PANIC_RE = re.compile(rb"Kernel panic - not syncing[^\n]*")
+KILLED_RE = re.compile(r"terminating on signal (\d+)(?: from pid (\d+))?[^\n]*")   # QEMU's own line
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,9 @@ def classify_end(console: bytes, qemu_rc: int | None, timed_out: bool, spec: VmS
     if timed_out:
         raise GuestHang(f"VM did not finish within {spec.timeout_s:g} s (killed)", spec.console_path, tail)
     err = qemu_stderr.strip().splitlines()[-1] if qemu_stderr.strip() else ""
+    killed = KILLED_RE.search(qemu_stderr)
+    if killed and killed.group(2) != str(os.getpid()):   # powercut's own kills end as hangs, before this
+        raise VmKilled(f"QEMU was stopped from outside: {killed.group(0)}", spec.console_path, tail)
     if qemu_rc is not None and qemu_rc < 0:
         raise QemuCrashed(f"QEMU died of signal {-qemu_rc}" + (f": {err}" if err else ""), spec.console_path, tail)
     if qemu_rc:

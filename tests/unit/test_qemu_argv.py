@@ -1,12 +1,13 @@
 """VmSpec -> QEMU argv, and how the end of a VM is classified."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from powercut.config import DiskSpec, ShareSpec, VmSpec
-from powercut.errors import GuestHang, GuestPanic, QemuCrashed, UsageError, VmError
+from powercut.errors import GuestHang, GuestPanic, QemuCrashed, UsageError, VmError, VmKilled
 from powercut.vm.qemu import build_argv
 from powercut.vm.console import classify_end
 from powercut.vm.cmdline import kernel_cmdline
@@ -95,6 +96,12 @@ def test_classify_end(tmp_path: Path) -> None:
         classify_end(b"", 1, False, s, "warning\nno such device\n")
     with pytest.raises(VmError, match="without reporting"):
         classify_end(b"booting", 0, False, s, "")
+    with pytest.raises(VmKilled, match="from outside: terminating on signal 15 from pid 1 "):
+        classify_end(b"booting", 0, False, s, "qemu-system-x86_64: terminating on signal 15 from pid 1 (pkill)\n")
+    with pytest.raises(VmError, match="without reporting"):   # powercut's own kill is not "from outside"
+        classify_end(b"booting", 0, False, s, f"qemu: terminating on signal 15 from pid {os.getpid()} (python)\n")
+    with pytest.raises(VmKilled):   # a signal without a sender's pid (older QEMU)
+        classify_end(b"booting", 0, False, s, "qemu: terminating on signal 1\n")
 
 
 def test_paths_under_tmp_are_kept_visible_in_the_guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -135,3 +135,47 @@ def test_kill_9_then_resume_equals_uninterrupted(good: Path, tmp_path: Path) -> 
     assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
     loops = subprocess.run(["losetup", "--list", "--noheadings", "-O", "BACK-FILE"], capture_output=True, text=True)
     assert str(tmp_path) not in loops.stdout
+
+
+def test_a_checker_vm_killed_from_outside_is_restarted_not_blamed(good: Path, tmp_path: Path) -> None:
+    """``pkill`` of a checker VM's QEMU mid-check (a CI runner's cleanup, a careless operator): the
+    VM boots again on the states left and no state gets a kernel-panic verdict for it."""
+    import threading
+
+    out = tmp_path / "out"
+    killed: list[int] = []
+
+    def qemu_of_this_run() -> int | None:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"qemu-system-x86_64") and \
+                    any(a.startswith(f"powercut-check-{os.getpid()}-".encode()) for a in argv):
+                return int(pid)
+        return None
+
+    def killer() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not killed:
+            text = "".join(p.read_text() for p in out.rglob("progress.jsonl"))
+            done = text.count('{"verdict"')
+            if done >= 2 and text.count('{"begin"') > done:   # mid-state
+                pid = qemu_of_this_run()
+                if pid:
+                    subprocess.run(["kill", "-TERM", str(pid)], check=False)   # another process's signal
+                    killed.append(pid)
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    # a checker that takes 2 s a state: the kill lands while a state is being judged
+    summary, _ = run_campaign(good, CampaignSpec(models=("flush",), check_in="vm", jobs=1, max_states=6,
+                                                 checker_command="sleep 2"), out)
+    t.join(5)
+    assert killed, "the checker VM was never killed (the test did not run its case)"
+    got = verdicts(out)
+    assert got and all(v == "pass" for v in got.values()), got
+    assert summary.ok and not summary.flaky
+    assert len(list(out.rglob("run2"))) >= 1   # booted again
