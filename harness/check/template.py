@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -54,6 +55,7 @@ PRELOAD = (*guestjob.TEMPLATE_PRELOAD, "powercut.guest.template")
 CONTROL = DiskSpec("control.img", guestjob.CONTROL_SERIAL)
 CONTROL_BYTES = 1 << 20
 BUILD_TIMEOUT_S = 300.0
+TSC_RE = re.compile(r"\btsc_early_khz=\d+ ?")
 KEEP = 6                          # templates kept in the cache (the newest)
 
 _failed: set[str] = set()         # template keys that failed to build or restore in this process
@@ -98,7 +100,9 @@ def template_key(spec: VmSpec, accel: str, rt: runtime.Runtime, qemu: str) -> st
     shape = {
         "v": 1, "accel": accel, "qemu": _identity(qemu), "kernel": _identity(spec.kernel),
         "initrd": _identity(spec.initrd), "runtime": rt.key(), "memory": spec.memory_mb, "cpus": spec.cpus,
-        "machine": spec.machine, "cmdline": kernel_cmdline(spec), "modules": spec.modules,
+        # the guest read its command line at the template's boot; tsc_early_khz comes from the
+        # host's current "cpu MHz", which wanders on hosts that scale their clock
+        "machine": spec.machine, "cmdline": TSC_RE.sub("", kernel_cmdline(spec)), "modules": spec.modules,
         "disks": [(os.path.getsize(d.path), d.serial, d.bus, d.cache, d.write_cache, d.readonly, d.discard)
                   for d in spec.disks],
         "shares": [(s.tag, s.readonly, s.path if s.tag == "hostroot" else "") for s in spec.shares],
