@@ -38,7 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from powercut.config import DiskSpec, VmSpec, cache_root
-from powercut.errors import PowercutError, VmError
+from powercut.errors import PowercutError, UsageError, VmError
 from powercut.images import runtime
 from powercut.linux import process
 from powercut.vm import guestjob
@@ -63,7 +63,10 @@ _lock = threading.Lock()
 
 
 def enabled() -> bool:
-    return os.environ.get("POWERCUT_VM_START", "snapshot") != "boot"
+    start = os.environ.get("POWERCUT_VM_START", "snapshot")
+    if start not in ("snapshot", "boot"):
+        raise UsageError(f"POWERCUT_VM_START={start!r}: 'snapshot' (the default) or 'boot'")
+    return start == "snapshot"
 
 
 def eligible(spec: VmSpec) -> bool:

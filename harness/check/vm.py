@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powercut.check import template
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import split_by_base
 from powercut.check.hosts import CheckHost, Staged
@@ -182,6 +183,7 @@ class CheckerVm:
                  host: CheckHost | None = None, *, serve: bool = False) -> None:
         self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
         self.host = host or CheckHost()
+        template.enabled()   # a bad POWERCUT_VM_START is one line here, not a dead boot thread later
         keep_visible(ctx.checker.host_paths())   # a checker function's file and sys.path, even under /tmp
         self.boots = 0
         # serve: the VM stays booted after a job and takes the next one (QEMU on this machine only:

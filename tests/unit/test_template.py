@@ -15,7 +15,7 @@ import pytest
 
 from powercut.check import template
 from powercut.config import DiskSpec, ShareSpec, VmSpec
-from powercut.errors import VmError
+from powercut.errors import UsageError, VmError
 from powercut.images import runtime
 from powercut.images.cpio import CpioWriter
 from powercut.vm import guestjob
@@ -188,6 +188,9 @@ def test_eligible_only_for_9p_non_interactive_vms(tmp_path: Path, monkeypatch: p
     assert not template.eligible(replace(s, interactive=True))
     monkeypatch.setenv("POWERCUT_VM_START", "boot")
     assert not template.eligible(s)
+    monkeypatch.setenv("POWERCUT_VM_START", "boot ")
+    with pytest.raises(UsageError, match="POWERCUT_VM_START='boot ': 'snapshot' .* or 'boot'"):
+        template.eligible(s)
 
 
 def test_a_restored_vm_has_the_templates_devices_in_order(tmp_path: Path) -> None:
