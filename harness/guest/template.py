@@ -27,6 +27,7 @@ import os
 import sys
 import time
 
+from powercut.linux.blockdev import find_disk
 from powercut.linux.mounts import mount
 from powercut.vm.guestjob import CONTROL_SERIAL, GO_BLOCK, TEMPLATE_PRELOAD, TEMPLATE_READY, TEMPLATE_RESTORED, parse_go
 
@@ -43,16 +44,6 @@ def block_devices() -> list[str]:
     return sorted(d for d in os.listdir("/sys/block") if not d.startswith(("loop", "ram", "dm-")))
 
 
-def serial(dev: str) -> str:
-    for name in (f"/sys/block/{dev}/serial", f"/sys/block/{dev}/device/serial"):
-        try:
-            with open(name) as f:
-                return f.read().strip()
-        except OSError:
-            continue
-    return ""
-
-
 def forget_blocks() -> None:
     """Every disk's page cache dropped (the restored VM's disks are other files)."""
     os.sync()
@@ -64,13 +55,6 @@ def forget_blocks() -> None:
             os.close(fd)
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
-
-
-def control_device() -> str:
-    for dev in block_devices():
-        if serial(dev) == CONTROL_SERIAL:
-            return f"/dev/{dev}"
-    raise SystemExit(f"powercut-template: no control disk (serial {CONTROL_SERIAL})")
 
 
 def wait_go(device: str, poll_s: float = 0.003) -> dict:
@@ -155,7 +139,7 @@ def restored(go: dict) -> int:
 def main() -> int:
     for name in TEMPLATE_PRELOAD:
         importlib.import_module(name)
-    control = control_device()
+    control = find_disk(CONTROL_SERIAL)
     forget_blocks()
     say(TEMPLATE_READY)
     return restored(wait_go(control))
