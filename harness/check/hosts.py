@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from powercut.check import template as snapshot
+from powercut.check import template
 from powercut.check.context import LogSource
 from powercut.config import VmSpec
 from powercut.errors import EnvironmentNotReady, UsageError, VmError
@@ -111,29 +111,29 @@ class CheckHost:
         back into ``run``).  The job files must already be in ``run``/job."""
         if not self.remote:
             vm = make_vm(str(run))
-            tmpl_ok = not self.uri and snapshot.eligible(vm)
+            tmpl_ok = not self.uri and template.eligible(vm)
             if tmpl_ok:   # a template's disks have sizes of a few kinds (check/template.py)
-                scratch_bytes = snapshot.scratch_bytes(scratch_bytes)
+                scratch_bytes = template.scratch_bytes(scratch_bytes)
             with open(run / "scratch.img", "wb") as f:
                 f.truncate(scratch_bytes)
             process.run([*SCRATCH_MKFS, str(run / "scratch.img")], timeout=300)   # the job says scratch_ready
             if self.uri:
                 run_vm_libvirt(vm, uri=self.uri, rundir=run, watchdog=watchdog)
                 return
-            tmpl = snapshot.template_for(vm) if tmpl_ok else None
+            tmpl = template.template_for(vm) if tmpl_ok else None
             if tmpl is not None:
                 try:
                     run_vm(tmpl.restored_spec(vm, run), rundir=run, watchdog=watchdog)
-                    why = "" if snapshot.restored(vm.console_path) else "its guest ended before the job"
+                    why = "" if template.restored(vm.console_path) else "its guest ended before the job"
                 except VmError as e:
-                    if snapshot.restored(vm.console_path) or interrupt.stopping():
+                    if template.restored(vm.console_path) or interrupt.stopping():
                         raise   # the job's failure (a panic or hang in a state), not the restore's
                     why = e.one_line()
                 if not why:
                     return
                 # the restore failed before the guest ran anything of the job: boot instead
                 shutil.copyfile(vm.console_path, run / "console-restore.log")
-                snapshot.discard(tmpl, f"{why}; console: {run / 'console-restore.log'}")
+                template.discard(tmpl, f"{why}; console: {run / 'console-restore.log'}")
             run_vm(vm, rundir=run, watchdog=watchdog)
             return
         assert self.shipper is not None

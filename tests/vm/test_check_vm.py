@@ -14,6 +14,7 @@ import pytest
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.record.vm import RecordSpec, record
+from vmcheckers import panic_or_hang
 
 pytestmark = pytest.mark.vm
 MODELS = ("flush", "no-cache", "write-cache")
@@ -93,11 +94,7 @@ def test_panic_and_hang_in_the_checker_vm_are_findings(good: Path, tmp_path: Pat
     with open_log(load(good).log_path) as index:
         ids = [s.id for s in select(index, ["flush"]).states]
     panic_id, hang_id = ids[2], ids[5]
-    cmd = ("python3 -c 'import json, sys, time\n"
-           "s = json.load(sys.stdin)[\"state\"]\n"
-           f"if s == \"{panic_id}\": open(\"/proc/sysrq-trigger\", \"w\").write(\"c\")\n"
-           f"if s == \"{hang_id}\": time.sleep(1000)\n"
-           "print(\"fine\")'")
+    cmd = panic_or_hang(panic_id, hang_id)
     summary, _ = run_campaign(good, CampaignSpec(models=("flush",), check_in="vm", checker_command=cmd,
                                                  state_timeout_s=30), tmp_path / "out")
     got = verdicts(tmp_path / "out")

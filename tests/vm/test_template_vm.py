@@ -15,6 +15,7 @@ from powercut.core.dmlog import open_log
 from powercut.core.selection import select
 from powercut.record.recording import load
 from powercut.record.vm import RecordSpec, record
+from vmcheckers import panic_or_hang
 
 pytestmark = pytest.mark.vm
 
@@ -46,11 +47,7 @@ def test_restored_checker_vms_judge_as_booted_ones(ack_early: Path, tmp_path: Pa
     with open_log(load(ack_early).log_path) as index:
         ids = [s.id for s in select(index, ["flush"]).states]
     panic_id, hang_id = ids[1], ids[3]
-    checker = ("python3 -c 'import json, sys, time\n"
-               "s = json.load(sys.stdin)[\"state\"]\n"
-               f"if s == \"{panic_id}\": open(\"/proc/sysrq-trigger\", \"w\").write(\"c\")\n"
-               f"if s == \"{hang_id}\": time.sleep(1000)\n"
-               "sys.exit(0)'")
+    checker = panic_or_hang(panic_id, hang_id)
     runs = {}
     for start in ("boot", "snapshot"):
         monkeypatch.setenv("POWERCUT_VM_START", start)
