@@ -7,7 +7,7 @@ and returns a ``CheckResult`` with reasons -- never a bare boolean.
 
 Registered under the entry-point group ``powercut.checkers`` with the workload's name; a user's own
 checker can also be a Python function named by reference (``FILE::NAME``, the pytest plugin's
-checkers; ``pycall.py``): it gets the ``CheckInput`` and answers ``None``/``True`` (pass), ``False``
+checkers; ``_pycall.py``): it gets the ``CheckInput`` and answers ``None``/``True`` (pass), ``False``
 (fail), a ``CheckResult``, or raises ``AssertionError`` (``fail``, its message or ``assert`` line the
 reason; any other exception is ``checker-crashed``; it must read ``state.mount``, never the cwd:
 several states may be judged at once in one process).  Or any command (``--checker 'COMMAND'``, run by /bin/sh in the mount): it gets
@@ -35,7 +35,7 @@ from powercut import registry
 from powercut.core.verdict import CHECKER_VERDICTS, VERDICTS
 from powercut.errors import CheckerError, UsageError
 from powercut.linux import process
-from powercut.pycall import FunctionRef, assertion_reason
+from powercut._pycall import FunctionRef, assertion_reason
 
 GROUP = "powercut.checkers"
 DEFAULT_TIMEOUT_S = 120.0

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import tomli_w
 
-from powercut.core.faults import FaultPlan
+from powercut.core.faultwindows import FaultPlan
 from powercut.errors import UsageError
 from powercut.linux import filesystems
 

@@ -14,7 +14,7 @@ never reaches the log and every crash state stays one the disk could hold:
   gives a file's ranges (FIEMAP; its blocks must be allocated: preallocate, then fsync).
 * ``recover()`` -- the plain linear table again (a transient error is over).
 
-Each switch is an ordered mark in the log (core/faults.py): ``powercut-fault:on:...`` before the
+Each switch is an ordered mark in the log (core/faultwindows.py): ``powercut-fault:on:...`` before the
 swap, ``powercut-fault:off`` after the swap back.
 
 **The recording's fault plan** (``--fault`` on record and run, ``fault=`` in the pytest marker;
@@ -34,9 +34,9 @@ import struct
 import sys
 from dataclasses import dataclass
 
-from powercut.core.faults import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
+from powercut.core.faultwindows import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
 from powercut.linux import dm
-from powercut.logmark import TIMING_ENV, MarkError, insert
+from powercut._logmark import TIMING_ENV, MarkError, insert
 
 FAULT_ENV = "POWERCUT_FAULT_DEV"
 PLAN_ENV = "POWERCUT_FAULT_PLAN"

@@ -24,8 +24,8 @@ import sys
 import time
 
 from powercut.faults import PLAN_ENV, plan_mark
-from powercut import logmark
-from powercut.logmark import ORDER_ENV, TIMING_ENV, MarkError
+from powercut import _logmark as logmark
+from powercut._logmark import ORDER_ENV, TIMING_ENV, MarkError
 
 __all__ = ["mark", "ack", "begin", "close", "MarkError", "ORDER_ENV", "TIMING_ENV", "MAX_MARK"]
 

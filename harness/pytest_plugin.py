@@ -149,7 +149,7 @@ class CrashTester:
         fails when it is not as expected."""
         from powercut.campaign import crashtest as ct
         from powercut.errors import PowercutError
-        from powercut.pycall import FunctionRef, workload_command
+        from powercut._pycall import FunctionRef, workload_command
 
         config = self.request.config
         merged = {**self.marker, **settings, **_options(config)}

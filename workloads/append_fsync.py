@@ -4,7 +4,7 @@ Each record is self-describing so a checker can verify it: ``PCREC1 <i> <len> <c
 ``len`` payload bytes derived from (seed, i).  ``ack_early=true`` acks before fsync (a deliberately
 broken variant that a crash test must catch).
 
-``fault_at=K`` (K >= 0) meets an injected I/O error (powercut.fault, core/faults.py): the file is
+``fault_at=K`` (K >= 0) meets an injected I/O error (powercut.fault, core/faultwindows.py): the file is
 preallocated beyond its end (``fallocate`` with KEEP_SIZE, so appends keep their meaning) and
 fsynced first; record K's write goes to sectors that fail with EIO (``eio-range`` over the file), so
 its fsync fails.  ``on_error=retry`` fsyncs again once the device is back and acks (fsyncgate: the

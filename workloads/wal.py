@@ -343,7 +343,7 @@ class Writer:
 
     def commit_through_error(self, sectors: list[tuple[int, int]]) -> bool:
         """The commit of the group holding txn ``fault_at``: the segment's sectors fail (an injected
-        EIO, core/faults.py) before its fsync.  ``retry`` fsyncs again once the device is back and
+        EIO, core/faultwindows.py) before its fsync.  ``retry`` fsyncs again once the device is back and
         acks -- the fsyncgate bug: the kernel marked the failed pages clean, so the second fsync
         reports success for data that never reached the disk.  ``stop`` acks nothing more (what
         PostgreSQL does since 2018: PANIC, then recovery from its own log).  True: ack the group."""

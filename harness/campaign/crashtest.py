@@ -28,7 +28,7 @@ from powercut.core.verdict import FINDINGS, Verdict
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
 from powercut.linux import filesystems, process
-from powercut.core.faults import FaultPlan
+from powercut.core.faultwindows import FaultPlan
 from powercut.record.vm import RecordSpec, record
 from powercut.report.summary import Summary
 from powercut.vm.cmdline import keep_visible
@@ -90,10 +90,10 @@ class CrashTest:
 
     def functions(self) -> list[str]:
         """The Python functions (FILE::NAME) the test runs: its checker, and its workload's when the
-        workload is ``python -m powercut.pycall FILE::NAME``."""
+        workload is ``python -m powercut._pycall FILE::NAME``."""
         out = [self.checker_function] if self.checker_function else []
         words = self.workload_cmd.split()
-        if "powercut.pycall" in words and words[-1] != "powercut.pycall":
+        if "powercut._pycall" in words and words[-1] != "powercut._pycall":
             out.append(shlex.split(self.workload_cmd)[-1])
         return out
 

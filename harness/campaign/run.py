@@ -70,7 +70,7 @@ class CampaignSpec:
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
     force: bool = False           # replace an earlier check in the output directory
     shard: Shard = Shard()        # judge only this shard of the distinct states (--shard i/n)
-    checker_function: str = ""    # a Python checker, FILE::NAME (the pytest plugin's; powercut.pycall)
+    checker_function: str = ""    # a Python checker, FILE::NAME (the pytest plugin's; powercut._pycall)
     checker_path: tuple[str, ...] = ()   # sys.path entries its imports need
     check_uris: tuple[str, ...] = ()     # --check-uri: libvirt hosts the checker VMs boot on
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from powercut import checker as checkers
 from powercut import workload as workloads
 from powercut.checker import DEFAULT_TIMEOUT_S, CheckerSpec
-from powercut.core.faults import Faults
+from powercut.core.faultwindows import Faults
 from powercut.errors import UsageError
 from powercut.linux import filesystems
 from powercut.linux.filesystems import Filesystem

@@ -105,7 +105,7 @@ def unmount(mnt: str) -> None:
 
 def after_error(ctx: CheckContext, state: CrashState, mnt: str, result: CheckResult) -> CheckResult:
     """A failing state of a recording with injected I/O errors, judged again (same mount) with only
-    the acks a program that stops at its first error could have made (core/faults.py): passing
+    the acks a program that stops at its first error could have made (core/faultwindows.py): passing
     then, it fails because of acks made after an error -- ``acked-after-error``.  Otherwise the
     failure stands as the checker said."""
     trusted = ctx.faults.trusted(state.acks)

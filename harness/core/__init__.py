@@ -5,8 +5,9 @@
 * ``stateid`` -- the grammar of crash-state ids and run-lengths;
 * ``crashstate`` -- what a crash state is and keeps (the one durable-set rule replay and selection use);
 * ``markorder`` -- ordered marks: the harness's ordering flushes, which models treat as no barrier;
-* ``faults`` -- injected I/O errors as the log records them: fault windows, commits acked after one;
+* ``faultwindows`` -- injected I/O errors as the log records them: fault windows, commits acked after one;
 * ``models`` -- the crash models (flush, no-cache, write-cache, torn, torn-4k) as a CrashSpace per log;
+* ``coverage`` -- what a check covered: exhaustive, sampled, capped or weakened, per model;
 * ``selection`` -- each distinct disk image judged once, --max-states shares;
 * ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;
 * ``shrink`` -- minimize a failing state;

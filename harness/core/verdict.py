@@ -15,7 +15,7 @@ VERDICTS = frozenset(SEVERITY)
 # only "exit 1" -- a failure of a kind it did not name.
 CHECKER_VERDICTS = ("pass", "fail", "lost-ack", "corrupt-data", "checker-crashed")
 FINDINGS = frozenset(SEVERITY) - {"pass", "flaky"}
-# ``acked-after-error`` (the judge's, core/faults.py): the state fails with every ack and passes with
+# ``acked-after-error`` (the judge's, core/faultwindows.py): the state fails with every ack and passes with
 # only the acks made before the program's first injected I/O error.
 
 

@@ -15,7 +15,7 @@ from powercut.linux import dm, filesystems, process
 from powercut.linux.blockdev import find_disk, sectors
 from powercut.linux.mounts import mount, umount
 from powercut import marks
-from powercut.core.faults import FAULT_OFF, FaultPlan
+from powercut.core.faultwindows import FAULT_OFF, FaultPlan
 from powercut.faults import FAULT_ENV, FaultError, PlanRun, Target, plan_env
 from powercut.faults import table as fault_table
 from powercut.marks import ORDER_ENV, mark

@@ -17,7 +17,7 @@ from typing import Any
 from powercut import workload as workloads
 from powercut.config import DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
 from powercut.core.dmlog import open_log
-from powercut.core.faults import Faults
+from powercut.core.faultwindows import Faults
 from powercut.core.markorder import mark_order
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
@@ -163,7 +163,7 @@ def _mark_order(path: Path) -> dict[str, Any]:
 
 
 def _faults(path: Path) -> Faults:
-    """The log's fault windows (core/faults.py); none when the log cannot be read."""
+    """The log's fault windows (core/faultwindows.py); none when the log cannot be read."""
     try:
         with open_log(path) as index:
             return Faults.from_marks(index.marks())

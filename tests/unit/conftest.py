@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from powercut.core.dmlog import LogIndex
-from test_replay import LOGS, build
+from tests.unit.replay.test_materialize import LOGS, build
 
 
 @pytest.fixture(params=[512, 4096], ids=["ss512", "ss4096"])

@@ -1,4 +1,4 @@
-"""Fault windows in the log and the commits acked after one (core/faults.py), the fault layer's
+"""Fault windows in the log and the commits acked after one (core/faultwindows.py), the fault layer's
 device-mapper tables (faults.table), and the judge's acked-after-error rule (check/judge.after_error)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from powercut.check.judge import after_error
 from powercut.checker import CheckResult
 from powercut.core.crashstate import CrashState
-from powercut.core.faults import FAULT_OFF, Faults, Window, on_mark, parse_on
+from powercut.core.faultwindows import FAULT_OFF, Faults, Window, on_mark, parse_on
 from powercut.faults import table
 
 

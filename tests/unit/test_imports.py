@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "harness"
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
-LAYERS = ({"errors"}, {"core", "linux"}, {"config", "registry", "pycall", "logmark"}, {"faults"}, {"marks", "workload", "checker"}, {""},
+LAYERS = ({"errors"}, {"core", "linux"}, {"config", "registry", "_pycall", "_logmark"}, {"faults"}, {"marks", "workload", "checker"}, {""},
           {"vm", "images"}, {"record"}, {"replay"}, {"check", "bench"}, {"debug"}, {"report"},
           {"campaign"}, {"guest", "cli", "pytest_plugin"})
 LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}

@@ -1,4 +1,4 @@
-"""A user's Python functions as workload and checker (powercut/pycall.py, checker.call_function):
+"""A user's Python functions as workload and checker (powercut/_pycall.py, checker.call_function):
 references, imports by file, the answers a checker function gives, and the workload runner."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from powercut.check.judge import judge
 from powercut.checker import CheckerSpec, CheckInput, CheckResult
 from powercut.errors import CheckerError, UsageError
-from powercut.pycall import FunctionRef, assertion_reason, workload_command
+from powercut._pycall import FunctionRef, assertion_reason, workload_command
 
 USER = '''
 import json, os
@@ -169,7 +169,7 @@ def test_workload_exit_status_and_bad_reference(user, tmp_path) -> None:
     cmd = workload_command(FunctionRef(str(user[0]), "failing_workload"), (*user[1], *HOST_PATH))
     res = subprocess.run(["/bin/sh", "-c", cmd], cwd=tmp_path, capture_output=True, timeout=60)
     assert res.returncode == 3
-    res = subprocess.run([sys.executable, "-m", "powercut.pycall", f"{tmp_path}/nope.py::w"], cwd=tmp_path,
+    res = subprocess.run([sys.executable, "-m", "powercut._pycall", f"{tmp_path}/nope.py::w"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=":".join(HOST_PATH)))
     assert res.returncode == 2 and "no such file" in res.stderr and "Traceback" not in res.stderr

@@ -14,7 +14,7 @@ import pytest
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.record.vm import RecordSpec, record
-from vmcheckers import panic_or_hang
+from tests.vm.vmcheckers import panic_or_hang
 
 pytestmark = pytest.mark.vm
 MODELS = ("flush", "no-cache", "write-cache")

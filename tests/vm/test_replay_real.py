@@ -130,16 +130,16 @@ def _copy(src: Path, dst: Path) -> None:
 
 def test_dm_snapshot_provider_in_guest(tmp_path: Path) -> None:
     """Device-mapper tests run in a guest (root, device-mapper, loop devices; this host's kernel may
-    have none): tests/unit/test_dm.py whole (linear, snapshot and log-writes targets by ioctl), and
-    from tests/unit/test_snapshot.py two logs through dm-snapshot alone, the clone+release cost, and
+    have none): tests/unit/linux/test_dm.py whole (linear, snapshot and log-writes targets by ioctl), and
+    from tests/unit/replay/test_snapshot.py two logs through dm-snapshot alone, the clone+release cost, and
     dm-snapshot == XFS workspace == sparse copy == reference on one log.  They must run, not skip,
     and pass.  The job records on xfs so that the guest loads the xfs module (the XFS workspace
     provider needs it); TCG makes each test slow, hence the small selection."""
     unit = ROOT / "tests" / "unit"
     select = "(dm_snapshot_provider and (hand-ss512 or r3-ss4096)) or clone_release_cost or providers_agree"
-    cmd = (f"{sys.executable} -m pytest -q -p no:cacheprovider -rsP --rootdir={ROOT} {unit / 'test_dm.py'} "
+    cmd = (f"{sys.executable} -m pytest -q -p no:cacheprovider -rsP --rootdir={ROOT} {unit / 'linux' / 'test_dm.py'} "
            f"&& {sys.executable} -m pytest -q -p no:cacheprovider -rsP --rootdir={ROOT} "
-           f"{unit / 'test_snapshot.py'} -k '{select}'")
+           f"{unit / 'replay' / 'test_snapshot.py'} -k '{select}'")
     spec = RecordSpec(fs=FsSpec(fstype="xfs", size_mb=300), workload=WorkloadSpec(cmd=cmd, timeout_s=900),
                       accel="auto", timeout_s=1200)
     out = tmp_path / "rec"

@@ -15,7 +15,7 @@ from powercut.core.dmlog import open_log
 from powercut.core.selection import select
 from powercut.record.recording import load
 from powercut.record.vm import RecordSpec, record
-from vmcheckers import panic_or_hang
+from tests.vm.vmcheckers import panic_or_hang
 
 pytestmark = pytest.mark.vm
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logops import build_log
+from tests.unit.logops import build_log
 from powercut.errors import UsageError
 from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.stateid import MODELS

@@ -20,7 +20,7 @@ from powercut.core.models import enumerate_states
 from powercut.replay.materialize import materialize, reference_image
 from powercut.replay.snapshot import CopyProvider, Provider, XfsWorkspaceProvider
 from powercut.replay.providers import choose_provider
-from test_replay import HAND, LOGS, NSECT, build, check_all, sha
+from tests.unit.replay.test_materialize import HAND, LOGS, NSECT, build, check_all, sha
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root (loop devices, mount)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from logops import build_log
+from tests.unit.logops import build_log
 from powercut.debug import blame
 from powercut.core.models import CrashSpace
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from powercut.errors import UsageError
 from powercut.core.dmlog import FLUSH, FUA, LogIndex
-from logops import build_log
+from tests.unit.logops import build_log
 from powercut.core.stateid import MODELS
 from powercut.core.crashstate import CrashState
 from powercut.core.models import CrashSpace, durable_entries, enumerate_states

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from powercut.errors import UsageError
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex, open_log
 from powercut.core.dmlog_writer import LogWriter
-from logops import build_log
+from tests.unit.logops import build_log
 from powercut.core.stateid import MODELS, format_ranges
 from powercut.core.crashstate import CrashState, state_to_json
 from powercut.core.models import CrashSpace, describe, durable_entries, enumerate_states, make_state, state_from_id

@@ -19,7 +19,7 @@ from powercut.bench.parse import parse_fio_json, parse_hdparm_write_cache, parse
 from powercut.errors import EnvironmentNotReady, UsageError, WorkloadFailed
 from powercut.bench.profiles import by_name, fio_command, group_commit, profiles
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "bench" / "fixtures"
 FIO = shutil.which("fio")
 needs_fio = pytest.mark.skipif(FIO is None, reason="fio is not installed (Debian package fio)")

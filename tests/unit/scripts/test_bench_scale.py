@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-import benchscripts
+from tests.unit import benchscripts
 
 from powercut.core.dmlog import END_MARK, open_log
 

@@ -6,7 +6,7 @@ the same log without them); the window rule and ``mark_order`` on hand-built log
 from __future__ import annotations
 
 import pytest
-from dmlw_sim import history
+from tests.unit.dmlw_sim import history
 from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry
 from powercut.core.markorder import mark_order
 from powercut.core.models import CrashSpace

@@ -19,7 +19,7 @@ from powercut.config import BenchItem, RunSet
 from powercut.errors import UsageError
 from powercut.bench.profiles import by_name
 
-FIXTURES = Path(__file__).resolve().parents[2] / "bench" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "bench" / "fixtures"
 
 
 def fio(name: str, fixture: str | None = None) -> dict:

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-import benchscripts
+from tests.unit import benchscripts
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import pytest
 from powercut.core.dmlog_writer import LogWriter
 from powercut.core.verdict import Verdict
 from powercut.report import timeline
-from test_campaign import synthetic  # noqa: F401  (the fixture)
-from test_merge import campaigns  # noqa: F401  (the fixture)
+from tests.unit.campaign.test_run import synthetic  # noqa: F401  (the fixture)
+from tests.unit.campaign.test_merge import campaigns  # noqa: F401  (the fixture)
 
 
 class Outside(HTMLParser):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from logops import build_log
+from tests.unit.logops import build_log
 from powercut.debug import bundle
 from powercut.debug import repro
 from powercut.checker import CheckerSpec

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from logops import build_log
+from tests.unit.logops import build_log
 from powercut.checker import CheckerSpec
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle

@@ -2,7 +2,7 @@
 guest), named by reference so that the guest can import them: ``FILE::QUALNAME`` (pytest's node-id
 shape), plus the ``sys.path`` entries the file's own imports need.  The pytest plugin makes them.
 
-* **Workload**: ``python -m powercut.pycall FILE::QUALNAME`` runs in the guest with its working
+* **Workload**: ``python -m powercut._pycall FILE::QUALNAME`` runs in the guest with its working
   directory on the filesystem under test and calls ``fn(mount, **params)`` (``mount`` a Path; the
   params from $POWERCUT_PARAMS).  A non-zero return or an exception fails the recording.
 * **Checker**: ``FunctionRef.load`` imports the file once per judging process (the checker VM's
@@ -114,25 +114,25 @@ def workload_command(ref: FunctionRef, path: tuple[str, ...], python: str = sys.
     """The shell command that runs the workload function in the guest."""
     pythonpath = ":".join(p for p in path if p)
     env = f"PYTHONPATH={shlex.quote(pythonpath)} " if pythonpath else ""
-    return f"{env}exec {shlex.quote(python)} -m powercut.pycall {shlex.quote(ref.text)}"
+    return f"{env}exec {shlex.quote(python)} -m powercut._pycall {shlex.quote(ref.text)}"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write(f"usage: python -m powercut.pycall FILE{SEP}FUNCTION   (params as JSON in "
+        sys.stderr.write(f"usage: python -m powercut._pycall FILE{SEP}FUNCTION   (params as JSON in "
                          "$POWERCUT_PARAMS; runs in the mount)\n")
         return 2
     try:
         fn = FunctionRef.parse(args[0]).load()
         params = json.loads(os.environ.get("POWERCUT_PARAMS") or "{}")
     except (CheckerError, UsageError, ValueError) as e:
-        sys.stderr.write(f"powercut.pycall: {e}\n")
+        sys.stderr.write(f"powercut._pycall: {e}\n")
         return 2
     rc = fn(Path(os.environ.get("POWERCUT_MOUNT") or os.getcwd()), **params)
     return int(rc or 0) if not isinstance(rc, bool) else int(not rc)
 
 
 if __name__ == "__main__":
-    from powercut.pycall import main as _main   # one module object, as powercut.workload does
+    from powercut._pycall import main as _main   # one module object, as powercut.workload does
     sys.exit(_main())
