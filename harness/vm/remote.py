@@ -18,7 +18,6 @@ import hashlib
 import importlib.util
 import os
 import shlex
-import subprocess
 import tarfile
 import tempfile
 import threading
@@ -27,6 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from powercut.errors import EnvironmentNotReady, UsageError
+from powercut.linux import process
 
 DEFAULT_ROOT = "/var/tmp/powercut-remote"
 SSH_TIMEOUT_S = 120.0
@@ -65,23 +65,32 @@ class SshTarget:
         return SshTarget(uri, (*argv, parts.hostname), parts.hostname)
 
     def run(self, script: str, *, stdin: bytes | None = None, timeout: float = SSH_TIMEOUT_S,
-            check: bool = True) -> subprocess.CompletedProcess:
-        """``sh -c script`` on the remote host; a failure is one line naming the host."""
+            check: bool = True) -> process.Result:
+        """``sh -c script`` on the remote host through the process runner (ssh in its own process
+        group, killed with it on a timeout or an interrupt); output as bytes.  A failure is one line
+        naming the host."""
         try:
-            res = subprocess.run([*self.argv, "sh -c " + shlex.quote(script)], input=stdin, capture_output=True,
-                                 timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise EnvironmentNotReady(f"{self.host}: no answer over ssh within {timeout:g} s ({self.uri})") from None
+            res = process.run([*self.argv, "sh -c " + shlex.quote(script)], input=stdin, timeout=timeout,
+                              check=False, text=False)
+        except EnvironmentNotReady:
+            raise EnvironmentNotReady(f"cannot run {self.argv[0]} to reach {self.host}: not found") from None
         except OSError as e:
             raise EnvironmentNotReady(f"cannot run {self.argv[0]} to reach {self.host}: {e.strerror}") from None
+        if res.timed_out:
+            raise EnvironmentNotReady(f"{self.host}: no answer over ssh within {timeout:g} s ({self.uri})")
         if check and res.returncode != 0:
-            err = " | ".join(line.strip() for line in res.stderr.decode(errors="replace").splitlines() if line.strip())
+            err = " | ".join(line.strip() for line in _text(res.stderr).splitlines() if line.strip())
             raise EnvironmentNotReady(f"{self.host}: remote command failed (exit {res.returncode}): "
                                       f"{err[-300:] or 'no message'}")
         return res
 
     def text(self, script: str, **kw) -> str:
-        return self.run(script, **kw).stdout.decode(errors="replace")
+        return _text(self.run(script, **kw).stdout)
+
+
+def _text(out: str | bytes) -> str:
+    """The runner's output (bytes: ``text=False``) as text."""
+    return out.decode(errors="replace") if isinstance(out, bytes) else out
 
 
 def remote_root() -> str:

@@ -3,6 +3,10 @@ standing in for ssh: the same scripts run, only the transport differs."""
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from powercut.check.hosts import CheckHost, validate_uri
 from powercut.check.place import Place
 from powercut.errors import EnvironmentNotReady, UsageError
+from powercut.linux import process
 from powercut.vm.remote import Mirror, Shipper, SshTarget, code_digest
 
 LOCAL_SH = SshTarget("qemu+ssh://test/system", ("sh", "-c"), "test")
@@ -149,3 +154,46 @@ def test_stage_ships_the_image_and_the_recording_once(tmp_path):
 def test_the_remote_root_is_an_absolute_directory_other_than_slash(root):
     with pytest.raises(UsageError, match="remote root"):
         Shipper(LOCAL_SH, root)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ssh_runs_through_the_process_runner_timeout_kills_its_group(tmp_path):
+    """ssh runs in its own process group: a timeout kills what it started too (subprocess.run would
+    kill only the child and leave the grandchild running)."""
+    pidfile = tmp_path / "pid"
+    with pytest.raises(EnvironmentNotReady, match=r"test: no answer over ssh within 0.5 s"):
+        LOCAL_SH.run(f"sleep 60 & echo $! > {pidfile}; wait", timeout=0.5)
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(pid)
+
+
+def test_an_interrupt_kills_a_running_ssh(tmp_path):
+    """A running ssh is one of the runner's live groups, so the interrupt handler's kill_all ends it."""
+    out: list[object] = []
+    started = tmp_path / "started"
+    t = threading.Thread(target=lambda: out.append(LOCAL_SH.run(f"touch {started}; sleep 60", check=False)))
+    t.start()
+    deadline = time.monotonic() + 10
+    while not (started.exists() and process.live_groups()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert process.live_groups()
+    assert process.kill_all() >= 1
+    t.join(10)
+    assert not t.is_alive()
+    res = out[0]
+    assert isinstance(res, process.Result) and res.returncode == -signal.SIGKILL and res.argv[:2] == ("sh", "-c")
+
+
+def test_a_missing_ssh_program_is_one_line_naming_the_host():
+    with pytest.raises(EnvironmentNotReady, match=r"cannot run /nonexistent/ssh to reach h9: not found"):
+        SshTarget("qemu+ssh://h9/system", ("/nonexistent/ssh", "h9"), "h9").run("true")
