@@ -80,11 +80,11 @@ def main() -> int:
         with open_log(rec.log_path) as index:
             states = select(index, ["flush"]).states
         print(f"states: {len(states)} (flush model, distinct, after the mkfs mark)")
-        host, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="host", jobs=args.jobs), tmp / "host")
+        host, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=args.jobs), tmp / "host")
         host_rate = host.total / host.seconds
         print(f"host mode  -j {args.jobs}: {host.total} states in {host.seconds:7.1f} s = {host_rate:7.1f} states/s"
               f"  (all pass: {host.ok})")
-        host1, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="host", jobs=1), tmp / "host1")
+        host1, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=1), tmp / "host1")
         print(f"host mode  -j 1: {host1.total} states in {host1.seconds:7.1f} s = "
               f"{host1.total / host1.seconds:7.1f} states/s")
         sub = states[:: max(1, len(states) // args.baseline_states)][:args.baseline_states]
@@ -97,7 +97,7 @@ def main() -> int:
               f"host -j 1 / loop: {host1.total / host1.seconds / base_rate:6.1f}x")
         for jobs in ((1, args.jobs) if args.vm_states and args.jobs > 1 else (1,) if args.vm_states else ()):
             stamps: list[float] = []
-            vm, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="vm", jobs=jobs,
+            vm, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="vm", jobs=jobs,
                                                        max_states=args.vm_states), tmp / f"vm{jobs}",
                                  on_verdict=lambda v: stamps.append(time.monotonic()))
             steady = (len(stamps) - jobs) / (stamps[-1] - stamps[jobs - 1]) if len(stamps) > 2 * jobs else 0.0

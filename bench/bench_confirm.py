@@ -35,7 +35,7 @@ def verdicts(out: Path) -> dict[str, str]:
 
 
 def one(rec_dir: Path, out: Path, place: str, mode: str, jobs: int, max_states: int, sample: int) -> dict:
-    s, _ = run_campaign(rec_dir, CampaignSpec(models=("flush", "write-cache"), check_in=place, jobs=jobs,
+    s, _ = run_campaign(rec_dir, CampaignSpec.of(models=("flush", "write-cache"), check_in=place, jobs=jobs,
                                               max_states=max_states, confirm_mode=mode, confirm_sample=sample,
                                               shrink=1), out)
     judging = s.seconds - s.confirm_s - s.triage_s

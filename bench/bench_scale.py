@@ -91,7 +91,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from powercut.campaign.run import DEFAULT_MODELS   # the models `powercut check` uses by default
+from powercut.core.selection import SelectionSpec   # `powercut check` uses its default models
 from powercut.core.dmlog import END_MARK, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, open_log
 from powercut.core.dmlog_writer import LogWriter
 from powercut.core.models import MODELS, CrashSpace
@@ -226,7 +226,7 @@ def child(phase: str, log_path: Path, ids_path: Path, workspace: Path, size: int
         return {"seconds": dt, "space_s": t_space, "entries": len(idx), "states": count, **_rss()}
     if phase == "select":
         t = time.perf_counter()
-        sel = select(idx, DEFAULT_MODELS)
+        sel = select(idx, SelectionSpec())
         dt = time.perf_counter() - t
         sample = [sel.states[i].id for i in spread(len(sel.states), walk_states)]
         ids_path.write_text(json.dumps(sample))

@@ -181,7 +181,7 @@ def warm_campaigns(rec_dir: Path, tmp: Path, rounds: int) -> None:
             cold = mock.patch.object(Place, "with_warm_vms", lambda self: self)
             with (mock.MagicMock() if warm else cold):
                 t = time.monotonic()
-                s, _ = run_campaign(rec_dir, CampaignSpec(models=("flush",), check_in="vm", jobs=2, shrink=3),
+                s, _ = run_campaign(rec_dir, CampaignSpec.of(models=("flush",), check_in="vm", jobs=2, shrink=3),
                                     tmp / f"campaign-{warm}-{r}")
                 got[warm].append((time.monotonic() - t, s.triage_s))
                 print(f"round {r + 1} {'warm' if warm else 'cold'}: {s.total} states, {s.verdict}, "

@@ -148,6 +148,9 @@ class WorkloadSpec:
         return self.name or "cmd"
 
 
+DEFAULT_SHRINK = 3   # failure groups minimized and blamed (CLI, library and pytest plugin alike)
+
+
 def to_dict(obj: Any) -> Any:
     """Dataclasses to plain TOML-able values (tuples to lists, None dropped)."""
     if dataclasses.is_dataclass(obj):

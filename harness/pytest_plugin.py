@@ -43,8 +43,8 @@ import pytest
 
 MARKER = "powercut"
 SETTINGS = ("fs", "size_mb", "mkfs_opts", "mount_opts", "models", "params", "max_states", "expect", "shrink",
-            "seed", "bound", "samples", "allow_no_acks", "workload_timeout_s", "checker_timeout_s", "jobs",
-            "check_in", "accel", "fault")
+            "seed", "bound", "samples", "torn_samples", "allow_no_acks", "workload_timeout_s", "checker_timeout_s",
+            "jobs", "check_in", "accel", "fault")   # campaign/crashtest.CrashTest.of's words (a test holds them)
 _ran: list[tuple[str, str]] = []    # (node id, headline) of each crash test of this session
 
 
@@ -170,7 +170,7 @@ class CrashTester:
                     merged[key] = (merged[key],)
                 if key in merged:
                     merged[key] = tuple(merged[key])
-            test = ct.CrashTest(name=self.request.node.nodeid, workload_cmd=cmd, path=path, **kwargs, **merged)
+            test = ct.CrashTest.of(self.request.node.nodeid, cmd, path=path, **kwargs, **merged)
         except PowercutError as e:
             error = e
         else:

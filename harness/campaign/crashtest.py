@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from powercut.campaign.run import DEFAULT_MODELS, CampaignSpec, run_campaign
+from powercut.campaign.run import CampaignSpec, run_campaign, split_settings
 from powercut.check.host import require_root
 from powercut.checker import DEFAULT_TIMEOUT_S
-from powercut.config import FsSpec, WorkloadSpec
-from powercut.core.stateid import MODELS
+from powercut.check.place import Place
+from powercut.config import DEFAULT_SHRINK, FsSpec, WorkloadSpec
+from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import FINDINGS, Verdict
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
@@ -41,7 +42,7 @@ PARAM_TYPES = (str, int, float, bool)
 @dataclass(frozen=True, slots=True)
 class CrashTest:
     name: str                               # the test's id, for labels
-    workload_cmd: str                       # the shell command the guest runs (pycall.workload_command for a function)
+    workload_cmd: str                       # the shell command the guest runs (_pycall.workload_command for a function)
     checker_cmd: str = ""                   # a checker command, or
     checker_function: str = ""              # a Python checker, FILE::NAME
     path: tuple[str, ...] = ()              # sys.path entries the functions' imports need
@@ -50,29 +51,31 @@ class CrashTest:
     size_mb: int = 0                        # 0: the filesystem's default size
     mkfs_opts: tuple[str, ...] = ()
     mount_opts: str = ""
-    models: tuple[str, ...] = DEFAULT_MODELS
-    check_in: str = "vm"
-    jobs: int = 0
-    max_states: int = 0
-    bound: int = 10
-    samples: int = 64
-    seed: int = 0
-    accel: str = "auto"
-    shrink: int = 1                         # minimize + blame the first K failure groups
+    selection: SelectionSpec = SelectionSpec()
+    place: Place = Place()
+    shrink: int = DEFAULT_SHRINK            # minimize + blame the first K failure groups
     expect: str = "pass"
     allow_no_acks: bool = False
     workload_timeout_s: float = 600.0
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
-    fault: str = ""                         # the recording's fault plan (--fault; core/faults.FaultPlan)
+    fault: str = ""                         # the recording's fault plan (--fault; core/faultwindows.FaultPlan)
+
+    @classmethod
+    def of(cls, name: str, workload_cmd: str, **settings: Any) -> CrashTest:
+        """A crash test from the pytest marker's flat settings (``models=``, ``seed=``, ``check_in=``,
+        ...): the selection and place words go into their values, the rest are fields."""
+        sel, where, rest = split_settings(settings)
+        try:
+            selection = SelectionSpec().with_(**sel)
+            place = Place(**where)
+        except UsageError as e:
+            raise UsageError(f"{name}: {e}") from None
+        return cls(name=name, workload_cmd=workload_cmd, selection=selection, place=place, **rest)
 
     def __post_init__(self) -> None:
         if not self.workload_cmd:
             raise UsageError(f"{self.name}: the crash test needs a workload (a function or a shell command)")
         filesystems.get(self.fs)
-        unknown = [m for m in self.models if m not in MODELS]
-        if unknown or not self.models:
-            raise UsageError(f"{self.name}: unknown crash model(s) {', '.join(unknown) or '(none given)'}; known: "
-                             f"{', '.join(MODELS)}")
         if self.expect not in EXPECT:
             raise UsageError(f"{self.name}: expect={self.expect!r}: one of {', '.join(EXPECT)}")
         for key, value in self.params.items():
@@ -81,12 +84,16 @@ class CrashTest:
                                  "str, int, float or bool (they travel as JSON into the guest)")
         if self.size_mb and self.size_mb < 16:
             raise UsageError(f"{self.name}: size_mb={self.size_mb}: 0 (the filesystem's default) or at least 16 MiB")
-        self.campaign()   # validates check_in, jobs, timeouts, max_states
+        self.campaign()   # validates timeouts, shrink
         if self.fault:
             try:
                 FaultPlan.parse(self.fault)
             except ValueError as e:
                 raise UsageError(f"{self.name}: fault={self.fault!r}: {e}") from None
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self.selection.models
 
     def functions(self) -> list[str]:
         """The Python functions (FILE::NAME) the test runs: its checker, and its workload's when the
@@ -102,13 +109,12 @@ class CrashTest:
                                     size_mb=self.size_mb),
                           workload=WorkloadSpec(name="", cmd=self.workload_cmd, params=dict(self.params),
                                                 timeout_s=self.workload_timeout_s, fault=self.fault),
-                          accel=self.accel)
+                          accel=self.place.accel)
 
     def campaign(self) -> CampaignSpec:
-        return CampaignSpec(models=self.models, check_in=self.check_in, jobs=self.jobs, seed=self.seed,
-                            bound=self.bound, samples=self.samples, max_states=self.max_states, accel=self.accel,
-                            checker_command=self.checker_cmd, checker_function=self.checker_function,
-                            checker_path=self.path, checker_timeout_s=self.checker_timeout_s, shrink=self.shrink,
+        return CampaignSpec(selection=self.selection, place=self.place, checker_command=self.checker_cmd,
+                            checker_function=self.checker_function, checker_path=self.path,
+                            checker_timeout_s=self.checker_timeout_s, shrink=self.shrink,
                             allow_no_acks=self.allow_no_acks, force=True)
 
 
@@ -125,7 +131,7 @@ def missing(test: CrashTest) -> list[str]:
             process.require(tool, {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs"}.get(test.fs))
         except PowercutError as e:
             out.append(e.one_line())
-    if test.check_in == "host":
+    if test.place.on_host:
         try:
             require_root("--powercut-check-in host")
         except PowercutError as e:

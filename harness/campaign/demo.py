@@ -16,6 +16,8 @@ from typing import Any
 
 from powercut.bench.results import BenchResults
 from powercut.campaign.matrix import MatrixRun, measure, run_rows
+from powercut.check.place import Place
+from powercut.core.selection import DEMO_SELECTION, SelectionSpec
 from powercut.errors import PowercutError
 from powercut.report import cost, html, matrix, seeds
 from powercut.report.matrix import Cell, Row
@@ -32,7 +34,7 @@ class DemoSpec:
     out: Path
     check_in: str = "vm"
     jobs: int = 0
-    max_states: int = 80          # per row, spread over its models (0: every distinct state)
+    selection: SelectionSpec = DEMO_SELECTION   # per row (its max_states spread over the row's models)
     accel: str = "auto"
     cost: bool = True             # time the rows and the TLPI suite (one bench VM)
     rows_file: Path | None = None
@@ -53,8 +55,8 @@ class DemoResult:
 
 def run_demo(spec: DemoSpec, on_row: Any = None) -> DemoResult:
     rows = matrix.load(spec.rows_file or showcase_path())
-    how = MatrixRun(out=spec.out, check_in=spec.check_in, jobs=spec.jobs, bound=6, samples=12,
-                    max_states=spec.max_states, accel=spec.accel)
+    how = MatrixRun(out=spec.out, check_in=spec.check_in, selection=spec.selection,
+                    place=Place(spec.check_in, spec.accel, jobs=spec.jobs))
     done = run_rows(rows, how, on_row)
     cells = [c for cs, _ in done for c in cs]
     infos = [i for _, i in done]

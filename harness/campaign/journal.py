@@ -21,6 +21,15 @@ SETTINGS = "campaign.json"
 SYNC_S = 0.5   # a verdict is on disk at most this long after it was written
 
 
+def pinned_settings(outdir: Path) -> dict[str, Any]:
+    """The settings an earlier campaign in ``outdir`` pinned ({} if none or unreadable)."""
+    try:
+        got = json.loads((outdir / SETTINGS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
 def pin_settings(outdir: Path, settings: dict[str, Any], resume: bool) -> None:
     """Write the campaign's settings, or on resume refuse settings that differ from the pinned ones."""
     path = outdir / SETTINGS

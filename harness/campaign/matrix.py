@@ -3,6 +3,7 @@ check it under each model, judge failing torn states again without their tear, a
 the durability-vs-cost report."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -14,9 +15,11 @@ from powercut.bench.results import BenchResults, write
 from powercut.bench.run import BenchVmSpec, run_bench_vm
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check.context import LogSource, context_for
+from powercut.check.place import Place
 from powercut.config import BenchItem, FsSpec, RunSet, WorkloadSpec
 from powercut.core.dmlog import open_log
 from powercut.core.models import space
+from powercut.core.selection import SelectionSpec
 from powercut.core.stateid import TORN_MODELS
 from powercut.debug.triage import diagnose_at
 from powercut.errors import PowercutError
@@ -36,14 +39,10 @@ class MatrixRun:
     others in checker VMs.  ``resume``: reuse a row's recording and judged states."""
 
     out: Path
-    check_in: str = ""
-    jobs: int = 0
-    bound: int = 10
-    samples: int = 64
-    max_states: int = 0
-    accel: str = "auto"
+    check_in: str = ""            # "" : each row where its ``ci`` says (checker VMs for the others)
+    selection: SelectionSpec = SelectionSpec()   # each row's models and max_states override its fields
+    place: Place = Place()        # accel, jobs, --check-uri, memory; its check_in is replaced per row
     resume: bool = False
-    check_uris: tuple[str, ...] = ()   # --check-uri: every row's checker VMs on these libvirt hosts
 
 
 def run_row(row: Row, how: MatrixRun, on_verdict: Any = None) -> tuple[list[Cell], dict[str, Any]]:
@@ -76,7 +75,7 @@ def record_row(row: Row, how: MatrixRun) -> str:
         return ""
     try:
         spec = RecordSpec(fs=FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()), mount_opts=row.mount_opts),
-                          workload=WorkloadSpec(name=row.workload, params=dict(row.params)), accel=how.accel)
+                          workload=WorkloadSpec(name=row.workload, params=dict(row.params)), accel=how.place.accel)
         record(spec, recdir, force=True)
         return ""
     except (PowercutError, OSError) as e:
@@ -93,14 +92,14 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
     try:
         rec = recording.load(recdir)
         info["record_s"] = rec.manifest.get("recording", {}).get("vm_wall_s")
-        where = how.check_in or ("vm" if how.check_uris else row.ci or "vm")
-        cspec = CampaignSpec(models=row.models, check_in=where, jobs=how.jobs, check_uris=how.check_uris,
-                             bound=how.bound, samples=how.samples, accel=how.accel,
-                             max_states=min((x for x in (how.max_states, row.max_states) if x), default=0),
+        where = how.check_in or ("vm" if how.place.uris else row.ci or "vm")
+        selection = how.selection.with_(models=row.models, max_states=min(
+            (x for x in (how.selection.max_states, row.max_states) if x), default=0))
+        cspec = CampaignSpec(selection=selection, place=dataclasses.replace(how.place, check_in=where),
                              resume=how.resume, shrink=0)  # the matrix wants verdicts; triage is check's
         summary, _ = run_campaign(recdir, cspec, recdir / "check", on_verdict=on_verdict)
         info["check_s"] = round(summary.seconds, 1)
-        info["check_in"] = cspec.check_in
+        info["check_in"] = cspec.place.check_in
         torn = [f for f in summary.failures if f.model in TORN_MODELS]
         t0 = time.monotonic()
         untorn = _untorn(rec, cspec, torn[:MAX_TEAR_CHECKS], recdir / "untorn") if torn else {}
@@ -116,7 +115,7 @@ def _untorn(rec: Any, cspec: CampaignSpec, torn: list[Any], work: Path) -> dict[
     """Which failing torn states fail the same way without their tear (diagnose.without_tear), where
     the check ran; the states not checked (beyond MAX_TEAR_CHECKS) stay the torn model's."""
     with open_log(rec.log_path) as index:
-        found = diagnose_at(cspec.place(), context_for(rec), LogSource.of(rec), index, space(index), torn, work,
+        found = diagnose_at(cspec.place, context_for(rec), LogSource.of(rec), index, space(index), torn, work,
                             floor=None, budget=1, tear_only=True)
     return {d["state"]: d.get("without_tear", "") for d in found}
 

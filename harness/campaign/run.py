@@ -23,18 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from powercut.campaign.journal import Journal, pin_settings
+from powercut.campaign.journal import Journal, pin_settings, pinned_settings
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
 from powercut.core import confirm as confirming
 from powercut.core.dmlog import open_log
 from powercut.core.crashstate import CrashState
 from powercut.core.models import space
-from powercut.core.selection import Selection, select
+from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.debug import triage
 from powercut.checker import DEFAULT_TIMEOUT_S
+from powercut.config import DEFAULT_SHRINK
 from powercut.errors import CheckerError, UsageError
 from powercut.record import recording
 from powercut.report import html
@@ -42,69 +43,76 @@ from powercut.report.summary import Summary, summarize, write_outputs
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODELS = ("flush", "write-cache")
 BROKEN_AFTER = 3   # a checker that crashes on each of the first states judged is broken, not a finding
 
 
 @dataclass(frozen=True, slots=True)
 class CampaignSpec:
-    models: tuple[str, ...] = DEFAULT_MODELS
-    check_in: str = "vm"
-    jobs: int = 0                 # parallel walks (host) or checker VMs (vm); 0 = one per core
+    """One check campaign: which states (``selection``, config.SelectionSpec), where they are judged
+    (``place``, check/place.Place), by which checker, and how failures are confirmed and minimized.
+    Every default is the embedded values' or written once below."""
+
+    selection: SelectionSpec = SelectionSpec()
+    place: Place = Place()
     checker_command: str = ""     # empty: the workload's registered checker (or fsck only for --cmd)
     checker_timeout_s: float = DEFAULT_TIMEOUT_S   # per state
-    seed: int = 0
-    bound: int = 10
-    samples: int = 64
-    max_states: int = 0           # 0 = all
     resume: bool = False
-    accel: str = "auto"
-    state_timeout_s: float = 300.0
     confirm: bool = True          # judge failures a second time, alone
     confirm_mode: str = "group"   # group: by failure group (a sample of a large group); all: every failure
     confirm_sample: int = confirming.DEFAULT_SAMPLE   # states judged alone per large group
-    memory_mb: int = 768          # per checker VM
-    shrink: int = 0               # minimize + blame the first state of the first K failure groups (0: off;
-                                  # the CLI's --shrink defaults to 3)
+    shrink: int = DEFAULT_SHRINK  # minimize + blame the first state of the first K failure groups (0: off)
     shrink_budget: int = 60       # checks per minimization
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
     force: bool = False           # replace an earlier check in the output directory
     shard: Shard = Shard()        # judge only this shard of the distinct states (--shard i/n)
     checker_function: str = ""    # a Python checker, FILE::NAME (the pytest plugin's; powercut._pycall)
     checker_path: tuple[str, ...] = ()   # sys.path entries its imports need
-    check_uris: tuple[str, ...] = ()     # --check-uri: libvirt hosts the checker VMs boot on
 
     def settings(self, rec: recording.Recording) -> dict[str, Any]:
         """What a resumed campaign must share with the journal's: the log and how states are made
         and judged (not where or how fast)."""
-        return {"log_sha256": rec.manifest["log"].get("sha256", ""), "models": list(self.models),
-                "seed": self.seed, "bound": self.bound, "samples": self.samples, "max_states": self.max_states,
+        return {"log_sha256": rec.manifest["log"].get("sha256", ""), **self.selection.to_json(),
                 "checker": self.checker_command or self.checker_function, "checker_timeout_s": self.checker_timeout_s,
                 **({} if self.shard.whole else {"shard": str(self.shard)})}
 
     def __post_init__(self) -> None:
-        self.place()   # validates --check-in
-        if self.jobs < 0:
-            raise UsageError(f"-j must be 0 (one per core) or more, not {self.jobs}")
         if self.shrink < 0 or self.shrink_budget < 1:
             raise UsageError(f"--shrink must be 0 (off) or more and its budget at least 1, not {self.shrink}, "
                              f"{self.shrink_budget}")
-        if self.checker_timeout_s <= 0 or self.state_timeout_s <= 0:
-            raise UsageError(f"the checker and state timeouts must be more than 0 s, not {self.checker_timeout_s:g}, "
-                             f"{self.state_timeout_s:g}")
-        if self.max_states < 0:
-            raise UsageError(f"--max-states must be 0 (all) or more, not {self.max_states}")
+        if self.checker_timeout_s <= 0:
+            raise UsageError(f"the checker timeout must be more than 0 s, not {self.checker_timeout_s:g}")
         if self.confirm_mode not in confirming.MODES:
             raise UsageError(f"--confirm must be one of {', '.join(confirming.MODES)}, not {self.confirm_mode!r}")
         if self.confirm_sample < confirming.MIN_SAMPLE:
             raise UsageError(f"--confirm-sample must be at least {confirming.MIN_SAMPLE} (a group's first and last "
                              f"state), not {self.confirm_sample}")
 
-    def workers(self) -> int:
-        return self.jobs or os.cpu_count() or 1
+    @classmethod
+    def of(cls, **settings: Any) -> CampaignSpec:
+        """A campaign from flat words (``models=``, ``seed=``, ``check_in=``, ``jobs=``, ... and the
+        fields): the selection's and the place's words go into those values, with their defaults."""
+        sel, where, rest = split_settings(settings)
+        return cls(selection=SelectionSpec().with_(**sel), place=Place(**where), **rest)
 
-    def place(self) -> Place:
-        return Place(self.check_in, self.accel, self.memory_mb, self.state_timeout_s, tuple(self.check_uris))
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self.selection.models
+
+    def workers(self) -> int:
+        return self.place.workers()
+
+
+SELECTION_WORDS = ("models", "seed", "bound", "samples", "torn_samples", "max_states")    # -> SelectionSpec
+PLACE_WORDS = {"check_in": "check_in", "accel": "accel", "jobs": "jobs", "memory_mb": "memory_mb",
+               "state_timeout_s": "state_timeout_s", "check_uris": "uris"}                # word -> Place field
+
+
+def split_settings(flat: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Flat settings (the pytest marker's, a script's) -> (SelectionSpec fields, Place fields, the rest)."""
+    sel = {k: v for k, v in flat.items() if k in SELECTION_WORDS}
+    where = {PLACE_WORDS[k]: (tuple(v) if k == "check_uris" else v) for k, v in flat.items() if k in PLACE_WORDS}
+    rest = {k: v for k, v in flat.items() if k not in SELECTION_WORDS and k not in PLACE_WORDS}
+    return sel, where, rest
 
 
 def prepare_out(outdir: Path, resume: bool, force: bool = False) -> None:
@@ -129,7 +137,7 @@ class _Run:
                  sel: Selection, journal: Journal, on_verdict: Callable[[Verdict], None] | None) -> None:
         self.spec, self.rec, self.ctx, self.outdir = spec, rec, ctx, outdir
         self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
-        self.place, self.src = spec.place().with_warm_vms(), LogSource.of(rec)
+        self.place, self.src = spec.place.with_warm_vms(), LogSource.of(rec)
         self.first: list[str] = []   # the first verdicts of this run: a checker broken on all is an error
         self.confirm_s = 0.0
         self.confirmed = 0
@@ -191,7 +199,7 @@ class _Run:
             return
         t0 = time.monotonic()
         plans = confirming.plan(firsts, mode=self.spec.confirm_mode, k=self.spec.confirm_sample,
-                                seed=self.spec.seed, settled=[v for v in mine if v.verdict == "flaky" or v.confirmed],
+                                seed=self.spec.selection.seed, settled=[v for v in mine if v.verdict == "flaky" or v.confirmed],
                                 always=set(named.values()))
         sampled = [v for p in plans for v in p.sample]
         extra = {key: space(index).state_from_id(m) for key, m in minimized.items()}
@@ -253,6 +261,18 @@ def flaky(v1: Verdict, v2: Verdict) -> Verdict:
                                seconds=round(v1.seconds + v2.seconds, 3))
 
 
+def _seeded(spec: CampaignSpec, outdir: Path) -> SelectionSpec:
+    """The selection with ``--seed auto`` resolved: a resumed campaign's pinned seed, else a new one."""
+    sel = spec.selection
+    if sel.seed != SEED_AUTO:
+        return sel
+    if spec.resume:
+        pinned = pinned_settings(outdir).get("seed")
+        if isinstance(pinned, int) and pinned >= 0:
+            return dataclasses.replace(sel, seed=pinned)
+    return sel.resolved()
+
+
 def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str | os.PathLike[str] | None = None,
                  on_start: Callable[[int, int], None] | None = None,
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
@@ -261,15 +281,15 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     outdir = Path(out) if out else rec.dir / ("check" if spec.shard.whole else
                                               f"check-shard-{spec.shard.index}-of-{spec.shard.total}")
     ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s, spec.checker_function, spec.checker_path)
-    spec.place().require()
+    spec.place.require()
     prepare_out(outdir, spec.resume, spec.force)
+    spec = dataclasses.replace(spec, selection=_seeded(spec, outdir))
     pin_settings(outdir, spec.settings(rec), spec.resume)
     t0 = time.monotonic()
     status = "complete"
     with open_log(rec.log_path) as index:
         ctx = with_faults(ctx, index)
-        sel = select(index, list(spec.models), seed=spec.seed, bound=spec.bound, samples=spec.samples,
-                     max_states=spec.max_states)
+        sel = select(index, spec.selection)
         if not sel.states:   # nothing judged is not a pass
             raise UsageError(f"{rec.dir}: no crash state to judge under {', '.join(spec.models)}: the log holds "
                              "no write after the mkfs mark")
@@ -298,7 +318,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
             wanted = {s.id for s in sel.states}
             verdicts = [v for sid, v in journal.done.items() if sid in wanted]
             summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype, workload=rec.workload_label,
-                                check_in=spec.check_in, seconds=time.monotonic() - t0, selection=sel,
+                                check_in=spec.place.check_in, seconds=time.monotonic() - t0, selection=sel,
                                 status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
                                 confirm_mode=(spec.confirm_mode if spec.confirm else "off"),
                                 confirm_sample=spec.confirm_sample, escalated=len(run.escalated),

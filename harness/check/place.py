@@ -5,6 +5,7 @@ matrix's tear checks all judge through ``Place.judge``; diagnoses go through
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,10 +33,15 @@ class Place:
     memory_mb: int = 768           # per checker VM
     state_timeout_s: float = 300.0
     uris: tuple[str, ...] = ()     # --check-uri: libvirt hosts the checker VMs boot on (none: QEMU here)
+    jobs: int = 0                  # parallel walks (host) or checker VMs (vm, on each URI); 0: one per core
     # one run's checker VMs kept booted between its phases (check -> diagnosis); None: every phase boots
     warm: WarmVms | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.jobs < 0:
+            raise UsageError(f"-j must be 0 (one per core) or more, not {self.jobs}")
+        if self.state_timeout_s <= 0:
+            raise UsageError(f"the state timeout must be more than 0 s, not {self.state_timeout_s:g}")
         if self.check_in not in PLACES:
             raise UsageError(f"--check-in must be vm or host, not {self.check_in!r}")
         if self.uris and self.on_host:
@@ -44,6 +50,10 @@ class Place:
             raise UsageError("--check-uri: a host given twice (use -j for more VMs on one host)")
         for uri in self.uris:
             validate_uri(uri)
+
+    def workers(self) -> int:
+        """Parallel walks or checker VMs: ``jobs``, or one per core."""
+        return self.jobs or os.cpu_count() or 1
 
     @property
     def on_host(self) -> bool:

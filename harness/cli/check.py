@@ -14,23 +14,22 @@ from powercut.errors import UsageError
 log = logging.getLogger("powercut")
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from powercut.campaign.run import DEFAULT_MODELS, CampaignSpec, run_campaign
+    from powercut.campaign.run import CampaignSpec, run_campaign
+    from powercut.check.place import Place
+    from powercut.cli.parser import selection_from
     from powercut.core.shard import Shard
 
-    spec = CampaignSpec(models=tuple(args.models or DEFAULT_MODELS), check_in=args.check_in, jobs=args.jobs,
-                        checker_command=args.checker, seed=args.seed,
-                        bound=10 if args.bound is None else args.bound,
-                        samples=64 if args.samples is None else args.samples,
-                        max_states=args.max_states, resume=args.resume, accel=args.accel,
-                        state_timeout_s=args.state_timeout, confirm=not args.no_confirm,
+    place = Place(args.check_in, args.accel, state_timeout_s=args.state_timeout, uris=tuple(args.check_uris),
+                  jobs=args.jobs)
+    spec = CampaignSpec(selection=selection_from(args, preset), place=place, checker_command=args.checker,
+                        resume=args.resume, confirm=not args.no_confirm,
                         confirm_mode=args.confirm_mode, confirm_sample=args.confirm_sample, shrink=args.shrink,
                         shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
-                        allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard(),
-                        check_uris=tuple(args.check_uris))
+                        allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard())
     console = Console(stderr=True)
     failed = 0
     # the bar appears once judging starts: a refusal before it is one line, with no bar around it
@@ -166,6 +165,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from powercut.campaign.matrix import MatrixRun, run_rows
+    from powercut.check.place import Place
+    from powercut.cli.parser import selection_from
     from powercut.report import matrix
 
     from powercut.core.shard import Shard
@@ -180,13 +181,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             cells = ", ".join(f"{m} {r.expect[m]}" for m in r.models)
             print(f"{r.id:44} {cells}" + (f"   [CI: {r.ci}]" if r.ci else ""))
         return 0
-    if args.check_uris:   # refused before any row is recorded, not once per row
-        from powercut.check.place import Place
-        Place(args.check_in or "vm", uris=tuple(args.check_uris))
+    # refused before any row is recorded, not once per row
+    place = Place(args.check_in or "vm", args.accel, uris=tuple(args.check_uris), jobs=args.jobs)
     out = Path(args.out)
-    how = MatrixRun(out=out, check_in=args.check_in or "", jobs=args.jobs, bound=args.bound,
-                    samples=args.samples, max_states=args.max_states, accel=args.accel, resume=args.resume,
-                    check_uris=tuple(args.check_uris))
+    how = MatrixRun(out=out, check_in=args.check_in or "", selection=selection_from(args, "matrix"), place=place,
+                    resume=args.resume)
     console = Console(stderr=True)
     results, infos = [], []
 
@@ -212,6 +211,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job: six showcase rows checked and timed; one line per workload; report.html."""
     from powercut.campaign.demo import DemoSpec, run_demo
+    from powercut.cli.parser import selection_from
     from powercut.report import matrix
 
     def done(row: matrix.Row, cells: list[matrix.Cell], info: dict) -> None:
@@ -219,8 +219,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"{'ok  ' if c.ok else 'SURPRISE'} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}",
                   flush=True)
 
-    res = run_demo(DemoSpec(out=Path(args.out), check_in=args.check_in, jobs=args.jobs, max_states=args.max_states,
-                            accel=args.accel, cost=not args.no_cost), done)
+    res = run_demo(DemoSpec(out=Path(args.out), check_in=args.check_in, jobs=args.jobs,
+                            selection=selection_from(args, "demo"), accel=args.accel, cost=not args.no_cost), done)
     print()
     for line in res.lines:
         print(line)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,16 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_states(args: argparse.Namespace) -> int:
+    from powercut.cli.parser import selection_from
     from powercut.core.crashstate import state_to_json
     from powercut.core.models import CrashSpace, describe
 
     with _open(args.path) as index:   # streamed: a log of 10^6 entries has millions of states
-        states = CrashSpace(index).iter_states(args.model, seed=args.seed, exhaustive_bound=args.bound,
-                                               samples=args.samples)
+        how = selection_from(args, "check").with_(models=(args.model,)).resolved()
+        if how.seed != args.seed:
+            print(f"seed {how.seed}", file=sys.stderr)
+        states = CrashSpace(index).iter_states(args.model, seed=how.seed, exhaustive_bound=how.bound,
+                                               samples=how.samples, torn_samples=how.torn_samples)
         if args.json:
             for s in states:
                 print(json.dumps(state_to_json(s)))

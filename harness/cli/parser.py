@@ -7,8 +7,10 @@ import argparse
 import shlex
 from collections.abc import Callable
 
+from powercut.config import DEFAULT_SHRINK
+
 MAIN_DEFAULT_OUT = "runs/latest"
-RUN_COMMITS, RUN_BOUND, RUN_SAMPLES = 8, 4, 8
+RUN_COMMITS = 8
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,6 +63,13 @@ def shard(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def seed(text: str) -> int:
+    """An argparse type: a seed (a whole number >= 0) or ``auto`` (a new one each run, printed)."""
+    if text == "auto":
+        return -1   # core.selection.SEED_AUTO (the parser does not import the core at start-up)
+    return at_least(0)(text)
+
+
 def positive_float(text: str) -> float:
     return _float(text, True)
 
@@ -68,10 +77,49 @@ def positive_float(text: str) -> float:
 def non_negative_float(text: str) -> float:
     return _float(text, False)
 
+def accel_option(g: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "VM") -> None:
+    """--accel, defined once for every command that boots a VM."""
+    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
+                   help=f"{what} acceleration: auto probes KVM once (cached) and falls back to TCG (default auto)")
+
+
+def _preset(command: str):   # -> SelectionSpec
+    from powercut.core.selection import DEMO_SELECTION, RUN_SELECTION, SelectionSpec
+    return {"run": RUN_SELECTION, "demo": DEMO_SELECTION}.get(command, SelectionSpec())
+
+
+def selection_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, preset: str, *, models: bool = True,
+                      cap: bool = True) -> None:
+    """The state-selection options (core.selection.SelectionSpec's fields), each defaulting to None:
+    ``selection_from`` fills in the preset's value, so every default is written once, there."""
+    d = _preset(preset)
+    if models:
+        g.add_argument("--model", action="append", dest="models", metavar="MODEL",
+                       help=f"crash model to check (repeat; default: {' and '.join(d.models)})")
+    g.add_argument("--seed", type=seed, default=None, metavar="N|auto",
+                   help=f"seed for sampled crash states; auto: a new seed each run, printed with the result "
+                        f"(default {d.seed})")
+    g.add_argument("--bound", type=at_least(0), default=None,
+                   help=f"write-cache: all subsets up to this many writes (default {d.bound})")
+    g.add_argument("--samples", type=at_least(0), default=None,
+                   help=f"write-cache: seeded samples beyond the bound (default {d.samples})")
+    g.add_argument("--torn-samples", type=at_least(0), default=None,
+                   help=f"torn models: seeded tears per torn write (default {d.torn_samples})")
+    if cap:
+        g.add_argument("--max-states", type=at_least(0), default=None,
+                       help=f"judge at most this many distinct states{' per row' if preset in ('demo', 'matrix') else ''}"
+                            f", spread over the models ({d.max_states or 'default: all'}; 0: all)")
+
+
+def selection_from(args: argparse.Namespace, preset: str):   # -> SelectionSpec (imported lazily)
+    """The SelectionSpec the options ask for: the preset's, with each option given replacing its field."""
+    return _preset(preset).with_(**{k: getattr(args, k, None) for k in ("models", "seed", "bound", "samples", "torn_samples",
+                                                              "max_states")})
+
+
 def _vm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("VM")
-    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
-                   help="auto probes KVM once (cached) and falls back to TCG (default: auto)")
+    accel_option(g)
     g.add_argument("--backend", choices=("qemu", "libvirt"), default="qemu", help="run QEMU directly or via libvirt")
     g.add_argument("--libvirt-uri", default="qemu:///system", help="libvirt connection URI (default qemu:///system)")
     g.add_argument("--memory", type=at_least(64), default=1024, metavar="MB", help="guest memory (default 1024)")
@@ -105,10 +153,9 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
     _vm_options(p)
 
 
-def _check_options(p: argparse.ArgumentParser) -> None:
+def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g = p.add_argument_group("checking")
-    g.add_argument("--model", action="append", dest="models", metavar="MODEL",
-                   help="crash model to check (repeat; default: flush and write-cache)")
+    selection_options(g, preset)
     g.add_argument("--check-in", choices=("vm", "host"), default="vm",
                    help="vm (default): a checker VM judges the states, corrupt images never touch the host kernel;"
                         " host: loop devices on this machine, in parallel (trusted, disposable machines only)")
@@ -118,13 +165,7 @@ def _check_options(p: argparse.ArgumentParser) -> None:
                    help="a libvirt host for the checker VMs, e.g. qemu+ssh://user@host/system (repeat: the states are spread over the hosts, -j VMs on each; the image and recording are shipped there by hash)")
     g.add_argument("--checker", default="", metavar="COMMAND",
                    help="your own checker: gets the input as JSON on stdin, answers {\"verdict\": ..., \"reasons\": [...]} "
-                        "on stdout, or exits 0 (pass) / 1 (fail)")
-    g.add_argument("--seed", type=at_least(0), default=0, help="seed for sampled crash states")
-    g.add_argument("--bound", type=at_least(0), default=None,
-                   help="write-cache: all subsets up to this many writes (default 10; run: 4)")
-    g.add_argument("--samples", type=at_least(0), default=None,
-                   help="write-cache: seeded samples beyond the bound (default 64; run: 8)")
-    g.add_argument("--max-states", type=at_least(0), default=0, help="judge at most this many states (0: all)")
+                        "as the last line of stdout, or exits 0 (pass) / 1 (fail)")
     g.add_argument("--state-timeout", type=positive_float, default=300.0, metavar="S", help="VM mode: one state's limit")
     g.add_argument("--checker-timeout", type=positive_float, default=120.0, metavar="S",
                    help="the checker's limit per state (default 120); a checker that times out or crashes on each "
@@ -143,9 +184,9 @@ def _check_options(p: argparse.ArgumentParser) -> None:
                         "all (default 8)")
     g.add_argument("--no-confirm", action="store_true",
                    help="do not judge failing states a second time (flaky states then go unnoticed)")
-    g.add_argument("--shrink", type=at_least(0), default=3, metavar="K",
+    g.add_argument("--shrink", type=at_least(0), default=DEFAULT_SHRINK, metavar="K",
                    help="minimize and blame the first state of the first K failure groups, each saved as a repro "
-                        "bundle (default 3; 0: off)")
+                        f"bundle (default {DEFAULT_SHRINK}; 0: off)")
     g.add_argument("--shrink-budget", type=at_least(1), default=60, metavar="N", help="checks per minimization (default 60)")
 
 
@@ -178,7 +219,7 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
                    help="QEMU cache mode of the disk: none (default), writeback, writethrough, directsync "
                         "(never unsafe: it drops the flushes being timed)")
     g.add_argument("--disk-dir", default="", metavar="DIR", help="where the disk image goes (default: the run directory)")
-    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="auto probes KVM once (cached)")
+    accel_option(g, "bench VM")
     g.add_argument("--memory", type=at_least(64), default=1024, metavar="MB", help="guest memory (default 1024)")
     g.add_argument("--vm-timeout", type=non_negative_float, default=0.0, metavar="S", help="kill the VM after S s (default: estimated)")
     g.add_argument("--kernel-package", default="", help="pin the guest kernel package")
@@ -200,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the default campaign: record append-fsync on ext4, check every crash state "
                        "under flush and write-cache, report")
     _record_options(r, required_out=False)
-    _check_options(r)
+    _check_options(r, "run")
 
     r = sub.add_parser("record", help="record a workload's block writes in a VM")
     _record_options(r)
@@ -209,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("path", help="a recording directory")
     c.add_argument("-o", "--out", help="output directory (default RECORDING/check)")
     c.add_argument("--force", action="store_true", help="replace an earlier check in the output directory")
-    _check_options(c)
-    c.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="checker VM acceleration")
+    _check_options(c, "check")
+    accel_option(c, "checker VM")
 
     img = sub.add_parser("image", help="build or inspect the guest image")
     isub = img.add_subparsers(dest="image_command", metavar="ACTION", parser_class=Parser)
@@ -236,9 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("states", help="list the crash states of a recording under a crash model")
     st.add_argument("path", help="a recording directory or a log file")
     st.add_argument("--model", default="flush", help="no-cache, flush, write-cache, torn or torn-4k (default flush)")
-    st.add_argument("--seed", type=at_least(0), default=0)
-    st.add_argument("--bound", type=at_least(0), default=10, help="write-cache: enumerate all subsets up to this many writes")
-    st.add_argument("--samples", type=at_least(0), default=64, help="write-cache: seeded samples beyond the bound")
+    selection_options(st, "check", models=False, cap=False)
     st.add_argument("--json", action="store_true", help="one JSON object per state")
 
     rp = sub.add_parser("replay", help="rebuild one crash state's disk image")
@@ -260,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp2.add_argument("--quick", action="store_true", help="fewer commits per timed run (CI)")
     rp2.add_argument("--file", default="", help="the matrix file the results came from (default: the built-in)")
     rp2.add_argument("-o", "--out", default="", help="where the report goes (default: MATRIX/report)")
-    rp2.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="bench VM acceleration")
+    accel_option(rp2, "bench VM")
 
     rr = sub.add_parser("repro", help="rebuild a failing state (a repro bundle, or a recording + --state) and judge "
                         "it again in a checker VM: exit 3 if it still fails, 0 if not")
@@ -270,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--check-in", choices=("vm", "host"), default="vm", help="where to judge it (default vm)")
     rr.add_argument("--shell", action="store_true",
                     help="then open a shell on this terminal in a checker VM, the state recovered and mounted")
-    rr.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="checker VM acceleration")
+    accel_option(rr, "checker VM")
 
     mx = sub.add_parser("matrix", help="run the verdict matrix (or part of it): expected vs seen verdicts per "
                         "workload variant, filesystem and crash model")
@@ -285,10 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("-j", "--jobs", type=at_least(0), default=0, help="checker VMs or host walks at once (default: one per core)")
     mx.add_argument("--check-uri", action="append", dest="check_uris", default=[], metavar="URI",
                     help="a libvirt host for the checker VMs, e.g. qemu+ssh://user@host/system (repeat: the states are spread over the hosts, -j VMs on each; the image and recording are shipped there by hash)")
-    mx.add_argument("--bound", type=at_least(0), default=10, help="write-cache: all subsets up to this many writes (default 10)")
-    mx.add_argument("--samples", type=at_least(0), default=64, help="write-cache: seeded samples beyond the bound (default 64)")
-    mx.add_argument("--max-states", type=at_least(0), default=0, help="judge at most this many states per row (0: all)")
-    mx.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="VM acceleration (default auto)")
+    selection_options(mx, "matrix", models=False)
+    accel_option(mx)
     mx.add_argument("--resume", action="store_true", help="reuse the recordings and verdicts already in --out")
     mx.add_argument("--shard", type=shard, default=None, metavar="I/N",
                     help="run only shard I of N of the chosen rows (round-robin, 1-based); 'powercut merge' joins them")
@@ -298,10 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("-o", "--out", default="runs/demo", help="where recordings and results go (default runs/demo)")
     dm.add_argument("--check-in", choices=("vm", "host"), default="vm", help="where to judge the states (default vm)")
     dm.add_argument("-j", "--jobs", type=at_least(0), default=0, help="checker VMs at once (default: one per core)")
-    dm.add_argument("--max-states", type=at_least(0), default=80,
-                    help="judge at most this many states per row, spread over its models (default 80; 0: all)")
+    selection_options(dm, "demo", models=False)
     dm.add_argument("--no-cost", action="store_true", help="skip the timings (no bench VM)")
-    dm.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="VM acceleration (default auto)")
+    accel_option(dm)
 
     mg = sub.add_parser("merge", help="join the outputs of a check's shards (--shard i/n) into the one summary, "
                         "JUnit and failure groups of the whole campaign (or a matrix's shards into one matrix)")

@@ -11,7 +11,7 @@ from typing import Any
 
 from powercut.cli.check import cmd_check
 from powercut.cli.inspect import _print_stats
-from powercut.cli.parser import MAIN_DEFAULT_OUT, RUN_BOUND, RUN_COMMITS, RUN_SAMPLES
+from powercut.cli.parser import MAIN_DEFAULT_OUT, RUN_COMMITS
 from powercut.errors import PowercutError, UsageError
 from powercut.linux import interrupt
 
@@ -98,8 +98,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     # embedded defaults of the main job: small enough to finish in minutes under TCG
     if not args.workload and not args.cmd and not args.param:
         args.param = [f"n={RUN_COMMITS}"]
-    args.bound = RUN_BOUND if args.bound is None else args.bound
-    args.samples = RUN_SAMPLES if args.samples is None else args.samples
     rec = Path(args.out)
     if args.shard and not args.shard.whole and not (rec / "manifest.toml").exists():
         raise UsageError(f"run --shard {args.shard} checks one shard of a recording that every shard shares: record "
@@ -115,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return rc
     args.path = str(rec)
     args.out = None
-    return cmd_check(args)
+    return cmd_check(args, preset="run")
 
 
 def cmd_image(args: argparse.Namespace) -> int:

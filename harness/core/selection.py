@@ -30,22 +30,77 @@ distinct disk image once, and under a cap a fair share of every model.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 from array import array
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import Any, overload
 
 from powercut.core.dmlog import Entry, LogIndex
 from powercut.core.crashstate import CrashState
 from powercut.core.models import CrashSpace, space
+from powercut.core.stateid import MODELS
 from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelCounts", "Selection", "StateList", "fair_shares", "image_key", "select", "spread"]
+__all__ = ["DEMO_SELECTION", "RUN_SELECTION", "SEED_AUTO", "ModelCounts", "SelectionSpec", "Selection", "StateList", "fair_shares", "image_key", "select", "spread"]
 
 
+SEED_AUTO = -1   # --seed auto: a new seed per run, chosen when the run starts (SelectionSpec.resolved)
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionSpec:
+    """How a check chooses its crash states, one value with its defaults written once here: the
+    models, the seed of every sampled state, the write-cache bound (all subsets up to ``bound``
+    droppable writes), the seeded ``samples`` beyond it, the seeded tears per torn write, and the cap
+    (``max_states``, 0: every distinct state).  Embedded by campaign.run.CampaignSpec, campaign.crashtest.CrashTest and
+    campaign.matrix.MatrixRun; the CLI's options and the pytest marker override its fields (``with_``).  ``seed`` SEED_AUTO
+    (``--seed auto``) is resolved to a fresh seed when a run starts."""
+
+    models: tuple[str, ...] = ("flush", "write-cache")
+    seed: int = 0
+    bound: int = 10
+    samples: int = 64
+    torn_samples: int = 4
+    max_states: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise UsageError("select at least one crash model")
+        unknown = [m for m in self.models if m not in MODELS]
+        if unknown:
+            raise UsageError(f"unknown crash model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+        for name in ("bound", "samples", "torn_samples", "max_states"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be a whole number >= 0, not {value!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < SEED_AUTO:
+            raise UsageError(f"--seed must be a whole number >= 0 or 'auto', not {self.seed!r}")
+
+    def with_(self, **changes: Any) -> SelectionSpec:
+        """This value with the given fields replaced; a None value keeps the field (an option not given)."""
+        given = {k: (tuple(v) if k == "models" else v) for k, v in changes.items() if v is not None}
+        return dataclasses.replace(self, **given) if given else self
+
+    def resolved(self) -> SelectionSpec:
+        """``seed`` auto replaced by a fresh seed (from the OS), else this value."""
+        if self.seed != SEED_AUTO:
+            return self
+        return dataclasses.replace(self, seed=int.from_bytes(os.urandom(4), "big"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"models": list(self.models), "seed": self.seed, "bound": self.bound, "samples": self.samples,
+                "torn_samples": self.torn_samples, "max_states": self.max_states}
+
+
+# the presets: `check` and the library take SelectionSpec(); `run` (the quick default campaign) and
+# `demo` (the main job: six rows in checker VMs) judge fewer sampled states per window
+RUN_SELECTION = SelectionSpec(bound=4, samples=8)
+DEMO_SELECTION = SelectionSpec(bound=6, samples=12, max_states=80)
 @dataclass(frozen=True, slots=True)
 class ModelCounts:
     """One model's numbers.  ``generated``: its states after the floor (``below_floor`` more were
@@ -246,19 +301,21 @@ def _windows(states: Iterator[CrashState], version: Sequence[int]) -> Iterator[t
         yield at, group
 
 
-def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], models: Sequence[str], *, seed: int = 0,
-           bound: int = 10, samples: int = 64, torn_samples: int = 4, max_states: int = 0,
-           floor_mark: str | None = "mkfs") -> Selection:
+def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: SelectionSpec | Sequence[str], *,
+           floor_mark: str | None = "mkfs", **fields: Any) -> Selection:
     """The states to judge: after the floor mark (if the log has it), one per distinct image, at
-    most ``max_states`` (0: all) spread fairly over the models.  Deterministic per seed.
+    most ``max_states`` (0: all) spread fairly over the models.  Deterministic per seed.  ``how``
+    is a SelectionSpec, or the models with any of its other fields as keywords (the rest its
+    defaults).  A seed of SEED_AUTO must be resolved first.
 
     Streaming: the image key holds the key version, so two states of different versions are never
     one image; the models' states are taken a key version at a time (all models, in model order)
     and the keys forgotten after it.  The representatives are kept as ids (``StateList``)."""
-    if not models:
-        raise UsageError("select at least one crash model")
-    if not isinstance(max_states, int) or isinstance(max_states, bool) or max_states < 0:
-        raise UsageError(f"max_states must be a non-negative integer, got {max_states!r}")
+    spec = how if isinstance(how, SelectionSpec) else SelectionSpec(models=tuple(how)).with_(**fields)
+    if spec.seed == SEED_AUTO:
+        raise UsageError("select: resolve --seed auto first (SelectionSpec.resolved)")
+    models, seed, bound, samples = spec.models, spec.seed, spec.bound, spec.samples
+    torn_samples, max_states = spec.torn_samples, spec.max_states
     sp = space(index_or_entries)
     floor = next((e.index for e in sp.entries if e.mark == floor_mark), None) if floor_mark else None
     order = list(dict.fromkeys(models))

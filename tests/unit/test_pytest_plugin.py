@@ -54,7 +54,7 @@ class FakeCampaign:
         (out / "check").mkdir(parents=True, exist_ok=True)
         fails = [v for v in self.verdicts if v.finding]
         summary = summarize(self.verdicts, recording=str(out / "recording"), fstype=test.fs, workload="cmd",
-                            check_in=test.check_in, seconds=2.0, status=self.status, rejudged=len(fails),
+                            check_in=test.place.check_in, seconds=2.0, status=self.status, rejudged=len(fails),
                             groups=self.groups, acks=self.acks)
         return ct.Outcome(test, summary, {"summary": out / "check" / "summary.json",
                                           "junit": out / "check" / "junit.xml"}, out)
@@ -99,7 +99,7 @@ def test_a_passing_crash_test_passes_with_its_settings(pytester: pytest.Pytester
     res = pytester.runpytest("--junitxml=junit.xml")
     res.assert_outcomes(passed=1)
     (test,) = camp.tests
-    assert (test.fs, test.models, test.params, test.check_in, test.expect) == ("xfs", ("flush",), {"n": 5}, "vm",
+    assert (test.fs, test.models, test.params, test.place.check_in, test.expect) == ("xfs", ("flush",), {"n": 5}, "vm",
                                                                                 "pass")
     assert test.checker_function.endswith("test_kv.py::check_keys") and not test.checker_cmd
     assert "-m powercut._pycall" in test.workload_cmd and "test_kv.py::put_keys" in test.workload_cmd
@@ -167,7 +167,7 @@ def test_command_line_overrides_marker_and_call(pytester: pytest.Pytester, fake)
                              "--powercut-max-states=3", "--powercut-jobs=2", f"--powercut-out={pytester.path}/pc")
     res.assert_outcomes(passed=1)
     (test,) = camp.tests
-    assert (test.fs, test.models, test.check_in, test.max_states, test.jobs) == (
+    assert (test.fs, test.models, test.place.check_in, test.selection.max_states, test.place.jobs) == (
         "ext4", ("write-cache", "torn"), "host", 3, 2)
     assert test.checker_cmd == "true" and not test.checker_function
     res.stdout.fnmatch_lines(["*test_kv.py::test_kv: pass*"])

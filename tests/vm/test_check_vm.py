@@ -41,8 +41,8 @@ def verdicts(summary_dir: Path) -> dict[str, str]:
 
 
 def test_append_fsync_passes_every_state_vm_and_host_agree(good: Path, tmp_path: Path) -> None:
-    vm, _ = run_campaign(good, CampaignSpec(models=MODELS, check_in="vm", **SMALL), tmp_path / "vm")
-    host, _ = run_campaign(good, CampaignSpec(models=MODELS, check_in="host", **SMALL), tmp_path / "host")
+    vm, _ = run_campaign(good, CampaignSpec.of(models=MODELS, check_in="vm", **SMALL), tmp_path / "vm")
+    host, _ = run_campaign(good, CampaignSpec.of(models=MODELS, check_in="host", **SMALL), tmp_path / "host")
     assert vm.ok and host.ok, (vm.failures[:3], host.failures[:3])
     assert set(vm.by_model) == set(MODELS)
     assert verdicts(tmp_path / "vm") == verdicts(tmp_path / "host")
@@ -50,8 +50,8 @@ def test_append_fsync_passes_every_state_vm_and_host_agree(good: Path, tmp_path:
 
 
 def test_ack_before_fsync_is_caught_under_every_model(ack_early: Path, tmp_path: Path) -> None:
-    vm, _ = run_campaign(ack_early, CampaignSpec(models=MODELS, check_in="vm", **SMALL), tmp_path / "vm")
-    host, _ = run_campaign(ack_early, CampaignSpec(models=MODELS, check_in="host", **SMALL), tmp_path / "host")
+    vm, _ = run_campaign(ack_early, CampaignSpec.of(models=MODELS, check_in="vm", **SMALL), tmp_path / "vm")
+    host, _ = run_campaign(ack_early, CampaignSpec.of(models=MODELS, check_in="host", **SMALL), tmp_path / "host")
     for s in (vm, host):
         for model in MODELS:
             assert s.by_model[model].get("lost-ack", 0) > 0, (model, s.by_model)
@@ -95,7 +95,7 @@ def test_panic_and_hang_in_the_checker_vm_are_findings(good: Path, tmp_path: Pat
         ids = [s.id for s in select(index, ["flush"]).states]
     panic_id, hang_id = ids[2], ids[5]
     cmd = panic_or_hang(panic_id, hang_id)
-    summary, _ = run_campaign(good, CampaignSpec(models=("flush",), check_in="vm", checker_command=cmd,
+    summary, _ = run_campaign(good, CampaignSpec.of(models=("flush",), check_in="vm", checker_command=cmd,
                                                  state_timeout_s=30), tmp_path / "out")
     got = verdicts(tmp_path / "out")
     assert got[panic_id] == "kernel-panic"
@@ -168,7 +168,7 @@ def test_a_checker_vm_killed_from_outside_is_restarted_not_blamed(good: Path, tm
     t = threading.Thread(target=killer, daemon=True)
     t.start()
     # a checker that takes 2 s a state: the kill lands while a state is being judged
-    summary, _ = run_campaign(good, CampaignSpec(models=("flush",), check_in="vm", jobs=1, max_states=6,
+    summary, _ = run_campaign(good, CampaignSpec.of(models=("flush",), check_in="vm", jobs=1, max_states=6,
                                                  checker_command="sleep 2"), out)
     t.join(5)
     assert killed, "the checker VM was never killed (the test did not run its case)"

@@ -35,8 +35,8 @@ def test_fsync_retry_after_eio_is_caught_in_vm_and_host_alike(tmp_path):
     assert faults["acked_after_error"] == ["2"] and faults["workload_rc"] == 0
     assert len(faults["windows"]) == 1 and faults["windows"][0].startswith("eio-range on sectors ")
     how = dict(models=("flush",), shrink=0, confirm=False)
-    vm, _ = run_campaign(rec.dir, CampaignSpec(check_in="vm", jobs=1, accel="auto", **how), tmp_path / "vm")
-    host, _ = run_campaign(rec.dir, CampaignSpec(check_in="host", jobs=1, **how), tmp_path / "host")
+    vm, _ = run_campaign(rec.dir, CampaignSpec.of(check_in="vm", jobs=1, accel="auto", **how), tmp_path / "vm")
+    host, _ = run_campaign(rec.dir, CampaignSpec.of(check_in="host", jobs=1, **how), tmp_path / "host")
     assert _verdicts(tmp_path / "vm") == _verdicts(tmp_path / "host")
     failing = [f for f in host.failures if f.verdict == "acked-after-error"]
     assert failing and all("commit 2 was acked after the device failed I/O" in f.reasons[0] for f in failing)
@@ -47,7 +47,7 @@ def test_stopping_at_the_first_eio_passes_and_its_exit_is_recorded(tmp_path):
     rec = _record(tmp_path, "stop")
     assert rec.manifest["faults"]["workload_rc"] == 3 and rec.manifest["faults"]["acked_after_error"] == []
     assert "stopping without acking" in (rec.dir / "job" / "workload.err").read_text()
-    summary, _ = run_campaign(rec.dir, CampaignSpec(models=("flush", "write-cache"), check_in="host", jobs=1,
+    summary, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush", "write-cache"), check_in="host", jobs=1,
                                                     max_states=200, shrink=0), tmp_path / "check")
     assert summary.total > 0 and not summary.failures
 
@@ -63,6 +63,6 @@ def test_sqlite_rolls_back_a_commit_whose_database_sync_failed(tmp_path):
     said = (rec.dir / "job" / "workload.err").read_text()
     assert "COMMIT of txn 2 failed" in said and "reopened after the device came back: rolled back" in said
     assert "integrity_check: ok" in said and rec.manifest["faults"]["workload_rc"] == 3
-    summary, _ = run_campaign(rec.dir, CampaignSpec(models=("flush",), check_in="host", jobs=1, shrink=0),
+    summary, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=1, shrink=0),
                               tmp_path / "check")
     assert summary.total > 0 and not summary.failures

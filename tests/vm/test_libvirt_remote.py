@@ -254,10 +254,10 @@ def test_checker_vms_on_a_remote_host_through_ssh(ssh_uri, tmp_path, monkeypatch
     monkeypatch.setenv("POWERCUT_REMOTE_ROOT", str(root))
     how = dict(models=("flush", "write-cache"), max_states=10, shrink=0, accel="tcg")
     start = time.monotonic()
-    remote, _ = run_campaign(rec.dir, CampaignSpec(check_in="vm", jobs=1, check_uris=(ssh_uri,), **how),
+    remote, _ = run_campaign(rec.dir, CampaignSpec.of(check_in="vm", jobs=1, check_uris=(ssh_uri,), **how),
                              tmp_path / "remote-check")
     wall = time.monotonic() - start
-    local, _ = run_campaign(rec.dir, CampaignSpec(check_in="host", jobs=1, **how), tmp_path / "host-check")
+    local, _ = run_campaign(rec.dir, CampaignSpec.of(check_in="host", jobs=1, **how), tmp_path / "host-check")
 
     def verdicts(out):
         from powercut.campaign.journal import Journal

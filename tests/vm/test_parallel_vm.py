@@ -35,7 +35,7 @@ def test_verdicts_do_not_depend_on_parallelism(rec: Path, tmp_path: Path) -> Non
     runs = {}
     for mode in ("host", "vm"):
         for jobs in (1, 2):
-            s, _ = run_campaign(rec, CampaignSpec(check_in=mode, jobs=jobs, **common), tmp_path / f"{mode}{jobs}")
+            s, _ = run_campaign(rec, CampaignSpec.of(check_in=mode, jobs=jobs, **common), tmp_path / f"{mode}{jobs}")
             runs[(mode, jobs)] = journal(tmp_path / f"{mode}{jobs}")
             assert s.total >= 20
             print(f"{rec.parent.name} {mode} -j {jobs}: {s.total} states in {s.seconds:.1f} s, "

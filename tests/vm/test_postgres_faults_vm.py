@@ -67,7 +67,7 @@ def test_data_sync_retry_off_panics_recovers_from_wal_and_keeps_every_ack(prepar
     assert last.startswith("postgres: psql stopped in a run whose CHECKPOINT 2 ran under an injected EIO (exit 2:")
     assert "the fault switched off, the server accepts connections again" in last
 
-    summary, _ = run_campaign(rec.dir, CampaignSpec(**CHECK), tmp_path / "check")
+    summary, _ = run_campaign(rec.dir, CampaignSpec.of(**CHECK), tmp_path / "check")
     assert summary.total > 0 and not summary.failures and summary.ok, summary.failures[:3]
     judged = _judged(tmp_path / "check")
     assert {v["model"] for v in judged.values()} == {"flush", "write-cache"}
@@ -87,7 +87,7 @@ def test_data_sync_retry_on_retries_the_checkpoint_and_loses_acked_rows(prepared
     assert err.count("psql:<stdin>:") == 2 and err.count("ERROR:  checkpoint request failed") == 4  # server + psql
     assert "LOG:  checkpoint complete" in err[err.index(errors[-1]):]  # the next retry succeeded
 
-    summary, _ = run_campaign(rec.dir, CampaignSpec(**CHECK), tmp_path / "check")
+    summary, _ = run_campaign(rec.dir, CampaignSpec.of(**CHECK), tmp_path / "check")
     assert summary.failures and not summary.flaky
     verdicts = {f.verdict for f in summary.failures}
     assert "corrupt-data" in verdicts and verdicts <= {"corrupt-data", "lost-ack"}, verdicts

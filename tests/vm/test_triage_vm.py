@@ -62,7 +62,7 @@ def test_shrink_blame_and_a_bundle_that_travels(rec: Path, tmp_path: Path) -> No
 
 
 def test_diagnosis_runs_in_the_checker_vm(rec: Path, tmp_path: Path) -> None:
-    spec = CampaignSpec(models=("write-cache",), check_in="vm", jobs=1, bound=4, samples=2, shrink=1, shrink_budget=20)
+    spec = CampaignSpec.of(models=("write-cache",), check_in="vm", jobs=1, bound=4, samples=2, shrink=1, shrink_budget=20)
     summary, paths = run_campaign(rec, spec, tmp_path / "vmcheck")
     assert summary.failures and summary.groups
     g = summary.groups[0]

@@ -23,7 +23,7 @@ MODELS = ("flush", "write-cache")
 
 
 def spec(**kw) -> CampaignSpec:
-    return CampaignSpec(models=MODELS, check_in="host", jobs=2, checker_command=STRICT, bound=3, samples=4, shrink=1,
+    return CampaignSpec.of(models=MODELS, check_in="host", jobs=2, checker_command=STRICT, bound=3, samples=4, shrink=1,
                         **kw)
 
 

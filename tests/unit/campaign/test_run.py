@@ -24,12 +24,12 @@ SIZE = 16 << 20
 
 def test_spec_validation() -> None:
     with pytest.raises(UsageError, match="--check-in"):
-        CampaignSpec(check_in="cloud")
+        CampaignSpec.of(check_in="cloud")
     with pytest.raises(UsageError, match="-j"):
-        CampaignSpec(jobs=-1)
+        CampaignSpec.of(jobs=-1)
     with pytest.raises(UsageError, match="--max-states"):
-        CampaignSpec(max_states=-2)
-    assert CampaignSpec(jobs=3).workers() == 3 and CampaignSpec().workers() >= 1
+        CampaignSpec.of(max_states=-2)
+    assert CampaignSpec.of(jobs=3).workers() == 3 and CampaignSpec().workers() >= 1
 
 
 def test_prepare_out_refuses_a_foreign_directory(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def verdicts(out: Path) -> dict[str, str]:
 
 
 def test_host_campaign_distinct_states_and_aliases(synthetic: Path, tmp_path: Path) -> None:
-    s, paths = run_campaign(synthetic, CampaignSpec(models=("flush", "write-cache", "no-cache"), check_in="host",
+    s, paths = run_campaign(synthetic, CampaignSpec.of(models=("flush", "write-cache", "no-cache"), check_in="host",
                                                     jobs=2, checker_command=CHECKER, bound=2, samples=2),
                             tmp_path / "out")
     # flush cuts are consistent; the unjournaled writer's other states may not be (real findings)
@@ -135,7 +135,7 @@ STRICT = CHECKER.replace('need[k] not in text', 'k == "2" or need[k] not in text
 
 def test_host_campaign_confirms_real_failures(synthetic: Path, tmp_path: Path) -> None:
     # a checker that claims key 2 is always lost: every state acking 2 fails, twice the same way
-    s, _ = run_campaign(synthetic, CampaignSpec(models=("flush",), check_in="host", checker_command=STRICT,
+    s, _ = run_campaign(synthetic, CampaignSpec.of(models=("flush",), check_in="host", checker_command=STRICT,
                                                 confirm_mode="all"), tmp_path / "out")
     assert s.failures and all(f.confirmed and f.verdict == "lost-ack" for f in s.failures) and not s.flaky
     assert s.rejudged == len(s.failures) and s.by_group == 0
@@ -146,8 +146,8 @@ def test_group_confirmation_judges_a_sample_and_the_rest_stand_on_it(synthetic: 
     rest are confirmed-by-group, in the summary, the journal, JUnit and the report."""
     spec = dict(models=("flush", "write-cache"), check_in="host", checker_command=STRICT, bound=2, samples=2,
                 confirm_sample=2, shrink=2)
-    s, paths = run_campaign(synthetic, CampaignSpec(**spec), tmp_path / "g")
-    every, _ = run_campaign(synthetic, CampaignSpec(**dict(spec, confirm_mode="all")), tmp_path / "a")
+    s, paths = run_campaign(synthetic, CampaignSpec.of(**spec), tmp_path / "g")
+    every, _ = run_campaign(synthetic, CampaignSpec.of(**dict(spec, confirm_mode="all")), tmp_path / "a")
     assert not s.flaky and max(g["count"] for g in s.groups) > 2
     for g in s.groups:   # each group: min(count, 2) judged alone (3 if its minimized state is a member), the rest
         alone = g["confirmed_alone"]       # stand on that sample
@@ -165,7 +165,7 @@ def test_group_confirmation_judges_a_sample_and_the_rest_stand_on_it(synthetic: 
     minimized = [g for g in s.groups if g.get("minimized")]
     assert minimized and all(g["minimized_confirmed"] is True for g in minimized if g["minimized"] not in
                              {f.state for f in s.failures})       # a minimized state outside the group judged alone
-    again, _ = run_campaign(synthetic, CampaignSpec(**spec), tmp_path / "g2")   # deterministic: the same sample
+    again, _ = run_campaign(synthetic, CampaignSpec.of(**spec), tmp_path / "g2")   # deterministic: the same sample
     assert {f.state for f in again.failures if f.confirmed} == {f.state for f in s.failures if f.confirmed}
 
 
@@ -180,7 +180,7 @@ def test_a_flaky_checker_escalates_its_group_and_every_state_is_flaky(synthetic:
              "if not os.path.exists(m):\n"
              "    open(m, \"w\").close(); print(json.dumps({\"verdict\": \"lost-ack\", \"reasons\": [\"key 9 lost\"]})); sys.exit(0)\n"
              "print(json.dumps({\"verdict\": \"pass\"}))'")
-    s, _ = run_campaign(synthetic, CampaignSpec(models=("flush", "write-cache"), check_in="host", checker_command=flake,
+    s, _ = run_campaign(synthetic, CampaignSpec.of(models=("flush", "write-cache"), check_in="host", checker_command=flake,
                                                 bound=2, samples=2, confirm_sample=2), tmp_path / "out")
     assert not s.failures and len(s.flaky) == s.total > 2 and s.escalated == 1
     assert s.rejudged == s.total and not s.ok and s.verdict == "flaky"   # never "pass"
@@ -188,17 +188,17 @@ def test_a_flaky_checker_escalates_its_group_and_every_state_is_flaky(synthetic:
 
 def test_verdicts_equal_at_j1_and_j2_and_after_resume(synthetic: Path, tmp_path: Path) -> None:
     spec = dict(models=("flush", "write-cache"), check_in="host", checker_command=CHECKER, bound=2, samples=2)
-    run_campaign(synthetic, CampaignSpec(jobs=1, **spec), tmp_path / "j1")
-    run_campaign(synthetic, CampaignSpec(jobs=2, **spec), tmp_path / "j2")
+    run_campaign(synthetic, CampaignSpec.of(jobs=1, **spec), tmp_path / "j1")
+    run_campaign(synthetic, CampaignSpec.of(jobs=2, **spec), tmp_path / "j2")
     assert verdicts(tmp_path / "j1") == verdicts(tmp_path / "j2")
     lines = (tmp_path / "j1" / "journal.jsonl").read_text().splitlines()
     (tmp_path / "j1" / "journal.jsonl").write_text("\n".join(lines[:2]) + "\n")
-    s, _ = run_campaign(synthetic, CampaignSpec(jobs=2, resume=True, **spec), tmp_path / "j1")
+    s, _ = run_campaign(synthetic, CampaignSpec.of(jobs=2, resume=True, **spec), tmp_path / "j1")
     assert verdicts(tmp_path / "j1") == verdicts(tmp_path / "j2") and s.status == "complete"
 
 
 def test_max_states_spreads_and_reports_left_out(synthetic: Path, tmp_path: Path) -> None:
-    s, _ = run_campaign(synthetic, CampaignSpec(models=("flush", "write-cache"), check_in="host",
+    s, _ = run_campaign(synthetic, CampaignSpec.of(models=("flush", "write-cache"), check_in="host",
                                                 checker_command=CHECKER, max_states=4, bound=2, samples=2),
                         tmp_path / "out")
     assert s.total == 4
@@ -212,28 +212,28 @@ def test_a_checker_broken_on_every_first_state_stops_the_campaign(synthetic: Pat
     cannot start are errors too, the latter before anything is judged."""
     spec = dict(models=("flush", "write-cache"), check_in="host", jobs=1, confirm=True)
     with pytest.raises(CheckerError, match="failed on each of the first 3 states"):
-        run_campaign(synthetic, CampaignSpec(checker_command="exit 3", **spec), tmp_path / "crash")
+        run_campaign(synthetic, CampaignSpec.of(checker_command="exit 3", **spec), tmp_path / "crash")
     with pytest.raises(CheckerError, match="first 3 states.*timed out"):
-        run_campaign(synthetic, CampaignSpec(checker_command="sleep 5", checker_timeout_s=0.2, **spec),
+        run_campaign(synthetic, CampaignSpec.of(checker_command="sleep 5", checker_timeout_s=0.2, **spec),
                      tmp_path / "slow")
     with pytest.raises(CheckerError, match="'corrupt'"):
-        run_campaign(synthetic, CampaignSpec(checker_command="""echo '{"verdict": "corrupt"}'""", **spec),
+        run_campaign(synthetic, CampaignSpec.of(checker_command="""echo '{"verdict": "corrupt"}'""", **spec),
                      tmp_path / "unknown")
     with pytest.raises(UsageError, match="not an executable file"):
-        run_campaign(synthetic, CampaignSpec(checker_command="/nonexistent/check.py", **spec), tmp_path / "typo")
+        run_campaign(synthetic, CampaignSpec.of(checker_command="/nonexistent/check.py", **spec), tmp_path / "typo")
     assert not (tmp_path / "typo").exists()
 
 
 def test_resume_with_other_settings_is_refused(synthetic: Path, tmp_path: Path) -> None:
     spec = dict(models=("flush",), check_in="host", jobs=1)
-    run_campaign(synthetic, CampaignSpec(**spec), tmp_path / "out")
+    run_campaign(synthetic, CampaignSpec.of(**spec), tmp_path / "out")
     with pytest.raises(UsageError, match="holds an earlier check"):
-        run_campaign(synthetic, CampaignSpec(**spec), tmp_path / "out")
+        run_campaign(synthetic, CampaignSpec.of(**spec), tmp_path / "out")
     for other in (dict(seed=7), dict(models=("flush", "no-cache")), dict(checker_command="true")):
         with pytest.raises(UsageError, match="--resume with other settings"):
-            run_campaign(synthetic, CampaignSpec(resume=True, **{**spec, **other}), tmp_path / "out")
-    s, _ = run_campaign(synthetic, CampaignSpec(resume=True, jobs=2, models=("flush",), check_in="host"),
+            run_campaign(synthetic, CampaignSpec.of(resume=True, **{**spec, **other}), tmp_path / "out")
+    s, _ = run_campaign(synthetic, CampaignSpec.of(resume=True, jobs=2, models=("flush",), check_in="host"),
                         tmp_path / "out")   # where and how fast may change
     assert s.ok
-    s, _ = run_campaign(synthetic, CampaignSpec(force=True, **spec), tmp_path / "out")
+    s, _ = run_campaign(synthetic, CampaignSpec.of(force=True, **spec), tmp_path / "out")
     assert s.ok

@@ -120,14 +120,14 @@ def test_a_missing_log_is_refused(rec: Path) -> None:
 def test_a_campaign_refuses_before_judging(rec: Path, tmp_path: Path) -> None:
     _truncate(rec / "log.bin", _header_offset(rec, lambda e: e.mark == "ack:0"))
     with pytest.raises(BadRecording):
-        run_campaign(rec, CampaignSpec(check_in="vm"), tmp_path / "out")
+        run_campaign(rec, CampaignSpec.of(check_in="vm"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_no_state_to_judge_is_not_a_pass(tmp_path: Path) -> None:
     d = _make(tmp_path / "empty", commits=0)
     with pytest.raises(UsageError, match="no crash state to judge"):
-        run_campaign(d, CampaignSpec(check_in="vm", models=("flush",)), tmp_path / "out")
+        run_campaign(d, CampaignSpec.of(check_in="vm", models=("flush",)), tmp_path / "out")
 
 
 @pytest.mark.parametrize("argv", [["check", "{rec}", "--check-in", "vm"], ["replay", "{rec}", "--state", "flush@3", "-o", "{out}"]])
