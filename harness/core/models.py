@@ -62,6 +62,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import MappingProxyType
 
+from powercut.core.coverage import SPACE_CAP, Tally
 from powercut.core.crashstate import (CrashState, DeviceChanges, KeyPrefix, Torn, describe, is_key_mark,
                                       sector_units, unit_count, unit_sectors)
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
@@ -259,15 +260,18 @@ class CrashSpace:
 
     # -- enumeration ------------------------------------------------------------------------------
     def states(self, model: str, *, seed: int = 0, exhaustive_bound: int = 10, samples: int = 64,
-               torn_samples: int = 4) -> list[CrashState]:
+               torn_samples: int = 4, tally: Tally | None = None) -> list[CrashState]:
         """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
         return list(self.iter_states(model, seed=seed, exhaustive_bound=exhaustive_bound, samples=samples,
-                                     torn_samples=torn_samples))
+                                     torn_samples=torn_samples, tally=tally))
 
     def iter_states(self, model: str, *, seed: int = 0, exhaustive_bound: int = 10, samples: int = 64,
-                    torn_samples: int = 4) -> Iterator[CrashState]:
+                    torn_samples: int = 4, tally: Tally | None = None) -> Iterator[CrashState]:
         """``states()`` one at a time, in order: memory for one cut's states and one epoch's
-        equivalence keys, not the model's states (millions at 10^6 entries).  Arguments checked now."""
+        equivalence keys, not the model's states (millions at 10^6 entries).  Arguments checked now.
+        ``tally``: filled with every window the model enumerates as the states are generated (a
+        write-cache cut's droppable entries; a torn write's tears alone; a cut's tears combined with
+        its window's subsets): its space, the states it added, sampled or exhaustive."""
         check_model(model)
         limits = (("seed", seed, 2**63 - 1), ("exhaustive_bound", exhaustive_bound, MAX_EXHAUSTIVE_BOUND),
                   ("samples", samples, 10**6), ("torn_samples", torn_samples, 10**4))
@@ -278,12 +282,13 @@ class CrashSpace:
             return (self.state(model, c) for c in range(1, self.n + 1))
         if model == "flush":
             return (self.state(model, i + 1) for i in range(self.n) if self.is_flush_cut(i))
+        t = tally if tally is not None else Tally()
         if model == "write-cache":
-            return _by_cut(self, model, self.cut_points(), lambda b: _write_cache(b, seed, exhaustive_bound, samples))
+            return _by_cut(self, model, self.cut_points(), lambda b: _write_cache(b, seed, exhaustive_bound, samples, t))
         alone = {i + 1 for i, e in enumerate(self.entries) if self.tearable(model, e)}
         combined = set(self.cut_points())
-        return _by_cut(self, model, sorted(alone | combined), lambda b: _torn_alone(b, seed, torn_samples),
-                       lambda b: _torn_combined(b, seed, torn_samples, combined))
+        return _by_cut(self, model, sorted(alone | combined), lambda b: _torn_alone(b, seed, torn_samples, t),
+                       lambda b: _torn_combined(b, seed, torn_samples, combined, t))
 
 
 class _Seen(dict[int, set[object]]):
@@ -342,59 +347,91 @@ def _by_cut(sp: CrashSpace, model: str, cuts: Iterable[int],
         yield from sorted(b.states, key=lambda s: s.id)
 
 
-def _write_cache(b: _Batch, seed: int, bound: int, samples: int) -> None:
+def _pow2(k: int) -> int:
+    """2**k, saturating at SPACE_CAP (a window's space; no huge ints for a huge window)."""
+    return 1 << k if k < SPACE_CAP.bit_length() - 1 else SPACE_CAP
+
+
+def _write_cache(b: _Batch, seed: int, bound: int, samples: int, tally: Tally) -> None:
+    """One window: the cut's droppable entries, every subset (at most ``bound`` of them) or the
+    structured picks and ``samples`` seeded ones (sampled)."""
     pool, cut = b.droppable, b.cut
+    added = 0
     if len(pool) <= bound:
         for mask in range(1 << len(pool)):
-            b.add(pick_bits(pool, mask))
+            added += b.add(pick_bits(pool, mask))
+        tally.window(1 << len(pool), added, sampled=False)
         return
     for dropped in subset_picks(pool):
-        b.add(dropped)
+        added += b.add(dropped)
     got = j = 0
     while got < samples and j < 4 * samples + 16:
         got += b.add(wc_sample(pool, seed, cut, j), (), f"write-cache@{cut}/r{seed}.{j}")
         j += 1
+    tally.window(_pow2(len(pool)), added + got, sampled=True)
 
 
-def _torn_alone(b: _Batch, seed: int, torn_samples: int) -> None:
+def _torn_alone(b: _Batch, seed: int, torn_samples: int, tally: Tally) -> None:
+    """One window: the tears of the write just before the cut, everything before it kept; sampled
+    unless every proper subset of its units was tried."""
     i, sp = b.cut - 1, b.sp
     e = sp.entries[i]
     if not sp.tearable(b.model, e):
         return
     m = sp.units(b.model, e)
     picks = dict.fromkeys(tear_picks(m, torn_samples))
+    added = 0
     for p in picks:
-        b.add((), ((i, sp.expand(b.model, e, p)),))
+        added += b.add((), ((i, sp.expand(b.model, e, p)),))
     j = got = 0
     while len(picks) < (1 << m) - 2 and got < torn_samples and j < 4 * torn_samples + 16:
         p = torn_sample(m, seed, b.cut, j)
         if p not in picks:
             picks[p] = None
-            b.add((), ((i, sp.expand(b.model, e, p)),), f"{b.model}@{b.cut}/r{seed}.{j}")
+            added += b.add((), ((i, sp.expand(b.model, e, p)),), f"{b.model}@{b.cut}/r{seed}.{j}")
             got += 1
         j += 1
+    space = _pow2(m) - 2 if m < 62 else SPACE_CAP
+    tally.window(space, added, sampled=len(picks) < space)
 
 
-def _torn_combined(b: _Batch, seed: int, torn_samples: int, cuts: set[int]) -> None:
+def _torn_combined(b: _Batch, seed: int, torn_samples: int, cuts: set[int], tally: Tally) -> None:
+    """One window per cut point with tearable writes in its pool: (torn write, tear, lost subset of
+    the other droppable entries); sampled unless every such triple was tried."""
     if b.cut not in cuts:
         return
     sp, cut, pool = b.sp, b.cut, b.droppable
     model, es = b.model, sp.entries
     tearable = [t for t in pool if sp.tearable(model, es[t])]
+    if not tearable:
+        return
     fua = [u for u in es[max(sp.last_flush[cut], 0):cut] if u.is_fua and u.is_write]
+    tried: set[tuple[int, tuple[int, ...], tuple[int, ...]]] = set()
+    added = 0
+
+    def add(lost: tuple[int, ...], t: int, sectors: tuple[int, ...], sid: str | None = None) -> None:
+        nonlocal added
+        tried.add((t, sectors, lost))
+        added += b.add(lost, ((t, sectors),), sid)
+
     for t in tearable:
-        half = ((t, sp.expand(model, es[t], range(sp.units(model, es[t]) // 2))),)
-        b.add((), half)
-        b.add(tuple(i for i in pool if i != t), half)
+        half = sp.expand(model, es[t], range(sp.units(model, es[t]) // 2))
+        add((), t, half)
+        add(tuple(i for i in pool if i != t), t, half)
         for sectors in _under_fua(sp, t, fua):
             if sector_units(es[t], sp.per(model), sectors) is not None:
-                b.add((), ((t, sectors),))
-    for j in range(torn_samples if tearable else 0):  # duplicates of earlier picks are not retried
+                add((), t, sectors)
+    for j in range(torn_samples):  # duplicates of earlier picks are not retried
         t = tearable[seeded_index(len(tearable), seed, cut, j)]
         tear = sp.expand(model, es[t], torn_sample(sp.units(model, es[t]), seed, t + 1, j))
         lost = tw_sample([i for i in pool if i != t], seed, cut, t, j)
         r = Pick("r", "", seed, j)
-        b.add(lost, ((t, tear),), StateId(model, cut, r, r, t).text())
+        add(lost, t, tear, StateId(model, cut, r, r, t).text())
+    space = 0
+    for t in tearable:   # (2**units - 2) tears x 2**(others) subsets each, saturating
+        m = sp.units(model, es[t])
+        space = min(SPACE_CAP, space + (_pow2(m) - 2) * _pow2(len(pool) - 1)) if m < 62 else SPACE_CAP
+    tally.window(space, added, sampled=len(tried) < space)
 
 
 def _under_fua(sp: CrashSpace, t: int, fua: Sequence[Entry]) -> Iterator[tuple[int, ...]]:
@@ -417,10 +454,11 @@ def space(index: CrashSpace | LogIndex | Sequence[Entry]) -> CrashSpace:
 
 
 def enumerate_states(index: CrashSpace | LogIndex | Sequence[Entry], model: str, *, seed: int = 0,
-                     exhaustive_bound: int = 10, samples: int = 64, torn_samples: int = 4) -> list[CrashState]:
+                     exhaustive_bound: int = 10, samples: int = 64, torn_samples: int = 4,
+                     tally: Tally | None = None) -> list[CrashState]:
     """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
     return space(index).states(model, seed=seed, exhaustive_bound=exhaustive_bound, samples=samples,
-                               torn_samples=torn_samples)
+                               torn_samples=torn_samples, tally=tally)
 
 
 def make_state(index: CrashSpace | LogIndex | Sequence[Entry], model: str, cut: int, dropped: Sequence[int] = (),

@@ -21,6 +21,7 @@ from powercut.core.dmlog_writer import LogWriter
 from tests.unit.logops import build_log
 from powercut.core.stateid import MODELS, format_ranges
 from powercut.core.crashstate import CrashState, state_to_json
+from powercut.core.coverage import SPACE_CAP, Tally
 from powercut.core.models import CrashSpace, describe, durable_entries, enumerate_states, make_state, state_from_id
 from powercut.core.stateid import tear_picks
 
@@ -320,6 +321,48 @@ def test_torn_samples_on_a_large_write(tmp_path: Path) -> None:
         assert len(states) == 8 and sum("/r1." in s.id for s in states) == 4
         assert enumerate_states(idx, "torn", seed=1) == states
         assert {s.id for s in enumerate_states(idx, "torn", seed=2)} != {s.id for s in states}
+
+
+# -- sampling tallies (coverage) ------------------------------------------------------------------------
+def test_tally_window_at_or_below_the_bound_is_not_sampled(tmp_path: Path) -> None:
+    with build([("w", 1, 0)] * 3 + [("m", "ack:x")], str(tmp_path)) as idx:
+        t = Tally()
+        states = enumerate_states(idx, "write-cache", exhaustive_bound=3, tally=t)
+        # cut 3 (before the ack) and cut 4 (the end, acked): 2**3 subsets each
+        assert (t.windows, t.sampled_windows, t.generated, t.space) == (2, 0, 0, 0) and len(states) == 16
+
+
+def test_tally_window_above_the_bound_is_sampled_with_its_space(tmp_path: Path) -> None:
+    with build([("w", 1, 0)] * 14 + [("m", "ack:x")], str(tmp_path)) as idx:
+        t = Tally()
+        states = CrashSpace(idx).states("write-cache", seed=3, samples=20, tally=t)
+        # cut 14 (before the ack) and cut 15 (the end, acked): 2 + 28 + 20 states of 2**14 each
+        assert (t.windows, t.sampled_windows, t.space) == (2, 2, 2 * 2**14)
+        assert t.generated == len(states) == 2 * (2 + 28 + 20)
+    (tmp_path / "big").mkdir()
+    with build([("w", 1, 0)] * 70, str(tmp_path / "big")) as idx:
+        big = Tally()   # a window of 70 entries: its space saturates
+        n = len(CrashSpace(idx).states("write-cache", samples=4, tally=big))
+        assert big.space == SPACE_CAP and big.generated == n == 2 + 140 + 4
+
+
+def test_tallies_of_a_hand_made_log(example: LogIndex) -> None:
+    """Cut points 2, 3, 6, 8, 9, 12 with pools {0,1}, {}, {4,5}, {4,5,7}, {}, {10}; tearable writes
+    1 (2 sectors) and 5 (3 sectors)."""
+    def tally(model: str, **kw: int) -> tuple[int, int, int, int, int]:
+        t = Tally()
+        n = len(enumerate_states(example, model, tally=t, **kw))
+        return t.windows, t.sampled_windows, t.generated, t.space, n
+
+    assert tally("write-cache") == (6, 0, 0, 0, 18)
+    assert tally("write-cache", exhaustive_bound=2) == (6, 1, 8, 8, 18)   # cut 8: 8 of 2**3
+    # torn: alone at cuts 2 and 6 (every tear: 2 and 6 of them), combined at cuts 2, 6, 8:
+    # (2**2-2) * 2**1 + (2**3-2) * 2**1 + (2**3-2) * 2**2 = 4 + 12 + 24
+    assert tally("torn") == (5, 3, 8, 40, 16)
+    # no seeded tears: the alone window at cut 6 (3 of its 6 tears) is sampled too
+    assert tally("torn", torn_samples=0) == (5, 4, 7, 46, 9)
+    assert tally("torn-4k") == (0, 0, 0, 0, 0)   # no write spans two 4 KiB units
+    assert tally("no-cache") == (0, 0, 0, 0, 12)
 
 
 # -- ids and validation --------------------------------------------------------------------------
