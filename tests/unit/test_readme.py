@@ -1,5 +1,11 @@
-"""README.md and ``--help`` agree (#25 item 9): the synopsis of every command in the README's
-"Commands" block names every option the parser has; ``run`` has exactly record's and check's."""
+"""The README and the manual in docs/ agree with the code and with themselves (#25 item 9, #36):
+
+* the synopsis of every command in docs/commands.md names every option the parser has; ``run``
+  has exactly record's and check's;
+* every relative link in README.md and docs/*.md resolves to a file, and a ``#anchor`` to a heading
+  of that file (GitHub's anchors);
+* every source, test or script path the pages name in backticks exists;
+* README.md stays short (at most 250 lines) and every docs page is linked from docs/index.md."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +14,12 @@ from pathlib import Path
 
 from powercut.cli.parser import build_parser
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+COMMANDS = DOCS / "commands.md"
+INDEX = DOCS / "index.md"
+README_MAX_LINES = 250
 
 
 def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -31,9 +42,16 @@ def _named(p: argparse.ArgumentParser, opt: str, text: str) -> bool:
     return any(re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", text) for s in spellings)
 
 
+def _synopsis_block() -> str:
+    """The first code block under docs/commands.md's "## Synopsis" heading."""
+    text = COMMANDS.read_text()
+    m = re.search(r"^## Synopsis\n.*?^```[^\n]*\n(.*?)^```", text, re.S | re.M)
+    assert m, f"{COMMANDS.relative_to(ROOT)} has no '## Synopsis' heading with a code block under it"
+    return m.group(1)
+
+
 def _synopses() -> dict[str, str]:
-    text = README.read_text()
-    block = text.split("## Commands", 1)[1].split("```", 2)[1]
+    block = _synopsis_block()
     out: dict[str, str] = {}
     current = ""
     for line in block.splitlines():
@@ -51,17 +69,105 @@ def _synopses() -> dict[str, str]:
     return out
 
 
-def test_every_option_of_every_command_is_in_the_readme() -> None:
+def test_every_option_of_every_command_is_in_the_synopsis() -> None:
     subs, syn = _subparsers(build_parser()), _synopses()
     missing = []
     for name, p in sorted(subs.items()):
         if name == "run":
             continue
-        assert name in syn, f"README has no synopsis for 'powercut {name}'"
+        assert name in syn, f"docs/commands.md has no synopsis for 'powercut {name}'"
         missing += [f"powercut {name} {opt}" for opt in sorted(_options(p)) if not _named(p, opt, syn[name])]
-    assert not missing, "README synopses lack: " + ", ".join(missing)
+    assert not missing, "docs/commands.md synopses lack: " + ", ".join(missing)
 
 
 def test_run_takes_record_and_check_options() -> None:
     subs = _subparsers(build_parser())
     assert _options(subs["run"]) <= _options(subs["record"]) | _options(subs["check"]) | {"--resume"}
+
+
+# -- the pages and their links ---------------------------------------------------------------------
+
+def _pages() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def _prose(text: str) -> str:
+    """The text without its fenced code blocks (their '#' lines are no headings, their brackets no links)."""
+    return re.sub(r"^```.*?^```[^\n]*$", "", text, flags=re.S | re.M)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped (``-`` and ``_`` kept), spaces -> ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for m in re.finditer(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", _prose(page.read_text()), re.M):
+        base = _slug(m.group(1))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def _links(page: Path) -> list[str]:
+    prose = re.sub(r"`[^`\n]*`", "", _prose(page.read_text()))   # a link inside code is no link
+    return re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", prose)
+
+
+def _target(page: Path, link: str) -> tuple[Path, str]:
+    path, _, anchor = link.partition("#")
+    return ((page.parent / path).resolve() if path else page.resolve()), anchor
+
+
+def _relative(link: str) -> bool:
+    return not re.match(r"[a-z][a-z0-9+.-]*:", link)   # http:, https:, mailto:, ...
+
+
+def test_the_manual_exists() -> None:
+    assert INDEX.is_file() and COMMANDS.is_file()
+    assert len(_pages()) > 3
+
+
+def test_every_relative_link_resolves() -> None:
+    broken = []
+    for page in _pages():
+        for link in filter(_relative, _links(page)):
+            target, anchor = _target(page, link)
+            where = f"{page.relative_to(ROOT)}: {link}"
+            if not target.exists():
+                broken.append(f"{where}: no file {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}")
+            elif anchor and (target.suffix != ".md" or anchor not in _anchors(target)):
+                broken.append(f"{where}: no heading #{anchor} in {target.relative_to(ROOT)}")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_readme_is_short() -> None:
+    n = len(README.read_text().splitlines())
+    assert n <= README_MAX_LINES, (f"README.md has {n} lines (at most {README_MAX_LINES}): move the detail into a "
+                                   "docs/ page and link to it")
+
+
+def test_every_docs_page_is_linked_from_the_index() -> None:
+    linked = {_target(INDEX, link)[0] for link in filter(_relative, _links(INDEX))}
+    missing = [p.name for p in sorted(DOCS.glob("*.md")) if p != INDEX and p.resolve() not in linked]
+    assert not missing, "docs/index.md does not link: " + ", ".join(missing)
+    assert any(_target(README, link)[0] == INDEX.resolve() for link in filter(_relative, _links(README))), \
+        "README.md does not link docs/index.md"
+
+
+# a path in backticks that names a file of this repository: a source, test, script, template or config
+_NAMED = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|sh|toml|j2|c|txt|yml|fio|md))`")
+
+
+def test_named_paths_exist() -> None:
+    """``core/models.py``, ``tests/unit/report/test_html.py``, ``ci/setup.sh``, ``templates/report.html.j2``:
+    each resolves from the repository's root, ``harness/`` or ``harness/report/``."""
+    stale = []
+    for page in _pages():
+        for name in sorted(set(_NAMED.findall(page.read_text()))):
+            if not any((base / name).exists() for base in (ROOT, ROOT / "harness", ROOT / "harness" / "report")):
+                stale.append(f"{page.relative_to(ROOT)}: {name}")
+    assert not stale, "paths named in the manual that do not exist:\n" + "\n".join(stale)
