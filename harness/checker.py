@@ -10,22 +10,44 @@ checker can also be a Python function named by reference (``FILE::NAME``, the py
 checkers; ``_pycall.py``): it gets the ``CheckInput`` and answers ``None``/``True`` (pass), ``False``
 (fail), a ``CheckResult``, or raises ``AssertionError`` (``fail``, its message or ``assert`` line the
 reason; any other exception is ``checker-crashed``; it must read ``state.mount``, never the cwd:
-several states may be judged at once in one process).  Or any command (``--checker 'COMMAND'``, run by /bin/sh in the mount): it gets
-the same input as JSON on stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...},
-"state": "<id>"}``) and answers one JSON object on stdout, ``{"verdict": "pass|lost-ack|corrupt-data",
-"reasons": [...]}`` (``fail`` too: a failure of no named kind).  Without that JSON the exit code
-alone decides: 0 pass, 1 the generic ``fail`` (its output lines are the reasons; their words are
-never parsed for a verdict), anything else (or the timeout) ``checker-crashed``.  The whole process
-group is killed at the timeout.
+several states may be judged at once in one process).  Its answer is its return value: what it
+prints is never read.
+
+Or any command (``--checker 'COMMAND'``, run by /bin/sh in the mount): it gets the same input as
+JSON on stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...}, "state": "<id>"}``).
+The protocol is strict (#37):
+
+* **The answer** is the last non-empty stdout line when that line starts with ``{``: one JSON object
+  ``{"verdict": "pass|lost-ack|corrupt-data|fail|checker-crashed", "reasons": ["...", ...]}``
+  (``fail``: a failure of no named kind; ``reasons`` optional, a list of strings).  It wins over the
+  exit code.  The lines before it are progress (the checker's own, or a child's such as ``pg_ctl``
+  or ``sqlite3`` that shares its stdout): kept after its reasons as ``output: ...``, never read.
+* **A protocol violation** is the checker's error (CheckerError: the campaign stops with one line
+  naming the state, what is wrong and the offending line), never a verdict: a JSON verdict (a line
+  starting with ``{`` that opens a JSON object with a ``"verdict"``) on any line but the last -- a
+  trailing "done", a second answer --; a ``"verdict":`` key line (an answer printed over several
+  lines, ``json.dumps(..., indent=2)``); a last line that starts with ``{`` but is not a JSON object
+  with a ``"verdict"`` key; an unknown verdict; ``reasons`` that are not a list of strings.
+* **Without an answer** the exit code decides: 0 pass, 1 the generic ``fail`` (the output lines are
+  the reasons; their words are never parsed for a verdict), anything else (or the timeout)
+  ``checker-crashed``.  Exit 0 is no pass when stderr shows a crash (``crash_line``): a Python
+  traceback (``Traceback (most recent call last):``) or ``Fatal Python error:``, the shell's
+  ``not found``/``command not found``/``Permission denied`` for a command, or its report of a
+  command killed by a signal (``Segmentation fault``, ``Killed``, ``Aborted``...) -- what
+  ``python3 check.py | cat`` without ``set -o pipefail`` leaves of a crash -- then it is
+  ``checker-crashed``.  (A shell may not report a pipeline member killed by a signal -- bash does
+  not -- and then nothing tells.)
+The whole process group is killed at the timeout.
 
 A broken checker is the harness's error (CheckerError, exit 1), never a finding of the program
-under test: a command the shell cannot find or run (exit 127/126), a JSON answer whose verdict is
-not one of the above.  ``CheckerSpec.validate`` finds a missing command before the campaign.  Its
-output is capped at MAX_REASONS lines of MAX_REASON_CHARS characters."""
+under test: a command the shell cannot find or run (exit 127/126), an answer that breaks the
+protocol.  ``CheckerSpec.validate`` finds a missing command before the campaign.  Its output is
+capped at MAX_REASONS lines of MAX_REASON_CHARS characters."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 from dataclasses import dataclass, field
@@ -41,6 +63,7 @@ GROUP = "powercut.checkers"
 DEFAULT_TIMEOUT_S = 120.0
 MAX_REASONS = 40            # lines of a checker's answer kept as reasons
 MAX_REASON_CHARS = 400
+MAX_QUOTED_CHARS = 120      # of an offending line quoted in a protocol error
 SHELL_WORDS = frozenset("cd exec env test [ true false echo printf export set if for while until case command eval "
                         "exit return read wait trap ulimit umask shift unset alias type hash kill pwd readonly "
                         "source . : time nice timeout sudo".split())
@@ -181,6 +204,7 @@ def _capped(lines: list[str]) -> tuple[str, ...]:
 
 
 def run_command(command: str, inp: CheckInput, timeout: float) -> CheckResult:
+    """A checker command's verdict on one state (the protocol: the module's docstring)."""
     res = process.run_shell(command, timeout=timeout, input=json.dumps(inp.to_json()), cwd=inp.mount)
     if res.timed_out:
         return CheckResult("checker-crashed", (f"checker command timed out after {timeout:g} s (process group "
@@ -189,32 +213,98 @@ def run_command(command: str, inp: CheckInput, timeout: float) -> CheckResult:
         tail = (res.stderr.strip().splitlines() or [""])[-1]
         raise CheckerError(f"--checker {command!r} cannot run (exit {res.returncode}): {tail}")
     raw = [line for line in res.stdout.splitlines() if line.strip()]
-    answer = _json_answer(tuple(raw))
+    answer = json_answer(raw, inp.state)
     if answer is not None:
-        return CheckResult(answer.verdict, _capped(list(answer.reasons)))
-    lines = _capped(raw)
+        return CheckResult(answer.verdict, _capped([*answer.reasons, *(f"output: {line}" for line in raw[:-1])]))
     if res.returncode == 0:
-        return CheckResult("pass", lines)
+        crash = crash_line(res.stderr)
+        if crash is None:
+            return CheckResult("pass", _capped(raw))
+        return CheckResult("checker-crashed", _capped([
+            f"checker command exited 0, but its stderr shows a crash: {crash} (a pipeline without "
+            "`set -o pipefail` passes on its last command's exit status)", *raw]))
     if res.returncode == 1:
-        return CheckResult("fail", lines or ("checker command exited 1",))
+        return CheckResult("fail", _capped(raw) or ("checker command exited 1",))
     tail = (res.stderr.strip().splitlines() or [""])[-1]
     return CheckResult("checker-crashed", (f"checker command exited {res.returncode}: {tail}",))
 
 
-def _json_answer(lines: tuple[str, ...]) -> CheckResult | None:
-    """The structured answer, if the output is one JSON object with a known verdict."""
-    if not lines:
+_VERDICT_KEY = re.compile(r'^\{?\s*"verdict"\s*:')    # a line of an answer printed over several lines
+
+
+def json_answer(lines: list[str], state: str = "") -> CheckResult | None:
+    """The answer on the last of the non-empty stdout ``lines``; None when there is none (the exit
+    code decides).  A protocol violation is a CheckerError (the module's docstring)."""
+    n = len(lines)
+    for i, line in enumerate(lines[:-1], 1):
+        if _opens_verdict(line):
+            raise _violation(state, f"stdout line {i} of {n} is a JSON verdict, but not the last line: "
+                                    f"{_quoted(line)}, followed by {_quoted(lines[-1])}")
+        if _VERDICT_KEY.match(line.strip()):
+            raise _violation(state, f"its answer is printed over several lines (line {i} of {n}: {_quoted(line)})")
+    last = lines[-1].strip() if lines else ""
+    if not last.startswith("{"):
+        if _VERDICT_KEY.match(last):
+            raise _violation(state, f"its answer is printed over several lines (the last: {_quoted(last)})")
         return None
     try:
-        obj = json.loads("\n".join(lines))
-    except ValueError:
-        return None
+        obj = json.loads(last)
+    except ValueError as e:
+        raise _violation(state, f"its last stdout line starts like a JSON answer but is not JSON ({e}): "
+                                f"{_quoted(last)}") from None
     if not isinstance(obj, dict) or "verdict" not in obj:
-        return None
-    if obj["verdict"] not in CHECKER_VERDICTS:
-        raise CheckerError(f"the checker answered verdict {obj['verdict']!r}, which is none of "
-                           f"{', '.join(CHECKER_VERDICTS)}: fix the checker")
-    reasons = obj.get("reasons", [])
-    if not isinstance(reasons, list):
-        reasons = [str(reasons)]
-    return CheckResult(obj["verdict"], tuple(str(r) for r in reasons))
+        raise _violation(state, f'its last stdout line is a JSON object with no "verdict" key: {_quoted(last)}')
+    verdict, reasons = obj["verdict"], obj.get("reasons", [])
+    if not isinstance(verdict, str) or verdict not in CHECKER_VERDICTS:
+        raise _violation(state, f"it answered verdict {verdict!r}, which is none of {', '.join(CHECKER_VERDICTS)}")
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+        raise _violation(state, f"its reasons must be a list of strings, not {_quoted(json.dumps(reasons))}")
+    return CheckResult(verdict, tuple(reasons))
+
+
+def _opens_verdict(line: str) -> bool:
+    """Whether a line starts with a JSON object that has a "verdict" key (text may follow it)."""
+    text = line.strip()
+    if not text.startswith("{"):
+        return False
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and "verdict" in obj
+
+
+def _quoted(line: str) -> str:
+    text = line.strip()
+    return repr(text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS] + " [...]")
+
+
+def _violation(state: str, what: str) -> CheckerError:
+    where = f" on state {state}" if state else ""
+    return CheckerError(f"checker protocol error{where}: {what}; the answer is one JSON object "
+                        '{"verdict": ..., "reasons": [...]} alone on the last non-empty stdout line, progress '
+                        "before it: fix the checker")
+
+
+TRACEBACK = "Traceback (most recent call last):"
+_SIGNALS = r"(?:Segmentation fault|Killed|Aborted|Bus error|Illegal instruction|Floating point exception)"
+# dash: "/bin/sh: 1: x: not found"; bash: "bash: line 1: x: command not found"; busybox: "sh: x: not found"
+_SHELL_FAILED = re.compile(r"^(?:\S*/)?(?:sh|bash|dash|ash|busybox|zsh)(?:: line \d+|: \d+)?: .+: "
+                           r"(?:command not found|not found|Permission denied)$")
+# dash: "Segmentation fault (core dumped)"; bash: "bash: line 1: 4242 Aborted   (core dumped) ./check"
+_SIGNALLED = re.compile(rf"^(?:(?:\S+: )?(?:line \d+: )?\d+ +{_SIGNALS}(?: .*)?|{_SIGNALS}(?: +\(core dumped\))?)$")
+
+
+def crash_line(stderr: str) -> str | None:
+    """The line of a checker's stderr that shows a crash (the last such; for a Python traceback,
+    its exception line), or None."""
+    lines = [" ".join(line.split()) for line in stderr.splitlines()]
+    raw = stderr.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
+        if line == TRACEBACK:
+            after = [text for text, r in zip(lines[i + 1:], raw[i + 1:]) if text and not r[:1].isspace()]
+            return after[0] if after else TRACEBACK
+        if line.startswith("Fatal Python error:") or _SHELL_FAILED.match(line) or _SIGNALLED.match(line):
+            return line
+    return None

@@ -1,8 +1,10 @@
-"""checker.py: the external checker command -- JSON answer, exit-code fallback, timeout kills the
-whole process group -- and the verdict vocabulary."""
+"""checker.py: the external checker command -- JSON answer on the last line, progress before it,
+protocol errors, exit-code fallback, a crash a pipeline hid, timeout kills the whole process group --
+and the verdict vocabulary."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -38,10 +40,99 @@ def test_json_answer_wins_over_the_exit_code(inp: CheckInput) -> None:
     assert r == CheckResult("corrupt-data", ("key 2 lost its tail",))
     r = CheckerSpec(command="""echo '{"verdict": "lost-ack", "reasons": ["2"]}'""").run(inp)
     assert r.verdict == "lost-ack"
-    assert CheckerSpec(command="""echo '{"verdict": "fail", "reasons": "x"}'; exit 1""").run(inp) == CheckResult("fail", ("x",))
+    assert CheckerSpec(command="""echo '{"verdict": "fail", "reasons": ["x"]}'; exit 1""").run(inp) == CheckResult("fail", ("x",))
     # an unknown verdict in JSON is the checker's error, never a pass (#25): exit 0 does not rescue it
     with pytest.raises(CheckerError, match="'fine'"):
         CheckerSpec(command="""echo '{"verdict": "fine"}'""").run(inp)
+
+
+LOST = """echo '{"verdict": "lost-ack", "reasons": ["key 2 lost"]}'"""
+
+
+@pytest.mark.parametrize("before", [
+    "echo 'checking 4 keys'",                                # the issue's case: one progress line
+    "python3 -c 'print(\"checking 4 keys\")'",
+    "sh -c 'echo child says hi'",                            # a child (pg_ctl, sqlite3) shares stdout
+    "echo; echo \"{'k': 1}\"; echo '{\"checked\": 4}'",    # dict-like progress is still progress
+    "echo '[1/2] {\"verdict\"' ",
+])
+def test_progress_before_the_json_answer_is_not_the_answer(inp: CheckInput, before: str) -> None:
+    """#37: the verdict is the last non-empty stdout line; what comes before is progress, never a pass."""
+    r = CheckerSpec(command=f"{before}; {LOST}").run(inp)
+    assert r.verdict == "lost-ack" and r.reasons[0] == "key 2 lost"
+    assert len(r.reasons) > 1 and r.reasons[1].startswith("output: ")   # progress kept for the record, after
+
+
+def _protocol_error(inp: CheckInput, command: str) -> str:
+    with pytest.raises(CheckerError) as e:
+        CheckerSpec(command=command).run(inp)
+    text = str(e.value)
+    assert "\n" not in text and len(text) < 600 and "flush@9" in text and "fix the checker" in text, text
+    return text
+
+
+@pytest.mark.parametrize("command, words", [
+    (f"{LOST}; echo done", "line 1 of 2 is a JSON verdict.*not the last.*lost-ack.*'done'"),
+    (f"{LOST}; {LOST}", "line 1 of 2 is a JSON verdict"),          # two answers: which one? neither
+    ("""echo '{"verdict": "lost-ack", "reasons": [}'""", "starts like a JSON answer but is not JSON"),
+    ("""echo '{"verdict": "lost-ack"} and more'""", "starts like a JSON answer but is not JSON"),
+    ("""echo "{'verdict': 'lost-ack'}" """, "starts like a JSON answer but is not JSON"),
+    ("""echo checking; echo '{"result": "lost-ack"}'""", 'no "verdict" key'),
+    ("""echo checking; echo '{"verdict": "fine"}'""", "verdict 'fine', which is none of"),
+    ("""echo '{"verdict": "lost-ack", "reasons": "key 2 lost"}'""", "reasons must be a list of strings"),
+    ("""echo '{"verdict": "lost-ack", "reasons": [2]}'""", "reasons must be a list of strings"),
+    ("""python3 -c 'import json; print(json.dumps({"verdict": "lost-ack"}, indent=2))'""", "over several lines"),
+    ("""echo '{"verdict": "pass"}'; echo '{"verdict": "lost-ack"}'; exit 1""", "line 1 of 2"),
+])
+def test_a_protocol_violation_is_the_checkers_error_in_one_line(inp: CheckInput, command: str, words: str) -> None:
+    text = _protocol_error(inp, command)
+    assert re.search(words, text), text
+
+
+def test_the_offending_line_is_truncated(inp: CheckInput) -> None:
+    text = _protocol_error(inp, f"""echo '{{"verdict": "lost-ack", "reasons": ["{'x' * 5000}"]}}'; echo done""")
+    assert "[...]" in text
+
+
+def test_a_crash_a_pipeline_hid_is_checker_crashed_not_pass(inp: CheckInput) -> None:
+    """`sh -c 'python3 checker.py | cat'` exits 0 when the checker raises (no pipefail): its stderr
+    tells, and exit 0 is then no pass."""
+    r = CheckerSpec(command="echo checking; python3 -c 'import sys; sys.stdin.read(); raise KeyError(7)' | cat").run(inp)
+    assert r.verdict == "checker-crashed" and "KeyError: 7" in r.reasons[0] and "pipefail" in r.reasons[0]
+    r = CheckerSpec(command="no-such-checker-xyz | cat").run(inp)
+    assert r.verdict == "checker-crashed" and "not found" in r.reasons[0]
+    r = CheckerSpec(command="python3 -c 'import os; os.kill(os.getpid(), 11)' | cat").run(inp)
+    assert r.verdict in ("checker-crashed", "pass")   # a shell may not report a pipeline's dead member (bash)
+    if os.path.realpath("/bin/sh").endswith("dash"):
+        assert r.verdict == "checker-crashed" and "Segmentation fault" in r.reasons[0]
+    # the JSON answer still wins; exit 1 stays the generic fail; clean stderr talk is no crash
+    assert CheckerSpec(command=f"python3 -c 'raise KeyError(7)' | cat; {LOST}").run(inp).verdict == "lost-ack"
+    assert CheckerSpec(command="python3 -c 'raise KeyError(7)'").run(inp).verdict == "fail"
+    assert CheckerSpec(command="echo 'warning: key 3: not found' >&2; echo ok").run(inp) == CheckResult("pass", ("ok",))
+
+
+@pytest.mark.parametrize("stderr, line", [
+    ("Traceback (most recent call last):\n  File \"c.py\", line 3, in <module>\n    x[1]\nKeyError: 1\n", "KeyError: 1"),
+    ("Fatal Python error: Segmentation fault\n\nCurrent thread ...\n", "Fatal Python error: Segmentation fault"),
+    ("/bin/sh: 1: my-check: not found\n", "/bin/sh: 1: my-check: not found"),
+    ("bash: line 1: my-check: command not found\n", "bash: line 1: my-check: command not found"),
+    ("sh: ./check.py: Permission denied\n", "sh: ./check.py: Permission denied"),
+    ("Segmentation fault (core dumped)\n", "Segmentation fault (core dumped)"),
+    ("Killed\n", "Killed"),
+    ("bash: line 1: 4242 Aborted                 (core dumped) ./check\n", "bash: line 1: 4242 Aborted"),
+    ("key 3: not found\nall good\n", None), ("checked: Killed processes 0\n", None), ("", None),
+])
+def test_crash_signatures_on_stderr(stderr: str, line: str | None) -> None:
+    from powercut.checker import crash_line
+    got = crash_line(stderr)
+    assert (got is None) if line is None else (got is not None and got.startswith(line)), got
+
+
+def test_plain_exit_codes_without_json(inp: CheckInput) -> None:
+    assert CheckerSpec(command="echo checking 4 keys; echo all there").run(inp) == CheckResult(
+        "pass", ("checking 4 keys", "all there"))
+    assert CheckerSpec(command="echo checking 4 keys; echo key 2 lost; exit 1").run(inp) == CheckResult(
+        "fail", ("checking 4 keys", "key 2 lost"))
 
 
 def test_a_checker_that_cannot_run_is_an_error_not_a_finding(inp: CheckInput, tmp_path: Path) -> None:

@@ -46,6 +46,13 @@ def harness_verdict(state):
 def wrong_type(state):
     return "ok"
 
+def prints_a_verdict(state):     # what it prints is its own business: the return value is the answer
+    print(json.dumps({"verdict": "lost-ack", "reasons": ["printed, not returned"]}))
+
+def prints_pass_returns_lost(state):
+    print('{"verdict": "pass"}')
+    return CheckResult("lost-ack", ("returned",))
+
 def crashes(state):
     raise KeyError("boom")
 
@@ -98,6 +105,14 @@ def test_checker_function_answers(user, name, verdict, reason) -> None:
     assert res.verdict == verdict
     if reason:
         assert res.reasons[0].startswith(reason)
+
+
+def test_checker_function_prints_are_never_its_answer(user, capfd) -> None:
+    """#37: a function checker answers with its return value; a JSON verdict it prints is
+    output, never read (checker.call_function captures nothing)."""
+    assert spec(user, "prints_a_verdict").run(INP) == CheckResult("pass")
+    assert spec(user, "prints_pass_returns_lost").run(INP) == CheckResult("lost-ack", ("returned",))
+    assert '"verdict": "lost-ack"' in capfd.readouterr().out   # it did print, to this process's stdout
 
 
 def test_checker_function_output_is_capped(user) -> None:
