@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 
 from powercut.core.dmlog import ORDER_BEGIN, ORDER_END
-from powercut.linux import dm
+from powercut.linux import dm, environ
 from powercut.linux.dm import DM_CONTROL
 
-TIMING_ENV = "POWERCUT_TIMING"      # timing mode: marks are timestamps in this file (marks.py)
-ORDER_ENV = "POWERCUT_ORDER_DEV"
-DM_NAME_ENV = "POWERCUT_DM_NAME"
+TIMING_ENV = environ.TIMING      # timing mode: marks are timestamps in this file (marks.py)
+ORDER_ENV = environ.ORDER_DEV
+DM_NAME_ENV = environ.DM_NAME
 
 _order: dict[str, int] = {}  # order device path -> its open descriptor
 
@@ -35,11 +35,11 @@ def _control() -> int:
 def insert(text: str, dm_name: str | None = None, order_dev: str | None = None) -> None:
     """Insert ``text`` (already validated) into the log of ``dm_name`` (default $POWERCUT_DM_NAME),
     ordered when an order device is given (``order_dev`` or $POWERCUT_ORDER_DEV)."""
-    dm_name = dm_name or os.environ.get(DM_NAME_ENV)
+    dm_name = dm_name or environ.text(DM_NAME_ENV)
     if not dm_name:
         raise MarkError(0, f"{DM_NAME_ENV} is not set: marks work only inside a powercut recording")
     _control()
-    order_dev = os.environ.get(ORDER_ENV) if order_dev is None else order_dev
+    order_dev = environ.text(ORDER_ENV) if order_dev is None else order_dev
     try:
         if order_dev:
             _ordering(dm_name, order_dev)

@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from powercut.errors import CheckerError, UsageError
+from powercut.linux import environ
 
 SEP = "::"
 _modules: dict[str, ModuleType] = {}
@@ -125,11 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         fn = FunctionRef.parse(args[0]).load()
-        params = json.loads(os.environ.get("POWERCUT_PARAMS") or "{}")
+        params = json.loads(environ.text(environ.PARAMS, "{}"))
     except (CheckerError, UsageError, ValueError) as e:
         sys.stderr.write(f"powercut._pycall: {e}\n")
         return 2
-    rc = fn(Path(os.environ.get("POWERCUT_MOUNT") or os.getcwd()), **params)
+    rc = fn(Path(environ.text(environ.MOUNT) or os.getcwd()), **params)
     return int(rc or 0) if not isinstance(rc, bool) else int(not rc)
 
 

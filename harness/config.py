@@ -13,6 +13,7 @@ import tomli_w
 
 from powercut.core.faultwindows import FaultPlan
 from powercut.errors import UsageError
+from powercut.linux import environ
 from powercut.linux import filesystems
 
 Bus = Literal["virtio", "ahci"]
@@ -203,7 +204,7 @@ def loads_toml(text: str, source: str = "<toml>") -> dict[str, Any]:
 
 
 def cache_root() -> Path:
-    root = os.environ.get("POWERCUT_CACHE") or os.path.join(
+    root = environ.text(environ.CACHE) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "powercut")
     return Path(root)
 

@@ -16,6 +16,11 @@ class UsageError(PowercutError):
     """A wrong option, an unknown name, a value out of range."""
 
 
+class OptionError(UsageError):
+    """A command-line option's value the parser could not judge (a workload's --param): exit 2, as
+    argparse's own refusals."""
+
+
 class EnvironmentNotReady(PowercutError):
     """A tool, a kernel module, a package or a device the run needs is missing."""
 

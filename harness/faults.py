@@ -35,13 +35,13 @@ import sys
 from dataclasses import dataclass
 
 from powercut.core.faultwindows import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
-from powercut.linux import dm
+from powercut.linux import dm, environ
 from powercut._logmark import TIMING_ENV, MarkError, insert
 
-FAULT_ENV = "POWERCUT_FAULT_DEV"
-PLAN_ENV = "POWERCUT_FAULT_PLAN"
-PLAN_STATE_ENV = "POWERCUT_FAULT_STATE"
-PLAN_MARKS_ENV = "POWERCUT_FAULT_MARKS"   # the globs that may move the plan, one per line (C prefilter)
+FAULT_ENV = environ.FAULT_DEV
+PLAN_ENV = environ.FAULT_PLAN
+PLAN_STATE_ENV = environ.FAULT_STATE
+PLAN_MARKS_ENV = environ.FAULT_MARKS   # the globs that may move the plan, one per line (C prefilter)
 FS_IOC_FIEMAP = 0xC020660B
 FIEMAP_EXTENT_LAST = 0x1
 FIEMAP_UNUSABLE = 0x2 | 0x4 | 0x8 | 0x80 | 0x100   # unknown, delalloc, encoded, not aligned, inline
@@ -76,7 +76,7 @@ class Target:
 
 
 def _device() -> Target:
-    return Target.parse(os.environ.get(FAULT_ENV, ""))
+    return Target.parse(environ.text(FAULT_ENV))
 
 
 def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] = ()) -> list[tuple[int, int, str, str]]:
@@ -104,7 +104,7 @@ def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...]
           target: Target | None = None) -> None:
     """From now on the workload's device fails I/O as ``kind`` says (see the module docstring).
     In timing mode ($POWERCUT_TIMING: ``powercut bench --workload``) nothing fails: a no-op."""
-    if os.environ.get(TIMING_ENV):
+    if environ.text(TIMING_ENV):
         return
     t = target or _device()
     rng = tuple((int(s), int(n)) for s, n in ranges)
@@ -118,7 +118,7 @@ def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...]
 
 def recover(*, target: Target | None = None) -> None:
     """The device works again (the plain linear table), then ``powercut-fault:off`` is marked."""
-    if os.environ.get(TIMING_ENV):
+    if environ.text(TIMING_ENV):
         return
     t = target or _device()
     try:
@@ -142,10 +142,10 @@ class PlanRun:
 
     @staticmethod
     def from_env() -> "PlanRun | None":
-        text, path = os.environ.get(PLAN_ENV), os.environ.get(PLAN_STATE_ENV)
+        text, path = environ.text(PLAN_ENV), environ.text(PLAN_STATE_ENV)
         if not text or not path:
             return None
-        return PlanRun(FaultPlan.parse(text), path, None, os.environ.get("POWERCUT_MOUNT", "."))
+        return PlanRun(FaultPlan.parse(text), path, None, environ.text(environ.MOUNT, "."))
 
     def state(self) -> PlanState:
         try:
@@ -207,9 +207,9 @@ class PlanRun:
 def plan_mark(text: str) -> None:
     """Called by marks.mark after each mark it inserted: the plan's mark triggers.  A switch that
     cannot be made is a FaultError (the mark's caller sees it; the recording fails on it)."""
-    if text.startswith("powercut-") or os.path.exists(os.environ.get(PLAN_STATE_ENV, "") + ".done"):
+    if text.startswith("powercut-") or os.path.exists(environ.text(PLAN_STATE_ENV) + ".done"):
         return
-    globs = [g for g in os.environ.get(PLAN_MARKS_ENV, "").split("\n") if g]
+    globs = [g for g in environ.text(PLAN_MARKS_ENV).split("\n") if g]
     if not any(fnmatch.fnmatchcase(text, g) for g in globs):
         return
     run = PlanRun.from_env()

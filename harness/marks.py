@@ -26,6 +26,7 @@ import time
 from powercut.faults import PLAN_ENV, plan_mark
 from powercut import _logmark as logmark
 from powercut._logmark import ORDER_ENV, TIMING_ENV, MarkError
+from powercut.linux import environ
 
 __all__ = ["mark", "ack", "begin", "close", "MarkError", "ORDER_ENV", "TIMING_ENV", "MAX_MARK"]
 
@@ -42,12 +43,12 @@ def mark(text: str, dm_name: str | None = None, *, order_dev: str | None = None)
         raise ValueError(f"a mark is one word without spaces, not {text!r}")
     if len(text.encode()) > MAX_MARK:
         raise ValueError(f"a mark is at most {MAX_MARK} bytes")
-    timing = os.environ.get(TIMING_ENV)
+    timing = environ.text(TIMING_ENV)
     if timing:
         _time(timing, text)
         return
     logmark.insert(text, dm_name, order_dev)
-    if os.environ.get(PLAN_ENV) and not text.startswith("powercut-"):
+    if environ.text(PLAN_ENV) and not text.startswith("powercut-"):
         plan_mark(text)
 
 

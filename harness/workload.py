@@ -12,13 +12,13 @@ minimum (``minimum``, else 0); ``choices`` lists the values a parameter may take
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from powercut import registry
 from powercut.errors import UsageError
+from powercut.linux import environ
 
 GROUP = "powercut.workloads"
 TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m powercut.workload NAME   (params as JSON in $POWERCUT_PARAMS)\n")
         return 2
     workload = get(args[0])
-    params = workload.params(json.loads(os.environ.get("POWERCUT_PARAMS") or "{}"))
+    params = workload.params(json.loads(environ.text(environ.PARAMS, "{}")))
     return int(workload.main(params) or 0)
 
 

@@ -17,7 +17,7 @@ from powercut.bench import parse as bench
 from powercut.bench import profiles as fioprofiles
 from powercut.config import BenchItem
 from powercut.errors import EnvironmentNotReady, PowercutError
-from powercut.linux import process
+from powercut.linux import environ, process
 from powercut.marks import TIMING_ENV
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def run_workload(item: BenchItem, where: ItemTarget, out: Path) -> dict[str, Any
     cwd.mkdir()
     timing = Path(where.tmp) / f"powercut-timing-{os.getpid()}-{out.name}.txt"
     timing.unlink(missing_ok=True)
-    env = {**where.env, TIMING_ENV: str(timing), "POWERCUT_PARAMS": json.dumps(item.params)}
+    env = {**where.env, TIMING_ENV: str(timing), environ.PARAMS: json.dumps(item.params)}
     argv = [sys.executable, "-m", "powercut.workload", item.name]
     with open(out.with_suffix(".out"), "wb") as so, open(out.with_suffix(".err"), "wb") as se:
         with process.Spawned(argv, cwd=str(cwd), env=env, stdout=so, stderr=se) as proc:

@@ -40,7 +40,7 @@ from pathlib import Path
 from powercut.config import DiskSpec, VmSpec, cache_root
 from powercut.errors import PowercutError, UsageError, VmError
 from powercut.images import runtime
-from powercut.linux import process
+from powercut.linux import environ, process
 from powercut.vm import guestjob
 from powercut.vm.agentboot import TEMPLATE_AGENT, boot_script, compile_package, package_dirs
 from powercut.vm.accel import resolve_accel
@@ -63,7 +63,7 @@ _lock = threading.Lock()
 
 
 def enabled() -> bool:
-    start = os.environ.get("POWERCUT_VM_START", "snapshot")
+    start = environ.text(environ.VM_START, "snapshot")
     if start not in ("snapshot", "boot"):
         raise UsageError(f"POWERCUT_VM_START={start!r}: 'snapshot' (the default) or 'boot'")
     return start == "snapshot"

@@ -12,7 +12,7 @@ from powercut.cli.check import cmd_check, cmd_demo, cmd_matrix, cmd_merge, cmd_r
 from powercut.cli.inspect import cmd_log, cmd_replay, cmd_states, cmd_workloads
 from powercut.cli.parser import build_parser
 from powercut.cli.record import cmd_image, cmd_record, cmd_run
-from powercut.errors import PowercutError
+from powercut.errors import OptionError, PowercutError
 from powercut.linux import interrupt
 
 log = logging.getLogger("powercut")
@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupt.handled():
             return COMMANDS[args.command](args)
+    except OptionError as e:   # a bad option value, told after parsing: exit 2 like the parser's
+        print(f"powercut: error: {e.one_line()} (see 'powercut {args.command} --help')", file=sys.stderr)
+        return 2
     except PowercutError as e:
         print(f"powercut: error: {e.one_line()}", file=sys.stderr)
         return 1

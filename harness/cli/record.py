@@ -12,7 +12,7 @@ from typing import Any
 from powercut.cli.check import cmd_check
 from powercut.cli.inspect import _print_stats
 from powercut.cli.parser import MAIN_DEFAULT_OUT, RUN_COMMITS
-from powercut.errors import PowercutError, UsageError
+from powercut.errors import OptionError, PowercutError, UsageError
 from powercut.linux import interrupt
 
 log = logging.getLogger("powercut")
@@ -21,17 +21,29 @@ log = logging.getLogger("powercut")
 def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     from powercut.config import FsSpec, WorkloadSpec
     from powercut.record.vm import RecordSpec
+    from powercut import workload as workloads
     from powercut.workload import parse_params
 
-    fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(args.mkfs_opts), mount_opts=args.mount_opts,
-                size_mb=args.size)
+    try:   # an unknown --fs is a bad option value (exit 2)
+        fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(args.mkfs_opts), mount_opts=args.mount_opts,
+                    size_mb=args.size)
+    except UsageError as e:
+        raise OptionError(str(e)) from None
     name = args.workload or ("" if args.cmd else default_workload)
     if not name and not args.cmd:
         raise UsageError("give --workload NAME or --cmd 'COMMAND'")
-    wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=parse_params(args.param),
-                      timeout_s=args.workload_timeout, fault=args.fault)
     if args.cmd and args.param:
-        raise UsageError("--param goes with --workload, not --cmd")
+        raise OptionError("--param goes with --workload, not --cmd")
+    try:   # a bad --param is a bad option value: refused here (exit 2), before any VM or --dry-run
+        params = parse_params(args.param)
+        if name:
+            workloads.get(name).params(params)
+    except OptionError:
+        raise
+    except UsageError as e:
+        raise OptionError(str(e)) from None
+    wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=params,
+                      timeout_s=args.workload_timeout, fault=args.fault)
     return RecordSpec(fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,
                       bus=args.bus, transport=args.transport, accel=args.accel, timeout_s=args.vm_timeout,
                       backend=args.backend, libvirt_uri=args.libvirt_uri,

@@ -21,7 +21,7 @@ from powercut.bench import parse as bench
 from powercut.bench.items import ItemTarget, run_item
 from powercut.config import BenchItem, RunSet
 from powercut.errors import EnvironmentNotReady, PowercutError
-from powercut.linux import dm, filesystems, process
+from powercut.linux import dm, environ, filesystems, process
 from powercut.linux.jsonlines import JsonLines
 from powercut.linux.mounts import mount, umount
 from powercut.vm import guestjob
@@ -72,8 +72,8 @@ def _check_dict(c: bench.WriteCacheCheck) -> dict[str, Any]:
 
 def guest_where(job: BenchJob, dev: str) -> ItemTarget:
     return ItemTarget(MNT, {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
-                       "PYTHONDONTWRITEBYTECODE": "1", "POWERCUT_DEVICE": dev, "POWERCUT_MOUNT": MNT,
-                       "POWERCUT_FSTYPE": job.fs.fstype})
+                       "PYTHONDONTWRITEBYTECODE": "1", environ.DEVICE: dev, environ.MOUNT: MNT,
+                       environ.FSTYPE: job.fs.fstype})
 
 
 def _prepare(job: BenchJob, rs: RunSet, data: str, logdev: str | None) -> str:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from powercut.linux import dm, filesystems, process
+from powercut.linux import dm, environ, filesystems, process
 from powercut.linux.blockdev import find_disk, sectors
 from powercut.linux.mounts import mount, umount
 from powercut import marks
@@ -130,8 +130,8 @@ def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str, target:
     argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
     fault_dev = Target(job.dm_name + FS_SUFFIX, target, sectors(dev), job.dm_name, order_dev)
     env = {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
-           "PYTHONDONTWRITEBYTECODE": "1", "POWERCUT_DM_NAME": job.dm_name, "POWERCUT_DEVICE": dev,
-           "POWERCUT_MOUNT": MNT, "POWERCUT_FSTYPE": job.fs.fstype, "POWERCUT_PARAMS": json.dumps(wl.params or {}),
+           "PYTHONDONTWRITEBYTECODE": "1", environ.DM_NAME: job.dm_name, environ.DEVICE: dev,
+           environ.MOUNT: MNT, environ.FSTYPE: job.fs.fstype, environ.PARAMS: json.dumps(wl.params or {}),
            ORDER_ENV: order_dev, FAULT_ENV: fault_dev.spec()}
     res: dict[str, Any] = {}
     trigger = None
@@ -207,7 +207,7 @@ def mark_bench(job: MarkBenchJob, jobdir: Path) -> dict[str, Any]:
     for kind, tool in tools.items():
         for suffix, extra in (("", {}), ("_ordered", {ORDER_ENV: order_dev})):
             env = {k: v for k, v in os.environ.items() if k != ORDER_ENV}
-            env.update(POWERCUT_DM_NAME=job.dm_name, **extra)
+            env.update({environ.DM_NAME: job.dm_name, **extra})
             t = time.perf_counter()
             for i in range(m):
                 process.run([tool, f"{kind}{suffix}:{i}"], env=env, timeout=60)

@@ -8,4 +8,5 @@
 * ``imageio`` -- sparse image files, copy and reflink;
 * ``filesystems`` -- the filesystem table (mkfs, fsck, mount options, modules);
 * ``blockdev`` -- find a disk by serial, its size;
-* ``jsonlines`` -- the fsync'd JSON-lines file."""
+* ``jsonlines`` -- the fsync'd JSON-lines file;
+* ``environ`` -- every ``POWERCUT_*`` environment variable, named and read in one place."""

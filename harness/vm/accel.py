@@ -25,11 +25,16 @@ from typing import Callable
 
 from powercut.config import cache_root
 from powercut.errors import EnvironmentNotReady
-from powercut.linux import process
+from powercut.linux import environ, process
 
 log = logging.getLogger(__name__)
 
-PROBE_TIMEOUT_S = float(os.environ.get("POWERCUT_KVM_PROBE_TIMEOUT", "15"))
+PROBE_TIMEOUT_S = 15.0   # $POWERCUT_KVM_PROBE_TIMEOUT overrides it (probe_timeout_s)
+
+
+def probe_timeout_s() -> float:
+    """Seconds the KVM probe may take: $POWERCUT_KVM_PROBE_TIMEOUT, else PROBE_TIMEOUT_S."""
+    return environ.number(environ.KVM_PROBE_TIMEOUT, PROBE_TIMEOUT_S)
 PROBE_OK = b"powercut-probe-ok"
 
 
@@ -81,8 +86,9 @@ def kvm_usable_device() -> bool:
     return os.access("/dev/kvm", os.R_OK | os.W_OK)
 
 
-def probe_kvm(qemu: str, kernel: str, initrd: str, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
+def probe_kvm(qemu: str, kernel: str, initrd: str, timeout: float | None = None) -> tuple[bool, str]:
     """Boot kernel+initrd under KVM with ``powercut.probe=1``; (ok, reason)."""
+    timeout = probe_timeout_s() if timeout is None else timeout
     if not kvm_usable_device():
         return False, "/dev/kvm missing or not accessible"
     with tempfile.TemporaryDirectory(prefix="powercut-probe-") as tmp:

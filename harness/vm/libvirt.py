@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import secrets
 import threading
 import time
@@ -48,7 +47,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from powercut.config import VmSpec
-from powercut.errors import EnvironmentNotReady, GuestHang, QemuCrashed, UsageError, VmError
+from powercut.errors import EnvironmentNotReady, GuestHang, QemuCrashed, VmError
+from powercut.linux import environ
 from powercut.vm import accel as _accel
 from powercut.vm.console import ConsoleWatch, VmResult, classify_end, console_tail
 from powercut.vm.libvirt_xml import domain_xml
@@ -104,11 +104,7 @@ def is_local_uri(uri: str) -> bool:
 
 def boot_timeout_s(accel: str, total_s: float) -> float:
     """Seconds a domain may take to show the guest's first powercut line (capped by the VM timeout)."""
-    env = os.environ.get("POWERCUT_BOOT_TIMEOUT", "")
-    try:
-        limit = float(env) if env else BOOT_TIMEOUTS_S.get(accel, BOOT_TIMEOUTS_S["tcg"])
-    except ValueError:
-        raise UsageError(f"POWERCUT_BOOT_TIMEOUT must be a number of seconds, not {env!r}") from None
+    limit = environ.number(environ.BOOT_TIMEOUT, BOOT_TIMEOUTS_S.get(accel, BOOT_TIMEOUTS_S["tcg"]))
     return min(limit, total_s)
 
 
@@ -349,12 +345,13 @@ def _raise_paused(who: _Domain, why: str, spec: VmSpec) -> None:
 # ------------------------------------------------------------ KVM probe through libvirt
 
 def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *, uri: str,
-                      timeout: float = _accel.PROBE_TIMEOUT_S, mirror: Mirror | None = None) -> tuple[bool, str]:
+                      timeout: float | None = None, mirror: Mirror | None = None) -> tuple[bool, str]:
     """The probe on the hypervisor behind the libvirt connection ``conn``: kernel+initrd with
     ``powercut.probe=1`` as a transient kvm domain (AUTODESTROY, destroyed at the end), waiting for
     ``powercut-probe-ok`` on its console ``workdir``/accel-probe-console.log (a path both hosts see,
     like every console of the libvirt backend, or, with ``mirror``, in its remote directory, read
     through it); (ok, reason)."""
+    timeout = _accel.probe_timeout_s() if timeout is None else timeout
     name = f"powercut-accel-probe-{secrets.token_hex(4)}"
     console = Path(mirror.remote_dir if mirror else workdir) / PROBE_CONSOLE
     if mirror is None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from powercut.errors import EnvironmentNotReady, UsageError
-from powercut.linux import process
+from powercut.linux import environ, process
 
 DEFAULT_ROOT = "/var/tmp/powercut-remote"
 SSH_TIMEOUT_S = 120.0
@@ -94,7 +94,7 @@ def _text(out: str | bytes) -> str:
 
 
 def remote_root() -> str:
-    return os.environ.get("POWERCUT_REMOTE_ROOT") or DEFAULT_ROOT
+    return environ.text(environ.REMOTE_ROOT, DEFAULT_ROOT)
 
 
 def sha256_file(path: Path) -> str:

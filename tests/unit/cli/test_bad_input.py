@@ -73,10 +73,14 @@ def test_dry_run_leaves_no_directory(tmp_path: Path, argv: list[str]) -> None:
 
 @pytest.mark.parametrize("param,says", [("fsync=maybe", "true or false"), ("n=-3", "at least 1"),
                                         ("bogus=1", "unknown parameter")])
-def test_a_mistyped_parameter_is_refused_before_recording(tmp_path: Path, param: str, says: str) -> None:
-    p = cli("record", "--workload", "append-fsync", "--param", param, "-o", str(tmp_path / "out"))
-    assert p.returncode == 1
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_a_mistyped_parameter_is_refused_before_recording(tmp_path: Path, param: str, says: str,
+                                                          dry: list[str]) -> None:
+    """A bad --param value is a bad option value: exit 2, one line, no QEMU command (--dry-run too)."""
+    p = cli("record", "--workload", "append-fsync", "--param", param, "-o", str(tmp_path / "out"), *dry)
+    assert p.returncode == 2
     one_line(p, param.split("=")[0], says)
+    assert "qemu-system" not in p.stdout
     assert not (tmp_path / "out").exists()
 
 

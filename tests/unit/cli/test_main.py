@@ -73,12 +73,13 @@ def test_missing_path_and_unknown_model(small_log: Path) -> None:
 
 
 def test_record_input_errors_before_any_vm(tmp_path: Path) -> None:
+    """Bad option values (a workload or filesystem name, --param with --cmd) exit 2, as the parser's."""
     out = run("record", "--workload", "nope", "-o", str(tmp_path / "r"))
-    assert out.returncode == 1 and "unknown workload 'nope'" in out.stderr
+    assert out.returncode == 2 and "unknown workload 'nope'" in out.stderr
     out = run("record", "--workload", "append-fsync", "--fs", "zfs", "-o", str(tmp_path / "r"))
-    assert out.returncode == 1 and "unknown filesystem 'zfs'" in out.stderr
+    assert out.returncode == 2 and "unknown filesystem 'zfs'" in out.stderr
     out = run("record", "--cmd", "true", "--param", "n=1", "-o", str(tmp_path / "r"))
-    assert out.returncode == 1 and "--param goes with --workload" in out.stderr
+    assert out.returncode == 2 and "--param goes with --workload" in out.stderr
     assert not (tmp_path / "r").exists()
 
 
