@@ -81,5 +81,5 @@ def number(name: str, default: float) -> float:
     except ValueError:
         value = -1.0
     if not value > 0:
-        raise UsageError(f"{name} must be a number of seconds (more than 0), not {raw!r}")
+        raise UsageError(f"{name} must be a number of seconds, not {raw!r} (more than 0)")
     return value
