@@ -66,7 +66,7 @@ from powercut.core.coverage import SPACE_CAP, Tally
 from powercut.core.crashstate import (CrashState, DeviceChanges, KeyPrefix, Torn, describe, is_key_mark,
                                       sector_units, unit_count, unit_sectors)
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
-from powercut.core.markorder import ordering_flushes
+from powercut.core.markorder import AmbiguousWindow, ambiguous_windows, ordering_flushes
 from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges,
                                    not_under, parse_id, parse_ranges, pick_bits, resolve, seeded_index, subset_picks,
                                    tear_picks, torn_sample, tw_sample, wc_sample)
@@ -123,6 +123,13 @@ class CrashSpace:
         self._at, self._nacks, self._begun = 0, 0, dict[str, None]()  # after _at events: _nacks acks, these begun
         self._lock = threading.Lock()
         self._offs: tuple[int, ...] = ()
+
+    @functools.cached_property
+    def ambiguous(self) -> tuple[AmbiguousWindow, ...]:
+        """The ambiguous ordering windows and orphan begin marks (core/markorder): their flushes
+        count as barriers, so write-cache losses across them are not generated; each names the key
+        mark it affects, and ``note()`` says so for the check's coverage."""
+        return ambiguous_windows(self.entries)
 
     def keys(self, cut: int) -> tuple[Sequence[str], tuple[str, ...]]:
         """(acks, begun-not-acked) before the cut, each in the order of its first mark.  The acks are

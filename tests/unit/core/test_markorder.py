@@ -5,10 +5,14 @@ alarm); the ordering flushes add no durability (the write-cache and torn state s
 the same log without them); the window rule and ``mark_order`` on hand-built logs."""
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import pytest
-from tests.unit.dmlw_sim import history
-from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry
-from powercut.core.markorder import mark_order
+from tests.unit.dmlw_sim import Block, Sim, history
+from tests.unit.logops import build_log
+from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
+from powercut.core.markorder import FLUSH_INSIDE, ORPHAN_BEGIN, AmbiguousWindow, ambiguous_windows, mark_order
 from powercut.core.models import CrashSpace
 
 SEEDS = range(300)
@@ -139,3 +143,113 @@ def test_old_logs_are_unchanged() -> None:
     assert [s.cut for s in sp.states("flush")] == [2, 3]
     assert mark_order(es) == {"key_marks": 1, "ordered_key_marks": 0, "ordering_flushes": 0,
                               "ambiguous_windows": 0, "ordered": False}
+
+
+# -- ambiguous windows and orphan begins (issue 37, item 5) -------------------------------------------
+def orphan_ops(orphan_at: int | None) -> list[tuple]:  # type: ignore[type-arg]
+    """Five O_DIRECT-like commits, each ordered-acked before its program flush: write-cache may
+    lose each commit's write after its ack (5 lost-ack states); an orphan begin mark (a marker
+    killed between its begin and end) before commit ``orphan_at`` (0-based; None: none)."""
+    ops: list[tuple] = [("w", 0, 2, 0, 1), ("f",), ("m", "mkfs")]  # type: ignore[type-arg]
+    for k in range(5):
+        if k == orphan_at:
+            ops.append(("m", ORDER_BEGIN))
+        ops += [("w", 8 * (k + 1), 1, 0, k), ("m", ORDER_BEGIN), ("f",), ("m", ORDER_END), ("m", f"ack:k{k + 1}"),
+                ("f",)]
+    return ops + [("m", "dm-log-writes-end")]
+
+
+def lost_acks(idx: LogIndex) -> int:
+    """Write-cache states that ack a commit whose write they lost."""
+    write = {e.sector // 8: e.index for e in idx.entries if e.is_write and e.sector >= 8}
+    return sum(1 for s in CrashSpace(idx).states("write-cache")
+               if any(write[int(k[1:])] in s.dropped for k in s.acks))
+
+
+def test_an_orphan_begin_closes_at_the_next_key_mark(tmp_path: Path) -> None:
+    """The issue's case: before, the orphan kept its window open to the end of the log and every
+    later ordering flush counted as a barrier (0 lost-ack states of 5); now only the window its span
+    overlaps does (the first commit's), and the ambiguity is named with the ack it affects."""
+    with build_log(tmp_path / "plain.log", orphan_ops(None)) as idx:
+        assert lost_acks(idx) == 5 and CrashSpace(idx).ambiguous == ()
+    with build_log(tmp_path / "orphan.log", orphan_ops(0)) as idx:
+        sp = CrashSpace(idx)
+        assert lost_acks(idx) == 4
+        ack1 = idx.find_mark("ack:k1")
+        assert sp.ambiguous == (AmbiguousWindow(3, ack1 - 1, ORPHAN_BEGIN, ack1, "ack:k1"),) == ambiguous_windows(idx)
+        assert sp.ambiguous_windows == 1 and len(sp.ordering) == 4
+        assert "affects ack:k1" in sp.ambiguous[0].note() and "entry 3" in sp.ambiguous[0].note()
+        assert mark_order(idx)["ordered_key_marks"] == 4
+    with build_log(tmp_path / "late.log", orphan_ops(2)) as idx:   # before the third commit
+        assert lost_acks(idx) == 4 and [w.key_mark for w in CrashSpace(idx).ambiguous] == ["ack:k3"]
+    ops = orphan_ops(None)
+    with build_log(tmp_path / "end.log", ops[:-1] + [("m", ORDER_BEGIN), ("m", "dm-log-writes-end")]) as idx:
+        (w,) = CrashSpace(idx).ambiguous
+        assert lost_acks(idx) == 5 and (w.why, w.key, w.last) == (ORPHAN_BEGIN, None, len(idx.entries) - 1)
+        assert "no key mark after it" in w.note()
+
+
+def test_a_program_flush_inside_names_the_window_and_its_ack() -> None:
+    es = [E(0, 0, 8, 1), E(1, mark=ORDER_BEGIN), E(2, FLUSH), E(3, 0, 9, 1), E(4, FLUSH), E(5, mark=ORDER_END),
+          E(6, mark="ack:7")]
+    (w,) = ambiguous_windows(es)
+    assert w == AmbiguousWindow(1, 5, FLUSH_INSIDE, 6, "ack:7") and CrashSpace(es).ambiguous == (w,)
+    assert w.note() == ("ordering window at entries 1-5 (a program flush completed inside it) counted as a "
+                        "barrier: write-cache losses across it not generated; affects ack:7")
+
+
+def test_an_orphan_nested_in_a_live_window_makes_only_that_window_a_barrier() -> None:
+    """B B F1 E ack:1 | B F2 E ack:2: which of the first two begins died the log cannot tell (the
+    end is matched to the later one, so entry 0 is the orphan); the window overlapping its span
+    counts as a barrier, the next one is an ordering window again."""
+    es = [E(0, mark=ORDER_BEGIN), E(1, mark=ORDER_BEGIN), E(2, FLUSH), E(3, mark=ORDER_END), E(4, mark="ack:1"),
+          E(5, mark=ORDER_BEGIN), E(6, FLUSH), E(7, mark=ORDER_END), E(8, mark="ack:2")]
+    sp = CrashSpace(es)
+    assert sp.ordering == {6} and [(w.first, w.last, w.why, w.key) for w in sp.ambiguous] == [(0, 3, ORPHAN_BEGIN, 4)]
+
+
+def dying_history(seed: int, steps: int = 40) -> tuple[list[Entry], set[int]]:
+    """dmlw_sim's ordered history with markers that die after their begin mark (some after sending
+    their flush, which completes later): the entries and the true ordering flushes' indices."""
+    rnd = random.Random(seed)
+    sim = Sim()
+    ours: list[Block] = []
+    sim.complete(sim.submit(0, 2))
+    sim.complete(sim.submit(FLUSH, 0))
+    for key in range(steps):
+        r = rnd.random()
+        if r < 0.4:
+            sim.submit(0, 1)
+        elif r < 0.55:
+            sim.submit(FLUSH, 0)
+        elif r < 0.8:
+            if sim.inflight:
+                sim.complete(rnd.choice(sim.inflight))
+        else:
+            sim.mark(ORDER_BEGIN)
+            if rnd.random() < 0.25:  # killed here; maybe after sending its flush
+                if rnd.random() < 0.5:
+                    ours.append(sim.submit(FLUSH, 0))
+                continue
+            h = sim.submit(FLUSH, 0)
+            ours.append(h)
+            sim.complete(h)
+            sim.mark(ORDER_END)
+            while sim.inflight:
+                sim.complete(rnd.choice(sim.inflight))
+            sim.mark(f"ack:{key}")
+    while sim.inflight:
+        sim.complete(sim.inflight[0])
+    return sim.entries(), {i for i, b in enumerate(sim.log) if any(b is o for o in ours)}
+
+
+def test_dying_markers_never_make_a_program_flush_an_ordering_flush() -> None:
+    orphaned = recovered = 0
+    for seed in range(300):
+        es, ours = dying_history(seed)
+        sp = CrashSpace(es)
+        assert sp.ordering <= ours, seed
+        orphans = [w for w in sp.ambiguous if w.why == ORPHAN_BEGIN]
+        orphaned += bool(orphans)
+        recovered += bool(orphans) and any(f > orphans[-1].last for f in sp.ordering)
+    assert orphaned > 100 and recovered > 50   # windows after an orphan's span are ordering windows again
