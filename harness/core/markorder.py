@@ -40,6 +40,18 @@ whose window spans another's key mark while a third dies inside it could be take
 ack whose write-cache losses may be missed -- and ``AmbiguousWindow.note`` is the sentence the
 check's coverage carries (core/coverage: weakened).
 
+**Writes that complete while a flush is in flight** (issue 37, item 6; blind spot (a) is the same
+gap): a write W that completes after a FLUSH F's submission is logged after F (at a later flush),
+so "W durable, F's own window lost" (a crash before F completes) is in no model.  It is not
+generated: the log is the same when W was *issued after F completed* (fsync, then the commit
+record: the most common correct pattern), and for that program the state cannot happen -- it
+would be a false failure.  The log cannot tell the two apart (nor a FUA write U that completed after
+a plain write logged after it from one issued before it).  ``late_writes`` counts the flushes and
+FUA writes with a data window of their own that have plain writes logged after them before the
+bound (the first key mark after an ordering begin mark logged after them: that marker's flush
+takes every write completed before it, its suspend logs them; without one, the end of the log),
+and its ``note`` says the check is weakened there.
+
 Not fixed: a write submitted but not completed when the mark is given may be logged after the mark
 (the program had no right to count on it); FUA writes and marks that complete after a plain write
 still precede it (blind spot (a)); a log recorded through a device without a write cache (no FLUSH
@@ -56,7 +68,7 @@ from dataclasses import dataclass
 from powercut.core.crashstate import is_key_mark
 from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
 
-__all__ = ["AmbiguousWindow", "ambiguous_windows", "mark_order", "ordering_flushes"]
+__all__ = ["AmbiguousWindow", "LateWrites", "ambiguous_windows", "late_writes", "mark_order", "ordering_flushes"]
 
 FLUSH_INSIDE = "program flush inside"
 ORPHAN_BEGIN = "orphan begin"
@@ -137,6 +149,73 @@ def _scan(entries: Sequence[Entry]) -> tuple[frozenset[int], int, tuple[Ambiguou
         k = entries[keys[at]] if at < len(keys) else None
         out.append(AmbiguousWindow(lo, hi, why, None if k is None else k.index, None if k is None else k.mark))
     return frozenset(ordering), windows, tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class LateWrites:
+    """Where a crash with a flush (or FUA write) still in flight could keep a later-logged write
+    while losing the flush's window (the FUA write): states no model generates (module docstring).
+    ``flushes``/``fuas``: entry indices of such barrier FLUSH entries and FUA writes; ``unbounded``:
+    how many of them have no ordering begin mark after them (their later writes are counted to the
+    end of the log); ``keys``: the first key mark after each, deduplicated, in log order."""
+
+    flushes: tuple[int, ...] = ()
+    fuas: tuple[int, ...] = ()
+    unbounded: int = 0
+    keys: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.flushes or self.fuas)
+
+    def note(self) -> str:
+        """One sentence for coverage.Coverage.notes ('' when there is nothing to say)."""
+        if not self:
+            return ""
+        nf, nu = len(self.flushes), len(self.fuas)
+        what = " and ".join(x for x in (f"{nf} flush{'es' * (nf != 1)}" if nf else "",
+                                        f"{nu} FUA write{'s' * (nu != 1)}" if nu else "") if x)
+        keys = ", ".join(self.keys[:3]) + (f" and {len(self.keys) - 3} more" if len(self.keys) > 3 else "")
+        return (("log without ordered marks: writes completing during a flush not bounded; " if self.unbounded
+                 else "")
+                + f"writes logged after {what} before the next ordered key mark may have completed while "
+                f"{'it was' if nf + nu == 1 else 'they were'} in flight: states keeping such a write and losing "
+                f"the flush's window (the FUA write) not generated (the log cannot tell them from writes "
+                f"issued after it completed)" + (f"; affects {keys}" if keys else ""))
+
+
+def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None) -> LateWrites:
+    """The flushes and FUA writes after which a plain write is logged before the bound (module
+    docstring): a barrier FLUSH entry whose window (plain data entries since the barrier before it)
+    is not empty, or a FUA write.  ``ordering``: the log's ordering flushes (computed if None).  O(n)."""
+    es = entries.entries if isinstance(entries, LogIndex) else entries
+    if ordering is None:
+        ordering = ordering_flushes(es)[0]
+    n = len(es)
+    plain = [0] * (n + 1)   # plain (non-FUA) data entries before i
+    for i, e in enumerate(es):
+        plain[i + 1] = plain[i] + bool(e.changes_device and not e.flags & FUA)
+    key_at, begin_at = [n] * (n + 1), [n] * (n + 1)   # the first key mark / order begin mark at or after i
+    for i in range(n - 1, -1, -1):
+        e = es[i]
+        key_at[i] = i if is_key_mark(e) else key_at[i + 1]
+        begin_at[i] = i if e.flags & MARK and e.mark == ORDER_BEGIN else begin_at[i + 1]
+    flushes: list[int] = []
+    fuas: list[int] = []
+    keys: dict[str, None] = {}
+    unbounded = window = 0
+    for i, e in enumerate(es):
+        barrier = bool(e.flags & FLUSH) and i not in ordering
+        fua = e.is_write and bool(e.flags & FUA)
+        b = begin_at[i + 1]
+        bound = key_at[b + 1] if b < n else n
+        if (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1]:
+            (flushes if barrier else fuas).append(i)
+            unbounded += b == n
+            if key_at[i + 1] < n:
+                keys.setdefault(str(es[key_at[i + 1]].mark), None)
+        if barrier:
+            window = i
+    return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys))
 
 
 def ordering_flushes(entries: Sequence[Entry]) -> tuple[frozenset[int], int, int]:

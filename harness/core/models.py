@@ -48,6 +48,11 @@ completion order for FUA writes and marks, flush time for plain writes.
     marks fix that; the harness's ordering flushes (``CrashSpace.ordering``) are ordering points,
     not durability barriers, and count as carrying nothing here.  The kernel's lines, the rule
     that recognises them and what stays unfixed: core/markorder.py.
+(d) A write completing while a FLUSH (a FUA write) is in flight is logged after it: "that write
+    durable, the flush's window (the FUA write) lost" is not generated -- the log is the same when
+    the write was issued after the flush completed, where the state cannot happen.  Named instead:
+    ``CrashSpace.late`` (core/markorder.late_writes), with the ambiguous ordering windows in
+    ``CrashSpace.notes``, the sentences a check's coverage carries (weakened).
 
 Use ``space = CrashSpace(index)`` once per log (immutable but for a locked cache: thread-safe), then
 ``space.states(model)``, ``space.state_from_id(id)``; ``enumerate_states``, ``make_state`` and
@@ -66,7 +71,7 @@ from powercut.core.coverage import SPACE_CAP, Tally
 from powercut.core.crashstate import (CrashState, DeviceChanges, KeyPrefix, Torn, describe, is_key_mark,
                                       sector_units, unit_count, unit_sectors)
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
-from powercut.core.markorder import AmbiguousWindow, ambiguous_windows, ordering_flushes
+from powercut.core.markorder import AmbiguousWindow, LateWrites, ambiguous_windows, late_writes, ordering_flushes
 from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges,
                                    not_under, parse_id, parse_ranges, pick_bits, resolve, seeded_index, subset_picks,
                                    tear_picks, torn_sample, tw_sample, wc_sample)
@@ -130,6 +135,18 @@ class CrashSpace:
         count as barriers, so write-cache losses across them are not generated; each names the key
         mark it affects, and ``note()`` says so for the check's coverage."""
         return ambiguous_windows(self.entries)
+
+    @functools.cached_property
+    def late(self) -> LateWrites:
+        """The flushes and FUA writes with writes logged after them that may have completed while
+        they were in flight: states no model generates (core/markorder.late_writes)."""
+        return late_writes(self.entries, self.ordering)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What weakens every model's space of this log, one sentence each (coverage.Coverage.notes):
+        the ambiguous ordering windows and orphan begins, the writes logged after an in-flight flush."""
+        return tuple(w.note() for w in self.ambiguous) + ((self.late.note(),) if self.late else ())
 
     def keys(self, cut: int) -> tuple[Sequence[str], tuple[str, ...]]:
         """(acks, begun-not-acked) before the cut, each in the order of its first mark.  The acks are

@@ -12,7 +12,8 @@ import pytest
 from tests.unit.dmlw_sim import Block, Sim, history
 from tests.unit.logops import build_log
 from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
-from powercut.core.markorder import FLUSH_INSIDE, ORPHAN_BEGIN, AmbiguousWindow, ambiguous_windows, mark_order
+from powercut.core.markorder import (FLUSH_INSIDE, ORPHAN_BEGIN, AmbiguousWindow, LateWrites, ambiguous_windows,
+                                     late_writes, mark_order)
 from powercut.core.models import CrashSpace
 
 SEEDS = range(300)
@@ -253,3 +254,63 @@ def test_dying_markers_never_make_a_program_flush_an_ordering_flush() -> None:
         orphaned += bool(orphans)
         recovered += bool(orphans) and any(f > orphans[-1].last for f in sp.ordering)
     assert orphaned > 100 and recovered > 50   # windows after an orphan's span are ordering windows again
+
+
+# -- writes completing while a flush is in flight (issue 37, item 6) ------------------------------------
+def commit_logs() -> tuple[list[Entry], list[Entry]]:
+    """Data write A, fsync F of it, commit record W, fsync G, ordered ack -- (1) W written by another
+    thread while F is in flight, (2) W written after F returned (the correct sequential program)."""
+    def run(overlap: bool) -> list[Entry]:
+        sim = Sim()
+        sim.complete(sim.submit(0, 1))       # A (sector 8)
+        f = sim.submit(FLUSH, 0)            # F takes A at its submission
+        if overlap:
+            sim.complete(sim.submit(0, 1))   # W (sector 10) completes while F is in flight
+            sim.complete(f)
+        else:
+            sim.complete(f)
+            sim.complete(sim.submit(0, 1))   # W issued after F returned
+        sim.complete(sim.submit(FLUSH, 0))   # G takes W
+        sim.mark(ORDER_BEGIN)
+        sim.complete(sim.submit(FLUSH, 0))
+        sim.mark(ORDER_END)
+        sim.mark("ack:c1")
+        sim.mark("dm-log-writes-end")
+        return sim.entries()
+    return run(True), run(False)
+
+
+def test_an_in_flight_flush_is_a_weakening_note_not_states() -> None:
+    """The issue's example: "W durable, A lost" is real for (1) and impossible for (2), and the two
+    logs are the same, so generating it would fail the correct program: not generated, named."""
+    concurrent, sequential = commit_logs()
+    assert concurrent == sequential
+    sp = CrashSpace(concurrent)
+    a, f, w = 0, 1, 2
+    assert (concurrent[a].sector, concurrent[w].sector) == (8, 10) and concurrent[f].is_flush
+    for model in ("write-cache", "torn"):
+        assert not [s for s in sp.states(model) if a in s.dropped and s.cut > w and w not in s.dropped]
+    assert sp.late == LateWrites(flushes=(f,), fuas=(), unbounded=0, keys=("ack:c1",)) == late_writes(concurrent)
+    (note,) = sp.notes
+    assert note.startswith("writes logged after 1 flush before the next ordered key mark") and "ack:c1" in note
+
+
+def test_late_writes_bounds() -> None:
+    w = lambda i, s, flags=0: E(i, flags, s, 1)  # noqa: E731
+    # no write after F before the ordered ack: nothing to say; the write after the ack is bounded away
+    es = [w(0, 8), E(1, FLUSH), E(2, mark=ORDER_BEGIN), E(3, FLUSH), E(4, mark=ORDER_END), E(5, mark="ack:1"),
+          w(6, 9), E(7, FLUSH)]
+    assert not late_writes(es) and CrashSpace(es).notes == ()
+    # F completes inside the ack's ordering window: the marker's flush may have missed W, bound = next ack
+    es = [w(0, 8), E(1, mark=ORDER_BEGIN), E(2, FLUSH), E(3, FLUSH), E(4, mark=ORDER_END), E(5, mark="ack:1"),
+          w(6, 9), E(7, FLUSH), E(8, mark=ORDER_BEGIN), E(9, FLUSH), E(10, mark=ORDER_END), E(11, mark="ack:2")]
+    lw = late_writes(es)
+    assert lw.fuas == () and lw.keys[-1:] == ("ack:1",) and lw.unbounded == 0 and lw.flushes
+    # a FUA write with a plain write logged after it (blind spot (a)); no ordered marks: unbounded
+    es = [w(0, 8, FUA), w(1, 9), E(2, FLUSH), E(3, mark="ack:1"), w(4, 10), E(5, FLUSH)]
+    lw = late_writes(es)
+    assert (lw.flushes, lw.fuas, lw.unbounded, lw.keys) == ((2,), (0,), 2, ("ack:1",))
+    assert lw.note().startswith("log without ordered marks: writes completing during a flush not bounded; "
+                                "writes logged after 1 flush and 1 FUA write")
+    # a flush with an empty window of its own loses nothing
+    assert not late_writes([E(0, FLUSH), w(1, 9), E(2, FLUSH)])
