@@ -43,7 +43,7 @@ import pytest
 
 MARKER = "powercut"
 SETTINGS = ("fs", "size_mb", "mkfs_opts", "mount_opts", "models", "params", "max_states", "expect", "shrink",
-            "seed", "bound", "samples", "torn_samples", "allow_no_acks", "workload_timeout_s", "checker_timeout_s",
+            "seed", "bound", "samples", "torn_samples", "allow_no_acks", "require_exhaustive", "workload_timeout_s", "checker_timeout_s",
             "jobs", "check_in", "accel", "fault")   # campaign/crashtest.CrashTest.of's words (a test holds them)
 _ran: list[tuple[str, str]] = []    # (node id, headline) of each crash test of this session
 
@@ -66,6 +66,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="judge at most N distinct states per model (0: all)")
     g.addoption("--powercut-jobs", type=int, default=None, metavar="N",
                 help="checker VMs (or host workers) per crash test (0: one per core)")
+    g.addoption("--powercut-seed", default=None, metavar="N|auto",
+                help="seed of the sampled crash states for every crash test; auto: a new one each run (printed "
+                     "in each test's outcome), so a nightly's coverage grows night after night")
+    g.addoption("--powercut-require-exhaustive", action="store_true", default=False,
+                help="a crash test expected to pass fails when its check was not exhaustive (sampled, capped, "
+                     "weakened)")
     g.addoption("--powercut-accel", choices=("auto", "kvm", "tcg"), default=None,
                 help="VM acceleration (auto: KVM when it works, else TCG)")
     g.addoption("--powercut-out", default=None, metavar="DIR",
@@ -124,6 +130,13 @@ def _options(config: pytest.Config) -> dict[str, Any]:
                      ("powercut_accel", "accel")):
         if config.getoption(opt) is not None:
             out[key] = config.getoption(opt)
+    seed = config.getoption("powercut_seed")
+    if seed is not None:
+        if seed != "auto" and not seed.isdigit():
+            raise pytest.UsageError(f"--powercut-seed wants a whole number or auto, not {seed!r}")
+        out["seed"] = -1 if seed == "auto" else int(seed)   # -1: core.selection.SEED_AUTO
+    if config.getoption("powercut_require_exhaustive"):
+        out["require_exhaustive"] = True
     return out
 
 

@@ -56,6 +56,7 @@ class CrashTest:
     shrink: int = DEFAULT_SHRINK            # minimize + blame the first K failure groups
     expect: str = "pass"
     allow_no_acks: bool = False
+    require_exhaustive: bool = False        # a pass short of exhaustive does not meet expect="pass"
     workload_timeout_s: float = 600.0
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
     fault: str = ""                         # the recording's fault plan (--fault; core/faultwindows.FaultPlan)
@@ -161,7 +162,7 @@ class Outcome:
         if s.status != "complete" or s.flaky or s.no_acks:
             return False            # never an expectation met by a run that proves nothing
         if want == "pass":
-            return not s.failures
+            return not s.failures and (s.exhaustive or not self.test.require_exhaustive)
         if want == "fail":
             return bool(s.failures)
         return any(f.verdict == want for f in s.failures)
@@ -174,11 +175,14 @@ class Outcome:
         if n:
             said = (f", {s.confirmed} confirmed alone" + (f", {s.by_group} by their group's sample" if s.by_group else "")
                     if s.rejudged else "")
-            return f"powercut: {s.verdict}: {n} of {s.total} distinct crash states fail ({where}){said}"
+            return (f"powercut: {s.verdict}: {n} of {s.total} distinct crash states fail ({where}){said}; "
+                    f"{s.coverage_phrase()}")
         if s.flaky:
             return (f"powercut: flaky: {len(s.flaky)} of {s.total} distinct crash states gave two verdicts, a harness "
                     f"problem ({where})")
-        return f"powercut: pass: all {s.total} distinct crash states pass ({where})"
+        if not s.exhaustive:
+            return f"powercut: pass ({s.coverage_phrase()}): all {s.total} judged crash states pass ({where})"
+        return f"powercut: pass (exhaustive): all {s.total} distinct crash states pass ({where})"
 
     def explain(self) -> str:
         """The failure as a person acts on it (also the JUnit failure text)."""
@@ -187,6 +191,8 @@ class Outcome:
         if self.test.expect != "pass" and not s.failures and s.status == "complete":
             lines.append(f"expected {self.test.expect}: the crash test was expected to find "
                          f"{'a failure' if self.test.expect == 'fail' else self.test.expect}, and found none")
+        elif self.test.expect == "pass" and not s.failures and not s.exhaustive and self.test.require_exhaustive:
+            lines.append(f"require_exhaustive: the pass is not exhaustive ({s.coverage_phrase()})")
         elif self.test.expect not in ("pass", "fail") and s.failures:
             seen = sorted({f.verdict for f in s.failures})
             lines.append(f"expected {self.test.expect}, found {', '.join(seen)}")
@@ -224,7 +230,8 @@ class Outcome:
     def properties(self) -> list[tuple[str, str]]:
         """For JUnit (pytest's record_property): what a CI page shows beside the test."""
         s = self.summary
-        props = [("powercut_verdict", s.verdict), ("powercut_states", str(s.total)),
+        props = [("powercut_verdict", s.verdict), ("powercut_coverage", s.coverage_phrase()),
+                 ("powercut_states", str(s.total)),
                  ("powercut_failed", str(len(s.failures))), ("powercut_flaky", str(len(s.flaky))),
                  ("powercut_artifacts", str(self.out))]
         if self.paths.get("html"):

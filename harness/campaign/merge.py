@@ -26,6 +26,8 @@ from powercut.errors import UsageError
 from powercut.linux.jsonlines import read_lines
 from powercut.report import html, matrix
 from powercut.report.summary import Summary, summarize, write_outputs
+from powercut.core import coverage
+from powercut.core.coverage import Coverage
 
 DIAGNOSED = ("cause", "minimized", "culprits", "shrink_calls", "one_at_a_time", "minimized_confirmed",
              "minimized_alone")
@@ -130,7 +132,8 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
                         missing_shards=missing,
                         confirm_mode=str(base.get("confirmation", {}).get("mode", "all")),
                         confirm_sample=int(base.get("confirmation", {}).get("sample", 0)),
-                        escalated=sum(int(o.summary.get("confirmation", {}).get("escalated_groups", 0)) for o in outs))
+                        escalated=sum(int(o.summary.get("confirmation", {}).get("escalated_groups", 0)) for o in outs),
+                        coverage=_coverage(outs), require_exhaustive=bool(base.get("require_exhaustive", False)))
     with open(outdir / "journal.jsonl", "w") as f:
         for v in sorted(judged, key=lambda v: (v.model, v.cut, v.state)):
             f.write(json.dumps(v.to_json()) + "\n")
@@ -146,6 +149,14 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
     paths = write_outputs(summary, judged, outdir)
     paths["html"] = html.write(summary, outdir, judged)
     return summary, paths
+
+
+def _coverage(outs: list[ShardOut]) -> Coverage | None:
+    """The shards' coverages joined (their judged states added); None when a shard recorded none."""
+    parts = [o.summary.get("coverage") for o in outs]
+    if any(not isinstance(p, dict) for p in parts):
+        return None
+    return coverage.merge([Coverage.from_json(p) for p in parts])
 
 
 def _groups(judged: list[Verdict], outs: list[ShardOut], outdir: Path) -> list[dict[str, Any]]:

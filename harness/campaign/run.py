@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +28,7 @@ from powercut.campaign.journal import Journal, pin_settings, pinned_settings
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
 from powercut.core import confirm as confirming
+from powercut.core.coverage import Coverage, judged_only
 from powercut.core.dmlog import open_log
 from powercut.core.crashstate import CrashState
 from powercut.core.models import space
@@ -63,6 +65,7 @@ class CampaignSpec:
     shrink: int = DEFAULT_SHRINK  # minimize + blame the first state of the first K failure groups (0: off)
     shrink_budget: int = 60       # checks per minimization
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
+    require_exhaustive: bool = False   # a pass short of exhaustive (sampled, capped, weakened) is not ok
     force: bool = False           # replace an earlier check in the output directory
     shard: Shard = Shard()        # judge only this shard of the distinct states (--shard i/n)
     checker_function: str = ""    # a Python checker, FILE::NAME (the pytest plugin's; powercut._pycall)
@@ -273,6 +276,20 @@ def _seeded(spec: CampaignSpec, outdir: Path) -> SelectionSpec:
     return sel.resolved()
 
 
+NO_CHECKER = ("no checker looked at the program's data: each state was judged by recovery mount and fsck only "
+              "(give --checker, or register one for the workload)")
+
+
+def coverage_of(sel: Selection, verdicts: list[Verdict], ctx: CheckContext) -> Coverage:
+    """What this run covered: the selection's coverage with what was really judged per model (a
+    shard, or a run stopped early, judged less) and the checker's note."""
+    cov = judged_only(sel.coverage, Counter(v.model for v in verdicts))
+    c = ctx.checker
+    if not (c.name or c.command or c.function):
+        cov = dataclasses.replace(cov, notes=(*cov.notes, NO_CHECKER))
+    return cov
+
+
 def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str | os.PathLike[str] | None = None,
                  on_start: Callable[[int, int], None] | None = None,
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
@@ -317,6 +334,7 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
             journal.close()
             wanted = {s.id for s in sel.states}
             verdicts = [v for sid, v in journal.done.items() if sid in wanted]
+            cov = coverage_of(sel, verdicts, ctx)
             summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype, workload=rec.workload_label,
                                 check_in=spec.place.check_in, seconds=time.monotonic() - t0, selection=sel,
                                 status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
@@ -324,7 +342,8 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                                 confirm_sample=spec.confirm_sample, escalated=len(run.escalated),
                                 groups=[g.to_json() for g in run.groups], triage_s=run.triage_s,
                                 acks=len(index.acks()), allow_no_acks=spec.allow_no_acks,
-                                shard="" if spec.shard.whole else str(spec.shard))
+                                shard="" if spec.shard.whole else str(spec.shard), coverage=cov,
+                                require_exhaustive=spec.require_exhaustive)
             paths = write_outputs(summary, verdicts, outdir)
             paths["html"] = html.write(summary, outdir, verdicts)
     return summary, paths

@@ -29,7 +29,8 @@ def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
                         resume=args.resume, confirm=not args.no_confirm,
                         confirm_mode=args.confirm_mode, confirm_sample=args.confirm_sample, shrink=args.shrink,
                         shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
-                        allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard())
+                        allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard(),
+                        require_exhaustive=args.require_exhaustive)
     console = Console(stderr=True)
     failed = 0
     # the bar appears once judging starts: a refusal before it is one line, with no bar around it
@@ -57,6 +58,7 @@ def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
 
 
 def _finish(summary: Any, paths: dict[str, Path]) -> int:
+    print(summary.headline())
     _print_summary(summary, paths)
     for note in summary.notes():
         print(f"powercut: {note}", file=sys.stderr)
@@ -96,6 +98,8 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
     left = {m: c.get("left_out", 0) for m, c in summary.counts.items() if c.get("left_out")}
     if left:
         print("--max-states left out " + ", ".join(f"{n} distinct {m} states" for m, n in left.items()))
+    for note in (summary.coverage.notes if summary.coverage is not None else ()):
+        print(f"weakened: {note}")
     _print_groups(summary)
     line = summary.confirmation_line()
     if line:
@@ -185,7 +189,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     place = Place(args.check_in or "vm", args.accel, uris=tuple(args.check_uris), jobs=args.jobs)
     out = Path(args.out)
     how = MatrixRun(out=out, check_in=args.check_in or "", selection=selection_from(args, "matrix"), place=place,
-                    resume=args.resume)
+                    resume=args.resume, require_exhaustive=args.require_exhaustive)
     console = Console(stderr=True)
     results, infos = [], []
 

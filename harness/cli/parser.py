@@ -170,6 +170,9 @@ def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g.add_argument("--checker-timeout", type=positive_float, default=120.0, metavar="S",
                    help="the checker's limit per state (default 120); a checker that times out or crashes on each "
                         "of the first 3 states stops the check")
+    g.add_argument("--require-exhaustive", action="store_true",
+                   help="a pass that is not exhaustive (sampled windows, --max-states cap, weakened: ambiguous "
+                        "ordering windows, no checker) exits 1 instead of 0; its coverage is printed either way")
     g.add_argument("--allow-no-acks", action="store_true",
                    help="a recording without any ack: mark may pass (it proves nothing: by default that is exit 1)")
     g.add_argument("--resume", action="store_true", help="continue a campaign: skip the states already judged")
@@ -325,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--check-uri", action="append", dest="check_uris", default=[], metavar="URI",
                     help="a libvirt host for the checker VMs, e.g. qemu+ssh://user@host/system (repeat: the states are spread over the hosts, -j VMs on each; the image and recording are shipped there by hash)")
     selection_options(mx, "matrix", models=False)
+    mx.add_argument("--require-exhaustive", action="store_true",
+                    help="a cell expecting pass whose states were sampled, capped or weakened is a surprise")
     accel_option(mx)
     mx.add_argument("--resume", action="store_true", help="reuse the recordings and verdicts already in --out")
     mx.add_argument("--shard", type=shard, default=None, metavar="I/N",

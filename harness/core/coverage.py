@@ -135,11 +135,13 @@ class Coverage:
             parts.append(f"capped: {self.judged} of {self.distinct} distinct states judged")
         sampled = [m for m in self.models if m.sampled_windows]
         if sampled:
-            parts.append("sampled: " + ", ".join(
+            seed = f" (seed {self.seed})" if self.seed is not None else ""
+            parts.append(f"sampled{seed}: " + ", ".join(
                 f"{m.sampled_windows} of {m.windows} {m.model} windows ({m.sampled_generated} of "
                 f"{_count(m.sampled_space)} states)" for m in sampled))
-        if self.notes:
-            parts.append("weakened: " + "; ".join(self.notes))
+        if self.notes:   # the first note in full; the others in summary.json and the report
+            more = len(self.notes) - 1
+            parts.append(f"weakened: {self.notes[0]}" + (f" (and {more} more note{'s' * (more != 1)})" if more else ""))
         return "; ".join(parts)
 
     def qualify(self, verdict: str) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from powercut.core.dmlog import Entry, LogIndex
+from powercut.core.coverage import Coverage, Tally, build
 from powercut.core.crashstate import CrashState
 from powercut.core.models import CrashSpace, space
 from powercut.core.stateid import MODELS
@@ -133,6 +134,7 @@ class Selection:
     aliases: dict[str, tuple[str, ...]]
     counts: dict[str, ModelCounts]
     floor: int | None
+    coverage: Coverage = Coverage(())   # what the chosen states cover (judged = chosen; core/coverage)
 
     @property
     def left_out(self) -> dict[str, int]:
@@ -319,8 +321,9 @@ def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: Selec
     sp = space(index_or_entries)
     floor = next((e.index for e in sp.entries if e.mark == floor_mark), None) if floor_mark else None
     order = list(dict.fromkeys(models))
+    tallies = {m: Tally() for m in order}
     streams = [_windows(sp.iter_states(m, seed=seed, exhaustive_bound=bound, samples=samples,
-                                       torn_samples=torn_samples), sp.key_version) for m in order]
+                                       torn_samples=torn_samples, tally=tallies[m]), sp.key_version) for m in order]
     ahead: list[tuple[int, list[CrashState]] | None] = [next(w, None) for w in streams]
     owned = {m: StateList(sp) for m in order}
     aliases: dict[str, list[str]] = {}
@@ -362,4 +365,15 @@ def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: Selec
         del mine
     log.debug("selected %d of %d distinct states (floor %s): %s", len(chosen),
               sum(c.owned for c in counts.values()), floor, {m: c.to_json() for m, c in counts.items()})
-    return Selection(chosen, {k: tuple(v) for k, v in aliases.items()}, counts, floor)
+    cov = build(counts, tallies, notes=log_notes(sp, order), seed=seed)
+    return Selection(chosen, {k: tuple(v) for k, v in aliases.items()}, counts, floor, cov)
+
+
+def log_notes(sp: CrashSpace, models: Sequence[str]) -> list[str]:
+    """What the log itself keeps the models from generating (coverage notes, CrashSpace.notes): each
+    ambiguous ordering window or orphan begin mark, named with the ack it affects, and the writes
+    that may have completed while a flush or FUA write was in flight.  None for ``flush`` alone: its
+    states (everything before a flush point durable) lose no completed write, so neither gap reaches it."""
+    if all(m == "flush" for m in models):
+        return []
+    return list(sp.notes)

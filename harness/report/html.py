@@ -46,10 +46,24 @@ def sentence(s: Summary) -> str:
                 f"{conf}, {len(s.flaky)} flaky.")
     elif s.flaky:
         text = f"{where}; none fails, {len(s.flaky)} flaky (judged twice with different verdicts: a harness problem)."
+    elif s.exhaustive:
+        text = f"{where}; every one passes, and they are every distinct state of every model (exhaustive)."
     else:
-        text = f"{where}; every one passes."
+        text = f"{where}; every one judged passes, but not every crash state was judged ({s.coverage_phrase()})."
     notes = s.notes()
     return text + (" Not a pass: " + notes[0] if notes and not s.failures else "")
+
+
+def _model_coverage(m: Any) -> str:
+    """One model's coverage cell: exhaustive, or what was sampled and left out."""
+    if m is None:
+        return "not recorded"
+    parts = []
+    if m.sampled_windows:
+        parts.append(f"sampled: {m.sampled_windows} of {m.windows} windows ({m.sampled_generated} states generated)")
+    if m.left_out:
+        parts.append(f"capped: {m.judged} of {m.distinct} judged")
+    return "; ".join(parts) or "exhaustive"
 
 
 def _environment(recording: Path) -> list[tuple[str, str]]:
@@ -96,10 +110,13 @@ def write(s: Summary, outdir: Path, verdicts: list[Any]) -> Path:
     rec = Path(s.recording)
     tl = timeline.from_log(rec / "log.bin", s.failures) if (rec / "log.bin").is_file() else None
     seen = [v for v in SEVERITY if any(v in c for c in s.by_model.values())]
-    models = [{"name": m, "counts": s.counts.get(m, {}), "verdicts": s.by_model.get(m, {})}
+    cov = {m.model: m for m in (s.coverage.models if s.coverage is not None else ())}
+    models = [{"name": m, "counts": s.counts.get(m, {}), "verdicts": s.by_model.get(m, {}),
+               "coverage": _model_coverage(cov.get(m))}
               for m in dict.fromkeys([*s.counts, *s.by_model])]
     page = _ENV.get_template("report.html.j2").render(
-        s=s, sentence=sentence(s), verdict=s.verdict, ok=s.ok, seen=seen, models=models, groups=_groups(s, outdir),
+        s=s, sentence=sentence(s), verdict=s.verdict, ok=s.ok, exhaustive=s.exhaustive,
+        coverage=s.coverage_phrase(), weakened=list(s.coverage.notes) if s.coverage is not None else [], seen=seen, models=models, groups=_groups(s, outdir),
         failures=s.failures[:50], more=max(0, len(s.failures) - 50), flaky=s.flaky[:50],
         timeline=tl.svg() if tl else "", timeline_entries=tl.entries if tl else 0,
         environment=_environment(rec), notes=s.notes(),

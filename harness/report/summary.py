@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
+from powercut.core.coverage import Coverage
 from powercut.core.verdict import SEVERITY, Verdict, worst
 
 
@@ -49,14 +50,35 @@ class Summary:
     confirm_mode: str = "group"               # group | all | off (core/confirm.py)
     confirm_sample: int = 0                   # states judged alone per large group
     escalated: int = 0                        # groups confirmed state by state after their sample disagreed
+    coverage: Coverage | None = None          # what was covered (core/coverage); None: not recorded (old output)
+    require_exhaustive: bool = False          # a pass short of exhaustive is not ok (--require-exhaustive)
 
     @property
     def no_acks(self) -> bool:
         return self.acks == 0 and not self.allow_no_acks
 
     @property
+    def exhaustive(self) -> bool:
+        return self.coverage is not None and self.coverage.exhaustive
+
+    @property
     def ok(self) -> bool:
-        return not self.failures and not self.flaky and self.status == "complete" and not self.no_acks
+        return (not self.failures and not self.flaky and self.status == "complete" and not self.no_acks
+                and (self.exhaustive or not self.require_exhaustive))
+
+    def coverage_phrase(self) -> str:
+        """What the verdict stands on, in the words every output uses (core/coverage.Coverage.phrase)."""
+        if self.coverage is None:
+            return "coverage not recorded"
+        return self.coverage.phrase() or f"exhaustive: all {self.coverage.judged} distinct states judged"
+
+    def headline(self) -> str:
+        """The first line of every output: the verdict and its coverage, e.g. ``pass (capped: 3 of 60
+        distinct states judged)`` or ``lost-ack: 2 of 60 states fail (exhaustive: ...)``."""
+        if self.failures:
+            return (f"{self.verdict}: {len(self.failures)} of {self.total} judged states fail "
+                    f"({self.coverage_phrase()})")
+        return f"{self.verdict} ({self.coverage_phrase()})"
 
     @property
     def verdict(self) -> str:
@@ -81,6 +103,9 @@ class Summary:
         if self.no_acks:
             out.append("the workload acknowledged no commit (no ack: mark in the log): every state passes and "
                        "proves nothing; make the workload call powercut.ack, or --allow-no-acks")
+        if self.require_exhaustive and not self.exhaustive and not self.failures:
+            out.append(f"not exhaustive ({self.coverage_phrase()}): --require-exhaustive asks for every distinct "
+                       "state of every model judged, nothing sampled, capped or weakened")
         return out
 
     @property
@@ -110,7 +135,10 @@ class Summary:
                 "check_in": self.check_in, "status": self.status, "total": self.total, "ok": self.ok,
                 "seconds": round(self.seconds, 3), "states": self.counts, "by_model": self.by_model,
                 "covered": self.covered,
-                "verdict": self.verdict, "notes": self.notes(), "acks": self.acks, "planned": self.planned,
+                "verdict": self.verdict, "headline": self.headline(),
+                "coverage": self.coverage.to_json() if self.coverage is not None else None,
+                "require_exhaustive": self.require_exhaustive,
+                "notes": self.notes(), "acks": self.acks, "planned": self.planned,
                 "allow_no_acks": self.allow_no_acks, "shard": self.shard, "missing_shards": list(self.missing_shards),
                 "confirmed_failures": self.confirmed, "confirmed_by_group": self.by_group, "flaky": len(self.flaky),
                 "confirmation": {"mode": self.confirm_mode, "sample": self.confirm_sample, "rejudged": self.rejudged,
@@ -125,7 +153,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0,
               acks: int = -1, allow_no_acks: bool = False, shard: str = "",
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
-              escalated: int = 0) -> Summary:
+              escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -140,7 +168,8 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
     return Summary(recording, fstype, workload, check_in, {m: dict(c) for m, c in sorted(by_model.items())},
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
-                   {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated)
+                   {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
+                   coverage, require_exhaustive)
 
 
 def models_of(v: Verdict) -> list[str]:
@@ -184,6 +213,20 @@ def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
     suites = ET.Element("testsuites", name="powercut", tests=str(summary.total + bool(notes)),
                         failures=str(len(summary.failures)), errors=str(len(summary.flaky) + bool(notes)),
                         time=f"{summary.seconds:.3f}")
+    props = ET.SubElement(suites, "properties")
+    ET.SubElement(props, "property", name="verdict", value=summary.headline())
+    ET.SubElement(props, "property", name="coverage", value=summary.coverage.overall if summary.coverage else "unknown")
+    if summary.coverage is not None and summary.coverage.seed is not None:
+        ET.SubElement(props, "property", name="seed", value=str(summary.coverage.seed))
+    if not summary.exhaustive and not notes:   # a pass short of exhaustive is never plain green: skipped
+        suite = ET.SubElement(suites, "testsuite", name=f"{summary.workload}.{summary.fstype}.coverage", tests="1",
+                              failures="0", errors="0", skipped="1", time="0.000")
+        case = ET.SubElement(suite, "testcase", classname=f"{summary.workload}.{summary.fstype}.coverage",
+                             name="coverage", time="0.000")
+        ET.SubElement(case, "skipped", message=summary.coverage_phrase()).text = (
+            f"{summary.headline()}\nnot every crash state was judged; --require-exhaustive makes this an error\n")
+        suites.set("tests", str(int(suites.get("tests", "0")) + 1))
+        suites.set("skipped", "1")
     if notes:   # an incomplete campaign or one without acks is never green
         suite = ET.SubElement(suites, "testsuite", name=f"{summary.workload}.{summary.fstype}.campaign", tests="1",
                               failures="0", errors="1", time="0.000")
@@ -229,7 +272,8 @@ def table(summary: Summary) -> Any:
     status = "" if summary.status == "complete" else f" [{summary.status.upper()}]"
     status += f" [shard {summary.shard}]" if summary.shard else ""
     t = Table(title=f"{summary.workload} on {summary.fstype}: {summary.total} distinct crash states judged "
-                    f"in {summary.check_in} in {summary.seconds:.1f} s{status}", min_width=72)
+                    f"in {summary.check_in} in {summary.seconds:.1f} s{status}", min_width=72,
+              caption=summary.coverage_phrase())
     t.add_column("model")
     for col in ("generated", "distinct", "judged"):
         t.add_column(col, justify="right")

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from powercut.campaign import crashtest as ct
+from powercut.core.coverage import Coverage, ModelCoverage
 from powercut.core.verdict import Verdict
 from powercut.report.summary import summarize
 
@@ -44,9 +46,14 @@ def verdict(state: str, v: str = "pass", cut: int = 5, reason: str = "") -> Verd
 class FakeCampaign:
     """What the plugin asked for (the CrashTest values) and what it gets back."""
 
+    def coverage(self) -> Coverage:
+        judged = Counter(v.model for v in self.verdicts)
+        return Coverage(tuple(ModelCoverage(m, n + self.left_out, n) for m, n in judged.items()))
+
     def __init__(self, verdicts: list[Verdict], groups: list[dict] | None = None, acks: int = 5,
-                 status: str = "complete") -> None:
+                 status: str = "complete", left_out: int = 0) -> None:
         self.verdicts, self.groups, self.acks, self.status = verdicts, groups or [], acks, status
+        self.left_out = left_out   # distinct states --max-states left out (0: an exhaustive check)
         self.tests: list[ct.CrashTest] = []
 
     def run(self, test: ct.CrashTest, out: Path, on_verdict=None) -> ct.Outcome:
@@ -55,7 +62,7 @@ class FakeCampaign:
         fails = [v for v in self.verdicts if v.finding]
         summary = summarize(self.verdicts, recording=str(out / "recording"), fstype=test.fs, workload="cmd",
                             check_in=test.place.check_in, seconds=2.0, status=self.status, rejudged=len(fails),
-                            groups=self.groups, acks=self.acks)
+                            groups=self.groups, acks=self.acks, coverage=self.coverage())
         return ct.Outcome(test, summary, {"summary": out / "check" / "summary.json",
                                           "junit": out / "check" / "junit.xml"}, out)
 
@@ -103,7 +110,7 @@ def test_a_passing_crash_test_passes_with_its_settings(pytester: pytest.Pytester
                                                                                 "pass")
     assert test.checker_function.endswith("test_kv.py::check_keys") and not test.checker_cmd
     assert "-m powercut._pycall" in test.workload_cmd and "test_kv.py::put_keys" in test.workload_cmd
-    res.stdout.fnmatch_lines(["*powercut crash tests*", "*test_kv.py::test_kv: pass: all 2 distinct crash states pass (xfs; flush; judged in vm)"])
+    res.stdout.fnmatch_lines(["*powercut crash tests*", "*test_kv.py::test_kv: pass (exhaustive): all 2 distinct crash states pass (xfs; flush; judged in vm)"])
     props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
     assert props["powercut_verdict"] == "pass" and props["powercut_states"] == "2"
 
@@ -114,7 +121,7 @@ def test_a_failing_crash_test_reads_like_a_finding(pytester: pytest.Pytester, fa
     res = pytester.runpytest("--junitxml=junit.xml")
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines([
-        "*powercut: lost-ack: 2 of 4 distinct crash states fail (xfs; flush; judged in vm), 2 confirmed alone",
+        "*powercut: lost-ack: 2 of 4 distinct crash states fail (xfs; flush; judged in vm), 2 confirmed alone; exhaustive*",
         "group 1: lost-ack x 2: acked key * missing: got * records",
         "  minimized: flush@9 -> flush@9/d3 (7 checks)",
         "  blame: entry 41: 4096 bytes at sector 2048: file data of /store.db (inode 12)",
@@ -252,3 +259,29 @@ def test_shards_split_the_crash_tests_over_runners(pytester: pytest.Pytester, fa
     res = pytester.runpytest("--powercut-shard=4/3")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--powercut-shard wants I/N*"])
+
+
+def test_a_capped_pass_says_so_and_fails_where_proof_is_asked_for(pytester: pytest.Pytester, fake) -> None:
+    """#37: a pass that judged 2 of 5 distinct states says 'capped' in its line and JUnit property; with
+    --powercut-require-exhaustive the crash test fails, naming the coverage."""
+    fake(FakeCampaign([verdict("flush@3"), verdict("flush@4")], left_out=3))
+    pytester.makepyfile(test_kv=TEST_FILE)
+    res = pytester.runpytest("--junitxml=junit.xml")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*test_kv.py::test_kv: pass (capped: 2 of 5 distinct states judged): all 2 judged*"])
+    props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").getroot().iter("property")}
+    assert props["powercut_coverage"] == "capped: 2 of 5 distinct states judged"
+    res = pytester.runpytest("--powercut-require-exhaustive")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*require_exhaustive: the pass is not exhaustive (capped: 2 of 5 distinct states judged)*"])
+
+
+def test_seed_auto_and_a_bad_seed(pytester: pytest.Pytester, fake) -> None:
+    camp = fake(FakeCampaign([verdict("flush@3")]))
+    pytester.makepyfile(test_kv=TEST_FILE)
+    pytester.runpytest("--powercut-seed", "auto").assert_outcomes(passed=1)
+    assert camp.tests[-1].selection.seed == -1   # resolved when the campaign starts (core.selection.SEED_AUTO)
+    pytester.runpytest("--powercut-seed", "7").assert_outcomes(passed=1)
+    assert camp.tests[-1].selection.seed == 7
+    res = pytester.runpytest("--powercut-seed", "soon")
+    assert res.ret != 0 and "--powercut-seed" in "\n".join(res.stdout.lines + res.stderr.lines)

@@ -34,7 +34,10 @@ def test_summary_json_and_junit(tmp_path: Path) -> None:
     assert summary["failures"][0]["repro"] == "powercut repro /r --state flush@2"
     assert summary["flaky_states"][0]["first"][0] == "mount-failed"
     root = ET.parse(paths["junit"]).getroot()
-    assert root.get("tests") == "4" and root.get("failures") == "1" and root.get("errors") == "1"
+    assert root.get("tests") == "5" and root.get("failures") == "1" and root.get("errors") == "1"
+    skipped = [c for c in root.findall(".//testcase") if c.find("skipped") is not None]   # no coverage given
+    assert [c.get("name") for c in skipped] == ["coverage"]
+    assert skipped[0].find("skipped").get("message") == "coverage not recorded"
     failing = [c for c in root.findall(".//testcase") if c.find("failure") is not None]
     assert [c.get("name") for c in failing] == ["flush@2"]
     assert "write-cache@2" in failing[0].find("failure").text
