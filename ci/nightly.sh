@@ -10,7 +10,9 @@
 #
 # A row is WORKLOAD:FS[:k=v,...] (the workload's params).  Environment: OUT (runs/nightly), SHARDS (3),
 # ROWS (space-separated rows; default below), MAX_STATES (per model per shard run; 0 = all),
-# CHECK_IN (vm), JOBS (checker VMs per shard; 0 = one per core), SETUP=0 skips ci/setup.sh.
+# CHECK_IN (vm), JOBS (checker VMs per shard; 0 = one per core), SETUP=0 skips ci/setup.sh,
+# SEED (the seed of the sampled states, one for every shard of a run; default: today's date, so a
+# nightly samples other states each night; the workflow passes its run id).
 # Exit status: 0 every merged row passed, 3 a row has confirmed failures, 1 an error or a row that
 # is not complete (a missing shard, an interrupted check).
 set -euo pipefail
@@ -21,6 +23,7 @@ SHARDS=${SHARDS:-3}
 MAX_STATES=${MAX_STATES:-0}
 CHECK_IN=${CHECK_IN:-vm}
 JOBS=${JOBS:-0}
+SEED=${SEED:-$(date -u +%Y%m%d)}
 ROWS=${ROWS:-"append-fsync:ext4:n=8 wal:xfs:n=8 filestorage:ext4:fsync=2,n=6 osync:ext4:mode=o_sync,total=16384,bs=4096"}
 pc() { "$PY" -m powercut.cli "$@"; }
 say() { echo "nightly: $*" >&2; }
@@ -47,7 +50,7 @@ check() {
     say "check $row shard $shard -> $d/shard-$i"
     local rc=0
     pc check "$d/rec" --shard "$shard" -o "$d/shard-$i" --check-in "$CHECK_IN" -j "$JOBS" \
-        --max-states "$MAX_STATES" --force || rc=$?
+        --max-states "$MAX_STATES" --seed "$SEED" --force || rc=$?
     # 3 (confirmed failures) is a verdict, not a broken step: the merge reports it
     [ "$rc" = 0 ] || [ "$rc" = 3 ] || return "$rc"
 }

@@ -2,6 +2,7 @@
 
 * ``run`` -- the check campaign (record, check, confirm, triage);
 * ``journal`` -- the verdict journal, the resume point;
+* ``ledger`` -- the states that passed in earlier runs of a log (``--ledger``), skipped in the next;
 * ``merge`` -- the shards of one campaign joined into its outputs;
 * ``matrix`` -- running the verdict matrix and timing its rows;
 * ``demo`` -- the main job: the named workloads durable and broken, checked, timed, one page;

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from powercut.campaign import ledger
 from powercut.campaign.journal import Journal, pin_settings, pinned_settings
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
@@ -32,7 +33,7 @@ from powercut.core.coverage import Coverage, judged_only
 from powercut.core.dmlog import open_log
 from powercut.core.crashstate import CrashState
 from powercut.core.models import space
-from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select
+from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select, state_key
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.debug import triage
@@ -66,6 +67,7 @@ class CampaignSpec:
     shrink_budget: int = 60       # checks per minimization
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
     require_exhaustive: bool = False   # a pass short of exhaustive (sampled, capped, weakened) is not ok
+    ledger: str = ""              # --ledger FILE: skip states that passed in earlier runs of the log, add this run's
     force: bool = False           # replace an earlier check in the output directory
     shard: Shard = Shard()        # judge only this shard of the distinct states (--shard i/n)
     checker_function: str = ""    # a Python checker, FILE::NAME (the pytest plugin's; powercut._pycall)
@@ -84,6 +86,9 @@ class CampaignSpec:
                              f"{self.shrink_budget}")
         if self.checker_timeout_s <= 0:
             raise UsageError(f"the checker timeout must be more than 0 s, not {self.checker_timeout_s:g}")
+        if self.selection.seed == SEED_AUTO and not self.shard.whole:
+            raise UsageError(f"--seed auto with --shard {self.shard}: every shard must sample the same states; "
+                             "give every shard one --seed N (e.g. the CI run's number)")
         if self.confirm_mode not in confirming.MODES:
             raise UsageError(f"--confirm must be one of {', '.join(confirming.MODES)}, not {self.confirm_mode!r}")
         if self.confirm_sample < confirming.MIN_SAMPLE:
@@ -306,7 +311,10 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     status = "complete"
     with open_log(rec.log_path) as index:
         ctx = with_faults(ctx, index)
-        sel = select(index, spec.selection)
+        sp = space(index)
+        sha = rec.manifest["log"].get("sha256", "")
+        earlier = ledger.load(spec.ledger, sha) if spec.ledger else frozenset()
+        sel = select(sp, spec.selection, earlier=earlier)
         if not sel.states:   # nothing judged is not a pass
             raise UsageError(f"{rec.dir}: no crash state to judge under {', '.join(spec.models)}: the log holds "
                              "no write after the mkfs mark")
@@ -335,6 +343,9 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
             wanted = {s.id for s in sel.states}
             verdicts = [v for sid, v in journal.done.items() if sid in wanted]
             cov = coverage_of(sel, verdicts, ctx)
+            if spec.ledger and verdicts:   # passes only: a failing state is judged again next time
+                ledger.add(spec.ledger, sha, (state_key(sp, sp.state_from_id(v.state)) for v in verdicts
+                                              if v.verdict == "pass"))
             summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype, workload=rec.workload_label,
                                 check_in=spec.place.check_in, seconds=time.monotonic() - t0, selection=sel,
                                 status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,

@@ -30,7 +30,7 @@ def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
                         confirm_mode=args.confirm_mode, confirm_sample=args.confirm_sample, shrink=args.shrink,
                         shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
                         allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard(),
-                        require_exhaustive=args.require_exhaustive)
+                        require_exhaustive=args.require_exhaustive, ledger=args.ledger)
     console = Console(stderr=True)
     failed = 0
     # the bar appears once judging starts: a refusal before it is one line, with no bar around it

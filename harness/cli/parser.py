@@ -173,6 +173,9 @@ def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g.add_argument("--require-exhaustive", action="store_true",
                    help="a pass that is not exhaustive (sampled windows, --max-states cap, weakened: ambiguous "
                         "ordering windows, no checker) exits 1 instead of 0; its coverage is printed either way")
+    g.add_argument("--ledger", default="", metavar="FILE",
+                   help="a ledger of states that passed in earlier runs of the same recording: skip them, then add "
+                        "this run's passes (with --seed auto, N runs judge about N times the samples of one)")
     g.add_argument("--allow-no-acks", action="store_true",
                    help="a recording without any ack: mark may pass (it proves nothing: by default that is exit 1)")
     g.add_argument("--resume", action="store_true", help="continue a campaign: skip the states already judged")

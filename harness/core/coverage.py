@@ -68,10 +68,11 @@ class ModelCoverage:
     sampled_windows: int = 0
     sampled_generated: int = 0
     sampled_space: int = 0
+    earlier: int = 0    # distinct states a ledger says passed in earlier runs of the log (not judged again)
 
     @property
     def left_out(self) -> int:
-        return self.distinct - self.judged
+        return self.distinct - self.judged - self.earlier
 
     @property
     def words(self) -> tuple[str, ...]:
@@ -82,6 +83,8 @@ class ModelCoverage:
         d: dict[str, Any] = {"coverage": list(self.words), "distinct": self.distinct, "judged": self.judged}
         if self.left_out:
             d["left_out"] = self.left_out
+        if self.earlier:
+            d["earlier"] = self.earlier
         if self.sampled_windows:
             d["sampled"] = {"windows": self.sampled_windows, "of_windows": self.windows,
                             "generated": self.sampled_generated, "space": self.sampled_space}
@@ -91,7 +94,8 @@ class ModelCoverage:
     def from_json(cls, model: str, d: Mapping[str, Any]) -> ModelCoverage:
         s = d.get("sampled") or {}
         return cls(model, int(d["distinct"]), int(d["judged"]), int(s.get("of_windows", 0)),
-                   int(s.get("windows", 0)), int(s.get("generated", 0)), int(s.get("space", 0)))
+                   int(s.get("windows", 0)), int(s.get("generated", 0)), int(s.get("space", 0)),
+                   int(d.get("earlier", 0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +135,13 @@ class Coverage:
         """What follows a verdict in parentheses everywhere: '' when exhaustive, else e.g.
         ``capped: 3 of 60 distinct states judged; sampled: 4 of 9 write-cache windows (212 of 16384 states)``."""
         parts = []
+        earlier = sum(m.earlier for m in self.models)
         if CAPPED in self.words:
-            parts.append(f"capped: {self.judged} of {self.distinct} distinct states judged")
+            parts.append(f"capped: {self.judged} of {self.distinct} distinct states judged"
+                         + (f" ({earlier} more passed in earlier runs)" if earlier else ""))
+        elif earlier:
+            parts.append(f"{earlier} of {self.distinct} distinct states passed in earlier runs (ledger), "
+                         f"the other {self.judged} judged now")
         sampled = [m for m in self.models if m.sampled_windows]
         if sampled:
             seed = f" (seed {self.seed})" if self.seed is not None else ""
@@ -175,14 +184,16 @@ def build(counts: Mapping[str, Any], tallies: Mapping[str, Tally], *, notes: Ite
     models = []
     for m, c in counts.items():
         t = tallies.get(m) or Tally()
-        models.append(ModelCoverage(m, c.owned, c.judged, t.windows, t.sampled_windows, t.generated, t.space))
+        earlier = getattr(c, "earlier", 0)
+        models.append(ModelCoverage(m, c.owned + earlier, c.judged, t.windows, t.sampled_windows, t.generated,
+                                    t.space, earlier))
     return Coverage(tuple(models), tuple(dict.fromkeys(notes)), seed)
 
 
 def judged_only(cov: Coverage, judged: Mapping[str, int]) -> Coverage:
     """The coverage of a part of a check (a shard, an interrupted run): ``judged`` per model is what
     this part really judged; the rest of each model's distinct states count as left out."""
-    return replace(cov, models=tuple(replace(m, judged=min(m.distinct, judged.get(m.model, 0)))
+    return replace(cov, models=tuple(replace(m, judged=min(m.distinct - m.earlier, judged.get(m.model, 0)))
                                      for m in cov.models))
 
 
@@ -197,6 +208,6 @@ def merge(parts: Sequence[Coverage]) -> Coverage:
         for m in p.models:
             judged[m.model] = judged.get(m.model, 0) + m.judged
     notes = tuple(dict.fromkeys(n for p in parts for n in p.notes))
-    return Coverage(tuple(replace(m, judged=min(m.distinct, judged[m.model])) for m in first.models), notes,
-                    first.seed)
+    return Coverage(tuple(replace(m, judged=min(m.distinct - m.earlier, judged[m.model])) for m in first.models),
+                    notes, first.seed)
 

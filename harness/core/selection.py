@@ -31,10 +31,11 @@ distinct disk image once, and under a cap a fair share of every model.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 from array import array
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -47,7 +48,7 @@ from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEMO_SELECTION", "RUN_SELECTION", "SEED_AUTO", "ModelCounts", "SelectionSpec", "Selection", "StateList", "fair_shares", "image_key", "select", "spread"]
+__all__ = ["DEMO_SELECTION", "RUN_SELECTION", "SEED_AUTO", "ModelCounts", "SelectionSpec", "Selection", "StateList", "fair_shares", "image_key", "select", "spread", "state_key"]
 
 
 SEED_AUTO = -1   # --seed auto: a new seed per run, chosen when the run starts (SelectionSpec.resolved)
@@ -113,6 +114,7 @@ class ModelCounts:
     owned: int
     judged: int
     below_floor: int = 0
+    earlier: int = 0   # distinct states it would own that a ledger says passed in an earlier run (not owned)
 
     @property
     def left_out(self) -> int:
@@ -120,7 +122,8 @@ class ModelCounts:
 
     def to_json(self) -> dict[str, int]:
         return {"generated": self.generated, "distinct": self.distinct, "owned": self.owned,
-                "judged": self.judged, "left_out": self.left_out, "below_floor": self.below_floor}
+                "judged": self.judged, "left_out": self.left_out, "below_floor": self.below_floor,
+                **({"earlier": self.earlier} if self.earlier else {})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,8 +306,14 @@ def _windows(states: Iterator[CrashState], version: Sequence[int]) -> Iterator[t
         yield at, group
 
 
+def state_key(sp: CrashSpace, state: CrashState) -> str:
+    """A short stable name of a state's image and keys (a hash of ``image_key``): what a ledger of
+    states judged in earlier runs of the same log holds (campaign/ledger.py)."""
+    return hashlib.blake2b(repr(image_key(sp, state)).encode(), digest_size=8).hexdigest()
+
+
 def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: SelectionSpec | Sequence[str], *,
-           floor_mark: str | None = "mkfs", **fields: Any) -> Selection:
+           floor_mark: str | None = "mkfs", earlier: Collection[str] = frozenset(), **fields: Any) -> Selection:
     """The states to judge: after the floor mark (if the log has it), one per distinct image, at
     most ``max_states`` (0: all) spread fairly over the models.  Deterministic per seed.  ``how``
     is a SelectionSpec, or the models with any of its other fields as keywords (the rest its
@@ -312,7 +321,11 @@ def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: Selec
 
     Streaming: the image key holds the key version, so two states of different versions are never
     one image; the models' states are taken a key version at a time (all models, in model order)
-    and the keys forgotten after it.  The representatives are kept as ids (``StateList``)."""
+    and the keys forgotten after it.  The representatives are kept as ids (``StateList``).
+
+    ``earlier``: state keys (``state_key``) judged to pass in earlier runs of this log: such a
+    distinct state is not judged again (counted as ``earlier``), so a cap and the run's time go to
+    states never judged before."""
     spec = how if isinstance(how, SelectionSpec) else SelectionSpec(models=tuple(how)).with_(**fields)
     if spec.seed == SEED_AUTO:
         raise UsageError("select: resolve --seed auto first (SelectionSpec.resolved)")
@@ -328,6 +341,7 @@ def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: Selec
     owned = {m: StateList(sp) for m in order}
     aliases: dict[str, list[str]] = {}
     gen, distinct, below = dict.fromkeys(order, 0), dict.fromkeys(order, 0), dict.fromkeys(order, 0)
+    before = dict.fromkeys(order, 0)
     while any(a is not None for a in ahead):
         v = min(a[0] for a in ahead if a is not None)
         reps: dict[Hashable, str] = {}   # this key version's images -> their representative's id
@@ -346,7 +360,10 @@ def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: Selec
                 rep = reps.get(key)
                 if rep is None:
                     reps[key] = s.id
-                    owned[model].append_id(s.id)
+                    if earlier and state_key(sp, s) in earlier:
+                        before[model] += 1
+                    else:
+                        owned[model].append_id(s.id)
                 else:
                     aliases.setdefault(rep, []).append(s.id)
             distinct[model] += len(seen)
@@ -361,7 +378,7 @@ def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: Selec
         else:
             for i in spread(len(mine), q):
                 chosen.append_id(mine.id_at(i))
-        counts[model] = ModelCounts(gen[model], distinct[model], len(mine), q, below[model])
+        counts[model] = ModelCounts(gen[model], distinct[model], len(mine), q, below[model], before[model])
         del mine
     log.debug("selected %d of %d distinct states (floor %s): %s", len(chosen),
               sum(c.owned for c in counts.values()), floor, {m: c.to_json() for m, c in counts.items()})

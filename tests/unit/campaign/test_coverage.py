@@ -15,6 +15,7 @@ import pytest
 from powercut.campaign.merge import merge
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.core.shard import Shard
+from powercut.errors import UsageError
 from tests.unit.campaign.test_run import CHECKER, STRICT, synthetic  # noqa: F401  (the fixture)
 
 HOST = dict(check_in="host", jobs=1, shrink=0, confirm=False)
@@ -102,3 +103,31 @@ def test_seed_auto_is_a_new_seed_each_run_printed_and_kept_on_resume(synthetic: 
     assert json.loads((tmp_path / "a" / "campaign.json").read_text())["seed"] == a.coverage.seed
     again, _ = run_campaign(synthetic, CampaignSpec.of(resume=True, **spec), tmp_path / "a")
     assert again.coverage is not None and again.coverage.seed == a.coverage.seed
+
+
+def test_a_ledger_skips_what_passed_before_and_coverage_grows(synthetic: Path, tmp_path: Path) -> None:
+    """#37: with --seed auto and a ledger, the second night judges only states the first did not,
+    and the coverage says how many passed earlier; a failing state is never in the ledger."""
+    led = tmp_path / "ledger.json"
+    spec = dict(models=("write-cache",), checker_command=CHECKER, bound=0, samples=4, ledger=str(led), **HOST)
+    first, _ = run_campaign(synthetic, CampaignSpec.of(seed=1, **spec), tmp_path / "n1")
+    passed1 = sum(1 for f in (tmp_path / "n1" / "journal.jsonl").read_text().splitlines()
+                  if json.loads(f)["verdict"] == "pass")
+    assert passed1 and len(json.loads(led.read_text())["logs"]) == 1
+    second, _ = run_campaign(synthetic, CampaignSpec.of(seed=2, **spec), tmp_path / "n2")
+    assert second.coverage is not None and sum(m.earlier for m in second.coverage.models) == passed1
+    assert second.total < first.total + passed1            # the states judged before were not judged again
+    assert "passed in earlier runs" in second.headline()
+    j2 = {json.loads(x)["state"] for x in (tmp_path / "n2" / "journal.jsonl").read_text().splitlines()}
+    j1_pass = {json.loads(x)["state"] for x in (tmp_path / "n1" / "journal.jsonl").read_text().splitlines()
+               if json.loads(x)["verdict"] == "pass"}
+    assert not (j2 & j1_pass)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(UsageError, match="not a powercut ledger"):
+        run_campaign(synthetic, CampaignSpec.of(seed=1, **dict(spec, ledger=str(bad))), tmp_path / "n3")
+
+
+def test_seed_auto_with_shards_is_refused() -> None:
+    with pytest.raises(UsageError, match="every shard must sample the same states"):
+        CampaignSpec.of(seed=-1, shard=Shard(1, 2))
