@@ -131,7 +131,7 @@ class Coverage:
     def judged(self) -> int:
         return sum(m.judged for m in self.models)
 
-    def phrase(self) -> str:
+    def phrase(self, notes: bool = True) -> str:
         """What follows a verdict in parentheses everywhere: '' when exhaustive, else e.g.
         ``capped: 3 of 60 distinct states judged; sampled: 4 of 9 write-cache windows (212 of 16384 states)``."""
         parts = []
@@ -148,7 +148,9 @@ class Coverage:
             parts.append(f"sampled{seed}: " + ", ".join(
                 f"{m.sampled_windows} of {m.windows} {m.model} windows ({m.sampled_generated} of "
                 f"{_count(m.sampled_space)} states)" for m in sampled))
-        if self.notes:   # the first note in full; the others in summary.json and the report
+        if self.notes and not notes:   # a page that lists the notes beside it
+            parts.append(f"weakened ({len(self.notes)} note{'s' * (len(self.notes) != 1)} below)")
+        elif self.notes:   # the first note in full; the others in summary.json and the report
             more = len(self.notes) - 1
             parts.append(f"weakened: {self.notes[0]}" + (f" (and {more} more note{'s' * (more != 1)})" if more else ""))
         return "; ".join(parts)

@@ -49,7 +49,7 @@ def sentence(s: Summary) -> str:
     elif s.exhaustive:
         text = f"{where}; every one passes, and they are every distinct state of every model (exhaustive)."
     else:
-        text = f"{where}; every one judged passes, but not every crash state was judged ({s.coverage_phrase()})."
+        text = f"{where}; every one judged passes, but not every crash state was judged."
     notes = s.notes()
     return text + (" Not a pass: " + notes[0] if notes and not s.failures else "")
 
@@ -116,7 +116,8 @@ def write(s: Summary, outdir: Path, verdicts: list[Any]) -> Path:
               for m in dict.fromkeys([*s.counts, *s.by_model])]
     page = _ENV.get_template("report.html.j2").render(
         s=s, sentence=sentence(s), verdict=s.verdict, ok=s.ok, exhaustive=s.exhaustive,
-        coverage=s.coverage_phrase(), weakened=list(s.coverage.notes) if s.coverage is not None else [], seen=seen, models=models, groups=_groups(s, outdir),
+        coverage=(s.coverage.phrase(notes=False) or s.coverage_phrase()) if s.coverage is not None
+        else s.coverage_phrase(), weakened=list(s.coverage.notes) if s.coverage is not None else [], seen=seen, models=models, groups=_groups(s, outdir),
         failures=s.failures[:50], more=max(0, len(s.failures) - 50), flaky=s.flaky[:50],
         timeline=tl.svg() if tl else "", timeline_entries=tl.entries if tl else 0,
         environment=_environment(rec), notes=s.notes(),
