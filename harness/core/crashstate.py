@@ -6,9 +6,10 @@ the selection of distinct images (core/selection.image_key) all use; ``describe`
 counted per epoch, in one pass.  ``KeyPrefix``: a state's acks
 as a view of the log's ack keys (shared by every state, so a log with k acks costs O(k), not O(k^2)).
 A torn write's atomic units (``unit_count``, ``unit_sectors``, ``sector_units``): what the torn
-models tear between."""
+models tear between.  ``Seen``: the equivalence keys of the states a model generated (no duplicates)."""
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -172,3 +173,31 @@ def describe(states: Iterable[CrashState]) -> dict[str, object]:
                "max_dropped": e[3], "sampled": e[4]} for k, e in sorted(per.items())]
     return {"total": sum(e[0] for e in per.values()), "models": dict(models),
             "cuts": len(set().union(*cuts.values())), "sampled": sum(e[4] for e in per.values()), "epochs": epochs}
+
+
+class Seen(dict[int, set[object]]):
+    """Canonical cut -> equivalence keys of the states a model generated so far (``sp``: the
+    models.CrashSpace, its prefix tables and ``canon``).  A canonical cut is never
+    below the data entry before its cut's last flush (only entries from the flush on can be lost),
+    so keys under that floor are forgotten as the cuts advance: memory for an epoch, not the log."""
+
+    def __init__(self, sp: Any) -> None:
+        super().__init__()
+        self.sp, self.heap, self.floor = sp, list[int](), 0   # heap: the canonical cuts held
+        self.data_pos = [i for i, d in enumerate(sp.is_data) if d]   # the k-th data entry's index
+
+    def advance(self, cut: int) -> None:
+        k = self.sp.ndata[max(self.sp.last_flush[cut], 0)]
+        self.floor = max(self.floor, self.data_pos[k - 1] + 1 if k else 0)
+        while self.heap and self.heap[0] < self.floor:
+            del self[heapq.heappop(self.heap)]
+
+    def add(self, cut: int, dropped: tuple[int, ...], torn: Torn) -> bool:
+        """Record a state's key; False if an equivalent one was generated before."""
+        c, lost = self.sp.canon(cut, dropped)
+        if c not in self:
+            self[c] = set()
+            heapq.heappush(self.heap, c)
+        bucket, n = self[c], len(self[c])
+        bucket.add((lost, torn))
+        return len(bucket) > n

@@ -48,11 +48,9 @@ completion order for FUA writes and marks, flush time for plain writes.
     marks fix that; the harness's ordering flushes (``CrashSpace.ordering``) are ordering points,
     not durability barriers, and count as carrying nothing here.  The kernel's lines, the rule
     that recognises them and what stays unfixed: core/markorder.py.
-(d) A write completing while a FLUSH (a FUA write) is in flight is logged after it: "that write
-    durable, the flush's window (the FUA write) lost" is not generated -- the log is the same when
-    the write was issued after the flush completed, where the state cannot happen.  Named instead:
-    ``CrashSpace.late`` (core/markorder.late_writes), with the ambiguous ordering windows in
-    ``CrashSpace.notes``, the sentences a check's coverage carries (weakened).
+(d) A write completing during a FLUSH is logged after it: "it durable, the flush's window lost" is
+    not generated (the log is the same if it was issued after the flush completed: no such state);
+    ``CrashSpace.notes`` names it (``late``) and the ambiguous windows: a check's coverage (weakened).
 
 Use ``space = CrashSpace(index)`` once per log (immutable but for a locked cache: thread-safe), then
 ``space.states(model)``, ``space.state_from_id(id)``; ``enumerate_states``, ``make_state`` and
@@ -62,13 +60,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import heapq
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import MappingProxyType
 
 from powercut.core.coverage import SPACE_CAP, Tally
-from powercut.core.crashstate import (CrashState, DeviceChanges, KeyPrefix, Torn, describe, is_key_mark,
+from powercut.core.crashstate import (CrashState, DeviceChanges, KeyPrefix, Seen, Torn, describe, is_key_mark,
                                       sector_units, unit_count, unit_sectors)
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
 from powercut.core.markorder import AmbiguousWindow, LateWrites, ambiguous_windows, late_writes, ordering_flushes
@@ -131,21 +128,17 @@ class CrashSpace:
 
     @functools.cached_property
     def ambiguous(self) -> tuple[AmbiguousWindow, ...]:
-        """The ambiguous ordering windows and orphan begin marks (core/markorder): their flushes
-        count as barriers, so write-cache losses across them are not generated; each names the key
-        mark it affects, and ``note()`` says so for the check's coverage."""
+        """The ambiguous ordering windows and orphan begins (markorder.ambiguous_windows)."""
         return ambiguous_windows(self.entries)
 
     @functools.cached_property
     def late(self) -> LateWrites:
-        """The flushes and FUA writes with writes logged after them that may have completed while
-        they were in flight: states no model generates (core/markorder.late_writes)."""
+        """Flushes/FUA writes with writes logged after them: blind spot (d) (markorder.late_writes)."""
         return late_writes(self.entries, self.ordering)
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What weakens every model's space of this log, one sentence each (coverage.Coverage.notes):
-        the ambiguous ordering windows and orphan begins, the writes logged after an in-flight flush."""
+        """What weakens every model's space of this log, one sentence each (coverage.Coverage.notes)."""
         return tuple(w.note() for w in self.ambiguous) + ((self.late.note(),) if self.late else ())
 
     def keys(self, cut: int) -> tuple[Sequence[str], tuple[str, ...]]:
@@ -293,9 +286,7 @@ class CrashSpace:
                     torn_samples: int = 4, tally: Tally | None = None) -> Iterator[CrashState]:
         """``states()`` one at a time, in order: memory for one cut's states and one epoch's
         equivalence keys, not the model's states (millions at 10^6 entries).  Arguments checked now.
-        ``tally``: filled with every window the model enumerates as the states are generated (a
-        write-cache cut's droppable entries; a torn write's tears alone; a cut's tears combined with
-        its window's subsets): its space, the states it added, sampled or exhaustive."""
+        ``tally``: gets every window the model enumerates (coverage.Tally.window) as it goes."""
         check_model(model)
         limits = (("seed", seed, 2**63 - 1), ("exhaustive_bound", exhaustive_bound, MAX_EXHAUSTIVE_BOUND),
                   ("samples", samples, 10**6), ("torn_samples", torn_samples, 10**4))
@@ -315,37 +306,10 @@ class CrashSpace:
                        lambda b: _torn_combined(b, seed, torn_samples, combined, t))
 
 
-class _Seen(dict[int, set[object]]):
-    """Canonical cut -> equivalence keys of the states generated so far.  A canonical cut is never
-    below the data entry before its cut's last flush (only entries from the flush on can be lost),
-    so keys under that floor are forgotten as the cuts advance: memory for an epoch, not the log."""
-
-    def __init__(self, sp: CrashSpace) -> None:
-        super().__init__()
-        self.sp, self.heap, self.floor = sp, list[int](), 0   # heap: the canonical cuts held
-        self.data_pos = [i for i, d in enumerate(sp.is_data) if d]   # the k-th data entry's index
-
-    def advance(self, cut: int) -> None:
-        k = self.sp.ndata[max(self.sp.last_flush[cut], 0)]
-        self.floor = max(self.floor, self.data_pos[k - 1] + 1 if k else 0)
-        while self.heap and self.heap[0] < self.floor:
-            del self[heapq.heappop(self.heap)]
-
-    def add(self, cut: int, dropped: tuple[int, ...], torn: Torn) -> bool:
-        """Record a state's key; False if an equivalent one was generated before."""
-        c, lost = self.sp.canon(cut, dropped)
-        if c not in self:
-            self[c] = set()
-            heapq.heappush(self.heap, c)
-        bucket, n = self[c], len(self[c])
-        bucket.add((lost, torn))
-        return len(bucket) > n
-
-
 class _Batch:
     """States of one cut, skipping any equivalent to one already generated (``seen`` spans cuts)."""
 
-    def __init__(self, sp: CrashSpace, seen: _Seen, model: str, cut: int) -> None:
+    def __init__(self, sp: CrashSpace, seen: Seen, model: str, cut: int) -> None:
         self.sp, self.seen, self.model, self.cut = sp, seen, model, cut
         self.states: list[CrashState] = []
 
@@ -362,7 +326,7 @@ class _Batch:
 
 def _by_cut(sp: CrashSpace, model: str, cuts: Iterable[int],
             *fills: Callable[[_Batch], None]) -> Iterator[CrashState]:
-    seen = _Seen(sp)
+    seen = Seen(sp)
     for cut in cuts:   # in increasing order
         seen.advance(cut)
         b = _Batch(sp, seen, model, cut)
@@ -377,8 +341,7 @@ def _pow2(k: int) -> int:
 
 
 def _write_cache(b: _Batch, seed: int, bound: int, samples: int, tally: Tally) -> None:
-    """One window: the cut's droppable entries, every subset (at most ``bound`` of them) or the
-    structured picks and ``samples`` seeded ones (sampled)."""
+    """One window: every subset of the cut's droppable entries, or picks and seeded samples (sampled)."""
     pool, cut = b.droppable, b.cut
     added = 0
     if len(pool) <= bound:
@@ -396,8 +359,7 @@ def _write_cache(b: _Batch, seed: int, bound: int, samples: int, tally: Tally) -
 
 
 def _torn_alone(b: _Batch, seed: int, torn_samples: int, tally: Tally) -> None:
-    """One window: the tears of the write just before the cut, everything before it kept; sampled
-    unless every proper subset of its units was tried."""
+    """One window: the tears of the write before the cut; sampled unless every one was tried."""
     i, sp = b.cut - 1, b.sp
     e = sp.entries[i]
     if not sp.tearable(b.model, e):
@@ -415,13 +377,12 @@ def _torn_alone(b: _Batch, seed: int, torn_samples: int, tally: Tally) -> None:
             added += b.add((), ((i, sp.expand(b.model, e, p)),), f"{b.model}@{b.cut}/r{seed}.{j}")
             got += 1
         j += 1
-    space = _pow2(m) - 2 if m < 62 else SPACE_CAP
+    space = _pow2(m) - 2
     tally.window(space, added, sampled=len(picks) < space)
 
 
 def _torn_combined(b: _Batch, seed: int, torn_samples: int, cuts: set[int], tally: Tally) -> None:
-    """One window per cut point with tearable writes in its pool: (torn write, tear, lost subset of
-    the other droppable entries); sampled unless every such triple was tried."""
+    """One window: (tearable write, tear, lost others) of a cut; sampled unless every one was tried."""
     if b.cut not in cuts:
         return
     sp, cut, pool = b.sp, b.cut, b.droppable
@@ -430,32 +391,20 @@ def _torn_combined(b: _Batch, seed: int, torn_samples: int, cuts: set[int], tall
     if not tearable:
         return
     fua = [u for u in es[max(sp.last_flush[cut], 0):cut] if u.is_fua and u.is_write]
-    tried: set[tuple[int, tuple[int, ...], tuple[int, ...]]] = set()
-    added = 0
-
-    def add(lost: tuple[int, ...], t: int, sectors: tuple[int, ...], sid: str | None = None) -> None:
-        nonlocal added
-        tried.add((t, sectors, lost))
-        added += b.add(lost, ((t, sectors),), sid)
-
+    picks: list[tuple[tuple[int, ...], int, tuple[int, ...], str | None]] = []   # (lost, torn write, tear, id)
     for t in tearable:
         half = sp.expand(model, es[t], range(sp.units(model, es[t]) // 2))
-        add((), t, half)
-        add(tuple(i for i in pool if i != t), t, half)
-        for sectors in _under_fua(sp, t, fua):
-            if sector_units(es[t], sp.per(model), sectors) is not None:
-                add((), t, sectors)
+        picks += [((), t, half, None), (tuple(i for i in pool if i != t), t, half, None)]
+        picks += [((), t, x, None) for x in _under_fua(sp, t, fua) if sector_units(es[t], sp.per(model), x) is not None]
     for j in range(torn_samples):  # duplicates of earlier picks are not retried
         t = tearable[seeded_index(len(tearable), seed, cut, j)]
-        tear = sp.expand(model, es[t], torn_sample(sp.units(model, es[t]), seed, t + 1, j))
-        lost = tw_sample([i for i in pool if i != t], seed, cut, t, j)
         r = Pick("r", "", seed, j)
-        add(lost, t, tear, StateId(model, cut, r, r, t).text())
-    space = 0
-    for t in tearable:   # (2**units - 2) tears x 2**(others) subsets each, saturating
-        m = sp.units(model, es[t])
-        space = min(SPACE_CAP, space + (_pow2(m) - 2) * _pow2(len(pool) - 1)) if m < 62 else SPACE_CAP
-    tally.window(space, added, sampled=len(tried) < space)
+        picks.append((tw_sample([i for i in pool if i != t], seed, cut, t, j), t,
+                      sp.expand(model, es[t], torn_sample(sp.units(model, es[t]), seed, t + 1, j)),
+                      StateId(model, cut, r, r, t).text()))
+    added = sum(b.add(lost, ((t, tear),), sid) for lost, t, tear, sid in picks)
+    space = min(SPACE_CAP, sum((_pow2(sp.units(model, es[t])) - 2) * _pow2(len(pool) - 1) for t in tearable))
+    tally.window(space, added, sampled=len({p[:3] for p in picks}) < space)
 
 
 def _under_fua(sp: CrashSpace, t: int, fua: Sequence[Entry]) -> Iterator[tuple[int, ...]]:
