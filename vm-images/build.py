@@ -1,5 +1,6 @@
 """Build and cache the default guest: a Debian kernel package plus an initramfs with busybox, exactly
-the modules listed in modules.txt (dependencies resolved through modules.dep) and init.sh.
+the modules listed in modules.txt (dependencies resolved through modules.dep), init.sh and the mount
+table it walks (mounts.txt, checked here, as /etc/powercut/mounts).
 
 Images are cached by content hash under ``<cache>/images/<hash>/``; kernel packages are fetched with
 ``apt-get download`` and unpacked with ``dpkg-deb -x`` under ``<cache>/kernels/<package>/``."""
@@ -17,12 +18,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from powercut.linux import process
-from powercut.config import dumps_toml, loads_toml
+from powercut.config import cache_root, dumps_toml, loads_toml
 from powercut.errors import CommandFailed, EnvironmentNotReady, ImageError, UsageError
-from powercut.config import cache_root
-
 from powercut.images.cpio import CpioWriter
+from powercut.linux import process
+from powercut.linux.mounts import parse_guest_table
 
 log = logging.getLogger(__name__)
 
@@ -289,10 +289,12 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
     builtin = (moddir / "modules.builtin").read_text() if (moddir / "modules.builtin").exists() else ""
     order = resolve_modules((moddir / "modules.dep").read_text(), builtin, wanted)
     init = resources.files("powercut.images").joinpath("init.sh").read_bytes()
+    mount_table = resources.files("powercut.images").joinpath("mounts.txt").read_bytes()
+    parse_guest_table(mount_table.decode())    # a bad line is an ImageError naming it, not a guest that stops
     mark_src = resources.files("powercut.images").joinpath("powercut_mark.c").read_bytes()
 
     h = hashlib.sha256(BUILDER_VERSION.encode())
-    for part in (kernel.read_bytes(), init, busybox.read_bytes(), mark_src):
+    for part in (kernel.read_bytes(), init, busybox.read_bytes(), mark_src, mount_table):
         h.update(hashlib.sha256(part).digest())
     modules = [(rel, opt, group, _read_module(moddir / rel)) for rel, opt, group in order]
     for rel, opt, group, data in modules:
@@ -324,6 +326,7 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
                 listing.append(f"/{target} {group}" + (" optional" if opt else ""))
             w.file("etc/powercut/modules", ("\n".join(listing) + "\n").encode())
             w.file("etc/powercut/release", f"{release}\n".encode())
+            w.file("etc/powercut/mounts", mount_table)
             w.close()
         _build_mark_tool(mark_src, tmp / "bin")
         boot = "vmlinux" if vmlinux else "vmlinuz"

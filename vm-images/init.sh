@@ -1,8 +1,9 @@
 #!/bin/busybox sh
 # powercut guest init (PID 1 in the initramfs).
 #  1. mount proc/sys/dev, load the modules listed in /etc/powercut/modules (dependency order)
-#  2. mount the host root read-only (virtiofs or 9p, tag "hostroot") on /newroot, with fresh
-#     tmpfs on /tmp and /run, and the job share (tag "job", read-write) on /run/powercut/job
+#  2. mount what /etc/powercut/mounts lists (vm-images/mounts.txt) under /newroot: the host root
+#     read-only (virtiofs or 9p, tag "hostroot"), fresh tmpfs on /tmp and /run, the job share (tag
+#     "job", read-write) on /run/powercut/job
 #  3. chroot into the host root and run /run/powercut/job/job.sh
 #  4. print "powercut-exit=<status>" on the console, write it to the job share, power off
 # Kernel command line: powercut.transport=9p|virtiofs  powercut.probe=1 (accel probe: report and stop)
@@ -11,7 +12,7 @@
 #   powercut.keep=PATH,...  (host paths under /tmp to keep visible over the guest's own /tmp)
 #   powercut.template=1     (a checker VM's template, check/template.py: instead of 2-3, run the template
 #                            agent from /pcroot, a root the host appended to this initramfs; it mounts
-#                            the shares itself once the VM is restored, guest/template.py)
+#                            the same table's mounts itself once the VM is restored, guest/template.py)
 /bin/busybox mkdir -p /proc /sys /dev /newroot /tmp
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
@@ -62,6 +63,51 @@ while read -r mod groups optional; do
     fi
 done < /etc/powercut/modules
 
+# The mounts of the table $2 (vm-images/mounts.txt; its header says what each word means) under
+# the root $1.  guest/template.py mounts the same table the same way (linux/mounts.guest_mounts).
+fill() {  # $1 with its '%' replaced by $2
+    case "$1" in *%*) printf '%s\n' "${1%%[%]*}$2${1#*[%]}" ;; *) printf '%s\n' "$1" ;; esac
+}
+mount_one() {  # WHEN SOURCE TARGET FSTYPE OPTIONS, SOURCE of a bind mount and TARGET under the root
+    [ "$5" = - ] && set -- "$1" "$2" "$3" "$4" ""
+    case "$4" in
+        dir) mkdir -p "$3" || { echo "powercut-init: cannot make $3"; finish 125; }; return ;;
+        bind) set -- "$1" "$2" "$3" none "bind${5:+,$5}" ;;
+        9p) if [ "$transport" = virtiofs ]; then
+                case ",$5," in *,ro,*) set -- "$1" "$2" "$3" virtiofs ro ;; *) set -- "$1" "$2" "$3" virtiofs "" ;; esac
+            else
+                set -- "$1" "$2" "$3" 9p "$ninep${5:+,$5}"
+            fi ;;
+    esac
+    if [ "$1" = if-dir ]; then
+        [ -d "$3" ] && mount -t "$4" ${5:+-o "$5"} "$2" "$3" 2>/dev/null
+        return 0
+    fi
+    mkdir -p "$3" 2>/dev/null
+    mount -t "$4" ${5:+-o "$5"} "$2" "$3" ||
+        { echo "powercut-init: cannot mount $2 ($4${5:+ -o $5}) on $3"; finish 125; }
+}
+mount_table() {  # ROOT TABLE, with $transport, $keep and $extra_mounts from the command line
+    kept=
+    for path in $(echo "$keep" | tr , ' '); do
+        case "$path" in /tmp/*) kept="$kept ${path#/tmp}" ;; esac
+    done
+    while read -r when src dst fstype opts; do
+        case "$when" in
+            ''|'#'*) continue ;;
+            9p-options) ninep=$src; continue ;;
+            kept) items=$kept ;;
+            share) items=$(echo "$extra_mounts" | tr , ' ') ;;
+            keep) items=${kept:+-} ;;
+            *) items=- ;;
+        esac
+        for item in $items; do
+            case "$fstype" in bind) s="$1$(fill "$src" "$item")" ;; *) s=$(fill "$src" "$item") ;; esac
+            d="$1$(fill "$dst" "$item")"
+            mount_one "$when" "$s" "${d%/}" "$fstype" "$opts"
+        done
+    done < "$2"
+}
 stamp() { read -r up _ < /proc/uptime; echo "powercut-init: $1 at ${up}s"; }
 stamp "modules loaded"
 if [ -n "$template" ]; then
@@ -72,6 +118,7 @@ if [ -n "$template" ]; then
     mount -t devtmpfs devtmpfs /pcroot/dev
     # /tmp and /run stay the initramfs' own (writable): the runtime may hold a checkout under /tmp
     chmod 1777 /pcroot/tmp
+    cp /etc/powercut/mounts /pcroot/.powercut/mounts   # the agent mounts these once restored
     stamp "template agent start"
     env -i PATH=/bin HOME=/tmp LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 \
         chroot /pcroot "$(cat /pcroot/.powercut/python)" -S /.powercut/boot.py </dev/null
@@ -84,41 +131,7 @@ if [ -n "$template" ]; then
     fi
     finish "$rc"
 fi
-case "$transport" in
-    virtiofs) mount -t virtiofs -o ro hostroot /newroot ;;
-    *) mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=loose,ro hostroot /newroot ;;
-esac || { echo "powercut-init: cannot mount the host root over ${transport:-9p}"; finish 125; }
-
-mount -t proc proc /newroot/proc
-mount -t sysfs sysfs /newroot/sys
-mount -t devtmpfs devtmpfs /newroot/dev
-mount -t tmpfs -o mode=755 tmpfs /newroot/run
-# The guest gets a fresh, writable /tmp.  Host paths under /tmp that the job needs (a checkout or
-# a virtualenv living there: powercut.keep=PATH,...) stay visible: bind them back from the host's.
-if [ -n "$keep" ]; then
-    mkdir -p /newroot/run/powercut/hosttmp
-    mount --bind /newroot/tmp /newroot/run/powercut/hosttmp
-fi
-mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
-for path in $(echo "$keep" | tr , ' '); do
-    case "$path" in /tmp/*) ;; *) continue ;; esac
-    mkdir -p "/newroot$path"
-    mount --bind "/newroot/run/powercut/hosttmp${path#/tmp}" "/newroot$path" ||
-        { echo "powercut-init: cannot keep $path visible"; finish 125; }
-done
-mkdir -p /newroot/run/powercut/job /newroot/run/powercut/mnt
-case "$transport" in
-    virtiofs) mount -t virtiofs job /newroot/run/powercut/job ;;
-    *) mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 job /newroot/run/powercut/job ;;
-esac || { echo "powercut-init: cannot mount the job share"; finish 125; }
-for tag in $(echo "$extra_mounts" | tr , ' '); do  # more read-only shares, at /run/powercut/<tag>
-    mkdir -p "/newroot/run/powercut/$tag"
-    case "$transport" in
-        virtiofs) mount -t virtiofs -o ro "$tag" "/newroot/run/powercut/$tag" ;;
-        *) mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro "$tag" "/newroot/run/powercut/$tag" ;;
-    esac || { echo "powercut-init: cannot mount the share $tag"; finish 125; }
-done
-[ -d /newroot/sys/kernel/config ] && mount -t configfs configfs /newroot/sys/kernel/config 2>/dev/null
+mount_table /newroot /etc/powercut/mounts
 
 if [ ! -f /newroot/run/powercut/job/job.sh ]; then
     echo "powercut-init: the job share has no job.sh"

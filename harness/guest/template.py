@@ -14,7 +14,8 @@ refuses to save a VM that has a 9p share mounted.  So until it is restored it mo
 4. restored, with a go block from the host: sets the clock to the host's (as of the go block's
    writing, just before QEMU started: the guest's clock is behind by the restore's duration, never
    ahead), mixes the host's random bytes into the pool (every restored VM starts from the same
-   pool), mounts the shares as init.sh would have, chroots into the host root, says
+   pool), mounts what the image's mount table lists as init.sh would have (vm-images/mounts.txt,
+   read before step 3 from where init.sh copied it), chroots into the host root, says
    ``powercut-restored``, takes the environment and ``sys.path`` the job's boot would have given
    it (``start.json`` in the job share), and runs the agent's serve loop (guest/__main__)."""
 from __future__ import annotations
@@ -28,12 +29,12 @@ import sys
 import time
 
 from powercut.linux.blockdev import find_disk
-from powercut.linux.mounts import mount
+from powercut.linux.mounts import GuestMount, MountError, guest_mounts, mount
 from powercut.vm.guestjob import CONTROL_SERIAL, GO_BLOCK, TEMPLATE_PRELOAD, TEMPLATE_READY, TEMPLATE_RESTORED, parse_go
 
 BLKFLSBUF = 0x1261
 HOST = "/.powercut/host"           # where the host root is mounted (inside this root), then chrooted into
-NINEP = "trans=virtio,version=9p2000.L,msize=262144"
+TABLE = "/.powercut/mounts"        # the image's mount table (vm-images/mounts.txt), copied here by init.sh
 
 
 def say(line: str) -> None:
@@ -79,44 +80,40 @@ def cmdline() -> dict[str, str]:
     return dict(w.split("=", 1) for w in words if w.startswith("powercut.") and "=" in w)
 
 
-def ninep(tag: str, target: str, *, ro: bool, cache: str = "") -> None:
-    os.makedirs(target, exist_ok=True)
-    mount(tag, target, "9p", NINEP + (",cache=" + cache if cache else ""), readonly=ro)
+def mount_plan() -> list[GuestMount]:
+    """The mounts to make once restored: the image's mount table, which init.sh copied into this
+    root, for this kernel command line (a restored VM keeps it).  Read before the template is saved,
+    so an image without a table fails the template (checker VMs then boot)."""
+    with open(TABLE) as f:
+        return guest_mounts(f.read(), HOST, cmdline())
 
 
-def mount_host(args: dict[str, str]) -> None:
-    """What init.sh does before it chroots into the host root, with the host root at HOST."""
-    root = HOST
-    ninep("hostroot", root, ro=True, cache="loose")
-    mount("proc", f"{root}/proc", "proc")
-    mount("sysfs", f"{root}/sys", "sysfs")
-    mount("devtmpfs", f"{root}/dev", "devtmpfs")
-    mount("tmpfs", f"{root}/run", "tmpfs", "mode=755")
-    keep = [p for p in args.get("powercut.keep", "").split(",") if p.startswith("/tmp/")]
-    if keep:
-        os.makedirs(f"{root}/run/powercut/hosttmp")
-        mount(f"{root}/tmp", f"{root}/run/powercut/hosttmp", "none", "bind")
-    mount("tmpfs", f"{root}/tmp", "tmpfs", "mode=1777")
-    for path in keep:
-        os.makedirs(root + path, exist_ok=True)
-        mount(f"{root}/run/powercut/hosttmp{path[4:]}", root + path, "none", "bind")
-    os.makedirs(f"{root}/run/powercut/mnt")
-    ninep("job", f"{root}/run/powercut/job", ro=False)
-    for tag in filter(None, args.get("powercut.mount", "").split(",")):
-        ninep(tag, f"{root}/run/powercut/{tag}", ro=True)
-    if os.path.isdir(f"{root}/sys/kernel/config"):
+def mount_host(plan: list[GuestMount]) -> None:
+    """What init.sh's mount_table does before it chroots into the host root, with the host root at HOST."""
+    for m in plan:
+        if m.optional:
+            if os.path.isdir(m.target):
+                try:
+                    mount(m.source, m.target, m.fstype, m.options)
+                except MountError:
+                    pass
+            continue
+        if not m.fstype:
+            os.makedirs(m.target, exist_ok=True)
+            continue
         try:
-            mount("configfs", f"{root}/sys/kernel/config", "configfs")
+            os.makedirs(m.target, exist_ok=True)
         except OSError:
-            pass
+            pass          # on a read-only parent: the mount says what is wrong
+        mount(m.source, m.target, m.fstype, m.options)
 
 
-def restored(go: dict) -> int:
+def restored(go: dict, plan: list[GuestMount]) -> int:
     """The restored VM, from its go block to the agent's serve loop."""
     time.clock_settime(time.CLOCK_REALTIME, go["time"])
     with open("/dev/urandom", "wb") as f:
         f.write(bytes.fromhex(go["seed"]))
-    mount_host(cmdline())
+    mount_host(plan)
     os.chroot(HOST)
     os.chdir("/")
     say(TEMPLATE_RESTORED)   # from here on, what fails is the job's (before: the host boots a VM instead)
@@ -139,10 +136,11 @@ def restored(go: dict) -> int:
 def main() -> int:
     for name in TEMPLATE_PRELOAD:
         importlib.import_module(name)
+    plan = mount_plan()
     control = find_disk(CONTROL_SERIAL)
     forget_blocks()
     say(TEMPLATE_READY)
-    return restored(wait_go(control))
+    return restored(wait_go(control), plan)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,12 @@
 the filesystem type of a path).  No mount/umount fork.
 
 Runs on the host (host-mode checks, the XFS workspace, stale-run cleanup) and in the guest (the
-same Python, as root).  Loop devices are loopdev's business: the ``loop`` option is refused."""
+same Python, as root).  Loop devices are loopdev's business: the ``loop`` option is refused.
+
+Also the guest's mount table (vm-images/mounts.txt, in the initramfs as /etc/powercut/mounts):
+``guest_mounts`` turns it into the mounts a guest makes under its root, exactly as init.sh's
+``mount_table`` walks it; the template agent (guest/template.py) mounts those, the image builder
+checks the table with ``parse_guest_table``."""
 from __future__ import annotations
 
 import ctypes
@@ -12,9 +17,10 @@ import logging
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from powercut.errors import PowercutError, UsageError
+from powercut.errors import ImageError, PowercutError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +86,9 @@ class Mount:
 
 def split_options(options: str) -> list[str]:
     """Comma-separated words; a double-quoted value may hold commas (``context="a,b"``)."""
-    words, cur, quoted = [], [], False
+    words: list[str] = []
+    cur: list[str] = []
+    quoted = False
     for ch in options:
         if ch == '"':
             quoted = not quoted
@@ -206,3 +214,83 @@ def fs_type(path: str | os.PathLike[str]) -> str:
     if not holders:
         return "?"
     return max(enumerate(holders), key=lambda im: (len(im[1].target), im[0]))[1].fstype
+
+
+# -- the guest's mount table (vm-images/mounts.txt; init.sh walks it in busybox sh) -------------------------
+GUEST_WHEN = ("always", "keep", "kept", "share", "if-dir")
+
+
+@dataclass(frozen=True, slots=True)
+class TableRow:
+    """One line of the guest's mount table, as written (its header says what each word means)."""
+
+    when: str
+    source: str
+    target: str
+    fstype: str
+    options: str
+
+
+@dataclass(frozen=True, slots=True)
+class GuestMount:
+    """One step of the guest's mounts under its root: ``fstype`` "" only makes the directory
+    ``target``; ``optional``: only if ``target`` is a directory already, a failure ignored."""
+
+    source: str
+    target: str
+    fstype: str
+    options: str
+    optional: bool = False
+
+
+def parse_guest_table(text: str) -> tuple[str, tuple[TableRow, ...]]:
+    """(the 9p options, the rows in order); ImageError names a bad line."""
+    ninep = ""
+    rows: list[TableRow] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] == "9p-options" and len(words) == 2 and not rows:
+            ninep = words[1]
+            continue
+        if len(words) != 5 or words[0] not in GUEST_WHEN:
+            raise ImageError(f"mount table line {n}: {line.strip()!r} is not 'WHEN SOURCE TARGET FSTYPE OPTIONS' "
+                             f"(WHEN one of {', '.join(GUEST_WHEN)}; '9p-options OPTIONS' before any mount)")
+        row = TableRow(*words)
+        if not row.target.startswith("/") or (row.fstype == "9p" and not ninep):
+            raise ImageError(f"mount table line {n}: the target must be absolute, and a 9p share comes after "
+                             "the 9p-options line")
+        rows.append(row)
+    return ninep, tuple(rows)
+
+
+def _fill(word: str, item: str) -> str:
+    head, pct, tail = word.partition("%")
+    return head + item + tail if pct else word
+
+
+def guest_mounts(text: str, root: str, args: Mapping[str, str]) -> list[GuestMount]:
+    """The table ``text`` as the mounts under ``root`` for the kernel command line's ``powercut.*``
+    words ``args`` (transport, keep, mount): what init.sh's ``mount_table`` does, step by step."""
+    ninep, rows = parse_guest_table(text)
+    virtiofs = args.get("powercut.transport") == "virtiofs"
+    kept = [p[len("/tmp"):] for p in args.get("powercut.keep", "").split(",") if p.startswith("/tmp/")]
+    shares = [t for t in args.get("powercut.mount", "").split(",") if t]
+    out: list[GuestMount] = []
+    for row in rows:
+        items = {"kept": kept, "share": shares, "keep": ["-"] if kept else []}.get(row.when, ["-"])
+        for item in items:
+            src, dst = _fill(row.source, item), (root + _fill(row.target, item)).removesuffix("/")
+            opts = "" if row.options == "-" else row.options
+            fstype = row.fstype
+            if fstype == "9p" and virtiofs:
+                fstype, opts = "virtiofs", "ro" if "ro" in opts.split(",") else ""
+            elif fstype == "9p":
+                opts = ",".join(filter(None, [ninep, opts]))
+            elif fstype == "bind":
+                src, fstype, opts = root + src, "none", ",".join(filter(None, ["bind", opts]))
+            elif fstype == "dir":
+                src = fstype = opts = ""
+            out.append(GuestMount(src, dst, fstype, opts, row.when == "if-dir"))
+    return out

@@ -5,13 +5,17 @@ import io
 import lzma
 import struct
 import subprocess
+from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from powercut.errors import ImageError, UsageError
+from powercut.images import build
 from powercut.images.build import ImageSpec, _has_pvh_note, extract_vmlinux, resolve_modules, wanted_modules
 from powercut.images.cpio import CpioWriter
+from powercut.linux import process
 
 DEP = """kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko kernel/fs/jbd2/jbd2.ko
 kernel/lib/crc16.ko:
@@ -117,3 +121,38 @@ def test_vmlinux_extraction_needs_a_pvh_note() -> None:
 def test_image_spec_rejects_half_a_user_kernel() -> None:
     with pytest.raises(UsageError):
         ImageSpec(kernel="/boot/vmlinuz")
+
+
+def test_the_mount_table_is_checked_hashed_and_in_the_initramfs(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """init.sh reads /etc/powercut/mounts (vm-images/mounts.txt); a bad table is an ImageError at build
+    time, and the table is part of the image's hash (a new table, a new image and template key)."""
+    monkeypatch.setenv("POWERCUT_CACHE", str(tmp_path / "cache"))
+    moddir = tmp_path / "lib" / "modules" / "6.1.0-test"
+    moddir.mkdir(parents=True)
+    (moddir / "modules.dep").write_text("")
+    (moddir / "modules.builtin").write_text("".join(f"kernel/{n}.ko\n" for n, _, _ in wanted_modules()))
+    kernel = tmp_path / "vmlinuz"
+    kernel.write_bytes(b"not a real kernel")
+    monkeypatch.setattr(build, "_build_mark_tool", lambda source, bindir: bindir.mkdir())
+    spec = ImageSpec(kernel=str(kernel), modules_dir=str(moddir))
+    image = build.build_image(spec)
+    out = tmp_path / "x"
+    out.mkdir()
+    process.run(["cpio", "-idm", "--quiet", "-F", image.initrd], cwd=str(out), timeout=60)
+    table = resources.files("powercut.images").joinpath("mounts.txt").read_bytes()
+    assert (out / "etc" / "powercut" / "mounts").read_bytes() == table
+
+    def with_table(text: bytes) -> SimpleNamespace:
+        """importlib.resources as build.py sees it, with mounts.txt replaced by ``text``."""
+        (tmp_path / "mounts.txt").write_bytes(text)
+        pkg = resources.files("powercut.images")
+        return SimpleNamespace(files=lambda name: SimpleNamespace(
+            joinpath=lambda f: tmp_path / f if f == "mounts.txt" else pkg.joinpath(f)))
+
+    more = b"if-dir securityfs /sys/kernel/security securityfs -\n"
+    monkeypatch.setattr(build, "resources", with_table(table + more))
+    assert build.build_image(spec).hash != image.hash
+    monkeypatch.setattr(build, "resources", with_table(table + b"always proc proc proc -\n"))
+    with pytest.raises(ImageError, match="mount table line"):
+        build.build_image(spec)

@@ -1,19 +1,35 @@
 """Mounts by system call: option words split into MS_* flags and filesystem data, mountinfo parsing
 (octal escapes, optional fields, unmount order), and -- as root, with loop devices -- a real ext4
-image mounted, found, refused, kept busy and unmounted."""
+image mounted, found, refused, kept busy and unmounted; the guest's mount table (vm-images/mounts.txt)
+parsed, refused line by line, and walked for each kind of kernel command line."""
 from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from powercut.linux import mounts
-from powercut.linux import process
-from powercut.errors import PowercutError, UsageError
+
+from powercut.errors import ImageError, PowercutError, UsageError
+from powercut.linux import mounts, process
 from powercut.linux.loopdev import LoopDevice
-from powercut.linux.mounts import MS_DIRSYNC, MS_LAZYTIME, MS_MANDLOCK, MS_NOATIME, MS_NODEV, MS_NODIRATIME, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_RELATIME, MS_STRICTATIME, MS_SYNCHRONOUS, parse_options
+from powercut.linux.mounts import (
+    MS_DIRSYNC,
+    MS_LAZYTIME,
+    MS_MANDLOCK,
+    MS_NOATIME,
+    MS_NODEV,
+    MS_NODIRATIME,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_RDONLY,
+    MS_RELATIME,
+    MS_STRICTATIME,
+    MS_SYNCHRONOUS,
+    parse_options,
+)
 
 
 # -- option words ------------------------------------------------------------------------------------------
@@ -152,3 +168,62 @@ def test_busy_umount_retries_then_detaches(ext4_loop: str, tmp_path: Path) -> No
         held.write("still works after the detach")
     finally:
         held.close()
+
+
+# -- the guest's mount table (vm-images/mounts.txt; init.sh agrees: tests/unit/images/test_init.py) ------
+TABLE = """\
+# a comment, then a blank line
+
+9p-options  trans=virtio,msize=4096
+always  hostroot  /                   9p     ro,cache=loose
+keep    /tmp      /run/hosttmp        bind   -
+kept    /run/hosttmp%  /tmp%          bind   ro
+always  -         /run/mnt            dir    -
+share   %         /run/shares/%       9p     ro
+if-dir  configfs  /sys/kernel/config  configfs  -
+"""
+
+
+def test_guest_table_rows_and_9p_options() -> None:
+    ninep, rows = mounts.parse_guest_table(TABLE)
+    assert ninep == "trans=virtio,msize=4096"
+    assert [r.when for r in rows] == ["always", "keep", "kept", "always", "share", "if-dir"]
+    assert rows[2] == mounts.TableRow("kept", "/run/hosttmp%", "/tmp%", "bind", "ro")
+
+
+@pytest.mark.parametrize("text, why", [
+    ("9p-options o\nsometimes proc /proc proc -\n", "line 2: 'sometimes proc /proc proc -' is not"),
+    ("9p-options o\nalways proc /proc proc\n", "line 2: 'always proc /proc proc' is not"),
+    ("always proc /proc proc -\n9p-options o\n", "line 2: '9p-options o' is not"),   # after a mount
+    ("always proc proc proc -\n", "line 1: the target must be absolute"),
+    ("always hostroot / 9p ro\n9p-options o\n", "line 1: the target must be absolute, and a 9p share comes after"),
+])
+def test_a_bad_guest_table_line_is_named(text: str, why: str) -> None:
+    with pytest.raises(ImageError, match=re.escape(why)):
+        mounts.parse_guest_table(text)
+
+
+def test_guest_mounts_under_a_root_for_each_command_line() -> None:
+    gm = mounts.GuestMount
+    bare = mounts.guest_mounts(TABLE, "/r", {})
+    assert bare == [gm("hostroot", "/r", "9p", "trans=virtio,msize=4096,ro,cache=loose"),
+                    gm("", "/r/run/mnt", "", ""),
+                    gm("configfs", "/r/sys/kernel/config", "configfs", "", optional=True)]
+    full = mounts.guest_mounts(TABLE, "/r", {"powercut.transport": "virtiofs",
+                                             "powercut.keep": "/tmp/a,/opt/b,/tmp/c/d", "powercut.mount": "x,y"})
+    assert full == [gm("hostroot", "/r", "virtiofs", "ro"),
+                    gm("/r/tmp", "/r/run/hosttmp", "none", "bind"),
+                    gm("/r/run/hosttmp/a", "/r/tmp/a", "none", "bind,ro"),
+                    gm("/r/run/hosttmp/c/d", "/r/tmp/c/d", "none", "bind,ro"),
+                    gm("", "/r/run/mnt", "", ""),
+                    gm("x", "/r/run/shares/x", "virtiofs", "ro"),
+                    gm("y", "/r/run/shares/y", "virtiofs", "ro"),
+                    gm("configfs", "/r/sys/kernel/config", "configfs", "", optional=True)]
+    # keep names nothing under /tmp: no bind at all
+    assert len(mounts.guest_mounts(TABLE, "/r", {"powercut.keep": "/opt/b"})) == len(bare)
+
+
+def test_the_guest_table_of_the_image_parses() -> None:
+    from importlib import resources
+    ninep, rows = mounts.parse_guest_table(resources.files("powercut.images").joinpath("mounts.txt").read_text())
+    assert ninep.startswith("trans=virtio,") and rows[0].source == "hostroot" and rows[0].target == "/"
