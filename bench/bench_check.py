@@ -15,18 +15,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from powercut.linux import filesystems
-from powercut.linux import process
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.check.context import checker_for
-from powercut.check.context import CheckContext
+from powercut.check.context import CheckContext, checker_for
 from powercut.check.judge import judge
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.core.dmlog import open_log
-from powercut.record.vm import RecordSpec, record
-from powercut.record.recording import load as load_recording
-from powercut.replay.materialize import reference_image
 from powercut.core.selection import select
+from powercut.linux import filesystems, process
+from powercut.record.recording import load as load_recording
+from powercut.record.vm import RecordSpec, record
+from powercut.replay.materialize import reference_image
 
 
 def baseline(rec, states, workdir: Path) -> float:

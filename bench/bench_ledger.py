@@ -27,11 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_scale import synthetic_log  # noqa: E402  (a sibling bench script)
+from bench_scale import synthetic_log
 
-from powercut.core.dmlog import open_log  # noqa: E402
-from powercut.core.models import CrashSpace  # noqa: E402
-from powercut.core.selection import SelectionSpec, select, state_key  # noqa: E402
+from powercut.core.dmlog import open_log
+from powercut.core.models import CrashSpace
+from powercut.core.selection import SelectionSpec, select, state_key
 
 
 def nights(sp: CrashSpace, spec: SelectionSpec, n: int, *, auto: bool, ledger: bool) -> list[tuple[int, int]]:

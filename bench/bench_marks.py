@@ -14,8 +14,8 @@ from pathlib import Path
 
 from powercut.config import FsSpec
 from powercut.images.build import build_image, tools_dir
-from powercut.vm import guestjob
 from powercut.record.vm import RecordSpec, _sparse, run_job, vm_spec
+from powercut.vm import guestjob
 
 
 def main() -> int:

@@ -20,13 +20,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from powercut.linux.dm import dm_available as dm_supported
-from powercut.errors import PowercutError
-from powercut.linux.imageio import probe_reflink
+from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import FUA, LogIndex, open_log
 from powercut.core.dmlog_writer import LogWriter
-from powercut.core.crashstate import CrashState
 from powercut.core.models import enumerate_states
+from powercut.errors import PowercutError
+from powercut.linux.dm import dm_available as dm_supported
+from powercut.linux.imageio import probe_reflink
 from powercut.linux.mounts import fs_type
 from powercut.record.recording import load_recording
 from powercut.replay.materialize import ReplayStats, materialize, reference_image, replay_into

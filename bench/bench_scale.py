@@ -91,11 +91,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from powercut.core.selection import SelectionSpec   # `powercut check` uses its default models
 from powercut.core.dmlog import END_MARK, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, open_log
 from powercut.core.dmlog_writer import LogWriter
 from powercut.core.models import MODELS, CrashSpace
-from powercut.core.selection import select, spread
+from powercut.core.selection import (
+    SelectionSpec,  # `powercut check` uses its default models
+    select,
+    spread,
+)
 from powercut.linux.imageio import probe_reflink
 from powercut.replay.materialize import ReplayStats, materialize
 
@@ -199,7 +202,7 @@ def data_size(log_path: Path) -> int:
     """The data device's size: the recording's (manifest next to the log), else DEVICE_BYTES."""
     manifest = log_path.parent / "manifest.toml"
     if manifest.is_file():
-        from powercut.record.recording import load   # noqa: PLC0415 - only for real recordings
+        from powercut.record.recording import load  # noqa: PLC0415 - only for real recordings
         try:
             return load(log_path.parent).data_size
         except Exception:  # noqa: BLE001 - a bare log next to an unrelated file
@@ -357,9 +360,9 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict, out: Path) -> list[Path]:
-    import matplotlib   # noqa: PLC0415 - optional dependency, only for the plot
+    import matplotlib  # noqa: PLC0415 - optional dependency, only for the plot
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt   # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     sources = list(results)
     fig, axes = plt.subplots(len(sources), 2, figsize=(13, 5 * len(sources)), squeeze=False)

@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from powercut import CheckInput, CheckResult, Checker
+from powercut import Checker, CheckInput, CheckResult
 
 MAGIC = b"FS21"
 TXN_HDR = struct.Struct(">QQcHHH")   # tid, tl (record length - 8), status, ulen, dlen, elen

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from powercut import CheckInput, CheckResult, Checker
+from powercut import Checker, CheckInput, CheckResult
 
 MISSING = "the postgres workload needs PostgreSQL: apt-get install postgresql"
 USER = "postgres"

@@ -28,7 +28,7 @@ import sqlite3
 import urllib.parse
 from typing import Any
 
-from powercut import CheckInput, CheckResult, Checker
+from powercut import Checker, CheckInput, CheckResult
 
 PAYLOAD_BYTES = 1000
 DEFAULTS: dict[str, Any] = {"seed": 0, "file": "app.db"}

@@ -34,7 +34,7 @@ installed=$("$PY" -c 'import os, powercut; print(os.path.dirname(os.path.realpat
 stamp="${XDG_CACHE_HOME:-$HOME/.cache}/powercut/installed-pyproject"
 want="$here $(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$installed" != "$here/harness" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] ||
-   ! "$PY" -c 'import rich, tomli_w, jinja2, pytest, hypothesis, libvirt, ZODB, matplotlib' 2>/dev/null; then
+   ! "$PY" -c 'import rich, tomli_w, jinja2, pytest, hypothesis, libvirt, ZODB, matplotlib, mypy, ruff' 2>/dev/null; then
     say "installing powercut (editable) and its Python deps from $here"
     "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".[test,libvirt,apps,bench]"
     mkdir -p "$(dirname "$stamp")" && echo "$want" > "$stamp"

@@ -20,10 +20,11 @@ import shlex
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from powercut.errors import CheckerError, UsageError
 from powercut.linux import environ
@@ -135,5 +136,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from powercut._pycall import main as _main   # one module object, as powercut.workload does
+    from powercut._pycall import main as _main  # one module object, as powercut.workload does
     sys.exit(_main())

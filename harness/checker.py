@@ -50,14 +50,15 @@ import os
 import re
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from powercut import registry
+from powercut._pycall import FunctionRef, assertion_reason
 from powercut.core.verdict import CHECKER_VERDICTS, VERDICTS
 from powercut.errors import CheckerError, UsageError
 from powercut.linux import process
-from powercut._pycall import FunctionRef, assertion_reason
 
 GROUP = "powercut.checkers"
 DEFAULT_TIMEOUT_S = 120.0

@@ -13,8 +13,7 @@ import tomli_w
 
 from powercut.core.faultwindows import FaultPlan
 from powercut.errors import UsageError
-from powercut.linux import environ
-from powercut.linux import filesystems
+from powercut.linux import environ, filesystems
 
 Bus = Literal["virtio", "ahci"]
 Cache = Literal["none", "writeback", "writethrough", "directsync", "unsafe"]
@@ -95,7 +94,7 @@ class VmSpec:
         """Groups for the guest's powercut.load= (empty: load everything)."""
         if not self.modules:
             return ()
-        extra = [self.transport]
+        extra: list[str] = [self.transport]
         if self.resolved_machine() != "microvm":
             extra.append("pci")
         if any(d.bus == "ahci" for d in self.disks):
@@ -255,5 +254,5 @@ class RunSet:
         return f"cache {'on' if self.write_cache else 'off'}" + "".join(f", {x}" for x in extra)
 
     @staticmethod
-    def of(d: dict[str, Any]) -> RunSet:
+    def of(d: dict[str, Any] | RunSet) -> RunSet:
         return d if isinstance(d, RunSet) else from_dict(RunSet, d)

@@ -34,9 +34,9 @@ import struct
 import sys
 from dataclasses import dataclass
 
+from powercut._logmark import TIMING_ENV, MarkError, insert
 from powercut.core.faultwindows import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
 from powercut.linux import dm, environ
-from powercut._logmark import TIMING_ENV, MarkError, insert
 
 FAULT_ENV = environ.FAULT_DEV
 PLAN_ENV = environ.FAULT_PLAN

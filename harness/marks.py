@@ -23,9 +23,9 @@ import os
 import sys
 import time
 
-from powercut.faults import PLAN_ENV, plan_mark
 from powercut import _logmark as logmark
 from powercut._logmark import ORDER_ENV, TIMING_ENV, MarkError
+from powercut.faults import PLAN_ENV, plan_mark
 from powercut.linux import environ
 
 __all__ = ["mark", "ack", "begin", "close", "MarkError", "ORDER_ENV", "TIMING_ENV", "MAX_MARK"]

@@ -36,15 +36,16 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 MARKER = "powercut"
 SETTINGS = ("fs", "size_mb", "mkfs_opts", "mount_opts", "models", "params", "max_states", "expect", "shrink",
-            "seed", "bound", "samples", "torn_samples", "allow_no_acks", "require_exhaustive", "workload_timeout_s", "checker_timeout_s",
-            "jobs", "check_in", "accel", "fault")   # campaign/crashtest.CrashTest.of's words (a test holds them)
+            "seed", "bound", "samples", "torn_samples", "allow_no_acks", "require_exhaustive", "workload_timeout_s",
+            "checker_timeout_s", "jobs", "check_in", "accel", "fault")   # campaign/crashtest.CrashTest.of's words
 _ran: list[tuple[str, str]] = []    # (node id, headline) of each crash test of this session
 
 
@@ -109,7 +110,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     index, total = shard
     crash = sorted(item.nodeid for item in items if "crashtest" in getattr(item, "fixturenames", ()))
     mine = set(crash[index - 1::total])
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         is_crash = "crashtest" in getattr(item, "fixturenames", ())
         (keep if (item.nodeid in mine if is_crash else index == 1) else drop).append(item)
@@ -160,9 +162,9 @@ class CrashTester:
                  **settings: Any) -> Any:
         """Record ``workload``, judge its crash states with ``checker``; the Outcome, or the test
         fails when it is not as expected."""
+        from powercut._pycall import FunctionRef, workload_command
         from powercut.campaign import crashtest as ct
         from powercut.errors import PowercutError
-        from powercut._pycall import FunctionRef, workload_command
 
         config = self.request.config
         merged = {**self.marker, **settings, **_options(config)}
@@ -170,6 +172,7 @@ class CrashTester:
         if unknown:
             _fail(f"powercut: unknown crash-test setting(s) {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
         path = tuple(p for p in sys.path if p and os.path.isdir(p))
+        error: PowercutError | None
         try:
             if isinstance(workload, str):
                 cmd = workload

@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 
 def entry_points(group: str) -> Any:
-    from importlib.metadata import entry_points as eps   # here: importlib.metadata alone costs a TCG guest 0.15 s
+    from importlib.metadata import entry_points as eps  # here: importlib.metadata alone costs a TCG guest 0.15 s
     return eps(group=group)
 
 

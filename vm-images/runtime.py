@@ -133,7 +133,8 @@ class _Tree:
     symbolic link on the way kept as a link."""
 
     def __init__(self, w: CpioWriter) -> None:
-        self.w, self.seen = w, set()
+        self.w = w
+        self.seen: set[str] = set()
         w.dir(PREFIX)
 
     def put(self, path: str) -> None:

@@ -95,7 +95,7 @@ START_TIMEOUT_S = 300.0
 FAULT_FILES_QUERY = ("SELECT pg_relation_filepath('rows'), pg_relation_filepath('summary'), "
                      "pg_relation_filepath(NULLIF(reltoastrelid, 0)) FROM pg_class WHERE oid = 'rows'::regclass")
 STOPPED_AFTER_FAULT = 3   # the exit status when psql died in a run with a fault (the server crashed)
-RECOVER: Callable[[], None] = lambda: powercut.recover()   # the fault off when psql died; tests replace it
+RECOVER: Callable[[], None] = lambda: powercut.recover()  # noqa: E731  (a hook: the fault off when psql died; tests replace it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,9 @@ import os
 import random
 import sqlite3
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import powercut
 from powercut import Workload

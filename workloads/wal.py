@@ -62,8 +62,8 @@ from __future__ import annotations
 import errno
 import os
 import random
-import sys
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -116,8 +116,8 @@ def _mark(kind: str, txn: int) -> None:
 # The mark hook: ("begin" | "ack", txn).  Tests replace it (real marks need a dm-log-writes device).
 MARK: Callable[[str, int], None] = _mark
 # The fault hooks (powercut.fault / powercut.recover); tests replace them too.
-FAULT: Callable[..., None] = lambda kind, ranges: powercut.fault(kind, ranges)
-RECOVER: Callable[[], None] = lambda: powercut.recover()
+FAULT: Callable[..., None] = lambda kind, ranges: powercut.fault(kind, ranges)  # noqa: E731  (hooks)
+RECOVER: Callable[[], None] = lambda: powercut.recover()  # noqa: E731
 
 
 @dataclass(frozen=True, slots=True)

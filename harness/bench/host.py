@@ -217,7 +217,7 @@ def run_on_host(runsets: tuple[Any, ...], target: HostTarget, rundir: Path, *, t
         raise UsageError("--on-host runs on what you name: the overhead and nobarrier runs need the VM mode")
     tool = cache_tool(target) if toggle else None
     if not toggle:  # one pass, cache as it is
-        seen: dict[str, Any] = {}
+        seen: dict[tuple[str, str], Any] = {}
         for rs in runsets:
             for item in rs.items:
                 seen.setdefault((item.suite, item.label), item)

@@ -141,7 +141,7 @@ def load(path: str | os.PathLike[str]) -> BenchResults:
 def entries_for(item: BenchItem, outcome: dict[str, Any], *, write_cache: bool | None, target: str,
                 mount_opts: str) -> list[BenchEntry]:
     """One item's outcome (``{"ok", "result"|"error"}``, as benchguest returns it) -> its entries."""
-    base = dict(suite=item.suite, kind=item.kind, write_cache=write_cache, target=target, mount_opts=mount_opts,
+    base: dict[str, Any] = dict(suite=item.suite, kind=item.kind, write_cache=write_cache, target=target, mount_opts=mount_opts,
                 note=item.note)
     if not outcome.get("ok"):
         return [BenchEntry(name=item.label, error=str(outcome.get("error", "failed")), **base)]

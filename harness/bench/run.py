@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import powercut
 from powercut import workload as workloads
@@ -133,7 +134,7 @@ def prepare(spec: BenchVmSpec, runsets: tuple[RunSet, ...], rundir: Path) -> tup
         _sparse(path, (spec.fs.size_mb << 20) * (1 if i == 0 else 4) + (0 if i == 0 else 64 << 20))
     _check_direct_io(disks[0][0], spec.qemu_cache)
     roles = dict(zip(("data", "log"), (serial for _, serial in disks), strict=False))
-    job = guestjob.BenchJob(disks=roles, fs=spec.fs, runsets=runsets, tools_dir=tools_dir(image))
+    job = guestjob.BenchJob(disks=roles, fs=spec.fs, runsets=runsets, tools_dir=tools_dir(image) or "")
     guestjob.write(rundir / "job", job)
     timeout = spec.timeout_s or estimate_timeout(runsets)
     return image, vm_spec(spec, image, rundir, disks, timeout), [p for p, _ in disks]

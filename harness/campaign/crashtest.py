@@ -15,21 +15,22 @@ import json
 import os
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from powercut.campaign.run import CampaignSpec, run_campaign, split_settings
 from powercut.check.host import require_root
-from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.check.place import Place
+from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_SHRINK, FsSpec, WorkloadSpec
+from powercut.core.faultwindows import FaultPlan
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import FINDINGS, Verdict
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
 from powercut.linux import filesystems, process
-from powercut.core.faultwindows import FaultPlan
 from powercut.record.vm import RecordSpec, record
 from powercut.report.summary import Summary
 from powercut.vm.cmdline import keep_visible

@@ -8,8 +8,9 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError

@@ -19,6 +19,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from powercut.campaign.journal import SETTINGS
+from powercut.core import coverage
+from powercut.core.coverage import Coverage
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.debug import triage
@@ -26,8 +28,6 @@ from powercut.errors import UsageError
 from powercut.linux.jsonlines import read_lines
 from powercut.report import html, matrix
 from powercut.report.summary import Summary, summarize, write_outputs
-from powercut.core import coverage
-from powercut.core.coverage import Coverage
 
 DIAGNOSED = ("cause", "minimized", "culprits", "shrink_calls", "one_at_a_time", "minimized_confirmed",
              "minimized_alone")
@@ -146,17 +146,16 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
         indent=1) + "\n")
     if groups:
         (outdir / "diagnoses.json").write_text(json.dumps({"groups": groups}, indent=1) + "\n")
-    paths = write_outputs(summary, judged, outdir)
-    paths["html"] = html.write(summary, outdir, judged)
-    return summary, paths
+    written = write_outputs(summary, judged, outdir)
+    written["html"] = html.write(summary, outdir, judged)
+    return summary, written
 
 
 def _coverage(outs: list[ShardOut]) -> Coverage | None:
     """The shards' coverages joined (their judged states added); None when a shard recorded none."""
     parts = [o.summary.get("coverage") for o in outs]
-    if any(not isinstance(p, dict) for p in parts):
-        return None
-    return coverage.merge([Coverage.from_json(p) for p in parts])
+    got = [p for p in parts if isinstance(p, dict)]
+    return coverage.merge([Coverage.from_json(p) for p in got]) if len(got) == len(parts) else None
 
 
 def _groups(judged: list[Verdict], outs: list[ShardOut], outdir: Path) -> list[dict[str, Any]]:

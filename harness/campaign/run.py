@@ -20,25 +20,26 @@ import os
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from powercut.campaign import ledger
 from powercut.campaign.journal import Journal, pin_settings, pinned_settings
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
+from powercut.checker import DEFAULT_TIMEOUT_S
+from powercut.config import DEFAULT_SHRINK
 from powercut.core import confirm as confirming
 from powercut.core.coverage import Coverage, judged_only
-from powercut.core.dmlog import open_log
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.models import space
 from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select, state_key
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.debug import triage
-from powercut.checker import DEFAULT_TIMEOUT_S
-from powercut.config import DEFAULT_SHRINK
 from powercut.errors import CheckerError, UsageError
 from powercut.record import recording
 from powercut.report import html
@@ -164,11 +165,11 @@ class _Run:
         if self.on_verdict:
             self.on_verdict(v)
 
-    def judge(self, index: Any, states: list[CrashState], sink: Callable[[Verdict], None], work: Path,
+    def judge(self, index: LogIndex, states: list[CrashState], sink: Callable[[Verdict], None], work: Path,
               jobs: int) -> None:
         self.place.judge(self.ctx, self.src, index, states, sink, work, jobs=jobs)
 
-    def triage(self, index: Any) -> list[Any]:
+    def triage(self, index: LogIndex) -> list[Any]:
         """Group the failures by cause; minimize and blame the first state of the first ``shrink``
         groups where the check runs; confirm by group (``confirm``); a repro bundle for every group."""
         t0 = time.monotonic()
@@ -193,7 +194,7 @@ class _Run:
         self.triage_s += time.monotonic() - t1
         return self.groups
 
-    def confirm(self, index: Any) -> None:
+    def confirm(self, index: LogIndex) -> None:
         """Judge the unconfirmed failures again, alone, by group (core/confirm.py): the whole of a
         small group, a sample of a large one, and each diagnosed group's minimized state, all in one
         lone phase; then state by state every group whose sample or minimized state disagreed."""
@@ -232,7 +233,7 @@ class _Run:
             self._alone(index, escalate, [by_id[v.state] for v in escalate])
         self.confirm_s += time.monotonic() - t0
 
-    def _alone(self, index: Any, firsts: list[Verdict], states: list[CrashState]) -> dict[str, Verdict]:
+    def _alone(self, index: LogIndex, firsts: list[Verdict], states: list[CrashState]) -> dict[str, Verdict]:
         """Judge ``states`` again, alone; journal each of ``firsts`` as confirmed or flaky.  Every
         lone verdict comes back by state id (others, such as minimized states, are not journaled)."""
         want = {v.state: v for v in firsts}
@@ -257,7 +258,7 @@ class _Run:
             g.escalated = (g.verdict, g.reason_class) in self.escalated
         return groups
 
-    def _diagnose(self, index: Any, firsts: list[Verdict]) -> list[dict[str, Any]]:
+    def _diagnose(self, index: LogIndex, firsts: list[Verdict]) -> list[dict[str, Any]]:
         return triage.diagnose_at(self.place, self.ctx, self.src, index, space(index), firsts,
                                   self.outdir / "diagnose", floor=self.sel.floor, budget=self.spec.shrink_budget)
 

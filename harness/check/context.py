@@ -18,6 +18,7 @@ from powercut.linux import filesystems
 from powercut.linux.filesystems import Filesystem
 
 if TYPE_CHECKING:   # the checker VM's agent never loads a recording: it does not import that module
+    from powercut.core.dmlog import LogIndex
     from powercut.record import recording
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def checker_for(workload: dict[str, Any], command: str = "", timeout_s: float = 
     return CheckerSpec(), params
 
 
-def with_faults(ctx: CheckContext, index: Any) -> CheckContext:
+def with_faults(ctx: CheckContext, index: LogIndex) -> CheckContext:
     """``ctx`` knowing the fault windows of the opened log ``index`` (a malformed fault mark: one line)."""
     try:
         faults = Faults.from_marks(index.marks())

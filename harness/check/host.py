@@ -12,13 +12,14 @@ import logging
 import os
 import stat
 import threading
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Callable
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.judge import judge
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import EnvironmentNotReady
 from powercut.linux import interrupt
@@ -37,7 +38,7 @@ def require_root(what: str = "--check-in host") -> None:
                                   "the VM (--check-in vm, the default)")
 
 
-def split_by_base(index: Any, states: list[CrashState], parts: int) -> list[list[CrashState]]:
+def split_by_base(index: LogIndex, states: list[CrashState], parts: int) -> list[list[CrashState]]:
     """Contiguous chunks in walk order, one incremental walk each."""
     ordered = sorted(states, key=lambda s: plan(index, s).base)
     parts = max(1, min(parts, len(ordered)))
@@ -72,7 +73,7 @@ def cleanup_stale(workspace: str | os.PathLike[str]) -> None:
     detach_under(root)
 
 
-def check_host(ctx: CheckContext, src: LogSource, index: Any, states: list[CrashState], sink: Sink,
+def check_host(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[CrashState], sink: Sink,
                workspace: Path, *, jobs: int = 1) -> None:
     """Judge ``states`` here; each verdict goes to ``sink`` (called under a lock, in walk order per
     worker).  Stops between states on an interrupt; what is mounted or attached is undone."""

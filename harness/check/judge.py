@@ -59,7 +59,8 @@ def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdic
     t_checker = time.monotonic()
     try:
         try:
-            result = ctx.checker.run(CheckInput(mnt, state.acks, state.begun, ctx.params, state.id))
+            # CheckInput makes a KeyPrefix (state.acks) a tuple
+            result = ctx.checker.run(CheckInput(mnt, state.acks, state.begun, ctx.params, state.id))  # type: ignore[arg-type]
             if result.verdict in AFTER_ERROR_FROM:
                 result = after_error(ctx, state, mnt, result)
         except CheckerError:    # the checker cannot run or answers no verdict: the harness's error

@@ -10,13 +10,13 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import check_host, require_root
 from powercut.check.hosts import validate_uri
 from powercut.check.vm import VmCheckSpec, WarmVms, check_vm
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
 
@@ -74,7 +74,7 @@ class Place:
         (one kernel); every checker VM is a kernel of its own (``jobs`` on each --check-uri host)."""
         return 1 if self.on_host else jobs
 
-    def judge(self, ctx: CheckContext, src: LogSource, index: Any, states: list[CrashState],
+    def judge(self, ctx: CheckContext, src: LogSource, index: LogIndex, states: list[CrashState],
               sink: Callable[[Verdict], None], work: Path, *, jobs: int = 1) -> None:
         """Judge ``states`` of the log ``index`` (opened from ``src``); each verdict goes to ``sink``."""
         if not states:

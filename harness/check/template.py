@@ -42,8 +42,8 @@ from powercut.errors import PowercutError, UsageError, VmError
 from powercut.images import runtime
 from powercut.linux import environ, process
 from powercut.vm import guestjob
-from powercut.vm.agentboot import TEMPLATE_AGENT, boot_script, compile_package, package_dirs
 from powercut.vm.accel import resolve_accel
+from powercut.vm.agentboot import TEMPLATE_AGENT, boot_script, compile_package, package_dirs
 from powercut.vm.cmdline import kernel_cmdline
 from powercut.vm.console import ConsoleWatch, console_tail
 from powercut.vm.qemu import QEMU, build_argv
@@ -83,7 +83,7 @@ def scratch_bytes(n: int) -> int:
     return size
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def agent_runtime() -> runtime.Runtime:
     """The template agent's files, asked once per process."""
     compile_package()

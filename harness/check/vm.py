@@ -30,6 +30,7 @@ from powercut.check.host import split_by_base
 from powercut.check.hosts import CheckHost, Staged
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import GuestHang, GuestPanic, PowercutError, UsageError, VmError, VmKilled
 from powercut.images.build import build_image, tools_dir
@@ -96,7 +97,7 @@ class _Progress:
         return None
 
 
-def check_vm(ctx: CheckContext, src: LogSource, index: Any, states: list[CrashState], sink: Sink,
+def check_vm(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[CrashState], sink: Sink,
              workdir: Path, spec: VmCheckSpec, *, jobs: int = 1, warm: "WarmVms | None" = None) -> None:
     """Judge ``states`` in ``jobs`` checker VMs on each of the spec's hosts (contiguous chunks of the
     walk order, dealt to the hosts in turn); every verdict goes to ``sink`` (under a lock).  With

@@ -105,8 +105,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if req.plots:
         try:
             benchreport.plot(results, out)
-        except PowercutError as e:
-            warnings.append(f"no plots: {e.one_line()}")
+        except PowercutError as err:
+            warnings.append(f"no plots: {err.one_line()}")
     if args.json:
         print(json.dumps(benchreport.summary_json(results), indent=1))
     else:

@@ -171,9 +171,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from powercut.campaign.matrix import MatrixRun, run_rows
     from powercut.check.place import Place
     from powercut.cli.parser import selection_from
-    from powercut.report import matrix
-
     from powercut.core.shard import Shard
+    from powercut.report import matrix
 
     chosen = matrix.choose(matrix.load(args.file or None), args.rows, ci=args.ci)
     shard = args.shard or Shard()

@@ -19,9 +19,9 @@ log = logging.getLogger("powercut")
 
 
 def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
+    from powercut import workload as workloads
     from powercut.config import FsSpec, WorkloadSpec
     from powercut.record.vm import RecordSpec
-    from powercut import workload as workloads
     from powercut.workload import parse_params
 
     try:   # an unknown --fs is a bad option value (exit 2)

@@ -18,7 +18,6 @@ from typing import Any, overload
 
 from powercut.core.dmlog import Entry
 
-
 Torn = tuple[tuple[int, tuple[int, ...]], ...]
 
 
@@ -40,7 +39,8 @@ class CrashState:
         entry, else the cut): entries before it are all kept whole."""
         return min(min(self.dropped, default=self.cut), min((i for i, _ in self.torn), default=self.cut))
 
-    def kept(self, changes_device: Sequence[bool], start: int = 0) -> tuple[tuple[int, tuple[int, ...] | None], ...]:
+    def kept(self, changes_device: Sequence[bool] | DeviceChanges,
+             start: int = 0) -> tuple[tuple[int, tuple[int, ...] | None], ...]:
         """The data entries of [start, cut) that persist, in log order: (index, None) whole, or
         (index, sector offsets) torn.  ``changes_device[i]``: entry i writes the device (a write or a
         discard; marks and empty flushes never do)."""

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-from types import TracebackType
 from pathlib import Path
+from types import TracebackType
 from typing import Any, BinaryIO, Self
 
-from powercut.core.dmlog import (DISCARD, FLUSH, FUA, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, mark_limit,
-                                 open_log)
+from powercut.core.dmlog import DISCARD, FLUSH, FUA, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, mark_limit, open_log
 from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ at its first I/O error could have made: the acks before the first such commit.  
 *because* of the acks after an error -- verdict ``acked-after-error``."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,7 +119,7 @@ class Faults:
             prev_ack = entry
         return Faults(tuple(windows), tuple(after), why)
 
-    def trusted(self, acked: tuple[str, ...]) -> tuple[str, ...] | None:
+    def trusted(self, acked: Sequence[str]) -> tuple[str, ...] | None:
         """The acks of a state (in ack order) before its first ack after an error, or None when it
         has no ack after an error (nothing to tell apart)."""
         bad = set(self.after_error)

@@ -39,16 +39,17 @@ from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from powercut.core.dmlog import Entry, LogIndex
 from powercut.core.coverage import Coverage, Tally, build
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import Entry, LogIndex
 from powercut.core.models import CrashSpace, space
 from powercut.core.stateid import MODELS
 from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEMO_SELECTION", "RUN_SELECTION", "SEED_AUTO", "ModelCounts", "SelectionSpec", "Selection", "StateList", "fair_shares", "image_key", "select", "spread", "state_key"]
+__all__ = ["DEMO_SELECTION", "RUN_SELECTION", "SEED_AUTO", "ModelCounts", "Selection", "SelectionSpec", "StateList",
+           "fair_shares", "image_key", "select", "spread", "state_key"]
 
 
 SEED_AUTO = -1   # --seed auto: a new seed per run, chosen when the run starts (SelectionSpec.resolved)
@@ -85,7 +86,7 @@ class SelectionSpec:
 
     def with_(self, **changes: Any) -> SelectionSpec:
         """This value with the given fields replaced; a None value keeps the field (an option not given)."""
-        given = {k: (tuple(v) if k == "models" else v) for k, v in changes.items() if v is not None}
+        given: dict[str, Any] = {k: (tuple(v) if k == "models" else v) for k, v in changes.items() if v is not None}
         return dataclasses.replace(self, **given) if given else self
 
     def resolved(self) -> SelectionSpec:

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from powercut.core.crashstate import CrashState, Torn
-
 from powercut.core.models import CrashSpace
 from powercut.core.selection import image_key
 from powercut.errors import UsageError

@@ -127,7 +127,7 @@ class StateId:
 
 def _pick(text: str, kinds: str, state_id: str, what: str) -> Pick:
     m = _PICK.fullmatch(text)
-    kind = "r" if m is not None and m.group(3) is not None else (m.group(1) if m else None)
+    kind = "r" if m is not None and m.group(3) is not None else (m.group(1) if m else "")
     if m is None or kind not in kinds:
         raise UsageError(f"state id {state_id!r}: {what} {text!r} is not one of "
                          + ", ".join(f"'{k}RANGES'" if k != "r" else "'rSEED.N'" for k in kinds))
@@ -216,7 +216,7 @@ def _shake_256(data: bytes) -> "Any":
     """SHAKE256 (FIPS 202: the same bits from any implementation).  Python's own ``_sha3`` first:
     ``hashlib`` loads OpenSSL, about 0.15 s of a checker VM's start under TCG."""
     try:
-        from _sha3 import shake_256
+        from _sha3 import shake_256  # type: ignore[import-not-found]  # CPython-internal, no stub
     except ImportError:
         from hashlib import shake_256
     return shake_256(data)

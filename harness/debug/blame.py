@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.models import CrashSpace
 from powercut.errors import PowercutError
 from powercut.linux import process
@@ -98,8 +99,8 @@ def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
     if mapper is not None:
         try:
             size, mapping = mapper(device, [sp.entries[i] for i, _ in items], run)
-        except PowercutError as e:
-            log.warning("blame: %s", e.one_line())
+        except PowercutError as err:
+            log.warning("blame: %s", err.one_line())
             mapping = {}
             size = 0
     for i, how in items:

@@ -17,11 +17,11 @@ from powercut.core.models import space
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle
 from powercut.errors import UsageError
-
-CHECKER_SAID = ("lost-ack", "corrupt-data", "fail", "checker-crashed")   # verdicts only a checker gives
 from powercut.linux import filesystems
 from powercut.record import recording
 from powercut.replay.materialize import replay_state
+
+CHECKER_SAID = ("lost-ack", "corrupt-data", "fail", "checker-crashed")   # verdicts only a checker gives
 
 
 @dataclass(frozen=True, slots=True)

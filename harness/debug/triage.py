@@ -12,18 +12,22 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import cleanup_stale
 from powercut.check.place import Place
 from powercut.check.vm import diagnose_vm
-from powercut.core.models import CrashSpace
 from powercut.core.confirm import group_key, order
+from powercut.core.dmlog import LogIndex
+from powercut.core.models import CrashSpace
 from powercut.core.stateid import parse_id
 from powercut.core.verdict import SEVERITY, Verdict
 from powercut.debug import bundle
 from powercut.debug.diagnose import Diagnosis, Workspace, diagnose, without_tear
+
+if TYPE_CHECKING:
+    from powercut.record.recording import Recording
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +71,7 @@ def group(failures: list[Verdict]) -> list[Group]:
     return sorted(groups.values(), key=lambda g: (-SEVERITY.index(g.verdict), -len(g.states), g.reason_class))
 
 
-def diagnose_at(place: Place, ctx: CheckContext, src: LogSource, index: Any, sp: CrashSpace, firsts: list[Verdict],
+def diagnose_at(place: Place, ctx: CheckContext, src: LogSource, index: LogIndex, sp: CrashSpace, firsts: list[Verdict],
                 work: Path, *, floor: int | None, budget: int, tear_only: bool = False) -> list[dict[str, Any]]:
     """Diagnose failing states where ``place`` judges: each a Diagnosis as JSON, or with
     ``tear_only`` ``{"state", "without_tear"}`` (debug.diagnose.without_tear)."""
@@ -96,7 +100,7 @@ def save(outdir: Path, groups: list[Group]) -> Path:
     return path
 
 
-def write_bundles(outdir: Path, groups: list[Group], rec: Any, ctx: Any, log_path: Path) -> None:
+def write_bundles(outdir: Path, groups: list[Group], rec: Recording, ctx: CheckContext, log_path: Path) -> None:
     """A bundle per diagnosed group (and for a group not diagnosed, its first state as it is)."""
 
     for k, g in enumerate(groups, 1):

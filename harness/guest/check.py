@@ -17,8 +17,8 @@ from typing import Any
 from powercut import registry
 from powercut.check.context import CheckContext, with_faults
 from powercut.check.judge import judge
-from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.models import CrashSpace, space
 from powercut.core.verdict import Verdict
 from powercut.linux import filesystems, process
@@ -27,8 +27,7 @@ from powercut.linux.jsonlines import JsonLines
 from powercut.linux.mounts import mount, umount
 from powercut.replay.materialize import materialize
 from powercut.vm.guestjob import GUEST_MNT as MNT
-from powercut.vm.guestjob import SCRATCH_MKFS, uptime
-from powercut.vm.guestjob import SHELL_READY, CheckJob, DiagnoseJob, ShellJob, StateSource
+from powercut.vm.guestjob import SCRATCH_MKFS, SHELL_READY, CheckJob, DiagnoseJob, ShellJob, StateSource, uptime
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class _Session:
 @contextlib.contextmanager
 def _session(src: StateSource, jobdir: Path) -> Iterator[_Session]:
     for key, ref in src.entries.items():
-        registry.preset(*key.split("/", 1), ref)
+        registry.preset(*key.split("/", 1), ref)  # type: ignore[call-arg]  # key: "group/name"
     if src.fsck:
         filesystems.preset_fsck(src.fstype, src.fsck)
     scratch = find_disk(src.disks["scratch"])
@@ -96,7 +95,7 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
 
 def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
     """Minimize and blame the failures the host asked about (debug.diagnose), one progress line each."""
-    from powercut.debug.diagnose import Workspace, diagnose, without_tear   # only this job needs them
+    from powercut.debug.diagnose import Workspace, diagnose, without_tear  # only this job needs them
     with _session(job.src, jobdir) as s:
         ws = Workspace(s.index, job.src.size, None, s.work / "diagnose", "dm-snapshot",
                        job.floor if job.floor >= 0 else None, s.space)

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from powercut.linux import dm, environ, filesystems, process
-from powercut.linux.blockdev import find_disk, sectors
-from powercut.linux.mounts import mount, umount
 from powercut import marks
 from powercut.core.faultwindows import FAULT_OFF, FaultPlan
 from powercut.faults import FAULT_ENV, FaultError, PlanRun, Target, plan_env
 from powercut.faults import table as fault_table
+from powercut.linux import dm, environ, filesystems, process
+from powercut.linux.blockdev import find_disk, sectors
+from powercut.linux.mounts import mount, umount
 from powercut.marks import ORDER_ENV, mark
 from powercut.vm import guestjob
 from powercut.vm.guestjob import MarkBenchJob, RecordJob

@@ -199,7 +199,7 @@ def _open_control() -> int:
     try:
         return os.open(DM_CONTROL, os.O_RDWR | os.O_CLOEXEC)
     except OSError as e:
-        raise DmError(f"cannot open {DM_CONTROL}: {e.strerror}", e.errno) from None
+        raise DmError(f"cannot open {DM_CONTROL}: {e.strerror}", e.errno or 0) from None
 
 
 def _make_control() -> None:
@@ -213,7 +213,7 @@ def _make_control() -> None:
     except FileExistsError:
         pass
     except OSError as e:
-        raise DmError(f"cannot create {DM_CONTROL}: {e.strerror}", e.errno) from None
+        raise DmError(f"cannot create {DM_CONTROL}: {e.strerror}", e.errno or 0) from None
 
 
 def _misc() -> str:
@@ -297,7 +297,7 @@ def _node(name: str, major: int, minor: int) -> str:
             os.unlink(path)  # a stale node of an earlier device of that name
         os.mknod(path, 0o600 | stat.S_IFBLK, rdev)
     except OSError as e:
-        raise DmError(f"device-mapper {name} ({major}:{minor}): cannot make {path}: {e.strerror}", e.errno) from None
+        raise DmError(f"device-mapper {name} ({major}:{minor}): cannot make {path}: {e.strerror}", e.errno or 0) from None
     _made_nodes[name] = Path(path)
     return path
 

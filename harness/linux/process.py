@@ -15,8 +15,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Mapping, Sequence
+from typing import IO
 
 from powercut.errors import CommandFailed, EnvironmentNotReady
 
@@ -84,7 +85,7 @@ def kill_all(sig: int = signal.SIGKILL) -> int:
     return len(groups)
 
 
-class _Popen(subprocess.Popen):  # type: ignore[type-arg]
+class _Popen(subprocess.Popen):
     """Popen whose ``wait(timeout)`` sleeps on a pidfd until the child exits.  subprocess's own
     polls waitpid with sleeps of 1 ms, then 2, 4...: ``communicate(timeout=...)`` pays one or more
     of them after a short command's pipes close (an fsck per crash state: ~1 ms of ~4)."""

@@ -140,7 +140,7 @@ def write(directory: Path, manifest: dict[str, Any]) -> None:
 
 
 def _sha256(path: Path, nbytes: int) -> str:
-    import hashlib   # here: hashlib loads OpenSSL, ~0.15 s of a TCG checker VM's start, which never hashes
+    import hashlib  # here: hashlib loads OpenSSL, ~0.15 s of a TCG checker VM's start, which never hashes
     h = hashlib.sha256()
     with open(path, "rb") as f:
         left = nbytes

@@ -120,7 +120,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
     _sparse(out / "log.bin", spec.log_bytes())
     jobdir = out / "job"
     guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks={"data": "pcdata", "log": "pclog"},
-                                              fs=spec.fs, workload=spec.workload, tools_dir=tools_dir(image)))
+                                              fs=spec.fs, workload=spec.workload, tools_dir=tools_dir(image) or ""))
     vmspec = vm_spec(spec, image, out, jobdir)
     manifest = _manifest(spec, image, vmspec, data_bytes)
     start = time.monotonic()

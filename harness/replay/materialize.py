@@ -24,12 +24,12 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from powercut.core.dmlog import Entry, LogIndex, open_log
 from powercut.core.crashstate import CrashState, DeviceChanges
+from powercut.core.dmlog import Entry, LogIndex, open_log
 from powercut.core.models import durable_entries, state_from_id
 from powercut.core.stateid import runs
 from powercut.errors import BadRecording, PowercutError, UsageError
@@ -140,7 +140,7 @@ def _check_initial(initial: Path | None, size: int) -> Path | None:
 
 def materialize(index: LogIndex, initial: Path | None, size: int, states: Sequence[CrashState], workspace: Path,
                 provider: str | Provider = "auto", *, stats: ReplayStats | None = None
-                ) -> Iterator[tuple[CrashState, Path]]:
+                ) -> Generator[tuple[CrashState, Path], None, None]:
     """Yield (state, image) for every state, in walk order (sorted by the pristine position the
     state needs -- not necessarily the order given).
 
@@ -161,7 +161,7 @@ def materialize(index: LogIndex, initial: Path | None, size: int, states: Sequen
 
 
 def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], workspace: Path,
-          provider: str | Provider, st: ReplayStats) -> Iterator[tuple[CrashState, Path]]:
+          provider: str | Provider, st: ReplayStats) -> Generator[tuple[CrashState, Path], None, None]:
     if not plans:
         return
     t0 = time.perf_counter()

@@ -48,7 +48,7 @@ class Timeline:
                        f'y2="{TOP + LANE_H * len(LANES)}" stroke="#d62728" stroke-width="1.5" stroke-dasharray="3 2">'
                        f'<title>cut {cut}: {escape(text)}</title></line>')
         axis = TOP + LANE_H * len(LANES) + 14
-        for t in range(0, 11):
+        for t in range(11):
             i = round(n * t / 10)
             out.append(f'<text x="{x(i):.1f}" y="{axis}" class="tick">{i}</text>')
         out.append("</svg>")

@@ -20,8 +20,8 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from powercut.config import cache_root
 from powercut.errors import EnvironmentNotReady

@@ -57,13 +57,13 @@ def compile_package() -> None:
             _compiled.add(d)
             try:
                 if os.access(d, os.W_OK):
-                    import compileall   # host only (the guest imports this module for nothing else)
+                    import compileall  # host only (the guest imports this module for nothing else)
                     compileall.compile_dir(d, quiet=2, workers=1)
             except Exception as e:   # bytecode is an optimization: the guest compiles what is missing
                 log.debug("could not compile %s: %s", d, e)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def site_paths(env_path: str) -> tuple[str, ...]:
     """This Python's sys.path in the guest's environment (``env -i`` with the guest's PATH), site's
     additions included (site-packages, what .pth files add; boot.py adds only what ``-S`` left out).

@@ -13,9 +13,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
-from powercut import checker as checkers, registry
+from powercut import checker as checkers
+from powercut import registry
 from powercut.checker import CheckerSpec
 from powercut.config import FsSpec, RunSet, WorkloadSpec, from_dict, to_dict
 from powercut.errors import PowercutError, UsageError
@@ -135,8 +136,8 @@ class BenchJob:
         object.__setattr__(self, "runsets", tuple(RunSet.of(r) for r in self.runsets))
 
 
-Job = Union[RecordJob, CheckJob, DiagnoseJob, ShellJob, MarkBenchJob, BenchJob]
-KINDS: dict[str, type] = {c.kind: c for c in (RecordJob, CheckJob, DiagnoseJob, ShellJob, MarkBenchJob, BenchJob)}
+Job = RecordJob | CheckJob | DiagnoseJob | ShellJob | MarkBenchJob | BenchJob
+KINDS: dict[str, type[Job]] = {c.kind: c for c in (RecordJob, CheckJob, DiagnoseJob, ShellJob, MarkBenchJob, BenchJob)}
 NESTED: dict[str, type] = {"fs": FsSpec, "workload": WorkloadSpec, "checker": CheckerSpec, "src": StateSource}
 
 

@@ -13,8 +13,9 @@ import shlex
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from powercut.config import DiskSpec, VmSpec
 from powercut.errors import EnvironmentNotReady, GuestHang
@@ -162,7 +163,7 @@ def run_vm(spec: VmSpec, *, accel: str | None = None, rundir: Path | None = None
         start = time.monotonic()
         boot_s = None
         relay = _StdinRelay(spec.console_path) if spec.interactive and not os.isatty(sys.stdin.fileno()) else None
-        term = ({"stdin": relay.read_end if relay else sys.stdin.fileno(), "stdout": sys.stdout.fileno()}
+        term: dict[str, Any] = ({"stdin": relay.read_end if relay else sys.stdin.fileno(), "stdout": sys.stdout.fileno()}
                 if spec.interactive else {})
         with open(stderr_path, "wb") as errf, process.Spawned(argv, **{"stdout": errf, **term}, stderr=errf) as vm:
             if relay:

@@ -23,6 +23,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from powercut.errors import EnvironmentNotReady, UsageError
@@ -225,7 +226,7 @@ class Mirror:
         res = self.target.run("; ".join(parts), check=final)
         if res.returncode != 0:
             return   # a lost round trip: the next one fetches from the same offsets
-        out, pos = res.stdout, 0
+        out, pos = cast(bytes, res.stdout), 0   # run with text=False: bytes
         while (nl := out.find(b"\n", pos)) >= 0:
             rel, _, n = out[pos:nl].decode().rpartition(" ")
             size = int(n)

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from powercut.checker import MAX_REASONS
-from powercut.errors import CheckerError, UsageError
-
-from powercut.checker import CheckerSpec, CheckInput, CheckResult
+from powercut.checker import MAX_REASONS, CheckerSpec, CheckInput, CheckResult
 from powercut.core.verdict import SEVERITY, Verdict, check_name, worst
+from powercut.errors import CheckerError, UsageError
 
 
 @pytest.fixture

@@ -3,7 +3,17 @@ from __future__ import annotations
 
 import pytest
 
-from powercut.config import DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, dumps_toml, from_dict, loads_toml, to_dict
+from powercut.config import (
+    DiskSpec,
+    FsSpec,
+    ShareSpec,
+    VmSpec,
+    WorkloadSpec,
+    dumps_toml,
+    from_dict,
+    loads_toml,
+    to_dict,
+)
 from powercut.errors import UsageError
 
 

@@ -5,8 +5,8 @@ import errno
 
 import pytest
 
-from powercut.linux import dm
 from powercut import marks as markmod
+from powercut.linux import dm
 
 
 def test_the_packing_is_dm_s() -> None:

@@ -6,15 +6,14 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from powercut._pycall import FunctionRef, assertion_reason, workload_command
 from powercut.check.judge import judge
 from powercut.checker import CheckerSpec, CheckInput, CheckResult
 from powercut.errors import CheckerError, UsageError
-from powercut._pycall import FunctionRef, assertion_reason, workload_command
 
 USER = '''
 import json, os

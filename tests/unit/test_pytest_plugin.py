@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections import Counter
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 import pytest

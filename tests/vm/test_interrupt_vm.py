@@ -17,8 +17,8 @@ from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.linux.loopdev import loops_backed_under
 from powercut.linux.mounts import mounts_under
-from powercut.record.vm import RecordSpec, record
 from powercut.record.recording import load
+from powercut.record.vm import RecordSpec, record
 
 pytestmark = pytest.mark.vm
 CLI = [sys.executable, "-m", "powercut.cli"]

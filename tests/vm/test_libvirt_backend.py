@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from powercut.linux import process
+
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.errors import GuestHang, GuestPanic, QemuCrashed
+from powercut.linux import process
 from powercut.vm.libvirt import run_vm_libvirt
 
 pytestmark = [pytest.mark.vm, pytest.mark.libvirt]

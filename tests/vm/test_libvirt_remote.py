@@ -16,10 +16,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from powercut.linux import process
+
 from powercut.config import FsSpec, ShareSpec, VmSpec, WorkloadSpec
-from powercut.errors import VmError
 from powercut.core.dmlog import open_log
+from powercut.errors import VmError
+from powercut.linux import process
 from powercut.record.vm import RecordSpec, record
 from powercut.vm import accel
 from powercut.vm.libvirt import is_local_uri, run_vm_libvirt

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.errors import GuestPanic, ImageError, LogDeviceFull, UsageError, WorkloadFailed
 from powercut.core.dmlog import open_log
 from powercut.core.models import CrashSpace
-from powercut.record.vm import RecordSpec, record
+from powercut.errors import GuestPanic, ImageError, LogDeviceFull, UsageError, WorkloadFailed
 from powercut.record.recording import load_recording
+from powercut.record.vm import RecordSpec, record
 
 pytestmark = pytest.mark.vm
 N = 6

@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from powercut.linux import process
+
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.errors import WorkloadFailed
-from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.models import enumerate_states, state_from_id
+from powercut.errors import WorkloadFailed
+from powercut.linux import process
 from powercut.record.recording import Recording
 from powercut.record.vm import RecordSpec, record
 from powercut.replay.materialize import materialize, reference_image, replay_state

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from powercut.bench import host as benchhost
-from powercut.linux import process
 from powercut.bench.host import CacheTool, HostTarget, cache_tool, check_unused, write_cache_set
 from powercut.errors import EnvironmentNotReady, Interrupted, UsageError
+from powercut.linux import process
 
 
 def fake_sysfs(root: Path, name: str, majmin: str, *, vendor: str | None = None, parts: dict[str, str] | None = None,

@@ -14,10 +14,10 @@ import pytest
 
 from powercut.bench import parse as bench
 from powercut.bench import profiles as fioprofiles
-from powercut.linux import process
 from powercut.bench.parse import parse_fio_json, parse_hdparm_write_cache, parse_sysfs_write_cache, tlpi_scale
-from powercut.errors import EnvironmentNotReady, UsageError, WorkloadFailed
 from powercut.bench.profiles import by_name, fio_command, group_commit, profiles
+from powercut.errors import EnvironmentNotReady, UsageError, WorkloadFailed
+from powercut.linux import process
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "bench" / "fixtures"

@@ -10,13 +10,12 @@ import pytest
 
 from powercut.bench import parse as bench
 from powercut.bench import plan as benchspec
-from powercut.vm import guestjob
-from powercut.bench.run import BenchRequest, BenchVmSpec, estimate_timeout, plan_request, vm_spec
-from powercut.config import BenchItem, RunSet
 from powercut.bench.plan import plan
-from powercut.config import FsSpec
-from powercut.errors import UsageError
 from powercut.bench.profiles import by_name, profiles
+from powercut.bench.run import BenchRequest, BenchVmSpec, estimate_timeout, plan_request, vm_spec
+from powercut.config import BenchItem, FsSpec, RunSet
+from powercut.errors import UsageError
+from powercut.vm import guestjob
 from powercut.vm.qemu import build_argv
 
 
@@ -145,6 +144,6 @@ def test_the_backing_names_the_host_file_and_its_device(tmp_path: Path) -> None:
     img = tmp_path / "d.img"
     img.write_bytes(b"")
     dev, fstype = block_device_of(img)
-    assert dev.startswith("/dev/") or dev.startswith("device ") or dev.startswith("tmpfs")
+    assert dev.startswith(("/dev/", "device ", "tmpfs"))
     text = describe_backing(img)
     assert text.startswith(f"{img} on {dev}") and (not fstype or f"({fstype})" in text)

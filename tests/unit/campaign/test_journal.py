@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from powercut.errors import UsageError
 from powercut.campaign import journal
 from powercut.campaign.journal import Journal
-from powercut.linux.jsonlines import JsonLines, read_lines
 from powercut.core.verdict import Verdict
+from powercut.errors import UsageError
+from powercut.linux.jsonlines import JsonLines, read_lines
 
 
 def v(state: str, verdict: str = "pass", model: str = "flush", cut: int = 1) -> Verdict:

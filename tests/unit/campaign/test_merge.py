@@ -36,7 +36,7 @@ def junit_cases(path: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def campaigns(synthetic: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:  # noqa: F811
+def campaigns(synthetic: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     d = tmp_path_factory.mktemp("merge")
     whole, whole_paths = run_campaign(synthetic, spec(), d / "whole")
     for i in (1, 2, 3):

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from powercut.record import recording
 from powercut.campaign.run import CampaignSpec, prepare_out, run_campaign
-from powercut.errors import CheckerError, UsageError
 from powercut.core.dmlog_writer import LogWriter
+from powercut.errors import CheckerError, UsageError
 from powercut.linux.loopdev import LoopDevice
 from powercut.linux.mounts import mount, umount
+from powercut.record import recording
 
 BS = 4096
 SIZE = 16 << 20

@@ -170,7 +170,7 @@ def test_the_key_ignores_the_runs_own_paths_and_follows_the_shape(tmp_path: Path
     assert key(a) != key(replace(a, modules=("xfs",)))
     assert key(a) != key(replace(a, cmdline=()))
     assert key(a) != key(a, r=replace(rt, boot="other\n"))
-    import powercut.vm.cmdline as cmdline   # a host whose "cpu MHz" wanders keeps its templates
+    import powercut.vm.cmdline as cmdline  # a host whose "cpu MHz" wanders keeps its templates
     khz = iter([2_596_128, 3_100_000])
     orig = cmdline.host_tsc_khz
     try:

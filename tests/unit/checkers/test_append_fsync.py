@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from powercut.checker import CheckInput, get
 from powercut.checkers import append_fsync as checker
 from powercut.workloads.append_fsync import record

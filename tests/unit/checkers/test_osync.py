@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from powercut import CheckInput, CheckResult
 from powercut.checker import get
 from powercut.checkers import osync as osc

@@ -21,8 +21,8 @@ import pytest
 
 from powercut import CheckInput, CheckResult
 from powercut.checkers import postgres as pgc
-from powercut.workloads import postgres as pgw
 from powercut.errors import UsageError
+from powercut.workloads import postgres as pgw
 
 SEED, SIZE = 7, 300
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from powercut import CheckInput, CheckResult
 from powercut.checkers import wal as wc
 from powercut.workloads import wal as ww

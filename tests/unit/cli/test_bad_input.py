@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.logops import build_log
 from powercut.checker import CheckerSpec
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle
+from tests.unit.logops import build_log
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

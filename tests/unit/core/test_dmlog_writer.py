@@ -5,6 +5,7 @@ import struct
 from pathlib import Path
 
 import pytest
+
 from powercut.core.dmlog import DISCARD, FLUSH, FUA, MARK, METADATA, open_log
 from powercut.core.dmlog_writer import LogWriter
 

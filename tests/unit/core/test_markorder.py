@@ -9,12 +9,20 @@ import random
 from pathlib import Path
 
 import pytest
+
+from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
+from powercut.core.markorder import (
+    FLUSH_INSIDE,
+    ORPHAN_BEGIN,
+    AmbiguousWindow,
+    LateWrites,
+    ambiguous_windows,
+    late_writes,
+    mark_order,
+)
+from powercut.core.models import CrashSpace
 from tests.unit.dmlw_sim import Block, Sim, history
 from tests.unit.logops import build_log
-from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
-from powercut.core.markorder import (FLUSH_INSIDE, ORPHAN_BEGIN, AmbiguousWindow, LateWrites, ambiguous_windows,
-                                     late_writes, mark_order)
-from powercut.core.models import CrashSpace
 
 SEEDS = range(300)
 

@@ -15,15 +15,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import example as hyp_example
 from hypothesis import strategies as st
-from powercut.errors import UsageError
+
+from powercut.core.coverage import SPACE_CAP, Tally
+from powercut.core.crashstate import CrashState, state_to_json
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex, open_log
 from powercut.core.dmlog_writer import LogWriter
-from tests.unit.logops import build_log
-from powercut.core.stateid import MODELS, format_ranges
-from powercut.core.crashstate import CrashState, state_to_json
-from powercut.core.coverage import SPACE_CAP, Tally
 from powercut.core.models import CrashSpace, describe, durable_entries, enumerate_states, make_state, state_from_id
-from powercut.core.stateid import tear_picks
+from powercut.core.stateid import MODELS, format_ranges, tear_picks
+from powercut.errors import UsageError
+from tests.unit.logops import build_log
 
 S = b"\1" * 512
 
@@ -574,6 +574,7 @@ def test_blind_spot_b_fua_on_top(tmp_path: Path) -> None:
     (log order) there is a torn state whose image has U's data on top; it and the other combined
     torn states materialize exactly as the from-scratch reference."""
     import hashlib
+
     from powercut.replay.materialize import materialize, reference_image
     ops = [("w", 0, 8, 0, 1), ("f",), ("w", 2, 2, FUA, 50), ("m", "ack:u"), ("w", 0, 6, 0, 100),
            ("w", 10, 2, 0, 200), ("f",)]
@@ -608,6 +609,7 @@ def test_combined_torn_states_replay_exactly(ops: list, seed: int) -> None:  # t
     """materialize (incremental walk + clone + extras) and reference_image (from entry 0) agree on
     every torn state, the combined ones included (torn entry not cut-1, entries lost)."""
     import hashlib
+
     from powercut.replay.materialize import materialize, reference_image
     with tempfile.TemporaryDirectory() as d:
         with build_log(Path(d) / "l.bin", ops) as idx:

@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from powercut.errors import UsageError
-from powercut.core.dmlog import FLUSH, FUA, LogIndex
-from tests.unit.logops import build_log
-from powercut.core.stateid import MODELS
+
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import FLUSH, FUA, LogIndex
 from powercut.core.models import CrashSpace, durable_entries, enumerate_states
-from powercut.replay.materialize import materialize, reference_image
 from powercut.core.selection import Selection, StateList, fair_shares, image_key, select, spread
 from powercut.core.shard import Shard
+from powercut.core.stateid import MODELS
+from powercut.errors import UsageError
+from powercut.replay.materialize import materialize, reference_image
+from tests.unit.logops import build_log
 
 SIZE = 16 * 512
 KW = {"bound": 4, "samples": 3, "torn_samples": 2}
@@ -293,7 +294,7 @@ def test_state_list_extend_and_wide_offsets(tmp_path: Path, monkeypatch: pytest.
                                      ("w", 1, 4, 0, 3), ("m", "ack:b")])
     with idx:
         sp = CrashSpace(idx)
-        wc, flush = (sp.states(m, **{"exhaustive_bound": 4}) for m in ("write-cache", "flush"))
+        wc, flush = (sp.states(m, exhaustive_bound=4) for m in ("write-cache", "flush"))
         a, b = StateList(sp, (s.id for s in flush)), StateList(sp, (s.id for s in wc))
         a.extend(b)
         a.extend(StateList(sp))

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.unit.logops import build_log
-from powercut.errors import UsageError
-from powercut.core.dmlog import FLUSH, FUA
-from powercut.core.stateid import MODELS
+
 from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.models import CrashSpace
 from powercut.core.selection import image_key
 from powercut.core.shrink import Outcome, find_integer, minimize, reason_class, signature
-from powercut.core.stateid import parse_id
+from powercut.core.stateid import MODELS, parse_id
+from powercut.errors import UsageError
+from tests.unit.logops import build_log
 
 Judge = Callable[[CrashState], Outcome]
 PASS = Outcome("pass")
@@ -200,7 +200,7 @@ def test_errors(w30: CrashSpace, tmp_path: Path) -> None:
 def test_prefix_bisection_finds_the_earliest_cut(tmp_path: Path) -> None:
     sp = space_of([("w", i, 1, 0, i) for i in range(64)], tmp_path)
     for k in range(64):
-        judge: Judge = lambda s, k=k: Outcome("corrupt-data", (f"entry {k} present",)) if k < s.cut else PASS
+        judge: Judge = lambda s, k=k: Outcome("corrupt-data", (f"entry {k} present",)) if k < s.cut else PASS  # noqa: E731
         r = minimize(sp, sp.make_state("no-cache", 64), judge)
         assert r.minimized.id == f"no-cache@{k + 1}" and r.calls <= 1 + 6 and r.one_at_a_time == 64 - k - 1
 
@@ -212,7 +212,7 @@ def test_flush_model_earliest_cut_against_brute_force(tmp_path: Path) -> None:
     sp = space_of(ops, tmp_path)
     cuts = [s.cut for s in sp.states("flush")]
     for k in [i for i in range(sp.n) if sp.is_data[i]]:
-        judge: Judge = lambda s, k=k: Outcome("lost-ack", ("b",)) if k < s.cut and k not in missing(sp, s) else PASS
+        judge: Judge = lambda s, k=k: Outcome("lost-ack", ("b",)) if k < s.cut and k not in missing(sp, s) else PASS  # noqa: E731
         want = min(c for c in cuts if k < c)
         r = minimize(sp, sp.make_state("flush", cuts[-1]), judge)
         assert image_key(sp, r.minimized) == image_key(sp, sp.make_state("flush", want))

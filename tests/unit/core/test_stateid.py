@@ -6,8 +6,27 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from powercut.core.stateid import (
+    MODELS,
+    Pick,
+    StateId,
+    format_id,
+    format_ranges,
+    not_under,
+    parse_id,
+    parse_ranges,
+    pick_bits,
+    resolve,
+    runs,
+    seeded_index,
+    subset_picks,
+    tear_picks,
+    torn_sample,
+    tw_sample,
+    wc_sample,
+)
 from powercut.errors import UsageError
-from powercut.core.stateid import MODELS, Pick, StateId, format_id, format_ranges, not_under, parse_id, parse_ranges, pick_bits, resolve, runs, seeded_index, subset_picks, tear_picks, torn_sample, tw_sample, wc_sample
 
 SORTED = st.lists(st.integers(0, 200), max_size=30, unique=True).map(sorted)
 

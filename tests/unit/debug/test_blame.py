@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.unit.logops import build_log
-from powercut.debug import blame
 from powercut.core.models import CrashSpace
+from powercut.debug import blame
+from tests.unit.logops import build_log
 
 OPS = [("m", "mkfs"), ("m", "begin:1"), ("w", 100, 4, 0, 1), ("w", 200, 2, 0, 2), ("f",), ("m", "ack:1"),
        ("m", "begin:2"), ("w", 104, 4, 0, 3), ("w", 300, 2, 0, 4), ("f",), ("m", "ack:2")]

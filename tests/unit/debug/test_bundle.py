@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.logops import build_log
-from powercut.debug import bundle
-from powercut.debug import repro
 from powercut.checker import CheckerSpec
-from powercut.errors import UsageError
 from powercut.core.dmlog import open_log
 from powercut.core.verdict import Verdict
+from powercut.debug import bundle, repro
+from powercut.errors import UsageError
+from tests.unit.logops import build_log
 
 OPS = [("m", "mkfs"), ("m", "begin:1"), ("w", 100, 4, 0, 1), ("d", 50, 8), ("f",), ("m", "ack:1"),
        ("w", 104, 4, 0, 3), ("f",), ("m", "ack:2")]

@@ -1,8 +1,8 @@
 """triage.py: failures grouped by how they fail (verdict + reason class), worst and largest first."""
 from __future__ import annotations
 
-from powercut.debug import triage
 from powercut.core.verdict import Verdict
+from powercut.debug import triage
 
 
 def _v(state: str, verdict: str, reason: str, cut: int) -> Verdict:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from powercut.guest import bench as benchguest
-from powercut.linux import process
 from powercut.bench.items import PG_GLOB, ItemTarget, run_item
 from powercut.config import BenchItem
 from powercut.errors import EnvironmentNotReady
+from powercut.guest import bench as benchguest
+from powercut.linux import process
 
 
 class Drive:

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from powercut.linux import dm
+
 from powercut.errors import PowercutError, UsageError
+from powercut.linux import dm
 from powercut.linux.loopdev import LoopDevice
 
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from powercut.linux import filesystems
 from powercut.config import FsSpec
 from powercut.errors import UsageError
+from powercut.linux import filesystems
 
 
 def test_every_filesystem_is_complete() -> None:

@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 from powercut.errors import PowercutError
-from powercut.linux.loopdev import (LoopDevice, LoopError, backing_file, detach, has_write_cache, loops_backed_under,
-                                    set_write_cache)
+from powercut.linux.loopdev import (
+    LoopDevice,
+    LoopError,
+    backing_file,
+    detach,
+    has_write_cache,
+    loops_backed_under,
+    set_write_cache,
+)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/loop-control"),
                                 reason="needs root and /dev/loop-control")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from powercut.linux import process
 from powercut.errors import CommandFailed, EnvironmentNotReady
+from powercut.linux import process
 
 
 def _alive(pid: int) -> bool:

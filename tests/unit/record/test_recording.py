@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from powercut.record import recording
 from powercut.errors import BadRecording, UsageError
+from powercut.record import recording
 
 GOOD = {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
         "data": {"size_bytes": 1 << 20, "final": "data-final.img", "initial": "zeros"},

@@ -16,14 +16,15 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from powercut.linux import process
-from powercut.errors import BadLog, BadRecording, PowercutError, UsageError
+
 from powercut.core.dmlog import FUA, LogIndex, open_log
 from powercut.core.dmlog_writer import LogWriter
-from powercut.core.stateid import MODELS
 from powercut.core.models import durable_entries, enumerate_states, state_from_id
-from powercut.replay.materialize import ReplayStats, materialize, plan, reference_image, replay_state
+from powercut.core.stateid import MODELS
+from powercut.errors import BadLog, BadRecording, PowercutError, UsageError
+from powercut.linux import process
 from powercut.linux.imageio import data_extents
+from powercut.replay.materialize import ReplayStats, materialize, plan, reference_image, replay_state
 from powercut.replay.snapshot import Provider
 
 ROOT = os.geteuid() == 0

@@ -11,15 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from powercut.linux import dm
-from powercut.linux import mounts
-from powercut.errors import EnvironmentNotReady, UsageError
-from powercut.linux.imageio import data_extents, new_image, probe_reflink, punch_hole, pwrite_all, sparse_copy_fd
+
 from powercut.core.dmlog import LogIndex
 from powercut.core.models import enumerate_states
+from powercut.errors import EnvironmentNotReady, UsageError
+from powercut.linux import dm, mounts
+from powercut.linux.imageio import data_extents, new_image, probe_reflink, punch_hole, pwrite_all, sparse_copy_fd
 from powercut.replay.materialize import materialize, reference_image
-from powercut.replay.snapshot import CopyProvider, Provider, XfsWorkspaceProvider
 from powercut.replay.providers import choose_provider
+from powercut.replay.snapshot import CopyProvider, Provider, XfsWorkspaceProvider
 from tests.unit.replay.test_materialize import HAND, LOGS, NSECT, build, check_all, sha
 
 ROOT = os.geteuid() == 0

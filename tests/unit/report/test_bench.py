@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from powercut.report import bench as benchreport
 from powercut.bench import results as benchresults
-from powercut.report import seeds as benchseeds
 from powercut.bench.parse import parse_fio_json
+from powercut.bench.profiles import by_name
 from powercut.bench.results import BenchEntry, BenchMeta, BenchResults, entries_for, from_sets
 from powercut.config import BenchItem, RunSet
 from powercut.errors import UsageError
-from powercut.bench.profiles import by_name
+from powercut.report import bench as benchreport
+from powercut.report import seeds as benchseeds
 
 FIXTURES = Path(__file__).resolve().parents[3] / "bench" / "fixtures"
 
@@ -180,6 +180,7 @@ def test_the_bench_page_shows_every_item_the_plot_and_where(tmp_path: Path) -> N
     plot inlined without its XML prolog, the seeds' tables, where the figures were taken; nothing
     loaded from outside."""
     import re
+
     from powercut.report import html
     pytest.importorskip("matplotlib")
     r = sample()

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from powercut.bench.results import BenchEntry, BenchMeta, BenchResults
+from powercut.campaign.matrix import timed_params
 from powercut.report import cost as costreport
 from powercut.report import matrix
-from powercut.campaign.matrix import timed_params
-from powercut.bench.results import BenchEntry, BenchMeta, BenchResults
 
 MATRIX = """
 [[row]]

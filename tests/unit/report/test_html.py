@@ -10,13 +10,11 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
-
 from powercut.core.dmlog_writer import LogWriter
 from powercut.core.verdict import Verdict
 from powercut.report import timeline
-from tests.unit.campaign.test_run import synthetic  # noqa: F401  (the fixture)
 from tests.unit.campaign.test_merge import campaigns  # noqa: F401  (the fixture)
+from tests.unit.campaign.test_run import synthetic  # noqa: F401  (the fixture)
 
 
 class Outside(HTMLParser):
@@ -40,7 +38,7 @@ def chromium() -> str:
     return found
 
 
-def test_check_and_merge_write_a_self_contained_page(campaigns) -> None:  # noqa: F811
+def test_check_and_merge_write_a_self_contained_page(campaigns) -> None:
     for out in ("whole", "merged"):
         page = (campaigns["dir"] / out / "report.html").read_text()
         p = Outside()
@@ -50,7 +48,7 @@ def test_check_and_merge_write_a_self_contained_page(campaigns) -> None:  # noqa
         assert "group 1:" in page and "powercut repro " in page and "<svg" in page
 
 
-def test_the_page_in_a_browser_shows_the_verdict_groups_and_repro(campaigns, tmp_path) -> None:  # noqa: F811
+def test_the_page_in_a_browser_shows_the_verdict_groups_and_repro(campaigns, tmp_path) -> None:
     page = campaigns["dir"] / "merged" / "report.html"
     s = campaigns["merged"]
     dom = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",

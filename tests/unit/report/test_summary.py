@@ -8,8 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from powercut.campaign.run import flaky
-from powercut.report.summary import summarize, table, write_outputs
 from powercut.core.verdict import Verdict
+from powercut.report.summary import summarize, table, write_outputs
 
 
 def v(state: str, verdict: str = "pass", model: str = "flush", cut: int = 1) -> Verdict:

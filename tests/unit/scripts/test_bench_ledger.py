@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.unit import benchscripts
 
 
-def test_three_capped_nights(tmp_path, capsys) -> None:   # noqa: ANN001
+def test_three_capped_nights(tmp_path, capsys) -> None:
     bl = benchscripts.load("bench_ledger")
     log = tmp_path / "log.bin"
     bl.synthetic_log(log, 600)

@@ -10,9 +10,8 @@ from types import ModuleType
 
 import pytest
 
-from tests.unit import benchscripts
-
 from powercut.core.dmlog import END_MARK, open_log
+from tests.unit import benchscripts
 
 
 @pytest.fixture(scope="module")

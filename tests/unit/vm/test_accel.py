@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
 from powercut import config as paths
 from powercut.config import VmSpec
 from powercut.errors import GuestHang, VmError

@@ -3,7 +3,6 @@ only what a checker-VM job needs; registered checkers and the fsck program come 
 host, with the usual lookup when the preset is not usable."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from powercut import checker as checkers, registry
+from powercut import checker as checkers
+from powercut import registry
 from powercut.checker import CheckerSpec
 from powercut.linux import filesystems
 from powercut.vm import agentboot, guestjob

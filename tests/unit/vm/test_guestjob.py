@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from powercut.vm import guestjob
 from powercut.checker import CheckerSpec
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.errors import PowercutError
+from powercut.vm import guestjob
 
 
 def test_record_job_round_trips(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.errors import EnvironmentNotReady, UsageError
 from powercut.vm import libvirt as lv

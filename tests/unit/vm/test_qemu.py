@@ -8,9 +8,9 @@ import pytest
 
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.errors import GuestHang, GuestPanic, QemuCrashed, UsageError, VmError, VmKilled
-from powercut.vm.qemu import build_argv
-from powercut.vm.console import classify_end
 from powercut.vm.cmdline import kernel_cmdline
+from powercut.vm.console import classify_end
+from powercut.vm.qemu import build_argv
 
 
 def spec(tmp_path: Path, **kw) -> VmSpec:
