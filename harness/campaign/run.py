@@ -40,7 +40,7 @@ from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select,
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.debug import triage
-from powercut.errors import CheckerError, UsageError
+from powercut.errors import CheckerError, PowercutError, UsageError
 from powercut.record import recording
 from powercut.report import html
 from powercut.report.summary import Summary, summarize, write_outputs
@@ -176,17 +176,23 @@ class _Run:
         self.groups = self._findings()
         todo = self.groups[:self.spec.shrink]
         if todo:
-            found = {d["state"]: d for d in self._diagnose(index, [g.first for g in todo])}
+            try:
+                found = {d["state"]: d for d in self._diagnose(index, [g.first for g in todo])}
+            except PowercutError as e:   # e.g. a state that panics the kernel panics the diagnosing VM too:
+                log.warning("diagnosis failed, the groups are reported without it: %s", e.one_line())   # the
+                found = {}                                                     # verdicts stand, the check goes on
+                for g in todo:
+                    g.diagnosis_error = e.one_line()
             for g in todo:
                 g.diagnosis = found.get(g.first.state)
         self.place.close_warm()   # confirmation judges in fresh kernels
         self.triage_s = time.monotonic() - t0
         if self.spec.confirm:
             self.confirm(index)
-            kept = {(g.verdict, g.reason_class): g.diagnosis for g in self.groups if g.diagnosis}
+            kept = {(g.verdict, g.reason_class): (g.diagnosis, g.diagnosis_error) for g in self.groups}
             self.groups = self._findings()   # confirmation may have made states flaky, or whole groups
             for g in self.groups:
-                g.diagnosis = kept.get((g.verdict, g.reason_class))
+                g.diagnosis, g.diagnosis_error = kept.get((g.verdict, g.reason_class), (None, ""))
         t1 = time.monotonic()
         if self.groups:
             triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.rec.log_path)
@@ -292,7 +298,7 @@ def coverage_of(sel: Selection, verdicts: list[Verdict], ctx: CheckContext) -> C
     cov = judged_only(sel.coverage, Counter(v.model for v in verdicts))
     c = ctx.checker
     if not (c.name or c.command or c.function):
-        cov = dataclasses.replace(cov, notes=(*cov.notes, NO_CHECKER))
+        cov = cov.with_note(NO_CHECKER)
     return cov
 
 

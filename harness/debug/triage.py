@@ -42,6 +42,7 @@ class Group:
     diagnosis: dict[str, Any] | None = None
     bundle: str = ""
     escalated: bool = False     # its confirmation sample disagreed: confirmed state by state
+    diagnosis_error: str = ""   # why its diagnosis could not be made (the diagnosing VM panicked, ...)
 
     @property
     def first(self) -> Verdict:
@@ -58,6 +59,7 @@ class Group:
                 "confirmed_by_group": sum(v.by_group for v in self.states),
                 "unconfirmed": sum(not v.confirmed and not v.by_group for v in self.states),
                 "escalated": self.escalated,
+                **({"diagnosis_error": self.diagnosis_error} if self.diagnosis_error else {}),
                 **({"minimized_confirmed": d["minimized_confirmed"], "minimized_alone": d.get("minimized_alone", "")}
                    if "minimized_confirmed" in d else {})}
 

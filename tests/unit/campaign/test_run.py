@@ -237,3 +237,19 @@ def test_resume_with_other_settings_is_refused(synthetic: Path, tmp_path: Path) 
     assert s.ok
     s, _ = run_campaign(synthetic, CampaignSpec.of(force=True, **spec), tmp_path / "out")
     assert s.ok
+
+
+def test_a_diagnosis_that_fails_leaves_the_verdicts_and_says_why(synthetic: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state that panics the kernel panics the VM that diagnoses it too: the check goes on, its
+    groups carry the diagnosis error, and the verdict is the finding's (was: the whole check an error)."""
+    from powercut.campaign import run as campaign_run
+    from powercut.errors import PowercutError
+
+    def broken(self, index, firsts):   # noqa: ANN001, ANN202
+        raise PowercutError("the checker VM diagnosing 1 failure(s) failed: guest kernel panic")
+    monkeypatch.setattr(campaign_run._Run, "_diagnose", broken)
+    s, paths = run_campaign(synthetic, CampaignSpec.of(models=("flush",), check_in="host", checker_command=STRICT,
+                                                       shrink=1, jobs=1), tmp_path / "out")
+    assert s.verdict == "lost-ack" and s.status == "complete"
+    assert "guest kernel panic" in s.groups[0]["diagnosis_error"]
