@@ -78,11 +78,11 @@ def main() -> int:
         with open_log(rec.log_path) as index:
             states = select(index, ["flush"]).states
         print(f"states: {len(states)} (flush model, distinct, after the mkfs mark)")
-        host, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=args.jobs), tmp / "host")
+        host, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=args.jobs, shrink=0), tmp / "host")
         host_rate = host.total / host.seconds
         print(f"host mode  -j {args.jobs}: {host.total} states in {host.seconds:7.1f} s = {host_rate:7.1f} states/s"
               f"  (all pass: {host.ok})")
-        host1, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=1), tmp / "host1")
+        host1, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=1, shrink=0), tmp / "host1")
         print(f"host mode  -j 1: {host1.total} states in {host1.seconds:7.1f} s = "
               f"{host1.total / host1.seconds:7.1f} states/s")
         sub = states[:: max(1, len(states) // args.baseline_states)][:args.baseline_states]

@@ -18,7 +18,7 @@ from tests.vm.vmcheckers import panic_or_hang
 
 pytestmark = pytest.mark.vm
 MODELS = ("flush", "no-cache", "write-cache")
-SMALL = dict(bound=2, samples=2)  # keep the write-cache state count small enough for TCG
+SMALL = dict(bound=2, samples=2, shrink=0)  # keep the write-cache state count small enough for TCG
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_panic_and_hang_in_the_checker_vm_are_findings(good: Path, tmp_path: Pat
         ids = [s.id for s in select(index, ["flush"]).states]
     panic_id, hang_id = ids[2], ids[5]
     cmd = panic_or_hang(panic_id, hang_id)
-    summary, _ = run_campaign(good, CampaignSpec.of(models=("flush",), check_in="vm", checker_command=cmd,
+    summary, _ = run_campaign(good, CampaignSpec.of(models=("flush",), check_in="vm", checker_command=cmd, shrink=0,
                                                  state_timeout_s=30), tmp_path / "out")
     got = verdicts(tmp_path / "out")
     assert got[panic_id] == "kernel-panic"
@@ -168,7 +168,7 @@ def test_a_checker_vm_killed_from_outside_is_restarted_not_blamed(good: Path, tm
     t = threading.Thread(target=killer, daemon=True)
     t.start()
     # a checker that takes 2 s a state: the kill lands while a state is being judged
-    summary, _ = run_campaign(good, CampaignSpec.of(models=("flush",), check_in="vm", jobs=1, max_states=6,
+    summary, _ = run_campaign(good, CampaignSpec.of(models=("flush",), check_in="vm", jobs=1, max_states=6, shrink=0,
                                                  checker_command="sleep 2"), out)
     t.join(5)
     assert killed, "the checker VM was never killed (the test did not run its case)"

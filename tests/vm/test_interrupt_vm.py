@@ -111,7 +111,7 @@ def test_interrupted_check_cleans_up_and_resumes(small: Path, tmp_path: Path, mo
     assert summary["total"] < sum(c["judged"] for c in summary["states"].values())
     resumed = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr
-    whole, _ = run_campaign(small, CampaignSpec.of(models=("no-cache", "write-cache"), check_in="host", bound=3,
+    whole, _ = run_campaign(small, CampaignSpec.of(models=("no-cache", "write-cache"), check_in="host", shrink=0, bound=3,
                                                 samples=2), tmp_path / "whole")
     got = {json.loads(x)["state"]: json.loads(x)["verdict"] for x in (out / "journal.jsonl").read_text().splitlines()}
     want = {json.loads(x)["state"]: json.loads(x)["verdict"]

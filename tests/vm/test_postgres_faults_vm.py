@@ -25,7 +25,7 @@ from powercut.workloads import postgres as pgw
 
 pytestmark = pytest.mark.vm
 PARAMS = {"fault_at": 2, "row_bytes": 1200}   # n=10, checkpoint_every=3: the defaults
-CHECK = dict(models=("flush", "write-cache"), check_in="host", jobs=2, max_states=120)
+CHECK = dict(models=("flush", "write-cache"), check_in="host", jobs=2, max_states=120, shrink=0)
 
 
 @pytest.fixture(scope="module")

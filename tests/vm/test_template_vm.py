@@ -51,9 +51,9 @@ def test_restored_checker_vms_judge_as_booted_ones(ack_early: Path, tmp_path: Pa
     runs = {}
     for start in ("boot", "snapshot"):
         monkeypatch.setenv("POWERCUT_VM_START", start)
-        for name, spec in (("builtin", CampaignSpec.of(models=("flush", "write-cache"), check_in="vm", jobs=2,
+        for name, spec in (("builtin", CampaignSpec.of(models=("flush", "write-cache"), check_in="vm", jobs=2, shrink=0,
                                                     bound=2, samples=2)),
-                           ("faults", CampaignSpec.of(models=("flush",), check_in="vm", checker_command=checker,
+                           ("faults", CampaignSpec.of(models=("flush",), check_in="vm", checker_command=checker, shrink=0,
                                                    state_timeout_s=15))):
             out = tmp_path / f"{start}-{name}"
             run_campaign(ack_early, spec, out)
@@ -76,7 +76,7 @@ def test_a_template_that_does_not_restore_falls_back_to_a_boot(ack_early: Path, 
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv("POWERCUT_VM_START", raising=False)
     monkeypatch.setattr(template, "_failed", set())
-    spec = CampaignSpec.of(models=("flush",), check_in="vm", jobs=1)
+    spec = CampaignSpec.of(models=("flush",), check_in="vm", jobs=1, shrink=0)
     first, _ = run_campaign(ack_early, spec, tmp_path / "first")   # builds the template (or finds it)
     used = {a.split("exec:cat ", 1)[1].split("'")[0].strip() for p in (tmp_path / "first").rglob("qemu.argv")
             if "exec:cat " in (a := p.read_text())}
