@@ -43,6 +43,7 @@ class MatrixRun:
     selection: SelectionSpec = SelectionSpec()   # each row's models and max_states override its fields
     place: Place = Place()        # accel, jobs, --check-uri, memory; its check_in is replaced per row
     resume: bool = False
+    require_exhaustive: bool = False   # a cell expecting pass whose space was not exhaustive is a surprise
 
 
 def run_row(row: Row, how: MatrixRun, on_verdict: Any = None) -> tuple[list[Cell], dict[str, Any]]:
@@ -105,7 +106,7 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
         untorn = _untorn(rec, cspec, torn[:MAX_TEAR_CHECKS], recdir / "untorn") if torn else {}
         info["tear_checks"] = {"checked": min(len(torn), MAX_TEAR_CHECKS), "torn_failures": len(torn),
                                "seconds": round(time.monotonic() - t0, 1)}
-        return cells(row, summary, untorn), info
+        return cells(row, summary, untorn, how.require_exhaustive), info
     except (PowercutError, OSError) as e:
         log.warning("matrix row %s: %s", row.id, one_line(e))
         return failed_cells(row, one_line(e)), info

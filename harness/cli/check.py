@@ -196,8 +196,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         results.extend(cells)
         infos.append(info)
         for c in cells:
-            mark = "ok  " if c.ok else "SURPRISE"
-            print(f"{mark} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}", flush=True)
+            print(f"{c.mark:4} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}", flush=True)
 
     with console.status(f"{len(rows)} rows: each recorded in a VM (the next while this one is checked), "
                         "then checked"):
@@ -219,8 +218,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     def done(row: matrix.Row, cells: list[matrix.Cell], info: dict) -> None:
         for c in cells:
-            print(f"{'ok  ' if c.ok else 'SURPRISE'} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}",
-                  flush=True)
+            print(f"{c.mark:4} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}", flush=True)
 
     res = run_demo(DemoSpec(out=Path(args.out), check_in=args.check_in, jobs=args.jobs,
                             selection=selection_from(args, "demo"), accel=args.accel, cost=not args.no_cost), done)

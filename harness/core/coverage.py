@@ -69,6 +69,7 @@ class ModelCoverage:
     sampled_generated: int = 0
     sampled_space: int = 0
     earlier: int = 0    # distinct states a ledger says passed in earlier runs of the log (not judged again)
+    notes: tuple[str, ...] = ()   # what weakens this model's space or its judging, one sentence each
 
     @property
     def left_out(self) -> int:
@@ -76,8 +77,13 @@ class ModelCoverage:
 
     @property
     def words(self) -> tuple[str, ...]:
-        w = tuple(x for x, on in ((SAMPLED, self.sampled_windows > 0), (CAPPED, self.left_out > 0)) if on)
+        w = tuple(x for x, on in ((SAMPLED, self.sampled_windows > 0), (CAPPED, self.left_out > 0),
+                                  (WEAKENED, bool(self.notes))) if on)
         return w or (EXHAUSTIVE,)
+
+    def phrase(self) -> str:
+        """This model's coverage alone (a matrix cell's): '' when exhaustive."""
+        return Coverage((self,)).phrase()
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"coverage": list(self.words), "distinct": self.distinct, "judged": self.judged}
@@ -85,6 +91,8 @@ class ModelCoverage:
             d["left_out"] = self.left_out
         if self.earlier:
             d["earlier"] = self.earlier
+        if self.notes:
+            d["notes"] = list(self.notes)
         if self.sampled_windows:
             d["sampled"] = {"windows": self.sampled_windows, "of_windows": self.windows,
                             "generated": self.sampled_generated, "space": self.sampled_space}
@@ -95,23 +103,31 @@ class ModelCoverage:
         s = d.get("sampled") or {}
         return cls(model, int(d["distinct"]), int(d["judged"]), int(s.get("of_windows", 0)),
                    int(s.get("windows", 0)), int(s.get("generated", 0)), int(s.get("space", 0)),
-                   int(d.get("earlier", 0)))
+                   int(d.get("earlier", 0)), tuple(d.get("notes") or ()))
 
 
 @dataclass(frozen=True, slots=True)
 class Coverage:
-    """A check's coverage: per model, and the notes that weaken it (each one sentence)."""
+    """A check's coverage: per model (each with the notes that weaken it), and the seed."""
 
     models: tuple[ModelCoverage, ...]
-    notes: tuple[str, ...] = ()
     seed: int | None = None
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Every model's notes, each once, in model order."""
+        return tuple(dict.fromkeys(n for m in self.models for n in m.notes))
+
+    def with_note(self, note: str, models: Iterable[str] | None = None) -> Coverage:
+        """This coverage with ``note`` on the given models (None: all)."""
+        on = None if models is None else set(models)
+        return replace(self, models=tuple(replace(m, notes=tuple(dict.fromkeys((*m.notes, note))))
+                                          if on is None or m.model in on else m for m in self.models))
 
     @property
     def words(self) -> tuple[str, ...]:
         """Every word that applies, in WORDS order; ("exhaustive",) when none does."""
         got = {w for m in self.models for w in m.words if w != EXHAUSTIVE}
-        if self.notes:
-            got.add(WEAKENED)
         return tuple(w for w in WORDS if w in got) or (EXHAUSTIVE,)
 
     @property
@@ -171,25 +187,25 @@ class Coverage:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Coverage:
-        return cls(tuple(ModelCoverage.from_json(m, v) for m, v in (d.get("models") or {}).items()),
-                   tuple(d.get("notes") or ()), d.get("seed"))
+        return cls(tuple(ModelCoverage.from_json(m, v) for m, v in (d.get("models") or {}).items()), d.get("seed"))
 
 
 def _count(n: int) -> str:
     return f">= 2^{n.bit_length() - 1}" if n >= SPACE_CAP else str(n)
 
 
-def build(counts: Mapping[str, Any], tallies: Mapping[str, Tally], *, notes: Iterable[str] = (),
-          seed: int | None = None) -> Coverage:
+def build(counts: Mapping[str, Any], tallies: Mapping[str, Tally], *,
+          notes: Mapping[str, Iterable[str]] | None = None, seed: int | None = None) -> Coverage:
     """Join selection's per-model counts (``owned`` and ``judged``: selection.ModelCounts) with the
-    enumeration's tallies and the notes that weaken the check."""
+    enumeration's tallies and the notes that weaken each model."""
+    notes = notes or {}
     models = []
     for m, c in counts.items():
         t = tallies.get(m) or Tally()
         earlier = getattr(c, "earlier", 0)
         models.append(ModelCoverage(m, c.owned + earlier, c.judged, t.windows, t.sampled_windows, t.generated,
-                                    t.space, earlier))
-    return Coverage(tuple(models), tuple(dict.fromkeys(notes)), seed)
+                                    t.space, earlier, tuple(dict.fromkeys(notes.get(m, ())))))
+    return Coverage(tuple(models), seed)
 
 
 def judged_only(cov: Coverage, judged: Mapping[str, int]) -> Coverage:
@@ -206,10 +222,11 @@ def merge(parts: Sequence[Coverage]) -> Coverage:
         return Coverage(())
     first = parts[0]
     judged: dict[str, int] = {}
+    notes: dict[str, dict[str, None]] = {}
     for p in parts:
         for m in p.models:
             judged[m.model] = judged.get(m.model, 0) + m.judged
-    notes = tuple(dict.fromkeys(n for p in parts for n in p.notes))
-    return Coverage(tuple(replace(m, judged=min(m.distinct - m.earlier, judged[m.model])) for m in first.models),
-                    notes, first.seed)
+            notes.setdefault(m.model, {}).update(dict.fromkeys(m.notes))
+    return Coverage(tuple(replace(m, judged=min(m.distinct - m.earlier, judged[m.model]), notes=tuple(notes[m.model]))
+                          for m in first.models), first.seed)
 

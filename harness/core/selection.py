@@ -383,15 +383,13 @@ def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: Selec
         del mine
     log.debug("selected %d of %d distinct states (floor %s): %s", len(chosen),
               sum(c.owned for c in counts.values()), floor, {m: c.to_json() for m, c in counts.items()})
-    cov = build(counts, tallies, notes=log_notes(sp, order), seed=seed)
+    cov = build(counts, tallies, notes={m: log_notes(sp, m) for m in order}, seed=seed)
     return Selection(chosen, {k: tuple(v) for k, v in aliases.items()}, counts, floor, cov)
 
 
-def log_notes(sp: CrashSpace, models: Sequence[str]) -> list[str]:
-    """What the log itself keeps the models from generating (coverage notes, CrashSpace.notes): each
+def log_notes(sp: CrashSpace, model: str) -> list[str]:
+    """What the log itself keeps a model from generating (coverage notes, CrashSpace.notes): each
     ambiguous ordering window or orphan begin mark, named with the ack it affects, and the writes
-    that may have completed while a flush or FUA write was in flight.  None for ``flush`` alone: its
+    that may have completed while a flush or FUA write was in flight.  None for ``flush``: its
     states (everything before a flush point durable) lose no completed write, so neither gap reaches it."""
-    if all(m == "flush" for m in models):
-        return []
-    return list(sp.notes)
+    return [] if model == "flush" else list(sp.notes)

@@ -135,6 +135,10 @@ def matrix_sentence(rows: list[Any], results: list[Any], missing: tuple[str, ...
     if bad:
         text += " (" + ", ".join(f"{c.row} {c.model}" for c in bad[:4]) + (" ..." if len(bad) > 4 else "") + ")"
     text += "."
+    unproven = [c for c in results if c.ok and not c.proven]
+    if unproven:
+        text += (f" {len(unproven)} of the passes stand on a space that was not exhaustive (sampled, capped or "
+                 "weakened: hover a cell for its coverage).")
     return text + (f" Shards missing: {', '.join(missing)}: not a complete matrix." if missing else "")
 
 
@@ -157,7 +161,7 @@ def write_matrix(out: Path, rows: list[Any], results: list[Any], infos: list[dic
     workloads: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         report = (rows_dir or out) / r.slug / "check" / "report.html"
-        cells = {m: {"ok": c.ok, "seen": _label(c), "expected": c.expected,
+        cells = {m: {"ok": c.ok, "proven": c.proven, "seen": _label(c), "expected": c.expected,
                      "title": f"expected {c.expected}; seen {c.describe()}"
                               + (f" -- {' '.join(r.notes[m].split())}" if m in r.notes else "")}
                  for m, c in by_row.get(r.id, {}).items()}

@@ -134,8 +134,22 @@ class Cell:
     first_reason: str = ""
     flaky: int = 0
     error: str = ""
-    tear_free: int = 0                                      # failing torn states that fail as well untorn
+    tear_free: int = 0                                      # failing torn states that fail alike untorn
     tear_free_example: str = ""
+    coverage: str = ""              # the model's coverage phrase ("" exhaustive, or unknown: see covered)
+    covered: str = "exhaustive"     # the model's worst coverage word (core/coverage: exhaustive .. weakened)
+    require_exhaustive: bool = False   # a pass expected and seen on a space short of exhaustive is not ok
+
+    @property
+    def proven(self) -> bool:
+        """An expected pass stands on every distinct state (a failure found needs no more)."""
+        return self.covered == "exhaustive" or bool(self.failing)
+
+    @property
+    def mark(self) -> str:
+        """What the matrix prints before the cell: ``ok``, ``ok?`` (as expected, but not every state
+        was judged: the coverage says which way), or ``SURPRISE``."""
+        return "SURPRISE" if not self.ok else "ok" if self.proven else "ok?"
 
     @property
     def tear_needed(self) -> int:
@@ -161,7 +175,7 @@ class Cell:
         if self.error or self.flaky or not self.judged:
             return False
         if self.expected == "pass":
-            return not self.tear_needed
+            return not self.tear_needed and (self.proven or not self.require_exhaustive)
         if self.expected == "fail":
             return bool(self.failing)
         if self.expected.endswith(" only"):  # that verdict and no other (e.g. "may lose, never corrupts")
@@ -174,7 +188,8 @@ class Cell:
         untorn = (f"; {self.tear_free} failing states fail the same way without their tear (write-cache losses, "
                   f"e.g. {self.tear_free_example})" if self.tear_free else "")
         if not self.failing:
-            return f"pass ({self.judged} states)" + (f", {self.flaky} flaky" if self.flaky else "") + untorn
+            cov = f"; {self.coverage}" if self.coverage else ""
+            return f"pass ({self.judged} states{cov})" + (f", {self.flaky} flaky" if self.flaky else "") + untorn
         kinds = ", ".join(f"{v} {n}" for v, n in sorted(self.failing.items()))
         return (f"{kinds} of {self.judged}; first {self.first}" + (f", {self.flaky} flaky" if self.flaky else "")
                 + untorn)
@@ -183,7 +198,8 @@ class Cell:
         return {"row": self.row, "model": self.model, "expected": self.expected, "seen": self.seen, "ok": self.ok,
                 "judged": self.judged, "failing": self.failing, "first_failing_state": self.first,
                 "first_reason": self.first_reason, "flaky": self.flaky, "error": self.error,
-                "tear_free": self.tear_free, "tear_free_example": self.tear_free_example}
+                "tear_free": self.tear_free, "tear_free_example": self.tear_free_example,
+                "coverage": self.coverage, "covered": self.covered, "require_exhaustive": self.require_exhaustive}
 
 
     @staticmethod
@@ -191,16 +207,21 @@ class Cell:
         return Cell(str(d["row"]), str(d["model"]), str(d["expected"]), int(d.get("judged", 0)),
                     {str(k): int(v) for k, v in (d.get("failing") or {}).items()}, str(d.get("first_failing_state", "")),
                     str(d.get("first_reason", "")), int(d.get("flaky", 0)), str(d.get("error", "")),
-                    int(d.get("tear_free", 0)), str(d.get("tear_free_example", "")))
+                    int(d.get("tear_free", 0)), str(d.get("tear_free_example", "")), str(d.get("coverage", "")),
+                    str(d.get("covered", "unknown")), bool(d.get("require_exhaustive", False)))
 
 
-def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None) -> list[Cell]:
+def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None, require_exhaustive: bool = False
+          ) -> list[Cell]:
     """Compare a campaign summary (report.Summary) with the row's expectations, model by model.
     ``untorn``: failing torn states -> the same state without its tear that fails the same way
-    (those are write-cache findings: not counted as the torn model's)."""
+    (those are write-cache findings: not counted as the torn model's).  The same way is the same
+    verdict and the same reason kinds (debug.diagnose.fails_alike, asked where the check ran): a
+    tear that adds a kind of failure -- a checksum mismatch beside write-cache lost acks -- counts."""
     out = []
     untorn = untorn or {}
     covered = getattr(summary, "covered", None) or summary.by_model
+    cov = {m.model: m for m in (summary.coverage.models if getattr(summary, "coverage", None) else ())}
     for m in row.models:   # a model's states judged as aliases of an earlier model's count as its own
         fails = [f for f in summary.failures if m in models_of(f)]
         free = [f.state for f in fails if untorn.get(f.state)]
@@ -212,7 +233,9 @@ def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None) -> list[
         out.append(Cell(row.id, m, row.expect[m], sum(covered.get(m, {}).values()), counts,
                         _id_in(first, m) if first else "", (first.reasons[0] if first and first.reasons else ""),
                         sum(1 for f in summary.flaky if m in models_of(f)), error, len(free),
-                        f"{free[0]} fails as {untorn[free[0]]}" if free else ""))
+                        f"{free[0]} fails as {untorn[free[0]]}" if free else "",
+                        cov[m].phrase() if m in cov else "coverage not recorded",
+                        cov[m].words[-1] if m in cov else "unknown", require_exhaustive))
     return out
 
 
@@ -251,7 +274,7 @@ def markdown(rows: list[Row], results: list[Cell]) -> str:
     for r in rows:
         for c in by_row.get(r.id, []):
             lines.append(f"| {r.id} | {c.model} | {c.expected} | {c.describe()} | {c.first or '-'} | "
-                         f"{'ok' if c.ok else '**SURPRISE**'} |")
+                         f"{'**SURPRISE**' if not c.ok else c.mark} |")
     lines.append("")
     for r in rows:
         lines.append(f"- **{r.id}**: {' '.join(r.why.split())}")
@@ -292,5 +315,5 @@ def table(rows: list[Row], results: list[Cell]) -> Any:
     for r in rows:
         for c in by_row.get(r.id, []):
             t.add_row(r.id, c.model, c.expected, c.describe(), c.first or "-",
-                      "ok" if c.ok else "[bold red]SURPRISE[/]")
+                      c.mark if c.ok else "[bold red]SURPRISE[/]")
     return t
