@@ -78,7 +78,8 @@ def main() -> int:
         with open_log(rec.log_path) as index:
             states = select(index, ["flush"]).states
         print(f"states: {len(states)} (flush model, distinct, after the mkfs mark)")
-        host, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=args.jobs, shrink=0), tmp / "host")
+        host, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=args.jobs, shrink=0),
+                               tmp / "host")
         host_rate = host.total / host.seconds
         print(f"host mode  -j {args.jobs}: {host.total} states in {host.seconds:7.1f} s = {host_rate:7.1f} states/s"
               f"  (all pass: {host.ok})")

@@ -47,7 +47,7 @@ def test_stopping_at_the_first_eio_passes_and_its_exit_is_recorded(tmp_path):
     rec = _record(tmp_path, "stop")
     assert rec.manifest["faults"]["workload_rc"] == 3 and rec.manifest["faults"]["acked_after_error"] == []
     assert "stopping without acking" in (rec.dir / "job" / "workload.err").read_text()
-    summary, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush", "write-cache"), check_in="host", jobs=1, shrink=0,
+    summary, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush", "write-cache"), check_in="host", jobs=1,
                                                     max_states=200, shrink=0), tmp_path / "check")
     assert summary.total > 0 and not summary.failures
 

@@ -246,7 +246,7 @@ def test_a_diagnosis_that_fails_leaves_the_verdicts_and_says_why(synthetic: Path
     from powercut.campaign import run as campaign_run
     from powercut.errors import PowercutError
 
-    def broken(self, index, firsts):   # noqa: ANN001, ANN202
+    def broken(self, index, firsts):   # noqa: ANN202
         raise PowercutError("the checker VM diagnosing 1 failure(s) failed: guest kernel panic")
     monkeypatch.setattr(campaign_run._Run, "_diagnose", broken)
     s, paths = run_campaign(synthetic, CampaignSpec.of(models=("flush",), check_in="host", checker_command=STRICT,
