@@ -1,12 +1,15 @@
 """From a failing state to its cause (host and guest): minimize it by judging candidate states for
 real (core/shrink.py drives, this module materializes and judges), then blame the minimized state's
-writes (debug/blame.py) on the recovered image of its cut.  Runs where the check runs: on the host over
+writes (debug/blame.py) on the recovered image of its cut; for the verdict matrix, whether a failing
+torn state needs its tear (``without_tear``: its twin without the tear fails alike -- the same verdict
+and the same reason kinds, ``fails_alike``/``reason_kind``).  Runs where the check runs: on the host over
 loop devices, or inside the checker VM over dm-snapshots (``provider``)."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ from powercut.check.context import CheckContext
 from powercut.check.judge import judge
 from powercut.core.crashstate import CrashState
 from powercut.core.models import CrashSpace
-from powercut.core.shrink import minimize
+from powercut.core.shrink import Judged, minimize, reason_class
 from powercut.core.verdict import Verdict
 from powercut.debug.blame import Culprit, blame, writes_that_matter
 from powercut.errors import UsageError
@@ -132,10 +135,12 @@ def _with_image(ws: Workspace, state: CrashState, use: Any) -> Any:
 
 def without_tear(ctx: CheckContext, ws: Workspace, state: CrashState, first: Verdict) -> str:
     """For a failing torn state: the id of the same state without its tear -- the torn write kept
-    whole, or lost whole -- that fails with the same verdict, or "" if the tear is needed for the
-    failure.  A torn model combines tears with write-cache losses; a failure that survives the
-    tear's removal is a write-cache finding, not a tear's.  (The verdict, not the reason class: a
-    record lost whole and one torn are one bug with different details.)"""
+    whole, or lost whole -- that fails the same way (``fails_alike``: the same verdict and the same
+    reason kinds), or "" if the tear is needed for the failure.  A torn model combines tears with
+    write-cache losses; a failure that survives the tear's removal is a write-cache finding, not a
+    tear's.  The verdict alone is not enough (issue #37): a tear that makes a record fail its
+    checksum, or makes a record without one read as garbage, is a torn-only bug even where the
+    write-cache losses in the same state already fail with that verdict."""
 
     sp = ws.crash_space()
     mnt = str(ws.workdir / "mnt")
@@ -146,6 +151,54 @@ def without_tear(ctx: CheckContext, ws: Workspace, state: CrashState, first: Ver
         except UsageError:
             continue
         v = _with_image(ws, cand, lambda dev, c=cand: judge(ctx, dev, c, mnt))
-        if v.verdict == first.verdict:
+        if fails_alike(v, first):
             return cand.id
     return ""
+
+
+# -- the reason kind: what the torn-cell rule compares besides the verdict ------------------------
+
+_QUOTED = re.compile(r"""(?<![\w'"])b?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")(?!\w)""")
+_DIRS = re.compile(r"(?<![\w/.])/(?:[^\s/:,;()\[\]]+/)+(?=[^\s/:,;()\[\]])")
+_BRACKETED = re.compile(r"\[[^\[\]]*\]")
+_MARK_KEY = re.compile(r"\b(ack|begin):[^\s,;()\[\]]+")
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of failure a checker's reason names, without its instance (keys, offsets, byte
+    counts, paths), by one rule that holds for any checker's text:
+
+    1. particulars normalised: quoted strings and bytes reprs (``'k17'``, ``b'FS21'``) become
+       ``'#'``; a mark's key (``ack:k17``, ``begin:7``) ``ack:#``; an absolute path its last
+       component (the mount point differs between the check and this re-check); hex values, digit
+       runs, lists and ranges of them ``#`` (core.shrink's reason_class); a bracketed list ``[#]``;
+    2. then its head: the text before the first ``": "`` outside brackets (the whole text if none).
+       Checkers name the kind of failure first and the particulars after the colon -- "acked txn(s)
+       # lost: recovery keeps # transaction(s) and stops at <where and why>", "the database cannot
+       open: <what stopped recovery>", "record #: checksum mismatch", "garbage: byte # at offset #",
+       "pg_amcheck: <its line>".  What follows the colon is where recovery stopped or which byte
+       differs: it differs between a write torn and the same write lost whole ("fails its CRC" vs
+       "zeros at ..."), which are one bug.
+
+    So "record 3: checksum mismatch" and "record 12: checksum mismatch" are one kind (``record #``),
+    "lost ack:7" and "lost ack:k9" another (``lost ack:#``: no space after its colon)."""
+    text = _MARK_KEY.sub(r"\1:#", _DIRS.sub("", _QUOTED.sub("'#'", reason)))
+    text = _BRACKETED.sub("[#]", reason_class(text))
+    depth = 0
+    for i, c in enumerate(text):
+        depth += (c in "([{") - (c in ")]}")
+        if c == ":" and depth <= 0 and (i + 1 == len(text) or text[i + 1].isspace()) and text[:i].strip():
+            return text[:i].strip()
+    return text.strip()
+
+
+def reason_kinds(reasons: Any) -> frozenset[str]:
+    return frozenset(reason_kind(r) for r in reasons)
+
+
+def fails_alike(twin: Judged, torn: Judged) -> bool:
+    """The torn-cell rule: a failing torn state's twin without its tear fails the same way -- the
+    same verdict and the same set of reason kinds (a kind the tear adds, or one it takes away, is
+    the tear's).  A verdict or CheckResult each."""
+    return (twin.verdict == torn.verdict and twin.verdict != "pass"
+            and reason_kinds(twin.reasons) == reason_kinds(torn.reasons))

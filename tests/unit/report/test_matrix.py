@@ -140,3 +140,80 @@ def test_a_model_whose_states_are_all_aliases_is_judged_through_them() -> None:
     nc, fl = matrix.cells(row, s)
     assert (nc.judged, nc.failing, nc.ok) == (3, {"lost-ack": 1}, False)
     assert (fl.judged, fl.failing, fl.first, fl.ok) == (2, {"lost-ack": 1}, "flush@9", True)
+
+
+# -- the torn-cell rule (issue #37): a torn failure is the write-cache model's only when its twin
+# without the tear fails with the same verdict AND the same reason kinds (debug.diagnose) ----------
+
+@pytest.mark.parametrize("a, b, same", [
+    ("record 3: checksum mismatch", "record 12: checksum mismatch", True),   # numbers differ, one kind
+    ("record 3: checksum mismatch", "lost ack:7", False),
+    ("lost ack:7", "lost ack:k19", True),                                     # a mark's key is an instance
+    ("acked txn(s) 3, 4 lost: recovery keeps 2 transaction(s) and stops at txn 5 at byte 300: its length 99 "
+     "runs past the end of the file (4000 bytes)",
+     "acked txn(s) 3 lost: recovery keeps 1 transaction(s) and stops at byte 200: an incomplete transaction "
+     "header (0 of 23 bytes)", True),                                         # where recovery stopped: detail
+    ("the database cannot open: wal.ctl says txns through 5 are committed (LSN 9) but the log yields txns only "
+     "through 4: PAGE record at segment 0 offset 200 (LSN 200) fails its CRC",
+     "the database cannot open: wal.ctl says txns through 5 are committed (LSN 9) but the log yields txns only "
+     "through 4: zeros at segment 0 offset 200 (LSN 200) (end of the log)", True),
+    ("/tmp/pc-1/check/mnt-2/Data.fs is missing but txn(s) 1, 2 were acked",
+     "/tmp/pc-1/untorn/mnt/Data.fs is missing but txn(s) 1 were acked", True),   # the mount point differs
+    ("no schema (tables: ['a']) but txn(s) 1 were acked", "no schema (tables: ['a', 'b']) but txn(s) 2 were acked",
+     True),                                                                   # no split inside brackets
+    ("txn 5 has status b'c' (committed)", "txn 2 has status b'\\x00' (committed)", True),
+    ("page 3 holds txn 5's image except bytes 100..2047, which hold zeros", "page 1 holds unknown bytes", False),
+    ("acked write 3 at offset 4096: byte 0x00, written 0xab", "acked write 3 lost at offset 4096: zeros", False),
+])
+def test_a_reason_kind_drops_the_instance_and_keeps_the_kind_of_failure(a: str, b: str, same: bool) -> None:
+    from powercut.debug.diagnose import reason_kind
+    assert (reason_kind(a) == reason_kind(b)) is same, (reason_kind(a), reason_kind(b))
+
+
+def test_fails_alike_needs_the_verdict_and_the_same_set_of_reason_kinds() -> None:
+    from powercut.checker import CheckResult
+    from powercut.debug.diagnose import fails_alike
+    torn = Verdict("torn-4k@9/t5:s0/d4", "torn-4k", 9, "lost-ack", ("record 3: checksum mismatch",), 1, 0, 0.1)
+    assert not fails_alike(CheckResult("lost-ack", ("lost ack:7",)), torn)         # same verdict, other kind
+    assert fails_alike(CheckResult("lost-ack", ("record 3: checksum mismatch",)), torn)
+    assert fails_alike(CheckResult("lost-ack", ("record 8: checksum mismatch",)), torn)
+    assert not fails_alike(CheckResult("corrupt-data", ("record 3: checksum mismatch",)), torn)
+    # a kind the tear adds is the tear's; so is one it takes away
+    assert not fails_alike(CheckResult("lost-ack", ("record 3: checksum mismatch", "lost ack:7")), torn)
+    two = Verdict(torn.state, "torn-4k", 9, "lost-ack", ("lost ack:7", "record 3: bad CRC"), 1, 0, 0.1)
+    assert not fails_alike(CheckResult("lost-ack", ("lost ack:7",)), two)
+    assert not fails_alike(CheckResult("pass", ()), Verdict("s", "torn-4k", 9, "pass", (), 1, 0, 0.1))
+
+
+@pytest.mark.parametrize("twins, excused", [
+    # the torn write kept whole, then lost whole: the first that fails alike is its twin
+    ({"keep": ("pass", ()), "lose": ("lost-ack", ("lost ack:7",))}, ""),             # the issue's case: not excused
+    ({"keep": ("lost-ack", ("lost ack:7",)), "lose": ("lost-ack", ("record 12: checksum mismatch",))}, "lose"),
+    ({"keep": ("lost-ack", ("record 3: checksum mismatch",)), "lose": ("pass", ())}, "keep"),
+    ({"keep": ("corrupt-data", ("record 3: checksum mismatch",)), "lose": ("pass", ())}, ""),  # other verdict
+])
+def test_a_torn_failure_is_excused_only_by_a_twin_that_fails_alike(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                   twins: dict, excused: str) -> None:
+    """debug.diagnose.without_tear (what the matrix's _untorn asks where the check ran) with the twins'
+    verdicts given, then the torn-4k cell: a failure the tear is needed for is the torn model's."""
+    from types import SimpleNamespace
+    from powercut.checker import CheckResult
+    from powercut.debug import diagnose
+    ids = {(4,): "write-cache@9/d4", (4, 5): "write-cache@9/d4,5"}
+    names = {"keep": ids[(4,)], "lose": ids[(4, 5)]}
+    outcome = {names[k]: CheckResult(v, r) for k, (v, r) in twins.items()}
+    sp = SimpleNamespace(make_state=lambda model, cut, dropped: SimpleNamespace(id=ids[tuple(dropped)]))
+    ws = SimpleNamespace(crash_space=lambda: sp, workdir=tmp_path)
+    monkeypatch.setattr(diagnose, "_with_image", lambda ws_, cand, use: outcome[cand.id])
+    state = SimpleNamespace(id="torn-4k@9/t5:s0/d4", cut=9, dropped=(4,), torn=((5, (0,)),))
+    first = Verdict(state.id, "torn-4k", 9, "lost-ack", ("record 3: checksum mismatch",), 1, 0, 0.1, confirmed=True)
+    twin = diagnose.without_tear(None, ws, state, first)  # type: ignore[arg-type]
+    assert twin == (names[excused] if excused else "")
+
+    p = tmp_path / "m.toml"
+    p.write_text(ROW.replace('write-cache = "lost-ack" }', 'write-cache = "lost-ack", torn-4k = "pass" }'))
+    (row,) = matrix.load(p)
+    s = summarize([first], recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0)
+    cell = matrix.cells(row, s, {first.state: twin})[2]
+    assert cell.ok is bool(excused)          # expected pass: only a failure that needs no tear is excused
+    assert cell.seen == ("pass (untorn)" if excused else "lost-ack")
