@@ -62,8 +62,8 @@ def check(rec: Path, out: Path, models: list[str] | None, extra: list[str], wher
     try:
         s = json.loads((out / "summary.json").read_text())
         used = json.loads((out / "campaign.json").read_text())["models"]
-    except (OSError, ValueError, KeyError):
-        raise SystemExit(f"bench_torn: {' '.join(argv)} exited {r.returncode} without a summary:\n{r.stderr[-2000:]}")
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"bench_torn: {' '.join(argv)} exited {r.returncode} without a summary:\n{r.stderr[-2000:]}") from e
     if s.get("status") != "complete":
         raise SystemExit(f"bench_torn: {' '.join(argv)}: campaign {s.get('status')}")
     return {"models": used, "states": int(s["total"]), "seconds": float(s["seconds"]), "wall": wall, "cpu": cpu,

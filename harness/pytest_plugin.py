@@ -62,7 +62,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--powercut-check-in", choices=("vm", "host"), default=None,
                 help="judge crash states in checker VMs (default) or on this host (root, loop devices)")
     g.addoption("--powercut-models", default=None, metavar="M[,M...]",
-                help="crash models for every crash test (overrides the marker; default flush,write-cache)")
+                help="crash models for every crash test (overrides the marker; default flush,write-cache,torn-4k)")
     g.addoption("--powercut-max-states", type=int, default=None, metavar="N",
                 help="judge at most N distinct states per model (0: all)")
     g.addoption("--powercut-jobs", type=int, default=None, metavar="N",

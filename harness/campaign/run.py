@@ -288,8 +288,8 @@ def _seeded(spec: CampaignSpec, outdir: Path) -> SelectionSpec:
     return sel.resolved()
 
 
-NO_CHECKER = ("no checker looked at the program's data: each state was judged by recovery mount and fsck only "
-              "(give --checker, or register one for the workload)")
+NO_CHECKER = ("no checker, recovery mount and fsck only: the program's data was never looked at (give --checker, "
+              "or register one for the workload)")
 
 
 def coverage_of(sel: Selection, verdicts: list[Verdict], ctx: CheckContext) -> Coverage:

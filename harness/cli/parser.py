@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     r = sub.add_parser("run", help="the default campaign: record append-fsync on ext4, check every crash state "
-                       "under flush and write-cache, report")
+                       "under flush, write-cache and torn-4k, report")
     _record_options(r, required_out=False)
     _check_options(r, "run")
 

@@ -166,9 +166,8 @@ class Coverage:
                 f"{_count(m.sampled_space)} states)" for m in sampled))
         if self.notes and not notes:   # a page that lists the notes beside it
             parts.append(f"weakened ({len(self.notes)} note{'s' * (len(self.notes) != 1)} below)")
-        elif self.notes:   # the first note in full; the others in summary.json and the report
-            more = len(self.notes) - 1
-            parts.append(f"weakened: {self.notes[0]}" + (f" (and {more} more note{'s' * (more != 1)})" if more else ""))
+        elif self.notes:   # each note's head and the acks it affects; in full in summary.json and the report
+            parts.append("weakened: " + "; ".join(_short(n) for n in self.notes))
         return "; ".join(parts)
 
     def qualify(self, verdict: str) -> str:
@@ -188,6 +187,13 @@ class Coverage:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Coverage:
         return cls(tuple(ModelCoverage.from_json(m, v) for m, v in (d.get("models") or {}).items()), d.get("seed"))
+
+
+def _short(note: str) -> str:
+    """A note's head (what is weakened, before its first ': ') and the acks it affects."""
+    head = note.split(": ", 1)[0]
+    affects = note.rpartition("affects ")[2] if "affects " in note else ""
+    return f"{head} (affects {affects})" if affects and affects not in head else head
 
 
 def _count(n: int) -> str:

@@ -157,12 +157,15 @@ class LateWrites:
     while losing the flush's window (the FUA write): states no model generates (module docstring).
     ``flushes``/``fuas``: entry indices of such barrier FLUSH entries and FUA writes; ``unbounded``:
     how many of them have no ordering begin mark after them (their later writes are counted to the
-    end of the log); ``keys``: the first key mark after each, deduplicated, in log order."""
+    end of the log); ``keys``: the first key mark after each, deduplicated, in log order;
+    ``unordered``: the log has key marks but no ordering marks at all (recorded before ordered marks,
+    or marked with ``dmsetup message``), so nothing bounds where a flush completed."""
 
     flushes: tuple[int, ...] = ()
     fuas: tuple[int, ...] = ()
     unbounded: int = 0
     keys: tuple[str, ...] = ()
+    unordered: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.flushes or self.fuas)
@@ -175,7 +178,7 @@ class LateWrites:
         what = " and ".join(x for x in (f"{nf} flush{'es' * (nf != 1)}" if nf else "",
                                         f"{nu} FUA write{'s' * (nu != 1)}" if nu else "") if x)
         keys = ", ".join(self.keys[:3]) + (f" and {len(self.keys) - 3} more" if len(self.keys) > 3 else "")
-        return (("log without ordered marks: writes completing during a flush not bounded; " if self.unbounded
+        return (("log without ordered marks: writes completing during a flush not bounded; " if self.unordered
                  else "")
                 + f"writes logged after {what} before the next ordered key mark may have completed while "
                 f"{'it was' if nf + nu == 1 else 'they were'} in flight: states keeping such a write and losing "
@@ -215,7 +218,7 @@ def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | 
                 keys.setdefault(str(es[key_at[i + 1]].mark), None)
         if barrier:
             window = i
-    return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys))
+    return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys), begin_at[0] == n and key_at[0] < n)
 
 
 def ordering_flushes(entries: Sequence[Entry]) -> tuple[frozenset[int], int, int]:

@@ -64,7 +64,7 @@ class SelectionSpec:
     campaign.matrix.MatrixRun; the CLI's options and the pytest marker override its fields (``with_``).  ``seed`` SEED_AUTO
     (``--seed auto``) is resolved to a fresh seed when a run starts."""
 
-    models: tuple[str, ...] = ("flush", "write-cache")
+    models: tuple[str, ...] = ("flush", "write-cache", "torn-4k")   # torn-4k: x1.10 states (docs/measurements.md)
     seed: int = 0
     bound: int = 10
     samples: int = 64
@@ -102,7 +102,7 @@ class SelectionSpec:
 
 # the presets: `check` and the library take SelectionSpec(); `run` (the quick default campaign) and
 # `demo` (the main job: six rows in checker VMs) judge fewer sampled states per window
-RUN_SELECTION = SelectionSpec(bound=4, samples=8)
+RUN_SELECTION = SelectionSpec(bound=4, samples=8, torn_samples=1)
 DEMO_SELECTION = SelectionSpec(bound=6, samples=12, max_states=80)
 @dataclass(frozen=True, slots=True)
 class ModelCounts:

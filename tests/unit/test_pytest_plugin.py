@@ -190,7 +190,7 @@ def test_shell_command_workload_and_no_checker(pytester: pytest.Pytester, fake) 
     pytester.runpytest().assert_outcomes(passed=1)
     (test,) = camp.tests
     assert test.workload_cmd.startswith("for i in") and not test.checker_cmd and not test.checker_function
-    assert (test.fs, test.models) == ("ext4", ("flush", "write-cache"))
+    assert (test.fs, test.models) == ("ext4", ("flush", "write-cache", "torn-4k"))
 
 
 @pytest.mark.parametrize("body, words", [

@@ -78,7 +78,7 @@ def test_no_checker_is_weakened(synthetic: Path, tmp_path: Path) -> None:
     """Case 4: a --cmd recording checked without a checker is judged by mount and fsck only: weakened."""
     s, _ = run_campaign(synthetic, CampaignSpec.of(models=("flush",), **HOST), tmp_path / "out")
     assert s.verdict == "pass" and s.coverage is not None and s.coverage.words == ("weakened",)
-    assert "recovery mount and fsck only" in s.headline()
+    assert "weakened: no checker, recovery mount and fsck only" in s.headline()
 
 
 def test_a_shard_is_capped_and_the_merge_is_exhaustive(synthetic: Path, tmp_path: Path) -> None:

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from powercut.report import matrix
 from powercut import workload as workloads
 from powercut.cli import main
-from powercut.errors import UsageError
-from powercut.report.summary import summarize
 from powercut.core.verdict import Verdict
+from powercut.errors import UsageError
+from powercut.report import matrix
+from powercut.report.summary import summarize
 
 ROW = """
 [[row]]
@@ -197,6 +197,7 @@ def test_a_torn_failure_is_excused_only_by_a_twin_that_fails_alike(monkeypatch: 
     """debug.diagnose.without_tear (what the matrix's _untorn asks where the check ran) with the twins'
     verdicts given, then the torn-4k cell: a failure the tear is needed for is the torn model's."""
     from types import SimpleNamespace
+
     from powercut.checker import CheckResult
     from powercut.debug import diagnose
     ids = {(4,): "write-cache@9/d4", (4, 5): "write-cache@9/d4,5"}
