@@ -218,3 +218,27 @@ def test_a_torn_failure_is_excused_only_by_a_twin_that_fails_alike(monkeypatch: 
     cell = matrix.cells(row, s, {first.state: twin})[2]
     assert cell.ok is bool(excused)          # expected pass: only a failure that needs no tear is excused
     assert cell.seen == ("pass (untorn)" if excused else "lost-ack")
+
+
+def test_a_pass_on_a_space_short_of_exhaustive_says_so_and_can_be_a_surprise(tmp_path: Path) -> None:
+    """#37: a cell expecting pass whose states were capped says 'capped' in its description, is marked
+    'ok?' (not silently ok), and with --require-exhaustive is a surprise; a failure found needs no proof."""
+    from powercut.core.coverage import Coverage, ModelCoverage
+    p = tmp_path / "m.toml"
+    p.write_text(ROW)
+    (row,) = matrix.load(p)
+    verdicts = [_v("flush@3", "flush", "pass", 3), _v("write-cache@9/d4", "write-cache", "lost-ack", 9)]
+    cov = Coverage((ModelCoverage("flush", 5, 1), ModelCoverage("write-cache", 9, 1, 4, 2, 30, 1024)))
+    s = summarize(verdicts, recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0, coverage=cov)
+    flush, wc = matrix.cells(row, s)
+    assert flush.ok and not flush.proven and flush.mark == "ok?" and flush.covered == "capped"
+    assert "capped: 1 of 5 distinct states judged" in flush.describe()
+    assert wc.ok and wc.proven and wc.mark == "ok"   # lost-ack expected and found: no coverage needed
+    strict = matrix.cells(row, s, require_exhaustive=True)
+    assert not strict[0].ok and strict[0].mark == "SURPRISE" and strict[1].ok
+    assert matrix.Cell.from_json(flush.to_json()) == flush
+    assert "| ok? |" in matrix.markdown([row], [flush, wc])
+    exhaustive = Coverage((ModelCoverage("flush", 1, 1), ModelCoverage("write-cache", 1, 1)))
+    s2 = summarize(verdicts, recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0,
+                   coverage=exhaustive)
+    assert [c.mark for c in matrix.cells(row, s2, require_exhaustive=True)] == ["ok", "ok"]
