@@ -67,7 +67,9 @@ def seed(text: str) -> int:
     """An argparse type: a seed (a whole number >= 0) or ``auto`` (a new one each run, printed)."""
     if text == "auto":
         return -1   # core.selection.SEED_AUTO (the parser does not import the core at start-up)
-    return at_least(0)(text)
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"wants a whole number or auto, not {text!r}")
+    return int(text)
 
 
 def positive_float(text: str) -> float:
