@@ -272,8 +272,7 @@ def table(summary: Summary) -> Any:
     status = "" if summary.status == "complete" else f" [{summary.status.upper()}]"
     status += f" [shard {summary.shard}]" if summary.shard else ""
     t = Table(title=f"{summary.workload} on {summary.fstype}: {summary.total} distinct crash states judged "
-                    f"in {summary.check_in} in {summary.seconds:.1f} s{status}", min_width=72,
-              caption=summary.coverage_phrase())
+                    f"in {summary.check_in} in {summary.seconds:.1f} s{status}", min_width=72)
     t.add_column("model")
     for col in ("generated", "distinct", "judged"):
         t.add_column(col, justify="right")
