@@ -63,6 +63,8 @@ def _model_coverage(m: Any) -> str:
         parts.append(f"sampled: {m.sampled_windows} of {m.windows} windows ({m.sampled_generated} states generated)")
     if m.left_out:
         parts.append(f"capped: {m.judged} of {m.distinct} judged")
+    if m.notes:
+        parts.append(f"weakened ({len(m.notes)} note{'s' * (len(m.notes) != 1)})")
     return "; ".join(parts) or "exhaustive"
 
 
