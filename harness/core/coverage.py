@@ -208,7 +208,7 @@ def build(counts: Mapping[str, Any], tallies: Mapping[str, Tally], *,
     models = []
     for m, c in counts.items():
         t = tallies.get(m) or Tally()
-        earlier = getattr(c, "earlier", 0)
+        earlier = c.earlier
         models.append(ModelCoverage(m, c.owned + earlier, c.judged, t.windows, t.sampled_windows, t.generated,
                                     t.space, earlier, tuple(dict.fromkeys(notes.get(m, ())))))
     return Coverage(tuple(models), seed)
