@@ -7,4 +7,6 @@
 * ``matrix`` -- running the verdict matrix and timing its rows;
 * ``demo`` -- the main job: the named workloads durable and broken, checked, timed, one page;
 * ``crashtest`` -- one crash test of a user's program (record + check + the words for a failure), the
-  pytest plugin's engine."""
+  pytest plugin's engine;
+* ``doctor`` -- can a crash test run here, what is missing and its fix (``powercut doctor``); installing
+  and building it (``powercut setup``)."""
