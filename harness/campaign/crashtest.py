@@ -142,7 +142,7 @@ def missing(test: CrashTest) -> list[str]:
         try:
             build_image(ImageSpec())   # the guest kernel and initramfs: built once, then found in the cache
         except PowercutError as e:
-            out.append(f"no guest image: {e.one_line()}")
+            out.append(f"no guest image: {e.one_line()} (powercut setup builds it)")
     return out
 
 

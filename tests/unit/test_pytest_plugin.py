@@ -217,8 +217,8 @@ def test_missing_prerequisite_is_an_error_unless_skips_were_asked_for(pytester: 
     pytester.makepyfile(test_kv=TEST_FILE)
     res = pytester.runpytest()
     res.assert_outcomes(failed=1)
-    res.stdout.fnmatch_lines(["*cannot run crash tests here: qemu-system-x86_64 not found (install*--powercut-skip"
-                              "-missing*"])
+    res.stdout.fnmatch_lines(["*cannot run crash tests here: qemu-system-x86_64 not found (install*powercut doctor*"
+                              "powercut setup*--powercut-skip-missing*"])
     res = pytester.runpytest("--powercut-skip-missing", "-rs")
     res.assert_outcomes(skipped=1)
     res.stdout.fnmatch_lines(["SKIPPED*qemu-system-x86_64 not found*"])
