@@ -43,6 +43,7 @@ class Group:
     bundle: str = ""
     escalated: bool = False     # its confirmation sample disagreed: confirmed state by state
     diagnosis_error: str = ""   # why its diagnosis could not be made (the diagnosing VM panicked, ...)
+    why: dict[str, Any] | None = None   # its cause in the program's terms (debug/cause.py), with a trace
 
     @property
     def first(self) -> Verdict:
@@ -60,6 +61,7 @@ class Group:
                 "unconfirmed": sum(not v.confirmed and not v.by_group for v in self.states),
                 "escalated": self.escalated,
                 **({"diagnosis_error": self.diagnosis_error} if self.diagnosis_error else {}),
+                **({"why": self.why} if self.why else {}),
                 **({"minimized_confirmed": d["minimized_confirmed"], "minimized_alone": d.get("minimized_alone", "")}
                    if "minimized_confirmed" in d else {})}
 
