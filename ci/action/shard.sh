@@ -10,6 +10,8 @@
 # paths, -k, --powercut-* options; shell words), ACCEL (auto | kvm | tcg; kvm), OUT (powercut-out).
 # Exit status: 0 every test passed (or the shard had none), 3 a test failed, 1 an error: pytest did
 # not finish, or KVM was asked for and a VM ran under TCG.  Writes status=... to $GITHUB_OUTPUT.
+# No bytecode is written: root-owned __pycache__ in the workspace would outlive the job on a
+# self-hosted runner.
 set -uo pipefail
 PY=${PYTHON:-python3}
 SHARD=${SHARD:-1/1}
@@ -30,7 +32,7 @@ mkdir -p "$OUT"
 if [ "$(id -u)" = 0 ]; then as_root=(env); else as_root=(sudo --preserve-env env "PATH=$PATH"); fi
 
 say "shard $SHARD: pytest ${args[*]} (accel $ACCEL) -> $OUT"
-"${as_root[@]}" "POWERCUT_CACHE=$cache" "$PY" -m pytest "${args[@]}" -p no:cacheprovider \
+"${as_root[@]}" "POWERCUT_CACHE=$cache" PYTHONDONTWRITEBYTECODE=1 "$PY" -m pytest "${args[@]}" -p no:cacheprovider \
     --powercut-shard "$SHARD" --powercut-accel "$ACCEL" --powercut-out "$OUT/tests" \
     --junitxml "$OUT/junit.xml" 2>&1 | tee "$OUT/pytest.log"
 rc=${PIPESTATUS[0]}
