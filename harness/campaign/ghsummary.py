@@ -1,29 +1,21 @@
-"""The GitHub Action's two ends (host, no VM): what one pytest shard of a project's crash tests left,
-and the merge of every shard into one JUnit, one ``report.html`` and the job summary.
+"""The GitHub Action's two ends (host, no VM; ``ci/action/shard.sh`` and ``merge.sh`` call them).
 
     python -m powercut.campaign.ghsummary shard OUT --shard I/N --accel auto|kvm|tcg --pytest-status RC
-    python -m powercut.campaign.ghsummary merge SHARD_OUT... -o DIR [--step-summary FILE]
-                                                [--artifact-prefix NAME] [--run-url URL]
+    python -m powercut.campaign.ghsummary merge SHARD_OUT... -o DIR [--step-summary FILE] [--artifact-prefix P]
 
-A shard is one ``pytest --powercut-shard I/N --powercut-out OUT/tests --junitxml OUT/junit.xml``
-run (``ci/action/shard.sh``); ``shard`` writes ``OUT/shard.json``: which shard it is, pytest's exit
-status, the acceleration each crash test's recording VM actually used (its manifest's
-``recording.accel``) and what that means.  KVM asked for and a VM that ran under TCG is an error, as
-is a pytest that did not finish.  Its exit status: 0 every test passed, 3 a test failed, 1 an
-error (pytest interrupted or refused, KVM fell back to TCG).
-
-``merge`` reads the shards' outputs (the artifacts ``ci/action/merge.sh`` downloads), refuses two
-outputs of one shard or shards of different counts, names a missing shard (never a pass), and writes
-into DIR: ``junit.xml`` (every shard's test cases in one suite, each with its shard as a property;
-the runners' absolute artifact paths made relative to DIR), ``tests/<test>/`` (each crash test's
-check output with its ``report.html`` and repro bundles), ``report.html`` (one page: the verdict,
-every crash test, the failure groups and their ``powercut repro`` commands, links to each test's
-report), ``summary.md`` (the same for ``$GITHUB_STEP_SUMMARY``, appended to ``--step-summary``) and
-``summary.json``.  Exit status as for a shard, over all of them."""
+``shard``, after ``pytest --powercut-shard I/N --powercut-out OUT/tests --junitxml OUT/junit.xml``,
+writes ``OUT/shard.json``: the shard, pytest's exit status and the acceleration each crash test's
+recording VM really used (its manifest's ``recording.accel``); KVM asked for and TCG used is an
+error.  ``merge`` refuses two outputs of one shard or different shard counts, names a missing shard
+(never a pass) and writes into DIR one ``junit.xml`` (each case with its shard; the runners'
+absolute paths made relative to DIR), ``tests/<test>/`` (each crash test's check output and repro
+bundles), ``report.html``, ``summary.md`` (the job summary: verdict, tests, failure groups with
+their repro commands, artifacts) and ``summary.json``.  Exit status, of both: 0 every test passed,
+3 a test failed, 1 an error (a missing shard, a pytest that did not finish, TCG where KVM was asked
+for), 2 a bad argument."""
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import re
@@ -31,17 +23,15 @@ import shutil
 import sys
 import tomllib
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from powercut.campaign.ghreport import STATUS_WORDS, TESTS, Case, Merged, markdown, page
 from powercut.core.shard import Shard
 from powercut.errors import UsageError
 
 SHARD_JSON = "shard.json"
-TESTS = "tests"                 # OUT/tests/<test slug>: the plugin's --powercut-out
 BIG = ("log.bin", "data-final.img")   # a recording's disk and log: large, and no repro needs them
-STATUS_WORDS = {0: "pass", 3: "fail", 1: "error"}
 
 
 def annotate(level: str, text: str) -> None:
@@ -113,48 +103,6 @@ def finish_shard(out: Path, shard: Shard, accel: str, pytest_status: int, *, pru
 
 
 # ---------------------------------------------------------------- the merge
-
-@dataclass(slots=True)
-class Case:
-    """One test of one shard, as its JUnit case and (for a crash test) its check output say."""
-    nodeid: str
-    shard: str
-    result: str                                 # passed, failed, error, skipped
-    message: str = ""
-    props: dict[str, str] = field(default_factory=dict)
-    slug: str = ""                              # tests/<slug> in the merge (crash tests)
-    groups: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def crash(self) -> bool:
-        return "powercut_verdict" in self.props or bool(self.slug)
-
-    def line(self) -> str:
-        """The test's one line: the failure's headline, else its verdict and coverage."""
-        if self.message:   # pytest.fail's words come as "Failed: ..."
-            return self.message.removeprefix("Failed: ").removeprefix("powercut: ")
-        if "powercut_verdict" in self.props:
-            return f"{self.props['powercut_verdict']} ({self.props.get('powercut_coverage', '')})".replace(" ()", "")
-        return self.result
-
-
-@dataclass(slots=True)
-class Merged:
-    cases: list[Case]
-    shards: list[str]
-    missing: list[str]
-    problems: list[str]
-    status: int
-    headline: str
-    artifacts: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "verdict": STATUS_WORDS[self.status], "headline": self.headline,
-                "shards": self.shards, "missing": self.missing, "problems": self.problems,
-                "tests": [{"test": c.nodeid, "shard": c.shard, "result": c.result, "line": c.line(),
-                           "report": f"{TESTS}/{c.slug}/check/report.html" if c.slug else "",
-                           "groups": c.groups} for c in self.cases]}
-
 
 def _load_shard(path: Path) -> dict[str, Any]:
     if not (path / SHARD_JSON).is_file():
@@ -331,95 +279,6 @@ def _headline(m: Merged, total: int) -> str:
     if m.problems and not m.missing:
         parts.append(f"{len(m.problems)} problem{'s' * (len(m.problems) != 1)}")
     return f"{STATUS_WORDS[m.status]}: " + "; ".join(parts)
-
-
-def _run_url() -> str:
-    env = os.environ
-    if env.get("GITHUB_REPOSITORY") and env.get("GITHUB_RUN_ID"):
-        return f"{env.get('GITHUB_SERVER_URL', 'https://github.com')}/{env['GITHUB_REPOSITORY']}/actions/runs/" \
-               f"{env['GITHUB_RUN_ID']}"
-    return ""
-
-
-def _md(text: str) -> str:
-    """Text for a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def markdown(m: Merged, *, artifact_prefix: str = "powercut", run_url: str | None = None) -> str:
-    """The job summary: the verdict, every test's line, the failure groups with their repro commands,
-    the problems and the artifacts."""
-    run_url = _run_url() if run_url is None else run_url
-    mark = {0: ":white_check_mark:", 3: ":x:", 1: ":warning:"}[m.status]
-    lines = [f"## {mark} powercut crash tests: {STATUS_WORDS[m.status]}", "", m.headline, ""]
-    if m.problems:
-        lines += ["### Problems", ""] + [f"- {_md(p)}" for p in m.problems] + [""]
-    if m.cases:
-        lines += ["| test | shard | result | verdict |", "| --- | --- | --- | --- |"]
-        for c in m.cases:
-            lines.append(f"| `{_md(c.nodeid)}` | {c.shard} | {c.result} | {_md(c.line())} |")
-        lines.append("")
-    failing = [c for c in m.cases if c.result in ("failed", "error")]
-    if failing:
-        lines += ["### Failures", ""]
-        for c in failing:
-            lines += [f"#### `{c.nodeid}` (shard {c.shard})", "", _md(c.line()), ""]
-            for k, g in enumerate(c.groups, 1):
-                mini = f"; minimized: {g['first']} -> {g['minimized']}" if g["minimized"] else f"; first: {g['first']}"
-                lines.append(f"{k}. **{g['verdict']}** x {g['count']}: {_md(g['cause'])}{mini}")
-                for b in g["blame"][:1]:
-                    lines.append(f"   - blame: {_md(b if len(b) <= 200 else b[:195] + ' [...]')}")
-                if g["bundle"]:
-                    lines += ["", "   ```sh", f"   powercut repro {g['bundle']}", "   ```"]
-            if c.slug:
-                lines.append(f"\nreport: `{TESTS}/{c.slug}/check/report.html`")
-            lines.append("")
-        lines += [f"The repro commands run from the directory the artifact `{artifact_prefix}-merged` is unpacked "
-                  "into, on a machine with powercut and the project's test files at the path the runner had.", ""]
-    lines += ["### Artifacts", "",
-              f"- `{artifact_prefix}-merged`: `junit.xml`, `report.html`, `summary.json`, each crash test's check "
-              f"output and repro bundles under `{TESTS}/`"]
-    lines += [f"- `{a}`: that shard's pytest output" for a in m.artifacts]
-    if run_url:
-        lines += ["", f"[The run's artifacts]({run_url}#artifacts)"]
-    return "\n".join(lines) + "\n"
-
-
-CSS = ("body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;padding:0 1em;color:#222}"
-       "table{border-collapse:collapse;width:100%}td,th{border:1px solid #ccc;padding:.3em .5em;text-align:left;"
-       "vertical-align:top}th{background:#f3f3f3}.passed{color:#17622d}.failed,.error{color:#a4161a;font-weight:600}"
-       ".skipped{color:#777}code,pre{background:#f6f6f6;padding:.1em .3em}pre{padding:.5em;overflow-x:auto}"
-       "h1 small{font-weight:400;font-size:60%}")
-
-
-def page(m: Merged) -> str:
-    """report.html: one page for every shard."""
-    e = html.escape
-    out = ["<!doctype html><html lang=en><head><meta charset=utf-8><title>powercut crash tests: "
-           f"{e(STATUS_WORDS[m.status])}</title><style>{CSS}</style></head><body>",
-           f"<h1>powercut crash tests: {e(STATUS_WORDS[m.status])} <small>{len(m.shards)} shard(s)</small></h1>",
-           f"<p>{e(m.headline)}</p>"]
-    if m.problems:
-        out.append("<h2>Problems</h2><ul>" + "".join(f"<li>{e(p)}</li>" for p in m.problems) + "</ul>")
-    out.append("<h2>Tests</h2><table><tr><th>test</th><th>shard</th><th>result</th><th>verdict</th><th>report</th></tr>")
-    for c in m.cases:
-        link = (f"<a href=\"{e(TESTS)}/{e(c.slug)}/check/report.html\">report</a>" if c.slug else "")
-        out.append(f"<tr><td><code>{e(c.nodeid)}</code></td><td>{e(c.shard)}</td><td class={e(c.result)}>"
-                   f"{e(c.result)}</td><td>{e(c.line())}</td><td>{link}</td></tr>")
-    out.append("</table>")
-    failing = [c for c in m.cases if c.result in ("failed", "error")]
-    if failing:
-        out.append("<h2>Failures</h2>")
-    for c in failing:
-        out.append(f"<h3><code>{e(c.nodeid)}</code></h3><p>{e(c.line())}</p><ol>")
-        for g in c.groups:
-            mini = f"minimized: {g['first']} -> {g['minimized']}" if g["minimized"] else f"first: {g['first']}"
-            out.append(f"<li><b>{e(str(g['verdict']))}</b> x {e(str(g['count']))}: {e(g['cause'])}; {e(mini)}"
-                       + "".join(f"<br>blame: {e(b)}" for b in g["blame"])
-                       + (f"<pre>powercut repro {e(g['bundle'])}</pre>" if g["bundle"] else "") + "</li>")
-        out.append("</ol>")
-    out.append("</body></html>\n")
-    return "\n".join(out)
 
 
 # ---------------------------------------------------------------- command line
