@@ -140,6 +140,18 @@ def summarize(costs: Sequence[CommitCost], sample: int = 5) -> Anatomy:
                    tuple(costs[:sample]))
 
 
+def short(a: dict[str, Any]) -> str:
+    """'2 flushes, 3 writes (12 KiB)' per commit (medians), "" when unknown."""
+    if not a.get("commits"):
+        return ""
+    f, w = a.get("flushes", 0), a.get("writes", 0)
+    kib = float(a.get("write_bytes", 0)) / 1024
+    out = f"{f:g} flush{'es' if f != 1 else ''}, {w:g} write{'s' if w != 1 else ''} ({kib:.0f} KiB)"
+    if a.get("program_bytes") is not None:
+        out += f" for {float(a['program_bytes']):g} B"
+    return out
+
+
 def _n(x: float) -> str:
     return f"{x:g}"
 

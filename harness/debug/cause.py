@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import gzip
 import logging
+import re
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from powercut.core import anatomy, causes, syscalls
 from powercut.core.dmlog import LogIndex
+from powercut.core.markorder import ordering_flushes
 from powercut.core.models import space
 from powercut.errors import PowercutError
 from powercut.vm.guestjob import GUEST_MNT
@@ -65,6 +67,43 @@ def explain_groups(rec: Recording, index: LogIndex, groups: list[Group]) -> None
                                verdict=g.verdict)
         cause = causes.with_blame(cause, d.get("culprits") or [], ROOT)
         g.why = cause.to_json()
+        g.why["excerpt"] = excerpt(trace, index, g.why)
+
+
+def excerpt(trace: syscalls.Trace, index: LogIndex, why: dict[str, Any], margin: int = 3,
+            limit: int = 40) -> list[dict[str, Any]]:
+    """The trace around a cause for report.html: the program's calls on the filesystem under test
+    and its marks from a few calls before the first evidence line to a few after the last, each
+    mark followed by what the block log holds until the next mark (writes, FLUSHes, FUAs)."""
+    wanted = {int(m.group(1)) for e in why.get("evidence", ()) if (m := re.match(r"line (\d+),", e))}
+    if not wanted:
+        return []
+    prefix = ROOT + "/"
+    ops = [o for o in trace.ops if (o.kind == syscalls.MARK and not o.text.startswith("powercut-order-"))
+           or o.path.startswith(prefix) or o.kind == syscalls.SYNC]
+    at = [k for k, o in enumerate(ops) if o.line in wanted]
+    window = ops[max(0, at[0] - margin):at[-1] + margin + 1][:limit]
+    aligned = syscalls.align(trace, index.marks())
+    ordering = ordering_flushes(index.entries)[0]
+    starts = sorted(aligned.values())
+    rows: list[dict[str, Any]] = []
+    for o in window:
+        kind = ("mark" if o.kind == syscalls.MARK else
+                "sync" if o.kind in (syscalls.FSYNC, syscalls.FDATASYNC, syscalls.SYNC, syscalls.SYNCFS, syscalls.MSYNC)
+                else "call")
+        rows.append({"kind": kind, "line": o.line, "pid": o.pid, "evidence": o.line in wanted,
+                     "text": f"mark {o.text}" if kind == "mark" else o.text.replace(prefix, "/")})
+        if o.seq in aligned:
+            e = aligned[o.seq]
+            nxt = next((x for x in starts if x > e), len(index.entries))
+            span = index.entries[e + 1:nxt]
+            w = sum(1 for x in span if x.changes_device)
+            f = sum(1 for x in span if x.is_flush and x.index not in ordering)
+            u = sum(1 for x in span if x.is_fua and x.changes_device)
+            rows.append({"kind": "log", "line": e, "pid": 0, "evidence": False,
+                         "text": (f"log #{e + 1}..#{nxt - 1} until the next mark: {w} block writes, {f} FLUSH, {u} FUA"
+                                  if nxt - 1 > e else "log: nothing before the next mark")})
+    return rows
 
 
 def anatomy_of(rec: Recording, index: LogIndex) -> dict[str, Any]:

@@ -51,3 +51,11 @@ def test_summary_with_a_trace_and_empty():
                           "2 sync calls (medians)")
     assert a.to_json()["first_commits"][0]["program_bytes"] == 100
     assert anatomy.summarize([]).phrase() == "no acked commits"
+
+
+def test_short_for_the_matrix_tables():
+    a = anatomy.summarize([anatomy.CommitCost("1", 3, 12288, 2, 0, {"write": 2}, 100)]).to_json()
+    assert anatomy.short(a) == "2 flushes, 3 writes (12 KiB) for 100 B"
+    assert anatomy.short({}) == ""
+    assert anatomy.short({"commits": 4, "flushes": 1, "writes": 1, "write_bytes": 4096, "program_bytes": None}) == \
+        "1 flush, 1 write (4 KiB)"
