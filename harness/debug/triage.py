@@ -115,7 +115,8 @@ def write_bundles(outdir: Path, groups: list[Group], rec: Recording, ctx: CheckC
         try:
             bundle.write(dest, recording=str(rec.dir), log_path=log_path, data_size=rec.data_size,
                          fstype=rec.fstype, mount_opts=rec.mount_opts, checker=ctx.checker, params=ctx.params,
-                         workload=dict(rec.workload), verdict=first, diagnosis=d, cut=cut + 1)
+                         workload=dict(rec.workload), verdict=first, diagnosis=d, cut=cut + 1,
+                         trace=rec.trace_path, why=g.why)
             g.bundle = str(dest)
         except OSError as e:
             log.warning("cannot write the repro bundle %s: %s", dest, e)
