@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh Debian/Ubuntu machine, as root: Debian packages, Python deps (this
-# checkout installed editable), the guest image.  Quick when everything is already there.
+# checkout installed editable), the guest image (`powercut setup --dev`).  Quick when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "setup: $*"; }
@@ -9,23 +9,10 @@ PY=${PYTHON:-python3}
 [ "$(id -u)" = 0 ] || { echo "setup: must run as root (loop devices, dm, mount, apt-get)" >&2; exit 1; }
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "setup: needs Python >= 3.11 ($PY)" >&2; exit 1; }
 
-PKGS=(qemu-system-x86 qemu-utils fio hdparm dmsetup e2fsprogs e2fsck-static xfsprogs btrfs-progs busybox-static kmod cpio
-      zstd util-linux libvirt-daemon-system libvirt-dev pkg-config gcc openssh-server openssh-client
-      postgresql chromium)
-missing=()
-for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-have_lists() { compgen -G "/var/lib/apt/lists/*_Packages" >/dev/null || compgen -G "/var/lib/apt/lists/*_Packages.*" >/dev/null; }
-if [ ${#missing[@]} -gt 0 ]; then
-    say "installing Debian packages: ${missing[*]}"
-    have_lists || apt-get update -q
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >/tmp/powercut-apt.log 2>&1 || {
-        apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" ||
-        { echo "setup: apt-get install failed (see /tmp/powercut-apt.log)" >&2; exit 1; }; }
-fi
-have_lists || apt-get update -q   # the guest kernel comes from 'apt-get download'
+# Debian packages: the one list is harness/linux/packages.py (what `powercut setup` installs); run
+# from the checkout before powercut is installed (libvirt-python builds against libvirt-dev), with
+# --dev for this repository's own tests (libvirt, PostgreSQL, Chromium, ...)
+"$PY" harness/linux/packages.py --dev | sed 's/^packages: /setup: /' || exit 1
 
 here=$(pwd -P)
 installed=$("$PY" -c 'import os, powercut; print(os.path.dirname(os.path.realpath(powercut.__file__)))' 2>/dev/null || true)
@@ -57,6 +44,8 @@ if [ ! -x "$bin/actionlint" ] || ! "$bin/actionlint" -version 2>/dev/null | grep
         { echo "setup: cannot build actionlint $ACTIONLINT_VERSION with $go" >&2; exit 1; }
 fi
 
-say "guest image: $("$PY" -m powercut.cli image build | head -1)"
+# the guest image and the KVM probe (the Debian packages are there by now: this only checks them)
+"$PY" -m powercut.cli setup --dev | sed 's/^/setup: /'
+
 # the postgres workload's prepared cluster (initdb once here: under TCG it takes a minute per recording)
 say "postgres cluster: $("$PY" -m powercut.workloads.postgres --prepare 2>&1 | tail -1)"

@@ -23,8 +23,8 @@ A crash test that does not meet its expectation (``expect="pass"`` by default; `
 verdict for a known-broken variant) fails with the verdict, how many states failed out of how many,
 the first failing state, each failure group's minimized state, blame and ``powercut repro`` command,
 and where the artifacts are; JUnit gets them as properties.  A missing prerequisite (QEMU, the
-guest image, root for host mode) is an error saying how to get it, or a skip with
-``--powercut-skip-missing``.
+guest image, root for host mode) is an error saying how to get it (``powercut doctor`` lists what
+is missing, ``powercut setup`` installs it), or a skip with ``--powercut-skip-missing``.
 
 ``--powercut-shard I/N`` splits the crash tests (not their states: each test records its own
 workload) over N runners.
@@ -82,7 +82,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run only shard I of N of the crash tests (1-based, round-robin over their sorted ids; the "
                      "other tests run in shard 1): split a nightly's crash tests over N CI runners")
     g.addoption("--powercut-skip-missing", action="store_true", default=False,
-                help="skip crash tests when QEMU, the guest image or root is missing (default: error)")
+                help="skip crash tests when QEMU, the guest image or root is missing (default: error); "
+                     "'powercut doctor' says what is missing, 'powercut setup' installs it")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -217,7 +218,8 @@ class CrashTester:
 
 
 def _missing(config: pytest.Config, lacking: list[str]) -> None:
-    text = "powercut: cannot run crash tests here: " + "; ".join(lacking)
+    text = ("powercut: cannot run crash tests here: " + "; ".join(lacking) + ". 'powercut doctor' says what this "
+            "machine lacks and the command that fixes each; 'powercut setup' installs and builds it")
     if config.getoption("powercut_skip_missing"):
         pytest.skip(text)
     _fail(text + " (or pass --powercut-skip-missing to skip crash tests where they cannot run)")

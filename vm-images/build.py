@@ -269,7 +269,22 @@ def _has_pvh_note(elf: bytes) -> bool:
 
 # ---------------------------------------------------------------- building
 
-def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """Everything an image is built from, and the content hash that names it in the cache."""
+    kernel: Path
+    release: str
+    source: str
+    busybox: bytes
+    init: bytes
+    mount_table: bytes
+    mark_src: bytes
+    modules: list[tuple[str, bool, str, bytes]]
+    digest: str
+
+
+def _inputs(spec: ImageSpec, fetch: bool = True) -> _Inputs | None:
+    """The image's inputs; None when ``fetch`` is False and its kernel package is not downloaded yet."""
     if spec.kernel:
         kernel, moddir = Path(spec.kernel), Path(spec.modules_dir)
         if not kernel.is_file():
@@ -279,12 +294,14 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
         source = f"kernel {kernel}, modules {moddir}"
     else:
         package = spec.kernel_package or resolve_kernel_package()
+        if not fetch and not (cache_root() / "kernels" / package / ".complete").exists():
+            return None
         kernel, moddir = _package_kernel_and_modules(fetch_kernel_package(package))
         source = f"Debian package {package}"
     release = moddir.name
     busybox = Path(spec.busybox)
     if not busybox.is_file():
-        raise EnvironmentNotReady(f"{busybox} not found (install the Debian package busybox-static)")
+        raise EnvironmentNotReady(f"{busybox} not found (install the Debian package busybox-static: powercut setup)")
     wanted = wanted_modules(spec.extra_modules)
     builtin = (moddir / "modules.builtin").read_text() if (moddir / "modules.builtin").exists() else ""
     order = resolve_modules((moddir / "modules.dep").read_text(), builtin, wanted)
@@ -292,14 +309,32 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
     mount_table = resources.files("powercut.images").joinpath("mounts.txt").read_bytes()
     parse_guest_table(mount_table.decode())    # a bad line is an ImageError naming it, not a guest that stops
     mark_src = resources.files("powercut.images").joinpath("powercut_mark.c").read_bytes()
+    busybox_bytes = busybox.read_bytes()
 
     h = hashlib.sha256(BUILDER_VERSION.encode())
-    for part in (kernel.read_bytes(), init, busybox.read_bytes(), mark_src, mount_table):
+    for part in (kernel.read_bytes(), init, busybox_bytes, mark_src, mount_table):
         h.update(hashlib.sha256(part).digest())
     modules = [(rel, opt, group, _read_module(moddir / rel)) for rel, opt, group in order]
     for rel, opt, group, data in modules:
         h.update(f"{rel}:{opt}:{group}:".encode() + hashlib.sha256(data).digest())
-    digest = h.hexdigest()[:16]
+    return _Inputs(kernel, release, source, busybox_bytes, init, mount_table, mark_src, modules, h.hexdigest()[:16])
+
+
+def find_image(spec: ImageSpec = ImageSpec()) -> Image | None:
+    """The image ``build_image(spec)`` would return, if it is built already (nothing is fetched or
+    built; the kernel package is still resolved with apt-cache)."""
+    inputs = _inputs(spec, fetch=False)
+    if inputs is None:
+        return None
+    out = cache_root() / "images" / inputs.digest
+    return load_image(out) if (out / "image.toml").exists() else None
+
+
+def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
+    inputs = _inputs(spec)
+    assert inputs is not None
+    kernel, release, source, modules, digest = inputs.kernel, inputs.release, inputs.source, inputs.modules, inputs.digest
+    init, mount_table, mark_src = inputs.init, inputs.mount_table, inputs.mark_src
     out = cache_root() / "images" / digest
     if (out / "image.toml").exists() and not force:
         return load_image(out)
@@ -318,7 +353,7 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
             w.chardev("dev/console", 5, 1)
             w.chardev("dev/null", 1, 3)
             w.file("init", init, mode=0o755)
-            w.file("bin/busybox", busybox.read_bytes(), mode=0o755)
+            w.file("bin/busybox", inputs.busybox, mode=0o755)
             listing = []
             for rel, opt, group, data in modules:
                 target = f"lib/modules/{release}/" + re.sub(r"\.(xz|zst|gz)$", "", rel)

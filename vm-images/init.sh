@@ -1,6 +1,7 @@
 #!/bin/busybox sh
 # powercut guest init (PID 1 in the initramfs).
 #  1. mount proc/sys/dev, load the modules listed in /etc/powercut/modules (dependency order)
+#     and bring the loopback interface up (127.0.0.1; no other interface)
 #  2. mount what /etc/powercut/mounts lists (vm-images/mounts.txt) under /newroot: the host root
 #     read-only (virtiofs or 9p, tag "hostroot"), fresh tmpfs on /tmp and /run, the job share (tag
 #     "job", read-write) on /run/powercut/job
@@ -110,6 +111,10 @@ mount_table() {  # ROOT TABLE, with $transport, $keep and $extra_mounts from the
 }
 stamp() { read -r up _ < /proc/uptime; echo "powercut-init: $1 at ${up}s"; }
 stamp "modules loaded"
+# The loopback interface, up in every guest (a job's and a template's: a restored VM keeps it), so a
+# client and a server of the program under test meet on 127.0.0.1 as they do at home; the kernel
+# gives lo 127.0.0.1/8 and ::1 as it comes up.  No other interface exists: no network beyond it.
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up || echo "powercut-init: cannot bring lo up"
 if [ -n "$template" ]; then
     [ -f /pcroot/.powercut/python ] || { echo "powercut-init: no template root in the initramfs"; finish 125; }
     for d in proc sys dev tmp run; do mkdir -p "/pcroot/$d"; done

@@ -10,4 +10,6 @@
   pytest plugin's engine;
 * ``ghsummary`` -- the GitHub Action's shard and merge steps (``action.yml``): a pytest shard's
   ``shard.json``, the shards merged into one JUnit and test tree; ``ghreport`` -- that merge as the
-  job summary and ``report.html``."""
+  job summary and ``report.html``;
+* ``doctor`` -- can a crash test run here, what is missing and its fix (``powercut doctor``); installing
+  and building it (``powercut setup``)."""

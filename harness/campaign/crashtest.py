@@ -118,7 +118,7 @@ class CrashTest:
         return CampaignSpec(selection=self.selection, place=self.place, checker_command=self.checker_cmd,
                             checker_function=self.checker_function, checker_path=self.path,
                             checker_timeout_s=self.checker_timeout_s, shrink=self.shrink,
-                            allow_no_acks=self.allow_no_acks, force=True)
+                            allow_no_acks=self.allow_no_acks, force=True, label=self.name)
 
 
 def missing(test: CrashTest) -> list[str]:
@@ -143,7 +143,7 @@ def missing(test: CrashTest) -> list[str]:
         try:
             build_image(ImageSpec())   # the guest kernel and initramfs: built once, then found in the cache
         except PowercutError as e:
-            out.append(f"no guest image: {e.one_line()}")
+            out.append(f"no guest image: {e.one_line()} (powercut setup builds it)")
     return out
 
 

@@ -73,6 +73,7 @@ class CampaignSpec:
     shard: Shard = Shard()        # judge only this shard of the distinct states (--shard i/n)
     checker_function: str = ""    # a Python checker, FILE::NAME (the pytest plugin's; powercut._pycall)
     checker_path: tuple[str, ...] = ()   # sys.path entries its imports need
+    label: str = ""               # what the outputs call the workload (a crash test's id); default the recording's
 
     def settings(self, rec: recording.Recording) -> dict[str, Any]:
         """What a resumed campaign must share with the journal's: the log and how states are made
@@ -366,7 +367,8 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
             if spec.ledger and verdicts:   # passes only: a failing state is judged again next time
                 ledger.add(spec.ledger, sha, (state_key(sp, sp.state_from_id(v.state)) for v in verdicts
                                               if v.verdict == "pass"))
-            summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype, workload=rec.workload_label,
+            summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype,
+                                workload=spec.label or rec.workload_label,
                                 check_in=spec.place.check_in, seconds=time.monotonic() - t0, selection=sel,
                                 status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
                                 confirm_mode=(spec.confirm_mode if spec.confirm else "off"),

@@ -1,6 +1,6 @@
 """powercut command line (host): ``main`` dispatches to the commands and prints every error as one line on stderr, never a traceback.
 
-Modules: ``__main__`` (``python -m powercut.cli``), parser (the grammar), record (run, record, image), check (check, repro, matrix, merge), bench (bench, report), inspect (log, states, replay, workloads).  The cli is the one place that prints."""
+Modules: ``__main__`` (``python -m powercut.cli``), parser (the grammar), record (run, record, image), check (check, repro, matrix, merge), bench (bench, report), inspect (log, states, replay, workloads), setup (setup, doctor).  The cli is the one place that prints."""
 from __future__ import annotations
 
 import logging
@@ -12,6 +12,7 @@ from powercut.cli.check import cmd_check, cmd_demo, cmd_matrix, cmd_merge, cmd_r
 from powercut.cli.inspect import cmd_log, cmd_replay, cmd_states, cmd_workloads
 from powercut.cli.parser import build_parser
 from powercut.cli.record import cmd_image, cmd_record, cmd_run
+from powercut.cli.setup import cmd_doctor, cmd_setup
 from powercut.errors import OptionError, PowercutError
 from powercut.linux import interrupt
 
@@ -60,7 +61,7 @@ def os_error(e: OSError) -> str:
 
 COMMANDS = {"run": cmd_run, "check": cmd_check, "record": cmd_record, "image": cmd_image, "log": cmd_log, "states": cmd_states, "matrix": cmd_matrix, "repro": cmd_repro, "report": cmd_report,
             "replay": cmd_replay, "workloads": cmd_workloads, "bench": cmd_bench, "merge": cmd_merge,
-            "demo": cmd_demo}
+            "demo": cmd_demo, "setup": cmd_setup, "doctor": cmd_doctor}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -274,6 +274,16 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--kernel-package", default="")
     i.add_argument("--json", action="store_true")
 
+    su = sub.add_parser("setup", help="make this machine ready for crash tests (Debian/Ubuntu, root): install the "
+                        "missing Debian packages with apt-get, build the guest image, probe KVM")
+    su.add_argument("--no-image", action="store_true", help="only the Debian packages, no guest image")
+    su.add_argument("--dry-run", action="store_true", help="print what it would install and build; change nothing")
+    su.add_argument("--dev", action="store_true", help="also the packages of powercut's own test suite (libvirt, "
+                    "PostgreSQL, Chromium...)")
+    dr = sub.add_parser("doctor", help="can a crash test run here? one line per check (ok, missing, warn) with the "
+                        "command that fixes it; exit 0 when a crash test can run, 1 when not")
+    dr.add_argument("--json", action="store_true", help="the checks as one JSON object")
+
     lg = sub.add_parser("log", help="read a dm-log-writes log")
     lsub = lg.add_subparsers(dest="log_command", metavar="ACTION", parser_class=Parser)
     for name, helptext in (("stats", "counts: entries, writes, flushes, FUAs, discards, marks"),

@@ -9,4 +9,5 @@
 * ``filesystems`` -- the filesystem table (mkfs, fsck, mount options, modules);
 * ``blockdev`` -- find a disk by serial, its size;
 * ``jsonlines`` -- the fsync'd JSON-lines file;
-* ``environ`` -- every ``POWERCUT_*`` environment variable, named and read in one place."""
+* ``environ`` -- every ``POWERCUT_*`` environment variable, named and read in one place;
+* ``packages`` -- the Debian packages powercut needs (the one list) and apt-get for the missing ones."""

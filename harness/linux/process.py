@@ -50,7 +50,7 @@ def require(tool: str, package: str | None = None) -> str:
         (p for p in (f"/usr/sbin/{tool}", f"/sbin/{tool}", f"/usr/lib/qemu/{tool}", f"/usr/libexec/{tool}")
          if os.access(p, os.X_OK)), None)
     if not path:
-        hint = f" (install the Debian package {package}, or run ci/setup.sh)" if package else ""
+        hint = f" (install the Debian package {package}: powercut setup)" if package else ""
         raise EnvironmentNotReady(f"{tool} not found{hint}")
     return path
 

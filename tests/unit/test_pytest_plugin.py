@@ -110,6 +110,7 @@ def test_a_passing_crash_test_passes_with_its_settings(pytester: pytest.Pytester
                                                                                 "pass")
     assert test.checker_function.endswith("test_kv.py::check_keys") and not test.checker_cmd
     assert "-m powercut._pycall" in test.workload_cmd and "test_kv.py::put_keys" in test.workload_cmd
+    assert test.campaign().label == test.name == "test_kv.py::test_kv"   # report.html's title: the test's id
     res.stdout.fnmatch_lines(["*powercut crash tests*", "*test_kv.py::test_kv: pass (exhaustive): all 2 distinct crash states pass (xfs; flush; judged in vm)"])
     props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
     assert props["powercut_verdict"] == "pass" and props["powercut_states"] == "2"
@@ -217,8 +218,8 @@ def test_missing_prerequisite_is_an_error_unless_skips_were_asked_for(pytester: 
     pytester.makepyfile(test_kv=TEST_FILE)
     res = pytester.runpytest()
     res.assert_outcomes(failed=1)
-    res.stdout.fnmatch_lines(["*cannot run crash tests here: qemu-system-x86_64 not found (install*--powercut-skip"
-                              "-missing*"])
+    res.stdout.fnmatch_lines(["*cannot run crash tests here: qemu-system-x86_64 not found (install*powercut doctor*"
+                              "powercut setup*--powercut-skip-missing*"])
     res = pytester.runpytest("--powercut-skip-missing", "-rs")
     res.assert_outcomes(skipped=1)
     res.stdout.fnmatch_lines(["SKIPPED*qemu-system-x86_64 not found*"])

@@ -174,7 +174,7 @@ def test_qemu_missing_is_one_clear_line(tmp_path: Path) -> None:
     assert out.returncode == 1
     errors = [line for line in out.stderr.splitlines() if line.startswith("powercut: error:")]
     assert errors == ["powercut: error: qemu-system-x86_64 not found (install the Debian package "
-                      "qemu-system-x86, or run ci/setup.sh)"], out.stderr
+                      "qemu-system-x86: powercut setup)"], out.stderr
     assert not (tmp_path / "rec").exists()
     assert "Traceback" not in out.stderr
 

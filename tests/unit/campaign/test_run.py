@@ -253,3 +253,14 @@ def test_a_diagnosis_that_fails_leaves_the_verdicts_and_says_why(synthetic: Path
                                                        shrink=1, jobs=1), tmp_path / "out")
     assert s.verdict == "lost-ack" and s.status == "complete"
     assert "guest kernel panic" in s.groups[0]["diagnosis_error"]
+
+
+def test_a_label_names_the_workload_in_the_outputs(synthetic: Path, tmp_path: Path) -> None:
+    """A crash test's outputs are titled with its test id (CrashTest.campaign's label), not 'cmd'."""
+    s, paths = run_campaign(synthetic, CampaignSpec.of(models=("flush",), check_in="host", checker_command=CHECKER,
+                                                    max_states=2, label="tests/test_kv.py::test_put"), tmp_path / "out")
+    assert s.workload == "tests/test_kv.py::test_put"
+    assert "<title>powercut: pass -- tests/test_kv.py::test_put on ext4</title>" in paths["html"].read_text()
+    s, paths = run_campaign(synthetic, CampaignSpec.of(models=("flush",), check_in="host", checker_command=CHECKER,
+                                                    max_states=2), tmp_path / "plain")
+    assert s.workload == "cmd"

@@ -156,3 +156,28 @@ def test_the_mount_table_is_checked_hashed_and_in_the_initramfs(tmp_path: Path,
     monkeypatch.setattr(build, "resources", with_table(table + b"always proc proc proc -\n"))
     with pytest.raises(ImageError, match="mount table line"):
         build.build_image(spec)
+
+
+def test_find_image_finds_a_built_image_and_never_builds_or_fetches(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """powercut doctor looks for the image build_image would return, without building it, and without
+    downloading a kernel package that is not there yet."""
+    monkeypatch.setenv("POWERCUT_CACHE", str(tmp_path / "cache"))
+    moddir = tmp_path / "lib" / "modules" / "6.1.0-test"
+    moddir.mkdir(parents=True)
+    (moddir / "modules.dep").write_text("")
+    (moddir / "modules.builtin").write_text("".join(f"kernel/{n}.ko\n" for n, _, _ in wanted_modules()))
+    kernel = tmp_path / "vmlinuz"
+    kernel.write_bytes(b"not a real kernel")
+    monkeypatch.setattr(build, "_build_mark_tool", lambda source, bindir: bindir.mkdir())
+    spec = ImageSpec(kernel=str(kernel), modules_dir=str(moddir))
+    assert build.find_image(spec) is None
+    assert not (tmp_path / "cache" / "images").exists()
+    image = build.build_image(spec)
+    assert build.find_image(spec) == image
+
+    def no_download(package: str) -> Path:
+        raise AssertionError(f"find_image downloaded {package}")
+    monkeypatch.setattr(build, "resolve_kernel_package", lambda: "linux-image-9.9.9-test-amd64")
+    monkeypatch.setattr(build, "fetch_kernel_package", no_download)
+    assert build.find_image(ImageSpec()) is None
