@@ -133,6 +133,7 @@ class WorkloadSpec:
     params: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 300.0
     fault: str = ""                  # the recording's fault plan (core/faults.FaultPlan), canonical text
+    trace: bool = True               # trace its durability-relevant system calls (core/syscalls.py) with strace
 
     def __post_init__(self) -> None:
         if bool(self.name) == bool(self.cmd):

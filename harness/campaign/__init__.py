@@ -8,5 +8,8 @@
 * ``demo`` -- the main job: the named workloads durable and broken, checked, timed, one page;
 * ``crashtest`` -- one crash test of a user's program (record + check + the words for a failure), the
   pytest plugin's engine;
+* ``ghsummary`` -- the GitHub Action's shard and merge steps (``action.yml``): a pytest shard's
+  ``shard.json``, the shards merged into one JUnit and test tree; ``ghreport`` -- that merge as the
+  job summary and ``report.html``;
 * ``doctor`` -- can a crash test run here, what is missing and its fix (``powercut doctor``); installing
   and building it (``powercut setup``)."""

@@ -28,6 +28,7 @@ from powercut.config import DEFAULT_SHRINK, FsSpec, WorkloadSpec
 from powercut.core.faultwindows import FaultPlan
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import FINDINGS, Verdict
+from powercut.debug.cause import group_lines
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
 from powercut.linux import filesystems, process
@@ -197,13 +198,14 @@ class Outcome:
         elif self.test.expect not in ("pass", "fail") and s.failures:
             seen = sorted({f.verdict for f in s.failures})
             lines.append(f"expected {self.test.expect}, found {', '.join(seen)}")
+        if s.failures and s.trace_note:
+            lines.append(f"note: {s.trace_note}")
         if s.failures and not s.groups:
             first = min(s.failures, key=lambda v: (v.cut, v.state))
             lines.append(f"first failing state: {first.state}: {first.verdict}: "
                          f"{first.reasons[0] if first.reasons else ''}")
         for k, g in enumerate(s.groups[:5], 1):   # the causes lead, each with its minimized state and repro
-            cause = (g.get("cause") or "").removeprefix(f"{g['verdict']}: ") or g["reason_class"]
-            lines.append(f"group {k}: {g['verdict']} x {g['count']}: {cause}")
+            lines.extend(group_lines(f"group {k}", g))   # the cause in the program's terms leads
             if "confirmed_alone" in g:
                 by = f", {g['confirmed_by_group']} by the group's sample" if g["confirmed_by_group"] else ""
                 esc = "; its sample disagreed: confirmed state by state" if g.get("escalated") else ""

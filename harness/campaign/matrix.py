@@ -101,6 +101,7 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
         summary, _ = run_campaign(recdir, cspec, recdir / "check", on_verdict=on_verdict)
         info["check_s"] = round(summary.seconds, 1)
         info["check_in"] = cspec.place.check_in
+        info["anatomy"] = summary.anatomy
         torn = [f for f in summary.failures if f.model in TORN_MODELS]
         t0 = time.monotonic()
         untorn = _untorn(rec, cspec, torn[:MAX_TEAR_CHECKS], recdir / "untorn") if torn else {}

@@ -30,7 +30,7 @@ from powercut.report import html, matrix
 from powercut.report.summary import Summary, summarize, write_outputs
 
 DIAGNOSED = ("cause", "minimized", "culprits", "shrink_calls", "one_at_a_time", "minimized_confirmed",
-             "minimized_alone")
+             "minimized_alone", "why")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,8 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
                         confirm_mode=str(base.get("confirmation", {}).get("mode", "all")),
                         confirm_sample=int(base.get("confirmation", {}).get("sample", 0)),
                         escalated=sum(int(o.summary.get("confirmation", {}).get("escalated_groups", 0)) for o in outs),
-                        coverage=_coverage(outs), require_exhaustive=bool(base.get("require_exhaustive", False)))
+                        coverage=_coverage(outs), require_exhaustive=bool(base.get("require_exhaustive", False)),
+                        anatomy=base.get("anatomy") or {}, trace_note=str(base.get("trace_note", "")))
     with open(outdir / "journal.jsonl", "w") as f:
         for v in sorted(judged, key=lambda v: (v.model, v.cut, v.state)):
             f.write(json.dumps(v.to_json()) + "\n")

@@ -39,7 +39,7 @@ from powercut.core.models import space
 from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select, state_key
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
-from powercut.debug import triage
+from powercut.debug import cause, triage
 from powercut.errors import CheckerError, PowercutError, UsageError
 from powercut.record import recording
 from powercut.report import html
@@ -196,6 +196,10 @@ class _Run:
                 g.diagnosis, g.diagnosis_error = kept.get((g.verdict, g.reason_class), (None, ""))
         t1 = time.monotonic()
         if self.groups:
+            try:
+                cause.explain_groups(self.rec, index, self.groups)
+            except Exception as e:  # noqa: BLE001 -- a cause is an explanation: the verdicts stand without it
+                log.warning("no causes from the trace: %s", e)
             triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.rec.log_path)
             triage.save(self.outdir, self.groups)
         self.triage_s += time.monotonic() - t1
@@ -293,6 +297,15 @@ NO_CHECKER = ("no checker, recovery mount and fsck only: the program's data was 
               "or register one for the workload)")
 
 
+def _anatomy(rec: Any, index: LogIndex) -> dict[str, Any]:
+    """The recording's commit anatomy (debug/cause.py); empty when it cannot be made."""
+    try:
+        return cause.anatomy_of(rec, index)
+    except Exception as e:  # noqa: BLE001 -- a price tag, never a reason for a check to fail
+        log.warning("no commit anatomy: %s", e)
+        return {}
+
+
 def coverage_of(sel: Selection, verdicts: list[Verdict], ctx: CheckContext) -> Coverage:
     """What this run covered: the selection's coverage with what was really judged per model (a
     shard, or a run stopped early, judged less) and the checker's note."""
@@ -363,7 +376,8 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                                 groups=[g.to_json() for g in run.groups], triage_s=run.triage_s,
                                 acks=len(index.acks()), allow_no_acks=spec.allow_no_acks,
                                 shard="" if spec.shard.whole else str(spec.shard), coverage=cov,
-                                require_exhaustive=spec.require_exhaustive)
+                                require_exhaustive=spec.require_exhaustive,
+                                anatomy=_anatomy(rec, index), trace_note=cause.trace_note(rec))
             paths = write_outputs(summary, verdicts, outdir)
             paths["html"] = html.write(summary, outdir, verdicts)
     return summary, paths

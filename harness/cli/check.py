@@ -119,6 +119,7 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
 
 def _print_groups(summary: Any) -> None:
     """Failures grouped by cause, each with its confirmation, minimized state, blame and repro."""
+    from powercut.debug.cause import group_lines
     from powercut.report.summary import group_confirmation
 
     if not summary.groups:
@@ -126,8 +127,7 @@ def _print_groups(summary: Any) -> None:
     print(f"{len(summary.failures)} failing states in {len(summary.groups)} group(s) by cause"
           f" (triage {summary.triage_s:.1f} s):")
     for k, g in enumerate(summary.groups, 1):
-        cause = (g.get("cause") or "").removeprefix(f"{g['verdict']}: ") or g["reason_class"]
-        print(f"GROUP {k}: {g['verdict']} x {g['count']}: {cause}")
+        print("\n".join(group_lines(f"GROUP {k}", g)))   # the cause in the program's terms leads
         conf = group_confirmation(g)
         if conf:
             print(f"  {conf}")

@@ -146,6 +146,8 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
     p.add_argument("--size", type=at_least(0), default=0, metavar="MB",
                    help="data disk size (default: the filesystem's, ext4/btrfs 256, xfs 300)")
     p.add_argument("--log-size", type=at_least(0), default=0, metavar="MB", help="log disk size (default 4x data + 64)")
+    p.add_argument("--no-trace", action="store_true",
+                   help="do not trace the workload's system calls (strace; the cause of a failure is then given in blocks only)")
     p.add_argument("--workload-timeout", type=positive_float, default=300.0, metavar="S", help="kill the workload after S s")
     p.add_argument("-o", "--out", required=required_out, default=None if required_out else MAIN_DEFAULT_OUT,
                    help="recording directory" + ("" if required_out else f" (default {MAIN_DEFAULT_OUT})"))

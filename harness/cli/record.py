@@ -43,7 +43,7 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     except UsageError as e:
         raise OptionError(str(e)) from None
     wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=params,
-                      timeout_s=args.workload_timeout, fault=args.fault)
+                      timeout_s=args.workload_timeout, fault=args.fault, trace=not args.no_trace)
     return RecordSpec(fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,
                       bus=args.bus, transport=args.transport, accel=args.accel, timeout_s=args.vm_timeout,
                       backend=args.backend, libvirt_uri=args.libvirt_uri,
@@ -99,6 +99,10 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     print(f"recorded {m['workload'].get('name') or 'cmd'} on {m['fs']['fstype']} into {rec.dir}")
     print(f"  VM {r.get('accel')}, boot to workload {r.get('boot_to_workload_s')} s, VM wall {r.get('vm_wall_s')} s,"
           f" workload {m['result'].get('workload_s')} s")
+    tr = m.get("trace", {})
+    if tr:
+        print(f"  trace: {tr['file']} ({tr.get('bytes', 0) >> 10} KiB of strace)" if tr.get("file")
+              else f"  trace: none ({tr.get('error')})")
     _print_stats(str(rec.log_path))
     return 0
 

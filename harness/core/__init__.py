@@ -12,4 +12,7 @@
 * ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;
 * ``shrink`` -- minimize a failing state;
 * ``confirm`` -- confirmation by failure group: which failing states are judged again alone;
-* ``verdict`` -- the one verdict vocabulary."""
+* ``verdict`` -- the one verdict vocabulary;
+* ``syscalls`` -- the workload's system-call trace (strace -f -y) as operations, aligned with the log's marks;
+* ``causes`` -- the durability rule a failing state's program broke, from its trace;
+* ``anatomy`` -- what each commit cost: block writes, flushes, FUAs and traced calls."""

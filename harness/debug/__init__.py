@@ -3,5 +3,6 @@
 * ``diagnose`` -- shrink and blame, on the host or in a checker VM;
 * ``blame`` -- which file or structure each culprit write belongs to;
 * ``triage`` -- failures grouped by cause;
+* ``cause`` -- each group's cause in the program's terms (its trace's broken rule), the commit anatomy;
 * ``bundle`` -- self-contained repro bundles;
 * ``repro`` -- judge one state again, or open a shell in it."""

@@ -47,11 +47,16 @@ class Bundle:
                            path=tuple(str(p) for p in c.get("path", ())))
 
 
+TRACE = "syscalls.txt.gz"   # the recording's system-call trace (core/syscalls.py), when it has one
+
+
 def write(dest: Path, *, recording: str, log_path: Path, data_size: int, fstype: str, mount_opts: str,
           checker: CheckerSpec, params: dict[str, Any], workload: dict[str, Any], verdict: Any,
-          diagnosis: Any = None, cut: int = 0) -> Path:
+          diagnosis: Any = None, cut: int = 0, trace: Path | None = None,
+          why: dict[str, Any] | None = None) -> Path:
     """Write a bundle for ``verdict`` (and its ``diagnosis``) into the new directory ``dest``;
-    ``cut``: how many log entries it needs (0: all)."""
+    ``cut``: how many log entries it needs (0: all); ``trace``: the recording's system-call trace,
+    copied in; ``why``: the group's cause in the program's terms."""
     if dest.exists():
         shutil.rmtree(dest)
     tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
@@ -67,7 +72,11 @@ def write(dest: Path, *, recording: str, log_path: Path, data_size: int, fstype:
                "params": params, "workload": workload, "state": verdict.state, "verdict": verdict.verdict,
                "reasons": list(verdict.reasons),
                "minimized": diagnosis.minimized if diagnosis is not None else "",
-               "diagnosis": diagnosis.to_json() if diagnosis is not None else None}
+               "diagnosis": diagnosis.to_json() if diagnosis is not None else None,
+               **({"why": why} if why else {})}
+        if trace is not None and trace.is_file():
+            shutil.copyfile(trace, tmp / TRACE)
+            doc["trace"] = TRACE
         (tmp / MANIFEST).write_text(json.dumps(doc, indent=1) + "\n")
         os.replace(tmp, dest)
     except BaseException:

@@ -12,6 +12,7 @@ from typing import Any
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
 from powercut.check.vm import shell_vm
+from powercut.core import causes
 from powercut.core.dmlog import open_log
 from powercut.core.models import space
 from powercut.core.verdict import Verdict
@@ -33,6 +34,7 @@ class Target:
     state: str
     before: str = ""              # the verdict the bundle recorded ("" for a recording)
     source: str = ""
+    why: dict[str, Any] | None = None   # the bundle's cause in the program's terms (debug/cause.py)
 
 
 def resolve(path: str, state: str = "") -> Target:
@@ -47,7 +49,7 @@ def resolve(path: str, state: str = "") -> Target:
                              "it the state would seem to pass; write the bundle again with powercut check")
         b.checker.validate()   # a command this machine cannot run is refused here, not judged as "no longer fails"
         return Target(LogSource(b.log_path, int(b.doc["data_size"])), ctx, state or b.state,
-                      str(b.doc.get("verdict", "")), f"bundle {p}")
+                      str(b.doc.get("verdict", "")), f"bundle {p}", b.doc.get("why") or None)
     if (p / recording.MANIFEST).exists():
         if not state:
             raise UsageError(f"{path} is a recording: give the state to rebuild with --state ID")
@@ -89,7 +91,11 @@ def shell(target: Target, place: Place) -> Verdict | None:
 
 
 def describe(target: Target, v: Verdict) -> list[str]:
-    lines = [f"{target.state} ({target.source}): {v.verdict}"]
+    lines = []
+    if target.why and v.failed:   # the cause in the program's terms leads, as in the check that found it
+        c = causes.Cause.from_json(target.why)
+        lines += [f"cause ({c.rule}): {c.sentence}", *(f"  | {e}" for e in c.evidence[-4:])]
+    lines.append(f"{target.state} ({target.source}): {v.verdict}")
     lines += [f"  {r}" for r in v.reasons[:8]]
     if target.before:
         same = "the same verdict as in the bundle" if v.verdict == target.before else \

@@ -43,6 +43,7 @@ class Group:
     bundle: str = ""
     escalated: bool = False     # its confirmation sample disagreed: confirmed state by state
     diagnosis_error: str = ""   # why its diagnosis could not be made (the diagnosing VM panicked, ...)
+    why: dict[str, Any] | None = None   # its cause in the program's terms (debug/cause.py), with a trace
 
     @property
     def first(self) -> Verdict:
@@ -60,6 +61,7 @@ class Group:
                 "unconfirmed": sum(not v.confirmed and not v.by_group for v in self.states),
                 "escalated": self.escalated,
                 **({"diagnosis_error": self.diagnosis_error} if self.diagnosis_error else {}),
+                **({"why": self.why} if self.why else {}),
                 **({"minimized_confirmed": d["minimized_confirmed"], "minimized_alone": d.get("minimized_alone", "")}
                    if "minimized_confirmed" in d else {})}
 
@@ -113,7 +115,8 @@ def write_bundles(outdir: Path, groups: list[Group], rec: Recording, ctx: CheckC
         try:
             bundle.write(dest, recording=str(rec.dir), log_path=log_path, data_size=rec.data_size,
                          fstype=rec.fstype, mount_opts=rec.mount_opts, checker=ctx.checker, params=ctx.params,
-                         workload=dict(rec.workload), verdict=first, diagnosis=d, cut=cut + 1)
+                         workload=dict(rec.workload), verdict=first, diagnosis=d, cut=cut + 1,
+                         trace=rec.trace_path, why=g.why)
             g.bundle = str(dest)
         except OSError as e:
             log.warning("cannot write the repro bundle %s: %s", dest, e)

@@ -2,9 +2,11 @@
 it, run the workload, tear the target down; time marks."""
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut import marks
+from powercut.core import syscalls
 from powercut.core.faultwindows import FAULT_OFF, FaultPlan
 from powercut.faults import FAULT_ENV, FaultError, PlanRun, Target, plan_env
 from powercut.faults import table as fault_table
@@ -29,6 +32,15 @@ FS_SUFFIX = "-fs"        # the linear map over the log-writes target that holds 
 ORDER_SUFFIX = "-order"  # the linear map beside it that marks flush (marks.py)
 PLAN_STATE = "/run/powercut/fault-plan.json"   # the fault plan's state (faults.PlanRun), guest-local
 PLAN_POLL_S = 0.002
+TRACE_TMP = "/tmp/powercut-syscalls.txt"   # strace writes here (the guest's tmpfs), copied to the job share after
+TRACE_FILE = "syscalls.txt.gz"             # in the job directory: the recording's trace (core/syscalls.py)
+
+
+def strace_argv(out: str) -> list[str]:
+    """strace around the workload: every thread and child (-f), descriptors with their paths (-y),
+    the mark ioctls' messages decoded (abbrev=none), only the traced calls stopped (seccomp-bpf)."""
+    return ["strace", "-f", "-y", "-qq", "-ttt", "-s", "512", "--seccomp-bpf", "-e", "abbrev=none",
+            "-e", "signal=none", "-e", "trace=" + ",".join(syscalls.TRACED), "-o", out, "--"]
 
 
 def log_writes_status(name: str) -> dict[str, Any]:
@@ -135,6 +147,15 @@ def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str, target:
            ORDER_ENV: order_dev, FAULT_ENV: fault_dev.spec()}
     res: dict[str, Any] = {}
     trigger = None
+    if wl.trace:
+        strace = shutil.which("strace", path=guestjob.guest_path(job.tools_dir))
+        if strace:
+            if os.path.exists(TRACE_TMP):
+                os.unlink(TRACE_TMP)
+            argv = [strace, *strace_argv(TRACE_TMP)[1:], *argv]
+        else:
+            res["trace_error"] = "strace is not installed (apt-get install strace): recorded without a trace"
+            log.warning("%s", res["trace_error"])
     if wl.fault:
         run = PlanRun(FaultPlan.parse(wl.fault), PLAN_STATE, fault_dev, MNT)
         for leftover in (PLAN_STATE, PLAN_STATE + ".done"):
@@ -153,10 +174,24 @@ def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str, target:
         if trigger is not None:
             trigger.finish()
     res.update(workload_rc=rc, workload_timed_out=rc is None, workload_s=round(time.monotonic() - start, 3))
+    if wl.trace and "trace_error" not in res:
+        res.update(keep_trace(jobdir))
     if trigger is not None:
         st = trigger.run.state()
         res["fault_plan"] = {"plan": wl.fault, **st.to_json(), "error": st.error or trigger.error}
     return res
+
+
+def keep_trace(jobdir: Path) -> dict[str, Any]:
+    """The trace, gzipped into the job directory; what went wrong if there is none."""
+    try:
+        size = os.path.getsize(TRACE_TMP)
+    except OSError:
+        return {"trace_error": "strace wrote no trace (see workload.err)"}
+    with open(TRACE_TMP, "rb") as src, gzip.open(jobdir / TRACE_FILE, "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    os.unlink(TRACE_TMP)
+    return {"trace_file": TRACE_FILE, "trace_bytes": size}
 
 
 def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:

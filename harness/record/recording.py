@@ -52,6 +52,12 @@ class Recording:
         return self.dir / self.manifest["log"]["file"]
 
     @property
+    def trace_path(self) -> Path | None:
+        """The workload's system-call trace (core/syscalls.py), if the recording took one."""
+        f = self.manifest.get("trace", {}).get("file")
+        return self.dir / f if f and (self.dir / f).is_file() else None
+
+    @property
     def final_image(self) -> Path:
         return self.dir / self.manifest["data"]["final"]
 

@@ -136,6 +136,10 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
         result = guestjob.read_result(jobdir)
         manifest["result"] = {"ok": result.ok, **result.data, **({"error": result.error} if result.error else {})}
         _judge(result, manifest, out)
+        if result.get("trace_file"):
+            manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
+        elif spec.workload.trace:
+            manifest["trace"] = {"error": str(result.get("trace_error") or "no trace")}
         manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
         manifest["marks"] = _mark_order(out / "log.bin")
         if faults := _faults(out / "log.bin"):

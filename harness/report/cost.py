@@ -15,6 +15,7 @@ from typing import Any
 from rich.table import Table
 
 from powercut.bench.results import BenchEntry, BenchResults
+from powercut.core.anatomy import short as short_anatomy
 from powercut.errors import UsageError
 from powercut.report import html
 from powercut.report.bench import fmt_us
@@ -31,6 +32,7 @@ class Line:
     cells: tuple[dict[str, Any], ...]
     on: BenchEntry | None
     off: BenchEntry | None
+    anatomy: str = ""     # what a commit costs in block writes and flushes (core/anatomy.py), from matrix.json
 
     def verdicts(self) -> str:
         """Per model: ``pass/judged``, or the failing states by verdict out of those judged."""
@@ -49,6 +51,7 @@ class Line:
 
 
 def join(rows: list[Row], matrix_doc: dict[str, Any], benches: list[BenchResults]) -> list[Line]:
+    anatomy = {str(i.get("row")): short_anatomy(i.get("anatomy") or {}) for i in matrix_doc.get("rows", [])}
     cells: dict[str, list[dict[str, Any]]] = {}
     for c in matrix_doc.get("cells", []):
         cells.setdefault(c["row"], []).append(c)
@@ -57,7 +60,7 @@ def join(rows: list[Row], matrix_doc: dict[str, Any], benches: list[BenchResults
         on = next((e for b in benches if (e := b.find(r.id, True)) is not None), None)
         off = next((e for b in benches if (e := b.find(r.id, False)) is not None), None)
         if r.id in cells or on or off:
-            out.append(Line(r, tuple(cells.get(r.id, ())), on, off))
+            out.append(Line(r, tuple(cells.get(r.id, ())), on, off, anatomy.get(r.id, "")))
     return out
 
 
@@ -133,7 +136,8 @@ def view(lines: list[Line], meta: str, svg: Path | None = None) -> dict[str, Any
     """The durability-vs-cost section of the matrix page (report/html.write_matrix): the table's
     lines, the findings, where the figures were taken, and the plot's SVG to inline."""
     return {"lines": [{"id": ln.row.id, "verdicts": ln.verdicts(), "durable": ln.durable, "on_rate": _rate(ln.on),
-                       "on_p99": _p99(ln.on), "off_rate": _rate(ln.off), "off_p99": _p99(ln.off)} for ln in lines],
+                       "on_p99": _p99(ln.on), "off_rate": _rate(ln.off), "off_p99": _p99(ln.off), "anatomy": ln.anatomy}
+                      for ln in lines],
             "findings": findings(lines), "meta": meta, "svg": html.inline_svg(svg)}
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import jinja2
 
+from powercut.core.anatomy import short as short_anatomy
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
@@ -161,6 +162,7 @@ def write_matrix(out: Path, rows: list[Any], results: list[Any], infos: list[dic
         by_row.setdefault(c.row, {})[c.model] = c
     used = [m for m in MODELS if any(m in cells for cells in by_row.values())]
     workloads: dict[str, list[dict[str, Any]]] = {}
+    anatomy = {str(i.get("row")): i.get("anatomy") or {} for i in infos}
     for r in rows:
         report = (rows_dir or out) / r.slug / "check" / "report.html"
         cells = {m: {"ok": c.ok, "proven": c.proven, "seen": _label(c), "expected": c.expected,
@@ -170,7 +172,8 @@ def write_matrix(out: Path, rows: list[Any], results: list[Any], infos: list[dic
         workloads.setdefault(r.workload, []).append(
             {"id": r.id, "slug": r.slug, "cells": cells, "why": " ".join(r.why.split()), "claim": r.claim,
              "notes": {m: " ".join(n.split()) for m, n in r.notes.items()},
-             "link": os.path.relpath(report, out) if report.is_file() else ""})
+             "link": os.path.relpath(report, out) if report.is_file() else "",
+             "anatomy": short_anatomy(anatomy.get(r.id, {})), "anatomy_phrase": anatomy.get(r.id, {}).get("phrase", "")})
     surprises = [{"row": c.row, "model": c.model, "expected": c.expected, "seen": c.seen, "describe": c.describe(),
                   "first_reason": c.first_reason} for c in results if not c.ok]
     recs = [Path(i["recording"]) for i in infos if i.get("recording")]

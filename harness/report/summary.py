@@ -52,6 +52,8 @@ class Summary:
     escalated: int = 0                        # groups confirmed state by state after their sample disagreed
     coverage: Coverage | None = None          # what was covered (core/coverage); None: not recorded (old output)
     require_exhaustive: bool = False          # a pass short of exhaustive is not ok (--require-exhaustive)
+    anatomy: dict[str, Any] = field(default_factory=dict)   # commit anatomy (core/anatomy.py), {} if unknown
+    trace_note: str = ""                      # why there is no cause in the program's terms ("" with a trace)
 
     @property
     def no_acks(self) -> bool:
@@ -144,6 +146,7 @@ class Summary:
                 "confirmation": {"mode": self.confirm_mode, "sample": self.confirm_sample, "rejudged": self.rejudged,
                                  "seconds": round(self.confirm_s, 3), "escalated_groups": self.escalated},
                 "groups": self.groups, "triage_seconds": round(self.triage_s, 3),
+                "anatomy": self.anatomy, "trace_note": self.trace_note,
                 "failures": [dict(f.to_json(), repro=repro(self.recording, f)) for f in self.failures],
                 "flaky_states": [f.to_json() for f in self.flaky]}
 
@@ -153,7 +156,8 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0,
               acks: int = -1, allow_no_acks: bool = False, shard: str = "",
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
-              escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False) -> Summary:
+              escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False,
+              anatomy: dict[str, Any] | None = None, trace_note: str = "") -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -169,7 +173,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
                    {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
-                   coverage, require_exhaustive)
+                   coverage, require_exhaustive, dict(anatomy or {}), trace_note)
 
 
 def models_of(v: Verdict) -> list[str]:

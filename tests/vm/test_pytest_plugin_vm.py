@@ -59,7 +59,12 @@ def test_readme_example_correct_passes_broken_is_caught(project: pytest.Pytester
     # state, repro), artifacts
     res.stdout.fnmatch_lines([
         f"*powercut: lost-ack: * of * distinct crash states fail (ext4; flush, write-cache; judged in {check_in})*",
-        "group 1: lost-ack x *: *acknowledged key * is lost*",
+        # the cause in the program's terms leads (issue #38), the calls as evidence, then the blocks
+        "group 1: lost-ack x *: /store.json.tmp was renamed over /store.json before its data was fsynced*"
+        "[rename-before-fsync]",
+        "  | *rename(*store.json.tmp*store.json*",
+        "  | *mark ack:*",
+        "  blocks: *acknowledged key * is lost*",
         "  confirmed: * alone*",
         "  minimized: * -> * (* checks)",
         "  repro: powercut repro *",

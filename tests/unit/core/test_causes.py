@@ -1,0 +1,176 @@
+"""core/causes.py: the durability rule a failing state's program broke, from its trace."""
+import pytest
+
+from powercut.core import causes
+from powercut.core import syscalls as sc
+from tests.unit.core.test_syscalls import mark_line
+
+MNT = "/run/powercut/mnt"
+
+
+class T:
+    """A trace and its log's marks, built call by call (each mark at the next log entry, 10 apart)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.log: list[tuple[int, str]] = [(100, "mkfs")]
+        self.t = 1.0
+
+    def call(self, text: str, pid: int = 1) -> "T":
+        self.t += 0.01
+        self.lines.append(f"{pid} {self.t:.6f} {text}")
+        return self
+
+    def mark(self, text: str, pid: int = 1) -> "T":
+        self.t += 0.01
+        self.lines.append(mark_line(pid, self.t, text))
+        self.log.append((self.log[-1][0] + 10, text))
+        return self
+
+    def open(self, name: str, flags: str = "O_WRONLY|O_CREAT|O_TRUNC", fd: int = 5) -> "T":
+        return self.call(f'openat(AT_FDCWD<{MNT}>, "{name}", {flags}, 0666) = {fd}<{MNT}/{name}>')
+
+    def write(self, name: str, n: int = 100, fd: int = 5, ret: str = "") -> "T":
+        return self.call(f'write({fd}<{MNT}/{name}>, "x"..., {n}) = {ret or n}')
+
+    def fsync(self, name: str, fd: int = 5, call: str = "fsync", ret: str = "0") -> "T":
+        return self.call(f"{call}({fd}<{MNT}/{name}>) = {ret}")
+
+    def fsync_dir(self, name: str = "") -> "T":
+        path = f"{MNT}/{name}".rstrip("/")
+        return self.call(f'openat(AT_FDCWD<{MNT}>, "{name or "."}", O_RDONLY|O_DIRECTORY) = 6<{path}>').call(
+            f"fsync(6<{path}>) = 0")
+
+    def trace(self) -> sc.Trace:
+        return sc.parse("\n".join(self.lines))
+
+    def explain(self, cut: int | None = None, **kw) -> causes.Cause:
+        return causes.explain(self.trace(), self.log, cut if cut is not None else self.log[-1][0] + 1, MNT, **kw)
+
+
+def kv(durable: bool, n: int = 2) -> T:
+    t = T()
+    t.open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4)
+    for i in range(n):
+        t.mark(f"begin:{i}").open("store.json.tmp").write("store.json.tmp", 210)
+        if durable:
+            t.fsync("store.json.tmp")
+        t.call('rename("store.json.tmp", "store.json") = 0')
+        if durable:
+            t.fsync_dir()
+        t.mark(f"ack:{i}")
+    return t
+
+
+def test_rename_before_fsync_is_the_cause_of_the_kvstore_without_fsync():
+    c = kv(durable=False).explain(reasons=["acknowledged key k1 is lost"])
+    assert c.rule == causes.RENAME
+    assert "/store.json.tmp was renamed over /store.json before its data was fsynced" in c.sentence
+    assert "ack:0" in c.sentence and "1 more acked commit alike" in c.sentence
+    assert any("rename(" in e for e in c.evidence) and c.evidence[-1].endswith("mark ack:0")
+    assert any("no fsync or fdatasync" in o for o in c.others) and any("fsync of the directory" in o for o in c.others)
+
+
+def test_the_durable_kvstore_breaks_no_rule():
+    commits = causes.commits(kv(durable=True).trace(), MNT)
+    assert [c.key for c in commits] == ["0", "1"] and all(not c.violations for c in commits)
+    c = kv(durable=True).explain(reasons=["lost"])
+    assert c.rule == causes.BEYOND and "did everything the rules ask before ack:1" in c.sentence
+
+
+def test_no_fsync_names_the_file_and_what_was_written():
+    t = T().open("wal").mark("begin:1").write("wal", 100).write("wal", 28).mark("ack:1")
+    c = t.explain()
+    assert c.rule == causes.NO_FSYNC and c.subject == "/wal"
+    assert "changing /wal (2 calls, 128 bytes) with no fsync or fdatasync" in c.sentence
+
+
+@pytest.mark.parametrize("flags, rule", [("O_WRONLY|O_SYNC", None), ("O_WRONLY|O_DSYNC", None),
+                                         ("O_WRONLY|O_DIRECT", causes.NO_FSYNC), ("O_WRONLY", causes.NO_FSYNC)])
+def test_sync_opens_are_synced_and_o_direct_is_not(flags, rule):
+    t = T().open("f", "O_WRONLY|O_CREAT").fsync_dir().open("f", flags).mark("begin:1").write("f").mark("ack:1")
+    violations = causes.commits(t.trace(), MNT)[0].violations
+    assert [v.rule for v in violations] == ([rule] if rule else [])
+    if "O_DIRECT" in flags:
+        assert "O_DIRECT bypasses the page cache" in violations[0].sentence()
+
+
+def test_fdatasync_msync_and_sync_are_barriers_sync_file_range_is_not():
+    for barrier in ("fdatasync(5<{m}/f>) = 0", "sync() = 0", "syncfs(5<{m}/f>) = 0"):
+        t = T().open("f", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("f").call(barrier.format(m=MNT))
+        assert not causes.commits(t.mark("ack:1").trace(), MNT)[0].violations, barrier
+    t = T().open("f", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("f")
+    t.call(f"sync_file_range(5<{MNT}/f>, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE|SYNC_FILE_RANGE_WRITE) = 0").mark("ack:1")
+    (v,) = causes.commits(t.trace(), MNT)[0].violations
+    assert v.rule == causes.NO_FSYNC and "sync_file_range is not a durability barrier" in v.sentence()
+
+
+def test_a_new_file_needs_its_directory_fsynced():
+    t = T().mark("begin:1").open("sub/new").write("sub/new").fsync("sub/new").mark("ack:1")
+    c = t.explain()
+    assert c.rule == causes.NO_DIR_FSYNC and c.subject == "/sub"
+    t2 = T().mark("begin:1").open("sub/new").write("sub/new").fsync("sub/new").fsync_dir("sub").mark("ack:1")
+    assert not causes.commits(t2.trace(), MNT)[0].violations
+
+
+def test_acked_after_a_failed_fsync():
+    t = T().open("db", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("db")
+    t.fsync("db", ret="-1 EIO (Input/output error)").mark("ack:1")
+    c = t.explain()
+    assert c.rule == causes.ERROR and "fsync of /db failed (EIO)" in c.sentence
+    # a retried fsync that succeeds clears it
+    t2 = T().open("db", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("db")
+    t2.fsync("db", ret="-1 EIO (Input/output error)").fsync("db").mark("ack:1")
+    assert not causes.commits(t2.trace(), MNT)[0].violations
+
+
+def test_only_acks_before_the_cut_and_the_lost_keys_count():
+    t = T().open("a", "O_WRONLY|O_CREAT").open("b", "O_WRONLY|O_CREAT", fd=6).fsync_dir()
+    t.mark("begin:1").write("a").fsync("a").mark("ack:1")          # durable
+    t.mark("begin:2").write("b", fd=6).mark("ack:2")               # not
+    cut_after_1 = t.log[-3][0] + 1                                  # after ack:1, before begin:2
+    assert t.explain(cut=cut_after_1).rule == causes.BEYOND
+    c = t.explain(reasons=["lost ack:2"])
+    assert c.rule == causes.NO_FSYNC and c.subject == "/b"
+    # the checker names key 1 (durable by the rules): the rules have no complaint about it
+    assert t.explain(reasons=["key 1 is lost"]).rule == causes.BEYOND
+
+
+def test_unordered_writes_in_the_commit_in_flight():
+    t = T().open("wal", "O_WRONLY|O_CREAT").fsync_dir()
+    t.mark("begin:1").write("wal", 1024).write("wal", 64).fsync("wal").mark("ack:1")
+    t.mark("begin:2").write("wal", 1024).write("wal", 64).fsync("wal").mark("ack:2")
+    cut = t.log[-2][0] + 1   # after begin:2, before ack:2: commit 2 in flight
+    c = t.explain(cut=cut, lost_entries=[cut - 1], verdict="corrupt-data")
+    assert c.rule == causes.UNORDERED and c.subject == "/wal"
+    assert "ack:2" in c.sentence and "wrote /wal 2 times" in c.sentence
+    # the same state that lost nothing is not explained by ordering
+    assert t.explain(cut=cut, verdict="lost-ack").rule == causes.BEYOND
+
+
+def test_no_ack_before_the_cut():
+    t = T().open("f").mark("begin:1").write("f").mark("ack:1")
+    assert t.explain(cut=101).rule == causes.BEYOND
+
+
+def test_blame_agrees_or_both_are_said():
+    c = kv(durable=False).explain()
+    agree = causes.with_blame(c, [{"path": "/store.json", "what": "data block", "text": "lost: data block of /store.json"}])
+    assert agree.blame.startswith("blame agrees: lost: data block of /store.json")
+    other = causes.with_blame(c, [{"path": "", "what": "superblock/group descriptors", "text": "durable: superblock"}])
+    assert other.blame.startswith("blame names other blocks")
+    assert causes.with_blame(c, []).blame == ""
+
+
+def test_cause_round_trips_through_json():
+    c = causes.with_blame(kv(durable=False).explain(), [{"path": "/x", "what": "data block", "text": "t"}])
+    assert causes.Cause.from_json(c.to_json()) == c
+    assert c.lines()[0].startswith("cause (rename-before-fsync): ")
+
+
+def test_lost_keys_reads_the_checkers_words():
+    keys = ["1", "2", "k3", "10"]
+    assert causes.lost_keys(["lost ack:2"], keys) == ["2"]
+    assert causes.lost_keys(["acknowledged key k3 is lost"], keys) == ["k3"]
+    assert causes.lost_keys(["record 10: checksum mismatch"], keys) == ["10"]
+    assert causes.lost_keys(["the database cannot open"], keys) == []
