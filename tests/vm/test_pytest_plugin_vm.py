@@ -61,7 +61,7 @@ def test_readme_example_correct_passes_broken_is_caught(project: pytest.Pytester
         f"*powercut: lost-ack: * of * distinct crash states fail (ext4; flush, write-cache; judged in {check_in})*",
         # the cause in the program's terms leads (issue #38), the calls as evidence, then the blocks
         "group 1: lost-ack x *: /store.json.tmp was renamed over /store.json before its data was fsynced*"
-        "[rename-before-fsync]",
+        " [[]rename-before-fsync]",
         "  | *rename(*store.json.tmp*store.json*",
         "  | *mark ack:*",
         "  blocks: *acknowledged key * is lost*",
