@@ -36,6 +36,7 @@ from powercut.core.syscalls import Op, Trace
 ERROR, RENAME, NO_FSYNC, NO_DIR_FSYNC = "acked-after-error", "rename-before-fsync", "no-fsync", "no-dir-fsync"
 UNORDERED, BEYOND = "unordered-writes", "beyond-rules"
 RANK = (ERROR, RENAME, NO_FSYNC, NO_DIR_FSYNC, UNORDERED)   # strongest first
+RULES = (*RANK, BEYOND)
 EVIDENCE_LINES = 6
 
 

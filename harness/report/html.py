@@ -167,6 +167,7 @@ def write_matrix(out: Path, rows: list[Any], results: list[Any], infos: list[dic
         report = (rows_dir or out) / r.slug / "check" / "report.html"
         cells = {m: {"ok": c.ok, "proven": c.proven, "seen": _label(c), "expected": c.expected,
                      "title": f"expected {c.expected}; seen {c.describe()}"
+                              + (f" -- why: {c.cause_text}" if c.cause_text else "")
                               + (f" -- {' '.join(r.notes[m].split())}" if m in r.notes else "")}
                  for m, c in by_row.get(r.id, {}).items()}
         workloads.setdefault(r.workload, []).append(

@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.table import Table
 
+from powercut.core.causes import RULES
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import FINDINGS
 from powercut.errors import PowercutError, UsageError
@@ -48,6 +49,7 @@ class Row:
     notes: dict[str, str] = field(default_factory=dict)   # model -> why this cell
     claim: str = ""                           # the program's documented claim for this configuration
     max_states: int = 0                       # judge at most this many states of this row (0: as the run says)
+    cause: dict[str, str] = field(default_factory=dict)   # model -> the rule its failures' cause names (core/causes.py)
 
     @property
     def id(self) -> str:
@@ -87,7 +89,7 @@ def load(path: str | Path | None = None) -> list[Row]:
 
 def _rows(d: dict[str, Any], where: str) -> list[Row]:
     known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim",
-             "max_states"}
+             "max_states", "cause"}
     unknown = set(d) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -105,10 +107,18 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
     notes = {str(m): str(v) for m, v in dict(d.get("notes", {})).items()}
     if set(notes) - set(expect):
         raise UsageError(f"{where}: notes for models without an expectation: {', '.join(sorted(set(notes) - set(expect)))}")
+    raw = d.get("cause", {})
+    cause = {str(m): str(raw) for m, v in expect.items() if v != "pass"} if isinstance(raw, str) else \
+        {str(m): str(v) for m, v in dict(raw).items()}
+    if set(cause) - set(expect):
+        raise UsageError(f"{where}: cause for models without an expectation: {', '.join(sorted(set(cause) - set(expect)))}")
+    bad = sorted(set(cause.values()) - set(RULES))
+    if bad:
+        raise UsageError(f"{where}: cause {', '.join(bad)} is not a rule; rules: {', '.join(RULES)}")
     fss = d["fs"] if isinstance(d["fs"], list) else [d["fs"]]
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
                 str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
-                " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0))) for fs in fss]
+                " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0)), cause) for fs in fss]
 
 
 def choose(rows: list[Row], patterns: list[str] | tuple[str, ...] = (), ci: bool = False) -> list[Row]:
@@ -139,6 +149,15 @@ class Cell:
     coverage: str = ""              # the model's coverage phrase ("" exhaustive, or unknown: see covered)
     covered: str = "exhaustive"     # the model's worst coverage word (core/coverage: exhaustive .. weakened)
     require_exhaustive: bool = False   # a pass expected and seen on a space short of exhaustive is not ok
+    cause: str = ""                 # the rule the cause of its failures names (core/causes.py; "" unknown)
+    cause_text: str = ""            # that cause's sentence
+    expected_cause: str = ""        # the row's expectation of it ("" none)
+
+    @property
+    def cause_ok(self) -> bool:
+        """Its failures' cause names the rule the row expects (a cell without failures, or without
+        an expectation, has nothing to disagree with)."""
+        return not self.expected_cause or not self.failing or self.cause == self.expected_cause
 
     @property
     def proven(self) -> bool:
@@ -191,15 +210,19 @@ class Cell:
             cov = f"; {self.coverage}" if self.coverage else ""
             return f"pass ({self.judged} states{cov})" + (f", {self.flaky} flaky" if self.flaky else "") + untorn
         kinds = ", ".join(f"{v} {n}" for v, n in sorted(self.failing.items()))
+        why = (f"; cause {self.cause}" + ("" if self.cause_ok else f", expected {self.expected_cause}")
+               if self.cause or self.expected_cause else "")
         return (f"{kinds} of {self.judged}; first {self.first}" + (f", {self.flaky} flaky" if self.flaky else "")
-                + untorn)
+                + why + untorn)
 
     def to_json(self) -> dict[str, Any]:
         return {"row": self.row, "model": self.model, "expected": self.expected, "seen": self.seen, "ok": self.ok,
                 "judged": self.judged, "failing": self.failing, "first_failing_state": self.first,
                 "first_reason": self.first_reason, "flaky": self.flaky, "error": self.error,
                 "tear_free": self.tear_free, "tear_free_example": self.tear_free_example,
-                "coverage": self.coverage, "covered": self.covered, "require_exhaustive": self.require_exhaustive}
+                "coverage": self.coverage, "covered": self.covered, "require_exhaustive": self.require_exhaustive,
+                "cause": self.cause, "cause_text": self.cause_text, "expected_cause": self.expected_cause,
+                "cause_ok": self.cause_ok}
 
 
     @staticmethod
@@ -208,7 +231,8 @@ class Cell:
                     {str(k): int(v) for k, v in (d.get("failing") or {}).items()}, str(d.get("first_failing_state", "")),
                     str(d.get("first_reason", "")), int(d.get("flaky", 0)), str(d.get("error", "")),
                     int(d.get("tear_free", 0)), str(d.get("tear_free_example", "")), str(d.get("coverage", "")),
-                    str(d.get("covered", "unknown")), bool(d.get("require_exhaustive", False)))
+                    str(d.get("covered", "unknown")), bool(d.get("require_exhaustive", False)), str(d.get("cause", "")),
+                    str(d.get("cause_text", "")), str(d.get("expected_cause", "")))
 
 
 def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None, require_exhaustive: bool = False
@@ -235,8 +259,20 @@ def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None, require_
                         sum(1 for f in summary.flaky if m in models_of(f)), error, len(free),
                         f"{free[0]} fails as {untorn[free[0]]}" if free else "",
                         cov[m].phrase() if m in cov else "coverage not recorded",
-                        cov[m].words[-1] if m in cov else "unknown", require_exhaustive))
+                        cov[m].words[-1] if m in cov else "unknown", require_exhaustive,
+                        *_cause(getattr(summary, "groups", []), m, first.state if first else ""),
+                        row.cause.get(m, "")))
     return out
+
+
+def _cause(groups: list[dict[str, Any]], model: str, first: str) -> tuple[str, str]:
+    """(rule, sentence) of the cause of a model's failures: the group of its first failing state,
+    else the first group with a state of that model ("" when no group has a cause)."""
+    mine = [g for g in groups if g.get("why") and (first in g.get("states", ()) or g.get("first") == first)]
+    mine = mine or [g for g in groups if g.get("why") and any(str(s).startswith(f"{model}@") for s in g.get("states", ()))]
+    if not mine:
+        return "", ""
+    return str(mine[0]["why"].get("rule", "")), str(mine[0]["why"].get("sentence", ""))
 
 
 def _id_in(v: Any, model: str) -> str:

@@ -56,6 +56,8 @@ def test_the_matrix_has_the_shape_the_product_promises() -> None:
     (ROW + ROW, "the same configuration twice"),
     (ROW.replace('fs = "ext4"', 'fs = "ext4"\nci = "cloud"'), "ci must be"),
     ("[[row]\n", "not a valid verdict matrix"),
+    (ROW.replace('why = "test"', 'why = "test"\ncause = "forgot-fsync"'), "cause forgot-fsync is not a rule"),
+    (ROW.replace('why = "test"', 'why = "test"\ncause = { torn-4k = "no-fsync" }'), "cause for models without"),
 ])
 def test_a_bad_matrix_file_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
     p = tmp_path / "m.toml"
@@ -242,3 +244,24 @@ def test_a_pass_on_a_space_short_of_exhaustive_says_so_and_can_be_a_surprise(tmp
     s2 = summarize(verdicts, recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0,
                    coverage=exhaustive)
     assert [c.mark for c in matrix.cells(row, s2, require_exhaustive=True)] == ["ok", "ok"]
+
+
+def test_a_rows_expected_cause_is_compared_with_its_failures_cause(tmp_path: Path) -> None:
+    p = tmp_path / "m.toml"
+    p.write_text(ROW.replace('why = "test"', 'why = "test"\ncause = "no-fsync"'))
+    (row,) = matrix.load(p)
+    assert row.cause == {"write-cache": "no-fsync"}   # a plain rule: every model expected to fail
+    groups = [{"verdict": "lost-ack", "first": "write-cache@5/d2", "states": ["write-cache@5/d2"],
+               "why": {"rule": "rename-before-fsync", "sentence": "x was renamed over y before ..."}}]
+    s = summarize([_v("flush@3", "flush", "pass", 3), _v("write-cache@5/d2", "write-cache", "lost-ack", 5)],
+                  recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0, groups=groups)
+    flush, wc = matrix.cells(row, s)
+    assert (wc.cause, wc.expected_cause) == ("rename-before-fsync", "no-fsync")
+    assert wc.ok and not wc.cause_ok   # the verdict is as expected; its explanation is not
+    assert "cause rename-before-fsync, expected no-fsync" in wc.describe()
+    assert flush.cause_ok and flush.cause == ""   # no failure, nothing to explain
+    assert matrix.Cell.from_json(wc.to_json()) == wc
+    good = matrix.cells(row, summarize([_v("write-cache@5/d2", "write-cache", "lost-ack", 5)], recording="r",
+                                       fstype="ext4", workload="w", check_in="host", seconds=1.0,
+                                       groups=[dict(groups[0], why={"rule": "no-fsync", "sentence": "s"})]))[1]
+    assert good.cause_ok and good.cause_text == "s"
