@@ -34,9 +34,10 @@ from powercut.core import syscalls as sc
 from powercut.core.syscalls import Op, Trace
 
 ERROR, RENAME, NO_FSYNC, NO_DIR_FSYNC = "acked-after-error", "rename-before-fsync", "no-fsync", "no-dir-fsync"
-UNORDERED, BEYOND = "unordered-writes", "beyond-rules"
+UNORDERED, TORN, BEYOND = "unordered-writes", "unchecked-tear", "beyond-rules"
 RANK = (ERROR, RENAME, NO_FSYNC, NO_DIR_FSYNC, UNORDERED)   # strongest first
-RULES = (*RANK, BEYOND)
+RULES = (*RANK, TORN, BEYOND)
+BARRIERS = (sc.FSYNC, sc.FDATASYNC, sc.SYNC, sc.SYNCFS)
 EVIDENCE_LINES = 6
 
 
@@ -73,9 +74,14 @@ class Violation:
             return (f"{key} was given after a name in {self.subject} was created, renamed or removed, with no fsync "
                     f"of the directory: the name can be lost though the file's data was synced")
         if self.rule == UNORDERED:
-            return (f"the commit in flight at the crash ({key}) wrote {self.subject} {len(w)} times and made the writes "
-                    "durable with one barrier: the disk may keep a later write without an earlier one (e.g. the "
-                    "record that commits the data without the data); this state kept some of them and lost others")
+            barrier = next((o.kind for o in reversed(self.evidence) if o.kind in BARRIERS), "sync")
+            return (f"the commit in flight at the crash ({key}) made {len(w)} writes ({self.subject}) durable with "
+                    f"one {barrier} and nothing ordering them before it: the disk may keep a later write without an "
+                    "earlier one (a record that commits data without that data); this state kept only part of them")
+        if self.rule == TORN:
+            return (f"the crash tore a write of the commit in flight ({key}; {self.subject}): part of it reached the "
+                    f"disk, part did not{self.note}, and recovery took what it found as valid -- a write can tear at "
+                    "a sector or 4 KiB boundary on power loss, and only a checksum over each record detects it")
         return ""
 
     _root: str = ""
@@ -186,9 +192,8 @@ class _State:
                 return
             if k == sc.MSYNC and "MS_SYNC" not in o.flags:
                 return
-            self.dirty.pop(o.path, None)
-            self.direct.discard(o.path)
-            self.failed = [f for f in self.failed if f.path != o.path or f.kind not in (sc.FSYNC, sc.FDATASYNC)]
+            self.dirty.pop(o.path, None)   # (a failure stays in ``failed``: a retried fsync that succeeds
+            self.direct.discard(o.path)    # after an error does not bring back the pages the error dropped)
             if k == sc.FSYNC or k == sc.FDATASYNC:
                 self.entries.pop(o.path, None)        # the directory's own fsync
                 self.renames = [(r, d) for r, d in self.renames if posixpath.dirname(r.path2) != o.path]
@@ -286,9 +291,10 @@ def lost_keys(reasons: Iterable[str], keys: Iterable[str]) -> list[str]:
 
 
 def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,
-            reasons: Sequence[str] = (), lost_entries: Sequence[int] = (), verdict: str = "") -> Cause:
-    """The cause of a state cut at log entry ``cut`` (that lost ``lost_entries``) which failed with
-    ``reasons``."""
+            reasons: Sequence[str] = (), verdict: str = "", torn: Sequence[int] = ()) -> Cause:
+    """The cause of a state cut at log entry ``cut`` (that tore the writes at the entries ``torn``)
+    which failed with ``reasons`` (``verdict``: kept for the record; every rule here applies to any
+    failing verdict)."""
     aligned = sc.align(trace, log_marks)
     all_commits = commits(trace, root, aligned)
     before = [c for c in all_commits if c.entry is not None and c.entry < cut]
@@ -304,11 +310,20 @@ def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: 
                                          if alike else "")
             return Cause(top.rule, sentence, tuple(evidence_line(o) for o in top.evidence[-EVIDENCE_LINES:]),
                          others, blind=blind, subject=top.subject)
+    for c in before:   # a failed fsync before any ack before the cut: its pages may be gone for good
+        err = next((v for v in c.violations if v.rule == ERROR), None)
+        if err is not None:
+            return Cause(ERROR, err.sentence(), tuple(evidence_line(o) for o in err.evidence[-EVIDENCE_LINES:]),
+                         blind=blind, subject=err.subject)
     inflight = _in_flight(trace, aligned, cut, root)
-    if inflight is not None and (lost_entries or verdict in ("corrupt-data", "unrecoverable", "fsck-error")):
+    if inflight is not None:
         return Cause(UNORDERED, inflight.sentence(),
                      tuple(evidence_line(o) for o in inflight.evidence[-EVIDENCE_LINES:]), blind=blind,
                      subject=inflight.subject)
+    if torn:
+        tear = _torn(trace, aligned, cut, root, torn)
+        return Cause(TORN, tear.sentence(), tuple(evidence_line(o) for o in tear.evidence[-EVIDENCE_LINES:]),
+                     blind=blind, subject=tear.subject)
     if not before:
         return Cause(BEYOND, "no ack was given before the crash in the trace, so no rule about an ack applies: "
                      "the failure is in recovery itself (see the blocks)", (), blind=blind)
@@ -318,27 +333,44 @@ def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: 
                  "block-level blame is the evidence", (evidence_line(last.ack),), blind=blind)
 
 
-def _in_flight(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> Violation | None:
-    """The commit in flight at the cut (the ops between the last mark before it and the first
-    after it) when it wrote a file more than once before one sync of it."""
+def _window(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> tuple[list[Op], int]:
+    """The calls of the commit in flight at the cut (between the last mark before it and the first
+    mark at or after it) on the filesystem under test, with the trace position of that next mark."""
     marks = sorted((e, s) for s, e in aligned.items())
     lo = max((s for e, s in marks if e < cut), default=-1)
     hi = min((s for e, s in marks if e >= cut), default=len(trace.ops))
-    window = [o for o in trace.ops[lo + 1:hi] if o.path.startswith(root.rstrip("/") + "/")]
-    writes: dict[str, list[Op]] = {}
+    prefix = root.rstrip("/") + "/"
+    return [o for o in trace.ops[lo + 1:hi] if o.path.startswith(prefix) or o.kind in (sc.SYNC,)], hi
+
+
+def _next_ack(trace: Trace, hi: int) -> Op | None:
+    return next((m for m in trace.ops[hi:] if m.kind == sc.MARK and m.text.startswith("ack:")), None)
+
+
+def _in_flight(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> Violation | None:
+    """The commit in flight at the cut when it made two or more writes durable with one barrier."""
+    window, hi = _window(trace, aligned, cut, root)
+    writes: list[Op] = []
     for o in window:
         if o.kind == sc.WRITE and o.ok:
-            writes.setdefault(o.path, []).append(o)
-        elif o.kind in (sc.FSYNC, sc.FDATASYNC):
-            ws = [w for f in writes.values() for w in f]
-            if len(ws) >= 2:
-                nxt = next((m for m in trace.ops[hi:] if m.kind == sc.MARK and m.text.startswith("ack:")), None)
-                ack = nxt or o
-                files = sorted({rel(w.path, root) for w in ws})
-                return Violation(UNORDERED, ", ".join(files), ack, (*sorted(ws, key=lambda w: w.seq)[-4:], o),
-                                 _root=root)
+            writes.append(o)
+        elif o.kind in BARRIERS and o.ok:
+            if len(writes) >= 2:
+                files = ", ".join(dict.fromkeys(rel(w.path, root) for w in writes))
+                return Violation(UNORDERED, files, _next_ack(trace, hi) or o, (*writes[-4:], o), _root=root)
             writes.clear()
     return None
+
+
+def _torn(trace: Trace, aligned: dict[int, int], cut: int, root: str, torn: Sequence[int]) -> Violation:
+    """The torn write's commit: the writes in flight at the cut."""
+    window, hi = _window(trace, aligned, cut, root)
+    writes = [o for o in window if o.kind == sc.WRITE and o.ok]
+    files = ", ".join(dict.fromkeys(rel(w.path, root) for w in writes)) or "its writes"
+    ack = _next_ack(trace, hi)
+    note = f" (log entr{'ies' if len(torn) > 1 else 'y'} #{', #'.join(map(str, torn))})"
+    last = writes[-1] if writes else (ack or Op(-1, 0, 0, 0.0, sc.MARK, text="the end"))
+    return Violation(TORN, files, ack or last, tuple(writes[-4:]), note, _root=root)
 
 
 def with_blame(cause: Cause, culprits: Sequence[dict[str, Any]], root: str = "") -> Cause:

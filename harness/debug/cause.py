@@ -62,9 +62,9 @@ def explain_groups(rec: Recording, index: LogIndex, groups: list[Group]) -> None
         except PowercutError as e:
             log.warning("no cause for %s: %s", sid, e.one_line())
             continue
-        lost = [*st.dropped, *(i for i, _ in st.torn)]
-        cause = causes.explain(trace, marks, st.cut, ROOT, reasons=list(reasons), lost_entries=lost,
-                               verdict=g.verdict)
+        torn = [i for i, _ in st.torn]
+        cause = causes.explain(trace, marks, st.cut, ROOT, reasons=list(reasons),
+                               verdict=g.verdict, torn=torn)
         cause = causes.with_blame(cause, d.get("culprits") or [], ROOT)
         g.why = cause.to_json()
         g.why["excerpt"] = excerpt(trace, index, g.why)

@@ -19,6 +19,7 @@ from typing import Any
 from rich.table import Table
 
 from powercut.core.causes import RULES
+from powercut.core.confirm import group_key
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import FINDINGS
 from powercut.errors import PowercutError, UsageError
@@ -260,19 +261,21 @@ def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None, require_
                         f"{free[0]} fails as {untorn[free[0]]}" if free else "",
                         cov[m].phrase() if m in cov else "coverage not recorded",
                         cov[m].words[-1] if m in cov else "unknown", require_exhaustive,
-                        *_cause(getattr(summary, "groups", []), m, first.state if first else ""),
+                        *_cause(getattr(summary, "groups", []), m, first),
                         row.cause.get(m, "")))
     return out
 
 
-def _cause(groups: list[dict[str, Any]], model: str, first: str) -> tuple[str, str]:
-    """(rule, sentence) of the cause of a model's failures: the group of its first failing state,
-    else the first group with a state of that model ("" when no group has a cause)."""
-    mine = [g for g in groups if g.get("why") and (first in g.get("states", ()) or g.get("first") == first)]
-    mine = mine or [g for g in groups if g.get("why") and any(str(s).startswith(f"{model}@") for s in g.get("states", ()))]
-    if not mine:
+def _cause(groups: list[dict[str, Any]], model: str, first: Any) -> tuple[str, str]:
+    """(rule, sentence) of the cause of a model's failures: that of the failure group its first
+    failing state belongs to (core/confirm.group_key: verdict and reason class); ("", "") when that
+    group has no cause (no trace) or there is no failure."""
+    if first is None:
         return "", ""
-    return str(mine[0]["why"].get("rule", "")), str(mine[0]["why"].get("sentence", ""))
+    verdict, reason_class = group_key(first)
+    g = next((g for g in groups if (g.get("verdict"), g.get("reason_class")) == (verdict, reason_class)), None)
+    why = (g or {}).get("why") or {}
+    return str(why.get("rule", "")), str(why.get("sentence", ""))
 
 
 def _id_in(v: Any, model: str) -> str:

@@ -251,7 +251,7 @@ def test_a_rows_expected_cause_is_compared_with_its_failures_cause(tmp_path: Pat
     p.write_text(ROW.replace('why = "test"', 'why = "test"\ncause = "no-fsync"'))
     (row,) = matrix.load(p)
     assert row.cause == {"write-cache": "no-fsync"}   # a plain rule: every model expected to fail
-    groups = [{"verdict": "lost-ack", "first": "write-cache@5/d2", "states": ["write-cache@5/d2"],
+    groups = [{"verdict": "lost-ack", "reason_class": "lost-ack at #", "first": "write-cache@5/d2", "states": [],
                "why": {"rule": "rename-before-fsync", "sentence": "x was renamed over y before ..."}}]
     s = summarize([_v("flush@3", "flush", "pass", 3), _v("write-cache@5/d2", "write-cache", "lost-ack", 5)],
                   recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0, groups=groups)
