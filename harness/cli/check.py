@@ -100,6 +100,10 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
         print("--max-states left out " + ", ".join(f"{n} distinct {m} states" for m, n in left.items()))
     for note in (summary.coverage.notes if summary.coverage is not None else ()):
         print(f"weakened: {note}")
+    if summary.anatomy.get("commits"):
+        print(f"what a commit costs: {summary.anatomy['phrase']}, over {summary.anatomy['commits']} acked commits")
+    if summary.failures and summary.trace_note:
+        print(f"note: {summary.trace_note}")
     _print_groups(summary)
     line = summary.confirmation_line()
     if line:

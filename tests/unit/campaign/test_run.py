@@ -264,3 +264,48 @@ def test_a_label_names_the_workload_in_the_outputs(synthetic: Path, tmp_path: Pa
     s, paths = run_campaign(synthetic, CampaignSpec.of(models=("flush",), check_in="host", checker_command=CHECKER,
                                                     max_states=2), tmp_path / "plain")
     assert s.workload == "cmd"
+
+
+def test_a_traced_recording_gets_causes_and_every_check_its_commit_anatomy(synthetic: Path, tmp_path: Path) -> None:
+    """With the recording's system-call trace, each failure group names the rule the program broke
+    (here: key 2 acked after writes to /data with no fsync), with the calls as evidence and the trace
+    around it for report.html; without a trace the summary says why there is no such cause."""
+    import gzip
+    import shutil
+
+    from tests.unit.core.test_syscalls import mark_line
+
+    rec = tmp_path / "rec"
+    shutil.copytree(synthetic, rec)
+    mnt = "/run/powercut/mnt"
+    lines = []
+    for i in (1, 2):
+        lines += [mark_line(9, 1.0 + i, f"begin:{i}"),
+                  f'9 {1.1 + i:.6f} openat(AT_FDCWD<{mnt}>, "data", O_WRONLY|O_CREAT|O_APPEND, 0666) = 3<{mnt}/data>',
+                  f'9 {1.2 + i:.6f} write(3<{mnt}/data>, "commit\\n", 7) = 7',
+                  mark_line(9, 1.3 + i, "note:informational"), mark_line(9, 1.4 + i, f"ack:{i}")]
+    (rec / "job").mkdir(exist_ok=True)
+    with gzip.open(rec / "job" / "syscalls.txt.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    m = recording.load(rec).manifest
+    m["trace"] = {"file": "job/syscalls.txt.gz", "bytes": 1}
+    recording.write(rec, m)
+    s, paths = run_campaign(rec, CampaignSpec.of(models=("flush",), check_in="host", checker_command=STRICT,
+                                              shrink=0), tmp_path / "out")
+    assert s.failures and s.groups and not s.trace_note
+    why = s.groups[0]["why"]
+    assert why["rule"] == "no-fsync" and "changing /data" in why["sentence"] and "ack:2" in why["sentence"]
+    assert any("write(3</run/powercut/mnt/data>" in e for e in why["evidence"])
+    assert any(r["kind"] == "mark" and r["text"] == "mark ack:2" for r in why["excerpt"])
+    assert any(r["kind"] == "log" for r in why["excerpt"])   # what the block log holds after a mark
+    page = paths["html"].read_text()
+    assert "cause (no-fsync):" in page and 'class="trace"' in page
+    assert s.anatomy["commits"] == 2 and s.anatomy["program_bytes"] == 7.0 and "what a commit costs" in page
+    bundle = Path(s.groups[0]["bundle"])
+    assert (bundle / "syscalls.txt.gz").is_file() and json.loads((bundle / "bundle.json").read_text())["why"]
+    # the same recording without its trace: block-level causes only, and the summary says why
+    (rec / "job" / "syscalls.txt.gz").unlink()
+    s2, _ = run_campaign(rec, CampaignSpec.of(models=("flush",), check_in="host", checker_command=STRICT, shrink=0),
+                         tmp_path / "out2")
+    assert s2.groups and "why" not in s2.groups[0] and "no system-call trace" in s2.trace_note
+    assert s2.anatomy["commits"] == 2 and s2.anatomy["calls"] is None
