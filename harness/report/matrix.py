@@ -156,9 +156,10 @@ class Cell:
 
     @property
     def cause_ok(self) -> bool:
-        """Its failures' cause names the rule the row expects (a cell without failures, or without
-        an expectation, has nothing to disagree with)."""
-        return not self.expected_cause or not self.failing or self.cause == self.expected_cause
+        """Its failures' cause names the rule the row expects.  A cell without failures or without
+        an expectation has nothing to disagree with; nor has one without a cause (a recording made
+        without its system-call trace: the description says so, the CI test requires a cause)."""
+        return not self.expected_cause or not self.failing or self.cause in ("", self.expected_cause)
 
     @property
     def proven(self) -> bool:
@@ -192,7 +193,7 @@ class Cell:
     def ok(self) -> bool:
         """``pass`` expected: no failing state -- for a torn model, none that needs its tear (the
         tear adds nothing); a failure expected: some failing state with that verdict."""
-        if self.error or self.flaky or not self.judged:
+        if self.error or self.flaky or not self.judged or not self.cause_ok:   # the wrong cause: a surprise too
             return False
         if self.expected == "pass":
             return not self.tear_needed and (self.proven or not self.require_exhaustive)
@@ -211,7 +212,8 @@ class Cell:
             cov = f"; {self.coverage}" if self.coverage else ""
             return f"pass ({self.judged} states{cov})" + (f", {self.flaky} flaky" if self.flaky else "") + untorn
         kinds = ", ".join(f"{v} {n}" for v, n in sorted(self.failing.items()))
-        why = (f"; cause {self.cause}" + ("" if self.cause_ok else f", expected {self.expected_cause}")
+        why = (f"; cause {self.cause or 'unknown (no system-call trace)'}"
+               + ("" if self.cause_ok else f", expected {self.expected_cause}")
                if self.cause or self.expected_cause else "")
         return (f"{kinds} of {self.judged}; first {self.first}" + (f", {self.flaky} flaky" if self.flaky else "")
                 + why + untorn)

@@ -257,8 +257,12 @@ def test_a_rows_expected_cause_is_compared_with_its_failures_cause(tmp_path: Pat
                   recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0, groups=groups)
     flush, wc = matrix.cells(row, s)
     assert (wc.cause, wc.expected_cause) == ("rename-before-fsync", "no-fsync")
-    assert wc.ok and not wc.cause_ok   # the verdict is as expected; its explanation is not
+    assert not wc.cause_ok and not wc.ok   # the verdict is as expected, its explanation is not: a surprise
+    assert wc.failing == {"lost-ack": 1} and wc.seen == "lost-ack"
     assert "cause rename-before-fsync, expected no-fsync" in wc.describe()
+    untraced = matrix.cells(row, summarize([_v("write-cache@5/d2", "write-cache", "lost-ack", 5)], recording="r",
+                                           fstype="ext4", workload="w", check_in="host", seconds=1.0))[1]
+    assert untraced.ok and untraced.cause == "" and "cause unknown (no system-call trace)" in untraced.describe()
     assert flush.cause_ok and flush.cause == ""   # no failure, nothing to explain
     assert matrix.Cell.from_json(wc.to_json()) == wc
     good = matrix.cells(row, summarize([_v("write-cache@5/d2", "write-cache", "lost-ack", 5)], recording="r",
