@@ -69,7 +69,7 @@ def run_demo(spec: DemoSpec, on_row: Any = None) -> DemoResult:
         except (PowercutError, OSError) as e:   # the verdicts stand without their price
             cost_error = matrix.one_line(e)
             log.warning("timing the rows failed: %s", cost_error)
-    doc = {"cells": [c.to_json() for c in cells]}
+    doc = {"cells": [c.to_json() for c in cells], "rows": infos}   # the rows carry their commit anatomy
     lines = cost.join(rows, doc, benches)
     meta = cost.where(benches)
     plots = cost.plot(lines, spec.out) if benches else []
@@ -83,8 +83,9 @@ def run_demo(spec: DemoSpec, on_row: Any = None) -> DemoResult:
 
 
 def workload_lines(rows: list[Row], cells: list[Cell], lines: list[cost.Line]) -> list[str]:
-    """Per workload: which configurations survived every judged state, which did not and how, and
-    the commits/s of each with the cache on (and off)."""
+    """Per workload: which configurations survived every judged state, which did not, how and why
+    (the rule their failures' cause names), and the price of each: its flushes and block writes
+    per commit (core/anatomy.py) and its commits/s with the cache on (and off)."""
     by_row: dict[str, list[Cell]] = {}
     for c in cells:
         by_row.setdefault(c.row, []).append(c)
@@ -103,10 +104,13 @@ def workload_lines(rows: list[Row], cells: list[Cell], lines: list[cost.Line]) -
                 what = "failed: " + ", ".join(
                     f"{' and '.join(f'{n} {v}' for v, n in sorted(c.failing.items()))} of {c.judged} {c.model} states"
                     for c in cs if c.failing)
+                causes = list(dict.fromkeys(c.cause for c in cs if c.failing and c.cause))
+                if causes:
+                    what += f" ({', '.join(causes)})"
             ln = timing.get(r.id)
-            price = ""
+            price = f", {ln.anatomy} per commit" if ln is not None and ln.anatomy else ""
             if ln is not None and ln.on is not None and ln.on.commits_per_s:
-                price = f", {ln.on.commits_per_s:,.0f} commits/s with the cache on"
+                price += f", {ln.on.commits_per_s:,.0f} commits/s with the cache on"
                 if ln.off is not None and ln.off.commits_per_s:
                     price += f" ({ln.off.commits_per_s:,.0f} off)"
             parts.append(f"{r.variant} {what}{price}")

@@ -28,7 +28,8 @@ def fake_cells(row: matrix.Row, caught: bool = True) -> list[matrix.Cell]:
     for m in row.models:
         e = row.expect[m]
         failing = {} if e == "pass" or not caught else {e if e != "fail" else "corrupt-data": 2}
-        out.append(matrix.Cell(row.id, m, e, judged=20, failing=failing, first="write-cache@9/d1" if failing else ""))
+        out.append(matrix.Cell(row.id, m, e, judged=20, failing=failing, first="write-cache@9/d1" if failing else "",
+                               cause="unordered-writes" if failing else ""))
     return out
 
 
@@ -42,7 +43,9 @@ def faked(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
             cells = fake_cells(r, state["caught"] or r.variant not in ("buffered",))
             if on_row:
                 on_row(r, cells, {})
-            out.append((cells, {"row": r.id, "recording": str(how.out / r.slug), "check_in": how.check_in}))
+            anatomy = {"commits": 3, "flushes": 2, "writes": 9, "write_bytes": 10240, "program_bytes": 2048.0}
+            out.append((cells, {"row": r.id, "recording": str(how.out / r.slug), "check_in": how.check_in,
+                                "anatomy": anatomy}))
         return out
 
     def measure(rows, out, *, quick, accel="auto", suites=()):  # type: ignore[no-untyped-def]
@@ -64,8 +67,10 @@ def faked(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 def test_a_demo_where_every_broken_configuration_is_caught(tmp_path: Path, faked) -> None:
     res = demo.run_demo(demo.DemoSpec(out=tmp_path))
     assert not res.surprises and len(res.lines) == 3
-    assert res.lines[0].startswith("filestorage: fsync=2 prealloc survived every crash state judged (20 flush, 20 write-cache), 50 commits/s "
-                                   "with the cache on (20 off); fsync=1 prealloc failed: 2 corrupt-data of 20 write-cache states")
+    assert res.lines[0].startswith("filestorage: fsync=2 prealloc survived every crash state judged (20 flush, 20 write-cache), "
+                                   "2 flushes, 9 writes (10 KiB) for 2048 B per commit, 50 commits/s "
+                                   "with the cache on (20 off); fsync=1 prealloc failed: 2 corrupt-data of 20 write-cache states "
+                                   "(unordered-writes), 2 flushes")
     page = res.paths["html"].read_text()
     assert "AS EXPECTED" in page and "Durability vs cost" in page and all(line in page for line in res.lines)
 
@@ -74,7 +79,8 @@ def test_a_broken_configuration_not_caught_is_a_surprise(tmp_path: Path, faked) 
     faked["caught"] = False
     res = demo.run_demo(demo.DemoSpec(out=tmp_path, cost=False))
     assert {c.row for c in res.surprises} == {"osync/buffered/ext4"}
-    assert "osync: o_dsync survived every crash state judged (20 flush, 20 write-cache); buffered survived every" in res.lines[2]
+    assert ("osync: o_dsync survived every crash state judged (20 flush, 20 write-cache), 2 flushes, 9 writes (10 KiB) "
+            "for 2048 B per commit; buffered survived every") in res.lines[2]
     assert "SURPRISES" in res.paths["html"].read_text()
 
 
