@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""Crash states judged per second: host mode and VM mode against the generic/482 procedure
-(every state replayed from entry 0, then mount + umount + fsck) on the same states, in one run.
+"""Crash states judged per second: host mode and VM mode against fstests' generic/482 procedure
+(bench/baseline482.py: every FUA point replayed from entry 0 onto one reused device, then mount,
+umount and fsck -nf), on the same recording, in one run.  ``--replay-log PATH`` also runs the
+procedure with fstests' own replay-log binary (build it from fstests' src/log-writes with one gcc
+line; this project does not carry it), and prints both.
 
 Needs root.  Records append-fsync on ext4 (enough commits for >= 400 flush-model states) unless
 --recording names one.  Prints rates and ratios; absolute figures depend on the machine (and under
@@ -15,36 +18,34 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import baseline482
+
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.check.context import CheckContext, checker_for
-from powercut.check.judge import judge
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.core.dmlog import open_log
 from powercut.core.selection import select
-from powercut.linux import filesystems, process
+from powercut.linux import process
 from powercut.record.recording import load as load_recording
 from powercut.record.vm import RecordSpec, record
-from powercut.replay.materialize import reference_image
 
 
-def baseline(rec, states, workdir: Path) -> float:
-    """generic/482: replay from scratch into a fresh image per state, then mount, check, fsck (with
-    a losetup fork per state, as its shell loop does)."""
-    checker, params = checker_for(rec.workload, "")
-    ctx = CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)
+def baseline(rec, workdir: Path, max_states: int, replay_log: str = "") -> baseline482.Result:
+    """fstests' generic/482 procedure (bench/baseline482.py) over the recording's FUA points, on one
+    reused loop device: this re-implementation, or fstests' own replay-log with ``replay_log``."""
+    points = baseline482.fua_points(rec.log_path)
+    if max_states:
+        points = points[:: max(1, len(points) // max_states)][:max_states]
     img = workdir / "scratch.img"
-    t = time.perf_counter()
-    with open_log(rec.log_path) as index:
-        for s in states:
-            reference_image(index, s, rec.data_size, img)
-            loop = process.run(["losetup", "--find", "--show", str(img)], timeout=60).stdout.strip()
-            try:
-                v = judge(ctx, loop, s, str(workdir / "mnt"))
-                assert v.verdict == "pass", v
-            finally:
-                process.run(["losetup", "-d", loop], timeout=60)
-            img.unlink()
-    return len(states) / (time.perf_counter() - t)
+    with open(img, "wb") as f:
+        f.truncate(rec.data_size)
+    dev = process.run(["losetup", "--find", "--show", str(img)], timeout=60).stdout.strip()
+    try:
+        return baseline482.run(rec.log_path, dev, rec.fstype, workdir / "mnt", points, replay_log=replay_log)
+    finally:
+        process.run(["losetup", "-d", dev], timeout=60)
+        img.unlink()
 
 
 def main() -> int:
@@ -53,7 +54,10 @@ def main() -> int:
     ap.add_argument("--commits", type=int, default=120)
     ap.add_argument("--keep-recording", metavar="DIR",
                     help="record into DIR and keep it there (for later runs with --recording DIR)")
-    ap.add_argument("--baseline-states", type=int, default=60, help="states for the replay-from-scratch loop")
+    ap.add_argument("--baseline-states", type=int, default=0,
+                    help="at most this many FUA points for the generic/482 procedure (default 0: all, as the test)")
+    ap.add_argument("--replay-log", metavar="PATH", default="",
+                    help="fstests' replay-log binary: also run the procedure with the real tool")
     ap.add_argument("--vm-states", type=int, default=120, help="states for VM mode (0: skip VM mode)")
     ap.add_argument("--host-only", action="store_true",
                     help="host mode and the generic/482 loop only (no VM mode; with --recording, no VM at all)")
@@ -86,14 +90,20 @@ def main() -> int:
         host1, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=1, shrink=0), tmp / "host1")
         print(f"host mode  -j 1: {host1.total} states in {host1.seconds:7.1f} s = "
               f"{host1.total / host1.seconds:7.1f} states/s")
-        sub = states[:: max(1, len(states) // args.baseline_states)][:args.baseline_states]
         work = tmp / "baseline"
         work.mkdir()
-        base_rate = baseline(rec, sub, work)
-        print(f"generic/482 loop (replay from scratch + mount + fsck, 1 process): {len(sub)} states, "
-              f"{base_rate:7.1f} states/s")
-        print(f"ratio host -j {args.jobs} / loop: {host_rate / base_rate:6.1f}x   "
-              f"host -j 1 / loop: {host1.total / host1.seconds / base_rate:6.1f}x")
+        base = baseline(rec, work, args.baseline_states)
+        print(f"baseline: fstests generic/482 procedure, {base.tool} (replay from entry 0 onto one loop device, "
+              f"mount, umount, fsck -nf; no checker): {base.states} FUA points, {base.rate:7.1f} states/s")
+        rates = [base]
+        if args.replay_log:
+            real = baseline(rec, work, args.baseline_states, args.replay_log)
+            print(f"baseline: the same with fstests' replay-log ({real.tool}, a --find and a --replay process per "
+                  f"state): {real.states} FUA points, {real.rate:7.1f} states/s")
+            rates.append(real)
+        for b in rates:
+            print(f"ratio against {b.tool}: host -j {args.jobs} {host_rate / b.rate:6.2f}x   "
+                  f"host -j 1 {host1.total / host1.seconds / b.rate:6.2f}x")
         for jobs in ((1, args.jobs) if args.vm_states and args.jobs > 1 else (1,) if args.vm_states else ()):
             stamps: list[float] = []
             vm, _ = run_campaign(rec.dir, CampaignSpec.of(models=("flush",), check_in="vm", jobs=jobs,
