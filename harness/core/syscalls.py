@@ -96,24 +96,25 @@ _RET = re.compile(r"\)\s+=\s+(-?\d+(?:<(?:[^>\\]|\\.)*>)?|0x[0-9a-fA-F]+|\?)"
                   r"(?:\s+([A-Z][A-Z0-9_]+)(?:\s+\(.*\))?)?(?:\s+<[\d.]+>)?\s*$")
 
 
+def _closing(text: str, i: int, close: str) -> int:
+    """The index just past the ``close`` that ends the quoted run opening at ``i`` (backslash escapes skipped)."""
+    j = i + 1
+    while j < len(text) and text[j] != close:
+        j += 2 if text[j] == "\\" else 1
+    return j + 1
+
+
 def split_args(text: str) -> list[str]:
     """The top-level arguments of a call's argument text (quotes, brackets and ``<path>`` kept whole)."""
-    out, depth, cur, i, n = [], 0, [], 0, len(text)
+    out: list[str] = []
+    cur: list[str] = []
+    depth, i, n = 0, 0, len(text)
     while i < n:
         c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            cur.append(text[i:j + 1])
-            i = j + 1
-            continue
-        if c == "<" and cur and (cur[-1][-1:].isalnum() or cur[-1][-1:] == "_"):
-            j = i + 1
-            while j < n and text[j] != ">":
-                j += 2 if text[j] == "\\" else 1
-            cur.append(text[i:j + 1])
-            i = j + 1
+        if c == '"' or (c == "<" and cur and (cur[-1][-1:].isalnum() or cur[-1][-1:] == "_")):
+            j = _closing(text, i, '"' if c == '"' else ">")
+            cur.append(text[i:j])
+            i = j
             continue
         if c in "[{(":
             depth += 1
@@ -218,7 +219,8 @@ def _call(line: int, pid: int, t: float, text: str) -> Call | None:
         return None
     body = text[m.end():tail.start()]
     ret = tail.group(1)
-    return Call(line, pid, t, m.group(1), tuple(split_args(body)), ret, tail.group(2) or "" if ret.startswith("-") else "")
+    error = (tail.group(2) or "") if ret.startswith("-") else ""
+    return Call(line, pid, t, m.group(1), tuple(split_args(body)), ret, error)
 
 
 # -- calls -> ops ----------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import gzip
 import logging
 import re
 import zlib
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from powercut.core import anatomy, causes, syscalls
@@ -137,7 +136,3 @@ def trace_note(rec: Recording) -> str:
     if not tr:
         return "recorded without a system-call trace: causes are given in blocks only"
     return f"no system-call trace ({tr.get('error', 'missing')}): causes are given in blocks only"
-
-
-def trace_path_of(rec: Recording) -> Path | None:
-    return rec.trace_path
