@@ -40,7 +40,7 @@ from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select,
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.debug import cause, triage
-from powercut.errors import CheckerError, PowercutError, UsageError
+from powercut.errors import BadLog, BadRecording, CheckerError, PowercutError, UsageError
 from powercut.record import recording
 from powercut.report import html
 from powercut.report.summary import Summary, summarize, write_outputs
@@ -320,7 +320,29 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                  on_start: Callable[[int, int], None] | None = None,
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
     rec = recording.load(rec_dir).require_ok()
-    recording.verify_log(rec)
+    with _open_verified(rec) as index:
+        return _campaign(rec, index, spec, out, on_start, on_verdict)
+
+
+def _open_verified(rec: recording.Recording) -> LogIndex:
+    """The recording's log, scanned once for the whole campaign and verified against its manifest."""
+    if not rec.log_path.is_file():
+        recording.verify_log(rec)   # names the missing log
+    try:
+        index = open_log(rec.log_path, quiet=True)
+    except BadLog as e:
+        raise BadRecording(f"{rec.dir}: the log is not usable: {e.one_line()}") from None
+    try:
+        recording.verify_log(rec, index)
+    except BaseException:
+        index.close()
+        raise
+    return index
+
+
+def _campaign(rec: recording.Recording, index: LogIndex, spec: CampaignSpec, out: str | os.PathLike[str] | None,
+              on_start: Callable[[int, int], None] | None,
+              on_verdict: Callable[[Verdict], None] | None) -> tuple[Summary, dict[str, Path]]:
     outdir = Path(out) if out else rec.dir / ("check" if spec.shard.whole else
                                               f"check-shard-{spec.shard.index}-of-{spec.shard.total}")
     ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s, spec.checker_function, spec.checker_path)
@@ -330,54 +352,53 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
     pin_settings(outdir, spec.settings(rec), spec.resume)
     t0 = time.monotonic()
     status = "complete"
-    with open_log(rec.log_path) as index:
-        ctx = with_faults(ctx, index)
-        sp = space(index)
-        sha = rec.manifest["log"].get("sha256", "")
-        earlier = ledger.load(spec.ledger, sha) if spec.ledger else frozenset()
-        sel = select(sp, spec.selection, earlier=earlier)
-        if not sel.states:   # nothing judged is not a pass
-            raise UsageError(f"{rec.dir}: no crash state to judge under {', '.join(spec.models)}: the log holds "
-                             "no write after the mkfs mark")
-        everything = len(sel.states)
-        sel = dataclasses.replace(sel, states=spec.shard.take(sel.states))
-        if not sel.states:
-            raise UsageError(f"shard {spec.shard} is empty: the campaign has {everything} distinct states for "
-                             f"{spec.shard.total} shards; use fewer shards")
-        journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
-        run = _Run(spec, rec, ctx, outdir, sel, journal, on_verdict)
-        try:
-            if on_start:
-                on_start(len(sel.states), sum(1 for s in sel.states if s.id in journal.done))
-            todo = [s for s in sel.states if s.id not in journal.done]
-            run.judge(index, todo, run.sink, outdir / "work", spec.workers())
-            run.triage(index)   # groups, diagnoses, confirmation by group, bundles
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        except BaseException:
-            status = "error"
-            raise
-        finally:
-            run.place.close_warm(force=status != "complete")
-            journal.close()
-            wanted = {s.id for s in sel.states}
-            verdicts = [v for sid, v in journal.done.items() if sid in wanted]
-            cov = coverage_of(sel, verdicts, ctx)
-            if spec.ledger and verdicts:   # passes only: a failing state is judged again next time
-                ledger.add(spec.ledger, sha, (state_key(sp, sp.state_from_id(v.state)) for v in verdicts
-                                              if v.verdict == "pass"))
-            summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype,
-                                workload=spec.label or rec.workload_label,
-                                check_in=spec.place.check_in, seconds=time.monotonic() - t0, selection=sel,
-                                status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
-                                confirm_mode=(spec.confirm_mode if spec.confirm else "off"),
-                                confirm_sample=spec.confirm_sample, escalated=len(run.escalated),
-                                groups=[g.to_json() for g in run.groups], triage_s=run.triage_s,
-                                acks=len(index.acks()), allow_no_acks=spec.allow_no_acks,
-                                shard="" if spec.shard.whole else str(spec.shard), coverage=cov,
-                                require_exhaustive=spec.require_exhaustive,
-                                anatomy=_anatomy(rec, index), trace_note=cause.trace_note(rec))
-            paths = write_outputs(summary, verdicts, outdir)
-            paths["html"] = html.write(summary, outdir, verdicts)
+    ctx = with_faults(ctx, index)
+    sp = space(index)
+    sha = rec.manifest["log"].get("sha256", "")
+    earlier = ledger.load(spec.ledger, sha) if spec.ledger else frozenset()
+    sel = select(sp, spec.selection, earlier=earlier)
+    if not sel.states:   # nothing judged is not a pass
+        raise UsageError(f"{rec.dir}: no crash state to judge under {', '.join(spec.models)}: the log holds "
+                         "no write after the mkfs mark")
+    everything = len(sel.states)
+    sel = dataclasses.replace(sel, states=spec.shard.take(sel.states))
+    if not sel.states:
+        raise UsageError(f"shard {spec.shard} is empty: the campaign has {everything} distinct states for "
+                         f"{spec.shard.total} shards; use fewer shards")
+    journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
+    run = _Run(spec, rec, ctx, outdir, sel, journal, on_verdict)
+    try:
+        if on_start:
+            on_start(len(sel.states), sum(1 for s in sel.states if s.id in journal.done))
+        todo = [s for s in sel.states if s.id not in journal.done]
+        run.judge(index, todo, run.sink, outdir / "work", spec.workers())
+        run.triage(index)   # groups, diagnoses, confirmation by group, bundles
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except BaseException:
+        status = "error"
+        raise
+    finally:
+        run.place.close_warm(force=status != "complete")
+        journal.close()
+        wanted = {s.id for s in sel.states}
+        verdicts = [v for sid, v in journal.done.items() if sid in wanted]
+        cov = coverage_of(sel, verdicts, ctx)
+        if spec.ledger and verdicts:   # passes only: a failing state is judged again next time
+            ledger.add(spec.ledger, sha, (state_key(sp, sp.state_from_id(v.state)) for v in verdicts
+                                          if v.verdict == "pass"))
+        summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype,
+                            workload=spec.label or rec.workload_label,
+                            check_in=spec.place.check_in, seconds=time.monotonic() - t0, selection=sel,
+                            status=status, confirm_s=run.confirm_s, rejudged=run.confirmed,
+                            confirm_mode=(spec.confirm_mode if spec.confirm else "off"),
+                            confirm_sample=spec.confirm_sample, escalated=len(run.escalated),
+                            groups=[g.to_json() for g in run.groups], triage_s=run.triage_s,
+                            acks=len(index.acks()), allow_no_acks=spec.allow_no_acks,
+                            shard="" if spec.shard.whole else str(spec.shard), coverage=cov,
+                            require_exhaustive=spec.require_exhaustive,
+                            anatomy=_anatomy(rec, index), trace_note=cause.trace_note(rec))
+        paths = write_outputs(summary, verdicts, outdir)
+        paths["html"] = html.write(summary, outdir, verdicts, index)
     return summary, paths

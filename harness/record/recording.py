@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.config import dumps_toml, loads_toml
-from powercut.core.dmlog import END_MARK, open_log
+from powercut.core.dmlog import END_MARK, LogIndex, open_log
 from powercut.errors import BadLog, BadRecording, UsageError
 
 FORMAT_VERSION = 1
@@ -166,19 +166,28 @@ def pin_log(path: Path) -> dict[str, Any]:
     return {"entries": n, "used_bytes": used, "sha256": _sha256(path, used)}
 
 
-def verify_log(rec: Recording) -> None:
+def verify_log(rec: Recording, index: LogIndex | None = None) -> None:
     """Refuse (BadRecording, one line) a log that disagrees with its manifest: missing, cut short,
-    damaged, without dm-log-writes' teardown mark, or not the log this recording made."""
-    path, pin = rec.log_path, rec.manifest["log"]
+    damaged, without dm-log-writes' teardown mark, or not the log this recording made.  ``index``:
+    the log already scanned (open_log, quiet) by a caller that goes on to use it: not scanned again."""
+    path = rec.log_path
     if not path.is_file():
         raise BadRecording(f"{path}: the recording's log is missing")
-    try:
-        index = open_log(path, quiet=True)   # an early stop is reported below, as the refusal
-    except BadLog as e:
-        raise BadRecording(f"{rec.dir}: the log is not usable: {e.one_line()}") from None
-    with index:
-        n, used, clean, reason = len(index.entries), index.stop_offset, index.clean, index.stop_reason
-        ended = n > 0 and index.entries[-1].mark == END_MARK
+    if index is None:
+        try:
+            index = open_log(path, quiet=True)   # an early stop is reported below, as the refusal
+        except BadLog as e:
+            raise BadRecording(f"{rec.dir}: the log is not usable: {e.one_line()}") from None
+        with index:
+            _verify_index(rec, index)
+        return
+    _verify_index(rec, index)
+
+
+def _verify_index(rec: Recording, index: LogIndex) -> None:
+    path, pin = rec.log_path, rec.manifest["log"]
+    n, used, clean, reason = len(index.entries), index.stop_offset, index.clean, index.stop_reason
+    ended = n > 0 and index.entries[-1].mark == END_MARK
     logged = rec.manifest.get("result", {}).get("logged_entries")
     want = pin.get("entries", logged + 1 if isinstance(logged, int) else None)
     where = f"{rec.dir}: the log {path.name}"

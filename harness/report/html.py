@@ -24,6 +24,7 @@ from typing import Any
 import jinja2
 
 from powercut.core.anatomy import short as short_anatomy
+from powercut.core.dmlog import LogIndex
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
@@ -108,10 +109,12 @@ def _groups(s: Summary, outdir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def write(s: Summary, outdir: Path, verdicts: list[Any]) -> Path:
-    """Render ``outdir/report.html`` for the summary ``s`` of that output."""
+def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | None = None) -> Path:
+    """Render ``outdir/report.html`` for the summary ``s`` of that output (``index``: the recording's
+    log, already scanned)."""
     rec = Path(s.recording)
-    tl = timeline.from_log(rec / "log.bin", s.failures) if (rec / "log.bin").is_file() else None
+    tl = (timeline.of_index(index, s.failures) if index is not None else
+          timeline.from_log(rec / "log.bin", s.failures) if (rec / "log.bin").is_file() else None)
     seen = [v for v in SEVERITY if any(v in c for c in s.by_model.values())]
     cov = {m.model: m for m in (s.coverage.models if s.coverage is not None else ())}
     models = [{"name": m, "counts": s.counts.get(m, {}), "verdicts": s.by_model.get(m, {}),

@@ -10,7 +10,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from powercut.core.dmlog import open_log
+from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.markorder import ordering_flushes
 
 WIDTH = 1200          # SVG user units across
@@ -74,24 +74,29 @@ def from_log(path: str | Path, failing: tuple[Any, ...] | list[Any] = ()) -> Tim
         index = open_log(path, quiet=True)
     except Exception:   # noqa: BLE001 -- a report never fails for want of its picture
         return None
-    lanes: dict[str, list[tuple[int, str]]] = {lane: [] for lane, _, _ in LANES}
     with index:
-        ordering, _, _ = ordering_flushes(index.entries)
-        for e in index:
-            if e.is_mark:
-                if e.is_order_mark:  # the marking code's, around its ordering flush
-                    continue
-                text = e.mark or ""
-                lane = "ack" if text.startswith("ack:") else "begin" if text.startswith("begin:") else "mark"
-                lanes[lane].append((e.index, text))
+        return of_index(index, failing)
+
+
+def of_index(index: LogIndex, failing: tuple[Any, ...] | list[Any] = ()) -> Timeline:
+    """The timeline of an open log."""
+    lanes: dict[str, list[tuple[int, str]]] = {lane: [] for lane, _, _ in LANES}
+    ordering, _, _ = ordering_flushes(index.entries)
+    for e in index:
+        if e.is_mark:
+            if e.is_order_mark:  # the marking code's, around its ordering flush
                 continue
-            if e.is_flush:
-                lanes["flush"].append((e.index, "ordering flush (a mark's, no barrier)" if e.index in ordering
-                                       else "FLUSH" + (" + FUA" if e.is_fua else "")))
-            if e.is_fua and e.nr_sectors:
-                lanes["fua"].append((e.index, f"FUA write, sector {e.sector} +{e.nr_sectors}"))
-            elif e.changes_device and not e.is_fua:
-                lanes["write"].append((e.index, f"sector {e.sector} +{e.nr_sectors}"))
-        n = len(index)
+            text = e.mark or ""
+            lane = "ack" if text.startswith("ack:") else "begin" if text.startswith("begin:") else "mark"
+            lanes[lane].append((e.index, text))
+            continue
+        if e.is_flush:
+            lanes["flush"].append((e.index, "ordering flush (a mark's, no barrier)" if e.index in ordering
+                                   else "FLUSH" + (" + FUA" if e.is_fua else "")))
+        if e.is_fua and e.nr_sectors:
+            lanes["fua"].append((e.index, f"FUA write, sector {e.sector} +{e.nr_sectors}"))
+        elif e.changes_device and not e.is_fua:
+            lanes["write"].append((e.index, f"sector {e.sector} +{e.nr_sectors}"))
+    n = len(index)
     cuts = sorted({(v.cut, f"{v.state}: {v.verdict}") for v in failing})
     return Timeline(n, lanes, cuts)
