@@ -23,7 +23,7 @@ from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import EnvironmentNotReady
 from powercut.linux import interrupt
-from powercut.linux.loopdev import LoopDevice, detach, ensure_write_cache, loops_backed_under
+from powercut.linux.loopdev import LoopSlot, detach, ensure_write_cache, loops_backed_under
 from powercut.linux.mounts import mounts_under, umount
 from powercut.replay.materialize import materialize, plan
 
@@ -88,12 +88,12 @@ def check_host(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[
         ws.mkdir(parents=True, exist_ok=True)
         mnt = str(ws / "mnt")
         walk = materialize(index, src.initial, src.size, chunk, ws)
-        with contextlib.closing(walk):
+        with contextlib.closing(walk), LoopSlot() as slot:
             for state, img in walk:
                 if interrupt.stopping() or failed.is_set():
                     return
                 with serial or contextlib.nullcontext():
-                    v = _judge_image(ctx, img, state, mnt)
+                    v = _judge_image(ctx, img, state, mnt, slot)
                 if interrupt.stopping():
                     return  # its checker or fsck may have been killed: not a verdict
                 with lock:
@@ -116,8 +116,11 @@ def check_host(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[
             raise
 
 
-def _judge_image(ctx: CheckContext, img: Path, state: CrashState, mnt: str) -> Verdict:
+def _judge_image(ctx: CheckContext, img: Path, state: CrashState, mnt: str, slot: LoopSlot) -> Verdict:
     if stat.S_ISBLK(os.stat(img).st_mode):
         return judge(ctx, str(img), state, mnt)
-    with LoopDevice(img) as dev:
+    dev = slot.attach(img)
+    try:
         return judge(ctx, dev, state, mnt)
+    finally:
+        slot.detach()

@@ -13,6 +13,7 @@ from powercut.errors import PowercutError
 from powercut.linux.loopdev import (
     LoopDevice,
     LoopError,
+    LoopSlot,
     backing_file,
     detach,
     has_write_cache,
@@ -166,3 +167,90 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(LoopError, match="cannot detach /dev/nonexistent-loop"):
         detach("/dev/nonexistent-loop")
     assert issubclass(LoopError, PowercutError)
+
+
+def test_slot_binds_each_image_in_turn_and_reads_its_own_data(tmp_path: Path) -> None:
+    """A slot rebinds one device: every image reads back its own bytes (nothing cached from the one
+    before), writes land in the image bound at the time, and close() restores the write cache."""
+    imgs = []
+    for i in range(6):
+        img = tmp_path / f"s{i}.img"
+        img.write_bytes(bytes([i + 1]) * 16384)
+        imgs.append(img)
+    devices = set()
+    with LoopSlot() as slot:
+        for i, img in enumerate(imgs):
+            dev = slot.attach(img)
+            devices.add(dev)
+            with open(dev, "rb+") as f:
+                assert f.read(16384) == bytes([i + 1]) * 16384
+                f.seek(4096)
+                f.write(b"w" * 512)
+                f.flush()
+                os.fsync(f.fileno())
+            assert backing_file(dev) == str(img)
+            slot.detach()
+            assert backing_file(dev) is None
+        kept = slot.device
+        through = slot.through
+    assert len(devices) == 1 or not through, "a write-through slot keeps its device"
+    for i, img in enumerate(imgs):
+        data = img.read_bytes()
+        assert data[4096:4608] == b"w" * 512 and data[:4096] == bytes([i + 1]) * 4096
+    assert has_write_cache(kept)
+
+
+def test_slot_takes_a_new_device_when_its_own_was_taken(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.img", tmp_path / "b.img"
+    a.write_bytes(b"a" * 4096)
+    b.write_bytes(b"b" * 4096)
+    slot = LoopSlot()
+    try:
+        first = slot.attach(a)
+        slot.detach()
+        other = LoopDevice(b, device=first, write_cache=None)   # someone else binds it meanwhile
+        try:
+            dev = slot.attach(a)
+            assert dev != first
+            with open(dev, "rb") as f:
+                assert f.read(4096) == b"a" * 4096
+            slot.detach()
+        finally:
+            other.close()
+    finally:
+        slot.close()
+    assert has_write_cache(first)
+
+
+def test_slot_goes_write_back_where_the_kernel_resets_the_cache(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linux before 6.11 turns a loop's write cache on when a file is attached: the slot notices and
+    does not pay for a queue freeze per state."""
+    from powercut.linux import loopdev
+    img = tmp_path / "r.img"
+    img.write_bytes(bytes(4096))
+    calls: list[bool] = []
+    real = loopdev.set_write_cache
+
+    def counted(dev: str, enabled: bool) -> None:
+        calls.append(enabled)
+        real(dev, enabled)
+    monkeypatch.setattr(loopdev, "set_write_cache", counted)
+    with LoopSlot() as slot:
+        slot.attach(img)
+        slot.detach()
+        real(slot.device, True)   # what such a kernel does at the next attach
+        for _ in range(3):
+            slot.attach(img)
+            slot.detach()
+        assert not slot.through
+    assert calls == [False]       # once, at the first attach; nothing to restore at close
+
+
+def test_slot_refuses_a_second_attach(tmp_path: Path) -> None:
+    img = tmp_path / "x.img"
+    img.write_bytes(bytes(4096))
+    with LoopSlot() as slot:
+        slot.attach(img)
+        with pytest.raises(LoopError, match="still attached"):
+            slot.attach(img)
