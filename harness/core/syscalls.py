@@ -96,12 +96,15 @@ _RET = re.compile(r"\)\s+=\s+(-?\d+(?:<(?:[^>\\]|\\.)*>)?|0x[0-9a-fA-F]+|\?)"
                   r"(?:\s+([A-Z][A-Z0-9_]+)(?:\s+\(.*\))?)?(?:\s+<[\d.]+>)?\s*$")
 
 
+_RUN = {'"': re.compile(r'"(?:[^"\\]|\\.)*"?', re.S), ">": re.compile(r"<(?:[^>\\]|\\.)*>?", re.S)}
+
+
 def _closing(text: str, i: int, close: str) -> int:
-    """The index just past the ``close`` that ends the quoted run opening at ``i`` (backslash escapes skipped)."""
-    j = i + 1
-    while j < len(text) and text[j] != close:
-        j += 2 if text[j] == "\\" else 1
-    return j + 1
+    """The index just past the ``close`` that ends the quoted run opening at ``i`` (backslash escapes
+    skipped; the end of the text if it never closes)."""
+    m = _RUN[close].match(text, i)
+    assert m is not None   # the pattern matches its opening character at least
+    return m.end()
 
 
 def split_args(text: str) -> list[str]:

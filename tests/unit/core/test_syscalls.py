@@ -111,3 +111,9 @@ def test_align_matches_the_kth_mark_of_a_text():
            (130, "ack:1")]
     assert sc.align(tr, log) == {0: 105, 1: 110, 2: 120, 3: 130}
     assert sc.align(tr, log[:3]) == {0: 105, 1: 110}   # a mark the log does not have stays unaligned
+
+
+def test_split_args_keeps_escaped_quotes_commas_and_unclosed_runs_whole() -> None:
+    assert sc.split_args('3</a,b\\>c>, "x\\"y, z"..., 512') == ['3</a,b\\>c>', '"x\\"y, z"...', "512"]
+    assert sc.split_args('5</d>, "never closed, at all') == ["5</d>", '"never closed, at all']
+    assert sc.split_args('"\\\\", {a, b}, [1, 2]') == ['"\\\\"', "{a, b}", "[1, 2]"]
