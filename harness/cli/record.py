@@ -20,7 +20,7 @@ log = logging.getLogger("powercut")
 
 def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     from powercut import workload as workloads
-    from powercut.config import FsSpec, WorkloadSpec
+    from powercut.config import FsSpec, WorkloadSpec, disk_latency
     from powercut.record.vm import RecordSpec
     from powercut.workload import parse_params
 
@@ -44,7 +44,11 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
         raise OptionError(str(e)) from None
     wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=params,
                       timeout_s=args.workload_timeout, fault=args.fault, trace=not args.no_trace)
-    return RecordSpec(fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,
+    try:   # a bad --disk-latency is a bad option value (exit 2)
+        latency = disk_latency(args.disk_latency)
+    except UsageError as e:
+        raise OptionError(str(e)) from None
+    return RecordSpec(latency=latency, fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,
                       bus=args.bus, transport=args.transport, accel=args.accel, timeout_s=args.vm_timeout,
                       backend=args.backend, libvirt_uri=args.libvirt_uri,
                       image={"kernel_package": args.kernel_package})
@@ -99,6 +103,12 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     print(f"recorded {m['workload'].get('name') or 'cmd'} on {m['fs']['fstype']} into {rec.dir}")
     print(f"  VM {r.get('accel')}, boot to workload {r.get('boot_to_workload_s')} s, VM wall {r.get('vm_wall_s')} s,"
           f" workload {m['result'].get('workload_s')} s")
+    lat = m.get("latency", {})
+    if lat.get("setting", "none") != "none":
+        print(f"  disk latency {lat['setting']}: write >= {lat.get('write_ms', 0):g} ms, flush >= "
+              f"{lat.get('flush_ms', 0):g} ms (dm-delay at HZ={lat.get('hz', '?')}: each write waited "
+              f"{lat.get('write_min_ms', '?')}-{lat.get('write_max_ms', '?')} ms, each flush "
+              f"{lat.get('flush_min_ms', '?')}-{lat.get('flush_max_ms', '?')} ms)")
     tr = m.get("trace", {})
     if tr:
         print(f"  trace: {tr['file']} ({tr.get('bytes', 0) >> 10} KiB of strace)" if tr.get("file")
