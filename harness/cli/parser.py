@@ -152,6 +152,10 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
                         "; run: several, comma-separated (none,hdd), each recorded and judged: a schedule "
                         "table says which verdicts differ" if not required_out else ""))
     p.add_argument("--log-size", type=at_least(0), default=0, metavar="MB", help="log disk size (default 4x data + 64)")
+    if not required_out:   # run only
+        p.add_argument("--repeat", type=at_least(1), default=1, metavar="N",
+                       help="record and judge each --disk-latency setting N times, repeat k sampling with seed+k "
+                            "(default 1); with N > 1 or several settings: the schedule table, exit 3 if any fails")
     p.add_argument("--no-trace", action="store_true",
                    help="do not trace the workload's system calls (strace; the cause of a failure is then given in blocks only)")
     p.add_argument("--workload-timeout", type=positive_float, default=300.0, metavar="S", help="kill the workload after S s")

@@ -117,13 +117,59 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     return 0
 
 
+def _schedules(args: argparse.Namespace) -> list[Any]:
+    """The run's schedules (campaign/schedules.py): one unless --disk-latency names several or --repeat > 1."""
+    from powercut.campaign.schedules import plan
+    from powercut.cli.parser import selection_from
+    from powercut.core.latency import LatencyError, parse_schedules
+
+    try:
+        latencies = parse_schedules(args.disk_latency)
+    except LatencyError as e:
+        raise OptionError(f"--disk-latency: {e}") from None
+    return plan(latencies, args.repeat, selection_from(args, "run").seed)
+
+
+def cmd_schedules(args: argparse.Namespace, schedules: list[Any]) -> int:
+    """run with several schedules: each recorded and judged, one line each, then the table."""
+    from rich.console import Console
+
+    from powercut.campaign import schedules as sched
+    from powercut.cli.check import campaign_spec
+
+    if args.resume or args.shard or args.dry_run:
+        raise UsageError("--resume, --shard and --dry-run take one schedule: give one --disk-latency and no --repeat")
+    args.disk_latency = str(schedules[0].latency)
+    rspec = _record_spec(args, default_workload="append-fsync")
+    cspec = campaign_spec(args, "run")
+    out = Path(args.out)
+    print(f"{len(schedules)} schedules: {', '.join(dict.fromkeys(s.setting for s in schedules))}"
+          f"{f' x {args.repeat}' if args.repeat > 1 else ''}, each recorded and judged into {out}/<setting>-<k>")
+
+    def done(o: Any) -> None:
+        s = o.schedule
+        print(f"{'ok' if o.ok else 'FAIL':4} {s.setting} #{s.repeat + 1} (seed {s.seed}): {o.verdict}"
+              f"{': ' + o.error if o.error else ''}  [record {o.record_s:.1f} s, check {o.check_s:.1f} s] {o.dir}",
+              flush=True)
+
+    outcomes, paths = sched.run_schedules(schedules, rspec, cspec, out, done)
+    Console().print(sched.table(sched.compare(outcomes)))
+    print(f"schedules: {paths['json']}, {paths['md']}")
+    if any(o.verdict not in ("pass", sched.ERROR, "incomplete", "no-acks") and not o.ok for o in outcomes):
+        return 3
+    return 1 if sched.failed(outcomes) else 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """record + check + report with embedded defaults."""
+    """record + check + report with embedded defaults; several schedules: cmd_schedules."""
+    # embedded defaults of the main job: small enough to finish in minutes under TCG
+    if not args.workload and not args.cmd and not args.param and not args.dry_run:
+        args.param = [f"n={RUN_COMMITS}"]
+    schedules = _schedules(args)
+    if len(schedules) > 1:
+        return cmd_schedules(args, schedules)
     if args.dry_run:
         return cmd_record(args, default_workload="append-fsync")
-    # embedded defaults of the main job: small enough to finish in minutes under TCG
-    if not args.workload and not args.cmd and not args.param:
-        args.param = [f"n={RUN_COMMITS}"]
     rec = Path(args.out)
     if args.shard and not args.shard.whole and not (rec / "manifest.toml").exists():
         raise UsageError(f"run --shard {args.shard} checks one shard of a recording that every shard shares: record "
