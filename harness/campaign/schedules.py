@@ -89,8 +89,9 @@ class SettingRow:
         return dataclasses.asdict(self)
 
 
-def _fmt(counts: dict[str, int], n: int) -> str:
-    return ", ".join(f"{v} {c}/{n}" for v, c in sorted(counts.items(), key=lambda x: (-x[1], x[0]))) or "-"
+def counts(by_verdict: dict[str, int], n: int) -> str:
+    """``lost-ack 9/10, pass 1/10``: verdicts by how many of ``n`` recordings gave them."""
+    return ", ".join(f"{v} {c}/{n}" for v, c in sorted(by_verdict.items(), key=lambda x: (-x[1], x[0]))) or "-"
 
 
 def compare(outcomes: list[Outcome]) -> list[SettingRow]:
@@ -128,24 +129,10 @@ def markdown(rows: list[SettingRow]) -> str:
     out = ["| disk latency | recordings | recordings' verdicts | crash states' verdicts | mean recording s | "
            "differs from the first |", "|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r.setting} | {r.recordings} | {_fmt(r.verdicts, r.recordings)} | "
+        out.append(f"| {r.setting} | {r.recordings} | {counts(r.verdicts, r.recordings)} | "
                    f"{', '.join(f'{v} {c}' for v, c in sorted(r.states.items())) or '-'} | {r.record_s:.1f} | "
                    f"{r.differs or '(first)'} |")
     return "\n".join(out) + "\n"
-
-
-def table(rows: list[SettingRow]) -> Any:
-    from rich.table import Table   # the report's dependency, loaded when a table is drawn
-
-    t = Table(title="schedules: the same workload under each disk latency", min_width=72)
-    for col in ("disk latency", "recordings", "recordings' verdicts", "crash states' verdicts", "mean rec s",
-                "differs from the first"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r.setting, str(r.recordings), _fmt(r.verdicts, r.recordings),
-                  ", ".join(f"{v} {c}" for v, c in sorted(r.states.items())) or "-", f"{r.record_s:.1f}",
-                  r.differs or "(first)")
-    return t
 
 
 def write(out: Path, outcomes: list[Outcome]) -> dict[str, Path]:

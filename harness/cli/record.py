@@ -153,11 +153,28 @@ def cmd_schedules(args: argparse.Namespace, schedules: list[Any]) -> int:
               flush=True)
 
     outcomes, paths = sched.run_schedules(schedules, rspec, cspec, out, done)
-    Console().print(sched.table(sched.compare(outcomes)))
+    Console().print(_schedule_table(sched.compare(outcomes)))
     print(f"schedules: {paths['json']}, {paths['md']}")
     if any(o.verdict not in ("pass", sched.ERROR, "incomplete", "no-acks") and not o.ok for o in outcomes):
         return 3
     return 1 if sched.failed(outcomes) else 0
+
+
+def _schedule_table(rows: list[Any]) -> Any:
+    """campaign/schedules.compare's rows as a rich Table."""
+    from rich.table import Table
+
+    from powercut.campaign.schedules import counts
+
+    t = Table(title="schedules: the same workload under each disk latency", min_width=72)
+    for col in ("disk latency", "recordings", "recordings' verdicts", "crash states' verdicts", "mean rec s",
+                "differs from the first"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.setting, str(r.recordings), counts(r.verdicts, r.recordings),
+                  ", ".join(f"{v} {c}" for v, c in sorted(r.states.items())) or "-", f"{r.record_s:.1f}",
+                  r.differs or "(first)")
+    return t
 
 
 def cmd_run(args: argparse.Namespace) -> int:

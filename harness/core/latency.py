@@ -155,8 +155,8 @@ def table_ms(stated_ms: float, hz: int) -> int:
         return 0
     tick = 1000 / hz
     need = math.ceil(stated_ms / tick - 1e-9) + 1          # ticks: (need - 1) * tick >= stated
-    ms = math.ceil(need * tick - 1e-9)
-    while jiffies(ms, hz) < need:                           # HZ=300: a tick is not a whole ms
+    ms = (need - 1) * 1000 // hz + 1                        # the least ms whose jiffies() is need
+    while jiffies(ms, hz) < need:
         ms += 1
     return ms
 

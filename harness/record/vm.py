@@ -16,9 +16,9 @@ from typing import Any
 
 from powercut import workload as workloads
 from powercut.config import DEFAULT_DISK_LATENCY, DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
-from powercut.core.latency import DiskLatency
 from powercut.core.dmlog import open_log
 from powercut.core.faultwindows import Faults
+from powercut.core.latency import DiskLatency
 from powercut.core.markorder import mark_order
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
