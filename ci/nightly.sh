@@ -7,12 +7,15 @@
 #   bash ci/nightly.sh record ROW           record ROW into $OUT/ROW/rec
 #   bash ci/nightly.sh check ROW I/N        check shard I/N of it into $OUT/ROW/shard-I
 #   bash ci/nightly.sh merge ROW            merge the shards into $OUT/ROW/merged (summary, junit, bundles)
+#   bash ci/nightly.sh schedules            $SCHEDULE_ROW recorded under each of $SCHEDULES ($REPEAT times
+#                                           each, repeat k sampling with seed+k), each judged: $OUT/schedules
 #
 # A row is WORKLOAD:FS[:k=v,...] (the workload's params).  Environment: OUT (runs/nightly), SHARDS (3),
 # ROWS (space-separated rows; default below), MAX_STATES (per model per shard run; 0 = all),
 # CHECK_IN (vm), JOBS (checker VMs per shard; 0 = one per core), SETUP=0 skips ci/setup.sh,
 # SEED (the seed of the sampled states, one for every shard of a run; default: today's date, so a
-# nightly samples other states each night; the workflow passes its run id).
+# nightly samples other states each night; the workflow passes its run id).  Schedules (docs/races.md):
+# SCHEDULE_ROW (append-fsync:ext4:n=8), SCHEDULES (the disk latencies: none,hdd), REPEAT (2).
 # Exit status: 0 every merged row passed, 3 a row has confirmed failures, 1 an error or a row that
 # is not complete (a missing shard, an interrupted check).
 set -euo pipefail
@@ -25,6 +28,9 @@ CHECK_IN=${CHECK_IN:-vm}
 JOBS=${JOBS:-0}
 SEED=${SEED:-$(date -u +%Y%m%d)}
 ROWS=${ROWS:-"append-fsync:ext4:n=8 wal:xfs:n=8 filestorage:ext4:fsync=2,n=6 osync:ext4:mode=o_sync,total=16384,bs=4096"}
+SCHEDULE_ROW=${SCHEDULE_ROW:-append-fsync:ext4:n=8}
+SCHEDULES=${SCHEDULES:-none,hdd}
+REPEAT=${REPEAT:-2}
 pc() { "$PY" -m powercut.cli "$@"; }
 say() { echo "nightly: $*" >&2; }
 
@@ -55,6 +61,18 @@ check() {
     [ "$rc" = 0 ] || [ "$rc" = 3 ] || return "$rc"
 }
 
+schedules() {
+    local wl fs params args=()
+    IFS=: read -r wl fs params <<< "$SCHEDULE_ROW"
+    if [ -n "$params" ]; then
+        IFS=, read -r -a kv <<< "$params"
+        for p in "${kv[@]}"; do args+=(--param "$p"); done
+    fi
+    say "schedules: $SCHEDULE_ROW under $SCHEDULES, $REPEAT each -> $OUT/schedules"
+    pc run --workload "$wl" --fs "$fs" "${args[@]}" --disk-latency "$SCHEDULES" --repeat "$REPEAT" \
+        -o "$OUT/schedules" --check-in "$CHECK_IN" -j "$JOBS" --max-states "$MAX_STATES" --seed "$SEED"
+}
+
 merge() {
     local row=$1 d; d=$(row_dir "$row")
     local shards=("$d"/shard-*)
@@ -68,6 +86,7 @@ case "${1:-all}" in
     record) record "$2" ;;
     check) check "$2" "$3" ;;
     merge) merge "$2" ;;
+    schedules) schedules ;;
     all)
         [ "${SETUP:-1}" = 0 ] || bash ci/setup.sh
         worst=0
@@ -79,6 +98,10 @@ case "${1:-all}" in
             if [ "$rc" = 1 ] || { [ "$rc" = 3 ] && [ "$worst" = 0 ]; }; then worst=$rc; fi
             [ "$rc" = 0 ] || [ "$rc" = 1 ] || [ "$rc" = 3 ] || worst=1
         done
+        rc=0; schedules || rc=$?
+        say "schedules: exit $rc"
+        if [ "$rc" = 1 ] || { [ "$rc" = 3 ] && [ "$worst" = 0 ]; }; then worst=$rc; fi
+        [ "$rc" = 0 ] || [ "$rc" = 1 ] || [ "$rc" = 3 ] || worst=1
         exit "$worst" ;;
-    *) say "unknown step '$1': all, rows, record ROW, check ROW I/N, merge ROW"; exit 2 ;;
+    *) say "unknown step '$1': all, rows, record ROW, check ROW I/N, merge ROW, schedules"; exit 2 ;;
 esac

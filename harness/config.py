@@ -12,6 +12,7 @@ from typing import Any, Literal
 import tomli_w
 
 from powercut.core.faultwindows import FaultPlan
+from powercut.core.latency import DiskLatency, LatencyError
 from powercut.errors import UsageError
 from powercut.linux import environ, filesystems
 
@@ -150,6 +151,19 @@ class WorkloadSpec:
 
 
 DEFAULT_SHRINK = 3   # failure groups minimized and blamed (CLI, library and pytest plugin alike)
+# the recording's data-disk latency (core/latency.py): none, a preset, or write=...,flush=... -- the one
+# default of record/run's --disk-latency, the pytest marker's disk_latency and a matrix row's disk_latency
+DEFAULT_DISK_LATENCY = DiskLatency()
+
+
+def disk_latency(text: str | DiskLatency, where: str = "--disk-latency") -> DiskLatency:
+    """A latency setting read as a user gave it: a bad one is one UsageError line naming ``where``."""
+    if isinstance(text, DiskLatency):
+        return text
+    try:
+        return DiskLatency.parse(str(text))
+    except LatencyError as e:
+        raise UsageError(f"{where}: {e}") from None
 
 
 def to_dict(obj: Any) -> Any:

@@ -45,7 +45,8 @@ import pytest
 MARKER = "powercut"
 SETTINGS = ("fs", "size_mb", "mkfs_opts", "mount_opts", "models", "params", "max_states", "expect", "shrink",
             "seed", "bound", "samples", "torn_samples", "allow_no_acks", "require_exhaustive", "workload_timeout_s",
-            "checker_timeout_s", "jobs", "check_in", "accel", "fault")   # campaign/crashtest.CrashTest.of's words
+            "checker_timeout_s", "jobs", "check_in", "accel", "fault",
+            "disk_latency")   # campaign/crashtest.CrashTest.of's words
 _ran: list[tuple[str, str]] = []    # (node id, headline) of each crash test of this session
 
 
@@ -78,6 +79,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--powercut-out", default=None, metavar="DIR",
                 help="keep each crash test's recording, journal and repro bundles under DIR/<test> "
                      "(default: pytest's tmp_path)")
+    g.addoption("--powercut-disk-latency", default=None, metavar="SETTING",
+                help="record every crash test's workload on a disk this slow: none, nvme, sata-ssd, hdd or "
+                     "write=TIME,flush=TIME (overrides the marker's disk_latency; docs/races.md)")
     g.addoption("--powercut-shard", default=None, metavar="I/N",
                 help="run only shard I of N of the crash tests (1-based, round-robin over their sorted ids; the "
                      "other tests run in shard 1): split a nightly's crash tests over N CI runners")
@@ -130,7 +134,7 @@ def _options(config: pytest.Config) -> dict[str, Any]:
     if models:
         out["models"] = tuple(m.strip() for m in models.split(",") if m.strip())
     for opt, key in (("powercut_max_states", "max_states"), ("powercut_jobs", "jobs"),
-                     ("powercut_accel", "accel")):
+                     ("powercut_accel", "accel"), ("powercut_disk_latency", "disk_latency")):
         if config.getoption(opt) is not None:
             out[key] = config.getoption(opt)
     seed = config.getoption("powercut_seed")

@@ -4,6 +4,13 @@ Each record is self-describing so a checker can verify it: ``PCREC1 <i> <len> <c
 ``len`` payload bytes derived from (seed, i).  ``ack_early=true`` acks before fsync (a deliberately
 broken variant that a crash test must catch).
 
+``ack_on_issue=true`` is the race (docs/races.md): a second thread acks record i as soon as the main
+thread has *issued* its fsync -- told just before the call, the way a server's reply thread is
+woken when the commit is handed to the syncer -- not when it returned.  The main thread waits for
+that ack before the next record, so acks stay in order.  On an instant disk the fsync usually
+returns before the ack is marked and every crash state passes; on a slow one (``--disk-latency
+hdd``) the ack lands while the flush is in flight and a state after the ack lacks the record.
+
 ``fault_at=K`` (K >= 0) meets an injected I/O error (powercut.fault, core/faultwindows.py): the file is
 preallocated beyond its end (``fallocate`` with KEEP_SIZE, so appends keep their meaning) and
 fsynced first; record K's write goes to sectors that fail with EIO (``eio-range`` over the file), so
@@ -15,8 +22,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import queue
 import random
 import sys
+import threading
 import zlib
 from typing import Any
 
@@ -62,8 +71,41 @@ def fsync_through_error(fd: int, sectors: list[tuple[int, int]], retry: bool) ->
     return False
 
 
+class Acker:
+    """The race's second thread: acks each key it is handed at once; ``wait(i)`` until it has."""
+
+    def __init__(self) -> None:
+        self.todo: queue.Queue[int | None] = queue.Queue()
+        self.done = threading.Condition()
+        self.acked = -1
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="acker", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (i := self.todo.get()) is not None:
+            try:
+                powercut.ack(i)
+            except BaseException as e:   # noqa: BLE001 -- handed to the main thread
+                self.error = e
+            with self.done:
+                self.acked = i
+                self.done.notify_all()
+
+    def wait(self, i: int) -> None:
+        with self.done:
+            self.done.wait_for(lambda: self.acked >= i)
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        self.todo.put(None)
+        self.thread.join()
+
+
 def main(params: dict[str, Any]) -> int:
     path = params["file"]
+    acker = Acker() if params["ack_on_issue"] else None
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     fault_at = params["fault_at"]
     try:
@@ -84,12 +126,19 @@ def main(params: dict[str, Any]) -> int:
                     print(f"append-fsync: fsync of record {i} failed (EIO): stopping without acking it",
                           file=sys.stderr)
                     return 3
+            elif acker is not None:
+                acker.todo.put(i)     # the fsync is issued: the reply thread may go (the race)
+                os.fsync(fd)
+                acker.wait(i)
+                continue
             elif params["fsync"]:
                 os.fsync(fd)
             if not params["ack_early"]:
                 powercut.ack(i)
     finally:
         os.close(fd)
+        if acker is not None:
+            acker.close()
     return 0
 
 
@@ -98,6 +147,7 @@ WORKLOAD = Workload(
     description="N appends to one file, each followed by fsync and ack:<i>",
     main=main,
     defaults={"n": 20, "size": 4000, "seed": 0, "file": "append.log", "fsync": True, "ack_early": False,
+              "ack_on_issue": False,
               "fault_at": -1, "on_error": "stop"},
     choices={"on_error": ("stop", "retry")},
     minimum={"n": 1, "size": 1, "fault_at": -1},

@@ -5,6 +5,8 @@
 * ``ledger`` -- the states that passed in earlier runs of a log (``--ledger``), skipped in the next;
 * ``merge`` -- the shards of one campaign joined into its outputs;
 * ``matrix`` -- running the verdict matrix and timing its rows;
+* ``schedules`` -- the same workload recorded under several disk latencies and repeats, each judged,
+  and what differs between them (``run --disk-latency none,hdd --repeat N``);
 * ``demo`` -- the main job: the named workloads durable and broken, checked, timed, one page;
 * ``crashtest`` -- one crash test of a user's program (record + check + the words for a failure), the
   pytest plugin's engine;

@@ -24,7 +24,7 @@ from powercut.campaign.run import CampaignSpec, run_campaign, split_settings
 from powercut.check.host import require_root
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
-from powercut.config import DEFAULT_SHRINK, FsSpec, WorkloadSpec
+from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency
 from powercut.core.faultwindows import FaultPlan
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import FINDINGS, Verdict
@@ -62,6 +62,7 @@ class CrashTest:
     workload_timeout_s: float = 600.0
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
     fault: str = ""                         # the recording's fault plan (--fault; core/faultwindows.FaultPlan)
+    disk_latency: str = str(DEFAULT_DISK_LATENCY)   # the data disk's latency while recording (core/latency.py)
 
     @classmethod
     def of(cls, name: str, workload_cmd: str, **settings: Any) -> CrashTest:
@@ -93,6 +94,7 @@ class CrashTest:
                 FaultPlan.parse(self.fault)
             except ValueError as e:
                 raise UsageError(f"{self.name}: fault={self.fault!r}: {e}") from None
+        disk_latency(self.disk_latency, f"{self.name}: disk_latency")
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -112,7 +114,7 @@ class CrashTest:
                                     size_mb=self.size_mb),
                           workload=WorkloadSpec(name="", cmd=self.workload_cmd, params=dict(self.params),
                                                 timeout_s=self.workload_timeout_s, fault=self.fault),
-                          accel=self.place.accel)
+                          accel=self.place.accel, latency=disk_latency(self.disk_latency))
 
     def campaign(self) -> CampaignSpec:
         return CampaignSpec(selection=self.selection, place=self.place, checker_command=self.checker_cmd,

@@ -16,7 +16,7 @@ from powercut.bench.run import BenchVmSpec, run_bench_vm
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check.context import LogSource, context_for
 from powercut.check.place import Place
-from powercut.config import BenchItem, FsSpec, RunSet, WorkloadSpec
+from powercut.config import BenchItem, FsSpec, RunSet, WorkloadSpec, disk_latency
 from powercut.core.dmlog import open_log
 from powercut.core.models import space
 from powercut.core.selection import SelectionSpec
@@ -76,7 +76,8 @@ def record_row(row: Row, how: MatrixRun) -> str:
         return ""
     try:
         spec = RecordSpec(fs=FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()), mount_opts=row.mount_opts),
-                          workload=WorkloadSpec(name=row.workload, params=dict(row.params)), accel=how.place.accel)
+                          workload=WorkloadSpec(name=row.workload, params=dict(row.params)), accel=how.place.accel,
+                          latency=disk_latency(row.disk_latency))
         record(spec, recdir, force=True)
         return ""
     except (PowercutError, OSError) as e:

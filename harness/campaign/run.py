@@ -316,6 +316,11 @@ def coverage_of(sel: Selection, verdicts: list[Verdict], ctx: CheckContext) -> C
     return cov
 
 
+def disk_latency_of(manifest: dict[str, Any]) -> str:
+    """The recording's data-disk latency setting (core/latency.py); ``none`` for recordings made before it."""
+    return str(manifest.get("latency", {}).get("setting", "none"))
+
+
 def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str | os.PathLike[str] | None = None,
                  on_start: Callable[[int, int], None] | None = None,
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
@@ -398,7 +403,8 @@ def _campaign(rec: recording.Recording, index: LogIndex, spec: CampaignSpec, out
                             acks=len(index.acks()), allow_no_acks=spec.allow_no_acks,
                             shard="" if spec.shard.whole else str(spec.shard), coverage=cov,
                             require_exhaustive=spec.require_exhaustive,
-                            anatomy=_anatomy(rec, index), trace_note=cause.trace_note(rec))
+                            anatomy=_anatomy(rec, index), trace_note=cause.trace_note(rec),
+                            disk_latency=disk_latency_of(rec.manifest))
         paths = write_outputs(summary, verdicts, outdir)
         paths["html"] = html.write(summary, outdir, verdicts, index)
     return summary, paths

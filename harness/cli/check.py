@@ -14,23 +14,30 @@ from powercut.errors import UsageError
 log = logging.getLogger("powercut")
 
 
-def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from powercut.campaign.run import CampaignSpec, run_campaign
+def campaign_spec(args: argparse.Namespace, preset: str = "check") -> Any:
+    """The CampaignSpec the check options ask for (check, run, and each schedule of run)."""
+    from powercut.campaign.run import CampaignSpec
     from powercut.check.place import Place
     from powercut.cli.parser import selection_from
     from powercut.core.shard import Shard
 
     place = Place(args.check_in, args.accel, state_timeout_s=args.state_timeout, uris=tuple(args.check_uris),
                   jobs=args.jobs)
-    spec = CampaignSpec(selection=selection_from(args, preset), place=place, checker_command=args.checker,
+    return CampaignSpec(selection=selection_from(args, preset), place=place, checker_command=args.checker,
                         resume=args.resume, confirm=not args.no_confirm,
                         confirm_mode=args.confirm_mode, confirm_sample=args.confirm_sample, shrink=args.shrink,
                         shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
                         allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard(),
                         require_exhaustive=args.require_exhaustive, ledger=args.ledger)
+
+
+def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from powercut.campaign.run import run_campaign
+
+    spec = campaign_spec(args, preset)
     console = Console(stderr=True)
     failed = 0
     # the bar appears once judging starts: a refusal before it is one line, with no bar around it

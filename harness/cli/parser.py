@@ -7,7 +7,7 @@ import argparse
 import shlex
 from collections.abc import Callable
 
-from powercut.config import DEFAULT_SHRINK
+from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK
 
 MAIN_DEFAULT_OUT = "runs/latest"
 RUN_COMMITS = 8
@@ -145,7 +145,17 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
     p.add_argument("--mount-opts", default="", help="mount options (-o)")
     p.add_argument("--size", type=at_least(0), default=0, metavar="MB",
                    help="data disk size (default: the filesystem's, ext4/btrfs 256, xfs 300)")
+    p.add_argument("--disk-latency", default=str(DEFAULT_DISK_LATENCY), metavar="SETTING",
+                   help="the data disk's latency while recording: none (default), nvme, sata-ssd, hdd, or "
+                        "write=TIME,flush=TIME (e.g. write=0.1ms,flush=8ms); each at least that slow (dm-delay "
+                        "above dm-log-writes; docs/races.md)" + (
+                        "; run: several, comma-separated (none,hdd), each recorded and judged: a schedule "
+                        "table says which verdicts differ" if not required_out else ""))
     p.add_argument("--log-size", type=at_least(0), default=0, metavar="MB", help="log disk size (default 4x data + 64)")
+    if not required_out:   # run only
+        p.add_argument("--repeat", type=at_least(1), default=1, metavar="N",
+                       help="record and judge each --disk-latency setting N times, repeat k sampling with seed+k "
+                            "(default 1); with N > 1 or several settings: the schedule table, exit 3 if any fails")
     p.add_argument("--no-trace", action="store_true",
                    help="do not trace the workload's system calls (strace; the cause of a failure is then given in blocks only)")
     p.add_argument("--workload-timeout", type=positive_float, default=300.0, metavar="S", help="kill the workload after S s")

@@ -20,7 +20,7 @@ log = logging.getLogger("powercut")
 
 def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     from powercut import workload as workloads
-    from powercut.config import FsSpec, WorkloadSpec
+    from powercut.config import FsSpec, WorkloadSpec, disk_latency
     from powercut.record.vm import RecordSpec
     from powercut.workload import parse_params
 
@@ -44,7 +44,11 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
         raise OptionError(str(e)) from None
     wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=params,
                       timeout_s=args.workload_timeout, fault=args.fault, trace=not args.no_trace)
-    return RecordSpec(fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,
+    try:   # a bad --disk-latency is a bad option value (exit 2)
+        latency = disk_latency(args.disk_latency)
+    except UsageError as e:
+        raise OptionError(str(e)) from None
+    return RecordSpec(latency=latency, fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,
                       bus=args.bus, transport=args.transport, accel=args.accel, timeout_s=args.vm_timeout,
                       backend=args.backend, libvirt_uri=args.libvirt_uri,
                       image={"kernel_package": args.kernel_package})
@@ -99,6 +103,12 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     print(f"recorded {m['workload'].get('name') or 'cmd'} on {m['fs']['fstype']} into {rec.dir}")
     print(f"  VM {r.get('accel')}, boot to workload {r.get('boot_to_workload_s')} s, VM wall {r.get('vm_wall_s')} s,"
           f" workload {m['result'].get('workload_s')} s")
+    lat = m.get("latency", {})
+    if lat.get("setting", "none") != "none":
+        print(f"  disk latency {lat['setting']}: write >= {lat.get('write_ms', 0):g} ms, flush >= "
+              f"{lat.get('flush_ms', 0):g} ms (dm-delay at HZ={lat.get('hz', '?')}: each write waited "
+              f"{lat.get('write_min_ms', '?')}-{lat.get('write_max_ms', '?')} ms, each flush "
+              f"{lat.get('flush_min_ms', '?')}-{lat.get('flush_max_ms', '?')} ms)")
     tr = m.get("trace", {})
     if tr:
         print(f"  trace: {tr['file']} ({tr.get('bytes', 0) >> 10} KiB of strace)" if tr.get("file")
@@ -107,13 +117,76 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     return 0
 
 
+def _schedules(args: argparse.Namespace) -> list[Any]:
+    """The run's schedules (campaign/schedules.py): one unless --disk-latency names several or --repeat > 1."""
+    from powercut.campaign.schedules import plan
+    from powercut.cli.parser import selection_from
+    from powercut.core.latency import LatencyError, parse_schedules
+
+    try:
+        latencies = parse_schedules(args.disk_latency)
+    except LatencyError as e:
+        raise OptionError(f"--disk-latency: {e}") from None
+    return plan(latencies, args.repeat, selection_from(args, "run").seed)
+
+
+def cmd_schedules(args: argparse.Namespace, schedules: list[Any]) -> int:
+    """run with several schedules: each recorded and judged, one line each, then the table."""
+    from rich.console import Console
+
+    from powercut.campaign import schedules as sched
+    from powercut.cli.check import campaign_spec
+
+    if args.resume or args.shard or args.dry_run:
+        raise UsageError("--resume, --shard and --dry-run take one schedule: give one --disk-latency and no --repeat")
+    args.disk_latency = str(schedules[0].latency)
+    rspec = _record_spec(args, default_workload="append-fsync")
+    cspec = campaign_spec(args, "run")
+    out = Path(args.out)
+    print(f"{len(schedules)} schedules: {', '.join(dict.fromkeys(s.setting for s in schedules))}"
+          f"{f' x {args.repeat}' if args.repeat > 1 else ''}, each recorded and judged into {out}/<setting>-<k>")
+
+    def done(o: Any) -> None:
+        s = o.schedule
+        print(f"{'ok' if o.ok else 'FAIL':4} {s.setting} #{s.repeat + 1} (seed {s.seed}): {o.verdict}"
+              f"{': ' + o.error if o.error else ''}  [record {o.record_s:.1f} s, check {o.check_s:.1f} s] {o.dir}",
+              flush=True)
+
+    outcomes, paths = sched.run_schedules(schedules, rspec, cspec, out, done)
+    Console().print(_schedule_table(sched.compare(outcomes)))
+    print(f"schedules: {paths['json']}, {paths['md']}")
+    if any(o.verdict not in ("pass", sched.ERROR, "incomplete", "no-acks") and not o.ok for o in outcomes):
+        return 3
+    return 1 if sched.failed(outcomes) else 0
+
+
+def _schedule_table(rows: list[Any]) -> Any:
+    """campaign/schedules.compare's rows as a rich Table."""
+    from rich.table import Table
+
+    from powercut.campaign.schedules import counts
+
+    t = Table(title="schedules: the same workload under each disk latency", min_width=72)
+    for col in ("disk latency", "recordings", "recordings' verdicts", "crash states' verdicts", "mean rec s",
+                "differs from the first"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.setting, str(r.recordings), counts(r.verdicts, r.recordings),
+                  ", ".join(f"{v} {c}" for v, c in sorted(r.states.items())) or "-", f"{r.record_s:.1f}",
+                  r.differs or "(first)")
+    return t
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """record + check + report with embedded defaults."""
+    """record + check + report with embedded defaults; several schedules: cmd_schedules."""
+    # embedded defaults of the main job: small enough to finish in minutes under TCG
+    if not args.workload and not args.cmd and not args.param and not args.dry_run:
+        args.param = [f"n={RUN_COMMITS}"]
+    schedules = _schedules(args)
+    if len(schedules) > 1:
+        return cmd_schedules(args, schedules)
     if args.dry_run:
         return cmd_record(args, default_workload="append-fsync")
-    # embedded defaults of the main job: small enough to finish in minutes under TCG
-    if not args.workload and not args.cmd and not args.param:
-        args.param = [f"n={RUN_COMMITS}"]
     rec = Path(args.out)
     if args.shard and not args.shard.whole and not (rec / "manifest.toml").exists():
         raise UsageError(f"run --shard {args.shard} checks one shard of a recording that every shard shares: record "

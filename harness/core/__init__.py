@@ -6,6 +6,7 @@
 * ``crashstate`` -- what a crash state is and keeps (the one durable-set rule replay and selection use);
 * ``markorder`` -- ordered marks: the harness's ordering flushes, which models treat as no barrier;
 * ``faultwindows`` -- injected I/O errors as the log records them: fault windows, commits acked after one;
+* ``latency`` -- the recording's disk latency (none, presets, explicit) and the dm-delay values that give it;
 * ``models`` -- the crash models (flush, no-cache, write-cache, torn, torn-4k) as a CrashSpace per log;
 * ``coverage`` -- what a check covered: exhaustive, sampled, capped or weakened, per model;
 * ``selection`` -- each distinct disk image judged once, --max-states shares;

@@ -16,6 +16,7 @@ from typing import Any
 from powercut import marks
 from powercut.core import syscalls
 from powercut.core.faultwindows import FAULT_OFF, FaultPlan
+from powercut.core.latency import FALLBACK_HZ, DiskLatency, snap_hz
 from powercut.faults import FAULT_ENV, FaultError, PlanRun, Target, plan_env
 from powercut.faults import table as fault_table
 from powercut.linux import dm, environ, filesystems, process
@@ -30,6 +31,7 @@ log = logging.getLogger("powercut.guest")
 MNT = guestjob.GUEST_MNT
 FS_SUFFIX = "-fs"        # the linear map over the log-writes target that holds the recorded filesystem
 ORDER_SUFFIX = "-order"  # the linear map beside it that marks flush (marks.py)
+DELAY_SUFFIX = "-delay"  # the disk latency layer (dm-delay, core/latency.py) between the fs map and log-writes
 PLAN_STATE = "/run/powercut/fault-plan.json"   # the fault plan's state (faults.PlanRun), guest-local
 PLAN_POLL_S = 0.002
 TRACE_TMP = "/tmp/powercut-syscalls.txt"   # strace writes here (the guest's tmpfs), copied to the job share after
@@ -54,16 +56,17 @@ def uptime() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
-def stack(dm_name: str, dev: str, size: int) -> tuple[str, str, dict[str, Any]]:
-    """Two linear maps over the log-writes target ``dev``: ``<name>-fs``, where the filesystem lives,
-    and ``<name>-order``, which marks flush to order the log (marks.py; no filesystem, so no page
-    cache, so its fsync is one empty flush).  Both are needed because a mounted filesystem holds its
+def stack(dm_name: str, dev: str, size: int, fs_lower: str = "") -> tuple[str, str, dict[str, Any]]:
+    """Two linear maps over the log-writes target ``dev``: ``<name>-fs``, where the filesystem lives
+    (over ``fs_lower`` when given: the delay layer), and ``<name>-order``, which marks flush to order
+    the log (marks.py; no filesystem, so no page cache, so its fsync is one empty flush; never
+    delayed).  Both are needed because a mounted filesystem holds its
     device exclusively, and device-mapper tables share a claim: the order device can sit beside the
     filesystem's, not over the target the filesystem holds.  Also what the target's queue says of
     its write cache: without one no flush reaches the target and marks stay unordered.  ``size``:
     the target's, in 512-byte sectors."""
     table = [(0, size, "linear", f"{dev} 0")]
-    fsdev = dm.create(dm_name + FS_SUFFIX, table)
+    fsdev = dm.create(dm_name + FS_SUFFIX, [(0, size, "linear", f"{fs_lower or dev} 0")])
     order = dm.create(dm_name + ORDER_SUFFIX, table)
     minor = os.minor(os.stat(dev).st_rdev)
     try:
@@ -75,7 +78,7 @@ def stack(dm_name: str, dev: str, size: int) -> tuple[str, str, dict[str, Any]]:
     return fsdev, order, {"target_write_cache": cache}
 
 
-def end_fault(dm_name: str, target: str, size: int) -> bool:
+def end_fault(dm_name: str, lower: str, size: int) -> bool:
     """A fault the workload left on is switched off before the unmount (which must reach the log),
     with its ``powercut-fault:off`` mark; True if there was one."""
     live = dm.status(dm_name + FS_SUFFIX, table=True)
@@ -83,7 +86,7 @@ def end_fault(dm_name: str, target: str, size: int) -> bool:
         return False
     if dm.info(dm_name + FS_SUFFIX).suspended:
         dm.resume(dm_name + FS_SUFFIX)
-    dm.reload(dm_name + FS_SUFFIX, fault_table("", target, size))
+    dm.reload(dm_name + FS_SUFFIX, fault_table("", lower, size))
     mark(FAULT_OFF, dm_name)
     log.warning("the workload left a fault on: switched off before the unmount")
     return True
@@ -92,6 +95,37 @@ def end_fault(dm_name: str, target: str, size: int) -> bool:
 def unstack(dm_name: str) -> None:
     for suffix in (ORDER_SUFFIX, FS_SUFFIX):
         dm.remove(dm_name + suffix)
+    if any(d.name == dm_name + DELAY_SUFFIX for d in dm.devices()):
+        dm.remove(dm_name + DELAY_SUFFIX)
+
+
+def measure_hz(wait_s: float = 0.25) -> int:
+    """The guest kernel's tick rate (CONFIG_HZ): jiffies counted over ``wait_s`` (/proc/timer_list),
+    snapped to a configurable value; FALLBACK_HZ (the coarsest) when it cannot be read."""
+    def jiffies() -> tuple[int, float]:
+        with open("/proc/timer_list") as f:
+            for line in f:
+                if line.startswith("jiffies:"):
+                    return int(line.split()[1]), time.monotonic()
+        raise ValueError("no jiffies: line")
+    try:
+        j0, t0 = jiffies()
+        time.sleep(wait_s)
+        j1, t1 = jiffies()
+    except (OSError, ValueError, IndexError) as e:
+        log.warning("cannot tell the kernel's HZ (%s): assuming %d, the coarsest", e, FALLBACK_HZ)
+        return FALLBACK_HZ
+    return snap_hz((j1 - j0) / (t1 - t0))
+
+
+def slow_down(dm_name: str, target: str, size: int, latency: DiskLatency) -> dict[str, Any]:
+    """Load the latency into the delay layer (a linear map until now: mkfs is not delayed); what
+    the manifest's [latency] records of it."""
+    hz = measure_hz()
+    table = latency.table(target, size, hz)
+    dm.reload(dm_name + DELAY_SUFFIX, table)
+    return {**latency.to_json(), **latency.realized(hz), "layer": "dm-delay above dm-log-writes",
+            "table": table[0][3] if table[0][2] == "delay" else ""}
 
 
 class PlanTrigger:
@@ -138,6 +172,7 @@ class PlanTrigger:
 
 
 def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str, target: str) -> dict[str, Any]:
+    """Run the workload on the filesystem at MNT; ``target``: the device under the fault layer."""
     wl = job.workload
     argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
     fault_dev = Target(job.dm_name + FS_SUFFIX, target, sectors(dev), job.dm_name, order_dev)
@@ -200,20 +235,24 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     fs = filesystems.get(job.fs.fstype)
     t0 = time.monotonic()
     target = dm.create(job.dm_name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
-    dev, order_dev, info = stack(job.dm_name, target, sectors(data))
+    latency = DiskLatency.parse(job.latency)
+    lower = target if latency.none else dm.create(job.dm_name + DELAY_SUFFIX,
+                                                   [(0, sectors(data), "linear", f"{target} 0")])
+    dev, order_dev, info = stack(job.dm_name, target, sectors(data), lower)
     res.update(info)
     process.run(fs.mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
     res["mkfs_s"] = round(time.monotonic() - t0, 3)
     mark("mkfs", job.dm_name)
+    res["latency"] = latency.to_json() if latency.none else slow_down(job.dm_name, target, sectors(data), latency)
     os.makedirs(MNT, exist_ok=True)
     mount(dev, MNT, fs.name, job.fs.mount_opts)
     res["uptime_workload_start"] = uptime()
     (jobdir / "started").write_text(f"{time.time()}\n")
-    res.update(run_workload(job, dev, jobdir, order_dev, target))
+    res.update(run_workload(job, dev, jobdir, order_dev, lower))
     if dm.info(job.dm_name).suspended:  # a marker killed between its suspend and resume
         log.warning("%s was left suspended by a mark; resuming it", job.dm_name)
         dm.resume(job.dm_name)
-    res["fault_left_on"] = end_fault(job.dm_name, target, sectors(data))
+    res["fault_left_on"] = end_fault(job.dm_name, lower, sectors(data))
     umount(MNT, lazy_fallback=False)
     unstack(job.dm_name)
     res.update(log_writes_status(job.dm_name))

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from powercut import workload as workloads
-from powercut.config import DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
+from powercut.config import DEFAULT_DISK_LATENCY, DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
 from powercut.core.dmlog import open_log
 from powercut.core.faultwindows import Faults
+from powercut.core.latency import DiskLatency
 from powercut.core.markorder import mark_order
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
@@ -47,6 +48,7 @@ class RecordSpec:
     backend: str = "qemu"
     libvirt_uri: str = "qemu:///system"
     image: dict[str, Any] = field(default_factory=dict)
+    latency: DiskLatency = DEFAULT_DISK_LATENCY   # the data disk's write and flush latency (core/latency.py)
 
     def log_bytes(self) -> int:
         mb = self.log_size_mb or max(4 * self.fs.size_mb + 64, 512)
@@ -120,7 +122,8 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
     _sparse(out / "log.bin", spec.log_bytes())
     jobdir = out / "job"
     guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks={"data": "pcdata", "log": "pclog"},
-                                              fs=spec.fs, workload=spec.workload, tools_dir=tools_dir(image) or ""))
+                                              fs=spec.fs, workload=spec.workload, tools_dir=tools_dir(image) or "",
+                                              latency=str(spec.latency)))
     vmspec = vm_spec(spec, image, out, jobdir)
     manifest = _manifest(spec, image, vmspec, data_bytes)
     start = time.monotonic()
@@ -134,7 +137,10 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
         manifest["recording"].update(accel=res.accel, vm_wall_s=round(res.wall_s, 3),
                                      boot_to_workload_s=round(res.boot_s, 3) if res.boot_s else None)
         result = guestjob.read_result(jobdir)
-        manifest["result"] = {"ok": result.ok, **result.data, **({"error": result.error} if result.error else {})}
+        data = {k: v for k, v in result.data.items() if k != "latency"}   # its own section, [latency]
+        manifest["result"] = {"ok": result.ok, **data, **({"error": result.error} if result.error else {})}
+        if isinstance(result.get("latency"), dict):
+            manifest["latency"] = dict(result.get("latency"))
         _judge(result, manifest, out)
         if result.get("trace_file"):
             manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
@@ -180,7 +186,7 @@ def _manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int) -> 
         "recording": {"format": FORMAT_VERSION, "status": recording.RUNNING,
                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "backend": spec.backend, "image": image.hash,
                       "kernel_release": image.kernel_release, "image_source": image.source},
-        "fs": to_dict(spec.fs), "workload": to_dict(spec.workload),
+        "fs": to_dict(spec.fs), "workload": to_dict(spec.workload), "latency": spec.latency.to_json(),
         "vm": {"memory_mb": spec.memory_mb, "cpus": spec.cpus, "bus": spec.bus, "transport": spec.transport,
                "disk_cache": "unsafe", "write_cache": True, "machine": vmspec.resolved_machine()},
         "data": {"initial": "zeros", "size_bytes": data_bytes, "final": "data-final.img"},

@@ -81,7 +81,19 @@ def _environment(recording: Path) -> list[tuple[str, str]]:
             ("disk bus", str(vm.get("bus", "?"))), ("guest write cache", "on" if vm.get("write_cache") else "off"),
             ("filesystem", f"{fs.get('fstype', '?')} {' '.join(fs.get('mkfs_opts', []))} "
                            f"{fs.get('mount_opts', '')}".strip()),
+            ("disk latency", _latency(m.get("latency"))),
             ("marks", _marks(m.get("marks"))), ("recorded", str(r.get("created", "?")))]
+
+
+def _latency(lat: dict[str, Any] | None) -> str:
+    """The data disk's latency while recording (core/latency.py) and what the delay layer gave."""
+    if not lat or lat.get("setting", "none") == "none":
+        return "none (no delay layer)"
+    got = ""
+    if "flush_min_ms" in lat:
+        got = (f": dm-delay at HZ={lat.get('hz')}, each write waited {lat['write_min_ms']:g}-{lat['write_max_ms']:g} ms, "
+               f"each flush {lat['flush_min_ms']:g}-{lat['flush_max_ms']:g} ms")
+    return f"{lat['setting']} (write >= {lat.get('write_ms', 0):g} ms, flush >= {lat.get('flush_ms', 0):g} ms){got}"
 
 
 def _marks(m: dict[str, Any] | None) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.table import Table
 
+from powercut.config import DEFAULT_DISK_LATENCY, disk_latency
 from powercut.core.causes import RULES
 from powercut.core.confirm import group_key
 from powercut.core.stateid import MODELS
@@ -51,10 +52,12 @@ class Row:
     claim: str = ""                           # the program's documented claim for this configuration
     max_states: int = 0                       # judge at most this many states of this row (0: as the run says)
     cause: dict[str, str] = field(default_factory=dict)   # model -> the rule its failures' cause names (core/causes.py)
+    disk_latency: str = "none"                # the data disk's latency while recording (core/latency.py)
 
     @property
     def id(self) -> str:
-        return f"{self.workload}/{self.variant}/{self.fs}" + (f":{self.mount_opts}" if self.mount_opts else "")
+        return (f"{self.workload}/{self.variant}/{self.fs}" + (f":{self.mount_opts}" if self.mount_opts else "")
+                + (f"@{self.disk_latency}" if self.disk_latency != "none" else ""))
 
     @property
     def slug(self) -> str:
@@ -90,7 +93,7 @@ def load(path: str | Path | None = None) -> list[Row]:
 
 def _rows(d: dict[str, Any], where: str) -> list[Row]:
     known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim",
-             "max_states", "cause"}
+             "max_states", "cause", "disk_latency"}
     unknown = set(d) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -117,9 +120,10 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
     if bad:
         raise UsageError(f"{where}: cause {', '.join(bad)} is not a rule; rules: {', '.join(RULES)}")
     fss = d["fs"] if isinstance(d["fs"], list) else [d["fs"]]
+    latency = str(disk_latency(str(d.get("disk_latency", DEFAULT_DISK_LATENCY)), f"{where}: disk_latency"))
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
                 str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
-                " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0)), cause) for fs in fss]
+                " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0)), cause, latency) for fs in fss]
 
 
 def choose(rows: list[Row], patterns: list[str] | tuple[str, ...] = (), ci: bool = False) -> list[Row]:

@@ -54,6 +54,7 @@ class Summary:
     require_exhaustive: bool = False          # a pass short of exhaustive is not ok (--require-exhaustive)
     anatomy: dict[str, Any] = field(default_factory=dict)   # commit anatomy (core/anatomy.py), {} if unknown
     trace_note: str = ""                      # why there is no cause in the program's terms ("" with a trace)
+    disk_latency: str = ""                    # the recording's data-disk latency (core/latency.py; "" unknown)
 
     @property
     def no_acks(self) -> bool:
@@ -137,7 +138,7 @@ class Summary:
                 "check_in": self.check_in, "status": self.status, "total": self.total, "ok": self.ok,
                 "seconds": round(self.seconds, 3), "states": self.counts, "by_model": self.by_model,
                 "covered": self.covered,
-                "verdict": self.verdict, "headline": self.headline(),
+                "verdict": self.verdict, "headline": self.headline(), "disk_latency": self.disk_latency,
                 "coverage": self.coverage.to_json() if self.coverage is not None else None,
                 "require_exhaustive": self.require_exhaustive,
                 "notes": self.notes(), "acks": self.acks, "planned": self.planned,
@@ -157,7 +158,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               acks: int = -1, allow_no_acks: bool = False, shard: str = "",
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
               escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False,
-              anatomy: dict[str, Any] | None = None, trace_note: str = "") -> Summary:
+              anatomy: dict[str, Any] | None = None, trace_note: str = "", disk_latency: str = "") -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -173,7 +174,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
                    {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
-                   coverage, require_exhaustive, dict(anatomy or {}), trace_note)
+                   coverage, require_exhaustive, dict(anatomy or {}), trace_note, disk_latency)
 
 
 def models_of(v: Verdict) -> list[str]:
@@ -222,6 +223,8 @@ def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
     ET.SubElement(props, "property", name="coverage", value=summary.coverage.overall if summary.coverage else "unknown")
     if summary.coverage is not None and summary.coverage.seed is not None:
         ET.SubElement(props, "property", name="seed", value=str(summary.coverage.seed))
+    if summary.disk_latency:
+        ET.SubElement(props, "property", name="disk_latency", value=summary.disk_latency)
     if not summary.exhaustive and not notes:   # a pass short of exhaustive is never plain green: skipped
         suite = ET.SubElement(suites, "testsuite", name=f"{summary.workload}.{summary.fstype}.coverage", tests="1",
                               failures="0", errors="0", skipped="1", time="0.000")
@@ -275,6 +278,7 @@ def table(summary: Summary) -> Any:
     seen = [v for v in SEVERITY if any(v in c for c in summary.by_model.values())]
     status = "" if summary.status == "complete" else f" [{summary.status.upper()}]"
     status += f" [shard {summary.shard}]" if summary.shard else ""
+    status += f" [disk latency {summary.disk_latency}]" if summary.disk_latency not in ("", "none") else ""
     t = Table(title=f"{summary.workload} on {summary.fstype}: {summary.total} distinct crash states judged "
                     f"in {summary.check_in} in {summary.seconds:.1f} s{status}", min_width=72)
     t.add_column("model")

@@ -59,6 +59,7 @@ class RecordJob:
     fs: FsSpec
     workload: WorkloadSpec
     tools_dir: str = ""
+    latency: str = "none"          # the data disk's latency (core/latency.DiskLatency, canonical text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,7 +82,7 @@ def test_every_option_of_every_command_is_in_the_synopsis() -> None:
 
 def test_run_takes_record_and_check_options() -> None:
     subs = _subparsers(build_parser())
-    assert _options(subs["run"]) <= _options(subs["record"]) | _options(subs["check"]) | {"--resume"}
+    assert _options(subs["run"]) <= _options(subs["record"]) | _options(subs["check"]) | {"--resume", "--repeat"}
 
 
 # -- the pages and their links ---------------------------------------------------------------------

@@ -51,7 +51,7 @@ def test_actionlint_refuses_a_broken_workflow(tmp_path: Path, old: str, new: str
 
 def test_every_step_the_workflow_runs_is_a_step_of_nightly_sh() -> None:
     steps = set(re.findall(r"bash ci/nightly\.sh (\w+)", WORKFLOW.read_text()))
-    assert steps == {"rows", "record", "check", "merge"}
+    assert steps == {"rows", "record", "check", "merge", "schedules"}
     script = NIGHTLY.read_text()
     for step in steps:
         assert re.search(rf"^\s+{step}\)", script, re.M), f"ci/nightly.sh has no step {step}"

@@ -41,6 +41,10 @@ def one_line(p: subprocess.CompletedProcess, *words: str) -> None:
     (["record", "--workload", "wal", "--size", "-5", "-o", "/tmp/never"], "--size"),
     (["record", "--workload", "wal", "--memory", "0", "-o", "/tmp/never"], "--memory"),
     (["bench", "--vm-timeout", "-1"], "--vm-timeout"),
+    (["record", "--workload", "wal", "--disk-latency", "floppy", "-o", "/tmp/never"], "--disk-latency"),
+    (["record", "--workload", "wal", "--disk-latency", "flush=8x", "-o", "/tmp/never"], "--disk-latency"),
+    (["run", "--disk-latency", "none,hdd,none", "-o", "/tmp/never"], "--disk-latency"),
+    (["run", "--repeat", "0", "-o", "/tmp/never"], "--repeat"),
 ])
 def test_a_bad_option_value_exits_2_before_anything_runs(argv: list[str], names: str) -> None:
     p = cli(*argv)
