@@ -12,6 +12,7 @@ from typing import Any
 from powercut.cli.check import cmd_check
 from powercut.cli.inspect import _print_stats
 from powercut.cli.parser import MAIN_DEFAULT_OUT, RUN_COMMITS
+from powercut.core.latency import layer_phrase
 from powercut.errors import OptionError, PowercutError, UsageError
 from powercut.linux import interrupt
 
@@ -105,10 +106,9 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
           f" workload {m['result'].get('workload_s')} s")
     lat = m.get("latency", {})
     if lat.get("setting", "none") != "none":
+        got = layer_phrase(lat)
         print(f"  disk latency {lat['setting']}: write >= {lat.get('write_ms', 0):g} ms, flush >= "
-              f"{lat.get('flush_ms', 0):g} ms (dm-delay at HZ={lat.get('hz', '?')}: each write waited "
-              f"{lat.get('write_min_ms', '?')}-{lat.get('write_max_ms', '?')} ms, each flush "
-              f"{lat.get('flush_min_ms', '?')}-{lat.get('flush_max_ms', '?')} ms)")
+              f"{lat.get('flush_ms', 0):g} ms" + (f" ({got})" if got else ""))
     tr = m.get("trace", {})
     if tr:
         print(f"  trace: {tr['file']} ({tr.get('bytes', 0) >> 10} KiB of strace)" if tr.get("file")

@@ -8,6 +8,9 @@ on any filesystem and any disk with a write cache):
 - ``acked-after-error``: an fsync/fdatasync (or a write) failed and the program acked afterwards;
 - ``rename-before-fsync``: a file was renamed (or linked) over another name while its own data was
   not yet fsynced -- the rename can reach the disk first, leaving the new name on empty or old data;
+- ``ack-before-sync-returned``: the program acked while the fsync/fdatasync (or sync) that would
+  make the commit durable was still running -- it began before the ack and returned after it (one
+  thread acks as another's fsync is issued: a race a slow disk loses, issue #43);
 - ``no-fsync``: the program acked after changing a file with no fsync/fdatasync of it in between
   (writes through an O_SYNC/O_DSYNC descriptor are synced; O_DIRECT bypasses the page cache, not
   the disk's write cache; sync_file_range is not a barrier);
@@ -24,6 +27,7 @@ the checker names as lost, when its reasons name them), the first whose commit b
 no I/O."""
 from __future__ import annotations
 
+import bisect
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
@@ -34,8 +38,9 @@ from powercut.core import syscalls as sc
 from powercut.core.syscalls import Op, Trace
 
 ERROR, RENAME, NO_FSYNC, NO_DIR_FSYNC = "acked-after-error", "rename-before-fsync", "no-fsync", "no-dir-fsync"
+EARLY = "ack-before-sync-returned"
 UNORDERED, TORN, BEYOND = "unordered-writes", "unchecked-tear", "beyond-rules"
-RANK = (ERROR, RENAME, NO_FSYNC, NO_DIR_FSYNC, UNORDERED)   # strongest first
+RANK = (ERROR, RENAME, EARLY, NO_FSYNC, NO_DIR_FSYNC, UNORDERED)   # strongest first
 RULES = (*RANK, TORN, BEYOND)
 BARRIERS = (sc.FSYNC, sc.FDATASYNC, sc.SYNC, sc.SYNCFS)
 EVIDENCE_LINES = 6
@@ -65,6 +70,13 @@ class Violation:
             return (f"{rel(ren.path, self._root)} was {verb} over {rel(ren.path2, self._root)} before its data was "
                     f"fsynced, and {key} was given with no fsync in between: the {ren.kind} can reach the disk "
                     f"before the data, leaving {rel(ren.path2, self._root)} empty or stale")
+        if self.rule == EARLY:
+            sync = next(o for o in self.evidence if o.kind in BARRIERS and o.seq > self.ack.seq)
+            ran = f"{(sync.time - sync.began) * 1000:.1f} ms" if sync.time > sync.began else "a while"
+            other = " in another thread" if sync.pid != self.ack.pid else ""
+            return (f"{key} was given while the {sync.kind} of {self.subject}{other} was still running: it began "
+                    f"before the ack and returned after it ({ran} in all) -- an ack must wait for the {sync.kind} "
+                    "to return; a slow disk loses this race")
         if self.rule == NO_FSYNC:
             n = sum(o.nbytes for o in w if o.kind == sc.WRITE)
             what = f"{len(w)} call{'s' if len(w) != 1 else ''}" + (f", {n} bytes" if n else "")
@@ -221,9 +233,11 @@ class _State:
             self.name_change(o.path, o)
             self.exists.add(o.path)
 
-    def violations(self, ack: Op, since: int) -> list[Violation]:
-        """What is not durable at ``ack`` and was touched by this commit (an op after ``since``)."""
-        root, out = self.root, []
+    def violations(self, ack: Op, since: int, running: dict[str, Op] | None = None) -> list[Violation]:
+        """What is not durable at ``ack`` and was touched by this commit (an op after ``since``);
+        ``running``: the syncs that began before the ack and returned after it, by path ("" for a
+        sync/syncfs)."""
+        root, out, running = self.root, [], running or {}
         for f in self.failed:
             if f.seq > since or any(o.seq > since for o in self.dirty.get(f.path, ())):
                 out.append(Violation(ERROR, rel(f.path, root), ack, (f, ack), _root=root))
@@ -237,6 +251,10 @@ class _State:
                     notes.append("O_DIRECT bypasses the page cache, not the disk's write cache")
                 if path in self.range_synced:
                     notes.append("sync_file_range is not a durability barrier")
+                sync = running.get(path) or running.get("")
+                if sync is not None:
+                    out.append(Violation(EARLY, rel(path, root), ack, (*ops[-3:], ack, sync), _root=root))
+                    continue
                 out.append(Violation(NO_FSYNC, rel(path, root), ack, (*ops[-4:], ack), "; ".join(notes), _root=root))
         for d, ops in self.entries.items():
             if any(o.seq > since for o in ops):
@@ -264,6 +282,8 @@ def commits(trace: Trace, root: str, aligned: dict[int, int] | None = None) -> l
     out: list[Commit] = []
     begun: dict[str, int] = {}
     last_ack = -1
+    splits = [o for o in trace.ops if o.kind in BARRIERS and o.ok and o.start >= 0]
+    seqs = [o.seq for o in splits]
     for o in trace.ops:
         if o.kind == sc.MARK:
             if o.text.startswith("begin:"):
@@ -271,10 +291,24 @@ def commits(trace: Trace, root: str, aligned: dict[int, int] | None = None) -> l
             elif o.text.startswith("ack:"):
                 key = o.text[4:]
                 since = begun.pop(key, last_ack)
-                out.append(Commit(key, o, since, aligned.get(o.seq), tuple(st.violations(o, since))))
+                out.append(Commit(key, o, since, aligned.get(o.seq),
+                                  tuple(st.violations(o, since, _running(splits, seqs, o)))))
                 last_ack = o.seq
             continue
         st.step(o)
+    return out
+
+
+def _running(splits: list[Op], seqs: list[int], ack: Op) -> dict[str, Op]:
+    """Of ``splits`` (the successful syncs strace split with ``<unfinished ...>``, in completion
+    order), those that began before ``ack`` and returned after it, by path ("" for sync/syncfs).
+    Only those returning within a minute of the ack are looked at."""
+    out: dict[str, Op] = {}
+    for o in splits[bisect.bisect_right(seqs, ack.seq):]:
+        if o.time > ack.time + 60:
+            break
+        if o.began < ack.time:
+            out.setdefault("" if o.kind in (sc.SYNC, sc.SYNCFS) else o.path, o)
     return out
 
 

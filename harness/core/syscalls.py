@@ -15,6 +15,7 @@ What a trace cannot see is named, not guessed over: stores through a shared writ
 never appear as system calls)."""
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
@@ -50,6 +51,7 @@ class Call:
     args: tuple[str, ...]
     ret: str             # "0", "5</path>", "-1", "?"
     error: str = ""      # the errno name when it failed
+    start: float = -1.0  # when it began, if strace split it (<unfinished ...>), else -1: at ``time``
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +69,15 @@ class Op:
     flags: tuple[str, ...] = ()   # open: its O_ flags; sync_file_range/msync: their flags
     error: str = ""
     text: str = ""       # a mark's text; otherwise the call as printed (shortened)
+    start: float = -1.0  # when the call began, if another call completed while it ran; else -1
 
     @property
     def ok(self) -> bool:
         return not self.error
+
+    @property
+    def began(self) -> float:
+        return self.time if self.start < 0 else self.start
 
     @property
     def sync_open(self) -> bool:
@@ -180,7 +187,7 @@ def fd_path(arg: str) -> str:
 def parse_lines(lines: Iterable[str]) -> tuple[list[Call], int, int]:
     """(calls in completion order, lines read, lines not understood)."""
     calls: list[Call] = []
-    pending: dict[tuple[int, str], str] = {}
+    pending: dict[tuple[int, str], tuple[str, float]] = {}
     bad = n = 0
     for n, raw in enumerate(lines, 1):
         line = raw.rstrip("\n")
@@ -194,20 +201,22 @@ def parse_lines(lines: Iterable[str]) -> tuple[list[Call], int, int]:
         r = _RESUMED.match(rest)
         if r:
             name = r.group(1)
-            head = pending.pop((pid, name), None)
-            if head is None:
+            split = pending.pop((pid, name), None)
+            if split is None:
                 bad += 1
                 continue
-            rest = head + r.group(2)
+            rest, began = split[0] + r.group(2), split[1]
         elif rest.endswith(_UNFINISHED):
             name = rest.split("(", 1)[0]
-            pending[(pid, name)] = rest[:-len(_UNFINISHED)]
+            pending[(pid, name)] = (rest[:-len(_UNFINISHED)], t)
             continue
+        else:
+            began = -1.0
         call = _call(n, pid, t, rest)
         if call is None:
             bad += 1
         else:
-            calls.append(call)
+            calls.append(dataclasses.replace(call, start=began) if began >= 0 else call)
     return calls, n, bad
 
 
@@ -259,7 +268,7 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
 
         def op(kind: str, path: str = "", path2: str = "", nbytes: int = 0, flags: tuple[str, ...] = (),
                text: str = short, c: Call = c) -> None:
-            tr.ops.append(Op(len(tr.ops), c.line, c.pid, c.time, kind, path, path2, nbytes, flags, c.error, text))
+            tr.ops.append(Op(len(tr.ops), c.line, c.pid, c.time, kind, path, path2, nbytes, flags, c.error, text, c.start))
 
         try:
             if name in ("open", "creat", "openat", "openat2"):

@@ -25,6 +25,7 @@ import jinja2
 
 from powercut.core.anatomy import short as short_anatomy
 from powercut.core.dmlog import LogIndex
+from powercut.core.latency import layer_phrase
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
@@ -89,10 +90,8 @@ def _latency(lat: dict[str, Any] | None) -> str:
     """The data disk's latency while recording (core/latency.py) and what the delay layer gave."""
     if not lat or lat.get("setting", "none") == "none":
         return "none (no delay layer)"
-    got = ""
-    if "flush_min_ms" in lat:
-        got = (f": dm-delay at HZ={lat.get('hz')}, each write waited {lat['write_min_ms']:g}-{lat['write_max_ms']:g} ms, "
-               f"each flush {lat['flush_min_ms']:g}-{lat['flush_max_ms']:g} ms")
+    got = layer_phrase(lat)
+    got = f": {got}" if got else ""
     return f"{lat['setting']} (write >= {lat.get('write_ms', 0):g} ms, flush >= {lat.get('flush_ms', 0):g} ms){got}"
 
 

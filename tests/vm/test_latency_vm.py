@@ -1,7 +1,8 @@
 """The disk latency layer (core/latency.py, guest/record.py) times what it promises: in the guest,
-under each preset, an fsync of an overwritten block takes at least the preset's write + flush
-latency and an O_DIRECT write at least its write latency -- lower bounds only, which dm-delay
-guarantees (a bio waits more than jiffies(ms) - 1 ticks); never an upper bound.  The figures are
+under each preset, an fsync of an overwritten block takes at least the layer's write + flush wait
+and an O_DIRECT write at least its write wait -- lower bounds only, which dm-delay guarantees (a bio
+waits more than jiffies(ms) - 1 ticks); never an upper bound.  A figure below one tick is not
+delayed (core/latency.py), and the manifest says so.  The figures are
 printed (-s) and the manifest records what the layer gave."""
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def test_fsync_and_a_write_take_at_least_the_presets_latency(tmp_path, preset):
     print(f"{preset}: fsync {got['fsync_ms']:.2f} ms, O_DIRECT write {got['write_ms']:.2f} ms "
           f"(HZ={m['hz']}, dm-delay write {m['dm_write_ms']} ms, flush {m['dm_flush_ms']} ms)")
     assert m["setting"] == preset and m["layer"] == "dm-delay above dm-log-writes"
-    assert m["write_min_ms"] >= lat.write_ms and m["flush_min_ms"] >= lat.flush_ms
-    assert got["write_ms"] >= lat.write_ms and got["write_ms"] >= m["write_min_ms"]
-    assert got["fsync_ms"] >= lat.write_ms + lat.flush_ms
+    for cls, stated in (("write", lat.write_ms), ("flush", lat.flush_ms)):
+        # a figure of a tick or more is guaranteed by the layer; one below a tick is not delayed
+        assert m[f"{cls}_below_tick"] or m[f"{cls}_min_ms"] >= stated, (cls, m)
+        assert not m[f"{cls}_below_tick"] or m[f"dm_{cls}_ms"] == 0, (cls, m)
+    assert got["write_ms"] >= m["write_min_ms"]
     assert got["fsync_ms"] >= m["write_min_ms"] + m["flush_min_ms"]

@@ -204,3 +204,45 @@ def test_a_torn_write_no_rule_prevents_is_named_as_a_tear():
     assert c.rule == causes.TORN and c.subject == "/seg"
     assert "tore a write of the commit in flight (ack:1; /seg)" in c.sentence and "#177" in c.sentence
     assert "checksum" in c.sentence
+
+
+def race(ack_inside: bool) -> T:
+    """append-fsync with ack_on_issue: thread 2 acks while thread 1's fsync runs (strace splits the
+    fsync: <unfinished ...> ... <... fsync resumed>), or after it returned."""
+    t = T().open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4)
+    for i in range(2):
+        t.mark(f"begin:{i}").write("log", 64, fd=4)
+        if ack_inside:
+            t.call("fsync(4</run/powercut/mnt/log> <unfinished ...>")
+            t.mark(f"ack:{i}", pid=2)
+            t.call("<... fsync resumed>) = 0")
+        else:
+            t.fsync("log", fd=4).mark(f"ack:{i}", pid=2)
+    return t
+
+
+def test_an_ack_given_while_its_fsync_runs_is_the_race_not_a_missing_fsync():
+    c = race(ack_inside=True).explain(reasons=["acknowledged record 1 is lost"])
+    assert c.rule == causes.EARLY
+    assert "ack:1" in c.sentence and "fsync of /log in another thread was still running" in c.sentence
+    assert "began before the ack and returned after it (20.0 ms in all)" in c.sentence
+    assert any("mark ack:1" in e for e in c.evidence) and c.evidence[-1].endswith("= 0")
+    assert not any("no fsync or fdatasync" in o for o in c.others)
+
+
+def test_an_ack_after_its_fsync_returned_breaks_no_rule():
+    assert all(not c.violations for c in causes.commits(race(ack_inside=False).trace(), MNT))
+
+
+def test_a_split_fsync_that_returned_before_the_ack_is_an_fsync():
+    t = T().open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4).mark("begin:0").write("log", 64, fd=4)
+    t.call("fsync(4</run/powercut/mnt/log> <unfinished ...>").call("getpid() = 7", pid=2)
+    t.call("<... fsync resumed>) = 0").mark("ack:0")
+    assert all(not c.violations for c in causes.commits(t.trace(), MNT))
+    assert sc.parse("\n".join(t.lines)).ops[-2].start > 0
+
+
+def test_a_split_fsync_records_when_it_began():
+    tr = race(ack_inside=True).trace()
+    f = next(o for o in tr.ops if o.kind == sc.FSYNC)
+    assert f.start > 0 and f.began == f.start < f.time

@@ -10,7 +10,9 @@ from powercut.core.latency import (
     PRESETS,
     DiskLatency,
     LatencyError,
+    below_tick,
     jiffies,
+    layer_phrase,
     parse_schedules,
     snap_hz,
     table_ms,
@@ -51,6 +53,9 @@ def test_the_dm_delay_value_waits_at_least_the_stated_latency_and_no_tick_more_t
     tick = 1000 / hz
     for stated in (0.001, 0.02, 0.05, 1, 2, 3.9, 4, 4.01, 8, 8.3, 10, 12, 16.5, 100):
         ms = table_ms(stated, hz)
+        if stated < tick:   # below one tick: not delayed (rounding up would make it a far slower disk)
+            assert ms == 0 and below_tick(stated, hz), (stated, hz, ms)
+            continue
         # a bio queued during tick j leaves at tick j + jiffies(ms): it waits more than jiffies(ms) - 1 ticks
         assert (jiffies(ms, hz) - 1) * tick >= stated - 1e-9, (stated, hz, ms)
         # one tick fewer would not guarantee it
@@ -66,14 +71,19 @@ def test_the_kernels_msecs_to_jiffies_rounds_up():
 def test_the_dm_table_lines():
     assert DiskLatency().table("/dev/dm-0", 1000, 250) == [(0, 1000, "linear", "/dev/dm-0 0")]
     assert DiskLatency.parse("hdd").table("/dev/dm-0", 1000, 250) == [
-        (0, 1000, "delay", "/dev/dm-0 0 0 /dev/dm-0 0 5 /dev/dm-0 0 13")]   # reads 0, writes, flushes
+        (0, 1000, "delay", "/dev/dm-0 0 0 /dev/dm-0 0 0 /dev/dm-0 0 13")]   # reads 0, writes (0.1 ms: below the tick), flushes
     assert DiskLatency.parse("flush=8ms").table("/dev/x", 8, 1000) == [(0, 8, "delay", "/dev/x 0 0 /dev/x 0 0 /dev/x 0 9")]
 
 
 def test_what_the_manifest_records_of_the_layer():
     r = DiskLatency.parse("hdd").realized(250)
-    assert r == {"hz": 250, "dm_write_ms": 5, "write_min_ms": 4.0, "write_max_ms": 8.0,
-                 "dm_flush_ms": 13, "flush_min_ms": 12.0, "flush_max_ms": 16.0}
+    assert r == {"hz": 250, "dm_write_ms": 0, "write_min_ms": 0.0, "write_max_ms": 0.0, "write_below_tick": True,
+                 "dm_flush_ms": 13, "flush_min_ms": 12.0, "flush_max_ms": 16.0, "flush_below_tick": False}
+    # at HZ=1000 the same preset's write is still below a tick, its flush 9-10 ms
+    assert DiskLatency.parse("hdd").realized(1000)["flush_min_ms"] >= 8.3
+    # an NVMe is below a tick in both classes: no delay at all, and the manifest says why
+    n = DiskLatency.parse("nvme").realized(250)
+    assert n["dm_write_ms"] == n["dm_flush_ms"] == 0 and n["write_below_tick"] and n["flush_below_tick"]
     assert DiskLatency.parse("hdd").to_json() == {"setting": "hdd", "write_ms": 0.1, "flush_ms": 8.3}
 
 
@@ -90,3 +100,10 @@ def test_schedules_are_one_or_more_settings():
         parse_schedules("hdd,none,hdd")
     with pytest.raises(LatencyError, match="at least one"):
         parse_schedules(" , ")
+
+
+def test_the_layer_phrase_says_what_was_and_was_not_delayed():
+    m = {**DiskLatency.parse("hdd").to_json(), **DiskLatency.parse("hdd").realized(250)}
+    assert layer_phrase(m) == ("dm-delay at HZ=250: each write not delayed (0.1 ms is below the 4 ms tick), "
+                               "each flush waited 12-16 ms")
+    assert layer_phrase({"setting": "hdd"}) == ""
