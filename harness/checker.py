@@ -18,8 +18,11 @@ JSON on stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...},
 The protocol is strict (#37):
 
 * **The answer** is the last non-empty stdout line when that line starts with ``{``: one JSON object
-  ``{"verdict": "pass|lost-ack|corrupt-data|fail|checker-crashed", "reasons": ["...", ...]}``
-  (``fail``: a failure of no named kind; ``reasons`` optional, a list of strings).  It wins over the
+  ``{"verdict": "pass|lost-ack|corrupt-data|detected|silent-corruption|fail|checker-crashed", "reasons": [...]}``
+  (``fail``: a failure of no named kind; ``detected``: the program noticed damage -- refused to open,
+  reported a checksum or I/O error, repaired from a redundant copy; ``silent-corruption``: it served
+  data that differs from what was acked or written, with no error (core/verdict.py says what each
+  means under a lying-disk and a power-loss model); ``reasons`` optional, a list of strings).  It wins over the
   exit code.  The lines before it are progress (the checker's own, or a child's such as ``pg_ctl``
   or ``sqlite3`` that shares its stdout): kept after its reasons as ``output: ...``, never read.
 * **A protocol violation** is the checker's error (CheckerError: the campaign stops with one line

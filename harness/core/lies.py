@@ -26,8 +26,8 @@ A write none of whose sectors survive to the cut (later writes overwrote them al
 loss or rot would change nothing.  ``flush-ignored@C/SUBSET`` (SUBSET as write-cache's: ``d``,
 ``k`` ranges or ``rSEED.N``): the disk acked the last barrier FLUSH before C (and FUA writes)
 without emptying its cache: every data entry from the barrier before that one up to C may be lost
-(write-cache subsets across that barrier), at write-cache's cut points; only subsets that lose an
-entry the honest write-cache model keeps are generated (the others are write-cache states).
+(write-cache subsets across that barrier), at write-cache's cut points; only states no honest
+write-cache state equals are generated (the others lose nothing a flush promised).
 
 **Windows and coverage.**  A write-based model's window is a commit (the writes up to an ack; the
 tail after the last ack): every target when there are at most ``samples`` of them, else the first
@@ -271,6 +271,15 @@ def ignored_pool(sp: Space, cut: int) -> tuple[int, ...]:
     return tuple(i for i in range(max(sp.last_flush[f], 0), cut) if sp.is_data[i])
 
 
+def _canon(sp: Space, cut: int, dropped: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+    """The smallest equivalent (cut, dropped) (``CrashSpace.canon``), also past key marks that add
+    no key (a repeated ack): same durable data, same keys."""
+    c, d = sp.canon(cut, dropped)
+    while c > 0 and sp.is_key[c - 1] and sp.key_version[c - 1] == sp.key_version[c]:
+        c, d = sp.canon(c - 1, d)
+    return c, d
+
+
 def fi_sample(pool: Sequence[int], seed: int, cut: int, n: int) -> tuple[int, ...]:
     """``flush-ignored@cut/r{seed}.{n}``: the lost entries."""
     return pick_bits(pool, shake_bits(f"powercut/flush-ignored/{seed}/{cut}/{n}", len(pool)))
@@ -294,8 +303,8 @@ def _flush_ignored(sp: Space, seed: int, bound: int, samples: int, tally: Tally)
                 seen: dict[tuple[int, tuple[int, ...]], None] = seen) -> int:
             if not set(dropped) - honest:
                 return 0
-            key = sp.canon(cut, dropped)
-            if key in seen:
+            key = _canon(sp, cut, dropped)
+            if key in seen or not set(key[1]) - set(sp.droppable(key[0])):   # the same as an honest state
                 return 0
             seen[key] = None
             spec = sid or format_id("flush-ignored", cut, dropped, (), pool).partition("/")[2]
@@ -363,7 +372,8 @@ def _fi_from_id(sp: Space, whole: str, cut: int, m: re.Match[str]) -> CrashState
             raise UsageError(f"state id {whole!r}: entries {format_ranges(sorted(bad))} cannot be lost at cut {cut}")
         dropped = listed if m.group(1) is not None else tuple(i for i in pool if i not in set(listed))
         spec = format_id("flush-ignored", cut, dropped, (), pool).partition("/")[2]
-    if not set(dropped) - set(sp.droppable(cut)):
+    c, d = _canon(sp, cut, dropped)
+    if not set(d) - set(sp.droppable(c)):
         raise UsageError(f"state id {whole!r}: loses only what an honest write cache may lose "
                          f"(a write-cache state, not a lie)")
     return _state(sp, "flush-ignored", cut, spec, dropped, None)
