@@ -119,9 +119,8 @@ def oracle(idx: LogIndex, model: str) -> set:  # type: ignore[type-arg]
         later = {s for x in es[e.index + 1:cut] if x.changes_device for s in range(x.sector, x.sector + x.nr_sectors)}
         live = [o for o in range(e.nr_sectors) if e.sector + o not in later]
         if model == "misdirected-write":
-            def apart(o: object) -> bool:
-                return o.sector + o.nr_sectors <= e.sector or e.sector + e.nr_sectors <= o.sector  # type: ignore[attr-defined]
-            same = [o for o in writes if o.nr_sectors == e.nr_sectors and o.index != e.index and apart(o)]
+            same = [o for o in writes if o.nr_sectors == e.nr_sectors and o.index != e.index
+                    and (o.sector + o.nr_sectors <= e.sector or e.sector + e.nr_sectors <= o.sector)]
             before = [o for o in same if o.index < e.index][-1:]
             after = [o for o in same if e.index < o.index < cut][:1]
             for o in before + after:
