@@ -59,6 +59,7 @@ from typing import Any
 
 from powercut import registry
 from powercut._pycall import FunctionRef, assertion_reason
+from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import CHECKER_VERDICTS, VERDICTS
 from powercut.errors import CheckerError, UsageError
 from powercut.linux import process
@@ -89,6 +90,19 @@ class CheckInput:
     def to_json(self) -> dict[str, Any]:
         return {"mount": self.mount, "acked": list(self.acked), "begun": list(self.begun), "params": self.params,
                 "state": self.state}
+
+    @property
+    def lying_disk(self) -> bool:
+        """The state is a lying disk's (core/lies.py): the question is whether the program noticed."""
+        return self.state.partition("@")[0] in LIE_MODELS
+
+    @property
+    def noticed(self) -> str:
+        """The verdict for "the program reported the damage" (refused to open, a checksum or I/O
+        error, its own integrity check failed): ``detected`` under a lying disk (a pass there);
+        under a power-loss model ``corrupt-data`` -- an honest crash left damage the program's own
+        recovery cannot get past, a finding as before."""
+        return "detected" if self.lying_disk else "corrupt-data"
 
 
 @dataclass(frozen=True, slots=True)
