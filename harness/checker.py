@@ -48,6 +48,7 @@ protocol.  ``CheckerSpec.validate`` finds a missing command before the campaign.
 capped at MAX_REASONS lines of MAX_REASON_CHARS characters."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -65,6 +66,9 @@ from powercut.errors import CheckerError, UsageError
 from powercut.linux import process
 
 GROUP = "powercut.checkers"
+# what a checker function reading the program's files may meet when the filesystem or the device
+# noticed damage: under a lying-disk model such an uncaught error is ``detected``, not a crash
+NOTICED_ERRNOS = frozenset({errno.EIO, errno.EBADMSG, errno.EUCLEAN})
 DEFAULT_TIMEOUT_S = 120.0
 MAX_REASONS = 40            # lines of a checker's answer kept as reasons
 MAX_REASON_CHARS = 400
@@ -163,10 +167,16 @@ class CheckerSpec:
                                  f"{'file' if '/' in program else 'command on PATH'}")
 
     def run(self, inp: CheckInput) -> CheckResult:
-        if self.name:
-            return get(self.name).check(inp)
-        if self.function:
-            return call_function(self.function, self.path, inp)
+        try:
+            if self.name:
+                return get(self.name).check(inp)
+            if self.function:
+                return call_function(self.function, self.path, inp)
+        except OSError as e:   # the storage stack refused to serve the data: noticed (a lying disk's question)
+            if not (inp.lying_disk and e.errno in NOTICED_ERRNOS):
+                raise
+            return CheckResult("detected", (f"reading failed with {errno.errorcode[e.errno]} ({e.strerror}): "
+                                            f"{e.filename or ''}",))
         if self.command:
             return run_command(self.command, inp, self.timeout_s)
         return CheckResult("pass", ("no checker: recovery mount and fsck only",))

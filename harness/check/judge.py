@@ -45,8 +45,8 @@ def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdic
     with unreadable(device, unreadable_of(state)) as dev:
         v = _judge(ctx, dev, state, mnt)
     seen = lie_verdict(v.verdict, state.model)
-    return v if seen == v.verdict else dataclasses.replace(v, verdict=seen, reasons=(f"{v.verdict} under a lying disk "
-                                                                                      "is " + seen, *v.reasons))
+    return v if seen == v.verdict else dataclasses.replace(v, verdict=seen, reasons=(*v.reasons, f"({v.verdict} under "
+                                                                                      f"a lying disk is {seen})"))
 
 
 def _judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdict:

@@ -97,7 +97,8 @@ def selection_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, pres
     d = _preset(preset)
     if models:
         g.add_argument("--model", action="append", dest="models", metavar="MODEL",
-                       help=f"crash model to check (repeat; default: {' and '.join(d.models)})")
+                       help=f"crash model to check (repeat, or a,b; default: {' and '.join(d.models)}; the "
+                            "lying-disk models: docs/lying-disks.md)")
     g.add_argument("--seed", type=seed, default=None, metavar="N|auto",
                    help=f"seed for sampled crash states; auto: a new seed each run, printed with the result "
                         f"(default {d.seed})")
@@ -115,8 +116,10 @@ def selection_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, pres
 
 def selection_from(args: argparse.Namespace, preset: str):   # -> SelectionSpec (imported lazily)
     """The SelectionSpec the options ask for: the preset's, with each option given replacing its field."""
-    return _preset(preset).with_(**{k: getattr(args, k, None) for k in ("models", "seed", "bound", "samples", "torn_samples",
-                                                              "max_states")})
+    got = {k: getattr(args, k, None) for k in ("models", "seed", "bound", "samples", "torn_samples", "max_states")}
+    if got["models"]:   # --model a,b (the lying-disk models come in families) as well as --model a --model b
+        got["models"] = [m.strip() for spec in got["models"] for m in spec.split(",") if m.strip()]
+    return _preset(preset).with_(**got)
 
 
 def _vm_options(p: argparse.ArgumentParser) -> None:
