@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("states", help="list the crash states of a recording under a crash model")
     st.add_argument("path", help="a recording directory or a log file")
-    st.add_argument("--model", default="flush", help="no-cache, flush, write-cache, torn or torn-4k (default flush)")
+    st.add_argument("--model", default="flush", help="no-cache, flush, write-cache, torn, torn-4k or a lying-disk "
+                                                     "model (docs/lying-disks.md; default flush)")
     selection_options(st, "check", models=False, cap=False)
     st.add_argument("--json", action="store_true", help="one JSON object per state")
 
