@@ -328,17 +328,21 @@ def amcheck_problems(text: str, returncode: int) -> list[str]:
     return out or [f"pg_amcheck exited {returncode}"]
 
 
-def examine(srv: Server, judge: Judge) -> CheckResult:
-    """Read both tables, run pg_amcheck, judge."""
+def examine(srv: Server, judge: Judge, noticed: str = "corrupt-data") -> CheckResult:
+    """Read both tables, run pg_amcheck, judge.  ``noticed``: the verdict when the server reports the
+    damage itself (CheckInput.noticed: ``detected`` under a lying disk)."""
     res = srv.run("psql", "-X", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-c", QUERY,
                   options=SCAN_OPTIONS)
-    if res.returncode != 0:
-        return CheckResult("corrupt-data", tuple(f"reading the tables: {ln}"
+    if res.returncode != 0:   # e.g. "invalid page in block ...", "page verification failed, calculated checksum"
+        return CheckResult(noticed, tuple(f"reading the tables: {ln}"
                                                  for ln in error_lines(res.stderr or res.stdout, res.returncode)))
     found = parse(res.stdout)
     amc = srv.run("pg_amcheck", "-d", "postgres", "--heapallindexed", "--install-missing")
     problems = [] if amc.returncode == 0 else amcheck_problems(amc.stdout + "\n" + amc.stderr, amc.returncode)
-    return judge.run(found, amcheck=problems, note=recovery_note(srv.log()))
+    got = judge.run(found, amcheck=problems, note=recovery_note(srv.log()))
+    if problems and got.verdict == "corrupt-data" and noticed != "corrupt-data":   # pg_amcheck noticed
+        return CheckResult(noticed, got.reasons)
+    return got
 
 
 def check(inp: CheckInput) -> CheckResult:
@@ -358,9 +362,9 @@ def check(inp: CheckInput) -> CheckResult:
                   int(inp.params.get("row_bytes", DEFAULTS["row_bytes"])), acked, begun)
     try:
         with Server(bin_dir, datadir) as srv:
-            return examine(srv, judge)
+            return examine(srv, judge, inp.noticed)
     except StartFailed as e:
-        return CheckResult("corrupt-data", ("the server does not start on the recovered data directory",
+        return CheckResult(inp.noticed, ("the server does not start on the recovered data directory",
                                             *e.lines))
 
 

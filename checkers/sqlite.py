@@ -15,6 +15,9 @@ transaction ``i`` inserts row ``i`` (1000 bytes from (seed, i)) and sets the sum
   not what was written, a row never begun, or a transaction half there: a row the summary does not
   count (an INSERT without its UPDATE) or a summary that counts a missing row (the UPDATE without
   its INSERT);
+  under a lying-disk model (``CheckInput.noticed``) sqlite's own error or integrity_check is
+  ``detected`` instead: it noticed; wrong rows it served without a word stay corrupt-data (the
+  harness calls that silent-corruption there);
 * lost-ack -- an acked transaction absent (row and summary update both), or no database, or no
   schema, while something was acked;
 * pass -- otherwise: the database holds transactions 1..last, each whole; a begun-not-acked one is
@@ -60,8 +63,9 @@ def _first_difference(got: object, want: bytes) -> str:
 class Judge:
     """One open database against what the marks promise."""
 
-    def __init__(self, con: sqlite3.Connection, seed: int, acked: set[int], begun: set[int]) -> None:
-        self.con, self.seed, self.acked, self.begun = con, seed, acked, begun
+    def __init__(self, con: sqlite3.Connection, seed: int, acked: set[int], begun: set[int],
+                 noticed: str = "corrupt-data") -> None:
+        self.con, self.seed, self.acked, self.begun, self.noticed = con, seed, acked, begun, noticed
         self.corrupt: list[str] = []
 
     def state(self, i: int) -> str:
@@ -71,7 +75,7 @@ class Judge:
         lines = [str(r[0]) for r in self.con.execute("PRAGMA integrity_check")]
         if lines != ["ok"]:
             more = f" (+{len(lines) - 3} more)" if len(lines) > 3 else ""
-            return CheckResult("corrupt-data", (f"PRAGMA integrity_check: {'; '.join(lines[:3])}{more}",))
+            return CheckResult(self.noticed, (f"PRAGMA integrity_check: {'; '.join(lines[:3])}{more}",))
         tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables & TABLES:
             if self.acked:
@@ -142,11 +146,11 @@ def check(inp: CheckInput) -> CheckResult:
     try:
         con = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=rw", uri=True, isolation_level=None)
         try:
-            return Judge(con, int(inp.params.get("seed", DEFAULTS["seed"])), acked, begun).run()
+            return Judge(con, int(inp.params.get("seed", DEFAULTS["seed"])), acked, begun, inp.noticed).run()
         finally:
             con.close()
-    except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
-        return CheckResult("corrupt-data", (f"{name}: sqlite: {e}",))
+    except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed", "disk I/O error"
+        return CheckResult(inp.noticed, (f"{name}: sqlite: {e}",))
 
 
 CHECKER = Checker(name="sqlite", description="SQLite's recovery, integrity_check, every acked transaction "

@@ -21,7 +21,12 @@ newest txn visible, the state must be the one after txns 1..m, with max(acked) <
 or acked).  corrupt-data: a page holding unknown bytes, a torn image (named: whose image, up to
 which bytes hold zeros or another txn's), the image of a txn never begun, or a txn that is not
 acked missing from some page while a later one is visible (torn, or out of order).  lost-ack: an
-acked txn after m, or one whose update a page lacks (named with what the page holds instead)."""
+acked txn after m, or one whose update a page lacks (named with what the page holds instead).
+
+Under a lying-disk model (``CheckInput.noticed``, docs/lying-disks.md) a failure the recovery saw
+coming -- the database cannot open, redo stopped at a record failing its CRC (or the txn CRC), at a
+damaged segment header or an I/O error -- is ``detected``: the program knows its log is damaged
+there; ``no-crc`` has no such check, and a damaged record it replays is served as data."""
 from __future__ import annotations
 
 import os
@@ -376,8 +381,15 @@ def check(inp: CheckInput) -> CheckResult:
     except CannotOpen as e:
         if not acked and not begun:
             return CheckResult("pass", (f"{e}, but no txn has begun: initialisation need not be durable yet",))
-        return CheckResult("corrupt-data", (f"the database cannot open: {e}",))
-    return judge(rec, lay, acked, begun)
+        return CheckResult(inp.noticed, (f"the database cannot open: {e}",))
+    got = judge(rec, lay, acked, begun)
+    if inp.lying_disk and got.verdict != "pass" and any(w in " ".join(got.reasons) for w in NOTICES):
+        return CheckResult("detected", (f"the WAL's recovery noticed the damage: {rec.stop}", *got.reasons))
+    return got
+
+
+# what the recovery saw when it noticed damage: a record or txn CRC, a damaged header, an I/O error
+NOTICES = ("fails its CRC", "txn CRC does not match", "damaged header", "I/O error")
 
 
 CHECKER = Checker(name="wal", description="the WAL's recovery (redo from the checkpoint, stop at the first bad "

@@ -18,8 +18,11 @@ JSON on stdin (``{"mount": ..., "acked": [...], "begun": [...], "params": {...},
 The protocol is strict (#37):
 
 * **The answer** is the last non-empty stdout line when that line starts with ``{``: one JSON object
-  ``{"verdict": "pass|lost-ack|corrupt-data|fail|checker-crashed", "reasons": ["...", ...]}``
-  (``fail``: a failure of no named kind; ``reasons`` optional, a list of strings).  It wins over the
+  ``{"verdict": "pass|lost-ack|corrupt-data|detected|silent-corruption|fail|checker-crashed", "reasons": [...]}``
+  (``fail``: a failure of no named kind; ``detected``: the program noticed damage -- refused to open,
+  reported a checksum or I/O error, repaired from a redundant copy; ``silent-corruption``: it served
+  data that differs from what was acked or written, with no error (core/verdict.py says what each
+  means under a lying-disk and a power-loss model); ``reasons`` optional, a list of strings).  It wins over the
   exit code.  The lines before it are progress (the checker's own, or a child's such as ``pg_ctl``
   or ``sqlite3`` that shares its stdout): kept after its reasons as ``output: ...``, never read.
 * **A protocol violation** is the checker's error (CheckerError: the campaign stops with one line
@@ -45,6 +48,7 @@ protocol.  ``CheckerSpec.validate`` finds a missing command before the campaign.
 capped at MAX_REASONS lines of MAX_REASON_CHARS characters."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -56,11 +60,15 @@ from typing import Any
 
 from powercut import registry
 from powercut._pycall import FunctionRef, assertion_reason
+from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import CHECKER_VERDICTS, VERDICTS
 from powercut.errors import CheckerError, UsageError
 from powercut.linux import process
 
 GROUP = "powercut.checkers"
+# what a checker function reading the program's files may meet when the filesystem or the device
+# noticed damage: under a lying-disk model such an uncaught error is ``detected``, not a crash
+NOTICED_ERRNOS = frozenset({errno.EIO, errno.EBADMSG, errno.EUCLEAN})
 DEFAULT_TIMEOUT_S = 120.0
 MAX_REASONS = 40            # lines of a checker's answer kept as reasons
 MAX_REASON_CHARS = 400
@@ -86,6 +94,19 @@ class CheckInput:
     def to_json(self) -> dict[str, Any]:
         return {"mount": self.mount, "acked": list(self.acked), "begun": list(self.begun), "params": self.params,
                 "state": self.state}
+
+    @property
+    def lying_disk(self) -> bool:
+        """The state is a lying disk's (core/lies.py): the question is whether the program noticed."""
+        return self.state.partition("@")[0] in LIE_MODELS
+
+    @property
+    def noticed(self) -> str:
+        """The verdict for "the program reported the damage" (refused to open, a checksum or I/O
+        error, its own integrity check failed): ``detected`` under a lying disk (a pass there);
+        under a power-loss model ``corrupt-data`` -- an honest crash left damage the program's own
+        recovery cannot get past, a finding as before."""
+        return "detected" if self.lying_disk else "corrupt-data"
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,10 +167,16 @@ class CheckerSpec:
                                  f"{'file' if '/' in program else 'command on PATH'}")
 
     def run(self, inp: CheckInput) -> CheckResult:
-        if self.name:
-            return get(self.name).check(inp)
-        if self.function:
-            return call_function(self.function, self.path, inp)
+        try:
+            if self.name:
+                return get(self.name).check(inp)
+            if self.function:
+                return call_function(self.function, self.path, inp)
+        except OSError as e:   # the storage stack refused to serve the data: noticed (a lying disk's question)
+            if not (inp.lying_disk and e.errno in NOTICED_ERRNOS):
+                raise
+            return CheckResult("detected", (f"reading failed with {errno.errorcode[e.errno]} ({e.strerror}): "
+                                            f"{e.filename or ''}",))
         if self.command:
             return run_command(self.command, inp, self.timeout_s)
         return CheckResult("pass", ("no checker: recovery mount and fsck only",))

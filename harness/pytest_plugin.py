@@ -26,6 +26,11 @@ and where the artifacts are; JUnit gets them as properties.  A missing prerequis
 guest image, root for host mode) is an error saying how to get it (``powercut doctor`` lists what
 is missing, ``powercut setup`` installs it), or a skip with ``--powercut-skip-missing``.
 
+Lying-disk models (``models=("lost-write", "corrupt-sector", ...)``, docs/lying-disks.md) ask
+whether the program notices what the disk did: there a checker returns
+``powercut.CheckResult("detected", (why,))`` when the program reported the damage (a pass under
+those models) and ``"silent-corruption"`` when it served wrong data without a word.
+
 ``--powercut-shard I/N`` splits the crash tests (not their states: each test records its own
 workload) over N runners.
 

@@ -392,7 +392,7 @@ def _campaign(rec: recording.Recording, index: LogIndex, spec: CampaignSpec, out
         cov = coverage_of(sel, verdicts, ctx)
         if spec.ledger and verdicts:   # passes only: a failing state is judged again next time
             ledger.add(spec.ledger, sha, (state_key(sp, sp.state_from_id(v.state)) for v in verdicts
-                                          if v.verdict == "pass"))
+                                          if not v.failed))
         summary = summarize(verdicts, recording=str(rec.dir), fstype=rec.fstype,
                             workload=spec.label or rec.workload_label,
                             check_in=spec.place.check_in, seconds=time.monotonic() - t0, selection=sel,

@@ -4,9 +4,11 @@ a real power loss) -> the workload's checker -> unmount -> read-only fsck -> a v
 ``judge`` works on any block device and runs wherever the device is: on the host over a loop device
 (check/host.py) or inside the checker VM over a dm-snapshot (the guest agent, check/vm.py).  A mount
 that fails carries the kernel's own words about it (its /dev/kmsg lines), so an unmountable state
-can be told from a harness problem."""
+can be told from a harness problem.  A lying-disk state with an unreadable sector is judged over a
+device-mapper layer that fails reads there (linux/badsector.py)."""
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -15,9 +17,11 @@ import time
 from powercut.check.context import CheckContext
 from powercut.checker import CheckInput, CheckResult
 from powercut.core.crashstate import CrashState
-from powercut.core.verdict import Verdict
+from powercut.core.lies import unreadable_of
+from powercut.core.verdict import Verdict, lie_verdict
 from powercut.errors import CheckerError
 from powercut.linux import process
+from powercut.linux.badsector import unreadable
 from powercut.linux.mounts import MountError, mount, umount
 
 log = logging.getLogger(__name__)
@@ -35,7 +39,17 @@ def fsck(ctx: CheckContext, device: str) -> tuple[bool, str]:
 
 
 def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdict:
-    """The verdict for one state whose image is the block device ``device``."""
+    """The verdict for one state whose image is the block device ``device``.  A lying-disk state
+    (core/lies.py): judged over its unreadable sector's EIO layer, if it has one, and its verdict
+    read as "noticed or served" (verdict.lie_verdict)."""
+    with unreadable(device, unreadable_of(state)) as dev:
+        v = _judge(ctx, dev, state, mnt)
+    seen = lie_verdict(v.verdict, state.model)
+    return v if seen == v.verdict else dataclasses.replace(v, verdict=seen, reasons=(*v.reasons, f"({v.verdict} under "
+                                                                                      f"a lying disk is {seen})"))
+
+
+def _judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdict:
     t0 = time.monotonic()
     reasons: list[str] = []
 

@@ -53,7 +53,7 @@ def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
 
     def on_verdict(v: Any) -> None:
         nonlocal failed
-        failed += v.verdict != "pass"
+        failed += v.failed
         progress.update(task, advance=1, info=f"{failed} failing" if failed else "")
 
     try:

@@ -97,7 +97,8 @@ def selection_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, pres
     d = _preset(preset)
     if models:
         g.add_argument("--model", action="append", dest="models", metavar="MODEL",
-                       help=f"crash model to check (repeat; default: {' and '.join(d.models)})")
+                       help=f"crash model to check (repeat, or a,b; default: {' and '.join(d.models)}; the "
+                            "lying-disk models: docs/lying-disks.md)")
     g.add_argument("--seed", type=seed, default=None, metavar="N|auto",
                    help=f"seed for sampled crash states; auto: a new seed each run, printed with the result "
                         f"(default {d.seed})")
@@ -115,8 +116,10 @@ def selection_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, pres
 
 def selection_from(args: argparse.Namespace, preset: str):   # -> SelectionSpec (imported lazily)
     """The SelectionSpec the options ask for: the preset's, with each option given replacing its field."""
-    return _preset(preset).with_(**{k: getattr(args, k, None) for k in ("models", "seed", "bound", "samples", "torn_samples",
-                                                              "max_states")})
+    got = {k: getattr(args, k, None) for k in ("models", "seed", "bound", "samples", "torn_samples", "max_states")}
+    if got["models"]:   # --model a,b (the lying-disk models come in families) as well as --model a --model b
+        got["models"] = [m.strip() for spec in got["models"] for m in spec.split(",") if m.strip()]
+    return _preset(preset).with_(**got)
 
 
 def _vm_options(p: argparse.ArgumentParser) -> None:
@@ -306,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("states", help="list the crash states of a recording under a crash model")
     st.add_argument("path", help="a recording directory or a log file")
-    st.add_argument("--model", default="flush", help="no-cache, flush, write-cache, torn or torn-4k (default flush)")
+    st.add_argument("--model", default="flush", help="no-cache, flush, write-cache, torn, torn-4k or a lying-disk "
+                                                     "model (docs/lying-disks.md; default flush)")
     selection_options(st, "check", models=False, cap=False)
     st.add_argument("--json", action="store_true", help="one JSON object per state")
 

@@ -8,6 +8,7 @@
 * ``faultwindows`` -- injected I/O errors as the log records them: fault windows, commits acked after one;
 * ``latency`` -- the recording's disk latency (none, presets, explicit) and the dm-delay values that give it;
 * ``models`` -- the crash models (flush, no-cache, write-cache, torn, torn-4k) as a CrashSpace per log;
+* ``lies`` -- the lying-disk models (lost-write, misdirected-write, corrupt-sector, flush-ignored, unreadable-sector);
 * ``coverage`` -- what a check covered: exhaustive, sampled, capped or weakened, per model;
 * ``selection`` -- each distinct disk image judged once, --max-states shares;
 * ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;

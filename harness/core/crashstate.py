@@ -1,6 +1,6 @@
 """What a crash state is and what it keeps (pure; host and guest): ``CrashState`` -- a cut, the data
 entries before it that did not persist (``dropped``) and those that persisted only partly (``torn``),
-the acked and begun keys -- and the one rule for its durable data (``CrashState.base``,
+the acked and begun keys, and for a lying disk its ``Lie`` -- and the one rule for its durable data (``CrashState.base``,
 ``CrashState.kept``) that the crash models (core/models), the replay (replay/materialize.plan) and
 the selection of distinct images (core/selection.image_key) all use; ``describe``: a set of states
 counted per epoch, in one pass.  ``KeyPrefix``: a state's acks
@@ -22,6 +22,22 @@ Torn = tuple[tuple[int, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True, slots=True)
+class Lie:
+    """What a lying disk did to a state's image besides losing ``dropped`` entries (core/lies.py):
+    ``kind`` "misdirect" -- write ``entry``'s data also landed at device ``sector`` (the entry
+    itself is dropped: its own target keeps the old data); "corrupt" -- device ``sector`` (last
+    written by ``entry``) has the bit offsets ``bits`` flipped; "unreadable" -- device ``sector``
+    fails reads with EIO at recovery (a check-time device-mapper layer; the image is unchanged).
+    Sectors are in the log's sector size, ``sectorsize`` bytes."""
+
+    kind: str
+    entry: int
+    sector: int
+    bits: tuple[int, ...] = ()
+    sectorsize: int = 512
+
+
+@dataclass(frozen=True, slots=True)
 class CrashState:
     model: str
     cut: int
@@ -31,6 +47,7 @@ class CrashState:
     begun: tuple[str, ...]
     id: str
     epoch: int  # number of barrier FLUSH entries before the cut (ordering flushes not counted)
+    lie: Lie | None = None   # a lying-disk state's misdirected write, corrupt or unreadable sector
 
     # -- what the state keeps: the one rule models, replay and selection use ----------------------
     @property
@@ -137,7 +154,9 @@ def sector_units(e: Entry, per: int, sectors: Sequence[int]) -> tuple[int, ...] 
 def state_to_json(state: CrashState) -> dict[str, object]:
     return {"id": state.id, "model": state.model, "cut": state.cut, "epoch": state.epoch,
             "dropped": list(state.dropped), "torn": [[i, list(s)] for i, s in state.torn],
-            "acks": list(state.acks), "begun": list(state.begun)}
+            "acks": list(state.acks), "begun": list(state.begun),
+            **({"lie": {"kind": state.lie.kind, "entry": state.lie.entry, "sector": state.lie.sector,
+                        "bits": list(state.lie.bits)}} if state.lie is not None else {})}
 
 class DeviceChanges:
     """``changes_device`` of a sequence of entries, indexable without building a list."""

@@ -30,9 +30,8 @@ told; other marks (``mkfs``, a workload's notes, the end mark) split no state.
   droppable entries all kept, or all lost; blind spot (b)'s picks; ``torn_samples`` seeded picks
   of (write, sectors, lost subset).  Within a model, states with the same durable data (torn
   sectors included) and key marks before the cut are one (the earlier cut wins).  Order: cut, id.
-* ``torn-4k``: ``torn`` with device-aligned 4 KiB units for sectors: disks with 4 KiB physical
-  sectors (4Kn, 512e, most SSDs) write those atomically; ``torn`` can also tear inside one (e.g.
-  ext4's 1 KiB superblock in block 0), which only a 512n disk can do.
+* ``torn-4k``: ``torn`` with device-aligned 4 KiB units for sectors: disks with 4 KiB physical sectors (4Kn, 512e,
+  most SSDs) write those atomically; ``torn`` can also tear inside one (e.g. ext4's 1 KiB superblock), as a 512n disk.
 
 **Coverage is relative to log order** (blind spots): the log has one order per flush window,
 completion order for FUA writes and marks, flush time for plain writes.
@@ -52,9 +51,8 @@ completion order for FUA writes and marks, flush time for plain writes.
     not generated (the log is the same if it was issued after the flush completed: no such state);
     ``CrashSpace.notes`` names it (``late``) and the ambiguous windows: a check's coverage (weakened).
 
-Use ``space = CrashSpace(index)`` once per log (immutable but for a locked cache: thread-safe), then
-``space.states(model)``, ``space.state_from_id(id)``; ``enumerate_states``, ``make_state`` and
-``state_from_id`` take a CrashSpace, or a log to build one from (O(n) per call).
+Use ``space = CrashSpace(index)`` once per log (thread-safe), then ``space.states(model)``, ``.state_from_id(id)``;
+lying-disk models: core/lies.py.  ``enumerate_states``, ``make_state``, ``state_from_id`` take a CrashSpace or a log.
 """
 from __future__ import annotations
 
@@ -69,6 +67,7 @@ from types import MappingProxyType
 from powercut.core.coverage import SPACE_CAP, Tally
 from powercut.core.crashstate import (CrashState, DeviceChanges, KeyPrefix, Seen, Torn, describe, is_key_mark,
                                       sector_units, unit_count, unit_sectors)
+from powercut.core import lies
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
 from powercut.core.markorder import AmbiguousWindow, LateWrites, ambiguous_windows, late_writes, ordering_flushes
 from powercut.core.stateid import (MODELS, TORN_MODELS, Pick, StateId, check_model, format_id, format_ranges,
@@ -267,7 +266,8 @@ class CrashSpace:
 
     def state_from_id(self, state_id: str) -> CrashState:
         """Rebuild the state an id names; UsageError for a malformed id or one that does not fit."""
-        sid = parse_id(state_id)
+        if (sid := parse_id(state_id)).model in lies.LIE_MODELS:
+            return lies.state_from_id(self, sid)
         if not 1 <= sid.cut <= self.n:
             raise UsageError(f"state id {state_id!r}: cut {sid.cut} out of range 1..{self.n}")
         es = self.entries
@@ -296,6 +296,8 @@ class CrashSpace:
         for name, value, hi in limits:
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
                 raise UsageError(f"{name} must be an integer in 0..{hi}, got {value!r}")
+        if model in lies.LIE_MODELS:
+            return lies.iter_states(self, model, seed, exhaustive_bound, samples, tally or Tally())
         if model == "no-cache":
             return (self.state(model, c) for c in range(1, self.n + 1))
         if model == "flush":

@@ -152,7 +152,8 @@ class Selection:
 
 def image_key(sp: CrashSpace, state: CrashState) -> Hashable:
     """Equal for two states of ``sp`` iff they replay the same durable data (torn sectors included)
-    and carry the same acks and begun keys.  O(cut - first dropped/torn entry); a few small objects.
+    and carry the same acks and begun keys (and tell the same lie: core/lies.py).
+    O(cut - first dropped/torn entry); a few small objects.
 
     With ``hi`` just past the last data entry the state keeps (``base`` if none), the durable set
     is the first ``ndata[base]`` data entries, then those of [base, hi) but the lost ones (all
@@ -165,7 +166,8 @@ def image_key(sp: CrashSpace, state: CrashState) -> Hashable:
             j -= 1
         hi -= 1
     lost = dropped if j == len(dropped) - 1 else dropped[:j + 1]
-    return sp.ndata[base], sp.ndata[hi], lost, state.torn, sp.key_version[cut]
+    key = sp.ndata[base], sp.ndata[hi], lost, state.torn, sp.key_version[cut]
+    return key if state.lie is None else (*key, state.lie)   # a lying disk's misplaced, flipped or bad sector
 
 
 def fair_shares(sizes: Sequence[int], n: int) -> list[int]:
@@ -199,7 +201,7 @@ def spread(count: int, q: int) -> list[int]:
 
 def _after_floor(state: CrashState, floor: int | None) -> bool:
     return floor is None or (state.cut > floor and all(d > floor for d in state.dropped)
-                             and all(t > floor for t, _ in state.torn))
+                             and all(t > floor for t, _ in state.torn) and (state.lie is None or state.lie.entry > floor))
 
 
 class StateList(Sequence[CrashState]):

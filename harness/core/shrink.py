@@ -21,7 +21,8 @@ Every candidate is built and validated by ``CrashSpace.make_state`` (the models'
 it refuses is skipped, not judged), so the result has an explicit id that ``state_from_id``
 rebuilds even when no model enumerates it.  Candidates are cached by ``selection.image_key``:
 two states that replay the same image and tell the checker the same keys are judged once.  At
-most ``budget`` calls of ``judge``; deterministic (no randomness, fixed order).
+most ``budget`` calls of ``judge``; deterministic (no randomness, fixed order).  A lying-disk state
+(core/lies.py) is one lie on an honest prefix: it is its own minimum.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from typing import Protocol
 from powercut.core.crashstate import CrashState, Torn
 from powercut.core.models import CrashSpace
 from powercut.core.selection import image_key
+from powercut.core.stateid import LIE_MODELS
 from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -254,6 +256,11 @@ def minimize(sp: CrashSpace, state: CrashState, judge: Callable[[CrashState], Ju
         raise UsageError(f"the shrink budget must be a non-negative integer, got {budget!r}")
     if budget == 0 and expected is None:
         raise UsageError("a shrink budget of 0 leaves no check to judge the original state")
+    if state.lie is not None or state.model in LIE_MODELS:   # one lie (core/lies.py): nothing to take away
+        got = expected if expected is not None else judge(state)
+        if got.verdict == "pass":
+            raise UsageError(f"state {state.id} passes: nothing to minimize")
+        return Shrunk(state, state, signature(got, classify), tuple(got.reasons), int(expected is None), 0, False, 0)
     sp.make_state(state.model, state.cut, state.dropped, state.torn)  # UsageError if it does not fit
     search = _Search(sp, judge, classify, budget, floor, state)
     if search.build(state.model, state.cut, state.dropped, state.torn) is None:

@@ -5,7 +5,7 @@ meaning, this module owns their syntax and the seeded functions ``r`` parts stan
 Grammar (every id ever produced stays valid and keeps its meaning)::
 
     id      = model "@" cut [ "/" spec ]
-    model   = "no-cache" | "flush" | "write-cache" | "torn" | "torn-4k"
+    model   = "no-cache" | "flush" | "write-cache" | "torn" | "torn-4k" | lie-model
     spec    = subset                       write-cache: which droppable entries of the cut were lost
             | tear                         torn: entry cut-1 persisted partly, everything before kept
             | "t" entry ":" tear [ "/" subset ]
@@ -23,6 +23,10 @@ Grammar (every id ever produced stays valid and keeps its meaning)::
     ranges  = range *( "," range ) ; range = uint [ "-" uint ]   strictly increasing, inclusive
     cut, entry, seed, n = uint (ASCII digits, at most 19)
 
+The lying-disk models (``LIE_MODELS``: lost-write, misdirected-write, corrupt-sector,
+flush-ignored, unreadable-sector) have their own ``/`` part, kept as text here (``StateId.lie``);
+its grammar and meaning: core/lies.py.
+
 Examples: ``write-cache@8/k5``, ``torn@6/s0,2``, ``torn@14/t9:s0-3/d11``, ``torn@14/t9:r0.2/r0.2``.
 Canonical (``format_id``): of "d" and "k" the shorter (ties: "d"); a combined id that tears entry
 cut-1 and loses nothing is written in the plain ``tear`` form; seeded ids stay as they are.
@@ -38,7 +42,9 @@ from typing import Any
 
 from powercut.errors import UsageError
 
-MODELS = ("no-cache", "flush", "write-cache", "torn", "torn-4k")
+HONEST_MODELS = ("no-cache", "flush", "write-cache", "torn", "torn-4k")   # power loss on a disk that keeps its word
+LIE_MODELS = ("lost-write", "misdirected-write", "corrupt-sector", "flush-ignored", "unreadable-sector")
+MODELS = HONEST_MODELS + LIE_MODELS
 TORN_MODELS = ("torn", "torn-4k")
 _NUM = r"[0-9]{1,19}"
 _RANGES = rf"{_NUM}(?:-{_NUM})?(?:,{_NUM}(?:-{_NUM})?)*"
@@ -112,12 +118,15 @@ class StateId:
     subset: Pick | None = None
     tear: Pick | None = None
     entry: int | None = None
+    lie: str | None = None   # a lying-disk model's part, parsed by core/lies.py
 
     @property
     def seeded(self) -> bool:
         return any(p is not None and p.kind == "r" for p in (self.subset, self.tear))
 
     def text(self) -> str:
+        if self.lie is not None:
+            return f"{self.model}@{self.cut}/{self.lie}"
         if self.entry is not None and self.tear is not None:
             tail = f"/{self.subset.text()}" if self.subset is not None else ""
             return f"{self.model}@{self.cut}/t{self.entry}:{self.tear.text()}{tail}"
@@ -143,6 +152,8 @@ def parse_id(state_id: object) -> StateId:
         raise UsageError(f"malformed state id {state_id!r}; expected {USAGE}")
     model, cut, spec = m.group(1), int(m.group(2)), m.group(3)
     sid = str(state_id)
+    if model in LIE_MODELS:
+        return StateId(model, cut, lie=spec or "")
     if spec is None:
         return StateId(model, cut)
     if model in ("no-cache", "flush"):

@@ -8,13 +8,24 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-SEVERITY = ("pass", "fsck-error", "fail", "lost-ack", "corrupt-data", "acked-after-error", "checker-crashed",
-            "mount-failed", "timeout", "kernel-panic", "flaky")
+from powercut.core.stateid import LIE_MODELS
+
+SEVERITY = ("pass", "detected", "fsck-error", "fail", "lost-ack", "corrupt-data", "silent-corruption",
+            "acked-after-error", "checker-crashed", "mount-failed", "timeout", "kernel-panic", "flaky")
 VERDICTS = frozenset(SEVERITY)
 # what a checker may answer (the harness adds the others).  ``fail``: a checker command that said
-# only "exit 1" -- a failure of a kind it did not name.
-CHECKER_VERDICTS = ("pass", "fail", "lost-ack", "corrupt-data", "checker-crashed")
+# only "exit 1" -- a failure of a kind it did not name.  ``detected``: the program noticed damage
+# (refused to open, reported a checksum or I/O error, repaired from a redundant copy);
+# ``silent-corruption``: it served data that differs from what was acked or written, with no error.
+CHECKER_VERDICTS = ("pass", "fail", "lost-ack", "corrupt-data", "checker-crashed", "detected", "silent-corruption")
 FINDINGS = frozenset(SEVERITY) - {"pass", "flaky"}
+# Under a lying-disk model (core/lies.py) the question is "noticed or served?": ``detected`` is a
+# pass, and what the storage stack noticed on its own -- a mount that fails, an fsck that finds
+# damage -- is ``detected`` too; a checker's ``corrupt-data`` (wrong data, and the program said
+# nothing) is ``silent-corruption``.  Under a power-loss model an honest disk lost only what was not
+# flushed: ``detected`` there is a finding (the program cannot recover from its own crash: it
+# refuses or reports damage instead of serving the acked data), the mildest one.
+AS_LIE = {"mount-failed": "detected", "fsck-error": "detected", "corrupt-data": "silent-corruption"}
 # ``acked-after-error`` (the judge's, core/faultwindows.py): the state fails with every ack and passes with
 # only the acks made before the program's first injected I/O error.
 
@@ -23,6 +34,18 @@ def check_name(verdict: str) -> str:
     if verdict not in VERDICTS:
         raise ValueError(f"unknown verdict {verdict!r}; known: {', '.join(SEVERITY)}")
     return verdict
+
+
+def is_pass(verdict: str, model: str) -> bool:
+    """``pass``, or ``detected`` under a lying-disk model (the program noticed what the disk did)."""
+    return verdict == "pass" or (verdict == "detected" and model in LIE_MODELS)
+
+
+def lie_verdict(verdict: str, model: str) -> str:
+    """What a state's verdict means under its model: under a lying-disk model, noticing by the
+    filesystem (mount-failed, fsck-error) is ``detected`` and unflagged wrong data
+    (``corrupt-data``) is ``silent-corruption``; under a power-loss model the verdict as it is."""
+    return AS_LIE.get(verdict, verdict) if model in LIE_MODELS else verdict
 
 
 def worst(verdicts: list[str]) -> str:
@@ -52,11 +75,11 @@ class Verdict:
 
     @property
     def failed(self) -> bool:
-        return self.verdict != "pass"
+        return not is_pass(self.verdict, self.model)
 
     @property
     def finding(self) -> bool:
-        return self.verdict in FINDINGS
+        return self.verdict in FINDINGS and self.failed
 
     @property
     def confirmation(self) -> str:

@@ -9,7 +9,9 @@ data entry the state keeps in full -- plus a few *extra* writes after it:
 * write-cache: base = the first dropped entry (at or after the last FLUSH before the cut; the cut
   when nothing is dropped), extras = the kept data entries in [base, cut) (durable FUA writes and
   the kept volatile ones);
-* torn: base = the torn entry, extra = its persisted sectors only.
+* torn: base = the torn entry, extra = its persisted sectors only;
+* lying disks (core/lies.py): a lost or misdirected write is a dropped entry (a misdirected one's
+  copy an extra at its new place, in log order); a corrupt sector's bits are flipped last.
 
 States are processed sorted by base, so the walk is monotone; per state the work is one clone
 (``snapshot.Provider``) plus the extras, whose number is bounded by the epoch, not the log.
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from powercut.core.crashstate import CrashState, DeviceChanges
 from powercut.core.dmlog import Entry, LogIndex, open_log
+from powercut.core.lies import flip_of, with_lie
 from powercut.core.models import durable_entries, state_from_id
 from powercut.core.stateid import runs
 from powercut.errors import BadRecording, PowercutError, UsageError
@@ -78,7 +81,7 @@ def plan(index: LogIndex | Sequence[Entry], state: CrashState) -> Plan:
         raise UsageError(f"state {state.id}: cut {state.cut} is past the log's {len(entries)} entries")
     base = state.base
     extras = tuple((entries[i], torn) for i, torn in state.kept(DeviceChanges(entries), base))  # CrashState's rule
-    return Plan(state, base, extras)
+    return Plan(state, base, tuple(with_lie(state, entries, extras)))  # a misdirected write's copy (core/lies)
 
 
 def check_extents(index: LogIndex, size: int, upto: int | None = None) -> None:
@@ -113,7 +116,7 @@ class _Writer:
             return
         self.zeros = False
         if sectors is None:
-            data = self.index.data(e)
+            data = self.index.data(self.index.entries[e.index])   # e may be a misdirected copy (core/lies)
             pwrite_all(self.fd, data, off)
             self.bytes += len(data)
             return
@@ -201,9 +204,9 @@ def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], w
             except OSError as e:
                 raise _io_error(e, f"replaying into {prov.workdir}") from None
             try:
-                if p.extras:
+                if p.extras or p.state.lie is not None:
                     t = time.perf_counter()
-                    _apply_extras(index, img, p.extras, prov.block)
+                    _apply_extras(index, img, p.extras, prov.block, flip_of(p.state))
                     st.extras_entries += len(p.extras)
                     st.extras_s += time.perf_counter() - t
                 st.states += 1
@@ -220,7 +223,8 @@ def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], w
             prov.close()
 
 
-def _apply_extras(index: LogIndex, img: Path, extras: Sequence[Extra], block: bool) -> None:
+def _apply_extras(index: LogIndex, img: Path, extras: Sequence[Extra], block: bool,
+                  flip: tuple[int, tuple[int, ...]] | None = None) -> None:
     try:
         fd = os.open(img, os.O_RDWR | os.O_CLOEXEC)
     except OSError as e:
@@ -229,12 +233,22 @@ def _apply_extras(index: LogIndex, img: Path, extras: Sequence[Extra], block: bo
         w = _Writer(index, fd, punch=not block)
         for ent, sectors in extras:
             w.apply(ent, sectors)
+        if flip is not None:
+            flip_bits(fd, *flip, index.sectorsize)
         if block:
             os.fsync(fd)
     except OSError as e:
         raise _io_error(e, f"writing {img}") from None
     finally:
         os.close(fd)
+
+
+def flip_bits(fd: int, offset: int, bits: Sequence[int], sectorsize: int) -> None:
+    """A corrupt-sector state's rot (core/lies.py): flip ``bits`` of the sector at byte ``offset``."""
+    buf = bytearray(os.pread(fd, sectorsize, offset).ljust(sectorsize, b"\0"))
+    for b in bits:
+        buf[b // 8] ^= 1 << (b % 8)
+    pwrite_all(fd, bytes(buf), offset)
 
 
 def _io_error(e: OSError, doing: str) -> PowercutError:
@@ -248,7 +262,7 @@ def reference_image(index: LogIndex, state: CrashState, size: int, out: Path, in
     replay-index): start from the initial image (or zeros), write every durable entry in index order,
     zeros for discards, only the persisted sectors of a torn write."""
     ss = index.sectorsize
-    with open(out, "wb") as f:
+    with open(out, "w+b") as f:
         if initial is None:
             f.truncate(size)
         else:
@@ -256,16 +270,19 @@ def reference_image(index: LogIndex, state: CrashState, size: int, out: Path, in
                 while chunk := src.read(1 << 20):
                     f.write(chunk)
             f.truncate(size)
-        for e, sectors in durable_entries(index, state):
+        for e, sectors in with_lie(state, index.entries, durable_entries(index, state)):
             f.seek(e.sector * ss)
             if e.is_discard:
                 f.write(bytes(e.nr_sectors * ss))
             elif sectors is None:
-                f.write(index.data(e))
+                f.write(index.data(index.entries[e.index]))
             else:
                 for s in sectors:
                     f.seek((e.sector + s) * ss)
                     f.write(index.sector_data(e, s))
+        f.flush()
+        if (flip := flip_of(state)) is not None:
+            flip_bits(f.fileno(), *flip, ss)
     return Path(out)
 
 
@@ -284,8 +301,10 @@ def replay_into(index: LogIndex, state: CrashState, size: int, out: Path, initia
             finally:
                 os.close(src)
         w = _Writer(index, fd, punch=True, zeros=initial is None)
-        for e, sectors in durable_entries(index, state):
+        for e, sectors in with_lie(state, index.entries, durable_entries(index, state)):
             w.apply(e, sectors)
+        if (flip := flip_of(state)) is not None:
+            flip_bits(fd, *flip, index.sectorsize)
         if fsync:
             os.fsync(fd)
     finally:

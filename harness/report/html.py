@@ -26,7 +26,7 @@ import jinja2
 from powercut.core.anatomy import short as short_anatomy
 from powercut.core.dmlog import LogIndex
 from powercut.core.latency import layer_phrase
-from powercut.core.stateid import MODELS
+from powercut.core.stateid import LIE_MODELS, MODELS
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
 from powercut.report import bench, seeds, timeline
@@ -129,7 +129,7 @@ def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | None 
     seen = [v for v in SEVERITY if any(v in c for c in s.by_model.values())]
     cov = {m.model: m for m in (s.coverage.models if s.coverage is not None else ())}
     models = [{"name": m, "counts": s.counts.get(m, {}), "verdicts": s.by_model.get(m, {}),
-               "coverage": _model_coverage(cov.get(m))}
+               "coverage": _model_coverage(cov.get(m)), "passes": ("pass", "detected") if m in LIE_MODELS else ("pass",)}
               for m in dict.fromkeys([*s.counts, *s.by_model])]
     page = _ENV.get_template("report.html.j2").render(
         s=s, sentence=sentence(s), verdict=s.verdict, ok=s.ok, exhaustive=s.exhaustive,

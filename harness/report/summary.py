@@ -250,7 +250,9 @@ def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
         for v in sorted(mine, key=lambda v: (v.cut, v.state)):
             case = ET.SubElement(suite, "testcase", classname=f"{summary.workload}.{summary.fstype}.{model}",
                                  name=v.state, time=f"{v.seconds:.3f}")
-            if v.verdict == "pass":
+            if not v.failed:   # a pass, or detected under a lying disk (core/verdict.is_pass)
+                if v.verdict != "pass":
+                    ET.SubElement(case, "system-out").text = f"{v.verdict}: " + "; ".join(v.reasons[:3]) + "\n"
                 continue
             tag = "error" if v.verdict == "flaky" else "failure"
             fail = ET.SubElement(case, tag, type=v.verdict, message=f"{v.verdict}: {v.reasons[0] if v.reasons else ''}")
@@ -285,7 +287,8 @@ def table(summary: Summary) -> Any:
     for col in ("generated", "distinct", "judged"):
         t.add_column(col, justify="right")
     for v in seen:
-        t.add_column(v, justify="right", style="green" if v == "pass" else "yellow" if v == "flaky" else "red")
+        t.add_column(v, justify="right", style="green" if v == "pass" else "yellow" if v == "flaky"
+                     else "cyan" if v == "detected" else "red")   # detected: a pass under a lying disk only
     for model in dict.fromkeys([*summary.counts, *summary.by_model]):
         c = summary.counts.get(model, {})
         counts = summary.by_model.get(model, {})

@@ -187,3 +187,21 @@ def test_verdict_vocabulary() -> None:
         CheckResult("meh")
     fl = Verdict("a", "flush", 1, "flaky", (), 0, 0, 0.0, first=("lost-ack", "x"))
     assert not fl.finding and fl.failed and Verdict.from_json(fl.to_json()) == fl
+
+
+def test_a_checker_meeting_an_io_or_checksum_error_under_a_lying_disk_noticed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno as _errno
+
+    from powercut import checker as chk
+
+    def reads(inp: CheckInput) -> CheckResult:
+        raise OSError(_errno.EBADMSG, "Bad message", "/mnt/append.log")
+
+    monkeypatch.setattr(chk, "get", lambda name: chk.Checker(name, "", reads))
+    spec = chk.CheckerSpec(name="x")
+    got = spec.run(CheckInput("/mnt", ("1",), (), {}, "corrupt-sector@9/w3:s0:b1"))
+    assert got.verdict == "detected" and "EBADMSG" in got.reasons[0] and "/mnt/append.log" in got.reasons[0]
+    assert CheckInput("/m", (), (), {}, "lost-write@9/w3").noticed == "detected"
+    assert CheckInput("/m", (), (), {}, "torn-4k@9/s0").noticed == "corrupt-data"
+    with pytest.raises(OSError):   # under power loss: the checker's crash, as before
+        spec.run(CheckInput("/mnt", ("1",), (), {}, "write-cache@9"))

@@ -226,3 +226,23 @@ def test_registered_through_the_entry_points() -> None:
     from powercut.workload import get as get_workload
     assert get_workload("sqlite") is sqw.WORKLOAD
     assert get_checker("sqlite").check is sqc.check
+
+
+def test_under_a_lying_disk_sqlite_errors_are_detected(tmp_path: Path) -> None:
+    """sqlite's own error or integrity_check: detected under a lying-disk model (it noticed); a flipped
+    byte in a row's payload is served as data (corrupt-data: silent-corruption there)."""
+    final, _, _ = run(tmp_path, journal_mode="DELETE")
+    db = final[""]
+
+    def lying(at: int) -> CheckResult:
+        mnt = tmp_path / "mnt"
+        shutil.rmtree(mnt, ignore_errors=True)
+        mnt.mkdir()
+        (mnt / "app.db").write_bytes(db[:at] + bytes([db[at] ^ 0xFF]) + db[at + 1:])
+        return sqc.check(CheckInput(str(mnt), tuple(map(str, range(1, N + 1))), (), sqw.WORKLOAD.params({}),
+                                    "corrupt-sector@9/w3:s0:b0-7"))
+
+    assert lying(db.index(sqw.payload(0, 7)) + 100).verdict == "corrupt-data"
+    page = struct.unpack(">H", db[16:18])[0]
+    assert lying(page + 3).verdict == "detected"
+    assert lying(0).reasons == ("app.db: sqlite: file is not a database",) and lying(0).verdict == "detected"

@@ -418,3 +418,30 @@ def test_registered_through_the_entry_points() -> None:
     from powercut.workload import get as get_workload
     assert get_workload("wal").main is ww.main and get_checker("wal").check is wc.check
     assert struct.calcsize("<8sQQQQII") == 48 == len(ww.control(1, 2, 3, 4, 5))
+
+
+def lying(tmp_path: Path, files: Files, acked: Any, **params: Any) -> CheckResult:
+    """``judge`` of a lying-disk state (CheckInput.noticed is ``detected`` there)."""
+    judge(tmp_path, files, acked, **params)   # writes the files
+    return wc.check(CheckInput(str(tmp_path / "mnt"), tuple(map(str, acked)), (), ww.WORKLOAD.params(params),
+                               "corrupt-sector@9/w3:s0:b1"))
+
+
+@pytest.mark.parametrize("variant", ["correct", "no-crc"])
+def test_under_a_lying_disk_a_crc_notices_and_no_crc_serves(tmp_path: Path, variant: str) -> None:
+    """A bit flipped in acked txn 11's record: with the record CRC redo stops there, knowing (detected);
+    without it the damaged image is replayed and served (corrupt-data: silent-corruption there)."""
+    params = {"variant": variant, "page_bytes": 8192, "n": 11}
+    files, _ = run(tmp_path, **params)
+    name, img = last_seg(files), image_at(files, 11, 2, **params)
+    rotten = dict(files)
+    rotten[name] = files[name][:img + 100] + bytes([files[name][img + 100] ^ 4]) + files[name][img + 101:]
+    r = lying(tmp_path, rotten, range(1, 12), **params)
+    if variant == "no-crc":
+        assert r.verdict == "corrupt-data" and "page 2 holds" in r.reasons[0], r
+    else:
+        assert r.verdict == "detected" and "fails its CRC" in r.reasons[0], r
+        assert judge(tmp_path, rotten, range(1, 12), **params).verdict == "lost-ack"   # power loss: as before
+    bad = dict(files, **{"wal.ctl": files["wal.ctl"][:-1] + b"\0"})
+    r = lying(tmp_path, bad, [1], **params)
+    assert r.verdict == "detected" and r.reasons[0].startswith("the database cannot open")

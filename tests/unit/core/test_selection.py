@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import FLUSH, FUA, LogIndex
+from powercut.core.lies import with_lie
 from powercut.core.models import CrashSpace, durable_entries, enumerate_states
 from powercut.core.selection import Selection, StateList, fair_shares, image_key, select, spread
 from powercut.core.shard import Shard
@@ -39,8 +40,10 @@ OPS = st.lists(st.one_of(
 
 
 def truth(idx: LogIndex, s: CrashState) -> tuple[object, ...]:
-    """What a state replays and tells the checker, computed the slow way."""
-    return tuple((e.index, x) for e, x in durable_entries(idx, s)), s.acks, s.begun
+    """What a state replays and tells the checker, computed the slow way (a lying disk's misdirected
+    copy as a write at its sector; a flipped or unreadable sector as itself)."""
+    rot = s.lie if s.lie is not None and s.lie.kind != "misdirect" else None
+    return tuple((e.index, e.sector, x) for e, x in with_lie(s, idx.entries, durable_entries(idx, s))), rot, s.acks, s.begun
 
 
 def all_states(idx: LogIndex, seed: int = 0) -> list[CrashState]:

@@ -21,7 +21,8 @@ from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.models import CrashSpace
 from powercut.core.selection import image_key
 from powercut.core.shrink import Outcome, find_integer, minimize, reason_class, signature
-from powercut.core.stateid import MODELS, parse_id
+from powercut.core.stateid import HONEST_MODELS as MODELS  # shrink minimizes power-loss states
+from powercut.core.stateid import parse_id
 from powercut.errors import UsageError
 from tests.unit.logops import build_log
 
