@@ -92,7 +92,8 @@ def plot(rows: list[dict], out: Path) -> Path:
     xs = [r["entries"] for r in rows]
     for key, label, style in (("fstests_py_ms", "generic/482 procedure (bench/baseline482.py)", "o-"),
                               ("fstests_tool_ms", "generic/482 with fstests' replay-log", "s--"),
-                              ("powercut_ms", "powercut host mode, -j 1", "^-")):
+                              ("powercut_ms", "powercut host mode, -j 1 (campaign time / states)", "^-"),
+                              ("powercut_marginal_ms", "powercut host mode, marginal cost per state", "v:")):
         if all(r.get(key) for r in rows):
             ax.plot(xs, [r[key] for r in rows], style, label=label)
     ax.set_xscale("log")
@@ -116,7 +117,16 @@ def main() -> int:
     ap.add_argument("--replay-log", metavar="PATH", default="",
                     help="fstests' replay-log binary: also run the procedure with the real tool")
     ap.add_argument("--out", default="bench-curve", help="directory for curve.png and results.json")
+    ap.add_argument("--from-results", metavar="FILE", help="draw the plot and print the table of an earlier run")
     args = ap.parse_args()
+    if args.from_results:
+        rows = json.loads(Path(args.from_results).read_text())["rows"]
+        for r in rows:
+            print(f"{r['entries']:8d} {r['fstests_py_ms']:13.1f} {r['fstests_tool_ms'] or 0:11.1f} {r['powercut_ms']:9.1f} "
+                  f"{r['ratio']:6.1f}x   {r['powercut_fixed_s']:.2f} s + {r['powercut_states']} x "
+                  f"{r['powercut_marginal_ms']:.1f} ms")
+        print(f"plot: {plot(rows, Path(args.out))}")
+        return 0
     if os.geteuid() != 0:
         print("bench_curve: needs root (loop devices, mount)", file=sys.stderr)
         return 1
