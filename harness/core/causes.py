@@ -19,6 +19,10 @@ on any filesystem and any disk with a write cache):
 - ``unordered-writes``: the commit in flight at the crash wrote more than once and made the writes
   durable with one barrier: the disk may keep a later write without an earlier one, which a state
   that kept some and lost others shows (a commit record persisted before the data it commits);
+- ``disk-lied``: the state is a lying disk's (core/lies.py): the disk lost, misdirected, corrupted
+  or could not read back one write, and the program served the result (``silent-corruption``) or
+  lost an acked commit without a word (``lost-ack``); the write and what the disk did are the
+  evidence, and the question is not a rule the program broke but whether it noticed;
 - ``beyond-rules``: the program did everything the rules ask and still lost the commit -- a
   filesystem or disk behaviour beyond them; the block-level blame is the evidence.
 
@@ -40,8 +44,9 @@ from powercut.core.syscalls import Op, Trace
 ERROR, RENAME, NO_FSYNC, NO_DIR_FSYNC = "acked-after-error", "rename-before-fsync", "no-fsync", "no-dir-fsync"
 EARLY = "ack-before-sync-returned"
 UNORDERED, TORN, BEYOND = "unordered-writes", "unchecked-tear", "beyond-rules"
+LIED = "disk-lied"
 RANK = (ERROR, RENAME, EARLY, NO_FSYNC, NO_DIR_FSYNC, UNORDERED)   # strongest first
-RULES = (*RANK, TORN, BEYOND)
+RULES = (*RANK, TORN, LIED, BEYOND)
 BARRIERS = (sc.FSYNC, sc.FDATASYNC, sc.SYNC, sc.SYNCFS)
 EVIDENCE_LINES = 6
 
@@ -322,6 +327,26 @@ def lost_keys(reasons: Iterable[str], keys: Iterable[str]) -> list[str]:
     named = {m.group(1).strip(".:") for m in _KEYISH.finditer(text)}
     named |= {w.strip(".,;:()[]'\"") for w in text.split()}
     return [k for k in keys if k in named or f"ack:{k}" in text]
+
+
+LIE_WORDS = {"lost-write": "acked write #{e} (sector {s}) and dropped it",
+             "misdirected-write": "wrote write #{e}'s data at sector {d} instead of its own sector {s}",
+             "corrupt-sector": "flipped {n} bit(s) of sector {d}, last written by write #{e}",
+             "unreadable-sector": "could not read back sector {d}, last written by write #{e}",
+             "flush-ignored": "acked a FLUSH without emptying its cache: writes {ws} before it were lost"}
+
+
+def lie_cause(model: str, entry: int, sector: int, *, dest: int = -1, bits: int = 0,
+              dropped: Sequence[int] = (), verdict: str = "", reasons: Sequence[str] = ()) -> Cause:
+    """Why a lying-disk state failed: what the disk did, and that the program did not notice."""
+    did = LIE_WORDS.get(model, "lied about write #{e}").format(
+        e=entry, s=sector, d=dest if dest >= 0 else sector, n=bits,
+        ws=", ".join(f"#{i}" for i in list(dropped)[:6]) + (" ..." if len(dropped) > 6 else ""))
+    served = ("and the program served the result as good data, with no error" if verdict == "silent-corruption"
+              else "and an acked commit was gone without an error from the program" if verdict == "lost-ack"
+              else f"and the program answered {verdict or 'a failure'} without noticing")
+    return Cause(LIED, f"the disk {did}, {served} -- a checksum over what it reads back, or a "
+                       "refusal to go on, is what notices a lying disk", tuple(reasons[:3]))
 
 
 def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,

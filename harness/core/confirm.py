@@ -26,6 +26,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from powercut.core.shrink import reason_class
+from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import Verdict
 
 MODES = ("group", "all")
@@ -35,10 +36,12 @@ MIN_SAMPLE = 2           # the first and the last
 
 def group_key(v: Verdict) -> tuple[str, str]:
     """How a failing state fails: (verdict, class of its first reason).  A flaky state counts under
-    the group of its first verdict (``Verdict.first``)."""
+    the group of its first verdict (``Verdict.first``).  Under a lying-disk model what the disk did
+    is part of how (a lost write and a misdirected one that lose the same ack are two findings)."""
     if v.verdict == "flaky" and v.first:
         return v.first[0], reason_class(v.first[1]) if len(v.first) > 1 else ""
-    return v.verdict, reason_class(v.reasons[0]) if v.reasons else ""
+    cls = reason_class(v.reasons[0]) if v.reasons else ""
+    return v.verdict, f"{v.model}: {cls}" if v.model in LIE_MODELS else cls
 
 
 def order(v: Verdict) -> tuple[int, int, str]:

@@ -14,6 +14,7 @@ from powercut.core import anatomy, causes, syscalls
 from powercut.core.dmlog import LogIndex
 from powercut.core.markorder import ordering_flushes
 from powercut.core.models import space
+from powercut.core.stateid import LIE_MODELS
 from powercut.errors import PowercutError
 from powercut.vm.guestjob import GUEST_MNT
 
@@ -48,8 +49,6 @@ def load_trace(rec: Recording) -> syscalls.Trace | None:
 def explain_groups(rec: Recording, index: LogIndex, groups: list[Group]) -> None:
     """Set each group's ``why`` (a causes.Cause as JSON) from its minimized state, else its first."""
     trace = load_trace(rec)
-    if trace is None:
-        return
     sp = space(index)
     marks = index.marks()
     for g in groups:
@@ -62,11 +61,31 @@ def explain_groups(rec: Recording, index: LogIndex, groups: list[Group]) -> None
             log.warning("no cause for %s: %s", sid, e.one_line())
             continue
         torn = [i for i, _ in st.torn]
+        if st.model in LIE_MODELS:   # no rule broken: whether the program noticed (needs no trace)
+            g.why = lie_cause_of(st, index, g.verdict, list(reasons)).to_json()
+            continue
+        if trace is None:
+            continue
         cause = causes.explain(trace, marks, st.cut, ROOT, reasons=list(reasons),
                                verdict=g.verdict, torn=torn)
         cause = causes.with_blame(cause, d.get("culprits") or [], ROOT)
         g.why = cause.to_json()
         g.why["excerpt"] = excerpt(trace, index, g.why)
+
+
+def lie_cause_of(st: Any, index: LogIndex, verdict: str, reasons: list[str]) -> causes.Cause:
+    """A lying-disk state's cause (causes.lie_cause): its write, sector and what the disk did."""
+    lie = st.lie
+    ss = index.sectorsize
+    if lie is not None:
+        e = index.entries[lie.entry]
+        return causes.lie_cause(st.model, lie.entry, e.sector, dest=lie.sector * lie.sectorsize // ss,
+                                bits=len(lie.bits), verdict=verdict, reasons=reasons)
+    if st.dropped:   # lost-write (one entry) or flush-ignored (several)
+        e = index.entries[st.dropped[0]]
+        return causes.lie_cause(st.model, st.dropped[0], e.sector, dropped=st.dropped, verdict=verdict,
+                                reasons=reasons)
+    return causes.lie_cause(st.model, -1, -1, verdict=verdict, reasons=reasons)
 
 
 def excerpt(trace: syscalls.Trace, index: LogIndex, why: dict[str, Any], margin: int = 3,

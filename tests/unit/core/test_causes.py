@@ -246,3 +246,17 @@ def test_a_split_fsync_records_when_it_began():
     tr = race(ack_inside=True).trace()
     f = next(o for o in tr.ops if o.kind == sc.FSYNC)
     assert f.start > 0 and f.began == f.start < f.time
+
+
+def test_a_lying_disk_state_is_explained_by_what_the_disk_did():
+    c = causes.lie_cause("corrupt-sector", 114, 39, bits=3, verdict="silent-corruption",
+                         reasons=["page 2 holds unknown bytes"])
+    assert c.rule == causes.LIED and c.rule in causes.RULES
+    assert c.sentence.startswith("the disk flipped 3 bit(s) of sector 39, last written by write #114, and the "
+                                 "program served the result as good data, with no error")
+    assert c.evidence == ("page 2 holds unknown bytes",)
+    m = causes.lie_cause("misdirected-write", 102, 200, dest=229378, verdict="lost-ack")
+    assert "wrote write #102's data at sector 229378 instead of its own sector 200" in m.sentence
+    assert "an acked commit was gone without an error" in m.sentence
+    f = causes.lie_cause("flush-ignored", 7, 8, dropped=range(7, 15), verdict="lost-ack")
+    assert "writes #7, #8, #9, #10, #11, #12 ... before it were lost" in f.sentence

@@ -124,3 +124,14 @@ def test_settle_a_disagreeing_minimized_state_escalates_its_group() -> None:
     seconds = {m.state: m for m in plans[0].sample}                  # the sample itself agrees
     by_group, escalate = confirm.settle(plans, seconds, disagreeing={plans[0].key})
     assert by_group == [] and len(escalate) == 16
+
+
+def test_under_a_lying_disk_what_the_disk_did_is_part_of_the_group():
+    from powercut.core.confirm import group_key
+    from powercut.core.verdict import Verdict
+    lost = Verdict("lost-write@9/w3", "lost-write", 9, "lost-ack", ("acked txn(s) 2 lost",), 2, 0, 0.1)
+    moved = Verdict("misdirected-write@9/w3:s40", "misdirected-write", 9, "lost-ack", ("acked txn(s) 2 lost",), 2, 0, 0.1)
+    honest = Verdict("flush@9", "flush", 9, "lost-ack", ("acked txn(s) 2 lost",), 2, 0, 0.1)
+    assert group_key(lost) != group_key(moved)
+    assert group_key(lost)[0] == group_key(moved)[0] == group_key(honest)[0] == "lost-ack"
+    assert group_key(honest)[1] == group_key(lost)[1].removeprefix("lost-write: ")
