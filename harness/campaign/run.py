@@ -15,6 +15,7 @@ state again."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -32,6 +33,7 @@ from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_SHRINK
 from powercut.core import confirm as confirming
+from powercut.core import lies
 from powercut.core.coverage import Coverage, judged_only
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex, open_log
@@ -316,6 +318,21 @@ def coverage_of(sel: Selection, verdicts: list[Verdict], ctx: CheckContext) -> C
     return cov
 
 
+def _target_program(sp: Any, rec: recording.Recording) -> None:
+    """The lying-disk models pick the program's own blocks first where the recording mapped its
+    files (core/lies.target_program); an unreadable map only loses that preference."""
+    path = rec.file_map
+    if path is None:
+        return
+    try:
+        doc = json.loads(path.read_text())
+        extents = [(int(a), int(n)) for ext in doc["files"].values() for a, n in ext]
+        lies.target_program(sp, extents, int(doc.get("sector_bytes", 512)))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("%s: the file map cannot be read (%s): lying-disk models order targets by the log alone",
+                    path, e)
+
+
 def disk_latency_of(manifest: dict[str, Any]) -> str:
     """The recording's data-disk latency setting (core/latency.py); ``none`` for recordings made before it."""
     return str(manifest.get("latency", {}).get("setting", "none"))
@@ -359,6 +376,7 @@ def _campaign(rec: recording.Recording, index: LogIndex, spec: CampaignSpec, out
     status = "complete"
     ctx = with_faults(ctx, index)
     sp = space(index)
+    _target_program(sp, rec)
     sha = rec.manifest["log"].get("sha256", "")
     earlier = ledger.load(spec.ledger, sha) if spec.ledger else frozenset()
     sel = select(sp, spec.selection, earlier=earlier)

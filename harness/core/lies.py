@@ -38,8 +38,13 @@ surviving sector as a target.  flush-ignored enumerates like write-cache (``exha
 structured picks, ``samples`` seeded).  Ids are explicit but for flush-ignored's ``r``; an id
 rebuilds its state (``state_from_id``), the same object the enumeration made.
 
-The blame-based block->file mapping (debug/blame.py) needs the mounted image, so the pure models
-order targets by the log alone (REQ_META tells a filesystem's metadata from file data).
+**The program's blocks first.**  A recording maps where the program's files lie on the device at
+the end (guest/record.file_map: FIEMAP over a read-only mount of the final filesystem); with that
+map (``target_program``) a window's priority half takes the writes that touch the program's files
+first, and a corrupt or unreadable sector is picked among the ones inside them when there are any.
+Without a map (an older recording, btrfs) the order is the log's alone (REQ_META tells a
+filesystem's metadata from file data).  The map changes which states are picked, never what an id
+means.
 """
 from __future__ import annotations
 
@@ -63,8 +68,8 @@ from powercut.core.stateid import (
 )
 from powercut.errors import UsageError
 
-__all__ = ["CORRUPT_BITS", "FLOOR_MARK", "LIE_MODELS", "flip_of", "iter_states", "state_from_id", "unreadable_of",
-           "windows", "with_lie"]
+__all__ = ["CORRUPT_BITS", "FLOOR_MARK", "LIE_MODELS", "flip_of", "in_program", "iter_states", "state_from_id",
+           "target_program", "unreadable_of", "windows", "with_lie"]
 
 FLOOR_MARK = "mkfs"   # selection's default floor: no lie about mkfs's own writes
 CORRUPT_BITS = 3
@@ -168,14 +173,37 @@ def pick_bits_in(seed: int, entry: int, sectorsize: int, k: int = CORRUPT_BITS) 
     return tuple(sorted(got))
 
 
+def target_program(sp: Space, extents: Iterable[tuple[int, int]], sector_bytes: int = 512) -> None:
+    """Make the models pick the program's own blocks first: ``extents`` are (first sector, count) of
+    ``sector_bytes`` each, where its files lie (the recording's file map)."""
+    ss = sp.sectorsize
+    ivs = sorted((a * sector_bytes // ss, -(-(a + n) * sector_bytes // ss)) for a, n in extents if n > 0)
+    merged: list[list[int]] = []
+    for lo, hi in ivs:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    sp.program_sectors = ([lo for lo, _ in merged], [hi for _, hi in merged])
+
+
+def in_program(sp: Space, lo: int, hi: int) -> bool:
+    """Whether sectors [lo, hi) touch one of the program's files (False without a map)."""
+    starts, ends = getattr(sp, "program_sectors", None) or ((), ())
+    k = bisect.bisect_right(starts, hi - 1) - 1
+    return k >= 0 and ends[k] > lo
+
+
 def _choose(cands: Sequence[tuple[int, Any]], sp: Space, model: str, seed: int, samples: int
             ) -> list[tuple[int, Any]]:
     """At most ``samples`` of a window's candidates (entry, detail): all if they fit, else the first
-    half by priority (data writes newest first, then metadata newest first), the rest seeded."""
+    half by priority (writes to the program's files first, when the recording mapped them; then
+    data writes newest first, then metadata newest first), the rest seeded."""
     if len(cands) <= samples:
         return list(cands)
     es = sp.entries
-    ranked = sorted(cands, key=lambda c: (es[c[0]].is_metadata, -c[0]))
+    ranked = sorted(cands, key=lambda c: (not in_program(sp, es[c[0]].sector, es[c[0]].sector + es[c[0]].nr_sectors),
+                                          es[c[0]].is_metadata, -c[0]))
     head = (samples + 1) // 2
     rest = sorted(ranked[head:], key=lambda c: shake_bits(f"powercut/{model}/{seed}/{c[0]}/{c[1]}", 64))
     return ranked[:head] + rest[:samples - head]
@@ -210,7 +238,8 @@ def _per_write(sp: Space, model: str, seed: int, samples: int, tally: Tally) -> 
             if not live:
                 continue
             space += len(live)
-            cands.append((w, pick_offset(model, seed, w, live) if model != "lost-write" else None))
+            mine = [o for o in live if in_program(sp, e.sector + o, e.sector + o + 1)] or live
+            cands.append((w, pick_offset(model, seed, w, mine) if model != "lost-write" else None))
         chosen = _choose(cands, sp, model, seed, samples)
         if model in ("lost-write", "misdirected-write"):
             space = len(cands)

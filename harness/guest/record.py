@@ -17,7 +17,8 @@ from powercut import marks
 from powercut.core import syscalls
 from powercut.core.faultwindows import FAULT_OFF, FaultPlan
 from powercut.core.latency import FALLBACK_HZ, DiskLatency, snap_hz
-from powercut.faults import FAULT_ENV, FaultError, PlanRun, Target, plan_env
+from powercut.errors import PowercutError
+from powercut.faults import FAULT_ENV, FaultError, PlanRun, Target, file_sectors, plan_env
 from powercut.faults import table as fault_table
 from powercut.linux import dm, environ, filesystems, process
 from powercut.linux.blockdev import find_disk, sectors
@@ -257,7 +258,47 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     unstack(job.dm_name)
     res.update(log_writes_status(job.dm_name))
     dm.remove(job.dm_name)
+    res.update(file_map(data, fs, jobdir))
     return res
+
+
+FILE_MAP = "files.json"
+FILE_MAP_LIMIT = 20000   # files; a program with more is mapped in part (said in the map)
+
+
+def file_map(data: str, fs: filesystems.Filesystem, jobdir: Path) -> dict[str, Any]:
+    """Where the program's files lie on the data device at the end (FIEMAP over a read-only mount
+    of the final, cleanly unmounted filesystem: nothing is written, the log is already closed), as
+    512-byte sector ranges per file -- what the lying-disk models target first (core/lies.py).
+    A filesystem whose extents are not the device's (btrfs) or a mount that fails: no map, why."""
+    if fs.name == "btrfs":
+        return {"file_map_error": "btrfs extents are logical addresses, not the device's sectors"}
+    files: dict[str, list[list[int]]] = {}
+    skipped = 0
+    try:
+        mount(data, MNT, fs.name, "ro")
+    except OSError as e:
+        return {"file_map_error": f"cannot mount the final filesystem read-only: {e}"}
+    except PowercutError as e:
+        return {"file_map_error": f"cannot mount the final filesystem read-only: {e.one_line()}"}
+    try:
+        for root, dirs, names in os.walk(MNT):
+            dirs[:] = sorted(d for d in dirs if not (root == MNT and d == "lost+found"))
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if not os.path.isfile(path) or os.path.islink(path):
+                    continue
+                if len(files) >= FILE_MAP_LIMIT:
+                    skipped += 1
+                    continue
+                try:
+                    files[os.path.relpath(path, MNT)] = [[a, n] for a, n in file_sectors(path)]
+                except (OSError, FaultError):
+                    skipped += 1
+    finally:
+        umount(MNT, lazy_fallback=False)
+    (jobdir / FILE_MAP).write_text(json.dumps({"sector_bytes": 512, "files": files, "skipped": skipped}))
+    return {"file_map": FILE_MAP, "file_map_files": len(files), "file_map_skipped": skipped}
 
 
 def mark_bench(job: MarkBenchJob, jobdir: Path) -> dict[str, Any]:

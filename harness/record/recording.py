@@ -58,6 +58,13 @@ class Recording:
         return self.dir / f if f and (self.dir / f).is_file() else None
 
     @property
+    def file_map(self) -> Path | None:
+        """Where the program's files lie on the data device at the end (guest/record.file_map), if
+        the recording made the map."""
+        f = self.manifest.get("files", {}).get("map")
+        return self.dir / f if f and (self.dir / f).is_file() else None
+
+    @property
     def final_image(self) -> Path:
         return self.dir / self.manifest["data"]["final"]
 

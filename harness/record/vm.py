@@ -142,6 +142,8 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
         if isinstance(result.get("latency"), dict):
             manifest["latency"] = dict(result.get("latency"))
         _judge(result, manifest, out)
+        if result.get("file_map"):
+            manifest["files"] = {**manifest.get("files", {}), "map": f"job/{result.get('file_map')}"}
         if result.get("trace_file"):
             manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
         elif spec.workload.trace:

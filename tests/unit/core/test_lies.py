@@ -267,3 +267,24 @@ def test_hand_written_ids_rebuild(example: LogIndex) -> None:
     assert sp.state_from_id("flush-ignored@12/k9").dropped == (6, 10)
     r = sp.state_from_id("flush-ignored@12/r3.1")
     assert r.id == "flush-ignored@12/r3.1" and set(r.dropped) <= {6, 9, 10}
+
+
+def test_with_a_file_map_the_programs_blocks_come_first(tmp_path: Path) -> None:
+    """The recording's file map (guest/record.file_map) puts the writes that touch the program's files
+    first in a sampled window, metadata or not, and corrupt/unreadable sectors inside them; the ids
+    mean what they meant (they rebuild the same states without the map)."""
+    from powercut.core.lies import in_program, target_program
+    ops = [("m", "mkfs")] + [("w", 4 * i, 4, METADATA if i % 2 else 0, i) for i in range(20)] + [("m", "ack:x")]
+    with build_log(tmp_path / "l.bin", ops) as idx:
+        sp = CrashSpace(idx)
+        # the program's file: sectors 8..9 (entry 3, a metadata write by its flag) and 41..42 (entry 11)
+        target_program(sp, [(8, 2), (41, 2)])
+        assert in_program(sp, 8, 9) and in_program(sp, 40, 42) and not in_program(sp, 10, 40)
+        got = sp.states("lost-write", samples=4, seed=1)
+        assert {3, 11} <= {s.dropped[0] for s in got}
+        rot = sp.states("corrupt-sector", samples=4, seed=1)
+        hit = {s.lie.entry: s.lie.sector for s in rot}
+        assert hit[3] in (8, 9) and hit[11] in (41, 42)
+        plain = CrashSpace(idx)
+        assert all(plain.state_from_id(s.id) == s for s in got + rot)
+        assert {3, 11} - {s.dropped[0] for s in plain.states("lost-write", samples=4, seed=1)}
