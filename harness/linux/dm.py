@@ -312,6 +312,7 @@ def remove(name: str, *, retries: int = 12) -> None:
         except DmError as e:
             if e.errno != _errno.EBUSY or attempt == retries:
                 raise
+            log.debug("%s busy: removing it again in %.0f ms", name, 1000 * min(0.02 * 2 ** attempt, 0.5))
             time.sleep(min(0.02 * 2 ** attempt, 0.5))
     made = _made_nodes.pop(name, None)
     if made is not None:
