@@ -96,7 +96,7 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
         info["record_s"] = rec.manifest.get("recording", {}).get("vm_wall_s")
         where = how.check_in or ("vm" if how.place.uris else row.ci or "vm")
         selection = how.selection.with_(models=row.models, max_states=min(
-            (x for x in (how.selection.max_states, row.max_states) if x), default=0))
+            (x for x in (how.selection.max_states, row.max_states) if x), default=0), lie_file=row.lie_file or None)
         cspec = CampaignSpec(selection=selection, place=dataclasses.replace(how.place, check_in=where),
                              resume=how.resume, shrink=0)  # the matrix wants verdicts; triage is check's
         summary, _ = run_campaign(recdir, cspec, recdir / "check", on_verdict=on_verdict)

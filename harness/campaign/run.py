@@ -114,7 +114,7 @@ class CampaignSpec:
         return self.place.workers()
 
 
-SELECTION_WORDS = ("models", "seed", "bound", "samples", "torn_samples", "max_states")    # -> SelectionSpec
+SELECTION_WORDS = ("models", "seed", "bound", "samples", "torn_samples", "max_states", "lie_file")    # -> SelectionSpec
 PLACE_WORDS = {"check_in": "check_in", "accel": "accel", "jobs": "jobs", "memory_mb": "memory_mb",
                "state_timeout_s": "state_timeout_s", "check_uris": "uris"}                # word -> Place field
 
@@ -318,17 +318,30 @@ def coverage_of(sel: Selection, verdicts: list[Verdict], ctx: CheckContext) -> C
     return cov
 
 
-def _target_program(sp: Any, rec: recording.Recording) -> None:
+def _target_program(sp: Any, rec: recording.Recording, lie_file: str = "") -> None:
     """The lying-disk models pick the program's own blocks first where the recording mapped its
-    files (core/lies.target_program); an unreadable map only loses that preference."""
+    files (core/lies.target_program); with ``lie_file`` they lie about that file's blocks only.  An
+    unreadable map only loses the preference; a ``lie_file`` the map cannot give is a usage error."""
     path = rec.file_map
     if path is None:
+        if lie_file:
+            raise UsageError(f"--lie-file {lie_file}: {rec.dir} has no file map (a recording made before it, or on "
+                             "btrfs, whose extents are not the device's sectors): record again")
         return
     try:
         doc = json.loads(path.read_text())
-        extents = [(int(a), int(n)) for ext in doc["files"].values() for a, n in ext]
-        lies.target_program(sp, extents, int(doc.get("sector_bytes", 512)))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        files = doc["files"]
+        chosen = files.get(lie_file.strip("/")) if lie_file else None
+        if lie_file and chosen is None:
+            near = sorted(files, key=lambda f: (lie_file.rsplit("/", 1)[-1] not in f, f))[:5]
+            raise UsageError(f"--lie-file {lie_file}: not a file of the program at the end of the recording "
+                             f"(its files include {', '.join(near) or 'none'})")
+        chosen_files = [chosen] if chosen is not None else list(files.values())
+        extents = [(int(a), int(n)) for ext in chosen_files for a, n in ext]
+        lies.target_program(sp, extents, int(doc.get("sector_bytes", 512)), only=bool(lie_file))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        if lie_file:
+            raise UsageError(f"--lie-file {lie_file}: the recording's file map {path} cannot be read ({e})") from None
         log.warning("%s: the file map cannot be read (%s): lying-disk models order targets by the log alone",
                     path, e)
 
@@ -376,7 +389,7 @@ def _campaign(rec: recording.Recording, index: LogIndex, spec: CampaignSpec, out
     status = "complete"
     ctx = with_faults(ctx, index)
     sp = space(index)
-    _target_program(sp, rec)
+    _target_program(sp, rec, spec.selection.lie_file)
     sha = rec.manifest["log"].get("sha256", "")
     earlier = ledger.load(spec.ledger, sha) if spec.ledger else frozenset()
     sel = select(sp, spec.selection, earlier=earlier)

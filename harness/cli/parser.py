@@ -108,6 +108,11 @@ def selection_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, pres
                    help=f"write-cache: seeded samples beyond the bound (default {d.samples})")
     g.add_argument("--torn-samples", type=at_least(0), default=None,
                    help=f"torn models: seeded tears per torn write (default {d.torn_samples})")
+    if models:
+        g.add_argument("--lie-file", default=None, metavar="PATH",
+                       help="the lying-disk models lie only about this file of the program (relative to its "
+                            "filesystem; its blocks from the recording's file map), e.g. --model unreadable-sector "
+                            "--lie-file app.db: reads of app.db fail at recovery (docs/lying-disks.md)")
     if cap:
         g.add_argument("--max-states", type=at_least(0), default=None,
                        help=f"judge at most this many distinct states{' per row' if preset in ('demo', 'matrix') else ''}"
@@ -116,7 +121,8 @@ def selection_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, pres
 
 def selection_from(args: argparse.Namespace, preset: str):   # -> SelectionSpec (imported lazily)
     """The SelectionSpec the options ask for: the preset's, with each option given replacing its field."""
-    got = {k: getattr(args, k, None) for k in ("models", "seed", "bound", "samples", "torn_samples", "max_states")}
+    got = {k: getattr(args, k, None) for k in ("models", "seed", "bound", "samples", "torn_samples", "max_states",
+                                               "lie_file")}
     if got["models"]:   # --model a,b (the lying-disk models come in families) as well as --model a --model b
         got["models"] = [m.strip() for spec in got["models"] for m in spec.split(",") if m.strip()]
     return _preset(preset).with_(**got)

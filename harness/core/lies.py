@@ -173,9 +173,12 @@ def pick_bits_in(seed: int, entry: int, sectorsize: int, k: int = CORRUPT_BITS) 
     return tuple(sorted(got))
 
 
-def target_program(sp: Space, extents: Iterable[tuple[int, int]], sector_bytes: int = 512) -> None:
+def target_program(sp: Space, extents: Iterable[tuple[int, int]], sector_bytes: int = 512, *,
+                   only: bool = False) -> None:
     """Make the models pick the program's own blocks first: ``extents`` are (first sector, count) of
-    ``sector_bytes`` each, where its files lie (the recording's file map)."""
+    ``sector_bytes`` each, where its files lie (the recording's file map).  ``only``: lie about those
+    blocks alone (``--lie-file``: one file's) -- writes that touch none are no target, and a corrupt
+    or unreadable sector is one of them."""
     ss = sp.sectorsize
     ivs = sorted((a * sector_bytes // ss, -(-(a + n) * sector_bytes // ss)) for a, n in extents if n > 0)
     merged: list[list[int]] = []
@@ -185,6 +188,7 @@ def target_program(sp: Space, extents: Iterable[tuple[int, int]], sector_bytes: 
         else:
             merged.append([lo, hi])
     sp.program_sectors = ([lo for lo, _ in merged], [hi for _, hi in merged])
+    sp.program_only = only
 
 
 def in_program(sp: Space, lo: int, hi: int) -> bool:
@@ -230,6 +234,10 @@ def _per_write(sp: Space, model: str, seed: int, samples: int, tally: Tally) -> 
         for w, cover in _sweep(sp, cut, writes):
             e = es[w]
             live = _live(e, cover)
+            mine = [o for o in live if in_program(sp, e.sector + o, e.sector + o + 1)]
+            if getattr(sp, "program_only", False) and not (mine or (model == "misdirected-write" and
+                                                                   in_program(sp, e.sector, e.sector + e.nr_sectors))):
+                continue
             if model == "misdirected-write":
                 for t in _destinations(es, by_size.get(e.nr_sectors, []), w, cut, reach):
                     if live or cover.holes(t, t + e.nr_sectors):
@@ -237,9 +245,8 @@ def _per_write(sp: Space, model: str, seed: int, samples: int, tally: Tally) -> 
                 continue
             if not live:
                 continue
-            space += len(live)
-            mine = [o for o in live if in_program(sp, e.sector + o, e.sector + o + 1)] or live
-            cands.append((w, pick_offset(model, seed, w, mine) if model != "lost-write" else None))
+            space += len(mine) if getattr(sp, "program_only", False) else len(live)
+            cands.append((w, pick_offset(model, seed, w, mine or live) if model != "lost-write" else None))
         chosen = _choose(cands, sp, model, seed, samples)
         if model in ("lost-write", "misdirected-write"):
             space = len(cands)

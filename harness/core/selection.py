@@ -43,7 +43,7 @@ from powercut.core.coverage import Coverage, Tally, build
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import Entry, LogIndex
 from powercut.core.models import CrashSpace, space
-from powercut.core.stateid import MODELS
+from powercut.core.stateid import LIE_MODELS, MODELS
 from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,8 @@ class SelectionSpec:
     samples: int = 64
     torn_samples: int = 4
     max_states: int = 0
+    lie_file: str = ""   # the lying-disk models lie only about this file of the program's (its blocks from
+    #                      the recording's file map: core/lies.target_program); "": anywhere, its blocks first
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -83,6 +85,11 @@ class SelectionSpec:
                 raise UsageError(f"--{name.replace('_', '-')} must be a whole number >= 0, not {value!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < SEED_AUTO:
             raise UsageError(f"--seed must be a whole number >= 0 or 'auto', not {self.seed!r}")
+        if self.lie_file and (self.lie_file.startswith("/") or ".." in self.lie_file.split("/")):
+            raise UsageError(f"--lie-file {self.lie_file}: a path relative to the filesystem under test, inside it")
+        if self.lie_file and not set(self.models) & set(LIE_MODELS):
+            raise UsageError(f"--lie-file {self.lie_file} restricts the lying-disk models, and none is chosen "
+                             f"(--model {','.join(m for m in LIE_MODELS if m != 'flush-ignored')})")
 
     def with_(self, **changes: Any) -> SelectionSpec:
         """This value with the given fields replaced; a None value keeps the field (an option not given)."""
@@ -97,7 +104,8 @@ class SelectionSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {"models": list(self.models), "seed": self.seed, "bound": self.bound, "samples": self.samples,
-                "torn_samples": self.torn_samples, "max_states": self.max_states}
+                "torn_samples": self.torn_samples, "max_states": self.max_states,
+                **({"lie_file": self.lie_file} if self.lie_file else {})}
 
 
 # the presets: `check` and the library take SelectionSpec(); `run` (the quick default campaign) and

@@ -53,6 +53,7 @@ class Row:
     max_states: int = 0                       # judge at most this many states of this row (0: as the run says)
     cause: dict[str, str] = field(default_factory=dict)   # model -> the rule its failures' cause names (core/causes.py)
     disk_latency: str = "none"                # the data disk's latency while recording (core/latency.py)
+    lie_file: str = ""                        # the lying-disk models lie about this file of the program only
 
     @property
     def id(self) -> str:
@@ -93,7 +94,7 @@ def load(path: str | Path | None = None) -> list[Row]:
 
 def _rows(d: dict[str, Any], where: str) -> list[Row]:
     known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim",
-             "max_states", "cause", "disk_latency"}
+             "max_states", "cause", "disk_latency", "lie_file"}
     unknown = set(d) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -123,7 +124,8 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
     latency = str(disk_latency(str(d.get("disk_latency", DEFAULT_DISK_LATENCY)), f"{where}: disk_latency"))
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
                 str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
-                " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0)), cause, latency) for fs in fss]
+                " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0)), cause, latency,
+                str(d.get("lie_file", ""))) for fs in fss]
 
 
 def choose(rows: list[Row], patterns: list[str] | tuple[str, ...] = (), ci: bool = False) -> list[Row]:

@@ -288,3 +288,17 @@ def test_with_a_file_map_the_programs_blocks_come_first(tmp_path: Path) -> None:
         plain = CrashSpace(idx)
         assert all(plain.state_from_id(s.id) == s for s in got + rot)
         assert {3, 11} - {s.dropped[0] for s in plain.states("lost-write", samples=4, seed=1)}
+
+
+def test_a_lie_file_restricts_the_models_to_its_blocks(tmp_path: Path) -> None:
+    """--lie-file: only writes still holding one of the file's sectors are targets, and a corrupt or
+    unreadable sector is one of the file's."""
+    from powercut.core.lies import target_program
+    ops = [("m", "mkfs")] + [("w", 4 * i, 4, 0, i) for i in range(12)] + [("m", "ack:x")]
+    with build_log(tmp_path / "l.bin", ops) as idx:
+        sp = CrashSpace(idx)
+        target_program(sp, [(9, 2)], only=True)             # sectors 9..10: entry 3's (sectors 8..11)
+        assert [s.dropped for s in sp.states("lost-write")] == [(3,)]
+        un = sp.states("unreadable-sector")
+        assert [(s.lie.entry, s.lie.sector) for s in un] == [(3, un[0].lie.sector)] and un[0].lie.sector in (9, 10)
+        assert all(s.lie.sector in (9, 10) for s in sp.states("corrupt-sector"))
