@@ -19,10 +19,8 @@ on any filesystem and any disk with a write cache):
 - ``unordered-writes``: the commit in flight at the crash wrote more than once and made the writes
   durable with one barrier: the disk may keep a later write without an earlier one, which a state
   that kept some and lost others shows (a commit record persisted before the data it commits);
-- ``disk-lied``: the state is a lying disk's (core/lies.py): the disk lost, misdirected, corrupted
-  or could not read back one write, and the program served the result (``silent-corruption``) or
-  lost an acked commit without a word (``lost-ack``); the write and what the disk did are the
-  evidence, and the question is not a rule the program broke but whether it noticed;
+- ``disk-lied``: a lying disk's state (core/lies.py): what the disk did to which write, and that
+  the program served it (``silent-corruption``) or lost an ack without a word (``lost-ack``);
 - ``beyond-rules``: the program did everything the rules ask and still lost the commit -- a
   filesystem or disk behaviour beyond them; the block-level blame is the evidence.
 
@@ -47,8 +45,7 @@ UNORDERED, TORN, BEYOND = "unordered-writes", "unchecked-tear", "beyond-rules"
 LIED = "disk-lied"
 RANK = (ERROR, RENAME, EARLY, NO_FSYNC, NO_DIR_FSYNC, UNORDERED)   # strongest first
 RULES = (*RANK, TORN, LIED, BEYOND)
-BARRIERS = (sc.FSYNC, sc.FDATASYNC, sc.SYNC, sc.SYNCFS)
-EVIDENCE_LINES = 6
+BARRIERS, EVIDENCE_LINES = (sc.FSYNC, sc.FDATASYNC, sc.SYNC, sc.SYNCFS), 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +74,7 @@ class Violation:
                     f"before the data, leaving {rel(ren.path2, self._root)} empty or stale")
         if self.rule == EARLY:
             sync = next(o for o in self.evidence if o.kind in BARRIERS and o.seq > self.ack.seq)
-            ran = f"{(sync.time - sync.began) * 1000:.1f} ms" if sync.time > sync.began else "a while"
-            other = " in another thread" if sync.pid != self.ack.pid else ""
+            ran, other = f"{(sync.time - sync.began) * 1000:.1f} ms", " in another thread" * (sync.pid != self.ack.pid)
             return (f"{key} was given while the {sync.kind} of {self.subject}{other} was still running: it began "
                     f"before the ack and returned after it ({ran} in all) -- an ack must wait for the {sync.kind} "
                     "to return; a slow disk loses this race")
@@ -287,7 +283,7 @@ def commits(trace: Trace, root: str, aligned: dict[int, int] | None = None) -> l
     out: list[Commit] = []
     begun: dict[str, int] = {}
     last_ack = -1
-    splits = [o for o in trace.ops if o.kind in BARRIERS and o.ok and o.start >= 0]
+    splits = [o for o in trace.ops if o.kind in BARRIERS and o.ok and o.start >= 0]   # began earlier
     seqs = [o.seq for o in splits]
     for o in trace.ops:
         if o.kind == sc.MARK:
@@ -305,9 +301,8 @@ def commits(trace: Trace, root: str, aligned: dict[int, int] | None = None) -> l
 
 
 def _running(splits: list[Op], seqs: list[int], ack: Op) -> dict[str, Op]:
-    """Of ``splits`` (the successful syncs strace split with ``<unfinished ...>``, in completion
-    order), those that began before ``ack`` and returned after it, by path ("" for sync/syncfs).
-    Only those returning within a minute of the ack are looked at."""
+    """Of ``splits`` (successful syncs strace split, in completion order) those that began before
+    ``ack`` and returned within a minute after it, by path ("" for sync/syncfs)."""
     out: dict[str, Op] = {}
     for o in splits[bisect.bisect_right(seqs, ack.seq):]:
         if o.time > ack.time + 60:
@@ -334,19 +329,18 @@ LIE_WORDS = {"lost-write": "acked write #{e} (sector {s}) and dropped it",
              "corrupt-sector": "flipped {n} bit(s) of sector {d}, last written by write #{e}",
              "unreadable-sector": "could not read back sector {d}, last written by write #{e}",
              "flush-ignored": "acked a FLUSH without emptying its cache: writes {ws} before it were lost"}
+SERVED = {"silent-corruption": "the program served the result as good data, with no error",
+          "lost-ack": "an acked commit was gone without an error from the program"}
 
 
-def lie_cause(model: str, entry: int, sector: int, *, dest: int = -1, bits: int = 0,
-              dropped: Sequence[int] = (), verdict: str = "", reasons: Sequence[str] = ()) -> Cause:
-    """Why a lying-disk state failed: what the disk did, and that the program did not notice."""
-    did = LIE_WORDS.get(model, "lied about write #{e}").format(
-        e=entry, s=sector, d=dest if dest >= 0 else sector, n=bits,
-        ws=", ".join(f"#{i}" for i in list(dropped)[:6]) + (" ..." if len(dropped) > 6 else ""))
-    served = ("and the program served the result as good data, with no error" if verdict == "silent-corruption"
-              else "and an acked commit was gone without an error from the program" if verdict == "lost-ack"
-              else f"and the program answered {verdict or 'a failure'} without noticing")
-    return Cause(LIED, f"the disk {did}, {served} -- a checksum over what it reads back, or a "
-                       "refusal to go on, is what notices a lying disk", tuple(reasons[:3]))
+def lie_cause(model: str, entry: int, sector: int, *, dest: int = -1, bits: int = 0, dropped: Sequence[int] = (),
+              verdict: str = "", reasons: Sequence[str] = ()) -> Cause:   # what the disk did; not noticed
+    ws = ", ".join(f"#{i}" for i in list(dropped)[:6]) + (" ..." if len(dropped) > 6 else "")
+    did = LIE_WORDS.get(model, "lied about write #{e}").format(e=entry, s=sector, d=dest if dest >= 0 else sector,
+                                                               n=bits, ws=ws)
+    served = SERVED.get(verdict, f"the program answered {verdict or 'a failure'} without noticing")
+    return Cause(LIED, f"the disk {did}, and {served} -- a checksum over what it reads back, or a refusal to go "
+                       "on, is what notices a lying disk", tuple(reasons[:3]))
 
 
 def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,

@@ -175,10 +175,9 @@ def pick_bits_in(seed: int, entry: int, sectorsize: int, k: int = CORRUPT_BITS) 
 
 def target_program(sp: Space, extents: Iterable[tuple[int, int]], sector_bytes: int = 512, *,
                    only: bool = False) -> None:
-    """Make the models pick the program's own blocks first: ``extents`` are (first sector, count) of
-    ``sector_bytes`` each, where its files lie (the recording's file map).  ``only``: lie about those
-    blocks alone (``--lie-file``: one file's) -- writes that touch none are no target, and a corrupt
-    or unreadable sector is one of them."""
+    """Make the models pick the program's own blocks first: ``extents`` (first sector, count; of
+    ``sector_bytes``) are where its files lie (the file map).  ``only``: lie about those blocks alone
+    (``--lie-file``): writes that touch none are no target, a corrupt/unreadable sector is theirs."""
     ss = sp.sectorsize
     ivs = sorted((a * sector_bytes // ss, -(-(a + n) * sector_bytes // ss)) for a, n in extents if n > 0)
     merged: list[list[int]] = []
@@ -191,8 +190,7 @@ def target_program(sp: Space, extents: Iterable[tuple[int, int]], sector_bytes: 
     sp.program_only = only
 
 
-def in_program(sp: Space, lo: int, hi: int) -> bool:
-    """Whether sectors [lo, hi) touch one of the program's files (False without a map)."""
+def in_program(sp: Space, lo: int, hi: int) -> bool:   # sectors [lo, hi) touch the program's files
     starts, ends = getattr(sp, "program_sectors", None) or ((), ())
     k = bisect.bisect_right(starts, hi - 1) - 1
     return k >= 0 and ends[k] > lo
