@@ -342,7 +342,7 @@ def select_cluster(cs: ClusterSpace, how: SelectionSpec, *, floor_mark: str | No
         mine = owned[m]
         chosen += mine if q == len(mine) else [mine[i] for i in spread(len(mine), q)]
         counts[m] = ModelCounts(gen[m], distinct[m], len(mine), q)
-    notes = {m: [f"node {n}: {x}" for n, sp in enumerate(cs.nodes) for x in log_notes(sp, m)] for m in order}
+    notes = {m: [f"node {n} -- {x}" for n, sp in enumerate(cs.nodes) for x in log_notes(sp, m)] for m in order}
     cov = build(counts, tallies, notes=notes, seed=how.seed)
     node_states = tuple({m: streams[m][n].distinct for m in order} for n in range(len(cs.nodes)))
     return ClusterSelection(tuple(chosen), {k: tuple(x) for k, x in aliases.items()}, counts, cov, node_states,
