@@ -1,7 +1,8 @@
 """replog: a replicated log on a cluster recording's nodes (issue 40's first cluster row).
 
 The client sends record i to every node (one replica thread per node, each appending to ``file`` on
-its own node's filesystem, ``$POWERCUT_MOUNTS``) and acks it once a majority of the nodes answered.
+its own node's filesystem: the node mounts ``n0``, ``n1``, ... in its cwd) and acks it once a
+majority of the nodes answered.
 A node answers after its append is durable (``fsync``) -- or, the broken variant ``fsync=false``,
 as soon as it has *written* it (the page cache: lost on a power cut of every node at once).
 Marks: ``begin:i`` before sending, ``ack:i`` after the majority (both reach every node's log).
@@ -52,9 +53,10 @@ class Replica(threading.Thread):
 
 
 def main(params: dict[str, Any]) -> int:
-    mounts = [m for m in os.environ.get("POWERCUT_MOUNTS", "").split(":") if m]
+    # a cluster recording's cwd holds the node mounts n0, n1, ... (docs/clusters.md)
+    mounts = sorted((d for d in os.listdir(".") if d[:1] == "n" and d[1:].isdigit()), key=lambda d: int(d[1:]))
     if len(mounts) < 2:
-        raise SystemExit("replog: needs a cluster recording ($POWERCUT_MOUNTS names 2 or more node mounts)")
+        raise SystemExit("replog: needs a cluster recording (record --nodes N: node mounts n0, n1, ... in its cwd)")
     answers: queue.Queue[tuple[int, BaseException | None]] = queue.Queue()
     nodes = [Replica(os.path.join(m, params["file"]), params["fsync"], answers) for m in mounts]
     for r in nodes:
