@@ -7,6 +7,7 @@ Below both marks.py (the public ``powercut.mark``, which then moves the recordin
 faults.py (whose switches are marks but must not move the plan)."""
 from __future__ import annotations
 
+import fcntl
 import os
 
 from powercut.core.dmlog import ORDER_BEGIN, ORDER_END
@@ -16,6 +17,8 @@ from powercut.linux.dm import DM_CONTROL
 TIMING_ENV = environ.TIMING      # timing mode: marks are timestamps in this file (marks.py)
 ORDER_ENV = environ.ORDER_DEV
 DM_NAME_ENV = environ.DM_NAME
+CLUSTER_ENV = environ.CLUSTER
+CLUSTER_LOCK = "/run/powercut/cluster-marks.lock"   # guest-local: every marking process of the VM takes it
 
 _order: dict[str, int] = {}  # order device path -> its open descriptor
 
@@ -46,6 +49,34 @@ def insert(text: str, dm_name: str | None = None, order_dev: str | None = None) 
         dm.message(dm_name, f"mark {text}")
     except dm.DmError as e:
         raise MarkError(e.errno, f"mark {text!r} on {dm_name}: {os.strerror(e.errno)}") from None
+
+
+def cluster_nodes(spec: str) -> list[tuple[str, str]]:
+    """``name=order,name=order,...`` ($POWERCUT_CLUSTER) as (dm name, order device) pairs."""
+    out = []
+    for part in filter(None, spec.split(",")):
+        name, _, order = part.partition("=")
+        out.append((name, order))
+    return out
+
+
+def insert_cluster(text: str, spec: str, lock: str = CLUSTER_LOCK) -> None:
+    """A cluster recording's mark: on every node's log in node order (each ordered after that
+    node's completed writes), all of them under one lock (an flock held across processes), so
+    every log has the same sequence of marks (core/cluster.py)."""
+    nodes = cluster_nodes(spec)
+    if not nodes:
+        raise MarkError(0, f"{CLUSTER_ENV} names no node")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise MarkError(e.errno, f"cluster mark lock {lock}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for name, order in nodes:
+            insert(text, name, order)
+    finally:
+        os.close(fd)   # releases the lock
 
 
 def _ordering(dm_name: str, order_dev: str) -> None:

@@ -85,6 +85,7 @@ class CheckInput:
     begun: tuple[str, ...]
     params: dict[str, Any] = field(default_factory=dict)
     state: str = ""
+    mounts: tuple[str, ...] = ()   # a cluster state: every node's mount, node 0 first (``mount`` is node 0's)
 
     def __post_init__(self) -> None:  # a state's acks may be a KeyPrefix (core/crashstate): checkers get tuples
         for name in ("acked", "begun"):
@@ -93,7 +94,7 @@ class CheckInput:
 
     def to_json(self) -> dict[str, Any]:
         return {"mount": self.mount, "acked": list(self.acked), "begun": list(self.begun), "params": self.params,
-                "state": self.state}
+                "state": self.state, **({"mounts": list(self.mounts)} if self.mounts else {})}
 
     @property
     def lying_disk(self) -> bool:

@@ -3,6 +3,7 @@
 * ``context`` -- what a state is judged against (CheckContext) and its checker;
 * ``judge`` -- mount, checker, umount, read-only fsck of one state;
 * ``host`` -- --check-in host: loop devices, parallel incremental walks;
+* ``cluster`` -- cluster crash states (--check-in host): every node mounted, the checker given all mounts, fsck per node;
 * ``vm`` -- --check-in vm: checker VMs (CheckerVm boots one; check, diagnose and shell jobs);
 * ``hosts`` -- where a checker VM boots: QEMU here, libvirt here, or a remote libvirt host
   (--check-uri: image and recording shipped by hash, files mirrored back);

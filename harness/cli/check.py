@@ -31,12 +31,45 @@ def campaign_spec(args: argparse.Namespace, preset: str = "check") -> Any:
                         require_exhaustive=args.require_exhaustive, ledger=args.ledger)
 
 
+def _is_cluster(path: str) -> bool:
+    from powercut.errors import BadRecording
+    from powercut.record.recording import load
+
+    try:
+        return load(path).nodes > 1
+    except BadRecording:   # run_campaign says what is wrong with it
+        return False
+
+
+def cmd_check_cluster(args: argparse.Namespace) -> int:
+    """``powercut check`` of a cluster recording (campaign/cluster.py): host mode, one summary."""
+    from powercut.campaign.cluster import ClusterCheck, run_cluster_check
+    from powercut.cli.parser import selection_from
+
+    spec = ClusterCheck(selection=selection_from(args, "check"), cluster_bound=args.cluster_bound,
+                        check_in=args.check_in, checker_command=args.checker, force=args.force)
+    summary, out = run_cluster_check(args.path, spec, args.out)
+    sel = summary["selection"]
+    print(f"{summary['workload']} on {summary['nodes']} nodes: {summary['judged']} cluster states judged over "
+          f"{sel['instants']} instants in {summary['judge_s']} s ({summary['per_state_s']} s a state)")
+    for n, per in enumerate(sel["node_states"]):
+        print(f"  node {n}: distinct states " + ", ".join(f"{m} {k}" for m, k in per.items()))
+    print("  verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["verdicts"].items())))
+    for f in summary["failures"][:3]:
+        print(f"  {f['verdict']}: {f['state']}: " + "; ".join(f["reasons"][:2]))
+    phrase = f" ({summary['phrase']})" if summary["phrase"] else ""
+    print(f"{summary['verdict'].upper()}{phrase}; summary: {out}/summary.json")
+    return 3 if summary["verdict"] == "fail" else 0
+
+
 def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from powercut.campaign.run import run_campaign
 
+    if preset == "check" and _is_cluster(args.path):
+        return cmd_check_cluster(args)
     spec = campaign_spec(args, preset)
     console = Console(stderr=True)
     failed = 0

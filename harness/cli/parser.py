@@ -274,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("record", help="record a workload's block writes in a VM")
     _record_options(r)
+    r.add_argument("--nodes", type=at_least(1), default=1, metavar="N",
+                   help="a cluster recording: N data disks, each on its own dm-log-writes device, in one VM; "
+                        "every mark goes to every node's log (docs/clusters.md)")
 
     c = sub.add_parser("check", help="judge every crash state of a recording (recover, checker, fsck)")
     c.add_argument("path", help="a recording directory")
@@ -281,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="replace an earlier check in the output directory")
     _check_options(c, "check")
     accel_option(c, "checker VM")
+    c.add_argument("--cluster-bound", type=at_least(1), default=4096, metavar="N",
+                   help="a cluster recording: all combinations of the nodes' states of an instant up to N, "
+                        "else structured picks and --samples seeded ones (docs/clusters.md)")
 
     img = sub.add_parser("image", help="build or inspect the guest image")
     isub = img.add_subparsers(dest="image_command", metavar="ACTION", parser_class=Parser)

@@ -88,8 +88,15 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     spec = _record_spec(args, default_workload)
     if args.dry_run:
         return _dry_run(spec, args.out)
+    nodes = getattr(args, "nodes", 1)
+    if nodes > 1 and args.dry_run:
+        raise UsageError("--dry-run is not supported with --nodes yet")
     try:
-        rec = record(spec, args.out, force=args.force)
+        if nodes > 1:
+            from powercut.record.cluster import record_cluster
+            rec = record_cluster(spec, args.out, nodes=nodes, force=args.force)
+        else:
+            rec = record(spec, args.out, force=args.force)
     except (PowercutError, KeyboardInterrupt) as e:
         if isinstance(e, KeyboardInterrupt):
             print(f"powercut: {interrupt.note(e)}: the VM was stopped", file=sys.stderr)

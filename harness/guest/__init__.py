@@ -2,6 +2,7 @@
 
 * ``__main__`` -- reads the job and dispatches by its kind;
 * ``record`` -- the record and mark-bench jobs;
+* ``cluster`` -- the cluster record job: N data disks, each on its own log-writes target, marks to every log;
 * ``check`` -- the checker VM's job (check, shell, diagnose);
 * ``bench`` -- the bench job;
 * ``template`` -- a checker VM's template agent: started ahead of any job, saved, restored per VM."""

@@ -31,6 +31,8 @@ FAULT_DEV = "POWERCUT_FAULT_DEV"
 FAULT_PLAN = "POWERCUT_FAULT_PLAN"
 FAULT_STATE = "POWERCUT_FAULT_STATE"
 FAULT_MARKS = "POWERCUT_FAULT_MARKS"
+CLUSTER = "POWERCUT_CLUSTER"
+MOUNTS = "POWERCUT_MOUNTS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,9 @@ VARIABLES = (
     Variable(FAULT_PLAN, "recording", "", "the recording's --fault plan"),
     Variable(FAULT_STATE, "recording", "", "the fault plan's state file (JSON, under an flock)"),
     Variable(FAULT_MARKS, "recording", "", "the mark globs that may move the fault plan, one per line"),
+    Variable(CLUSTER, "recording", "", "a cluster recording's nodes (dm name=order device, comma separated): "
+             "every mark goes to every node's log, under one lock"),
+    Variable(MOUNTS, "recording", "", "a cluster recording: each node's mounted filesystem, colon separated"),
 )
 _NAMES = frozenset(v.name for v in VARIABLES)
 

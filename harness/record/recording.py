@@ -101,6 +101,17 @@ class Recording:
     def workload_label(self) -> str:
         return str(self.manifest["workload"].get("name") or "cmd")
 
+    @property
+    def nodes(self) -> int:
+        """How many nodes recorded (1: a single-disk recording; > 1: a cluster, record/cluster.py)."""
+        return int(self.manifest.get("cluster", {}).get("nodes", 1))
+
+    @property
+    def node_logs(self) -> tuple[Path, ...]:
+        """Every node's log, node 0 first (a single-disk recording: its one log)."""
+        nodes = self.manifest.get("cluster", {}).get("node")
+        return tuple(self.dir / n["log"] for n in nodes) if nodes else (self.log_path,)
+
     def require_ok(self) -> "Recording":
         if not self.ok:
             error = self.manifest["recording"].get("error", "")

@@ -82,7 +82,8 @@ def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: 
 # what powercut itself puts in a recording directory (the recording, its check, the matrix's extras)
 OWN_FILES = frozenset({MANIFEST, f".{MANIFEST}.tmp", "log.bin", "data-final.img", "console.log", "job", "check",
                        "qemu.argv", "qemu.stderr", "domain.xml", "libvirt-qemu.log", "accel-probe-console.log",
-                       "untorn", "diagnose", "report"})
+                       "untorn", "diagnose", "report"}
+                      | {f for i in range(8) for f in (f"log-n{i}.bin", f"data-n{i}-final.img")})   # clusters
 
 
 def prepare_outdir(out: Path, force: bool) -> None:

@@ -3,7 +3,7 @@ imports inside functions count too:
 
 * each part sits in one layer and imports only its own part and parts of lower layers (two parts of
   one layer never import each other);
-* outside ``record/`` only ``record.recording`` (the format) is imported, and ``record.vm`` only by
+* outside ``record/`` only ``record.recording`` (the format) is imported, and ``record.vm`` (and ``record.cluster``) only by
   ``campaign/`` and ``cli/``; ``guest/`` imports ``vm.guestjob`` and no other part of ``vm/``;
 * third-party packages only where the table allows them;
 * no import cycle between modules;
@@ -128,9 +128,10 @@ def violations(module: str, source: str, *, lazy: bool | None = None) -> list[st
                 bad.append(f"{where}: {mine or 'powercut'}/ (layer {LAYER[mine]}) imports {imp.name} "
                            f"(layer {LAYER[theirs]})")
             if theirs == "record" and mine != "record":
-                if imp.name not in ("powercut.record.recording",) and not imp.name.startswith("powercut.record.vm"):
+                drivers = ("powercut.record.vm", "powercut.record.cluster")   # the VM drivers (one disk, a cluster)
+                if imp.name not in ("powercut.record.recording",) and not imp.name.startswith(drivers):
                     bad.append(f"{where} imports {imp.name}: outside record/ only record.recording")
-                if imp.name.startswith("powercut.record.vm") and mine not in ("campaign", "cli"):
+                if imp.name.startswith(drivers) and mine not in ("campaign", "cli"):
                     bad.append(f"{where} imports {imp.name}: record.vm is for campaign/ and cli/ only")
             if mine == "guest" and theirs in ("vm", "images") and imp.name != "powercut.vm.guestjob":
                 bad.append(f"{where} imports {imp.name}: the guest uses vm.guestjob only")
