@@ -2,11 +2,13 @@
 it, run the workload, tear the target down; time marks."""
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import logging
 import os
 import shutil
+import struct
 import sys
 import threading
 import time
@@ -263,6 +265,15 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
 
 
 FILE_MAP = "files.json"
+BLKROSET = 0x125D
+
+
+def _writable(fd: int) -> None:
+    try:
+        fcntl.ioctl(fd, BLKROSET, struct.pack("i", 0))
+    finally:
+        os.close(fd)
+
 FILE_MAP_LIMIT = 20000   # files; a program with more is mapped in part (said in the map)
 
 
@@ -275,12 +286,16 @@ def file_map(data: str, fs: filesystems.Filesystem, jobdir: Path) -> dict[str, A
         return {"file_map_error": "btrfs extents are logical addresses, not the device's sectors"}
     files: dict[str, list[list[int]]] = {}
     skipped = 0
+    guard = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        # the device itself read-only (BLKROSET): a filesystem that writes at a read-only mount (XFS
+        # clears its log) must not change the final image the log already ends at
+        fcntl.ioctl(guard, BLKROSET, struct.pack("i", 1))
         mount(data, MNT, fs.name, "ro")
-    except OSError as e:
-        return {"file_map_error": f"cannot mount the final filesystem read-only: {e}"}
-    except PowercutError as e:
-        return {"file_map_error": f"cannot mount the final filesystem read-only: {e.one_line()}"}
+    except (OSError, PowercutError) as e:
+        _writable(guard)
+        why = e.one_line() if isinstance(e, PowercutError) else str(e)
+        return {"file_map_error": f"cannot mount the final filesystem read-only: {why}"}
     try:
         for root, dirs, names in os.walk(MNT):
             dirs[:] = sorted(d for d in dirs if not (root == MNT and d == "lost+found"))
@@ -297,6 +312,7 @@ def file_map(data: str, fs: filesystems.Filesystem, jobdir: Path) -> dict[str, A
                     skipped += 1
     finally:
         umount(MNT, lazy_fallback=False)
+        _writable(guard)
     (jobdir / FILE_MAP).write_text(json.dumps({"sector_bytes": 512, "files": files, "skipped": skipped}))
     return {"file_map": FILE_MAP, "file_map_files": len(files), "file_map_skipped": skipped}
 
