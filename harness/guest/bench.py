@@ -34,8 +34,6 @@ MNT = "/run/powercut/mnt"
 
 
 SYS_BLOCK = Path("/sys/block")
-#: initialise everything at mkfs time: ext4's lazy init would write in the background during the runs
-EAGER_INIT = {"ext4": ("-E", "lazy_itable_init=0,lazy_journal_init=0")}
 
 
 def hdparm() -> str:
@@ -97,7 +95,7 @@ def run_set(job: BenchJob, rs: RunSet, index: int, devs: tuple[str, str | None],
     t0 = time.monotonic()
     results: list[dict[str, Any]] = []
     try:
-        process.run(fs.mkfs_argv(dev, EAGER_INIT.get(fs.name, ()) + job.fs.mkfs_opts), timeout=600)
+        process.run(fs.eager_mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
         mount(dev, MNT, fs.name, filesystems.join_opts(fs.mount_opts, job.fs.mount_opts, rs.mount_opts))
         mkfs_s = round(time.monotonic() - t0, 3)
         try:

@@ -44,7 +44,7 @@ def record_cluster(job: RecordJob, jobdir: Path) -> dict[str, Any]:
         target = dm.create(name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
         dev, order_dev, info = stack(name, target, sectors(data))
         res.setdefault("target_write_cache", []).append(info["target_write_cache"])
-        process.run(fs.mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
+        process.run(fs.eager_mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
         names.append(name)
         devs.append(dev)
         orders.append(order_dev)

@@ -243,7 +243,7 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
                                                    [(0, sectors(data), "linear", f"{target} 0")])
     dev, order_dev, info = stack(job.dm_name, target, sectors(data), lower)
     res.update(info)
-    process.run(fs.mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
+    process.run(fs.eager_mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
     res["mkfs_s"] = round(time.monotonic() - t0, 3)
     mark("mkfs", job.dm_name)
     res["latency"] = latency.to_json() if latency.none else slow_down(job.dm_name, target, sectors(data), latency)

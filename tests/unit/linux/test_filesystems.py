@@ -38,3 +38,12 @@ def test_sizes_come_from_the_table() -> None:
         FsSpec("xfs", size_mb=64)
     with pytest.raises(UsageError, match="unknown filesystem 'zfs'"):
         FsSpec("zfs")
+
+
+def test_recordings_make_ext4_with_nothing_left_to_initialize_later() -> None:
+    """ext4lazyinit would zero inode tables in the background during a recorded workload."""
+    from powercut.linux import filesystems
+    argv = filesystems.get("ext4").eager_mkfs_argv("/dev/x", ("-b", "4096"))
+    assert argv[-1] == "/dev/x" and "lazy_itable_init=0,lazy_journal_init=0" in argv
+    assert argv.index("lazy_itable_init=0,lazy_journal_init=0") < argv.index("-b")   # the user's options win
+    assert filesystems.get("xfs").eager_mkfs_argv("/dev/x") == filesystems.get("xfs").mkfs_argv("/dev/x")
