@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SUPER = struct.Struct("<QQQI")        # magic, version, nr_entries, sectorsize
 ENTRY = struct.Struct("<QQQQ")        # sector, nr_sectors, flags, data_len
@@ -127,3 +128,18 @@ def run(log: Path, dev: str, fstype: str, mnt: Path, points: Sequence[int], *, r
     finally:
         os.close(vfd)
     return Result(len(points), time.perf_counter() - t, replay_log or "python re-implementation")
+
+
+def run_on_scratch(rec: Any, work: Path, points: Sequence[int], replay_log: str = "") -> Result:
+    """``run`` over ``points`` of recording ``rec``'s log on a scratch loop device of its data size
+    (made, attached, detached and removed here), as the test uses one reused device."""
+    img = work / "scratch.img"
+    with open(img, "wb") as f:
+        f.truncate(rec.data_size)
+    dev = subprocess.run(["losetup", "--find", "--show", str(img)], check=True, capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    try:
+        return run(rec.log_path, dev, rec.fstype, work / "mnt", points, replay_log=replay_log)
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=True, timeout=60)
+        img.unlink()

@@ -26,7 +26,6 @@ from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.core.dmlog import open_log
 from powercut.core.selection import select
-from powercut.linux import process
 from powercut.record.recording import load as load_recording
 from powercut.record.vm import RecordSpec, record
 
@@ -37,15 +36,7 @@ def baseline(rec, workdir: Path, max_states: int, replay_log: str = "") -> basel
     points = baseline482.fua_points(rec.log_path)
     if max_states:
         points = points[:: max(1, len(points) // max_states)][:max_states]
-    img = workdir / "scratch.img"
-    with open(img, "wb") as f:
-        f.truncate(rec.data_size)
-    dev = process.run(["losetup", "--find", "--show", str(img)], timeout=60).stdout.strip()
-    try:
-        return baseline482.run(rec.log_path, dev, rec.fstype, workdir / "mnt", points, replay_log=replay_log)
-    finally:
-        process.run(["losetup", "-d", dev], timeout=60)
-        img.unlink()
+    return baseline482.run_on_scratch(rec, workdir, points, replay_log)
 
 
 def main() -> int:

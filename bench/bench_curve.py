@@ -39,7 +39,6 @@ import bench_scale
 
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.linux import process
 from powercut.record.recording import load as load_recording
 from powercut.record.recording import pin_log, write
 from powercut.record.vm import RecordSpec, record
@@ -65,15 +64,7 @@ def baseline(rec, work: Path, states: int, replay_log: str = "") -> baseline482.
     points = baseline482.fua_points(rec.log_path)
     step = max(1, len(points) // states)
     points = points[step - 1::step][:states]
-    img = work / "scratch.img"
-    with open(img, "wb") as f:
-        f.truncate(rec.data_size)
-    dev = process.run(["losetup", "--find", "--show", str(img)], timeout=60).stdout.strip()
-    try:
-        return baseline482.run(rec.log_path, dev, rec.fstype, work / "mnt", points, replay_log=replay_log)
-    finally:
-        process.run(["losetup", "-d", dev], timeout=60)
-        img.unlink()
+    return baseline482.run_on_scratch(rec, work, points, replay_log)
 
 
 def powercut(rec_dir: Path, work: Path, states: int) -> tuple[int, float]:
