@@ -25,7 +25,7 @@ from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import CheckerError
 from powercut.linux import interrupt
-from powercut.linux.imageio import sparse_copy_fd
+from powercut.linux.imageio import sparse_copy
 from powercut.linux.loopdev import LoopSlot
 from powercut.linux.mounts import MountError, mount
 from powercut.replay.materialize import replay_into
@@ -36,15 +36,7 @@ Sink = Callable[[Verdict], None]
 
 
 def _copy(src: Path, dst: Path, size: int) -> None:
-    s = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        d = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            sparse_copy_fd(s, d, size)
-        finally:
-            os.close(d)
-    finally:
-        os.close(s)
+    sparse_copy(src, dst, size, 0o644)
 
 
 def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, states: Sequence[ClusterState],

@@ -106,6 +106,21 @@ def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
+def sparse_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str], size: int | None = None,
+                mode: int = 0o600) -> int:
+    """``sparse_copy_fd`` between paths: ``dst`` made (or truncated) with ``mode``; ``size`` defaults
+    to the source's.  Returns the number of data bytes copied."""
+    s = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        d = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            return sparse_copy_fd(s, d, os.fstat(s).st_size if size is None else size)
+        finally:
+            os.close(d)
+    finally:
+        os.close(s)
+
+
 def sparse_copy_fd(src: int, dst: int, size: int) -> int:
     """Copy the first ``size`` bytes of src to dst (a fresh file), keeping holes.  Returns the
     number of data bytes copied."""

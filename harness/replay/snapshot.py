@@ -32,7 +32,7 @@ from typing import Self
 
 from powercut.errors import CommandFailed, EnvironmentNotReady, UsageError
 from powercut.linux import mounts, process
-from powercut.linux.imageio import new_image, probe_reflink, reflink_fd, sparse_copy_fd, writeback
+from powercut.linux.imageio import new_image, probe_reflink, reflink_fd, sparse_copy, writeback
 from powercut.linux.loopdev import LoopDevice, LoopError
 
 log = logging.getLogger(__name__)
@@ -157,16 +157,7 @@ class CopyProvider(Provider):
     name = "copy"
 
     def clone(self, src: Path, dst: Path) -> Path:
-        s = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            size = os.fstat(s).st_size
-            d = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                sparse_copy_fd(s, d, size)
-            finally:
-                os.close(d)
-        finally:
-            os.close(s)
+        sparse_copy(src, dst)
         return dst
 
 
