@@ -22,12 +22,12 @@ from pathlib import Path
 
 from powercut import workload as workloads
 from powercut.config import DiskSpec
-from powercut.errors import PowercutError, UsageError, VmError
+from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import process
 from powercut.record import recording
 from powercut.record.recording import Recording
-from powercut.record.vm import DM_NAME, RecordSpec, prepare_outdir, run_job, vm_spec
+from powercut.record.vm import DM_NAME, RecordSpec, prepare_outdir, run_recording_vm, vm_spec
 from powercut.record.vm import _judge as judge_result
 from powercut.record.vm import _manifest as base_manifest
 from powercut.record.vm import _mark_order as mark_order
@@ -89,15 +89,7 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
         {"log": node_files(i)[0], "final": node_files(i)[1], "mount": f"n{i}"} for i in range(nodes)]}
     start = time.monotonic()
     try:
-        recording.write(out, manifest)
-        try:
-            res = run_job(vmspec, spec.backend, spec.libvirt_uri, out, jobdir / "started")
-        except VmError as e:
-            manifest["recording"].update(status=e.kind, error=e.one_line())
-            raise
-        manifest["recording"].update(accel=res.accel, vm_wall_s=round(res.wall_s, 3),
-                                     boot_to_workload_s=round(res.boot_s, 3) if res.boot_s else None)
-        result = guestjob.read_result(jobdir)
+        result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
         manifest["result"] = {"ok": result.ok, **{k: v for k, v in result.data.items() if k != "logs"},
                               **({"error": result.error} if result.error else {})}
         judge_result(result, manifest, out)

@@ -101,6 +101,21 @@ def prepare_outdir(out: Path, force: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
+def run_recording_vm(vmspec: VmSpec, spec: RecordSpec, out: Path, jobdir: Path,
+                     manifest: dict[str, Any]) -> guestjob.GuestResult:
+    """Write the manifest, run the recording VM, note in the manifest how it ran (or why it did
+    not: the VmError goes on up) and return the guest job's result (one disk or a cluster)."""
+    recording.write(out, manifest)
+    try:
+        res = run_job(vmspec, spec.backend, spec.libvirt_uri, out, jobdir / "started")
+    except VmError as e:
+        manifest["recording"].update(status=e.kind, error=e.one_line())
+        raise
+    manifest["recording"].update(accel=res.accel, vm_wall_s=round(res.wall_s, 3),
+                                 boot_to_workload_s=round(res.boot_s, 3) if res.boot_s else None)
+    return guestjob.read_result(jobdir)
+
+
 def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> Recording:
     """Record ``spec.workload`` on ``spec.fs`` into the directory ``out``.  On any failure (or an
     interrupt) the directory is kept with a manifest whose status says what happened, and the
@@ -129,15 +144,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
     manifest = _manifest(spec, image, vmspec, data_bytes)
     start = time.monotonic()
     try:
-        recording.write(out, manifest)
-        try:
-            res = run_job(vmspec, spec.backend, spec.libvirt_uri, out, jobdir / "started")
-        except VmError as e:
-            manifest["recording"].update(status=e.kind, error=e.one_line())
-            raise
-        manifest["recording"].update(accel=res.accel, vm_wall_s=round(res.wall_s, 3),
-                                     boot_to_workload_s=round(res.boot_s, 3) if res.boot_s else None)
-        result = guestjob.read_result(jobdir)
+        result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
         data = {k: v for k, v in result.data.items() if k != "latency"}   # its own section, [latency]
         manifest["result"] = {"ok": result.ok, **data, **({"error": result.error} if result.error else {})}
         if isinstance(result.get("latency"), dict):
