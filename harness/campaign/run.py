@@ -40,6 +40,7 @@ from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.models import space
 from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select, state_key
 from powercut.core.shard import Shard
+from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import Verdict
 from powercut.debug import cause, triage
 from powercut.errors import BadLog, BadRecording, CheckerError, PowercutError, UsageError
@@ -421,6 +422,8 @@ def _campaign(rec: recording.Recording, index: LogIndex, spec: CampaignSpec, out
         wanted = {s.id for s in sel.states}
         verdicts = [v for sid, v in journal.done.items() if sid in wanted]
         cov = coverage_of(sel, verdicts, ctx)
+        if spec.selection.lie_file:   # a pass there speaks for that file's blocks only
+            cov = cov.with_note(f"lies only about {spec.selection.lie_file} (--lie-file)", LIE_MODELS)
         if spec.ledger and verdicts:   # passes only: a failing state is judged again next time
             ledger.add(spec.ledger, sha, (state_key(sp, sp.state_from_id(v.state)) for v in verdicts
                                           if not v.failed))
