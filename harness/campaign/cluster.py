@@ -20,6 +20,7 @@ from typing import Any
 
 from powercut.check.cluster import check_cluster_host
 from powercut.check.context import context_for
+from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.core.cluster import DEFAULT_CLUSTER_BOUND, ClusterSpace, select_cluster
 from powercut.core.dmlog import open_log
 from powercut.core.selection import SelectionSpec
@@ -37,6 +38,9 @@ class ClusterCheck:
     check_in: str = "host"
     checker_command: str = ""
     force: bool = False
+    checker_function: str = ""          # a Python checker, FILE::NAME (the pytest plugin's)
+    checker_path: tuple[str, ...] = ()  # sys.path entries its imports need
+    checker_timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 def _verify_node(rec: recording.Recording, i: int, node: dict[str, Any]) -> None:
@@ -67,7 +71,7 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
             raise UsageError(f"{outdir} holds an earlier check (use --force to replace it)")
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    ctx = context_for(rec, spec.checker_command)
+    ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s, spec.checker_function, spec.checker_path)
     sel_spec = spec.selection.resolved()
     with contextlib.ExitStack() as stack:
         try:
@@ -75,6 +79,7 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
         except BadLog as e:
             raise BadRecording(f"{rec.dir}: {e.one_line()}") from None
         cs = ClusterSpace(logs)
+        acks = sum(1 for ev in cs.events if ev[0])   # the same key marks in every node's log
         t = time.monotonic()
         sel = select_cluster(cs, sel_spec, cluster_bound=spec.cluster_bound)
         select_s = time.monotonic() - t
@@ -95,6 +100,7 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
     failing = [v for v in verdicts if v.failed]
     cov = sel.coverage
     summary = {"recording": str(rec.dir), "nodes": rec.nodes, "workload": rec.workload_label,
+               "fstype": rec.fstype, "check_in": spec.check_in, "acks": acks,
                "verdict": "fail" if failing else "pass", "coverage": cov.to_json(), "phrase": cov.phrase(),
                "verdicts": dict(counts), "judged": len(verdicts), "selection": sel.to_json(),
                "select_s": round(select_s, 3), "judge_s": round(judge_s, 3),

@@ -11,6 +11,7 @@ the first failing state, each failure group with its minimized state, its blame 
 ``powercut repro`` command, and where the artifacts are."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -20,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from powercut.campaign.cluster import ClusterCheck, run_cluster_check
 from powercut.campaign.run import CampaignSpec, run_campaign, split_settings
 from powercut.check.host import require_root
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency
+from powercut.core.cluster import MAX_NODES
 from powercut.core.faultwindows import FaultPlan
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import FINDINGS, Verdict
@@ -32,7 +35,9 @@ from powercut.debug.cause import group_lines
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
 from powercut.linux import filesystems, process
+from powercut.record.cluster import record_cluster
 from powercut.record.vm import RecordSpec, record
+from powercut.report import cluster as cluster_output
 from powercut.report.summary import Summary
 from powercut.vm.cmdline import keep_visible
 from powercut.vm.qemu import QEMU
@@ -63,6 +68,7 @@ class CrashTest:
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
     fault: str = ""                         # the recording's fault plan (--fault; core/faultwindows.FaultPlan)
     disk_latency: str = str(DEFAULT_DISK_LATENCY)   # the data disk's latency while recording (core/latency.py)
+    nodes: int = 1                          # > 1: a cluster (docs/clusters.md): the workload sees mounts n0, n1, ...
 
     @classmethod
     def of(cls, name: str, workload_cmd: str, **settings: Any) -> CrashTest:
@@ -95,6 +101,10 @@ class CrashTest:
             except ValueError as e:
                 raise UsageError(f"{self.name}: fault={self.fault!r}: {e}") from None
         disk_latency(self.disk_latency, f"{self.name}: disk_latency")
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
+            raise UsageError(f"{self.name}: nodes={self.nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
+        if self.nodes > 1 and (self.fault or self.disk_latency != str(DEFAULT_DISK_LATENCY)):
+            raise UsageError(f"{self.name}: nodes={self.nodes}: a cluster crash test takes no fault or disk_latency yet")
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -263,6 +273,20 @@ def run(test: CrashTest, out: Path, on_verdict: Callable[[Verdict], None] | None
                                                     "params": test.params, "pid": os.getpid()}, indent=1) + "\n")
     # the guests import the test's functions from its files and sys.path: keep those visible there
     keep_visible([*test.path, *(os.path.dirname(f.split("::")[0]) for f in test.functions())])
+    if test.nodes > 1:
+        return _run_cluster(test, out, on_verdict)
     rec = record(test.recording(), out / "recording")
     summary, paths = run_campaign(rec.dir, test.campaign(), out / "check", on_verdict=on_verdict)
     return Outcome(test, summary, paths, out)
+
+
+def _run_cluster(test: CrashTest, out: Path, on_verdict: Callable[[Verdict], None] | None) -> Outcome:
+    """A cluster crash test: ``nodes`` disks recorded in one VM, every consistent cut judged."""
+    rec = record_cluster(test.recording(), out / "recording", nodes=test.nodes)
+    spec = ClusterCheck(selection=test.selection, check_in=test.place.check_in, checker_command=test.checker_cmd,
+                        force=True, checker_function=test.checker_function, checker_path=test.path,
+                        checker_timeout_s=test.checker_timeout_s)
+    _, outdir = run_cluster_check(rec.dir, spec, out / "check", on_verdict=on_verdict)
+    summary = cluster_output.load(outdir)
+    summary = dataclasses.replace(summary, allow_no_acks=test.allow_no_acks)
+    return Outcome(test, summary, {"summary": outdir / "summary.json", "journal": outdir / "journal.jsonl"}, out)

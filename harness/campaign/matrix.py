@@ -13,6 +13,7 @@ from typing import Any
 from powercut.bench.plan import plan
 from powercut.bench.results import BenchResults, write
 from powercut.bench.run import BenchVmSpec, run_bench_vm
+from powercut.campaign.cluster import ClusterCheck, run_cluster_check
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check.context import LogSource, context_for
 from powercut.check.place import Place
@@ -24,7 +25,9 @@ from powercut.core.stateid import TORN_MODELS
 from powercut.debug.triage import diagnose_at
 from powercut.errors import PowercutError
 from powercut.record import recording
+from powercut.record.cluster import record_cluster
 from powercut.record.vm import RecordSpec, record
+from powercut.report import cluster as cluster_output
 from powercut.report.matrix import Cell, Row, cells, failed_cells, one_line
 
 log = logging.getLogger(__name__)
@@ -78,7 +81,10 @@ def record_row(row: Row, how: MatrixRun) -> str:
         spec = RecordSpec(fs=FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()), mount_opts=row.mount_opts),
                           workload=WorkloadSpec(name=row.workload, params=dict(row.params)), accel=how.place.accel,
                           latency=disk_latency(row.disk_latency))
-        record(spec, recdir, force=True)
+        if row.nodes > 1:
+            record_cluster(spec, recdir, nodes=row.nodes, force=True)
+        else:
+            record(spec, recdir, force=True)
         return ""
     except (PowercutError, OSError) as e:
         log.warning("matrix row %s: %s", row.id, one_line(e))
@@ -97,6 +103,8 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
         where = how.check_in or ("vm" if how.place.uris else row.ci or "vm")
         selection = how.selection.with_(models=row.models, max_states=min(
             (x for x in (how.selection.max_states, row.max_states) if x), default=0), lie_file=row.lie_file or None)
+        if row.nodes > 1:
+            return _check_cluster_row(row, how, selection, where, info, on_verdict)
         cspec = CampaignSpec(selection=selection, place=dataclasses.replace(how.place, check_in=where),
                              resume=how.resume, shrink=0)  # the matrix wants verdicts; triage is check's
         summary, _ = run_campaign(recdir, cspec, recdir / "check", on_verdict=on_verdict)
@@ -112,6 +120,24 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
     except (PowercutError, OSError) as e:
         log.warning("matrix row %s: %s", row.id, one_line(e))
         return failed_cells(row, one_line(e)), info
+
+
+def _check_cluster_row(row: Row, how: MatrixRun, selection: SelectionSpec, where: str, info: dict[str, Any],
+                       on_verdict: Any) -> tuple[list[Cell], dict[str, Any]]:
+    """A cluster row (``nodes`` > 1): every consistent cut judged (campaign/cluster.py), cells per
+    cluster model.  Its torn failures are not checked for whether they need their tear (one disk's
+    ``without_tear`` has no cluster form yet): ``tear_checks`` says so."""
+    recdir = how.out / row.slug
+    if how.resume and cluster_output.is_cluster_output(recdir / "check"):
+        summary = cluster_output.load(recdir / "check")
+    else:
+        spec = ClusterCheck(selection=selection, check_in=where, force=True)
+        run_cluster_check(recdir, spec, recdir / "check", on_verdict=on_verdict)
+        summary = cluster_output.load(recdir / "check")
+    info.update(check_s=round(summary.seconds, 1), check_in=where, anatomy={},
+                tear_checks={"checked": 0, "torn_failures": sum(f.model in TORN_MODELS for f in summary.failures),
+                             "seconds": 0.0, "note": "not checked for a cluster row"})
+    return cells(row, summary, {}, how.require_exhaustive), info
 
 
 def _untorn(rec: Any, cspec: CampaignSpec, torn: list[Any], work: Path) -> dict[str, str]:
@@ -148,9 +174,11 @@ def timed_params(row: Row, quick: bool) -> dict[str, Any]:
 def measure(rows: list[Row], out: Path, *, quick: bool, accel: str = "auto",
             suites: tuple[str, ...] = ()) -> list[BenchResults]:
     """Time every row's workload with the cache on and off: one bench VM per filesystem; ``suites``
-    (e.g. ``tlpi``) are timed in the first one too."""
+    (e.g. ``tlpi``) are timed in the first one too.  Cluster rows are not timed (a bench VM has one
+    disk): their cost is the cluster's, which the one-disk bench does not measure."""
 
     results = []
+    rows = [r for r in rows if r.nodes == 1]
     for k, fstype in enumerate(dict.fromkeys(r.fs for r in rows)):
         sets: dict[tuple[bool, str], list[BenchItem]] = {}
         for r in (r for r in rows if r.fs == fstype):

@@ -59,6 +59,7 @@ ID_SEP = "~"      # MODEL~ids
 NODE_SEP = "+"    # between the nodes' ids (no per-disk id contains it)
 FALLBACK_MODEL = "flush"   # what a node with no state of the cluster model in an instant contributes
 DEFAULT_CLUSTER_BOUND = 4096
+MAX_NODES = 8      # nodes of one cluster recording (one recording VM's disks)
 
 
 def key_events(sp: CrashSpace) -> tuple[tuple[bool, str, int], ...]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from powercut import workload as workloads
 from powercut.config import DiskSpec
+from powercut.core.cluster import MAX_NODES
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import process
@@ -36,7 +37,6 @@ from powercut.vm.qemu import QEMU
 
 log = logging.getLogger(__name__)
 
-MAX_NODES = 8
 
 
 def node_files(i: int) -> tuple[str, str]:

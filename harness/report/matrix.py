@@ -20,6 +20,7 @@ from rich.table import Table
 
 from powercut.config import DEFAULT_DISK_LATENCY, disk_latency
 from powercut.core.causes import RULES
+from powercut.core.cluster import MAX_NODES
 from powercut.core.confirm import group_key
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import FINDINGS
@@ -54,6 +55,7 @@ class Row:
     cause: dict[str, str] = field(default_factory=dict)   # model -> the rule its failures' cause names (core/causes.py)
     disk_latency: str = "none"                # the data disk's latency while recording (core/latency.py)
     lie_file: str = ""                        # the lying-disk models lie about this file of the program only
+    nodes: int = 1                            # a cluster row: the workload runs on this many nodes (docs/clusters.md)
 
     @property
     def id(self) -> str:
@@ -94,7 +96,7 @@ def load(path: str | Path | None = None) -> list[Row]:
 
 def _rows(d: dict[str, Any], where: str) -> list[Row]:
     known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim",
-             "max_states", "cause", "disk_latency", "lie_file"}
+             "max_states", "cause", "disk_latency", "lie_file", "nodes"}
     unknown = set(d) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -121,11 +123,16 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
     if bad:
         raise UsageError(f"{where}: cause {', '.join(bad)} is not a rule; rules: {', '.join(RULES)}")
     fss = d["fs"] if isinstance(d["fs"], list) else [d["fs"]]
+    nodes = d.get("nodes", 1)
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= MAX_NODES:
+        raise UsageError(f"{where}: nodes = {nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
+    if nodes > 1 and (d.get("lie_file") or str(d.get("disk_latency", DEFAULT_DISK_LATENCY)) != str(DEFAULT_DISK_LATENCY)):
+        raise UsageError(f"{where}: a cluster row (nodes = {nodes}) takes no lie_file or disk_latency yet")
     latency = str(disk_latency(str(d.get("disk_latency", DEFAULT_DISK_LATENCY)), f"{where}: disk_latency"))
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
                 str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
                 " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0)), cause, latency,
-                str(d.get("lie_file", ""))) for fs in fss]
+                str(d.get("lie_file", "")), nodes) for fs in fss]
 
 
 def choose(rows: list[Row], patterns: list[str] | tuple[str, ...] = (), ci: bool = False) -> list[Row]:
@@ -288,7 +295,8 @@ def _cause(groups: list[dict[str, Any]], model: str, first: Any) -> tuple[str, s
 
 def _id_in(v: Any, model: str) -> str:
     """The id of the verdict's state as ``model`` names it (its own, or its alias of that model)."""
-    return v.state if v.model == model else next((a for a in v.aliases if a.startswith(f"{model}@")), v.state)
+    return v.state if v.model == model else next((a for a in v.aliases if a.startswith((f"{model}@", f"{model}~"))),
+                                                 v.state)
 
 
 def failed_cells(row: Row, error: str) -> list[Cell]:

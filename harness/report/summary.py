@@ -178,8 +178,9 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
 
 
 def models_of(v: Verdict) -> list[str]:
-    """The models a verdict speaks for: its state's, and each alias's (an alias id starts with its model)."""
-    return list(dict.fromkeys([v.model, *(a.partition("@")[0] for a in v.aliases)]))
+    """The models a verdict speaks for: its state's, and each alias's (an alias id starts with its model:
+    ``MODEL@...`` for one disk, ``MODEL~...`` for a cluster state)."""
+    return list(dict.fromkeys([v.model, *(a.partition("@")[0].partition("~")[0] for a in v.aliases)]))
 
 
 def repro(recording: str, v: Verdict) -> str:

@@ -58,6 +58,9 @@ def test_the_matrix_has_the_shape_the_product_promises() -> None:
     ("[[row]\n", "not a valid verdict matrix"),
     (ROW.replace('why = "test"', 'why = "test"\ncause = "forgot-fsync"'), "cause forgot-fsync is not a rule"),
     (ROW.replace('why = "test"', 'why = "test"\ncause = { torn-4k = "no-fsync" }'), "cause for models without"),
+    (ROW.replace('why = "test"', 'why = "test"\nnodes = 9'), "nodes = 9: a whole number from 1"),
+    (ROW.replace('why = "test"', 'why = "test"\nnodes = "3"'), "nodes = '3'"),
+    (ROW.replace('why = "test"', 'why = "test"\nnodes = 3\ndisk_latency = "hdd"'), "a cluster row .* no lie_file"),
 ])
 def test_a_bad_matrix_file_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
     p = tmp_path / "m.toml"
@@ -269,3 +272,33 @@ def test_a_rows_expected_cause_is_compared_with_its_failures_cause(tmp_path: Pat
                                        fstype="ext4", workload="w", check_in="host", seconds=1.0,
                                        groups=[dict(groups[0], why={"rule": "no-fsync", "sentence": "s"})]))[1]
     assert good.cause_ok and good.cause_text == "s"
+
+
+def test_a_cluster_row_names_its_nodes_and_the_builtin_matrix_has_cluster_rows(tmp_path: Path) -> None:
+    p = tmp_path / "m.toml"
+    p.write_text(ROW.replace('why = "test"', 'why = "test"\nnodes = 3'))
+    (row,) = matrix.load(p)
+    assert row.nodes == 3
+    (one,) = matrix.load(_write(tmp_path / "one.toml", ROW))
+    assert one.nodes == 1
+    clusters = [r for r in matrix.load() if r.nodes > 1]
+    assert {r.workload for r in clusters} >= {"replog"}
+    assert {v for r in clusters for v in r.expect.values()} >= {"pass", "lost-ack"}
+
+
+def test_a_cluster_states_cells_read_its_cluster_model_and_aliases(tmp_path: Path) -> None:
+    """A cluster state's model is its id's MODEL~ part; its aliases (MODEL~...) speak for their models."""
+    lost = Verdict("flush~flush@9+flush@9", "flush", 1, "lost-ack", ("acked record 0 lost",), 1, 1, 0.1,
+                   aliases=("write-cache~flush@9+flush@9",))
+    ok = Verdict("write-cache~write-cache@12/d1+flush@9", "write-cache", 1, "pass", (), 1, 1, 0.1)
+    summary = summarize([lost, ok], recording="r", fstype="ext4", workload="replog", check_in="host", seconds=1)
+    row = matrix.Row("replog", "x", {}, "ext4", {"flush": "lost-ack", "write-cache": "lost-ack"}, "why", nodes=2)
+    cells = {c.model: c for c in matrix.cells(row, summary)}
+    assert cells["flush"].ok and cells["write-cache"].ok
+    assert cells["write-cache"].first == "write-cache~flush@9+flush@9"
+    assert cells["write-cache"].judged == 2
+
+
+def _write(p: Path, text: str) -> Path:
+    p.write_text(text)
+    return p
