@@ -27,6 +27,7 @@ from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import Verdict
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.record import recording
+from powercut.report import cluster as cluster_output
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
                "per_state_s": round(judge_s / len(verdicts), 3) if verdicts else None,
                "failures": [v.to_json() for v in failing[:20]]}
     (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    summary["html"] = str(cluster_output.write_html(outdir, [rec.dir / n["log"] for n in nodes]))
     with contextlib.suppress(OSError):
         (outdir / "work").rmdir()
     return summary, outdir

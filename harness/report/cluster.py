@@ -7,14 +7,20 @@ model is its cluster model (the id's ``MODEL~`` part), so a row's cells per mode
 disk."""
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from powercut.core.coverage import Coverage
+from powercut.core.dmlog import open_log
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
+from powercut.report import clustertimeline, html
 from powercut.report.summary import Summary, summarize
+
+log = logging.getLogger(__name__)
 
 
 def is_cluster_output(outdir: str | Path) -> bool:
@@ -59,15 +65,42 @@ def verdicts(outdir: str | Path) -> list[Verdict]:
     return list(out.values())
 
 
+class _Counts:
+    """The selection's per-model counts as summarize() reads them (``counts``; no ``states``: the
+    planned count is the judged one)."""
+
+    def __init__(self, counts: dict[str, Any]) -> None:
+        self.counts = counts
+        self.states: tuple[()] = ()
+
+
 def load(outdir: str | Path) -> Summary:
     """The Summary of a cluster check's output directory."""
     outdir = Path(outdir)
     doc = _doc(outdir)
     cov = doc.get("coverage")
     seconds = float(doc.get("seconds") or (doc.get("select_s") or 0) + (doc.get("judge_s") or 0))
-    return summarize(verdicts(outdir), recording=str(doc.get("recording", "")), fstype=str(doc.get("fstype", "")),
+    selection = _Counts(dict((doc.get("selection") or {}).get("models") or {}))
+    return summarize(verdicts(outdir), selection=selection, recording=str(doc.get("recording", "")),
+                     fstype=str(doc.get("fstype", "")),
                      workload=str(doc.get("workload", "")), check_in=str(doc.get("check_in", "host")),
                      seconds=seconds, status=str(doc.get("status", "complete")),
                      groups=list(doc.get("groups") or []), coverage=Coverage.from_json(cov) if cov else None,
                      acks=int(doc.get("acks", -1)), shard=str(doc.get("shard", "")),
                      confirm_mode=str(doc.get("confirm_mode", "off")))
+
+
+def write_html(outdir: str | Path, node_logs: list[Path]) -> Path:
+    """``outdir/report.html`` of a cluster check: the summary, one band per node on the timeline
+    (report/clustertimeline.py; left out, with a word, if a node's log cannot be read) and one column
+    per node for the failing states."""
+    outdir = Path(outdir)
+    s = load(outdir)
+    picture = None
+    try:
+        with contextlib.ExitStack() as stack:
+            logs = [stack.enter_context(open_log(p, quiet=True)) for p in node_logs]
+            picture = clustertimeline.of_logs(logs, s.failures)
+    except Exception as e:   # noqa: BLE001 -- a report never fails for want of its picture
+        log.warning("report.html without the cluster timeline: %s", e)
+    return html.write(s, outdir, [], picture=picture, nodes=len(node_logs))

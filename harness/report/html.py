@@ -120,12 +120,15 @@ def _groups(s: Summary, outdir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | None = None) -> Path:
+def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | None = None, *,
+          picture: Any = None, nodes: int = 0) -> Path:
     """Render ``outdir/report.html`` for the summary ``s`` of that output (``index``: the recording's
-    log, already scanned)."""
+    log, already scanned).  A cluster check gives its ``picture`` (report/clustertimeline: one band
+    per node) and ``nodes``: the failing states then show one column per node."""
     rec = Path(s.recording)
-    tl = (timeline.of_index(index, s.failures) if index is not None else
-          timeline.from_log(rec / "log.bin", s.failures) if (rec / "log.bin").is_file() else None)
+    tl = picture if picture is not None else (
+        timeline.of_index(index, s.failures) if index is not None else
+        timeline.from_log(rec / "log.bin", s.failures) if (rec / "log.bin").is_file() else None)
     seen = [v for v in SEVERITY if any(v in c for c in s.by_model.values())]
     cov = {m.model: m for m in (s.coverage.models if s.coverage is not None else ())}
     models = [{"name": m, "counts": s.counts.get(m, {}), "verdicts": s.by_model.get(m, {}),
@@ -136,7 +139,8 @@ def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | None 
         coverage=(s.coverage.phrase(notes=False) or s.coverage_phrase()) if s.coverage is not None
         else s.coverage_phrase(), weakened=list(s.coverage.notes) if s.coverage is not None else [], seen=seen, models=models, groups=_groups(s, outdir),
         failures=s.failures[:50], more=max(0, len(s.failures) - 50), flaky=s.flaky[:50],
-        timeline=tl.svg() if tl else "", timeline_entries=tl.entries if tl else 0,
+        timeline=tl.svg() if tl else "", timeline_entries=tl.entries if tl else 0, nodes=nodes,
+        node_ids={f.state: f.state.partition("~")[2].split("+") for f in s.failures[:50]} if nodes else {},
         environment=_environment(rec), notes=s.notes(),
         summary_json=json.dumps(s.to_json().get("states", {})))
     path = outdir / "report.html"

@@ -50,3 +50,22 @@ def test_a_broken_output_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text("[1")
     with pytest.raises(UsageError, match="not JSON"):
         cluster.load(out)
+
+
+def test_report_html_of_a_cluster_check_has_a_band_and_a_column_per_node(tmp_path: Path) -> None:
+    from tests.unit.logops import build_log
+    logs = []
+    for n in range(3):
+        ops = [("m", "mkfs"), ("w", 8, 1, 0, n), ("f",), ("m", "begin:0"), ("w", 16, 1, 0, n), ("f",), ("m", "ack:0")]
+        logs.append(tmp_path / f"log-n{n}.bin")
+        build_log(logs[-1], ops)
+    state = "flush~flush@3+flush@3+flush@3"
+    v = Verdict(state, "flush", 1, "lost-ack", ("acked record 0 is intact on 0 of 3 nodes",), 1, 1, 0.1)
+    out = _out(tmp_path / "check", [json.dumps(v.to_json())]) if (tmp_path / "check").mkdir() is None else None
+    page = cluster.write_html(out, logs).read_text()
+    assert "3 nodes, one power cut of every node" in page
+    assert page.count('class="cut"') == 1 and "node 2" in page
+    assert "<th>node 0</th><th>node 1</th><th>node 2</th>" in page
+    assert page.count("<code>flush@3</code>") == 3
+    broken = cluster.write_html(out, [tmp_path / "missing.bin"] * 3).read_text()   # no picture, still a report
+    assert "lost-ack" in broken and 'class="cut"' not in broken
