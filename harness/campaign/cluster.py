@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powercut.campaign.clustertriage import ClusterDebug, diagnose_cluster
 from powercut.check.cluster import check_cluster_host
 from powercut.check.context import context_for
 from powercut.core.cluster import DEFAULT_CLUSTER_BOUND, ClusterSpace, select_cluster
 from powercut.core.dmlog import open_log
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import Verdict
+from powercut.debug.clusterdebug import host_judge
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.record import recording
 
@@ -37,6 +39,7 @@ class ClusterCheck:
     check_in: str = "host"
     checker_command: str = ""
     force: bool = False
+    debug: ClusterDebug = ClusterDebug()   # confirmation, minimization, blame, bundles (campaign/clustertriage.py)
 
 
 def _verify_node(rec: recording.Recording, i: int, node: dict[str, Any]) -> None:
@@ -91,6 +94,8 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
             t = time.monotonic()
             check_cluster_host(ctx, logs, rec.data_size, sel.states, sink, outdir / "work")
             judge_s = time.monotonic() - t
+        post = diagnose_cluster(rec, ctx, cs, logs, sel.states, verdicts, outdir, spec.debug, seed=sel_spec.seed,
+                                judge=host_judge(ctx, logs, rec.data_size), on_host=spec.check_in == "host")
     counts = Counter(v.verdict for v in verdicts)
     failing = [v for v in verdicts if v.failed]
     cov = sel.coverage
@@ -99,7 +104,7 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
                "verdicts": dict(counts), "judged": len(verdicts), "selection": sel.to_json(),
                "select_s": round(select_s, 3), "judge_s": round(judge_s, 3),
                "per_state_s": round(judge_s / len(verdicts), 3) if verdicts else None,
-               "failures": [v.to_json() for v in failing[:20]]}
+               "failures": [v.to_json() for v in failing[:20]], **post}
     (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     with contextlib.suppress(OSError):
         (outdir / "work").rmdir()
