@@ -172,15 +172,18 @@ def nodes_note(named: dict[int, int], states: int) -> str:
 _SHORT = {"lost": "lost", "torn": "torn", "not": "late", "durable,": "present"}
 
 
-def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str, Any]]]) -> str:
+def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str, Any]]], per_node: int = 3) -> str:
     """A cluster failure's block-level cause, naming each node: ``lost-ack: <reason class> <- node 0:
-    late data block of /replog.log; node 1: ...``; ``culprits``: per node, its blamed writes as
-    JSON (debug/blame.Culprit.to_json)."""
+    late data block of /replog.log | node 1: ...``; ``culprits``: per node, its blamed writes as
+    JSON (debug/blame.Culprit.to_json); per node the program's files first, at most ``per_node``
+    kinds of object (and how many more)."""
     parts = []
     for n, cs in enumerate(culprits):
-        objs = sorted({f"{_SHORT.get(str(c.get('how', '')).split(' ')[0], c.get('how', ''))} {c.get('what', '')}"
-                       + (f" of {c['path']}" if c.get("path") else "") for c in cs})
-        parts.append(f"node {n}: " + ("; ".join(objs) or "no write (the cut alone)"))
+        named = {(not c.get("path"), f"{_SHORT.get(str(c.get('how', '')).split(' ')[0], c.get('how', ''))} "
+                  f"{c.get('what', '')}" + (f" of {c['path']}" if c.get("path") else "")) for c in cs}
+        objs = [text for _, text in sorted(named)]   # the program's files first
+        more = f" (+{len(objs) - per_node} more)" if len(objs) > per_node else ""
+        parts.append(f"node {n}: " + ("; ".join(objs[:per_node]) + more or "no write (the cut alone)"))
     return f"{verdict}: {reason_cls} <- " + " | ".join(parts)
 
 

@@ -109,6 +109,8 @@ def test_cause_line_names_every_node() -> None:
     line = cause_line("lost-ack", "acked record #", [[late], [], [lost, late]])
     assert line == ("lost-ack: acked record # <- node 0: late data block of /replog.log | node 1: no write (the cut "
                     "alone) | node 2: late data block of /replog.log; lost journal")
+    many = [{"how": "lost", "what": w} for w in ("a", "b", "c", "d")] + [late]
+    assert cause_line("x", "y", [many]) == "x: y <- node 0: late data block of /replog.log; lost a; lost b (+2 more)"
 
 
 def test_bundle_cuts_end_at_the_key_mark_after_the_instant(cs: ClusterSpace) -> None:
