@@ -57,13 +57,13 @@ def setup(tmp_path: Path) -> tuple[ClusterSpace, list[ClusterState], Any, Any]:
     return cs, states, rec, ctx
 
 
-def run(setup: Any, tmp_path: Path, judge: FakeJudge, how: ClusterDebug = ClusterDebug()) -> dict[str, Any]:
+def run(setup: Any, tmp_path: Path, judge: FakeJudge, how: ClusterDebug | None = None) -> dict[str, Any]:
     cs, states, rec, ctx = setup
     out = tmp_path / "check"
     out.mkdir()
     verdicts = [judge.verdict(s) for s in states]
     (out / "journal.jsonl").write_text("".join(json.dumps(v.to_json()) + "\n" for v in verdicts))
-    return diagnose_cluster(rec, ctx, cs, [], states, verdicts, out, how, judge=judge, on_host=False)
+    return diagnose_cluster(rec, ctx, cs, [], states, verdicts, out, how or ClusterDebug(), judge=judge, on_host=False)
 
 
 def test_a_group_is_minimized_confirmed_and_bundled(setup: Any, tmp_path: Path) -> None:
