@@ -87,7 +87,8 @@ def _print_cluster_groups(summary: dict[str, Any], groups: list[dict[str, Any]])
         if line:
             print(f"  {line}")
         if g.get("minimized"):
-            print(f"  minimized: {g['first']} -> {g['minimized']} ({g['shrink_calls']} checks over "
+            same = " (already minimal: no node's state fails alike with less)" if g["minimized"] == g["first"] else ""
+            print(f"  minimized: {g['first']} -> {g['minimized']}{same} ({g['shrink_calls']} checks over "
                   f"{g['nodes']} nodes{', budget exhausted' if g.get('shrink_exhausted') else ''})")
             for n, (sh, blamed) in enumerate(zip(g.get("node_shrink", []), g.get("node_culprits", []))):
                 print(f"    node {n}: cut {sh['cut'][0]} -> {sh['cut'][1]}, lost writes {sh['lost'][0]} -> "
