@@ -17,9 +17,11 @@ Every judgement goes through the ``judge`` callback the caller gives (debug/clus
 where cluster states are judged is decided once, by the caller."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -98,6 +100,8 @@ def diagnose_cluster(rec: Recording, ctx: CheckContext, cs: ClusterSpace, logs: 
             g.diagnosis, g.diagnosis_error = kept.get((g.verdict, g.reason_class), (None, ""))
     confirm_s = time.monotonic() - t1
     out = [_group_json(cs, rec, ctx, g, k, outdir) for k, g in enumerate(groups, 1)]
+    for phase in ("diagnose", "confirm"):
+        _tidy(outdir / phase)
     (outdir / "diagnoses.json").write_text(json.dumps({"groups": out}, indent=1) + "\n")
     now = list(final.values())
     flakies = [v for v in now if v.verdict == "flaky"]
@@ -196,3 +200,10 @@ def _group_json(cs: ClusterSpace, rec: Recording, ctx: CheckContext, g: triage.G
 def _first_files(c: dict[str, Any]) -> tuple[bool, int]:
     """A node's culprits in the order a reader wants them: the program's files first, then by entry."""
     return not c.get("path") or str(c.get("what", "")) not in ("data block", "directory block"), int(c.get("entry", 0))
+
+
+def _tidy(path: Path) -> None:
+    """Remove the empty directories a phase left (its mount points), never anything in them."""
+    for top, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(top)
