@@ -2,7 +2,8 @@
 whose replicas answer before their fsync, recorded once; the check groups the lost acks, confirms
 the group alone, minimizes its first state node by node (it still fails; no node keeps a later cut
 or loses more writes), blames each node and writes a cluster repro bundle that ``powercut repro
---check-in host`` re-judges to the same verdict -- and refuses once a node's log is altered."""
+--check-in host`` re-judges to the same verdict (as does a repro of the recording with the minimized
+id) -- and refuses once a node's log is altered."""
 from __future__ import annotations
 
 import json
@@ -38,13 +39,14 @@ def test_the_failure_group_is_confirmed_minimized_per_node_and_bundled(checked: 
                                                                       ) -> None:
     out, summary, stdout = checked
     g = summary["groups"][0]
-    assert g["verdict"] == "lost-ack" and g["count"] == summary["verdicts"]["lost-ack"]
-    assert g["confirmed_alone"] >= 1 and g["unconfirmed"] == 0 and summary["confirmation"]["flaky"] == 0
-    assert g["minimized"].split("~")[0] == g["first"].split("~")[0] and g["minimized_confirmed"]
+    why = json.dumps(summary["groups"], indent=1)[:4000] + stdout[-3000:]
+    assert g["verdict"] == "lost-ack" and sum(x["count"] for x in summary["groups"]) == summary["verdicts"]["lost-ack"], why
+    assert g["confirmed_alone"] >= 1 and g["unconfirmed"] == 0 and summary["confirmation"]["flaky"] == 0, why
+    assert g["minimized"].split("~")[0] == g["first"].split("~")[0] and g["minimized_confirmed"], why
     for sh in g["node_shrink"]:
-        assert sh["cut"][1] <= sh["cut"][0] and sh["lost"][1] <= sh["lost"][0], sh
-    assert any("replog.log" in c for node in g["node_culprits"] for c in node), g["node_culprits"]
-    assert "GROUP 1: lost-ack" in stdout and "node 2: cut" in stdout and "--check-in host" in stdout
+        assert sh["cut"][1] <= sh["cut"][0] and sh["lost"][1] <= sh["lost"][0], why
+    assert any("replog.log" in c for node in g["node_culprits"] for c in node), why
+    assert "GROUP 1: lost-ack" in stdout and "node 2: cut" in stdout and "--check-in host" in stdout, why
     bundle = Path(g["bundle"])
     doc = json.loads((bundle / "bundle.json").read_text())
     assert doc["nodes"] == 3 and doc["minimized"] == g["minimized"] and len(doc["blame"]) == 3
@@ -52,6 +54,8 @@ def test_the_failure_group_is_confirmed_minimized_per_node_and_bundled(checked: 
     rep = powercut("repro", str(bundle), "--check-in", "host")
     assert rep.returncode == 3, rep.stdout + rep.stderr
     assert "lost-ack" in rep.stdout and "still fails: the same verdict as in the bundle" in rep.stdout
+    rec = powercut("repro", summary["recording"], "--state", g["minimized"], "--check-in", "host")
+    assert rec.returncode == 3 and f"{g['minimized']} (recording " in rec.stdout, rec.stdout + rec.stderr
 
 
 def test_a_bundle_with_an_altered_node_log_is_refused(checked: tuple[Path, dict[str, Any], str],
