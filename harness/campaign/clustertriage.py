@@ -143,6 +143,8 @@ def _confirm(cs: ClusterSpace, by_id: dict[str, ClusterState], final: dict[str, 
     try:
         want.update({v.state: v for v in sampled})
         judge([by_id[v.state] for v in sampled] + list(extra.values()), second, outdir / "confirm")
+        if interrupt.stopping():   # the states judged again so far are journaled; the rest stay unconfirmed
+            return len(seconds), 0
         disagreeing = set()
         for g in groups:
             m = named.get((g.verdict, g.reason_class))
