@@ -2,6 +2,7 @@
 
 * ``run`` -- the check campaign (record, check, confirm, triage);
 * ``cluster`` -- a cluster recording's check: the nodes' logs verified, cluster states chosen and judged;
+* ``clustertriage`` -- a cluster check's failures grouped, confirmed, minimized per node, blamed, bundled;
 * ``journal`` -- the verdict journal, the resume point;
 * ``ledger`` -- the states that passed in earlier runs of a log (``--ledger``), skipped in the next;
 * ``merge`` -- the shards of one campaign joined into its outputs;

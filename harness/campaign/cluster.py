@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powercut.campaign.clustertriage import ClusterDebug, diagnose_cluster
 from powercut.check.cluster import check_cluster_host
 from powercut.check.context import context_for
 from powercut.checker import DEFAULT_TIMEOUT_S
@@ -25,6 +26,7 @@ from powercut.core.cluster import DEFAULT_CLUSTER_BOUND, ClusterSpace, select_cl
 from powercut.core.dmlog import open_log
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import Verdict
+from powercut.debug.clusterdebug import host_judge
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.record import recording
 from powercut.report import cluster as cluster_output
@@ -42,6 +44,7 @@ class ClusterCheck:
     checker_function: str = ""          # a Python checker, FILE::NAME (the pytest plugin's)
     checker_path: tuple[str, ...] = ()  # sys.path entries its imports need
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
+    debug: ClusterDebug = ClusterDebug()   # confirmation, minimization, blame, bundles (campaign/clustertriage.py)
 
 
 def _verify_node(rec: recording.Recording, i: int, node: dict[str, Any]) -> None:
@@ -97,6 +100,8 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
             t = time.monotonic()
             check_cluster_host(ctx, logs, rec.data_size, sel.states, sink, outdir / "work")
             judge_s = time.monotonic() - t
+        post = diagnose_cluster(rec, ctx, cs, logs, sel.states, verdicts, outdir, spec.debug, seed=sel_spec.seed,
+                                judge=host_judge(ctx, logs, rec.data_size), on_host=spec.check_in == "host")
     counts = Counter(v.verdict for v in verdicts)
     failing = [v for v in verdicts if v.failed]
     cov = sel.coverage
@@ -106,7 +111,7 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
                "verdicts": dict(counts), "judged": len(verdicts), "selection": sel.to_json(),
                "select_s": round(select_s, 3), "judge_s": round(judge_s, 3),
                "per_state_s": round(judge_s / len(verdicts), 3) if verdicts else None,
-               "failures": [v.to_json() for v in failing[:20]]}
+               "failures": [v.to_json() for v in failing[:20]], **post}
     (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     summary["html"] = str(cluster_output.write_html(outdir, [rec.dir / n["log"] for n in nodes]))
     with contextlib.suppress(OSError):

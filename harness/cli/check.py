@@ -44,10 +44,13 @@ def _is_cluster(path: str) -> bool:
 def cmd_check_cluster(args: argparse.Namespace) -> int:
     """``powercut check`` of a cluster recording (campaign/cluster.py): host mode, one summary."""
     from powercut.campaign.cluster import ClusterCheck, run_cluster_check
+    from powercut.campaign.clustertriage import ClusterDebug
     from powercut.cli.parser import selection_from
 
+    debug = ClusterDebug(confirm=not args.no_confirm, confirm_sample=args.confirm_sample, shrink=args.shrink,
+                         shrink_budget=args.shrink_budget)
     spec = ClusterCheck(selection=selection_from(args, "check"), cluster_bound=args.cluster_bound,
-                        check_in=args.check_in, checker_command=args.checker, force=args.force)
+                        check_in=args.check_in, checker_command=args.checker, force=args.force, debug=debug)
     summary, out = run_cluster_check(args.path, spec, args.out)
     sel = summary["selection"]
     print(f"{summary['workload']} on {summary['nodes']} nodes: {summary['judged']} cluster states judged over "
@@ -55,11 +58,51 @@ def cmd_check_cluster(args: argparse.Namespace) -> int:
     for n, per in enumerate(sel["node_states"]):
         print(f"  node {n}: distinct states " + ", ".join(f"{m} {k}" for m, k in per.items()))
     print("  verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["verdicts"].items())))
-    for f in summary["failures"][:3]:
+    groups = summary.get("groups") or []
+    for f in summary["failures"][:0 if groups else 3]:
         print(f"  {f['verdict']}: {f['state']}: " + "; ".join(f["reasons"][:2]))
+    _print_cluster_groups(summary, groups)
+    for f in summary.get("flaky", [])[:5]:
+        print(f"  FLAKY {f['state']}: {f['reasons'][0] if f['reasons'] else ''}")
     phrase = f" ({summary['phrase']})" if summary["phrase"] else ""
     print(f"{summary['verdict'].upper()}{phrase}; summary: {out}/summary.json")
-    return 3 if summary["verdict"] == "fail" else 0
+    return 3 if summary["verdict"] == "fail" else 1 if summary["verdict"] == "flaky" else 0
+
+
+def _print_cluster_groups(summary: dict[str, Any], groups: list[dict[str, Any]]) -> None:
+    """A cluster check's failure groups: count, nodes, confirmation, the per-node minimization and
+    blame, the cause naming the nodes, the repro line."""
+    from powercut.report.summary import group_confirmation
+
+    if not groups:
+        return
+    conf = summary.get("confirmation") or {}
+    print(f"  {sum(g['count'] for g in groups)} failing cluster states in {len(groups)} group(s) by cause "
+          f"(triage {summary.get('triage_s', 0):.1f} s; {conf.get('rejudged', 0)} judged again alone, "
+          f"{conf.get('flaky', 0)} flaky)")
+    for k, g in enumerate(groups, 1):
+        print(f"GROUP {k}: {g['verdict']} x {g['count']}: {g['reason_class']}")
+        print(f"  nodes: {g['nodes_note']}")
+        line = group_confirmation(g)
+        if line:
+            print(f"  {line}")
+        if g.get("minimized"):
+            same = " (already minimal: no node's state fails alike with less)" if g["minimized"] == g["first"] else ""
+            print(f"  minimized: {g['first']} -> {g['minimized']}{same} ({g['shrink_calls']} checks over "
+                  f"{g['nodes']} nodes{', budget exhausted' if g.get('shrink_exhausted') else ''})")
+            for n, (sh, blamed) in enumerate(zip(g.get("node_shrink", []), g.get("node_culprits", []))):
+                print(f"    node {n}: cut {sh['cut'][0]} -> {sh['cut'][1]}, lost writes {sh['lost'][0]} -> "
+                      f"{sh['lost'][1]}" + ("" if blamed else " (no write blamed)"))
+                for c in blamed[:3]:
+                    print(f"      {c}")
+            print(f"  cause: {g['cause']}")
+        else:
+            print(f"  first state: {g['first']}")
+        if g.get("bundle"):
+            print(f"  repro: powercut repro {shlex.quote(g['bundle'])} --check-in host")
+        else:
+            print(f"  repro: powercut repro {shlex.quote(summary['recording'])} --state {shlex.quote(g['first'])} "
+                  "--check-in host")
 
 
 def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
@@ -190,8 +233,17 @@ def _print_groups(summary: Any) -> None:
 
 def cmd_repro(args: argparse.Namespace) -> int:
     from powercut.check.place import Place
-    from powercut.debug import repro
+    from powercut.debug import clusterrepro, repro
 
+    cluster = clusterrepro.resolve(args.path, args.state)
+    if cluster is not None:
+        if args.shell or args.keep_image:
+            raise UsageError(f"{'--shell' if args.shell else '--keep-image'}: not for a cluster state yet")
+        if args.check_in != "host":
+            raise UsageError(clusterrepro.NOT_YET)
+        cv = clusterrepro.run(cluster, args.check_in)
+        print("\n".join(clusterrepro.describe(cluster, cv)))
+        return repro.exit_status(cv)
     target = repro.resolve(args.path, args.state)
     place = Place("vm" if args.shell else args.check_in, args.accel)
     if args.shell:

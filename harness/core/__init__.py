@@ -14,6 +14,7 @@
 * ``cluster`` -- one power cut across N node logs that share their key marks: instants, consistent cuts, ids;
 * ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;
 * ``shrink`` -- minimize a failing state;
+* ``clustershrink`` -- minimize a failing cluster state node by node; a cluster failure's nodes, cause line, bundle cuts;
 * ``confirm`` -- confirmation by failure group: which failing states are judged again alone;
 * ``verdict`` -- the one verdict vocabulary;
 * ``syscalls`` -- the workload's system-call trace (strace -f -y) as operations, aligned with the log's marks;

@@ -5,4 +5,7 @@
 * ``triage`` -- failures grouped by cause;
 * ``cause`` -- each group's cause in the program's terms (its trace's broken rule), the commit anatomy;
 * ``bundle`` -- self-contained repro bundles;
-* ``repro`` -- judge one state again, or open a shell in it."""
+* ``repro`` -- judge one state again, or open a shell in it;
+* ``clusterdebug`` -- a failing cluster state minimized node by node and blamed per node, through a judge callback;
+* ``clusterbundle`` -- a cluster failure's repro bundle: one cut log per node, each with its SHA-256;
+* ``clusterrepro`` -- ``powercut repro`` of a cluster bundle or a cluster recording and state id."""

@@ -68,7 +68,7 @@ def writes_that_matter(sp: CrashSpace, state: CrashState) -> list[tuple[int, str
     for e in sp.entries[state.cut:]:
         if e.changes_device:
             out.append((e.index, "not yet durable at the cut"))
-        if e.flags & FLUSH or (e.flags & FUA and e.changes_device):
+        if (e.flags & FLUSH and e.index not in sp.ordering) or (e.flags & FUA and e.changes_device):
             break
     return out
 

@@ -87,6 +87,15 @@ def write(dest: Path, *, recording: str, log_path: Path, data_size: int, fstype:
 
 def _validate(doc: dict[str, Any], where: str) -> None:
     """Every key a repro reads, with its type: one UsageError naming the first that is wrong."""
+    if not isinstance(doc.get("log"), dict) or not isinstance(doc["log"].get("sha256"), str):
+        raise UsageError(f"{where}: log is {doc.get('log')!r}, not an object with the log's sha256; the bundle is "
+                         "damaged: write it again with powercut check")
+    validate(doc, where)
+
+
+def validate(doc: dict[str, Any], where: str) -> None:
+    """The keys every bundle (one disk or a cluster, debug/clusterbundle.py) has, with their types:
+    one UsageError naming the first that is wrong."""
     def bad(key: str, want: str) -> UsageError:
         return UsageError(f"{where}: {key} is {doc.get(key)!r}, not {want}; the bundle is damaged: write it again "
                           "with powercut check")
@@ -96,8 +105,6 @@ def _validate(doc: dict[str, Any], where: str) -> None:
     size = doc.get("data_size")
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0 or size % 512:
         raise bad("data_size", "a positive whole number of bytes (a multiple of 512)")
-    if not isinstance(doc.get("log"), dict) or not isinstance(doc["log"].get("sha256"), str):
-        raise bad("log", "an object with the log's sha256")
     for key, kind in (("state", str), ("params", dict), ("checker", dict)):
         if key in doc and not isinstance(doc[key], kind):
             raise bad(key, f"a JSON {'string' if kind is str else 'object'}")

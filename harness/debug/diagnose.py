@@ -98,16 +98,20 @@ def diagnose(ctx: CheckContext, ws: Workspace, state: CrashState, first: Verdict
 
     floor = ws.floor if ws.floor is not None and ws.floor < state.cut else None
     shrunk = minimize(sp, state, judge_one, budget=budget, expected=first, floor=floor)
-    culprits = tuple(_blame(ctx, ws, sp, shrunk.minimized, mnt))
+    culprits = tuple(blame_state(ctx, ws, sp, shrunk.minimized, mnt))
     return Diagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1],
                      shrunk.calls, shrunk.one_at_a_time, shrunk.exhausted, culprits, round(time.monotonic() - t0, 2))
 
 
-def _blame(ctx: CheckContext, ws: Workspace, sp: CrashSpace, state: CrashState, mnt: str) -> list[Culprit]:
+def blame_state(ctx: CheckContext, ws: Workspace, sp: CrashSpace, state: CrashState, mnt: str, *,
+                settle: bool = False) -> list[Culprit]:
     """Blame on the image of the state's cut with every write kept (for a prefix state: up to the
-    flush its cut came too early for), recovered by a mount."""
+    flush its cut came too early for), recovered by a mount; with ``settle`` up to the commit that
+    follows the culprits (``settled``: delayed allocation writes a file's data before the journal
+    commit that maps it, so on the image without it the data blocks read as free)."""
     items = writes_that_matter(sp, state)
     cut = max([state.cut] + [i + 1 for i, _ in items])  # for a prefix state: up to the flush it came before
+    cut = settled(sp, cut) if settle else cut
     kept = sp.make_state("no-cache", min(cut, sp.n))
 
     def run(dev: str) -> list[Culprit]:
@@ -119,6 +123,18 @@ def _blame(ctx: CheckContext, ws: Workspace, sp: CrashSpace, state: CrashState, 
         return blame(sp, state, ctx.fs.name, dev)
 
     return _with_image(ws, kept, run)
+
+
+def settled(sp: CrashSpace, cut: int) -> int:
+    """``cut`` moved past the next barrier flush at or after it and the FUA writes right after that
+    flush (a journal's commit block): the image where the writes before ``cut`` are mapped."""
+    b = next((e.index for e in sp.entries[max(cut - 1, 0):] if sp.is_barrier(e.index)), None)
+    if b is None:
+        return min(cut, sp.n)
+    j = b + 1
+    while j < sp.n and sp.entries[j].is_fua and sp.entries[j].changes_device:
+        j += 1
+    return max(cut, j)
 
 
 def _with_image(ws: Workspace, state: CrashState, use: Any) -> Any:

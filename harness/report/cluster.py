@@ -81,13 +81,16 @@ def load(outdir: str | Path) -> Summary:
     cov = doc.get("coverage")
     seconds = float(doc.get("seconds") or (doc.get("select_s") or 0) + (doc.get("judge_s") or 0))
     selection = _Counts(dict((doc.get("selection") or {}).get("models") or {}))
+    conf = doc.get("confirmation") or {}   # campaign/clustertriage.py
     return summarize(verdicts(outdir), selection=selection, recording=str(doc.get("recording", "")),
                      fstype=str(doc.get("fstype", "")),
                      workload=str(doc.get("workload", "")), check_in=str(doc.get("check_in", "host")),
                      seconds=seconds, status=str(doc.get("status", "complete")),
                      groups=list(doc.get("groups") or []), coverage=Coverage.from_json(cov) if cov else None,
                      acks=int(doc.get("acks", -1)), shard=str(doc.get("shard", "")),
-                     confirm_mode=str(doc.get("confirm_mode", "off")))
+                     confirm_mode=str(conf.get("mode", "off")), confirm_sample=int(conf.get("sample", 0)),
+                     rejudged=int(conf.get("rejudged", 0)), confirm_s=float(conf.get("seconds", 0.0)),
+                     escalated=int(conf.get("escalated", 0)), triage_s=float(doc.get("triage_s", 0.0)))
 
 
 def write_html(outdir: str | Path, node_logs: list[Path]) -> Path:

@@ -1,0 +1,199 @@
+"""Minimize a failing cluster crash state node by node (pure; host and guest), and the pure parts
+of a cluster failure's diagnosis: which nodes its reasons name, its cause line, and how much of
+each node's log a repro bundle needs.
+
+**Per node, the others fixed.**  Starting from a failing cluster state, each node's state is
+minimized in turn by core/shrink.minimize (its lost writes restored, its tear removed or its lost
+sectors restored, its cut walked back) while the *cluster* state -- that node's candidate with
+every other node's current state -- still fails the same way (the same verdict and the same class
+of first reason, ``shrink.signature``).  Rounds over the nodes repeat until one changes nothing
+or the budget (judge calls, shared by all nodes) runs out.
+
+A candidate must stay a cluster state that ``ClusterSpace.state_from_id`` rebuilds: its cut in
+the same instant (key version) as the others' (else the checker would be told other acks), its
+model the cluster's or ``flush`` (the fallback a node contributes).  ``InstantSpace`` is the
+node's CrashSpace with ``make_state`` refusing anything else, so core/shrink skips such a
+candidate as a state the model cannot produce (unjudged, no budget spent).  The minimized cluster
+state has an id, ``MODEL~ID0+ID1+...``, that ``state_from_id`` rebuilds."""
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from powercut.core.cluster import FALLBACK_MODEL, ClusterSpace, ClusterState
+from powercut.core.crashstate import CrashState, Torn
+from powercut.core.models import CrashSpace
+from powercut.core.shrink import Judged, Outcome, minimize, reason_class, signature
+from powercut.errors import UsageError
+
+__all__ = ["ClusterShrunk", "InstantSpace", "NodeShrunk", "bundle_cuts", "cause_line", "minimize_cluster",
+           "node_floor", "nodes_named", "nodes_note"]
+
+MAX_ROUNDS = 4
+_NODE = re.compile(r"\bnode (\d+)\b")
+
+
+class InstantSpace(CrashSpace):
+    """A node's CrashSpace whose ``make_state`` builds only states a cluster state at ``instant``
+    under cluster model ``model`` may hold: a cut of that instant, the model or ``flush``."""
+
+    def __init__(self, sp: CrashSpace, window: range, model: str) -> None:   # shares sp's tables
+        self.__dict__.update(vars(sp))
+        self._keys, self._at, self._nacks, self._begun = {}, 0, 0, {}   # its own key cache, not sp's
+        self._lock = threading.Lock()
+        self.window, self.cluster_model = window, model
+
+    def make_state(self, model: str, cut: int, dropped: Sequence[int] = (),
+                   torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
+        if cut not in self.window:
+            raise UsageError(f"cut {cut} is outside the instant's cuts {self.window.start}..{self.window.stop - 1}")
+        if model not in (self.cluster_model, FALLBACK_MODEL):
+            raise UsageError(f"a {self.cluster_model} cluster state holds no {model} node state")
+        return super().make_state(model, cut, dropped, torn)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeShrunk:
+    """One node's part of a cluster minimization (over all rounds)."""
+
+    node: int
+    original: CrashState
+    minimized: CrashState
+    calls: int
+    exhausted: bool
+
+    def to_json(self) -> dict[str, Any]:
+        o, m = self.original, self.minimized
+        return {"node": self.node, "original": o.id, "minimized": m.id, "calls": self.calls,
+                "exhausted": self.exhausted, "cut": [o.cut, m.cut], "lost": [len(o.dropped), len(m.dropped)],
+                "torn": [_torn_sectors(o.torn), _torn_sectors(m.torn)]}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterShrunk:
+    """A cluster minimization: ``minimized`` fails like ``original`` (``signature``; ``reasons``:
+    its own judgement); ``calls`` judge calls in all (the budget shared by the nodes)."""
+
+    original: ClusterState
+    minimized: ClusterState
+    signature: tuple[str, str]
+    reasons: tuple[str, ...]
+    nodes: tuple[NodeShrunk, ...]
+    calls: int
+    exhausted: bool
+    rounds: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"original": self.original.id, "minimized": self.minimized.id, "verdict": self.signature[0],
+                "reason_class": self.signature[1], "reasons": list(self.reasons), "calls": self.calls,
+                "exhausted": self.exhausted, "rounds": self.rounds, "nodes": [n.to_json() for n in self.nodes]}
+
+
+def _torn_sectors(torn: Torn) -> int:
+    return sum(len(kept) for _, kept in torn)
+
+
+def node_floor(sp: CrashSpace, window: range, state: CrashState, floor: int | None) -> int | None:
+    """The floor entry for minimizing a node's state within its instant: candidates cut after it
+    and lose nothing at or before it -- the entry before the instant's first cut, or before the
+    state's first lost or torn write if that is earlier; never below the log's own ``floor``."""
+    mine = min(window.start - 1, state.base - 1)
+    mine = mine if floor is None else max(floor, mine)
+    return mine if mine >= 0 else None
+
+
+def minimize_cluster(cs: ClusterSpace, state: ClusterState, judge: Callable[[ClusterState], Judged], *,
+                     budget: int, expected: Judged, floors: Sequence[int | None] = (),
+                     classify: Callable[[str], str] = reason_class) -> ClusterShrunk:
+    """Minimize each node's state of the failing ``state`` in turn, the others fixed, while the
+    cluster state fails like ``expected`` (its known judgement); at most ``budget`` calls of
+    ``judge`` over all nodes and rounds.  ``floors``: per node, the floor mark's entry (or None)."""
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+        raise UsageError(f"the shrink budget must be a non-negative integer, got {budget!r}")
+    target = signature(expected, classify)
+    if target[0] == "pass":
+        raise UsageError(f"cluster state {state.id} passes: nothing to minimize")
+    floors = list(floors) or [None] * len(cs)
+    current = list(state.nodes)
+    last: Judged = Outcome(expected.verdict, tuple(expected.reasons))
+    calls = [0] * len(cs)
+    exhausted = [False] * len(cs)
+    used, rounds, cut_short = 0, 0, False
+    while rounds < MAX_ROUNDS:
+        rounds += 1
+        changed = False
+        for n in range(len(cs)):
+            if used >= budget:
+                cut_short = True
+                break
+            window = cs.window(n, state.instant)
+            sp = InstantSpace(cs.nodes[n], window, state.model)
+            seen: dict[str, Judged] = {}
+
+            def judge_node(cand: CrashState, n: int = n, seen: dict[str, Judged] = seen) -> Judged:
+                nodes = [*current[:n], cand, *current[n + 1:]]
+                got = judge(cs.make(state.model, nodes))
+                seen[cand.id] = got
+                return got
+
+            shrunk = minimize(sp, current[n], judge_node, budget=budget - used, expected=last, classify=classify,
+                              floor=node_floor(cs.nodes[n], window, current[n], floors[n]))
+            used += shrunk.calls
+            calls[n] += shrunk.calls
+            exhausted[n] = exhausted[n] or shrunk.exhausted
+            if shrunk.minimized.id != current[n].id:
+                current[n] = shrunk.minimized
+                last = Outcome(shrunk.signature[0], shrunk.reasons)
+                changed = True
+        if not changed or cut_short:
+            break
+    minimized = cs.make(state.model, current)
+    per_node = tuple(NodeShrunk(n, state.nodes[n], current[n], calls[n], exhausted[n]) for n in range(len(cs)))
+    return ClusterShrunk(state, minimized, target, tuple(last.reasons), per_node, used, any(exhausted) or cut_short,
+                         rounds)
+
+
+def nodes_named(reasons: Iterable[str]) -> tuple[int, ...]:
+    """The nodes a state's reasons name ("node 2: mount failed: ..."), in order, each once."""
+    return tuple(sorted({int(m.group(1)) for r in reasons for m in _NODE.finditer(r)}))
+
+
+def nodes_note(named: dict[int, int], states: int) -> str:
+    """What a failure group's reasons say about its nodes: ``named`` node -> states naming it."""
+    if not named:
+        return "the reasons name no single node: a finding of the cluster as a whole"
+    parts = [f"node {n} ({k} of {states} states)" for n, k in sorted(named.items())]
+    return "the reasons name " + ", ".join(parts)
+
+
+_SHORT = {"lost": "lost", "torn": "torn", "not": "late", "durable,": "present"}
+
+
+def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str, Any]]], per_node: int = 3) -> str:
+    """A cluster failure's block-level cause, naming each node: ``lost-ack: <reason class> <- node 0:
+    late data block of /replog.log | node 1: ...``; ``culprits``: per node, its blamed writes as
+    JSON (debug/blame.Culprit.to_json); per node the program's files first, at most ``per_node``
+    kinds of object (and how many more)."""
+    parts = []
+    for n, cs in enumerate(culprits):
+        named = {(not c.get("path"), f"{_SHORT.get(str(c.get('how', '')).split(' ')[0], c.get('how', ''))} "
+                  f"{c.get('what', '')}" + (f" of {c['path']}" if c.get("path") else "")) for c in cs}
+        objs = [text for _, text in sorted(named)]   # the program's files first
+        more = f" (+{len(objs) - per_node} more)" if len(objs) > per_node else ""
+        parts.append(f"node {n}: " + ("; ".join(objs[:per_node]) + more or "no write (the cut alone)"))
+    return f"{verdict}: {reason_cls} <- " + " | ".join(parts)
+
+
+def bundle_cuts(cs: ClusterSpace, instant: int) -> list[int]:
+    """Per node, how many log entries rebuild every cluster state of ``instant``: up to and
+    including the key mark that ends the instant (so every cut log keeps the same key marks and
+    still makes one cluster), or the whole log for the last instant."""
+    out = []
+    for sp in cs.nodes:
+        kv = sp.key_version
+        end = next((c for c in range(1, sp.n + 1) if kv[c] > instant), None)
+        out.append(sp.n if end is None else end)
+    return out

@@ -1,0 +1,116 @@
+"""``powercut repro`` of a cluster (host): rebuild one cluster state -- from a cluster repro bundle
+(debug/clusterbundle.py), or from a cluster recording and a ``MODEL~ID0+ID1+...`` id -- and judge it
+again through a judge callback (debug/clusterdebug.JudgeStates; on the host for now: checker VMs
+for cluster states are not here yet, and a repro that asks for one is refused in one line)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powercut.check.context import CheckContext, context_for
+from powercut.core.cluster import ClusterSpace
+from powercut.core.dmlog import open_log
+from powercut.core.verdict import Verdict
+from powercut.debug import bundle, clusterbundle
+from powercut.debug.clusterdebug import JudgeStates, host_judge, judge_one
+from powercut.errors import BadLog, BadRecording, UsageError
+from powercut.linux import filesystems
+from powercut.record import recording
+
+NOT_YET = ("a cluster state is re-judged with --check-in host for now (checker VMs for clusters are not here yet); "
+           "add --check-in host")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTarget:
+    """What a cluster repro rebuilds (every node's log, the state) and how it is judged."""
+
+    logs: tuple[Path, ...]
+    size: int
+    ctx: CheckContext
+    state: str
+    before: str = ""          # the verdict the bundle recorded ("" for a recording)
+    source: str = ""
+    cause: str = ""           # the bundle's cause line, naming the nodes
+
+
+def resolve(path: str, state: str = "") -> ClusterTarget | None:
+    """A cluster bundle's or a cluster recording's target; None when ``path`` is neither (a
+    one-disk bundle or recording: debug/repro.py)."""
+    p = Path(path)
+    man = p / bundle.MANIFEST
+    if man.is_file():
+        try:
+            doc = json.loads(man.read_text())
+        except (OSError, ValueError):
+            return None   # debug/repro.py says what is wrong with it
+        if not clusterbundle.is_cluster(doc):
+            return None
+        b = clusterbundle.load(p)
+        ctx = CheckContext(filesystems.get(str(b.doc["fstype"])), b.checker, dict(b.doc.get("params") or {}),
+                           str(b.doc.get("mount_opts", "")))
+        b.checker.validate()
+        return ClusterTarget(b.logs, int(b.doc["data_size"]), ctx, state or b.state, str(b.doc.get("verdict", "")),
+                             f"bundle {p}", str(b.doc.get("cause", "")))
+    if (p / recording.MANIFEST).is_file():
+        try:
+            rec = recording.load(p)
+        except BadRecording:
+            return None
+        if rec.nodes < 2:
+            return None
+        if not state:
+            raise UsageError(f"{path} is a cluster recording: give the cluster state to rebuild with --state "
+                             "MODEL~ID0+ID1+... (one state id per node)")
+        rec.require_ok()
+        verify_nodes(rec)
+        return ClusterTarget(rec.node_logs, rec.data_size, context_for(rec), state, "", f"recording {p}")
+    return None
+
+
+def verify_nodes(rec: recording.Recording) -> None:
+    """Every node's log as the manifest pinned it (recording.verify_log on a view of that node)."""
+    for i, node in enumerate(rec.manifest["cluster"]["node"]):
+        view = dict(rec.manifest)
+        view["log"] = {"file": node["log"], **{k: node[k] for k in ("entries", "used_bytes", "sha256") if k in node}}
+        view["result"] = {"logged_entries": node["logged_entries"]} if "logged_entries" in node else {}
+        try:
+            recording.verify_log(recording.Recording(rec.dir, view))
+        except BadRecording as e:
+            raise BadRecording(f"node {i}: {e.one_line()}") from None
+
+
+def run(target: ClusterTarget, check_in: str, judge: JudgeStates | None = None) -> Verdict:
+    """Judge the target's cluster state once: through ``judge``, else on the host (``check_in``
+    host; anything else is refused until checker VMs judge cluster states)."""
+    if judge is None and check_in != "host":
+        raise UsageError(NOT_YET)
+    with contextlib.ExitStack() as stack:
+        try:
+            logs = [stack.enter_context(open_log(p, quiet=True)) for p in target.logs]
+        except BadLog as e:
+            raise UsageError(f"{target.source}: {e.one_line()}") from None
+        cs = ClusterSpace(logs)
+        st = cs.state_from_id(target.state)
+        work = Path(tempfile.mkdtemp(prefix="powercut-repro-"))
+        return judge_one(judge or host_judge(target.ctx, logs, target.size), st, work)
+
+
+def describe(target: ClusterTarget, v: Verdict) -> list[str]:
+    lines = [f"cause: {target.cause}"] if target.cause and v.failed else []
+    lines.append(f"{target.state} ({target.source}, {len(target.logs)} nodes): {v.verdict}")
+    lines += [f"  {r}" for r in v.reasons[:8]]
+    if target.before:
+        same = "the same verdict as in the bundle" if v.verdict == target.before else \
+            f"the bundle recorded {target.before}"
+        lines.append(f"  {'still fails' if v.failed else 'no longer fails'}: {same}")
+    return lines
+
+
+def info(target: ClusterTarget) -> dict[str, Any]:
+    return {"logs": [str(p) for p in target.logs], "size": target.size, "state": target.state,
+            "fstype": target.ctx.fs.name}

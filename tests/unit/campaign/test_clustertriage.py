@@ -1,0 +1,128 @@
+"""A cluster check's failures after judging, with a fake judge callback on synthetic 3-node logs:
+grouped, the first state minimized node by node, confirmed by group (a state that passes the
+second time is flaky and says both verdicts), the second verdicts appended to the journal, a
+cluster bundle written per group whose cut logs rebuild the state (and refuse a tampered node log),
+and repro of the bundle through the same callback."""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from powercut.campaign.clustertriage import ClusterDebug, diagnose_cluster
+from powercut.checker import CheckerSpec
+from powercut.core.cluster import ClusterSpace, ClusterState
+from powercut.core.verdict import Verdict
+from powercut.debug import clusterbundle, clusterrepro
+from powercut.errors import UsageError
+from tests.unit.core.test_clustershrink import OPS, W6
+from tests.unit.logops import build_log
+
+
+class FakeJudge:
+    """Fails iff ack 1 is given and node 1 lost entry W6; ``flaky`` states pass from the second time on."""
+
+    def __init__(self, flaky: Sequence[str] = ()) -> None:
+        self.flaky, self.seen = set(flaky), list[str]()
+
+    def verdict(self, st: ClusterState) -> Verdict:
+        again = st.id in self.seen
+        self.seen.append(st.id)
+        bad = "1" in st.acks and W6 in st.nodes[1].dropped and not (again and st.id in self.flaky)
+        return Verdict(st.id, st.model, st.instant, "lost-ack" if bad else "pass",
+                       ("acked record 1 is intact on 1 of 3 nodes",) if bad else (), len(st.acks), 0, 0.01)
+
+    def __call__(self, states: Sequence[ClusterState], sink: Any, work: Path) -> None:
+        for st in states:
+            sink(self.verdict(st))
+
+
+@pytest.fixture()
+def setup(tmp_path: Path) -> tuple[ClusterSpace, list[ClusterState], Any, Any]:
+    paths = [tmp_path / f"log-n{i}.bin" for i in range(3)]
+    cs = ClusterSpace([build_log(p, OPS) for p in paths])
+
+    def wc(*drops: tuple[int, ...]) -> ClusterState:
+        return cs.make("write-cache", [cs.nodes[n].make_state("write-cache", 11, d) for n, d in enumerate(drops)])
+
+    states = [wc((4, 5, 6, 8, 10), (4, 5, 6, 8, 10), (4, 5, 6, 8, 10)), wc((), (5,), ()), wc((), (), ()),
+              wc((8,), (5, 8), (10,))]
+    rec = SimpleNamespace(dir=tmp_path, node_logs=tuple(paths), data_size=1 << 20, fstype="ext4", mount_opts="",
+                          workload={"name": "replog"})
+    ctx = SimpleNamespace(checker=CheckerSpec(name="replog"), params={"n": 2})
+    return cs, states, rec, ctx
+
+
+def run(setup: Any, tmp_path: Path, judge: FakeJudge, how: ClusterDebug | None = None) -> dict[str, Any]:
+    cs, states, rec, ctx = setup
+    out = tmp_path / "check"
+    out.mkdir()
+    verdicts = [judge.verdict(s) for s in states]
+    (out / "journal.jsonl").write_text("".join(json.dumps(v.to_json()) + "\n" for v in verdicts))
+    return diagnose_cluster(rec, ctx, cs, [], states, verdicts, out, how or ClusterDebug(), judge=judge, on_host=False)
+
+
+def test_a_group_is_minimized_confirmed_and_bundled(setup: Any, tmp_path: Path) -> None:
+    post = run(setup, tmp_path, FakeJudge())
+    (g,) = post["groups"]
+    assert (g["verdict"], g["count"], g["first"]) == ("lost-ack", 3, setup[1][1].id)   # the shortest id first
+    assert g["confirmed_alone"] == 3 and g["minimized_confirmed"] and post["verdict"] == "fail"
+    assert "no single node" in g["nodes_note"] and g["nodes"] == 3
+    cs = setup[0]
+    m = cs.state_from_id(g["minimized"])
+    assert [s.dropped for s in m.nodes] == [(), (W6,), ()]
+    assert [sh["lost"][1] <= sh["lost"][0] and sh["cut"][1] <= sh["cut"][0] for sh in g["node_shrink"]] == [True] * 3
+    assert post["confirmation"]["flaky"] == 0 and post["verdicts"] == {"lost-ack": 3, "pass": 1}
+    lines = (tmp_path / "check" / "journal.jsonl").read_text().splitlines()
+    assert len(lines) == 4 + 3 and all(json.loads(x)["confirmed"] for x in lines[4:])
+    assert json.loads((tmp_path / "check" / "diagnoses.json").read_text())["groups"][0]["first"] == g["first"]
+    b = clusterbundle.load(g["bundle"])
+    assert b.nodes == 3 and b.state == g["minimized"] and b.doc["verdict"] == "lost-ack"
+    assert [x["entries"] for x in b.doc["logs"]] == [13, 13, 13]
+    assert len(b.doc["blame"]) == 3 and b.doc["instant"] == 2
+
+
+def test_repro_of_the_bundle_rebuilds_the_state_and_refuses_a_tampered_log(setup: Any, tmp_path: Path) -> None:
+    g = run(setup, tmp_path, FakeJudge())["groups"][0]
+    target = clusterrepro.resolve(g["bundle"])
+    assert target is not None and target.state == g["minimized"] and len(target.logs) == 3
+    v = clusterrepro.run(target, "host", FakeJudge())
+    assert v.verdict == "lost-ack" and "still fails" in clusterrepro.describe(target, v)[-1]
+    with pytest.raises(UsageError, match="checker VMs"):
+        clusterrepro.run(target, "vm")
+    log1 = Path(g["bundle"]) / "log1.bin"
+    data = bytearray(log1.read_bytes())
+    data[-700] ^= 1
+    log1.write_bytes(bytes(data))
+    with pytest.raises(UsageError, match="node 1's log log1.bin was altered"):
+        clusterrepro.resolve(g["bundle"])
+    log1.unlink()
+    with pytest.raises(UsageError, match="node 1's log log1.bin is missing"):
+        clusterbundle.load(g["bundle"])
+
+
+def test_a_state_that_passes_the_second_time_is_flaky(setup: Any, tmp_path: Path) -> None:
+    flaky_id = setup[1][3].id
+    post = run(setup, tmp_path, FakeJudge(flaky=[flaky_id]))
+    (f,) = post["flaky"]
+    assert f["state"] == flaky_id and f["first"][0] == "lost-ack"
+    assert "judged twice with different verdicts: lost-ack, then alone pass" in f["reasons"][0]
+    assert post["verdicts"] == {"lost-ack": 2, "pass": 1, "flaky": 1} and post["groups"][0]["count"] == 2
+
+
+def test_without_confirmation_or_shrink_nothing_is_judged_again(setup: Any, tmp_path: Path) -> None:
+    judge = FakeJudge()
+    post = run(setup, tmp_path, judge, ClusterDebug(confirm=False, shrink=0))
+    assert len(judge.seen) == 4 and post["confirmation"]["rejudged"] == 0
+    assert not post["groups"][0]["minimized"] and post["groups"][0]["bundle"]
+
+
+def test_the_settings_are_checked() -> None:
+    with pytest.raises(UsageError, match="--shrink"):
+        ClusterDebug(shrink_budget=0)
+    with pytest.raises(UsageError, match="--confirm-sample"):
+        ClusterDebug(confirm_sample=1)

@@ -1,0 +1,58 @@
+"""The pure parts of a cluster diagnosis: the writes that matter look past the harness's ordering
+flushes (they make nothing durable) to the real barrier; blame's image reaches the commit after
+them (``settled``); a diagnosis round-trips through JSON; a judge callback that judges nothing is
+one clear error."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from powercut.core.dmlog import FLUSH, FUA
+from powercut.core.models import CrashSpace
+from powercut.debug.blame import writes_that_matter
+from powercut.debug.clusterdebug import ClusterDiagnosis, judge_one
+from powercut.debug.diagnose import settled
+from powercut.errors import UsageError
+from tests.unit.logops import build_log
+
+# 0 mkfs, 1 w, 2 flush, 3 order-begin, 4 (ordering) flush, 5 order-end, 6 ack:1, 7 w (data), 8 w (journal),
+# 9 flush, 10 w FUA (commit), 11 w FUA, 12 w, 13 flush
+OPS = [("m", "mkfs"), ("w", 1, 1, 0, 1), ("f",), ("m", "powercut-order-begin"), ("f",), ("m", "powercut-order-end"),
+       ("m", "ack:1"), ("w", 40, 8, 0, 2), ("w", 90, 2, 0, 3), ("f",), ("w", 92, 2, FUA, 4), ("w", 94, 2, FUA, 5),
+       ("w", 3, 1, 0, 6), ("f",)]
+
+
+def test_writes_that_matter_look_past_ordering_flushes(tmp_path: Path) -> None:
+    sp = CrashSpace(build_log(tmp_path / "l.bin", OPS))
+    assert 4 in sp.ordering and sp.entries[4].flags & FLUSH
+    st = sp.make_state("no-cache", 4)   # cut before the ordering flush: the data comes after it
+    assert writes_that_matter(sp, st) == [(1, "durable, the last write before the cut"),
+                                          (7, "not yet durable at the cut"), (8, "not yet durable at the cut")]
+
+
+def test_settled_reaches_the_commit_after_the_next_barrier(tmp_path: Path) -> None:
+    sp = CrashSpace(build_log(tmp_path / "l.bin", OPS))
+    assert settled(sp, 9) == 12      # through the barrier at 9 and the FUA writes 10, 11
+    assert settled(sp, 13) == 14     # the last barrier, nothing after it
+    assert settled(sp, 5) == 12      # the ordering flush at 4 is no barrier: the next is 9
+    assert settled(sp, 3) == 3       # the barrier at 2, no FUA write after it
+
+
+def test_a_diagnosis_round_trips() -> None:
+    d = ClusterDiagnosis("flush~a+b", "lost-ack", "flush~c+d", ("r",), "r", 3, False,
+                         ({"node": 0, "culprits": [{"text": "t"}]}, {"node": 1, "culprits": []}), "cause", 1.5, "note")
+    again = ClusterDiagnosis.from_json(d.to_json())
+    assert again == d and again.culprits(0) == [{"text": "t"}]
+
+
+def test_a_judge_that_judges_nothing_is_an_error(tmp_path: Path) -> None:
+    def nothing(states: Any, sink: Any, work: Path) -> None:
+        work.mkdir()
+
+    class S:
+        id = "flush~x+y"
+    with pytest.raises(UsageError, match="was not judged"):
+        judge_one(nothing, S(), tmp_path / "w")   # type: ignore[arg-type]
+    assert not (tmp_path / "w").exists()

@@ -1,0 +1,72 @@
+"""A failing cluster check end to end (docs/clusters.md, "When a cluster fails"): three replog nodes
+whose replicas answer before their fsync, recorded once; the check groups the lost acks, confirms
+the group alone, minimizes its first state node by node (it still fails; no node keeps a later cut
+or loses more writes), blames each node and writes a cluster repro bundle that ``powercut repro
+--check-in host`` re-judges to the same verdict (as does a repro of the recording with the minimized
+id) -- and refuses once a node's log is altered."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.vm, pytest.mark.skipif(os.geteuid() != 0, reason="host-mode checks need root")]
+
+
+def powercut(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+    d = tmp_path_factory.mktemp("cluster")
+    rec = d / "rec"
+    out = powercut("record", "--nodes", "3", "--workload", "replog", "--param", "n=6", "--param", "fsync=false",
+                   "--size", "32", "-o", str(rec))
+    assert out.returncode == 0, out.stdout + out.stderr
+    chk = powercut("check", str(rec), "--check-in", "host", "--max-states", "60", "-o", str(d / "out"))
+    assert chk.returncode == 3, chk.stdout + chk.stderr
+    return d / "out", json.loads((d / "out" / "summary.json").read_text()), chk.stdout
+
+
+def test_the_failure_group_is_confirmed_minimized_per_node_and_bundled(checked: tuple[Path, dict[str, Any], str]
+                                                                      ) -> None:
+    out, summary, stdout = checked
+    g = summary["groups"][0]
+    why = json.dumps(summary["groups"], indent=1)[:4000] + stdout[-3000:]
+    assert g["verdict"] == "lost-ack" and sum(x["count"] for x in summary["groups"]) == summary["verdicts"]["lost-ack"], why
+    assert g["confirmed_alone"] >= 1 and g["unconfirmed"] == 0 and summary["confirmation"]["flaky"] == 0, why
+    assert g["minimized"].split("~")[0] == g["first"].split("~")[0] and g["minimized_confirmed"], why
+    for sh in g["node_shrink"]:
+        assert sh["cut"][1] <= sh["cut"][0] and sh["lost"][1] <= sh["lost"][0], why
+    assert any("replog.log" in c for node in g["node_culprits"] for c in node), why
+    assert "GROUP 1: lost-ack" in stdout and "node 2: cut" in stdout and "--check-in host" in stdout, why
+    bundle = Path(g["bundle"])
+    doc = json.loads((bundle / "bundle.json").read_text())
+    assert doc["nodes"] == 3 and doc["minimized"] == g["minimized"] and len(doc["blame"]) == 3
+    assert sorted(p.name for p in bundle.glob("log*.bin")) == ["log0.bin", "log1.bin", "log2.bin"]
+    rep = powercut("repro", str(bundle), "--check-in", "host")
+    assert rep.returncode == 3, rep.stdout + rep.stderr
+    assert "lost-ack" in rep.stdout and "still fails: the same verdict as in the bundle" in rep.stdout
+    rec = powercut("repro", summary["recording"], "--state", g["minimized"], "--check-in", "host")
+    assert rec.returncode == 3 and f"{g['minimized']} (recording " in rec.stdout, rec.stdout + rec.stderr
+
+
+def test_a_bundle_with_an_altered_node_log_is_refused(checked: tuple[Path, dict[str, Any], str],
+                                                      tmp_path: Path) -> None:
+    out, summary, _ = checked
+    bundle = tmp_path / "b"
+    shutil.copytree(summary["groups"][0]["bundle"], bundle)
+    log2 = bundle / "log2.bin"
+    data = bytearray(log2.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    log2.write_bytes(bytes(data))
+    rep = powercut("repro", str(bundle), "--check-in", "host")
+    assert rep.returncode == 1 and "node 2's log log2.bin was altered" in rep.stderr, rep.stdout + rep.stderr
+    assert "Traceback" not in rep.stderr
