@@ -6,6 +6,9 @@ fails with the cluster's words: the cluster state's id names every node's cut.""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +17,9 @@ pytest_plugins = ["pytester"]
 
 STORE = '''
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -86,11 +92,18 @@ def test_a_cluster_crash_test_passes_and_a_broken_one_is_caught(pytester: pytest
     res.assert_outcomes(passed=2, failed=1)
     res.stdout.fnmatch_lines([
         f"*powercut: lost-ack: * of * distinct crash states fail (ext4; flush, write-cache; judged in {check_in})*",
-        "*acked key k* is intact on * of 3 nodes*",
+        # the group: its reason, then which of each node's writes were late (blame per node)
+        "group 1: lost-ack x *: acked key k# is intact on # of # nodes <- node 0: * | node 1: * | node 2: *",
+        "  confirmed: * alone*",
+        "  minimized: *~*+*+* -> *~*+*+* (* check*)",
+        "  repro: powercut repro *",
         "artifacts: *",
     ])
-    # the first failing cluster state names one cut per node, at one instant
-    first = next(line for line in text.splitlines() if "~" in line and "+" in line)
-    ids = first.split("~", 1)[1].split()[0].rstrip(":").split("+")
-    assert len(ids) == 3, first
+    # the minimized cluster state names one cut per node; its bundle is re-judged alike
+    minimized = re.search(r"minimized: \S+ -> (\S+)", text).group(1)
+    assert len(minimized.split("~", 1)[1].split("+")) == 3, minimized
+    bundle = re.search(r"repro: powercut repro (\S+)", text).group(1)
+    rep = subprocess.run([sys.executable, "-m", "powercut.cli", "repro", bundle, "--check-in", "host"],
+                         capture_output=True, text=True, timeout=600)
+    assert rep.returncode == 3 and "lost-ack" in rep.stdout, rep.stdout + rep.stderr
     res.stdout.fnmatch_lines(["*powercut crash tests*", "*test_majority_store_survives: pass (*"])
