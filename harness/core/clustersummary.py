@@ -8,7 +8,8 @@ a shard is missing -- never a pass; else ``pass``), ``coverage`` and its ``phras
 really judged: core/coverage.judged_only of the selection's), ``verdicts`` (counts), ``judged``,
 ``planned`` (the states of this check or shard), ``selection`` (the selection's figures, the same
 on every shard), ``select_s``, ``judge_s``, ``per_state_s`` (this run's judging time per state it
-judged, ``judged_now`` of them), ``failures`` (the first ``FAILURES``), ``status``, ``shard`` ("" unsharded) and
+judged, ``judged_now`` of them), ``failures`` (the first ``FAILURES`` by instant and id: the
+same in a merge of shards), ``status``, ``shard`` ("" unsharded) and
 ``missing_shards``."""
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def summarize(verdicts: Sequence[Verdict], *, head: Mapping[str, Any], selection
     """The summary of a cluster check (or shard) whose journal holds ``verdicts`` (this run's and a
     resumed run's earlier ones); ``judged_now``: how many of them this run judged (in ``judge_s``)."""
     cov = coverages.judged_only(coverage, Counter(v.model for v in verdicts))
-    failing = [v for v in verdicts if v.failed]
+    failing = sorted((v for v in verdicts if v.failed), key=lambda v: (v.cut, v.state))   # any shard's order
     return {**{k: head[k] for k in HEAD if k in head},
             "verdict": verdict_word(verdicts, status, missing), "coverage": cov.to_json(), "phrase": cov.phrase(),
             "verdicts": dict(Counter(v.verdict for v in verdicts)), "judged": len(verdicts), "planned": planned,

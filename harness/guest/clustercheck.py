@@ -29,6 +29,7 @@ from powercut.guest.check import WORK, prepared
 from powercut.linux.jsonlines import JsonLines
 from powercut.replay.dmsnapshot import DmSnapshotProvider
 from powercut.replay.materialize import materialize, plan
+from powercut.replay.snapshot import Provider
 from powercut.vm.guestjob import GUEST_MNT, ClusterCheckJob, uptime
 
 log = logging.getLogger(__name__)
@@ -51,11 +52,12 @@ class NodeImages:
     """One node's image for each of ``states`` in turn (``next_image``: a dm-snapshot clone, valid
     until the next call), walked forward run by run (``runs``)."""
 
-    def __init__(self, index: LogIndex, size: int, states: Sequence[CrashState], workspace: Path) -> None:
+    def __init__(self, index: LogIndex, size: int, states: Sequence[CrashState], workspace: Path,
+                 provider: Provider | None = None) -> None:
         self.index, self.size, self.states = index, size, list(states)
         self.runs = runs([plan(index, s).base for s in self.states])
         workspace.mkdir(parents=True, exist_ok=True)
-        self.provider = DmSnapshotProvider(workspace)
+        self.provider = provider or DmSnapshotProvider(workspace)   # another only in tests (no dm there)
         self.walk: Generator[tuple[CrashState, Path], None, None] | None = None
         self.k = 0        # the next state's position
         self.run = -1     # the run being walked
