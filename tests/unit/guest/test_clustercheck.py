@@ -15,9 +15,9 @@ from tests.unit.logops import build_log
 
 def test_runs_cut_where_the_base_goes_back() -> None:
     assert runs([]) == []
-    assert runs([5]) == [range(0, 1)]
-    assert runs([0, 1, 1, 3, 0, 2, 2, 1]) == [range(0, 4), range(4, 7), range(7, 8)]
-    assert runs([3, 3, 3]) == [range(0, 3)]
+    assert runs([5]) == [range(1)]
+    assert runs([0, 1, 1, 3, 0, 2, 2, 1]) == [range(4), range(4, 7), range(7, 8)]
+    assert runs([3, 3, 3]) == [range(3)]
 
 
 def test_node_images_are_the_replayed_states_in_product_order(tmp_path: Path) -> None:
