@@ -181,16 +181,20 @@ def merge_cluster(paths: Sequence[str | Path], out: str | Path) -> tuple[dict[st
     """``powercut merge`` of a cluster check's shards: one journal and the summary the unsharded
     check would have written (same verdict counts and coverage).  Shards of other recordings or
     settings, or one shard twice, are refused with one line; a missing shard makes it incomplete."""
-    outs = [load_output(p) for p in paths]
-    if not outs:
+    if not paths:
         raise UsageError("give the shards' check outputs to merge")
+    other = next((p for p in paths if not is_cluster_output(p)), None)
+    if other is not None:
+        raise UsageError(f"{other} is not a cluster check's output: a cluster check's shards merge only with "
+                         "each other")
+    outs = [load_output(p) for p in paths]
     want = {k: v for k, v in outs[0].settings.items() if k != "shard"}
     for o in outs[1:]:
         have = {k: v for k, v in o.settings.items() if k != "shard"}
         if have != want or o.shard.total != outs[0].shard.total:
-            k = next((k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)), "shard")
-            raise UsageError(f"{outs[0].dir} and {o.dir} are shards of different cluster checks ({k}): they cannot "
-                             "be merged")
+            k = next((k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)), None)
+            what = f"cluster checks ({k} differs)" if k else f"shard counts ({outs[0].shard}, {o.shard})"
+            raise UsageError(f"{outs[0].dir} and {o.dir} are shards of different {what}: they cannot be merged")
     outdir = Path(out)
     if any(outdir.resolve() == o.dir.resolve() for o in outs):
         raise UsageError(f"{outdir} is one of the shards: merge into another -o")

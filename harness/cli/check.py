@@ -130,7 +130,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from powercut.campaign.cluster import is_cluster_output, merge_cluster
     from powercut.campaign.merge import is_matrix, merge, merge_matrix
 
-    if all(is_cluster_output(p) for p in args.shards):
+    if any(is_cluster_output(p) for p in args.shards):
         return _print_cluster(*merge_cluster(args.shards, args.out))
     if is_matrix(args.shards):
         rows, results, paths, missing = merge_matrix(args.shards, args.out)
