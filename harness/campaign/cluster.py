@@ -60,7 +60,10 @@ class ClusterCheck:
         if self.selection.seed == SEED_AUTO and not self.shard.whole:
             raise UsageError(f"--seed auto with --shard {self.shard}: every shard must choose the same cluster "
                              "states; give every shard one --seed N")
-        self.place()   # a bad --check-in, -j or --check-uri is one line now
+        if self.check_uris:
+            raise UsageError("a cluster recording's checker VMs boot on this machine: --check-uri is for one-disk "
+                             "recordings for now")
+        self.place()   # a bad --check-in or -j is one line now
 
     def place(self) -> Place:
         return Place(self.check_in, self.accel, state_timeout_s=self.state_timeout_s, uris=self.check_uris,
