@@ -301,7 +301,8 @@ def write_result(jobdir: Path, result: GuestResult, seq: int = 1) -> None:
 # RESTORED once restored and in the host root (what fails before that is the restore's).
 TEMPLATE_READY = "powercut-template-ready"
 TEMPLATE_RESTORED = "powercut-restored"
-TEMPLATE_PRELOAD = ("powercut.guest.__main__", "powercut.guest.check")   # what it imports before the save
+TEMPLATE_PRELOAD = ("powercut.guest.__main__", "powercut.guest.check",   # what it imports before the save
+                    "powercut.guest.clustercheck")
 CONTROL_SERIAL = "pcctl"
 GO_MAGIC = b"powercut-go\n"
 GO_BLOCK = 4096
