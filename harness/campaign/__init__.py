@@ -1,7 +1,8 @@
 """Runs that stitch the stages together (host).
 
 * ``run`` -- the check campaign (record, check, confirm, triage);
-* ``cluster`` -- a cluster recording's check: the nodes' logs verified, cluster states chosen and judged;
+* ``cluster`` -- a cluster recording's check: the nodes' logs verified, cluster states chosen, sharded and judged
+  (checker VMs or host), resumable; its shards merged;
 * ``clustertriage`` -- a cluster check's failures grouped, confirmed, minimized per node, blamed, bundled;
 * ``journal`` -- the verdict journal, the resume point;
 * ``ledger`` -- the states that passed in earlier runs of a log (``--ledger``), skipped in the next;

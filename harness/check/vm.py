@@ -18,16 +18,17 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from powercut.check import template
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import split_by_base
 from powercut.check.hosts import CheckHost, Staged
+from powercut.check.vmprogress import Outcome, Progress
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex
@@ -35,7 +36,6 @@ from powercut.core.verdict import Verdict
 from powercut.errors import GuestHang, GuestPanic, PowercutError, UsageError, VmError, VmKilled
 from powercut.images.build import build_image, tools_dir
 from powercut.linux import filesystems, interrupt
-from powercut.linux.jsonlines import read_lines
 from powercut.vm import guestjob
 from powercut.vm.cmdline import keep_visible
 
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 MAX_FAILED_BOOTS = 2
 SCRATCH_FS = "ext4"  # the guest agent's work filesystem (guest.check)
 Sink = Callable[[Verdict], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,65 +69,45 @@ class VmCheckSpec:
         return [CheckHost(u) for u in self.uris] or [CheckHost()]
 
 
-class _Progress:
-    """Follows one VM's progress.jsonl: which state is in progress, new verdicts."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.pos = path, 0
-        self.current: str | None = None
-        self.since = time.monotonic()
-        self.diagnoses: list[dict[str, Any]] = []
-
-    def poll(self) -> list[Verdict]:
-        objs, self.pos = read_lines(self.path, self.pos)
-        new = []
-        for obj in objs:
-            if "begin" in obj:
-                self.current, self.since = obj["begin"], time.monotonic()
-            elif "verdict" in obj:
-                new.append(Verdict.from_json(obj["verdict"]))
-                self.current = None
-            elif "diagnosis" in obj:
-                self.diagnoses.append(obj["diagnosis"])
-        return new
-
-    def overdue(self, limit_s: float) -> str | None:
-        """Why the VM must end: its state in progress ran past the per-state limit (None: it has not)."""
-        if self.current and time.monotonic() - self.since > limit_s:
-            return f"state {self.current} did not finish within {limit_s:g} s"
-        return None
-
-
 def check_vm(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[CrashState], sink: Sink,
              workdir: Path, spec: VmCheckSpec, *, jobs: int = 1, warm: "WarmVms | None" = None) -> None:
     """Judge ``states`` in ``jobs`` checker VMs on each of the spec's hosts (contiguous chunks of the
     walk order, dealt to the hosts in turn); every verdict goes to ``sink`` (under a lock).  With
     ``warm``, a VM that ends its chunk normally stays booted there for the run's next phase."""
     hosts = spec.hosts()
-    chunks = split_by_base(index, states, jobs * len(hosts))
-    lock = threading.Lock()
-
-    def locked(v: Verdict) -> None:
-        with lock:
-            sink(v)
+    locked = locked_sink(sink)
 
     def one(i: int, chunk: list[CrashState]) -> None:
         vm = CheckerVm(ctx, src, spec, workdir / f"vm{i}", hosts[i % len(hosts)], serve=warm is not None)
         try:
-            _Judging(vm, chunk, locked).run()
+            Judging(vm, chunk, locked).run()
         except BaseException:
             vm.close(force=True)
             raise
         if warm is not None:
             warm.park(vm)
 
+    in_parallel(split_by_base(index, states, jobs * len(hosts)), one)
+
+
+def locked_sink(sink: Sink) -> Sink:
+    """``sink`` called under a lock (the VMs' threads hand in verdicts at once)."""
+    lock = threading.Lock()
+
+    def locked(v: Verdict) -> None:
+        with lock:
+            sink(v)
+    return locked
+
+
+def in_parallel(chunks: Sequence[T], one: Callable[[int, T], None]) -> None:
+    """``one(i, chunk)`` for every chunk, each on its own thread (one VM each) when there are several."""
     if len(chunks) <= 1:
         for i, chunk in enumerate(chunks):
             one(i, chunk)
         return
     with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix="powercut-vm") as pool:
-        futures = [pool.submit(one, i, c) for i, c in enumerate(chunks)]
-        for f in futures:
+        for f in [pool.submit(one, i, c) for i, c in enumerate(chunks)]:
             f.result()
 
 
@@ -166,23 +147,14 @@ class WarmVms:
             vm.close(force=force)
 
 
-@dataclass(slots=True)
-class Outcome:
-    """How one boot of a checker VM went."""
-
-    failure: VmError | None        # a panic, hang or crash of the VM (None: it ended normally)
-    current: str | None            # the state in progress when it ended
-    since: float                   # when that state began (monotonic)
-    diagnoses: list[dict[str, Any]]
-
-
 class CheckerVm:
     """Boots a checker VM on one job and follows its progress stream: each verdict goes to
     ``on_verdict`` as it arrives; a state that runs past the per-state timeout ends the VM."""
 
     def __init__(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path,
-                 host: CheckHost | None = None, *, serve: bool = False) -> None:
+                 host: CheckHost | None = None, *, serve: bool = False, scratch_bytes: int = 0) -> None:
         self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
+        self.scratch_bytes = scratch_bytes or 3 * src.size + (512 << 20)   # the pristine and the COWs
         self.host = host or CheckHost()
         template.enabled()   # a bad POWERCUT_VM_START is one line here, not a dead boot thread later
         keep_visible(ctx.checker.host_paths())   # a checker function's file and sys.path, even under /tmp
@@ -227,7 +199,7 @@ class CheckerVm:
             return self._serve(job, on_verdict, 60 + self.spec.state_timeout_s * steps)
         run, jobdir = self._new_run(job, serve=False)
         staged = self.staged()
-        progress = _Progress(jobdir / "progress.jsonl")
+        progress = Progress(jobdir / "progress.jsonl")
 
         def drain() -> None:
             for v in progress.poll():
@@ -244,7 +216,7 @@ class CheckerVm:
                 raise UsageError("an interactive shell needs a checker VM on this machine, not on a --check-uri host")
             timeout = 24 * 3600 if interactive else 60 + self.spec.state_timeout_s * steps
             self.host.boot(lambda d: self._vm_spec(staged, d, timeout, interactive), run,
-                           3 * self.src.size + (512 << 20), watchdog)
+                           self.scratch_bytes, watchdog)
         except VmError as e:
             failure = e
         drain()
@@ -288,7 +260,7 @@ class CheckerVm:
         else:
             run, jobdir = self._new_run(job, serve=True)
             staged = self.staged()
-            live = _Live(jobdir, _Progress(jobdir / "progress.jsonl"), on_verdict, limit_s)
+            live = _Live(jobdir, Progress(jobdir / "progress.jsonl"), on_verdict, limit_s)
 
             def watchdog() -> str | None:
                 live.drain()
@@ -302,7 +274,7 @@ class CheckerVm:
             def boot() -> None:
                 try:   # the VM's own limit: its idle agent ends itself; hangs are the watchdog's
                     self.host.boot(lambda d: self._vm_spec(staged, d, guestjob.IDLE_S + 24 * 3600), run,
-                                   3 * self.src.size + (512 << 20), watchdog)
+                                   self.scratch_bytes, watchdog)
                 except VmError as e:
                     live.failure = e
 
@@ -331,7 +303,7 @@ class CheckerVm:
 class _Live:
     """A serving checker VM: its boot thread, its job share, the job in progress."""
 
-    def __init__(self, jobdir: Path, progress: _Progress, on_verdict: Sink, limit_s: float) -> None:
+    def __init__(self, jobdir: Path, progress: Progress, on_verdict: Sink, limit_s: float) -> None:
         self.thread = threading.Thread()
         self.jobdir, self.progress, self.on_verdict = jobdir, progress, on_verdict
         self.seq = 1
@@ -353,7 +325,7 @@ class _Live:
             self.job_limit_s, self.job_deadline = limit_s, time.monotonic() + limit_s
             for name in ("result.json", "progress.jsonl"):
                 (self.jobdir / name).unlink(missing_ok=True)
-            self.progress, self.on_verdict = _Progress(self.jobdir / "progress.jsonl"), on_verdict
+            self.progress, self.on_verdict = Progress(self.jobdir / "progress.jsonl"), on_verdict
             guestjob.write(self.jobdir, job, seq=self.seq, serve=True)
 
     def answered(self) -> bool:
@@ -365,12 +337,16 @@ class _Live:
         return Outcome(failure, p.current, p.since, p.diagnoses)
 
 
-class _Judging:
+class Judging:
     """Judges one chunk of states in one checker VM, booted again after a panic or a hang (which
-    becomes the finding of the state in progress)."""
+    becomes the finding of the state in progress).  ``job``: the job for the ids still to judge
+    (default: a one-disk CheckJob; check/clustervm.py's for cluster states, whose "cut" is the
+    instant)."""
 
-    def __init__(self, vm: CheckerVm, states: list[CrashState], sink: Sink) -> None:
+    def __init__(self, vm: CheckerVm, states: Sequence[Any], sink: Sink,
+                 job: Callable[[tuple[str, ...]], guestjob.Job] | None = None) -> None:
         self.vm, self.states, self.sink = vm, states, sink
+        self.job = job or (lambda ids: guestjob.CheckJob(vm.source(), ids, tools_dir=vm.staged().tools_dir))
         self.by_id = {s.id: s for s in states}
         self.done: set[str] = set()
 
@@ -379,8 +355,7 @@ class _Judging:
         while todo := [s for s in self.states if s.id not in self.done]:
             interrupt.raise_if_stopping()
             before = len(self.done)
-            job = guestjob.CheckJob(self.vm.source(), tuple(s.id for s in todo), tools_dir=self.vm.staged().tools_dir)
-            out = self.vm.run(job, steps=len(todo) + 1, on_verdict=self._verdict)
+            out = self.vm.run(self.job(tuple(s.id for s in todo)), steps=len(todo) + 1, on_verdict=self._verdict)
             interrupt.raise_if_stopping()
             if out.failure is None:
                 left = [s.id for s in todo if s.id not in self.done]
@@ -403,14 +378,15 @@ class _Judging:
             self.done.add(v.state)
             self.sink(v)
 
-    def _blame(self, s: CrashState, failure: VmError, since: float) -> None:
+    def _blame(self, s: Any, failure: VmError, since: float) -> None:
         kind = "timeout" if isinstance(failure, GuestHang) else "kernel-panic"
         lines = [line for line in failure.console_tail.splitlines() if line.strip()]
         if isinstance(failure, GuestPanic) and failure.panic_line:
             detail = [failure.panic_line, *lines[1:3]]
         else:
             detail = lines[-3:]
-        v = Verdict(s.id, s.model, s.cut, kind, (failure.one_line(), *detail), len(s.acks), len(s.begun),
+        cut = s.cut if isinstance(s, CrashState) else s.instant   # a cluster state's "cut" is its instant
+        v = Verdict(s.id, s.model, cut, kind, (failure.one_line(), *detail), len(s.acks), len(s.begun),
                     round(time.monotonic() - since, 3))
         self.done.add(s.id)
         self.sink(v)

@@ -42,19 +42,31 @@ def _is_cluster(path: str) -> bool:
 
 
 def cmd_check_cluster(args: argparse.Namespace) -> int:
-    """``powercut check`` of a cluster recording (campaign/cluster.py): host mode, one summary."""
+    """``powercut check`` of a cluster recording (campaign/cluster.py): checker VMs (or host mode),
+    shards, resume; one summary."""
     from powercut.campaign.cluster import ClusterCheck, run_cluster_check
     from powercut.campaign.clustertriage import ClusterDebug
     from powercut.cli.parser import selection_from
+    from powercut.core.shard import Shard
 
     debug = ClusterDebug(confirm=not args.no_confirm, confirm_sample=args.confirm_sample, shrink=args.shrink,
                          shrink_budget=args.shrink_budget)
     spec = ClusterCheck(selection=selection_from(args, "check"), cluster_bound=args.cluster_bound,
-                        check_in=args.check_in, checker_command=args.checker, force=args.force, debug=debug)
+                        check_in=args.check_in, checker_command=args.checker, force=args.force, jobs=args.jobs,
+                        accel=args.accel, state_timeout_s=args.state_timeout, check_uris=tuple(args.check_uris),
+                        shard=args.shard or Shard(), resume=args.resume, debug=debug)
     summary, out = run_cluster_check(args.path, spec, args.out)
+    return _print_cluster(summary, out)
+
+
+def _print_cluster(summary: dict[str, Any], out: Path) -> int:
     sel = summary["selection"]
-    print(f"{summary['workload']} on {summary['nodes']} nodes: {summary['judged']} cluster states judged over "
-          f"{sel['instants']} instants in {summary['judge_s']} s ({summary['per_state_s']} s a state)")
+    where = f" (shard {summary['shard']})" if summary.get("shard") else ""
+    if summary.get("shards"):
+        where = f" (shards {', '.join(summary['shards'])} merged)"
+    print(f"{summary['workload']} on {summary['nodes']} nodes{where}: {summary['judged']} cluster states judged "
+          f"over {sel['instants']} instants in {summary.get('check_in') or 'host'} mode; this run "
+          f"{summary.get('judged_now', summary['judged'])} in {summary['judge_s']} s ({summary['per_state_s']} s a state)")
     for n, per in enumerate(sel["node_states"]):
         print(f"  node {n}: distinct states " + ", ".join(f"{m} {k}" for m, k in per.items()))
     print("  verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["verdicts"].items())))
@@ -66,7 +78,14 @@ def cmd_check_cluster(args: argparse.Namespace) -> int:
         print(f"  FLAKY {f['state']}: {f['reasons'][0] if f['reasons'] else ''}")
     phrase = f" ({summary['phrase']})" if summary["phrase"] else ""
     print(f"{summary['verdict'].upper()}{phrase}; summary: {out}/summary.json")
-    return 3 if summary["verdict"] == "fail" else 1 if summary["verdict"] == "flaky" else 0
+    if summary.get("missing_shards"):
+        print(f"powercut: shard(s) {', '.join(summary['missing_shards'])} missing from the merge: not a pass",
+              file=sys.stderr)
+    elif summary.get("status", "complete") != "complete":
+        print(f"powercut: the check is {summary['status']}: not a pass (--resume goes on with it)", file=sys.stderr)
+    return {"fail": 3, "pass": 0}.get(summary["verdict"], 1)
+
+
 
 
 def _print_cluster_groups(summary: dict[str, Any], groups: list[dict[str, Any]]) -> None:
@@ -153,8 +172,11 @@ def _finish(summary: Any, paths: dict[str, Path]) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from powercut.campaign.cluster import is_cluster_output, merge_cluster
     from powercut.campaign.merge import is_matrix, merge, merge_matrix
 
+    if any(is_cluster_output(p) for p in args.shards):
+        return _print_cluster(*merge_cluster(args.shards, args.out))
     if is_matrix(args.shards):
         rows, results, paths, missing = merge_matrix(args.shards, args.out)
         from powercut.report import matrix

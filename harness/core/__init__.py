@@ -12,6 +12,7 @@
 * ``coverage`` -- what a check covered: exhaustive, sampled, capped or weakened, per model;
 * ``selection`` -- each distinct disk image judged once, --max-states shares;
 * ``cluster`` -- one power cut across N node logs that share their key marks: instants, consistent cuts, ids;
+* ``clustersummary`` -- a cluster check's summary, and its shards merged into the unsharded one;
 * ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;
 * ``shrink`` -- minimize a failing state;
 * ``clustershrink`` -- minimize a failing cluster state node by node; a cluster failure's nodes, cause line, bundle cuts;

@@ -65,7 +65,9 @@ class _Session:
 
 
 @contextlib.contextmanager
-def _session(src: StateSource, jobdir: Path) -> Iterator[_Session]:
+def prepared(src: StateSource) -> Iterator[CheckContext]:
+    """The judging context of a job's source, with the scratch disk mounted at WORK (both the
+    one-disk jobs here and the cluster job, guest/clustercheck.py)."""
     for key, ref in src.entries.items():
         registry.preset(*key.split("/", 1), ref)  # type: ignore[call-arg]  # key: "group/name"
     if src.fsck:
@@ -75,12 +77,17 @@ def _session(src: StateSource, jobdir: Path) -> Iterator[_Session]:
     if not src.scratch_ready:
         process.run([*SCRATCH_MKFS, scratch], timeout=300)
     mount(scratch, WORK, "ext4", "noatime")
-    ctx = CheckContext(filesystems.get(src.fstype), src.checker, dict(src.params), src.mount_opts)
     try:
-        with open_log(src.log) as index, JsonLines(jobdir / "progress.jsonl", durable=False) as progress:
-            yield _Session(with_faults(ctx, index), index, space(index), Path(WORK), progress, src.size)
+        yield CheckContext(filesystems.get(src.fstype), src.checker, dict(src.params), src.mount_opts)
     finally:
         umount(WORK)
+
+
+@contextlib.contextmanager
+def _session(src: StateSource, jobdir: Path) -> Iterator[_Session]:
+    with prepared(src) as ctx, open_log(src.log) as index, \
+            JsonLines(jobdir / "progress.jsonl", durable=False) as progress:
+        yield _Session(with_faults(ctx, index), index, space(index), Path(WORK), progress, src.size)
 
 
 def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:

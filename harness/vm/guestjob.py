@@ -94,6 +94,17 @@ class CheckJob:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterCheckJob:
+    """Judge these cluster states (core/cluster.py ids), every node's image rebuilt from its own log
+    (``logs``, node 0 first, paths in the guest; ``src.log`` is node 0's), all mounted at once."""
+    kind: ClassVar[str] = "cluster-check"
+    src: StateSource
+    logs: tuple[str, ...]
+    states: tuple[str, ...]
+    tools_dir: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class DiagnoseJob:
     """Minimize and blame failing states (or, ``tear_only``, ask whether each torn one needs its tear)."""
     kind: ClassVar[str] = "diagnose"
@@ -138,8 +149,9 @@ class BenchJob:
         object.__setattr__(self, "runsets", tuple(RunSet.of(r) for r in self.runsets))
 
 
-Job = RecordJob | CheckJob | DiagnoseJob | ShellJob | MarkBenchJob | BenchJob
-KINDS: dict[str, type[Job]] = {c.kind: c for c in (RecordJob, CheckJob, DiagnoseJob, ShellJob, MarkBenchJob, BenchJob)}
+Job = RecordJob | CheckJob | ClusterCheckJob | DiagnoseJob | ShellJob | MarkBenchJob | BenchJob
+KINDS: dict[str, type[Job]] = {c.kind: c for c in (RecordJob, CheckJob, ClusterCheckJob, DiagnoseJob, ShellJob,
+                                                   MarkBenchJob, BenchJob)}
 NESTED: dict[str, type] = {"fs": FsSpec, "workload": WorkloadSpec, "checker": CheckerSpec, "src": StateSource}
 
 
@@ -289,7 +301,8 @@ def write_result(jobdir: Path, result: GuestResult, seq: int = 1) -> None:
 # RESTORED once restored and in the host root (what fails before that is the restore's).
 TEMPLATE_READY = "powercut-template-ready"
 TEMPLATE_RESTORED = "powercut-restored"
-TEMPLATE_PRELOAD = ("powercut.guest.__main__", "powercut.guest.check")   # what it imports before the save
+TEMPLATE_PRELOAD = ("powercut.guest.__main__", "powercut.guest.check",   # what it imports before the save
+                    "powercut.guest.clustercheck")
 CONTROL_SERIAL = "pcctl"
 GO_MAGIC = b"powercut-go\n"
 GO_BLOCK = 4096

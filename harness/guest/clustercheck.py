@@ -1,0 +1,118 @@
+"""The checker VM's cluster job (guest; issue 40): judge cluster crash states in one VM, every node's
+image rebuilt from its own log with the one-disk machinery (replay.materialize over a dm-snapshot
+provider: a pristine walked forward in log order per node, a dm-snapshot clone of it per cluster
+state, so a mount's recovery never writes the pristine), every node mounted at once, the workload's
+checker given every mount, every node fsck'd -- ``check.cluster.judge_cluster``, host mode's own
+judge, so the verdicts and reasons are host mode's.  One progress line before and one after each
+state, as for one disk (the host blames a panic or a hang on the state in progress).
+
+Cluster states come in product order (the last node changes fastest), so one node's states are not
+sorted by the pristine position they need.  Each node walks its pristine forward over a *run* of
+its states whose positions never decrease, and starts a new walk from entry 0 only when the next
+state lies behind: per node one walk per wrap of the product, each state a clone plus its few
+extra writes (host mode replays every node from entry 0 whenever its state changes)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Generator, Sequence
+from pathlib import Path
+from typing import Any
+
+from powercut.check.cluster import judge_cluster
+from powercut.core.cluster import ClusterSpace
+from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import LogIndex, open_log
+from powercut.guest.check import WORK, prepared
+from powercut.linux.jsonlines import JsonLines
+from powercut.replay.dmsnapshot import DmSnapshotProvider
+from powercut.replay.materialize import ReplayStats, materialize, plan
+from powercut.replay.snapshot import Provider
+from powercut.vm.guestjob import GUEST_MNT, ClusterCheckJob, uptime
+
+log = logging.getLogger(__name__)
+
+
+def runs(bases: Sequence[int]) -> list[range]:
+    """The maximal runs of positions whose bases never decrease (one forward walk each)."""
+    out: list[range] = []
+    start = 0
+    for k in range(1, len(bases)):
+        if bases[k] < bases[k - 1]:
+            out.append(range(start, k))
+            start = k
+    if bases:
+        out.append(range(start, len(bases)))
+    return out
+
+
+class NodeImages:
+    """One node's image for each of ``states`` in turn (``next_image``: a dm-snapshot clone, valid
+    until the next call), walked forward run by run (``runs``)."""
+
+    def __init__(self, index: LogIndex, size: int, states: Sequence[CrashState], workspace: Path,
+                 provider: Provider | None = None) -> None:
+        self.index, self.size, self.states = index, size, list(states)
+        self.runs = runs([plan(index, s).base for s in self.states])
+        workspace.mkdir(parents=True, exist_ok=True)
+        self.provider = provider or DmSnapshotProvider(workspace)   # another only in tests (no dm there)
+        self.walk: Generator[tuple[CrashState, Path], None, None] | None = None
+        self.k = 0        # the next state's position
+        self.run = -1     # the run being walked
+        self.walks = 0
+        self.stats = ReplayStats()   # summed over the walks
+
+    def next_image(self) -> Path:
+        if self.walk is None or self.k == self.runs[self.run].stop:
+            if self.walk is not None:
+                self.walk.close()   # releases the last clone and the pristine
+            self.run += 1
+            r = self.runs[self.run]
+            self.walk = materialize(self.index, None, self.size, self.states[r.start:r.stop], self.provider.workspace,
+                                    self.provider, stats=self.stats)
+            self.walks += 1
+        state, img = next(self.walk)
+        if state != self.states[self.k]:   # materialize sorts by base: a run is sorted already
+            raise AssertionError(f"node walk out of order: {state.id} for {self.states[self.k].id}")
+        self.k += 1
+        return img
+
+    def close(self) -> None:
+        if self.walk is not None:
+            self.walk.close()
+        self.provider.close()
+
+
+def cluster_check(job: ClusterCheckJob, jobdir: Path) -> dict[str, Any]:
+    """The checker VM: judge each listed cluster state."""
+    ready: float | None = None
+    n = 0
+    with prepared(job.src) as ctx, contextlib.ExitStack() as stack:
+        indexes = [stack.enter_context(open_log(p)) for p in job.logs]
+        progress = stack.enter_context(JsonLines(jobdir / "progress.jsonl", durable=False))
+        cs = ClusterSpace(indexes)
+        states = [cs.state_from_id(i) for i in job.states]
+        nodes = []
+        for i, index in enumerate(indexes):
+            nodes.append(NodeImages(index, job.src.size, [s.nodes[i] for s in states], Path(WORK) / f"n{i}"))
+            stack.callback(nodes[-1].close)
+        mnts = [f"{GUEST_MNT}/n{i}" for i in range(len(indexes))]
+        for m in mnts:
+            os.makedirs(m, exist_ok=True)
+        for state in states:
+            if ready is None:   # the boot timeline: kernel start -> this VM judges its first state
+                ready = uptime()
+                log.info("first cluster state begins %.2f s after the kernel", ready)
+            progress.add({"begin": state.id})
+            t0 = time.monotonic()
+            devs = [str(node.next_image()) for node in nodes]
+            log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t0)
+            v = judge_cluster(ctx, devs, state, mnts, t0)
+            progress.add({"verdict": v.to_json()})
+            n += 1
+        walks = [{"walks": node.walks, "walk_entries": node.stats.walk_entries, "walk_mb": node.stats.walk_bytes >> 20,
+                  **{k: round(getattr(node.stats, k), 2) for k in ("walk_s", "setup_s", "clone_s", "extras_s", "release_s")}}
+                 for node in nodes]
+    return {"judged": n, "first_state_s": ready, "nodes": walks}

@@ -1,0 +1,78 @@
+"""Cluster states judged in checker VMs (docs/clusters.md, "Judging"): a three-node replog recording
+whose replicas answer before their fsync is checked in checker VMs (-j 2, the default place) and on
+the host; every state has the same verdict and reasons in both.  Two shards (one in a checker VM,
+one on the host) merge into the unsharded check's counts and coverage, and a check cut short and
+resumed judges only the states its journal lacks and ends with the same summary."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.vm, pytest.mark.skipif(os.geteuid() != 0, reason="host-mode checks need root")]
+
+STATES = ("--max-states", "40")
+
+
+def powercut(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=900)
+
+
+def journal(out: Path) -> dict[str, tuple[str, list[str]]]:
+    return {v["state"]: (v["verdict"], v["reasons"]) for v in map(json.loads, (out / "journal.jsonl").read_text()
+                                                                  .splitlines())}
+
+
+def summary(out: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rec = tmp_path_factory.mktemp("cluster") / "rec"
+    out = powercut("record", "--nodes", "3", "--workload", "replog", "--param", "n=6", "--param", "fsync=false",
+                   "--size", "32", "-o", str(rec))
+    assert out.returncode == 0, out.stdout + out.stderr
+    return rec
+
+
+def test_checker_vms_judge_every_cluster_state_as_the_host_does(rec: Path, tmp_path: Path) -> None:
+    vm = powercut("check", str(rec), *STATES, "-j", "2", "-o", str(tmp_path / "vm"))
+    host = powercut("check", str(rec), *STATES, "--check-in", "host", "-o", str(tmp_path / "host"))
+    assert vm.returncode == host.returncode == 3, vm.stdout + vm.stderr + host.stdout + host.stderr
+    assert "in vm mode" in vm.stdout
+    got, want = journal(tmp_path / "vm"), journal(tmp_path / "host")
+    assert len(want) == 40 and got == want
+    assert {v for v, _ in want.values()} >= {"pass", "lost-ack"}
+    s = summary(tmp_path / "vm")
+    assert s["check_in"] == "vm" and s["verdicts"] == summary(tmp_path / "host")["verdicts"]
+    agents = sorted((tmp_path / "vm" / "work").glob("vm*/run*/job/result.json"))
+    assert len(agents) == 2 and all(json.loads(a.read_text())["ok"] for a in agents)
+
+    # two shards (one in a checker VM, one on the host) merge into the unsharded check
+    one = powercut("check", str(rec), *STATES, "--shard", "1/2", "-j", "1", "-o", str(tmp_path / "s1"))
+    two = powercut("check", str(rec), *STATES, "--shard", "2/2", "--check-in", "host", "-o", str(tmp_path / "s2"))
+    assert one.returncode in (0, 3) and two.returncode in (0, 3), one.stderr + two.stderr
+    assert set(journal(tmp_path / "s1")).isdisjoint(journal(tmp_path / "s2"))
+    merged = powercut("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "-o", str(tmp_path / "merged"))
+    assert merged.returncode == 3, merged.stdout + merged.stderr
+    m = summary(tmp_path / "merged")
+    for key in ("verdict", "verdicts", "judged", "coverage", "phrase", "selection"):
+        assert m[key] == s[key], key
+    assert journal(tmp_path / "merged") == want
+
+    # cut short (the journal keeps 15 verdicts), then resumed: only the rest is judged
+    lines = (tmp_path / "host" / "journal.jsonl").read_text().splitlines()
+    (tmp_path / "host" / "journal.jsonl").write_text("\n".join(lines[:15]) + "\n")
+    again = powercut("check", str(rec), *STATES, "--check-in", "host", "--resume", "-o", str(tmp_path / "host"))
+    assert again.returncode == 3, again.stdout + again.stderr
+    r = summary(tmp_path / "host")
+    assert r["judged_now"] == 25 and r["judged"] == 40 and r["verdicts"] == s["verdicts"]
+    assert journal(tmp_path / "host") == want
+    other = powercut("check", str(rec), "--max-states", "41", "--check-in", "host", "--resume", "-o",
+                     str(tmp_path / "host"))
+    assert other.returncode == 1 and "max_states was 40, now 41" in other.stderr
