@@ -7,7 +7,7 @@ refused), the rest judged in checker VMs (the default, check/clustervm.py) or on
 (core/clustersummary.py) with the figures and the coverage; then the failures grouped, confirmed,
 minimized per node, blamed and bundled (campaign/clustertriage.py, judged where the check ran) and
 report.html written (report/cluster.py).  ``merge_cluster`` joins the shards' outputs (``powercut
-merge``).
+merge``)."""
 from __future__ import annotations
 
 import contextlib

@@ -111,17 +111,16 @@ def _print_cluster_groups(summary: dict[str, Any], groups: list[dict[str, Any]])
                   f"{g['nodes']} nodes{', budget exhausted' if g.get('shrink_exhausted') else ''})")
             for n, (sh, blamed) in enumerate(zip(g.get("node_shrink", []), g.get("node_culprits", []))):
                 print(f"    node {n}: cut {sh['cut'][0]} -> {sh['cut'][1]}, lost writes {sh['lost'][0]} -> "
-                      f"{sh['lost'][1]}" + ("" if blamed else " (no write blamed)"))
+                      f"{sh['lost'][1]}" + ("" if blamed or g.get("blame_note") else " (no write blamed)"))
                 for c in blamed[:3]:
                     print(f"      {c}")
             print(f"  cause: {g['cause']}")
         else:
             print(f"  first state: {g['first']}")
         if g.get("bundle"):
-            print(f"  repro: powercut repro {shlex.quote(g['bundle'])} --check-in host")
+            print(f"  repro: powercut repro {shlex.quote(g['bundle'])}")
         else:
-            print(f"  repro: powercut repro {shlex.quote(summary['recording'])} --state {shlex.quote(g['first'])} "
-                  "--check-in host")
+            print(f"  repro: powercut repro {shlex.quote(summary['recording'])} --state {shlex.quote(g['first'])}")
 
 
 def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
@@ -261,9 +260,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if cluster is not None:
         if args.shell or args.keep_image:
             raise UsageError(f"{'--shell' if args.shell else '--keep-image'}: not for a cluster state yet")
-        if args.check_in != "host":
-            raise UsageError(clusterrepro.NOT_YET)
-        cv = clusterrepro.run(cluster, args.check_in)
+        cv = clusterrepro.run(cluster, args.check_in, accel=args.accel)
         print("\n".join(clusterrepro.describe(cluster, cv)))
         return repro.exit_status(cv)
     target = repro.resolve(args.path, args.state)

@@ -122,7 +122,7 @@ def diagnose_cluster_state(cs: ClusterSpace, state: ClusterState, first: Verdict
 
     shrunk = minimize_cluster(cs, state, judge_cluster, budget=budget, expected=first, floors=floors)
     per_node: list[dict[str, Any]] = [n.to_json() for n in shrunk.nodes]
-    note = "" if blame is not None else "no blame where this check ran (blame needs the host's tools for now)"
+    note = "" if blame is not None else "blame per node runs in host mode only for now (check --check-in host)"
     for n, ns in enumerate(shrunk.minimized.nodes):
         culprits: list[Culprit] = []
         if blame is not None:
@@ -132,7 +132,8 @@ def diagnose_cluster_state(cs: ClusterSpace, state: ClusterState, first: Verdict
                 log.warning("blame of node %d failed: %s", n, e.one_line())
                 note = f"blame failed on node {n}: {e.one_line()}"
         per_node[n]["culprits"] = [c.to_json() for c in culprits]
-    cause = cause_line(first.verdict, shrunk.signature[1], [p["culprits"] for p in per_node])
+    cause = (cause_line(first.verdict, shrunk.signature[1], [p["culprits"] for p in per_node]) if blame is not None
+             else f"{first.verdict}: {shrunk.signature[1]} (no blame per node: {note})")
     return ClusterDiagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1],
                             shrunk.calls, shrunk.exhausted, tuple(per_node), cause,
                             round(time.monotonic() - t0, 2), note)

@@ -1,18 +1,22 @@
 """``powercut repro`` of a cluster (host): rebuild one cluster state -- from a cluster repro bundle
 (debug/clusterbundle.py), or from a cluster recording and a ``MODEL~ID0+ID1+...`` id -- and judge it
-again through a judge callback (debug/clusterdebug.JudgeStates; on the host for now: checker VMs
-for cluster states are not here yet, and a repro that asks for one is refused in one line)."""
+again through a judge callback (debug/clusterdebug.JudgeStates): in one checker VM (the default,
+check/clustervm.py) or on the host (``--check-in host``).  ``--shell`` and ``--keep-image`` are for
+one-disk states only, refused in one line."""
 from __future__ import annotations
 
 import contextlib
 import json
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.context import CheckContext, context_for
-from powercut.core.cluster import ClusterSpace
+from powercut.check.clustervm import check_cluster_vm
+from powercut.check.context import CheckContext, LogSource, context_for
+from powercut.check.place import Place
+from powercut.core.cluster import ClusterSpace, ClusterState
 from powercut.core.dmlog import open_log
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle, clusterbundle
@@ -20,9 +24,6 @@ from powercut.debug.clusterdebug import JudgeStates, host_judge, judge_one
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.linux import filesystems
 from powercut.record import recording
-
-NOT_YET = ("a cluster state is re-judged with --check-in host for now (checker VMs for clusters are not here yet); "
-           "add --check-in host")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +85,23 @@ def verify_nodes(rec: recording.Recording) -> None:
             raise BadRecording(f"node {i}: {e.one_line()}") from None
 
 
-def run(target: ClusterTarget, check_in: str, judge: JudgeStates | None = None) -> Verdict:
-    """Judge the target's cluster state once: through ``judge``, else on the host (``check_in``
-    host; anything else is refused until checker VMs judge cluster states)."""
+def vm_judge(target: ClusterTarget, place: Place) -> JudgeStates:
+    """Cluster states judged in one checker VM (check/clustervm.py) over the target's node logs
+    (every one in one directory: a bundle's or a recording's)."""
+    if len({p.parent for p in target.logs}) != 1:
+        raise UsageError(f"{target.source}: the node logs are not in one directory")
+
+    def judge(states: Sequence[ClusterState], sink: Callable[[Verdict], None], work: Path) -> None:
+        check_cluster_vm(target.ctx, LogSource(target.logs[0], target.size), [p.name for p in target.logs],
+                         list(states), sink, work, place.vm(), jobs=1)
+    return judge
+
+
+def run(target: ClusterTarget, check_in: str, judge: JudgeStates | None = None, accel: str = "auto") -> Verdict:
+    """Judge the target's cluster state once: through ``judge``, else where ``check_in`` says (a
+    checker VM, or the host)."""
     if judge is None and check_in != "host":
-        raise UsageError(NOT_YET)
+        judge = vm_judge(target, Place("vm", accel))
     with contextlib.ExitStack() as stack:
         try:
             logs = [stack.enter_context(open_log(p, quiet=True)) for p in target.logs]

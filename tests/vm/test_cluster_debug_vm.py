@@ -46,7 +46,7 @@ def test_the_failure_group_is_confirmed_minimized_per_node_and_bundled(checked: 
     for sh in g["node_shrink"]:
         assert sh["cut"][1] <= sh["cut"][0] and sh["lost"][1] <= sh["lost"][0], why
     assert any("replog.log" in c for node in g["node_culprits"] for c in node), why
-    assert "GROUP 1: lost-ack" in stdout and "node 2: cut" in stdout and "--check-in host" in stdout, why
+    assert "GROUP 1: lost-ack" in stdout and "node 2: cut" in stdout and "repro: powercut repro" in stdout, why
     bundle = Path(g["bundle"])
     doc = json.loads((bundle / "bundle.json").read_text())
     assert doc["nodes"] == 3 and doc["minimized"] == g["minimized"] and len(doc["blame"]) == 3
@@ -54,6 +54,8 @@ def test_the_failure_group_is_confirmed_minimized_per_node_and_bundled(checked: 
     rep = powercut("repro", str(bundle), "--check-in", "host")
     assert rep.returncode == 3, rep.stdout + rep.stderr
     assert "lost-ack" in rep.stdout and "still fails: the same verdict as in the bundle" in rep.stdout
+    vm = powercut("repro", str(bundle))   # the default: in a checker VM
+    assert vm.returncode == 3 and "still fails: the same verdict as in the bundle" in vm.stdout, vm.stdout + vm.stderr
     rec = powercut("repro", summary["recording"], "--state", g["minimized"], "--check-in", "host")
     assert rec.returncode == 3 and f"{g['minimized']} (recording " in rec.stdout, rec.stdout + rec.stderr
 
