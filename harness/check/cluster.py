@@ -4,9 +4,10 @@ checker given every mount (``CheckInput.mounts``, node 0 first), every node unmo
 
 A node that fails to mount is the state's finding (``mount-failed``, naming the node and the
 kernel's words); the checker does not run then.  A node's fsck error makes a passing state
-``fsck-error``.  Per node, the state's image is replayed once into a *pristine* when the node's
-state changes (cluster states come in product order: the last nodes change fastest) and copied
-sparse for each cluster state (a mount's recovery writes the image)."""
+``fsck-error``.  Per node, the images come from replay/walk.NodeImages: a pristine walked forward
+over each run of the node's states (cluster states come in product order: the last nodes change
+fastest), cloned per cluster state by the workspace's provider (reflink, or a sparse copy: a
+mount's recovery writes the image), as in the checker VM."""
 from __future__ import annotations
 
 import contextlib
@@ -25,18 +26,14 @@ from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import CheckerError
 from powercut.linux import interrupt
-from powercut.linux.imageio import sparse_copy
 from powercut.linux.loopdev import LoopSlot
 from powercut.linux.mounts import MountError, mount
-from powercut.replay.materialize import replay_into
+from powercut.replay.providers import choose_provider
+from powercut.replay.walk import NodeImages
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Verdict], None]
-
-
-def _copy(src: Path, dst: Path, size: int) -> None:
-    sparse_copy(src, dst, size, 0o644)
 
 
 def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, states: Sequence[ClusterState],
@@ -47,22 +44,23 @@ def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, s
     cleanup_stale(workspace)
     workspace.mkdir(parents=True, exist_ok=True)
     n = len(logs)
-    pristine = [workspace / f"n{i}.pristine" for i in range(n)]
-    work = [workspace / f"n{i}.img" for i in range(n)]
     mnts = [str(workspace / "mnt" / f"n{i}") for i in range(n)]
-    current: list[str | None] = [None] * n
+    states = list(states)
     with contextlib.ExitStack() as stack:
         slots = [stack.enter_context(LoopSlot()) for _ in range(n)]
+        nodes = []
+        for i, index in enumerate(logs):
+            where = workspace / f"n{i}"
+            where.mkdir(parents=True, exist_ok=True)
+            prov = choose_provider(where, image_bytes=2 * size + (256 << 20))
+            nodes.append(NodeImages(index, size, [s.nodes[i] for s in states], where, prov))
+            stack.callback(nodes[-1].close)   # its walk and its provider
         for state in states:
             if interrupt.stopping():
                 return
             t0 = time.monotonic()
-            for i, ns in enumerate(state.nodes):
-                if current[i] != ns.id:
-                    replay_into(logs[i], ns, size, pristine[i], fsync=False)
-                    current[i] = ns.id
-                _copy(pristine[i], work[i], size)
-            devs = [slot.attach(img) for slot, img in zip(slots, work)]
+            imgs = [node.next_image() for node in nodes]
+            devs = [slot.attach(img) for slot, img in zip(slots, imgs)]
             try:
                 v = judge_cluster(ctx, devs, state, mnts, t0)
             finally:
@@ -71,8 +69,6 @@ def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, s
             if interrupt.stopping():
                 return
             sink(v)
-        for p in (*pristine, *work):
-            p.unlink(missing_ok=True)
 
 
 def judge_cluster(ctx: CheckContext, devs: Sequence[str], state: ClusterState, mnts: Sequence[str],

@@ -17,72 +17,19 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
 from powercut.check.cluster import judge_cluster
 from powercut.core.cluster import ClusterSpace
-from powercut.core.crashstate import CrashState
-from powercut.core.dmlog import LogIndex, open_log
+from powercut.core.dmlog import open_log
 from powercut.guest.check import WORK, prepared
 from powercut.linux.jsonlines import JsonLines
 from powercut.replay.dmsnapshot import DmSnapshotProvider
-from powercut.replay.materialize import ReplayStats, materialize, plan
-from powercut.replay.snapshot import Provider
+from powercut.replay.walk import NodeImages
 from powercut.vm.guestjob import GUEST_MNT, ClusterCheckJob, uptime
 
 log = logging.getLogger(__name__)
-
-
-def runs(bases: Sequence[int]) -> list[range]:
-    """The maximal runs of positions whose bases never decrease (one forward walk each)."""
-    out: list[range] = []
-    start = 0
-    for k in range(1, len(bases)):
-        if bases[k] < bases[k - 1]:
-            out.append(range(start, k))
-            start = k
-    if bases:
-        out.append(range(start, len(bases)))
-    return out
-
-
-class NodeImages:
-    """One node's image for each of ``states`` in turn (``next_image``: a dm-snapshot clone, valid
-    until the next call), walked forward run by run (``runs``)."""
-
-    def __init__(self, index: LogIndex, size: int, states: Sequence[CrashState], workspace: Path,
-                 provider: Provider | None = None) -> None:
-        self.index, self.size, self.states = index, size, list(states)
-        self.runs = runs([plan(index, s).base for s in self.states])
-        workspace.mkdir(parents=True, exist_ok=True)
-        self.provider = provider or DmSnapshotProvider(workspace)   # another only in tests (no dm there)
-        self.walk: Generator[tuple[CrashState, Path], None, None] | None = None
-        self.k = 0        # the next state's position
-        self.run = -1     # the run being walked
-        self.walks = 0
-        self.stats = ReplayStats()   # summed over the walks
-
-    def next_image(self) -> Path:
-        if self.walk is None or self.k == self.runs[self.run].stop:
-            if self.walk is not None:
-                self.walk.close()   # releases the last clone and the pristine
-            self.run += 1
-            r = self.runs[self.run]
-            self.walk = materialize(self.index, None, self.size, self.states[r.start:r.stop], self.provider.workspace,
-                                    self.provider, stats=self.stats)
-            self.walks += 1
-        state, img = next(self.walk)
-        if state != self.states[self.k]:   # materialize sorts by base: a run is sorted already
-            raise AssertionError(f"node walk out of order: {state.id} for {self.states[self.k].id}")
-        self.k += 1
-        return img
-
-    def close(self) -> None:
-        if self.walk is not None:
-            self.walk.close()
-        self.provider.close()
 
 
 def cluster_check(job: ClusterCheckJob, jobdir: Path) -> dict[str, Any]:
@@ -96,7 +43,8 @@ def cluster_check(job: ClusterCheckJob, jobdir: Path) -> dict[str, Any]:
         states = [cs.state_from_id(i) for i in job.states]
         nodes = []
         for i, index in enumerate(indexes):
-            nodes.append(NodeImages(index, job.src.size, [s.nodes[i] for s in states], Path(WORK) / f"n{i}"))
+            nodes.append(NodeImages(index, job.src.size, [s.nodes[i] for s in states], Path(WORK) / f"n{i}",
+                                    DmSnapshotProvider(Path(WORK) / f"n{i}")))
             stack.callback(nodes[-1].close)
         mnts = [f"{GUEST_MNT}/n{i}" for i in range(len(indexes))]
         for m in mnts:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from powercut.core.models import CrashSpace
-from powercut.guest.clustercheck import NodeImages, runs
 from powercut.replay.materialize import replay_into
 from powercut.replay.snapshot import CopyProvider
+from powercut.replay.walk import NodeImages, runs
 from tests.unit.logops import build_log
 
 

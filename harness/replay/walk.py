@@ -1,0 +1,67 @@
+"""One node's crash-state images in a given order, walked forward (host and guest; issue 40): a
+cluster check needs node i's image for each cluster state in product order, so one node's states
+are not sorted by the pristine position they need.  ``NodeImages`` walks a pristine forward over
+each *run* of states whose positions never decrease (replay/materialize.py, any snapshot provider:
+dm-snapshot in the checker VM, reflink or a sparse copy on the host) and starts a new walk from
+entry 0 only when the next state lies behind: per node one walk per wrap of the product, each state
+a clone plus its few extra writes, instead of a replay from entry 0 whenever the node's state
+changes."""
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from pathlib import Path
+
+from powercut.core.crashstate import CrashState
+from powercut.core.dmlog import LogIndex
+from powercut.replay.materialize import ReplayStats, materialize, plan
+from powercut.replay.snapshot import Provider
+
+
+def runs(bases: Sequence[int]) -> list[range]:
+    """The maximal runs of positions whose bases never decrease (one forward walk each)."""
+    out: list[range] = []
+    start = 0
+    for k in range(1, len(bases)):
+        if bases[k] < bases[k - 1]:
+            out.append(range(start, k))
+            start = k
+    if bases:
+        out.append(range(start, len(bases)))
+    return out
+
+
+class NodeImages:
+    """One node's image for each of ``states`` in turn (``next_image``: a dm-snapshot clone, valid
+    until the next call), walked forward run by run (``runs``)."""
+
+    def __init__(self, index: LogIndex, size: int, states: Sequence[CrashState], workspace: Path,
+                 provider: Provider) -> None:
+        self.index, self.size, self.states = index, size, list(states)
+        self.runs = runs([plan(index, s).base for s in self.states])
+        workspace.mkdir(parents=True, exist_ok=True)
+        self.provider = provider
+        self.walk: Generator[tuple[CrashState, Path], None, None] | None = None
+        self.k = 0        # the next state's position
+        self.run = -1     # the run being walked
+        self.walks = 0
+        self.stats = ReplayStats()   # summed over the walks
+
+    def next_image(self) -> Path:
+        if self.walk is None or self.k == self.runs[self.run].stop:
+            if self.walk is not None:
+                self.walk.close()   # releases the last clone and the pristine
+            self.run += 1
+            r = self.runs[self.run]
+            self.walk = materialize(self.index, None, self.size, self.states[r.start:r.stop], self.provider.workspace,
+                                    self.provider, stats=self.stats)
+            self.walks += 1
+        state, img = next(self.walk)
+        if state != self.states[self.k]:   # materialize sorts by base: a run is sorted already
+            raise AssertionError(f"node walk out of order: {state.id} for {self.states[self.k].id}")
+        self.k += 1
+        return img
+
+    def close(self) -> None:
+        if self.walk is not None:
+            self.walk.close()
+        self.provider.close()
