@@ -64,7 +64,9 @@ def standby_settings(port: int) -> dict[str, str]:
 def mark_command(req: int, resp: int) -> str:
     """The psql ``\\!`` command that takes a mark as its last word: it writes the mark on fd ``req``
     and waits for ``ok`` on fd ``resp``; anything else kills psql (its $PPID), which stops the run."""
-    return (f'pcm() {{ echo "$1" >&{req} && read -r pcm_r <&{resp} && [ "$pcm_r" = ok ] || kill $PPID; }}; pcm')
+    # /dev/fd/N: dash's ">&N" takes one digit only
+    return (f'pcm() {{ echo "$1" >/dev/fd/{req} && read -r pcm_r </dev/fd/{resp} && [ "$pcm_r" = ok ] '
+            '|| kill $PPID; }; pcm')
 
 
 class Marker(threading.Thread):
