@@ -64,8 +64,8 @@ def standby_settings(port: int) -> dict[str, str]:
 def mark_command(req: int, resp: int) -> str:
     """The psql ``\\!`` command that takes a mark as its last word: it writes the mark on fd ``req``
     and waits for ``ok`` on fd ``resp``; anything else kills psql (its $PPID), which stops the run."""
-    # /dev/fd/N: dash's ">&N" takes one digit only
-    return (f'pcm() {{ echo "$1" >/dev/fd/{req} && read -r pcm_r </dev/fd/{resp} && [ "$pcm_r" = ok ] '
+    # /proc/self/fd/N: dash's ">&N" takes one digit only, and a guest may have no /dev/fd
+    return (f'pcm() {{ echo "$1" >/proc/self/fd/{req} && read -r pcm_r </proc/self/fd/{resp} && [ "$pcm_r" = ok ] '
             '|| kill $PPID; }; pcm')
 
 
@@ -175,7 +175,8 @@ def main(params: dict[str, Any]) -> int:
             sys.stderr.write(f"pgsync: a mark failed: {marker.error}\n")
             status = 1
         elif res.returncode != 0:
-            sys.stderr.write(f"pgsync: psql exited {res.returncode}\n")
+            sys.stderr.write(f"pgsync: psql exited {res.returncode}"
+                             + (" (killed: a mark's handshake failed)\n" if res.returncode < 0 else "\n"))
             status = 1
     finally:
         for srv in servers:   # the primary first: its shutdown checkpoint reaches the standby
