@@ -22,7 +22,9 @@ streamed to the standby), then of the standby.
 
 Params: those of the postgres workload but the fault ones (``n`` 10, ``synchronous_commit``, ``fsync``,
 ``full_page_writes``, ``row_bytes``, ``seed``, ``dir``, ``checkpoint_every``, ``data_checksums``,
-``cache``), and ``port`` (5433: the primary's, in the guest)."""
+``cache``), ``port`` (5433: the primary's, in the guest) and ``standby_fsync`` (true; false: the standby
+alone runs with ``fsync=off`` -- the broken variant: its walreceiver reports as flushed WAL it never
+fsynced, so the primary acks commits the standby's disk may not hold)."""
 from __future__ import annotations
 
 import os
@@ -40,7 +42,7 @@ from powercut.workloads import postgres as pg
 
 STANDBY = "pgsync_standby"
 DEFAULTS: dict[str, Any] = {**{k: v for k, v in pg.DEFAULTS.items() if k not in ("fault_at", "data_sync_retry")},
-                            "port": 5433}
+                            "port": 5433, "standby_fsync": True}
 SYNC_TIMEOUT_S = 300.0
 SYNC_QUERY = f"SELECT state, sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY}'"
 
@@ -55,10 +57,11 @@ def primary_settings() -> dict[str, str]:
     return {"synchronous_standby_names": f"'{STANDBY}'", "wal_keep_size": "'64MB'"}
 
 
-def standby_settings(port: int) -> dict[str, str]:
-    """What node 1 adds to postgresql.conf (plus an empty ``standby.signal``)."""
+def standby_settings(port: int, fsync: bool = True) -> dict[str, str]:
+    """What node 1 adds to postgresql.conf (plus an empty ``standby.signal``); ``fsync=False``: the
+    broken standby (its walreceiver reports WAL flushed that it never fsynced)."""
     return {"primary_conninfo": f"'host=127.0.0.1 port={port} user={pg.USER} application_name={STANDBY}'",
-            "hot_standby": "on", "wal_receiver_status_interval": "'1s'"}
+            "hot_standby": "on", "wal_receiver_status_interval": "'1s'", **({} if fsync else {"fsync": "off"})}
 
 
 def mark_command(req: int, resp: int) -> str:
@@ -120,10 +123,10 @@ def wait_sync(bin_dir: str, sockdir: str, timeout: float = SYNC_TIMEOUT_S) -> fl
                        f"(pg_stat_replication: {seen or 'no row'})")
 
 
-def setup(p: pg.Params, port: int, bin_dir: str, datadirs: list[str]) -> str:
+def setup(p: pg.Params, port: int, bin_dir: str, datadirs: list[str], standby_fsync: bool = True) -> str:
     """Both data directories unpacked and configured, synced; where the cluster came from."""
     tar_path, origin = pg.cluster_tar(p, bin_dir)
-    for d, extra in zip(datadirs, (primary_settings(), standby_settings(port))):
+    for d, extra in zip(datadirs, (primary_settings(), standby_settings(port, standby_fsync))):
         pg.install(tar_path, d, p)
         with open(os.path.join(d, "postgresql.conf"), "a") as f:
             f.write(pg.render_conf(extra))
@@ -147,7 +150,7 @@ def main(params: dict[str, Any]) -> int:
         return 1
     t = time.monotonic()
     datadirs = [os.path.abspath(os.path.join(m, p.dir)) for m in mounts]
-    origin = setup(p, port, bin_dir, datadirs)
+    origin = setup(p, port, bin_dir, datadirs, bool(params.get("standby_fsync", True)))
     sys.stderr.write(f"pgsync: {origin}; primary and standby unpacked in {time.monotonic() - t:.1f} s\n")
     os.environ["PGPORT"] = str(port)   # psql's, to the primary's socket (its port is ``port``)
     socks = [tempfile.mkdtemp(prefix=f"powercut-pgsync{i}-") for i in range(2)]

@@ -40,6 +40,8 @@ def test_the_primary_waits_for_the_standby_that_connects_by_that_name() -> None:
     assert f"application_name={psw.STANDBY}" in stby["primary_conninfo"]
     assert "host=127.0.0.1 port=6001" in stby["primary_conninfo"]
     assert "port" not in prim   # given at start: a port in postgresql.conf would move the checker's socket
+    assert "fsync" not in stby and psw.standby_settings(6001, fsync=False)["fsync"] == "off"
+    assert psw.WORKLOAD.params({"standby_fsync": "false"})["standby_fsync"] is False
 
 
 def test_node_mounts_are_n0_n1_in_node_order(tmp_path: Path) -> None:
