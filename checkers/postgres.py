@@ -35,7 +35,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,8 +216,8 @@ class Server:
     """``with Server(bindir, datadir) as s:`` -- started and ready, or StartFailed (a finding) or
     RuntimeError (a harness problem); always stopped on the way out."""
 
-    def __init__(self, bin_dir: str, datadir: str) -> None:
-        self.bin, self.datadir = bin_dir, datadir
+    def __init__(self, bin_dir: str, datadir: str, options: Sequence[str] = ()) -> None:
+        self.bin, self.datadir, self.options = bin_dir, datadir, tuple(options)   # options: more ``-c n=v``
         self.sock = tempfile.mkdtemp(prefix="powercut-pgcheck-")
         self.log_path = os.path.join(self.sock, "server.log")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -251,7 +251,7 @@ class Server:
         argv = [setpriv, f"--reuid={USER}", f"--regid={USER}", "--clear-groups", "--inh-caps=+dac_read_search",
                 "--ambient-caps=+dac_read_search", "--", os.path.join(self.bin, "postgres"), "-D", self.datadir,
                 "-c", "listen_addresses=", "-c", f"unix_socket_directories={self.sock}", "-c", "fsync=off",
-                "-c", "logging_collector=off", "-c", "autovacuum=off"]
+                "-c", "logging_collector=off", "-c", "autovacuum=off", *self.options]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env,
                                          start_new_session=True)
@@ -351,6 +351,16 @@ def check(inp: CheckInput) -> CheckResult:
     acked, begun = {int(k) for k in inp.acked}, {int(k) for k in inp.begun}
     if not acked and not begun:
         return CheckResult("pass", ("no transaction begun yet: the cluster was being set up",))
+    return judge_datadir(datadir, inp)
+
+
+def judge_datadir(datadir: str, inp: CheckInput,
+                  server: Callable[[str, str], Server] = Server) -> CheckResult:
+    """The verdict for the data directory ``datadir`` against ``inp``'s marks: its server (made by
+    ``server(bindir, datadir)``) started, the tables read, pg_amcheck; a server that does not start
+    is ``inp.noticed``."""
+    name = os.path.basename(datadir)
+    acked, begun = {int(k) for k in inp.acked}, {int(k) for k in inp.begun}
     if not os.path.exists(os.path.join(datadir, "PG_VERSION")):
         if acked:
             return CheckResult("lost-ack", (f"no data directory {name} but txn(s) {_keys(acked)} were acked",))
@@ -361,7 +371,7 @@ def check(inp: CheckInput) -> CheckResult:
     judge = Judge(int(inp.params.get("seed", DEFAULTS["seed"])),
                   int(inp.params.get("row_bytes", DEFAULTS["row_bytes"])), acked, begun)
     try:
-        with Server(bin_dir, datadir) as srv:
+        with server(bin_dir, datadir) as srv:
             return examine(srv, judge, inp.noticed)
     except StartFailed as e:
         return CheckResult(inp.noticed, ("the server does not start on the recovered data directory",

@@ -18,10 +18,9 @@ after every ``checkpoint_every``-th ack but the last (0: none) makes later first
 a full page image (unless ``full_page_writes=off``) and writes the changed data pages.  Then a fast
 shutdown (its checkpoint recorded too).  Autovacuum is off: the writes are the workload's own.
 
-Params: ``n`` (10), ``synchronous_commit`` ("on"; on|off|local|remote_write|remote_apply), ``fsync``
-and ``full_page_writes`` (true), ``row_bytes`` (1000), ``seed`` (0), ``dir`` ("pgdata"), ``checkpoint_every``
-(3), ``data_checksums`` (true: a torn page fails its checksum), ``cache``, ``data_sync_retry`` (false),
-``fault_at`` (0).
+Params: ``n`` (10), ``synchronous_commit`` ("on"; on|off|local|remote_write|remote_apply), ``fsync`` and
+``full_page_writes`` (true), ``row_bytes`` (1000), ``seed`` (0), ``dir`` ("pgdata"), ``checkpoint_every`` (3),
+``data_checksums`` (true: a torn page fails its checksum), ``cache``, ``data_sync_retry`` (false), ``fault_at`` (0).
 
 ``fault_at=K`` (1..the script's CHECKPOINTs): the K-th CHECKPOINT runs while the files of ``rows`` and
 ``summary`` (main forks, rows' TOAST; ``pg_relation_filepath``) fail with EIO (eio-range), without
@@ -157,15 +156,15 @@ def render_conf(values: dict[str, str]) -> str:
     return "\n# powercut: the workload's settings\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
 
 
-def transaction(p: Params, i: int) -> str:
-    """Transaction ``i`` as psql input, with its marks."""
-    count, last, digest = summary(p.seed, i, p.row_bytes)
-    return (f"\\! {MARK_CMD} begin:{i}\n"
+def transaction(p: Params, i: int, mark: str = "") -> str:
+    """Transaction ``i`` as psql input, with its marks (``mark``: a command taking the mark, else MARK_CMD)."""
+    count, last, digest, mark = *summary(p.seed, i, p.row_bytes), mark or MARK_CMD
+    return (f"\\! {mark} begin:{i}\n"
             "BEGIN;\n"
             f"INSERT INTO rows (id, payload) VALUES ({i}, '\\x{payload(p.seed, i, p.row_bytes).hex()}');\n"
             f"UPDATE summary SET count = {count}, last = {last}, digest = '\\x{digest.hex()}' WHERE id = 1;\n"
             "COMMIT;\n"
-            f"\\! {MARK_CMD} ack:{i}\n")
+            f"\\! {mark} ack:{i}\n")
 
 
 def faulty_checkpoint(files: Sequence[str]) -> str:
@@ -178,14 +177,14 @@ def faulty_checkpoint(files: Sequence[str]) -> str:
             + "\\set ON_ERROR_STOP 1\n\\if :ERROR\nCHECKPOINT;\n\\endif\n")
 
 
-def script(p: Params, fault_files: Sequence[str] = ()) -> str:
+def script(p: Params, fault_files: Sequence[str] = (), *, mark: str = "") -> str:
     """The whole psql input: every transaction, a CHECKPOINT after every ``checkpoint_every``-th; the
     ``fault_at``-th one with ``fault_files`` failing (faulty_checkpoint)."""
     if p.fault_at and not fault_files:
         raise ValueError("postgres: fault_at needs the files to fail")
     parts, k = ["\\set ON_ERROR_STOP 1\n"], 0
     for i in range(1, p.n + 1):
-        parts.append(transaction(p, i))
+        parts.append(transaction(p, i, mark))
         if p.checkpoint_every and i % p.checkpoint_every == 0 and i < p.n:
             k += 1
             parts.append(faulty_checkpoint(fault_files) if k == p.fault_at else "CHECKPOINT;\n")
@@ -225,10 +224,11 @@ def chown_tree(path: str) -> None:
             os.chown(name, pw.pw_uid, pw.pw_gid)
 
 
-def start(bin_dir: str, datadir: str, sockdir: str, log: Any) -> subprocess.Popen[bytes]:
-    """The postmaster as ``postgres`` (in this process group), once it accepts connections."""
+def start(bin_dir: str, datadir: str, sockdir: str, log: Any,
+          *, options: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """The postmaster as ``postgres`` (in this process group), once it accepts connections; ``options``: more argv."""
     argv = [os.path.join(bin_dir, "postgres"), "-D", datadir, "-c", "listen_addresses=",
-            "-c", f"unix_socket_directories={sockdir}"]
+            "-c", f"unix_socket_directories={sockdir}", *options]
     server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **as_postgres())
     deadline = time.monotonic() + START_TIMEOUT_S
     pidfile = os.path.join(datadir, "postmaster.pid")
@@ -261,14 +261,14 @@ def stop(server: subprocess.Popen[bytes], *, fast: bool = True) -> int | None:
     return server.returncode
 
 
-def psql(bin_dir: str, sockdir: str, text: str, *, timeout: float = 3600.0,
-         check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def psql(bin_dir: str, sockdir: str, text: str, *, timeout: float = 3600.0, check: bool = True,
+         pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[bytes]:
     """Run ``text`` through one psql session as root (its ``\\!`` marks need root); what psql said on
     stderr goes on to ours; with ``check``, a RuntimeError when it exits non-zero."""
     argv = [os.path.join(bin_dir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", sockdir, "-U", USER,
             "-d", "postgres", "-f", "-"]
     res = subprocess.run(argv, input=text.encode(), stdout=sys.stdout.buffer, stderr=subprocess.PIPE,
-                         timeout=timeout, check=False)
+                         timeout=timeout, check=False, pass_fds=tuple(pass_fds))
     sys.stderr.write(said := res.stderr.decode(errors="replace"))
     sys.stderr.flush()
     if check and res.returncode != 0:
