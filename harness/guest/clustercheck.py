@@ -43,8 +43,10 @@ def cluster_check(job: ClusterCheckJob, jobdir: Path) -> dict[str, Any]:
         states = [cs.state_from_id(i) for i in job.states]
         nodes = []
         for i, index in enumerate(indexes):
-            nodes.append(NodeImages(index, job.src.size, [s.nodes[i] for s in states], Path(WORK) / f"n{i}",
-                                    DmSnapshotProvider(Path(WORK) / f"n{i}")))
+            where = Path(WORK) / f"n{i}"
+            where.mkdir(parents=True, exist_ok=True)
+            nodes.append(NodeImages(index, job.src.size, [s.nodes[i] for s in states], where,
+                                    DmSnapshotProvider(where)))
             stack.callback(nodes[-1].close)
         mnts = [f"{GUEST_MNT}/n{i}" for i in range(len(indexes))]
         for m in mnts:
