@@ -13,8 +13,10 @@ the members die with it).  Runs on the host in host mode, as root.
 * pass -- otherwise; and a cut before ``ack:up`` (every member healthy once), without starting etcd: a
   bootstrap cut short promises nothing -- and the cluster model would combine, within that one
   instant, a node before its first WAL write with peers that already know it bootstrapped, which no
-  real power cut gives ("member ... has already been bootstrapped").  Findings add up: a member that failed while a majority still served its keys
-  gives ``detected`` with the read's verdict (the worst one wins)."""
+  real power cut gives ("member ... has already been bootstrapped").
+
+Findings add up: a member that failed while a majority still served its keys gives ``detected``
+with the read's verdict (the worst one wins)."""
 from __future__ import annotations
 
 import base64
