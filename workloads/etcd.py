@@ -154,7 +154,7 @@ WORKLOAD = Workload("etcd", "an etcd cluster, a member per node: n puts, each ac
 def recover(mounts: Sequence[str], params: dict[str, Any], timeout: float = RECOVER_TIMEOUT_S) -> dict[str, Any]:
     """Start the members on ``mounts`` (node order), read every key once a majority runs and a
     leader answers, stop them.  What ``--recover`` prints."""
-    p = {**DEFAULTS, **params}
+    p = WORKLOAD.params(params)   # typed: params from a manifest or a command line are strings
     logs = tempfile.mkdtemp(prefix="powercut-etcd-check-")
     cl = cluster([os.path.join(m, p["dir"]) for m in mounts], logs, p, fsync=True)
     t0 = time.monotonic()
@@ -241,7 +241,11 @@ def cli(argv: Sequence[str]) -> int:
             print(f"etcd: {e}", file=sys.stderr)
             return 1
         return 0
-    p = {**DEFAULTS, **json.loads(a.params)}
+    try:
+        p = WORKLOAD.params(json.loads(a.params))
+    except Exception as e:  # noqa: BLE001 -- bad JSON, an unknown or mistyped parameter (a UsageError)
+        print(f"etcd: --params: {e}", file=sys.stderr)
+        return 2
     if not os.access(p["etcd"], os.X_OK):
         print(f"etcd: no etcd binary at {p['etcd']} (python -m powercut.workloads.etcd --build)", file=sys.stderr)
         return 1

@@ -155,3 +155,9 @@ def test_a_real_cluster_written_then_judged(tmp_path: Path) -> None:
     assert verdict == "detected" and "node 1: etcd exited" in reasons[1] and "invalid database" in reasons[1]
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert not left, f"etcd members left running: {left}"
+
+
+def test_recover_refuses_bad_params_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert wl.cli(["--recover", "--params", '{"port": "x"}', "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("etcd: --params: ") and "port" in err and err.count("\n") == 1
