@@ -100,9 +100,9 @@ def failures(cl: Cluster) -> list[str]:
 
 
 def put_retrying(cl: Cluster, k: bytes, v: bytes, timeout: float) -> None:
-    """Put through member 0, else the next running member, until ``timeout``."""
+    """Put through member 0, else the next running member, until ``timeout`` or a majority exited."""
     deadline, err = time.monotonic() + timeout, ""
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and len(cl.exited()) <= len(cl.procs) // 2:
         for url in cl.urls():
             try:
                 put(url, k, v, max(1.0, deadline - time.monotonic()))
@@ -110,7 +110,7 @@ def put_retrying(cl: Cluster, k: bytes, v: bytes, timeout: float) -> None:
             except EtcdError as e:
                 err = str(e)
         time.sleep(0.5)
-    raise SystemExit(f"etcd: put {k.decode()} not answered within {timeout:g} s: {err}; " + "; ".join(failures(cl)))
+    raise SystemExit(f"etcd: put {k.decode()} not answered (timeout {timeout:g} s): {err}; " + "; ".join(failures(cl)))
 
 
 def main(params: dict[str, Any]) -> int:
