@@ -27,6 +27,7 @@ from typing import Any
 
 TOKEN = "powercut-etcd"
 PR_SET_PDEATHSIG = 1
+NOISE = ("single port", "simple token is not cryptographically signed")   # warnings every member logs
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # loopback: never through a proxy
 
 
@@ -160,7 +161,7 @@ def raft_state(log_text: str) -> str:
             msg = str(rec.get("msg", ""))
             if "switched to configuration" in msg:
                 config = msg.split(" ", 1)[-1]
-            elif rec.get("level") in ("warn", "error") and "single port" not in msg:
+            elif rec.get("level") in ("warn", "error") and not any(n in msg for n in NOISE):
                 warn = msg
     return "; ".join(x for x in (config, warn) if x)[:300] or "(nothing logged)"
 

@@ -58,6 +58,7 @@ def test_raft_state_says_why_there_is_no_leader() -> None:
     log = "\n".join([json.dumps({"level": "info", "msg": "f31c switched to configuration voters=()"}),
                      json.dumps({"level": "warn", "msg": "Running http and grpc server on single port."}),
                      json.dumps({"level": "warn", "msg": "failed to publish local member to cluster through raft"}),
+                     json.dumps({"level": "warn", "msg": "simple token is not cryptographically signed"}),
                      "not json"])
     assert ec.raft_state(log) == ("switched to configuration voters=(); "
                                   "failed to publish local member to cluster through raft")
