@@ -8,7 +8,8 @@ the members die with it).  Runs on the host in host mode, as root.
 * lost-ack -- an acked key absent;
 * corrupt-data -- an acked or begun key with a value the workload never put, or a key never begun;
 * detected -- etcd refused: a member exited with an error (its node and etcd's own log line), or no
-  linearizable read within the timeout (no leader) -- etcd cannot recover from a power cut of every
+  linearizable read within the workload's ``recover_timeout`` (30 s; the host is fast: a recovering
+  cluster reads in 1-2 s) -- etcd cannot recover from a power cut of every
   node, the mildest finding under a power-loss model (core/verdict.py);
 * pass -- otherwise; and a cut before ``ack:up`` (every member healthy once), without starting etcd: a
   bootstrap cut short promises nothing -- and the cluster model would combine, within that one
@@ -32,8 +33,7 @@ from typing import Any
 
 from powercut import Checker, CheckInput, CheckResult
 
-DEFAULTS: dict[str, Any] = {"size": 100, "seed": 0}
-RECOVER_TIMEOUT_S = 30.0      # for a leader and a read (the host is fast: ~1-2 s when etcd recovers)
+DEFAULTS: dict[str, Any] = {"size": 100, "seed": 0, "recover_timeout": 30.0}   # the workload's
 MARGIN_S = 30.0               # the recovery's own start and stop
 UP = "up"                     # the workload's ack once every member was healthy (the bootstrap over)
 
@@ -83,7 +83,7 @@ def verdict(out: dict[str, Any], acked: list[int], begun: list[int], seed: int, 
     return CheckResult(worst, (*read.reasons, *failed))
 
 
-def recover(mounts: list[str], params: dict[str, Any], timeout: float = RECOVER_TIMEOUT_S) -> dict[str, Any]:
+def recover(mounts: list[str], params: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run the recovery in a network namespace of its own; its JSON answer."""
     unshare = shutil.which("unshare")
     if unshare is None:
@@ -115,7 +115,7 @@ def check(inp: CheckInput) -> CheckResult:
                                     "short promises nothing, etcd not started",))
     p = {**DEFAULTS, **inp.params}
     mounts = list(inp.mounts or (inp.mount,))
-    out = recover(mounts, dict(inp.params))
+    out = recover(mounts, dict(inp.params), float(p["recover_timeout"]))
     acked, begun = ([int(k) for k in keys if k != UP] for keys in (inp.acked, inp.begun))
     return verdict(out, acked, begun, p["seed"], p["size"])
 

@@ -25,7 +25,8 @@ waits for a leader, reads every key (linearizable), stops the members and prints
 
 Params: ``n`` (20), ``size`` (100), ``seed`` (0), ``fsync`` (true), ``port`` (2379), ``heartbeat_ms``
 (200), ``election_ms`` (2000: generous, the recording VM runs under TCG), ``start_timeout`` (300 s),
-``put_timeout`` (120 s), ``dir`` ("etcd"), ``etcd`` (the pinned binary)."""
+``put_timeout`` (120 s), ``dir`` ("etcd"), ``etcd`` (the pinned binary); for the checker,
+``recover_timeout`` (30 s: the recovery's wait for a leader and a read)."""
 from __future__ import annotations
 
 import argparse
@@ -74,7 +75,7 @@ def binary(cache: str = CACHE) -> str:
 
 DEFAULTS: dict[str, Any] = {"n": 20, "size": 100, "seed": 0, "fsync": True, "port": 2379, "heartbeat_ms": 200,
                             "election_ms": 2000, "start_timeout": 300.0, "put_timeout": 120.0, "dir": "etcd",
-                            "etcd": binary()}
+                            "etcd": binary(), "recover_timeout": RECOVER_TIMEOUT_S}
 
 
 def key(i: int) -> bytes:
@@ -146,7 +147,8 @@ def main(params: dict[str, Any]) -> int:
 
 WORKLOAD = Workload("etcd", "an etcd cluster, a member per node: n puts, each acked once etcd answered",
                     main, DEFAULTS, minimum={"n": 1, "size": 1, "port": 1024, "heartbeat_ms": 10, "election_ms": 50,
-                                             "start_timeout": 1, "put_timeout": 1})
+                                             "start_timeout": 1, "put_timeout": 1,
+                                             "recover_timeout": 1})
 
 
 # -- the checker's recovery (host, in a network namespace of its own) -----------------------------

@@ -23,7 +23,7 @@ from powercut.workloads import etcdcluster as ec
 def test_values_match_the_workload() -> None:
     assert chk.value(3, 7, 40) == wl.value(3, 7, 40) and len(wl.value(0, 1, 100)) == 100
     assert wl.value(0, 1, 16) != wl.value(1, 1, 16) != wl.value(0, 2, 16)
-    assert chk.DEFAULTS["size"] == wl.DEFAULTS["size"] and chk.DEFAULTS["seed"] == wl.DEFAULTS["seed"]
+    assert all(chk.DEFAULTS[k] == wl.DEFAULTS[k] for k in chk.DEFAULTS)
 
 
 def test_members_ports_and_argv() -> None:
