@@ -8,7 +8,8 @@ recording ~16 s each (boot to workload ~5 s, members healthy ~4.5 s, 3 puts < 1 
 pass, 52 s; fsync=false 113 states, all judged: lost-ack 7 (the instants between ``ack:up`` and the
 last ack: every acked key gone), detected 17 (after the last ack: ``need non-empty snapshot``, or no
 leader), pass 89 (51 of them before ``ack:up``, etcd not started) -- 582 s, 15 states waiting out
-the 30 s ``recover_timeout`` for a leader that never came; this test gives them 10 s."""
+the 30 s ``recover_timeout`` for a leader that never came; this test gives them 10 s (the
+fsync=false case: 203 s in all, recording included)."""
 from __future__ import annotations
 
 import json
