@@ -47,5 +47,9 @@ fi
 # the guest image and the KVM probe (the Debian packages are there by now: this only checks them)
 "$PY" -m powercut.cli setup --dev | sed 's/^/setup: /'
 
+# the etcd workload's pinned etcd (built once from the Go module proxy into /var/cache/powercut/etcd, which
+# the recording guest sees; skipped when it is there)
+"$PY" -m powercut.workloads.etcd --build | sed 's/^/setup: /' || exit 1
+
 # the postgres workload's prepared cluster (initdb once here: under TCG it takes a minute per recording)
 say "postgres cluster: $("$PY" -m powercut.workloads.postgres --prepare 2>&1 | tail -1)"
