@@ -14,6 +14,7 @@ from powercut.bench.plan import plan
 from powercut.bench.results import BenchResults, write
 from powercut.bench.run import BenchVmSpec, run_bench_vm
 from powercut.campaign.cluster import ClusterCheck, run_cluster_check
+from powercut.campaign.clustertriage import ClusterDebug
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check.context import LogSource, context_for
 from powercut.check.place import Place
@@ -131,7 +132,9 @@ def _check_cluster_row(row: Row, how: MatrixRun, selection: SelectionSpec, where
     if how.resume and cluster_output.is_cluster_output(recdir / "check"):
         summary = cluster_output.load(recdir / "check")
     else:
-        spec = ClusterCheck(selection=selection, check_in=where, force=True)
+        spec = ClusterCheck(selection=selection, check_in=where, force=True, jobs=how.place.jobs,
+                            accel=how.place.accel, state_timeout_s=how.place.state_timeout_s,
+                            debug=ClusterDebug(shrink=0))   # the matrix wants verdicts; triage is check's
         run_cluster_check(recdir, spec, recdir / "check", on_verdict=on_verdict)
         summary = cluster_output.load(recdir / "check")
     info.update(check_s=round(summary.seconds, 1), check_in=where, anatomy={},
