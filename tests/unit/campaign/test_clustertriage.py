@@ -26,13 +26,15 @@ from tests.unit.logops import build_log
 class FakeJudge:
     """Fails iff ack 1 is given and node 1 lost entry W6; ``flaky`` states pass from the second time on."""
 
-    def __init__(self, flaky: Sequence[str] = ()) -> None:
-        self.flaky, self.seen = set(flaky), list[str]()
+    def __init__(self, flaky: Sequence[str] = (), alternate: Sequence[str] = ()) -> None:
+        self.flaky, self.alternate, self.seen = set(flaky), set(alternate), list[str]()
 
     def verdict(self, st: ClusterState) -> Verdict:
         again = st.id in self.seen
+        odd = self.seen.count(st.id) % 2 == 1   # alternate states pass every second judgment
         self.seen.append(st.id)
-        bad = "1" in st.acks and W6 in st.nodes[1].dropped and not (again and st.id in self.flaky)
+        bad = ("1" in st.acks and W6 in st.nodes[1].dropped and not (again and st.id in self.flaky)
+               and not (odd and st.id in self.alternate))
         return Verdict(st.id, st.model, st.instant, "lost-ack" if bad else "pass",
                        ("acked record 1 is intact on 1 of 3 nodes",) if bad else (), len(st.acks), 0, 0.01)
 
@@ -110,6 +112,17 @@ def test_a_state_that_passes_the_second_time_is_flaky(setup: Any, tmp_path: Path
     assert f["state"] == flaky_id and f["first"][0] == "lost-ack"
     assert "judged twice with different verdicts: lost-ack, then alone pass" in f["reasons"][0]
     assert post["verdicts"] == {"lost-ack": 2, "pass": 1, "flaky": 1} and post["groups"][0]["count"] == 2
+
+
+def test_a_state_that_fails_again_when_judged_more_is_a_finding_that_says_how_often(setup: Any,
+                                                                                    tmp_path: Path) -> None:
+    """A recovery that is not deterministic (an election decides): the second judgment passes, the
+    third and fifth fail -- a confirmed finding, 3 failing judgments of 5, not flaky."""
+    some = setup[1][3].id
+    post = run(setup, tmp_path, FakeJudge(alternate=[some]))
+    assert not post["flaky"] and post["verdicts"] == {"lost-ack": 3, "pass": 1}
+    (v,) = [f for f in post["failures"] if f["state"] == some]
+    assert v["confirmed"] and v["reasons"][0].startswith("failed 3 of 5 judgments of the same images (lost-ack")
 
 
 def test_without_confirmation_or_shrink_nothing_is_judged_again(setup: Any, tmp_path: Path) -> None:
