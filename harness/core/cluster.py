@@ -60,6 +60,9 @@ NODE_SEP = "+"    # between the nodes' ids (no per-disk id contains it)
 FALLBACK_MODEL = "flush"   # what a node with no state of the cluster model in an instant contributes
 DEFAULT_CLUSTER_BOUND = 4096
 MAX_NODES = 8      # nodes of one cluster recording (one recording VM's disks)
+LATE_MARKS = ("marks reach the nodes' logs in turn, node 0 first: a node's write or flush completed between an "
+              "ack and that node's mark counts as before the ack, so a window shorter than the marking path is "
+              "not seen (docs/clusters.md, Known limits); affects every ack")
 
 
 def key_events(sp: CrashSpace) -> tuple[tuple[bool, str, int], ...]:
@@ -343,7 +346,8 @@ def select_cluster(cs: ClusterSpace, how: SelectionSpec, *, floor_mark: str | No
         mine = owned[m]
         chosen += mine if q == len(mine) else [mine[i] for i in spread(len(mine), q)]
         counts[m] = ModelCounts(gen[m], distinct[m], len(mine), q)
-    notes = {m: [f"node {n} -- {x}" for n, sp in enumerate(cs.nodes) for x in log_notes(sp, m)] for m in order}
+    notes = {m: [f"node {n} -- {x}" for n, sp in enumerate(cs.nodes) for x in log_notes(sp, m)] + [LATE_MARKS]
+             for m in order}
     cov = build(counts, tallies, notes=notes, seed=how.seed)
     node_states = tuple({m: streams[m][n].distinct for m in order} for n in range(len(cs.nodes)))
     return ClusterSelection(tuple(chosen), {k: tuple(x) for k, x in aliases.items()}, counts, cov, node_states,

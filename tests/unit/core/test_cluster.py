@@ -222,3 +222,13 @@ def test_single_node_cluster_matches_the_disk(tmp_path: Path) -> None:
     sel = select_cluster(cs, SPEC)
     one = select(idx, SPEC)
     assert sorted(s.nodes[0].id for s in sel.states) == sorted(s.id for s in one.states)
+
+
+def test_every_cluster_verdict_says_its_marks_reach_the_nodes_in_turn(tmp_path: Path) -> None:
+    """However whole the enumeration, a cluster's coverage is weakened by the marks' late arrival on
+    the later nodes (a durability action inside that delay counts as before the ack)."""
+    cs = ClusterSpace(simple(tmp_path, writes=1))
+    for model in ("flush", "write-cache"):
+        cov = select_cluster(cs, SelectionSpec(models=(model,)), cluster_bound=10**6).coverage
+        assert "weakened" in cov.words and not cov.exhaustive
+        assert "marks reach the nodes' logs in turn" in cov.phrase()
