@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = [pytest.mark.vm, pytest.mark.skipif(os.geteuid() != 0, reason="host-mode checks need root")]
 
-STATES = ("--max-states", "40")
+STATES = ("--max-states", "40", "--shrink", "0")   # verdicts; triage is test_cluster_debug_vm.py's
 
 
 def powercut(*args: str) -> subprocess.CompletedProcess[str]:
