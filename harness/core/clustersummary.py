@@ -23,7 +23,7 @@ from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
 
 FAILURES = 20
-HEAD = ("recording", "nodes", "workload", "check_in")
+HEAD = ("recording", "nodes", "workload", "check_in", "fstype", "acks")
 
 
 def verdict_word(verdicts: Sequence[Verdict], status: str, missing: Sequence[str] = ()) -> str:
