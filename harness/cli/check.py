@@ -49,6 +49,9 @@ def cmd_check_cluster(args: argparse.Namespace) -> int:
     from powercut.cli.parser import selection_from
     from powercut.core.shard import Shard
 
+    if getattr(args, "ledger", None):
+        raise UsageError("--ledger: the states that passed before are skipped for one-disk recordings only, not "
+                         "a cluster's (docs/clusters.md)")
     debug = ClusterDebug(confirm=not args.no_confirm, confirm_sample=args.confirm_sample, shrink=args.shrink,
                          shrink_budget=args.shrink_budget)
     spec = ClusterCheck(selection=selection_from(args, "check"), cluster_bound=args.cluster_bound,
