@@ -90,17 +90,6 @@ class ClusterCheck:
                 **({} if self.shard.whole else {"shard": str(self.shard)})}
 
 
-def _verify_node(rec: recording.Recording, i: int, node: dict[str, Any]) -> None:
-    """Node i's log as its manifest pinned it (recording.verify_log on a view of that node)."""
-    view = dict(rec.manifest)
-    view["log"] = {"file": node["log"], **{k: node[k] for k in ("entries", "used_bytes", "sha256") if k in node}}
-    view["result"] = {"logged_entries": node["logged_entries"]} if "logged_entries" in node else {}
-    try:
-        recording.verify_log(recording.Recording(rec.dir, view))
-    except BadRecording as e:
-        raise BadRecording(f"node {i}: {e.one_line()}") from None
-
-
 def _seeded(spec: ClusterCheck, outdir: Path) -> SelectionSpec:
     """``--seed auto`` resolved: a resumed check's pinned seed, else a fresh one."""
     pinned = pinned_settings(outdir).get("seed") if spec.resume else None
@@ -135,8 +124,7 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
     if rec.nodes < 2:
         raise UsageError(f"{rec.dir} is a single-disk recording: check it with 'powercut check'")
     nodes = rec.manifest["cluster"]["node"]
-    for i, node in enumerate(nodes):
-        _verify_node(rec, i, node)
+    recording.verify_node_logs(rec)
     place = spec.place()
     place.require()
     outdir = Path(out) if out else rec.dir / ("check" if spec.shard.whole else

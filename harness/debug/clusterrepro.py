@@ -68,21 +68,9 @@ def resolve(path: str, state: str = "") -> ClusterTarget | None:
             raise UsageError(f"{path} is a cluster recording: give the cluster state to rebuild with --state "
                              "MODEL~ID0+ID1+... (one state id per node)")
         rec.require_ok()
-        verify_nodes(rec)
+        recording.verify_node_logs(rec)
         return ClusterTarget(rec.node_logs, rec.data_size, context_for(rec), state, "", f"recording {p}")
     return None
-
-
-def verify_nodes(rec: recording.Recording) -> None:
-    """Every node's log as the manifest pinned it (recording.verify_log on a view of that node)."""
-    for i, node in enumerate(rec.manifest["cluster"]["node"]):
-        view = dict(rec.manifest)
-        view["log"] = {"file": node["log"], **{k: node[k] for k in ("entries", "used_bytes", "sha256") if k in node}}
-        view["result"] = {"logged_entries": node["logged_entries"]} if "logged_entries" in node else {}
-        try:
-            recording.verify_log(recording.Recording(rec.dir, view))
-        except BadRecording as e:
-            raise BadRecording(f"node {i}: {e.one_line()}") from None
 
 
 def vm_judge(target: ClusterTarget, place: Place) -> JudgeStates:

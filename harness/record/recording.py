@@ -224,3 +224,16 @@ def _verify_index(rec: Recording, index: LogIndex) -> None:
 
 # the name the rest of the code knew it by
 load_recording = load
+
+
+def verify_node_logs(rec: Recording) -> None:
+    """Every node log of a cluster recording as its manifest pinned it (verify_log on a view of
+    each node); BadRecording naming the node."""
+    for i, node in enumerate(rec.manifest["cluster"]["node"]):
+        view = dict(rec.manifest)
+        view["log"] = {"file": node["log"], **{k: node[k] for k in ("entries", "used_bytes", "sha256") if k in node}}
+        view["result"] = {"logged_entries": node["logged_entries"]} if "logged_entries" in node else {}
+        try:
+            verify_log(Recording(rec.dir, view))
+        except BadRecording as e:
+            raise BadRecording(f"node {i}: {e.one_line()}") from None
