@@ -36,7 +36,7 @@ from powercut.check.judge import judge
 from powercut.core.dmlog import open_log
 from powercut.core.selection import select
 from powercut.errors import PowercutError
-from powercut.linux.loopdev import LoopSlot
+from powercut.linux.loopdev import LoopDevice
 from powercut.record.recording import load
 from powercut.replay.materialize import materialize
 
@@ -107,11 +107,11 @@ def main() -> int:
     ctx, src = context_for(rec), LogSource.of(rec)
     ws = Path(tempfile.mkdtemp(prefix="powercut-readset-"))
     try:
-        with open_log(rec.log_path) as index, LoopSlot() as slot:
+        with open_log(rec.log_path) as index:
             dummy = ws / "dummy.img"
             dummy.write_bytes(bytes(4096))
-            reads = Reads(slot.attach(dummy))   # tracing from before any state's image is bound
-            slot.detach()
+            with LoopDevice(dummy) as first:
+                reads = Reads(first)   # tracing from before any state's image is bound
             reads.take()
             es, unit = index.entries, index.sectorsize // 512
             changes = [e.changes_device for e in es]
@@ -128,14 +128,11 @@ def main() -> int:
                 walk = materialize(index, src.initial, src.size, states, ws / model)
                 with contextlib.closing(walk):
                     for st, img in walk:
-                        dev = slot.attach(img)
-                        if dev != reads.device:   # the walk's provider took the slot's device: trace the new one
-                            reads.close()         # (from before this state's judge: nothing reads it before)
-                            reads = Reads(dev)
-                        try:
+                        with LoopDevice(img) as dev:   # as check/host judges a state
+                            if dev != reads.device:   # another device than the last: trace the new one
+                                reads.close()         # (from before this state's judge: nothing reads it before)
+                                reads = Reads(dev)
                             v = judge(ctx, dev, st, str(ws / "mnt"))
-                        finally:
-                            slot.detach()
                         r = sorted(reads.take())
                         ks = kept(st)
                         key = (tuple(st.acks), st.begun)

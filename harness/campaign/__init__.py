@@ -4,6 +4,7 @@
 * ``cluster`` -- a cluster recording's check: the nodes' logs verified, cluster states chosen, sharded and judged
   (checker VMs or host), resumable; its shards merged;
 * ``clustertriage`` -- a cluster check's failures grouped, confirmed, minimized per node, blamed, bundled;
+* ``outdir`` -- a check's output directory: where it is, made ready, refused when another run holds it;
 * ``journal`` -- the verdict journal, the resume point;
 * ``ledger`` -- the states that passed in earlier runs of a log (``--ledger``), skipped in the next;
 * ``merge`` -- the shards of one campaign joined into its outputs;

@@ -23,7 +23,7 @@ from typing import Any
 from powercut.campaign.clustertriage import ClusterDebug, diagnose_cluster
 from powercut.campaign.journal import SETTINGS, Journal, pin_settings, pinned_settings
 from powercut.campaign.merge import load as load_output
-from powercut.campaign.run import prepare_out
+from powercut.campaign.outdir import check_outdir, prepare_out
 from powercut.check.cluster import check_cluster_host
 from powercut.check.clustervm import check_cluster_vm
 from powercut.check.context import CheckContext, LogSource, context_for
@@ -38,6 +38,7 @@ from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import Verdict
 from powercut.debug.clusterdebug import JudgeStates
 from powercut.errors import BadLog, BadRecording, PowercutError, UsageError
+from powercut.linux import runlock
 from powercut.record import recording
 from powercut.report import cluster as cluster_output
 from powercut.report.cluster import is_cluster_output
@@ -127,63 +128,63 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
     recording.verify_node_logs(rec)
     place = spec.place()
     place.require()
-    outdir = Path(out) if out else rec.dir / ("check" if spec.shard.whole else
-                                              f"check-shard-{spec.shard.index}-of-{spec.shard.total}")
-    prepare_out(outdir, spec.resume, spec.force)
-    spec = dataclasses.replace(spec, selection=_seeded(spec, outdir))
-    pin_settings(outdir, spec.settings(nodes), spec.resume)
-    ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s, spec.checker_function, spec.checker_path)
-    with contextlib.ExitStack() as stack:
-        try:
-            logs = [stack.enter_context(open_log(rec.dir / n["log"], quiet=True)) for n in nodes]
-        except BadLog as e:
-            raise BadRecording(f"{rec.dir}: {e.one_line()}") from None
-        t = time.monotonic()
-        cs = ClusterSpace(logs)
-        sel = select_cluster(cs, spec.selection, cluster_bound=spec.cluster_bound)
-        select_s = time.monotonic() - t
-        if not sel.states:
-            raise UsageError(f"{rec.dir}: no cluster state to judge under {', '.join(spec.selection.models)}")
-        states = list(spec.shard.take(sel.states))
-        if not states:
-            raise UsageError(f"shard {spec.shard} is empty: the check has {len(sel.states)} cluster states for "
-                             f"{spec.shard.total} shards; use fewer shards")
-        journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
-        todo = [s for s in states if s.id not in journal.done]
-        judged_now: list[Verdict] = []
+    outdir = check_outdir(rec.dir, spec.shard, out)
+    with runlock.hold(outdir, "--out"):   # no other run works in it meanwhile
+        prepare_out(outdir, spec.resume, spec.force)
+        spec = dataclasses.replace(spec, selection=_seeded(spec, outdir))
+        pin_settings(outdir, spec.settings(nodes), spec.resume)
+        ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s, spec.checker_function, spec.checker_path)
+        with contextlib.ExitStack() as stack:
+            try:
+                logs = [stack.enter_context(open_log(rec.dir / n["log"], quiet=True)) for n in nodes]
+            except BadLog as e:
+                raise BadRecording(f"{rec.dir}: {e.one_line()}") from None
+            t = time.monotonic()
+            cs = ClusterSpace(logs)
+            sel = select_cluster(cs, spec.selection, cluster_bound=spec.cluster_bound)
+            select_s = time.monotonic() - t
+            if not sel.states:
+                raise UsageError(f"{rec.dir}: no cluster state to judge under {', '.join(spec.selection.models)}")
+            states = list(spec.shard.take(sel.states))
+            if not states:
+                raise UsageError(f"shard {spec.shard} is empty: the check has {len(sel.states)} cluster states for "
+                                 f"{spec.shard.total} shards; use fewer shards")
+            journal = Journal(outdir / "journal.jsonl", resume=spec.resume)
+            todo = [s for s in states if s.id not in journal.done]
+            judged_now: list[Verdict] = []
 
-        def sink(v: Verdict) -> None:
-            aliases = sel.aliases.get(v.state, ())
-            v = dataclasses.replace(v, aliases=aliases) if aliases else v
-            journal.add(v)
-            judged_now.append(v)
-            if on_verdict is not None:
-                on_verdict(v)
+            def sink(v: Verdict) -> None:
+                aliases = sel.aliases.get(v.state, ())
+                v = dataclasses.replace(v, aliases=aliases) if aliases else v
+                journal.add(v)
+                judged_now.append(v)
+                if on_verdict is not None:
+                    on_verdict(v)
 
-        status, t = "error", time.monotonic()
-        judge = judge_where(place, ctx, rec, logs)
-        try:
-            judge(todo, sink, outdir / "work")
-            status = "complete" if len(judged_now) == len(todo) else "interrupted"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            journal.close()
-            summary = _summary(rec, spec, place, sel, states, journal, select_s, time.monotonic() - t,
-                               len(judged_now), status, acks=sum(1 for ev in cs.events if ev[0]))
-            (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-            with contextlib.suppress(OSError):
-                (outdir / "work").rmdir()
-        if status == "complete":   # the failures grouped, confirmed, minimized, blamed, bundled where judged
-            done = journal.done
-            post = diagnose_cluster(rec, ctx, cs, logs, states, [done[s.id] for s in states if s.id in done],
-                                    outdir, spec.debug, seed=int(spec.selection.seed),
-                                    judge=judge_where(place, ctx, rec, logs, jobs=1), on_host=place.on_host)
-            summary.update(post)
-            (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    summary["html"] = str(cluster_output.write_html(outdir, [rec.dir / n["log"] for n in nodes]))
-    return summary, outdir
+            status, t = "error", time.monotonic()
+            judge = judge_where(place, ctx, rec, logs)
+            try:
+                judge(todo, sink, outdir / "work")
+                status = "complete" if len(judged_now) == len(todo) else "interrupted"
+            except KeyboardInterrupt:
+                status = "interrupted"
+                raise
+            finally:
+                journal.close()
+                summary = _summary(rec, spec, place, sel, states, journal, select_s, time.monotonic() - t,
+                                   len(judged_now), status, acks=sum(1 for ev in cs.events if ev[0]))
+                (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+                with contextlib.suppress(OSError):
+                    (outdir / "work").rmdir()
+            if status == "complete":   # the failures grouped, confirmed, minimized, blamed, bundled where judged
+                done = journal.done
+                post = diagnose_cluster(rec, ctx, cs, logs, states, [done[s.id] for s in states if s.id in done],
+                                        outdir, spec.debug, seed=int(spec.selection.seed),
+                                        judge=judge_where(place, ctx, rec, logs, jobs=1), on_host=place.on_host)
+                summary.update(post)
+                (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        summary["html"] = str(cluster_output.write_html(outdir, [rec.dir / n["log"] for n in nodes]))
+        return summary, outdir
 
 
 def _summary(rec: recording.Recording, spec: ClusterCheck, place: Place, sel: ClusterSelection,

@@ -18,7 +18,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import Any
 
 from powercut.campaign import ledger
 from powercut.campaign.journal import Journal, pin_settings, pinned_settings
+from powercut.campaign.outdir import check_outdir, prepare_out
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
@@ -44,6 +44,7 @@ from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import Verdict
 from powercut.debug import cause, triage
 from powercut.errors import BadLog, BadRecording, CheckerError, PowercutError, UsageError
+from powercut.linux import runlock
 from powercut.record import recording
 from powercut.report import html
 from powercut.report.summary import Summary, summarize, write_outputs
@@ -126,21 +127,6 @@ def split_settings(flat: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     where = {PLACE_WORDS[k]: (tuple(v) if k == "check_uris" else v) for k, v in flat.items() if k in PLACE_WORDS}
     rest = {k: v for k, v in flat.items() if k not in SELECTION_WORDS and k not in PLACE_WORDS}
     return sel, where, rest
-
-
-def prepare_out(outdir: Path, resume: bool, force: bool = False) -> None:
-    if outdir.exists() and not resume:
-        if not outdir.is_dir():
-            raise UsageError(f"{outdir} exists and is not a directory")
-        journal = outdir / "journal.jsonl"
-        if not journal.exists() and any(outdir.iterdir()):
-            raise UsageError(f"{outdir} exists and is not a check output; choose another --out")
-        if journal.exists() and not force:
-            n = sum(1 for line in journal.read_text(errors="replace").splitlines() if line.strip())
-            raise UsageError(f"{outdir} holds an earlier check ({n} verdicts): --resume to go on with it, --force "
-                             "to replace it, or another --out")
-        shutil.rmtree(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
 
 
 class _Run:
@@ -356,8 +342,9 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                  on_start: Callable[[int, int], None] | None = None,
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
     rec = recording.load(rec_dir).require_ok()
-    with _open_verified(rec) as index:
-        return _campaign(rec, index, spec, out, on_start, on_verdict)
+    outdir = check_outdir(rec.dir, spec.shard, out)
+    with _open_verified(rec) as index, runlock.hold(outdir, "--out"):   # no other run works in it meanwhile
+        return _campaign(rec, index, spec, outdir, on_start, on_verdict)
 
 
 def _open_verified(rec: recording.Recording) -> LogIndex:
@@ -376,11 +363,9 @@ def _open_verified(rec: recording.Recording) -> LogIndex:
     return index
 
 
-def _campaign(rec: recording.Recording, index: LogIndex, spec: CampaignSpec, out: str | os.PathLike[str] | None,
+def _campaign(rec: recording.Recording, index: LogIndex, spec: CampaignSpec, outdir: Path,
               on_start: Callable[[int, int], None] | None,
               on_verdict: Callable[[Verdict], None] | None) -> tuple[Summary, dict[str, Path]]:
-    outdir = Path(out) if out else rec.dir / ("check" if spec.shard.whole else
-                                              f"check-shard-{spec.shard.index}-of-{spec.shard.total}")
     ctx = context_for(rec, spec.checker_command, spec.checker_timeout_s, spec.checker_function, spec.checker_path)
     spec.place.require()
     prepare_out(outdir, spec.resume, spec.force)

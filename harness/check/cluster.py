@@ -26,7 +26,7 @@ from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import CheckerError
 from powercut.linux import interrupt
-from powercut.linux.loopdev import LoopSlot
+from powercut.linux.loopdev import LoopDevice
 from powercut.linux.mounts import MountError, mount
 from powercut.replay.providers import choose_provider
 from powercut.replay.walk import NodeImages
@@ -47,7 +47,6 @@ def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, s
     mnts = [str(workspace / "mnt" / f"n{i}") for i in range(n)]
     states = list(states)
     with contextlib.ExitStack() as stack:
-        slots = [stack.enter_context(LoopSlot()) for _ in range(n)]
         nodes = []
         for i, index in enumerate(logs):
             where = workspace / f"n{i}"
@@ -60,12 +59,9 @@ def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, s
                 return
             t0 = time.monotonic()
             imgs = [node.next_image() for node in nodes]
-            devs = [slot.attach(img) for slot, img in zip(slots, imgs)]
-            try:
+            with contextlib.ExitStack() as loops:   # one device per node image, write-back (check/host)
+                devs = [loops.enter_context(LoopDevice(img)) for img in imgs]
                 v = judge_cluster(ctx, devs, state, mnts, t0)
-            finally:
-                for slot in slots:
-                    slot.detach()
             if interrupt.stopping():
                 return
             sink(v)

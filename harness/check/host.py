@@ -22,8 +22,9 @@ from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import EnvironmentNotReady
-from powercut.linux import interrupt
-from powercut.linux.loopdev import LoopSlot, detach, ensure_write_cache, loops_backed_under
+from powercut.linux import interrupt, loopcache
+from powercut.linux.loopcache import ensure_write_cache
+from powercut.linux.loopdev import LoopDevice, detach, loops_backed_under
 from powercut.linux.mounts import mounts_under, umount
 from powercut.replay.materialize import materialize, plan
 
@@ -54,7 +55,12 @@ def split_by_base(index: LogIndex, states: list[CrashState], parts: int) -> list
 def cleanup_stale(workspace: str | os.PathLike[str]) -> None:
     """Undo what a killed run left under ``workspace``: deepest mount first, and before unmounting a
     filesystem, detach the loop devices whose backing files live on it.  Every such loop gets its
-    write cache back first (the XFS workspace's is off, and autoclear detaches it at the unmount)."""
+    write cache back first (the XFS workspace's is off, and autoclear detaches it at the unmount),
+    and so does every write-through loop a dead run left anywhere on the host (loopcache).
+
+    Only for a workspace this run owns: under its output directory's run lock (linux/runlock),
+    which no live run holds then -- what is left there is a dead run's."""
+    loopcache.restore_orphans()
     root = os.path.realpath(workspace)
     loops = loops_backed_under(root)
     for dev, _ in loops:
@@ -88,12 +94,12 @@ def check_host(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[
         ws.mkdir(parents=True, exist_ok=True)
         mnt = str(ws / "mnt")
         walk = materialize(index, src.initial, src.size, chunk, ws)
-        with contextlib.closing(walk), LoopSlot() as slot:
+        with contextlib.closing(walk):
             for state, img in walk:
                 if interrupt.stopping() or failed.is_set():
                     return
                 with serial or contextlib.nullcontext():
-                    v = _judge_image(ctx, img, state, mnt, slot)
+                    v = _judge_image(ctx, img, state, mnt)
                 if interrupt.stopping():
                     return  # its checker or fsck may have been killed: not a verdict
                 with lock:
@@ -116,11 +122,11 @@ def check_host(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[
             raise
 
 
-def _judge_image(ctx: CheckContext, img: Path, state: CrashState, mnt: str, slot: LoopSlot) -> Verdict:
+def _judge_image(ctx: CheckContext, img: Path, state: CrashState, mnt: str) -> Verdict:
+    """One state's image judged on a loop device of its own, attached for it and detached after:
+    write-back, as the kernel gives it.  (A device kept write-through between states would be
+    free, and so handed write-through to whatever program attaches a loop next.)"""
     if stat.S_ISBLK(os.stat(img).st_mode):
         return judge(ctx, str(img), state, mnt)
-    dev = slot.attach(img)
-    try:
+    with LoopDevice(img) as dev:
         return judge(ctx, dev, state, mnt)
-    finally:
-        slot.detach()

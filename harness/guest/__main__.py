@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.errors import CommandFailed, PowercutError
+from powercut.linux import loopcache
 from powercut.vm import guestjob
 from powercut.vm.guestjob import GuestResult
 
@@ -37,6 +38,7 @@ def handler(kind: str) -> Callable[[Any, Path], dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     started = guestjob.uptime()
+    loopcache.GUARD = False   # no guardian process: the VM's loop devices die with it
     args = sys.argv[1:] if argv is None else argv
     jobfile = Path(args[0])
     jobdir = jobfile.parent

@@ -4,6 +4,9 @@
 * ``interrupt`` -- signals become Interrupted, child groups are killed;
 * ``dm`` -- device-mapper by ioctl;
 * ``loopdev`` -- loop devices by ioctl;
+* ``loopcache`` -- a loop device's write cache, who holds one off, and its return when a run dies;
+* ``rundir`` -- ``$POWERCUT_RUN_DIR``, where live runs keep what the whole host shares;
+* ``runlock`` -- host-wide locks of live runs (one per output directory), dropped when a run dies;
 * ``mounts`` -- mount(2)/umount2 and the kernel's log;
 * ``imageio`` -- sparse image files, copy and reflink;
 * ``filesystems`` -- the filesystem table (mkfs, fsck, mount options, modules);

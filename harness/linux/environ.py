@@ -33,6 +33,7 @@ FAULT_STATE = "POWERCUT_FAULT_STATE"
 FAULT_MARKS = "POWERCUT_FAULT_MARKS"
 CLUSTER = "POWERCUT_CLUSTER"
 MOUNTS = "POWERCUT_MOUNTS"
+RUN_DIR = "POWERCUT_RUN_DIR"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,8 @@ VARIABLES = (
     Variable(VM_START, "knob", "snapshot",
              "checker VMs: 'snapshot' restores them from a saved template VM, 'boot' boots each one"),
     Variable(REMOTE_ROOT, "knob", "/var/tmp/powercut-remote", "--check-uri hosts: the work directory there"),
+    Variable(RUN_DIR, "knob", "/run/powercut",
+             "host-wide state of live runs: output-directory locks, the write-through loop devices they hold"),
     Variable(DM_NAME, "recording", "", "the dm-log-writes target the workload's marks go to"),
     Variable(ORDER_DEV, "recording", "", "the order device: marks are ordered after every completed write"),
     Variable(DEVICE, "recording", "", "the block device the filesystem under test is on"),

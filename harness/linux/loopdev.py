@@ -1,7 +1,7 @@
 """Loop devices by ioctl (LOOP_CTL_GET_FREE, LOOP_CONFIGURE or LOOP_SET_FD + LOOP_SET_STATUS64,
-LOOP_CLR_FD) and by sysfs (which loops are backed by files under a path; whether the block layer
-sends a loop flushes): attaching and detaching one per crash state without forking losetup, which
-in host mode costs more than the mount.
+LOOP_CLR_FD) and by sysfs (which loops are backed by files under a path): attaching and detaching
+one per crash state without forking losetup, which in host mode costs more than the mount.  Their
+write cache, and who may hold it off, is linux/loopcache's.
 
 Runs on the host (host-mode checks, the XFS workspace, stale-run cleanup) and in the guest
 (dm-snapshot's pristine and COW devices); needs root and /dev/loop-control."""
@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 from powercut.errors import PowercutError
+from powercut.linux import loopcache
+from powercut.linux.loopcache import ensure_write_cache
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +60,18 @@ class LoopDevice:
     when its last user goes away -- so a killed run leaves no loop behind once its fds are closed
     and its mounts unmounted; ``close()`` detaches it at once when nothing else holds it.
 
-    ``write_cache=False`` makes the device write-through where sysfs lets it (``set_write_cache``;
-    ``write_through`` says whether it is): the block layer completes flushes without passing them
-    on, so a flush never becomes an fsync of the backing file -- only for scratch devices whose
-    contents nobody reads after a host crash.  The setting outlives the attachment (it belongs to
-    /dev/loopN), so ``close()`` restores it, and a device attached with the default finds its
-    write cache on even if a killed run left it off."""
+    ``write_cache=False`` makes the device write-through where sysfs lets it
+    (``loopcache.set_write_cache``; ``write_through`` says whether it is): the block layer completes
+    flushes without passing them on, so a flush never becomes an fsync of the backing file -- only
+    for scratch devices whose contents nobody reads after a host crash, held for a long time (a
+    queue freeze, ~20 ms, each way).  The setting outlives the attachment (it belongs to
+    /dev/loopN, and Linux 6.11 and later keep it at the next attach, whoever attaches), so the
+    device is claimed in loopcache's registry before, and ``close()`` restores it before it
+    detaches; a run killed before that has its guardian, or the next run, restore it.  A device
+    attached with the default finds its write cache on even if a dead run left it off."""
 
     def __init__(self, backing: str | os.PathLike[str], *, readonly: bool = False, autoclear: bool = True,
-                 attempts: int = 20, write_cache: bool | None = True, device: str = "") -> None:
+                 attempts: int = 20, write_cache: bool | None = True) -> None:
         self.path = ""
         self.fd = -1
         self.write_through = False
@@ -84,10 +89,7 @@ class LoopDevice:
             except OSError as e:
                 raise LoopError(f"cannot attach a loop device to {self.backing}: {e.strerror}", e.errno or 0) from None
             try:
-                if device:
-                    self._attach_to(device, backing_fd, mode, flags)
-                else:
-                    self._attach(ctl, backing_fd, mode, flags, attempts)
+                self._attach(ctl, backing_fd, mode, flags, attempts)
             finally:
                 os.close(backing_fd)
         finally:
@@ -98,10 +100,15 @@ class LoopDevice:
             ensure_write_cache(self.path)   # a killed run may have left it off
             return
         try:
-            set_write_cache(self.path, False)
+            loopcache.claim(self.path, self.backing)
+            loopcache.set_write_cache(self.path, False)
             self.write_through = True
         except OSError as e:   # a read-only /sys: slower, not wrong
+            loopcache.release(self.path)
             log.info("%s stays write-back (%s): its flushes fsync %s", self.path, e.strerror, self.backing)
+        except BaseException:
+            self.close()
+            raise
 
     def _attach(self, ctl: int, backing_fd: int, mode: int, flags: int, attempts: int) -> None:
         for attempt in range(attempts):
@@ -129,25 +136,13 @@ class LoopDevice:
             self.path, self.fd = path, fd
             return
 
-    def _attach_to(self, path: str, backing_fd: int, mode: int, flags: int) -> None:
-        """Attach to ``path`` itself (LoopSlot's rebinding); LoopError if it is not free."""
-        try:
-            fd = os.open(path, mode | os.O_CLOEXEC)
-        except OSError as e:
-            raise LoopError(f"cannot open {path} for {self.backing}: {e.strerror}", e.errno or 0) from None
-        try:
-            _configure(fd, backing_fd, self.backing, flags)
-        except OSError as e:
-            os.close(fd)
-            raise LoopError(f"cannot attach {path} to {self.backing}: {e.strerror}", e.errno or 0) from None
-        self.path, self.fd = path, fd
-
     def close(self) -> None:
         if self.fd >= 0:
             try:
-                if self.write_through:
+                if self.write_through:   # given back while held: a free device is never write-through
                     self.write_through = False
                     ensure_write_cache(self.path)
+                    loopcache.release(self.path)
                 _clear(self.fd, self.path)
             finally:
                 os.close(self.fd)
@@ -161,76 +156,6 @@ class LoopDevice:
 
     def __repr__(self) -> str:
         return f"<LoopDevice {self.path or '(detached)'} -> {self.backing}>"
-
-
-class LoopSlot:
-    """One loop device that a host-mode worker binds each crash state's image to in turn, made
-    write-through once for all of them (``set_write_cache`` costs a queue freeze, ~20 ms; a
-    write-back loop turns every flush of the state's filesystem into an fsync of its image, ~2 ms
-    of a mount and ~1 ms of an umount here).  Where the kernel turns the write cache back on when a
-    file is attached (loop_configure before Linux 6.11), the slot notices and goes on write-back
-    without asking again: slower, never different -- what is written and read does not depend on
-    it.  ``attach`` -> ``detach`` per state; ``close`` gives the device its write cache back."""
-
-    def __init__(self) -> None:
-        self.device = ""           # the /dev/loopN kept between states ("" before the first)
-        self.through = False       # it is write-through, and stays so across rebinding
-        self.current: LoopDevice | None = None
-
-    def attach(self, backing: str | os.PathLike[str]) -> str:
-        if self.current is not None:
-            raise LoopError(f"{self.device}: still attached to {self.current.backing}")
-        loop: LoopDevice | None = None
-        if self.device:
-            try:
-                loop = LoopDevice(backing, device=self.device, write_cache=None)
-            except LoopError:   # another program took it between two states: a new one below,
-                self._restore()  # and the taken one as it was before the slot
-                self.device, self.through = "", False
-            else:
-                if self.through and has_write_cache(self.device):
-                    log.info("%s: the kernel turns a loop's write cache back on at attach: write-back from now on",
-                             self.device)
-                    self.through = False
-        if loop is None:
-            loop = LoopDevice(backing, write_cache=False)
-            self.device, self.through = loop.path, loop.write_through
-        loop.write_through = False   # the slot restores it, at close
-        self.current = loop
-        return loop.path
-
-    def detach(self) -> None:
-        loop, self.current = self.current, None
-        if loop is not None:
-            loop.close()
-
-    def close(self) -> None:
-        try:
-            self.detach()
-        finally:
-            self._restore()
-            self.device, self.through = "", False
-
-    def _restore(self) -> None:
-        if self.device and not has_write_cache_or_missing(self.device):
-            try:
-                set_write_cache(self.device, True)
-            except OSError as e:
-                log.warning("%s: cannot turn its write cache back on: %s", self.device, e.strerror)
-
-    def __enter__(self) -> "LoopSlot":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def has_write_cache_or_missing(dev: str) -> bool:
-    """``has_write_cache``, True where the device or its knob is gone (nothing to restore)."""
-    try:
-        return has_write_cache(dev)
-    except OSError:
-        return True
 
 
 _configure_works = True  # False once LOOP_CONFIGURE is known missing (kernel < 5.8)
@@ -284,33 +209,6 @@ def detach(dev: str) -> bool:
     finally:
         os.close(fd)
     return backing_file(dev) is None
-
-
-def _cache_knob(dev: str) -> str:
-    return f"/sys/block/{os.path.basename(dev)}/queue/write_cache"
-
-
-def has_write_cache(dev: str) -> bool:
-    """Whether the block layer treats ``dev`` as having a volatile write cache (sends it flushes)."""
-    with open(_cache_knob(dev), "rb") as f:
-        return f.read().strip() == b"write back"
-
-
-def set_write_cache(dev: str, enabled: bool) -> None:
-    """Write-back (flushes reach the loop driver, which fsyncs the backing file) or write-through
-    (the block layer completes flushes and drops FUA itself).  What is written and read is the
-    same either way; only durability across a host crash differs.  Costs a queue freeze (~10 ms)."""
-    with open(_cache_knob(dev), "wb") as f:
-        f.write(b"write back" if enabled else b"write through")
-
-
-def ensure_write_cache(dev: str) -> None:
-    """Turn the write cache of ``dev`` back on where it is off (set only while it is attached)."""
-    try:
-        if not has_write_cache(dev):
-            set_write_cache(dev, True)
-    except OSError:   # refused where there is no cache to turn on (a backing file without fsync)
-        pass
 
 
 def backing_file(dev: str) -> str | None:

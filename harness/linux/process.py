@@ -164,11 +164,14 @@ def _tail(s: str | bytes | None) -> str:
 
 
 class Spawned:
-    """A long-running child (QEMU, virtiofsd, a workload) in its own process group, output to files."""
+    """A long-running child (QEMU, virtiofsd, a workload) in its own process group, output to files.
+
+    ``survives_interrupt``: not among the groups an interrupt kills (``kill_all``): a guardian that
+    must outlive its run (linux/loopcache)."""
 
     def __init__(self, argv: Sequence[str], *, stdout: IO | int | None = None, stderr: IO | int | None = None,
                  env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = (), cwd: str | None = None,
-                 stdin: IO | int | None = None) -> None:
+                 stdin: IO | int | None = None, survives_interrupt: bool = False) -> None:
         self.argv = [str(a) for a in argv]
         log.debug("spawn %s", self.argv)
         try:
@@ -179,7 +182,8 @@ class Spawned:
                                          pass_fds=tuple(pass_fds), cwd=cwd)
         except FileNotFoundError as e:
             raise EnvironmentNotReady(f"{self.argv[0]} not found") from e
-        _register(self.proc.pid)
+        if not survives_interrupt:
+            _register(self.proc.pid)
 
     @property
     def pid(self) -> int:

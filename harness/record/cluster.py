@@ -25,7 +25,7 @@ from powercut.config import DiskSpec
 from powercut.core.cluster import MAX_NODES
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image, tools_dir
-from powercut.linux import process
+from powercut.linux import process, runlock
 from powercut.record import recording
 from powercut.record.recording import Recording
 from powercut.record.vm import DM_NAME, RecordSpec, prepare_outdir, run_recording_vm, vm_spec
@@ -64,47 +64,48 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
     spec = dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, trace=False))
     image = build_image(ImageSpec(**spec.image))
     out = Path(out).absolute()
-    prepare_outdir(out, force)
-    data_bytes, log_bytes = spec.fs.size_mb << 20, spec.log_bytes()
-    need = nodes * (data_bytes + log_bytes)
-    if shutil.disk_usage(out).free < need:
-        raise PowercutError(f"not enough free space in {out}: a {nodes}-node recording may need up to "
-                            f"{need >> 20} MiB")
-    disks, roles = [], {}
-    for i in range(nodes):
-        logf, final = node_files(i)
-        for name, size in ((final, data_bytes), (logf, log_bytes)):
-            with open(out / name, "wb") as f:
-                f.truncate(size)
-        disks += [DiskSpec(str(out / final), f"pcdata{i}", bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
-                  DiskSpec(str(out / logf), f"pclog{i}", bus=spec.bus, cache="unsafe", write_cache=True)]  # type: ignore[arg-type]
-        roles.update({f"data{i}": f"pcdata{i}", f"log{i}": f"pclog{i}"})
-    jobdir = out / "job"
-    guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks=roles, fs=spec.fs, workload=spec.workload,
-                                              tools_dir=tools_dir(image) or "", nodes=nodes))
-    vmspec = dataclasses.replace(vm_spec(spec, image, out, jobdir), disks=tuple(disks))
-    manifest = base_manifest(spec, image, vmspec, data_bytes)
-    manifest["log"]["file"], manifest["data"]["final"] = node_files(0)
-    manifest["cluster"] = {"nodes": nodes, "node": [
-        {"log": node_files(i)[0], "final": node_files(i)[1], "mount": f"n{i}"} for i in range(nodes)]}
-    start = time.monotonic()
-    try:
-        result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
-        manifest["result"] = {"ok": result.ok, **{k: v for k, v in result.data.items() if k != "logs"},
-                              **({"error": result.error} if result.error else {})}
-        judge_result(result, manifest, out)
-        for i, node in enumerate(manifest["cluster"]["node"]):
-            node.update(recording.pin_log(out / node["log"]))
-            logged = (result.get("logs") or [{}] * nodes)[i].get("logged_entries")
-            if isinstance(logged, int):
-                node["logged_entries"] = logged
-        manifest["log"].update(recording.pin_log(out / manifest["log"]["file"]))
-        manifest["marks"] = mark_order(out / manifest["log"]["file"])
-        manifest["recording"]["status"] = recording.OK
-    except KeyboardInterrupt as e:
-        manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
-        raise
-    finally:
-        manifest["recording"]["wall_s"] = round(time.monotonic() - start, 3)
-        recording.write(out, manifest)
-    return Recording(out, manifest)
+    with runlock.hold(out, "--out"):   # no other run records into it meanwhile
+        prepare_outdir(out, force)
+        data_bytes, log_bytes = spec.fs.size_mb << 20, spec.log_bytes()
+        need = nodes * (data_bytes + log_bytes)
+        if shutil.disk_usage(out).free < need:
+            raise PowercutError(f"not enough free space in {out}: a {nodes}-node recording may need up to "
+                                f"{need >> 20} MiB")
+        disks, roles = [], {}
+        for i in range(nodes):
+            logf, final = node_files(i)
+            for name, size in ((final, data_bytes), (logf, log_bytes)):
+                with open(out / name, "wb") as f:
+                    f.truncate(size)
+            disks += [DiskSpec(str(out / final), f"pcdata{i}", bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
+                      DiskSpec(str(out / logf), f"pclog{i}", bus=spec.bus, cache="unsafe", write_cache=True)]  # type: ignore[arg-type]
+            roles.update({f"data{i}": f"pcdata{i}", f"log{i}": f"pclog{i}"})
+        jobdir = out / "job"
+        guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks=roles, fs=spec.fs, workload=spec.workload,
+                                                  tools_dir=tools_dir(image) or "", nodes=nodes))
+        vmspec = dataclasses.replace(vm_spec(spec, image, out, jobdir), disks=tuple(disks))
+        manifest = base_manifest(spec, image, vmspec, data_bytes)
+        manifest["log"]["file"], manifest["data"]["final"] = node_files(0)
+        manifest["cluster"] = {"nodes": nodes, "node": [
+            {"log": node_files(i)[0], "final": node_files(i)[1], "mount": f"n{i}"} for i in range(nodes)]}
+        start = time.monotonic()
+        try:
+            result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
+            manifest["result"] = {"ok": result.ok, **{k: v for k, v in result.data.items() if k != "logs"},
+                                  **({"error": result.error} if result.error else {})}
+            judge_result(result, manifest, out)
+            for i, node in enumerate(manifest["cluster"]["node"]):
+                node.update(recording.pin_log(out / node["log"]))
+                logged = (result.get("logs") or [{}] * nodes)[i].get("logged_entries")
+                if isinstance(logged, int):
+                    node["logged_entries"] = logged
+            manifest["log"].update(recording.pin_log(out / manifest["log"]["file"]))
+            manifest["marks"] = mark_order(out / manifest["log"]["file"])
+            manifest["recording"]["status"] = recording.OK
+        except KeyboardInterrupt as e:
+            manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
+            raise
+        finally:
+            manifest["recording"]["wall_s"] = round(time.monotonic() - start, 3)
+            recording.write(out, manifest)
+        return Recording(out, manifest)

@@ -22,7 +22,7 @@ from powercut.core.latency import DiskLatency
 from powercut.core.markorder import mark_order
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
-from powercut.linux import filesystems, process
+from powercut.linux import filesystems, process, runlock
 from powercut.record import recording
 from powercut.record.recording import FORMAT_VERSION, MANIFEST, Recording
 from powercut.vm import guestjob
@@ -127,52 +127,53 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
         process.require(QEMU, "qemu-system-x86")
     image = build_image(ImageSpec(**spec.image))
     out = Path(out).absolute()
-    prepare_outdir(out, force)
-    data_bytes = spec.fs.size_mb << 20
-    need = data_bytes + spec.log_bytes()
-    free = shutil.disk_usage(out).free
-    if free < need:
-        raise PowercutError(f"not enough free space in {out}: {free >> 20} MiB free, a recording may need up "
-                            f"to {need >> 20} MiB (data {spec.fs.size_mb} MiB + log {spec.log_bytes() >> 20} MiB)")
-    _sparse(out / "data-final.img", data_bytes)
-    _sparse(out / "log.bin", spec.log_bytes())
-    jobdir = out / "job"
-    guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks={"data": "pcdata", "log": "pclog"},
-                                              fs=spec.fs, workload=spec.workload, tools_dir=tools_dir(image) or "",
-                                              latency=str(spec.latency)))
-    vmspec = vm_spec(spec, image, out, jobdir)
-    manifest = _manifest(spec, image, vmspec, data_bytes)
-    start = time.monotonic()
-    try:
-        result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
-        data = {k: v for k, v in result.data.items() if k != "latency"}   # its own section, [latency]
-        manifest["result"] = {"ok": result.ok, **data, **({"error": result.error} if result.error else {})}
-        if isinstance(result.get("latency"), dict):
-            manifest["latency"] = dict(result.get("latency"))
-        _judge(result, manifest, out)
-        if result.get("file_map"):
-            manifest["files"] = {**manifest.get("files", {}), "map": f"job/{result.get('file_map')}"}
-        if result.get("trace_file"):
-            manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
-        elif spec.workload.trace:
-            manifest["trace"] = {"error": str(result.get("trace_error") or "no trace")}
-        manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
-        manifest["marks"] = _mark_order(out / "log.bin")
-        if faults := _faults(out / "log.bin"):
-            manifest["faults"] = {"windows": [w.describe() for w in faults.windows],
-                                  "acked_after_error": list(faults.after_error),
-                                  "workload_rc": int(result.get("workload_rc") or 0),
-                                  "left_on": bool(result.get("fault_left_on")),
-                                  **({"plan": result.get("fault_plan", {}).get("plan")}
-                                     if result.get("fault_plan") else {})}
-        manifest["recording"]["status"] = recording.OK
-    except KeyboardInterrupt as e:
-        manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
-        raise
-    finally:
-        manifest["recording"]["wall_s"] = round(time.monotonic() - start, 3)
-        recording.write(out, manifest)
-    return Recording(out, manifest)
+    with runlock.hold(out, "--out"):   # no other run records into it meanwhile
+        prepare_outdir(out, force)
+        data_bytes = spec.fs.size_mb << 20
+        need = data_bytes + spec.log_bytes()
+        free = shutil.disk_usage(out).free
+        if free < need:
+            raise PowercutError(f"not enough free space in {out}: {free >> 20} MiB free, a recording may need up "
+                                f"to {need >> 20} MiB (data {spec.fs.size_mb} MiB + log {spec.log_bytes() >> 20} MiB)")
+        _sparse(out / "data-final.img", data_bytes)
+        _sparse(out / "log.bin", spec.log_bytes())
+        jobdir = out / "job"
+        guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks={"data": "pcdata", "log": "pclog"},
+                                                  fs=spec.fs, workload=spec.workload, tools_dir=tools_dir(image) or "",
+                                                  latency=str(spec.latency)))
+        vmspec = vm_spec(spec, image, out, jobdir)
+        manifest = _manifest(spec, image, vmspec, data_bytes)
+        start = time.monotonic()
+        try:
+            result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
+            data = {k: v for k, v in result.data.items() if k != "latency"}   # its own section, [latency]
+            manifest["result"] = {"ok": result.ok, **data, **({"error": result.error} if result.error else {})}
+            if isinstance(result.get("latency"), dict):
+                manifest["latency"] = dict(result.get("latency"))
+            _judge(result, manifest, out)
+            if result.get("file_map"):
+                manifest["files"] = {**manifest.get("files", {}), "map": f"job/{result.get('file_map')}"}
+            if result.get("trace_file"):
+                manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
+            elif spec.workload.trace:
+                manifest["trace"] = {"error": str(result.get("trace_error") or "no trace")}
+            manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
+            manifest["marks"] = _mark_order(out / "log.bin")
+            if faults := _faults(out / "log.bin"):
+                manifest["faults"] = {"windows": [w.describe() for w in faults.windows],
+                                      "acked_after_error": list(faults.after_error),
+                                      "workload_rc": int(result.get("workload_rc") or 0),
+                                      "left_on": bool(result.get("fault_left_on")),
+                                      **({"plan": result.get("fault_plan", {}).get("plan")}
+                                         if result.get("fault_plan") else {})}
+            manifest["recording"]["status"] = recording.OK
+        except KeyboardInterrupt as e:
+            manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
+            raise
+        finally:
+            manifest["recording"]["wall_s"] = round(time.monotonic() - start, 3)
+            recording.write(out, manifest)
+        return Recording(out, manifest)
 
 
 def _mark_order(path: Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""campaign.py without a VM: spec validation, the output directory, and whole host-mode campaigns on
+"""campaign/run.py without a VM: spec validation and whole host-mode campaigns on
 a synthetic recording (a real ext4 image written into a dm-log-writes log by LogWriter, then a file
 written through the log in two flush windows) -- selection, judging, confirmation, flaky, aliases,
 resume.  Host mode needs root (loop devices, mount); CI runs as root."""
@@ -6,20 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from powercut.campaign.run import CampaignSpec, prepare_out, run_campaign
-from powercut.core.dmlog_writer import LogWriter
+from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.errors import CheckerError, UsageError
-from powercut.linux.loopdev import LoopDevice
-from powercut.linux.mounts import mount, umount
 from powercut.record import recording
-
-BS = 4096
-SIZE = 16 << 20
+from tests.unit.synthrec import CHECKER, ext4_recording
 
 
 def test_spec_validation() -> None:
@@ -32,79 +26,13 @@ def test_spec_validation() -> None:
     assert CampaignSpec.of(jobs=3).workers() == 3 and CampaignSpec().workers() >= 1
 
 
-def test_prepare_out_refuses_a_foreign_directory(tmp_path: Path) -> None:
-    (tmp_path / "precious.txt").write_text("x")
-    with pytest.raises(UsageError, match="not a check output"):
-        prepare_out(tmp_path, resume=False)
-    assert (tmp_path / "precious.txt").exists()
-    out = tmp_path / "check"
-    prepare_out(out, resume=False)
-    (out / "journal.jsonl").write_text('{"state": "flush@3"}\n')
-    (out / "summary.json").write_text("{}")
-    with pytest.raises(UsageError, match="holds an earlier check .1 verdicts.: --resume .* --force"):
-        prepare_out(out, resume=False)   # #25: an earlier check is not discarded silently
-    assert (out / "summary.json").exists()
-    prepare_out(out, resume=False, force=True)  # replaced only when asked
-    assert not (out / "summary.json").exists()
-
-
-def _blocks(path: Path) -> dict[int, bytes]:
-    data = path.read_bytes()
-    return {i // BS: data[i:i + BS] for i in range(0, len(data), BS)}
-
-
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """mkfs'd ext4 (written and flushed, then the mkfs mark), then a file 'data' written in two
-    flush windows, with an ack after each and an informational mark in between."""
+    flush windows, with an ack after each and an informational mark in between (tests/unit/synthrec)."""
     if os.geteuid() != 0:
         pytest.skip("host-mode campaigns need root (loop devices, mount); CI runs as root")
-    d = tmp_path_factory.mktemp("synthetic")
-    img = d / "fs.img"
-    with open(img, "wb") as f:
-        f.truncate(SIZE)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-O", "^has_journal", str(img)], check=True)
-    snaps = [_blocks(img)]
-    mnt = d / "mnt"
-    mnt.mkdir()
-    for text in (b"first commit\n", b"second commit\n"):
-        with LoopDevice(img) as dev:
-            mount(dev, str(mnt), "ext4")
-            with open(mnt / "data", "ab") as f:
-                f.write(text)
-            umount(str(mnt))
-        snaps.append(_blocks(img))
-    rec = d / "rec"
-    rec.mkdir()
-    with LogWriter(rec / "log.bin") as w:
-        zero = bytes(BS)
-        for n, blk in snaps[0].items():
-            if blk != zero:
-                w.write(n * (BS // 512), blk)
-        w.flush()
-        w.mark("mkfs")
-        for i in (1, 2):
-            w.mark(f"begin:{i}")
-            for n, blk in snaps[i].items():
-                if blk != snaps[i - 1][n]:
-                    w.write(n * (BS // 512), blk)
-            w.flush()
-            w.mark("note:informational")
-            w.mark(f"ack:{i}")
-        w.mark("dm-log-writes-end")   # the teardown mark every real recording ends with
-    recording.write(rec, {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
-                          "data": {"size_bytes": SIZE, "final": "data-final.img", "initial": "zeros"},
-                          "fs": {"fstype": "ext4"}, "workload": {"cmd": "synthetic"}})
-    return rec
-
-
-CHECKER = """python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-text = open("data").read() if __import__("os").path.exists("data") else ""
-need = {"1": "first commit", "2": "second commit"}
-lost = [k for k in d["acked"] if need[k] not in text]
-print(json.dumps({"verdict": "lost-ack" if lost else "pass", "reasons": [f"key {k} lost" for k in lost]}))'"""
+    return ext4_recording(tmp_path_factory.mktemp("synthetic"), commits=2)
 
 
 def verdicts(out: Path) -> dict[str, str]:
@@ -130,7 +58,8 @@ def test_host_campaign_distinct_states_and_aliases(synthetic: Path, tmp_path: Pa
     assert len(journal) == summary["total"] + summary["confirmation"]["rejudged"] + summary["confirmed_by_group"]
 
 
-STRICT = CHECKER.replace('need[k] not in text', 'k == "2" or need[k] not in text')   # key 2: always "lost"
+STRICT = CHECKER.replace('if f"commit {k}\\n" not in text', 'if k == "2" or f"commit {k}\\n" not in text')   # key 2: always "lost"
+assert STRICT != CHECKER
 
 
 def test_host_campaign_confirms_real_failures(synthetic: Path, tmp_path: Path) -> None:

@@ -1,25 +1,22 @@
 """Loop devices by ioctl and sysfs: attach (read-write, read-only, autoclear, write-through), find
-the loops backed by files under a path, detach (root only: skipped elsewhere)."""
+the loops backed by files under a path, detach (root only: skipped elsewhere).  A device is
+write-through only while it is held: it is claimed before, and given back before it is free."""
 from __future__ import annotations
 
 import errno
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from powercut.errors import PowercutError
-from powercut.linux.loopdev import (
-    LoopDevice,
-    LoopError,
-    LoopSlot,
-    backing_file,
-    detach,
-    has_write_cache,
-    loops_backed_under,
-    set_write_cache,
-)
+from powercut.linux import loopcache
+from powercut.linux.loopcache import has_write_cache, set_write_cache
+from powercut.linux.loopdev import LoopDevice, LoopError, backing_file, detach, loops_backed_under
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/loop-control"),
                                 reason="needs root and /dev/loop-control")
@@ -133,18 +130,20 @@ def test_write_through_holds_the_data_and_the_cache_comes_back(tmp_path: Path) -
 
 def test_write_through_refused_leaves_a_working_write_back_device(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A read-only /sys: the device is attached all the same, its flushes still fsync."""
-    from powercut.linux import loopdev
+    """A read-only /sys: the device is attached all the same, its flushes still fsync, and nothing
+    stays claimed."""
+    monkeypatch.setenv("POWERCUT_RUN_DIR", str(tmp_path / "run"))
 
     def refused(dev: str, enabled: bool) -> None:
         raise OSError(errno.EROFS, "Read-only file system")
-    monkeypatch.setattr(loopdev, "set_write_cache", refused)
+    monkeypatch.setattr(loopcache, "set_write_cache", refused)
     img = tmp_path / "ro-sys.img"
     img.write_bytes(bytes(4096))
     with LoopDevice(img, write_cache=False) as dev:
         assert has_write_cache(dev)
         with open(dev, "rb") as f:
             assert f.read(4096) == bytes(4096)
+        assert list((tmp_path / "run" / "write-through").glob("loop*")) == []
 
 
 def test_autoclear_frees_a_loop_left_open_nowhere(tmp_path: Path) -> None:
@@ -169,88 +168,87 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     assert issubclass(LoopError, PowercutError)
 
 
-def test_slot_binds_each_image_in_turn_and_reads_its_own_data(tmp_path: Path) -> None:
-    """A slot rebinds one device: every image reads back its own bytes (nothing cached from the one
-    before), writes land in the image bound at the time, and close() restores the write cache."""
-    imgs = []
-    for i in range(6):
-        img = tmp_path / f"s{i}.img"
-        img.write_bytes(bytes([i + 1]) * 16384)
-        imgs.append(img)
-    devices = set()
-    with LoopSlot() as slot:
-        for i, img in enumerate(imgs):
-            dev = slot.attach(img)
-            devices.add(dev)
-            with open(dev, "rb+") as f:
-                assert f.read(16384) == bytes([i + 1]) * 16384
-                f.seek(4096)
-                f.write(b"w" * 512)
-                f.flush()
-                os.fsync(f.fileno())
-            assert backing_file(dev) == str(img)
-            slot.detach()
-            assert backing_file(dev) is None
-        kept = slot.device
-        through = slot.through
-    assert len(devices) == 1 or not through, "a write-through slot keeps its device"
-    for i, img in enumerate(imgs):
-        data = img.read_bytes()
-        assert data[4096:4608] == b"w" * 512 and data[:4096] == bytes([i + 1]) * 4096
-    assert has_write_cache(kept)
-
-
-def test_slot_takes_a_new_device_when_its_own_was_taken(tmp_path: Path) -> None:
-    a, b = tmp_path / "a.img", tmp_path / "b.img"
-    a.write_bytes(b"a" * 4096)
-    b.write_bytes(b"b" * 4096)
-    slot = LoopSlot()
-    try:
-        first = slot.attach(a)
-        slot.detach()
-        other = LoopDevice(b, device=first, write_cache=None)   # someone else binds it meanwhile
-        try:
-            dev = slot.attach(a)
-            assert dev != first
-            with open(dev, "rb") as f:
-                assert f.read(4096) == b"a" * 4096
-            slot.detach()
-        finally:
-            other.close()
-    finally:
-        slot.close()
-    assert has_write_cache(first)
-
-
-def test_slot_goes_write_back_where_the_kernel_resets_the_cache(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Linux before 6.11 turns a loop's write cache on when a file is attached: the slot notices and
-    does not pay for a queue freeze per state."""
+def test_a_write_through_device_is_claimed_while_held_and_free_only_with_its_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim is in the registry before the device is write-through and gone after close(); the
+    cache is back on while the device is still attached, so the kernel never hands a free
+    write-through device to the next program (Linux 6.11 and later keep the setting)."""
+    monkeypatch.setenv("POWERCUT_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(loopcache, "GUARD", False)
+    img = tmp_path / "c.img"
+    img.write_bytes(bytes(8192))
+    seen_at_clear: list[tuple[str | None, bool]] = []
     from powercut.linux import loopdev
-    img = tmp_path / "r.img"
-    img.write_bytes(bytes(4096))
-    calls: list[bool] = []
-    real = loopdev.set_write_cache
+    real_clear = loopdev._clear
 
-    def counted(dev: str, enabled: bool) -> None:
-        calls.append(enabled)
-        real(dev, enabled)
-    monkeypatch.setattr(loopdev, "set_write_cache", counted)
-    with LoopSlot() as slot:
-        slot.attach(img)
-        slot.detach()
-        real(slot.device, True)   # what such a kernel does at the next attach
-        for _ in range(3):
-            slot.attach(img)
-            slot.detach()
-        assert not slot.through
-    assert calls == [False]       # once, at the first attach; nothing to restore at close
+    def spy(fd: int, path: str, attempts: int = 50) -> None:
+        seen_at_clear.append((backing_file(path), has_write_cache(path)))
+        real_clear(fd, path, attempts)
+    monkeypatch.setattr(loopdev, "_clear", spy)
+    lo = LoopDevice(img, write_cache=False)
+    name = os.path.basename(lo.path)
+    rec = json.loads((tmp_path / "run" / "write-through" / name).read_text())
+    assert rec["pid"] == os.getpid() and rec["backing"] == str(img) and rec["start"]
+    lo.close()
+    assert seen_at_clear == [(str(img), True)]   # given back while still attached
+    assert not (tmp_path / "run" / "write-through" / name).exists()
 
 
-def test_slot_refuses_a_second_attach(tmp_path: Path) -> None:
-    img = tmp_path / "x.img"
-    img.write_bytes(bytes(4096))
-    with LoopSlot() as slot:
-        slot.attach(img)
-        with pytest.raises(LoopError, match="still attached"):
-            slot.attach(img)
+def test_a_dead_runs_device_is_given_back_and_a_live_runs_is_not(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POWERCUT_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(loopcache, "GUARD", False)
+    a, b = tmp_path / "a.img", tmp_path / "b.img"
+    a.write_bytes(bytes(4096))
+    b.write_bytes(bytes(4096))
+    mine = LoopDevice(a, write_cache=False)
+    dead = LoopDevice(b, autoclear=False)
+    try:
+        set_write_cache(dead.path, False)
+        gone = subprocess.Popen(["true"])   # a pid that no longer lives
+        gone.wait()
+        (tmp_path / "run" / "write-through" / os.path.basename(dead.path)).write_text(
+            json.dumps({"pid": gone.pid, "start": "1", "backing": str(b)}))
+        assert loopcache.restore_orphans() == [dead.path]
+        assert has_write_cache(dead.path) and not has_write_cache(mine.path)
+        assert loopcache.restore_orphans() == []
+        assert not (tmp_path / "run" / "write-through" / os.path.basename(dead.path)).exists()
+    finally:
+        mine.close()
+        dead.close()
+
+
+def test_a_run_killed_with_sigkill_has_its_guardian_give_the_cache_back(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 runs no code of the run: its guardian sees the pipe from it end and restores the
+    device (free by then: autoclear detached it when the run's fds closed)."""
+    monkeypatch.setenv("POWERCUT_RUN_DIR", str(tmp_path / "run"))
+    img = tmp_path / "k.img"
+    img.write_bytes(bytes(8192))
+    run = subprocess.Popen([sys.executable, "-c",
+                            "import sys, time\n"
+                            "from powercut.linux.loopdev import LoopDevice\n"
+                            f"lo = LoopDevice({str(img)!r}, write_cache=False)\n"
+                            "print(lo.path, lo.write_through, flush=True)\n"
+                            "time.sleep(600)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        dev, through = run.stdout.readline().split()   # type: ignore[union-attr]
+        assert through == "True" and not has_write_cache(dev)
+    finally:
+        run.kill()
+        run.wait()
+    for _ in range(300):   # the guardian's Python starts and restores: bounded, generous for slow machines
+        if not (tmp_path / "run" / "write-through" / os.path.basename(dev)).exists():
+            break
+        time.sleep(0.1)
+    assert not (tmp_path / "run" / "write-through" / os.path.basename(dev)).exists()
+    if backing_file(dev) is None:   # nobody took it meanwhile: it is free and as it was found
+        assert has_write_cache(dev)
+
+
+def test_errors_stay_one_line_for_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run directory that cannot be made is one line naming it, not a traceback."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("POWERCUT_RUN_DIR", str(tmp_path / "file"))
+    with pytest.raises(PowercutError, match="file/write-through"):
+        loopcache.restore_orphans()
