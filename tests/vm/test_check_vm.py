@@ -14,6 +14,7 @@ import pytest
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
 from powercut.record.vm import RecordSpec, record
+from tests.margins import VM_WAIT
 from tests.vm.vmcheckers import panic_or_hang
 
 pytestmark = pytest.mark.vm
@@ -25,14 +26,6 @@ SMALL = dict(bound=2, samples=2, shrink=0)  # keep the write-cache state count s
 def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("good") / "rec"
     record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(name="append-fsync", params={"n": 3})), out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def ack_early(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("bad") / "rec"
-    record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(
-        name="append-fsync", params={"n": 3, "ack_early": True})), out)
     return out
 
 
@@ -114,7 +107,7 @@ def test_kill_9_then_resume_equals_uninterrupted(good: Path, tmp_path: Path) -> 
     journal = tmp_path / "cut" / "journal.jsonl"
     proc = subprocess.Popen(argv + ["--out", str(tmp_path / "cut")], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + VM_WAIT
     while time.monotonic() < deadline and (not journal.exists() or len(journal.read_bytes().splitlines()) < 5):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)

@@ -31,16 +31,8 @@ def summary(out: Path) -> dict:  # type: ignore[type-arg]
     return json.loads((out / "summary.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def rec(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    rec = tmp_path_factory.mktemp("cluster") / "rec"
-    out = powercut("record", "--nodes", "3", "--workload", "replog", "--param", "n=6", "--param", "fsync=false",
-                   "--size", "32", "-o", str(rec))
-    assert out.returncode == 0, out.stdout + out.stderr
-    return rec
-
-
-def test_checker_vms_judge_every_cluster_state_as_the_host_does(rec: Path, tmp_path: Path) -> None:
+def test_checker_vms_judge_every_cluster_state_as_the_host_does(replog_unsynced: Path, tmp_path: Path) -> None:
+    rec = replog_unsynced   # shared (tests/vm/conftest.py): judged only, into tmp_path
     vm = powercut("check", str(rec), *STATES, "-j", "2", "-o", str(tmp_path / "vm"))
     host = powercut("check", str(rec), *STATES, "--check-in", "host", "-o", str(tmp_path / "host"))
     assert vm.returncode == host.returncode == 3, vm.stdout + vm.stderr + host.stdout + host.stderr

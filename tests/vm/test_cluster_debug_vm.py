@@ -24,13 +24,9 @@ def powercut(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+def checked(replog_unsynced: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
     d = tmp_path_factory.mktemp("cluster")
-    rec = d / "rec"
-    out = powercut("record", "--nodes", "3", "--workload", "replog", "--param", "n=6", "--param", "fsync=false",
-                   "--size", "32", "-o", str(rec))
-    assert out.returncode == 0, out.stdout + out.stderr
-    chk = powercut("check", str(rec), "--check-in", "host", "--max-states", "60", "-o", str(d / "out"))
+    chk = powercut("check", str(replog_unsynced), "--check-in", "host", "--max-states", "60", "-o", str(d / "out"))
     assert chk.returncode == 3, chk.stdout + chk.stderr
     return d / "out", json.loads((d / "out" / "summary.json").read_text()), chk.stdout
 

@@ -85,7 +85,7 @@ def test_a_cluster_crash_test_passes_and_a_broken_one_is_caught(pytester: pytest
         pytest.skip("host mode needs root")
     pytester.makepyfile(test_store=STORE)
     out = pytester.path / "pc-out"
-    res = pytester.runpytest_subprocess(f"--powercut-check-in={check_in}", "--powercut-max-states=120",
+    res = pytester.runpytest_subprocess(f"--powercut-check-in={check_in}", "--powercut-max-states=40",
                                         f"--powercut-out={out}", "-p", "no:cacheprovider", timeout=2400)
     text = res.stdout.str()
     print(text)

@@ -22,7 +22,9 @@ import pytest
 
 from powercut.workloads import etcd
 
-pytestmark = [pytest.mark.vm, pytest.mark.skipif(os.geteuid() != 0, reason="host-mode checks need root")]
+# nightly: three etcd members per recording, ~300 s under TCG; the fast suite covers cluster checks with replog
+pytestmark = [pytest.mark.vm, pytest.mark.nightly,
+              pytest.mark.skipif(os.geteuid() != 0, reason="host-mode checks need root")]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from powercut.linux.loopdev import loops_backed_under
 from powercut.linux.mounts import mounts_under
 from powercut.record.recording import load
 from powercut.record.vm import RecordSpec, record
+from tests.margins import EXIT_WAIT, VM_WAIT
 
 pytestmark = pytest.mark.vm
 CLI = [sys.executable, "-m", "powercut.cli"]
@@ -51,10 +52,10 @@ def interrupt(proc: subprocess.Popen, sig: int) -> tuple[int, float, str]:
     t = time.monotonic()
     os.kill(proc.pid, sig)
     try:
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=EXIT_WAIT)
     except subprocess.TimeoutExpired:
         proc.kill()
-        pytest.fail("powercut did not exit within 60 s of the signal")
+        pytest.fail(f"powercut did not exit within {EXIT_WAIT:.0f} s of the signal")
     return proc.returncode, time.monotonic() - t, err
 
 
@@ -76,7 +77,7 @@ def test_sigterm_mid_record_stops_the_vm_and_labels_the_recording(tmp_path: Path
     out = tmp_path / "rec"
     proc = subprocess.Popen(CLI + ["record", "--workload", "append-fsync", "--param", "n=400", "--size", "64",
                                    "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: (out / "job" / "started").exists() or proc.poll() is not None, 120, "the workload to start")
+    wait_for(lambda: (out / "job" / "started").exists() or proc.poll() is not None, VM_WAIT, "the workload to start")
     assert proc.poll() is None, proc.communicate()
     before = inventory(out)
     assert before["qemu"], "no QEMU seen for the running recording"
@@ -96,7 +97,7 @@ def test_interrupted_check_cleans_up_and_resumes(small: Path, tmp_path: Path, mo
                   "--model", "write-cache", "--bound", "3", "--samples", "2"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     need = 3 if mode == "vm" else 10
-    wait_for(lambda: journal_lines(out / "journal.jsonl") >= need or proc.poll() is not None, 300,
+    wait_for(lambda: journal_lines(out / "journal.jsonl") >= need or proc.poll() is not None, VM_WAIT,
              f"{need} verdicts")
     assert proc.poll() is None, proc.communicate()
     before = inventory(out)

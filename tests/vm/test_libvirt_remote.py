@@ -24,6 +24,7 @@ from powercut.linux import process
 from powercut.record.vm import RecordSpec, record
 from powercut.vm import accel
 from powercut.vm.libvirt import is_local_uri, run_vm_libvirt
+from tests.margins import HOST_WAIT
 
 pytestmark = [pytest.mark.vm, pytest.mark.libvirt]
 
@@ -105,7 +106,7 @@ def ssh_uri(libvirtd, tmp_path_factory):
     wrapper = _client_files(d, port)
     log = open(d / "sshd.log", "wb")
     with process.Spawned([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=log, stderr=log) as sshd:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + HOST_WAIT
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.nightly]   # the nightly script, run by the nightly suite
 ROOT = Path(__file__).resolve().parents[2]
 
 

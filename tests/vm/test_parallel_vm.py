@@ -31,7 +31,7 @@ def journal(path: Path) -> dict[str, str]:
 
 
 def test_verdicts_do_not_depend_on_parallelism(rec: Path, tmp_path: Path) -> None:
-    common = dict(models=("flush", "write-cache"), bound=2, samples=2, max_states=40, shrink=0)
+    common = dict(models=("flush", "write-cache"), bound=2, samples=2, max_states=24, shrink=0)
     runs = {}
     for mode in ("host", "vm"):
         for jobs in (1, 2):

@@ -39,7 +39,9 @@ def test_kvstore_without_fsync_fails(crashtest):
     return pytester
 
 
-@pytest.mark.parametrize("check_in", ["host", "vm"])
+# host: ~60 s, nightly; the fast suite runs the README's example where a user's runs it by default (checker
+# VMs), and the plugin in host mode in test_action_vm and test_fault_plan_vm
+@pytest.mark.parametrize("check_in", [pytest.param("host", marks=pytest.mark.nightly), "vm"])
 def test_readme_example_correct_passes_broken_is_caught(project: pytest.Pytester, check_in: str) -> None:
     if check_in == "host":
         import os

@@ -129,6 +129,7 @@ def _copy(src: Path, dst: Path) -> None:
             d.write(chunk)
 
 
+@pytest.mark.nightly   # ~100 s: test_dm.py in a guest; every checker-VM test of the fast suite judges on dm-snapshot
 def test_dm_snapshot_provider_in_guest(tmp_path: Path) -> None:
     """Device-mapper tests run in a guest (root, device-mapper, loop devices; this host's kernel may
     have none): tests/unit/linux/test_dm.py whole (linear, snapshot and log-writes targets by ioctl), and

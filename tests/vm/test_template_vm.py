@@ -10,22 +10,12 @@ import pytest
 
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check import template
-from powercut.config import FsSpec, WorkloadSpec
 from powercut.core.dmlog import open_log
 from powercut.core.selection import select
 from powercut.record.recording import load
-from powercut.record.vm import RecordSpec, record
 from tests.vm.vmcheckers import panic_or_hang
 
 pytestmark = pytest.mark.vm
-
-
-@pytest.fixture(scope="module")
-def ack_early(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("bad") / "rec"
-    record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(
-        name="append-fsync", params={"n": 3, "ack_early": True})), out)
-    return out
 
 
 def judged(out: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -42,6 +32,7 @@ def consoles(out: Path) -> list[str]:
     return [p.read_text(errors="replace") for p in sorted(out.rglob("console.log"))]
 
 
+@pytest.mark.nightly   # ~150 s: every state judged twice; every checker-VM test of the fast suite restores templates
 def test_restored_checker_vms_judge_as_booted_ones(ack_early: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     with open_log(load(ack_early).log_path) as index:

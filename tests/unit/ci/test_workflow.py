@@ -63,3 +63,11 @@ def test_nightly_rows_and_wrong_step() -> None:
     assert rows.returncode == 0 and rows.stdout.split() == ["wal:xfs:n=4", "osync:ext4"]
     bad = subprocess.run(["bash", str(NIGHTLY), "shake"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unknown step 'shake'" in bad.stderr
+
+
+def test_the_suite_workflow_passes_actionlint_and_runs_everything() -> None:
+    suite = ROOT / ".github" / "workflows" / "suite-nightly.yml"
+    res = lint(suite)
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = suite.read_text()
+    assert "bash ci/test.sh --nightly" in text and "shell: bash" in text   # pipefail: the suite's status, not tee's
