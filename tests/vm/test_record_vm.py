@@ -143,7 +143,7 @@ def test_log_disk_too_small_is_an_error(tmp_path: Path) -> None:
 def test_vm_hang_is_a_timeout(tmp_path: Path) -> None:
     from powercut.errors import GuestHang
     # the workload's own timeout is longer than the VM's: the VM timeout fires
-    spec = _spec("ext4", timeout_s=25, workload=WorkloadSpec(cmd="sleep 1000", timeout_s=900))
+    spec = _spec("ext4", timeout_s=15, workload=WorkloadSpec(cmd="sleep 1000", timeout_s=900))
     with pytest.raises(GuestHang):
         record(spec, tmp_path / "rec")
     assert load_recording(tmp_path / "rec").manifest["recording"]["status"] == "timeout"

@@ -22,6 +22,7 @@ import pytest
 
 from powercut.linux.loopcache import has_write_cache
 from powercut.replay.snapshot import XfsWorkspaceProvider
+from tests.unit.linux.test_runlock import holder_process
 from tests.unit.synthrec import CHECKER, ext4_recording
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/loop-control")
@@ -93,14 +94,8 @@ def test_two_host_checks_and_the_workspace_tests_at_once_stay_apart(tmp_path: Pa
 
 def test_a_second_check_into_the_same_output_is_refused_in_one_line(tmp_path: Path) -> None:
     rec = ext4_recording(tmp_path, commits=1)
-    holder = subprocess.Popen([sys.executable, "-c",
-                               "import time\n"
-                               "from powercut.linux import runlock\n"
-                               f"with runlock.hold({str(tmp_path / 'out')!r}):\n"
-                               "    print('held', flush=True)\n"
-                               "    time.sleep(600)\n"], stdout=subprocess.PIPE, text=True)
+    holder = holder_process(tmp_path / "out")
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         res = subprocess.run([sys.executable, "-m", "powercut.cli", "check", str(rec), "--check-in", "host",
                               "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
     finally:

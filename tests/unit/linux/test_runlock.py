@@ -19,7 +19,8 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "run"
 
 
-def _holder_process(path: Path) -> subprocess.Popen:
+def holder_process(path: Path) -> subprocess.Popen:
+    """Another process holding ``path``'s run lock (it says 'held' first); kill it to end it."""
     proc = subprocess.Popen([sys.executable, "-c",
                              "import sys, time\n"
                              "from powercut.linux import runlock\n"
@@ -32,7 +33,7 @@ def _holder_process(path: Path) -> subprocess.Popen:
 
 def test_a_second_run_is_refused_naming_the_first(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = _holder_process(out)
+    proc = holder_process(out)
     try:
         assert runlock.holder(out) == proc.pid
         with pytest.raises(UsageError) as e:
@@ -61,7 +62,7 @@ def test_the_same_process_may_take_it_again_and_other_paths_are_apart(tmp_path: 
 def test_a_path_and_its_spellings_are_one_lock(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "d")
-    proc = _holder_process(tmp_path / "d")
+    proc = holder_process(tmp_path / "d")
     try:
         for spelling in (tmp_path / "link", tmp_path / "d" / ".." / "d"):
             with pytest.raises(UsageError):
