@@ -151,6 +151,7 @@ class WorkloadSpec:
 
 
 DEFAULT_SHRINK = 3   # failure groups minimized and blamed (CLI, library and pytest plugin alike)
+DEFAULT_SHRINK_BUDGET = 60   # judgments one minimization may take (a cluster's nodes share them)
 # the recording's data-disk latency (core/latency.py): none, a preset, or write=...,flush=... -- the one
 # default of record/run's --disk-latency, the pytest marker's disk_latency and a matrix row's disk_latency
 DEFAULT_DISK_LATENCY = DiskLatency()

@@ -31,7 +31,7 @@ from typing import Any
 
 from powercut.campaign.run import flaky
 from powercut.check.context import CheckContext
-from powercut.config import DEFAULT_SHRINK
+from powercut.config import DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
 from powercut.core import confirm as confirming
 from powercut.core.cluster import ClusterSpace, ClusterState
 from powercut.core.clustershrink import bundle_cuts, nodes_named, nodes_note
@@ -53,7 +53,7 @@ class ClusterDebug:
     confirm: bool = True
     confirm_sample: int = confirming.DEFAULT_SAMPLE
     shrink: int = DEFAULT_SHRINK          # minimize + blame the first state of the first K groups (0: off)
-    shrink_budget: int = 60               # judge calls per minimization, shared by the nodes
+    shrink_budget: int = DEFAULT_SHRINK_BUDGET   # judge calls per minimization, shared by the nodes
 
     def __post_init__(self) -> None:
         if self.shrink < 0 or self.shrink_budget < 1:

@@ -31,7 +31,7 @@ from powercut.campaign.outdir import check_outdir, prepare_out
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
-from powercut.config import DEFAULT_SHRINK
+from powercut.config import DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
 from powercut.core import confirm as confirming
 from powercut.core import lies
 from powercut.core.coverage import Coverage, judged_only
@@ -69,7 +69,7 @@ class CampaignSpec:
     confirm_mode: str = "group"   # group: by failure group (a sample of a large group); all: every failure
     confirm_sample: int = confirming.DEFAULT_SAMPLE   # states judged alone per large group
     shrink: int = DEFAULT_SHRINK  # minimize + blame the first state of the first K failure groups (0: off)
-    shrink_budget: int = 60       # checks per minimization
+    shrink_budget: int = DEFAULT_SHRINK_BUDGET   # checks per minimization
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
     require_exhaustive: bool = False   # a pass short of exhaustive (sampled, capped, weakened) is not ok
     ledger: str = ""              # --ledger FILE: skip states that passed in earlier runs of the log, add this run's

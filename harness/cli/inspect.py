@@ -26,7 +26,7 @@ def _open(path: str):
     return open_log(p)
 
 
-def _print_stats(path: str, as_json: bool = False) -> None:
+def print_stats(path: str, as_json: bool = False) -> None:
     from powercut.core.dmlog import stats
 
     with _open(path) as index:
@@ -42,7 +42,7 @@ def _print_stats(path: str, as_json: bool = False) -> None:
 
 def cmd_log(args: argparse.Namespace) -> int:
     if args.log_command == "stats":
-        _print_stats(args.path, args.json)
+        print_stats(args.path, args.json)
         return 0
     if args.log_command == "show":
         with _open(args.path) as index:

@@ -7,7 +7,8 @@ import argparse
 import shlex
 from collections.abc import Callable
 
-from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK
+from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
+from powercut.core.cluster import DEFAULT_CLUSTER_BOUND
 
 MAIN_DEFAULT_OUT = "runs/latest"
 RUN_COMMITS = 8
@@ -216,7 +217,8 @@ def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g.add_argument("--shrink", type=at_least(0), default=DEFAULT_SHRINK, metavar="K",
                    help="minimize and blame the first state of the first K failure groups, each saved as a repro "
                         f"bundle (default {DEFAULT_SHRINK}; 0: off)")
-    g.add_argument("--shrink-budget", type=at_least(1), default=60, metavar="N", help="checks per minimization (default 60)")
+    g.add_argument("--shrink-budget", type=at_least(1), default=DEFAULT_SHRINK_BUDGET, metavar="N",
+                   help=f"checks per minimization (default {DEFAULT_SHRINK_BUDGET})")
 
 
 BENCH_SUITES = ("guarantees", "tlpi", "zodb-fsync", "commit", "flush-cost", "pg", "overhead", "all")
@@ -284,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="replace an earlier check in the output directory")
     _check_options(c, "check")
     accel_option(c, "checker VM")
-    c.add_argument("--cluster-bound", type=at_least(1), default=4096, metavar="N",
+    c.add_argument("--cluster-bound", type=at_least(1), default=DEFAULT_CLUSTER_BOUND, metavar="N",
                    help="a cluster recording: all combinations of the nodes' states of an instant up to N, "
                         "else structured picks and --samples seeded ones (docs/clusters.md)")
 

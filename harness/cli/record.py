@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.cli.check import cmd_check
-from powercut.cli.inspect import _print_stats
+from powercut.cli.inspect import print_stats
 from powercut.cli.parser import MAIN_DEFAULT_OUT, RUN_COMMITS
 from powercut.core.latency import layer_phrase
 from powercut.errors import OptionError, PowercutError, UsageError
@@ -120,7 +120,7 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     if tr:
         print(f"  trace: {tr['file']} ({tr.get('bytes', 0) >> 10} KiB of strace)" if tr.get("file")
               else f"  trace: none ({tr.get('error')})")
-    _print_stats(str(rec.log_path))
+    print_stats(str(rec.log_path))
     return 0
 
 

@@ -17,7 +17,6 @@ import dataclasses
 import logging
 import os
 import shutil
-import time
 from pathlib import Path
 
 from powercut import workload as workloads
@@ -28,10 +27,17 @@ from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import process, runlock
 from powercut.record import recording
 from powercut.record.recording import Recording
-from powercut.record.vm import DM_NAME, RecordSpec, prepare_outdir, run_recording_vm, vm_spec
-from powercut.record.vm import _judge as judge_result
-from powercut.record.vm import _manifest as base_manifest
-from powercut.record.vm import _mark_order as mark_order
+from powercut.record.vm import (
+    DM_NAME,
+    RecordSpec,
+    base_manifest,
+    finishing,
+    judge_result,
+    marks_of,
+    prepare_outdir,
+    run_recording_vm,
+    vm_spec,
+)
 from powercut.vm import guestjob
 from powercut.vm.qemu import QEMU
 
@@ -88,8 +94,7 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
         manifest["log"]["file"], manifest["data"]["final"] = node_files(0)
         manifest["cluster"] = {"nodes": nodes, "node": [
             {"log": node_files(i)[0], "final": node_files(i)[1], "mount": f"n{i}"} for i in range(nodes)]}
-        start = time.monotonic()
-        try:
+        with finishing(out, manifest):
             result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
             manifest["result"] = {"ok": result.ok, **{k: v for k, v in result.data.items() if k != "logs"},
                                   **({"error": result.error} if result.error else {})}
@@ -100,12 +105,5 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
                 if isinstance(logged, int):
                     node["logged_entries"] = logged
             manifest["log"].update(recording.pin_log(out / manifest["log"]["file"]))
-            manifest["marks"] = mark_order(out / manifest["log"]["file"])
-            manifest["recording"]["status"] = recording.OK
-        except KeyboardInterrupt as e:
-            manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
-            raise
-        finally:
-            manifest["recording"]["wall_s"] = round(time.monotonic() - start, 3)
-            recording.write(out, manifest)
+            manifest["marks"] = marks_of(out / manifest["log"]["file"])
         return Recording(out, manifest)

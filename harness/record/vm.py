@@ -6,10 +6,12 @@ interrupt (SIGINT/SIGTERM/SIGHUP) kills the VM on the way out and leaves the man
 ``interrupted``."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,15 +144,14 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
                                                   fs=spec.fs, workload=spec.workload, tools_dir=tools_dir(image) or "",
                                                   latency=str(spec.latency)))
         vmspec = vm_spec(spec, image, out, jobdir)
-        manifest = _manifest(spec, image, vmspec, data_bytes)
-        start = time.monotonic()
-        try:
+        manifest = base_manifest(spec, image, vmspec, data_bytes)
+        with finishing(out, manifest):
             result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
             data = {k: v for k, v in result.data.items() if k != "latency"}   # its own section, [latency]
             manifest["result"] = {"ok": result.ok, **data, **({"error": result.error} if result.error else {})}
             if isinstance(result.get("latency"), dict):
                 manifest["latency"] = dict(result.get("latency"))
-            _judge(result, manifest, out)
+            judge_result(result, manifest, out)
             if result.get("file_map"):
                 manifest["files"] = {**manifest.get("files", {}), "map": f"job/{result.get('file_map')}"}
             if result.get("trace_file"):
@@ -158,7 +159,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
             elif spec.workload.trace:
                 manifest["trace"] = {"error": str(result.get("trace_error") or "no trace")}
             manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
-            manifest["marks"] = _mark_order(out / "log.bin")
+            manifest["marks"] = marks_of(out / "log.bin")
             if faults := _faults(out / "log.bin"):
                 manifest["faults"] = {"windows": [w.describe() for w in faults.windows],
                                       "acked_after_error": list(faults.after_error),
@@ -166,17 +167,27 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
                                       "left_on": bool(result.get("fault_left_on")),
                                       **({"plan": result.get("fault_plan", {}).get("plan")}
                                          if result.get("fault_plan") else {})}
-            manifest["recording"]["status"] = recording.OK
-        except KeyboardInterrupt as e:
-            manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
-            raise
-        finally:
-            manifest["recording"]["wall_s"] = round(time.monotonic() - start, 3)
-            recording.write(out, manifest)
         return Recording(out, manifest)
 
 
-def _mark_order(path: Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def finishing(out: Path, manifest: dict[str, Any]) -> Iterator[None]:
+    """Around a recording VM's run and what is read from it (one disk or a cluster): the manifest's
+    status is ``ok`` when the body ends, ``interrupted`` on an interrupt (raised on), and as the
+    body's error left it otherwise; its wall time and the manifest are written however it ends."""
+    start = time.monotonic()
+    try:
+        yield
+        manifest["recording"]["status"] = recording.OK
+    except KeyboardInterrupt as e:
+        manifest["recording"].update(status=recording.INTERRUPTED, error=str(e) or "interrupted")
+        raise
+    finally:
+        manifest["recording"]["wall_s"] = round(time.monotonic() - start, 3)
+        recording.write(out, manifest)
+
+
+def marks_of(path: Path) -> dict[str, Any]:
     """The manifest's [marks]: how many key marks the log orders after every write completed before
     them (core/models.py, blind spot (c)); ``ordered`` false means the old false alarm is possible."""
     with open_log(path) as index:
@@ -192,7 +203,7 @@ def _faults(path: Path) -> Faults:
         return Faults()
 
 
-def _manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int) -> dict[str, Any]:
+def base_manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int) -> dict[str, Any]:
     return {
         "recording": {"format": FORMAT_VERSION, "status": recording.RUNNING,
                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "backend": spec.backend, "image": image.hash,
@@ -206,7 +217,7 @@ def _manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int) -> 
     }
 
 
-def _judge(result: guestjob.GuestResult, manifest: dict[str, Any], out: Path) -> None:
+def judge_result(result: guestjob.GuestResult, manifest: dict[str, Any], out: Path) -> None:
     rec = manifest["recording"]
     if not result.ok:
         rec.update(status="guest-error", error=result.error or "guest job failed")

@@ -11,7 +11,8 @@ imports inside functions count too:
   dependencies (libvirt, matplotlib);
 * absolute imports only; every module has a docstring and stays under 450 lines; each package's
   ``__init__`` docstring names every module of the package;
-* ``workloads/`` and ``checkers/`` import only powercut's public API (``powercut.__all__``).
+* ``workloads/`` and ``checkers/`` import only powercut's public API (``powercut.__all__``);
+* no ``_private`` name of one module is imported by another (a name used across modules is public).
 """
 from __future__ import annotations
 
@@ -263,3 +264,28 @@ def test_each_package_init_names_its_modules() -> None:
             if p.name != "__init__.py" and f"``{p.stem}``" not in doc and p.stem not in doc.split():
                 missing.append(f"{init.parent.name}/__init__.py does not name {p.stem}")
     assert not missing, "\n".join(missing)
+
+
+def private_imports(module: str, source: str) -> list[str]:
+    """The ``_private`` names (not modules) ``module`` imports from another powercut module: a name
+    used across modules is public (issue 49: record/cluster imported three of record/vm's)."""
+    me = module.removesuffix(".__init__")
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("powercut"):
+            for a in node.names:
+                dunder = a.name.startswith("__") and a.name.endswith("__")   # __doc__, __version__: public
+                if a.name.startswith("_") and not dunder and node.module != me and not _is_module(f"{node.module}.{a.name}"):
+                    bad.append(f"{module}:{node.lineno} imports {node.module}.{a.name}, a private name")
+    return bad
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    bad = [v for mod, path in modules() for v in private_imports(mod, path.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_private_name_check_catches_one() -> None:
+    assert private_imports("powercut.record.cluster", "from powercut.record.vm import _judge as judge\n")
+    assert not private_imports("powercut.marks", "from powercut import _logmark as logmark\n")   # a module
+    assert not private_imports("powercut.record.cluster", "from powercut.record.vm import judge_result\n")

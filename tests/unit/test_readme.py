@@ -5,11 +5,15 @@
 * every relative link in README.md and docs/*.md resolves to a file, and a ``#anchor`` to a heading
   of that file (GitHub's anchors);
 * every source, test or script path the pages name in backticks exists;
-* README.md stays short (at most 250 lines) and every docs page is linked from docs/index.md."""
+* README.md stays short (at most 250 lines) and every docs page is linked from docs/index.md;
+* every code symbol docs/internals.md names in backticks (``Judging.run``, ``split_by_base``,
+  ``powercut.core.dmlog``) is a module, class, function or attribute of the source (#49)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import re
+import sys
 from pathlib import Path
 
 from powercut.cli.parser import build_parser
@@ -171,3 +175,69 @@ def test_named_paths_exist() -> None:
             if not any((base / name).exists() for base in (ROOT, ROOT / "harness", ROOT / "harness" / "report")):
                 stale.append(f"{page.relative_to(ROOT)}: {name}")
     assert not stale, "paths named in the manual that do not exist:\n" + "\n".join(stale)
+
+
+# -- docs/internals.md names only what exists ---------------------------------------------------------
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+FILE_EXT = {"json", "jsonl", "py", "html", "j2", "toml", "md", "txt", "img", "bin", "gz", "log", "sh", "yml", "png",
+            "c", "xml"}
+SOURCES = ((ROOT / "harness", "powercut"), (ROOT / "vm-images", "powercut.images"),
+           (ROOT / "workloads", "powercut.workloads"), (ROOT / "checkers", "powercut.checkers"))
+
+
+def _defined() -> tuple[set[str], set[str]]:
+    """(every name a class, function, assignment or attribute assignment defines; every module
+    name, dotted from powercut and each shorter tail: 'check.vm', 'vm')."""
+    names: set[str] = set()
+    mods: set[str] = set()
+    for base, pkg in SOURCES:
+        for path in base.rglob("*.py"):
+            parts = [x for x in path.relative_to(base).with_suffix("").parts if x != "__init__"]
+            mods.add(".".join([pkg, *parts]))
+            mods.update(".".join(parts[i:]) for i in range(len(parts)))
+            for n in ast.walk(ast.parse(path.read_text())):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(n.name)
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        names.add(t.id)
+                    elif isinstance(t, ast.Attribute):
+                        names.add(t.attr)
+    return names, mods
+
+
+def code_symbols(text: str) -> list[str]:
+    """The backticked tokens that are code symbols: dotted, snake_case, _private or CamelCase
+    identifiers (a call's arguments dropped), not file names or standard-library names."""
+    out = []
+    for tok in re.findall(r"`([^`\n]+)`", text):
+        t = re.sub(r"\(.*\)$", "", tok.strip())
+        if not re.fullmatch(rf"{IDENT}(\.{IDENT})*", t):
+            continue
+        parts = t.split(".")
+        if parts[-1] in FILE_EXT or parts[0] in sys.stdlib_module_names:
+            continue
+        if len(parts) > 1 or "_" in t.strip("_") or t.startswith("_") or re.search(r"[a-z][A-Z]|^[A-Z][a-z]+[A-Z]", t):
+            out.append(t)
+    return out
+
+
+def unknown_symbols(text: str, names: set[str], mods: set[str]) -> list[str]:
+    bad = []
+    for t in code_symbols(text):
+        parts = t.split(".")
+        known = t in mods or any(".".join(parts[:i]) in mods and all(p in names for p in parts[i:])
+                                 for i in range(1, len(parts)))
+        if not (known or all(p in names or p in mods for p in parts)):
+            bad.append(t)
+    return sorted(set(bad))
+
+
+def test_internals_names_only_symbols_that_exist() -> None:
+    names, mods = _defined()
+    bad = unknown_symbols((DOCS / "internals.md").read_text(), names, mods)
+    assert not bad, f"docs/internals.md names what the source does not define: {bad}"
+    # the check itself: a renamed class is caught, a file name or a stdlib call is not a symbol
+    assert unknown_symbols("`_Judging.run` and `Judging.run`", names, mods) == ["_Judging.run"]
+    assert unknown_symbols("`summary.json`, `os.pwrite`, `flaky`", names, mods) == []
