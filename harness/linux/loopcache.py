@@ -99,9 +99,9 @@ def start_time(pid: int) -> str:
 def claim(dev: str, backing: str) -> None:
     """Record that this process makes ``dev`` write-through (before it does); the guardian starts
     with the first claim."""
-    restore_orphans()
     me = os.getpid()
     with _locked() as reg:
+        _restore_orphans(reg)
         (reg / os.path.basename(dev)).write_text(json.dumps({"pid": me, "start": start_time(me), "backing": backing}))
     if GUARD:
         _start_guardian()
@@ -127,19 +127,24 @@ def restore_orphans(dead_pid: int = 0) -> list[str]:
     """Give back the write cache of every claimed device whose claiming process no longer lives
     (and, with ``dead_pid``, of every device that pid claims: the guardian's parent, which is
     exiting); their claims go.  The devices it restored."""
-    done = []
     with _locked() as reg:
-        for path in sorted(reg.glob("loop*")):
-            rec = _read(path)
-            pid = int(rec.get("pid", 0)) if rec else 0
-            if rec is not None and pid != dead_pid and start_time(pid) == rec.get("start") != "":
-                continue   # a live run's
-            dev = f"/dev/{path.name}"
-            ensure_write_cache(dev)
-            path.unlink(missing_ok=True)
-            log.warning("%s: write cache turned back on (left write-through by powercut pid %s, which died)",
-                        dev, pid or "?")
-            done.append(dev)
+        return _restore_orphans(reg, dead_pid)
+
+
+def _restore_orphans(reg: Path, dead_pid: int = 0) -> list[str]:
+    """restore_orphans under the registry's lock (held by the caller)."""
+    done = []
+    for path in sorted(reg.glob("loop*")):
+        rec = _read(path)
+        pid = int(rec.get("pid", 0)) if rec else 0
+        if rec is not None and pid != dead_pid and start_time(pid) == rec.get("start") != "":
+            continue   # a live run's
+        dev = f"/dev/{path.name}"
+        ensure_write_cache(dev)
+        path.unlink(missing_ok=True)
+        log.warning("%s: write cache turned back on (left write-through by powercut pid %s, which died)",
+                    dev, pid or "?")
+        done.append(dev)
     return done
 
 
