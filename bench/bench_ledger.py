@@ -9,7 +9,7 @@ nights of ONE recording, against one night, for three ways of running a nightly:
   night are skipped, so each night judges only states never judged before.
 
 Judging is simulated (every state passes): the figures are counts of distinct states (their
-``core.selection.state_key``), not times, so they are the same on any machine.  With ``--max-states
+``core.imagekey.state_key``), not times, so they are the same on any machine.  With ``--max-states
 N`` each night judges at most N states, and the ledger sends the cap to new states.
 
     python bench/bench_ledger.py                        # a synthetic 3000-entry log, 7 nights
@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import synthetic_log
 
 from powercut.core.dmlog import open_log
+from powercut.core.imagekey import state_key
 from powercut.core.models import CrashSpace
-from powercut.core.selection import SelectionSpec, select, state_key
+from powercut.core.selection import SelectionSpec, select
 
 
 def nights(sp: CrashSpace, spec: SelectionSpec, n: int, *, auto: bool, ledger: bool) -> list[tuple[int, int]]:

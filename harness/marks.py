@@ -13,7 +13,7 @@ that device (one empty flush through the target: every completed write is logged
 flush already under way included), then inserts the mark.  The models treat that flush as an
 ordering point, never as a durability barrier.
 
-**Cluster recordings** (core/cluster.py): with $POWERCUT_CLUSTER set (``name=order,...``, one per
+**Cluster recordings** (core/disks.py): with $POWERCUT_CLUSTER set (``name=order,...``, one per
 node), a mark goes to every node's log in node order, each ordered as above, all under one flock
 (``_logmark.insert_cluster``), so every node's log holds the same sequence of marks.
 

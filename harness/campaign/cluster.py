@@ -1,5 +1,5 @@
 """A check of a cluster recording (host; issue 40): every node's log opened and verified against the
-manifest, the cluster states chosen (core/cluster.py), this shard's share taken (``--shard i/n``,
+manifest, the cluster states chosen (core/disks.py), this shard's share taken (``--shard i/n``,
 core/shard.py: round-robin over the selection, the same on every shard), the states already in the
 journal skipped (``--resume``; the settings pinned in ``campaign.json``, a resume with others
 refused), the rest judged in checker VMs (the default, check/clustervm.py) or on the host
@@ -30,9 +30,9 @@ from powercut.check.context import CheckContext, LogSource, context_for
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.core import clustersummary
-from powercut.core.cluster import DEFAULT_CLUSTER_BOUND, ClusterSelection, ClusterSpace, ClusterState, select_cluster
+from powercut.core.disks import DEFAULT_CLUSTER_BOUND, Disks, DisksState
 from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.selection import SEED_AUTO, SelectionSpec
+from powercut.core.selection import SEED_AUTO, DisksSelection, SelectionSpec, select_disks
 from powercut.core.shard import Shard
 from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import Verdict
@@ -106,7 +106,7 @@ def judge_where(place: Place, ctx: CheckContext, rec: recording.Recording, logs:
     minimization all go through it)."""
     nodes = rec.manifest["cluster"]["node"]
 
-    def judge(states: Sequence[ClusterState], sink: Callable[[Verdict], None], work: Path) -> None:
+    def judge(states: Sequence[DisksState], sink: Callable[[Verdict], None], work: Path) -> None:
         if not states:
             return
         if place.on_host:
@@ -140,8 +140,8 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
             except BadLog as e:
                 raise BadRecording(f"{rec.dir}: {e.one_line()}") from None
             t = time.monotonic()
-            cs = ClusterSpace(logs)
-            sel = select_cluster(cs, spec.selection, cluster_bound=spec.cluster_bound)
+            cs = Disks(logs)
+            sel = select_disks(cs, spec.selection, cluster_bound=spec.cluster_bound)
             select_s = time.monotonic() - t
             if not sel.states:
                 raise UsageError(f"{rec.dir}: no cluster state to judge under {', '.join(spec.selection.models)}")
@@ -187,8 +187,8 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
         return summary, outdir
 
 
-def _summary(rec: recording.Recording, spec: ClusterCheck, place: Place, sel: ClusterSelection,
-             states: list[ClusterState], journal: Journal, select_s: float, judge_s: float, judged_now: int,
+def _summary(rec: recording.Recording, spec: ClusterCheck, place: Place, sel: DisksSelection,
+             states: list[DisksState], journal: Journal, select_s: float, judge_s: float, judged_now: int,
              status: str, *, acks: int = -1) -> dict[str, Any]:
     done = journal.done
     verdicts = [done[s.id] for s in states if s.id in done]   # in selection order

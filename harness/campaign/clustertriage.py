@@ -33,8 +33,8 @@ from powercut.campaign.run import flaky
 from powercut.check.context import CheckContext
 from powercut.config import DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
 from powercut.core import confirm as confirming
-from powercut.core.cluster import ClusterSpace, ClusterState
 from powercut.core.clustershrink import bundle_cuts, nodes_named, nodes_note
+from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.debug import clusterbundle, triage
@@ -64,12 +64,12 @@ class ClusterDebug:
                              f"state), not {self.confirm_sample}")
 
 
-def floors_of(cs: ClusterSpace, mark: str = "mkfs") -> list[int | None]:
+def floors_of(cs: Disks, mark: str = "mkfs") -> list[int | None]:
     return [next((e.index for e in sp.entries if e.mark == mark), None) for sp in cs.nodes]
 
 
-def diagnose_cluster(rec: Recording, ctx: CheckContext, cs: ClusterSpace, logs: Sequence[LogIndex],
-                     states: Sequence[ClusterState], verdicts: list[Verdict], outdir: Path, how: ClusterDebug,
+def diagnose_cluster(rec: Recording, ctx: CheckContext, cs: Disks, logs: Sequence[LogIndex],
+                     states: Sequence[DisksState], verdicts: list[Verdict], outdir: Path, how: ClusterDebug,
                      *, judge: JudgeStates, on_host: bool, seed: int = 0) -> dict[str, Any]:
     """Group, minimize + blame, confirm and bundle a judged cluster check's failures; what the
     summary gains (``groups``, and the ``verdicts``/``failures``/``verdict`` after confirmation)."""
@@ -116,7 +116,7 @@ def diagnose_cluster(rec: Recording, ctx: CheckContext, cs: ClusterSpace, logs: 
             "diagnose_s": round(diag_s, 3), "triage_s": round(time.monotonic() - t0, 3)}
 
 
-def _confirm(cs: ClusterSpace, by_id: dict[str, ClusterState], final: dict[str, Verdict], groups: list[triage.Group],
+def _confirm(cs: Disks, by_id: dict[str, DisksState], final: dict[str, Verdict], groups: list[triage.Group],
              how: ClusterDebug, judge: JudgeStates, outdir: Path, seed: int) -> tuple[int, int]:
     """Confirmation by group (core/confirm.py); ``final`` updated in place and every second verdict
     appended to the journal.  (states judged again, groups confirmed state by state)."""
@@ -173,7 +173,7 @@ def _confirm(cs: ClusterSpace, by_id: dict[str, ClusterState], final: dict[str, 
 RETRIES = 3   # more judgments of a state whose second verdict disagreed with its first
 
 
-def _retry_disagreeing(by_id: dict[str, ClusterState], final: dict[str, Verdict], judge: JudgeStates, outdir: Path,
+def _retry_disagreeing(by_id: dict[str, DisksState], final: dict[str, Verdict], judge: JudgeStates, outdir: Path,
                        journal: Any) -> None:
     """A cluster's recovery can be nondeterministic on the same images (which member wins an
     election decides whether etcd panics: measured 3 of 4 on one state), so a state whose second
@@ -203,7 +203,7 @@ def _retry_disagreeing(by_id: dict[str, ClusterState], final: dict[str, Verdict]
         journal.write(json.dumps(final[v.state].to_json()) + "\n")
 
 
-def _group_json(cs: ClusterSpace, rec: Recording, ctx: CheckContext, g: triage.Group, k: int,
+def _group_json(cs: Disks, rec: Recording, ctx: CheckContext, g: triage.Group, k: int,
                 outdir: Path) -> dict[str, Any]:
     """A group as the summary shows it (triage.Group.to_json and the cluster's words), its bundle written."""
     named: Counter[int] = Counter(n for v in g.states for n in nodes_named(v.reasons))

@@ -27,7 +27,7 @@ from powercut.check.host import require_root
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency
-from powercut.core.cluster import MAX_NODES
+from powercut.core.disks import MAX_NODES
 from powercut.core.faultwindows import FaultPlan
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import FINDINGS, Verdict

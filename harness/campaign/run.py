@@ -37,8 +37,9 @@ from powercut.core import lies
 from powercut.core.coverage import Coverage, judged_only
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex, open_log
+from powercut.core.imagekey import state_key
 from powercut.core.models import space
-from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select, state_key
+from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select
 from powercut.core.shard import Shard
 from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import Verdict

@@ -21,7 +21,7 @@ from powercut.check.context import CheckContext
 from powercut.check.host import cleanup_stale, require_root
 from powercut.check.judge import KernelLog, fsck, unmount
 from powercut.checker import CheckInput, CheckResult
-from powercut.core.cluster import ClusterState
+from powercut.core.disks import DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import CheckerError
@@ -36,9 +36,9 @@ log = logging.getLogger(__name__)
 Sink = Callable[[Verdict], None]
 
 
-def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, states: Sequence[ClusterState],
+def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, states: Sequence[DisksState],
                        sink: Sink, workspace: Path) -> None:
-    """Judge ``states`` (one ClusterState each, over ``logs``, node 0 first) one after another;
+    """Judge ``states`` (one DisksState each, over ``logs``, node 0 first) one after another;
     each verdict goes to ``sink``.  Stops between states on an interrupt."""
     require_root()
     cleanup_stale(workspace)
@@ -67,7 +67,7 @@ def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, s
             sink(v)
 
 
-def judge_cluster(ctx: CheckContext, devs: Sequence[str], state: ClusterState, mnts: Sequence[str],
+def judge_cluster(ctx: CheckContext, devs: Sequence[str], state: DisksState, mnts: Sequence[str],
                   t0: float | None = None) -> Verdict:
     """The verdict for one cluster state whose node images are the block devices ``devs``."""
     t0 = time.monotonic() if t0 is None else t0

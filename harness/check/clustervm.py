@@ -15,20 +15,20 @@ from pathlib import Path
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.vm import CheckerVm, Judging, Sink, VmCheckSpec, in_parallel, locked_sink
-from powercut.core.cluster import ClusterState
+from powercut.core.disks import DisksState
 from powercut.errors import UsageError
 from powercut.vm import guestjob
 
 __all__ = ["check_cluster_vm", "chunks"]
 
 
-def chunks(states: Sequence[ClusterState], n: int) -> list[list[ClusterState]]:
+def chunks(states: Sequence[DisksState], n: int) -> list[list[DisksState]]:
     """``states`` cut into at most ``n`` contiguous chunks whose sizes differ by at most one."""
     n = max(1, min(n, len(states)))
     return [list(states[k * len(states) // n:(k + 1) * len(states) // n]) for k in range(n) if states]
 
 
-def check_cluster_vm(ctx: CheckContext, src: LogSource, logs: Sequence[str], states: Sequence[ClusterState],
+def check_cluster_vm(ctx: CheckContext, src: LogSource, logs: Sequence[str], states: Sequence[DisksState],
                      sink: Sink, workdir: Path, spec: VmCheckSpec, *, jobs: int = 1) -> None:
     """Judge ``states`` in ``jobs`` checker VMs on this machine.  ``src``: node 0's log and the data
     size (every node's); ``logs``: every node's log file name in the recording directory, node 0
@@ -42,7 +42,7 @@ def check_cluster_vm(ctx: CheckContext, src: LogSource, logs: Sequence[str], sta
     guest_logs = tuple(f"{guestjob.GUEST_REC_DIR}/{name}" for name in logs)
     scratch = len(logs) * 2 * src.size + (512 << 20)   # per node a pristine and its COW files
 
-    def one(i: int, chunk: list[ClusterState]) -> None:
+    def one(i: int, chunk: list[DisksState]) -> None:
         vm = CheckerVm(ctx, src, spec, workdir / f"vm{i}", scratch_bytes=scratch)
 
         def job(ids: tuple[str, ...]) -> guestjob.Job:

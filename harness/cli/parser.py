@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Callable
 
 from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
-from powercut.core.cluster import DEFAULT_CLUSTER_BOUND
+from powercut.core.disks import DEFAULT_CLUSTER_BOUND
 
 MAIN_DEFAULT_OUT = "runs/latest"
 RUN_COMMITS = 8

@@ -10,8 +10,11 @@
 * ``models`` -- the crash models (flush, no-cache, write-cache, torn, torn-4k) as a CrashSpace per log;
 * ``lies`` -- the lying-disk models (lost-write, misdirected-write, corrupt-sector, flush-ignored, unreadable-sector);
 * ``coverage`` -- what a check covered: exhaustive, sampled, capped or weakened, per model;
-* ``selection`` -- each distinct disk image judged once, --max-states shares;
-* ``cluster`` -- one power cut across N node logs that share their key marks: instants, consistent cuts, ids;
+* ``imagekey`` -- when two crash states are one: the image a state replays and the keys it tells;
+* ``disks`` -- the disks of one instant (one disk, or N node logs that share their key marks): instants, states, ids;
+* ``pools`` -- one disk's distinct states of one instant under one model, streamed a key version at a time;
+* ``statelist`` -- chosen states kept as their ids (millions of them fit in memory);
+* ``selection`` -- one algorithm for N >= 1 disks: each distinct image judged once, --max-states shares;
 * ``clustersummary`` -- a cluster check's summary, and its shards merged into the unsharded one;
 * ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;
 * ``shrink`` -- minimize a failing state;

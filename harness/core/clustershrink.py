@@ -9,7 +9,7 @@ every other node's current state -- still fails the same way (the same verdict a
 of first reason, ``shrink.signature``).  Rounds over the nodes repeat until one changes nothing
 or the budget (judge calls, shared by all nodes) runs out.
 
-A candidate must stay a cluster state that ``ClusterSpace.state_from_id`` rebuilds: its cut in
+A candidate must stay a cluster state that ``Disks.state_from_id`` rebuilds: its cut in
 the same instant (key version) as the others' (else the checker would be told other acks), its
 model the cluster's or ``flush`` (the fallback a node contributes).  ``InstantSpace`` is the
 node's CrashSpace with ``make_state`` refusing anything else, so core/shrink skips such a
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from powercut.core.cluster import FALLBACK_MODEL, ClusterSpace, ClusterState
 from powercut.core.crashstate import CrashState, Torn
+from powercut.core.disks import FALLBACK_MODEL, Disks, DisksState
 from powercut.core.models import CrashSpace
 from powercut.core.shrink import Judged, Outcome, minimize, reason_class, signature
 from powercut.errors import UsageError
@@ -77,8 +77,8 @@ class ClusterShrunk:
     """A cluster minimization: ``minimized`` fails like ``original`` (``signature``; ``reasons``:
     its own judgement); ``calls`` judge calls in all (the budget shared by the nodes)."""
 
-    original: ClusterState
-    minimized: ClusterState
+    original: DisksState
+    minimized: DisksState
     signature: tuple[str, str]
     reasons: tuple[str, ...]
     nodes: tuple[NodeShrunk, ...]
@@ -105,7 +105,7 @@ def node_floor(sp: CrashSpace, window: range, state: CrashState, floor: int | No
     return mine if mine >= 0 else None
 
 
-def minimize_cluster(cs: ClusterSpace, state: ClusterState, judge: Callable[[ClusterState], Judged], *,
+def minimize_cluster(cs: Disks, state: DisksState, judge: Callable[[DisksState], Judged], *,
                      budget: int, expected: Judged, floors: Sequence[int | None] = (),
                      classify: Callable[[str], str] = reason_class) -> ClusterShrunk:
     """Minimize each node's state of the failing ``state`` in turn, the others fixed, while the
@@ -187,7 +187,7 @@ def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[s
     return f"{verdict}: {reason_cls} <- " + " | ".join(parts)
 
 
-def bundle_cuts(cs: ClusterSpace, instant: int) -> list[int]:
+def bundle_cuts(cs: Disks, instant: int) -> list[int]:
     """Per node, how many log entries rebuild every cluster state of ``instant``: up to and
     including the key mark that ends the instant (so every cut log keeps the same key marks and
     still makes one cluster), or the whole log for the last instant."""

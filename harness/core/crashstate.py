@@ -2,7 +2,7 @@
 entries before it that did not persist (``dropped``) and those that persisted only partly (``torn``),
 the acked and begun keys, and for a lying disk its ``Lie`` -- and the one rule for its durable data (``CrashState.base``,
 ``CrashState.kept``) that the crash models (core/models), the replay (replay/materialize.plan) and
-the selection of distinct images (core/selection.image_key) all use; ``describe``: a set of states
+the selection of distinct images (core/imagekey.image_key) all use; ``describe``: a set of states
 counted per epoch, in one pass.  ``KeyPrefix``: a state's acks
 as a view of the log's ack keys (shared by every state, so a log with k acks costs O(k), not O(k^2)).
 A torn write's atomic units (``unit_count``, ``unit_sectors``, ``sector_units``): what the torn

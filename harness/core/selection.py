@@ -1,22 +1,26 @@
-"""Choose the crash states a campaign judges (pure; host): the states after a floor mark, each
-distinct disk image once, and under a cap a fair share of every model.
+"""Choose the crash states a check judges (pure; host): the states of its disks (one, or each
+node's of a cluster: core/disks.py) after a floor mark, each distinct image once, and under a cap
+a fair share of every model.  One algorithm for N >= 1 disks; one disk is N = 1.
 
-* **Floor**: only states whose cut lies after the floor mark (``mkfs``) and whose durable set keeps
-  every entry before it whole (before mkfs finished there is no filesystem to recover).
-* **Each disk image judged once**: two states are one *distinct* state when they replay the same
-  data -- the same fully durable data entries and the same torn writes with the same sectors --
-  and tell the checker the same acked and begun keys.  Replay applies the durable entries in log
-  order, so such states give byte-identical images (``replay.reference_image`` and
-  ``replay.materialize`` alike) and identical checker input.  The first in model order (models
-  in the order given, then each model's own order) is the *representative* that gets judged; the
-  others are its *aliases* and share its verdict.
-* **The key** (``image_key``) costs O(epoch), not O(cut): with ``base`` the first dropped or torn
-  entry (else the cut), every data entry before ``base`` is durable and the one at ``base`` is
-  not, so the durable set is "the first ``ndata[base]`` data entries of the log" plus the kept
-  data entries in [base, cut) (with torn sectors) -- told by where the kept ones end and which
-  were lost before that, a few small objects per state that depend on the durable set alone
-  and give it back.  The keys part is the space's ``key_version`` (the number of key marks
-  that added a key): equal versions <=> equal (acks, begun).
+* **Floor**: only states whose cut lies after the floor mark (``mkfs``) on every disk and whose
+  durable set keeps every entry before it whole (before mkfs finished there is no filesystem to
+  recover).
+* **Each image judged once**: two states of the disks are one *distinct* state when every disk
+  replays the same data and the same keys are told (core/imagekey.py).  The first in model order
+  (models in the order given, then each model's own order) is the *representative* that gets
+  judged; the others are its *aliases* and share its verdict.
+* **Per instant** (a key version: core/disks.py), per model, each disk contributes its *pool*: its
+  distinct states of the instant under that model (the first of each image), in its model's order.
+  The states of the disks are the combinations of the pools, in product order (one disk: its pool).
+  With several disks, a disk whose pool is empty contributes its ``flush`` pool (its disk as a
+  model without that failure sees it), provided some disk has a state of the model there; if the
+  product exceeds ``cluster_bound``, the structured picks and seeded samples of ``_combos`` are
+  taken instead, and the coverage says *sampled* (one window per instant).  One disk's pool is
+  already its model's own selection: nothing to combine, no window of its own.
+* **Aliases** of a representative: the other states with its image: the same images reached by a
+  later model, and a disk's other states with the image of its pool's state (its *duplicates*).
+  With several disks the combinations of duplicates are a product: each is listed with one disk's
+  duplicate in place (the others are counted in ``generated``, not listed).
 * **max_states** spreads over the models: every model's *own* distinct states (those it
   represents) get a fair share (water-filling: as equal as possible, a model that needs fewer
   leaves the rest to the others, ties to the earlier model), and within a model the share is
@@ -25,31 +29,35 @@ distinct disk image once, and under a cap a fair share of every model.
 * **Memory** (a 10^6-entry log has millions of states): the models' states are streamed
   (``CrashSpace.iter_states``) a key version at a time, all models in model order (states of
   different key versions never share an image, so the keys are forgotten after each version), and
-  the representatives are kept as ids (``StateList``, ~25 bytes a state), each rebuilt from its id
-  when asked for.
+  the representatives are kept as ids (core/statelist.StateList, ~25 bytes a state), each rebuilt
+  from its id when asked for.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import itertools
 import logging
+import math
 import os
-from array import array
-from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, overload
+from collections.abc import Collection, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from powercut.core.coverage import Coverage, Tally, build
+from powercut.core.coverage import SPACE_CAP, Coverage, Tally, build
 from powercut.core.crashstate import CrashState
+from powercut.core.disks import DEFAULT_CLUSTER_BOUND, FALLBACK_MODEL, LATE_MARKS, Disks, DisksState, format_disks_id
 from powercut.core.dmlog import Entry, LogIndex
+from powercut.core.imagekey import key_name
 from powercut.core.models import CrashSpace, space
-from powercut.core.stateid import LIE_MODELS, MODELS
+from powercut.core.pools import Stream
+from powercut.core.stateid import LIE_MODELS, MODELS, shake_bits
+from powercut.core.statelist import StateList
 from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEMO_SELECTION", "RUN_SELECTION", "SEED_AUTO", "ModelCounts", "Selection", "SelectionSpec", "StateList",
-           "fair_shares", "image_key", "select", "spread", "state_key"]
+__all__ = ["DEMO_SELECTION", "RUN_SELECTION", "SEED_AUTO", "DisksSelection", "ModelCounts", "Selection",
+           "SelectionSpec", "fair_shares", "log_notes", "select", "select_disks", "spread"]
 
 
 SEED_AUTO = -1   # --seed auto: a new seed per run, chosen when the run starts (SelectionSpec.resolved)
@@ -135,12 +143,14 @@ class ModelCounts:
                 **({"earlier": self.earlier} if self.earlier else {})}
 
 
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """``states``: the representatives to judge (model order, then each model's order).
-    ``aliases``: representative id -> the ids of the other states with its image (every
-    representative that has some, judged or left out).  ``floor``: the floor mark's entry (None:
-    no floor)."""
+    """One disk's choice (``select``).  ``states``: the representatives to judge (model order, then
+    each model's order).  ``aliases``: representative id -> the ids of the other states with its
+    image (every representative that has some, judged or left out).  ``floor``: the floor mark's
+    entry (None: no floor)."""
 
     states: Sequence[CrashState]   # a StateList from select(); a tuple once sharded
     aliases: dict[str, tuple[str, ...]]
@@ -158,24 +168,27 @@ class Selection:
                 "models": {m: c.to_json() for m, c in self.counts.items()}}
 
 
-def image_key(sp: CrashSpace, state: CrashState) -> Hashable:
-    """Equal for two states of ``sp`` iff they replay the same durable data (torn sectors included)
-    and carry the same acks and begun keys (and tell the same lie: core/lies.py).
-    O(cut - first dropped/torn entry); a few small objects.
+@dataclass(frozen=True, slots=True)
+class DisksSelection:
+    """The states of the disks to judge (``select_disks``; model order, then instant, then product
+    order), their aliases (representative id -> ids of the other states with the same images on
+    every disk), per-model counts, the coverage, each disk's floor entry, and per disk and model its
+    distinct states (``node_states``); ``products``: model -> the sum over instants of the
+    product of the disks' pools (one disk: its distinct states)."""
 
-    With ``hi`` just past the last data entry the state keeps (``base`` if none), the durable set
-    is the first ``ndata[base]`` data entries, then those of [base, hi) but the lost ones (all
-    dropped entries below ``hi``), the torn ones with their sectors: (ndata[base], ndata[hi], lost,
-    torn) names it and is named by it."""
-    base, cut, dropped, data = state.base, state.cut, state.dropped, sp.is_data
-    hi, j = cut, len(dropped) - 1
-    while hi > base and (not data[hi - 1] or (j >= 0 and dropped[j] == hi - 1)):
-        if data[hi - 1]:
-            j -= 1
-        hi -= 1
-    lost = dropped if j == len(dropped) - 1 else dropped[:j + 1]
-    key = sp.ndata[base], sp.ndata[hi], lost, state.torn, sp.key_version[cut]
-    return key if state.lie is None else (*key, state.lie)   # a lying disk's misplaced, flipped or bad sector
+    states: Sequence[DisksState]   # a StateList from select_disks(); a tuple once sharded
+    aliases: dict[str, tuple[str, ...]]
+    counts: dict[str, ModelCounts]
+    coverage: Coverage
+    node_states: tuple[dict[str, int], ...] = ()
+    instants: int = 0
+    products: dict[str, int] = field(default_factory=dict)
+    floors: tuple[int | None, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"judged": len(self.states), "instants": self.instants, "node_states": list(self.node_states),
+                "products": dict(self.products), "models": {m: c.to_json() for m, c in self.counts.items()},
+                "coverage": self.coverage.to_json()}
 
 
 def fair_shares(sizes: Sequence[int], n: int) -> list[int]:
@@ -186,7 +199,10 @@ def fair_shares(sizes: Sequence[int], n: int) -> list[int]:
     lo, hi = 0, max(sizes)
     while lo < hi:  # the highest level L with sum(min(size, L)) <= n
         mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if sum(min(s, mid) for s in sizes) <= n else (lo, mid - 1)
+        if sum(min(s, mid) for s in sizes) <= n:
+            lo = mid
+        else:
+            hi = mid - 1
     got = [min(s, lo) for s in sizes]
     left = n - sum(got)
     for i, size in enumerate(sizes):  # fewer left than groups above the level
@@ -207,194 +223,157 @@ def spread(count: int, q: int) -> list[int]:
     return [(2 * i * (count - 1) + q - 1) // (2 * (q - 1)) for i in range(q)]
 
 
-def _after_floor(state: CrashState, floor: int | None) -> bool:
-    return floor is None or (state.cut > floor and all(d > floor for d in state.dropped)
-                             and all(t > floor for t, _ in state.torn) and (state.lie is None or state.lie.entry > floor))
+def _combos(sizes: Sequence[int], bound: int, seed: int, model: str, v: int,
+            samples: int) -> tuple[list[tuple[int, ...]], bool]:
+    """Index tuples into the disks' pools: all of them when there is one disk (its pool is its
+    model's own choice) or the product is within ``bound``, else the structured picks (every disk at
+    its first state, every disk at its last, each state of each disk with every other disk at its
+    first, and at its last) and ``samples`` seeded combinations (SHAKE-256 of
+    ``powercut/cluster/{seed}/{model}/{v}/{j}/{node}``); True: sampled."""
+    total = math.prod(sizes)
+    if len(sizes) == 1 or total <= bound:
+        return list(itertools.product(*(range(s) for s in sizes))), False
+    first, last = tuple(0 for _ in sizes), tuple(s - 1 for s in sizes)
+    picks: dict[tuple[int, ...], None] = dict.fromkeys([first, last])
+    for n, size in enumerate(sizes):
+        for i in range(size):
+            picks[first[:n] + (i,) + first[n + 1:]] = None
+            picks[last[:n] + (i,) + last[n + 1:]] = None
+    for j in range(samples):
+        picks[tuple(shake_bits(f"powercut/cluster/{seed}/{model}/{v}/{j}/{n}", 64) % s
+                    for n, s in enumerate(sizes))] = None
+    return list(picks), True
 
 
-class StateList(Sequence[CrashState]):
-    """Crash states kept as their ids -- one shared buffer of the ids' ASCII after ``MODEL@``, a
-    model byte and a 4-byte end offset per state: ~20-25 bytes a state instead of ~300 bytes of
-    objects -- each rebuilt from its id when asked for (``CrashSpace.state_from_id``: an id names
-    one state, equal to the enumerated one).  A log of 10^6 entries has millions of distinct
-    states: this is how a selection of them fits in memory."""
-
-    __slots__ = ("_sp", "_buf", "_ends", "_mi", "_models", "_model_at")
-    WIDE = 1 << 32   # ids' bytes from which the end offsets take 8 bytes, not 4
-
-    def __init__(self, sp: CrashSpace, ids: Iterable[str] = ()) -> None:
-        self._sp, self._buf, self._ends, self._mi = sp, bytearray(), array("I"), array("B")
-        self._models: list[str] = []
-        self._model_at: dict[str, int] = {}
-        for sid in ids:
-            self.append_id(sid)
-
-    def append_id(self, sid: str) -> None:
-        model, at, rest = sid.partition("@")
-        if not at:
-            raise ValueError(f"not a state id: {sid!r}")
-        m = self._model_at.get(model)
-        if m is None:
-            m = self._model_at[model] = len(self._models)
-            self._models.append(model)
-        self._buf += rest.encode("ascii")
-        self._mi.append(m)
-        self._push_end(len(self._buf))
-
-    def _push_end(self, end: int) -> None:
-        if end >= self.WIDE and self._ends.typecode == "I":
-            self._ends = array("Q", self._ends)
-        self._ends.append(end)
-
-    def extend(self, other: "StateList") -> None:
-        """Append every id of ``other`` (of the same log), buffer to buffer."""
-        remap = array("B")
-        for m in other._models:
-            if m not in self._model_at:
-                self._model_at[m] = len(self._models)
-                self._models.append(m)
-            remap.append(self._model_at[m])
-        base = len(self._buf)
-        self._buf += other._buf
-        if base + len(other._buf) >= self.WIDE and self._ends.typecode == "I":
-            self._ends = array("Q", self._ends)
-        self._ends.extend(e + base for e in other._ends)
-        self._mi.extend(remap[m] for m in other._mi)
-
-    def id_at(self, i: int) -> str:
-        i = range(len(self._ends))[i]
-        rest = self._buf[self._ends[i - 1] if i else 0:self._ends[i]].decode("ascii")
-        return f"{self._models[self._mi[i]]}@{rest}"
-
-    def ids(self) -> Iterator[str]:
-        return map(self.id_at, range(len(self._ends)))
-
-    def __len__(self) -> int:
-        return len(self._ends)
-
-    @overload
-    def __getitem__(self, i: int) -> CrashState: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[CrashState]: ...
-    def __getitem__(self, i: int | slice) -> CrashState | list[CrashState]:
-        if isinstance(i, slice):
-            return [self._sp.state_from_id(self.id_at(k)) for k in range(len(self._ends))[i]]
-        return self._sp.state_from_id(self.id_at(i))
-
-    def __iter__(self) -> Iterator[CrashState]:
-        return map(self._sp.state_from_id, self.ids())
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to a StateList of the same log with the same ids, or to a tuple/list of the same states."""
-        if isinstance(other, StateList):
-            if self._sp.entries != other._sp.entries or len(self) != len(other):
-                return False
-            if self._models == other._models:
-                return self._mi == other._mi and self._buf == other._buf and list(self._ends) == list(other._ends)
-            return all(a == b for a, b in zip(self.ids(), other.ids()))
-        if isinstance(other, (tuple, list)):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"StateList({len(self)} states)"
+def _floor_of(sp: CrashSpace, floor_mark: str | None) -> int | None:
+    return next((e.index for e in sp.entries if e.mark == floor_mark), None) if floor_mark else None
 
 
-def _windows(states: Iterator[CrashState], version: Sequence[int]) -> Iterator[tuple[int, list[CrashState]]]:
-    """A model's states (in cut order) grouped by the key version of their cut (non-decreasing)."""
-    group: list[CrashState] = []
-    at = -1
-    for s in states:
-        v = version[s.cut]
-        if v != at and group:
-            yield at, group
-            group = []
-        at = v
-        group.append(s)
-    if group:
-        yield at, group
+def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "mkfs",
+                 earlier: Collection[str] = frozenset(),
+                 cluster_bound: int = DEFAULT_CLUSTER_BOUND) -> DisksSelection:
+    """The states of the disks to judge: per model, per instant, the combinations of the disks'
+    pools (after each disk's floor mark), each distinct image once, at most ``how.max_states`` (0:
+    all) spread fairly over the models.  Deterministic per seed; a seed of SEED_AUTO must be
+    resolved first.
 
-
-def state_key(sp: CrashSpace, state: CrashState) -> str:
-    """A short stable name of a state's image and keys (a hash of ``image_key``): what a ledger of
-    states judged in earlier runs of the same log holds (campaign/ledger.py)."""
-    return hashlib.blake2b(repr(image_key(sp, state)).encode(), digest_size=8).hexdigest()
-
-
-def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: SelectionSpec | Sequence[str], *,
-           floor_mark: str | None = "mkfs", earlier: Collection[str] = frozenset(), **fields: Any) -> Selection:
-    """The states to judge: after the floor mark (if the log has it), one per distinct image, at
-    most ``max_states`` (0: all) spread fairly over the models.  Deterministic per seed.  ``how``
-    is a SelectionSpec, or the models with any of its other fields as keywords (the rest its
-    defaults).  A seed of SEED_AUTO must be resolved first.
-
-    Streaming: the image key holds the key version, so two states of different versions are never
-    one image; the models' states are taken a key version at a time (all models, in model order)
-    and the keys forgotten after it.  The representatives are kept as ids (``StateList``).
-
-    ``earlier``: state keys (``state_key``) judged to pass in earlier runs of this log: such a
-    distinct state is not judged again (counted as ``earlier``), so a cap and the run's time go to
-    states never judged before."""
-    spec = how if isinstance(how, SelectionSpec) else SelectionSpec(models=tuple(how)).with_(**fields)
-    if spec.seed == SEED_AUTO:
+    ``earlier``: the names (core/imagekey.key_name) of states judged to pass in earlier runs of
+    these logs: such a distinct state is not judged again (counted as ``earlier``), so a cap and
+    the run's time go to states never judged before."""
+    if how.seed == SEED_AUTO:
         raise UsageError("select: resolve --seed auto first (SelectionSpec.resolved)")
-    models, seed, bound, samples = spec.models, spec.seed, spec.bound, spec.samples
-    torn_samples, max_states = spec.torn_samples, spec.max_states
-    sp = space(index_or_entries)
-    floor = next((e.index for e in sp.entries if e.mark == floor_mark), None) if floor_mark else None
-    order = list(dict.fromkeys(models))
-    tallies = {m: Tally() for m in order}
-    streams = [_windows(sp.iter_states(m, seed=seed, exhaustive_bound=bound, samples=samples,
-                                       torn_samples=torn_samples, tally=tallies[m]), sp.key_version) for m in order]
-    ahead: list[tuple[int, list[CrashState]] | None] = [next(w, None) for w in streams]
-    owned = {m: StateList(sp) for m in order}
+    if not isinstance(cluster_bound, int) or isinstance(cluster_bound, bool) or cluster_bound < 1:
+        raise UsageError(f"--cluster-bound must be a whole number >= 1, not {cluster_bound!r}")
+    several = len(disks) > 1
+    order = list(dict.fromkeys(how.models))
+    floors = tuple(_floor_of(sp, floor_mark) for sp in disks.nodes)
+    node_tallies = [{m: Tally() for m in order} for _ in disks.nodes]
+    kw = {"seed": how.seed, "exhaustive_bound": how.bound, "samples": how.samples, "torn_samples": how.torn_samples}
+    streams = {m: [Stream(sp, m, floor, node_tallies[n][m], **kw) for n, (sp, floor)
+                   in enumerate(zip(disks.nodes, floors))] for m in order}
+    fallback = None   # several disks: a disk with no state of a model in an instant contributes its flush states
+    if several and FALLBACK_MODEL not in streams:
+        fallback = [Stream(sp, FALLBACK_MODEL, floor, Tally(), **kw) for sp, floor in zip(disks.nodes, floors)]
+    owned: dict[str, StateList[DisksState]] = {m: StateList(disks) for m in order}
     aliases: dict[str, list[str]] = {}
-    gen, distinct, below = dict.fromkeys(order, 0), dict.fromkeys(order, 0), dict.fromkeys(order, 0)
-    before = dict.fromkeys(order, 0)
-    while any(a is not None for a in ahead):
-        v = min(a[0] for a in ahead if a is not None)
-        reps: dict[Hashable, str] = {}   # this key version's images -> their representative's id
-        for k, model in enumerate(order):
-            got = ahead[k]
-            if got is None or got[0] != v:
+    gen, distinct, before = dict.fromkeys(order, 0), dict.fromkeys(order, 0), dict.fromkeys(order, 0)
+    products = dict.fromkeys(order, 0)
+    combined = {m: Tally() for m in order}   # several disks: one window per instant, its combinations
+    while True:
+        ahead = [st.next_version for m in order for st in streams[m]]
+        if all(a is None for a in ahead):
+            break
+        v = min(a for a in ahead if a is not None)
+        taken = {m: [st.take(v) for st in streams[m]] for m in order}
+        back = [st.take(v) for st in fallback] if fallback is not None else taken.get(FALLBACK_MODEL)
+        reps: dict[tuple[Hashable, ...], str] = {}   # this instant's images -> their representative's id
+        for m in order:
+            pools = taken[m]
+            if not any(pools):
                 continue
-            seen: set[Hashable] = set()
-            for s in got[1]:
-                if not _after_floor(s, floor):
-                    below[model] += 1
-                    continue
-                gen[model] += 1
-                key = image_key(sp, s)
-                seen.add(key)
-                rep = reps.get(key)
+            if several and back is not None:
+                pools = [mine or theirs for mine, theirs in zip(pools, back)]
+            if not all(pools):
+                continue
+            images = [list(p) for p in pools]
+            sizes = [len(k) for k in images]
+            combos, sampled = _combos(sizes, cluster_bound, how.seed, m, v, how.samples)
+            products[m] = min(SPACE_CAP, products[m] + math.prod(sizes))
+            seen: set[tuple[Hashable, ...]] = set()
+            for c in combos:
+                keys = tuple(images[n][i] for n, i in enumerate(c))
+                groups = [pools[n][k] for n, k in enumerate(keys)]
+                ids = [g[0] for g in groups]
+                gen[m] += math.prod(len(g) for g in groups)
+                seen.add(keys)
+                sid = format_disks_id(m, ids)
+                rep = reps.get(keys)
                 if rep is None:
-                    reps[key] = s.id
-                    if earlier and state_key(sp, s) in earlier:
-                        before[model] += 1
+                    reps[keys] = rep = sid
+                    if earlier and key_name(keys) in earlier:
+                        before[m] += 1
                     else:
-                        owned[model].append_id(s.id)
+                        owned[m].append_id(sid)
                 else:
-                    aliases.setdefault(rep, []).append(s.id)
-            distinct[model] += len(seen)
-            ahead[k] = next(streams[k], None)
-    shares = fair_shares([len(owned[m]) for m in order], max_states)
-    chosen = StateList(sp)
+                    aliases.setdefault(rep, []).append(sid)
+                for n, g in enumerate(groups):   # each disk's duplicates, one disk at a time
+                    for dup in g[1:]:
+                        aliases.setdefault(rep, []).append(format_disks_id(m, [*ids[:n], dup, *ids[n + 1:]]))
+            distinct[m] += len(seen)
+            if several:
+                combined[m].window(min(SPACE_CAP, math.prod(sizes)), len(combos), sampled=sampled)
+    shares = fair_shares([len(owned[m]) for m in order], how.max_states)
+    chosen: StateList[DisksState] = StateList(disks)
     counts: dict[str, ModelCounts] = {}
-    for model, q in zip(order, shares):
-        mine = owned.pop(model)
+    for m, q in zip(order, shares):
+        mine = owned.pop(m)
         if q == len(mine):
             chosen.extend(mine)
         else:
             for i in spread(len(mine), q):
                 chosen.append_id(mine.id_at(i))
-        counts[model] = ModelCounts(gen[model], distinct[model], len(mine), q, below[model], before[model])
+        counts[m] = ModelCounts(gen[m], distinct[m], len(mine), q, sum(st.below for st in streams[m]), before[m])
         del mine
-    log.debug("selected %d of %d distinct states (floor %s): %s", len(chosen),
-              sum(c.owned for c in counts.values()), floor, {m: c.to_json() for m, c in counts.items()})
-    cov = build(counts, tallies, notes={m: log_notes(sp, m) for m in order}, seed=seed)
-    return Selection(chosen, {k: tuple(v) for k, v in aliases.items()}, counts, floor, cov)
+    tallies = {m: _sum_tallies([combined[m], *(t[m] for t in node_tallies)]) for m in order}
+    notes = {m: _notes(disks, m) for m in order}
+    log.debug("selected %d of %d distinct states (floors %s): %s", len(chosen),
+              sum(c.owned for c in counts.values()), floors, {m: c.to_json() for m, c in counts.items()})
+    cov = build(counts, tallies, notes=notes, seed=how.seed)
+    node_states = tuple({m: streams[m][n].distinct for m in order} for n in range(len(disks)))
+    return DisksSelection(chosen, {k: tuple(x) for k, x in aliases.items()}, counts, cov, node_states,
+                          disks.instants, products, floors)
+
+
+def _sum_tallies(parts: Sequence[Tally]) -> Tally:
+    out = Tally()
+    for t in parts:
+        out.windows += t.windows
+        out.sampled_windows += t.sampled_windows
+        out.generated += t.generated
+        out.space = min(SPACE_CAP, out.space + t.space)
+    return out
+
+
+def _notes(disks: Disks, model: str) -> list[str]:
+    """What the logs keep a model from generating (log_notes), each naming its node when there are
+    several, and then what marking several logs in turn hides (LATE_MARKS)."""
+    if len(disks) == 1:
+        return log_notes(disks.nodes[0], model)
+    return [f"node {n} -- {x}" for n, sp in enumerate(disks.nodes) for x in log_notes(sp, model)] + [LATE_MARKS]
+
+
+def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: SelectionSpec | Sequence[str], *,
+           floor_mark: str | None = "mkfs", earlier: Collection[str] = frozenset(), **fields: Any) -> Selection:
+    """One disk's states to judge (``select_disks`` of one disk): after the floor mark (if the log has
+    it), one per distinct image, at most ``max_states`` (0: all) spread fairly over the models.
+    ``how`` is a SelectionSpec, or the models with any of its other fields as keywords (the rest
+    its defaults).  ``earlier``: state keys (core/imagekey.state_key) that passed in earlier runs."""
+    spec = how if isinstance(how, SelectionSpec) else SelectionSpec(models=tuple(how)).with_(**fields)
+    sp = space(index_or_entries)
+    got = select_disks(Disks([sp]), spec, floor_mark=floor_mark, earlier=earlier)
+    chosen = got.states
+    assert isinstance(chosen, StateList)
+    return Selection(chosen.over(sp), got.aliases, got.counts, got.floors[0], got.coverage)
 
 
 def log_notes(sp: CrashSpace, model: str) -> list[str]:

@@ -19,7 +19,7 @@ record(s) [3] missing" and "acked record(s) [5, 7] missing" are one class).  The
 
 Every candidate is built and validated by ``CrashSpace.make_state`` (the models' own rules; one
 it refuses is skipped, not judged), so the result has an explicit id that ``state_from_id``
-rebuilds even when no model enumerates it.  Candidates are cached by ``selection.image_key``:
+rebuilds even when no model enumerates it.  Candidates are cached by ``imagekey.image_key``:
 two states that replay the same image and tell the checker the same keys are judged once.  At
 most ``budget`` calls of ``judge``; deterministic (no randomness, fixed order).  A lying-disk state
 (core/lies.py) is one lie on an honest prefix: it is its own minimum.
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from powercut.core.crashstate import CrashState, Torn
+from powercut.core.imagekey import image_key
 from powercut.core.models import CrashSpace
-from powercut.core.selection import image_key
 from powercut.core.stateid import LIE_MODELS
 from powercut.errors import UsageError
 

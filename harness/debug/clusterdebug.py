@@ -20,9 +20,9 @@ from typing import Any
 from powercut.check.cluster import check_cluster_host
 from powercut.check.context import CheckContext
 from powercut.check.host import cleanup_stale
-from powercut.core.cluster import ClusterSpace, ClusterState
 from powercut.core.clustershrink import cause_line, minimize_cluster
 from powercut.core.crashstate import CrashState
+from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.debug.blame import Culprit
@@ -32,18 +32,18 @@ from powercut.errors import PowercutError, UsageError
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Verdict], None]
-JudgeStates = Callable[[Sequence[ClusterState], Sink, Path], None]   # judge these states into the sink
+JudgeStates = Callable[[Sequence[DisksState], Sink, Path], None]   # judge these states into the sink
 BlameNode = Callable[[int, CrashState, Path], list[Culprit]]         # node, its state, a work directory
 
 
 def host_judge(ctx: CheckContext, logs: Sequence[LogIndex], size: int) -> JudgeStates:
     """Cluster states judged on this machine (check/cluster.check_cluster_host)."""
-    def judge(states: Sequence[ClusterState], sink: Sink, work: Path) -> None:
+    def judge(states: Sequence[DisksState], sink: Sink, work: Path) -> None:
         check_cluster_host(ctx, logs, size, states, sink, work)
     return judge
 
 
-def judge_one(judge: JudgeStates, state: ClusterState, work: Path) -> Verdict:
+def judge_one(judge: JudgeStates, state: DisksState, work: Path) -> Verdict:
     """One cluster state's verdict through ``judge``, in a fresh ``work`` directory."""
     got: list[Verdict] = []
     try:
@@ -55,7 +55,7 @@ def judge_one(judge: JudgeStates, state: ClusterState, work: Path) -> Verdict:
     return got[0]
 
 
-def host_blame(ctx: CheckContext, cs: ClusterSpace, logs: Sequence[LogIndex], size: int,
+def host_blame(ctx: CheckContext, cs: Disks, logs: Sequence[LogIndex], size: int,
                floors: Sequence[int | None]) -> BlameNode:
     """Blame one node's state on the host: the image of its cut with every write kept, up to the
     commit after the culprit writes (so a file's late data maps to the file), recovered by a mount,
@@ -107,7 +107,7 @@ class ClusterDiagnosis:
                                 float(d.get("seconds", 0.0)), str(d.get("blame_note", "")))
 
 
-def diagnose_cluster_state(cs: ClusterSpace, state: ClusterState, first: Verdict, judge: JudgeStates,
+def diagnose_cluster_state(cs: Disks, state: DisksState, first: Verdict, judge: JudgeStates,
                            blame: BlameNode | None, work: Path, *, budget: int,
                            floors: Sequence[int | None]) -> ClusterDiagnosis:
     """Minimize ``state`` (judged ``first``) node by node through ``judge`` (``budget`` judge calls
@@ -115,7 +115,7 @@ def diagnose_cluster_state(cs: ClusterSpace, state: ClusterState, first: Verdict
     t0 = time.monotonic()
     k = 0
 
-    def judge_cluster(cand: ClusterState) -> Verdict:
+    def judge_cluster(cand: DisksState) -> Verdict:
         nonlocal k
         k += 1
         return judge_one(judge, cand, work / f"shrink-{k}")

@@ -16,7 +16,7 @@ from typing import Any
 from powercut.check.clustervm import check_cluster_vm
 from powercut.check.context import CheckContext, LogSource, context_for
 from powercut.check.place import Place
-from powercut.core.cluster import ClusterSpace, ClusterState
+from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import open_log
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle, clusterbundle
@@ -79,7 +79,7 @@ def vm_judge(target: ClusterTarget, place: Place) -> JudgeStates:
     if len({p.parent for p in target.logs}) != 1:
         raise UsageError(f"{target.source}: the node logs are not in one directory")
 
-    def judge(states: Sequence[ClusterState], sink: Callable[[Verdict], None], work: Path) -> None:
+    def judge(states: Sequence[DisksState], sink: Callable[[Verdict], None], work: Path) -> None:
         check_cluster_vm(target.ctx, LogSource(target.logs[0], target.size), [p.name for p in target.logs],
                          list(states), sink, work, place.vm(), jobs=1)
     return judge
@@ -95,7 +95,7 @@ def run(target: ClusterTarget, check_in: str, judge: JudgeStates | None = None, 
             logs = [stack.enter_context(open_log(p, quiet=True)) for p in target.logs]
         except BadLog as e:
             raise UsageError(f"{target.source}: {e.one_line()}") from None
-        cs = ClusterSpace(logs)
+        cs = Disks(logs)
         st = cs.state_from_id(target.state)
         work = Path(tempfile.mkdtemp(prefix="powercut-repro-"))
         return judge_one(judge or host_judge(target.ctx, logs, target.size), st, work)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.check.cluster import judge_cluster
-from powercut.core.cluster import ClusterSpace
+from powercut.core.disks import Disks
 from powercut.core.dmlog import open_log
 from powercut.guest.check import WORK, prepared
 from powercut.linux.jsonlines import JsonLines
@@ -39,7 +39,7 @@ def cluster_check(job: ClusterCheckJob, jobdir: Path) -> dict[str, Any]:
     with prepared(job.src) as ctx, contextlib.ExitStack() as stack:
         indexes = [stack.enter_context(open_log(p)) for p in job.logs]
         progress = stack.enter_context(JsonLines(jobdir / "progress.jsonl", durable=False))
-        cs = ClusterSpace(indexes)
+        cs = Disks(indexes)
         states = [cs.state_from_id(i) for i in job.states]
         nodes = []
         for i, index in enumerate(indexes):

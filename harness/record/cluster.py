@@ -1,7 +1,7 @@
 """The host half of a cluster recording (issue 40): N nodes, each with its own data disk on its own
 dm-log-writes device, in **one** recording VM (guest/cluster.py).
 
-Why one VM: the marks that define a cluster crash instant (core/cluster.py) must reach every node's
+Why one VM: the marks that define a cluster crash instant (core/disks.py) must reach every node's
 log in the same order, under one lock.  In one guest that lock is an flock and the order is the
 order of a few ioctls; with one VM per node it would be a network round trip per mark and per node,
 and the logs would share no clock.  One VM also costs one boot, not N (docs/clusters.md has the
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from powercut import workload as workloads
 from powercut.config import DiskSpec
-from powercut.core.cluster import MAX_NODES
+from powercut.core.disks import MAX_NODES
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import process, runlock

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from powercut.core.cluster import ClusterSpace, key_events
+from powercut.core.disks import Disks, key_events
 from powercut.core.dmlog import LogIndex
 from powercut.errors import UsageError
 
@@ -116,7 +116,7 @@ class ClusterTimeline:
 def of_logs(logs: Sequence[LogIndex], failing: Sequence[Any] = ()) -> ClusterTimeline:
     """The timeline of a cluster recording's node logs (node 0 first) with the failing verdicts'
     cluster states; a state id the logs cannot rebuild is left out of the picture."""
-    cs = ClusterSpace(logs)
+    cs = Disks(logs)
     bands = []
     for index, sp in zip(logs, cs.nodes):
         anchors = tuple(i for _, _, i in key_events(sp))

@@ -20,8 +20,8 @@ from rich.table import Table
 
 from powercut.config import DEFAULT_DISK_LATENCY, disk_latency
 from powercut.core.causes import RULES
-from powercut.core.cluster import MAX_NODES
 from powercut.core.confirm import group_key
+from powercut.core.disks import MAX_NODES
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import FINDINGS
 from powercut.errors import PowercutError, UsageError

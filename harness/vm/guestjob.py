@@ -95,7 +95,7 @@ class CheckJob:
 
 @dataclass(frozen=True, slots=True)
 class ClusterCheckJob:
-    """Judge these cluster states (core/cluster.py ids), every node's image rebuilt from its own log
+    """Judge these cluster states (core/disks.py ids), every node's image rebuilt from its own log
     (``logs``, node 0 first, paths in the guest; ``src.log`` is node 0's), all mounted at once."""
     kind: ClassVar[str] = "cluster-check"
     src: StateSource

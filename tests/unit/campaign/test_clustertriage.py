@@ -15,7 +15,7 @@ import pytest
 
 from powercut.campaign.clustertriage import ClusterDebug, diagnose_cluster
 from powercut.checker import CheckerSpec
-from powercut.core.cluster import ClusterSpace, ClusterState
+from powercut.core.disks import Disks, DisksState
 from powercut.core.verdict import Verdict
 from powercut.debug import clusterbundle, clusterrepro
 from powercut.errors import UsageError
@@ -29,7 +29,7 @@ class FakeJudge:
     def __init__(self, flaky: Sequence[str] = (), alternate: Sequence[str] = ()) -> None:
         self.flaky, self.alternate, self.seen = set(flaky), set(alternate), list[str]()
 
-    def verdict(self, st: ClusterState) -> Verdict:
+    def verdict(self, st: DisksState) -> Verdict:
         again = st.id in self.seen
         odd = self.seen.count(st.id) % 2 == 1   # alternate states pass every second judgment
         self.seen.append(st.id)
@@ -38,17 +38,17 @@ class FakeJudge:
         return Verdict(st.id, st.model, st.instant, "lost-ack" if bad else "pass",
                        ("acked record 1 is intact on 1 of 3 nodes",) if bad else (), len(st.acks), 0, 0.01)
 
-    def __call__(self, states: Sequence[ClusterState], sink: Any, work: Path) -> None:
+    def __call__(self, states: Sequence[DisksState], sink: Any, work: Path) -> None:
         for st in states:
             sink(self.verdict(st))
 
 
 @pytest.fixture()
-def setup(tmp_path: Path) -> tuple[ClusterSpace, list[ClusterState], Any, Any]:
+def setup(tmp_path: Path) -> tuple[Disks, list[DisksState], Any, Any]:
     paths = [tmp_path / f"log-n{i}.bin" for i in range(3)]
-    cs = ClusterSpace([build_log(p, OPS) for p in paths])
+    cs = Disks([build_log(p, OPS) for p in paths])
 
-    def wc(*drops: tuple[int, ...]) -> ClusterState:
+    def wc(*drops: tuple[int, ...]) -> DisksState:
         return cs.make("write-cache", [cs.nodes[n].make_state("write-cache", 11, d) for n, d in enumerate(drops)])
 
     states = [wc((4, 5, 6, 8, 10), (4, 5, 6, 8, 10), (4, 5, 6, 8, 10)), wc((), (5,), ()), wc((), (), ()),

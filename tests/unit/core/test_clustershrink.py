@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from powercut.core.cluster import ClusterSpace, ClusterState
 from powercut.core.clustershrink import (
     InstantSpace,
     bundle_cuts,
@@ -19,6 +18,7 @@ from powercut.core.clustershrink import (
     nodes_named,
     nodes_note,
 )
+from powercut.core.disks import Disks, DisksState
 from powercut.core.shrink import Outcome
 from powercut.errors import UsageError
 from tests.unit.logops import build_log
@@ -33,13 +33,13 @@ LOST = Outcome("lost-ack", ("acked record 1 is intact on 1 of 3 nodes",))
 
 
 @pytest.fixture()
-def cs(tmp_path: Path) -> ClusterSpace:
-    return ClusterSpace([build_log(tmp_path / f"n{i}.bin", OPS) for i in range(3)])
+def cs(tmp_path: Path) -> Disks:
+    return Disks([build_log(tmp_path / f"n{i}.bin", OPS) for i in range(3)])
 
 
-def fake_judge(calls: list[str]) -> Callable[[ClusterState], Outcome]:
+def fake_judge(calls: list[str]) -> Callable[[DisksState], Outcome]:
     """Fails iff ack 1 is given and node 1 lost its write at entry W6."""
-    def judge(st: ClusterState) -> Outcome:
+    def judge(st: DisksState) -> Outcome:
         calls.append(st.id)
         assert {s.cut for s in st.nodes} <= set(range(8, 13)), st.id   # never outside the instant
         if "1" in st.acks and W6 in st.nodes[1].dropped:
@@ -48,11 +48,11 @@ def fake_judge(calls: list[str]) -> Callable[[ClusterState], Outcome]:
     return judge
 
 
-def start(cs: ClusterSpace) -> ClusterState:
+def start(cs: Disks) -> DisksState:
     return cs.make("write-cache", [cs.nodes[n].make_state("write-cache", 11, (4, 5, 6, 8, 10)) for n in range(3)])
 
 
-def test_the_failure_comes_down_to_node_1s_one_lost_write(cs: ClusterSpace) -> None:
+def test_the_failure_comes_down_to_node_1s_one_lost_write(cs: Disks) -> None:
     calls: list[str] = []
     got = minimize_cluster(cs, start(cs), fake_judge(calls), budget=200, expected=LOST, floors=[0, 0, 0])
     m = got.minimized
@@ -65,19 +65,19 @@ def test_the_failure_comes_down_to_node_1s_one_lost_write(cs: ClusterSpace) -> N
     assert [n.to_json()["lost"] for n in got.nodes] == [[5, 0], [5, 1], [5, 0]]
 
 
-def test_the_budget_is_shared_by_the_nodes_and_honoured(cs: ClusterSpace) -> None:
+def test_the_budget_is_shared_by_the_nodes_and_honoured(cs: Disks) -> None:
     calls: list[str] = []
     got = minimize_cluster(cs, start(cs), fake_judge(calls), budget=3, expected=LOST)
     assert len(calls) == got.calls <= 3 and got.exhausted
     assert fake_judge([])(got.minimized).verdict == "lost-ack"   # the smallest failing state so far
 
 
-def test_a_passing_expectation_is_refused(cs: ClusterSpace) -> None:
+def test_a_passing_expectation_is_refused(cs: Disks) -> None:
     with pytest.raises(UsageError, match="passes"):
         minimize_cluster(cs, start(cs), fake_judge([]), budget=5, expected=Outcome("pass"))
 
 
-def test_instant_space_refuses_other_instants_and_models(cs: ClusterSpace) -> None:
+def test_instant_space_refuses_other_instants_and_models(cs: Disks) -> None:
     sp = InstantSpace(cs.nodes[0], cs.window(0, INSTANT), "torn-4k")
     assert sp.make_state("flush", 12).cut == 12
     with pytest.raises(UsageError, match="outside the instant"):
@@ -113,6 +113,6 @@ def test_cause_line_names_every_node() -> None:
     assert cause_line("x", "y", [many]) == "x: y <- node 0: late data block of /replog.log; lost a; lost b (+2 more)"
 
 
-def test_bundle_cuts_end_at_the_key_mark_after_the_instant(cs: ClusterSpace) -> None:
+def test_bundle_cuts_end_at_the_key_mark_after_the_instant(cs: Disks) -> None:
     assert bundle_cuts(cs, INSTANT) == [13, 13, 13]    # begin:2 is the last entry
     assert bundle_cuts(cs, 1) == [8, 8, 8]             # up to and including ack:1

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from powercut.core import clustersummary
-from powercut.core.cluster import ClusterSelection, ClusterSpace, ClusterState, select_cluster
-from powercut.core.selection import SelectionSpec
+from powercut.core.disks import Disks, DisksState
+from powercut.core.selection import DisksSelection, SelectionSpec, select_disks
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
@@ -20,24 +20,24 @@ SPEC = SelectionSpec(models=("flush", "write-cache"), bound=4, samples=3, max_st
 HEAD = {"recording": "rec", "nodes": 3, "workload": "replog", "check_in": "vm"}
 
 
-def selection(d: Path) -> ClusterSelection:
+def selection(d: Path) -> DisksSelection:
     logs = []
     for n in range(3):
         w = [("w", 2 * k, 1, 0, n + k) for k in range(2)]
         ops = [("m", "mkfs"), ("w", 20, 1, 0, 0), ("f",), ("m", "begin:1"), *w, ("m", "ack:1"), *w, ("f",),
                ("m", "begin:2"), ("w", 30, 1, 0, n), ("m", "ack:2")]
         logs.append(build_log(d / f"n{n}.bin", ops))
-    return select_cluster(ClusterSpace(logs), SPEC)
+    return select_disks(Disks(logs), SPEC)
 
 
-def verdict(s: ClusterState) -> Verdict:
+def verdict(s: DisksState) -> Verdict:
     """A made-up verdict: the states whose first node cut is odd lose an ack."""
     bad = s.nodes[0].cut % 2 == 1
     return Verdict(s.id, s.model, s.instant, "lost-ack" if bad else "pass", ("lost",) if bad else (), len(s.acks),
                    len(s.begun), 0.1)
 
 
-def summary(sel: ClusterSelection, states: tuple[ClusterState, ...], shard: str = "",
+def summary(sel: DisksSelection, states: tuple[DisksState, ...], shard: str = "",
             status: str = "complete") -> dict:  # type: ignore[type-arg]
     vs = [verdict(s) for s in states]
     return clustersummary.summarize(vs, head=HEAD, selection=sel.to_json(), coverage=sel.coverage,

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from powercut.core.coverage import Tally
 from powercut.core.crashstate import Lie
 from powercut.core.dmlog import FUA, METADATA, LogIndex
+from powercut.core.imagekey import image_key
 from powercut.core.lies import CORRUPT_BITS, _canon, ignored_pool, unreadable_of, windows
 from powercut.core.models import CrashSpace
-from powercut.core.selection import image_key, select
+from powercut.core.selection import select
 from powercut.core.stateid import LIE_MODELS
 from powercut.errors import UsageError
 from powercut.replay.materialize import materialize, reference_image

@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import FLUSH, FUA, LogIndex
+from powercut.core.imagekey import image_key
 from powercut.core.lies import with_lie
 from powercut.core.models import CrashSpace, durable_entries, enumerate_states
-from powercut.core.selection import Selection, StateList, fair_shares, image_key, select, spread
+from powercut.core.selection import Selection, fair_shares, select, spread
 from powercut.core.shard import Shard
 from powercut.core.stateid import MODELS
+from powercut.core.statelist import StateList
 from powercut.errors import UsageError
 from powercut.replay.materialize import materialize, reference_image
 from tests.unit.logops import build_log

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import FLUSH, FUA
+from powercut.core.imagekey import image_key
 from powercut.core.models import CrashSpace
-from powercut.core.selection import image_key
 from powercut.core.shrink import Outcome, find_integer, minimize, reason_class, signature
 from powercut.core.stateid import HONEST_MODELS as MODELS  # shrink minimizes power-loss states
 from powercut.core.stateid import parse_id

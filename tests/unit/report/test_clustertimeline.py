@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from powercut.core.cluster import ClusterSpace, select_cluster
+from powercut.core.disks import Disks
 from powercut.core.dmlog import FLUSH
-from powercut.core.selection import SelectionSpec
+from powercut.core.selection import SelectionSpec, select_disks
 from powercut.core.verdict import Verdict
 from powercut.report import clustertimeline
 from tests.unit.logops import build_log
@@ -31,8 +31,8 @@ def _logs(tmp_path: Path, writes: list[list[int]]):  # type: ignore[no-untyped-d
 
 def test_key_marks_line_up_across_nodes_and_failing_cuts_are_drawn(tmp_path: Path) -> None:
     logs = _logs(tmp_path, [[3, 1, 0, 5, 1], [1, 6, 2, 0, 0], [2, 2, 2, 2, 2]])
-    cs = ClusterSpace(logs)
-    states = select_cluster(cs, SelectionSpec(models=("flush",))).states
+    cs = Disks(logs)
+    states = select_disks(cs, SelectionSpec(models=("flush",))).states
     failing = [Verdict(s.id, s.model, s.instant, "lost-ack", ("x",), 1, 1, 0.0) for s in states[:3]]
     failing.append(Verdict("flush~flush@999+flush@1+flush@1", "flush", 0, "lost-ack", (), 0, 0, 0.0))
     tl = clustertimeline.of_logs(logs, failing)

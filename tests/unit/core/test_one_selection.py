@@ -1,0 +1,133 @@
+"""One selection algorithm for N >= 1 disks (core/selection.select_disks), proven against the two it
+replaced (tests/unit/core/oracle_selection.py, their logic verbatim):
+
+* **one disk** (N = 1), over random logs, every crash model (the lying-disk ones too), random seeds,
+  bounds, caps, floors and ledgers: exactly the same ids in the same order, the same aliases, counts,
+  coverage and floor as the one-disk algorithm;
+* **a cluster** (N = 3), over random cluster logs whose model list starts with ``flush``: exactly the
+  same states to judge in the same order and the same coverage as the cluster algorithm; its aliases
+  are a superset (each node's duplicates are now listed, one node at a time), ``generated`` counts
+  every generated combination the chosen ones stand for (never fewer than before);
+* what changed on purpose: a combination in which no node has a state of the model is not a state of
+  that model (it was labelled with it before, though its nodes all held ``flush`` states)."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from powercut.core.disks import Disks
+from powercut.core.imagekey import state_key
+from powercut.core.models import CrashSpace
+from powercut.core.selection import SelectionSpec, select, select_disks
+from powercut.core.stateid import HONEST_MODELS, MODELS
+from tests.unit.core.oracle_selection import old_select, old_select_cluster
+from tests.unit.core.test_cluster import CLUSTER
+from tests.unit.core.test_cluster import build as build_cluster
+from tests.unit.core.test_selection import OPS, build
+
+SPEC = st.builds(
+    SelectionSpec,
+    models=st.lists(st.sampled_from(MODELS), min_size=1, max_size=4, unique=True).map(tuple),
+    seed=st.integers(0, 5), bound=st.integers(0, 5), samples=st.integers(0, 4), torn_samples=st.integers(0, 3),
+    max_states=st.sampled_from([0, 0, 1, 3, 7]))
+
+
+def today(sel: object) -> dict[str, object]:
+    from powercut.core.selection import Selection
+    assert isinstance(sel, Selection)
+    return {"ids": [s.id for s in sel.states], "aliases": sel.aliases,
+            "counts": {m: c.to_json() for m, c in sel.counts.items()}, "coverage": sel.coverage.to_json(),
+            "floor": sel.floor}
+
+
+@settings(max_examples=250, deadline=None)
+@given(ops=OPS, spec=SPEC, floor=st.sampled_from(["mkfs", None]), ledger=st.integers(0, 3))
+def test_one_disk_is_exactly_the_one_disk_algorithm(ops: list, spec: SelectionSpec, floor: str | None,  # type: ignore[type-arg]
+                                                    ledger: int) -> None:
+    with tempfile.TemporaryDirectory() as d, build(Path(d) / "l.bin", ops) as idx:
+        sp = CrashSpace(idx)
+        earlier: frozenset[str] = frozenset()
+        if ledger:   # an earlier run's passes: every ledger-th state of a full selection
+            full = select(sp, spec.with_(max_states=0), floor_mark=floor)
+            earlier = frozenset(state_key(sp, s) for s in list(full.states)[::ledger])
+        new = select(sp, spec, floor_mark=floor, earlier=earlier)
+        old = old_select(sp, spec, floor_mark=floor, earlier=earlier)
+        assert today(new) == old
+        disks = select_disks(Disks([sp]), spec, floor_mark=floor, earlier=earlier, cluster_bound=1)
+        assert [s.id for s in disks.states] == old["ids"], "one disk's pool is its model's choice: no bound"
+        assert all(s.nodes == (t,) for s, t in zip(disks.states, new.states))
+
+
+def _all_flush(cid: str) -> bool:
+    """A cluster id of a model other than flush whose nodes all hold flush states."""
+    model, _, rest = cid.partition("~")
+    return model != "flush" and all(n.startswith("flush@") for n in rest.split("+"))
+
+
+def _labelled_flush(aliases: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for ids in aliases.values():
+        for a in ids:
+            if _all_flush(a):
+                out.setdefault(a.partition("~")[0], []).append(a)
+    return out
+
+
+def cluster_spec(rest: tuple[str, ...]) -> SelectionSpec:
+    return SelectionSpec(models=("flush", *rest), bound=4, samples=3, torn_samples=2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cluster=CLUSTER, rest=st.lists(st.sampled_from(HONEST_MODELS[2:] + ("no-cache",)), max_size=2, unique=True),
+       bound=st.sampled_from([4096, 6]), cap=st.sampled_from([0, 5]))
+def test_a_cluster_judges_exactly_what_the_cluster_algorithm_judged(cluster: list, rest: list,  # type: ignore[type-arg]
+                                                                    bound: int, cap: int) -> None:
+    spec = cluster_spec(tuple(rest)).with_(max_states=cap)
+    with tempfile.TemporaryDirectory() as d:
+        logs = build_cluster(Path(d), cluster)
+        try:
+            disks = Disks(logs)
+            new = select_disks(disks, spec, cluster_bound=bound)
+            old = old_select_cluster(disks.nodes, disks.instants, spec, cluster_bound=bound)
+            assert [s.id for s in new.states] == old["ids"]
+            flushed = {m for m, ids in _labelled_flush(old["aliases"]).items() if ids}
+            cov_new, cov_old = new.coverage.to_json()["models"], old["coverage"]["models"]
+            if not flushed:
+                assert new.coverage.to_json() == old["coverage"]
+            for m in spec.models:
+                if m not in flushed:   # the deliberate change aside, the same coverage
+                    assert cov_new[m] == cov_old[m], m
+            for rep, was in old["aliases"].items():
+                assert {a for a in was if not _all_flush(a)} <= set(new.aliases.get(rep, ())), rep
+            for m, c in new.counts.items():
+                o = old["counts"][m]
+                assert (c.owned, c.judged) == (o["owned"], o["judged"])
+                if m not in flushed:
+                    assert c.distinct == o["distinct"]
+                    assert c.generated >= o["generated"]
+            for alias_ids in new.aliases.values():   # every alias rebuilds, at its representative's instant
+                for a in alias_ids:
+                    disks.state_from_id(a)
+        finally:
+            for log in logs:
+                log.close()
+
+
+def test_no_node_of_the_model_is_no_state_of_it(tmp_path: Path) -> None:
+    """torn alone on three nodes whose writes are single sectors: nothing tears anywhere, so no
+    torn state (before: every instant's flush combinations, labelled torn)."""
+    from powercut.core.dmlog import FLUSH
+    from tests.unit.core.test_cluster import GLOBAL
+    one_sector = [[("w", 1, 1, FLUSH, 0)] for _ in range(len(GLOBAL) + 1)]
+    logs = build_cluster(tmp_path, [one_sector] * 3)
+    try:
+        disks = Disks(logs)
+        spec = SelectionSpec(models=("torn",))
+        assert len(select_disks(disks, spec).states) == 0
+        assert old_select_cluster(disks.nodes, disks.instants, spec)["ids"], "the oracle labelled flush states torn"
+    finally:
+        for log in logs:
+            log.close()
