@@ -33,12 +33,12 @@ from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
 from powercut.core import confirm as confirming
-from powercut.core import lies
 from powercut.core.coverage import Coverage, judged_only
+from powercut.core.crashmodels.target import NO_TARGET, LieTarget
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.imagekey import state_key
-from powercut.core.models import space
+from powercut.core.models import CrashSpace, space
 from powercut.core.selection import SEED_AUTO, Selection, SelectionSpec, select
 from powercut.core.shard import Shard
 from powercut.core.stateid import LIE_MODELS
@@ -306,16 +306,17 @@ def coverage_of(sel: Selection, verdicts: list[Verdict], ctx: CheckContext) -> C
     return cov
 
 
-def _target_program(sp: Any, rec: recording.Recording, lie_file: str = "") -> None:
-    """The lying-disk models pick the program's own blocks first where the recording mapped its
-    files (core/lies.target_program); with ``lie_file`` they lie about that file's blocks only.  An
-    unreadable map only loses the preference; a ``lie_file`` the map cannot give is a usage error."""
+def lie_target_of(rec: recording.Recording, sectorsize: int, lie_file: str = "") -> LieTarget:
+    """Where the lying-disk models aim (core/crashmodels/target.LieTarget): the program's own blocks
+    first where the recording mapped its files; with ``lie_file`` that file's blocks only.  An
+    unreadable map only loses the preference (no target); a ``lie_file`` the map cannot give is a
+    usage error.  ``sectorsize``: the log's sector size."""
     path = rec.file_map
     if path is None:
         if lie_file:
             raise UsageError(f"--lie-file {lie_file}: {rec.dir} has no file map (a recording made before it, or on "
                              "btrfs, whose extents are not the device's sectors): record again")
-        return
+        return NO_TARGET
     try:
         doc = json.loads(path.read_text())
         files = doc["files"]
@@ -326,12 +327,13 @@ def _target_program(sp: Any, rec: recording.Recording, lie_file: str = "") -> No
                              f"(its files include {', '.join(near) or 'none'})")
         chosen_files = [chosen] if chosen is not None else list(files.values())
         extents = [(int(a), int(n)) for ext in chosen_files for a, n in ext]
-        lies.target_program(sp, extents, int(doc.get("sector_bytes", 512)), only=bool(lie_file))
+        return LieTarget.of(extents, sectorsize, int(doc.get("sector_bytes", 512)), only=bool(lie_file))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         if lie_file:
             raise UsageError(f"--lie-file {lie_file}: the recording's file map {path} cannot be read ({e})") from None
         log.warning("%s: the file map cannot be read (%s): lying-disk models order targets by the log alone",
                     path, e)
+        return NO_TARGET
 
 
 def disk_latency_of(manifest: dict[str, Any]) -> str:
@@ -375,8 +377,7 @@ def _campaign(rec: recording.Recording, index: LogIndex, spec: CampaignSpec, out
     t0 = time.monotonic()
     status = "complete"
     ctx = with_faults(ctx, index)
-    sp = space(index)
-    _target_program(sp, rec, spec.selection.lie_file)
+    sp = CrashSpace(index, lie_target=lie_target_of(rec, index.sectorsize, spec.selection.lie_file))
     sha = rec.manifest["log"].get("sha256", "")
     earlier = ledger.load(spec.ledger, sha) if spec.ledger else frozenset()
     sel = select(sp, spec.selection, earlier=earlier)

@@ -2,13 +2,16 @@
 
 * ``dmlog`` -- the dm-log-writes log reader (superblock, entries, marks, scan of an unclean log);
 * ``dmlog_writer`` -- writes logs in the same format (tests, bundles, synthetic logs);
-* ``stateid`` -- the grammar of crash-state ids and run-lengths;
+* ``stateid`` -- the grammar of crash-state ids and the model lists (read from the crash-model registry);
+* ``idparts`` -- the parts of an id: ranges, subsets, tears, canonical ids, the seeded picks;
 * ``crashstate`` -- what a crash state is and keeps (the one durable-set rule replay and selection use);
 * ``markorder`` -- ordered marks: the harness's ordering flushes, which models treat as no barrier;
 * ``faultwindows`` -- injected I/O errors as the log records them: fault windows, commits acked after one;
 * ``latency`` -- the recording's disk latency (none, presets, explicit) and the dm-delay values that give it;
-* ``models`` -- the crash models (flush, no-cache, write-cache, torn, torn-4k) as a CrashSpace per log;
-* ``lies`` -- the lying-disk models (lost-write, misdirected-write, corrupt-sector, flush-ignored, unreadable-sector);
+* ``models`` -- the crash states of a log: a CrashSpace per log, its models from the registry;
+* ``crashmodels`` -- the crash models, one module per family, listed once in ``crashmodels.registry``;
+* ``lies`` -- what the lying-disk models share (lost-write, misdirected-write, corrupt-sector, flush-ignored,
+  unreadable-sector): commit windows, seeded targets, the lie replay applies;
 * ``coverage`` -- what a check covered: exhaustive, sampled, capped or weakened, per model;
 * ``imagekey`` -- when two crash states are one: the image a state replays and the keys it tells;
 * ``disks`` -- the disks of one instant (one disk, or N node logs that share their key marks): instants, states, ids;

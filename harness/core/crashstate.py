@@ -1,15 +1,15 @@
-"""What a crash state is and what it keeps (pure; host and guest): ``CrashState`` -- a cut, the data
-entries before it that did not persist (``dropped``) and those that persisted only partly (``torn``),
-the acked and begun keys, and for a lying disk its ``Lie`` -- and the one rule for its durable data (``CrashState.base``,
-``CrashState.kept``) that the crash models (core/models), the replay (replay/materialize.plan) and
-the selection of distinct images (core/imagekey.image_key) all use; ``describe``: a set of states
-counted per epoch, in one pass.  ``KeyPrefix``: a state's acks
-as a view of the log's ack keys (shared by every state, so a log with k acks costs O(k), not O(k^2)).
-A torn write's atomic units (``unit_count``, ``unit_sectors``, ``sector_units``): what the torn
-models tear between.  ``Seen``: the equivalence keys of the states a model generated (no duplicates)."""
+"""What a crash state is and what it keeps (pure; host and guest).
+
+``CrashState`` -- a cut, the data entries before it that did not persist (``dropped``) and those
+that persisted only partly (``torn``), the acked and begun keys, and for a lying disk its ``Lie``
+-- and the one rule for its durable data (``CrashState.base``, ``CrashState.kept``) that the crash
+models (core/models), the replay (replay/materialize.plan) and the selection of distinct images
+(core/imagekey.image_key) all use; ``describe``: a set of states counted per epoch, in one pass.
+``KeyPrefix``: a state's acks as a view of the log's ack keys (shared by every state, so a log with
+k acks costs O(k), not O(k^2)).  A torn write's atomic units (``unit_count``, ``unit_sectors``,
+``sector_units``): what the torn models tear between."""
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -63,6 +63,7 @@ class CrashState:
         discard; marks and empty flushes never do)."""
         gone, torn = set(self.dropped), dict(self.torn)
         return tuple((i, torn.get(i)) for i in range(start, self.cut) if changes_device[i] and i not in gone)
+
 
 class KeyPrefix(Sequence[str]):
     """The first ``n`` keys of a shared list that is never changed: the acks of a state, without a
@@ -152,11 +153,13 @@ def sector_units(e: Entry, per: int, sectors: Sequence[int]) -> tuple[int, ...] 
 
 
 def state_to_json(state: CrashState) -> dict[str, object]:
+    """A state as JSON (its id, parts, keys and lie)."""
     return {"id": state.id, "model": state.model, "cut": state.cut, "epoch": state.epoch,
             "dropped": list(state.dropped), "torn": [[i, list(s)] for i, s in state.torn],
             "acks": list(state.acks), "begun": list(state.begun),
             **({"lie": {"kind": state.lie.kind, "entry": state.lie.entry, "sector": state.lie.sector,
                         "bits": list(state.lie.bits)}} if state.lie is not None else {})}
+
 
 class DeviceChanges:
     """``changes_device`` of a sequence of entries, indexable without building a list."""
@@ -166,6 +169,7 @@ class DeviceChanges:
 
     def __getitem__(self, i: int) -> bool:
         return self.entries[i].changes_device
+
 
 def is_key_mark(e: Entry) -> bool:
     """An ``ack:`` or ``begin:`` mark: it changes what the checker is told."""
@@ -185,7 +189,10 @@ def describe(states: Iterable[CrashState]) -> dict[str, object]:
             e = per[s.epoch] = [0, s.cut, s.cut, 0, 0]
             cuts[s.epoch] = set()
         e[0] += 1
-        e[1], e[2], e[3], e[4] = min(e[1], s.cut), max(e[2], s.cut), max(e[3], len(s.dropped)), e[4] + sampled
+        e[1] = min(e[1], s.cut)
+        e[2] = max(e[2], s.cut)
+        e[3] = max(e[3], len(s.dropped))
+        e[4] += sampled
         cuts[s.epoch].add(s.cut)
         models[s.model] += 1
     epochs = [{"epoch": k, "states": e[0], "cuts": len(cuts[k]), "first_cut": e[1], "last_cut": e[2],
@@ -193,30 +200,3 @@ def describe(states: Iterable[CrashState]) -> dict[str, object]:
     return {"total": sum(e[0] for e in per.values()), "models": dict(models),
             "cuts": len(set().union(*cuts.values())), "sampled": sum(e[4] for e in per.values()), "epochs": epochs}
 
-
-class Seen(dict[int, set[object]]):
-    """Canonical cut -> equivalence keys of the states a model generated so far (``sp``: the
-    models.CrashSpace, its prefix tables and ``canon``).  A canonical cut is never
-    below the data entry before its cut's last flush (only entries from the flush on can be lost),
-    so keys under that floor are forgotten as the cuts advance: memory for an epoch, not the log."""
-
-    def __init__(self, sp: Any) -> None:
-        super().__init__()
-        self.sp, self.heap, self.floor = sp, list[int](), 0   # heap: the canonical cuts held
-        self.data_pos = [i for i, d in enumerate(sp.is_data) if d]   # the k-th data entry's index
-
-    def advance(self, cut: int) -> None:
-        k = self.sp.ndata[max(self.sp.last_flush[cut], 0)]
-        self.floor = max(self.floor, self.data_pos[k - 1] + 1 if k else 0)
-        while self.heap and self.heap[0] < self.floor:
-            del self[heapq.heappop(self.heap)]
-
-    def add(self, cut: int, dropped: tuple[int, ...], torn: Torn) -> bool:
-        """Record a state's key; False if an equivalent one was generated before."""
-        c, lost = self.sp.canon(cut, dropped)
-        if c not in self:
-            self[c] = set()
-            heapq.heappush(self.heap, c)
-        bucket, n = self[c], len(self[c])
-        bucket.add((lost, torn))
-        return len(bucket) > n

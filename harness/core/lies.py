@@ -40,52 +40,42 @@ rebuilds its state (``state_from_id``), the same object the enumeration made.
 
 **The program's blocks first.**  A recording maps where the program's files lie on the device at
 the end (guest/record.file_map: FIEMAP over a read-only mount of the final filesystem); with that
-map (``target_program``) a window's priority half takes the writes that touch the program's files
-first, and a corrupt or unreadable sector is picked among the ones inside them when there are any.
-Without a map (an older recording, btrfs) the order is the log's alone (REQ_META tells a
-filesystem's metadata from file data).  The map changes which states are picked, never what an id
-means.
+map (a ``LieTarget`` given to the CrashSpace: core/crashmodels/target.py) a window's priority half
+takes the writes that touch the program's files first, and a corrupt or unreadable sector is picked
+among the ones inside them when there are any.  Without a map (an older recording, btrfs) the order
+is the log's alone (REQ_META tells a filesystem's metadata from file data).  The map changes which
+states are picked, never what an id means.
+
+This module holds what the lying-disk models share: the commit windows, the sectors a write still
+holds, the seeded choices, ``LieModel`` (the id prelude) and ``PerWriteLie`` (the per-write
+enumeration); each model is its own module under core/crashmodels/ (lostwrite, misdirected,
+corruptsector, unreadable, flushignored).  And what replay applies: ``with_lie``, ``flip_of``,
+``unreadable_of``.
 """
 from __future__ import annotations
 
 import bisect
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from powercut.core.coverage import SPACE_CAP, Tally
+from powercut.core.crashmodels.base import Bounds, CrashModel, IdPart
+from powercut.core.crashmodels.tables import SpaceTables
 from powercut.core.crashstate import CrashState, Lie
 from powercut.core.dmlog import Entry
-from powercut.core.stateid import (
-    LIE_MODELS,
-    StateId,
-    format_id,
-    format_ranges,
-    parse_ranges,
-    pick_bits,
-    shake_bits,
-    subset_picks,
-)
+from powercut.core.idparts import StateId, shake_bits
 from powercut.errors import UsageError
 
-__all__ = ["CORRUPT_BITS", "FLOOR_MARK", "LIE_MODELS", "flip_of", "in_program", "iter_states", "state_from_id",
-           "target_program", "unreadable_of", "windows", "with_lie"]
+__all__ = ["CORRUPT_BITS", "FLOOR_MARK", "LieModel", "PerWriteLie", "flip_of", "lie_state", "unreadable_of",
+           "windows", "with_lie"]
 
 FLOOR_MARK = "mkfs"   # selection's default floor: no lie about mkfs's own writes
 CORRUPT_BITS = 3
 KINDS = {"misdirected-write": "misdirect", "corrupt-sector": "corrupt", "unreadable-sector": "unreadable"}
-_NUM = r"[0-9]{1,19}"
-_RANGES = rf"{_NUM}(?:-{_NUM})?(?:,{_NUM}(?:-{_NUM})?)*"
-_SPEC = {"lost-write": re.compile(rf"w({_NUM})"),
-         "misdirected-write": re.compile(rf"w({_NUM}):s({_NUM})"),
-         "corrupt-sector": re.compile(rf"w({_NUM}):s({_NUM}):b({_RANGES})"),
-         "unreadable-sector": re.compile(rf"w({_NUM}):s({_NUM})"),
-         "flush-ignored": re.compile(rf"d({_RANGES})|k((?:{_RANGES})?)|r({_NUM})\.({_NUM})")}
-_FORM = {"lost-write": "wENTRY", "misdirected-write": "wENTRY:sSECTOR", "corrupt-sector": "wENTRY:sOFFSET:bBITS",
-         "unreadable-sector": "wENTRY:sOFFSET", "flush-ignored": "dRANGES|kRANGES|rSEED.N"}
-
-Space = Any   # a models.CrashSpace (not imported: models.py imports this module)
-
+NUM = r"[0-9]{1,19}"
+RANGES = rf"{NUM}(?:-{NUM})?(?:,{NUM}(?:-{NUM})?)*"
 
 # -- which sectors a write still holds at a cut ------------------------------------------------------------
 class _Cover:
@@ -119,12 +109,12 @@ class _Cover:
         self.lo[i:j], self.hi[i:j] = [lo], [hi]
 
 
-def floor_of(sp: Space) -> int:
+def floor_of(sp: SpaceTables) -> int:
     """The first entry a lie may concern: the one after the floor mark (0 without one)."""
     return next((e.index + 1 for e in sp.entries if e.mark == FLOOR_MARK), 0)
 
 
-def windows(sp: Space) -> list[tuple[int, tuple[int, ...]]]:
+def windows(sp: SpaceTables) -> list[tuple[int, tuple[int, ...]]]:
     """The commits: (cut, the writes of the commit in log order), cuts increasing; a commit's writes
     are those after the floor and the previous ack mark, up to its ack (cut: just after it)."""
     out: list[tuple[int, tuple[int, ...]]] = []
@@ -140,7 +130,7 @@ def windows(sp: Space) -> list[tuple[int, tuple[int, ...]]]:
     return out
 
 
-def _sweep(sp: Space, cut: int, writes: Sequence[int]) -> Iterator[tuple[int, _Cover]]:
+def _sweep(sp: SpaceTables, cut: int, writes: Sequence[int]) -> Iterator[tuple[int, _Cover]]:
     """(w, the cover of what entries (w, cut) wrote) for each w of ``writes``, newest first."""
     cover, es = _Cover(), sp.entries
     at = cut
@@ -173,30 +163,7 @@ def pick_bits_in(seed: int, entry: int, sectorsize: int, k: int = CORRUPT_BITS) 
     return tuple(sorted(got))
 
 
-def target_program(sp: Space, extents: Iterable[tuple[int, int]], sector_bytes: int = 512, *,
-                   only: bool = False) -> None:
-    """Make the models pick the program's own blocks first: ``extents`` (first sector, count; of
-    ``sector_bytes``) are where its files lie (the file map).  ``only``: lie about those blocks alone
-    (``--lie-file``): writes that touch none are no target, a corrupt/unreadable sector is theirs."""
-    ss = sp.sectorsize
-    ivs = sorted((a * sector_bytes // ss, -(-(a + n) * sector_bytes // ss)) for a, n in extents if n > 0)
-    merged: list[list[int]] = []
-    for lo, hi in ivs:
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    sp.program_sectors = ([lo for lo, _ in merged], [hi for _, hi in merged])
-    sp.program_only = only
-
-
-def in_program(sp: Space, lo: int, hi: int) -> bool:   # sectors [lo, hi) touch the program's files
-    starts, ends = getattr(sp, "program_sectors", None) or ((), ())
-    k = bisect.bisect_right(starts, hi - 1) - 1
-    return k >= 0 and ends[k] > lo
-
-
-def _choose(cands: Sequence[tuple[int, Any]], sp: Space, model: str, seed: int, samples: int
+def _choose(cands: Sequence[tuple[int, Any]], sp: SpaceTables, model: str, seed: int, samples: int
             ) -> list[tuple[int, Any]]:
     """At most ``samples`` of a window's candidates (entry, detail): all if they fit, else the first
     half by priority (writes to the program's files first, when the recording mapped them; then
@@ -204,213 +171,126 @@ def _choose(cands: Sequence[tuple[int, Any]], sp: Space, model: str, seed: int, 
     if len(cands) <= samples:
         return list(cands)
     es = sp.entries
-    ranked = sorted(cands, key=lambda c: (not in_program(sp, es[c[0]].sector, es[c[0]].sector + es[c[0]].nr_sectors),
+    touches = sp.lie_target.touches
+    ranked = sorted(cands, key=lambda c: (not touches(es[c[0]].sector, es[c[0]].sector + es[c[0]].nr_sectors),
                                           es[c[0]].is_metadata, -c[0]))
     head = (samples + 1) // 2
     rest = sorted(ranked[head:], key=lambda c: shake_bits(f"powercut/{model}/{seed}/{c[0]}/{c[1]}", 64))
     return ranked[:head] + rest[:samples - head]
 
 
-# -- enumeration ---------------------------------------------------------------------------------------------
-def iter_states(sp: Space, model: str, seed: int, exhaustive_bound: int, samples: int,
-                tally: Tally) -> Iterator[CrashState]:
-    """A lying-disk model's states, ordered by cut then id, without duplicates; deterministic per seed."""
-    if model == "flush-ignored":
-        return _flush_ignored(sp, seed, exhaustive_bound, samples, tally)
-    return _per_write(sp, model, seed, samples, tally)
+# -- the models ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LieModel(CrashModel):
+    """A lying-disk model: its ids are ``MODEL@CUT/`` and its own text, ``pattern`` (a regular
+    expression; ``form`` says it in words)."""
+
+    lie: bool = True
+    id_part: IdPart = "lie"
+    pattern: re.Pattern[str] = re.compile("")
+    form: str = ""
+
+    def from_id(self, sp: SpaceTables, sid: StateId, state_id: str) -> CrashState:
+        """Rebuild the state a lying-disk id names; UsageError for one that does not fit the log."""
+        whole = sid.text()
+        cut = sid.cut
+        m = self.pattern.fullmatch(sid.lie or "")
+        if m is None:
+            raise UsageError(f"state id {whole!r}: expected {self.name}@CUT/{self.form}")
+        if not 1 <= cut <= sp.n:
+            raise UsageError(f"state id {whole!r}: cut {cut} out of range 1..{sp.n}")
+        return self.rebuild(sp, whole, cut, m)
+
+    def rebuild(self, sp: SpaceTables, whole: str, cut: int, m: re.Match[str]) -> CrashState:
+        """The state of a well-formed id (``m``: its text matched by ``pattern``) with a cut in range."""
+        raise NotImplementedError(f"{self.name} rebuilds no state")
 
 
-def _per_write(sp: Space, model: str, seed: int, samples: int, tally: Tally) -> Iterator[CrashState]:
-    es, reach = sp.entries, _reach(sp)
-    by_size: dict[int, list[int]] = {}
-    for e in es[floor_of(sp):]:
-        if e.is_write:
-            by_size.setdefault(e.nr_sectors, []).append(e.index)
-    for cut, writes in windows(sp):
-        cands: list[tuple[int, Any]] = []
-        space = 0
-        for w, cover in _sweep(sp, cut, writes):
-            e = es[w]
-            live = _live(e, cover)
-            mine = [o for o in live if in_program(sp, e.sector + o, e.sector + o + 1)]
-            if getattr(sp, "program_only", False) and not (mine or (model == "misdirected-write" and
-                                                                   in_program(sp, e.sector, e.sector + e.nr_sectors))):
-                continue
-            if model == "misdirected-write":
-                for t in _destinations(es, by_size.get(e.nr_sectors, []), w, cut, reach):
-                    if live or cover.holes(t, t + e.nr_sectors):
-                        cands.append((w, t))
-                continue
-            if not live:
-                continue
-            space += len(mine) if getattr(sp, "program_only", False) else len(live)
-            cands.append((w, pick_offset(model, seed, w, mine or live) if model != "lost-write" else None))
-        chosen = _choose(cands, sp, model, seed, samples)
-        if model in ("lost-write", "misdirected-write"):
-            space = len(cands)
-        if cands:
-            tally.window(min(space, SPACE_CAP), len(chosen),
-                         sampled=model == "corrupt-sector" or len(chosen) < space)
-        states = [_make(sp, model, cut, w, x, seed) for w, x in chosen]
-        yield from sorted(states, key=lambda s: s.id)
+@dataclass(frozen=True)
+class PerWriteLie(LieModel):
+    """A model that lies about one write of a commit (a window: ``windows``); its states are at the
+    commit's cut.  ``per_write``: its window's space counts writes (else the surviving sectors);
+    ``always_sampled``: its windows are sampled even when every target is taken (seeded bits)."""
+
+    per_write: bool = False
+    always_sampled: bool = False
+
+    def iter_states(self, sp: SpaceTables, bounds: Bounds, tally: Tally) -> Iterator[CrashState]:
+        es = sp.entries
+        target = sp.lie_target
+        context = self.prepare(sp)
+        for cut, writes in windows(sp):
+            cands: list[tuple[int, Any]] = []
+            space = 0
+            for w, cover in _sweep(sp, cut, writes):
+                e = es[w]
+                live = _live(e, cover)
+                mine = [o for o in live if target.touches(e.sector + o, e.sector + o + 1)]
+                if target.only and not (mine or self.aims_at_whole_write(sp, e)):
+                    continue
+                got, n = self.candidates(sp, bounds.seed, w, cut, live, mine, cover, context)
+                cands += got
+                space += n
+            chosen = _choose(cands, sp, self.name, bounds.seed, bounds.samples)
+            if self.per_write:
+                space = len(cands)
+            if cands:
+                tally.window(min(space, SPACE_CAP), len(chosen),
+                             sampled=self.always_sampled or len(chosen) < space)
+            states = [self.make(sp, cut, w, x, bounds.seed) for w, x in chosen]
+            yield from sorted(states, key=lambda s: s.id)
+
+    def prepare(self, sp: SpaceTables) -> Any:
+        """What ``candidates`` needs of the whole log, computed once per enumeration."""
+        return None
+
+    def aims_at_whole_write(self, sp: SpaceTables, e: Entry) -> bool:
+        """With ``LieTarget.only``: a write none of whose surviving sectors is the program's is still
+        a target (a misdirected write whose own sectors are the program's)."""
+        return False
+
+    def candidates(self, sp: SpaceTables, seed: int, w: int, cut: int, live: list[int], mine: list[int],
+                   cover: _Cover, context: Any) -> tuple[list[tuple[int, Any]], int]:
+        """Write w's candidates (w, detail) and what they add to the window's space; the default:
+        one candidate per write that still holds a sector, its detail a seeded surviving sector
+        (``mine`` first), the space its surviving sectors (the program's only, with ``only``)."""
+        if not live:
+            return [], 0
+        n = len(mine) if sp.lie_target.only else len(live)
+        return [(w, pick_offset(self.name, seed, w, mine or live))], n
+
+    def make(self, sp: SpaceTables, cut: int, w: int, x: Any, seed: int) -> CrashState:
+        """The state of candidate (w, x) at ``cut``."""
+        raise NotImplementedError(f"{self.name} makes no state")
+
+    def rebuild(self, sp: SpaceTables, whole: str, cut: int, m: re.Match[str]) -> CrashState:
+        w = int(m.group(1))
+        if not (w < cut and sp.entries[w].is_write):
+            raise UsageError(f"state id {whole!r}: entry {w} is not a write before the cut")
+        return self.rebuild_write(sp, whole, cut, w, m)
+
+    def rebuild_write(self, sp: SpaceTables, whole: str, cut: int, w: int, m: re.Match[str]) -> CrashState:
+        """The state of an id whose write ``w`` (``m.group(1)``) is a write before the cut."""
+        raise NotImplementedError(f"{self.name} rebuilds no state")
 
 
-def _reach(sp: Space) -> int:
+def offset_in(whole: str, e: Entry, x: int) -> int:
+    """``x``, a sector offset in write e; UsageError past its sectors."""
+    if x >= e.nr_sectors:
+        raise UsageError(f"state id {whole!r}: offset {x} is past the write's {e.nr_sectors} sectors")
+    return x
+
+
+def reach(sp: SpaceTables) -> int:
     """Past the last sector any write of the log touched: how far a misdirected write may land."""
     return max((e.sector + e.nr_sectors for e in sp.entries if e.is_write), default=0)
 
 
-def _destinations(es: Sequence[Entry], same: list[int], w: int, cut: int, reach: int) -> list[int]:
-    """Where write w may be misdirected: the sector of the nearest earlier write of its size (after the
-    floor) and of the nearest later one before the cut, each not overlapping w."""
-    e, out = es[w], []
-    k = bisect.bisect_left(same, w)
-    for step, stop in ((-1, -1), (1, len(same))):
-        for j in range(k + step, stop, step):
-            o = es[same[j]]
-            if step > 0 and o.index >= cut:
-                break
-            if (o.sector + o.nr_sectors <= e.sector or e.sector + e.nr_sectors <= o.sector) \
-                    and o.sector + e.nr_sectors <= reach:
-                out.append(o.sector)
-                break
-    return sorted(set(out))
-
-
-def _make(sp: Space, model: str, cut: int, w: int, x: Any, seed: int) -> CrashState:
-    e = sp.entries[w]
-    if model == "lost-write":
-        return _state(sp, model, cut, f"w{w}", (w,), None)
-    if model == "misdirected-write":
-        return _state(sp, model, cut, f"w{w}:s{x}", (w,), Lie("misdirect", w, x, (), sp.sectorsize))
-    if model == "corrupt-sector":
-        bits = pick_bits_in(seed, w, sp.sectorsize)
-        lie = Lie("corrupt", w, e.sector + x, bits, sp.sectorsize)
-        return _state(sp, model, cut, f"w{w}:s{x}:b{format_ranges(bits)}", (), lie)
-    return _state(sp, model, cut, f"w{w}:s{x}", (), Lie("unreadable", w, e.sector + x, (), sp.sectorsize))
-
-
-def _state(sp: Space, model: str, cut: int, spec: str, dropped: tuple[int, ...], lie: Lie | None) -> CrashState:
+def lie_state(sp: SpaceTables, model: str, cut: int, spec: str, dropped: tuple[int, ...],
+              lie: Lie | None) -> CrashState:
+    """A lying-disk state: id ``model@cut/spec``, ``dropped`` lost, ``lie`` told."""
     acks, begun = sp.keys(cut)
     return CrashState(model, cut, dropped, (), acks, begun, f"{model}@{cut}/{spec}", sp.epoch[cut], lie)
-
-
-# -- flush-ignored -------------------------------------------------------------------------------------------
-def ignored_pool(sp: Space, cut: int) -> tuple[int, ...]:
-    """What a disk that ignored the last barrier before ``cut`` may lose there: every data entry from
-    the barrier before it (FUA writes too); () when the cut has no barrier before it."""
-    f = sp.last_flush[cut]
-    if f < 0:
-        return ()
-    return tuple(i for i in range(max(sp.last_flush[f], 0), cut) if sp.is_data[i])
-
-
-def _canon(sp: Space, cut: int, dropped: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
-    """The smallest equivalent (cut, dropped) (``CrashSpace.canon``), also past key marks that add
-    no key (a repeated ack): same durable data, same keys."""
-    c, d = sp.canon(cut, dropped)
-    while c > 0 and sp.is_key[c - 1] and sp.key_version[c - 1] == sp.key_version[c]:
-        c, d = sp.canon(c - 1, d)
-    return c, d
-
-
-def fi_sample(pool: Sequence[int], seed: int, cut: int, n: int) -> tuple[int, ...]:
-    """``flush-ignored@cut/r{seed}.{n}``: the lost entries."""
-    return pick_bits(pool, shake_bits(f"powercut/flush-ignored/{seed}/{cut}/{n}", len(pool)))
-
-
-def _flush_ignored(sp: Space, seed: int, bound: int, samples: int, tally: Tally) -> Iterator[CrashState]:
-    floor = floor_of(sp)
-    seen: dict[tuple[int, tuple[int, ...]], None] = {}
-    version = -1
-    for cut in sp.cut_points():
-        pool = ignored_pool(sp, cut)
-        if not pool or pool[-1] < floor:
-            continue
-        if sp.key_version[cut] != version:   # states of different key versions never coincide
-            seen, version = {}, sp.key_version[cut]
-        honest = set(sp.droppable(cut))
-        out: list[CrashState] = []
-
-        def add(dropped: tuple[int, ...], sid: str | None = None, cut: int = cut, honest: set[int] = honest,
-                pool: tuple[int, ...] = pool, out: list[CrashState] = out,
-                seen: dict[tuple[int, tuple[int, ...]], None] = seen) -> int:
-            if not set(dropped) - honest:
-                return 0
-            key = _canon(sp, cut, dropped)
-            if key in seen or not set(key[1]) - set(sp.droppable(key[0])):   # the same as an honest state
-                return 0
-            seen[key] = None
-            spec = sid or format_id("flush-ignored", cut, dropped, (), pool).partition("/")[2]
-            out.append(_state(sp, "flush-ignored", cut, spec, dropped, None))
-            return 1
-
-        added = 0
-        if len(pool) <= bound:
-            lies = (1 << len(pool)) - (1 << len(set(pool) & honest))   # the subsets that drop a kept entry
-            for mask in range(1 << len(pool)):
-                added += add(pick_bits(pool, mask))
-            tally.window(lies, added, sampled=False)
-        else:
-            for dropped in subset_picks(pool):
-                added += add(dropped)
-            for j in range(samples):
-                added += add(fi_sample(pool, seed, cut, j), f"r{seed}.{j}")
-            space = (1 << len(pool)) - (1 << len(set(pool) & honest)) if len(pool) < 62 else SPACE_CAP
-            tally.window(space, added, sampled=True)
-        yield from sorted(out, key=lambda s: s.id)
-
-
-# -- ids -----------------------------------------------------------------------------------------------------
-def state_from_id(sp: Space, sid: StateId) -> CrashState:
-    """Rebuild the state a lying-disk id names; UsageError for one that does not fit the log."""
-    whole, model, cut, es = sid.text(), sid.model, sid.cut, sp.entries
-    m = _SPEC[model].fullmatch(sid.lie or "")
-    if m is None:
-        raise UsageError(f"state id {whole!r}: expected {model}@CUT/{_FORM[model]}")
-    if not 1 <= cut <= sp.n:
-        raise UsageError(f"state id {whole!r}: cut {cut} out of range 1..{sp.n}")
-    if model == "flush-ignored":
-        return _fi_from_id(sp, whole, cut, m)
-    w = int(m.group(1))
-    if not (w < cut and es[w].is_write):
-        raise UsageError(f"state id {whole!r}: entry {w} is not a write before the cut")
-    e = es[w]
-    if model == "lost-write":
-        return _state(sp, model, cut, f"w{w}", (w,), None)
-    x = int(m.group(2))
-    if model == "misdirected-write":
-        if not (x + e.nr_sectors <= e.sector or e.sector + e.nr_sectors <= x) or x + e.nr_sectors > _reach(sp):
-            raise UsageError(f"state id {whole!r}: sector {x} overlaps the write's own sectors or lies past the "
-                             f"sectors the log wrote")
-        return _state(sp, model, cut, f"w{w}:s{x}", (w,), Lie("misdirect", w, x, (), sp.sectorsize))
-    if x >= e.nr_sectors:
-        raise UsageError(f"state id {whole!r}: offset {x} is past the write's {e.nr_sectors} sectors")
-    if model == "unreadable-sector":
-        return _state(sp, model, cut, f"w{w}:s{x}", (), Lie("unreadable", w, e.sector + x, (), sp.sectorsize))
-    bits = parse_ranges(m.group(3), 8 * sp.sectorsize, f"state id {whole!r}: bits")
-    return _state(sp, model, cut, f"w{w}:s{x}:b{format_ranges(bits)}", (), Lie("corrupt", w, e.sector + x, bits, sp.sectorsize))
-
-
-def _fi_from_id(sp: Space, whole: str, cut: int, m: re.Match[str]) -> CrashState:
-    pool = ignored_pool(sp, cut)
-    if not pool:
-        raise UsageError(f"state id {whole!r}: no barrier FLUSH before cut {cut} to ignore")
-    if m.group(3) is not None:
-        seed, n = int(m.group(3)), int(m.group(4))
-        dropped, spec = fi_sample(pool, seed, cut, n), f"r{seed}.{n}"
-    else:
-        listed = parse_ranges(m.group(1) or m.group(2) or "", pool[-1] + 1, f"state id {whole!r}: entries")
-        bad = set(listed) - set(pool)
-        if bad:
-            raise UsageError(f"state id {whole!r}: entries {format_ranges(sorted(bad))} cannot be lost at cut {cut}")
-        dropped = listed if m.group(1) is not None else tuple(i for i in pool if i not in set(listed))
-        spec = format_id("flush-ignored", cut, dropped, (), pool).partition("/")[2]
-    c, d = _canon(sp, cut, dropped)
-    if not set(d) - set(sp.droppable(c)):
-        raise UsageError(f"state id {whole!r}: loses only what an honest write cache may lose "
-                         f"(a write-cache state, not a lie)")
-    return _state(sp, "flush-ignored", cut, spec, dropped, None)
 
 
 # -- what replay applies -------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from typing import Protocol
 from powercut.core.crashstate import CrashState, Torn
 from powercut.core.imagekey import image_key
 from powercut.core.models import CrashSpace
-from powercut.core.stateid import LIE_MODELS
+from powercut.core.stateid import LIE_MODELS, PREFIX_MODELS
 from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -272,14 +272,14 @@ def minimize(sp: CrashSpace, state: CrashState, judge: Callable[[CrashState], Ju
         raise UsageError(f"state {state.id} passes: nothing to minimize")
     best, exhausted = state, False
     try:
-        if state.model in ("no-cache", "flush"):
+        if state.model in PREFIX_MODELS:
             best = search.prefix(state)
         else:
             while (after := search.round(best)) != best:
                 best = after
     except _OutOfBudget:
         best, exhausted = search.best, True
-    prefix = state.model in ("no-cache", "flush")
+    prefix = state.model in PREFIX_MODELS
     walked = (sum(1 for s in sp.states(state.model) if best.cut <= s.cut < state.cut) if prefix
               else state.cut - best.cut)
     out = Shrunk(state, best, search.target, search.cache[image_key(sp, best)][1], search.calls, search.hits,

@@ -14,10 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from powercut.core.coverage import Tally
+from powercut.core.crashmodels.flushignored import canon, ignored_pool
+from powercut.core.crashmodels.target import LieTarget
 from powercut.core.crashstate import Lie
 from powercut.core.dmlog import FUA, METADATA, LogIndex
 from powercut.core.imagekey import image_key
-from powercut.core.lies import CORRUPT_BITS, _canon, ignored_pool, unreadable_of, windows
+from powercut.core.lies import CORRUPT_BITS, unreadable_of, windows
 from powercut.core.models import CrashSpace
 from powercut.core.selection import select
 from powercut.core.stateid import LIE_MODELS
@@ -90,7 +92,7 @@ def test_flush_ignored_exact(example: LogIndex) -> None:
     sp = CrashSpace(example)
     got = states(example, "flush-ignored")
     for s in got:   # no state an honest write cache could leave
-        c, d = _canon(sp, s.cut, s.dropped)
+        c, d = canon(sp, s.cut, s.dropped)
         assert set(d) - set(sp.droppable(c)), s.id
     # cut 12 (before ack:b): the ignored flush is entry 11, the one before it entry 5: entries 6, 9, 10 may go
     assert ignored_pool(sp, 12) == (6, 9, 10)
@@ -274,13 +276,12 @@ def test_with_a_file_map_the_programs_blocks_come_first(tmp_path: Path) -> None:
     """The recording's file map (guest/record.file_map) puts the writes that touch the program's files
     first in a sampled window, metadata or not, and corrupt/unreadable sectors inside them; the ids
     mean what they meant (they rebuild the same states without the map)."""
-    from powercut.core.lies import in_program, target_program
     ops = [("m", "mkfs")] + [("w", 4 * i, 4, METADATA if i % 2 else 0, i) for i in range(20)] + [("m", "ack:x")]
     with build_log(tmp_path / "l.bin", ops) as idx:
-        sp = CrashSpace(idx)
         # the program's file: sectors 8..9 (entry 3, a metadata write by its flag) and 41..42 (entry 11)
-        target_program(sp, [(8, 2), (41, 2)])
-        assert in_program(sp, 8, 9) and in_program(sp, 40, 42) and not in_program(sp, 10, 40)
+        target = LieTarget.of([(8, 2), (41, 2)], idx.sectorsize)
+        sp = CrashSpace(idx, lie_target=target)
+        assert target.touches(8, 9) and target.touches(40, 42) and not target.touches(10, 40)
         got = sp.states("lost-write", samples=4, seed=1)
         assert {3, 11} <= {s.dropped[0] for s in got}
         rot = sp.states("corrupt-sector", samples=4, seed=1)
@@ -294,11 +295,10 @@ def test_with_a_file_map_the_programs_blocks_come_first(tmp_path: Path) -> None:
 def test_a_lie_file_restricts_the_models_to_its_blocks(tmp_path: Path) -> None:
     """--lie-file: only writes still holding one of the file's sectors are targets, and a corrupt or
     unreadable sector is one of the file's."""
-    from powercut.core.lies import target_program
     ops = [("m", "mkfs")] + [("w", 4 * i, 4, 0, i) for i in range(12)] + [("m", "ack:x")]
     with build_log(tmp_path / "l.bin", ops) as idx:
-        sp = CrashSpace(idx)
-        target_program(sp, [(9, 2)], only=True)             # sectors 9..10: entry 3's (sectors 8..11)
+        # sectors 9..10: entry 3's (sectors 8..11)
+        sp = CrashSpace(idx, lie_target=LieTarget.of([(9, 2)], idx.sectorsize, only=True))
         assert [s.dropped for s in sp.states("lost-write")] == [(3,)]
         un = sp.states("unreadable-sector")
         assert [(s.lie.entry, s.lie.sector) for s in un] == [(3, un[0].lie.sector)] and un[0].lie.sector in (9, 10)
