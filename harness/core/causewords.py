@@ -56,8 +56,12 @@ def _plural(n: int, word: str) -> str:
 
 
 def duration(f: SyncStillRunning) -> str:
-    """How long the sync ran, in milliseconds."""
-    return f"{f.duration * 1000:.1f} ms"
+    """How long the sync ran, in milliseconds -- or "a while" when the trace does not say: strace did
+    not split the call (its start is unknown), or its timestamps give it no time or less.  No figure
+    is made up."""
+    if f.duration > 0:
+        return f"{f.duration * 1000:.1f} ms"
+    return "a while"
 
 
 def note(f: Finding) -> str:
