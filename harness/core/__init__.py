@@ -26,4 +26,7 @@
 * ``verdict`` -- the one verdict vocabulary;
 * ``syscalls`` -- the workload's system-call trace (strace -f -y) as operations, aligned with the log's marks;
 * ``causes`` -- the durability rule a failing state's program broke, from its trace;
+* ``tracefacts`` -- what a trace says at an ack (unsynced changes and names, failures, running syncs) and at a cut;
+* ``causerules`` -- the cause rules, each an id and a check returning its findings as facts;
+* ``causewords`` -- the sentences and evidence lines that say the cause rules' findings;
 * ``anatomy`` -- what each commit cost: block writes, flushes, FUAs and traced calls."""
