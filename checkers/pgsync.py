@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import signal
 import time
 from collections.abc import Sequence
 
 from powercut import Checker, CheckInput, CheckResult
 from powercut.checkers import postgres as pgc
+from powercut.workloads.pgserver import chown, read_pidfile, started_by
 
 DEFAULTS = {"dir": "pgdata"}
 ROLES = ("primary", "standby, promoted")
@@ -56,11 +56,15 @@ class Promoted(pgc.Server):
         super().__init__(bin_dir, datadir, STANDBY_OPTIONS)
         self.poked = 0.0
 
-    def _ready(self, pidfile: str) -> bool:
-        if super()._ready(pidfile):   # "ready": PM_RUN, after the promotion ("standby" before it)
+    def _ready(self) -> bool:
+        """Promoted and accepting connections; until then, the promotion asked for (every POKE_S)."""
+        if super()._ready():   # "ready": PM_RUN, after the promotion ("standby" before it)
             return True
-        proc, now = self.proc, time.monotonic()
-        if proc is None or proc.poll() is not None or now - self.poked < POKE_S or not _ours(pidfile, proc.pid):
+        proc = self.proc
+        now = time.monotonic()
+        if proc is None or proc.poll() is not None or now - self.poked < POKE_S:
+            return False
+        if not started_by(read_pidfile(self.datadir), proc.pid):   # its signal handlers not set yet
             return False
         # the postmaster removes a promote file it finds at start, and passes the request on only once
         # its startup process runs: the file after its start, the signal again until it is promoted
@@ -69,19 +73,9 @@ class Promoted(pgc.Server):
         if not os.path.exists(trigger):
             with open(trigger, "w"):
                 pass
-            pw = pwd.getpwnam(pgc.USER)
-            os.chown(trigger, pw.pw_uid, pw.pw_gid)   # the startup process removes it when it promotes
+            chown(trigger)   # the startup process removes it when it promotes
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGUSR1)
-        return False
-
-
-def _ours(pidfile: str, pid: int) -> bool:
-    """The postmaster wrote its lock file (its signal handlers are set by then: SIGUSR1 is safe)."""
-    try:
-        with open(pidfile) as f:
-            return f.readline().strip() == str(pid)
-    except FileNotFoundError:
         return False
 
 

@@ -25,24 +25,30 @@ transaction ``i`` inserts row ``i`` (``row_bytes`` from (seed, i)) and sets the 
   passes without starting the server: nothing was promised yet."""
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
-import pwd
 import random
 import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from powercut import Checker, CheckInput, CheckResult
+from powercut.workloads.pgserver import (
+    MISSING,
+    USER,
+    bindir,
+    chown,
+    client_argv,
+    is_ready,
+    read_pidfile,
+    server_argv,
+    wait_ready,
+)
 
-MISSING = "the postgres workload needs PostgreSQL: apt-get install postgresql"
-USER = "postgres"
 DEFAULTS: dict[str, Any] = {"seed": 0, "row_bytes": 1000, "dir": "pgdata"}
 START_TIMEOUT_S = 240.0
 QUERY_TIMEOUT_S = 300.0
@@ -196,17 +202,9 @@ class Judge:
 
 # -- the server on the recovered data directory ------------------------------------------------------
 
-def bindir() -> str | None:
-    """Debian's /usr/lib/postgresql/<major>/bin, the newest major; None if none (or no postgres user)."""
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        return None
-    found = [d for d in glob.glob("/usr/lib/postgresql/*/bin/postgres") if d.split("/")[4].isdigit()]
-    return os.path.dirname(max(found, key=lambda d: int(d.split("/")[4]))) if found else None
-
-
 class StartFailed(Exception):
+    """The server did not start on the recovered data directory (a finding): its telling log lines."""
+
     def __init__(self, lines: list[str]) -> None:
         super().__init__("; ".join(lines))
         self.lines = lines
@@ -217,12 +215,13 @@ class Server:
     RuntimeError (a harness problem); always stopped on the way out."""
 
     def __init__(self, bin_dir: str, datadir: str, options: Sequence[str] = ()) -> None:
-        self.bin, self.datadir, self.options = bin_dir, datadir, tuple(options)   # options: more ``-c n=v``
+        self.bin = bin_dir
+        self.datadir = datadir
+        self.options = tuple(options)   # more ``-c name=value``, after the checker's own
         self.sock = tempfile.mkdtemp(prefix="powercut-pgcheck-")
         self.log_path = os.path.join(self.sock, "server.log")
         self.proc: subprocess.Popen[bytes] | None = None
-        pw = pwd.getpwnam(USER)
-        os.chown(self.sock, pw.pw_uid, pw.pw_gid)
+        chown(self.sock)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"LC_ALL": "C"}
 
     def __enter__(self) -> Server:
@@ -237,6 +236,7 @@ class Server:
         self.stop()
 
     def log(self) -> str:
+        """What the server said so far ("" before it started)."""
         try:
             with open(self.log_path, errors="replace") as f:
                 return f.read()
@@ -244,41 +244,35 @@ class Server:
             return ""
 
     def start(self) -> None:
+        """The server started and ready; StartFailed or RuntimeError (the class docstring says which)."""
         pidfile = os.path.join(self.datadir, "postmaster.pid")
         if os.path.exists(pidfile):
             os.unlink(pidfile)  # the crashed run's: its pids are the guest's
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        options = ("-c", "fsync=off", "-c", "logging_collector=off", "-c", "autovacuum=off", *self.options)
         argv = [setpriv, f"--reuid={USER}", f"--regid={USER}", "--clear-groups", "--inh-caps=+dac_read_search",
-                "--ambient-caps=+dac_read_search", "--", os.path.join(self.bin, "postgres"), "-D", self.datadir,
-                "-c", "listen_addresses=", "-c", f"unix_socket_directories={self.sock}", "-c", "fsync=off",
-                "-c", "logging_collector=off", "-c", "autovacuum=off", *self.options]
+                "--ambient-caps=+dac_read_search", "--", *server_argv(self.bin, self.datadir, self.sock, options)]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env,
                                          start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                harness, lines = startup_failure(self.log())
-                if harness:
-                    raise RuntimeError(f"postgres did not start (not the state's fault?): {'; '.join(lines)}")
-                raise StartFailed(lines)
-            if self._ready(pidfile):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"postgres: recovery did not finish in {START_TIMEOUT_S:g} s: "
-                           f"{'; '.join(startup_failure(self.log())[1])}")
+        outcome = wait_ready(self.proc, self._ready, START_TIMEOUT_S, interval=0.05)
+        if outcome == "exited":
+            harness, lines = startup_failure(self.log())
+            if harness:
+                raise RuntimeError(f"postgres did not start (not the state's fault?): {'; '.join(lines)}")
+            raise StartFailed(lines)
+        if outcome == "timeout":
+            raise RuntimeError(f"postgres: recovery did not finish in {START_TIMEOUT_S:g} s: "
+                               f"{'; '.join(startup_failure(self.log())[1])}")
 
-    def _ready(self, pidfile: str) -> bool:
-        try:
-            with open(pidfile) as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return False
-        return len(lines) > 7 and self.proc is not None and lines[0] == str(self.proc.pid) and \
-            lines[7].strip() == "ready"
+    def _ready(self) -> bool:
+        """Does the server accept connections yet (its lock file says ``ready``)?"""
+        return self.proc is not None and is_ready(read_pidfile(self.datadir), self.proc.pid)
 
     def run(self, tool: str, *args: str, options: str = "") -> subprocess.CompletedProcess[str]:
-        argv = [os.path.join(self.bin, tool), "-h", self.sock, "-U", USER, *args]
+        """Client program ``tool`` with ``args`` against the server (``options``: PGOPTIONS), its output
+        captured as text; never raises for an exit status."""
+        argv = client_argv(self.bin, tool, self.sock, *args)
         env = self.env | ({"PGOPTIONS": options} if options else {})
         return subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env,
                               timeout=QUERY_TIMEOUT_S, check=False)
@@ -348,8 +342,7 @@ def examine(srv: Server, judge: Judge, noticed: str = "corrupt-data") -> CheckRe
 def check(inp: CheckInput) -> CheckResult:
     name = str(inp.params.get("dir", DEFAULTS["dir"]))
     datadir = os.path.join(inp.mount, name)
-    acked, begun = {int(k) for k in inp.acked}, {int(k) for k in inp.begun}
-    if not acked and not begun:
+    if not inp.acked and not inp.begun:
         return CheckResult("pass", ("no transaction begun yet: the cluster was being set up",))
     return judge_datadir(datadir, inp)
 
@@ -360,7 +353,8 @@ def judge_datadir(datadir: str, inp: CheckInput,
     ``server(bindir, datadir)``) started, the tables read, pg_amcheck; a server that does not start
     is ``inp.noticed``."""
     name = os.path.basename(datadir)
-    acked, begun = {int(k) for k in inp.acked}, {int(k) for k in inp.begun}
+    acked = {int(k) for k in inp.acked}
+    begun = {int(k) for k in inp.begun}
     if not os.path.exists(os.path.join(datadir, "PG_VERSION")):
         if acked:
             return CheckResult("lost-ack", (f"no data directory {name} but txn(s) {_keys(acked)} were acked",))

@@ -39,6 +39,7 @@ from typing import Any
 import powercut
 from powercut import Workload
 from powercut.workloads import postgres as pg
+from powercut.workloads.pgserver import MISSING, USER, append_conf, bindir, chown_tree, psql, query, start, stop
 
 STANDBY = "pgsync_standby"
 DEFAULTS: dict[str, Any] = {**{k: v for k, v in pg.DEFAULTS.items() if k not in ("fault_at", "data_sync_retry")},
@@ -60,7 +61,7 @@ def primary_settings() -> dict[str, str]:
 def standby_settings(port: int, fsync: bool = True) -> dict[str, str]:
     """What node 1 adds to postgresql.conf (plus an empty ``standby.signal``); ``fsync=False``: the
     broken standby (its walreceiver reports WAL flushed that it never fsynced)."""
-    return {"primary_conninfo": f"'host=127.0.0.1 port={port} user={pg.USER} application_name={STANDBY}'",
+    return {"primary_conninfo": f"'host=127.0.0.1 port={port} user={USER} application_name={STANDBY}'",
             "hot_standby": "on", "wal_receiver_status_interval": "'1s'", **({} if fsync else {"fsync": "off"})}
 
 
@@ -98,7 +99,8 @@ class Marker(threading.Thread):
                         self.made.append(line.decode().strip())
                         answer = b"ok\n"
                     except Exception as e:  # noqa: BLE001 -- said by the workload, psql is stopped by the shell
-                        self.error, answer = e, b"failed\n"
+                        self.error = e
+                        answer = b"failed\n"
                     os.write(self.resp_w, answer)
         os.close(self.resp_w)
 
@@ -110,14 +112,13 @@ class Marker(threading.Thread):
 
 def wait_sync(bin_dir: str, sockdir: str, timeout: float = SYNC_TIMEOUT_S) -> float:
     """Seconds until the primary shows the standby streaming as its synchronous standby."""
-    t0, seen = time.monotonic(), ""
-    while time.monotonic() - t0 < timeout:
-        res = subprocess.run([os.path.join(bin_dir, "psql"), "-XAt", "-F", " ", "-h", sockdir, "-U", pg.USER,
-                              "-d", "postgres", "-c", SYNC_QUERY], capture_output=True, text=True, timeout=120,
-                             check=False)
+    began = time.monotonic()
+    seen = ""   # what pg_stat_replication said last
+    while time.monotonic() - began < timeout:
+        res = query(bin_dir, sockdir, SYNC_QUERY, timeout=120)
         seen = res.stdout.strip() or res.stderr.strip()
         if seen == "streaming sync":
-            return time.monotonic() - t0
+            return time.monotonic() - began
         time.sleep(0.2)
     raise RuntimeError(f"pgsync: the standby is not a synchronous standby after {timeout:g} s "
                        f"(pg_stat_replication: {seen or 'no row'})")
@@ -128,11 +129,10 @@ def setup(p: pg.Params, port: int, bin_dir: str, datadirs: list[str], standby_fs
     tar_path, origin = pg.cluster_tar(p, bin_dir)
     for d, extra in zip(datadirs, (primary_settings(), standby_settings(port, standby_fsync))):
         pg.install(tar_path, d, p)
-        with open(os.path.join(d, "postgresql.conf"), "a") as f:
-            f.write(pg.render_conf(extra))
-    with open(signal := os.path.join(datadirs[1], "standby.signal"), "w"):
+        append_conf(d, extra)
+    with open(os.path.join(datadirs[1], "standby.signal"), "w"):
         pass
-    pg.chown_tree(os.path.dirname(signal))
+    chown_tree(datadirs[1])
     os.sync()
     return origin
 
@@ -144,33 +144,33 @@ def main(params: dict[str, Any]) -> int:
     if len(mounts) != 2:
         raise SystemExit("pgsync: needs a two-node cluster recording (record --nodes 2: node mounts n0, n1 "
                          f"in its cwd), found {len(mounts)} node mount(s)")
-    bin_dir = pg.bindir()
+    bin_dir = bindir()
     if bin_dir is None:
-        sys.stderr.write(pg.MISSING + "\n")
+        sys.stderr.write(MISSING + "\n")
         return 1
-    t = time.monotonic()
+    began = time.monotonic()
     datadirs = [os.path.abspath(os.path.join(m, p.dir)) for m in mounts]
     origin = setup(p, port, bin_dir, datadirs, bool(params.get("standby_fsync", True)))
-    sys.stderr.write(f"pgsync: {origin}; primary and standby unpacked in {time.monotonic() - t:.1f} s\n")
+    sys.stderr.write(f"pgsync: {origin}; primary and standby unpacked in {time.monotonic() - began:.1f} s\n")
     os.environ["PGPORT"] = str(port)   # psql's, to the primary's socket (its port is ``port``)
     socks = [tempfile.mkdtemp(prefix=f"powercut-pgsync{i}-") for i in range(2)]
     for s in socks:
-        pg.chown_tree(s)
+        chown_tree(s)
     servers: list[subprocess.Popen[bytes]] = []
     marker = Marker()
     status = 0
     try:
-        servers.append(pg.start(bin_dir, datadirs[0], socks[0], sys.stderr,
-                                options=("-c", "listen_addresses=127.0.0.1", "-c", f"port={port}")))
-        servers.append(pg.start(bin_dir, datadirs[1], socks[1], sys.stderr))   # "ready": hot standby
+        servers.append(start(bin_dir, datadirs[0], socks[0], sys.stderr,
+                             options=("-c", "listen_addresses=127.0.0.1", "-c", f"port={port}")))
+        servers.append(start(bin_dir, datadirs[1], socks[1], sys.stderr))   # "ready": hot standby
         waited = wait_sync(bin_dir, socks[0])
         sys.stderr.write(f"pgsync: {STANDBY} streaming, sync_state = sync ({waited:.1f} s after the standby started);"
                          f" synchronous_commit = {pg.settings(p)['synchronous_commit']}\n")
         sys.stderr.flush()
         marker.start()
         try:
-            res = pg.psql(bin_dir, socks[0], pg.script(p, mark=marker.command), check=False,
-                          pass_fds=(marker.req_w, marker.resp_r))
+            res = psql(bin_dir, socks[0], pg.script(p, mark=marker.command), check=False,
+                       pass_fds=(marker.req_w, marker.resp_r))
         finally:
             marker.close_client_ends()
             marker.join(60)
@@ -183,7 +183,7 @@ def main(params: dict[str, Any]) -> int:
             status = 1
     finally:
         for srv in servers:   # the primary first: its shutdown checkpoint reaches the standby
-            if pg.stop(srv) != 0:
+            if stop(srv) != 0:
                 sys.stderr.write(f"pgsync: a server's fast shutdown ended with {srv.returncode}\n")
                 status = status or 1
         for s in socks:

@@ -44,11 +44,8 @@ PostgreSQL's documented claims (postgresql.org/docs/15/ runtime-config-wal, wal-
   4-6, acked before the fault: every later state is corrupt-data or lost-ack."""
 from __future__ import annotations
 
-import contextlib
-import glob
 import hashlib
 import os
-import pwd
 import random
 import shlex
 import shutil
@@ -64,14 +61,38 @@ from typing import Any
 
 import powercut
 from powercut import Workload
+from powercut.workloads.pgserver import (
+    MISSING,
+    START_TIMEOUT_S,
+    USER,
+    accepts_connections,
+    append_conf,
+    as_postgres,
+    bindir,
+    chown_tree,
+    major,
+    psql,
+    query,
+    start,
+    stop,
+)
 
-MISSING = "the postgres workload needs PostgreSQL: apt-get install postgresql"
-USER = "postgres"
 CACHE = "/var/cache/powercut/postgres"
 SYNC_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
-DEFAULTS: dict[str, Any] = {"n": 10, "synchronous_commit": "on", "fsync": True, "full_page_writes": True,
-                            "row_bytes": 1000, "seed": 0, "dir": "pgdata", "checkpoint_every": 3,
-                            "data_checksums": True, "cache": CACHE, "data_sync_retry": False, "fault_at": 0}
+DEFAULTS: dict[str, Any] = {
+    "n": 10,
+    "synchronous_commit": "on",
+    "fsync": True,
+    "full_page_writes": True,
+    "row_bytes": 1000,
+    "seed": 0,
+    "dir": "pgdata",
+    "checkpoint_every": 3,
+    "data_checksums": True,
+    "cache": CACHE,
+    "data_sync_retry": False,
+    "fault_at": 0,
+}
 SCHEMA = ("CREATE TABLE rows (id integer PRIMARY KEY, payload bytea NOT NULL);\n"
           "CREATE TABLE summary (id integer PRIMARY KEY CHECK (id = 1), count integer NOT NULL, "
           "last integer NOT NULL, digest bytea NOT NULL);\n"
@@ -83,22 +104,42 @@ TRIM = ("ALTER DATABASE template0 IS_TEMPLATE false;\nDROP DATABASE template0;\n
 INITDB = ("-A", "trust", "-U", USER, "-E", "UTF8", "--locale=C", "--wal-segsize=1", "--no-sync")
 # Settings every run gets (a small, quiet server; checkpoints only when asked for)
 BASE_SETTINGS: dict[str, str] = {
-    "shared_buffers": "16MB", "max_connections": "10", "dynamic_shared_memory_type": "sysv",
-    "max_wal_size": "64MB", "min_wal_size": "4MB", "checkpoint_timeout": "1d", "autovacuum": "off",
-    "max_parallel_workers_per_gather": "0", "logging_collector": "off", "log_checkpoints": "on",
-    "log_line_prefix": "'%m [%p] '"}
+    "shared_buffers": "16MB",
+    "max_connections": "10",
+    "dynamic_shared_memory_type": "sysv",
+    "max_wal_size": "64MB",
+    "min_wal_size": "4MB",
+    "checkpoint_timeout": "1d",
+    "autovacuum": "off",
+    "max_parallel_workers_per_gather": "0",
+    "logging_collector": "off",
+    "log_checkpoints": "on",
+    "log_line_prefix": "'%m [%p] '",
+}
 # The mark and fault commands psql runs (``\\!``); tests point them at stand-ins.
 MARK_CMD = "powercut-mark"
 FAULT_CMD = "powercut-fault"
-START_TIMEOUT_S = 300.0
 FAULT_FILES_QUERY = ("SELECT pg_relation_filepath('rows'), pg_relation_filepath('summary'), "
                      "pg_relation_filepath(NULLIF(reltoastrelid, 0)) FROM pg_class WHERE oid = 'rows'::regclass")
-STOPPED_AFTER_FAULT = 3   # the exit status when psql died in a run with a fault (the server crashed)
-RECOVER: Callable[[], None] = lambda: powercut.recover()  # noqa: E731  (a hook: the fault off when psql died; tests replace it)
+# The exit status when psql died in a run with a fault (the server crashed)
+STOPPED_AFTER_FAULT = 3
+# The server's runtime files, left out of the prepared cluster
+RUNTIME_FILES = ("postmaster.pid", "postmaster.opts")
+
+
+def recover_device() -> None:
+    """The injected fault switched off (``powercut.recover()``): what the workload does when psql died."""
+    powercut.recover()
+
+
+# A hook, so that tests can put a stand-in in its place
+RECOVER: Callable[[], None] = recover_device
 
 
 @dataclass(frozen=True, slots=True)
 class Params:
+    """The workload's parameters (the module docstring says what each does), checked."""
+
     n: int
     synchronous_commit: str
     fsync: bool
@@ -114,6 +155,8 @@ class Params:
 
     @staticmethod
     def of(given: dict[str, Any]) -> Params:
+        """The parameters from ``given`` (DEFAULTS for the missing ones); a ValueError for a value the
+        workload cannot run with."""
         p = Params(**{k: given.get(k, v) for k, v in DEFAULTS.items()})
         if str(p.synchronous_commit).lower() not in SYNC_COMMIT:
             raise ValueError(f"postgres: synchronous_commit must be one of {', '.join(SYNC_COMMIT)}, "
@@ -123,19 +166,24 @@ class Params:
                              f"row_bytes={p.row_bytes}, checkpoint_every={p.checkpoint_every}, fault_at={p.fault_at})")
         if not p.dir or os.path.isabs(p.dir) or ".." in p.dir.split("/"):
             raise ValueError(f"postgres: dir must be a relative path inside the mount, not {p.dir!r}")
-        if p.fault_at and not 1 <= p.fault_at <= (k := checkpoints(p)):
+        made = checkpoints(p)
+        if p.fault_at and not 1 <= p.fault_at <= made:
+            allowed = f"0 or 1..{made}" if made else "0"
             raise ValueError(f"postgres: fault_at={p.fault_at} names no CHECKPOINT of the script: with n={p.n} and "
-                             f"checkpoint_every={p.checkpoint_every} it makes {k or 'none'} "
-                             f"(fault_at must be 0{f' or 1..{k}' if k else ''})")
+                             f"checkpoint_every={p.checkpoint_every} it makes {made or 'none'} "
+                             f"(fault_at must be {allowed})")
         return p
 
 
 def checkpoints(p: Params) -> int:
     """How many CHECKPOINTs the script makes: one after every ``checkpoint_every``-th ack but the last."""
-    return (p.n - 1) // p.checkpoint_every if p.checkpoint_every and p.n > 0 else 0
+    if not p.checkpoint_every or p.n <= 0:
+        return 0
+    return (p.n - 1) // p.checkpoint_every
 
 
 def payload(seed: int, i: int, size: int) -> bytes:
+    """Row ``i``'s payload: ``size`` bytes drawn from (seed, i) -- the checker draws the same."""
     return random.Random(f"postgres:{seed}:{i}").randbytes(size)
 
 
@@ -147,18 +195,19 @@ def summary(seed: int, i: int, size: int) -> tuple[int, int, bytes]:
 def settings(p: Params) -> dict[str, str]:
     """Every setting the workload's server runs with: the base ones and the four under test."""
     onoff = {True: "on", False: "off"}
-    return {**BASE_SETTINGS, "synchronous_commit": str(p.synchronous_commit).lower(), "fsync": onoff[p.fsync],
-            "full_page_writes": onoff[p.full_page_writes], "data_sync_retry": onoff[p.data_sync_retry]}
-
-
-def render_conf(values: dict[str, str]) -> str:
-    """A block for postgresql.conf (later lines win over the defaults initdb wrote)."""
-    return "\n# powercut: the workload's settings\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+    return {
+        **BASE_SETTINGS,
+        "synchronous_commit": str(p.synchronous_commit).lower(),
+        "fsync": onoff[p.fsync],
+        "full_page_writes": onoff[p.full_page_writes],
+        "data_sync_retry": onoff[p.data_sync_retry],
+    }
 
 
 def transaction(p: Params, i: int, mark: str = "") -> str:
     """Transaction ``i`` as psql input, with its marks (``mark``: a command taking the mark, else MARK_CMD)."""
-    count, last, digest, mark = *summary(p.seed, i, p.row_bytes), mark or MARK_CMD
+    count, last, digest = summary(p.seed, i, p.row_bytes)
+    mark = mark or MARK_CMD
     return (f"\\! {mark} begin:{i}\n"
             "BEGIN;\n"
             f"INSERT INTO rows (id, payload) VALUES ({i}, '\\x{payload(p.seed, i, p.row_bytes).hex()}');\n"
@@ -182,7 +231,8 @@ def script(p: Params, fault_files: Sequence[str] = (), *, mark: str = "") -> str
     ``fault_at``-th one with ``fault_files`` failing (faulty_checkpoint)."""
     if p.fault_at and not fault_files:
         raise ValueError("postgres: fault_at needs the files to fail")
-    parts, k = ["\\set ON_ERROR_STOP 1\n"], 0
+    parts = ["\\set ON_ERROR_STOP 1\n"]
+    k = 0   # the CHECKPOINTs so far
     for i in range(1, p.n + 1):
         parts.append(transaction(p, i, mark))
         if p.checkpoint_every and i % p.checkpoint_every == 0 and i < p.n:
@@ -191,101 +241,23 @@ def script(p: Params, fault_files: Sequence[str] = (), *, mark: str = "") -> str
     return "".join(parts)
 
 
-# -- the server -------------------------------------------------------------------------------------
-
-def bindir() -> str | None:
-    """Debian's /usr/lib/postgresql/<major>/bin with a postgres binary, the newest major; None if none
-    (or no ``postgres`` user)."""
-    found = glob.glob("/usr/lib/postgresql/*/bin/postgres")
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        return None
-    majors = sorted((int(d.split("/")[4]), os.path.dirname(d)) for d in found if d.split("/")[4].isdigit())
-    return majors[-1][1] if majors else None
-
-
-def prepared_name(bin_dir: str, checksums: bool) -> str:
-    """The prepared cluster's file name: the major version and a hash of the recipe."""
-    recipe = repr((SCHEMA, TRIM, INITDB, BASE_SETTINGS, checksums)).encode()
-    return f"pgdata-{bin_dir.rstrip('/').split('/')[-2]}-{hashlib.sha256(recipe).hexdigest()[:12]}.tar"
-
-
-def as_postgres() -> dict[str, Any]:
-    """subprocess arguments that run a child as the postgres user (no supplementary groups)."""
-    pw = pwd.getpwnam(USER)
-    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [], "umask": 0o077}
-
-
-def chown_tree(path: str) -> None:
-    pw = pwd.getpwnam(USER)
-    for root, _, files in os.walk(path):
-        for name in (root, *(os.path.join(root, f) for f in files)):
-            os.chown(name, pw.pw_uid, pw.pw_gid)
-
-
-def start(bin_dir: str, datadir: str, sockdir: str, log: Any,
-          *, options: Sequence[str] = ()) -> subprocess.Popen[bytes]:
-    """The postmaster as ``postgres`` (in this process group), once it accepts connections; ``options``: more argv."""
-    argv = [os.path.join(bin_dir, "postgres"), "-D", datadir, "-c", "listen_addresses=",
-            "-c", f"unix_socket_directories={sockdir}", *options]
-    server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **as_postgres())
-    deadline = time.monotonic() + START_TIMEOUT_S
-    pidfile = os.path.join(datadir, "postmaster.pid")
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"postgres: the server exited {server.returncode} while starting")
-        with contextlib.suppress(FileNotFoundError), open(pidfile) as f:
-            if (lines := f.read().splitlines())[7:] and lines[0] == str(server.pid) and lines[7].strip() == "ready":
-                return server
-        time.sleep(0.1)
-    stop(server, fast=False)
-    raise RuntimeError(f"postgres: the server did not become ready in {START_TIMEOUT_S:g} s")
-
-
-def stop(server: subprocess.Popen[bytes], *, fast: bool = True) -> int | None:
-    """Fast shutdown (a checkpoint, then exit); immediate (SIGQUIT, then SIGKILL) otherwise or when
-    it takes too long.  The postmaster's exit status, None if it had to be killed."""
-    if server.poll() is None and fast:
-        server.send_signal(signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            return server.wait(START_TIMEOUT_S)
-    if server.poll() is None:
-        server.send_signal(signal.SIGQUIT)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        return None
-    return server.returncode
-
-
-def psql(bin_dir: str, sockdir: str, text: str, *, timeout: float = 3600.0, check: bool = True,
-         pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[bytes]:
-    """Run ``text`` through one psql session as root (its ``\\!`` marks need root); what psql said on
-    stderr goes on to ours; with ``check``, a RuntimeError when it exits non-zero."""
-    argv = [os.path.join(bin_dir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", sockdir, "-U", USER,
-            "-d", "postgres", "-f", "-"]
-    res = subprocess.run(argv, input=text.encode(), stdout=sys.stdout.buffer, stderr=subprocess.PIPE,
-                         timeout=timeout, check=False, pass_fds=tuple(pass_fds))
-    sys.stderr.write(said := res.stderr.decode(errors="replace"))
-    sys.stderr.flush()
-    if check and res.returncode != 0:
-        raise RuntimeError(f"postgres: psql exited {res.returncode}: {' | '.join(said.strip().splitlines()[-3:])}")
-    return res
-
+# -- the run ---------------------------------------------------------------------------------------------
 
 def fault_files(p: Params, bin_dir: str, sockdir: str, datadir: str) -> list[str]:
     """The absolute paths of the files fault_at fails (rows, summary, rows' TOAST if any), said on stderr."""
-    argv = [os.path.join(bin_dir, "psql"), "-XAt", "-F", " ", "-h", sockdir, "-U", USER, "-c", FAULT_FILES_QUERY]
-    rel = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout.split()
+    rel = query(bin_dir, sockdir, FAULT_FILES_QUERY, timeout=600, check=True).stdout.split()
     sys.stderr.write(f"postgres: CHECKPOINT {p.fault_at} of {checkpoints(p)} runs with {', '.join(rel)} (rows, "
                      f"summary, rows' TOAST) failing with EIO; data_sync_retry = {settings(p)['data_sync_retry']}\n")
     return [os.path.join(datadir, r) for r in rel]
 
 
 # -- the prepared cluster ---------------------------------------------------------------------------
+
+def prepared_name(bin_dir: str, checksums: bool) -> str:
+    """The prepared cluster's file name: the major version and a hash of the recipe."""
+    recipe = repr((SCHEMA, TRIM, INITDB, BASE_SETTINGS, checksums)).encode()
+    return f"pgdata-{major(bin_dir)}-{hashlib.sha256(recipe).hexdigest()[:12]}.tar"
+
 
 def prepare(bin_dir: str, out_tar: str, *, checksums: bool, log: Any) -> None:
     """initdb + schema + clean shutdown in a /tmp directory, packed as ``out_tar`` (atomically)."""
@@ -296,8 +268,7 @@ def prepare(bin_dir: str, out_tar: str, *, checksums: bool, log: Any) -> None:
         chown_tree(work)
         initdb = [os.path.join(bin_dir, "initdb"), "-D", datadir, *INITDB] + (["-k"] if checksums else [])
         subprocess.run(initdb, stdout=log, stderr=log, check=True, timeout=1800, **as_postgres())
-        with open(os.path.join(datadir, "postgresql.conf"), "a") as f:
-            f.write(render_conf({k: v for k, v in BASE_SETTINGS.items()}))
+        append_conf(datadir, BASE_SETTINGS)
         server = start(bin_dir, datadir, work, log)
         try:
             psql(bin_dir, work, "\\set ON_ERROR_STOP 1\n" + SCHEMA + TRIM, timeout=600)
@@ -309,11 +280,15 @@ def prepare(bin_dir: str, out_tar: str, *, checksums: bool, log: Any) -> None:
         os.makedirs(os.path.dirname(out_tar) or ".", exist_ok=True)
         tmp = f"{out_tar}.{os.getpid()}.tmp"
         with tarfile.open(tmp, "w") as tar:
-            tar.add(datadir, arcname="pgdata",  # without the server's runtime files
-                    filter=lambda i: None if os.path.basename(i.name) in ("postmaster.pid", "postmaster.opts") else i)
+            tar.add(datadir, arcname="pgdata", filter=without_runtime_files)
         os.replace(tmp, out_tar)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def without_runtime_files(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """A tar filter: everything but the server's runtime files (RUNTIME_FILES)."""
+    return None if os.path.basename(info.name) in RUNTIME_FILES else info
 
 
 def drop_spare_wal(bin_dir: str, datadir: str) -> None:
@@ -338,9 +313,10 @@ def cluster_tar(p: Params, bin_dir: str) -> tuple[str, str]:
     if os.path.exists(cached):
         return cached, f"prepared cluster {cached}"
     made = os.path.join(tempfile.gettempdir(), name)
-    t = time.monotonic()
+    began = time.monotonic()
     prepare(bin_dir, made, checksums=p.data_checksums, log=sys.stderr)
-    return made, (f"no prepared cluster in {p.cache}: made one here in {time.monotonic() - t:.1f} s "
+    took = time.monotonic() - began
+    return made, (f"no prepared cluster in {p.cache}: made one here in {took:.1f} s "
                   "(python -m powercut.workloads.postgres --prepare on the host spares that)")
 
 
@@ -356,26 +332,30 @@ def install(tar_path: str, datadir: str, p: Params) -> None:
         os.rename(os.path.join(tmp, "pgdata"), datadir)
     chown_tree(datadir)
     os.chmod(datadir, 0o700)
-    with open(os.path.join(datadir, "postgresql.conf"), "a") as f:
-        f.write(render_conf(settings(p)))
+    append_conf(datadir, settings(p))
     os.sync()
 
 
 def main(params: dict[str, Any]) -> int:
+    """The workload (the module docstring says what it does): 0 when every transaction committed and
+    the server shut down cleanly; 1 without PostgreSQL or on a failure said on stderr;
+    STOPPED_AFTER_FAULT when psql died under the injected fault."""
     p = Params.of(params)
     bin_dir = bindir()
     if bin_dir is None:
         sys.stderr.write(MISSING + "\n")
         return 1
-    t = time.monotonic()
+    began = time.monotonic()
     tar_path, origin = cluster_tar(p, bin_dir)
     datadir = os.path.abspath(p.dir)
     install(tar_path, datadir, p)
-    sys.stderr.write(f"postgres: {origin}; unpacked into {p.dir} in {time.monotonic() - t:.1f} s\n")
+    sys.stderr.write(f"postgres: {origin}; unpacked into {p.dir} in {time.monotonic() - began:.1f} s\n")
     sys.stderr.flush()
-    chown_tree(sockdir := tempfile.mkdtemp(prefix="powercut-pg-"))
+    sockdir = tempfile.mkdtemp(prefix="powercut-pg-")
+    chown_tree(sockdir)
     server = start(bin_dir, datadir, sockdir, sys.stderr)
-    stopped, status = "", 0
+    stopped = ""   # why the run stopped early, one line
+    status = 0
     try:
         files = fault_files(p, bin_dir, sockdir, datadir) if p.fault_at else []
         res = psql(bin_dir, sockdir, script(p, files), check=not p.fault_at)
@@ -385,8 +365,11 @@ def main(params: dict[str, Any]) -> int:
         rc = stop(server)
         shutil.rmtree(sockdir, ignore_errors=True)
     if rc != 0:
-        stopped, status = f"postgres: the server's fast shutdown ended with {rc}" + (stopped and f"; {stopped}"), 1
-    sys.stderr.write(f"{stopped}\n" if stopped else "")
+        shutdown = f"postgres: the server's fast shutdown ended with {rc}"
+        stopped = f"{shutdown}; {stopped}" if stopped else shutdown
+        status = 1
+    if stopped:
+        sys.stderr.write(f"{stopped}\n")
     return status
 
 
@@ -395,18 +378,19 @@ def after_psql_died(res: subprocess.CompletedProcess[bytes], k: int, bin_dir: st
     """psql died in a run with a fault (the server crashed, or the fault could not be switched): the fault
     off, the server's crash recovery awaited; one line, and the exit status (1: the fault never went on)."""
     said = [ln.strip() for ln in res.stderr.decode(errors="replace").splitlines() if ln.strip()] or ["-"]
+    off = ""   # what became of the fault, when it was not simply switched off
     try:
         RECOVER()
-        off = ""
     except Exception as x:  # noqa: BLE001 -- whatever it was, the server must still be shut down
         off = "" if "no fault" in str(x) else f"could NOT be switched off ({type(x).__name__}: {x})"
     if res.returncode == -signal.SIGTERM:  # the script's ``|| kill $PPID``: FAULT_CMD failed, and said why
         return (f"postgres: could not switch the fault around CHECKPOINT {k} (psql killed): {said[-1]}"
                 + (off and f"; the fault {off}"), 1)
-    back, deadline = "the server is not back", time.monotonic() + START_TIMEOUT_S  # it refuses connections ...
-    isready = [os.path.join(bin_dir, "pg_isready"), "-q", "-h", sockdir, "-U", USER, "-d", "postgres", "-t", "5"]
-    while server.poll() is None and time.monotonic() < deadline:  # ... until its crash recovery is over
-        if subprocess.run(isready, check=False, timeout=60).returncode == 0:
+    # the server refuses connections until its crash recovery is over
+    back = "the server is not back"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while server.poll() is None and time.monotonic() < deadline:
+        if accepts_connections(bin_dir, sockdir):
             back = "the server accepts connections again"
             break
         time.sleep(0.2)
@@ -438,10 +422,15 @@ def prepare_main(argv: list[str]) -> int:
     return 0
 
 
-WORKLOAD = Workload(name="postgres", main=main, defaults=dict(DEFAULTS), minimum={"n": 1, "row_bytes": 1},
-                    description="PostgreSQL transactions (INSERT a row + UPDATE a summary row) from one psql session; "
-                                "synchronous_commit=on|off, fsync, full_page_writes; data_sync_retry under an EIO",
-                    choices={"synchronous_commit": SYNC_COMMIT})
+WORKLOAD = Workload(
+    name="postgres",
+    main=main,
+    defaults=dict(DEFAULTS),
+    minimum={"n": 1, "row_bytes": 1},
+    description="PostgreSQL transactions (INSERT a row + UPDATE a summary row) from one psql session; "
+                "synchronous_commit=on|off, fsync, full_page_writes; data_sync_retry under an EIO",
+    choices={"synchronous_commit": SYNC_COMMIT},
+)
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["--prepare"]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 from powercut import CheckInput, CheckResult
 from powercut.checkers import postgres as pgc
 from powercut.errors import UsageError
+from powercut.workloads import pgserver
 from powercut.workloads import postgres as pgw
 
 SEED, SIZE = 7, 300
@@ -87,9 +89,9 @@ def test_the_settings_under_test_reach_postgresql_conf() -> None:
     s = pgw.settings(params(synchronous_commit="OFF", fsync=False, full_page_writes=False))
     assert (s["synchronous_commit"], s["fsync"], s["full_page_writes"]) == ("off", "off", "off")
     assert s["data_sync_retry"] == "off"  # PostgreSQL's default since 11, written out all the same
-    assert "data_sync_retry = on" in pgw.render_conf(pgw.settings(params(data_sync_retry="true"))).splitlines()
+    assert "data_sync_retry = on" in pgserver.render_conf(pgw.settings(params(data_sync_retry="true"))).splitlines()
     assert pgw.settings(params())["fsync"] == "on" and s["autovacuum"] == "off"
-    conf = pgw.render_conf(s).splitlines()
+    conf = pgserver.render_conf(s).splitlines()
     assert "fsync = off" in conf and "full_page_writes = off" in conf and "dynamic_shared_memory_type = sysv" in conf
     assert conf[1].startswith("#")  # a commented block appended after initdb's defaults
 
@@ -277,7 +279,7 @@ def judged(mnt: Path, acked: list[int], begun: tuple[int, ...] = ()) -> CheckRes
 def test_a_real_run_marks_in_order_and_its_data_directory_passes(ran: tuple[Path, list[str]], tmp_path: Path) -> None:
     assert ran[1] == [f"{k}:{i}" for i in range(1, 5) for k in ("begin", "ack")]
     st = os.stat(ran[0] / "pgdata")
-    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == pgw.pwd.getpwnam("postgres").pw_uid
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == pwd.getpwnam("postgres").pw_uid
     assert "fsync = on" in (ran[0] / "pgdata" / "postgresql.conf").read_text()
     mnt = copy_of(ran, tmp_path)
     r = judged(mnt, [1, 2, 3, 4])
