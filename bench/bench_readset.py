@@ -36,6 +36,7 @@ from powercut.check.judge import judge
 from powercut.core.dmlog import open_log
 from powercut.core.selection import select
 from powercut.errors import PowercutError
+from powercut.linux import process
 from powercut.linux.loopdev import LoopDevice
 from powercut.record.recording import load
 from powercut.replay.materialize import materialize
@@ -49,7 +50,7 @@ class Reads:
 
     def __init__(self, dev: str) -> None:
         if not (TRACEFS / "instances").is_dir():
-            os.system(f"mount -t tracefs nodev {TRACEFS} 2>/dev/null")
+            process.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], timeout=60, check=False)
         if not (TRACEFS / "events/block/block_rq_issue").is_dir():
             raise SystemExit("bench_readset: no tracefs with block:block_rq_issue here (mount -t tracefs nodev "
                              f"{TRACEFS}; a kernel with CONFIG_BLK_DEV_IO_TRACE)")

@@ -99,6 +99,7 @@ from powercut.core.selection import (
     select,
     spread,
 )
+from powercut.linux import process
 from powercut.linux.imageio import probe_reflink
 from powercut.replay.materialize import ReplayStats, materialize
 
@@ -194,7 +195,7 @@ def record_real(out: Path, n: int = 200, timeout: float = 900) -> Path:
     """Record append-fsync (n commits) on ext4 with the project's CLI; returns the log path."""
     argv = ["powercut", "record", "--workload", "append-fsync", "--param", f"n={n}", "-o", str(out), "--force"]
     print("recording a real log: " + " ".join(argv), flush=True)
-    subprocess.run(argv, check=True, timeout=timeout)
+    process.run(argv, timeout=timeout)
     return out / "log.bin"
 
 
@@ -275,6 +276,7 @@ def run_child(phase: str, log_path: Path, a: argparse.Namespace, size: int, base
     argv = [sys.executable, os.path.abspath(__file__), "--child", phase, "--log", str(log_path),
             "--ids", str(log_path.with_suffix(".ids.json")), "--workspace", str(a.workspace),
             "--size", str(size), "--walk-states", str(a.walk_states)]
+    # not the runner: the peak memory is os.wait4's rusage of this very child, which process.run does not give
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, env={**os.environ, "PYTHONHASHSEED": "0"})
     timer = threading.Timer(a.timeout, p.kill)
     timer.start()

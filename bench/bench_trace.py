@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import tomllib
 from pathlib import Path
 
+from powercut.linux import process
+
+RECORD_TIMEOUT_S = 3600.0   # one recording, TCG included
 NAMED = (("append-fsync", []), ("wal", ["variant=correct"]), ("filestorage", ["fsync=2"]))
 
 
@@ -28,7 +30,7 @@ def record(workload: str, params: list[str], trace: bool, out: Path) -> tuple[fl
         argv += ["--param", p]
     if not trace:
         argv.append("--no-trace")
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    process.run(argv, timeout=RECORD_TIMEOUT_S)
     m = tomllib.loads((out / "manifest.toml").read_text())
     return (float(m["result"]["workload_s"]), float(m["recording"]["wall_s"]),
             int(m.get("trace", {}).get("bytes", 0)))

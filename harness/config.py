@@ -19,8 +19,28 @@ from powercut.linux import environ, filesystems
 Bus = Literal["virtio", "ahci"]
 Cache = Literal["none", "writeback", "writethrough", "directsync", "unsafe"]
 Transport = Literal["virtiofs", "9p"]
+Accel = Literal["auto", "kvm", "tcg"]
 
 CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
+
+# Defaults written once: the value classes here, the specs that copy them (record/vm's RecordSpec,
+# bench/run's BenchVmSpec and BenchRequest, check/place's Place, the campaigns) and the command line's
+# options (cli/parser.py) all read these (tests/unit/cli/test_defaults.py holds the parser to them).
+DEFAULT_ACCEL: Accel = "auto"       # probe KVM once (cached), else TCG
+DEFAULT_MEMORY_MB = 1024            # a recording or bench VM (a checker VM: check.place.Place's memory_mb)
+DEFAULT_CPUS = 1
+DEFAULT_BUS: Bus = "virtio"
+DEFAULT_TRANSPORT: Transport = "9p"
+DEFAULT_BACKEND = "qemu"            # or libvirt (--backend)
+DEFAULT_LIBVIRT_URI = "qemu:///system"
+RECORD_TIMEOUT_S = 900.0            # a recording VM is killed after this long (--vm-timeout)
+WORKLOAD_TIMEOUT_S = 300.0          # the workload in it (--workload-timeout)
+DEFAULT_CHECK_IN = "vm"             # where states are judged: checker VMs (or host)
+STATE_TIMEOUT_S = 300.0             # one state's limit in a checker VM (--state-timeout)
+DEFAULT_CONFIRM_MODE = "group"      # failing states judged again: a sample of each group (or all)
+BENCH_QEMU_CACHE = "none"           # the bench disk's QEMU cache mode: it honours the guest's flushes
+BENCH_SUITE = "guarantees"          # the bench suite run when no suite, profile or workload is given
+BENCH_OUT = "runs/bench"            # where bench run directories go
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +53,7 @@ class DiskSpec:
 
     path: str
     serial: str
-    bus: Bus = "virtio"
+    bus: Bus = DEFAULT_BUS
     cache: Cache = "unsafe"
     write_cache: bool = True
     readonly: bool = False
@@ -61,13 +81,13 @@ class ShareSpec:
 class VmSpec:
     kernel: str
     initrd: str
-    memory_mb: int = 1024
-    cpus: int = 1
+    memory_mb: int = DEFAULT_MEMORY_MB
+    cpus: int = DEFAULT_CPUS
     disks: tuple[DiskSpec, ...] = ()
     shares: tuple[ShareSpec, ...] = ()
-    transport: Transport = "9p"
+    transport: Transport = DEFAULT_TRANSPORT
     cmdline: tuple[str, ...] = ()
-    accel: Literal["auto", "kvm", "tcg"] = "auto"
+    accel: Accel = DEFAULT_ACCEL
     machine: Literal["auto", "microvm", "q35", "pc"] = "auto"
     timeout_s: float = 600.0
     console_path: str = "console.log"
@@ -111,7 +131,7 @@ class VmSpec:
 
 @dataclass(frozen=True, slots=True)
 class FsSpec:
-    fstype: str = "ext4"
+    fstype: str = filesystems.DEFAULT_FS
     mkfs_opts: tuple[str, ...] = ()
     mount_opts: str = ""
     size_mb: int = 0              # 0: the filesystem's default size
@@ -132,7 +152,7 @@ class WorkloadSpec:
     name: str = ""
     cmd: str = ""
     params: dict[str, Any] = field(default_factory=dict)
-    timeout_s: float = 300.0
+    timeout_s: float = WORKLOAD_TIMEOUT_S
     fault: str = ""                  # the recording's fault plan (core/faults.FaultPlan), canonical text
     trace: bool = True               # trace its durability-relevant system calls (core/syscalls.py) with strace
 

@@ -24,7 +24,19 @@ from powercut.bench import results as benchresults
 from powercut.bench.host import describe, resolve_target, run_on_host
 from powercut.bench.plan import count_items, needs_log_disk, plan
 from powercut.bench.results import TCG_NOTE, BenchMeta, BenchResults, from_sets
-from powercut.config import CACHE_MODES, DiskSpec, FsSpec, RunSet, ShareSpec, VmSpec
+from powercut.config import (
+    BENCH_OUT,
+    BENCH_QEMU_CACHE,
+    BENCH_SUITE,
+    CACHE_MODES,
+    DEFAULT_ACCEL,
+    DEFAULT_MEMORY_MB,
+    DiskSpec,
+    FsSpec,
+    RunSet,
+    ShareSpec,
+    VmSpec,
+)
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import filesystems, jsonlines, process
@@ -43,9 +55,9 @@ Progress = Callable[[int, int, str], None]    # (done, total, label of the item 
 @dataclass(frozen=True, slots=True)
 class BenchVmSpec:
     fs: FsSpec = field(default_factory=FsSpec)
-    qemu_cache: str = "none"
-    accel: str = "auto"
-    memory_mb: int = 1024
+    qemu_cache: str = BENCH_QEMU_CACHE
+    accel: str = DEFAULT_ACCEL
+    memory_mb: int = DEFAULT_MEMORY_MB
     timeout_s: float = 0.0          # 0: estimated from the items
     disk_dir: str = ""              # where the disk images go (default: the run directory)
     image: dict[str, Any] = field(default_factory=dict)
@@ -202,7 +214,7 @@ def _version() -> str:
 
 @dataclass(frozen=True, slots=True)
 class BenchRequest:
-    suites: tuple[str, ...] = ("guarantees",)
+    suites: tuple[str, ...] = (BENCH_SUITE,)
     profiles: tuple[str, ...] = ()
     workload: str = ""
     params: dict[str, Any] = field(default_factory=dict)
@@ -212,7 +224,7 @@ class BenchRequest:
     on_host: str = ""               # a directory or block device: time it on this machine
     toggle: bool = False            # host mode: set the write cache on/off (and restore it)
     raw_ok: bool = False            # host mode: a block device may be written raw
-    out: str = "runs/bench"
+    out: str = BENCH_OUT
     plots: bool = True
 
 

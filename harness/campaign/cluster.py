@@ -29,6 +29,7 @@ from powercut.check.clustervm import check_cluster_vm
 from powercut.check.context import CheckContext, LogSource, context_for
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
+from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S
 from powercut.core import clustersummary
 from powercut.core.disks import DEFAULT_CLUSTER_BOUND, Disks, DisksState
 from powercut.core.dmlog import LogIndex, open_log
@@ -53,12 +54,12 @@ class ClusterCheck:
 
     selection: SelectionSpec = SelectionSpec()
     cluster_bound: int = DEFAULT_CLUSTER_BOUND
-    check_in: str = "vm"
+    check_in: str = DEFAULT_CHECK_IN
     checker_command: str = ""
     force: bool = False
     jobs: int = 0
-    accel: str = "auto"
-    state_timeout_s: float = 300.0
+    accel: str = DEFAULT_ACCEL
+    state_timeout_s: float = STATE_TIMEOUT_S
     check_uris: tuple[str, ...] = ()
     shard: Shard = Shard()
     resume: bool = False

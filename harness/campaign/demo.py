@@ -17,6 +17,7 @@ from typing import Any
 from powercut.bench.results import BenchResults
 from powercut.campaign.matrix import MatrixRun, measure, run_rows
 from powercut.check.place import Place
+from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN
 from powercut.core.selection import DEMO_SELECTION, SelectionSpec
 from powercut.errors import PowercutError
 from powercut.report import cost, html, matrix, seeds
@@ -32,10 +33,10 @@ def showcase_path() -> Path:
 @dataclass(frozen=True, slots=True)
 class DemoSpec:
     out: Path
-    check_in: str = "vm"
+    check_in: str = DEFAULT_CHECK_IN
     jobs: int = 0
     selection: SelectionSpec = DEMO_SELECTION   # per row (its max_states spread over the row's models)
-    accel: str = "auto"
+    accel: str = DEFAULT_ACCEL
     cost: bool = True             # time the rows and the TLPI suite (one bench VM)
     rows_file: Path | None = None
 

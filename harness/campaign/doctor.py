@@ -31,7 +31,6 @@ from powercut.vm.qemu import QEMU
 OK, MISSING, WARN = "ok", "missing", "warn"
 SETUP = "powercut setup"
 LOG_WRITES = "dm_log_writes"
-DEFAULT_FS = "ext4"           # the crash tests' default filesystem: without its tools none runs
 FS_PACKAGE = {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs"}
 
 
@@ -86,7 +85,7 @@ def check_filesystems() -> list[Check]:
             static = f" (and {fs.fsck_static}: a faster fsck)" if fs.fsck_static and _which(fs.fsck_static) else ""
             out.append(Check(OK, what, " and ".join(tools) + static))
         else:
-            status = MISSING if name == DEFAULT_FS else WARN
+            status = MISSING if name == filesystems.DEFAULT_FS else WARN   # without its tools no crash test runs
             out.append(Check(status, what, f"{', '.join(lacking)} not found (Debian package {FS_PACKAGE.get(name, '?')}):"
                                            f" no crash test on {name}", SETUP))
     return out

@@ -18,7 +18,7 @@ from powercut.campaign.clustertriage import ClusterDebug
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check.context import LogSource, context_for
 from powercut.check.place import Place
-from powercut.config import BenchItem, FsSpec, RunSet, WorkloadSpec, disk_latency
+from powercut.config import DEFAULT_ACCEL, BenchItem, FsSpec, RunSet, WorkloadSpec, disk_latency
 from powercut.core.dmlog import open_log
 from powercut.core.models import space
 from powercut.core.selection import SelectionSpec
@@ -174,7 +174,7 @@ def timed_params(row: Row, quick: bool) -> dict[str, Any]:
     return p
 
 
-def measure(rows: list[Row], out: Path, *, quick: bool, accel: str = "auto",
+def measure(rows: list[Row], out: Path, *, quick: bool, accel: str = DEFAULT_ACCEL,
             suites: tuple[str, ...] = ()) -> list[BenchResults]:
     """Time every row's workload with the cache on and off: one bench VM per filesystem; ``suites``
     (e.g. ``tlpi``) are timed in the first one too.  Cluster rows are not timed (a bench VM has one

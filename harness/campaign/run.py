@@ -31,7 +31,7 @@ from powercut.campaign.outdir import check_outdir, prepare_out
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
-from powercut.config import DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
+from powercut.config import DEFAULT_CONFIRM_MODE, DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
 from powercut.core import confirm as confirming
 from powercut.core.coverage import Coverage, judged_only
 from powercut.core.crashmodels.target import NO_TARGET, LieTarget
@@ -67,7 +67,7 @@ class CampaignSpec:
     checker_timeout_s: float = DEFAULT_TIMEOUT_S   # per state
     resume: bool = False
     confirm: bool = True          # judge failures a second time, alone
-    confirm_mode: str = "group"   # group: by failure group (a sample of a large group); all: every failure
+    confirm_mode: str = DEFAULT_CONFIRM_MODE   # group: by failure group (a sample of a large group); all: every failure
     confirm_sample: int = confirming.DEFAULT_SAMPLE   # states judged alone per large group
     shrink: int = DEFAULT_SHRINK  # minimize + blame the first state of the first K failure groups (0: off)
     shrink_budget: int = DEFAULT_SHRINK_BUDGET   # checks per minimization

@@ -14,7 +14,8 @@ from pathlib import Path
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import check_host, require_root
 from powercut.check.hosts import validate_uri
-from powercut.check.vm import VmCheckSpec, WarmVms, check_vm
+from powercut.check.vm import CHECKER_MEMORY_MB, VmCheckSpec, WarmVms, check_vm
+from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
@@ -28,10 +29,10 @@ class Place:
     """``vm`` (the default: checker VMs, a corrupt image never meets the host kernel) or ``host``
     (loop devices on this machine: root, fast, for trusted disposable machines)."""
 
-    check_in: str = "vm"
-    accel: str = "auto"
-    memory_mb: int = 768           # per checker VM
-    state_timeout_s: float = 300.0
+    check_in: str = DEFAULT_CHECK_IN
+    accel: str = DEFAULT_ACCEL
+    memory_mb: int = CHECKER_MEMORY_MB   # per checker VM
+    state_timeout_s: float = STATE_TIMEOUT_S
     uris: tuple[str, ...] = ()     # --check-uri: libvirt hosts the checker VMs boot on (none: QEMU here)
     jobs: int = 0                  # parallel walks (host) or checker VMs (vm, on each URI); 0: one per core
     # one run's checker VMs kept booted between its phases (check -> diagnosis); None: every phase boots

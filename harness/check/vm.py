@@ -29,7 +29,7 @@ from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import split_by_base
 from powercut.check.hosts import CheckHost, Staged
 from powercut.check.vmprogress import Outcome, Progress
-from powercut.config import DiskSpec, ShareSpec, VmSpec
+from powercut.config import DEFAULT_ACCEL, STATE_TIMEOUT_S, DiskSpec, ShareSpec, VmSpec
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
@@ -42,6 +42,7 @@ from powercut.vm.cmdline import keep_visible
 log = logging.getLogger(__name__)
 
 MAX_FAILED_BOOTS = 2
+CHECKER_MEMORY_MB = 768   # one checker VM's memory (check.place.Place, VmCheckSpec)
 SCRATCH_FS = "ext4"  # the guest agent's work filesystem (guest.check)
 Sink = Callable[[Verdict], None]
 T = TypeVar("T")
@@ -51,14 +52,15 @@ T = TypeVar("T")
 class VmCheckSpec:
     kernel: str
     initrd: str
-    accel: str = "auto"
-    memory_mb: int = 768
-    state_timeout_s: float = 300.0
+    accel: str = DEFAULT_ACCEL
+    memory_mb: int = CHECKER_MEMORY_MB
+    state_timeout_s: float = STATE_TIMEOUT_S
     tools_dir: str = ""
     uris: tuple[str, ...] = ()     # libvirt hosts the VMs boot on (--check-uri); none: QEMU here
 
     @staticmethod
-    def default(*, accel: str = "auto", memory_mb: int = 768, state_timeout_s: float = 300.0,
+    def default(*, accel: str = DEFAULT_ACCEL, memory_mb: int = CHECKER_MEMORY_MB,
+                state_timeout_s: float = STATE_TIMEOUT_S,
                 uris: tuple[str, ...] = ()) -> "VmCheckSpec":
         """The checker VM on the default guest image (built, or found cached)."""
         image = build_image()

@@ -53,10 +53,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _bench_request(args: argparse.Namespace):
     from powercut.bench.plan import SUITES
     from powercut.bench.run import BenchRequest, BenchVmSpec
-    from powercut.config import FsSpec
+    from powercut.config import BENCH_SUITE, FsSpec
     from powercut.workload import parse_params
 
-    suites = tuple(args.suites or (() if args.profile or args.workload else ("guarantees",)))
+    suites = tuple(args.suites or (() if args.profile or args.workload else (BENCH_SUITE,)))
     suites = SUITES if "all" in suites else suites
     if args.dry_run and args.on_host:
         raise UsageError("--dry-run shows the VM's QEMU argv; --on-host runs no VM")

@@ -1,14 +1,21 @@
 """The command line's grammar (host): every subcommand, its options, their defaults and help.
 Parsing only -- cli/__init__.py dispatches and prints.  Every numeric option has a type that refuses
-a value out of its range, so a bad value exits 2 like a bad option, before anything runs."""
+a value out of its range, so a bad value exits 2 like a bad option, before anything runs.
+
+A default the library has too is read from the one place it is written (config, checker, core, the
+filesystems table), never repeated here; the defaults that are the parser's own are named in
+tests/unit/cli/test_defaults.py, which holds every option to one or the other."""
 from __future__ import annotations
 
 import argparse
 import shlex
 from collections.abc import Callable
 
-from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
+from powercut import config
+from powercut.checker import DEFAULT_TIMEOUT_S as CHECKER_TIMEOUT_S
 from powercut.core.disks import DEFAULT_CLUSTER_BOUND
+from powercut.core.confirm import DEFAULT_SAMPLE as CONFIRM_SAMPLE
+from powercut.linux import filesystems
 
 MAIN_DEFAULT_OUT = "runs/latest"
 RUN_COMMITS = 8
@@ -82,8 +89,9 @@ def non_negative_float(text: str) -> float:
 
 def accel_option(g: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "VM") -> None:
     """--accel, defined once for every command that boots a VM."""
-    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
-                   help=f"{what} acceleration: auto probes KVM once (cached) and falls back to TCG (default auto)")
+    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default=config.DEFAULT_ACCEL,
+                   help=f"{what} acceleration: auto probes KVM once (cached) and falls back to TCG "
+                        f"(default {config.DEFAULT_ACCEL})")
 
 
 def _preset(command: str):   # -> SelectionSpec
@@ -129,16 +137,38 @@ def selection_from(args: argparse.Namespace, preset: str):   # -> SelectionSpec 
     return _preset(preset).with_(**got)
 
 
+def memory_option(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--memory of a recording or bench VM, defined once."""
+    g.add_argument("--memory", type=at_least(64), default=config.DEFAULT_MEMORY_MB, metavar="MB",
+                   help=f"guest memory (default {config.DEFAULT_MEMORY_MB})")
+
+
+def fs_option(p: argparse.ArgumentParser, what: str) -> None:
+    """--fs of a recording or a bench run, defined once."""
+    p.add_argument("--fs", default=filesystems.DEFAULT_FS,
+                   help=f"{what}: {', '.join(filesystems.names())} (default {filesystems.DEFAULT_FS})")
+
+
+def size_help() -> str:
+    """Each filesystem's data disk size when --size is not given (linux/filesystems.py's table)."""
+    return ", ".join(f"{n} {filesystems.get(n).default_mb}" for n in filesystems.names())
+
+
 def _vm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("VM")
     accel_option(g)
-    g.add_argument("--backend", choices=("qemu", "libvirt"), default="qemu", help="run QEMU directly or via libvirt")
-    g.add_argument("--libvirt-uri", default="qemu:///system", help="libvirt connection URI (default qemu:///system)")
-    g.add_argument("--memory", type=at_least(64), default=1024, metavar="MB", help="guest memory (default 1024)")
-    g.add_argument("--cpus", type=at_least(1), default=1, help="guest CPUs (default 1)")
-    g.add_argument("--bus", choices=("virtio", "ahci"), default="virtio", help="disk bus (ahci for hdparm -W)")
-    g.add_argument("--transport", choices=("9p", "virtiofs"), default="9p", help="how the host root is shared")
-    g.add_argument("--vm-timeout", type=positive_float, default=900.0, metavar="S", help="kill the VM after S seconds")
+    g.add_argument("--backend", choices=("qemu", "libvirt"), default=config.DEFAULT_BACKEND,
+                   help=f"run QEMU directly or via libvirt (default {config.DEFAULT_BACKEND})")
+    g.add_argument("--libvirt-uri", default=config.DEFAULT_LIBVIRT_URI,
+                   help=f"libvirt connection URI (default {config.DEFAULT_LIBVIRT_URI})")
+    memory_option(g)
+    g.add_argument("--cpus", type=at_least(1), default=config.DEFAULT_CPUS, help=f"guest CPUs (default {config.DEFAULT_CPUS})")
+    g.add_argument("--bus", choices=("virtio", "ahci"), default=config.DEFAULT_BUS,
+                   help=f"disk bus (ahci for hdparm -W; default {config.DEFAULT_BUS})")
+    g.add_argument("--transport", choices=("9p", "virtiofs"), default=config.DEFAULT_TRANSPORT,
+                   help=f"how the host root is shared (default {config.DEFAULT_TRANSPORT})")
+    g.add_argument("--vm-timeout", type=positive_float, default=config.RECORD_TIMEOUT_S, metavar="S",
+                   help=f"kill the VM after S seconds (default {config.RECORD_TIMEOUT_S:g})")
 
 
 def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> None:
@@ -150,12 +180,12 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
                    help="inject I/O errors during the recording: eio-writes or eio-range (file=PATH | "
                         "sectors=S+N), on at mark=GLOB[,nth=N] | p=P[,seed=S] | writes=N | after=SECONDS "
                         "(default: from the start), off at until=GLOB (see README, Faults)")
-    p.add_argument("--fs", default="ext4", help="filesystem under test: ext4, xfs or btrfs (default ext4)")
+    fs_option(p, "filesystem under test")
     p.add_argument("--mkfs-opts", type=shell_words, default="", help="extra mkfs options, as one shell-quoted string")
     p.add_argument("--mount-opts", default="", help="mount options (-o)")
     p.add_argument("--size", type=at_least(0), default=0, metavar="MB",
-                   help="data disk size (default: the filesystem's, ext4/btrfs 256, xfs 300)")
-    p.add_argument("--disk-latency", default=str(DEFAULT_DISK_LATENCY), metavar="SETTING",
+                   help=f"data disk size (default: the filesystem's, {size_help()})")
+    p.add_argument("--disk-latency", default=str(config.DEFAULT_DISK_LATENCY), metavar="SETTING",
                    help="the data disk's latency while recording: none (default), nvme, sata-ssd, hdd, or "
                         "write=TIME,flush=TIME (e.g. write=0.1ms,flush=8ms); each at least that slow (dm-delay "
                         "above dm-log-writes; docs/races.md)" + (
@@ -168,7 +198,8 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
                             "(default 1); with N > 1 or several settings: the schedule table, exit 3 if any fails")
     p.add_argument("--no-trace", action="store_true",
                    help="do not trace the workload's system calls (strace; the cause of a failure is then given in blocks only)")
-    p.add_argument("--workload-timeout", type=positive_float, default=300.0, metavar="S", help="kill the workload after S s")
+    p.add_argument("--workload-timeout", type=positive_float, default=config.WORKLOAD_TIMEOUT_S, metavar="S",
+                   help=f"kill the workload after S s (default {config.WORKLOAD_TIMEOUT_S:g})")
     p.add_argument("-o", "--out", required=required_out, default=None if required_out else MAIN_DEFAULT_OUT,
                    help="recording directory" + ("" if required_out else f" (default {MAIN_DEFAULT_OUT})"))
     p.add_argument("--force", action="store_true", help="replace an existing recording directory")
@@ -180,9 +211,10 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
 def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g = p.add_argument_group("checking")
     selection_options(g, preset)
-    g.add_argument("--check-in", choices=("vm", "host"), default="vm",
-                   help="vm (default): a checker VM judges the states, corrupt images never touch the host kernel;"
-                        " host: loop devices on this machine, in parallel (trusted, disposable machines only)")
+    g.add_argument("--check-in", choices=("vm", "host"), default=config.DEFAULT_CHECK_IN,
+                   help="vm: a checker VM judges the states, corrupt images never touch the host kernel; host: loop "
+                        "devices on this machine, in parallel (trusted, disposable machines only) (default "
+                        f"{config.DEFAULT_CHECK_IN})")
     g.add_argument("-j", "--jobs", type=at_least(0), default=0,
                    help="checker VMs (vm) or parallel walks (host) at once (default: one per core)")
     g.add_argument("--check-uri", action="append", dest="check_uris", default=[], metavar="URI",
@@ -190,9 +222,10 @@ def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g.add_argument("--checker", default="", metavar="COMMAND",
                    help="your own checker: gets the input as JSON on stdin, answers {\"verdict\": ..., \"reasons\": [...]} "
                         "as the last line of stdout, or exits 0 (pass) / 1 (fail)")
-    g.add_argument("--state-timeout", type=positive_float, default=300.0, metavar="S", help="VM mode: one state's limit")
-    g.add_argument("--checker-timeout", type=positive_float, default=120.0, metavar="S",
-                   help="the checker's limit per state (default 120); a checker that times out or crashes on each "
+    g.add_argument("--state-timeout", type=positive_float, default=config.STATE_TIMEOUT_S, metavar="S",
+                   help=f"VM mode: one state's limit (default {config.STATE_TIMEOUT_S:g})")
+    g.add_argument("--checker-timeout", type=positive_float, default=CHECKER_TIMEOUT_S, metavar="S",
+                   help=f"the checker's limit per state (default {CHECKER_TIMEOUT_S:g}); a checker that times out or crashes on each "
                         "of the first 3 states stops the check")
     g.add_argument("--require-exhaustive", action="store_true",
                    help="a pass that is not exhaustive (sampled windows, --max-states cap, weakened: ambiguous "
@@ -206,28 +239,28 @@ def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g.add_argument("--shard", type=shard, default=None, metavar="I/N",
                    help="judge only shard I of N of the distinct states (1-based; deterministic, no coordination); "
                         "'powercut merge' joins the shards' outputs")
-    g.add_argument("--confirm", choices=("group", "all"), default="group", dest="confirm_mode",
-                   help="judge failing states a second time, alone: 'group' (default) a sample of each failure group "
-                        "(the whole group when it is small or its sample disagrees), 'all' every failing state")
-    g.add_argument("--confirm-sample", type=at_least(2), default=8, metavar="K",
+    g.add_argument("--confirm", choices=("group", "all"), default=config.DEFAULT_CONFIRM_MODE, dest="confirm_mode",
+                   help="judge failing states a second time, alone: 'group' a sample of each failure group (the "
+                        "whole group when it is small or its sample disagrees), 'all' every failing state (default "
+                        f"{config.DEFAULT_CONFIRM_MODE})")
+    g.add_argument("--confirm-sample", type=at_least(2), default=CONFIRM_SAMPLE, metavar="K",
                    help="states of a large failure group judged alone: its first, its last and seeded others, K in "
-                        "all (default 8)")
+                        f"all (default {CONFIRM_SAMPLE})")
     g.add_argument("--no-confirm", action="store_true",
                    help="do not judge failing states a second time (flaky states then go unnoticed)")
-    g.add_argument("--shrink", type=at_least(0), default=DEFAULT_SHRINK, metavar="K",
+    g.add_argument("--shrink", type=at_least(0), default=config.DEFAULT_SHRINK, metavar="K",
                    help="minimize and blame the first state of the first K failure groups, each saved as a repro "
-                        f"bundle (default {DEFAULT_SHRINK}; 0: off)")
-    g.add_argument("--shrink-budget", type=at_least(1), default=DEFAULT_SHRINK_BUDGET, metavar="N",
-                   help=f"checks per minimization (default {DEFAULT_SHRINK_BUDGET})")
+                        f"bundle (default {config.DEFAULT_SHRINK}; 0: off)")
+    g.add_argument("--shrink-budget", type=at_least(1), default=config.DEFAULT_SHRINK_BUDGET, metavar="N",
+                   help=f"checks per minimization (default {config.DEFAULT_SHRINK_BUDGET})")
 
 
 BENCH_SUITES = ("guarantees", "tlpi", "zodb-fsync", "commit", "flush-cost", "pg", "overhead", "all")
-BENCH_DEFAULT_OUT = "runs/bench"
 
 
 def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", action="append", dest="suites", metavar="NAME",
-                   help=f"a seed suite (repeat): {', '.join(BENCH_SUITES)} (default: guarantees, "
+                   help=f"a seed suite (repeat): {', '.join(BENCH_SUITES)} (default: {config.BENCH_SUITE}, "
                         "unless --profile or --workload is given)")
     p.add_argument("--profile", action="append", default=[], metavar="NAME", help="a fio profile by name (repeat)")
     p.add_argument("--workload", default="", help="time a registered workload (timing mode: its acks are timestamps)")
@@ -235,23 +268,22 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="few profiles, small sizes: seconds per run under TCG (CI)")
     p.add_argument("--cache", choices=("both", "on", "off"), default="both",
                    help="the disk write cache settings to time (default both)")
-    p.add_argument("--fs", default="ext4", help="filesystem made fresh for each run set (default ext4)")
+    fs_option(p, "filesystem made fresh for each run set")
     p.add_argument("--mkfs-opts", type=shell_words, default="", help="extra mkfs options, as one shell-quoted string")
     p.add_argument("--mount-opts", default="", help="mount options (-o)")
     p.add_argument("--size", type=at_least(0), default=0, metavar="MB", help="data disk size (default: the filesystem's)")
-    p.add_argument("-o", "--out", default=BENCH_DEFAULT_OUT,
-                   help=f"a run directory is made under it (default {BENCH_DEFAULT_OUT})")
+    p.add_argument("-o", "--out", default=config.BENCH_OUT, help=f"a run directory is made under it (default {config.BENCH_OUT})")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     p.add_argument("--no-plot", action="store_true", help="no PNG/SVG plots")
     p.add_argument("--list", action="store_true", help="list the suites and fio profiles and stop")
     p.add_argument("--dry-run", action="store_true", help="print the exact QEMU argv and stop")
     g = p.add_argument_group("VM (default: the disk is an emulated AHCI drive, so hdparm -W reaches it)")
-    g.add_argument("--qemu-cache", default="none", metavar="MODE",
-                   help="QEMU cache mode of the disk: none (default), writeback, writethrough, directsync "
-                        "(never unsafe: it drops the flushes being timed)")
+    g.add_argument("--qemu-cache", default=config.BENCH_QEMU_CACHE, metavar="MODE",
+                   help=f"QEMU cache mode of the disk: {', '.join(m for m in config.CACHE_MODES if m != 'unsafe')} "
+                        f"(default {config.BENCH_QEMU_CACHE}; never unsafe: it drops the flushes being timed)")
     g.add_argument("--disk-dir", default="", metavar="DIR", help="where the disk image goes (default: the run directory)")
     accel_option(g, "bench VM")
-    g.add_argument("--memory", type=at_least(64), default=1024, metavar="MB", help="guest memory (default 1024)")
+    memory_option(g)
     g.add_argument("--vm-timeout", type=non_negative_float, default=0.0, metavar="S", help="kill the VM after S s (default: estimated)")
     g.add_argument("--kernel-package", default="", help="pin the guest kernel package")
     h = p.add_argument_group("host mode (no VM: time this machine's own disk)")
@@ -354,7 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("path", help="a repro bundle directory (check/bundles/NN-...) or a recording directory")
     rr.add_argument("--state", default="", help="the state id (required for a recording; a bundle: its minimized state)")
     rr.add_argument("--keep-image", default="", metavar="FILE", help="also write the state's image (unrecovered) to FILE")
-    rr.add_argument("--check-in", choices=("vm", "host"), default="vm", help="where to judge it (default vm)")
+    rr.add_argument("--check-in", choices=("vm", "host"), default=config.DEFAULT_CHECK_IN,
+                    help=f"where to judge it (default {config.DEFAULT_CHECK_IN})")
     rr.add_argument("--shell", action="store_true",
                     help="then open a shell on this terminal in a checker VM, the state recovered and mounted")
     accel_option(rr, "checker VM")
@@ -383,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     dm = sub.add_parser("demo", help="the main job: the three named workloads, each durable and broken, checked in "
                         "checker VMs and timed with the cache on and off; one report.html")
     dm.add_argument("-o", "--out", default="runs/demo", help="where recordings and results go (default runs/demo)")
-    dm.add_argument("--check-in", choices=("vm", "host"), default="vm", help="where to judge the states (default vm)")
+    dm.add_argument("--check-in", choices=("vm", "host"), default=config.DEFAULT_CHECK_IN,
+                    help=f"where to judge the states (default {config.DEFAULT_CHECK_IN})")
     dm.add_argument("-j", "--jobs", type=at_least(0), default=0, help="checker VMs at once (default: one per core)")
     selection_options(dm, "demo", models=False)
     dm.add_argument("--no-cost", action="store_true", help="skip the timings (no bench VM)")

@@ -79,7 +79,7 @@ class SelectionSpec:
     torn_samples: int = 4
     max_states: int = 0
     lie_file: str = ""   # the lying-disk models lie only about this file of the program's (its blocks from
-    #                      the recording's file map: core/lies.target_program); "": anywhere, its blocks first
+    #                      the recording's file map: campaign/run.lie_target_of); "": anywhere, its blocks first
 
     def __post_init__(self) -> None:
         if not self.models:

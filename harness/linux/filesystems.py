@@ -65,6 +65,8 @@ def join_opts(*parts: str) -> str:
     return ",".join(seen)
 
 
+DEFAULT_FS = "ext4"   # the filesystem under test when none is given (--fs, FsSpec), the one doctor insists on
+
 FILESYSTEMS: dict[str, Filesystem] = {
     "ext4": Filesystem(
         "ext4", ("mkfs.ext4", "-F", "-q"), ("e2fsck", "-fn"), frozenset({0}),

@@ -27,7 +27,6 @@ import fcntl
 import json
 import logging
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -154,7 +153,7 @@ def _start_guardian() -> None:
         if _guardian is not None and _guardian.poll() is None:
             return
         _guardian = process.Spawned([sys.executable, "-m", "powercut.linux.loopcache", str(os.getpid())],
-                                    stdin=subprocess.PIPE, survives_interrupt=True)
+                                    stdin=process.PIPE, survives_interrupt=True)
 
 
 def main(argv: list[str]) -> int:

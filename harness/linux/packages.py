@@ -8,18 +8,38 @@ ci/setup.sh runs this very file before powercut is installed (``python3 harness/
 --dev``: libvirt-python, one of the checkout's Python dependencies, builds against libvirt-dev), so
 the list lives here and nowhere else.
 
-Standard library only (it runs as a script from a checkout); ``plan`` is pure, ``install`` the
-adapter that runs dpkg-query and apt-get."""
+Run as a script from a checkout, it needs the standard library only: ``powercut`` is then the
+checkout's harness/ directory, loaded by path (its ``__init__``, ``errors`` and ``linux/process``
+import nothing else), so dpkg-query and apt-get go through the one runner, linux/process.py, either
+way.  ``plan`` is pure, ``install`` the adapter that runs dpkg-query and apt-get."""
 from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+
+def checkout_package() -> None:
+    """Run as a script (ci/setup.sh, before powercut is installed): make ``powercut`` this checkout's
+    harness/ directory, found by path; imported as powercut.linux.packages: nothing to do."""
+    if __package__ or "powercut" in sys.modules:
+        return
+    harness = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("powercut", os.path.join(harness, "__init__.py"),
+                                                  submodule_search_locations=[harness])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no powercut package at {harness}")
+    sys.modules["powercut"] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+checkout_package()
+from powercut.linux import process  # noqa: E402  (after checkout_package: the script's powercut is its checkout)
 
 # groups: "crash" -- a crash test needs it (``powercut setup`` and ``doctor``); "bench" -- powercut
 # bench (``powercut setup`` installs it too); "dev" -- powercut's own test suite and workloads
@@ -62,6 +82,8 @@ PACKAGES = (
 )
 
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
+APT_TIMEOUT_S = 3600.0      # one apt-get update or install (a fresh machine downloads a few hundred MB)
+QUERY_TIMEOUT_S = 60.0      # dpkg-query
 INSTALL = ("apt-get", "install", "-y", "-q", "--no-install-recommends")
 UPDATE = ("apt-get", "update", "-q")
 
@@ -100,8 +122,8 @@ def installed(wanted: list[str]) -> set[str]:
     """Which of ``wanted`` dpkg says are installed (empty where there is no dpkg)."""
     if not shutil.which("dpkg-query") or not wanted:
         return set()
-    r = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *wanted], capture_output=True,
-                       text=True, check=False)
+    r = process.run(["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *wanted], timeout=QUERY_TIMEOUT_S,
+                    check=False)
     return parse_dpkg_query(r.stdout)
 
 
@@ -123,10 +145,11 @@ def apt_ready() -> None:
 
 
 def _run(argv: tuple[str, ...]) -> None:
-    r = subprocess.run(argv, env={**os.environ, **APT_ENV}, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
+    r = process.run(argv, env={**os.environ, **APT_ENV}, timeout=APT_TIMEOUT_S, check=False)
+    if not r.ok:
         tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
-        raise InstallError(f"{' '.join(argv[:2])} exited {r.returncode}:\n{tail}")
+        how = f"timed out after {APT_TIMEOUT_S:g} s" if r.timed_out else f"exited {r.returncode}"
+        raise InstallError(f"{' '.join(argv[:2])} {how}:\n{tail}")
 
 
 def install(wanted: list[str], *, dry_run: bool = False, say: Callable[[str], None] = print) -> list[str]:

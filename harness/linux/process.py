@@ -24,6 +24,7 @@ from powercut.errors import CommandFailed, EnvironmentNotReady
 log = logging.getLogger(__name__)
 
 TAIL_CHARS = 4000
+PIPE = subprocess.PIPE   # a Spawned child's stdin/stdout as a pipe (its callers import no subprocess)
 SHELL = "/bin/sh"
 
 _live: set[int] = set()

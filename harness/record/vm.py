@@ -17,7 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from powercut import workload as workloads
-from powercut.config import DEFAULT_DISK_LATENCY, DiskSpec, FsSpec, ShareSpec, VmSpec, WorkloadSpec, to_dict
+from powercut.config import (
+    DEFAULT_ACCEL,
+    DEFAULT_BACKEND,
+    DEFAULT_BUS,
+    DEFAULT_CPUS,
+    DEFAULT_DISK_LATENCY,
+    DEFAULT_LIBVIRT_URI,
+    DEFAULT_MEMORY_MB,
+    DEFAULT_TRANSPORT,
+    RECORD_TIMEOUT_S,
+    DiskSpec,
+    FsSpec,
+    ShareSpec,
+    VmSpec,
+    WorkloadSpec,
+    to_dict,
+)
 from powercut.core.dmlog import open_log
 from powercut.core.faultwindows import Faults
 from powercut.core.latency import DiskLatency
@@ -41,14 +57,14 @@ class RecordSpec:
     fs: FsSpec = field(default_factory=FsSpec)
     workload: WorkloadSpec = WorkloadSpec(name="append-fsync")
     log_size_mb: int = 0          # 0: sized from the data disk
-    memory_mb: int = 1024
-    cpus: int = 1
-    bus: str = "virtio"
-    transport: str = "9p"
-    accel: str = "auto"
-    timeout_s: float = 900.0
-    backend: str = "qemu"
-    libvirt_uri: str = "qemu:///system"
+    memory_mb: int = DEFAULT_MEMORY_MB
+    cpus: int = DEFAULT_CPUS
+    bus: str = DEFAULT_BUS
+    transport: str = DEFAULT_TRANSPORT
+    accel: str = DEFAULT_ACCEL
+    timeout_s: float = RECORD_TIMEOUT_S
+    backend: str = DEFAULT_BACKEND
+    libvirt_uri: str = DEFAULT_LIBVIRT_URI
     image: dict[str, Any] = field(default_factory=dict)
     latency: DiskLatency = DEFAULT_DISK_LATENCY   # the data disk's write and flush latency (core/latency.py)
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from powercut.config import VmSpec
+from powercut.config import DEFAULT_LIBVIRT_URI, VmSpec
 from powercut.errors import EnvironmentNotReady, GuestHang, QemuCrashed, VmError
 from powercut.linux import environ
 from powercut.vm import accel as _accel
@@ -214,7 +214,7 @@ def create_domain(libvirt, conn, xml: str):
 
 # ---------------------------------------------------------------- running a VmSpec
 
-def run_vm_libvirt(spec: VmSpec, *, uri: str = "qemu:///system", accel: str | None = None,
+def run_vm_libvirt(spec: VmSpec, *, uri: str = DEFAULT_LIBVIRT_URI, accel: str | None = None,
                    rundir: Path | None = None, start_marker: Path | None = None,
                    watchdog: Callable[[], str | None] | None = None, mirror: Mirror | None = None) -> VmResult:
     """Boot ``spec`` as a transient libvirt domain and wait for it; return the guest's exit status or
