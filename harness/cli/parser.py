@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from powercut import config
 from powercut.checker import DEFAULT_TIMEOUT_S as CHECKER_TIMEOUT_S
-from powercut.core.disks import DEFAULT_CLUSTER_BOUND
 from powercut.core.confirm import DEFAULT_SAMPLE as CONFIRM_SAMPLE
+from powercut.core.disks import DEFAULT_CLUSTER_BOUND
 from powercut.linux import filesystems
 
 MAIN_DEFAULT_OUT = "runs/latest"
