@@ -8,11 +8,13 @@ can be told from a harness problem.  A lying-disk state with an unreadable secto
 device-mapper layer that fails reads there (linux/badsector.py)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
 import os
 import time
+from collections.abc import Sequence
 
 from powercut.check.context import CheckContext
 from powercut.checker import CheckInput, CheckResult
@@ -39,61 +41,98 @@ def fsck(ctx: CheckContext, device: str) -> tuple[bool, str]:
 
 
 def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdict:
-    """The verdict for one state whose image is the block device ``device``.  A lying-disk state
-    (core/lies.py): judged over its unreadable sector's EIO layer, if it has one, and its verdict
-    read as "noticed or served" (verdict.lie_verdict)."""
-    with unreadable(device, unreadable_of(state)) as dev:
-        v = _judge(ctx, dev, state, mnt)
-    seen = lie_verdict(v.verdict, state.model)
-    return v if seen == v.verdict else dataclasses.replace(v, verdict=seen, reasons=(*v.reasons, f"({v.verdict} under "
-                                                                                      f"a lying disk is {seen})"))
+    """The verdict for one disk's state whose image is the block device ``device`` (``judge_disks``
+    of one disk)."""
+    return judge_disks(ctx, (device,), (state,), (mnt,), sid=state.id, model=state.model, at=state.cut)
 
 
-def _judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdict:
-    t0 = time.monotonic()
+def judge_disks(ctx: CheckContext, devices: Sequence[str], states: Sequence[CrashState], mnts: Sequence[str], *,
+                sid: str, model: str, at: int, t0: float | None = None) -> Verdict:
+    """The verdict for one state of N >= 1 disks (one disk's, or each node's of a cluster state:
+    core/disks.DisksState) whose images are the block devices ``devices``, mounted at ``mnts``.
+    ``sid``, ``model``: the state's; ``at``: where it lies (one disk: its cut; a cluster: its
+    instant); ``t0``: when its judging began (default: now).
+
+    Every disk is mounted in turn (the kernel recovers each).  A disk that fails to mount is the
+    state's finding (``mount-failed``) with the kernel's words and that disk's fsck; the checker
+    does not run then.  Else the workload's checker is given every mount (``CheckInput.mounts``
+    for several disks, the first as ``mount``); a failure of a recording with injected I/O errors
+    is judged again with the acks made before the first error (``after_error``); every disk is
+    unmounted and fsck'd read-only, and a disk's fsck error makes a passing state ``fsck-error``.
+    A lying-disk state (core/lies.py) is judged over its unreadable sector's EIO layer, if it has
+    one, and its verdict read as "noticed or served" (verdict.lie_verdict).  With several disks
+    each reason about one disk names it (``node i: ``)."""
+    t0 = time.monotonic() if t0 is None else t0
+    with contextlib.ExitStack() as layers:
+        devs = [layers.enter_context(unreadable(dev, unreadable_of(s))) for dev, s in zip(devices, states)]
+        v = _judge(ctx, devs, states, mnts, sid, model, at, t0)
+    seen = lie_verdict(v.verdict, model)
+    if seen == v.verdict:
+        return v
+    return dataclasses.replace(v, verdict=seen, reasons=(*v.reasons, f"({v.verdict} under a lying disk is {seen})"))
+
+
+def _judge(ctx: CheckContext, devs: Sequence[str], states: Sequence[CrashState], mnts: Sequence[str], sid: str,
+           model: str, at: int, t0: float) -> Verdict:
     reasons: list[str] = []
+    first = states[0]   # every disk's state tells the same keys (one instant)
+    several = len(devs) > 1
+
+    def node(i: int) -> str:
+        return f"node {i}: " if several else ""
 
     def done(verdict: str) -> Verdict:
-        return Verdict(state.id, state.model, state.cut, verdict, tuple(reasons), len(state.acks), len(state.begun),
+        return Verdict(sid, model, at, verdict, tuple(reasons), len(first.acks), len(first.begun),
                        round(time.monotonic() - t0, 3))
 
-    os.makedirs(mnt, exist_ok=True)
-    kmsg = KernelLog()
+    mounted: list[str] = []
     t_mount = time.monotonic()
     try:
-        mount(device, mnt, ctx.fs.name, ctx.state_mount_opts)
-    except MountError as e:
-        reasons.append(f"mount failed: {e.one_line()}")
-        reasons.extend(f"kernel: {line}" for line in kmsg.lines_about(device, ctx.fs.name))
-        ok, report = fsck(ctx, device)
-        reasons.append(f"fsck: {report}")
-        return done("mount-failed")
-    finally:
-        kmsg.close()
-    t_checker = time.monotonic()
-    try:
+        for i, (dev, mnt) in enumerate(zip(devs, mnts)):
+            os.makedirs(mnt, exist_ok=True)
+            kmsg = KernelLog()
+            try:
+                mount(dev, mnt, ctx.fs.name, ctx.state_mount_opts)
+            except MountError as e:
+                reasons.append(f"{node(i)}mount failed: {e.one_line()}")
+                reasons.extend(f"{node(i)}kernel: {line}" for line in kmsg.lines_about(dev, ctx.fs.name))
+                for m in reversed(mounted):
+                    unmount(m)
+                mounted = []
+                ok, report = fsck(ctx, dev)
+                reasons.append(f"{node(i)}fsck: {report}")
+                return done("mount-failed")
+            finally:
+                kmsg.close()
+            mounted.append(mnt)
+        t_checker = time.monotonic()
         try:
             # CheckInput makes a KeyPrefix (state.acks) a tuple
-            result = ctx.checker.run(CheckInput(mnt, state.acks, state.begun, ctx.params, state.id))  # type: ignore[arg-type]
+            given = CheckInput(mnts[0], first.acks, first.begun, ctx.params, sid,  # type: ignore[arg-type]
+                               mounts=tuple(mnts) if several else ())
+            result = ctx.checker.run(given)
             if result.verdict in AFTER_ERROR_FROM:
-                result = after_error(ctx, state, mnt, result)
+                result = after_error(ctx, first, given, result)
         except CheckerError:    # the checker cannot run or answers no verdict: the harness's error
             raise
         except Exception as e:  # a checker's bug is that state's finding, not the campaign's end
-            log.exception("checker crashed on %s", state.id)
+            log.exception("checker crashed on %s", sid)
             result = CheckResult("checker-crashed", (f"{type(e).__name__}: {e}",))
     finally:
         t_umount = time.monotonic()
-        unmount(mnt)
+        for m in reversed(mounted):
+            unmount(m)
     reasons.extend(result.reasons)
+    verdict = result.verdict
     t_fsck = time.monotonic()
-    ok, report = fsck(ctx, device)
-    log.debug("%s: mount %.3f checker %.3f umount %.3f fsck %.3f s", state.id, t_checker - t_mount,
+    for i, dev in enumerate(devs):
+        ok, report = fsck(ctx, dev)
+        if not ok:
+            reasons.append(f"{node(i)}fsck: {report}")
+            verdict = verdict if verdict != "pass" else "fsck-error"
+    log.debug("%s: mount %.3f checker %.3f umount %.3f fsck %.3f s", sid, t_checker - t_mount,
               t_umount - t_checker, t_fsck - t_umount, time.monotonic() - t_fsck)
-    if not ok:
-        reasons.append(f"fsck: {report}")
-        return done(result.verdict if result.verdict != "pass" else "fsck-error")
-    return done(result.verdict)
+    return done(verdict)
 
 
 AFTER_ERROR_FROM = ("fail", "lost-ack", "corrupt-data")
@@ -118,7 +157,7 @@ def unmount(mnt: str) -> None:
     umount(mnt)
 
 
-def after_error(ctx: CheckContext, state: CrashState, mnt: str, result: CheckResult) -> CheckResult:
+def after_error(ctx: CheckContext, state: CrashState, given: CheckInput, result: CheckResult) -> CheckResult:
     """A failing state of a recording with injected I/O errors, judged again (same mount) with only
     the acks a program that stops at its first error could have made (core/faultwindows.py): passing
     then, it fails because of acks made after an error -- ``acked-after-error``.  Otherwise the
@@ -128,7 +167,7 @@ def after_error(ctx: CheckContext, state: CrashState, mnt: str, result: CheckRes
         return result
     dropped = state.acks[len(trusted):]
     begun = tuple(dict.fromkeys((*state.begun, *dropped)))
-    again = ctx.checker.run(CheckInput(mnt, trusted, begun, ctx.params, state.id))
+    again = ctx.checker.run(dataclasses.replace(given, acked=trusted, begun=begun))
     if again.verdict != "pass":
         return result
     key = dropped[0]

@@ -2,8 +2,8 @@
 image rebuilt from its own log with the one-disk machinery (replay.materialize over a dm-snapshot
 provider: a pristine walked forward in log order per node, a dm-snapshot clone of it per cluster
 state, so a mount's recovery never writes the pristine), every node mounted at once, the workload's
-checker given every mount, every node fsck'd -- ``check.cluster.judge_cluster``, host mode's own
-judge, so the verdicts and reasons are host mode's.  One progress line before and one after each
+checker given every mount, every node fsck'd -- ``check.judge.judge_disks``, the one judge of host
+mode and of one disk, so the verdicts and reasons are host mode's.  One progress line before and one after each
 state, as for one disk (the host blames a panic or a hang on the state in progress).
 
 Cluster states come in product order (the last node changes fastest), so one node's states are not
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from powercut.check.cluster import judge_cluster
+from powercut.check.judge import judge_disks
 from powercut.core.disks import Disks
 from powercut.core.dmlog import open_log
 from powercut.guest.check import WORK, prepared
@@ -59,7 +59,7 @@ def cluster_check(job: ClusterCheckJob, jobdir: Path) -> dict[str, Any]:
             t0 = time.monotonic()
             devs = [str(node.next_image()) for node in nodes]
             log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t0)
-            v = judge_cluster(ctx, devs, state, mnts, t0)
+            v = judge_disks(ctx, devs, state.nodes, mnts, sid=state.id, model=state.model, at=state.instant, t0=t0)
             progress.add({"verdict": v.to_json()})
             n += 1
         walks = [{"walks": node.walks, "walk_entries": node.stats.walk_entries, "walk_mb": node.stats.walk_bytes >> 20,

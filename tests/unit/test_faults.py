@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from powercut.check.judge import after_error
-from powercut.checker import CheckResult
+from powercut.checker import CheckInput, CheckResult
 from powercut.core.crashstate import CrashState
 from powercut.core.faultwindows import FAULT_OFF, Faults, Window, on_mark, parse_on
 from powercut.faults import table
@@ -117,9 +117,15 @@ def _state(acks):
                       epoch=0)
 
 
+def _given(state):
+    """What the checker was given the first time (the state's mount and keys)."""
+    return CheckInput("/mnt", state.acks, state.begun, {}, state.id)
+
+
 def test_a_state_failing_only_through_acks_after_an_error_is_acked_after_error():
     chk = _Checker(lost={"1"})
-    got = after_error(_Ctx(Faults.from_marks(MARKS), chk), _state(["0", "1", "2"]), "/mnt",
+    state = _state(["0", "1", "2"])
+    got = after_error(_Ctx(Faults.from_marks(MARKS), chk), state, _given(state),
                       CheckResult("lost-ack", ("acked [1] lost",)))
     assert got.verdict == "acked-after-error" and "commit 1" in got.reasons[0] and "lost-ack" in got.reasons[0]
     assert chk.calls == [(("0",), ("0", "1", "2"))]     # judged again with the trusted acks only
@@ -128,8 +134,9 @@ def test_a_state_failing_only_through_acks_after_an_error_is_acked_after_error()
 def test_a_failure_of_a_trusted_ack_keeps_its_verdict():
     chk = _Checker(lost={"0"})
     first = CheckResult("lost-ack", ("acked [0] lost",))
-    assert after_error(_Ctx(Faults.from_marks(MARKS), chk), _state(["0", "1"]), "/mnt", first) is first
-    assert after_error(_Ctx(Faults(), chk), _state(["0", "1"]), "/mnt", first) is first     # no faults: as said
+    state = _state(["0", "1"])
+    assert after_error(_Ctx(Faults.from_marks(MARKS), chk), state, _given(state), first) is first
+    assert after_error(_Ctx(Faults(), chk), state, _given(state), first) is first     # no faults: as said
 
 
 def test_outside_a_recording_a_fault_is_one_clear_error_and_in_timing_mode_a_no_op(monkeypatch, tmp_path):

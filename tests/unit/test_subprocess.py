@@ -20,6 +20,7 @@ PLUGIN = ("a plug-in: workloads/ and checkers/ import only powercut's public API
 ALLOWED = {
     "workloads/postgres.py": PLUGIN,
     "workloads/pgsync.py": PLUGIN,
+    "workloads/pgserver.py": PLUGIN,
     "workloads/etcd.py": PLUGIN,
     "workloads/etcdcluster.py": PLUGIN,
     "checkers/postgres.py": PLUGIN,
