@@ -12,7 +12,7 @@ from typing import Any, Literal
 import tomli_w
 
 from powercut.core.faultwindows import FaultPlan
-from powercut.core.latency import DiskLatency, LatencyError
+from powercut.core.latency import DiskLatency, DisksLatency, LatencyError
 from powercut.errors import UsageError
 from powercut.linux import environ, filesystems
 
@@ -174,15 +174,28 @@ DEFAULT_SHRINK = 3   # failure groups minimized and blamed (CLI, library and pyt
 DEFAULT_SHRINK_BUDGET = 60   # judgments one minimization may take (a cluster's nodes share them)
 # the recording's data-disk latency (core/latency.py): none, a preset, or write=...,flush=... -- the one
 # default of record/run's --disk-latency, the pytest marker's disk_latency and a matrix row's disk_latency
-DEFAULT_DISK_LATENCY = DiskLatency()
+DEFAULT_DISK_LATENCY = DisksLatency()
 
 
-def disk_latency(text: str | DiskLatency, where: str = "--disk-latency") -> DiskLatency:
-    """A latency setting read as a user gave it: a bad one is one UsageError line naming ``where``."""
-    if isinstance(text, DiskLatency):
+def disk_latency(text: str | DiskLatency | DisksLatency, where: str = "--disk-latency") -> DisksLatency:
+    """A latency setting read as a user gave it (one for every disk, or per node: core/latency.DisksLatency):
+    a bad one is one UsageError line naming ``where``."""
+    if isinstance(text, DisksLatency):
         return text
+    if isinstance(text, DiskLatency):
+        return DisksLatency(text)
     try:
-        return DiskLatency.parse(str(text))
+        return DisksLatency.parse(str(text))
+    except LatencyError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
+def disk_latency_for(text: str | DiskLatency | DisksLatency, disks: int, where: str = "--disk-latency") -> DisksLatency:
+    """``disk_latency`` for a recording of ``disks`` data disks, in its canonical form; a node it
+    names beyond them is one UsageError line naming ``where``."""
+    lat = disk_latency(text, where)
+    try:
+        return lat.for_disks(disks)
     except LatencyError as e:
         raise UsageError(f"{where}: {e}") from None
 

@@ -26,7 +26,7 @@ from powercut.campaign.run import CampaignSpec, run_campaign, split_settings
 from powercut.check.host import require_root
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
-from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency
+from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency_for
 from powercut.core.disks import MAX_NODES
 from powercut.core.faultwindows import FaultPlan
 from powercut.core.selection import SelectionSpec
@@ -100,11 +100,11 @@ class CrashTest:
                 FaultPlan.parse(self.fault)
             except ValueError as e:
                 raise UsageError(f"{self.name}: fault={self.fault!r}: {e}") from None
-        disk_latency(self.disk_latency, f"{self.name}: disk_latency")
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
             raise UsageError(f"{self.name}: nodes={self.nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
-        if self.nodes > 1 and (self.fault or self.disk_latency != str(DEFAULT_DISK_LATENCY)):
-            raise UsageError(f"{self.name}: nodes={self.nodes}: a cluster crash test takes no fault or disk_latency yet")
+        disk_latency_for(self.disk_latency, self.nodes, f"{self.name}: disk_latency")
+        if self.nodes > 1 and self.fault:
+            raise UsageError(f"{self.name}: nodes={self.nodes}: a cluster crash test takes no fault yet")
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -124,7 +124,7 @@ class CrashTest:
                                     size_mb=self.size_mb),
                           workload=WorkloadSpec(name="", cmd=self.workload_cmd, params=dict(self.params),
                                                 timeout_s=self.workload_timeout_s, fault=self.fault),
-                          accel=self.place.accel, latency=disk_latency(self.disk_latency))
+                          accel=self.place.accel, latency=disk_latency_for(self.disk_latency, self.nodes))
 
     def campaign(self) -> CampaignSpec:
         return CampaignSpec(selection=self.selection, place=self.place, checker_command=self.checker_cmd,

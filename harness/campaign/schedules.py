@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.core.latency import DiskLatency
+from powercut.core.latency import DisksLatency
 from powercut.core.selection import SEED_AUTO
 from powercut.errors import PowercutError
 from powercut.record.vm import RecordSpec, record
@@ -35,7 +35,7 @@ ERROR = "error"   # a schedule whose recording or check did not finish
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """One recording of the set: its disk latency, which repeat it is, its sampling seed."""
-    latency: DiskLatency
+    latency: DisksLatency
     repeat: int = 0
     seed: int = 0
 
@@ -49,7 +49,7 @@ class Schedule:
         return f"{base}-{self.repeat + 1}"
 
 
-def plan(latencies: tuple[DiskLatency, ...], repeat: int = 1, seed: int = 0) -> list[Schedule]:
+def plan(latencies: tuple[DisksLatency, ...], repeat: int = 1, seed: int = 0) -> list[Schedule]:
     """Every setting ``repeat`` times, setting by setting; repeat k samples with ``seed + k`` (auto
     stays auto: each campaign draws and prints its own)."""
     if repeat < 1:

@@ -188,7 +188,8 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
     p.add_argument("--disk-latency", default=str(config.DEFAULT_DISK_LATENCY), metavar="SETTING",
                    help="the data disk's latency while recording: none (default), nvme, sata-ssd, hdd, or "
                         "write=TIME,flush=TIME (e.g. write=0.1ms,flush=8ms); each at least that slow (dm-delay "
-                        "above dm-log-writes; docs/races.md)" + (
+                        "above dm-log-writes; docs/races.md); with --nodes, one node's: NODE=SETTING, joined by + "
+                        "(1=hdd: node 1 only; nvme+1=hdd: node 1 hdd, the others nvme)" + (
                         "; run: several, comma-separated (none,hdd), each recorded and judged: a schedule "
                         "table says which verdicts differ" if not required_out else ""))
     p.add_argument("--log-size", type=at_least(0), default=0, metavar="MB", help="log disk size (default 4x data + 64)")

@@ -12,7 +12,7 @@ from typing import Any
 from powercut.cli.check import cmd_check
 from powercut.cli.inspect import print_stats
 from powercut.cli.parser import MAIN_DEFAULT_OUT, RUN_COMMITS
-from powercut.core.latency import layer_phrase
+from powercut.core.latency import recorded_phrase
 from powercut.errors import OptionError, PowercutError, UsageError
 from powercut.linux import interrupt
 
@@ -21,7 +21,7 @@ log = logging.getLogger("powercut")
 
 def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     from powercut import workload as workloads
-    from powercut.config import FsSpec, WorkloadSpec, disk_latency
+    from powercut.config import FsSpec, WorkloadSpec, disk_latency_for
     from powercut.record.vm import RecordSpec
     from powercut.workload import parse_params
 
@@ -45,8 +45,8 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
         raise OptionError(str(e)) from None
     wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=params,
                       timeout_s=args.workload_timeout, fault=args.fault, trace=not args.no_trace)
-    try:   # a bad --disk-latency is a bad option value (exit 2)
-        latency = disk_latency(args.disk_latency)
+    try:   # a bad --disk-latency (or a node it names beyond --nodes) is a bad option value (exit 2)
+        latency = disk_latency_for(args.disk_latency, getattr(args, "nodes", 1) or 1)
     except UsageError as e:
         raise OptionError(str(e)) from None
     return RecordSpec(latency=latency, fs=fs, workload=wl, log_size_mb=args.log_size, memory_mb=args.memory, cpus=args.cpus,
@@ -113,9 +113,7 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
           f" workload {m['result'].get('workload_s')} s")
     lat = m.get("latency", {})
     if lat.get("setting", "none") != "none":
-        got = layer_phrase(lat)
-        print(f"  disk latency {lat['setting']}: write >= {lat.get('write_ms', 0):g} ms, flush >= "
-              f"{lat.get('flush_ms', 0):g} ms" + (f" ({got})" if got else ""))
+        print(f"  disk latency {recorded_phrase(lat)}")
     tr = m.get("trace", {})
     if tr:
         print(f"  trace: {tr['file']} ({tr.get('bytes', 0) >> 10} KiB of strace)" if tr.get("file")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 NONE = "none"
 UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
@@ -198,12 +199,93 @@ def snap_hz(measured: float) -> int:
     return best if abs(best - measured) <= 0.15 * best else FALLBACK_HZ
 
 
-def parse_schedules(text: str) -> tuple[DiskLatency, ...]:
-    """``none,hdd`` or ``none;write=1ms,flush=8ms``: one or more settings.  Settings are separated
-    by ``;`` when any holds an explicit ``write=``/``flush=`` (whose own parts use ``,``), else by
+NODE_SEP = "+"   # between the settings of several nodes: ``0=nvme+1=hdd``
+
+
+@dataclass(frozen=True, slots=True)
+class DisksLatency:
+    """The latency of every data disk of a recording: one setting for all (``hdd``), and settings
+    for single nodes of a cluster recording that replace it there (``1=hdd``: node 1 only, the
+    others none; ``nvme+1=hdd``: node 1 hdd, every other nvme).  One disk is node 0."""
+
+    every: DiskLatency = DiskLatency()
+    nodes: tuple[tuple[int, DiskLatency], ...] = ()   # (node, its setting), by node, each node once
+
+    @staticmethod
+    def parse(text: str) -> DisksLatency:
+        """A setting for every disk (DiskLatency.parse) or ``NODE=SETTING`` pieces joined by ``+``,
+        with at most one piece without ``NODE=`` (the others' setting)."""
+        every: DiskLatency | None = None
+        nodes: dict[int, DiskLatency] = {}
+        for piece in text.split(NODE_SEP):
+            m = re.fullmatch(r"\s*([0-9]+)\s*=(.*)", piece, re.S)
+            if m is None:
+                if every is not None:
+                    raise LatencyError(f"disk latency {text!r}: two settings for every node; name the node "
+                                       f"of one (NODE=SETTING, e.g. 1=hdd)")
+                every = DiskLatency.parse(piece)
+                continue
+            node = int(m.group(1))
+            if node in nodes:
+                raise LatencyError(f"disk latency {text!r}: node {node} given twice")
+            if not m.group(2).strip():
+                raise LatencyError(f"disk latency {text!r}: node {node} has no setting (e.g. {node}=hdd)")
+            nodes[node] = DiskLatency.parse(m.group(2))
+        return DisksLatency(every or DiskLatency(), tuple(sorted(nodes.items())))
+
+    def of(self, node: int) -> DiskLatency:
+        """Node ``node``'s disk's latency."""
+        return dict(self.nodes).get(node, self.every)
+
+    def for_disks(self, n: int) -> DisksLatency:
+        """This setting for a recording of ``n`` disks, in its canonical form (a node given the
+        others' setting is not named; n nodes of one setting are one setting for all); LatencyError
+        if it names a node the recording does not have."""
+        beyond = [node for node, _ in self.nodes if node >= n]
+        if beyond:
+            have = "node 0 only (one disk)" if n == 1 else f"nodes 0..{n - 1}"
+            raise LatencyError(f"disk latency {self}: node {beyond[0]} named, and the recording has {have}")
+        own = tuple((node, lat) for node, lat in self.nodes if lat != self.every)
+        if own and len(own) == n and len({lat for _, lat in own}) == 1:
+            return DisksLatency(own[0][1])
+        return DisksLatency(self.every, own)
+
+    @property
+    def none(self) -> bool:
+        return self.every.none and all(lat.none for _, lat in self.nodes)
+
+    @property
+    def per_node(self) -> bool:
+        return bool(self.nodes)
+
+    def __str__(self) -> str:
+        """The canonical text: parse(str(x)) == x."""
+        if not self.nodes:
+            return str(self.every)
+        head = [] if self.every.none else [str(self.every)]
+        return NODE_SEP.join(head + [f"{node}={lat}" for node, lat in self.nodes])
+
+    def describe(self) -> str:
+        if not self.nodes:
+            return self.every.describe()
+        parts = [f"node {node}: {lat.describe()}" for node, lat in self.nodes]
+        return "; ".join(parts + [f"every other node: {self.every.describe()}"])
+
+    def to_json(self) -> dict[str, object]:
+        """One setting: DiskLatency.to_json; per node: the setting and each named node's."""
+        if not self.nodes:
+            return dict(self.every.to_json())
+        return {"setting": str(self), "every": self.every.to_json(),
+                "nodes": {str(node): lat.to_json() for node, lat in self.nodes}}
+
+
+def parse_schedules(text: str) -> tuple[DisksLatency, ...]:
+    """``none,hdd`` or ``none;write=1ms,flush=8ms`` or ``none;1=hdd``: one or more settings (each for
+    every disk or per node: DisksLatency).  Settings are separated by ``;`` when any holds a ``=``
+    (an explicit ``write=``/``flush=``, whose own parts use ``,``, or a node's setting), else by
     ``,``.  Repeats are refused (each setting is one schedule)."""
     parts = [p for p in (text.split(";") if "=" in text else text.split(","))]
-    out = tuple(DiskLatency.parse(p) for p in parts if p.strip())
+    out = tuple(DisksLatency.parse(p) for p in parts if p.strip())
     if not out:
         raise LatencyError("give at least one disk latency (none, a preset, or write=...,flush=...)")
     seen: set[str] = set()
@@ -212,3 +294,23 @@ def parse_schedules(text: str) -> tuple[DiskLatency, ...]:
             raise LatencyError(f"disk latency {lat} given twice")
         seen.add(str(lat))
     return out
+
+
+def recorded_phrase(lat: dict[str, Any] | None) -> str:
+    """What a manifest's ``[latency]`` says of a recording's disks: ``none (no delay layer)``; one
+    setting for every disk with what its layer gave (``hdd (write >= 0.1 ms, flush >= 8.3 ms):
+    dm-delay at HZ=250: ...``); per node (a cluster's ``nodes`` list), each node's in turn."""
+    if not lat or lat.get("setting", NONE) == NONE:
+        return "none (no delay layer)"
+    nodes = lat.get("nodes")
+    if isinstance(nodes, list):
+        return f"{lat['setting']}: " + "; ".join(f"node {i}: {_one_phrase(n)}" for i, n in enumerate(nodes))
+    return _one_phrase(lat)
+
+
+def _one_phrase(lat: dict[str, Any]) -> str:
+    if lat.get("setting", NONE) == NONE:
+        return "none (no delay layer)"
+    got = layer_phrase(lat)
+    return (f"{lat['setting']} (write >= {lat.get('write_ms', 0):g} ms, flush >= {lat.get('flush_ms', 0):g} ms)"
+            + (f": {got}" if got else ""))

@@ -1,9 +1,11 @@
 """The guest's cluster record job (a RecordJob with ``nodes`` > 1): N data disks, each with its own
 dm-log-writes target and log disk, in one VM (one clock, one lock for the marks).
 
-Per node the stack is the single-disk one without the fault and delay layers: filesystem ->
-``<name>-fs`` linear map -> log-writes (data disk ``pcdata<i>``, log disk ``pclog<i>``), beside it
-the ``<name>-order`` map the marks flush.  Every node is made and mounted at ``MNT/n<i>``; the mark
+Per node the stack is the single-disk one without the fault layer: filesystem -> ``<name>-fs``
+linear map -> the node's delay layer (``<name>-delay``, dm-delay, when its disk latency is not
+none: core/latency.DisksLatency, ``1=hdd`` slows node 1 only; loaded after mkfs, as for one disk)
+-> log-writes (data disk ``pcdata<i>``, log disk ``pclog<i>``), beside it the ``<name>-order`` map
+the marks flush.  Every node is made and mounted at ``MNT/n<i>``; the mark
 ``mkfs`` goes to every log once all are made; the workload (the client, and the nodes it starts)
 runs with ``$POWERCUT_CLUSTER`` so that each of its marks reaches every log under one lock
 (marks.py), ``$POWERCUT_MOUNTS`` naming the node mounts, its working directory ``MNT``."""
@@ -19,7 +21,8 @@ from typing import Any
 
 from powercut._logmark import close as close_marks
 from powercut._logmark import insert_cluster
-from powercut.guest.record import MNT, log_writes_status, stack, unstack, uptime
+from powercut.core.latency import DisksLatency
+from powercut.guest.record import DELAY_SUFFIX, MNT, log_writes_status, slow_down, stack, unstack, uptime
 from powercut.linux import dm, environ, filesystems, process
 from powercut.linux.blockdev import find_disk, sectors
 from powercut.linux.mounts import mount, umount
@@ -37,12 +40,17 @@ def record_cluster(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     res: dict[str, Any] = {"uptime_agent_start": uptime(), "nodes": job.nodes}
     fs = filesystems.get(job.fs.fstype)
     t0 = time.monotonic()
-    names, devs, orders = [], [], []
+    latencies = DisksLatency.parse(job.latency)
+    names, devs, orders, targets, sizes = [], [], [], [], []
     for i in range(job.nodes):
         data, logdev = find_disk(job.disks[f"data{i}"]), find_disk(job.disks[f"log{i}"])
         name = node_name(job.dm_name, i)
         target = dm.create(name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
-        dev, order_dev, info = stack(name, target, sectors(data))
+        lower = target if latencies.of(i).none else dm.create(name + DELAY_SUFFIX,
+                                                               [(0, sectors(data), "linear", f"{target} 0")])
+        dev, order_dev, info = stack(name, target, sectors(data), lower)
+        targets.append(target)
+        sizes.append(sectors(data))
         res.setdefault("target_write_cache", []).append(info["target_write_cache"])
         process.run(fs.eager_mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
         names.append(name)
@@ -51,6 +59,9 @@ def record_cluster(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     res["mkfs_s"] = round(time.monotonic() - t0, 3)
     spec = ",".join(f"{n}={o}" for n, o in zip(names, orders))
     insert_cluster("mkfs", spec)   # the one lock, from the agent too
+    res["latency"] = {"setting": str(latencies), "nodes": [
+        latencies.of(i).to_json() if latencies.of(i).none else slow_down(name, target, size, latencies.of(i))
+        for i, (name, target, size) in enumerate(zip(names, targets, sizes))]}
     mounts = []
     for i, dev in enumerate(devs):
         mnt = os.path.join(MNT, f"n{i}")
@@ -77,7 +88,7 @@ def record_cluster(job: RecordJob, jobdir: Path) -> dict[str, Any]:
 
 
 def run_client(job: RecordJob, jobdir: Path, spec: str, mounts: list[str]) -> dict[str, Any]:
-    """The workload with the cluster's environment (no fault plan, no trace, no delay layer)."""
+    """The workload with the cluster's environment (no fault plan, no trace)."""
     wl = job.workload
     argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
     env = {"PATH": guestjob.guest_path(""), "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",

@@ -18,7 +18,7 @@ from typing import Any
 from powercut import marks
 from powercut.core import syscalls
 from powercut.core.faultwindows import FAULT_OFF, FaultPlan
-from powercut.core.latency import FALLBACK_HZ, DiskLatency, snap_hz
+from powercut.core.latency import FALLBACK_HZ, DiskLatency, DisksLatency, snap_hz
 from powercut.errors import PowercutError
 from powercut.faults import FAULT_ENV, FaultError, PlanRun, Target, file_sectors, plan_env
 from powercut.faults import table as fault_table
@@ -238,7 +238,7 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     fs = filesystems.get(job.fs.fstype)
     t0 = time.monotonic()
     target = dm.create(job.dm_name, [(0, sectors(data), "log-writes", f"{data} {logdev}")])
-    latency = DiskLatency.parse(job.latency)
+    latency = DisksLatency.parse(job.latency).of(0)
     lower = target if latency.none else dm.create(job.dm_name + DELAY_SUFFIX,
                                                    [(0, sectors(data), "linear", f"{target} 0")])
     dev, order_dev, info = stack(job.dm_name, target, sectors(data), lower)

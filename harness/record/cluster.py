@@ -55,14 +55,13 @@ def check_spec(spec: RecordSpec, nodes: int) -> None:
         raise UsageError(f"--nodes must be 2..{MAX_NODES} for a cluster recording, not {nodes!r}")
     if spec.workload.fault:
         raise UsageError("--fault is not supported for a cluster recording yet")
-    if not spec.latency.none:
-        raise UsageError("--disk-latency is not supported for a cluster recording yet")
 
 
 def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int, force: bool = False) -> Recording:
     """Record ``spec.workload`` on ``nodes`` disks (each ``spec.fs``) into ``out``; the manifest's
     status says how it ended, as for one disk."""
     check_spec(spec, nodes)
+    spec = dataclasses.replace(spec, latency=spec.latency_for(nodes))
     if spec.workload.name:
         workloads.get(spec.workload.name).params(spec.workload.params)
     if spec.backend == "qemu":
@@ -88,7 +87,8 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
             roles.update({f"data{i}": f"pcdata{i}", f"log{i}": f"pclog{i}"})
         jobdir = out / "job"
         guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks=roles, fs=spec.fs, workload=spec.workload,
-                                                  tools_dir=tools_dir(image) or "", nodes=nodes))
+                                                  tools_dir=tools_dir(image) or "", nodes=nodes,
+                                                  latency=str(spec.latency)))
         vmspec = dataclasses.replace(vm_spec(spec, image, out, jobdir), disks=tuple(disks))
         manifest = base_manifest(spec, image, vmspec, data_bytes)
         manifest["log"]["file"], manifest["data"]["final"] = node_files(0)
@@ -96,8 +96,10 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
             {"log": node_files(i)[0], "final": node_files(i)[1], "mount": f"n{i}"} for i in range(nodes)]}
         with finishing(out, manifest):
             result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
-            manifest["result"] = {"ok": result.ok, **{k: v for k, v in result.data.items() if k != "logs"},
+            manifest["result"] = {"ok": result.ok, **{k: v for k, v in result.data.items() if k not in ("logs", "latency")},
                                   **({"error": result.error} if result.error else {})}
+            if isinstance(result.get("latency"), dict):   # each node's delay layer, as the guest made it
+                manifest["latency"] = dict(result.get("latency"))
             judge_result(result, manifest, out)
             for i, node in enumerate(manifest["cluster"]["node"]):
                 node.update(recording.pin_log(out / node["log"]))

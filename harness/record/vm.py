@@ -7,6 +7,7 @@ interrupt (SIGINT/SIGTERM/SIGHUP) kills the VM on the way out and leaves the man
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -36,7 +37,7 @@ from powercut.config import (
 )
 from powercut.core.dmlog import open_log
 from powercut.core.faultwindows import Faults
-from powercut.core.latency import DiskLatency
+from powercut.core.latency import DisksLatency, LatencyError
 from powercut.core.markorder import mark_order
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
@@ -66,7 +67,14 @@ class RecordSpec:
     backend: str = DEFAULT_BACKEND
     libvirt_uri: str = DEFAULT_LIBVIRT_URI
     image: dict[str, Any] = field(default_factory=dict)
-    latency: DiskLatency = DEFAULT_DISK_LATENCY   # the data disk's write and flush latency (core/latency.py)
+    latency: DisksLatency = DEFAULT_DISK_LATENCY   # the data disks' write and flush latency (core/latency.py)
+
+    def latency_for(self, disks: int) -> DisksLatency:
+        """The latency for a recording of ``disks`` data disks; UsageError if it names a node beyond them."""
+        try:
+            return self.latency.for_disks(disks)
+        except LatencyError as e:
+            raise UsageError(f"--disk-latency: {e}") from None
 
     def log_bytes(self) -> int:
         mb = self.log_size_mb or max(4 * self.fs.size_mb + 64, 512)
@@ -141,6 +149,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
 
     if spec.workload.name:
         workloads.get(spec.workload.name).params(spec.workload.params)  # unknown names/params fail here
+    spec = dataclasses.replace(spec, latency=spec.latency_for(1))
     if spec.backend == "qemu":
         process.require(QEMU, "qemu-system-x86")
     image = build_image(ImageSpec(**spec.image))

@@ -25,7 +25,7 @@ import jinja2
 
 from powercut.core.anatomy import short as short_anatomy
 from powercut.core.dmlog import LogIndex
-from powercut.core.latency import layer_phrase
+from powercut.core.latency import recorded_phrase
 from powercut.core.stateid import LIE_MODELS, MODELS
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
@@ -87,12 +87,8 @@ def _environment(recording: Path) -> list[tuple[str, str]]:
 
 
 def _latency(lat: dict[str, Any] | None) -> str:
-    """The data disk's latency while recording (core/latency.py) and what the delay layer gave."""
-    if not lat or lat.get("setting", "none") == "none":
-        return "none (no delay layer)"
-    got = layer_phrase(lat)
-    got = f": {got}" if got else ""
-    return f"{lat['setting']} (write >= {lat.get('write_ms', 0):g} ms, flush >= {lat.get('flush_ms', 0):g} ms){got}"
+    """The data disks' latency while recording (core/latency.py) and what each delay layer gave."""
+    return recorded_phrase(lat)
 
 
 def _marks(m: dict[str, Any] | None) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from rich.table import Table
 
-from powercut.config import DEFAULT_DISK_LATENCY, disk_latency
+from powercut.config import DEFAULT_DISK_LATENCY, disk_latency_for
 from powercut.core.causes import RULES
 from powercut.core.confirm import group_key
 from powercut.core.disks import MAX_NODES
@@ -126,9 +126,9 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
     nodes = d.get("nodes", 1)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= MAX_NODES:
         raise UsageError(f"{where}: nodes = {nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
-    if nodes > 1 and (d.get("lie_file") or str(d.get("disk_latency", DEFAULT_DISK_LATENCY)) != str(DEFAULT_DISK_LATENCY)):
-        raise UsageError(f"{where}: a cluster row (nodes = {nodes}) takes no lie_file or disk_latency yet")
-    latency = str(disk_latency(str(d.get("disk_latency", DEFAULT_DISK_LATENCY)), f"{where}: disk_latency"))
+    if nodes > 1 and d.get("lie_file"):
+        raise UsageError(f"{where}: a cluster row (nodes = {nodes}) takes no lie_file yet")
+    latency = str(disk_latency_for(str(d.get("disk_latency", DEFAULT_DISK_LATENCY)), nodes, f"{where}: disk_latency"))
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
                 str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
                 " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0)), cause, latency,

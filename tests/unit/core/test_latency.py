@@ -9,11 +9,13 @@ from powercut.core.latency import (
     NONE,
     PRESETS,
     DiskLatency,
+    DisksLatency,
     LatencyError,
     below_tick,
     jiffies,
     layer_phrase,
     parse_schedules,
+    recorded_phrase,
     snap_hz,
     table_ms,
 )
@@ -107,3 +109,58 @@ def test_the_layer_phrase_says_what_was_and_was_not_delayed():
     assert layer_phrase(m) == ("dm-delay at HZ=250: each write not delayed (0.1 ms is below the 4 ms tick), "
                                "each flush waited 12-16 ms")
     assert layer_phrase({"setting": "hdd"}) == ""
+
+
+# -- the disks of a cluster: per node --------------------------------------------------------------
+@pytest.mark.parametrize("text,canon,n0,n1", [
+    ("hdd", "hdd", "hdd", "hdd"),
+    ("1=hdd", "1=hdd", "none", "hdd"),
+    ("nvme+1=hdd", "nvme+1=hdd", "nvme", "hdd"),
+    ("1=write=1ms,flush=300ms", "1=write=1ms,flush=300ms", "none", "write=1ms,flush=300ms"),
+    (" 1 = hdd + 0=nvme", "0=nvme+1=hdd", "nvme", "hdd"),
+])
+def test_a_setting_per_node(text: str, canon: str, n0: str, n1: str) -> None:
+    lat = DisksLatency.parse(text)
+    assert str(lat) == canon and DisksLatency.parse(str(lat)) == lat
+    assert (str(lat.of(0)), str(lat.of(1)), str(lat.of(7))) == (n0, n1, str(lat.every))
+
+
+def test_for_a_number_of_disks_the_canonical_form_and_no_node_beyond() -> None:
+    assert str(DisksLatency.parse("0=hdd+1=hdd").for_disks(2)) == "hdd"         # every node alike: one setting
+    assert str(DisksLatency.parse("hdd+1=hdd").for_disks(2)) == "hdd"
+    assert str(DisksLatency.parse("0=hdd").for_disks(1)) == "hdd"                # one disk is node 0
+    assert str(DisksLatency.parse("1=hdd").for_disks(3)) == "1=hdd"
+    assert DisksLatency.parse("hdd").for_disks(1) == DisksLatency(DiskLatency.parse("hdd"))
+    with pytest.raises(LatencyError, match="node 1 named, and the recording has node 0 only"):
+        DisksLatency.parse("1=hdd").for_disks(1)
+    with pytest.raises(LatencyError, match="node 3 named, and the recording has nodes 0..2"):
+        DisksLatency.parse("3=hdd").for_disks(3)
+
+
+@pytest.mark.parametrize("bad,says", [("hdd+nvme", "two settings for every node"), ("1=hdd+1=nvme", "node 1 given twice"),
+                                      ("1=", "node 1 has no setting"), ("1=floppy", "unknown disk latency 'floppy'")])
+def test_a_bad_per_node_setting_is_one_line(bad: str, says: str) -> None:
+    with pytest.raises(LatencyError, match=says):
+        DisksLatency.parse(bad)
+
+
+def test_one_disk_reads_as_before() -> None:
+    """A setting for every disk is a DiskLatency's own text and JSON (manifests written before)."""
+    for text in ("none", "hdd", "write=1ms,flush=8ms"):
+        assert str(DisksLatency.parse(text)) == str(DiskLatency.parse(text))
+        assert DisksLatency.parse(text).to_json() == DiskLatency.parse(text).to_json()
+    assert DisksLatency.parse("1=hdd").to_json()["setting"] == "1=hdd"
+
+
+def test_schedules_may_name_a_node() -> None:
+    assert [str(s) for s in parse_schedules("none;1=hdd")] == ["none", "1=hdd"]
+    assert [str(s) for s in parse_schedules("none,hdd")] == ["none", "hdd"]
+
+
+def test_what_a_manifest_says_of_each_node() -> None:
+    hdd = {**DiskLatency.parse("hdd").to_json(), **DiskLatency.parse("hdd").realized(250)}
+    one = recorded_phrase(hdd)
+    assert one.startswith("hdd (write >= 0.1 ms, flush >= 8.3 ms): dm-delay at HZ=250")
+    both = recorded_phrase({"setting": "1=hdd", "nodes": [DiskLatency().to_json(), hdd]})
+    assert both == f"1=hdd: node 0: none (no delay layer); node 1: {one}"
+    assert recorded_phrase(None) == recorded_phrase({"setting": "none"}) == "none (no delay layer)"
