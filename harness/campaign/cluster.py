@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powercut.campaign import ledger
 from powercut.campaign.clustertriage import ClusterDebug, diagnose_cluster
 from powercut.campaign.journal import SETTINGS, Journal, pin_settings, pinned_settings
 from powercut.campaign.merge import load as load_output
@@ -33,6 +34,7 @@ from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S
 from powercut.core import clustersummary
 from powercut.core.disks import DEFAULT_CLUSTER_BOUND, Disks, DisksState
 from powercut.core.dmlog import LogIndex, open_log
+from powercut.core.imagekey import key_name
 from powercut.core.selection import SEED_AUTO, DisksSelection, SelectionSpec, select_disks
 from powercut.core.shard import Shard
 from powercut.core.stateid import LIE_MODELS
@@ -67,6 +69,7 @@ class ClusterCheck:
     checker_path: tuple[str, ...] = ()  # sys.path entries its imports need
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
     debug: ClusterDebug = ClusterDebug()   # confirmation, minimization, blame, bundles (campaign/clustertriage.py)
+    ledger: str = ""   # --ledger FILE: skip states that passed in earlier runs of these logs, add this run's
 
     def __post_init__(self) -> None:
         if self.selection.seed == SEED_AUTO and not self.shard.whole:
@@ -142,7 +145,9 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
                 raise BadRecording(f"{rec.dir}: {e.one_line()}") from None
             t = time.monotonic()
             cs = Disks(logs)
-            sel = select_disks(cs, spec.selection, cluster_bound=spec.cluster_bound)
+            logs_id = ledger_id(nodes)
+            earlier = ledger.load(spec.ledger, logs_id) if spec.ledger else frozenset()
+            sel = select_disks(cs, spec.selection, cluster_bound=spec.cluster_bound, earlier=earlier)
             select_s = time.monotonic() - t
             if not sel.states:
                 raise UsageError(f"{rec.dir}: no cluster state to judge under {', '.join(spec.selection.models)}")
@@ -172,6 +177,10 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
                 raise
             finally:
                 journal.close()
+                if spec.ledger:   # passes only: a failing state is judged again next time
+                    passed = [v for s in states if (v := journal.done.get(s.id)) is not None and not v.failed]
+                    if passed:
+                        ledger.add(spec.ledger, logs_id, (key_name(cs.key(cs.state_from_id(v.state))) for v in passed))
                 summary = _summary(rec, spec, place, sel, states, journal, select_s, time.monotonic() - t,
                                    len(judged_now), status, acks=sum(1 for ev in cs.events if ev[0]))
                 (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -186,6 +195,12 @@ def run_cluster_check(path: str | Path, spec: ClusterCheck, out: str | Path | No
                 (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         summary["html"] = str(cluster_output.write_html(outdir, [rec.dir / n["log"] for n in nodes]))
         return summary, outdir
+
+
+def ledger_id(nodes: Sequence[dict[str, Any]]) -> str:
+    """What a ledger (campaign/ledger.py) files a cluster recording's passes under: its node logs'
+    sha256, joined by ``+`` in node order (one log's is its own)."""
+    return "+".join(str(n.get("sha256", "")) for n in nodes)
 
 
 def _summary(rec: recording.Recording, spec: ClusterCheck, place: Place, sel: DisksSelection,

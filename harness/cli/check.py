@@ -49,15 +49,12 @@ def cmd_check_cluster(args: argparse.Namespace) -> int:
     from powercut.cli.parser import selection_from
     from powercut.core.shard import Shard
 
-    if getattr(args, "ledger", None):
-        raise UsageError("--ledger: the states that passed before are skipped for one-disk recordings only, not "
-                         "a cluster's (docs/clusters.md)")
     debug = ClusterDebug(confirm=not args.no_confirm, confirm_sample=args.confirm_sample, shrink=args.shrink,
                          shrink_budget=args.shrink_budget)
     spec = ClusterCheck(selection=selection_from(args, "check"), cluster_bound=args.cluster_bound,
                         check_in=args.check_in, checker_command=args.checker, force=args.force, jobs=args.jobs,
                         accel=args.accel, state_timeout_s=args.state_timeout, check_uris=tuple(args.check_uris),
-                        shard=args.shard or Shard(), resume=args.resume, debug=debug)
+                        shard=args.shard or Shard(), resume=args.resume, debug=debug, ledger=args.ledger or "")
     summary, out = run_cluster_check(args.path, spec, args.out)
     return _print_cluster(summary, out)
 

@@ -180,7 +180,7 @@ class Disks:
         got = self.make(model, states)
         return DisksState(got.model, got.instant, got.nodes, text)
 
-    def key(self, state: DisksState) -> Hashable:
+    def key(self, state: DisksState) -> tuple[Hashable, ...]:
         """Equal for two states of the disks iff every disk replays the same data and the keys are the same."""
         return tuple(image_key(sp, s) for sp, s in zip(self.nodes, state.nodes))
 

@@ -68,3 +68,20 @@ def test_checker_vms_judge_every_cluster_state_as_the_host_does(replog_unsynced:
     other = powercut("check", str(rec), "--max-states", "41", "--check-in", "host", "--resume", "-o",
                      str(tmp_path / "host"))
     assert other.returncode == 1 and "max_states was 40, now 41" in other.stderr
+
+
+def test_a_ledger_skips_the_cluster_states_that_passed(replog_unsynced: Path, tmp_path: Path) -> None:
+    """--ledger on a cluster recording (campaign/ledger.py, under the node logs' sha256 joined): the
+    states that passed in the first check are not judged in the second, and counted as ``earlier``."""
+    led, args = tmp_path / "ledger.json", ("--max-states", "24", "--shrink", "0", "--no-confirm", "--check-in", "host")
+    first = powercut("check", str(replog_unsynced), *args, "--ledger", str(led), "-o", str(tmp_path / "a"))
+    assert first.returncode == 3, first.stdout + first.stderr
+    was = journal(tmp_path / "a")
+    passed = {sid for sid, (verdict, _) in was.items() if verdict == "pass"}
+    assert passed and len(passed) < len(was)
+    second = powercut("check", str(replog_unsynced), *args, "--ledger", str(led), "-o", str(tmp_path / "b"))
+    assert second.returncode == 3, second.stdout + second.stderr
+    now = journal(tmp_path / "b")
+    assert now and not set(now) & passed, "a state that passed before was judged again"
+    counts = summary(tmp_path / "b")["selection"]["models"]
+    assert sum(c.get("earlier", 0) for c in counts.values()) == len(passed)
