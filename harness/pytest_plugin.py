@@ -172,6 +172,8 @@ class CrashTester:
                  **settings: Any) -> Any:
         """Record ``workload``, judge its crash states with ``checker``; the Outcome, or the test
         fails when it is not as expected."""
+        # imported when a crash test runs, not at the top: pytest loads this plugin in every session
+        # of every project that has powercut installed, most of which run no crash test
         from powercut._pycall import FunctionRef, workload_command
         from powercut.campaign import crashtest as ct
         from powercut.errors import PowercutError

@@ -1,6 +1,11 @@
 """powercut command line (host): ``main`` dispatches to the commands and prints every error as one line on stderr, never a traceback.
 
-Modules: ``__main__`` (``python -m powercut.cli``), parser (the grammar), record (run, record, image), check (check, repro, matrix, merge), bench (bench, report), inspect (log, states, replay, workloads), setup (setup, doctor).  The cli is the one place that prints."""
+Modules: ``__main__`` (``python -m powercut.cli``), parser (the grammar), record (run, record, image), check (check, repro, matrix, merge), bench (bench, report), inspect (log, states, replay, workloads), setup (setup, doctor).  The cli is the one place that prints.
+
+Each command imports what it needs when it runs (imports inside its function, the one measured
+exception to imports at module top): ``import powercut.cli`` takes 108 ms, against 230 ms with every
+command's modules imported (python alone: 33 ms; the least of 15 runs each, this 2-core machine,
+2026-11-27), and every ``--help``, every one-line error and every completion pays it."""
 from __future__ import annotations
 
 import logging

@@ -22,6 +22,7 @@ from powercut.bench.items import ItemTarget, run_item
 from powercut.config import BenchItem, RunSet
 from powercut.errors import EnvironmentNotReady, PowercutError
 from powercut.linux import dm, environ, filesystems, process
+from powercut.linux.blockdev import find_disk
 from powercut.linux.jsonlines import JsonLines
 from powercut.linux.mounts import mount, umount
 from powercut.vm import guestjob
@@ -118,7 +119,6 @@ def _run_item(item: BenchItem, where: ItemTarget, out: Path, data: str, rs: RunS
 
 
 def bench_job(job: BenchJob, jobdir: Path) -> dict[str, Any]:
-    from powercut.linux.blockdev import find_disk
 
     data = find_disk(job.disks["data"])
     logdev = find_disk(job.disks["log"]) if "log" in job.disks else None

@@ -102,7 +102,9 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
 
 def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
     """Minimize and blame the failures the host asked about (debug.diagnose), one progress line each."""
-    from powercut.debug.diagnose import Workspace, diagnose, without_tear  # only this job needs them
+    # only this job needs them, and every checker VM imports this module: under TCG an import costs
+    # 10-50x what it does natively, paid at each VM's start
+    from powercut.debug.diagnose import Workspace, diagnose, without_tear
     with _session(job.src, jobdir) as s:
         ws = Workspace(s.index, job.src.size, None, s.work / "diagnose", "dm-snapshot",
                        job.floor if job.floor >= 0 else None, s.space)

@@ -129,6 +129,8 @@ def restored(go: dict, plan: list[GuestMount]) -> int:
         sys.path.extend(p for p in start["site_paths"] if p not in sys.path)
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
+    # imported here, not at the top: the agent's modules resolve only on the sys.path set just above
+    # (the restored VM's, from start.json), not on the template's
     from powercut.guest.__main__ import main as agent
     return agent([f"{job}/job.json"])
 

@@ -294,3 +294,44 @@ def test_the_private_name_check_catches_one() -> None:
     assert private_imports("powercut.record.cluster", "from powercut.record.vm import _judge as judge\n")
     assert not private_imports("powercut.marks", "from powercut import _logmark as logmark\n")   # a module
     assert not private_imports("powercut.record.cluster", "from powercut.record.vm import judge_result\n")
+
+
+# -- imports at module top ------------------------------------------------------------------------
+# modules that import powercut inside functions, each with its reason (written beside the imports too)
+LATE_IMPORTS = {
+    "powercut.cli.check": "command start-up (cli/__init__.py: 108 ms against 230 ms, measured)",
+    "powercut.cli.record": "command start-up (cli/__init__.py)",
+    "powercut.cli.bench": "command start-up (cli/__init__.py)",
+    "powercut.cli.inspect": "command start-up (cli/__init__.py)",
+    "powercut.cli.parser": "command start-up (cli/__init__.py)",
+    "powercut.cli.setup": "command start-up (cli/__init__.py)",
+    "powercut.pytest_plugin": "loaded in every pytest session of a project that has powercut installed",
+    "powercut.guest.check": "every checker VM imports it, under TCG at 10-50x the cost; one job needs them",
+    "powercut.guest.template": "the agent resolves only on the sys.path a restored VM sets at that point",
+}
+
+
+def late_imports(source: str) -> list[int]:
+    """The lines of the powercut imports inside functions of ``source``."""
+    out = []
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                if any(n == "powercut" or n.startswith("powercut.") for n in names):
+                    out.append(node.lineno)
+    return sorted(set(out))
+
+
+def test_powercut_is_imported_at_module_top_but_where_a_reason_is_written() -> None:
+    bad = [f"{mod}:{line}" for mod, path in modules() if mod not in LATE_IMPORTS
+           for line in late_imports(path.read_text())]
+    assert not bad, "import at module top, or add the module to LATE_IMPORTS with its measured reason:\n" + "\n".join(bad)
+    stale = [mod for mod in LATE_IMPORTS if not any(m == mod and late_imports(p.read_text()) for m, p in modules())]
+    assert not stale, f"no late import left in {stale}: remove them from LATE_IMPORTS"
+
+
+def test_the_late_import_check_catches_one() -> None:
+    assert late_imports("def f():\n    from powercut.core import models\n") == [2]
+    assert late_imports("import os\nfrom powercut.core import models\n") == []
