@@ -1,13 +1,15 @@
 """PostgreSQL primary + synchronous standby as a cluster recording end to end (docs/clusters.md):
 both nodes' disks in one recording VM, the standby synchronous before the first begin, then cluster
 crash states judged on the host -- the primary recovered alone, the standby promoted alone.
-synchronous_commit=on passes on both; off loses acked commits (asynchronous commit)."""
+synchronous_commit=on passes on both; off loses acked commits (asynchronous commit); remote_write
+with a slow standby disk (--disk-latency per node) loses them on the promoted standby only."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,35 @@ def test_a_primary_and_its_synchronous_standby_are_judged_each_alone(tmp_path: P
     else:
         lost = [r for v in judged if v["verdict"] == "lost-ack" for r in v["reasons"] if "lost" in r]
         assert any(r.startswith("node 0 (primary): acked txn(s)") for r in lost), lost
+
+
+SLOW_STANDBY = "1=write=0.1ms,flush=100ms"   # node 1's flushes wait >= 100 ms: longer than the marking path
+
+
+def test_remote_write_with_a_slow_standby_disk_loses_acks_on_the_promoted_standby(tmp_path: Path) -> None:
+    """synchronous_commit=remote_write acks once the standby has written the WAL, not flushed it: "not
+    safe if the standby suffers an operating-system-level crash" (PostgreSQL 15 runtime-config-wal).
+    With the standby's disk slower than the marking path (--disk-latency per node), a write-cache
+    state holds the ack and not the standby's WAL: the promoted standby lacks the acked txn, the
+    primary recovered alone keeps it."""
+    if pgw.bindir() is None:
+        pytest.fail(pgw.MISSING)
+    assert pgw.prepare_main([]) == 0
+    rec = tmp_path / "rec"
+    out = powercut("record", "--nodes", "2", "--workload", "pgsync", "--param", "n=10", "--param",
+                   "synchronous_commit=remote_write", "--size", "64", "--disk-latency", SLOW_STANDBY, "-o", str(rec))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "node 0: none (no delay layer); node 1: write=0.1ms,flush=100ms" in out.stdout, out.stdout
+    nodes = tomllib.loads((rec / "manifest.toml").read_text())["latency"]
+    assert nodes["setting"] == SLOW_STANDBY and [n["setting"] for n in nodes["nodes"]] == ["none", "write=0.1ms,flush=100ms"]
+    assert nodes["nodes"][1]["flush_min_ms"] >= 100
+    chk = powercut("check", str(rec), "--check-in", "host", "--model", "write-cache", "--max-states", "120",
+                   "--shrink", "0", "--no-confirm", "-o", str(tmp_path / "out"))
+    assert chk.returncode == 3, chk.stdout + chk.stderr
+    judged = [v for v in map(json.loads, (tmp_path / "out" / "journal.jsonl").read_text().splitlines())
+              if "verdict" in v]
+    lost = [v for v in judged if v["verdict"] == "lost-ack"]
+    assert lost, [v["verdict"] for v in judged]
+    for v in lost:   # the standby lost it, the primary kept it
+        assert any(r.startswith("node 1 (standby, promoted): acked txn(s)") and "lost" in r for r in v["reasons"])
+        assert any(r.startswith("node 0 (primary):") and "intact" in r for r in v["reasons"]), v["reasons"]
