@@ -37,7 +37,6 @@ from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.imagekey import key_name
 from powercut.core.selection import SEED_AUTO, DisksSelection, SelectionSpec, select_disks
 from powercut.core.shard import Shard
-from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import Verdict
 from powercut.debug.clusterdebug import JudgeStates
 from powercut.errors import BadLog, BadRecording, PowercutError, UsageError
@@ -75,10 +74,9 @@ class ClusterCheck:
         if self.selection.seed == SEED_AUTO and not self.shard.whole:
             raise UsageError(f"--seed auto with --shard {self.shard}: every shard must choose the same cluster "
                              "states; give every shard one --seed N")
-        lying = [m for m in self.selection.models if m in LIE_MODELS]
-        if lying:
-            raise UsageError(f"--model {lying[0]}: the lying-disk models judge one disk for now, not a cluster "
-                             "recording (docs/clusters.md, Known limits)")
+        if self.selection.lie_file:
+            raise UsageError(f"--lie-file {self.selection.lie_file}: a cluster recording has no file map of its "
+                             "nodes yet: its lying disks lie about any block (docs/clusters.md, Known limits)")
         if self.check_uris:
             raise UsageError("a cluster recording's checker VMs boot on this machine: --check-uri is for one-disk "
                              "recordings for now")

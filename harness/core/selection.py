@@ -15,7 +15,8 @@ a fair share of every model.  One algorithm for N >= 1 disks; one disk is N = 1.
   With several disks, a disk whose pool is empty contributes its ``flush`` pool (its disk as a
   model without that failure sees it), provided some disk has a state of the model there; if the
   product exceeds ``cluster_bound``, the structured picks and seeded samples of ``_combos`` are
-  taken instead, and the coverage says *sampled* (one window per instant).  One disk's pool is
+  taken instead, and the coverage says *sampled* (one window per instant).  Under a lying-disk
+  model one disk lies at a time: each disk's pool with every other disk's flush pool.  One disk's pool is
   already its model's own selection: nothing to combine, no window of its own.
 * **Aliases** of a representative: the other states with its image: the same images reached by a
   later model, and a disk's other states with the image of its pool's state (its *duplicates*).
@@ -291,37 +292,36 @@ def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "
             pools = taken[m]
             if not any(pools):
                 continue
-            if several and back is not None:
-                pools = [mine or theirs for mine, theirs in zip(pools, back)]
-            if not all(pools):
-                continue
-            images = [list(p) for p in pools]
-            sizes = [len(k) for k in images]
-            combos, sampled = _combos(sizes, cluster_bound, how.seed, m, v, how.samples)
-            products[m] = min(SPACE_CAP, products[m] + math.prod(sizes))
             seen: set[tuple[Hashable, ...]] = set()
-            for c in combos:
-                keys = tuple(images[n][i] for n, i in enumerate(c))
-                groups = [pools[n][k] for n, k in enumerate(keys)]
-                ids = [g[0] for g in groups]
-                gen[m] += math.prod(len(g) for g in groups)
-                seen.add(keys)
-                sid = format_disks_id(m, ids)
-                rep = reps.get(keys)
-                if rep is None:
-                    reps[keys] = rep = sid
-                    if earlier and key_name(keys) in earlier:
-                        before[m] += 1
+            for tag, variant in _variants(m, pools, back if several else None):
+                if not all(variant):
+                    continue
+                images = [list(p) for p in variant]
+                sizes = [len(k) for k in images]
+                combos, sampled = _combos(sizes, cluster_bound, how.seed, m + tag, v, how.samples)
+                products[m] = min(SPACE_CAP, products[m] + math.prod(sizes))
+                for c in combos:
+                    keys = tuple(images[n][i] for n, i in enumerate(c))
+                    groups = [variant[n][k] for n, k in enumerate(keys)]
+                    ids = [g[0] for g in groups]
+                    gen[m] += math.prod(len(g) for g in groups)
+                    seen.add(keys)
+                    sid = format_disks_id(m, ids)
+                    rep = reps.get(keys)
+                    if rep is None:
+                        reps[keys] = rep = sid
+                        if earlier and key_name(keys) in earlier:
+                            before[m] += 1
+                        else:
+                            owned[m].append_id(sid)
                     else:
-                        owned[m].append_id(sid)
-                else:
-                    aliases.setdefault(rep, []).append(sid)
-                for n, g in enumerate(groups):   # each disk's duplicates, one disk at a time
-                    for dup in g[1:]:
-                        aliases.setdefault(rep, []).append(format_disks_id(m, [*ids[:n], dup, *ids[n + 1:]]))
+                        aliases.setdefault(rep, []).append(sid)
+                    for n, g in enumerate(groups):   # each disk's duplicates, one disk at a time
+                        for dup in g[1:]:
+                            aliases.setdefault(rep, []).append(format_disks_id(m, [*ids[:n], dup, *ids[n + 1:]]))
+                if several:
+                    combined[m].window(min(SPACE_CAP, math.prod(sizes)), len(combos), sampled=sampled)
             distinct[m] += len(seen)
-            if several:
-                combined[m].window(min(SPACE_CAP, math.prod(sizes)), len(combos), sampled=sampled)
     shares = fair_shares([len(owned[m]) for m in order], how.max_states)
     chosen: StateList[DisksState] = StateList(disks)
     counts: dict[str, ModelCounts] = {}
@@ -342,6 +342,22 @@ def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "
     node_states = tuple({m: streams[m][n].distinct for m in order} for n in range(len(disks)))
     return DisksSelection(chosen, {k: tuple(x) for k, x in aliases.items()}, counts, cov, node_states,
                           disks.instants, products, floors)
+
+
+Pools = list[dict[Hashable, list[str]]]
+
+
+def _variants(model: str, pools: Pools, back: Pools | None) -> list[tuple[str, Pools]]:
+    """The pools an instant's states of ``model`` combine, each with its tag (for the seeded picks):
+    one disk's own; with several (``back``: their flush pools), every disk's own pool or, where it
+    is empty, its flush pool -- and for a lying-disk model one lying disk per state: each disk with
+    a state of the model lies (its pool), every other one is honest (its flush pool)."""
+    if back is None:
+        return [("", pools)]
+    if model in LIE_MODELS:
+        return [(f"/lie{n}", [pools[k] if k == n else back[k] for k in range(len(pools))])
+                for n in range(len(pools)) if pools[n]]
+    return [("", [mine or theirs for mine, theirs in zip(pools, back)])]
 
 
 def _sum_tallies(parts: Sequence[Tally]) -> Tally:

@@ -85,3 +85,21 @@ def test_a_ledger_skips_the_cluster_states_that_passed(replog_unsynced: Path, tm
     assert now and not set(now) & passed, "a state that passed before was judged again"
     counts = summary(tmp_path / "b")["selection"]["models"]
     assert sum(c.get("earlier", 0) for c in counts.values()) == len(passed)
+
+
+def test_a_lying_disk_model_on_a_cluster_lies_on_one_node_at_a_time(replog_unsynced: Path, tmp_path: Path) -> None:
+    """--model lost-write on a cluster recording: each state has one lying node (the others' flush
+    states of the instant); a filesystem that notices is ``detected``, its reason naming that node."""
+    out = powercut("check", str(replog_unsynced), "--model", "lost-write", "--max-states", "16", "--shrink", "0",
+                   "--no-confirm", "--check-in", "host", "-o", str(tmp_path / "out"))
+    assert out.returncode in (0, 3), out.stdout + out.stderr
+    got = journal(tmp_path / "out")
+    assert len(got) == 16
+    for sid, (verdict, reasons) in got.items():
+        nodes = sid.partition("~")[2].split("+")
+        liars = [n for n, s in enumerate(nodes) if s.startswith("lost-write@")]
+        assert len(liars) == 1 and all(s.startswith("flush@") for s in nodes if not s.startswith("lost-write@")), sid
+        assert verdict not in ("mount-failed", "fsck-error", "corrupt-data"), (sid, verdict)   # read as a lie's
+        if verdict == "detected":
+            assert any(r.startswith(f"node {liars[0]}: ") for r in reasons), (sid, reasons)
+    assert "detected" in {v for v, _ in got.values()}

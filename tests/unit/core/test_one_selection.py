@@ -26,8 +26,9 @@ from hypothesis import strategies as st
 from powercut.core.disks import Disks
 from powercut.core.imagekey import state_key
 from powercut.core.models import CrashSpace
+from powercut.core.pools import after_floor
 from powercut.core.selection import SelectionSpec, select, select_disks
-from powercut.core.stateid import HONEST_MODELS, MODELS
+from powercut.core.stateid import HONEST_MODELS, LIE_MODELS, MODELS
 from tests.unit.core.oracle_selection import old_select, old_select_cluster
 from tests.unit.core.test_cluster import CLUSTER
 from tests.unit.core.test_cluster import build as build_cluster
@@ -139,3 +140,38 @@ def test_no_node_of_the_model_is_no_state_of_it(tmp_path: Path) -> None:
     finally:
         for log in logs:
             log.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(cluster=CLUSTER, model=st.sampled_from(LIE_MODELS))
+def test_a_lying_disk_model_on_a_cluster_has_one_lying_node_per_state(cluster: list, model: str) -> None:  # type: ignore[type-arg]
+    """One lying disk per state: one node's state of the lying model, every other node's a flush
+    state of the same instant; every node that has lies after its floor lies in some state (judged,
+    or an alias of one with its image)."""
+    spec = SelectionSpec(models=("flush", model), bound=4, samples=3, torn_samples=2)
+    with tempfile.TemporaryDirectory() as d:
+        logs = build_cluster(Path(d), cluster)
+        try:
+            disks = Disks(logs)
+            sel = select_disks(disks, spec)
+            liars: set[int] = set()
+            every = [s.id for s in sel.states] + [a for ids in sel.aliases.values() for a in ids]
+            for sid in every:   # judged, or an alias (a lie whose image an honest state has too)
+                s = disks.state_from_id(sid)
+                if s.model != model:
+                    continue
+                lying = [n for n, st in enumerate(s.nodes) if st.model == model]
+                assert len(lying) == 1, s.id
+                assert all(st.model == "flush" for n, st in enumerate(s.nodes) if n != lying[0]), s.id
+                liars.update(lying)
+            for n, sp in enumerate(disks.nodes):
+                floor = next((e.index for e in sp.entries if e.mark == "mkfs"), None)
+                lies = [st for st in sp.iter_states(model, seed=0, exhaustive_bound=4, samples=3, torn_samples=2)
+                        if after_floor(st, floor)]
+                flush_at = {disks.instant_of(m, st.cut) for m, other in enumerate(disks.nodes) if m != n
+                            for st in other.states("flush")}
+                if any(disks.instant_of(n, st.cut) in flush_at for st in lies) and len(disks) > 1:
+                    assert n in liars, f"node {n} has lies but never lies"
+        finally:
+            for log in logs:
+                log.close()
