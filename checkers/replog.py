@@ -6,7 +6,11 @@ that was never sent (begun).  The mounts come in ``CheckInput.mounts``, node 0 f
 * lost-ack -- an acked record intact on fewer than a majority of nodes;
 * corrupt-data -- a node holding bytes that are neither a record nor its torn tail, or a record
   never begun;
-* pass -- otherwise."""
+* pass -- otherwise.
+
+A node whose file cannot be read (EIO, or ext4's EBADMSG: the filesystem noticed a bad block, as
+under a lying disk) holds no record as far as the log is concerned: a quorum log recovers from the
+other nodes, so it counts as holding none, and the reason says the read failed."""
 from __future__ import annotations
 
 import os
@@ -55,8 +59,13 @@ def check(inp: CheckInput) -> CheckResult:
     acked = [int(k) for k in inp.acked]
     sent = max([*acked, *(int(k) for k in inp.begun)], default=-1)
     counts, bad = [], []
+    unread = []
     for n, m in enumerate(mounts):
-        have, why = read_node(os.path.join(m, p["file"]), p["seed"], p["size"], sent)
+        try:
+            have, why = read_node(os.path.join(m, p["file"]), p["seed"], p["size"], sent)
+        except OSError as e:   # noticed by the filesystem: this node serves nothing
+            have, why = 0, ""
+            unread.append(f"node {n}: {p['file']} cannot be read ({e.strerror or e}): counted as holding no record")
         counts.append(have)
         if why:
             bad.append(f"node {n}: {why}")
@@ -67,8 +76,8 @@ def check(inp: CheckInput) -> CheckResult:
     if lost:
         return CheckResult("lost-ack", (f"acked record {lost[0]} is intact on {sum(c > lost[0] for c in counts)} of "
                                         f"{len(mounts)} nodes, a majority is {majority} (records per node: {counts})"
-                                        + (f"; {len(lost)} acked records lost" if len(lost) > 1 else ""),))
-    return CheckResult("pass")
+                                        + (f"; {len(lost)} acked records lost" if len(lost) > 1 else ""), *unread))
+    return CheckResult("pass", tuple(unread))
 
 
 CHECKER = Checker("replog", "every acked record intact on a majority of the nodes", check)

@@ -44,3 +44,19 @@ def test_torn_tail_is_fine_garbage_is_not(tmp_path: Path) -> None:
 def test_record_never_sent(tmp_path: Path) -> None:
     r = check(inp(nodes(tmp_path, [3, 1, 1]), 1))
     assert r.verdict == "corrupt-data" and "record 1 is on disk but was never sent" in r.reasons[0]
+
+
+def test_a_node_that_cannot_be_read_holds_no_record(tmp_path: Path) -> None:
+    """An I/O error reading one node's log (the filesystem noticed) is that node serving nothing,
+    not a crash of the checker: the majority still decides."""
+    m = nodes(tmp_path, [3, 3, 3])
+    bad = Path(m[2]) / "replog.log"
+    bad.unlink()
+    bad.mkdir()   # reading it fails with an OSError (EISDIR), as a bad block's EBADMSG does
+    r = check(inp(m, 3))
+    assert r.verdict == "pass" and r.reasons and r.reasons[0].startswith("node 2: replog.log cannot be read")
+    m2 = nodes(tmp_path / "b", [3, 0, 3])
+    (Path(m2[2]) / "replog.log").unlink()
+    (Path(m2[2]) / "replog.log").mkdir()
+    r = check(inp(m2, 3))
+    assert r.verdict == "lost-ack" and any("node 2: replog.log cannot be read" in x for x in r.reasons)
