@@ -37,7 +37,7 @@ from powercut.config import (
 )
 from powercut.core.dmlog import open_log
 from powercut.core.faultwindows import Faults
-from powercut.core.latency import DisksLatency, LatencyError
+from powercut.core.latency import DiskLatency, DisksLatency, LatencyError
 from powercut.core.markorder import mark_order
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
@@ -68,6 +68,10 @@ class RecordSpec:
     libvirt_uri: str = DEFAULT_LIBVIRT_URI
     image: dict[str, Any] = field(default_factory=dict)
     latency: DisksLatency = DEFAULT_DISK_LATENCY   # the data disks' write and flush latency (core/latency.py)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.latency, DiskLatency):   # one setting for every disk, as the library took it before
+            object.__setattr__(self, "latency", DisksLatency(self.latency))
 
     def latency_for(self, disks: int) -> DisksLatency:
         """The latency for a recording of ``disks`` data disks; UsageError if it names a node beyond them."""

@@ -164,3 +164,10 @@ def test_what_a_manifest_says_of_each_node() -> None:
     both = recorded_phrase({"setting": "1=hdd", "nodes": [DiskLatency().to_json(), hdd]})
     assert both == f"1=hdd: node 0: none (no delay layer); node 1: {one}"
     assert recorded_phrase(None) == recorded_phrase({"setting": "none"}) == "none (no delay layer)"
+
+
+def test_a_record_spec_still_takes_one_disks_latency() -> None:
+    """The library took a DiskLatency for RecordSpec.latency before per-node settings: it still does."""
+    from powercut.record.vm import RecordSpec
+    spec = RecordSpec(latency=DiskLatency.parse("hdd"))
+    assert spec.latency == DisksLatency(DiskLatency.parse("hdd")) and str(spec.latency_for(1)) == "hdd"
