@@ -11,7 +11,6 @@ the first failing state, each failure group with its minimized state, its blame 
 ``powercut repro`` command, and where the artifacts are."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
@@ -21,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from powercut.campaign.cluster import ClusterCheck, run_cluster_check
 from powercut.campaign.run import CampaignSpec, run_campaign, split_settings
 from powercut.check.host import require_root
 from powercut.check.place import Place
@@ -37,7 +35,6 @@ from powercut.images.build import ImageSpec, build_image
 from powercut.linux import filesystems, process
 from powercut.record.cluster import record_cluster
 from powercut.record.vm import RecordSpec, record
-from powercut.report import cluster as cluster_output
 from powercut.report.summary import Summary
 from powercut.vm.cmdline import keep_visible
 from powercut.vm.qemu import QEMU
@@ -273,20 +270,7 @@ def run(test: CrashTest, out: Path, on_verdict: Callable[[Verdict], None] | None
                                                     "params": test.params, "pid": os.getpid()}, indent=1) + "\n")
     # the guests import the test's functions from its files and sys.path: keep those visible there
     keep_visible([*test.path, *(os.path.dirname(f.split("::")[0]) for f in test.functions())])
-    if test.nodes > 1:
-        return _run_cluster(test, out, on_verdict)
-    rec = record(test.recording(), out / "recording")
+    rec = record(test.recording(), out / "recording") if test.nodes == 1 else \
+        record_cluster(test.recording(), out / "recording", nodes=test.nodes)
     summary, paths = run_campaign(rec.dir, test.campaign(), out / "check", on_verdict=on_verdict)
     return Outcome(test, summary, paths, out)
-
-
-def _run_cluster(test: CrashTest, out: Path, on_verdict: Callable[[Verdict], None] | None) -> Outcome:
-    """A cluster crash test: ``nodes`` disks recorded in one VM, every consistent cut judged."""
-    rec = record_cluster(test.recording(), out / "recording", nodes=test.nodes)
-    spec = ClusterCheck(selection=test.selection, check_in=test.place.check_in, checker_command=test.checker_cmd,
-                        force=True, checker_function=test.checker_function, checker_path=test.path,
-                        checker_timeout_s=test.checker_timeout_s)
-    _, outdir = run_cluster_check(rec.dir, spec, out / "check", on_verdict=on_verdict)
-    summary = cluster_output.load(outdir)
-    summary = dataclasses.replace(summary, allow_no_acks=test.allow_no_acks)
-    return Outcome(test, summary, {"summary": outdir / "summary.json", "journal": outdir / "journal.jsonl"}, out)

@@ -13,8 +13,6 @@ from typing import Any
 from powercut.bench.plan import plan
 from powercut.bench.results import BenchResults, write
 from powercut.bench.run import BenchVmSpec, run_bench_vm
-from powercut.campaign.cluster import ClusterCheck, run_cluster_check
-from powercut.campaign.clustertriage import ClusterDebug
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check.context import LogSource, context_for
 from powercut.check.place import Place
@@ -28,7 +26,6 @@ from powercut.errors import PowercutError
 from powercut.record import recording
 from powercut.record.cluster import record_cluster
 from powercut.record.vm import RecordSpec, record
-from powercut.report import cluster as cluster_output
 from powercut.report.matrix import Cell, Row, cells, failed_cells, one_line
 
 log = logging.getLogger(__name__)
@@ -104,14 +101,16 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
         where = how.check_in or ("vm" if how.place.uris else row.ci or "vm")
         selection = how.selection.with_(models=row.models, max_states=min(
             (x for x in (how.selection.max_states, row.max_states) if x), default=0), lie_file=row.lie_file or None)
-        if row.nodes > 1:
-            return _check_cluster_row(row, how, selection, where, info, on_verdict)
         cspec = CampaignSpec(selection=selection, place=dataclasses.replace(how.place, check_in=where),
                              resume=how.resume, shrink=0)  # the matrix wants verdicts; triage is check's
         summary, _ = run_campaign(recdir, cspec, recdir / "check", on_verdict=on_verdict)
         info["check_s"] = round(summary.seconds, 1)
         info["check_in"] = cspec.place.check_in
         info["anatomy"] = summary.anatomy
+        if row.nodes > 1:   # one disk's without_tear has no form for N disks yet
+            info["tear_checks"] = {"checked": 0, "torn_failures": sum(f.model in TORN_MODELS for f in summary.failures),
+                                   "seconds": 0.0, "note": "not checked for a cluster row"}
+            return cells(row, summary, {}, how.require_exhaustive), info
         torn = [f for f in summary.failures if f.model in TORN_MODELS]
         t0 = time.monotonic()
         untorn = _untorn(rec, cspec, torn[:MAX_TEAR_CHECKS], recdir / "untorn") if torn else {}
@@ -121,26 +120,6 @@ def check_row(row: Row, how: MatrixRun, record_error: str, on_verdict: Any = Non
     except (PowercutError, OSError) as e:
         log.warning("matrix row %s: %s", row.id, one_line(e))
         return failed_cells(row, one_line(e)), info
-
-
-def _check_cluster_row(row: Row, how: MatrixRun, selection: SelectionSpec, where: str, info: dict[str, Any],
-                       on_verdict: Any) -> tuple[list[Cell], dict[str, Any]]:
-    """A cluster row (``nodes`` > 1): every consistent cut judged (campaign/cluster.py), cells per
-    cluster model.  Its torn failures are not checked for whether they need their tear (one disk's
-    ``without_tear`` has no cluster form yet): ``tear_checks`` says so."""
-    recdir = how.out / row.slug
-    if how.resume and cluster_output.is_cluster_output(recdir / "check"):
-        summary = cluster_output.load(recdir / "check")
-    else:
-        spec = ClusterCheck(selection=selection, check_in=where, force=True, jobs=how.place.jobs,
-                            accel=how.place.accel, state_timeout_s=how.place.state_timeout_s,
-                            debug=ClusterDebug(shrink=0))   # the matrix wants verdicts; triage is check's
-        run_cluster_check(recdir, spec, recdir / "check", on_verdict=on_verdict)
-        summary = cluster_output.load(recdir / "check")
-    info.update(check_s=round(summary.seconds, 1), check_in=where, anatomy={},
-                tear_checks={"checked": 0, "torn_failures": sum(f.model in TORN_MODELS for f in summary.failures),
-                             "seconds": 0.0, "note": "not checked for a cluster row"})
-    return cells(row, summary, {}, how.require_exhaustive), info
 
 
 def _untorn(rec: Any, cspec: CampaignSpec, torn: list[Any], work: Path) -> dict[str, str]:

@@ -11,26 +11,34 @@ a group keeps the minimization, blame and repro bundle of the shard that holds i
 that shard diagnosed it."""
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from powercut.campaign import clustertriage
 from powercut.campaign.journal import SETTINGS
 from powercut.core import coverage
 from powercut.core.coverage import Coverage
+from powercut.core.dmlog import open_log
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.debug import triage
-from powercut.errors import UsageError
+from powercut.errors import PowercutError, UsageError
 from powercut.linux.jsonlines import read_lines
+from powercut.record import recording
+from powercut.report import cluster as cluster_report
 from powercut.report import html, matrix
 from powercut.report.summary import Summary, summarize, write_outputs
 
+log = logging.getLogger(__name__)
+
 DIAGNOSED = ("cause", "minimized", "culprits", "shrink_calls", "one_at_a_time", "minimized_confirmed",
-             "minimized_alone", "why")
+             "minimized_alone", "why", "node_shrink", "node_culprits", "shrink_exhausted", "blame_note")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +88,7 @@ def _same_campaign(outs: list[ShardOut]) -> None:
         diff = [k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)]
         if diff:
             k = diff[0]
-            what = "recordings" if k == "log_sha256" else f"settings ({k}: {want.get(k)!r} vs {have.get(k)!r})"
+            what = "recordings" if k in ("log_sha256", "logs_sha256") else f"settings ({k}: {want.get(k)!r} vs {have.get(k)!r})"
             raise UsageError(f"{first.dir} and {o.dir} are shards of different {what}: they cannot be merged")
         if o.shard.total != first.shard.total:
             raise UsageError(f"{first.dir} is shard {first.shard}, {o.dir} is shard {o.shard}: different shard "
@@ -119,7 +127,8 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True)
     judged = list(verdicts.values())
-    groups = _groups(judged, outs, outdir)
+    nodes = int(base.get("nodes", 1))
+    groups = _groups(judged, outs, outdir, nodes)
     selection = SimpleNamespace(counts=base.get("states", {}), states=range(sum(o.summary.get("planned", 0)
                                                                                for o in outs)))
     summary = summarize(judged, recording=base["recording"], fstype=base["fstype"], workload=base["workload"],
@@ -135,7 +144,7 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
                         escalated=sum(int(o.summary.get("confirmation", {}).get("escalated_groups", 0)) for o in outs),
                         coverage=_coverage(outs), require_exhaustive=bool(base.get("require_exhaustive", False)),
                         anatomy=base.get("anatomy") or {}, trace_note=str(base.get("trace_note", "")),
-                        disk_latency=str(base.get("disk_latency", "")))
+                        disk_latency=str(base.get("disk_latency", "")), nodes=nodes)
     with open(outdir / "journal.jsonl", "w") as f:
         for v in sorted(judged, key=lambda v: (v.model, v.cut, v.state)):
             f.write(json.dumps(v.to_json()) + "\n")
@@ -149,8 +158,21 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
     if groups:
         (outdir / "diagnoses.json").write_text(json.dumps({"groups": groups}, indent=1) + "\n")
     written = write_outputs(summary, judged, outdir)
-    written["html"] = html.write(summary, outdir, judged)
+    written["html"] = _html(summary, outdir, judged)
     return summary, written
+
+
+def _html(summary: Summary, outdir: Path, judged: list[Verdict]) -> Path:
+    """The merge's report.html: N > 1 disks' page from the recording's logs when they can be read."""
+    if summary.nodes > 1:
+        try:
+            rec = recording.load(summary.recording)
+            with contextlib.ExitStack() as stack:
+                logs = [stack.enter_context(open_log(p, quiet=True)) for p in rec.node_logs]
+                return cluster_report.write_html(summary, outdir, logs)
+        except (PowercutError, OSError) as e:   # the merge stands with the page of one disk's form
+            log.warning("report.html of the merge without the cluster timeline: %s", e)
+    return html.write(summary, outdir, judged)
 
 
 def _coverage(outs: list[ShardOut]) -> Coverage | None:
@@ -160,12 +182,14 @@ def _coverage(outs: list[ShardOut]) -> Coverage | None:
     return coverage.merge([Coverage.from_json(p) for p in got]) if len(got) == len(parts) else None
 
 
-def _groups(judged: list[Verdict], outs: list[ShardOut], outdir: Path) -> list[dict[str, Any]]:
+def _groups(judged: list[Verdict], outs: list[ShardOut], outdir: Path, nodes: int) -> list[dict[str, Any]]:
     """The failure groups over all shards; each keeps its first state's shard's diagnosis and bundle."""
     diagnosed = {g.get("first"): (o, g) for o in outs for g in o.groups}
     out = []
     for k, g in enumerate(triage.group([v for v in judged if v.finding]), 1):
         doc = g.to_json()
+        if nodes > 1:   # what the group's own states say of the nodes (campaign/clustertriage.py)
+            doc.update(clustertriage.group_extras(g, None, nodes))
         doc["escalated"] = any(theirs.get("escalated") and (theirs.get("verdict"), theirs.get("reason_class")) ==
                                (g.verdict, g.reason_class) for o in outs for theirs in o.groups)
         found = diagnosed.get(doc["first"])

@@ -43,16 +43,34 @@ class CheckContext:
 
 @dataclass(frozen=True, slots=True)
 class LogSource:
-    """The recorded log a state is rebuilt from: its path, the data device's size and the image the
-    log starts from (None: zeros; a repro bundle has none)."""
+    """The recorded logs a state is rebuilt from: the first disk's log, the data devices' size (every
+    disk's), the image the log starts from (None: zeros; a repro bundle has none) and, for N > 1
+    disks, every disk's log in disk order (``nodes``; empty for one disk, whose log is ``path``).
+    Every log of a source lies in one directory (the recording's, or a bundle's)."""
 
     path: Path
     size: int
     initial: Path | None = None
+    nodes: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.nodes and (self.nodes[0] != self.path or any(p.parent != self.path.parent for p in self.nodes)):
+            raise UsageError(f"{self.path.parent}: every disk's log must be a file of one directory, the first "
+                             "disk's first")
 
     @staticmethod
     def of(rec: recording.Recording) -> "LogSource":
-        return LogSource(rec.log_path, rec.data_size, rec.initial_image)
+        logs = rec.node_logs
+        return LogSource(logs[0], rec.data_size, rec.initial_image, logs if len(logs) > 1 else ())
+
+    @property
+    def logs(self) -> tuple[Path, ...]:
+        """Every disk's log, the first disk's first."""
+        return self.nodes or (self.path,)
+
+    @property
+    def disks(self) -> int:
+        return len(self.logs)
 
 
 def checker_for(workload: dict[str, Any], command: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -101,9 +101,9 @@ class CheckHost:
             raise UsageError(f"--check-uri {self.uri}: the kernel, initramfs and tools must come from one image "
                              "directory to be shipped")
         remote_img = self.shipper.ship_tree(image_dir, image_dir.name)
-        remote_log = self.shipper.ship_file(src.path, sha256_file(src.path))
+        remote_rec = self.shipper.ship_files(src.logs, [sha256_file(p) for p in src.logs])   # every disk's log
         return Staged(f"{remote_img}/{Path(kernel).name}", f"{remote_img}/{Path(initrd).name}",
-                      f"{remote_img}/{Path(tools_dir).name}" if tools_dir else "", os.path.dirname(remote_log))
+                      f"{remote_img}/{Path(tools_dir).name}" if tools_dir else "", remote_rec)
 
     def boot(self, make_vm: Callable[[str], VmSpec], run: Path, scratch_bytes: int, watchdog: Watchdog) -> None:
         """One VM: ``make_vm(dir)`` builds its spec with its job directory, scratch disk and console

@@ -1,22 +1,27 @@
 """Where states are judged (host side): the one value that decides host or checker VM, with the
-checker VM's settings, and the one dispatch over the two.  Campaigns, confirmation, repro and the
-matrix's tear checks all judge through ``Place.judge``; diagnoses go through
+checker VM's settings, and the one dispatch over the two, for states of one disk or of N.
+Campaigns, confirmation, a cluster's minimization, repro and the matrix's tear checks all judge
+through ``Place.judge``; diagnoses go through
 ``debug.diagnose.diagnose_at``, which takes the same value."""
 from __future__ import annotations
 
 import dataclasses
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
+from powercut.check.checkervm import CHECKER_MEMORY_MB, VmCheckSpec
+from powercut.check.cluster import check_cluster_host
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import check_host, require_root
 from powercut.check.hosts import validate_uri
-from powercut.check.vm import CHECKER_MEMORY_MB, VmCheckSpec, WarmVms, check_vm
+from powercut.check.vm import WarmVms, check_vm
 from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S
 from powercut.core.crashstate import CrashState
+from powercut.core.disks import DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
@@ -75,16 +80,25 @@ class Place:
         (one kernel); every checker VM is a kernel of its own (``jobs`` on each --check-uri host)."""
         return 1 if self.on_host else jobs
 
-    def judge(self, ctx: CheckContext, src: LogSource, index: LogIndex, states: list[CrashState],
-              sink: Callable[[Verdict], None], work: Path, *, jobs: int = 1) -> None:
-        """Judge ``states`` of the log ``index`` (opened from ``src``); each verdict goes to ``sink``."""
+    def judge(self, ctx: CheckContext, src: LogSource, index: LogIndex | Sequence[LogIndex],
+              states: Sequence[CrashState] | Sequence[DisksState], sink: Callable[[Verdict], None], work: Path, *,
+              jobs: int = 1) -> None:
+        """Judge ``states`` of the disks whose logs are ``src`` (opened: ``index``, one disk's log or
+        every disk's); each verdict goes to ``sink``."""
         if not states:
             return
+        logs = [index] if isinstance(index, LogIndex) else list(index)
+        if len(logs) != src.disks:
+            raise ValueError(f"{len(logs)} opened logs for a source of {src.disks} disks")
         if self.on_host:
-            check_host(ctx, src, index, states, sink, work, jobs=jobs)
+            if src.disks == 1:
+                check_host(ctx, src, logs[0], cast(list[CrashState], list(states)), sink, work, jobs=jobs)
+            else:
+                check_cluster_host(ctx, logs, src.size, cast(list[DisksState], list(states)), sink, work)
             shutil.rmtree(work, ignore_errors=True)   # only after a clean end: nothing is mounted under it
         else:
-            check_vm(ctx, src, index, states, sink, work, self.vm(), jobs=jobs, warm=self.warm)
+            check_vm(ctx, src, logs[0] if src.disks == 1 else None, states, sink, work, self.vm(), jobs=jobs,
+                     warm=self.warm)
 
     def with_warm_vms(self) -> "Place":
         """This place keeping a run's checker VMs booted between phases (close_warm ends them)."""

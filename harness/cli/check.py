@@ -28,99 +28,8 @@ def campaign_spec(args: argparse.Namespace, preset: str = "check") -> Any:
                         confirm_mode=args.confirm_mode, confirm_sample=args.confirm_sample, shrink=args.shrink,
                         shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
                         allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard(),
-                        require_exhaustive=args.require_exhaustive, ledger=args.ledger)
-
-
-def _is_cluster(path: str) -> bool:
-    from powercut.errors import BadRecording
-    from powercut.record.recording import load
-
-    try:
-        return load(path).nodes > 1
-    except BadRecording:   # run_campaign says what is wrong with it
-        return False
-
-
-def cmd_check_cluster(args: argparse.Namespace) -> int:
-    """``powercut check`` of a cluster recording (campaign/cluster.py): checker VMs (or host mode),
-    shards, resume; one summary."""
-    from powercut.campaign.cluster import ClusterCheck, run_cluster_check
-    from powercut.campaign.clustertriage import ClusterDebug
-    from powercut.cli.parser import selection_from
-    from powercut.core.shard import Shard
-
-    debug = ClusterDebug(confirm=not args.no_confirm, confirm_sample=args.confirm_sample, shrink=args.shrink,
-                         shrink_budget=args.shrink_budget)
-    spec = ClusterCheck(selection=selection_from(args, "check"), cluster_bound=args.cluster_bound,
-                        check_in=args.check_in, checker_command=args.checker, force=args.force, jobs=args.jobs,
-                        accel=args.accel, state_timeout_s=args.state_timeout, check_uris=tuple(args.check_uris),
-                        shard=args.shard or Shard(), resume=args.resume, debug=debug, ledger=args.ledger or "")
-    summary, out = run_cluster_check(args.path, spec, args.out)
-    return _print_cluster(summary, out)
-
-
-def _print_cluster(summary: dict[str, Any], out: Path) -> int:
-    sel = summary["selection"]
-    where = f" (shard {summary['shard']})" if summary.get("shard") else ""
-    if summary.get("shards"):
-        where = f" (shards {', '.join(summary['shards'])} merged)"
-    print(f"{summary['workload']} on {summary['nodes']} nodes{where}: {summary['judged']} cluster states judged "
-          f"over {sel['instants']} instants in {summary.get('check_in') or 'host'} mode; this run "
-          f"{summary.get('judged_now', summary['judged'])} in {summary['judge_s']} s ({summary['per_state_s']} s a state)")
-    for n, per in enumerate(sel["node_states"]):
-        print(f"  node {n}: distinct states " + ", ".join(f"{m} {k}" for m, k in per.items()))
-    print("  verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["verdicts"].items())))
-    groups = summary.get("groups") or []
-    for f in summary["failures"][:0 if groups else 3]:
-        print(f"  {f['verdict']}: {f['state']}: " + "; ".join(f["reasons"][:2]))
-    _print_cluster_groups(summary, groups)
-    for f in summary.get("flaky", [])[:5]:
-        print(f"  FLAKY {f['state']}: {f['reasons'][0] if f['reasons'] else ''}")
-    phrase = f" ({summary['phrase']})" if summary["phrase"] else ""
-    print(f"{summary['verdict'].upper()}{phrase}; summary: {out}/summary.json")
-    if summary.get("missing_shards"):
-        print(f"powercut: shard(s) {', '.join(summary['missing_shards'])} missing from the merge: not a pass",
-              file=sys.stderr)
-    elif summary.get("status", "complete") != "complete":
-        print(f"powercut: the check is {summary['status']}: not a pass (--resume goes on with it)", file=sys.stderr)
-    return {"fail": 3, "pass": 0}.get(summary["verdict"], 1)
-
-
-
-
-def _print_cluster_groups(summary: dict[str, Any], groups: list[dict[str, Any]]) -> None:
-    """A cluster check's failure groups: count, nodes, confirmation, the per-node minimization and
-    blame, the cause naming the nodes, the repro line."""
-    from powercut.report.summary import group_confirmation
-
-    if not groups:
-        return
-    conf = summary.get("confirmation") or {}
-    print(f"  {sum(g['count'] for g in groups)} failing cluster states in {len(groups)} group(s) by cause "
-          f"(triage {summary.get('triage_s', 0):.1f} s; {conf.get('rejudged', 0)} judged again alone, "
-          f"{conf.get('flaky', 0)} flaky)")
-    for k, g in enumerate(groups, 1):
-        print(f"GROUP {k}: {g['verdict']} x {g['count']}: {g['reason_class']}")
-        print(f"  nodes: {g['nodes_note']}")
-        line = group_confirmation(g)
-        if line:
-            print(f"  {line}")
-        if g.get("minimized"):
-            same = " (already minimal: no node's state fails alike with less)" if g["minimized"] == g["first"] else ""
-            print(f"  minimized: {g['first']} -> {g['minimized']}{same} ({g['shrink_calls']} checks over "
-                  f"{g['nodes']} nodes{', budget exhausted' if g.get('shrink_exhausted') else ''})")
-            for n, (sh, blamed) in enumerate(zip(g.get("node_shrink", []), g.get("node_culprits", []))):
-                print(f"    node {n}: cut {sh['cut'][0]} -> {sh['cut'][1]}, lost writes {sh['lost'][0]} -> "
-                      f"{sh['lost'][1]}" + ("" if blamed or g.get("blame_note") else " (no write blamed)"))
-                for c in blamed[:3]:
-                    print(f"      {c}")
-            print(f"  cause: {g['cause']}")
-        else:
-            print(f"  first state: {g['first']}")
-        if g.get("bundle"):
-            print(f"  repro: powercut repro {shlex.quote(g['bundle'])}")
-        else:
-            print(f"  repro: powercut repro {shlex.quote(summary['recording'])} --state {shlex.quote(g['first'])}")
+                        require_exhaustive=args.require_exhaustive, ledger=args.ledger,
+                        **({"cluster_bound": args.cluster_bound} if getattr(args, "cluster_bound", None) else {}))
 
 
 def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
@@ -129,8 +38,6 @@ def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
 
     from powercut.campaign.run import run_campaign
 
-    if preset == "check" and _is_cluster(args.path):
-        return cmd_check_cluster(args)
     spec = campaign_spec(args, preset)
     console = Console(stderr=True)
     failed = 0
@@ -171,11 +78,8 @@ def _finish(summary: Any, paths: dict[str, Path]) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from powercut.campaign.cluster import is_cluster_output, merge_cluster
     from powercut.campaign.merge import is_matrix, merge, merge_matrix
 
-    if any(is_cluster_output(p) for p in args.shards):
-        return _print_cluster(*merge_cluster(args.shards, args.out))
     if is_matrix(args.shards):
         rows, results, paths, missing = merge_matrix(args.shards, args.out)
         from powercut.report import matrix
@@ -239,7 +143,11 @@ def _print_groups(summary: Any) -> None:
         conf = group_confirmation(g)
         if conf:
             print(f"  {conf}")
-        if g.get("minimized"):
+        if g.get("nodes"):
+            print(f"  nodes: {g['nodes_note']}")
+        if g.get("minimized") and g.get("nodes"):
+            _print_node_shrink(g)
+        elif g.get("minimized"):
             print(f"  minimized: {g['first']} -> {g['minimized']} ({g['shrink_calls']} checks; one write at a "
                   f"time: at least {g['one_at_a_time']})")
             for c in g.get("culprits", [])[:6]:
@@ -250,6 +158,19 @@ def _print_groups(summary: Any) -> None:
             print(f"  repro: powercut repro {shlex.quote(g['bundle'])}")
         else:
             print(f"  repro: powercut repro {shlex.quote(summary.recording)} --state {shlex.quote(g['first'])}")
+
+
+def _print_node_shrink(g: dict[str, Any]) -> None:
+    """A group of N > 1 disks' states, minimized node by node: each node's cut and lost writes
+    before and after, and its blamed writes."""
+    same = " (already minimal: no node's state fails alike with less)" if g["minimized"] == g["first"] else ""
+    print(f"  minimized: {g['first']} -> {g['minimized']}{same} ({g['shrink_calls']} checks over "
+          f"{g['nodes']} nodes{', budget exhausted' if g.get('shrink_exhausted') else ''})")
+    for n, (sh, blamed) in enumerate(zip(g.get("node_shrink", []), g.get("node_culprits", []))):
+        print(f"    node {n}: cut {sh['cut'][0]} -> {sh['cut'][1]}, lost writes {sh['lost'][0]} -> "
+              f"{sh['lost'][1]}" + ("" if blamed or g.get("blame_note") else " (no write blamed)"))
+        for c in blamed[:3]:
+            print(f"      {c}")
 
 
 def cmd_repro(args: argparse.Namespace) -> int:

@@ -18,7 +18,6 @@
 * ``pools`` -- one disk's distinct states of one instant under one model, streamed a key version at a time;
 * ``statelist`` -- chosen states kept as their ids (millions of them fit in memory);
 * ``selection`` -- one algorithm for N >= 1 disks: each distinct image judged once, --max-states shares;
-* ``clustersummary`` -- a cluster check's summary, and its shards merged into the unsharded one;
 * ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;
 * ``shrink`` -- minimize a failing state;
 * ``clustershrink`` -- minimize a failing cluster state node by node; a cluster failure's nodes, cause line, bundle cuts;

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.clustervm import check_cluster_vm
 from powercut.check.context import CheckContext, LogSource, context_for
 from powercut.check.place import Place
 from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import open_log
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle, clusterbundle
-from powercut.debug.clusterdebug import JudgeStates, host_judge, judge_one
+from powercut.debug.clusterdebug import JudgeStates, judge_one
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.linux import filesystems
 from powercut.record import recording
@@ -73,23 +72,13 @@ def resolve(path: str, state: str = "") -> ClusterTarget | None:
     return None
 
 
-def vm_judge(target: ClusterTarget, place: Place) -> JudgeStates:
-    """Cluster states judged in one checker VM (check/clustervm.py) over the target's node logs
-    (every one in one directory: a bundle's or a recording's)."""
-    if len({p.parent for p in target.logs}) != 1:
-        raise UsageError(f"{target.source}: the node logs are not in one directory")
-
-    def judge(states: Sequence[DisksState], sink: Callable[[Verdict], None], work: Path) -> None:
-        check_cluster_vm(target.ctx, LogSource(target.logs[0], target.size), [p.name for p in target.logs],
-                         list(states), sink, work, place.vm(), jobs=1)
-    return judge
-
-
 def run(target: ClusterTarget, check_in: str, judge: JudgeStates | None = None, accel: str = "auto") -> Verdict:
     """Judge the target's cluster state once: through ``judge``, else where ``check_in`` says (a
-    checker VM, or the host)."""
-    if judge is None and check_in != "host":
-        judge = vm_judge(target, Place("vm", accel))
+    checker VM, or the host: check/place.Place.judge)."""
+    if len({p.parent for p in target.logs}) != 1:
+        raise UsageError(f"{target.source}: the node logs are not in one directory")
+    place = Place("host" if check_in == "host" else "vm", accel)
+    src = LogSource(target.logs[0], target.size, nodes=target.logs)
     with contextlib.ExitStack() as stack:
         try:
             logs = [stack.enter_context(open_log(p, quiet=True)) for p in target.logs]
@@ -98,7 +87,10 @@ def run(target: ClusterTarget, check_in: str, judge: JudgeStates | None = None, 
         cs = Disks(logs)
         st = cs.state_from_id(target.state)
         work = Path(tempfile.mkdtemp(prefix="powercut-repro-"))
-        return judge_one(judge or host_judge(target.ctx, logs, target.size), st, work)
+
+        def where(states: Sequence[DisksState], sink: Callable[[Verdict], None], w: Path) -> None:
+            place.judge(target.ctx, src, logs, states, sink, w)
+        return judge_one(judge or where, st, work)
 
 
 def describe(target: ClusterTarget, v: Verdict) -> list[str]:

@@ -44,6 +44,7 @@ class Group:
     escalated: bool = False     # its confirmation sample disagreed: confirmed state by state
     diagnosis_error: str = ""   # why its diagnosis could not be made (the diagnosing VM panicked, ...)
     why: dict[str, Any] | None = None   # its cause in the program's terms (debug/cause.py), with a trace
+    extra: dict[str, Any] = field(default_factory=dict)   # N > 1 disks: the nodes it names, per-node blame
 
     @property
     def first(self) -> Verdict:
@@ -63,7 +64,8 @@ class Group:
                 **({"diagnosis_error": self.diagnosis_error} if self.diagnosis_error else {}),
                 **({"why": self.why} if self.why else {}),
                 **({"minimized_confirmed": d["minimized_confirmed"], "minimized_alone": d.get("minimized_alone", "")}
-                   if "minimized_confirmed" in d else {})}
+                   if "minimized_confirmed" in d else {}),
+                **self.extra}
 
 
 def group(failures: list[Verdict]) -> list[Group]:

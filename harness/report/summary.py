@@ -55,6 +55,7 @@ class Summary:
     anatomy: dict[str, Any] = field(default_factory=dict)   # commit anatomy (core/anatomy.py), {} if unknown
     trace_note: str = ""                      # why there is no cause in the program's terms ("" with a trace)
     disk_latency: str = ""                    # the recording's data-disk latency (core/latency.py; "" unknown)
+    nodes: int = 1                            # disks judged together (> 1: a cluster recording's nodes)
 
     @property
     def no_acks(self) -> bool:
@@ -149,7 +150,8 @@ class Summary:
                 "groups": self.groups, "triage_seconds": round(self.triage_s, 3),
                 "anatomy": self.anatomy, "trace_note": self.trace_note,
                 "failures": [dict(f.to_json(), repro=repro(self.recording, f)) for f in self.failures],
-                "flaky_states": [f.to_json() for f in self.flaky]}
+                "flaky_states": [f.to_json() for f in self.flaky],
+                **({"nodes": self.nodes} if self.nodes > 1 else {})}
 
 
 def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload: str, check_in: str,
@@ -158,7 +160,8 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               acks: int = -1, allow_no_acks: bool = False, shard: str = "",
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
               escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False,
-              anatomy: dict[str, Any] | None = None, trace_note: str = "", disk_latency: str = "") -> Summary:
+              anatomy: dict[str, Any] | None = None, trace_note: str = "", disk_latency: str = "",
+              nodes: int = 1) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -174,7 +177,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
                    {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
-                   coverage, require_exhaustive, dict(anatomy or {}), trace_note, disk_latency)
+                   coverage, require_exhaustive, dict(anatomy or {}), trace_note, disk_latency, nodes)
 
 
 def models_of(v: Verdict) -> list[str]:

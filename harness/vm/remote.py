@@ -21,6 +21,7 @@ import shlex
 import tarfile
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -132,22 +133,32 @@ class Shipper:
     def ship_file(self, local: Path, sha256: str = "") -> str:
         """The remote path of ``local`` (a recording's log) under recordings/<sha256>/."""
         sha256 = sha256 or sha256_file(local)
-        d = f"{self.root}/recordings/{sha256}"
-        remote = f"{d}/{local.name}"
+        return f"{self.ship_files([local], [sha256])}/{local.name}"
+
+    def ship_files(self, files: Sequence[Path], sha256s: Sequence[str] = ()) -> str:
+        """The remote directory holding ``files`` (one recording's logs, every disk's), each under its
+        own name: recordings/<key>/, the key being the one file's sha256, or for several the sha256 of
+        their sha256s joined by ``+`` in order (so one disk's logs land where they always did)."""
+        shas = list(sha256s) or [sha256_file(f) for f in files]
+        key = shas[0] if len(shas) == 1 else hashlib.sha256("+".join(shas).encode()).hexdigest()
+        d = f"{self.root}/recordings/{key}"
         with self._lock:
             if self.target.run(f"test -f {shlex.quote(d)}/.complete", check=False).returncode == 0:
-                return remote
-            with open(local, "rb") as f:
-                data = f.read()
-            got = self.target.text(f"set -e; mkdir -p {shlex.quote(d)}; cat > {shlex.quote(remote)}.part; "
-                                   f"sha256sum {shlex.quote(remote)}.part", stdin=data,
-                                   timeout=SSH_TIMEOUT_S + len(data) / 1e6).split()[:1]
-            if got != [sha256]:
-                raise EnvironmentNotReady(f"{self.target.host}: {local.name} arrived with sha256 {got[:1]}, "
-                                          f"not {sha256[:16]}: the copy is damaged")
-            self.target.run(f"mv {shlex.quote(remote)}.part {shlex.quote(remote)} && touch {shlex.quote(d)}/.complete")
-            self.shipped.append(str(local))
-        return remote
+                return d
+            for local, sha256 in zip(files, shas):
+                remote = f"{d}/{local.name}"
+                with open(local, "rb") as f:
+                    data = f.read()
+                got = self.target.text(f"set -e; mkdir -p {shlex.quote(d)}; cat > {shlex.quote(remote)}.part; "
+                                       f"sha256sum {shlex.quote(remote)}.part", stdin=data,
+                                       timeout=SSH_TIMEOUT_S + len(data) / 1e6).split()[:1]
+                if got != [sha256]:
+                    raise EnvironmentNotReady(f"{self.target.host}: {local.name} arrived with sha256 {got[:1]}, "
+                                              f"not {sha256[:16]}: the copy is damaged")
+                self.target.run(f"mv {shlex.quote(remote)}.part {shlex.quote(remote)}")
+                self.shipped.append(str(local))
+            self.target.run(f"touch {shlex.quote(d)}/.complete")
+        return d
 
     def ship_tree(self, local_dir: Path, key: str, kind: str = "images") -> str:
         """The remote copy of the directory ``local_dir`` (a guest image) under <kind>/<key>/."""

@@ -216,7 +216,7 @@ def test_the_checker_catches_deliberate_bad_imports() -> None:
     assert violations("powercut.core.stateid", "from powercut.linux import process\n")   # same layer
     assert violations("powercut.vm.accel", "from powercut.images.build import cache_root\n")
     assert violations("powercut.check.judge", "from powercut.bench import parse\n")      # same layer
-    assert violations("powercut.report.summary", "from powercut.campaign.run import flaky\n")
+    assert violations("powercut.report.summary", "from powercut.campaign.phases import flaky\n")
     assert violations("powercut.guest.check", "from powercut.vm.qemu import run_vm\n")
     assert violations("powercut.debug.triage", "from . import bundle\n")                 # relative
     assert violations("powercut.check.vm", "def f():\n    from powercut.debug import blame\n")

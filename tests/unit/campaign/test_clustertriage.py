@@ -1,4 +1,5 @@
-"""A cluster check's failures after judging, with a fake judge callback on synthetic 3-node logs:
+"""A cluster check's failures after judging (campaign/phases.CampaignRun over N = 3 disks, the
+phases of every campaign), with a fake place judging synthetic 3-node logs:
 grouped, the first state minimized node by node, confirmed by group (a state that passes the
 second time is flaky and says both verdicts), the second verdicts appended to the journal, a
 cluster bundle written per group whose cut logs rebuild the state (and refuse a tampered node log),
@@ -6,6 +7,7 @@ and repro of the bundle through the same callback."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,12 +15,15 @@ from typing import Any
 
 import pytest
 
-from powercut.campaign.clustertriage import ClusterDebug, diagnose_cluster
+from powercut.campaign.journal import Journal
+from powercut.campaign.phases import CampaignRun
+from powercut.campaign.run import CampaignSpec
 from powercut.checker import CheckerSpec
 from powercut.core.disks import Disks, DisksState
 from powercut.core.verdict import Verdict
 from powercut.debug import clusterbundle, clusterrepro
 from powercut.errors import UsageError
+from powercut.linux import interrupt
 from tests.unit.core.test_clustershrink import OPS, W6
 from tests.unit.logops import build_log
 
@@ -46,7 +51,8 @@ class FakeJudge:
 @pytest.fixture()
 def setup(tmp_path: Path) -> tuple[Disks, list[DisksState], Any, Any]:
     paths = [tmp_path / f"log-n{i}.bin" for i in range(3)]
-    cs = Disks([build_log(p, OPS) for p in paths])
+    logs = [build_log(p, OPS) for p in paths]
+    cs = Disks(logs)
 
     def wc(*drops: tuple[int, ...]) -> DisksState:
         return cs.make("write-cache", [cs.nodes[n].make_state("write-cache", 11, d) for n, d in enumerate(drops)])
@@ -54,18 +60,56 @@ def setup(tmp_path: Path) -> tuple[Disks, list[DisksState], Any, Any]:
     states = [wc((4, 5, 6, 8, 10), (4, 5, 6, 8, 10), (4, 5, 6, 8, 10)), wc((), (5,), ()), wc((), (), ()),
               wc((8,), (5, 8), (10,))]
     rec = SimpleNamespace(dir=tmp_path, node_logs=tuple(paths), data_size=1 << 20, fstype="ext4", mount_opts="",
-                          workload={"name": "replog"})
+                          workload={"name": "replog"}, initial_image=None, log_path=paths[0], indexes=logs)
     ctx = SimpleNamespace(checker=CheckerSpec(name="replog"), params={"n": 2})
     return cs, states, rec, ctx
 
 
-def run(setup: Any, tmp_path: Path, judge: FakeJudge, how: ClusterDebug | None = None) -> dict[str, Any]:
+class FakePlace:
+    """Where the states are judged: the fake judge, in this process."""
+
+    on_host = False
+
+    def __init__(self, judge: FakeJudge) -> None:
+        self.fake = judge
+
+    def judge(self, ctx: Any, src: Any, index: Any, states: Sequence[DisksState], sink: Any, work: Path, *,
+              jobs: int = 1) -> None:
+        assert src.disks == 3 and len(index) == 3
+        self.fake(states, sink, work)
+
+    def with_warm_vms(self) -> FakePlace:
+        return self
+
+    def close_warm(self, force: bool = False) -> None:
+        pass
+
+    def alone(self, jobs: int) -> int:
+        return jobs
+
+    def workers(self) -> int:
+        return 1
+
+
+def run(setup: Any, tmp_path: Path, judge: FakeJudge, **how: Any) -> dict[str, Any]:
+    """The states judged by ``judge``, then triaged as every campaign's are; what the summary says."""
     cs, states, rec, ctx = setup
     out = tmp_path / "check"
     out.mkdir()
-    verdicts = [judge.verdict(s) for s in states]
-    (out / "journal.jsonl").write_text("".join(json.dumps(v.to_json()) + "\n" for v in verdicts))
-    return diagnose_cluster(rec, ctx, cs, [], states, verdicts, out, how or ClusterDebug(), judge=judge, on_host=False)
+    spec = CampaignSpec(place=FakePlace(judge), **how)   # type: ignore[arg-type]
+    journal = Journal(out / "journal.jsonl", resume=False)
+    interrupt.reset()
+    r = CampaignRun(spec, rec, ctx, out, rec.indexes, cs,
+                    SimpleNamespace(states=states, aliases={}), journal, None)
+    r.judge(states, r.sink, out / "work", 1)
+    groups = [g.to_json() for g in r.triage()]
+    journal.close()
+    now = list(journal.done.values())
+    return {"groups": groups, "verdicts": dict(Counter(v.verdict for v in now)),
+            "verdict": "fail" if any(v.failed and v.verdict != "flaky" for v in now) else "pass",
+            "failures": [v.to_json() for v in now if v.failed and v.verdict != "flaky"],
+            "flaky": [v.to_json() for v in now if v.verdict == "flaky"],
+            "confirmation": {"rejudged": r.confirmed, "flaky": sum(v.verdict == "flaky" for v in now)}}
 
 
 def test_a_group_is_minimized_confirmed_and_bundled(setup: Any, tmp_path: Path) -> None:
@@ -128,13 +172,6 @@ def test_a_state_that_fails_again_when_judged_more_is_a_finding_that_says_how_of
 
 def test_without_confirmation_or_shrink_nothing_is_judged_again(setup: Any, tmp_path: Path) -> None:
     judge = FakeJudge()
-    post = run(setup, tmp_path, judge, ClusterDebug(confirm=False, shrink=0))
+    post = run(setup, tmp_path, judge, confirm=False, shrink=0)
     assert len(judge.seen) == 4 and post["confirmation"]["rejudged"] == 0
     assert not post["groups"][0]["minimized"] and post["groups"][0]["bundle"]
-
-
-def test_the_settings_are_checked() -> None:
-    with pytest.raises(UsageError, match="--shrink"):
-        ClusterDebug(shrink_budget=0)
-    with pytest.raises(UsageError, match="--confirm-sample"):
-        ClusterDebug(confirm_sample=1)

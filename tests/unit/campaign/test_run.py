@@ -172,12 +172,12 @@ def test_a_diagnosis_that_fails_leaves_the_verdicts_and_says_why(synthetic: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A state that panics the kernel panics the VM that diagnoses it too: the check goes on, its
     groups carry the diagnosis error, and the verdict is the finding's (was: the whole check an error)."""
-    from powercut.campaign import run as campaign_run
+    from powercut.campaign.phases import CampaignRun
     from powercut.errors import PowercutError
 
-    def broken(self, index, firsts):   # noqa: ANN202
+    def broken(self, groups):   # noqa: ANN202
         raise PowercutError("the checker VM diagnosing 1 failure(s) failed: guest kernel panic")
-    monkeypatch.setattr(campaign_run._Run, "_diagnose", broken)
+    monkeypatch.setattr(CampaignRun, "_diagnose", broken)
     s, paths = run_campaign(synthetic, CampaignSpec.of(models=("flush",), check_in="host", checker_command=STRICT,
                                                        shrink=1, jobs=1), tmp_path / "out")
     assert s.verdict == "lost-ack" and s.status == "complete"

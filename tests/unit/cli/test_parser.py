@@ -19,7 +19,6 @@ import pytest
 from powercut import config
 from powercut.bench.run import BenchRequest, BenchVmSpec
 from powercut.campaign import matrix
-from powercut.campaign.cluster import ClusterCheck
 from powercut.campaign.demo import DemoSpec
 from powercut.campaign.run import CampaignSpec
 from powercut.check.place import Place
@@ -75,7 +74,7 @@ SOURCES: dict[tuple[tuple[str, ...], str], Callable[[], Any]] = {
     (CHECK, "confirm_sample"): field(CampaignSpec, "confirm_sample"),
     (CHECK, "shrink"): field(CampaignSpec, "shrink"),
     (CHECK, "shrink_budget"): field(CampaignSpec, "shrink_budget"),
-    (("check",), "cluster_bound"): field(ClusterCheck, "cluster_bound"),
+    (("check",), "cluster_bound"): field(CampaignSpec, "cluster_bound"),
     (("bench",), "accel"): field(BenchVmSpec, "accel"),
     (("bench",), "memory"): field(BenchVmSpec, "memory_mb"),
     (("bench",), "qemu_cache"): field(BenchVmSpec, "qemu_cache"),

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
 
-from powercut.campaign.run import flaky
+from powercut.campaign.phases import flaky
 from powercut.core.verdict import Verdict
 from powercut.report.summary import summarize, table, write_outputs
 

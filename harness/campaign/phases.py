@@ -1,0 +1,215 @@
+"""The phases of one campaign after its selection (host): judge the states, group the failures by
+cause, minimize and blame the first state of the first groups, confirm by group, explain, bundle.
+``campaign/run.py`` builds a ``CampaignRun`` over the recording's disks -- one disk or N, the same
+phases -- and calls ``judge`` and ``triage``.
+
+Every judgement goes through ``check/place.Place.judge`` (host or checker VMs, here or on
+``--check-uri`` hosts); the run's checker VMs stay warm between the check and the diagnosis, and
+confirmation judges in fresh kernels.  What differs with the number of disks is only what a
+diagnosis is: one disk's minimization and blame (debug/triage.diagnose_at), or the node-by-node
+minimization and per-node blame of N disks (campaign/clustertriage.py), whose recovery may also be
+nondeterministic, so a disagreeing second verdict is judged a few more times there.
+
+Confirmation (core/confirm.py): failing states are judged a second time, alone (a fresh clone, a
+fresh mount point, nothing else from that recording mounted: one host worker, or fresh checker
+VMs): the same verdict makes it a confirmed finding; a different one makes it ``flaky`` -- a
+harness problem, reported with both verdicts, never counted as a finding of the program under test.
+By default confirmation goes by failure group: a small group is judged again whole, a large one by a
+deterministic sample (its first, its last, its minimized state, seeded others, ``confirm_sample`` in
+all), and any disagreement confirms the group state by state; ``confirm_mode="all"`` judges every
+failing state again."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from powercut.campaign import clustertriage
+from powercut.campaign.journal import Journal
+from powercut.check.context import CheckContext, LogSource
+from powercut.core import confirm as confirming
+from powercut.core.disks import Disks
+from powercut.core.dmlog import LogIndex
+from powercut.core.models import CrashSpace
+from powercut.core.verdict import Verdict
+from powercut.debug import cause, triage
+from powercut.debug.triage import Group
+from powercut.errors import CheckerError, PowercutError
+from powercut.linux import interrupt
+from powercut.record import recording
+
+log = logging.getLogger(__name__)
+
+BROKEN_AFTER = 3   # a checker that crashes on each of the first states judged is broken, not a finding
+
+
+class CampaignRun:
+    """One campaign's moving parts: its disks (``logs``, opened; ``space``: one disk's CrashSpace or
+    N disks' Disks, each giving ``state_from_id``), the selection, the journal, the callbacks."""
+
+    def __init__(self, spec: Any, rec: recording.Recording, ctx: CheckContext, outdir: Path, logs: Sequence[LogIndex],
+                 space: CrashSpace | Disks, sel: Any, journal: Journal,
+                 on_verdict: Callable[[Verdict], None] | None) -> None:
+        self.spec, self.rec, self.ctx, self.outdir = spec, rec, ctx, outdir
+        self.logs, self.space = list(logs), space
+        self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
+        self.place, self.src = spec.place.with_warm_vms(), LogSource.of(rec)
+        self.first: list[str] = []   # the first verdicts of this run: a checker broken on all is an error
+        self.confirm_s = 0.0
+        self.confirmed = 0
+        self.groups: list[Group] = []
+        self.triage_s = 0.0
+        self.escalated: set[tuple[str, str]] = set()   # groups confirmed state by state after a disagreement
+
+    @property
+    def disks(self) -> int:
+        return len(self.logs)
+
+    def sink(self, v: Verdict) -> None:
+        self.first.append(v.verdict)
+        if len(self.first) == BROKEN_AFTER and set(self.first) == {"checker-crashed"}:
+            raise CheckerError(f"the checker failed on each of the first {BROKEN_AFTER} states, e.g. {v.state}: "
+                               f"{v.reasons[0] if v.reasons else 'no reason'}; fix the checker (or its timeout, "
+                               "--checker-timeout) and check again with --resume")
+        aliases = tuple(self.sel.aliases.get(v.state, ()))
+        v = dataclasses.replace(v, aliases=aliases)
+        self.journal.add(v)
+        if self.on_verdict:
+            self.on_verdict(v)
+
+    def judge(self, states: Sequence[Any], sink: Callable[[Verdict], None], work: Path, jobs: int) -> None:
+        index: LogIndex | Sequence[LogIndex] = self.logs[0] if self.disks == 1 else self.logs
+        self.place.judge(self.ctx, self.src, index, states, sink, work, jobs=jobs)
+
+    def triage(self) -> list[Group]:
+        """Group the failures by cause; minimize and blame the first state of the first ``shrink``
+        groups where the check runs; confirm by group (``confirm``); a repro bundle for every group."""
+        t0 = time.monotonic()
+        self.groups = self._findings()
+        todo = self.groups[:self.spec.shrink]
+        if todo and not interrupt.stopping():
+            try:
+                found = self._diagnose(todo)
+            except PowercutError as e:   # e.g. a state that panics the kernel panics the diagnosing VM too:
+                log.warning("diagnosis failed, the groups are reported without it: %s", e.one_line())   # the
+                found = {}                                                     # verdicts stand, the check goes on
+                for g in todo:
+                    g.diagnosis_error = e.one_line()
+            for g in todo:
+                g.diagnosis = found.get(g.first.state, g.diagnosis)
+        self.place.close_warm()   # confirmation judges in fresh kernels
+        self.triage_s = time.monotonic() - t0
+        if self.spec.confirm and not interrupt.stopping():
+            self.confirm()
+            kept = {(g.verdict, g.reason_class): (g.diagnosis, g.diagnosis_error) for g in self.groups}
+            self.groups = self._findings()   # confirmation may have made states flaky, or whole groups
+            for g in self.groups:
+                g.diagnosis, g.diagnosis_error = kept.get((g.verdict, g.reason_class), (None, ""))
+        t1 = time.monotonic()
+        if self.groups:
+            if self.disks == 1:
+                try:
+                    cause.explain_groups(self.rec, self.logs[0], self.groups)
+                except Exception as e:  # noqa: BLE001 -- a cause is an explanation: the verdicts stand without it
+                    log.warning("no causes from the trace: %s", e)
+                triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.rec.log_path)
+            else:
+                assert isinstance(self.space, Disks)
+                clustertriage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.space)
+            triage.save(self.outdir, self.groups)
+        self.triage_s += time.monotonic() - t1
+        return self.groups
+
+    def confirm(self) -> None:
+        """Judge the unconfirmed failures again, alone, by group (core/confirm.py): the whole of a
+        small group, a sample of a large one, and each diagnosed group's minimized state, all in one
+        lone phase; then state by state every group whose sample or minimized state disagreed."""
+        by_id = {s.id: s for s in self.sel.states}
+        mine = [v for sid, v in self.journal.done.items() if sid in by_id]
+        firsts = [v for v in mine if v.failed and not v.confirmed and not v.by_group and v.verdict != "flaky"]
+        named = {(g.verdict, g.reason_class): g.diagnosis["minimized"] for g in self.groups
+                 if g.diagnosis and g.diagnosis.get("minimized")}
+        minimized = {key: m for key, m in named.items() if m not in by_id}   # not a judged state: judged here
+        if not firsts and not minimized:
+            return
+        t0 = time.monotonic()
+        plans = confirming.plan(firsts, mode=self.spec.confirm_mode, k=self.spec.confirm_sample,
+                                seed=self.spec.selection.seed,
+                                settled=[v for v in mine if v.verdict == "flaky" or v.confirmed],
+                                always=set(named.values()))
+        sampled = [v for p in plans for v in p.sample]
+        extra = {key: self.space.state_from_id(m) for key, m in minimized.items()}
+        seconds = self._alone(sampled, [by_id[v.state] for v in sampled]
+                              + list({st.id: st for st in extra.values()}.values()))
+        disagreeing = set()
+        for g in self.groups:   # the repro the report leads with must fail the same way alone
+            st = extra.get((g.verdict, g.reason_class))
+            if st is None:
+                continue
+            v2 = seconds.get(st.id)
+            same = v2 is not None and v2.verdict == g.verdict
+            g.diagnosis = dict(g.diagnosis or {}, minimized_confirmed=same,
+                               minimized_alone=v2.verdict if v2 is not None else "not judged")
+            if not same:
+                disagreeing.add((g.verdict, g.reason_class))
+        by_group, escalate = confirming.settle(plans, seconds, disagreeing)
+        for v in by_group:
+            self.journal.add(dataclasses.replace(v, by_group=True))
+        if escalate and not interrupt.stopping():
+            self.escalated |= {confirming.group_key(v) for v in escalate}
+            self._alone(escalate, [by_id[v.state] for v in escalate])
+        if self.disks > 1 and not interrupt.stopping():   # a cluster's recovery may be nondeterministic
+            clustertriage.retry_disagreeing(by_id, self.journal, self.judge, self.outdir / "confirm")
+        self.confirm_s += time.monotonic() - t0
+
+    def _alone(self, firsts: list[Verdict], states: list[Any]) -> dict[str, Verdict]:
+        """Judge ``states`` again, alone; journal each of ``firsts`` as confirmed or flaky.  Every
+        lone verdict comes back by state id (others, such as minimized states, are not journaled)."""
+        want = {v.state: v for v in firsts}
+        seconds: dict[str, Verdict] = {}
+
+        def second(v2: Verdict) -> None:
+            seconds[v2.state] = v2
+            v1 = want.get(v2.state)
+            if v1 is None:
+                return
+            self.journal.add(dataclasses.replace(v1, confirmed=True, by_group=False) if confirming.agrees(v1, v2)
+                             else flaky(v1, v2))
+            self.confirmed += 1
+
+        self.judge(states, second, self.outdir / "confirm", self.place.alone(self.spec.workers()))
+        return seconds
+
+    def _findings(self) -> list[Group]:
+        wanted = {s.id for s in self.sel.states}
+        groups = triage.group([v for sid, v in self.journal.done.items() if sid in wanted and v.finding])
+        for g in groups:
+            g.escalated = (g.verdict, g.reason_class) in self.escalated
+        return groups
+
+    def _diagnose(self, groups: list[Group]) -> dict[str, dict[str, Any]]:
+        """Each group's first state minimized and blamed where the check runs: state id -> diagnosis."""
+        firsts = [g.first for g in groups]
+        if self.disks == 1:
+            assert isinstance(self.space, CrashSpace)
+            found = triage.diagnose_at(self.place, self.ctx, self.src, self.logs[0], self.space, firsts,
+                                       self.outdir / "diagnose", floor=self.sel.floor, budget=self.spec.shrink_budget)
+            return {d["state"]: d for d in found}
+        assert isinstance(self.space, Disks)
+
+        def judge(states: Sequence[Any], sink: Callable[[Verdict], None], work: Path) -> None:
+            self.judge(states, sink, work, 1)   # one checker VM, kept warm from call to call
+        by_id = {s.id: s for s in self.sel.states}
+        return clustertriage.diagnose(self.space, self.logs, self.ctx, self.rec.data_size, by_id, firsts, judge,
+                                      self.outdir / "diagnose", budget=self.spec.shrink_budget,
+                                      on_host=self.place.on_host)
+
+
+def flaky(v1: Verdict, v2: Verdict) -> Verdict:
+    reasons = (f"judged twice with different verdicts: {v1.verdict}, then alone {v2.verdict} -- a harness "
+               "problem, not a finding", *(f"first: {r}" for r in v1.reasons), *(f"second: {r}" for r in v2.reasons))
+    return dataclasses.replace(v1, verdict="flaky", reasons=reasons, first=(v1.verdict, *v1.reasons),
+                               seconds=round(v1.seconds + v2.seconds, 3))

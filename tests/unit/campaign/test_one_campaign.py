@@ -1,0 +1,143 @@
+"""One campaign for one disk and for N (campaign/run.run_campaign): the same call checks a one-disk
+recording and a 3-node cluster recording, judging through the place it is given (a fake one here,
+judging synthetic logs in this process).  At N = 3 the summary is the one Summary (``nodes`` 3 in
+summary.json, JUnit, report.html), the failures are grouped, minimized node by node, confirmed and
+bundled, the ledger skips what passed before, shards merge into the unsharded result; at N = 1
+summary.json carries no ``nodes`` key, as before."""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from powercut.campaign.merge import merge
+from powercut.campaign.run import CampaignSpec, run_campaign
+from powercut.core.crashstate import CrashState
+from powercut.core.disks import DisksState
+from powercut.core.dmlog import END_MARK
+from powercut.core.selection import SelectionSpec
+from powercut.core.shard import Shard
+from powercut.core.verdict import Verdict
+from powercut.errors import UsageError
+from tests.unit.core.test_clustershrink import OPS, W6
+from tests.unit.logops import build_log
+
+LOG_OPS = [*OPS, ("m", END_MARK)]
+
+
+def _bad(st: CrashState | DisksState) -> bool:
+    """The fake program's bug: ack 1 given while the write W6 of the last disk was lost."""
+    last = st.nodes[-1] if isinstance(st, DisksState) else st
+    return "1" in st.acks and W6 in last.dropped
+
+
+class FakePlace:
+    """Judges in this process: a state fails iff ``_bad``; counts what it was given."""
+
+    check_in = "host"
+    on_host = False
+    uris: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self.judged: list[str] = []
+
+    def require(self) -> None:
+        pass
+
+    def workers(self) -> int:
+        return 1
+
+    def alone(self, jobs: int) -> int:
+        return 1
+
+    def with_warm_vms(self) -> FakePlace:
+        return self
+
+    def close_warm(self, force: bool = False) -> None:
+        pass
+
+    def judge(self, ctx: Any, src: Any, index: Any, states: Sequence[Any], sink: Any, work: Path, *,
+              jobs: int = 1) -> None:
+        assert src.disks == (1 if not isinstance(index, list) else len(index))
+        for st in states:
+            self.judged.append(st.id)
+            bad = _bad(st)
+            cut = st.instant if isinstance(st, DisksState) else st.cut
+            sink(Verdict(st.id, st.model, cut, "lost-ack" if bad else "pass",
+                         ("node 2: acked record 1 lost",) if bad else (), len(st.acks), len(st.begun), 0.01))
+
+
+def recording(d: Path, nodes: int) -> Path:
+    """A recording of ``nodes`` disks (1: the one-disk layout) holding the synthetic log on each."""
+    d.mkdir()
+    names = ["log.bin"] if nodes == 1 else [f"log-n{i}.bin" for i in range(nodes)]
+    for name in names:
+        build_log(d / name, LOG_OPS).close()
+    manifest: dict[str, Any] = {"recording": {"format": 1, "status": "ok"}, "fs": {"fstype": "ext4"},
+                                "workload": {"cmd": "true"},
+                                "data": {"initial": "zeros", "size_bytes": 1 << 20, "final": "data-final.img"},
+                                "log": {"file": names[0], "device_bytes": 0}, "result": {"ok": True}}
+    if nodes > 1:
+        manifest["cluster"] = {"nodes": nodes, "node": [{"log": n, "final": f"data-n{i}-final.img", "mount": f"n{i}"}
+                                                        for i, n in enumerate(names)]}
+    (d / "manifest.toml").write_text(tomli_w.dumps(manifest))
+    return d
+
+
+def spec(place: FakePlace, **kw: Any) -> CampaignSpec:
+    return CampaignSpec(selection=SelectionSpec(models=("flush", "write-cache"), bound=4, samples=0),
+                        place=place, **kw)   # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_one_call_checks_one_disk_and_a_cluster(tmp_path: Path, nodes: int) -> None:
+    place = FakePlace()
+    # one disk's minimization mounts images (debug/diagnose.py): not here, where nothing is mounted
+    summary, paths = run_campaign(recording(tmp_path / "rec", nodes), spec(place, shrink=int(nodes > 1)),
+                                  tmp_path / "out")
+    doc = json.loads(paths["summary"].read_text())
+    assert summary.nodes == nodes and doc.get("nodes", 1) == nodes and ("nodes" in doc) == (nodes > 1)
+    assert summary.total == len(set(place.judged) & {v["state"] for v in map(json.loads, (
+        tmp_path / "out" / "journal.jsonl").read_text().splitlines())})
+    assert summary.verdict == "lost-ack" and summary.failures and all(f.confirmed or f.by_group for f in summary.failures)
+    (g,) = summary.groups
+    assert g["bundle"] and Path(g["bundle"], "bundle.json").is_file() and bool(g["minimized"]) == (nodes > 1)
+    if nodes > 1:   # the cluster's words: the node named, the minimization per node
+        assert g["nodes"] == 3 and "node 2" in g["nodes_note"] and len(g["node_shrink"]) == 3
+        assert g["minimized"].startswith("write-cache~") and (tmp_path / "out" / "report.html").is_file()
+    assert paths["junit"].is_file() and json.loads((tmp_path / "out" / "diagnoses.json").read_text())["groups"]
+
+
+def test_a_cluster_ledger_skips_what_passed_before(tmp_path: Path) -> None:
+    rec = recording(tmp_path / "rec", 3)
+    first = FakePlace()
+    s1, _ = run_campaign(rec, spec(first, ledger=str(tmp_path / "ledger.json"), shrink=0), tmp_path / "o1")
+    second = FakePlace()
+    s2, _ = run_campaign(rec, spec(second, ledger=str(tmp_path / "ledger.json"), shrink=0), tmp_path / "o2")
+    passed = s1.total - len(s1.failures)
+    assert passed > 0 and s2.total == s1.total - passed and s2.verdict == "lost-ack"
+
+
+def test_cluster_shards_merge_into_the_unsharded_check(tmp_path: Path) -> None:
+    rec = recording(tmp_path / "rec", 3)
+    whole, _ = run_campaign(rec, spec(FakePlace(), shrink=0), tmp_path / "whole")
+    outs = []
+    for i in (1, 2):
+        run_campaign(rec, spec(FakePlace(), shrink=0, shard=Shard(i, 2)), tmp_path / f"s{i}")
+        outs.append(tmp_path / f"s{i}")
+    merged, _ = merge(outs, tmp_path / "merged")
+    assert (merged.nodes, merged.total, merged.verdict) == (3, whole.total, whole.verdict)
+    assert merged.by_model == whole.by_model
+    assert merged.coverage is not None and whole.coverage is not None
+    assert merged.coverage.to_json() == whole.coverage.to_json()
+
+
+def test_a_lie_file_is_refused_for_a_cluster_in_one_line(tmp_path: Path) -> None:
+    rec = recording(tmp_path / "rec", 3)
+    bad = CampaignSpec(selection=SelectionSpec(models=("lost-write",), lie_file="db"), place=FakePlace())  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="--lie-file db: a cluster recording has no file map"):
+        run_campaign(rec, bad, tmp_path / "out")
