@@ -37,7 +37,7 @@ from powercut.core.clustershrink import bundle_cuts, nodes_named, nodes_note
 from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
-from powercut.debug import clusterbundle, triage
+from powercut.debug import cause, clusterbundle, triage
 from powercut.debug.clusterdebug import ClusterDiagnosis, JudgeStates, diagnose_cluster_state, host_blame
 from powercut.errors import PowercutError, UsageError
 from powercut.linux import interrupt
@@ -99,6 +99,7 @@ def diagnose_cluster(rec: Recording, ctx: CheckContext, cs: Disks, logs: Sequenc
         for g in groups:
             g.diagnosis, g.diagnosis_error = kept.get((g.verdict, g.reason_class), (None, ""))
     confirm_s = time.monotonic() - t1
+    cause.explain_cluster(rec, logs, groups)   # each group's cause from the trace, node by node
     out = [_group_json(cs, rec, ctx, g, k, outdir) for k, g in enumerate(groups, 1)]
     for phase in ("diagnose", "confirm"):
         _tidy(outdir / phase)

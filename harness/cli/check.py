@@ -91,6 +91,7 @@ def _print_cluster(summary: dict[str, Any], out: Path) -> int:
 def _print_cluster_groups(summary: dict[str, Any], groups: list[dict[str, Any]]) -> None:
     """A cluster check's failure groups: count, nodes, confirmation, the per-node minimization and
     blame, the cause naming the nodes, the repro line."""
+    from powercut.debug.cause import cause_lines
     from powercut.report.summary import group_confirmation
 
     if not groups:
@@ -102,6 +103,8 @@ def _print_cluster_groups(summary: dict[str, Any], groups: list[dict[str, Any]])
     for k, g in enumerate(groups, 1):
         print(f"GROUP {k}: {g['verdict']} x {g['count']}: {g['reason_class']}")
         print(f"  nodes: {g['nodes_note']}")
+        for why in cause_lines(g):   # the trace's cause, naming the node
+            print(why)
         line = group_confirmation(g)
         if line:
             print(f"  {line}")

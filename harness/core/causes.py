@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,13 +207,14 @@ def _cause(f: AckFinding | CutFinding, blind: tuple[str, ...], *, suffix: str = 
 
 
 def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,
-            reasons: Sequence[str] = (), verdict: str = "", torn: Sequence[int] = ()) -> Cause:
+            reasons: Sequence[str] = (), verdict: str = "", torn: Sequence[int] = (),
+            keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = lost_keys) -> Cause:
     """The cause of a state cut at log entry ``cut`` (that tore the writes at the entries ``torn``)
     which failed with ``reasons`` (``verdict``: kept for the record; every rule here applies to any
-    failing verdict)."""
+    failing verdict); ``keys_of``: the acked keys the reasons name (a cluster's: core/nodetrace.py)."""
     aligned = sc.align(trace, log_marks)
     before = [c for c in commits(trace, root, aligned) if c.entry is not None and c.entry < cut]
-    named = set(lost_keys(reasons, [c.key for c in before]))
+    named = set(keys_of(reasons, [c.key for c in before]))
     pool = [c for c in before if c.key in named] or before
     blind = tuple(trace.blind)
     # the first ack looked at that broke a rule: its strongest rule, the others it broke, how many
