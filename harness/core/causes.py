@@ -184,11 +184,13 @@ def commits(trace: Trace, root: str, aligned: dict[int, int] | None = None) -> l
 _KEYISH = re.compile(r"(?:ack:|key |txn |tid |record |['\"#])([\w.:-]+)")
 
 
-def lost_keys(reasons: Iterable[str], keys: Iterable[str]) -> list[str]:
-    """The acked keys a checker's reasons name (``ack:K``, ``'K'``, ``key K``, ``#K`` ...), in ack order."""
+def lost_keys(reasons: Iterable[str], keys: Iterable[str], *, words: bool = True) -> list[str]:
+    """The acked keys a checker's reasons name (``ack:K``, ``'K'``, ``key K``, ``#K`` ...), in ack order;
+    with ``words``, also any word of the reasons that is a key (a count may then be read as one)."""
     text = " ".join(reasons)
     named = {m.group(1).strip(".:") for m in _KEYISH.finditer(text)}
-    named |= {w.strip(".,;:()[]'\"") for w in text.split()}
+    if words:
+        named |= {w.strip(".,;:()[]'\"") for w in text.split()}
     return [k for k in keys if k in named or f"ack:{k}" in text]
 
 

@@ -69,8 +69,12 @@ def node_trace(trace: Trace, node: int, root: str) -> Trace | None:
 
 
 def node_keys(reasons: Iterable[str], keys: Iterable[str]) -> list[str]:
-    """``causes.lost_keys`` for a cluster's reasons: "node 1" names a node, not the key 1."""
-    return lost_keys([_NODE.sub("node", r) for r in reasons], keys)
+    """``causes.lost_keys`` for a cluster's reasons: "node 1" names a node, not the key 1; the keys
+    the reasons call keys (``record 3``, ``ack:3``) when they name any, rather than every number
+    (``intact on 1 of 3 nodes``)."""
+    text = [_NODE.sub("node", r) for r in reasons]
+    keys = list(keys)
+    return lost_keys(text, keys, words=False) or lost_keys(text, keys)
 
 
 def missing_writes(culprits: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
