@@ -110,11 +110,11 @@ class CampaignRun:
                 g.diagnosis, g.diagnosis_error = kept.get((g.verdict, g.reason_class), (None, ""))
         t1 = time.monotonic()
         if self.groups:
+            try:   # per node for N disks: the trace's calls on that node's files, against its log
+                cause.explain_groups(self.rec, self.logs[0] if self.disks == 1 else self.logs, self.groups)
+            except Exception as e:  # noqa: BLE001 -- a cause is an explanation: the verdicts stand without it
+                log.warning("no causes from the trace: %s", e)
             if self.disks == 1:
-                try:
-                    cause.explain_groups(self.rec, self.logs[0], self.groups)
-                except Exception as e:  # noqa: BLE001 -- a cause is an explanation: the verdicts stand without it
-                    log.warning("no causes from the trace: %s", e)
                 triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.rec.log_path)
             else:
                 assert isinstance(self.space, Disks)

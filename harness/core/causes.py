@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,11 +184,13 @@ def commits(trace: Trace, root: str, aligned: dict[int, int] | None = None) -> l
 _KEYISH = re.compile(r"(?:ack:|key |txn |tid |record |['\"#])([\w.:-]+)")
 
 
-def lost_keys(reasons: Iterable[str], keys: Iterable[str]) -> list[str]:
-    """The acked keys a checker's reasons name (``ack:K``, ``'K'``, ``key K``, ``#K`` ...), in ack order."""
+def lost_keys(reasons: Iterable[str], keys: Iterable[str], *, words: bool = True) -> list[str]:
+    """The acked keys a checker's reasons name (``ack:K``, ``'K'``, ``key K``, ``#K`` ...), in ack order;
+    with ``words``, also any word of the reasons that is a key (a count may then be read as one)."""
     text = " ".join(reasons)
     named = {m.group(1).strip(".:") for m in _KEYISH.finditer(text)}
-    named |= {w.strip(".,;:()[]'\"") for w in text.split()}
+    if words:
+        named |= {w.strip(".,;:()[]'\"") for w in text.split()}
     return [k for k in keys if k in named or f"ack:{k}" in text]
 
 
@@ -207,13 +209,14 @@ def _cause(f: AckFinding | CutFinding, blind: tuple[str, ...], *, suffix: str = 
 
 
 def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,
-            reasons: Sequence[str] = (), verdict: str = "", torn: Sequence[int] = ()) -> Cause:
+            reasons: Sequence[str] = (), verdict: str = "", torn: Sequence[int] = (),
+            keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = lost_keys) -> Cause:
     """The cause of a state cut at log entry ``cut`` (that tore the writes at the entries ``torn``)
     which failed with ``reasons`` (``verdict``: kept for the record; every rule here applies to any
-    failing verdict)."""
+    failing verdict); ``keys_of``: the acked keys the reasons name (a cluster's: core/nodetrace.py)."""
     aligned = sc.align(trace, log_marks)
     before = [c for c in commits(trace, root, aligned) if c.entry is not None and c.entry < cut]
-    named = set(lost_keys(reasons, [c.key for c in before]))
+    named = set(keys_of(reasons, [c.key for c in before]))
     pool = [c for c in before if c.key in named] or before
     blind = tuple(trace.blind)
     # the first ack looked at that broke a rule: its strongest rule, the others it broke, how many

@@ -70,6 +70,7 @@ class Op:
     error: str = ""
     text: str = ""       # a mark's text; otherwise the call as printed (shortened)
     start: float = -1.0  # when the call began, if another call completed while it ran; else -1
+    target: str = ""     # a mark: the device-mapper device it was sent to (a cluster's node: ``...-n<i>``)
 
     @property
     def ok(self) -> bool:
@@ -237,6 +238,7 @@ def _call(line: int, pid: int, t: float, text: str) -> Call | None:
 
 # -- calls -> ops ----------------------------------------------------------------------------------
 _MSG = re.compile(r'message="mark ((?:[^"\\]|\\.)*)"')
+_DEV = re.compile(r'\bname="((?:[^"\\]|\\.)*)"')   # the device the message is for (the header's name)
 
 
 def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
@@ -267,8 +269,9 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
         short = f"{name}({', '.join(_short(x) for x in a)}) = {_short(c.ret)}" + (f" {err}" if err else "")
 
         def op(kind: str, path: str = "", path2: str = "", nbytes: int = 0, flags: tuple[str, ...] = (),
-               text: str = short, c: Call = c) -> None:
-            tr.ops.append(Op(len(tr.ops), c.line, c.pid, c.time, kind, path, path2, nbytes, flags, c.error, text, c.start))
+               text: str = short, c: Call = c, target: str = "") -> None:
+            tr.ops.append(Op(len(tr.ops), c.line, c.pid, c.time, kind, path, path2, nbytes, flags, c.error, text,
+                             c.start, target))
 
         try:
             if name in ("open", "creat", "openat", "openat2"):
@@ -323,7 +326,8 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
             elif name == "ioctl":
                 m = _MSG.search(", ".join(a[2:]))
                 if m and "DM_TARGET_MSG" in a[1] and not err:
-                    op(MARK, text=_unescape(m.group(1)))
+                    dev = _DEV.search(a[2]) if len(a) > 2 else None
+                    op(MARK, text=_unescape(m.group(1)), target=_unescape(dev.group(1)) if dev else "")
             elif name in ("chdir", "fchdir"):
                 if not err:
                     cwds[c.pid] = fd_path(a[0]) if name == "fchdir" else at(c.pid, "", unquote(a[0]))

@@ -8,9 +8,12 @@ import gzip
 import logging
 import re
 import zlib
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from powercut.core import anatomy, causes, syscalls
+from powercut.core import anatomy, causes, nodetrace, syscalls
+from powercut.core.crashstate import CrashState
+from powercut.core.disks import Disks
 from powercut.core.dmlog import LogIndex
 from powercut.core.markorder import ordering_flushes
 from powercut.core.models import space
@@ -46,31 +49,81 @@ def load_trace(rec: Recording) -> syscalls.Trace | None:
     return _cache[key]
 
 
-def explain_groups(rec: Recording, index: LogIndex, groups: list[Group]) -> None:
-    """Set each group's ``why`` (a causes.Cause as JSON) from its minimized state, else its first."""
+def explain_groups(rec: Recording, logs: LogIndex | Sequence[LogIndex], groups: list[Group]) -> None:
+    """Set each group's ``why`` (a causes.Cause as JSON) from its minimized state, else its first.
+    ``logs``: the recording's log, or a cluster's node logs (node 0 first): a cluster's cause is
+    node by node (``node_why``), naming the node; one log is the case N = 1, unchanged."""
+    indexes = [logs] if isinstance(logs, LogIndex) else list(logs)
     trace = load_trace(rec)
-    sp = space(index)
-    marks = index.marks()
+    states = _node_states(indexes)
     for g in groups:
         d = g.diagnosis or {}
         sid = d.get("minimized") or g.first.state
-        reasons = d.get("minimized_reasons") or g.first.reasons
+        reasons = list(d.get("minimized_reasons") or g.first.reasons)
         try:
-            st = sp.state_from_id(sid)
+            st = states(sid)
         except PowercutError as e:
             log.warning("no cause for %s: %s", sid, e.one_line())
             continue
-        torn = [i for i, _ in st.torn]
-        if st.model in LIE_MODELS:   # no rule broken: whether the program noticed (needs no trace)
-            g.why = lie_cause_of(st, index, g.verdict, list(reasons)).to_json()
+        if len(indexes) == 1:
+            g.why = state_why(trace, indexes[0], st[0], ROOT, g.verdict, reasons, d.get("culprits") or [])
             continue
-        if trace is None:
-            continue
-        cause = causes.explain(trace, marks, st.cut, ROOT, reasons=list(reasons),
-                               verdict=g.verdict, torn=torn)
-        cause = causes.with_blame(cause, d.get("culprits") or [], ROOT)
-        g.why = cause.to_json()
-        g.why["excerpt"] = excerpt(trace, index, g.why)
+        g.why = node_why(trace, indexes, st, g.verdict, reasons,
+                         [list(n.get("culprits", ())) for n in d.get("nodes", ())])
+
+
+def _node_states(indexes: Sequence[LogIndex]) -> Callable[[str], tuple[CrashState, ...]]:
+    """A state id -> each node's crash state (one disk: its own state, as its crash space reads it)."""
+    if len(indexes) == 1:
+        sp = space(indexes[0])
+        return lambda sid: (sp.state_from_id(sid),)
+    disks = Disks(indexes)
+    return lambda sid: disks.state_from_id(sid).nodes
+
+
+def state_why(trace: syscalls.Trace | None, index: LogIndex, st: CrashState, root: str, verdict: str, reasons: list[str],
+              culprits: list[dict[str, Any]],
+              keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = causes.lost_keys) -> dict[str, Any] | None:
+    """One disk's state's cause as JSON (with its excerpt), or None without a trace: ``root``: where
+    its filesystem was mounted; ``culprits``: its block-level blame."""
+    if st.model in LIE_MODELS:   # no rule broken: whether the program noticed (needs no trace)
+        return lie_cause_of(st, index, verdict, reasons).to_json()
+    if trace is None:
+        return None
+    cause = causes.explain(trace, index.marks(), st.cut, root, reasons=reasons, verdict=verdict,
+                           torn=[i for i, _ in st.torn], keys_of=keys_of)
+    why = causes.with_blame(cause, culprits, root).to_json()
+    why["excerpt"] = excerpt(trace, index, why)
+    return why
+
+
+def node_why(trace: syscalls.Trace | None, indexes: Sequence[LogIndex], states: Sequence[CrashState], verdict: str,
+             reasons: list[str], culprits: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """A cluster state's cause: each node it is about (core/nodetrace.cause_nodes) judged alone --
+    its part of the trace against its own log, its cut, its blame -- the first that broke a rule
+    leading (``node i: ...``), the others' sentences after it; a node chosen by blame alone keeps
+    a broken rule only when the blame is about the rule's file (else it says nothing).  None when
+    no node can be told, or none has a cause."""
+    lying = [n for n, st in enumerate(states) if st.model in LIE_MODELS]
+    culprits = culprits + [[] for _ in range(len(indexes) - len(culprits))]
+    chosen, how = nodetrace.cause_nodes(lying, reasons, culprits, len(indexes))
+    found: list[tuple[int, dict[str, Any]]] = []
+    for n in chosen:
+        view = None if trace is None else nodetrace.node_trace(trace, n, ROOT)
+        why = state_why(view, indexes[n], states[n], nodetrace.node_root(ROOT, n), verdict, reasons, culprits[n],
+                        keys_of=nodetrace.node_keys)
+        if why is not None and how == nodetrace.BLAME and why["rule"] != causes.BEYOND \
+                and not why["blame"].startswith("blame agrees"):
+            why = None   # a rule about files the node's missing writes are not of: not shown to be why
+        if why is not None:
+            found.append((n, why))
+    if not found:
+        return None
+    lead = next(((n, w) for n, w in found if w["rule"] not in (causes.BEYOND,)), found[0])
+    n, why = lead
+    why = dict(why, node=n, nodes_by=how, sentence=f"node {n}: {why['sentence']}")
+    why["others"] = [f"node {m}: {w['sentence']}" for m, w in found if m != n] + list(why["others"])
+    return why
 
 
 def lie_cause_of(st: Any, index: LogIndex, verdict: str, reasons: list[str]) -> causes.Cause:

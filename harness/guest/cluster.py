@@ -22,7 +22,17 @@ from typing import Any
 from powercut._logmark import close as close_marks
 from powercut._logmark import insert_cluster
 from powercut.core.latency import DisksLatency
-from powercut.guest.record import DELAY_SUFFIX, MNT, log_writes_status, slow_down, stack, unstack, uptime
+from powercut.guest.record import (
+    DELAY_SUFFIX,
+    MNT,
+    kept_trace,
+    log_writes_status,
+    slow_down,
+    stack,
+    traced,
+    unstack,
+    uptime,
+)
 from powercut.linux import dm, environ, filesystems, process
 from powercut.linux.blockdev import find_disk, sectors
 from powercut.linux.mounts import mount, umount
@@ -88,16 +98,20 @@ def record_cluster(job: RecordJob, jobdir: Path) -> dict[str, Any]:
 
 
 def run_client(job: RecordJob, jobdir: Path, spec: str, mounts: list[str]) -> dict[str, Any]:
-    """The workload with the cluster's environment (no fault plan, no trace)."""
+    """The workload with the cluster's environment (no fault plan), under strace as for one disk."""
     wl = job.workload
     argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
     env = {"PATH": guestjob.guest_path(""), "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
            environ.CLUSTER: spec, environ.MOUNTS: ":".join(mounts), environ.MOUNT: MNT,
            environ.FSTYPE: job.fs.fstype, environ.PARAMS: json.dumps(wl.params or {})}
     # PATH without the image's C powercut-mark: it knows one log; the Python one sends to every node
+    res: dict[str, Any] = {}
+    argv = traced(argv, wl.trace, job.tools_dir, res)   # -f: the nodes the client starts are its children
     start = time.monotonic()
     with open(jobdir / "workload.out", "wb") as out, open(jobdir / "workload.err", "wb") as err:
         with process.Spawned(argv, cwd=MNT, env=env, stdout=out, stderr=err) as proc:
             rc = proc.wait(wl.timeout_s)
-    return {"workload_rc": rc, "workload_timed_out": rc is None, "workload_s": round(time.monotonic() - start, 3)}
+    res.update(workload_rc=rc, workload_timed_out=rc is None, workload_s=round(time.monotonic() - start, 3))
+    kept_trace(wl.trace, jobdir, res)
+    return res
 

@@ -185,15 +185,7 @@ def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str, target:
            ORDER_ENV: order_dev, FAULT_ENV: fault_dev.spec()}
     res: dict[str, Any] = {}
     trigger = None
-    if wl.trace:
-        strace = shutil.which("strace", path=guestjob.guest_path(job.tools_dir))
-        if strace:
-            if os.path.exists(TRACE_TMP):
-                os.unlink(TRACE_TMP)
-            argv = [strace, *strace_argv(TRACE_TMP)[1:], *argv]
-        else:
-            res["trace_error"] = "strace is not installed (apt-get install strace): recorded without a trace"
-            log.warning("%s", res["trace_error"])
+    argv = traced(argv, wl.trace, job.tools_dir, res)
     if wl.fault:
         run = PlanRun(FaultPlan.parse(wl.fault), PLAN_STATE, fault_dev, MNT)
         for leftover in (PLAN_STATE, PLAN_STATE + ".done"):
@@ -212,12 +204,32 @@ def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str, target:
         if trigger is not None:
             trigger.finish()
     res.update(workload_rc=rc, workload_timed_out=rc is None, workload_s=round(time.monotonic() - start, 3))
-    if wl.trace and "trace_error" not in res:
-        res.update(keep_trace(jobdir))
+    kept_trace(wl.trace, jobdir, res)
     if trigger is not None:
         st = trigger.run.state()
         res["fault_plan"] = {"plan": wl.fault, **st.to_json(), "error": st.error or trigger.error}
     return res
+
+
+def traced(argv: list[str], trace: bool, tools_dir: str, res: dict[str, Any]) -> list[str]:
+    """``argv`` under strace when ``trace`` is asked for (one disk or a cluster's client, whose nodes
+    are its children); without strace in the image, ``argv`` as it is and ``res["trace_error"]``."""
+    if not trace:
+        return argv
+    strace = shutil.which("strace", path=guestjob.guest_path(tools_dir))
+    if not strace:
+        res["trace_error"] = "strace is not installed (apt-get install strace): recorded without a trace"
+        log.warning("%s", res["trace_error"])
+        return argv
+    if os.path.exists(TRACE_TMP):
+        os.unlink(TRACE_TMP)
+    return [strace, *strace_argv(TRACE_TMP)[1:], *argv]
+
+
+def kept_trace(trace: bool, jobdir: Path, res: dict[str, Any]) -> None:
+    """After the workload: its trace kept in the job directory (``res`` says where, or why not)."""
+    if trace and "trace_error" not in res:
+        res.update(keep_trace(jobdir))
 
 
 def keep_trace(jobdir: Path) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from powercut.record.vm import (
     finishing,
     judge_result,
     marks_of,
+    note_trace,
     prepare_outdir,
     run_recording_vm,
     vm_spec,
@@ -66,7 +67,6 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
         workloads.get(spec.workload.name).params(spec.workload.params)
     if spec.backend == "qemu":
         process.require(QEMU, "qemu-system-x86")
-    spec = dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, trace=False))
     image = build_image(ImageSpec(**spec.image))
     out = Path(out).absolute()
     with runlock.hold(out, "--out"):   # no other run records into it meanwhile
@@ -101,6 +101,7 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
             if isinstance(result.get("latency"), dict):   # each node's delay layer, as the guest made it
                 manifest["latency"] = dict(result.get("latency"))
             judge_result(result, manifest, out)
+            note_trace(result, manifest, spec.workload.trace)   # the one trace: every node's calls
             for i, node in enumerate(manifest["cluster"]["node"]):
                 node.update(recording.pin_log(out / node["log"]))
                 logged = (result.get("logs") or [{}] * nodes)[i].get("logged_entries")

@@ -183,10 +183,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
             judge_result(result, manifest, out)
             if result.get("file_map"):
                 manifest["files"] = {**manifest.get("files", {}), "map": f"job/{result.get('file_map')}"}
-            if result.get("trace_file"):
-                manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
-            elif spec.workload.trace:
-                manifest["trace"] = {"error": str(result.get("trace_error") or "no trace")}
+            note_trace(result, manifest, spec.workload.trace)
             manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
             manifest["marks"] = marks_of(out / "log.bin")
             if faults := _faults(out / "log.bin"):
@@ -197,6 +194,15 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
                                       **({"plan": result.get("fault_plan", {}).get("plan")}
                                          if result.get("fault_plan") else {})}
         return Recording(out, manifest)
+
+
+def note_trace(result: guestjob.GuestResult, manifest: dict[str, Any], asked: bool) -> None:
+    """The manifest's ``[trace]`` (one disk or a cluster): the trace file in the job directory, or
+    why there is none when one was ``asked`` for."""
+    if result.get("trace_file"):
+        manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
+    elif asked:
+        manifest["trace"] = {"error": str(result.get("trace_error") or "no trace")}
 
 
 @contextlib.contextmanager
