@@ -38,7 +38,8 @@ _ENV = jinja2.Environment(loader=jinja2.PackageLoader("powercut.report", "templa
 
 def sentence(s: Summary) -> str:
     """The verdict in one sentence."""
-    where = f"{s.workload} on {s.fstype}: {s.total} distinct crash states judged in {s.check_in}"
+    disks = f" on {s.nodes} nodes" if s.nodes > 1 else ""   # a cluster's states: each a state of every node
+    where = f"{s.workload}{disks} on {s.fstype}: {s.total} distinct crash states judged in {s.check_in}"
     if s.shard:
         where += f" (shard {s.shard})"
     if s.failures:
