@@ -30,7 +30,7 @@ def test_a_three_node_recording_is_judged_at_every_consistent_instant(tmp_path: 
     chk = powercut("check", str(rec), "--check-in", "host", "--model", "flush", "-o", str(tmp_path / "out"))
     assert chk.returncode == rc, chk.stdout + chk.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["nodes"] == 3 and summary["judged"] > 0
+    assert summary["nodes"] == 3 and summary["total"] > 0
     seen = {v["verdict"] for v in map(json.loads, (tmp_path / "out" / "journal.jsonl").read_text().splitlines())
             if "verdict" in v}
     assert verdict in seen, seen

@@ -42,7 +42,7 @@ def test_a_primary_and_its_synchronous_standby_are_judged_each_alone(tmp_path: P
                    "--shrink", "0", "-o", str(tmp_path / "out"))   # verdicts; triage: test_cluster_debug_vm.py
     assert chk.returncode == rc, chk.stdout + chk.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["nodes"] == 2 and summary["judged"] == int(states)
+    assert summary["nodes"] == 2 and summary["total"] == int(states)
     judged = [v for v in map(json.loads, (tmp_path / "out" / "journal.jsonl").read_text().splitlines())
               if "verdict" in v]
     seen = {v["verdict"] for v in judged}
