@@ -2,8 +2,7 @@
 
 * ``context`` -- what a state is judged against (CheckContext) and its checker;
 * ``judge`` -- mount, checker, umount, read-only fsck of one state;
-* ``host`` -- --check-in host: loop devices, parallel incremental walks;
-* ``cluster`` -- cluster crash states (--check-in host): every node mounted, the checker given all mounts, fsck per node;
+* ``host`` -- --check-in host: loop devices, parallel incremental walks; states of N disks one by one;
 * ``checkervm`` -- one checker VM: its spec, its boot on a job, its progress followed (a serving VM takes the next);
 * ``vm`` -- --check-in vm: checker VMs judging states of one disk or N (check, diagnose and shell jobs; warm VMs);
 * ``vmprogress`` -- a checker VM's progress stream as the host follows it, and how one boot went;

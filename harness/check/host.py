@@ -1,6 +1,13 @@
 """``--check-in host`` (host, root): judge crash states on this machine over loop devices, ``jobs``
 incremental walks in parallel.  For trusted, disposable machines: a corrupt image meets the host
-kernel.
+kernel.  States of N > 1 disks (``check_cluster_host``) are judged one after another: every
+node's image rebuilt and attached to its own loop device, then judged by the one judge of N disks
+(check/judge.judge_disks: every node mounted, the checker given every mount, every node fsck'd; a
+node that fails to mount is the state's finding, with its kernel words and fsck).  Per node the
+images come from replay/walk.NodeImages: a pristine walked forward over each run of the node's
+states (they come in product order: the last nodes change fastest), cloned per state by the
+workspace's provider (reflink, or a sparse copy: a mount's recovery writes the image), as in the
+checker VM.
 
 Clones of one filesystem share its UUID/fsid; what lets them be judged side by side comes from the
 filesystem table (``nouuid`` for xfs), and a filesystem whose clones cannot be mounted together in
@@ -12,13 +19,15 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from powercut.check.context import CheckContext, LogSource
-from powercut.check.judge import judge
+from powercut.check.judge import judge, judge_disks
 from powercut.core.crashstate import CrashState
+from powercut.core.disks import DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import EnvironmentNotReady
@@ -27,6 +36,8 @@ from powercut.linux.loopcache import ensure_write_cache
 from powercut.linux.loopdev import LoopDevice, detach, loops_backed_under
 from powercut.linux.mounts import mounts_under, umount
 from powercut.replay.materialize import materialize, plan
+from powercut.replay.providers import choose_provider
+from powercut.replay.walk import NodeImages
 
 log = logging.getLogger(__name__)
 
@@ -130,3 +141,35 @@ def _judge_image(ctx: CheckContext, img: Path, state: CrashState, mnt: str) -> V
         return judge(ctx, str(img), state, mnt)
     with LoopDevice(img) as dev:
         return judge(ctx, dev, state, mnt)
+
+
+def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, states: Sequence[DisksState],
+                       sink: Sink, workspace: Path) -> None:
+    """Judge ``states`` (one DisksState each, over ``logs``, node 0 first) one after another;
+    each verdict goes to ``sink``.  Stops between states on an interrupt."""
+    require_root()
+    cleanup_stale(workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    n = len(logs)
+    mnts = [str(workspace / "mnt" / f"n{i}") for i in range(n)]
+    states = list(states)
+    with contextlib.ExitStack() as stack:
+        nodes = []
+        for i, index in enumerate(logs):
+            where = workspace / f"n{i}"
+            where.mkdir(parents=True, exist_ok=True)
+            prov = choose_provider(where, image_bytes=2 * size + (256 << 20))
+            nodes.append(NodeImages(index, size, [s.nodes[i] for s in states], where, prov))
+            stack.callback(nodes[-1].close)   # its walk and its provider
+        for state in states:
+            if interrupt.stopping():
+                return
+            t0 = time.monotonic()
+            imgs = [node.next_image() for node in nodes]
+            with contextlib.ExitStack() as loops:   # one device per node image, write-back (check/host)
+                devs = [loops.enter_context(LoopDevice(img)) for img in imgs]
+                v = judge_disks(ctx, devs, state.nodes, mnts, sid=state.id, model=state.model, at=state.instant,
+                                t0=t0)
+            if interrupt.stopping():
+                return
+            sink(v)

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import cast
 
 from powercut.check.checkervm import CHECKER_MEMORY_MB, VmCheckSpec
-from powercut.check.cluster import check_cluster_host
 from powercut.check.context import CheckContext, LogSource
-from powercut.check.host import check_host, require_root
+from powercut.check.host import check_cluster_host, check_host, require_root
 from powercut.check.hosts import validate_uri
 from powercut.check.vm import WarmVms, check_vm
 from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S

@@ -2,9 +2,9 @@
 chooses the candidates, a *judge callback* judges them), then blame each node's minimized state
 (debug/blame.py on the node's recovered image of its cut), and name the cause per node.
 
-Every judgement goes through a ``JudgeStates`` callback -- ``(states, sink, workspace)``, the shape
-of check/cluster.check_cluster_host -- so where cluster states are judged (on the host today, in a
-checker VM later) is the caller's choice: ``host_judge`` gives the host's.  Blame mounts node
+Every judgement goes through a ``JudgeStates`` callback -- ``(states, sink, workspace)`` -- so where
+cluster states are judged is the caller's choice (campaign/phases.py: check/place.Place.judge, the
+host or one warm checker VM).  Blame mounts node
 images and runs the filesystem's tools: ``host_blame`` does it on the host; without a blame
 callback a diagnosis has no culprits (and says so)."""
 from __future__ import annotations
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.cluster import check_cluster_host
 from powercut.check.context import CheckContext
 from powercut.check.host import cleanup_stale
 from powercut.core.clustershrink import cause_line, minimize_cluster
@@ -34,13 +33,6 @@ log = logging.getLogger(__name__)
 Sink = Callable[[Verdict], None]
 JudgeStates = Callable[[Sequence[DisksState], Sink, Path], None]   # judge these states into the sink
 BlameNode = Callable[[int, CrashState, Path], list[Culprit]]         # node, its state, a work directory
-
-
-def host_judge(ctx: CheckContext, logs: Sequence[LogIndex], size: int) -> JudgeStates:
-    """Cluster states judged on this machine (check/cluster.check_cluster_host)."""
-    def judge(states: Sequence[DisksState], sink: Sink, work: Path) -> None:
-        check_cluster_host(ctx, logs, size, states, sink, work)
-    return judge
 
 
 def judge_one(judge: JudgeStates, state: DisksState, work: Path) -> Verdict:
