@@ -37,7 +37,7 @@ from powercut.core.clustershrink import bundle_cuts, nodes_named, nodes_note
 from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
-from powercut.debug import clusterbundle, triage
+from powercut.debug import bundle, triage
 from powercut.debug.clusterdebug import ClusterDiagnosis, JudgeStates, diagnose_cluster_state, host_blame
 from powercut.errors import PowercutError, UsageError
 from powercut.linux import interrupt
@@ -211,7 +211,7 @@ def _group_json(cs: Disks, rec: Recording, ctx: CheckContext, g: triage.Group, k
     first = g.first
     dest = outdir / "bundles" / f"{k:02d}-{triage.slug(first.state)}"
     try:
-        clusterbundle.write(dest, recording=str(rec.dir), logs=rec.node_logs, cuts=bundle_cuts(cs, first.cut),
+        bundle.write(dest, recording=str(rec.dir), logs=rec.node_logs, cuts=bundle_cuts(cs, first.cut),
                             data_size=rec.data_size, fstype=rec.fstype, mount_opts=rec.mount_opts,
                             checker=ctx.checker, params=ctx.params, workload=dict(rec.workload), verdict=first,
                             diagnosis=d)

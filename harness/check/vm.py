@@ -31,6 +31,7 @@ from powercut.check.hosts import CheckHost, Staged
 from powercut.check.vmprogress import Outcome, Progress
 from powercut.config import DEFAULT_ACCEL, STATE_TIMEOUT_S, DiskSpec, ShareSpec, VmSpec
 from powercut.core.crashstate import CrashState
+from powercut.core.disks import DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import GuestHang, GuestPanic, PowercutError, UsageError, VmError, VmKilled
@@ -413,13 +414,22 @@ def diagnose_vm(ctx: CheckContext, src: LogSource, firsts: list[Verdict], workdi
     return out.diagnoses
 
 
-def shell_vm(ctx: CheckContext, src: LogSource, state: CrashState, workdir: Path, spec: VmCheckSpec) -> Verdict | None:
+def shell_vm(ctx: CheckContext, src: LogSource, state: CrashState | DisksState, workdir: Path, spec: VmCheckSpec, *,
+             logs: Sequence[str] = ()) -> Verdict | None:
     """Judge one state in a checker VM, then open an interactive shell in it on the recovered, mounted
-    state, on this terminal (``powercut repro --shell``)."""
+    state, on this terminal (``powercut repro --shell``).  ``logs``: for a cluster state, every node's
+    log file name in ``src``'s directory, node 0 first (every node rebuilt and mounted, as
+    guest/clustercheck.py judges it); none for one disk."""
     got: list[Verdict] = []
-    vm = CheckerVm(ctx, src, spec, workdir)
-    out = vm.run(guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir), steps=2,
-                 on_verdict=got.append, interactive=True)
+    scratch = len(logs) * 2 * src.size + (512 << 20) if logs else 0   # per node a pristine and its COWs
+    vm = CheckerVm(ctx, src, spec, workdir, scratch_bytes=scratch)
+    job: guestjob.Job
+    if logs:
+        job = guestjob.ClusterShellJob(vm.source(), tuple(f"{guestjob.GUEST_REC_DIR}/{name}" for name in logs),
+                                       state.id, tools_dir=vm.staged().tools_dir)
+    else:
+        job = guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir)
+    out = vm.run(job, steps=2, on_verdict=got.append, interactive=True)
     if out.failure is not None:
         raise PowercutError(f"the shell's checker VM failed: {out.failure.one_line()}")
     return got[0] if got else None
