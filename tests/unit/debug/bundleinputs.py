@@ -24,10 +24,10 @@ RECORDING = "/fixture/rec"
 class OneDiagnosis:
     """What a one-disk bundle reads of a diagnosis (debug/diagnose.Diagnosis): its minimized state and JSON."""
 
-    minimized = "write-cache@6/d2"
+    minimized = "write-cache@4/d2"
 
     def to_json(self) -> dict[str, Any]:
-        return {"state": "write-cache@6/d2", "verdict": "lost-ack", "minimized": self.minimized, "calls": 3,
+        return {"state": "write-cache@4/d2", "verdict": "lost-ack", "minimized": self.minimized, "calls": 3,
                 "culprits": [{"entry": 2, "what": "data block", "path": "/f", "text": "entry 2: data of /f"}]}
 
 
@@ -38,7 +38,7 @@ def one_disk(tmp: Path) -> dict[str, Any]:
     build_log(log, ONE_OPS).close()
     trace = tmp / "rec" / "syscalls.txt.gz"
     trace.write_bytes(b"\x1f\x8b fixture trace")
-    v = Verdict("write-cache@6/d2", "write-cache", 6, "lost-ack", ("acked record(s) [1] missing",), 1, 0, 0.1)
+    v = Verdict("write-cache@4/d2", "write-cache", 4, "lost-ack", ("acked record(s) [1] missing",), 1, 0, 0.1)
     return {"recording": RECORDING, "log_path": log, "data_size": 1 << 20, "fstype": "ext4", "mount_opts": "",
             "checker": CheckerSpec(name="append-fsync"), "params": {"n": 2}, "workload": {"name": "append-fsync"},
             "verdict": v, "diagnosis": OneDiagnosis(), "cut": 6, "trace": trace,
