@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from powercut.campaign.clustertriage import ClusterDebug, diagnose_cluster
+from powercut.check.place import Place
 from powercut.checker import CheckerSpec
 from powercut.core.disks import Disks, DisksState
 from powercut.core.verdict import Verdict
-from powercut.check.place import Place
 from powercut.debug import bundle, repro
 from powercut.errors import UsageError
 from tests.unit.core.test_clustershrink import OPS, W6
