@@ -7,7 +7,7 @@ number of disks.
   blame per node on the host.
 * **A disagreeing second verdict** is judged ``RETRIES`` more times (``retry_disagreeing``): a
   cluster's recovery can be nondeterministic on the same images.
-* **Bundles**: ``bundles/NN-<state>/`` per group (debug/clusterbundle.py), and what a group says
+* **Bundles**: ``bundles/NN-<state>/`` per group (debug/bundle.py, the one format), and what a group says
   beyond one disk's (``group_extras``: the nodes its states' reasons name, the per-node
   minimization and culprits)."""
 from __future__ import annotations
@@ -27,7 +27,7 @@ from powercut.core.clustershrink import bundle_cuts, nodes_named, nodes_note
 from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
-from powercut.debug import clusterbundle, triage
+from powercut.debug import bundle, triage
 from powercut.debug.clusterdebug import ClusterDiagnosis, JudgeStates, diagnose_cluster_state, host_blame
 from powercut.errors import PowercutError
 from powercut.linux import interrupt
@@ -100,10 +100,9 @@ def write_bundles(outdir: Path, groups: Sequence[triage.Group], rec: Recording, 
         first = g.first
         dest = outdir / "bundles" / f"{k:02d}-{triage.slug(first.state)}"
         try:
-            clusterbundle.write(dest, recording=str(rec.dir), logs=rec.node_logs, cuts=bundle_cuts(cs, first.cut),
-                                data_size=rec.data_size, fstype=rec.fstype, mount_opts=rec.mount_opts,
-                                checker=ctx.checker, params=ctx.params, workload=dict(rec.workload), verdict=first,
-                                diagnosis=d)
+            bundle.write(dest, recording=str(rec.dir), logs=rec.node_logs, cuts=bundle_cuts(cs, first.cut),
+                         data_size=rec.data_size, fstype=rec.fstype, mount_opts=rec.mount_opts, checker=ctx.checker,
+                         params=ctx.params, workload=dict(rec.workload), verdict=first, diagnosis=d)
             g.bundle = str(dest)
         except (OSError, PowercutError) as e:
             log.warning("cannot write the repro bundle %s: %s", dest, e)

@@ -29,6 +29,7 @@ from powercut.check.checkervm import CheckerVm, Sink, VmCheckSpec
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import split_by_base
 from powercut.core.crashstate import CrashState
+from powercut.core.disks import DisksState
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.errors import GuestHang, GuestPanic, PowercutError, VmError, VmKilled
@@ -204,13 +205,20 @@ def diagnose_vm(ctx: CheckContext, src: LogSource, firsts: list[Verdict], workdi
     return out.diagnoses
 
 
-def shell_vm(ctx: CheckContext, src: LogSource, state: CrashState, workdir: Path, spec: VmCheckSpec) -> Verdict | None:
+def shell_vm(ctx: CheckContext, src: LogSource, state: CrashState | DisksState, workdir: Path,
+             spec: VmCheckSpec) -> Verdict | None:
     """Judge one state in a checker VM, then open an interactive shell in it on the recovered, mounted
-    state, on this terminal (``powercut repro --shell``)."""
+    state, on this terminal (``powercut repro --shell``): one disk's, or every disk's of ``src``
+    rebuilt and mounted as guest/clustercheck.py judges them."""
     got: list[Verdict] = []
     vm = CheckerVm(ctx, src, spec, workdir)
-    out = vm.run(guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir), steps=2,
-                 on_verdict=got.append, interactive=True)
+    job: guestjob.Job
+    if src.disks > 1:
+        job = guestjob.ClusterShellJob(vm.source(), tuple(f"{guestjob.GUEST_REC_DIR}/{p.name}" for p in src.logs),
+                                       state.id, tools_dir=vm.staged().tools_dir)
+    else:
+        job = guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir)
+    out = vm.run(job, steps=2, on_verdict=got.append, interactive=True)
     if out.failure is not None:
         raise PowercutError(f"the shell's checker VM failed: {out.failure.one_line()}")
     return got[0] if got else None

@@ -175,15 +175,8 @@ def _print_node_shrink(g: dict[str, Any]) -> None:
 
 def cmd_repro(args: argparse.Namespace) -> int:
     from powercut.check.place import Place
-    from powercut.debug import clusterrepro, repro
+    from powercut.debug import repro
 
-    cluster = clusterrepro.resolve(args.path, args.state)
-    if cluster is not None:
-        if args.shell or args.keep_image:
-            raise UsageError(f"{'--shell' if args.shell else '--keep-image'}: not for a cluster state yet")
-        cv = clusterrepro.run(cluster, args.check_in, accel=args.accel)
-        print("\n".join(clusterrepro.describe(cluster, cv)))
-        return repro.exit_status(cv)
     target = repro.resolve(args.path, args.state)
     place = Place("vm" if args.shell else args.check_in, args.accel)
     if args.shell:
@@ -197,7 +190,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
     v = repro.run(target, place, keep_image=args.keep_image)
     print("\n".join(repro.describe(target, v)))
     if args.keep_image:
-        print(f"image (as the crash left it, before recovery): {args.keep_image}")
+        kept = repro.image_paths(args.keep_image, target.nodes)
+        print(f"image (as the crash left it, before recovery): {kept[0]}" if len(kept) == 1 else
+              f"images, one per node (as the crash left them, before recovery): {', '.join(kept)}")
     return repro.exit_status(v)
 
 

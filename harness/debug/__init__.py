@@ -4,8 +4,6 @@
 * ``blame`` -- which file or structure each culprit write belongs to;
 * ``triage`` -- failures grouped by cause;
 * ``cause`` -- each group's cause in the program's terms (its trace's broken rule), the commit anatomy;
-* ``bundle`` -- self-contained repro bundles;
-* ``repro`` -- judge one state again, or open a shell in it;
-* ``clusterdebug`` -- a failing cluster state minimized node by node and blamed per node, through a judge callback;
-* ``clusterbundle`` -- a cluster failure's repro bundle: one cut log per node, each with its SHA-256;
-* ``clusterrepro`` -- ``powercut repro`` of a cluster bundle or a cluster recording and state id."""
+* ``bundle`` -- self-contained repro bundles of a state of N >= 1 disks: one cut log per disk, each with its SHA-256;
+* ``repro`` -- judge one state (of one disk or a cluster) again, keep its images, or open a shell in it;
+* ``clusterdebug`` -- a failing cluster state minimized node by node and blamed per node, through a judge callback."""

@@ -1,10 +1,19 @@
-"""``powercut repro`` (host): rebuild one failing state -- from a repro bundle, or from a recording and
-a state id -- and judge it again where checks run (a checker VM by default: a possibly corrupt
-image never meets the host kernel), optionally keeping its image."""
+"""``powercut repro`` (host): rebuild one failing state of N >= 1 disks -- from a repro bundle
+(debug/bundle.py), or from a recording and a state id (one disk's, or a cluster's
+``MODEL~ID0+ID1+...``) -- and judge it again where checks run (a checker VM by default: a
+possibly corrupt image never meets the host kernel, or ``--check-in host``), optionally keeping
+each disk's image (``--keep-image``) or opening a shell in a checker VM on the recovered, mounted
+state (``--shell``).
+
+The state is a core/disks.DisksState of the target's disks whatever N, judged by
+check/place.Place.judge (host or checker VM, as every check's) -- or through the ``judge``
+callback a caller gives (debug/clusterdebug.JudgeStates)."""
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,11 +22,12 @@ from powercut.check.context import CheckContext, LogSource, context_for, with_fa
 from powercut.check.place import Place
 from powercut.check.vm import shell_vm
 from powercut.core import causes
-from powercut.core.dmlog import open_log
-from powercut.core.models import space
+from powercut.core.disks import Disks, DisksState
+from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle
-from powercut.errors import UsageError
+from powercut.debug.clusterdebug import JudgeStates
+from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.linux import filesystems
 from powercut.record import recording
 from powercut.replay.materialize import replay_state
@@ -27,14 +37,36 @@ CHECKER_SAID = ("lost-ack", "corrupt-data", "fail", "checker-crashed")   # verdi
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What a repro rebuilds (the log source and the state), how it is judged, and what was seen before."""
+    """What a repro rebuilds (each disk's log source and the state), how it is judged, and what was seen before."""
 
-    src: LogSource
+    disks: tuple[LogSource, ...]   # node 0 first; one disk: its log, size and initial image
     ctx: CheckContext
     state: str
     before: str = ""              # the verdict the bundle recorded ("" for a recording)
     source: str = ""
     why: dict[str, Any] | None = None   # the bundle's cause in the program's terms (debug/cause.py)
+    cause: str = ""               # a cluster bundle's cause line, naming the nodes
+
+    @property
+    def src(self) -> LogSource:
+        """Node 0's log source (one disk's only one)."""
+        return self.disks[0]
+
+    def source_of_all(self) -> LogSource:
+        """One source of every disk's log (check/context.LogSource: one directory, node 0 first)."""
+        if self.nodes == 1:
+            return self.src
+        if len({log.parent for log in self.logs}) != 1:
+            raise UsageError(f"{self.source}: the node logs are not in one directory")
+        return LogSource(self.src.path, self.src.size, self.src.initial, nodes=self.logs)
+
+    @property
+    def logs(self) -> tuple[Path, ...]:
+        return tuple(d.path for d in self.disks)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.disks)
 
 
 def resolve(path: str, state: str = "") -> Target:
@@ -48,30 +80,78 @@ def resolve(path: str, state: str = "") -> Target:
             raise UsageError(f"bundle {p} names no checker, but its verdict {before} came from one: judged without "
                              "it the state would seem to pass; write the bundle again with powercut check")
         b.checker.validate()   # a command this machine cannot run is refused here, not judged as "no longer fails"
-        return Target(LogSource(b.log_path, int(b.doc["data_size"])), ctx, state or b.state,
-                      str(b.doc.get("verdict", "")), f"bundle {p}", b.doc.get("why") or None)
+        size = int(b.doc["data_size"])
+        return Target(tuple(LogSource(log, size) for log in b.logs), ctx, state or b.state, before, f"bundle {p}",
+                      b.doc.get("why") or None, b.cause)
     if (p / recording.MANIFEST).exists():
-        if not state:
-            raise UsageError(f"{path} is a recording: give the state to rebuild with --state ID")
-        rec = recording.load(p).require_ok()
-        recording.verify_log(rec)
-        return Target(LogSource.of(rec), context_for(rec), state, "", f"recording {p}")
+        return _from_recording(p, state)
     raise UsageError(f"{path}: neither a repro bundle ({bundle.MANIFEST}) nor a recording ({recording.MANIFEST})")
 
 
-def run(target: Target, place: Place, *, keep_image: str = "") -> Verdict:
-    """Judge the target's state once where ``place`` says; ``keep_image``: also write its
-    (unrecovered) image there."""
+def _from_recording(p: Path, state: str) -> Target:
+    try:
+        rec: recording.Recording | None = recording.load(p)
+    except BadRecording:
+        rec = None   # said below, once the state is there
+    nodes = rec.nodes if rec is not None else 1
+    if not state:
+        raise UsageError(f"{p} is a recording: give the state to rebuild with --state ID" if nodes == 1 else
+                         f"{p} is a cluster recording: give the cluster state to rebuild with --state "
+                         "MODEL~ID0+ID1+... (one state id per node)")
+    rec = (rec or recording.load(p)).require_ok()
+    disks: tuple[LogSource, ...]
+    if nodes == 1:
+        recording.verify_log(rec)
+        disks = (LogSource.of(rec),)
+    else:
+        recording.verify_node_logs(rec)
+        disks = tuple(LogSource(log, rec.data_size) for log in rec.node_logs)
+    return Target(disks, context_for(rec), state, "", f"recording {p}")
+
+
+def image_paths(keep_image: str, nodes: int) -> list[str]:
+    """Where ``--keep-image PATH`` writes each disk's image: PATH for one disk, PATH.n<i> for node i of several."""
+    return [keep_image] if nodes == 1 else [f"{keep_image}.n{i}" for i in range(nodes)]
+
+
+def judge_for(target: Target, place: Place, indexes: Sequence[LogIndex]) -> JudgeStates:
+    """The target's states judged where ``place`` says (check/place.Place.judge): one disk's state,
+    with its log's fault windows, or every node's."""
+    src = target.source_of_all()
+
+    def judge(states: Sequence[DisksState], sink: Callable[[Verdict], None], work: Path) -> None:
+        if len(indexes) == 1:
+            index = indexes[0]
+            place.judge(with_faults(target.ctx, index), src, index, [s.nodes[0] for s in states], sink, work)
+        else:
+            place.judge(target.ctx, src, indexes, states, sink, work)
+    return judge
+
+
+@contextlib.contextmanager
+def _opened(target: Target) -> Any:
+    """The target's logs opened and its state rebuilt: (indexes, state)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            indexes = [stack.enter_context(open_log(log, quiet=target.nodes > 1)) for log in target.logs]
+        except BadLog as e:
+            raise UsageError(f"{target.source}: {e.one_line()}") from None
+        yield indexes, Disks(indexes).state_from_id(target.state)
+
+
+def run(target: Target, place: Place, *, keep_image: str = "", judge: JudgeStates | None = None) -> Verdict:
+    """Judge the target's state once where ``place`` says (or through ``judge``); ``keep_image``:
+    also write each disk's (unrecovered) image there (image_paths)."""
     got: list[Verdict] = []
-    place.require()
-    src = target.src
+    if judge is None:
+        place.require()
     work = Path(tempfile.mkdtemp(prefix="powercut-repro-"))
     try:
-        with open_log(src.path) as index:
-            st = space(index).state_from_id(target.state)
+        with _opened(target) as (indexes, st):
             if keep_image:
-                replay_state(src.path, target.state, keep_image, size=src.size, initial=src.initial)
-            place.judge(with_faults(target.ctx, index), src, index, [st], got.append, work)
+                for d, s, out in zip(target.disks, st.nodes, image_paths(keep_image, target.nodes)):
+                    replay_state(d.path, s.id, out, size=d.size, initial=d.initial)
+            (judge or judge_for(target, place, indexes))([st], got.append, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not got:
@@ -80,12 +160,13 @@ def run(target: Target, place: Place, *, keep_image: str = "") -> Verdict:
 
 
 def shell(target: Target, place: Place) -> Verdict | None:
-    """Judge the state in a checker VM, then a shell in it on the recovered, mounted state."""
+    """Judge the state in a checker VM, then a shell in it on the recovered, mounted state (every
+    node's, for a cluster)."""
+    src = target.source_of_all()
     work = Path(tempfile.mkdtemp(prefix="powercut-shell-"))
     try:
-        with open_log(target.src.path) as index:
-            st = space(index).state_from_id(target.state)
-            return shell_vm(target.ctx, target.src, st, work, place.vm())
+        with _opened(target) as (_, st):
+            return shell_vm(target.ctx, src, st.nodes[0] if target.nodes == 1 else st, work, place.vm())
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -95,7 +176,10 @@ def describe(target: Target, v: Verdict) -> list[str]:
     if target.why and v.failed:   # the cause in the program's terms leads, as in the check that found it
         c = causes.Cause.from_json(target.why)
         lines += [f"cause ({c.rule}): {c.sentence}", *(f"  | {e}" for e in c.evidence[-4:])]
-    lines.append(f"{target.state} ({target.source}): {v.verdict}")
+    if target.cause and v.failed:   # a cluster's cause line, naming the nodes
+        lines.append(f"cause: {target.cause}")
+    nodes = f", {target.nodes} nodes" if target.nodes > 1 else ""
+    lines.append(f"{target.state} ({target.source}{nodes}): {v.verdict}")
     lines += [f"  {r}" for r in v.reasons[:8]]
     if target.before:
         same = "the same verdict as in the bundle" if v.verdict == target.before else \
@@ -109,4 +193,5 @@ def exit_status(v: Verdict) -> int:
 
 
 def info(target: Target) -> dict[str, Any]:
-    return {"log": str(target.src.path), "size": target.src.size, "state": target.state, "fstype": target.ctx.fs.name}
+    return {"log": str(target.src.path), "size": target.src.size, "state": target.state, "fstype": target.ctx.fs.name,
+            **({"logs": [str(log) for log in target.logs]} if target.nodes > 1 else {})}

@@ -28,7 +28,8 @@ JOBS = {"record": ("powercut.guest.record", "record"), "mark-bench": ("powercut.
         "check": ("powercut.guest.check", "check"), "diagnose": ("powercut.guest.check", "diagnose_job"),
         "shell": ("powercut.guest.check", "shell"), "bench": ("powercut.guest.bench", "bench_job"),
         "record-cluster": ("powercut.guest.cluster", "record_cluster"),
-        "cluster-check": ("powercut.guest.clustercheck", "cluster_check")}
+        "cluster-check": ("powercut.guest.clustercheck", "cluster_check"),
+        "cluster-shell": ("powercut.guest.clustercheck", "cluster_shell")}
 
 
 def handler(kind: str) -> Callable[[Any, Path], dict[str, Any]]:

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,21 +125,29 @@ def shell(job: ShellJob, jobdir: Path) -> dict[str, Any]:
     with _session(job.src, jobdir) as s:
         for state, img in s.states((job.state,)):
             v = s.judge(state, img)
-            _shell(s.ctx, str(img), state, v)
+            shell_on(s.ctx, [(str(img), MNT)], state.id, state.acks, v, MNT)
     return {"judged": 1}
 
 
-def _shell(ctx: CheckContext, device: str, state: CrashState, v: Verdict) -> None:
-    os.makedirs(MNT, exist_ok=True)
-    mount(device, MNT, ctx.fs.name, ctx.state_mount_opts)
+def shell_on(ctx: CheckContext, mounts: Sequence[tuple[str, str]], sid: str, acks: Sequence[str], v: Verdict,
+             cwd: str) -> None:
+    """Mount each (device, mount point) -- the kernel replays its journal -- and run an interactive
+    shell in ``cwd`` on the console (one disk's ``shell``, a cluster's guest/clustercheck.cluster_shell)."""
+    done: list[str] = []
     try:
+        for device, mnt in mounts:
+            os.makedirs(mnt, exist_ok=True)
+            mount(device, mnt, ctx.fs.name, ctx.state_mount_opts)
+            done.append(mnt)
+        where = f"{cwd} (your shell's cwd)" if done == [cwd] else f"{', '.join(done)} (your shell's cwd: {cwd})"
         with open("/dev/console", "r+b", buffering=0) as tty:
-            tty.write((f"\n=== {state.id}: {v.verdict}: {v.reasons[0] if v.reasons else ''}\n"
-                       f"{SHELL_READY.decode()} {MNT} (your shell's cwd); acked: {', '.join(state.acks) or '-'}"
+            tty.write((f"\n=== {sid}: {v.verdict}: {v.reasons[0] if v.reasons else ''}\n"
+                       f"{SHELL_READY.decode()} {where}; acked: {', '.join(acks) or '-'}"
                        "; exit (or Ctrl-D) powers the VM off\n").encode())
-            env = dict(os.environ, PS1=f"powercut {state.id}# ", HOME="/tmp")
-            with process.Spawned(["/bin/sh", "-i"], stdin=tty, stdout=tty, stderr=tty, cwd=MNT, env=env) as sh:
+            env = dict(os.environ, PS1=f"powercut {sid}# ", HOME="/tmp")
+            with process.Spawned(["/bin/sh", "-i"], stdin=tty, stdout=tty, stderr=tty, cwd=cwd, env=env) as sh:
                 sh.wait(None)
     finally:
         os.chdir("/")
-        umount(MNT)
+        for mnt in reversed(done):
+            umount(mnt)

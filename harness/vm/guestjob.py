@@ -126,6 +126,17 @@ class ShellJob:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterShellJob:
+    """Judge one cluster state, then an interactive shell with every node's image recovered and
+    mounted at ``GUEST_MNT/n<i>`` (``repro --shell`` of a cluster state); ``logs`` as ClusterCheckJob's."""
+    kind: ClassVar[str] = "cluster-shell"
+    src: StateSource
+    logs: tuple[str, ...]
+    state: str
+    tools_dir: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class MarkBenchJob:
     kind: ClassVar[str] = "mark-bench"
     dm_name: str
@@ -149,9 +160,9 @@ class BenchJob:
         object.__setattr__(self, "runsets", tuple(RunSet.of(r) for r in self.runsets))
 
 
-Job = RecordJob | CheckJob | ClusterCheckJob | DiagnoseJob | ShellJob | MarkBenchJob | BenchJob
+Job = RecordJob | CheckJob | ClusterCheckJob | DiagnoseJob | ShellJob | ClusterShellJob | MarkBenchJob | BenchJob
 KINDS: dict[str, type[Job]] = {c.kind: c for c in (RecordJob, CheckJob, ClusterCheckJob, DiagnoseJob, ShellJob,
-                                                   MarkBenchJob, BenchJob)}
+                                                   ClusterShellJob, MarkBenchJob, BenchJob)}
 NESTED: dict[str, type] = {"fs": FsSpec, "workload": WorkloadSpec, "checker": CheckerSpec, "src": StateSource}
 
 

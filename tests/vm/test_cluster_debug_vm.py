@@ -3,7 +3,8 @@ whose replicas answer before their fsync, recorded once; the check groups the lo
 the group alone, minimizes its first state node by node (it still fails; no node keeps a later cut
 or loses more writes), blames each node and writes a cluster repro bundle that ``powercut repro
 --check-in host`` re-judges to the same verdict (as does a repro of the recording with the minimized
-id) -- and refuses once a node's log is altered."""
+id) -- and refuses once a node's log is altered; `--keep-image` writes each node's crash image,
+`--shell` opens a shell with every node mounted."""
 from __future__ import annotations
 
 import json
@@ -69,3 +70,36 @@ def test_a_bundle_with_an_altered_node_log_is_refused(checked: tuple[Path, dict[
     rep = powercut("repro", str(bundle), "--check-in", "host")
     assert rep.returncode == 1 and "node 2's log log2.bin was altered" in rep.stderr, rep.stdout + rep.stderr
     assert "Traceback" not in rep.stderr
+
+
+def test_keep_image_writes_each_nodes_crash_image(checked: tuple[Path, dict[str, Any], str], tmp_path: Path) -> None:
+    """``repro --keep-image PATH`` of a cluster bundle: each node's image as the crash left it (before
+    recovery) at PATH.n<i>, the verdict as without it."""
+    _, summary, _ = checked
+    rep = powercut("repro", summary["groups"][0]["bundle"], "--check-in", "host", "--keep-image",
+                   str(tmp_path / "state.img"))
+    assert rep.returncode == 3 and "still fails: the same verdict as in the bundle" in rep.stdout, \
+        rep.stdout + rep.stderr
+    imgs = [tmp_path / f"state.img.n{i}" for i in range(3)]
+    assert f"images, one per node (as the crash left them, before recovery): {', '.join(map(str, imgs))}" \
+        in rep.stdout, rep.stdout
+    size = json.loads((Path(summary["groups"][0]["bundle"]) / "bundle.json").read_text())["data_size"]
+    for img in imgs:
+        assert img.stat().st_size == size
+        with open(img, "rb") as f:   # an ext4 superblock: the node's filesystem, not zeros
+            f.seek(1024 + 56)
+            assert f.read(2) == b"\x53\xef", img
+    assert not (tmp_path / "state.img").exists()
+
+
+def test_shell_on_a_cluster_state_mounts_every_node(checked: tuple[Path, dict[str, Any], str]) -> None:
+    """``repro --shell`` of a cluster bundle, input piped (held until the guest's shell is ready; its
+    end of file ends the shell): every node recovered and mounted at n<i> below the shell's cwd."""
+    _, summary, _ = checked
+    p = subprocess.run([sys.executable, "-m", "powercut.cli", "repro", summary["groups"][0]["bundle"], "--shell"],
+                       input=b"ls n0 n1 n2 && echo nodes-$((6*7))\n", capture_output=True, timeout=900)
+    out = p.stdout.decode(errors="replace")
+    assert "recovered and mounted at /run/powercut/mnt/n0, /run/powercut/mnt/n1, /run/powercut/mnt/n2" in out, \
+        out[-3000:] + p.stderr.decode(errors="replace")[-2000:]
+    assert "nodes-42" in out and out.count("replog.log") >= 3, out[-3000:]
+    assert p.returncode == 3 and "still fails: the same verdict as in the bundle" in out, out[-2000:]

@@ -18,10 +18,11 @@ import pytest
 from powercut.campaign.journal import Journal
 from powercut.campaign.phases import CampaignRun
 from powercut.campaign.run import CampaignSpec
+from powercut.check.place import Place
 from powercut.checker import CheckerSpec
 from powercut.core.disks import Disks, DisksState
 from powercut.core.verdict import Verdict
-from powercut.debug import clusterbundle, clusterrepro
+from powercut.debug import bundle, repro
 from powercut.errors import UsageError
 from powercut.linux import interrupt
 from tests.unit.core.test_clustershrink import OPS, W6
@@ -126,7 +127,7 @@ def test_a_group_is_minimized_confirmed_and_bundled(setup: Any, tmp_path: Path) 
     lines = (tmp_path / "check" / "journal.jsonl").read_text().splitlines()
     assert len(lines) == 4 + 3 and all(json.loads(x)["confirmed"] for x in lines[4:])
     assert json.loads((tmp_path / "check" / "diagnoses.json").read_text())["groups"][0]["first"] == g["first"]
-    b = clusterbundle.load(g["bundle"])
+    b = bundle.load(g["bundle"])
     assert b.nodes == 3 and b.state == g["minimized"] and b.doc["verdict"] == "lost-ack"
     assert [x["entries"] for x in b.doc["logs"]] == [13, 13, 13]
     assert len(b.doc["blame"]) == 3 and b.doc["instant"] == 2
@@ -134,19 +135,19 @@ def test_a_group_is_minimized_confirmed_and_bundled(setup: Any, tmp_path: Path) 
 
 def test_repro_of_the_bundle_rebuilds_the_state_and_refuses_a_tampered_log(setup: Any, tmp_path: Path) -> None:
     g = run(setup, tmp_path, FakeJudge())["groups"][0]
-    target = clusterrepro.resolve(g["bundle"])
-    assert target is not None and target.state == g["minimized"] and len(target.logs) == 3
-    v = clusterrepro.run(target, "host", FakeJudge())
-    assert v.verdict == "lost-ack" and "still fails" in clusterrepro.describe(target, v)[-1]
+    target = repro.resolve(g["bundle"])
+    assert target.state == g["minimized"] and len(target.logs) == 3
+    v = repro.run(target, Place("host"), judge=FakeJudge())
+    assert v.verdict == "lost-ack" and "still fails" in repro.describe(target, v)[-1]
     log1 = Path(g["bundle"]) / "log1.bin"
     data = bytearray(log1.read_bytes())
     data[-700] ^= 1
     log1.write_bytes(bytes(data))
     with pytest.raises(UsageError, match="node 1's log log1.bin was altered"):
-        clusterrepro.resolve(g["bundle"])
+        repro.resolve(g["bundle"])
     log1.unlink()
     with pytest.raises(UsageError, match="node 1's log log1.bin is missing"):
-        clusterbundle.load(g["bundle"])
+        bundle.load(g["bundle"])
 
 
 def test_a_state_that_passes_the_second_time_is_flaky(setup: Any, tmp_path: Path) -> None:
