@@ -31,7 +31,6 @@ from powercut.debug import triage
 from powercut.errors import PowercutError, UsageError
 from powercut.linux.jsonlines import read_lines
 from powercut.record import recording
-from powercut.report import cluster as cluster_report
 from powercut.report import html, matrix
 from powercut.report.summary import Summary, summarize, write_outputs
 
@@ -169,7 +168,7 @@ def _html(summary: Summary, outdir: Path, judged: list[Verdict]) -> Path:
             rec = recording.load(summary.recording)
             with contextlib.ExitStack() as stack:
                 logs = [stack.enter_context(open_log(p, quiet=True)) for p in rec.node_logs]
-                return cluster_report.write_html(summary, outdir, logs)
+                return html.write(summary, outdir, judged, logs)
         except (PowercutError, OSError) as e:   # the merge stands with the page of one disk's form
             log.warning("report.html of the merge without the cluster timeline: %s", e)
     return html.write(summary, outdir, judged)

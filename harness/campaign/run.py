@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,6 @@ from powercut.debug import cause
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.linux import runlock
 from powercut.record import recording
-from powercut.report import cluster as cluster_report
 from powercut.report import html
 from powercut.report.summary import Summary, summarize, write_outputs
 
@@ -311,13 +310,6 @@ def _campaign(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec
                             anatomy=_anatomy(rec, logs[0]) if len(logs) == 1 else {}, trace_note=cause.trace_note(rec),
                             disk_latency=disk_latency_of(rec.manifest), nodes=len(logs))
         paths = write_outputs(summary, verdicts, outdir)
-        paths["html"] = report_html(summary, outdir, verdicts, logs)
+        paths["html"] = html.write(summary, outdir, verdicts, logs[0] if len(logs) == 1 else logs)
     return summary, paths
 
-
-def report_html(summary: Summary, outdir: Path, verdicts: list[Verdict], logs: Sequence[LogIndex]) -> Path:
-    """``report.html``: one disk's page (its timeline from the log), or N disks' (one band per node,
-    report/cluster.py)."""
-    if len(logs) == 1:
-        return html.write(summary, outdir, verdicts, logs[0])
-    return cluster_report.write_html(summary, outdir, logs)

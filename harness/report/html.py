@@ -16,8 +16,10 @@ table's rows), the latency plot inlined, the seeds' tables beside ours, where it
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,10 @@ from powercut.core.latency import recorded_phrase
 from powercut.core.stateid import LIE_MODELS, MODELS
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
-from powercut.report import bench, seeds, timeline
+from powercut.report import bench, clustertimeline, seeds, timeline
 from powercut.report.summary import Summary, group_confirmation
 
+log = logging.getLogger(__name__)
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("powercut.report", "templates"),
                           autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
 
@@ -117,14 +120,23 @@ def _groups(s: Summary, outdir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | None = None, *,
+def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | Sequence[LogIndex] | None = None, *,
           picture: Any = None, nodes: int = 0) -> Path:
-    """Render ``outdir/report.html`` for the summary ``s`` of that output (``index``: the recording's
-    log, already scanned).  A cluster check gives its ``picture`` (report/clustertimeline: one band
-    per node) and ``nodes``: the failing states then show one column per node."""
+    """Render ``outdir/report.html`` for the summary ``s`` of that output.  ``index``: the recording's
+    log, already scanned, or every disk's (node 0 first): N > 1 disks' timeline has one band per
+    node (report/clustertimeline.py; left out, with a word, if it cannot be drawn) and their failing
+    states one column per node."""
     rec = Path(s.recording)
-    tl = picture if picture is not None else (
-        timeline.of_index(index, s.failures) if index is not None else
+    logs = [] if index is None else [index] if isinstance(index, LogIndex) else list(index)
+    if len(logs) > 1 and picture is None:
+        nodes = len(logs)
+        try:
+            picture = clustertimeline.of_logs(logs, s.failures)
+        except Exception as e:   # noqa: BLE001 -- a report never fails for want of its picture
+            log.warning("report.html without the cluster timeline: %s", e)
+    nodes = nodes or (s.nodes if s.nodes > 1 else 0)
+    tl = picture if picture is not None or nodes else (
+        timeline.of_index(logs[0], s.failures) if logs else
         timeline.from_log(rec / "log.bin", s.failures) if (rec / "log.bin").is_file() else None)
     seen = [v for v in SEVERITY if any(v in c for c in s.by_model.values())]
     cov = {m.model: m for m in (s.coverage.models if s.coverage is not None else ())}

@@ -85,7 +85,7 @@ def test_a_ledger_skips_the_cluster_states_that_passed(replog_unsynced: Path, tm
     assert second.returncode == 3, second.stdout + second.stderr
     now = journal(tmp_path / "b")
     assert now and not set(now) & passed, "a state that passed before was judged again"
-    counts = summary(tmp_path / "b")["selection"]["models"]
+    counts = summary(tmp_path / "b")["states"]
     assert sum(c.get("earlier", 0) for c in counts.values()) == len(passed)
 
 
