@@ -146,10 +146,10 @@ class CampaignRun:
                               + list({st.id: st for st in extra.values()}.values()))
         disagreeing = set()
         for g in self.groups:   # the repro the report leads with must fail the same way alone
-            st = extra.get((g.verdict, g.reason_class))
-            if st is None:
+            m = named.get((g.verdict, g.reason_class))
+            if m is None or (m not in seconds and m in by_id):   # a judged state not judged again: not in a sample
                 continue
-            v2 = seconds.get(st.id)
+            v2 = seconds.get(m)
             same = v2 is not None and v2.verdict == g.verdict
             g.diagnosis = dict(g.diagnosis or {}, minimized_confirmed=same,
                                minimized_alone=v2.verdict if v2 is not None else "not judged")
