@@ -281,3 +281,38 @@ def test_checker_vms_on_a_remote_host_through_ssh(ssh_uri, tmp_path, monkeypatch
     assert consoles and any(b"powercut-" in c.read_bytes() for c in consoles)   # mirrored back here
     assert domains(f"powercut-check-{os.getpid()}-") == []
     print(f"\nremote check of 10 states through ssh: {wall:.1f} s (first boot ships the image)")
+
+
+def test_cluster_checker_vms_on_a_remote_host_through_ssh(ssh_uri, replog_unsynced, tmp_path, monkeypatch):
+    """--check-uri on a cluster recording (the one campaign, issue 49): every node's log is shipped
+    into one directory keyed by the logs' hashes, the checker VM there judges every node of each
+    state, and the verdicts equal the host-mode check's, failures included."""
+    import hashlib
+
+    from powercut.campaign.run import CampaignSpec, run_campaign
+    from powercut.record import recording
+    from powercut.vm.remote import sha256_file
+    root = tmp_path / "remote-root"
+    monkeypatch.setenv("POWERCUT_REMOTE_ROOT", str(root))
+    how = dict(models=("flush",), max_states=8, shrink=0, confirm=False, accel="tcg")
+    remote, _ = run_campaign(replog_unsynced, CampaignSpec.of(check_in="vm", jobs=1, check_uris=(ssh_uri,), **how),
+                             tmp_path / "remote-check")
+    local, _ = run_campaign(replog_unsynced, CampaignSpec.of(check_in="host", jobs=1, **how), tmp_path / "host-check")
+
+    def verdicts(out):
+        from powercut.campaign.journal import Journal
+        j = Journal(out / "journal.jsonl", resume=True)
+        try:
+            return {v.state: (v.verdict, v.reasons) for v in j}
+        finally:
+            j.close()
+
+    seen = verdicts(tmp_path / "remote-check")
+    assert remote.nodes == 3 and len(seen) == remote.total == local.total == 8
+    assert seen == verdicts(tmp_path / "host-check") and local.failures   # failures, not only passes
+    logs = recording.load(replog_unsynced).node_logs
+    key = hashlib.sha256("+".join(sha256_file(p) for p in logs).encode()).hexdigest()
+    for p in logs:
+        assert (root / "recordings" / key / p.name).read_bytes() == p.read_bytes()
+    assert list((root / "runs").iterdir()) == []
+    assert domains(f"powercut-check-{os.getpid()}-") == []
