@@ -241,6 +241,16 @@ def test_kill_9_of_powercut_leaves_no_domain(via, libvirtd, request, tmp_path):
         log.close()
 
 
+def verdicts(out):
+    """Each state's verdict and reasons in a check output's journal."""
+    from powercut.campaign.journal import Journal
+    j = Journal(out / "journal.jsonl", resume=True)
+    try:
+        return {v.state: (v.verdict, v.reasons) for v in j}
+    finally:
+        j.close()
+
+
 def test_checker_vms_on_a_remote_host_through_ssh(ssh_uri, tmp_path, monkeypatch):
     """--check-uri qemu+ssh://...: the image and the recording are shipped to the host's remote root by
     hash (nothing is read from this host's paths: the root is new), each checker VM's console and
@@ -260,14 +270,6 @@ def test_checker_vms_on_a_remote_host_through_ssh(ssh_uri, tmp_path, monkeypatch
                              tmp_path / "remote-check")
     wall = time.monotonic() - start
     local, _ = run_campaign(rec.dir, CampaignSpec.of(check_in="host", jobs=1, **how), tmp_path / "host-check")
-
-    def verdicts(out):
-        from powercut.campaign.journal import Journal
-        j = Journal(out / "journal.jsonl", resume=True)
-        try:
-            return {v.state: (v.verdict, v.reasons) for v in j}
-        finally:
-            j.close()
 
     seen, expected = verdicts(tmp_path / "remote-check"), verdicts(tmp_path / "host-check")
     assert len(seen) == remote.total == local.total >= 10
@@ -298,14 +300,6 @@ def test_cluster_checker_vms_on_a_remote_host_through_ssh(ssh_uri, replog_unsync
     remote, _ = run_campaign(replog_unsynced, CampaignSpec.of(check_in="vm", jobs=1, check_uris=(ssh_uri,), **how),
                              tmp_path / "remote-check")
     local, _ = run_campaign(replog_unsynced, CampaignSpec.of(check_in="host", jobs=1, **how), tmp_path / "host-check")
-
-    def verdicts(out):
-        from powercut.campaign.journal import Journal
-        j = Journal(out / "journal.jsonl", resume=True)
-        try:
-            return {v.state: (v.verdict, v.reasons) for v in j}
-        finally:
-            j.close()
 
     seen = verdicts(tmp_path / "remote-check")
     assert remote.nodes == 3 and len(seen) == remote.total == local.total == 8
