@@ -285,7 +285,8 @@ def table(summary: Summary) -> Any:
     status = "" if summary.status == "complete" else f" [{summary.status.upper()}]"
     status += f" [shard {summary.shard}]" if summary.shard else ""
     status += f" [disk latency {summary.disk_latency}]" if summary.disk_latency not in ("", "none") else ""
-    t = Table(title=f"{summary.workload} on {summary.fstype}: {summary.total} distinct crash states judged "
+    disks = f" on {summary.nodes} nodes" if summary.nodes > 1 else ""
+    t = Table(title=f"{summary.workload}{disks} on {summary.fstype}: {summary.total} distinct crash states judged "
                     f"in {summary.check_in} in {summary.seconds:.1f} s{status}", min_width=72)
     t.add_column("model")
     for col in ("generated", "distinct", "judged"):
