@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 import tomli_w
 
-from powercut.core.faultwindows import FaultPlan
 from powercut.core.latency import DiskLatency, DisksLatency, LatencyError
+from powercut.core.nodefaults import DisksFaults, FaultsError
 from powercut.errors import UsageError
 from powercut.linux import environ, filesystems
 
@@ -153,7 +153,7 @@ class WorkloadSpec:
     cmd: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = WORKLOAD_TIMEOUT_S
-    fault: str = ""                  # the recording's fault plan (core/faults.FaultPlan), canonical text
+    fault: str = ""                  # the recording's fault plan(s) (core/nodefaults.DisksFaults), canonical text
     trace: bool = True               # trace its durability-relevant system calls (core/syscalls.py) with strace
 
     def __post_init__(self) -> None:
@@ -161,8 +161,8 @@ class WorkloadSpec:
             raise UsageError("give exactly one of a workload name (--workload) or a command (--cmd)")
         if self.fault:
             try:
-                object.__setattr__(self, "fault", str(FaultPlan.parse(self.fault)))
-            except ValueError as e:
+                object.__setattr__(self, "fault", str(DisksFaults.parse(self.fault)))
+            except FaultsError as e:
                 raise UsageError(f"--fault {self.fault}: {e}") from None
 
     @property
@@ -188,6 +188,16 @@ def disk_latency(text: str | DiskLatency | DisksLatency, where: str = "--disk-la
         return DisksLatency.parse(str(text))
     except LatencyError as e:
         raise UsageError(f"{where}: {e}") from None
+
+
+def fault_for(text: str, disks: int, where: str = "--fault ") -> str:
+    """A fault setting (a plan, or per node: core/nodefaults.DisksFaults) for a recording of ``disks``
+    data disks, canonical; a bad one, a node beyond them or a cluster's plan without a node is one
+    UsageError line naming ``where``."""
+    try:
+        return str(DisksFaults.parse(text).for_disks(disks))
+    except FaultsError as e:
+        raise UsageError(f"{where}{text}: {e}") from None
 
 
 def disk_latency_for(text: str | DiskLatency | DisksLatency, disks: int, where: str = "--disk-latency") -> DisksLatency:

@@ -23,7 +23,15 @@ plan and $POWERCUT_FAULT_STATE its state file (JSON, under an flock: any number 
 Mark triggers run in the marking call itself (``plan_mark``, from marks.mark; the C powercut-mark
 execs ``powercut-fault hook TEXT`` when TEXT matches $POWERCUT_FAULT_MARKS and the plan is not
 spent), so the fault is on before the mark's caller goes on; write-count, time and start triggers
-run in the recording job (guest/record.py)."""
+run in the recording job (guest/record.py).
+
+**A cluster recording** (``--fault 1=PLAN``: core/nodefaults.DisksFaults) has a fault layer per node,
+each named in $POWERCUT_FAULT_NODES (node order); ``fault(kind, node=i)`` and ``recover(node=i)``
+(``powercut-fault --node I on ...``) switch node i's, and its ``powercut-fault:`` marks go to node
+i's log only, under the cluster's mark lock (the other logs' marks stay in step: a fault mark is not
+a key mark, core/disks.py).  $POWERCUT_FAULT_PLAN then holds the per-node setting and
+$POWERCUT_FAULT_STATE names the state file of which each node's is a sibling (``node_state``): each
+node's plan runs on its own (its trigger, its state, its window)."""
 from __future__ import annotations
 
 import fcntl
@@ -33,15 +41,18 @@ import os
 import struct
 import sys
 from dataclasses import dataclass
+from typing import Any
 
-from powercut._logmark import TIMING_ENV, MarkError, insert
+from powercut._logmark import CLUSTER_ENV, TIMING_ENV, MarkError, cluster_nodes, insert, insert_cluster
 from powercut.core.faultwindows import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
+from powercut.core.nodefaults import DisksFaults
 from powercut.linux import dm, environ
 
 FAULT_ENV = environ.FAULT_DEV
 PLAN_ENV = environ.FAULT_PLAN
 PLAN_STATE_ENV = environ.FAULT_STATE
 PLAN_MARKS_ENV = environ.FAULT_MARKS   # the globs that may move the plan, one per line (C prefilter)
+NODES_ENV = environ.FAULT_NODES        # a cluster: every node's fault layer (Target.spec), comma separated
 FS_IOC_FIEMAP = 0xC020660B
 FIEMAP_EXTENT_LAST = 0x1
 FIEMAP_UNUSABLE = 0x2 | 0x4 | 0x8 | 0x80 | 0x100   # unknown, delalloc, encoded, not aligned, inline
@@ -56,15 +67,17 @@ class FaultError(OSError):
 @dataclass(frozen=True, slots=True)
 class Target:
     """The fault layer: its dm name, the device under it, its size (sectors); the log-writes target's
-    name and order device for the switch marks (None: from the workload's environment)."""
+    name and order device for the switch marks (None: from the workload's environment); ``node``: a
+    cluster's node (its marks go to its log only, under the cluster's mark lock), -1 for one disk."""
     name: str
     lower: str
     size: int
     dm_name: str | None = None
     order_dev: str | None = None
+    node: int = -1
 
     @staticmethod
-    def parse(spec: str, **kw: str) -> "Target":
+    def parse(spec: str, **kw: Any) -> "Target":
         name, _, rest = spec.partition(":")
         lower, _, size = rest.rpartition(":")
         if not name or not lower or not size.isdigit():
@@ -75,8 +88,33 @@ class Target:
         return f"{self.name}:{self.lower}:{self.size}"
 
 
-def _device() -> Target:
+    def mark(self, text: str) -> None:
+        """A switch mark into this layer's log (a cluster node's: its log alone, under the mark lock)."""
+        if self.node >= 0:
+            insert_cluster(text, f"{self.dm_name}={self.order_dev or ''}")
+        else:
+            insert(text, self.dm_name, self.order_dev)
+
+
+def _device(node: int | None = None) -> Target:
+    if node is not None and (node != 0 or environ.text(NODES_ENV)):
+        return node_target(node)
+    if not environ.text(FAULT_ENV) and environ.text(NODES_ENV):
+        raise FaultError(0, "a cluster recording has a fault layer per node: name it (powercut.fault(kind, "
+                            "node=1); powercut-fault --node 1 on ...)")
     return Target.parse(environ.text(FAULT_ENV))
+
+
+def node_target(node: int) -> Target:
+    """Node ``node``'s fault layer in a cluster recording ($POWERCUT_FAULT_NODES, $POWERCUT_CLUSTER)."""
+    specs = [s for s in environ.text(NODES_ENV).split(",") if s]
+    names = cluster_nodes(environ.text(CLUSTER_ENV))
+    if not specs or len(names) != len(specs):
+        raise FaultError(0, f"${NODES_ENV} is not set: node= works only inside a cluster recording")
+    if not 0 <= node < len(specs):
+        raise FaultError(0, f"node {node}: the cluster has nodes 0..{len(specs) - 1}")
+    name, order = names[node]
+    return Target.parse(specs[node], dm_name=name, order_dev=order, node=node)
 
 
 def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] = ()) -> list[tuple[int, int, str, str]]:
@@ -101,37 +139,47 @@ def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] 
 
 
 def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...] = (), *,
-          target: Target | None = None) -> None:
-    """From now on the workload's device fails I/O as ``kind`` says (see the module docstring).
-    In timing mode ($POWERCUT_TIMING: ``powercut bench --workload``) nothing fails: a no-op."""
+          target: Target | None = None, node: int | None = None) -> None:
+    """From now on the workload's device (a cluster's: node ``node``'s) fails I/O as ``kind`` says
+    (see the module docstring).  In timing mode ($POWERCUT_TIMING: ``powercut bench --workload``)
+    nothing fails: a no-op."""
     if environ.text(TIMING_ENV):
         return
-    t = target or _device()
+    t = target or _device(node)
     rng = tuple((int(s), int(n)) for s, n in ranges)
     new = table(kind, t.lower, t.size, rng)   # validated before anything is marked
-    insert(on_mark(kind, rng), t.dm_name, t.order_dev)
+    t.mark(on_mark(kind, rng))
     try:
         dm.reload(t.name, new)
     except dm.DmError as e:
         raise FaultError(e.errno, f"cannot switch {t.name} to {kind}: {e}") from None
 
 
-def recover(*, target: Target | None = None) -> None:
-    """The device works again (the plain linear table), then ``powercut-fault:off`` is marked."""
+def recover(*, target: Target | None = None, node: int | None = None) -> None:
+    """The device (a cluster's: node ``node``'s) works again (the plain linear table), then
+    ``powercut-fault:off`` is marked."""
     if environ.text(TIMING_ENV):
         return
-    t = target or _device()
+    t = target or _device(node)
     try:
         dm.reload(t.name, table("", t.lower, t.size))
     except dm.DmError as e:
         raise FaultError(e.errno, f"cannot switch {t.name} back: {e}") from None
-    insert(FAULT_OFF, t.dm_name, t.order_dev)
+    t.mark(FAULT_OFF)
 
 
-def plan_env(plan: FaultPlan, state_path: str) -> dict[str, str]:
-    """What the workload's environment carries of a plan (the recording job sets it)."""
-    globs = [g for g in (plan.on_glob, plan.until) if g]
+def plan_env(plan: FaultPlan | DisksFaults, state_path: str) -> dict[str, str]:
+    """What the workload's environment carries of a plan, or of a cluster's plans per node (the
+    recording job sets it)."""
+    plans = [plan] if isinstance(plan, FaultPlan) else [p for _, p in plan.nodes]
+    globs = dict.fromkeys(g for p in plans for g in (p.on_glob, p.until) if g)
     return {PLAN_ENV: str(plan), PLAN_STATE_ENV: state_path, PLAN_MARKS_ENV: "\n".join(globs)}
+
+
+def node_state(state_path: str, node: int) -> str:
+    """Node ``node``'s plan state file in a cluster recording: a sibling of ``state_path``."""
+    base = state_path.removesuffix(".json")
+    return f"{base}-n{node}.json"
 
 
 class PlanRun:
@@ -146,6 +194,17 @@ class PlanRun:
         if not text or not path:
             return None
         return PlanRun(FaultPlan.parse(text), path, None, environ.text(environ.MOUNT, "."))
+
+    @staticmethod
+    def all_from_env() -> "list[PlanRun]":
+        """The plan of one disk, or each planned node's of a cluster ($POWERCUT_FAULT_NODES set)."""
+        if not environ.text(NODES_ENV):
+            one = PlanRun.from_env()
+            return [one] if one is not None else []
+        text, path = environ.text(PLAN_ENV), environ.text(PLAN_STATE_ENV)
+        mounts = environ.text(environ.MOUNTS).split(":")
+        return [PlanRun(plan, node_state(path, node), node_target(node), mounts[node] if node < len(mounts) else ".")
+                for node, plan in DisksFaults.parse(text).nodes] if text and path else []
 
     def state(self) -> PlanState:
         try:
@@ -212,9 +271,16 @@ def plan_mark(text: str) -> None:
     globs = [g for g in environ.text(PLAN_MARKS_ENV).split("\n") if g]
     if not any(fnmatch.fnmatchcase(text, g) for g in globs):
         return
-    run = PlanRun.from_env()
-    if run is not None:
-        run.on_mark(text)
+    failed: FaultError | None = None
+    for run in PlanRun.all_from_env():   # a cluster's nodes each move their own plan
+        if os.path.exists(run.path + ".done"):
+            continue
+        try:
+            run.on_mark(text)
+        except FaultError as e:
+            failed = failed or e
+    if failed is not None:
+        raise failed
 
 
 def file_sectors(path: str) -> list[tuple[int, int]]:
@@ -259,15 +325,21 @@ def _is_btrfs(path: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    usage = ("usage: powercut-fault on eio-writes | on eio-range (FILE | START+SECTORS) ... | off\n"
-             f"  (inside a powercut recording: needs ${FAULT_ENV}; 'powercut-fault hook MARK' is the\n"
-             "  C powercut-mark's call into the recording's fault plan)")
+    usage = ("usage: powercut-fault [--node I] on eio-writes | on eio-range (FILE | START+SECTORS) ... | off\n"
+             f"  (inside a powercut recording: needs ${FAULT_ENV}, or a cluster's --node I; 'powercut-fault\n"
+             "  hook MARK' is the C powercut-mark's call into the recording's fault plan)")
     if not args or args[0] in ("-h", "--help"):
         print(usage, file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
+    node: int | None = None
+    if args[0] == "--node":
+        if len(args) < 3 or not args[1].isdigit():
+            print(usage, file=sys.stderr)
+            return 2
+        node, args = int(args[1]), args[2:]
     try:
         if args == ["off"]:
-            recover()
+            recover(node=node)
         elif len(args) == 2 and args[0] == "hook":
             plan_mark(args[1])
         elif len(args) >= 2 and args[0] == "on" and args[1] in KINDS:
@@ -275,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             for a in args[2:]:
                 s, plus, n = a.partition("+")
                 ranges += [(int(s), int(n))] if plus and s.isdigit() and n.isdigit() else file_sectors(a)
-            fault(args[1], ranges)
+            fault(args[1], ranges, node=node)
         else:
             print(usage, file=sys.stderr)
             return 2

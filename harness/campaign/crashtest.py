@@ -24,9 +24,8 @@ from powercut.campaign.run import CampaignSpec, run_campaign, split_settings
 from powercut.check.host import require_root
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
-from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency_for
+from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency_for, fault_for
 from powercut.core.disks import MAX_NODES
-from powercut.core.faultwindows import FaultPlan
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import FINDINGS, Verdict
 from powercut.debug.cause import group_lines
@@ -63,7 +62,7 @@ class CrashTest:
     require_exhaustive: bool = False        # a pass short of exhaustive does not meet expect="pass"
     workload_timeout_s: float = 600.0
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
-    fault: str = ""                         # the recording's fault plan (--fault; core/faultwindows.FaultPlan)
+    fault: str = ""                         # the recording's fault plan (--fault; per node: core/nodefaults.py)
     disk_latency: str = str(DEFAULT_DISK_LATENCY)   # the data disk's latency while recording (core/latency.py)
     nodes: int = 1                          # > 1: a cluster (docs/clusters.md): the workload sees mounts n0, n1, ...
 
@@ -92,16 +91,10 @@ class CrashTest:
         if self.size_mb and self.size_mb < 16:
             raise UsageError(f"{self.name}: size_mb={self.size_mb}: 0 (the filesystem's default) or at least 16 MiB")
         self.campaign()   # validates timeouts, shrink
-        if self.fault:
-            try:
-                FaultPlan.parse(self.fault)
-            except ValueError as e:
-                raise UsageError(f"{self.name}: fault={self.fault!r}: {e}") from None
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
             raise UsageError(f"{self.name}: nodes={self.nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
         disk_latency_for(self.disk_latency, self.nodes, f"{self.name}: disk_latency")
-        if self.nodes > 1 and self.fault:
-            raise UsageError(f"{self.name}: nodes={self.nodes}: a cluster crash test takes no fault yet")
+        fault_for(self.fault, self.nodes, f"{self.name}: fault=")
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,10 +36,31 @@ class CheckContext:
     mount_timeout_s: float = 120.0
     fsck_timeout_s: float = 300.0
     faults: Faults = Faults()     # injected I/O errors in the log (set where the log is opened)
+    node_faults: tuple[Faults, ...] = ()   # a cluster's: each node's log's, node order (with_node_faults)
 
     @property
     def state_mount_opts(self) -> str:
         return self.fs.check_mount_opts(self.mount_opts)
+
+    def trusted_acks(self, acks: Sequence[str]) -> tuple[tuple[str, ...], str, str] | None:
+        """(the acks of a state, in ack order, before its first ack made after an injected I/O
+        error; whose device failed: ``the device``, a cluster's ``node 1's device``; that error's
+        fault window), or None when no ack of the state came after an error.  A cluster's acks are
+        cut at the first error any node's disk gave: the program as a whole stopping there."""
+        if not self.node_faults:
+            trusted = self.faults.trusted(acks)
+            if trusted is None:
+                return None
+            return trusted, "the device", (self.faults.why or {}).get(acks[len(trusted)], "a fault window")
+        cuts = [len(t) for f in self.node_faults if (t := f.trusted(acks)) is not None]
+        if not cuts:
+            return None
+        key = acks[min(cuts)]
+        hit = [(i, f.why[key]) for i, f in enumerate(self.node_faults) if f.why and key in f.why]
+        who = (f"node {hit[0][0]}'s device" if len(hit) == 1 else
+               "the devices of nodes " + ", ".join(str(i) for i, _ in hit))
+        why = hit[0][1] if len(hit) == 1 else "; ".join(f"node {i}: {w}" for i, w in hit)
+        return tuple(acks[:min(cuts)]), who, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +121,18 @@ def with_faults(ctx: CheckContext, index: LogIndex) -> CheckContext:
     except ValueError as e:
         raise UsageError(f"the log's fault marks are malformed: {e}") from None
     return dataclasses.replace(ctx, faults=faults) if faults else ctx
+
+
+def with_node_faults(ctx: CheckContext, indexes: Sequence[LogIndex]) -> CheckContext:
+    """``ctx`` knowing each node's fault windows, from its opened log (``indexes``, node order), for
+    the judge's ``acked-after-error`` per node; ``ctx`` itself when no log has a fault window."""
+    nodes = []
+    for i, index in enumerate(indexes):
+        try:
+            nodes.append(Faults.from_marks(index.marks()))
+        except ValueError as e:
+            raise UsageError(f"node {i}: the log's fault marks are malformed: {e}") from None
+    return dataclasses.replace(ctx, node_faults=tuple(nodes)) if any(nodes) else ctx
 
 
 def context_for(rec: recording.Recording, command: str = "", checker_timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -159,21 +159,22 @@ def unmount(mnt: str) -> None:
 
 def after_error(ctx: CheckContext, state: CrashState, given: CheckInput, result: CheckResult) -> CheckResult:
     """A failing state of a recording with injected I/O errors, judged again (same mount) with only
-    the acks a program that stops at its first error could have made (core/faultwindows.py): passing
-    then, it fails because of acks made after an error -- ``acked-after-error``.  Otherwise the
-    failure stands as the checker said."""
-    trusted = ctx.faults.trusted(state.acks)
-    if trusted is None:
+    the acks a program that stops at its first error could have made (core/faultwindows.py; a
+    cluster's: at the first error any node's disk gave, CheckContext.trusted_acks): passing then, it
+    fails because of acks made after an error -- ``acked-after-error``, naming the node(s) whose
+    device failed.  Otherwise the failure stands as the checker said."""
+    found = ctx.trusted_acks(state.acks)
+    if found is None:
         return result
+    trusted, who, why = found
     dropped = state.acks[len(trusted):]
     begun = tuple(dict.fromkeys((*state.begun, *dropped)))
     again = ctx.checker.run(dataclasses.replace(given, acked=trusted, begun=begun))
     if again.verdict != "pass":
         return result
     key = dropped[0]
-    why = (ctx.faults.why or {}).get(key, "a fault window")
     return CheckResult("acked-after-error", (
-        f"commit {key} was acked after the device failed I/O during it ({why}); with only the "
+        f"commit {key} was acked after {who} failed I/O during it ({why}); with only the "
         f"{len(trusted)} ack(s) before it the state passes: acks {list(dropped[:8])} are the program's "
         f"after an I/O error, and {result.verdict}: " + "; ".join(result.reasons[:2]),))
 

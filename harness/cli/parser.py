@@ -179,7 +179,8 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
     p.add_argument("--fault", default="", metavar="KIND[,KEY=VALUE...]",
                    help="inject I/O errors during the recording: eio-writes or eio-range (file=PATH | "
                         "sectors=S+N), on at mark=GLOB[,nth=N] | p=P[,seed=S] | writes=N | after=SECONDS "
-                        "(default: from the start), off at until=GLOB (see README, Faults)")
+                        "(default: from the start), off at until=GLOB (see README, Faults); with --nodes, "
+                        "one node's: NODE=PLAN, joined by + (1=eio-writes,mark=ack:3: node 1's disk fails)")
     fs_option(p, "filesystem under test")
     p.add_argument("--mkfs-opts", type=shell_words, default="", help="extra mkfs options, as one shell-quoted string")
     p.add_argument("--mount-opts", default="", help="mount options (-o)")

@@ -21,7 +21,7 @@ log = logging.getLogger("powercut")
 
 def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     from powercut import workload as workloads
-    from powercut.config import FsSpec, WorkloadSpec, disk_latency_for
+    from powercut.config import FsSpec, WorkloadSpec, disk_latency_for, fault_for
     from powercut.record.vm import RecordSpec
     from powercut.workload import parse_params
 
@@ -43,8 +43,12 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
         raise
     except UsageError as e:
         raise OptionError(str(e)) from None
+    try:   # a bad --fault (a node beyond --nodes, a cluster's plan without a node) is a bad option value (exit 2)
+        fault = fault_for(args.fault, getattr(args, "nodes", 1) or 1)
+    except UsageError as e:
+        raise OptionError(str(e)) from None
     wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=params,
-                      timeout_s=args.workload_timeout, fault=args.fault, trace=not args.no_trace)
+                      timeout_s=args.workload_timeout, fault=fault, trace=not args.no_trace)
     try:   # a bad --disk-latency (or a node it names beyond --nodes) is a bad option value (exit 2)
         latency = disk_latency_for(args.disk_latency, getattr(args, "nodes", 1) or 1)
     except UsageError as e:

@@ -7,6 +7,7 @@
 * ``crashstate`` -- what a crash state is and keeps (the one durable-set rule replay and selection use);
 * ``markorder`` -- ordered marks: the harness's ordering flushes, which models treat as no barrier;
 * ``faultwindows`` -- injected I/O errors as the log records them: fault windows, commits acked after one;
+* ``nodefaults`` -- the recording's fault plan per node (``--fault 1=PLAN``): parsed, fitted to the disks;
 * ``latency`` -- the recording's disk latency (none, presets, explicit) and the dm-delay values that give it;
 * ``models`` -- the crash states of a log: a CrashSpace per log, its models from the registry;
 * ``crashmodels`` -- the crash models, one module per family, listed once in ``crashmodels.registry``;

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.context import CheckContext, LogSource, context_for, with_faults
+from powercut.check.context import CheckContext, LogSource, context_for, with_faults, with_node_faults
 from powercut.check.place import Place
 from powercut.check.vm import shell_vm
 from powercut.core import causes
@@ -116,7 +116,7 @@ def image_paths(keep_image: str, nodes: int) -> list[str]:
 
 def judge_for(target: Target, place: Place, indexes: Sequence[LogIndex]) -> JudgeStates:
     """The target's states judged where ``place`` says (check/place.Place.judge): one disk's state,
-    with its log's fault windows, or every node's."""
+    with its log's fault windows, or every node's, with each node's."""
     src = target.source_of_all()
 
     def judge(states: Sequence[DisksState], sink: Callable[[Verdict], None], work: Path) -> None:
@@ -124,7 +124,7 @@ def judge_for(target: Target, place: Place, indexes: Sequence[LogIndex]) -> Judg
             index = indexes[0]
             place.judge(with_faults(target.ctx, index), src, index, [s.nodes[0] for s in states], sink, work)
         else:
-            place.judge(target.ctx, src, indexes, states, sink, work)
+            place.judge(with_node_faults(target.ctx, indexes), src, indexes, states, sink, work)   # each node's
     return judge
 
 

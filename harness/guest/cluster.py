@@ -1,8 +1,9 @@
 """The guest's cluster record job (a RecordJob with ``nodes`` > 1): N data disks, each with its own
 dm-log-writes target and log disk, in one VM (one clock, one lock for the marks).
 
-Per node the stack is the single-disk one without the fault layer: filesystem -> ``<name>-fs``
-linear map -> the node's delay layer (``<name>-delay``, dm-delay, when its disk latency is not
+Per node the stack is the single-disk one: filesystem -> ``<name>-fs`` linear map (the node's fault
+layer, switched by its ``--fault NODE=PLAN`` or ``powercut.fault(kind, node=i)``: guest/clusterfaults.py)
+-> the node's delay layer (``<name>-delay``, dm-delay, when its disk latency is not
 none: core/latency.DisksLatency, ``1=hdd`` slows node 1 only; loaded after mkfs, as for one disk)
 -> log-writes (data disk ``pcdata<i>``, log disk ``pclog<i>``), beside it the ``<name>-order`` map
 the marks flush.  Every node is made and mounted at ``MNT/n<i>``; the mark
@@ -22,6 +23,7 @@ from typing import Any
 from powercut._logmark import close as close_marks
 from powercut._logmark import insert_cluster
 from powercut.core.latency import DisksLatency
+from powercut.guest.clusterfaults import NodeFaults
 from powercut.guest.record import (
     DELAY_SUFFIX,
     MNT,
@@ -51,7 +53,7 @@ def record_cluster(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     fs = filesystems.get(job.fs.fstype)
     t0 = time.monotonic()
     latencies = DisksLatency.parse(job.latency)
-    names, devs, orders, targets, sizes = [], [], [], [], []
+    names, devs, orders, targets, sizes, lowers = [], [], [], [], [], []
     for i in range(job.nodes):
         data, logdev = find_disk(job.disks[f"data{i}"]), find_disk(job.disks[f"log{i}"])
         name = node_name(job.dm_name, i)
@@ -60,6 +62,7 @@ def record_cluster(job: RecordJob, jobdir: Path) -> dict[str, Any]:
                                                                [(0, sectors(data), "linear", f"{target} 0")])
         dev, order_dev, info = stack(name, target, sectors(data), lower)
         targets.append(target)
+        lowers.append(lower)
         sizes.append(sectors(data))
         res.setdefault("target_write_cache", []).append(info["target_write_cache"])
         process.run(fs.eager_mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
@@ -78,14 +81,20 @@ def record_cluster(job: RecordJob, jobdir: Path) -> dict[str, Any]:
         os.makedirs(mnt, exist_ok=True)
         mount(dev, mnt, fs.name, job.fs.mount_opts)
         mounts.append(mnt)
+    faults = NodeFaults.of(job.workload.fault, names, lowers, sizes, orders, devs, mounts)
     res["uptime_workload_start"] = uptime()
     (jobdir / "started").write_text(f"{time.time()}\n")
-    res.update(run_client(job, jobdir, spec, mounts))
+    faults.start()
+    try:
+        res.update(run_client(job, jobdir, spec, mounts, faults.env()))
+    finally:
+        res.update(faults.finish())
     close_marks()   # the order devices' descriptors, before the devices go
     for name in names:
         if dm.info(name).suspended:   # a marker killed between its suspend and resume
             log.warning("%s was left suspended by a mark; resuming it", name)
             dm.resume(name)
+    res.update(faults.end())
     for mnt in mounts:
         umount(mnt, lazy_fallback=False)
     res["logs"] = []
@@ -97,13 +106,15 @@ def record_cluster(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     return res
 
 
-def run_client(job: RecordJob, jobdir: Path, spec: str, mounts: list[str]) -> dict[str, Any]:
-    """The workload with the cluster's environment (no fault plan), under strace as for one disk."""
+def run_client(job: RecordJob, jobdir: Path, spec: str, mounts: list[str],
+               fault_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The workload with the cluster's environment and its nodes' fault layers (``fault_env``), under
+    strace as for one disk."""
     wl = job.workload
     argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
     env = {"PATH": guestjob.guest_path(""), "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
            environ.CLUSTER: spec, environ.MOUNTS: ":".join(mounts), environ.MOUNT: MNT,
-           environ.FSTYPE: job.fs.fstype, environ.PARAMS: json.dumps(wl.params or {})}
+           environ.FSTYPE: job.fs.fstype, environ.PARAMS: json.dumps(wl.params or {}), **(fault_env or {})}
     # PATH without the image's C powercut-mark: it knows one log; the Python one sends to every node
     res: dict[str, Any] = {}
     argv = traced(argv, wl.trace, job.tools_dir, res)   # -f: the nodes the client starts are its children

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from powercut.check.context import CheckContext
+from powercut.check.context import CheckContext, with_node_faults
 from powercut.check.judge import judge_disks
 from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import open_log
@@ -58,7 +58,7 @@ def _nodes(src: StateSource, logs: Sequence[str], ids: Sequence[str],
         mnts = [f"{GUEST_MNT}/n{i}" for i in range(len(indexes))]
         for m in mnts:
             os.makedirs(m, exist_ok=True)
-        yield ctx, states, nodes, mnts, progress
+        yield with_node_faults(ctx, indexes), states, nodes, mnts, progress   # each node's fault windows
 
 
 def _judge(ctx: CheckContext, state: DisksState, nodes: list[NodeImages], mnts: list[str],

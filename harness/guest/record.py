@@ -17,8 +17,9 @@ from typing import Any
 
 from powercut import marks
 from powercut.core import syscalls
-from powercut.core.faultwindows import FAULT_OFF, FaultPlan
+from powercut.core.faultwindows import FAULT_OFF
 from powercut.core.latency import FALLBACK_HZ, DiskLatency, DisksLatency, snap_hz
+from powercut.core.nodefaults import DisksFaults
 from powercut.errors import PowercutError
 from powercut.faults import FAULT_ENV, FaultError, PlanRun, Target, file_sectors, plan_env
 from powercut.faults import table as fault_table
@@ -186,8 +187,9 @@ def run_workload(job: RecordJob, dev: str, jobdir: Path, order_dev: str, target:
     res: dict[str, Any] = {}
     trigger = None
     argv = traced(argv, wl.trace, job.tools_dir, res)
-    if wl.fault:
-        run = PlanRun(FaultPlan.parse(wl.fault), PLAN_STATE, fault_dev, MNT)
+    plan = DisksFaults.parse(wl.fault).of(0)   # one disk: node 0's (``0=PLAN`` or ``PLAN``)
+    if plan is not None:
+        run = PlanRun(plan, PLAN_STATE, fault_dev, MNT)
         for leftover in (PLAN_STATE, PLAN_STATE + ".done"):
             if os.path.exists(leftover):
                 os.unlink(leftover)

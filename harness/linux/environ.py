@@ -31,6 +31,7 @@ FAULT_DEV = "POWERCUT_FAULT_DEV"
 FAULT_PLAN = "POWERCUT_FAULT_PLAN"
 FAULT_STATE = "POWERCUT_FAULT_STATE"
 FAULT_MARKS = "POWERCUT_FAULT_MARKS"
+FAULT_NODES = "POWERCUT_FAULT_NODES"
 CLUSTER = "POWERCUT_CLUSTER"
 MOUNTS = "POWERCUT_MOUNTS"
 RUN_DIR = "POWERCUT_RUN_DIR"
@@ -66,6 +67,8 @@ VARIABLES = (
     Variable(FAULT_PLAN, "recording", "", "the recording's --fault plan"),
     Variable(FAULT_STATE, "recording", "", "the fault plan's state file (JSON, under an flock)"),
     Variable(FAULT_MARKS, "recording", "", "the mark globs that may move the fault plan, one per line"),
+    Variable(FAULT_NODES, "recording", "", "a cluster recording: each node's fault layer (as POWERCUT_FAULT_DEV), "
+             "comma separated in node order; its plan per node in POWERCUT_FAULT_PLAN"),
     Variable(CLUSTER, "recording", "", "a cluster recording's nodes (dm name=order device, comma separated): "
              "every mark goes to every node's log, under one lock"),
     Variable(MOUNTS, "recording", "", "a cluster recording: each node's mounted filesystem, colon separated"),

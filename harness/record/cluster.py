@@ -31,6 +31,7 @@ from powercut.record.vm import (
     DM_NAME,
     RecordSpec,
     base_manifest,
+    cluster_faults,
     finishing,
     judge_result,
     marks_of,
@@ -54,15 +55,14 @@ def node_files(i: int) -> tuple[str, str]:
 def check_spec(spec: RecordSpec, nodes: int) -> None:
     if not isinstance(nodes, int) or not 2 <= nodes <= MAX_NODES:
         raise UsageError(f"--nodes must be 2..{MAX_NODES} for a cluster recording, not {nodes!r}")
-    if spec.workload.fault:
-        raise UsageError("--fault is not supported for a cluster recording yet")
+    spec.workload_for(nodes)   # a fault plan per node (core/nodefaults.py): one line if it does not fit
 
 
 def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int, force: bool = False) -> Recording:
     """Record ``spec.workload`` on ``nodes`` disks (each ``spec.fs``) into ``out``; the manifest's
     status says how it ended, as for one disk."""
     check_spec(spec, nodes)
-    spec = dataclasses.replace(spec, latency=spec.latency_for(nodes))
+    spec = dataclasses.replace(spec, latency=spec.latency_for(nodes), workload=spec.workload_for(nodes))
     if spec.workload.name:
         workloads.get(spec.workload.name).params(spec.workload.params)
     if spec.backend == "qemu":
@@ -100,7 +100,7 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
                                   **({"error": result.error} if result.error else {})}
             if isinstance(result.get("latency"), dict):   # each node's delay layer, as the guest made it
                 manifest["latency"] = dict(result.get("latency"))
-            judge_result(result, manifest, out)
+            judge_result(result, manifest, out, logs=tuple(n["log"] for n in manifest["cluster"]["node"]))
             note_trace(result, manifest, spec.workload.trace)   # the one trace: every node's calls
             for i, node in enumerate(manifest["cluster"]["node"]):
                 node.update(recording.pin_log(out / node["log"]))
@@ -109,4 +109,6 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
                     node["logged_entries"] = logged
             manifest["log"].update(recording.pin_log(out / manifest["log"]["file"]))
             manifest["marks"] = marks_of(out / manifest["log"]["file"])
+            if section := cluster_faults(out, [n["log"] for n in manifest["cluster"]["node"]], result):
+                manifest["faults"] = section   # each node's fault windows (its log's), the node named
         return Recording(out, manifest)

@@ -33,6 +33,7 @@ from powercut.config import (
     ShareSpec,
     VmSpec,
     WorkloadSpec,
+    fault_for,
     to_dict,
 )
 from powercut.core.dmlog import open_log
@@ -79,6 +80,11 @@ class RecordSpec:
             return self.latency.for_disks(disks)
         except LatencyError as e:
             raise UsageError(f"--disk-latency: {e}") from None
+
+    def workload_for(self, disks: int) -> WorkloadSpec:
+        """The workload with its fault setting for ``disks`` data disks (core/nodefaults.DisksFaults);
+        UsageError if it names a node beyond them or gives a cluster a plan without a node."""
+        return dataclasses.replace(self.workload, fault=fault_for(self.workload.fault, disks))
 
     def log_bytes(self) -> int:
         mb = self.log_size_mb or max(4 * self.fs.size_mb + 64, 512)
@@ -153,7 +159,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
 
     if spec.workload.name:
         workloads.get(spec.workload.name).params(spec.workload.params)  # unknown names/params fail here
-    spec = dataclasses.replace(spec, latency=spec.latency_for(1))
+    spec = dataclasses.replace(spec, latency=spec.latency_for(1), workload=spec.workload_for(1))
     if spec.backend == "qemu":
         process.require(QEMU, "qemu-system-x86")
     image = build_image(ImageSpec(**spec.image))
@@ -186,13 +192,8 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> 
             note_trace(result, manifest, spec.workload.trace)
             manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
             manifest["marks"] = marks_of(out / "log.bin")
-            if faults := _faults(out / "log.bin"):
-                manifest["faults"] = {"windows": [w.describe() for w in faults.windows],
-                                      "acked_after_error": list(faults.after_error),
-                                      "workload_rc": int(result.get("workload_rc") or 0),
-                                      "left_on": bool(result.get("fault_left_on")),
-                                      **({"plan": result.get("fault_plan", {}).get("plan")}
-                                         if result.get("fault_plan") else {})}
+            if section := faults_section(out / "log.bin", result.get("fault_plan"), bool(result.get("fault_left_on"))):
+                manifest["faults"] = {**section, "workload_rc": int(result.get("workload_rc") or 0)}
         return Recording(out, manifest)
 
 
@@ -203,6 +204,25 @@ def note_trace(result: guestjob.GuestResult, manifest: dict[str, Any], asked: bo
         manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
     elif asked:
         manifest["trace"] = {"error": str(result.get("trace_error") or "no trace")}
+
+
+def faults_section(log_path: Path, plan: dict[str, Any] | None, left_on: bool) -> dict[str, Any]:
+    """The manifest's [faults] of one log (a cluster's: per node): its fault windows, the commits
+    acked after an error, whether the workload left the fault on, the plan; {} with no window."""
+    faults = _faults(log_path)
+    if not faults:
+        return {}
+    return {"windows": [w.describe() for w in faults.windows], "acked_after_error": list(faults.after_error),
+            "left_on": left_on, **({"plan": plan.get("plan")} if plan else {})}
+
+
+def cluster_faults(out: Path, logs: list[str], result: guestjob.GuestResult) -> dict[str, Any]:
+    """A cluster recording's [faults]: each node's section with its ``node``; {} with no window."""
+    plans = {p.get("node"): p for p in result.get("fault_plans") or []}
+    left = set(result.get("fault_left_on") or [])
+    nodes = [{"node": i, **sec} for i, name in enumerate(logs)
+             if (sec := faults_section(out / name, plans.get(i), i in left))]
+    return {"workload_rc": int(result.get("workload_rc") or 0), "node": nodes} if nodes else {}
 
 
 @contextlib.contextmanager
@@ -252,7 +272,10 @@ def base_manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int)
     }
 
 
-def judge_result(result: guestjob.GuestResult, manifest: dict[str, Any], out: Path) -> None:
+def judge_result(result: guestjob.GuestResult, manifest: dict[str, Any], out: Path,
+                 logs: tuple[str, ...] = ("log.bin",)) -> None:
+    """The recording's status from the guest's result (raised on unless ok); ``logs``: its log files
+    (a cluster's, one per node), whose fault windows excuse a workload that exits after an error."""
     rec = manifest["recording"]
     if not result.ok:
         rec.update(status="guest-error", error=result.error or "guest job failed")
@@ -265,15 +288,17 @@ def judge_result(result: guestjob.GuestResult, manifest: dict[str, Any], out: Pa
         rec.update(status="workload-timeout", error="workload killed by its timeout")
         raise WorkloadFailed(f"the workload did not finish within {manifest['workload']['timeout_s']:g} s and "
                              f"was killed (see {out}/job/workload.err)")
-    plan = result.get("fault_plan")
-    if plan and (plan.get("error") or not plan.get("on")):
-        why = plan.get("error") or (f"the fault plan '{plan['plan']}' never fired" +
-                                    (f" ({plan.get('matches', 0)} marks matched its trigger)"
-                                     if "mark=" in plan["plan"] or "p=" in plan["plan"] else "") +
-                                    ": nothing was injected, so nothing about errors would be tested")
-        rec.update(status="fault-plan-failed", error=why)
-        raise WorkloadFailed(f"{why} (see {out}/job/workload.err)")
-    if result.get("workload_rc") and _faults(out / "log.bin"):
+    plans = [result.get("fault_plan")] if result.get("fault_plan") else list(result.get("fault_plans") or [])
+    for plan in plans:   # one disk's, or each planned node's (``node``) of a cluster
+        if plan.get("error") or not plan.get("on"):
+            node = f"node {plan['node']}: " if "node" in plan else ""
+            why = node + (plan.get("error") or (f"the fault plan '{plan['plan']}' never fired" +
+                                                (f" ({plan.get('matches', 0)} marks matched its trigger)"
+                                                 if "mark=" in plan["plan"] or "p=" in plan["plan"] else "") +
+                                                ": nothing was injected, so nothing about errors would be tested"))
+            rec.update(status="fault-plan-failed", error=why)
+            raise WorkloadFailed(f"{why} (see {out}/job/workload.err)")
+    if result.get("workload_rc") and any(_faults(out / name) for name in logs):
         log.info("the workload exited %s after an injected I/O error: recorded", result.get("workload_rc"))
     elif result.get("workload_rc"):
         rc = result.get("workload_rc")

@@ -6,11 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from powercut.check.context import CheckContext
 from powercut.check.judge import after_error
 from powercut.checker import CheckInput, CheckResult
 from powercut.core.crashstate import CrashState
 from powercut.core.faultwindows import FAULT_OFF, Faults, Window, on_mark, parse_on
 from powercut.faults import table
+from powercut.linux import filesystems
 
 
 def test_windows_and_the_commits_acked_after_an_error():
@@ -103,9 +105,9 @@ class _Checker:
         return CheckResult("lost-ack", (f"acked {gone} lost",)) if gone else CheckResult("pass")
 
 
-class _Ctx:
-    def __init__(self, faults, checker):
-        self.faults, self.checker, self.params = faults, checker, {}
+def _ctx(faults, checker, node_faults=()):
+    """The judging context with these faults (one disk's, or each node's) and this checker."""
+    return CheckContext(filesystems.get("ext4"), checker, faults=faults, node_faults=tuple(node_faults))
 
 
 MARKS = [(1, "begin:0"), (2, "ack:0"), (3, "begin:1"), (4, on_mark("eio-writes")), (5, FAULT_OFF), (6, "ack:1"),
@@ -125,7 +127,7 @@ def _given(state):
 def test_a_state_failing_only_through_acks_after_an_error_is_acked_after_error():
     chk = _Checker(lost={"1"})
     state = _state(["0", "1", "2"])
-    got = after_error(_Ctx(Faults.from_marks(MARKS), chk), state, _given(state),
+    got = after_error(_ctx(Faults.from_marks(MARKS), chk), state, _given(state),
                       CheckResult("lost-ack", ("acked [1] lost",)))
     assert got.verdict == "acked-after-error" and "commit 1" in got.reasons[0] and "lost-ack" in got.reasons[0]
     assert chk.calls == [(("0",), ("0", "1", "2"))]     # judged again with the trusted acks only
@@ -135,8 +137,8 @@ def test_a_failure_of_a_trusted_ack_keeps_its_verdict():
     chk = _Checker(lost={"0"})
     first = CheckResult("lost-ack", ("acked [0] lost",))
     state = _state(["0", "1"])
-    assert after_error(_Ctx(Faults.from_marks(MARKS), chk), state, _given(state), first) is first
-    assert after_error(_Ctx(Faults(), chk), state, _given(state), first) is first     # no faults: as said
+    assert after_error(_ctx(Faults.from_marks(MARKS), chk), state, _given(state), first) is first
+    assert after_error(_ctx(Faults(), chk), state, _given(state), first) is first     # no faults: as said
 
 
 def test_outside_a_recording_a_fault_is_one_clear_error_and_in_timing_mode_a_no_op(monkeypatch, tmp_path):

@@ -203,7 +203,8 @@ def test_shell_command_workload_and_no_checker(pytester: pytest.Pytester, fake) 
     ("crashtest('true', params={'a': None})", "workload parameter a=None"),
     ("crashtest('true', max_states=-1)", "--max-states"),
     ("crashtest('true', nodes=9)", "nodes=9: a whole number from 1"),
-    ("crashtest('true', nodes=3, fault='eio-writes')", "a cluster crash test takes no fault"),
+    ("crashtest('true', nodes=3, fault='eio-writes')", "a cluster recording: name the node whose disk fails"),
+    ("crashtest('true', nodes=3, fault='3=eio-writes')", "node 3 named, and the recording has nodes 0..2"),
     ("crashtest('true', nodes=3, disk_latency='3=hdd')", "node 3 named, and the recording has nodes 0..2"),
 ])
 def test_mistakes_are_one_line_failures(pytester: pytest.Pytester, fake, body, words) -> None:

@@ -45,6 +45,12 @@ def one_line(p: subprocess.CompletedProcess, *words: str) -> None:
     (["record", "--workload", "wal", "--disk-latency", "flush=8x", "-o", "/tmp/never"], "--disk-latency"),
     (["run", "--disk-latency", "none,hdd,none", "-o", "/tmp/never"], "--disk-latency"),
     (["run", "--repeat", "0", "-o", "/tmp/never"], "--repeat"),
+    (["record", "--workload", "wal", "--fault", "eio-flush", "-o", "/tmp/never"], "--fault"),
+    (["record", "--workload", "wal", "--fault", "1=eio-writes", "-o", "/tmp/never"], "--fault"),
+    (["record", "--workload", "replog", "--nodes", "3", "--fault", "eio-writes", "-o", "/tmp/never"], "name the node"),
+    (["record", "--workload", "replog", "--nodes", "3", "--fault", "3=eio-writes", "-o", "/tmp/never"], "node 3"),
+    (["record", "--workload", "replog", "--nodes", "2", "--fault", "1=eio-writes+1=eio-writes", "-o", "/tmp/never"],
+     "node 1 given twice"),
 ])
 def test_a_bad_option_value_exits_2_before_anything_runs(argv: list[str], names: str) -> None:
     p = cli(*argv)
