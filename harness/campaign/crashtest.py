@@ -32,7 +32,7 @@ from powercut.debug.cause import group_lines
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
 from powercut.linux import filesystems, process
-from powercut.record.cluster import record_cluster
+from powercut.record.clustervm import record_cluster
 from powercut.record.vm import RecordSpec, record
 from powercut.report.summary import Summary
 from powercut.vm.cmdline import keep_visible

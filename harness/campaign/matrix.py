@@ -24,7 +24,7 @@ from powercut.core.stateid import TORN_MODELS
 from powercut.debug.triage import diagnose_at
 from powercut.errors import PowercutError
 from powercut.record import recording
-from powercut.record.cluster import record_cluster
+from powercut.record.clustervm import record_cluster
 from powercut.record.vm import RecordSpec, record
 from powercut.report.matrix import Cell, Row, cells, failed_cells, one_line
 

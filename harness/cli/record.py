@@ -97,7 +97,7 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
         raise UsageError("--dry-run is not supported with --nodes yet")
     try:
         if nodes > 1:
-            from powercut.record.cluster import record_cluster
+            from powercut.record.clustervm import record_cluster
             rec = record_cluster(spec, args.out, nodes=nodes, force=args.force)
         else:
             rec = record(spec, args.out, force=args.force)

@@ -2,7 +2,7 @@
 
 * ``__main__`` -- reads the job and dispatches by its kind;
 * ``record`` -- the record and mark-bench jobs;
-* ``cluster`` -- the cluster record job: N data disks, each on its own log-writes target, marks to every log;
+* ``clusterrecord`` -- the cluster record job: N data disks, each on its own log-writes target, marks to every log;
 * ``clusterfaults`` -- the cluster record job's fault layer per node: plans, triggers, the workload's environment;
 * ``check`` -- the checker VM's job (check, shell, diagnose);
 * ``clustercheck`` -- the checker VM's cluster job: every node's image rebuilt from its log, all mounted, one checker;

@@ -60,7 +60,7 @@ class RecordJob:
     workload: WorkloadSpec
     tools_dir: str = ""
     latency: str = "none"          # the data disk's latency (core/latency.DiskLatency, canonical text)
-    nodes: int = 1                 # > 1: a cluster recording (guest/cluster.py): disks data<i>, log<i>
+    nodes: int = 1                 # > 1: a cluster recording (guest/clusterrecord.py): disks data<i>, log<i>
 
 
 @dataclass(frozen=True, slots=True)

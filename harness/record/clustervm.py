@@ -1,5 +1,5 @@
 """The host half of a cluster recording (issue 40): N nodes, each with its own data disk on its own
-dm-log-writes device, in **one** recording VM (guest/cluster.py).
+dm-log-writes device, in **one** recording VM (guest/clusterrecord.py).
 
 Why one VM: the marks that define a cluster crash instant (core/disks.py) must reach every node's
 log in the same order, under one lock.  In one guest that lock is an flock and the order is the
