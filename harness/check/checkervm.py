@@ -103,13 +103,10 @@ class CheckerVm:
                                     fsck=filesystems.fsck_program(self.ctx.fs), scratch_ready=not self.host.remote)
 
     def check_job(self, ids: tuple[str, ...]) -> guestjob.Job:
-        """The job that judges the states ``ids``: one disk's CheckJob, or the job of N disks (every
-        disk's log from the recording share, guest/clustercheck.py)."""
-        tools = self.staged().tools_dir
-        if self.src.disks == 1:
-            return guestjob.CheckJob(self.source(), ids, tools_dir=tools)
-        logs = tuple(f"{guestjob.GUEST_REC_DIR}/{p.name}" for p in self.src.logs)
-        return guestjob.ClusterCheckJob(self.source(), logs, ids, tools_dir=tools)
+        """The job that judges the states ``ids`` of the source's disks (every disk's log from the
+        recording share when there are several)."""
+        logs = tuple(f"{guestjob.GUEST_REC_DIR}/{p.name}" for p in self.src.logs) if self.src.disks > 1 else ()
+        return guestjob.CheckJob(self.source(), ids, tools_dir=self.staged().tools_dir, logs=logs)
 
     def run(self, job: guestjob.Job, *, steps: int, on_verdict: Sink = lambda v: None,
             interactive: bool = False) -> Outcome:

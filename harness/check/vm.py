@@ -3,7 +3,7 @@ touch the host kernel.  ``jobs`` VMs run side by side on each host (this machine
 ``--check-uri``), each over its own contiguous chunk of the walk order (one kernel each, so clones
 of one filesystem never meet in one kernel).  States of N > 1 disks (core/disks.DisksState) come in
 product order and are cut into contiguous chunks too (a node's state changes rarely inside one, so
-its walks stay few); the VM rebuilds every disk of a state (guest/clustercheck.py).
+its walks stay few); the VM rebuilds every disk of a state (guest/check.py).
 
 Each VM rebuilds its states with dm-snapshot over an incrementally replayed pristine (no boot per
 state) and streams a "begin" line and then the verdict of each state to ``progress.jsonl`` in its
@@ -209,15 +209,11 @@ def shell_vm(ctx: CheckContext, src: LogSource, state: CrashState | DisksState, 
              spec: VmCheckSpec) -> Verdict | None:
     """Judge one state in a checker VM, then open an interactive shell in it on the recovered, mounted
     state, on this terminal (``powercut repro --shell``): one disk's, or every disk's of ``src``
-    rebuilt and mounted as guest/clustercheck.py judges them."""
+    rebuilt and mounted as the check job judges them (guest/check.py)."""
     got: list[Verdict] = []
     vm = CheckerVm(ctx, src, spec, workdir)
-    job: guestjob.Job
-    if src.disks > 1:
-        job = guestjob.ClusterShellJob(vm.source(), tuple(f"{guestjob.GUEST_REC_DIR}/{p.name}" for p in src.logs),
-                                       state.id, tools_dir=vm.staged().tools_dir)
-    else:
-        job = guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir)
+    logs = tuple(f"{guestjob.GUEST_REC_DIR}/{p.name}" for p in src.logs) if src.disks > 1 else ()
+    job = guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir, logs=logs)
     out = vm.run(job, steps=2, on_verdict=got.append, interactive=True)
     if out.failure is not None:
         raise PowercutError(f"the shell's checker VM failed: {out.failure.one_line()}")

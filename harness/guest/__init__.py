@@ -5,6 +5,5 @@
 * ``clusterrecord`` -- the cluster record job: N data disks, each on its own log-writes target, marks to every log;
 * ``clusterfaults`` -- the cluster record job's fault layer per node: plans, triggers, the workload's environment;
 * ``check`` -- the checker VM's job (check, shell, diagnose);
-* ``clustercheck`` -- the checker VM's cluster job: every node's image rebuilt from its log, all mounted, one checker;
 * ``bench`` -- the bench job;
 * ``template`` -- a checker VM's template agent: started ahead of any job, saved, restored per VM."""

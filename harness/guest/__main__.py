@@ -27,9 +27,7 @@ log = logging.getLogger("powercut.guest")
 JOBS = {"record": ("powercut.guest.record", "record"), "mark-bench": ("powercut.guest.record", "mark_bench"),
         "check": ("powercut.guest.check", "check"), "diagnose": ("powercut.guest.check", "diagnose_job"),
         "shell": ("powercut.guest.check", "shell"), "bench": ("powercut.guest.bench", "bench_job"),
-        "record-cluster": ("powercut.guest.clusterrecord", "record_cluster"),
-        "cluster-check": ("powercut.guest.clustercheck", "cluster_check"),
-        "cluster-shell": ("powercut.guest.clustercheck", "cluster_shell")}
+        "record-cluster": ("powercut.guest.clusterrecord", "record_cluster")}
 
 
 def handler(kind: str) -> Callable[[Any, Path], dict[str, Any]]:

@@ -2,7 +2,15 @@
 ``diagnose`` minimizes and blames failures, ``shell`` opens a shell in one recovered state.  Each
 rebuilds its states with dm-snapshot over a pristine replayed incrementally inside the guest, on a
 scratch disk, and writes one progress line before and one after each step, so the host can
-attribute a panic or a hang to its state."""
+attribute a panic or a hang to its state.
+
+``check`` and ``shell`` take states of N >= 1 disks (core/disks.DisksState; one disk is N = 1): per
+disk a pristine walked forward over a *run* of its states whose positions never decrease
+(replay/walk.NodeImages), a dm-snapshot clone per state, and every disk judged at once by
+check/judge.judge_disks (every disk mounted, the checker given every mount, every disk fsck'd).
+One disk's states are first put in walk order (one run: the incremental replay they always had),
+mounted at ``MNT``, judged against the log's fault windows; the states of several come in product
+order (the last node changes fastest: per node one walk per wrap), node i mounted at ``MNT/n<i>``."""
 from __future__ import annotations
 
 import contextlib
@@ -15,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from powercut import registry
-from powercut.check.context import CheckContext, with_faults
-from powercut.check.judge import judge
-from powercut.core.crashstate import CrashState
+from powercut.check.context import CheckContext, with_faults, with_node_faults
+from powercut.check.judge import judge_disks
+from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.models import CrashSpace, space
 from powercut.core.verdict import Verdict
@@ -25,7 +33,9 @@ from powercut.linux import filesystems, process
 from powercut.linux.blockdev import find_disk
 from powercut.linux.jsonlines import JsonLines
 from powercut.linux.mounts import mount, umount
-from powercut.replay.materialize import materialize
+from powercut.replay.dmsnapshot import DmSnapshotProvider
+from powercut.replay.materialize import plan
+from powercut.replay.walk import NodeImages
 from powercut.vm.guestjob import GUEST_MNT as MNT
 from powercut.vm.guestjob import SCRATCH_MKFS, SHELL_READY, CheckJob, DiagnoseJob, ShellJob, StateSource, uptime
 
@@ -36,7 +46,8 @@ WORK = "/run/powercut/work"
 
 @dataclass(slots=True)
 class _Session:
-    """A job's open log, its crash space, the judging context, the scratch work dir, the progress file."""
+    """A diagnosis job's open log, its crash space, the judging context, the scratch work dir, the
+    progress file."""
 
     ctx: CheckContext
     index: LogIndex
@@ -44,30 +55,62 @@ class _Session:
     work: Path
     progress: JsonLines
     size: int
+
+
+@dataclass(slots=True)
+class _Disks:
+    """The disks of a check or shell job: the judging context, the states (core/disks.DisksState,
+    one disk's too), each disk's images (replay/walk.NodeImages: a pristine walked forward over the
+    disk's states, a dm-snapshot clone per state), the mount points -- one disk's at ``MNT``, node
+    i's at ``MNT/n<i>`` -- and the progress file."""
+
+    ctx: CheckContext
+    states: list[DisksState]
+    nodes: list[NodeImages]
+    mnts: list[str]
+    progress: JsonLines
     ready: float | None = None      # when the first state began (uptime)
 
-    def states(self, ids: tuple[str, ...]) -> Iterator[tuple[CrashState, Path]]:
-        t = time.monotonic()
-        for state, img in materialize(self.index, None, self.size, [self.space.state_from_id(i) for i in ids],
-                                      self.work, provider="dm-snapshot"):
-            log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t)
-            yield state, img
-            t = time.monotonic()
+    @staticmethod
+    def of(ctx: CheckContext, indexes: Sequence[LogIndex], size: int, states: list[DisksState], progress: JsonLines,
+           stack: contextlib.ExitStack) -> _Disks:
+        one = len(indexes) == 1
+        nodes = []
+        for i, index in enumerate(indexes):
+            where = Path(WORK) if one else Path(WORK) / f"n{i}"
+            where.mkdir(parents=True, exist_ok=True)
+            nodes.append(NodeImages(index, size, [s.nodes[i] for s in states], where, DmSnapshotProvider(where)))
+            stack.callback(nodes[-1].close)
+        mnts = [MNT] if one else [f"{MNT}/n{i}" for i in range(len(indexes))]
+        for m in mnts:
+            os.makedirs(m, exist_ok=True)
+        return _Disks(ctx, states, nodes, mnts, progress)
 
-    def judge(self, state: CrashState, img: Path) -> Verdict:
+    def judge(self, state: DisksState) -> tuple[Verdict, list[str]]:
+        """One state judged (one progress line before, one after): its verdict and its disks' devices."""
         if self.ready is None:   # the boot timeline: kernel start -> this VM judges its first state
             self.ready = uptime()
             log.info("first state begins %.2f s after the kernel", self.ready)
         self.progress.add({"begin": state.id})
-        v = judge(self.ctx, str(img), state, MNT)
+        t0 = time.monotonic()
+        devs = [str(node.next_image()) for node in self.nodes]
+        log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t0)
+        at = state.nodes[0].cut if len(self.nodes) == 1 else state.instant   # one disk's verdict: its cut
+        v = judge_disks(self.ctx, devs, state.nodes, self.mnts, sid=state.id, model=state.model, at=at, t0=t0)
         self.progress.add({"verdict": v.to_json()})
-        return v
+        return v, devs
+
+    def walks(self) -> list[dict[str, Any]]:
+        """Per disk, its walks and what they cost."""
+        return [{"walks": n.walks, "walk_entries": n.stats.walk_entries, "walk_mb": n.stats.walk_bytes >> 20,
+                 **{k: round(getattr(n.stats, k), 2) for k in ("walk_s", "setup_s", "clone_s", "extras_s", "release_s")}}
+                for n in self.nodes]
 
 
 @contextlib.contextmanager
 def prepared(src: StateSource) -> Iterator[CheckContext]:
     """The judging context of a job's source, with the scratch disk mounted at WORK (both the
-    one-disk jobs here and the cluster job, guest/clustercheck.py)."""
+    check and shell jobs of N >= 1 disks and the diagnosis)."""
     for key, ref in src.entries.items():
         registry.preset(*key.split("/", 1), ref)  # type: ignore[call-arg]  # key: "group/name"
     if src.fsck:
@@ -90,14 +133,29 @@ def _session(src: StateSource, jobdir: Path) -> Iterator[_Session]:
         yield _Session(with_faults(ctx, index), index, space(index), Path(WORK), progress, src.size)
 
 
+@contextlib.contextmanager
+def _disks(src: StateSource, logs: Sequence[str], ids: Sequence[str], jobdir: Path) -> Iterator[_Disks]:
+    """A check or shell job's disks: one (``src.log``; ``logs`` empty) or N (``logs``)."""
+    paths = tuple(logs) or (src.log,)
+    with prepared(src) as ctx, contextlib.ExitStack() as stack:
+        indexes = [stack.enter_context(open_log(p)) for p in paths]
+        progress = stack.enter_context(JsonLines(jobdir / "progress.jsonl", durable=False))
+        disks = Disks(indexes)
+        states = [disks.state_from_id(i) for i in ids]
+        if len(indexes) == 1:   # in walk order (materialize's): one forward walk of the pristine
+            states.sort(key=lambda s: plan(indexes[0], s.nodes[0]).base)
+        yield _Disks.of(with_faults(ctx, indexes[0]) if len(indexes) == 1 else with_node_faults(ctx, indexes),
+                        indexes, src.size, states, progress, stack)
+
+
 def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
-    """The checker VM: judge each listed state."""
+    """The checker VM: judge each listed state (of one disk, or of N)."""
     n = 0
-    with _session(job.src, jobdir) as s:
-        for state, img in s.states(job.states):
-            s.judge(state, img)
+    with _disks(job.src, job.logs, job.states, jobdir) as d:
+        for state in d.states:
+            d.judge(state)
             n += 1
-    return {"judged": n, "first_state_s": s.ready}
+    return {"judged": n, "first_state_s": d.ready, **({"nodes": d.walks()} if len(d.nodes) > 1 else {})}
 
 
 def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
@@ -120,19 +178,20 @@ def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
 
 
 def shell(job: ShellJob, jobdir: Path) -> dict[str, Any]:
-    """``powercut repro --shell``: judge the state, then mount it (the kernel replays its journal) and
-    run an interactive shell in it on the console; the VM powers off when the shell exits."""
-    with _session(job.src, jobdir) as s:
-        for state, img in s.states((job.state,)):
-            v = s.judge(state, img)
-            shell_on(s.ctx, [(str(img), MNT)], state.id, state.acks, v, MNT)
+    """``powercut repro --shell``: judge the state, then mount it again -- every disk's, at the mounts
+    the checker saw (the kernel replays each journal) -- and run an interactive shell on the console
+    in ``MNT``; the VM powers off when the shell exits."""
+    with _disks(job.src, job.logs, (job.state,), jobdir) as d:
+        state = d.states[0]
+        v, devs = d.judge(state)
+        shell_on(d.ctx, list(zip(devs, d.mnts)), state.id, state.acks, v, MNT)
     return {"judged": 1}
 
 
 def shell_on(ctx: CheckContext, mounts: Sequence[tuple[str, str]], sid: str, acks: Sequence[str], v: Verdict,
              cwd: str) -> None:
     """Mount each (device, mount point) -- the kernel replays its journal -- and run an interactive
-    shell in ``cwd`` on the console (one disk's ``shell``, a cluster's guest/clustercheck.cluster_shell)."""
+    shell in ``cwd`` on the console (``shell``: one disk's mount, or every node's)."""
     done: list[str] = []
     try:
         for device, mnt in mounts:

@@ -86,22 +86,15 @@ class StateSource:
 
 @dataclass(frozen=True, slots=True)
 class CheckJob:
-    """Judge these states, one progress line before and one verdict after each."""
+    """Judge these states, one progress line before and one verdict after each: states of one disk
+    (``src.log``), or of N > 1 disks (core/disks.py ids) whose logs are ``logs`` (node 0 first,
+    paths in the guest; ``src.log`` is node 0's), every disk's image rebuilt from its own log and
+    all mounted at once."""
     kind: ClassVar[str] = "check"
     src: StateSource
     states: tuple[str, ...]
     tools_dir: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterCheckJob:
-    """Judge these cluster states (core/disks.py ids), every node's image rebuilt from its own log
-    (``logs``, node 0 first, paths in the guest; ``src.log`` is node 0's), all mounted at once."""
-    kind: ClassVar[str] = "cluster-check"
-    src: StateSource
-    logs: tuple[str, ...]
-    states: tuple[str, ...]
-    tools_dir: str = ""
+    logs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,22 +111,13 @@ class DiagnoseJob:
 
 @dataclass(frozen=True, slots=True)
 class ShellJob:
-    """Judge one state, then an interactive shell on it, recovered and mounted (``repro --shell``)."""
+    """Judge one state, then an interactive shell on it, recovered and mounted (``repro --shell``):
+    one disk's at ``GUEST_MNT``, or with ``logs`` (as CheckJob's) every node's at ``GUEST_MNT/n<i>``."""
     kind: ClassVar[str] = "shell"
     src: StateSource
     state: str
     tools_dir: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterShellJob:
-    """Judge one cluster state, then an interactive shell with every node's image recovered and
-    mounted at ``GUEST_MNT/n<i>`` (``repro --shell`` of a cluster state); ``logs`` as ClusterCheckJob's."""
-    kind: ClassVar[str] = "cluster-shell"
-    src: StateSource
-    logs: tuple[str, ...]
-    state: str
-    tools_dir: str = ""
+    logs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +144,9 @@ class BenchJob:
         object.__setattr__(self, "runsets", tuple(RunSet.of(r) for r in self.runsets))
 
 
-Job = RecordJob | CheckJob | ClusterCheckJob | DiagnoseJob | ShellJob | ClusterShellJob | MarkBenchJob | BenchJob
-KINDS: dict[str, type[Job]] = {c.kind: c for c in (RecordJob, CheckJob, ClusterCheckJob, DiagnoseJob, ShellJob,
-                                                   ClusterShellJob, MarkBenchJob, BenchJob)}
+Job = RecordJob | CheckJob | DiagnoseJob | ShellJob | MarkBenchJob | BenchJob
+KINDS: dict[str, type[Job]] = {c.kind: c for c in (RecordJob, CheckJob, DiagnoseJob, ShellJob, MarkBenchJob,
+                                                   BenchJob)}
 NESTED: dict[str, type] = {"fs": FsSpec, "workload": WorkloadSpec, "checker": CheckerSpec, "src": StateSource}
 
 
@@ -312,8 +296,7 @@ def write_result(jobdir: Path, result: GuestResult, seq: int = 1) -> None:
 # RESTORED once restored and in the host root (what fails before that is the restore's).
 TEMPLATE_READY = "powercut-template-ready"
 TEMPLATE_RESTORED = "powercut-restored"
-TEMPLATE_PRELOAD = ("powercut.guest.__main__", "powercut.guest.check",   # what it imports before the save
-                    "powercut.guest.clustercheck")
+TEMPLATE_PRELOAD = ("powercut.guest.__main__", "powercut.guest.check")   # what it imports before the save
 CONTROL_SERIAL = "pcctl"
 GO_MAGIC = b"powercut-go\n"
 GO_BLOCK = 4096
