@@ -102,7 +102,8 @@ def write_bundles(outdir: Path, groups: Sequence[triage.Group], rec: Recording, 
         try:
             bundle.write(dest, recording=str(rec.dir), logs=rec.node_logs, cuts=bundle_cuts(cs, first.cut),
                          data_size=rec.data_size, fstype=rec.fstype, mount_opts=rec.mount_opts, checker=ctx.checker,
-                         params=ctx.params, workload=dict(rec.workload), verdict=first, diagnosis=d)
+                         params=ctx.params, workload=dict(rec.workload), verdict=first, diagnosis=d,
+                         trace=rec.trace_path, why=g.why)   # the cause per node travels with it
             g.bundle = str(dest)
         except (OSError, PowercutError) as e:
             log.warning("cannot write the repro bundle %s: %s", dest, e)

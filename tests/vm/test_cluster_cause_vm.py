@@ -34,3 +34,8 @@ def test_a_cluster_failure_group_is_caused_on_a_named_node(replog_unsynced: Path
     assert {int(x) for e in why["evidence"] for x in re.findall(r"/mnt/n(\d+)/", e)} == {node}, why   # its own calls
     assert why["blame"].startswith("blame agrees"), why
     assert re.search(rf"GROUP 1: lost-ack x \d+: node {node}: ack:\d+ .*\[no-fsync\]", chk.stdout), chk.stdout
+    bundle = json.loads((Path(g["bundle"]) / "bundle.json").read_text())
+    assert bundle.get("why", {}).get("node") == node and (Path(g["bundle"]) / bundle["trace"]).is_file(), bundle
+    rep = subprocess.run([sys.executable, "-m", "powercut.cli", "repro", g["bundle"], "--check-in", "host"],
+                         capture_output=True, text=True, timeout=900)
+    assert rep.returncode == 3 and f"cause (no-fsync): node {node}: ack:" in rep.stdout, rep.stdout + rep.stderr

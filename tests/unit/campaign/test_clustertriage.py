@@ -61,7 +61,8 @@ def setup(tmp_path: Path) -> tuple[Disks, list[DisksState], Any, Any]:
     states = [wc((4, 5, 6, 8, 10), (4, 5, 6, 8, 10), (4, 5, 6, 8, 10)), wc((), (5,), ()), wc((), (), ()),
               wc((8,), (5, 8), (10,))]
     rec = SimpleNamespace(dir=tmp_path, node_logs=tuple(paths), data_size=1 << 20, fstype="ext4", mount_opts="",
-                          workload={"name": "replog"}, initial_image=None, log_path=paths[0], indexes=logs)
+                          workload={"name": "replog"}, initial_image=None, log_path=paths[0], indexes=logs,
+                          trace_path=None)
     ctx = SimpleNamespace(checker=CheckerSpec(name="replog"), params={"n": 2})
     return cs, states, rec, ctx
 
