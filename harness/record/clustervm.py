@@ -19,12 +19,11 @@ import os
 import shutil
 from pathlib import Path
 
-from powercut import workload as workloads
 from powercut.config import DiskSpec
 from powercut.core.disks import MAX_NODES
 from powercut.errors import PowercutError, UsageError
-from powercut.images.build import ImageSpec, build_image, tools_dir
-from powercut.linux import process, runlock
+from powercut.images.build import tools_dir
+from powercut.linux import runlock
 from powercut.record import recording
 from powercut.record.recording import Recording
 from powercut.record.vm import (
@@ -37,11 +36,11 @@ from powercut.record.vm import (
     marks_of,
     note_trace,
     prepare_outdir,
+    ready,
     run_recording_vm,
     vm_spec,
 )
 from powercut.vm import guestjob
-from powercut.vm.qemu import QEMU
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +61,7 @@ def record_cluster(spec: RecordSpec, out: str | os.PathLike[str], *, nodes: int,
     """Record ``spec.workload`` on ``nodes`` disks (each ``spec.fs``) into ``out``; the manifest's
     status says how it ended, as for one disk."""
     check_spec(spec, nodes)
-    spec = dataclasses.replace(spec, latency=spec.latency_for(nodes), workload=spec.workload_for(nodes))
-    if spec.workload.name:
-        workloads.get(spec.workload.name).params(spec.workload.params)
-    if spec.backend == "qemu":
-        process.require(QEMU, "qemu-system-x86")
-    image = build_image(ImageSpec(**spec.image))
+    spec, image = ready(spec, nodes)
     out = Path(out).absolute()
     with runlock.hold(out, "--out"):   # no other run records into it meanwhile
         prepare_outdir(out, force)

@@ -152,17 +152,24 @@ def run_recording_vm(vmspec: VmSpec, spec: RecordSpec, out: Path, jobdir: Path,
     return guestjob.read_result(jobdir)
 
 
+def ready(spec: RecordSpec, disks: int) -> tuple[RecordSpec, Any]:
+    """``spec`` for a recording of ``disks`` disks (one latency setting and one fault plan per disk)
+    and its guest image (built, or found cached), once the workload's name and parameters, and QEMU,
+    are known good: a bad one fails here, before anything is written."""
+    if spec.workload.name:
+        workloads.get(spec.workload.name).params(spec.workload.params)  # unknown names/params fail here
+    spec = dataclasses.replace(spec, latency=spec.latency_for(disks), workload=spec.workload_for(disks))
+    if spec.backend == "qemu":
+        process.require(QEMU, "qemu-system-x86")
+    return spec, build_image(ImageSpec(**spec.image))
+
+
 def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> Recording:
     """Record ``spec.workload`` on ``spec.fs`` into the directory ``out``.  On any failure (or an
     interrupt) the directory is kept with a manifest whose status says what happened, and the
     error is raised."""
 
-    if spec.workload.name:
-        workloads.get(spec.workload.name).params(spec.workload.params)  # unknown names/params fail here
-    spec = dataclasses.replace(spec, latency=spec.latency_for(1), workload=spec.workload_for(1))
-    if spec.backend == "qemu":
-        process.require(QEMU, "qemu-system-x86")
-    image = build_image(ImageSpec(**spec.image))
+    spec, image = ready(spec, 1)
     out = Path(out).absolute()
     with runlock.hold(out, "--out"):   # no other run records into it meanwhile
         prepare_outdir(out, force)
