@@ -143,7 +143,8 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
                         escalated=sum(int(o.summary.get("confirmation", {}).get("escalated_groups", 0)) for o in outs),
                         coverage=_coverage(outs), require_exhaustive=bool(base.get("require_exhaustive", False)),
                         anatomy=base.get("anatomy") or {}, trace_note=str(base.get("trace_note", "")),
-                        disk_latency=str(base.get("disk_latency", "")), nodes=nodes)
+                        disk_latency=str(base.get("disk_latency", "")), nodes=nodes,
+                        disks=dict(base.get("disks") or {}))
     with open(outdir / "journal.jsonl", "w") as f:
         for v in sorted(judged, key=lambda v: (v.model, v.cut, v.state)):
             f.write(json.dumps(v.to_json()) + "\n")

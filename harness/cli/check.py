@@ -103,6 +103,10 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
     from powercut.report.summary import repro, table
 
     Console().print(table(summary))
+    if summary.disks.get("node_states"):   # N > 1 disks: what each node contributes to the instants
+        print(f"over {summary.disks.get('instants', '?')} instants; distinct states per node: " + "; ".join(
+            f"node {n}: " + ", ".join(f"{m} {k}" for m, k in per.items())
+            for n, per in enumerate(summary.disks["node_states"])))
     left = {m: c.get("left_out", 0) for m, c in summary.counts.items() if c.get("left_out")}
     if left:
         print("--max-states left out " + ", ".join(f"{n} distinct {m} states" for m, n in left.items()))

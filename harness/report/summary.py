@@ -56,6 +56,7 @@ class Summary:
     trace_note: str = ""                      # why there is no cause in the program's terms ("" with a trace)
     disk_latency: str = ""                    # the recording's data-disk latency (core/latency.py; "" unknown)
     nodes: int = 1                            # disks judged together (> 1: a cluster recording's nodes)
+    disks: dict[str, Any] = field(default_factory=dict)   # N > 1: the instants and each disk's distinct states
 
     @property
     def no_acks(self) -> bool:
@@ -151,7 +152,7 @@ class Summary:
                 "anatomy": self.anatomy, "trace_note": self.trace_note,
                 "failures": [dict(f.to_json(), repro=repro(self.recording, f)) for f in self.failures],
                 "flaky_states": [f.to_json() for f in self.flaky],
-                **({"nodes": self.nodes} if self.nodes > 1 else {})}
+                **({"nodes": self.nodes, "disks": self.disks} if self.nodes > 1 else {})}
 
 
 def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload: str, check_in: str,
@@ -161,7 +162,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
               escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False,
               anatomy: dict[str, Any] | None = None, trace_note: str = "", disk_latency: str = "",
-              nodes: int = 1) -> Summary:
+              nodes: int = 1, disks: dict[str, Any] | None = None) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -177,7 +178,15 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
                    {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
-                   coverage, require_exhaustive, dict(anatomy or {}), trace_note, disk_latency, nodes)
+                   coverage, require_exhaustive, dict(anatomy or {}), trace_note, disk_latency, nodes,
+                   dict(disks if disks is not None else _disks_of(selection) if nodes > 1 else {}))
+
+
+def _disks_of(selection: Any) -> dict[str, Any]:
+    """What a selection of N > 1 disks' states says per disk (core/selection.DisksSelection): the
+    instants and each disk's distinct states per model."""
+    return {"instants": int(getattr(selection, "instants", 0)),
+            "node_states": [dict(n) for n in getattr(selection, "node_states", ())]}
 
 
 def models_of(v: Verdict) -> list[str]:

@@ -101,6 +101,8 @@ def test_one_call_checks_one_disk_and_a_cluster(tmp_path: Path, nodes: int) -> N
                                   tmp_path / "out")
     doc = json.loads(paths["summary"].read_text())
     assert summary.nodes == nodes and doc.get("nodes", 1) == nodes and ("nodes" in doc) == (nodes > 1)
+    assert ("disks" in doc) == (nodes > 1) and len(doc.get("disks", {}).get("node_states", [])) == (nodes if nodes > 1
+                                                                                                   else 0)
     assert summary.total == len(set(place.judged) & {v["state"] for v in map(json.loads, (
         tmp_path / "out" / "journal.jsonl").read_text().splitlines())})
     assert summary.verdict == "lost-ack" and summary.failures and all(f.confirmed or f.by_group for f in summary.failures)
@@ -131,6 +133,7 @@ def test_cluster_shards_merge_into_the_unsharded_check(tmp_path: Path) -> None:
         outs.append(tmp_path / f"s{i}")
     merged, _ = merge(outs, tmp_path / "merged")
     assert (merged.nodes, merged.total, merged.verdict) == (3, whole.total, whole.verdict)
+    assert merged.disks == whole.disks and whole.disks["instants"] > 1
     assert merged.by_model == whole.by_model
     assert merged.coverage is not None and whole.coverage is not None
     assert merged.coverage.to_json() == whole.coverage.to_json()
