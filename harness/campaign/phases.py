@@ -81,8 +81,7 @@ class CampaignRun:
             self.on_verdict(v)
 
     def judge(self, states: Sequence[Any], sink: Callable[[Verdict], None], work: Path, jobs: int) -> None:
-        index: LogIndex | Sequence[LogIndex] = self.logs[0] if self.disks == 1 else self.logs
-        self.place.judge(self.ctx, self.src, index, states, sink, work, jobs=jobs)
+        self.place.judge(self.ctx, self.src, self.logs, states, sink, work, jobs=jobs)
 
     def triage(self) -> list[Group]:
         """Group the failures by cause; minimize and blame the first state of the first ``shrink``
@@ -111,7 +110,7 @@ class CampaignRun:
         t1 = time.monotonic()
         if self.groups:
             try:   # per node for N disks: the trace's calls on that node's files, against its log
-                cause.explain_groups(self.rec, self.logs[0] if self.disks == 1 else self.logs, self.groups)
+                cause.explain_groups(self.rec, self.logs, self.groups)
             except Exception as e:  # noqa: BLE001 -- a cause is an explanation: the verdicts stand without it
                 log.warning("no causes from the trace: %s", e)
             if self.disks == 1:

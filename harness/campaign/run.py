@@ -312,6 +312,6 @@ def _campaign(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec
                             anatomy=_anatomy(rec, logs[0]) if len(logs) == 1 else {}, trace_note=cause.trace_note(rec),
                             disk_latency=disk_latency_of(rec.manifest), nodes=len(logs))
         paths = write_outputs(summary, verdicts, outdir)
-        paths["html"] = html.write(summary, outdir, verdicts, logs[0] if len(logs) == 1 else logs)
+        paths["html"] = html.write(summary, outdir, verdicts, logs)
     return summary, paths
 
