@@ -14,7 +14,7 @@ from pathlib import Path
 
 from powercut.config import FsSpec
 from powercut.images.build import build_image, tools_dir
-from powercut.record.vm import RecordSpec, _sparse, run_job, vm_spec
+from powercut.record.vm import RecordSpec, disk_files, run_job, vm_disks, vm_spec
 from powercut.vm import guestjob
 
 
@@ -27,12 +27,14 @@ def main() -> int:
     image = build_image()
     with tempfile.TemporaryDirectory(prefix="powercut-bench-marks-") as tmp:
         out = Path(tmp)
-        _sparse(out / "data-final.img", 64 << 20)
-        _sparse(out / "log.bin", 64 << 20)
+        for name in disk_files(0, 1):
+            with open(out / name, "wb") as f:
+                f.truncate(64 << 20)
         job = out / "job"
+        disks, roles = vm_disks(spec, out, 1)
         guestjob.write(job, guestjob.MarkBenchJob(dm_name="powercut-bench", n=args.marks, tools_dir=tools_dir(image),
-                                                  disks={"data": "pcdata", "log": "pclog"}))
-        vm = run_job(vm_spec(spec, image, out, job), "qemu", "", out, None)
+                                                  disks=roles))
+        vm = run_job(vm_spec(spec, image, out, job, disks), "qemu", "", out, None)
         res = guestjob.read_result(job)
     if not res.ok:
         print(f"bench_marks: the guest job failed: {res.error}", file=sys.stderr)

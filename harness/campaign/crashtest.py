@@ -32,7 +32,6 @@ from powercut.debug.cause import group_lines
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
 from powercut.linux import filesystems, process
-from powercut.record.clustervm import record_cluster
 from powercut.record.vm import RecordSpec, record
 from powercut.report.summary import Summary
 from powercut.vm.cmdline import keep_visible
@@ -263,7 +262,6 @@ def run(test: CrashTest, out: Path, on_verdict: Callable[[Verdict], None] | None
                                                     "params": test.params, "pid": os.getpid()}, indent=1) + "\n")
     # the guests import the test's functions from its files and sys.path: keep those visible there
     keep_visible([*test.path, *(os.path.dirname(f.split("::")[0]) for f in test.functions())])
-    rec = record(test.recording(), out / "recording") if test.nodes == 1 else \
-        record_cluster(test.recording(), out / "recording", nodes=test.nodes)
+    rec = record(test.recording(), out / "recording", nodes=test.nodes)
     summary, paths = run_campaign(rec.dir, test.campaign(), out / "check", on_verdict=on_verdict)
     return Outcome(test, summary, paths, out)

@@ -24,7 +24,6 @@ from powercut.core.stateid import TORN_MODELS
 from powercut.debug.triage import diagnose_at
 from powercut.errors import PowercutError
 from powercut.record import recording
-from powercut.record.clustervm import record_cluster
 from powercut.record.vm import RecordSpec, record
 from powercut.report.matrix import Cell, Row, cells, failed_cells, one_line
 
@@ -79,10 +78,7 @@ def record_row(row: Row, how: MatrixRun) -> str:
         spec = RecordSpec(fs=FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()), mount_opts=row.mount_opts),
                           workload=WorkloadSpec(name=row.workload, params=dict(row.params)), accel=how.place.accel,
                           latency=disk_latency(row.disk_latency))
-        if row.nodes > 1:
-            record_cluster(spec, recdir, nodes=row.nodes, force=True)
-        else:
-            record(spec, recdir, force=True)
+        record(spec, recdir, nodes=row.nodes, force=True)
         return ""
     except (PowercutError, OSError) as e:
         log.warning("matrix row %s: %s", row.id, one_line(e))

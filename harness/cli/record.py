@@ -59,17 +59,17 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
                       image={"kernel_package": args.kernel_package})
 
 
-def _dry_run(spec: Any, out: str) -> int:
+def _dry_run(spec: Any, out: str, nodes: int) -> int:
     """The exact QEMU argv (qemu backend) or domain XML (libvirt backend) the recording would run."""
-    from powercut.images.build import ImageSpec, build_image
     from powercut.linux import process
-    from powercut.record.vm import vm_spec
+    from powercut.record.vm import check_nodes, ready, vm_disks, vm_spec
     from powercut.vm.accel import resolve_accel
     from powercut.vm.qemu import QEMU, build_argv
 
-    image = build_image(ImageSpec(**spec.image))
+    check_nodes(nodes)
+    spec, image = ready(spec, nodes)
     o = Path(out).absolute()
-    vs = vm_spec(spec, image, o, o / "job")
+    vs = vm_spec(spec, image, o, o / "job", vm_disks(spec, o, nodes)[0])
     if spec.backend == "libvirt":
         from powercut.vm.libvirt import is_local_uri
         from powercut.vm.libvirt_xml import domain_xml
@@ -87,20 +87,18 @@ def _dry_run(spec: Any, out: str) -> int:
 
 
 def cmd_record(args: argparse.Namespace, default_workload: str | None = None) -> int:
-    from powercut.record.vm import record
+    from powercut.record.vm import check_nodes, record
 
     spec = _record_spec(args, default_workload)
-    if args.dry_run:
-        return _dry_run(spec, args.out)
     nodes = getattr(args, "nodes", 1)
-    if nodes > 1 and args.dry_run:
-        raise UsageError("--dry-run is not supported with --nodes yet")
     try:
-        if nodes > 1:
-            from powercut.record.clustervm import record_cluster
-            rec = record_cluster(spec, args.out, nodes=nodes, force=args.force)
-        else:
-            rec = record(spec, args.out, force=args.force)
+        check_nodes(nodes)
+    except UsageError as e:
+        raise OptionError(str(e)) from None
+    if args.dry_run:
+        return _dry_run(spec, args.out, nodes)
+    try:
+        rec = record(spec, args.out, nodes=nodes, force=args.force)
     except (PowercutError, KeyboardInterrupt) as e:
         if isinstance(e, KeyboardInterrupt):
             print(f"powercut: {interrupt.note(e)}: the VM was stopped", file=sys.stderr)

@@ -1,7 +1,7 @@
 """One node's part of a cluster recording's system-call trace, and which nodes a cluster failure's
 cause is about (pure: no I/O).
 
-A cluster recording traces its client and every node in one trace (guest/clusterrecord.py): the node i
+A cluster recording traces its client and every node in one trace (guest/record.py): the node i
 files are those under ``<root>/n<i>/`` (its filesystem's mount), and every cluster mark is one
 ioctl per node's log (``_logmark.insert_cluster``), each naming its node's device (``Op.target``,
 ``...-n<i>``).  ``node_trace`` keeps of it what node i's log and filesystem saw: node i's marks

@@ -24,10 +24,9 @@ log = logging.getLogger("powercut.guest")
 
 # kind -> (module, handler): each job imports only its own handler's modules (under TCG every
 # module the agent imports before its first state costs its boot time)
-JOBS = {"record": ("powercut.guest.record", "record"), "mark-bench": ("powercut.guest.record", "mark_bench"),
+JOBS = {"record": ("powercut.guest.record", "record"), "mark-bench": ("powercut.guest.markbench", "mark_bench"),
         "check": ("powercut.guest.check", "check"), "diagnose": ("powercut.guest.check", "diagnose_job"),
-        "shell": ("powercut.guest.check", "shell"), "bench": ("powercut.guest.bench", "bench_job"),
-        "record-cluster": ("powercut.guest.clusterrecord", "record_cluster")}
+        "shell": ("powercut.guest.check", "shell"), "bench": ("powercut.guest.bench", "bench_job")}
 
 
 def handler(kind: str) -> Callable[[Any, Path], dict[str, Any]]:
@@ -50,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             job = guestjob.load(jobfile)
             log.info("job %d: %s%s", seq, job.kind, " (serving)" if serve else "")
-            kind = "record-cluster" if getattr(job, "nodes", 1) > 1 else job.kind
-            result = GuestResult(True, data={"agent_started_s": started, **handler(kind)(job, jobdir)})
+            result = GuestResult(True, data={"agent_started_s": started, **handler(job.kind)(job, jobdir)})
         except PowercutError as e:
             log.error("%s", e)
             result = GuestResult(False, e.one_line(), e.stderr_tail if isinstance(e, CommandFailed) else "")

@@ -103,7 +103,7 @@ class Recording:
 
     @property
     def nodes(self) -> int:
-        """How many nodes recorded (1: a single-disk recording; > 1: a cluster, record/clustervm.py)."""
+        """How many nodes recorded (1: a single-disk recording; > 1: a cluster, record/vm.py)."""
         return int(self.manifest.get("cluster", {}).get("nodes", 1))
 
     @property

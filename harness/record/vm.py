@@ -1,5 +1,6 @@
-"""The host half of a recording: prepare disks and the job share, boot the VM, collect the log
-into a recording directory (layout and manifest: record/recording.py).
+"""The host half of a recording, of one data disk or of a cluster's N (one VM, guest/record.py):
+prepare the disks and the job share, boot the VM, collect the logs into a recording directory
+(layout and manifest: record/recording.py).
 
 The initial data-disk state is all zeros (mkfs runs through the log), recorded as such.  An
 interrupt (SIGINT/SIGTERM/SIGHUP) kills the VM on the way out and leaves the manifest with status
@@ -36,6 +37,7 @@ from powercut.config import (
     fault_for,
     to_dict,
 )
+from powercut.core.disks import MAX_NODES
 from powercut.core.dmlog import open_log
 from powercut.core.faultwindows import Faults
 from powercut.core.latency import DiskLatency, DisksLatency, LatencyError
@@ -96,9 +98,32 @@ def _sparse(path: Path, size: int) -> None:
         f.truncate(size)
 
 
-def vm_spec(spec: RecordSpec, image: Any, out: Path, jobdir: Path) -> VmSpec:
-    disks = (DiskSpec(str(out / "data-final.img"), "pcdata", bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
-             DiskSpec(str(out / "log.bin"), "pclog", bus=spec.bus, cache="unsafe", write_cache=True))  # type: ignore[arg-type]
+def disk_files(i: int, disks: int) -> tuple[str, str]:
+    """(log, final data image) file names of data disk i: ``log.bin`` and ``data-final.img`` for one
+    disk, ``log-n<i>.bin`` and ``data-n<i>-final.img`` for a cluster's node i."""
+    return ("log.bin", "data-final.img") if disks == 1 else (f"log-n{i}.bin", f"data-n{i}-final.img")
+
+
+def disk_serials(i: int, disks: int) -> tuple[str, str]:
+    """The QEMU serials of data disk i's data and log disks (the guest finds them by these)."""
+    return ("pcdata", "pclog") if disks == 1 else (f"pcdata{i}", f"pclog{i}")
+
+
+def vm_disks(spec: RecordSpec, out: Path, nodes: int) -> tuple[tuple[DiskSpec, ...], dict[str, str]]:
+    """The recording VM's disks (each data disk's image, then its log) and the guest job's roles of them."""
+    disks: list[DiskSpec] = []
+    roles: dict[str, str] = {}
+    for i in range(nodes):
+        (logf, final), serials = disk_files(i, nodes), disk_serials(i, nodes)
+        disks += [DiskSpec(str(out / final), serials[0], bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
+                  DiskSpec(str(out / logf), serials[1], bus=spec.bus, cache="unsafe", write_cache=True)]  # type: ignore[arg-type]
+        roles.update(zip(guestjob.record_roles(i, nodes), serials))
+    return tuple(disks), roles
+
+
+def vm_spec(spec: RecordSpec, image: Any, out: Path, jobdir: Path, disks: tuple[DiskSpec, ...]) -> VmSpec:
+    """The recording VM: ``disks`` (each data disk's, then its log's), the host's root and the job
+    directory shared."""
     return VmSpec(kernel=image.kernel, initrd=image.initrd, memory_mb=spec.memory_mb, cpus=spec.cpus, disks=disks,
                   shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False)),
                   transport=spec.transport, accel=spec.accel, timeout_s=spec.timeout_s,  # type: ignore[arg-type]
@@ -119,7 +144,7 @@ def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: 
 OWN_FILES = frozenset({MANIFEST, f".{MANIFEST}.tmp", "log.bin", "data-final.img", "console.log", "job", "check",
                        "qemu.argv", "qemu.stderr", "domain.xml", "libvirt-qemu.log", "accel-probe-console.log",
                        "untorn", "diagnose", "report"}
-                      | {f for i in range(8) for f in (f"log-n{i}.bin", f"data-n{i}-final.img")})   # clusters
+                      | {f for i in range(MAX_NODES) for f in disk_files(i, MAX_NODES)})   # clusters
 
 
 def prepare_outdir(out: Path, force: bool) -> None:
@@ -164,49 +189,122 @@ def ready(spec: RecordSpec, disks: int) -> tuple[RecordSpec, Any]:
     return spec, build_image(ImageSpec(**spec.image))
 
 
-def record(spec: RecordSpec, out: str | os.PathLike, *, force: bool = False) -> Recording:
-    """Record ``spec.workload`` on ``spec.fs`` into the directory ``out``.  On any failure (or an
-    interrupt) the directory is kept with a manifest whose status says what happened, and the
-    error is raised."""
+def check_nodes(nodes: int) -> None:
+    """UsageError unless ``nodes`` is a number of data disks a recording can have."""
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= MAX_NODES:
+        raise UsageError(f"--nodes must be 1..{MAX_NODES}, not {nodes!r}")
 
-    spec, image = ready(spec, 1)
+
+def record(spec: RecordSpec, out: str | os.PathLike, *, nodes: int = 1, force: bool = False) -> Recording:
+    """Record ``spec.workload`` on ``nodes`` data disks (each ``spec.fs``; one: a single disk, more:
+    a cluster's nodes, in one VM) into the directory ``out``.  On any failure (or an interrupt) the
+    directory is kept with a manifest whose status says what happened, and the error is raised.
+
+    Why one VM for a cluster: the marks that define a cluster crash instant (core/disks.py) must
+    reach every node's log in the same order, under one lock.  In one guest that lock is an flock
+    and the order is the order of a few ioctls; with one VM per node it would be a network round
+    trip per mark and per node, and the logs would share no clock.  One VM also costs one boot, not
+    N (docs/clusters.md has the figures).  What one VM cannot show -- a network between the nodes,
+    independent kernels -- does not change what reaches each disk, which is what a power cut judges.
+
+    Layout: per disk its log and final image (``disk_files``); a cluster's manifest names them in
+    ``[cluster]`` (``node``: one table per node with its log, final image, mount and pinned log),
+    and ``[log]`` and ``[data]`` describe node 0 so that ``recording.load`` reads it unchanged."""
+    check_nodes(nodes)
+    spec, image = ready(spec, nodes)
     out = Path(out).absolute()
     with runlock.hold(out, "--out"):   # no other run records into it meanwhile
         prepare_outdir(out, force)
         data_bytes = spec.fs.size_mb << 20
-        need = data_bytes + spec.log_bytes()
+        need = nodes * (data_bytes + spec.log_bytes())
         free = shutil.disk_usage(out).free
         if free < need:
+            what = (f"data {spec.fs.size_mb} MiB + log {spec.log_bytes() >> 20} MiB" +
+                    (f", per node of {nodes}" if nodes > 1 else ""))
             raise PowercutError(f"not enough free space in {out}: {free >> 20} MiB free, a recording may need up "
-                                f"to {need >> 20} MiB (data {spec.fs.size_mb} MiB + log {spec.log_bytes() >> 20} MiB)")
-        _sparse(out / "data-final.img", data_bytes)
-        _sparse(out / "log.bin", spec.log_bytes())
+                                f"to {need >> 20} MiB ({what})")
+        for i in range(nodes):
+            for name, size in zip(disk_files(i, nodes), (spec.log_bytes(), data_bytes)):
+                _sparse(out / name, size)
+        disks, roles = vm_disks(spec, out, nodes)
         jobdir = out / "job"
-        guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks={"data": "pcdata", "log": "pclog"},
-                                                  fs=spec.fs, workload=spec.workload, tools_dir=tools_dir(image) or "",
+        guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks=roles, fs=spec.fs, workload=spec.workload,
+                                                  tools_dir=tools_dir(image) or "", nodes=nodes,
                                                   latency=str(spec.latency)))
-        vmspec = vm_spec(spec, image, out, jobdir)
+        vmspec = vm_spec(spec, image, out, jobdir, disks)
         manifest = base_manifest(spec, image, vmspec, data_bytes)
+        manifest["log"]["file"], manifest["data"]["final"] = disk_files(0, nodes)
+        logs = [disk_files(i, nodes)[0] for i in range(nodes)]
+        if nodes > 1:
+            manifest["cluster"] = {"nodes": nodes, "node": [
+                {"log": log, "final": disk_files(i, nodes)[1], "mount": f"n{i}"} for i, log in enumerate(logs)]}
         with finishing(out, manifest):
             result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
-            data = {k: v for k, v in result.data.items() if k != "latency"}   # its own section, [latency]
-            manifest["result"] = {"ok": result.ok, **data, **({"error": result.error} if result.error else {})}
-            if isinstance(result.get("latency"), dict):
-                manifest["latency"] = dict(result.get("latency"))
-            judge_result(result, manifest, out)
-            if result.get("file_map"):
-                manifest["files"] = {**manifest.get("files", {}), "map": f"job/{result.get('file_map')}"}
-            note_trace(result, manifest, spec.workload.trace)
-            manifest["log"].update(recording.pin_log(out / "log.bin"))   # what check/replay/repro verify
-            manifest["marks"] = marks_of(out / "log.bin")
-            if section := faults_section(out / "log.bin", result.get("fault_plan"), bool(result.get("fault_left_on"))):
-                manifest["faults"] = {**section, "workload_rc": int(result.get("workload_rc") or 0)}
+            per_disk = per_disk_results(result, nodes)
+            manifest["result"] = {"ok": result.ok, **result_section(result, per_disk),
+                                  **({"error": result.error} if result.error else {})}
+            if per_disk and all(isinstance(d.get("latency"), dict) for d in per_disk):   # each delay layer, as made
+                manifest["latency"] = per_disk[0]["latency"] if nodes == 1 else \
+                    {"setting": str(spec.latency), "nodes": [d["latency"] for d in per_disk]}
+            judge_result(result, per_disk, manifest, out, logs)
+            note_trace(result, manifest, spec.workload.trace)   # one trace: a cluster's client and every node
+            note_file_maps(per_disk, manifest)
+            for i, log in enumerate(logs):
+                pin = recording.pin_log(out / log)   # what check/replay/repro verify
+                if nodes == 1:
+                    manifest["log"].update(pin)
+                else:
+                    node = manifest["cluster"]["node"][i]
+                    node.update(pin)
+                    if isinstance(per_disk[i].get("logged_entries"), int):
+                        node["logged_entries"] = per_disk[i]["logged_entries"]
+            if nodes > 1:
+                manifest["log"].update(recording.pin_log(out / logs[0]))
+            manifest["marks"] = marks_of(out / logs[0])
+            if section := faults_of(out, logs, per_disk, int(result.get("workload_rc") or 0)):
+                manifest["faults"] = section
         return Recording(out, manifest)
 
 
+def per_disk_results(result: guestjob.GuestResult, disks: int) -> list[dict[str, Any]]:
+    """The guest's ``disks`` (one dict per data disk, guest/record.py); empty when it has none (a
+    failed job)."""
+    got = result.get("disks")
+    return [dict(d) for d in got] if isinstance(got, list) and len(got) == disks else []
+
+
+def result_section(result: guestjob.GuestResult, per_disk: list[dict[str, Any]]) -> dict[str, Any]:
+    """The manifest's [result]: what the guest said that is common, and of its disks, for one disk
+    its values flat (fault_plan, fault_left_on, logged_entries, the file map's size, ...) and for a
+    cluster the nodes' write caches, plans, nodes left faulted and whether any log filled up (each
+    node's entries are in its [cluster] table)."""
+    common = {k: v for k, v in result.data.items() if k != "disks"}
+    if not per_disk:
+        return common
+    if len(per_disk) == 1:
+        return {**common, **{k: v for k, v in per_disk[0].items() if k != "latency"}}
+    plans = [{"node": i, **d["fault_plan"]} for i, d in enumerate(per_disk) if d.get("fault_plan")]
+    left = [i for i, d in enumerate(per_disk) if d.get("fault_left_on")]
+    return {**common, "nodes": len(per_disk), "target_write_cache": [d.get("target_write_cache") for d in per_disk],
+            **({"fault_plans": plans} if plans else {}), **({"fault_left_on": left} if left else {}),
+            "logging_disabled": any(d.get("logging_disabled") for d in per_disk)}
+
+
+def note_file_maps(per_disk: list[dict[str, Any]], manifest: dict[str, Any]) -> None:
+    """Where each disk's file map is (the job directory): ``[files] map`` for one disk, each node's
+    ``file_map`` in its [cluster] table."""
+    for i, d in enumerate(per_disk):
+        if not d.get("file_map"):
+            continue
+        if len(per_disk) == 1:
+            manifest["files"] = {**manifest.get("files", {}), "map": f"job/{d['file_map']}"}
+        else:
+            manifest["cluster"]["node"][i]["file_map"] = f"job/{d['file_map']}"
+
+
 def note_trace(result: guestjob.GuestResult, manifest: dict[str, Any], asked: bool) -> None:
-    """The manifest's ``[trace]`` (one disk or a cluster): the trace file in the job directory, or
-    why there is none when one was ``asked`` for."""
+    """The manifest's ``[trace]``: the trace file in the job directory, or why there is none when
+    one was ``asked`` for."""
     if result.get("trace_file"):
         manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
     elif asked:
@@ -214,8 +312,8 @@ def note_trace(result: guestjob.GuestResult, manifest: dict[str, Any], asked: bo
 
 
 def faults_section(log_path: Path, plan: dict[str, Any] | None, left_on: bool) -> dict[str, Any]:
-    """The manifest's [faults] of one log (a cluster's: per node): its fault windows, the commits
-    acked after an error, whether the workload left the fault on, the plan; {} with no window."""
+    """The [faults] of one log: its fault windows, the commits acked after an error, whether the
+    workload left the fault on, the plan; {} with no window."""
     faults = _faults(log_path)
     if not faults:
         return {}
@@ -223,13 +321,16 @@ def faults_section(log_path: Path, plan: dict[str, Any] | None, left_on: bool) -
             "left_on": left_on, **({"plan": plan.get("plan")} if plan else {})}
 
 
-def cluster_faults(out: Path, logs: list[str], result: guestjob.GuestResult) -> dict[str, Any]:
-    """A cluster recording's [faults]: each node's section with its ``node``; {} with no window."""
-    plans = {p.get("node"): p for p in result.get("fault_plans") or []}
-    left = set(result.get("fault_left_on") or [])
-    nodes = [{"node": i, **sec} for i, name in enumerate(logs)
-             if (sec := faults_section(out / name, plans.get(i), i in left))]
-    return {"workload_rc": int(result.get("workload_rc") or 0), "node": nodes} if nodes else {}
+def faults_of(out: Path, logs: list[str], per_disk: list[dict[str, Any]], rc: int) -> dict[str, Any]:
+    """The manifest's [faults]: one disk's section, or a cluster's with each faulted node's (its
+    ``node``), and the workload's exit status; {} with no window."""
+    per_disk = per_disk or [{} for _ in logs]
+    secs = [faults_section(out / name, d.get("fault_plan"), bool(d.get("fault_left_on")))
+            for name, d in zip(logs, per_disk)]
+    if len(logs) == 1:
+        return {**secs[0], "workload_rc": rc} if secs[0] else {}
+    nodes = [{"node": i, **sec} for i, sec in enumerate(secs) if sec]
+    return {"workload_rc": rc, "node": nodes} if nodes else {}
 
 
 @contextlib.contextmanager
@@ -279,15 +380,15 @@ def base_manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int)
     }
 
 
-def judge_result(result: guestjob.GuestResult, manifest: dict[str, Any], out: Path,
-                 logs: tuple[str, ...] = ("log.bin",)) -> None:
-    """The recording's status from the guest's result (raised on unless ok); ``logs``: its log files
-    (a cluster's, one per node), whose fault windows excuse a workload that exits after an error."""
+def judge_result(result: guestjob.GuestResult, per_disk: list[dict[str, Any]], manifest: dict[str, Any], out: Path,
+                 logs: list[str]) -> None:
+    """The recording's status from the guest's result and its disks' (raised on unless ok); ``logs``:
+    its log files, whose fault windows excuse a workload that exits after an error."""
     rec = manifest["recording"]
     if not result.ok:
         rec.update(status="guest-error", error=result.error or "guest job failed")
         raise PowercutError(f"recording failed in the guest: {rec['error']} (see {out}/job/agent.log)")
-    if result.get("logging_disabled"):
+    if any(d.get("logging_disabled") for d in per_disk):
         rec.update(status="log-full", error="dm-log-writes ran out of log space")
         raise LogDeviceFull(f"the log device filled up: the log is incomplete; record again with a larger "
                             f"--log-size (now {manifest['log']['device_bytes'] >> 20} MiB)")
@@ -295,10 +396,10 @@ def judge_result(result: guestjob.GuestResult, manifest: dict[str, Any], out: Pa
         rec.update(status="workload-timeout", error="workload killed by its timeout")
         raise WorkloadFailed(f"the workload did not finish within {manifest['workload']['timeout_s']:g} s and "
                              f"was killed (see {out}/job/workload.err)")
-    plans = [result.get("fault_plan")] if result.get("fault_plan") else list(result.get("fault_plans") or [])
-    for plan in plans:   # one disk's, or each planned node's (``node``) of a cluster
-        if plan.get("error") or not plan.get("on"):
-            node = f"node {plan['node']}: " if "node" in plan else ""
+    for i, d in enumerate(per_disk):   # each planned disk's plan (a cluster's named by its node)
+        plan = d.get("fault_plan")
+        if plan and (plan.get("error") or not plan.get("on")):
+            node = f"node {i}: " if len(per_disk) > 1 else ""
             why = node + (plan.get("error") or (f"the fault plan '{plan['plan']}' never fired" +
                                                 (f" ({plan.get('matches', 0)} marks matched its trigger)"
                                                  if "mark=" in plan["plan"] or "p=" in plan["plan"] else "") +

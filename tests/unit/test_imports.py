@@ -3,7 +3,7 @@ imports inside functions count too:
 
 * each part sits in one layer and imports only its own part and parts of lower layers (two parts of
   one layer never import each other);
-* outside ``record/`` only ``record.recording`` (the format) is imported, and ``record.vm`` (and ``record.clustervm``) only by
+* outside ``record/`` only ``record.recording`` (the format) is imported, and ``record.vm`` (the VM driver) only by
   ``campaign/`` and ``cli/``; ``guest/`` imports ``vm.guestjob`` and no other part of ``vm/``;
 * third-party packages only where the table allows them;
 * no import cycle between modules;
@@ -132,7 +132,7 @@ def violations(module: str, source: str, *, lazy: bool | None = None) -> list[st
                 bad.append(f"{where}: {mine or 'powercut'}/ (layer {LAYER[mine]}) imports {imp.name} "
                            f"(layer {LAYER[theirs]})")
             if theirs == "record" and mine != "record":
-                drivers = ("powercut.record.vm", "powercut.record.clustervm")   # the VM drivers (one disk, a cluster)
+                drivers = ("powercut.record.vm",)   # the VM driver (one disk or a cluster)
                 if imp.name not in ("powercut.record.recording",) and not imp.name.startswith(drivers):
                     bad.append(f"{where} imports {imp.name}: outside record/ only record.recording")
                 if imp.name.startswith(drivers) and mine not in ("campaign", "cli"):
@@ -291,9 +291,9 @@ def test_no_private_name_is_imported_across_modules() -> None:
 
 
 def test_the_private_name_check_catches_one() -> None:
-    assert private_imports("powercut.record.clustervm", "from powercut.record.vm import _judge as judge\n")
+    assert private_imports("powercut.campaign.matrix", "from powercut.record.vm import _judge as judge\n")
     assert not private_imports("powercut.marks", "from powercut import _logmark as logmark\n")   # a module
-    assert not private_imports("powercut.record.clustervm", "from powercut.record.vm import judge_result\n")
+    assert not private_imports("powercut.campaign.matrix", "from powercut.record.vm import judge_result\n")
 
 
 # -- imports at module top ------------------------------------------------------------------------

@@ -191,25 +191,51 @@ def _manifest(tmp_path: Path) -> dict:
     return {"recording": {}, "log": {"device_bytes": 1 << 20}, "workload": {"timeout_s": 60}}
 
 
+def _guest(rc: int, nodes: list[dict]) -> GuestResult:
+    """A cluster recording job's result as guest/record.py gives it: common keys, one dict per disk."""
+    return GuestResult(True, data={"workload_rc": rc, "disks": nodes})
+
+
 def test_a_node_plan_that_never_fired_fails_the_recording_naming_the_node(tmp_path):
-    res = GuestResult(True, data={"workload_rc": 0, "fault_plans": [
-        {"node": 1, "plan": "eio-writes,mark=ack:99", "matches": 0, "on": False, "off": False, "error": ""}]})
+    res = _guest(0, [{}, {"fault_plan": {"plan": "eio-writes,mark=ack:99", "matches": 0, "on": False, "off": False,
+                                         "error": ""}}])
     m = _manifest(tmp_path)
     with pytest.raises(WorkloadFailed, match="node 1: the fault plan 'eio-writes,mark=ack:99' never fired"):
-        record_vm.judge_result(res, m, tmp_path, logs=("log-n0.bin", "log-n1.bin"))
+        record_vm.judge_result(res, record_vm.per_disk_results(res, 2), m, tmp_path, ["log-n0.bin", "log-n1.bin"])
     assert m["recording"]["status"] == "fault-plan-failed"
+
+
+def test_one_disks_plan_that_never_fired_is_said_without_a_node(tmp_path):
+    res = _guest(0, [{"fault_plan": {"plan": "eio-writes,mark=ack:99", "matches": 0, "on": False, "off": False,
+                                     "error": ""}, "fault_left_on": False}])
+    with pytest.raises(WorkloadFailed, match=r"^the fault plan 'eio-writes,mark=ack:99' never fired"):
+        record_vm.judge_result(res, record_vm.per_disk_results(res, 1), _manifest(tmp_path), tmp_path, ["log.bin"])
 
 
 def test_a_cluster_workload_that_exits_after_a_node_error_is_recorded_with_that_nodes_faults(tmp_path):
     build_log(tmp_path / "log-n0.bin", [("m", t) for _, t in KEYS])
     build_log(tmp_path / "log-n1.bin", [("m", "begin:0"), ("m", "ack:0"), ("m", "begin:1"),
                                         ("m", on_mark("eio-writes")), ("m", "ack:1")])
-    res = GuestResult(True, data={"workload_rc": 1, "fault_left_on": [1], "fault_plans": [
-        {"node": 1, "plan": "eio-writes,mark=ack:0", "matches": 1, "on": True, "off": False, "error": ""}]})
-    record_vm.judge_result(res, _manifest(tmp_path), tmp_path, logs=("log-n0.bin", "log-n1.bin"))   # not raised
+    res = _guest(1, [{"fault_left_on": False}, {"fault_left_on": True, "fault_plan": {
+        "plan": "eio-writes,mark=ack:0", "matches": 1, "on": True, "off": False, "error": ""}}])
+    disks = record_vm.per_disk_results(res, 2)
+    logs = ["log-n0.bin", "log-n1.bin"]
+    record_vm.judge_result(res, disks, _manifest(tmp_path), tmp_path, logs)   # not raised
     with pytest.raises(WorkloadFailed, match="exited 1"):
-        record_vm.judge_result(res, _manifest(tmp_path), tmp_path, logs=("log-n0.bin",))
-    got = record_vm.cluster_faults(tmp_path, ["log-n0.bin", "log-n1.bin"], res)
+        record_vm.judge_result(res, disks, _manifest(tmp_path), tmp_path, ["log-n0.bin"])
+    got = record_vm.faults_of(tmp_path, logs, disks, 1)
     assert got["workload_rc"] == 1 and [n["node"] for n in got["node"]] == [1]
     assert got["node"][0]["acked_after_error"] == ["1"] and got["node"][0]["left_on"] is True
     assert got["node"][0]["plan"] == "eio-writes,mark=ack:0"
+    section = record_vm.result_section(res, disks)   # the manifest's [result] of a cluster, as before
+    assert section["fault_plans"] == [{"node": 1, **disks[1]["fault_plan"]}] and section["fault_left_on"] == [1]
+    assert section["nodes"] == 2 and "disks" not in section
+
+
+def test_one_disks_result_section_is_flat_as_before(tmp_path):
+    res = _guest(0, [{"target_write_cache": "write back", "latency": {"setting": "none"}, "logged_entries": 7,
+                      "highest_sector": 9, "logging_disabled": False, "fault_left_on": False,
+                      "file_map": "files.json"}])
+    section = record_vm.result_section(res, record_vm.per_disk_results(res, 1))
+    assert section == {"workload_rc": 0, "target_write_cache": "write back", "logged_entries": 7, "highest_sector": 9,
+                       "logging_disabled": False, "fault_left_on": False, "file_map": "files.json"}
