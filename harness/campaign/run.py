@@ -160,16 +160,18 @@ def coverage_of(sel: Selection | DisksSelection, verdicts: list[Verdict], ctx: C
     return cov
 
 
-def lie_target_of(rec: recording.Recording, sectorsize: int, lie_file: str = "") -> LieTarget:
-    """Where the lying-disk models aim (core/crashmodels/target.LieTarget): the program's own blocks
-    first where the recording mapped its files; with ``lie_file`` that file's blocks only.  An
-    unreadable map only loses the preference (no target); a ``lie_file`` the map cannot give is a
-    usage error.  ``sectorsize``: the log's sector size."""
-    path = rec.file_map
+def lie_target_of(rec: recording.Recording, sectorsize: int, lie_file: str = "", disk: int = 0) -> LieTarget:
+    """Where the lying-disk models aim on data disk ``disk`` (core/crashmodels/target.LieTarget): the
+    program's own blocks first where the recording mapped that disk's files; with ``lie_file`` that
+    file's blocks only (a cluster's: on every node, each node's own file).  An unreadable map only
+    loses the preference (no target); a ``lie_file`` the map cannot give is a usage error.
+    ``sectorsize``: the log's sector size."""
+    path = rec.file_maps[disk]
+    node = f" (node {disk})" if rec.nodes > 1 else ""
     if path is None:
         if lie_file:
-            raise UsageError(f"--lie-file {lie_file}: {rec.dir} has no file map (a recording made before it, or on "
-                             "btrfs, whose extents are not the device's sectors): record again")
+            raise UsageError(f"--lie-file {lie_file}: {rec.dir} has no file map{node} (a recording made before it, "
+                             "or on btrfs, whose extents are not the device's sectors): record again")
         return NO_TARGET
     try:
         doc = json.loads(path.read_text())
@@ -177,14 +179,14 @@ def lie_target_of(rec: recording.Recording, sectorsize: int, lie_file: str = "")
         chosen = files.get(lie_file.strip("/")) if lie_file else None
         if lie_file and chosen is None:
             near = sorted(files, key=lambda f: (lie_file.rsplit("/", 1)[-1] not in f, f))[:5]
-            raise UsageError(f"--lie-file {lie_file}: not a file of the program at the end of the recording "
+            raise UsageError(f"--lie-file {lie_file}: not a file of the program at the end of the recording{node} "
                              f"(its files include {', '.join(near) or 'none'})")
         chosen_files = [chosen] if chosen is not None else list(files.values())
         extents = [(int(a), int(n)) for ext in chosen_files for a, n in ext]
         return LieTarget.of(extents, sectorsize, int(doc.get("sector_bytes", 512)), only=bool(lie_file))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         if lie_file:
-            raise UsageError(f"--lie-file {lie_file}: the recording's file map {path} cannot be read ({e})") from None
+            raise UsageError(f"--lie-file {lie_file}: the recording's file map{node} {path} cannot be read ({e})") from None
         log.warning("%s: the file map cannot be read (%s): lying-disk models order targets by the log alone",
                     path, e)
         return NO_TARGET
@@ -200,9 +202,6 @@ def run_campaign(rec_dir: str | os.PathLike[str], spec: CampaignSpec, out: str |
                  on_verdict: Callable[[Verdict], None] | None = None) -> tuple[Summary, dict[str, Path]]:
     """Check a recording of one disk or of N: (summary, the output files by kind)."""
     rec = recording.load(rec_dir).require_ok()
-    if rec.nodes > 1 and spec.selection.lie_file:
-        raise UsageError(f"--lie-file {spec.selection.lie_file}: a cluster recording has no file map of its nodes "
-                         "yet: its lying disks lie about any block (docs/clusters.md, Known limits)")
     outdir = check_outdir(rec.dir, spec.shard, out)
     with _open_verified(rec) as logs, runlock.hold(outdir, "--out"):   # no other run works in it meanwhile
         return _campaign(rec, logs, spec, outdir, on_start, on_verdict)
@@ -234,12 +233,13 @@ def ledger_id(rec: recording.Recording) -> str:
 
 def _select(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec,
             earlier: frozenset[str]) -> tuple[CrashSpace | Disks, Selection | DisksSelection]:
-    """The space of the recording's disks (one disk: its CrashSpace, aimed by the lying-disk target;
-    N: Disks) and the states chosen in it."""
+    """The space of the recording's disks (one disk: its CrashSpace; N: Disks of theirs), each disk's
+    aimed by its lying-disk target, and the states chosen in it."""
+    spaces = [CrashSpace(log, lie_target=lie_target_of(rec, log.sectorsize, spec.selection.lie_file, i))
+              for i, log in enumerate(logs)]
     if len(logs) == 1:
-        sp = CrashSpace(logs[0], lie_target=lie_target_of(rec, logs[0].sectorsize, spec.selection.lie_file))
-        return sp, select(sp, spec.selection, earlier=earlier)
-    cs = Disks(logs)
+        return spaces[0], select(spaces[0], spec.selection, earlier=earlier)
+    cs = Disks(spaces)
     return cs, select_disks(cs, spec.selection, cluster_bound=spec.cluster_bound, earlier=earlier)
 
 

@@ -59,10 +59,19 @@ class Recording:
 
     @property
     def file_map(self) -> Path | None:
-        """Where the program's files lie on the data device at the end (guest/record.file_map), if
-        the recording made the map."""
-        f = self.manifest.get("files", {}).get("map")
-        return self.dir / f if f and (self.dir / f).is_file() else None
+        """Where the program's files lie on the data device at the end (guest/filemap.py), if the
+        recording made the map (one disk's; a cluster's node 0's: ``file_maps``)."""
+        return self.file_maps[0]
+
+    @property
+    def file_maps(self) -> list[Path | None]:
+        """Each data disk's file map, in disk order (None where the recording made none: before
+        cluster nodes had maps, on btrfs)."""
+        if self.nodes == 1:
+            names = [self.manifest.get("files", {}).get("map")]
+        else:
+            names = [n.get("file_map") for n in self.manifest["cluster"]["node"]]
+        return [self.dir / f if f and (self.dir / f).is_file() else None for f in names]
 
     @property
     def final_image(self) -> Path:

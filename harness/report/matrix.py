@@ -126,8 +126,6 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
     nodes = d.get("nodes", 1)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= MAX_NODES:
         raise UsageError(f"{where}: nodes = {nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
-    if nodes > 1 and d.get("lie_file"):
-        raise UsageError(f"{where}: a cluster row (nodes = {nodes}) takes no lie_file yet")
     latency = str(disk_latency_for(str(d.get("disk_latency", DEFAULT_DISK_LATENCY)), nodes, f"{where}: disk_latency"))
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
                 str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,

@@ -7,6 +7,7 @@ summary.json carries no ``nodes`` key, as before."""
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 import tomli_w
 
 from powercut.campaign.merge import merge
-from powercut.campaign.run import CampaignSpec, run_campaign
+from powercut.campaign.run import CampaignSpec, lie_target_of, run_campaign
 from powercut.core.crashstate import CrashState
 from powercut.core.disks import DisksState
 from powercut.core.dmlog import END_MARK
@@ -23,6 +24,7 @@ from powercut.core.selection import SelectionSpec
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
+from powercut.record.recording import load as load_recording
 from tests.unit.core.test_clustershrink import OPS, W6
 from tests.unit.logops import build_log
 
@@ -139,8 +141,29 @@ def test_cluster_shards_merge_into_the_unsharded_check(tmp_path: Path) -> None:
     assert merged.coverage.to_json() == whole.coverage.to_json()
 
 
-def test_a_lie_file_is_refused_for_a_cluster_in_one_line(tmp_path: Path) -> None:
+def test_a_lie_file_on_a_cluster_without_file_maps_is_one_line_naming_the_node(tmp_path: Path) -> None:
     rec = recording(tmp_path / "rec", 3)
     bad = CampaignSpec(selection=SelectionSpec(models=("lost-write",), lie_file="db"), place=FakePlace())  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="--lie-file db: a cluster recording has no file map"):
+    with pytest.raises(UsageError, match=r"--lie-file db: .* has no file map \(node 0\)"):
         run_campaign(rec, bad, tmp_path / "out")
+
+
+def test_each_node_aims_its_lies_at_its_own_file_map(tmp_path: Path) -> None:
+    """A cluster recording maps each node's files (job/files-n<i>.json): node i's lies aim at its own
+    map's blocks, and --lie-file names a file on every node (a node without it: one line naming it)."""
+    rec_dir = recording(tmp_path / "rec", 3)
+    doc = tomllib.loads((rec_dir / "manifest.toml").read_text())
+    (rec_dir / "job").mkdir()
+    for i, node in enumerate(doc["cluster"]["node"]):
+        files = {"db": [[8 * (i + 1), 8]]} if i < 2 else {"other": [[64, 8]]}
+        (rec_dir / "job" / f"files-n{i}.json").write_text(json.dumps({"sector_bytes": 512, "files": files}))
+        node["file_map"] = f"job/files-n{i}.json"
+    (rec_dir / "manifest.toml").write_text(tomli_w.dumps(doc))
+    rec = load_recording(rec_dir)
+    assert [p.name if p else None for p in rec.file_maps] == ["files-n0.json", "files-n1.json", "files-n2.json"]
+    t0, t1 = (lie_target_of(rec, 512, "db", i) for i in (0, 1))
+    assert t0.only and t0.touches(8, 9) and not t0.touches(16, 17)
+    assert t1.touches(16, 17) and not t1.touches(8, 9)
+    with pytest.raises(UsageError, match=r"--lie-file db: not a file of the program .* \(node 2\) .*other"):
+        lie_target_of(rec, 512, "db", 2)
+    assert lie_target_of(rec, 512, "", 2).touches(64, 65)   # no --lie-file: the program's blocks first

@@ -60,7 +60,6 @@ def test_the_matrix_has_the_shape_the_product_promises() -> None:
     (ROW.replace('why = "test"', 'why = "test"\ncause = { torn-4k = "no-fsync" }'), "cause for models without"),
     (ROW.replace('why = "test"', 'why = "test"\nnodes = 9'), "nodes = 9: a whole number from 1"),
     (ROW.replace('why = "test"', 'why = "test"\nnodes = "3"'), "nodes = '3'"),
-    (ROW.replace('why = "test"', 'why = "test"\nnodes = 3\nlie_file = "x"'), "a cluster row .* no lie_file"),
     (ROW.replace('why = "test"', 'why = "test"\nnodes = 2\ndisk_latency = "2=hdd"'),
      "node 2 named, and the recording has nodes 0..1"),
     (ROW.replace('why = "test"', 'why = "test"\ndisk_latency = "1=hdd"'), "node 1 named, and the recording has node 0 only"),
