@@ -18,7 +18,7 @@ from typing import Any
 
 from rich.table import Table
 
-from powercut.config import DEFAULT_DISK_LATENCY, disk_latency_for
+from powercut.config import DEFAULT_DISK_LATENCY, disk_latency_for, fault_for
 from powercut.core.causes import RULES
 from powercut.core.confirm import group_key
 from powercut.core.disks import MAX_NODES
@@ -56,6 +56,7 @@ class Row:
     disk_latency: str = "none"                # the data disk's latency while recording (core/latency.py)
     lie_file: str = ""                        # the lying-disk models lie about this file of the program only
     nodes: int = 1                            # a cluster row: the workload runs on this many nodes (docs/clusters.md)
+    fault: str = ""                           # the recording's fault plan (--fault; a cluster's per node: 1=PLAN)
 
     @property
     def id(self) -> str:
@@ -96,7 +97,7 @@ def load(path: str | Path | None = None) -> list[Row]:
 
 def _rows(d: dict[str, Any], where: str) -> list[Row]:
     known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim",
-             "max_states", "cause", "disk_latency", "lie_file", "nodes"}
+             "max_states", "cause", "disk_latency", "lie_file", "nodes", "fault"}
     unknown = set(d) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -127,10 +128,11 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
     if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= MAX_NODES:
         raise UsageError(f"{where}: nodes = {nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
     latency = str(disk_latency_for(str(d.get("disk_latency", DEFAULT_DISK_LATENCY)), nodes, f"{where}: disk_latency"))
+    fault = fault_for(str(d.get("fault", "")), nodes, f"{where}: fault = ") if d.get("fault") else ""
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
                 str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
                 " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0)), cause, latency,
-                str(d.get("lie_file", "")), nodes) for fs in fss]
+                str(d.get("lie_file", "")), nodes, fault) for fs in fss]
 
 
 def choose(rows: list[Row], patterns: list[str] | tuple[str, ...] = (), ci: bool = False) -> list[Row]:

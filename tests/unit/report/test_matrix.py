@@ -63,6 +63,8 @@ def test_the_matrix_has_the_shape_the_product_promises() -> None:
     (ROW.replace('why = "test"', 'why = "test"\nnodes = 2\ndisk_latency = "2=hdd"'),
      "node 2 named, and the recording has nodes 0..1"),
     (ROW.replace('why = "test"', 'why = "test"\ndisk_latency = "1=hdd"'), "node 1 named, and the recording has node 0 only"),
+    (ROW.replace('why = "test"', 'why = "test"\nnodes = 3\nfault = "eio-writes"'), "fault = eio-writes: .*node"),
+    (ROW.replace('why = "test"', 'why = "test"\nfault = "melt-writes"'), "fault = melt-writes"),
 ])
 def test_a_bad_matrix_file_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
     p = tmp_path / "m.toml"
