@@ -41,9 +41,13 @@ def ack_early(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def replog_unsynced(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """replog on 3 nodes (32 MiB each), its replicas answering before their fsync: lost acks."""
+    """replog on 3 nodes (32 MiB each), its replicas answering before their fsync: lost acks.
+
+    ``commit=60``: ext4's journal commits every 5 s by default, and a recording slowed by a busy
+    machine (CI once) let those commits make every answered write durable before its ack, so that no
+    state lost one; with 60 s no commit comes before the unmount, and the bug is in every run."""
     rec = tmp_path_factory.mktemp("replog-unsynced") / "rec"
     out = _cli("record", "--nodes", "3", "--workload", "replog", "--param", "n=6", "--param", "fsync=false",
-               "--size", "32", "-o", str(rec))
+               "--size", "32", "--mount-opts", "commit=60", "-o", str(rec))
     assert out.returncode == 0, out.stdout + out.stderr
     return rec
