@@ -1,13 +1,18 @@
-"""``--check-in host`` (host, root): judge crash states on this machine over loop devices, ``jobs``
-incremental walks in parallel.  For trusted, disposable machines: a corrupt image meets the host
-kernel.  States of N > 1 disks (``check_cluster_host``) are judged one after another: every
-node's image rebuilt and attached to its own loop device, then judged by the one judge of N disks
-(check/judge.judge_disks: every node mounted, the checker given every mount, every node fsck'd; a
-node that fails to mount is the state's finding, with its kernel words and fsck).  Per node the
-images come from replay/walk.NodeImages: a pristine walked forward over each run of the node's
-states (they come in product order: the last nodes change fastest), cloned per state by the
-workspace's provider (reflink, or a sparse copy: a mount's recovery writes the image), as in the
-checker VM.
+"""``--check-in host`` (host, root): judge states of N >= 1 disks (core/disks.DisksState; one disk's
+plain CrashState too) on this machine over loop devices, ``jobs`` incremental walks in parallel.
+For trusted, disposable machines: a corrupt image meets the host kernel.
+
+One walk for any N, as the checker VM's (guest/check.py): the states are put in walk order and cut
+into contiguous chunks, one worker each (``walk_chunks``) -- one disk's sorted by the pristine
+position each needs (``split_by_base``: one forward walk per worker, the incremental replay of
+replay/materialize), a cluster's kept in product order (the last node changes fastest).  Per worker
+and per disk the images come from replay/walk.NodeImages: a pristine walked forward over each run
+of the disk's states, cloned per state by the workspace's provider (reflink, an XFS workspace or a
+sparse copy: a mount's recovery writes the image).  Each image is attached to a loop device of its
+own for its state (write-back) and every disk is judged at once by check/judge.judge_disks: every
+disk mounted (one disk at the worker's ``mnt``, node i at ``mnt/n<i>``), the checker given every
+mount, every disk fsck'd; a disk that fails to mount is the state's finding, with its kernel words
+and fsck.  One disk's verdict lies at its cut, a cluster's at its instant.
 
 Clones of one filesystem share its UUID/fsid; what lets them be judged side by side comes from the
 filesystem table (``nouuid`` for xfs), and a filesystem whose clones cannot be mounted together in
@@ -23,9 +28,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import TypeVar
 
 from powercut.check.context import CheckContext, LogSource
-from powercut.check.judge import judge, judge_disks
+from powercut.check.judge import judge_disks
 from powercut.core.crashstate import CrashState
 from powercut.core.disks import DisksState
 from powercut.core.dmlog import LogIndex
@@ -35,13 +41,15 @@ from powercut.linux import interrupt, loopcache
 from powercut.linux.loopcache import ensure_write_cache
 from powercut.linux.loopdev import LoopDevice, detach, loops_backed_under
 from powercut.linux.mounts import mounts_under, umount
-from powercut.replay.materialize import materialize, plan
+from powercut.replay.materialize import plan
 from powercut.replay.providers import choose_provider
 from powercut.replay.walk import NodeImages
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Verdict], None]
+S = TypeVar("S", bound=CrashState | DisksState)
+T = TypeVar("T")
 
 
 def require_root(what: str = "--check-in host") -> None:
@@ -50,9 +58,10 @@ def require_root(what: str = "--check-in host") -> None:
                                   "the VM (--check-in vm, the default)")
 
 
-def split_by_base(index: LogIndex, states: list[CrashState], parts: int) -> list[list[CrashState]]:
-    """Contiguous chunks in walk order, one incremental walk each."""
-    ordered = sorted(states, key=lambda s: plan(index, s).base)
+def split_by_base(index: LogIndex, states: Sequence[S], parts: int) -> list[list[S]]:
+    """One disk's states in walk order (by the pristine position each needs), cut into at most
+    ``parts`` contiguous chunks: one incremental walk each."""
+    ordered = sorted(states, key=lambda s: plan(index, _disks(s)[0][0]).base)
     parts = max(1, min(parts, len(ordered)))
     size, extra = divmod(len(ordered), parts)
     chunks, pos = [], 0
@@ -61,6 +70,20 @@ def split_by_base(index: LogIndex, states: list[CrashState], parts: int) -> list
         chunks.append(ordered[pos:pos + n])
         pos += n
     return [c for c in chunks if c]
+
+
+def chunks(states: Sequence[T], n: int) -> list[list[T]]:
+    """``states`` cut into at most ``n`` contiguous chunks whose sizes differ by at most one."""
+    n = max(1, min(n, len(states)))
+    return [list(states[k * len(states) // n:(k + 1) * len(states) // n]) for k in range(n) if states]
+
+
+def walk_chunks(logs: Sequence[LogIndex], states: Sequence[S], parts: int) -> list[list[S]]:
+    """The states of the disks whose opened logs are ``logs`` in walk order, cut into at most
+    ``parts`` contiguous chunks, one worker's walks each: one disk's sorted by base
+    (``split_by_base``), a cluster's in the product order they come in (per node one forward walk
+    per wrap, replay/walk.NodeImages)."""
+    return split_by_base(logs[0], states, parts) if len(logs) == 1 else chunks(states, parts)
 
 
 def cleanup_stale(workspace: str | os.PathLike[str]) -> None:
@@ -90,37 +113,36 @@ def cleanup_stale(workspace: str | os.PathLike[str]) -> None:
     detach_under(root)
 
 
-def check_host(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[CrashState], sink: Sink,
-               workspace: Path, *, jobs: int = 1) -> None:
-    """Judge ``states`` here; each verdict goes to ``sink`` (called under a lock, in walk order per
+def check_host(ctx: CheckContext, src: LogSource, logs: Sequence[LogIndex],
+               states: Sequence[CrashState] | Sequence[DisksState], sink: Sink, workspace: Path, *,
+               jobs: int = 1) -> None:
+    """Judge ``states`` of the disks whose opened logs are ``logs`` (``src``'s, disk 0 first; ``ctx``
+    knowing their fault windows: check/context.with_faults, with_node_faults) here, in at most
+    ``jobs`` parallel walks; each verdict goes to ``sink`` (called under a lock, in walk order per
     worker).  Stops between states on an interrupt; what is mounted or attached is undone."""
     require_root()
     cleanup_stale(workspace)
     lock = threading.Lock()
     serial = threading.Lock() if not ctx.fs.clones_mount_together else None
     failed = threading.Event()
+    initial = src.initial if len(logs) == 1 else None   # a cluster's disks start from zeros (record/)
 
-    def worker(wid: int, chunk: list[CrashState]) -> None:
-        ws = workspace / f"w{wid}"
-        ws.mkdir(parents=True, exist_ok=True)
-        mnt = str(ws / "mnt")
-        walk = materialize(index, src.initial, src.size, chunk, ws)
-        with contextlib.closing(walk):
-            for state, img in walk:
+    def worker(wid: int, chunk: list[CrashState | DisksState]) -> None:
+        with contextlib.closing(HostDisks(logs, src.size, initial, chunk, workspace / f"w{wid}")) as disks:
+            for state in chunk:
                 if interrupt.stopping() or failed.is_set():
                     return
-                with serial or contextlib.nullcontext():
-                    v = _judge_image(ctx, img, state, mnt)
+                v = disks.judge(ctx, state, serial)
                 if interrupt.stopping():
                     return  # its checker or fsck may have been killed: not a verdict
                 with lock:
                     sink(v)
 
-    chunks = split_by_base(index, states, jobs)
-    if not chunks:
+    parts: list[list[CrashState | DisksState]] = walk_chunks(logs, list(states), jobs)
+    if not parts:
         return
-    with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix="powercut-host") as pool:
-        futures = [pool.submit(worker, i, c) for i, c in enumerate(chunks)]
+    with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="powercut-host") as pool:
+        futures = [pool.submit(worker, i, c) for i, c in enumerate(parts)]
         try:
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             for f in done:
@@ -133,43 +155,59 @@ def check_host(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[
             raise
 
 
-def _judge_image(ctx: CheckContext, img: Path, state: CrashState, mnt: str) -> Verdict:
-    """One state's image judged on a loop device of its own, attached for it and detached after:
-    write-back, as the kernel gives it.  (A device kept write-through between states would be
-    free, and so handed write-through to whatever program attaches a loop next.)"""
+class HostDisks:
+    """One worker's disks: per disk a NodeImages over the disk's states in the worker's chunk (one
+    disk's in the worker's directory ``ws``, node i's in ``ws/n<i>``), each on a provider of the
+    workspace's own (choose_provider), and the mount points (``ws/mnt``; node i's ``ws/mnt/n<i>``).
+    ``close`` ends the walks and removes the providers."""
+
+    def __init__(self, logs: Sequence[LogIndex], size: int, initial: Path | None,
+                 states: Sequence[CrashState | DisksState], ws: Path) -> None:
+        one = len(logs) == 1
+        with contextlib.ExitStack() as stack:
+            self.nodes: list[NodeImages] = []
+            for i, index in enumerate(logs):
+                where = ws if one else ws / f"n{i}"
+                where.mkdir(parents=True, exist_ok=True)
+                prov = choose_provider(where, image_bytes=2 * size + (256 << 20))
+                stack.callback(prov.close)   # NodeImages.close closes it too (closing twice is nothing)
+                self.nodes.append(NodeImages(index, size, [_disks(s)[0][i] for s in states], where, prov,
+                                             initial=initial))
+                stack.callback(self.nodes[-1].close)
+            self._close = stack.pop_all()
+        self.mnts = [str(ws / "mnt")] if one else [str(ws / "mnt" / f"n{i}") for i in range(len(logs))]
+
+    def judge(self, ctx: CheckContext, state: CrashState | DisksState, serial: threading.Lock | None) -> Verdict:
+        """The next state's verdict: every disk's image built and attached, then judged (under
+        ``serial``, if given).  Its seconds count building and judging, not waiting for ``serial``."""
+        t0 = time.monotonic()
+        nodes, at = _disks(state)
+        imgs = [node.next_image() for node in self.nodes]
+        with contextlib.ExitStack() as loops:
+            devs = [_attached(img, loops) for img in imgs]
+            built = time.monotonic() - t0
+            with serial or contextlib.nullcontext():
+                return judge_disks(ctx, devs, nodes, self.mnts, sid=state.id, model=state.model, at=at,
+                                   t0=time.monotonic() - built)
+
+    def close(self) -> None:
+        self._close.close()
+
+
+def _attached(img: Path, loops: contextlib.ExitStack) -> str:
+    """The block device one disk's image is judged on: a loop device of its own, attached for this
+    state and detached after (by ``loops``) -- write-back, as the kernel gives it.  (A device kept
+    write-through between states would be free, and so handed write-through to whatever program
+    attaches a loop next.)  An image that is a block device already (a dm-snapshot clone) as it is."""
     if stat.S_ISBLK(os.stat(img).st_mode):
-        return judge(ctx, str(img), state, mnt)
-    with LoopDevice(img) as dev:
-        return judge(ctx, dev, state, mnt)
+        return str(img)
+    return str(loops.enter_context(LoopDevice(img)))
 
 
-def check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, states: Sequence[DisksState],
-                       sink: Sink, workspace: Path) -> None:
-    """Judge ``states`` (one DisksState each, over ``logs``, node 0 first) one after another;
-    each verdict goes to ``sink``.  Stops between states on an interrupt."""
-    require_root()
-    cleanup_stale(workspace)
-    workspace.mkdir(parents=True, exist_ok=True)
-    n = len(logs)
-    mnts = [str(workspace / "mnt" / f"n{i}") for i in range(n)]
-    states = list(states)
-    with contextlib.ExitStack() as stack:
-        nodes = []
-        for i, index in enumerate(logs):
-            where = workspace / f"n{i}"
-            where.mkdir(parents=True, exist_ok=True)
-            prov = choose_provider(where, image_bytes=2 * size + (256 << 20))
-            nodes.append(NodeImages(index, size, [s.nodes[i] for s in states], where, prov))
-            stack.callback(nodes[-1].close)   # its walk and its provider
-        for state in states:
-            if interrupt.stopping():
-                return
-            t0 = time.monotonic()
-            imgs = [node.next_image() for node in nodes]
-            with contextlib.ExitStack() as loops:   # one device per node image, write-back (check/host)
-                devs = [loops.enter_context(LoopDevice(img)) for img in imgs]
-                v = judge_disks(ctx, devs, state.nodes, mnts, sid=state.id, model=state.model, at=state.instant,
-                                t0=t0)
-            if interrupt.stopping():
-                return
-            sink(v)
+def _disks(state: CrashState | DisksState) -> tuple[tuple[CrashState, ...], int]:
+    """(each disk's state, where the verdict says the state lies): a CrashState is one disk's, at its
+    cut; a DisksState of one disk lies at its disk's cut too (the verdict one disk always had, as in
+    the checker VM), a cluster's at its instant."""
+    if isinstance(state, CrashState):
+        return (state,), state.cut
+    return state.nodes, state.nodes[0].cut if len(state.nodes) == 1 else state.instant

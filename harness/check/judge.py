@@ -1,8 +1,9 @@
 """Judge one crash state (host and guest): recover (mount: the kernel replays its journal, as after
 a real power loss) -> the workload's checker -> unmount -> read-only fsck -> a verdict with reasons.
 
-``judge`` works on any block device and runs wherever the device is: on the host over a loop device
-(check/host.py) or inside the checker VM over a dm-snapshot (the guest agent, check/vm.py).  A mount
+``judge_disks`` (a state of N >= 1 disks; ``judge``: one disk's, the minimization's) works on any
+block devices and runs wherever they are: on the host over loop devices (check/host.py) or inside
+the checker VM over dm-snapshots (the guest agent, check/vm.py).  A mount
 that fails carries the kernel's own words about it (its /dev/kmsg lines), so an unmountable state
 can be told from a harness problem.  A lying-disk state with an unreadable sector is judged over a
 device-mapper layer that fails reads there (linux/badsector.py)."""

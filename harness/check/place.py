@@ -11,11 +11,10 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 from powercut.check.checkervm import CHECKER_MEMORY_MB, VmCheckSpec
 from powercut.check.context import CheckContext, LogSource
-from powercut.check.host import check_cluster_host, check_host, require_root
+from powercut.check.host import check_host, require_root
 from powercut.check.hosts import validate_uri
 from powercut.check.vm import WarmVms, check_vm
 from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S
@@ -90,10 +89,7 @@ class Place:
         if len(logs) != src.disks:
             raise ValueError(f"{len(logs)} opened logs for a source of {src.disks} disks")
         if self.on_host:
-            if src.disks == 1:
-                check_host(ctx, src, logs[0], cast(list[CrashState], list(states)), sink, work, jobs=jobs)
-            else:
-                check_cluster_host(ctx, logs, src.size, cast(list[DisksState], list(states)), sink, work)
+            check_host(ctx, src, logs, states, sink, work, jobs=jobs)
             shutil.rmtree(work, ignore_errors=True)   # only after a clean end: nothing is mounted under it
         else:
             check_vm(ctx, src, logs[0] if src.disks == 1 else None, states, sink, work, self.vm(), jobs=jobs,

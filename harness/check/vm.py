@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from powercut.check.checkervm import CheckerVm, Sink, VmCheckSpec
 from powercut.check.context import CheckContext, LogSource
-from powercut.check.host import split_by_base
+from powercut.check.host import chunks, split_by_base
 from powercut.core.crashstate import CrashState
 from powercut.core.disks import DisksState
 from powercut.core.dmlog import LogIndex
@@ -68,12 +68,6 @@ def check_vm(ctx: CheckContext, src: LogSource, index: LogIndex | None, states: 
             warm.park(vm)
 
     in_parallel(parts, one)
-
-
-def chunks(states: Sequence[T], n: int) -> list[list[T]]:
-    """``states`` cut into at most ``n`` contiguous chunks whose sizes differ by at most one."""
-    n = max(1, min(n, len(states)))
-    return [list(states[k * len(states) // n:(k + 1) * len(states) // n]) for k in range(n) if states]
 
 
 def locked_sink(sink: Sink) -> Sink:

@@ -5,7 +5,7 @@ each *run* of states whose positions never decrease (replay/materialize.py, any 
 dm-snapshot in the checker VM, reflink or a sparse copy on the host) and starts a new walk from
 entry 0 only when the next state lies behind: per node one walk per wrap of the product, each state
 a clone plus its few extra writes, instead of a replay from entry 0 whenever the node's state
-changes."""
+changes.  One disk's states sorted by that position are one run: materialize's one walk."""
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
@@ -31,12 +31,14 @@ def runs(bases: Sequence[int]) -> list[range]:
 
 
 class NodeImages:
-    """One node's image for each of ``states`` in turn (``next_image``: a dm-snapshot clone, valid
-    until the next call), walked forward run by run (``runs``)."""
+    """One node's image for each of ``states`` in turn (``next_image``: a clone by ``provider`` -- a
+    dm-snapshot in the checker VM, a reflink or a sparse copy on the host --, valid until the next
+    call), walked forward run by run (``runs``) from ``initial`` (None: zeros).  ``close`` ends the
+    walk and the provider."""
 
     def __init__(self, index: LogIndex, size: int, states: Sequence[CrashState], workspace: Path,
-                 provider: Provider) -> None:
-        self.index, self.size, self.states = index, size, list(states)
+                 provider: Provider, *, initial: Path | None = None) -> None:
+        self.index, self.size, self.states, self.initial = index, size, list(states), initial
         self.runs = runs([plan(index, s).base for s in self.states])
         workspace.mkdir(parents=True, exist_ok=True)
         self.provider = provider
@@ -52,7 +54,7 @@ class NodeImages:
                 self.walk.close()   # releases the last clone and the pristine
             self.run += 1
             r = self.runs[self.run]
-            self.walk = materialize(self.index, None, self.size, self.states[r.start:r.stop], self.provider.workspace,
+            self.walk = materialize(self.index, self.initial, self.size, self.states[r.start:r.stop], self.provider.workspace,
                                     self.provider, stats=self.stats)
             self.walks += 1
         state, img = next(self.walk)

@@ -29,8 +29,10 @@ def _blocks(path: Path) -> dict[int, bytes]:
     return {i // BS: data[i:i + BS] for i in range(0, len(data), BS)}
 
 
-def ext4_recording(d: Path, commits: int = 2) -> Path:
-    """``d``/rec: ext4 and ``commits`` acked commits (keys 1..commits, the line ``commit K``)."""
+def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0) -> Path:
+    """``d``/rec: ext4 and ``commits`` acked commits (keys 1..commits, the line ``commit K``).
+    ``fault_at`` K: commit K is made in a fault window (core/faultwindows: the device failed every
+    write) and acked anyway -- none of its writes is logged, the next commit's carry its line."""
     d.mkdir(parents=True, exist_ok=True)
     img = d / "fs.img"
     with open(img, "wb") as f:
@@ -55,12 +57,18 @@ def ext4_recording(d: Path, commits: int = 2) -> Path:
                 w.write(n * (BS // 512), blk)
         w.flush()
         w.mark("mkfs")
+        logged = snaps[0]   # what the log holds so far
         for k in range(1, commits + 1):
             w.mark(f"begin:{k}")
-            for n, blk in snaps[k].items():
-                if blk != snaps[k - 1][n]:
-                    w.write(n * (BS // 512), blk)
-            w.flush()
+            if k == fault_at:   # the device failed its writes and its flush: none reached the log
+                w.mark("powercut-fault:on:eio-writes")
+                w.mark("powercut-fault:off")
+            else:
+                for n, blk in snaps[k].items():
+                    if blk != logged[n]:
+                        w.write(n * (BS // 512), blk)
+                logged = snaps[k]
+                w.flush()
             w.mark("note:informational")
             w.mark(f"ack:{k}")
         w.mark("dm-log-writes-end")   # the teardown mark every real recording ends with
