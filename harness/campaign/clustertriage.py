@@ -3,7 +3,7 @@ themselves -- grouping, confirmation by group, the journal -- are campaign/phase
 number of disks.
 
 * **Minimization and blame**: the first state of the first ``shrink`` groups, node by node
-  (debug/clusterdebug.py, core/clustershrink.py), ``shrink_budget`` judge calls shared by the nodes;
+  (debug/clusterdebug.py, core/disksshrink.py), ``shrink_budget`` judge calls shared by the nodes;
   blame per node on the host.
 * **A disagreeing second verdict** is judged ``RETRIES`` more times (``retry_disagreeing``): a
   cluster's recovery can be nondeterministic on the same images.
@@ -23,8 +23,8 @@ from typing import Any
 
 from powercut.campaign.journal import Journal
 from powercut.check.context import CheckContext
-from powercut.core.clustershrink import bundle_cuts, nodes_named, nodes_note
 from powercut.core.disks import Disks, DisksState
+from powercut.core.disksshrink import bundle_cuts, nodes_named, nodes_note
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle, triage

@@ -9,7 +9,7 @@ The number of disks is a value of the one format, which has two layouts: one dis
 ``log.bin`` and bundle.json's ``log`` (its file, sha256 and entries); several (a cluster's nodes)
 write ``log0.bin``, ``log1.bin``, ..., bundle.json's ``kind: "cluster"``, ``nodes`` and ``logs``
 (one pin per node, node 0 first), each node's log cut just after the key mark that ends the state's
-instant (core/clustershrink.bundle_cuts: every cut log keeps the same key marks, so the logs still
+instant (core/disksshrink.bundle_cuts: every cut log keeps the same key marks, so the logs still
 make one cluster and the node ids keep their meaning), with the instant, the cause naming the nodes
 and the blame per node.  Both layouts are read by ``load``; tests/unit/debug/bundles/ holds one of
 each as the writers before the one format wrote them."""

@@ -1,4 +1,4 @@
-"""From a failing cluster state to its cause (host): minimize it node by node (core/clustershrink.py
+"""From a failing cluster state to its cause (host): minimize it node by node (core/disksshrink.py
 chooses the candidates, a *judge callback* judges them), then blame each node's minimized state
 (debug/blame.py on the node's recovered image of its cut), and name the cause per node.
 
@@ -19,9 +19,9 @@ from typing import Any
 
 from powercut.check.context import CheckContext
 from powercut.check.host import cleanup_stale
-from powercut.core.clustershrink import cause_line, minimize_cluster
 from powercut.core.crashstate import CrashState
 from powercut.core.disks import Disks, DisksState
+from powercut.core.disksshrink import cause_line, minimize_disks
 from powercut.core.dmlog import LogIndex
 from powercut.core.verdict import Verdict
 from powercut.debug.blame import Culprit
@@ -112,7 +112,7 @@ def diagnose_cluster_state(cs: Disks, state: DisksState, first: Verdict, judge: 
         k += 1
         return judge_one(judge, cand, work / f"shrink-{k}")
 
-    shrunk = minimize_cluster(cs, state, judge_cluster, budget=budget, expected=first, floors=floors)
+    shrunk = minimize_disks(cs, state, judge_cluster, budget=budget, expected=first, floors=floors)
     per_node: list[dict[str, Any]] = [n.to_json() for n in shrunk.nodes]
     note = "" if blame is not None else "blame per node runs in host mode only for now (check --check-in host)"
     for n, ns in enumerate(shrunk.minimized.nodes):

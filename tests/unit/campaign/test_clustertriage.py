@@ -25,7 +25,7 @@ from powercut.core.verdict import Verdict
 from powercut.debug import bundle, repro
 from powercut.errors import UsageError
 from powercut.linux import interrupt
-from tests.unit.core.test_clustershrink import OPS, W6
+from tests.unit.core.test_disksshrink import OPS, W6
 from tests.unit.logops import build_log
 
 

@@ -23,7 +23,7 @@ from powercut.core.selection import SelectionSpec
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
 from powercut.errors import UsageError
-from tests.unit.core.test_clustershrink import OPS, W6
+from tests.unit.core.test_disksshrink import OPS, W6
 from tests.unit.logops import build_log
 
 LOG_OPS = [*OPS, ("m", END_MARK)]

@@ -12,7 +12,7 @@ from powercut.checker import CheckerSpec
 from powercut.core.disks import Disks
 from powercut.core.verdict import Verdict
 from powercut.debug.clusterdebug import ClusterDiagnosis
-from tests.unit.core.test_clustershrink import OPS as CLUSTER_OPS
+from tests.unit.core.test_disksshrink import OPS as CLUSTER_OPS
 from tests.unit.logops import build_log
 
 FIXTURES = Path(__file__).parent / "bundles"
