@@ -32,7 +32,7 @@ from powercut.core.models import CrashSpace
 from powercut.core.shrink import Judged, Outcome, minimize, reason_class, signature
 from powercut.errors import UsageError
 
-__all__ = ["DisksShrunk", "InstantSpace", "NodeShrunk", "bundle_cuts", "cause_line", "minimize_disks",
+__all__ = ["DisksShrunk", "InstantSpace", "NodeShrunk", "bundle_cuts", "cause_line", "culprit_phrase", "minimize_disks",
            "node_bounds", "node_floor", "nodes_named", "nodes_note"]
 
 MAX_ROUNDS = 4
@@ -196,6 +196,12 @@ def nodes_note(named: dict[int, int], states: int) -> str:
 _SHORT = {"lost": "lost", "torn": "torn", "not": "late", "durable,": "present"}
 
 
+def culprit_phrase(c: dict[str, Any]) -> str:
+    """A blamed write (debug/blame.Culprit JSON) in a cause line: ``late data block of /replog.log``."""
+    how = str(c.get("how", ""))
+    return f"{_SHORT.get(how.split(' ')[0], how)} {c.get('what', '')}" + (f" of {c['path']}" if c.get("path") else "")
+
+
 def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str, Any]]], per_node: int = 3) -> str:
     """A cluster failure's block-level cause, naming each node: ``lost-ack: <reason class> <- node 0:
     late data block of /replog.log | node 1: ...``; ``culprits``: per node, its blamed writes as
@@ -203,8 +209,7 @@ def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[s
     kinds of object (and how many more)."""
     parts = []
     for n, cs in enumerate(culprits):
-        named = {(not c.get("path"), f"{_SHORT.get(str(c.get('how', '')).split(' ')[0], c.get('how', ''))} "
-                  f"{c.get('what', '')}" + (f" of {c['path']}" if c.get("path") else "")) for c in cs}
+        named = {(not c.get("path"), culprit_phrase(c)) for c in cs}
         objs = [text for _, text in sorted(named)]   # the program's files first
         more = f" (+{len(objs) - per_node} more)" if len(objs) > per_node else ""
         parts.append(f"node {n}: " + ("; ".join(objs[:per_node]) + more or "no write (the cut alone)"))

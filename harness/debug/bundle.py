@@ -95,8 +95,8 @@ def write(dest: Path, *, recording: str, data_size: int, fstype: str, mount_opts
           params: dict[str, Any], workload: dict[str, Any], verdict: Any, diagnosis: Any = None,
           logs: Sequence[Path] = (), cuts: Sequence[int] = (), log_path: Path | None = None, cut: int = 0,
           trace: Path | None = None, why: dict[str, Any] | None = None) -> Path:
-    """Write a bundle for ``verdict`` (and its ``diagnosis``: debug/diagnose.Diagnosis for one disk,
-    debug/clusterdebug.ClusterDiagnosis for several) into the new directory ``dest``.  ``logs``:
+    """Write a bundle for ``verdict`` (and its ``diagnosis``, debug/diagnosis.Diagnosis) into the new
+    directory ``dest``.  ``logs``:
     every disk's log, node 0 first, ``cuts``: per disk how many entries it keeps (0: all);
     ``log_path`` and ``cut``: the same for one disk.  ``trace``: the recording's system-call trace,
     copied in; ``why``: the group's cause in the program's terms."""

@@ -7,7 +7,7 @@ state (``--shell``).
 
 The state is a core/disks.DisksState of the target's disks whatever N, judged by
 check/place.Place.judge (host or checker VM, as every check's) -- or through the ``judge``
-callback a caller gives (debug/clusterdebug.JudgeStates)."""
+callback a caller gives (``JudgeStates``)."""
 from __future__ import annotations
 
 import contextlib
@@ -27,13 +27,13 @@ from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle
-from powercut.debug.clusterdebug import JudgeStates
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.linux import filesystems
 from powercut.record import recording
 from powercut.replay.materialize import replay_state
 
 CHECKER_SAID = ("lost-ack", "corrupt-data", "fail", "checker-crashed")   # verdicts only a checker gives
+JudgeStates = Callable[[Sequence[DisksState], Callable[[Verdict], None], Path], None]   # judge these into the sink
 
 
 @dataclass(frozen=True, slots=True)
