@@ -17,8 +17,8 @@ from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check.context import LogSource, context_for
 from powercut.check.place import Place
 from powercut.config import DEFAULT_ACCEL, BenchItem, FsSpec, RunSet, WorkloadSpec, disk_latency
+from powercut.core.disks import Disks
 from powercut.core.dmlog import open_log
-from powercut.core.models import space
 from powercut.core.selection import SelectionSpec
 from powercut.core.stateid import TORN_MODELS
 from powercut.debug.triage import diagnose_at
@@ -123,8 +123,8 @@ def _untorn(rec: Any, cspec: CampaignSpec, torn: list[Any], work: Path) -> dict[
     """Which failing torn states fail the same way without their tear (diagnose.without_tear), where
     the check ran; the states not checked (beyond MAX_TEAR_CHECKS) stay the torn model's."""
     with open_log(rec.log_path) as index:
-        found = diagnose_at(cspec.place, context_for(rec), LogSource.of(rec), index, space(index), torn, work,
-                            floor=None, budget=1, tear_only=True)
+        found = diagnose_at(cspec.place, context_for(rec), LogSource.of(rec), [index], Disks([index]), torn, work,
+                            floors=(None,), budget=1, tear_only=True)
     return {d["state"]: d.get("without_tear", "") for d in found}
 
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from powercut.campaign import clustertriage
 from powercut.campaign.journal import SETTINGS
 from powercut.core import coverage
 from powercut.core.coverage import Coverage
@@ -187,9 +186,7 @@ def _groups(judged: list[Verdict], outs: list[ShardOut], outdir: Path, nodes: in
     diagnosed = {g.get("first"): (o, g) for o in outs for g in o.groups}
     out = []
     for k, g in enumerate(triage.group([v for v in judged if v.finding]), 1):
-        doc = g.to_json()
-        if nodes > 1:   # what the group's own states say of the nodes (campaign/clustertriage.py)
-            doc.update(clustertriage.group_extras(g, None, nodes))
+        doc = {**g.to_json(), **triage.group_extras(g, None, nodes)}   # with N > 1: what its states say of the nodes
         doc["escalated"] = any(theirs.get("escalated") and (theirs.get("verdict"), theirs.get("reason_class")) ==
                                (g.verdict, g.reason_class) for o in outs for theirs in o.groups)
         found = diagnosed.get(doc["first"])

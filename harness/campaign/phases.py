@@ -4,11 +4,11 @@ cause, minimize and blame the first state of the first groups, confirm by group,
 phases -- and calls ``judge`` and ``triage``.
 
 Every judgement goes through ``check/place.Place.judge`` (host or checker VMs, here or on
-``--check-uri`` hosts); the run's checker VMs stay warm between the check and the diagnosis, and
-confirmation judges in fresh kernels.  What differs with the number of disks is only what a
-diagnosis is: one disk's minimization and blame (debug/triage.diagnose_at), or the node-by-node
-minimization and per-node blame of N disks (campaign/clustertriage.py), whose recovery may also be
-nondeterministic, so a disagreeing second verdict is judged a few more times there.
+``--check-uri`` hosts); the run's checker VMs stay warm between the check and the diagnosis
+(debug/triage.diagnose_at: the minimization, a disk at a time, and each disk's blame, where the
+check runs), and confirmation judges in fresh kernels.  What differs with the number of disks is
+only that the recovery of several disks may be nondeterministic, so a disagreeing second verdict
+is judged a few more times there (campaign/clustertriage.py).
 
 Confirmation (core/confirm.py): failing states are judged a second time, alone (a fresh clone, a
 fresh mount point, nothing else from that recording mounted: one host worker, or fresh checker
@@ -68,6 +68,11 @@ class CampaignRun:
     def disks(self) -> int:
         return len(self.logs)
 
+    @property
+    def all_disks(self) -> Disks:
+        """The run's disks as one Disks (one disk's CrashSpace is a Disks of one)."""
+        return self.space if isinstance(self.space, Disks) else Disks([self.space])
+
     def sink(self, v: Verdict) -> None:
         self.first.append(v.verdict)
         if len(self.first) == BROKEN_AFTER and set(self.first) == {"checker-crashed"}:
@@ -113,11 +118,7 @@ class CampaignRun:
                 cause.explain_groups(self.rec, self.logs, self.groups)
             except Exception as e:  # noqa: BLE001 -- a cause is an explanation: the verdicts stand without it
                 log.warning("no causes from the trace: %s", e)
-            if self.disks == 1:
-                triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.rec.log_path)
-            else:
-                assert isinstance(self.space, Disks)
-                clustertriage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.space)
+            triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.all_disks)
             triage.save(self.outdir, self.groups)
         self.triage_s += time.monotonic() - t1
         return self.groups
@@ -190,21 +191,11 @@ class CampaignRun:
         return groups
 
     def _diagnose(self, groups: list[Group]) -> dict[str, dict[str, Any]]:
-        """Each group's first state minimized and blamed where the check runs: state id -> diagnosis."""
-        firsts = [g.first for g in groups]
-        if self.disks == 1:
-            assert isinstance(self.space, CrashSpace)
-            found = triage.diagnose_at(self.place, self.ctx, self.src, self.logs[0], self.space, firsts,
-                                       self.outdir / "diagnose", floor=self.sel.floor, budget=self.spec.shrink_budget)
-            return {d["state"]: d for d in found}
-        assert isinstance(self.space, Disks)
-
-        def judge(states: Sequence[Any], sink: Callable[[Verdict], None], work: Path) -> None:
-            self.judge(states, sink, work, 1)   # one checker VM, kept warm from call to call
-        by_id = {s.id: s for s in self.sel.states}
-        return clustertriage.diagnose(self.space, self.logs, self.ctx, self.rec.data_size, by_id, firsts, judge,
-                                      self.outdir / "diagnose", budget=self.spec.shrink_budget,
-                                      on_host=self.place.on_host)
+        """Each group's first state minimized and blamed where the check runs (the run's checker VM
+        kept warm, or the host): state id -> diagnosis."""
+        found = triage.diagnose_at(self.place, self.ctx, self.src, self.logs, self.all_disks, [g.first for g in groups],
+                                   self.outdir / "diagnose", floors=self.sel.floors, budget=self.spec.shrink_budget)
+        return {d["state"]: d for d in found}
 
 
 def flaky(v1: Verdict, v2: Verdict) -> Verdict:

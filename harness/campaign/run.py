@@ -21,7 +21,7 @@ from powercut.campaign import ledger
 from powercut.campaign.journal import Journal, pin_settings, pinned_settings
 from powercut.campaign.outdir import check_outdir, prepare_out
 from powercut.campaign.phases import CampaignRun
-from powercut.check.context import CheckContext, context_for, with_faults, with_node_faults
+from powercut.check.context import CheckContext, context_for, with_node_faults
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_CONFIRM_MODE, DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
@@ -259,10 +259,7 @@ def _campaign(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec
     pin_settings(outdir, spec.settings(rec), spec.resume)
     t0 = time.monotonic()
     status = "complete"
-    if len(logs) == 1:
-        ctx = with_faults(ctx, logs[0])
-    else:   # a cluster: each node's fault windows, for acked-after-error naming the node
-        ctx = with_node_faults(ctx, logs)
+    ctx = with_node_faults(ctx, logs)   # each disk's fault windows (several: acked-after-error names the node)
     logs_id = ledger_id(rec)
     earlier = ledger.load(spec.ledger, logs_id) if spec.ledger else frozenset()
     space, sel = _select(rec, logs, spec, earlier)

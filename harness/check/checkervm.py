@@ -102,11 +102,14 @@ class CheckerVm:
                                     entries=guestjob.StateSource.entries_for(self.ctx.checker),
                                     fsck=filesystems.fsck_program(self.ctx.fs), scratch_ready=not self.host.remote)
 
+    def guest_logs(self) -> tuple[str, ...]:
+        """Every disk's log as the guest sees it (the recording share) when there are several; none
+        for one disk, whose log is the source's (a job's ``logs``)."""
+        return tuple(f"{guestjob.GUEST_REC_DIR}/{p.name}" for p in self.src.logs) if self.src.disks > 1 else ()
+
     def check_job(self, ids: tuple[str, ...]) -> guestjob.Job:
-        """The job that judges the states ``ids`` of the source's disks (every disk's log from the
-        recording share when there are several)."""
-        logs = tuple(f"{guestjob.GUEST_REC_DIR}/{p.name}" for p in self.src.logs) if self.src.disks > 1 else ()
-        return guestjob.CheckJob(self.source(), ids, tools_dir=self.staged().tools_dir, logs=logs)
+        """The job that judges the states ``ids`` of the source's disks."""
+        return guestjob.CheckJob(self.source(), ids, tools_dir=self.staged().tools_dir, logs=self.guest_logs())
 
     def run(self, job: guestjob.Job, *, steps: int, on_verdict: Sink = lambda v: None,
             interactive: bool = False) -> Outcome:

@@ -124,8 +124,12 @@ def with_faults(ctx: CheckContext, index: LogIndex) -> CheckContext:
 
 
 def with_node_faults(ctx: CheckContext, indexes: Sequence[LogIndex]) -> CheckContext:
-    """``ctx`` knowing each node's fault windows, from its opened log (``indexes``, node order), for
-    the judge's ``acked-after-error`` per node; ``ctx`` itself when no log has a fault window."""
+    """``ctx`` knowing the fault windows of N >= 1 disks' opened logs (``indexes``, node order), for
+    the judge's ``acked-after-error``; ``ctx`` itself when no log has a fault window.  One disk's
+    context is ``with_faults``'s (its windows in ``faults``, its device called "the device", its
+    errors without a node); several disks' windows are ``node_faults``, one per node, named by it."""
+    if len(indexes) == 1:
+        return with_faults(ctx, indexes[0])
     nodes = []
     for i, index in enumerate(indexes):
         try:

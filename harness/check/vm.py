@@ -182,14 +182,15 @@ class Judging:
 
 
 def diagnose_vm(ctx: CheckContext, src: LogSource, firsts: list[Verdict], workdir: Path, spec: VmCheckSpec, *,
-                floor: int | None, budget: int, tear_only: bool = False,
+                floors: Sequence[int | None], budget: int, tear_only: bool = False,
                 warm: WarmVms | None = None) -> list[dict[str, Any]]:
-    """Minimize and blame failing states in one checker VM (debug.diagnose runs in the guest): the
-    run's check VM still booted in ``warm``, or a new one; ``tear_only``: only find out whether each
-    (torn) failure needs its tear."""
+    """Minimize and blame failing states of the source's disks in one checker VM (debug.diagnose
+    runs in the guest; ``floors``: each disk's floor entry): the run's check VM still booted in
+    ``warm``, or a new one; ``tear_only``: only find out whether each (torn) failure needs its tear."""
     vm = (warm.take(ctx, src, spec) if warm else None) or CheckerVm(ctx, src, spec, workdir)
-    job = guestjob.DiagnoseJob(vm.source(), tuple(v.to_json() for v in firsts), floor=-1 if floor is None else floor,
-                               budget=budget, tear_only=tear_only, tools_dir=vm.staged().tools_dir)
+    job = guestjob.DiagnoseJob(vm.source(), tuple(v.to_json() for v in firsts),
+                               floors=tuple(-1 if f is None else f for f in floors), budget=budget,
+                               tear_only=tear_only, tools_dir=vm.staged().tools_dir, logs=vm.guest_logs())
     try:
         out = vm.run(job, steps=1 + budget * len(firsts) // 10)
     finally:
@@ -206,8 +207,7 @@ def shell_vm(ctx: CheckContext, src: LogSource, state: CrashState | DisksState, 
     rebuilt and mounted as the check job judges them (guest/check.py)."""
     got: list[Verdict] = []
     vm = CheckerVm(ctx, src, spec, workdir)
-    logs = tuple(f"{guestjob.GUEST_REC_DIR}/{p.name}" for p in src.logs) if src.disks > 1 else ()
-    job = guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir, logs=logs)
+    job = guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir, logs=vm.guest_logs())
     out = vm.run(job, steps=2, on_verdict=got.append, interactive=True)
     if out.failure is not None:
         raise PowercutError(f"the shell's checker VM failed: {out.failure.one_line()}")

@@ -21,7 +21,8 @@
 * ``selection`` -- one algorithm for N >= 1 disks: each distinct image judged once, --max-states shares;
 * ``shard`` -- ``--shard i/n``: a deterministic, coordination-free split of the states or rows;
 * ``shrink`` -- minimize a failing state;
-* ``clustershrink`` -- minimize a failing cluster state node by node; a cluster failure's nodes, cause line, bundle cuts;
+* ``disksshrink`` -- minimize a failing state of N >= 1 disks, a disk at a time; several disks' failure: nodes,
+  cause line, bundle cuts;
 * ``confirm`` -- confirmation by failure group: which failing states are judged again alone;
 * ``verdict`` -- the one verdict vocabulary;
 * ``syscalls`` -- the workload's system-call trace (strace -f -y) as operations, aligned with the log's marks;

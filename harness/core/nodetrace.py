@@ -25,7 +25,7 @@ from typing import Any
 
 from powercut.core import syscalls as sc
 from powercut.core.causes import lost_keys
-from powercut.core.clustershrink import nodes_named
+from powercut.core.disksshrink import nodes_named
 from powercut.core.syscalls import Trace
 
 __all__ = ["BLAME", "LIE", "REASONS", "cause_nodes", "missing_writes", "node_keys", "node_of_target", "node_root",

@@ -164,6 +164,11 @@ class Selection:
         """Per model: how many of its distinct states max_states dropped."""
         return {m: c.left_out for m, c in self.counts.items()}
 
+    @property
+    def floors(self) -> tuple[int | None, ...]:
+        """Each disk's floor entry, as DisksSelection's: the one disk's ``floor``."""
+        return (self.floor,)
+
     def to_json(self) -> dict[str, object]:
         return {"judged": len(self.states), "floor": self.floor, "aliases": sum(map(len, self.aliases.values())),
                 "models": {m: c.to_json() for m, c in self.counts.items()}}

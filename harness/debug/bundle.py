@@ -9,7 +9,7 @@ The number of disks is a value of the one format, which has two layouts: one dis
 ``log.bin`` and bundle.json's ``log`` (its file, sha256 and entries); several (a cluster's nodes)
 write ``log0.bin``, ``log1.bin``, ..., bundle.json's ``kind: "cluster"``, ``nodes`` and ``logs``
 (one pin per node, node 0 first), each node's log cut just after the key mark that ends the state's
-instant (core/clustershrink.bundle_cuts: every cut log keeps the same key marks, so the logs still
+instant (core/disksshrink.bundle_cuts: every cut log keeps the same key marks, so the logs still
 make one cluster and the node ids keep their meaning), with the instant, the cause naming the nodes
 and the blame per node.  Both layouts are read by ``load``; tests/unit/debug/bundles/ holds one of
 each as the writers before the one format wrote them."""
@@ -95,8 +95,8 @@ def write(dest: Path, *, recording: str, data_size: int, fstype: str, mount_opts
           params: dict[str, Any], workload: dict[str, Any], verdict: Any, diagnosis: Any = None,
           logs: Sequence[Path] = (), cuts: Sequence[int] = (), log_path: Path | None = None, cut: int = 0,
           trace: Path | None = None, why: dict[str, Any] | None = None) -> Path:
-    """Write a bundle for ``verdict`` (and its ``diagnosis``: debug/diagnose.Diagnosis for one disk,
-    debug/clusterdebug.ClusterDiagnosis for several) into the new directory ``dest``.  ``logs``:
+    """Write a bundle for ``verdict`` (and its ``diagnosis``, debug/diagnosis.Diagnosis) into the new
+    directory ``dest``.  ``logs``:
     every disk's log, node 0 first, ``cuts``: per disk how many entries it keeps (0: all);
     ``log_path`` and ``cut``: the same for one disk.  ``trace``: the recording's system-call trace,
     copied in; ``why``: the group's cause in the program's terms."""

@@ -1,9 +1,12 @@
-"""From a failing state to its cause (host and guest): minimize it by judging candidate states for
-real (core/shrink.py drives, this module materializes and judges), then blame the minimized state's
-writes (debug/blame.py) on the recovered image of its cut; for the verdict matrix, whether a failing
-torn state needs its tear (``without_tear``: its twin without the tear fails alike -- the same verdict
-and the same reason kinds, ``fails_alike``/``reason_kind``).  Runs where the check runs: on the host over
-loop devices, or inside the checker VM over dm-snapshots (``provider``)."""
+"""From a failing state of N >= 1 disks to its cause (host and guest): minimize it by judging
+candidate states for real (core/disksshrink.py chooses them a disk at a time, core/shrink.py for
+each disk; this module materializes and judges), then blame each disk's minimized state
+(debug/blame.py) on the recovered image of its cut; for the verdict matrix, whether a failing torn
+state of one disk needs its tear (``without_tear``: its twin without the tear fails alike -- the
+same verdict and the same reason kinds, ``fails_alike``/``reason_kind``).  Runs where the check
+runs: on the host over loop devices, or inside the checker VM over dm-snapshots (``provider``);
+one disk's images and mount point are ``workdir``'s own, node i's under ``n<i>``
+(``Workspace.where``)."""
 from __future__ import annotations
 
 import contextlib
@@ -12,17 +15,22 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from powercut.check.context import CheckContext
-from powercut.check.judge import judge
+from powercut.check.judge import judge_disks
 from powercut.core.crashstate import CrashState
+from powercut.core.disks import Disks, DisksState
+from powercut.core.disksshrink import minimize_disks
+from powercut.core.dmlog import LogIndex
 from powercut.core.models import CrashSpace
-from powercut.core.shrink import Judged, minimize, reason_class
+from powercut.core.shrink import Judged, reason_class
 from powercut.core.verdict import Verdict
 from powercut.debug.blame import Culprit, blame, writes_that_matter
+from powercut.debug.diagnosis import Diagnosis, cause_of
 from powercut.errors import UsageError
 from powercut.linux.loopdev import LoopDevice
 from powercut.linux.mounts import mount, umount
@@ -34,95 +42,74 @@ DEFAULT_BUDGET = 60
 
 
 @dataclass(frozen=True, slots=True)
-class Diagnosis:
-    """A failing state, its minimized form and the writes it comes down to."""
-
-    state: str
-    verdict: str
-    minimized: str
-    minimized_reasons: tuple[str, ...]
-    reason_class: str
-    calls: int
-    one_at_a_time: int
-    exhausted: bool
-    culprits: tuple[Culprit, ...]
-    seconds: float
-
-    @property
-    def cause(self) -> str:
-        """What groups failures of one bug: the verdict, its reason class and what the culprits are."""
-        short = {"lost": "lost", "torn": "torn", "not": "late", "durable,": "present"}
-        objs = sorted({f"{short.get(c.how.split(' ')[0], c.how)} {c.what}" + (f" of {c.path}" if c.path else "")
-                       for c in self.culprits})
-        return f"{self.verdict}: {self.reason_class} <- " + ("; ".join(objs) or "no write (the cut alone)")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"state": self.state, "verdict": self.verdict, "minimized": self.minimized,
-                "minimized_reasons": list(self.minimized_reasons), "reason_class": self.reason_class,
-                "calls": self.calls, "one_at_a_time": self.one_at_a_time, "exhausted": self.exhausted,
-                "culprits": [c.to_json() for c in self.culprits], "cause": self.cause, "seconds": self.seconds}
-
-    @staticmethod
-    def from_json(d: dict[str, Any]) -> "Diagnosis":
-        cs = tuple(Culprit(**{k: v for k, v in c.items() if k != "text"}) for c in d.get("culprits", ()))
-        return Diagnosis(str(d["state"]), str(d["verdict"]), str(d["minimized"]), tuple(d.get("minimized_reasons", ())),
-                         str(d.get("reason_class", "")), int(d.get("calls", 0)), int(d.get("one_at_a_time", 0)),
-                         bool(d.get("exhausted", False)), cs, float(d.get("seconds", 0.0)))
-
-
-@dataclass(frozen=True, slots=True)
 class Workspace:
-    """What it takes to rebuild and judge states: the log, the data device, where to work."""
+    """What it takes to rebuild and judge states of N >= 1 disks: their crash spaces (``disks``) and
+    opened logs (``indexes``, node 0 first), the data devices' size, where to work, the image disk
+    0's log starts from (check/context.LogSource's ``initial``; None: zeros), the snapshot provider,
+    each disk's floor entry (the floor mark's; None: none)."""
 
-    index: Any
+    disks: Disks
+    indexes: tuple[LogIndex, ...]
     size: int
-    initial: Path | None
     workdir: Path
+    initial: Path | None = None
     provider: str = "auto"
-    floor: int | None = None
-    space: CrashSpace | None = None   # the log's CrashSpace, when the caller has one (else built per call)
+    floors: tuple[int | None, ...] = ()
 
-    def crash_space(self) -> CrashSpace:
-        return self.space if self.space is not None else CrashSpace(self.index)
+    def where(self, what: str, node: int) -> Path:
+        """Disk ``node``'s directory for ``what`` (its images: ``diag``, its mount point: ``mnt``):
+        one disk's ``workdir/what``, node i's of several ``workdir/what/n<i>``."""
+        return self.workdir / what if len(self.disks) == 1 else self.workdir / what / f"n{node}"
 
 
-def diagnose(ctx: CheckContext, ws: Workspace, state: CrashState, first: Verdict, *,
+def diagnose(ctx: CheckContext, ws: Workspace, state: DisksState, first: Verdict, *,
              budget: int = DEFAULT_BUDGET) -> Diagnosis:
-    """Minimize ``state`` (judged ``first``) and blame what is left."""
+    """Minimize ``state`` (judged ``first``; ``budget`` judge calls shared by the disks) and blame
+    what is left on each disk.  With several disks each disk's blame reaches the commit after its
+    culprits (``blame_state``'s ``settle``), as the cluster's blame always did; one disk's stays at
+    its cut, its culprits as they always were."""
     t0 = time.monotonic()
-    sp = ws.crash_space()
-    mnt = str(ws.workdir / "mnt")
+    several = len(ws.disks) > 1
+    shrunk = minimize_disks(ws.disks, state, lambda cand: judge_state(ctx, ws, cand), budget=budget,
+                            expected=first, floors=ws.floors)
+    nodes = []
+    for n, node_state in enumerate(shrunk.minimized.nodes):
+        culprits = blame_state(ctx, ws, n, node_state, settle=several)
+        nodes.append({**(shrunk.nodes[n].to_json() if several else {}), "culprits": [c.to_json() for c in culprits]})
+    cause = cause_of(first.verdict, shrunk.signature[1], [node["culprits"] for node in nodes])
+    return Diagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1], shrunk.calls,
+                     shrunk.exhausted, tuple(nodes), cause, round(time.monotonic() - t0, 2), shrunk.one_at_a_time)
 
-    def judge_one(candidate: CrashState) -> Verdict:
-        return _with_image(ws, candidate, lambda dev: judge(ctx, dev, candidate, mnt))
 
-    floor = ws.floor if ws.floor is not None and ws.floor < state.cut else None
-    shrunk = minimize(sp, state, judge_one, budget=budget, expected=first, floor=floor)
-    culprits = tuple(blame_state(ctx, ws, sp, shrunk.minimized, mnt))
-    return Diagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1],
-                     shrunk.calls, shrunk.one_at_a_time, shrunk.exhausted, culprits, round(time.monotonic() - t0, 2))
+def judge_state(ctx: CheckContext, ws: Workspace, state: DisksState) -> Verdict:
+    """One state of the disks judged on its images (check/judge.judge_disks: one disk's verdict has
+    its cut, several disks' the instant)."""
+    mnts = [str(ws.where("mnt", n)) for n in range(len(state.nodes))]
+    at = state.nodes[0].cut if len(state.nodes) == 1 else state.instant
+    with contextlib.ExitStack() as stack:
+        devs = [stack.enter_context(_image(ws, n, s)) for n, s in enumerate(state.nodes)]
+        return judge_disks(ctx, devs, state.nodes, mnts, sid=state.id, model=state.model, at=at)
 
 
-def blame_state(ctx: CheckContext, ws: Workspace, sp: CrashSpace, state: CrashState, mnt: str, *,
-                settle: bool = False) -> list[Culprit]:
-    """Blame on the image of the state's cut with every write kept (for a prefix state: up to the
-    flush its cut came too early for), recovered by a mount; with ``settle`` up to the commit that
-    follows the culprits (``settled``: delayed allocation writes a file's data before the journal
-    commit that maps it, so on the image without it the data blocks read as free)."""
+def blame_state(ctx: CheckContext, ws: Workspace, node: int, state: CrashState, *, settle: bool = False) -> list[Culprit]:
+    """Blame disk ``node``'s ``state`` on the image of its cut with every write kept (for a prefix
+    state: up to the flush its cut came too early for), recovered by a mount; with ``settle`` up to
+    the commit that follows the culprits (``settled``: delayed allocation writes a file's data
+    before the journal commit that maps it, so on the image without it the data blocks read as free)."""
+    sp = ws.disks.nodes[node]
     items = writes_that_matter(sp, state)
     cut = max([state.cut] + [i + 1 for i, _ in items])  # for a prefix state: up to the flush it came before
     cut = settled(sp, cut) if settle else cut
     kept = sp.make_state("no-cache", min(cut, sp.n))
-
-    def run(dev: str) -> list[Culprit]:
+    mnt = ws.where("mnt", node)
+    with _image(ws, node, kept) as dev:
         try:
-            mount(dev, mnt, ctx.fs.name, ctx.state_mount_opts)
-            umount(mnt)
+            mnt.mkdir(parents=True, exist_ok=True)
+            mount(dev, str(mnt), ctx.fs.name, ctx.state_mount_opts)
+            umount(str(mnt))
         except Exception as e:  # an unrecoverable image is still worth a try with the tools
             log.info("blame: recovery mount of %s failed: %s", kept.id, e)
         return blame(sp, state, ctx.fs.name, dev)
-
-    return _with_image(ws, kept, run)
 
 
 def settled(sp: CrashSpace, cut: int) -> int:
@@ -137,36 +124,40 @@ def settled(sp: CrashSpace, cut: int) -> int:
     return max(cut, j)
 
 
-def _with_image(ws: Workspace, state: CrashState, use: Any) -> Any:
-    (ws.workdir / "diag").mkdir(parents=True, exist_ok=True)
-    walk = materialize(ws.index, ws.initial, ws.size, [state], ws.workdir / "diag", ws.provider)
+@contextlib.contextmanager
+def _image(ws: Workspace, node: int, state: CrashState) -> Iterator[str]:
+    """Disk ``node``'s image of ``state`` as a block device (a loop device over a file image), while inside."""
+    where = ws.where("diag", node)
+    where.mkdir(parents=True, exist_ok=True)
+    walk = materialize(ws.indexes[node], ws.initial if node == 0 else None, ws.size, [state], where, ws.provider)
     with contextlib.closing(walk):
         for _, img in walk:
             if stat.S_ISBLK(os.stat(img).st_mode):
-                return use(str(img))
-            with LoopDevice(img) as dev:
-                return use(dev)
+                yield str(img)
+            else:
+                with LoopDevice(img) as dev:
+                    yield dev
+            return
     raise RuntimeError(f"no image for {state.id}")
 
 
 def without_tear(ctx: CheckContext, ws: Workspace, state: CrashState, first: Verdict) -> str:
-    """For a failing torn state: the id of the same state without its tear -- the torn write kept
-    whole, or lost whole -- that fails the same way (``fails_alike``: the same verdict and the same
-    reason kinds), or "" if the tear is needed for the failure.  A torn model combines tears with
+    """For a failing torn state of one disk: the id of the same state without its tear -- the torn
+    write kept whole, or lost whole -- that fails the same way (``fails_alike``: the same verdict and
+    the same reason kinds), or "" if the tear is needed for the failure.  A torn model combines tears with
     write-cache losses; a failure that survives the tear's removal is a write-cache finding, not a
     tear's.  The verdict alone is not enough (issue #37): a tear that makes a record fail its
     checksum, or makes a record without one read as garbage, is a torn-only bug even where the
     write-cache losses in the same state already fail with that verdict."""
 
-    sp = ws.crash_space()
-    mnt = str(ws.workdir / "mnt")
+    sp = ws.disks.nodes[0]
     ((t, _),) = state.torn
     for dropped in (state.dropped, tuple(sorted({*state.dropped, t}))):
         try:
             cand = sp.make_state("write-cache", state.cut, dropped)
         except UsageError:
             continue
-        v = _with_image(ws, cand, lambda dev, c=cand: judge(ctx, dev, c, mnt))
+        v = judge_state(ctx, ws, ws.disks.make(cand.model, [cand]))
         if fails_alike(v, first):
             return cand.id
     return ""

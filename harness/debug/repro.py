@@ -7,7 +7,7 @@ state (``--shell``).
 
 The state is a core/disks.DisksState of the target's disks whatever N, judged by
 check/place.Place.judge (host or checker VM, as every check's) -- or through the ``judge``
-callback a caller gives (debug/clusterdebug.JudgeStates)."""
+callback a caller gives (``JudgeStates``)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,21 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.check.context import CheckContext, LogSource, context_for, with_faults, with_node_faults
+from powercut.check.context import CheckContext, LogSource, context_for, with_node_faults
 from powercut.check.place import Place
 from powercut.check.vm import shell_vm
 from powercut.core import causes
+from powercut.core.crashstate import CrashState
 from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.verdict import Verdict
 from powercut.debug import bundle
-from powercut.debug.clusterdebug import JudgeStates
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.linux import filesystems
 from powercut.record import recording
 from powercut.replay.materialize import replay_state
 
 CHECKER_SAID = ("lost-ack", "corrupt-data", "fail", "checker-crashed")   # verdicts only a checker gives
+JudgeStates = Callable[[Sequence[DisksState], Callable[[Verdict], None], Path], None]   # judge these into the sink
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,17 +116,22 @@ def image_paths(keep_image: str, nodes: int) -> list[str]:
 
 
 def judge_for(target: Target, place: Place, indexes: Sequence[LogIndex]) -> JudgeStates:
-    """The target's states judged where ``place`` says (check/place.Place.judge): one disk's state,
-    with its log's fault windows, or every node's, with each node's."""
+    """The target's states judged where ``place`` says (check/place.Place.judge), with each disk's
+    fault windows (check/context.with_node_faults: at N = 1 one disk's, named as it always was)."""
     src = target.source_of_all()
+    ctx = with_node_faults(target.ctx, indexes)
 
     def judge(states: Sequence[DisksState], sink: Callable[[Verdict], None], work: Path) -> None:
-        if len(indexes) == 1:
-            index = indexes[0]
-            place.judge(with_faults(target.ctx, index), src, index, [s.nodes[0] for s in states], sink, work)
-        else:
-            place.judge(with_node_faults(target.ctx, indexes), src, indexes, states, sink, work)   # each node's
+        place.judge(ctx, src, indexes, placed(states), sink, work)
     return judge
+
+
+def placed(states: Sequence[DisksState]) -> Sequence[CrashState] | Sequence[DisksState]:
+    """The states as check/place.Place.judge takes them: one disk's as its own CrashStates (its
+    walk and its verdicts' cut are the disk's), N disks' as they are."""
+    if all(len(s.nodes) == 1 for s in states):
+        return [s.nodes[0] for s in states]
+    return states
 
 
 @contextlib.contextmanager
@@ -166,7 +172,7 @@ def shell(target: Target, place: Place) -> Verdict | None:
     work = Path(tempfile.mkdtemp(prefix="powercut-shell-"))
     try:
         with _opened(target) as (_, st):
-            return shell_vm(target.ctx, src, st.nodes[0] if target.nodes == 1 else st, work, place.vm())
+            return shell_vm(target.ctx, src, st, work, place.vm())
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from powercut import registry
-from powercut.check.context import CheckContext, with_faults, with_node_faults
+from powercut.check.context import CheckContext, with_node_faults
 from powercut.check.judge import judge_disks
 from powercut.core.disks import Disks, DisksState
 from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.models import CrashSpace, space
 from powercut.core.verdict import Verdict
 from powercut.linux import filesystems, process
 from powercut.linux.blockdev import find_disk
@@ -46,15 +45,14 @@ WORK = "/run/powercut/work"
 
 @dataclass(slots=True)
 class _Session:
-    """A diagnosis job's open log, its crash space, the judging context, the scratch work dir, the
-    progress file."""
+    """A diagnosis job's open logs (one disk's, or every node's) and their crash spaces, the judging
+    context, the scratch work dir, the progress file."""
 
     ctx: CheckContext
-    index: LogIndex
-    space: CrashSpace
+    indexes: tuple[LogIndex, ...]
+    disks: Disks
     work: Path
     progress: JsonLines
-    size: int
 
 
 @dataclass(slots=True)
@@ -127,10 +125,12 @@ def prepared(src: StateSource) -> Iterator[CheckContext]:
 
 
 @contextlib.contextmanager
-def _session(src: StateSource, jobdir: Path) -> Iterator[_Session]:
-    with prepared(src) as ctx, open_log(src.log) as index, \
-            JsonLines(jobdir / "progress.jsonl", durable=False) as progress:
-        yield _Session(with_faults(ctx, index), index, space(index), Path(WORK), progress, src.size)
+def _session(src: StateSource, logs: Sequence[str], jobdir: Path) -> Iterator[_Session]:
+    """A diagnosis job's disks: one (``src.log``; ``logs`` empty) or N (``logs``)."""
+    with prepared(src) as ctx, contextlib.ExitStack() as stack:
+        indexes = tuple(stack.enter_context(open_log(p)) for p in (tuple(logs) or (src.log,)))
+        progress = stack.enter_context(JsonLines(jobdir / "progress.jsonl", durable=False))
+        yield _Session(with_node_faults(ctx, indexes), indexes, Disks(indexes), Path(WORK), progress)
 
 
 @contextlib.contextmanager
@@ -144,8 +144,7 @@ def _disks(src: StateSource, logs: Sequence[str], ids: Sequence[str], jobdir: Pa
         states = [disks.state_from_id(i) for i in ids]
         if len(indexes) == 1:   # in walk order (materialize's): one forward walk of the pristine
             states.sort(key=lambda s: plan(indexes[0], s.nodes[0]).base)
-        yield _Disks.of(with_faults(ctx, indexes[0]) if len(indexes) == 1 else with_node_faults(ctx, indexes),
-                        indexes, src.size, states, progress, stack)
+        yield _Disks.of(with_node_faults(ctx, indexes), indexes, src.size, states, progress, stack)
 
 
 def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
@@ -159,19 +158,20 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
 
 
 def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
-    """Minimize and blame the failures the host asked about (debug.diagnose), one progress line each."""
+    """Minimize and blame the failures the host asked about (debug.diagnose), of one disk or of N,
+    one progress line each."""
     # only this job needs them, and every checker VM imports this module: under TCG an import costs
     # 10-50x what it does natively, paid at each VM's start
     from powercut.debug.diagnose import Workspace, diagnose, without_tear
-    with _session(job.src, jobdir) as s:
-        ws = Workspace(s.index, job.src.size, None, s.work / "diagnose", "dm-snapshot",
-                       job.floor if job.floor >= 0 else None, s.space)
+    with _session(job.src, job.logs, jobdir) as s:
+        ws = Workspace(s.disks, s.indexes, job.src.size, s.work / "diagnose", provider="dm-snapshot",
+                       floors=tuple(f if f >= 0 else None for f in job.floors))
         for first in map(Verdict.from_json, job.failures):
             s.progress.add({"begin-diagnosis": first.state})
-            state = s.space.state_from_id(first.state)
-            if job.tear_only:
+            state = s.disks.state_from_id(first.state)
+            if job.tear_only:   # one disk's torn state
                 s.progress.add({"diagnosis": {"state": first.state,
-                                              "without_tear": without_tear(s.ctx, ws, state, first)}})
+                                              "without_tear": without_tear(s.ctx, ws, state.nodes[0], first)}})
                 continue
             s.progress.add({"diagnosis": diagnose(s.ctx, ws, state, first, budget=job.budget).to_json()})
     return {"diagnosed": len(job.failures)}

@@ -22,7 +22,7 @@ from powercut.config import FsSpec, RunSet, WorkloadSpec, from_dict, to_dict
 from powercut.errors import PowercutError, UsageError
 from powercut.vm.agentboot import boot_script, start_config
 
-JOB_VERSION = 4
+JOB_VERSION = 5
 GUEST_JOB_DIR = "/run/powercut/job"
 GUEST_REC_DIR = "/run/powercut/rec"
 GUEST_MNT = "/run/powercut/mnt"            # where the guest mounts the filesystem under test
@@ -105,14 +105,16 @@ class CheckJob:
 
 @dataclass(frozen=True, slots=True)
 class DiagnoseJob:
-    """Minimize and blame failing states (or, ``tear_only``, ask whether each torn one needs its tear)."""
+    """Minimize and blame failing states of one disk or of N (``logs`` as CheckJob's), or, with
+    ``tear_only``, ask whether each torn one of one disk needs its tear."""
     kind: ClassVar[str] = "diagnose"
     src: StateSource
     failures: tuple[dict[str, Any], ...]   # first verdicts (Verdict.to_json) of the failures
-    floor: int = -1                        # the floor mark's entry (-1: none)
-    budget: int = 60                       # checks per minimization
+    floors: tuple[int, ...] = ()           # each disk's floor mark entry (-1: none; empty: none anywhere)
+    budget: int = 60                       # checks per minimization, shared by the disks
     tear_only: bool = False
     tools_dir: str = ""
+    logs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

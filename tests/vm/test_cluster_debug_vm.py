@@ -4,7 +4,8 @@ the group alone, minimizes its first state node by node (it still fails; no node
 or loses more writes), blames each node and writes a cluster repro bundle that ``powercut repro
 --check-in host`` re-judges to the same verdict (as does a repro of the recording with the minimized
 id) -- and refuses once a node's log is altered; `--keep-image` writes each node's crash image,
-`--shell` opens a shell with every node mounted."""
+`--shell` opens a shell with every node mounted; in checker VMs the diagnosis, blame per node
+included, runs in the check's VM as one disk's does."""
 from __future__ import annotations
 
 import json
@@ -56,6 +57,22 @@ def test_the_failure_group_is_confirmed_minimized_per_node_and_bundled(checked: 
     assert vm.returncode == 3 and "still fails: the same verdict as in the bundle" in vm.stdout, vm.stdout + vm.stderr
     rec = powercut("repro", summary["recording"], "--state", g["minimized"], "--check-in", "host")
     assert rec.returncode == 3 and f"{g['minimized']} (recording " in rec.stdout, rec.stdout + rec.stderr
+
+
+def test_the_diagnosis_runs_in_the_checker_vm_with_blame_per_node(replog_unsynced: Path, tmp_path: Path) -> None:
+    """In checker VMs (the default) the diagnosis runs whole in the check's warm VM, as one disk's
+    does: minimized node by node, each node blamed with the filesystem's tools in the guest (it was
+    host mode only), the cause line naming the nodes' files."""
+    chk = powercut("check", str(replog_unsynced), "--model", "write-cache", "--max-states", "24", "--shrink", "1",
+                   "--no-confirm", "-j", "1", "-o", str(tmp_path / "out"))
+    assert chk.returncode == 3, chk.stdout + chk.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    g = summary["groups"][0]
+    why = json.dumps(g, indent=1)[:4000] + chk.stdout[-3000:]
+    assert summary["check_in"] == "vm" and g["verdict"] == "lost-ack" and g["minimized"].startswith("write-cache~"), why
+    assert len(g["node_shrink"]) == 3 and "diagnosis_error" not in g and "blame_note" not in g, why
+    assert any("replog.log" in c for node in g["node_culprits"] for c in node), why
+    assert "replog.log" in g["cause"] and "node 0:" in g["cause"], why
 
 
 def test_a_bundle_with_an_altered_node_log_is_refused(checked: tuple[Path, dict[str, Any], str],

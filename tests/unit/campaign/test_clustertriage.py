@@ -6,9 +6,10 @@ cluster bundle written per group whose cut logs rebuild the state (and refuse a 
 and repro of the bundle through the same callback."""
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,10 +23,10 @@ from powercut.check.place import Place
 from powercut.checker import CheckerSpec
 from powercut.core.disks import Disks, DisksState
 from powercut.core.verdict import Verdict
-from powercut.debug import bundle, repro
+from powercut.debug import bundle, diagnose, repro, triage
 from powercut.errors import UsageError
 from powercut.linux import interrupt
-from tests.unit.core.test_clustershrink import OPS, W6
+from tests.unit.core.test_disksshrink import OPS, W6
 from tests.unit.logops import build_log
 
 
@@ -68,9 +69,10 @@ def setup(tmp_path: Path) -> tuple[Disks, list[DisksState], Any, Any]:
 
 
 class FakePlace:
-    """Where the states are judged: the fake judge, in this process."""
+    """Where the states are judged: the fake judge, in this process (the host: the diagnosis runs
+    here too, its images and blame the fake's, ``in_process``)."""
 
-    on_host = False
+    on_host = True
 
     def __init__(self, judge: FakeJudge) -> None:
         self.fake = judge
@@ -93,6 +95,17 @@ class FakePlace:
         return 1
 
 
+@contextlib.contextmanager
+def in_process(verdict: Callable[[DisksState], Verdict]) -> Iterator[None]:
+    """The diagnosis (debug/diagnose.py, on the host) with fake images: each candidate judged by
+    ``verdict``, no write blamed, nothing left mounted to clean."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(diagnose, "judge_state", lambda ctx, ws, st: verdict(st))
+        mp.setattr(diagnose, "blame_state", lambda ctx, ws, node, st, settle=False: [])
+        mp.setattr(triage, "cleanup_stale", lambda work: None)
+        yield
+
+
 def run(setup: Any, tmp_path: Path, judge: FakeJudge, **how: Any) -> dict[str, Any]:
     """The states judged by ``judge``, then triaged as every campaign's are; what the summary says."""
     cs, states, rec, ctx = setup
@@ -102,9 +115,10 @@ def run(setup: Any, tmp_path: Path, judge: FakeJudge, **how: Any) -> dict[str, A
     journal = Journal(out / "journal.jsonl", resume=False)
     interrupt.reset()
     r = CampaignRun(spec, rec, ctx, out, rec.indexes, cs,
-                    SimpleNamespace(states=states, aliases={}), journal, None)
+                    SimpleNamespace(states=states, aliases={}, floors=(0, 0, 0)), journal, None)
     r.judge(states, r.sink, out / "work", 1)
-    groups = [g.to_json() for g in r.triage()]
+    with in_process(judge.verdict):
+        groups = [g.to_json() for g in r.triage()]
     journal.close()
     now = list(journal.done.values())
     return {"groups": groups, "verdicts": dict(Counter(v.verdict for v in now)),

@@ -23,9 +23,10 @@ from powercut.core.dmlog import END_MARK
 from powercut.core.selection import SelectionSpec
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
+from powercut.debug import diagnose, triage
 from powercut.errors import UsageError
 from powercut.record.recording import load as load_recording
-from tests.unit.core.test_clustershrink import OPS, W6
+from tests.unit.core.test_disksshrink import OPS, W6
 from tests.unit.logops import build_log
 
 LOG_OPS = [*OPS, ("m", END_MARK)]
@@ -41,7 +42,7 @@ class FakePlace:
     """Judges in this process: a state fails iff ``_bad``; counts what it was given."""
 
     check_in = "host"
-    on_host = False
+    on_host = True
     uris: tuple[str, ...] = ()
 
     def __init__(self) -> None:
@@ -67,10 +68,24 @@ class FakePlace:
         assert src.disks == (1 if not isinstance(index, list) else len(index))
         for st in states:
             self.judged.append(st.id)
-            bad = _bad(st)
-            cut = st.instant if isinstance(st, DisksState) else st.cut
-            sink(Verdict(st.id, st.model, cut, "lost-ack" if bad else "pass",
-                         ("node 2: acked record 1 lost",) if bad else (), len(st.acks), len(st.begun), 0.01))
+            cut = st.instant if isinstance(st, DisksState) and len(st.nodes) > 1 else st.cut
+            sink(verdict(st, cut))
+
+
+def verdict(st: CrashState | DisksState, at: int) -> Verdict:
+    bad = _bad(st)
+    return Verdict(st.id, st.model, at, "lost-ack" if bad else "pass", ("node 2: acked record 1 lost",) if bad else (),
+                   len(st.acks), len(st.begun), 0.01)
+
+
+@pytest.fixture()
+def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The diagnosis runs here (debug/diagnose.py, as on the host) over fake images: each candidate
+    judged by ``_bad``, no write blamed."""
+    monkeypatch.setattr(diagnose, "judge_state", lambda ctx, ws, st: verdict(
+        st, st.nodes[0].cut if len(st.nodes) == 1 else st.instant))
+    monkeypatch.setattr(diagnose, "blame_state", lambda ctx, ws, node, st, settle=False: [])
+    monkeypatch.setattr(triage, "cleanup_stale", lambda work: None)
 
 
 def recording(d: Path, nodes: int) -> Path:
@@ -96,11 +111,9 @@ def spec(place: FakePlace, **kw: Any) -> CampaignSpec:
 
 
 @pytest.mark.parametrize("nodes", [1, 3])
-def test_one_call_checks_one_disk_and_a_cluster(tmp_path: Path, nodes: int) -> None:
+def test_one_call_checks_one_disk_and_a_cluster(tmp_path: Path, nodes: int, in_process: None) -> None:
     place = FakePlace()
-    # one disk's minimization mounts images (debug/diagnose.py): not here, where nothing is mounted
-    summary, paths = run_campaign(recording(tmp_path / "rec", nodes), spec(place, shrink=int(nodes > 1)),
-                                  tmp_path / "out")
+    summary, paths = run_campaign(recording(tmp_path / "rec", nodes), spec(place, shrink=1), tmp_path / "out")
     doc = json.loads(paths["summary"].read_text())
     assert summary.nodes == nodes and doc.get("nodes", 1) == nodes and ("nodes" in doc) == (nodes > 1)
     assert ("disks" in doc) == (nodes > 1) and len(doc.get("disks", {}).get("node_states", [])) == (nodes if nodes > 1
@@ -109,10 +122,15 @@ def test_one_call_checks_one_disk_and_a_cluster(tmp_path: Path, nodes: int) -> N
         tmp_path / "out" / "journal.jsonl").read_text().splitlines())})
     assert summary.verdict == "lost-ack" and summary.failures and all(f.confirmed or f.by_group for f in summary.failures)
     (g,) = summary.groups
-    assert g["bundle"] and Path(g["bundle"], "bundle.json").is_file() and bool(g["minimized"]) == (nodes > 1)
+    assert g["bundle"] and Path(g["bundle"], "bundle.json").is_file() and g["minimized"] and g["minimized_confirmed"]
+    m = json.loads(Path(g["bundle"], "bundle.json").read_text())["diagnosis"]
+    assert m["minimized"] == g["minimized"]
     if nodes > 1:   # the cluster's words: the node named, the minimization per node
         assert g["nodes"] == 3 and "node 2" in g["nodes_note"] and len(g["node_shrink"]) == 3
         assert g["minimized"].startswith("write-cache~") and (tmp_path / "out" / "report.html").is_file()
+    else:           # one disk's: its own id, its diagnosis's one-disk layout
+        assert g["minimized"].startswith("write-cache@") and "nodes" not in g and "culprits" in m
+        assert m["minimized"] == f"write-cache@8/d{W6}"   # the write W6 lost, the cut right after ack:1 (entry 7)
     assert paths["junit"].is_file() and json.loads((tmp_path / "out" / "diagnoses.json").read_text())["groups"]
 
 

@@ -11,8 +11,8 @@ from typing import Any
 from powercut.checker import CheckerSpec
 from powercut.core.disks import Disks
 from powercut.core.verdict import Verdict
-from powercut.debug.clusterdebug import ClusterDiagnosis
-from tests.unit.core.test_clustershrink import OPS as CLUSTER_OPS
+from powercut.debug.diagnosis import Diagnosis
+from tests.unit.core.test_disksshrink import OPS as CLUSTER_OPS
 from tests.unit.logops import build_log
 
 FIXTURES = Path(__file__).parent / "bundles"
@@ -61,8 +61,8 @@ def cluster(tmp: Path) -> dict[str, Any]:
                    "lost": [len(s.dropped), len(s.dropped)], "torn": [0, 0],
                    "culprits": [{"entry": 5, "what": "data block", "path": "/replog.log", "text": f"node {n} w6"}]}
                   for n, s in enumerate(st.nodes))
-    d = ClusterDiagnosis(st.id, "lost-ack", st.id, ("acked record 1 is intact on 1 of 3 nodes",), "lost", 4, False,
-                         nodes, "lost-ack: lost <- node 1: w6", 0.5)
+    d = Diagnosis(st.id, "lost-ack", st.id, ("acked record 1 is intact on 1 of 3 nodes",), "lost", 4, False, nodes,
+                  "lost-ack: lost <- node 1: w6", 0.5)
     return {"recording": RECORDING, "logs": logs, "cuts": [13, 13, 13], "data_size": 1 << 20, "fstype": "ext4",
             "mount_opts": "", "checker": CheckerSpec(name="replog"), "params": {"n": 2},
             "workload": {"name": "replog"}, "verdict": v, "diagnosis": d}

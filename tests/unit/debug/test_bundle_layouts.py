@@ -67,7 +67,7 @@ def test_todays_bundles_load(tmp_path: Path) -> None:
 
 
 class Judge:
-    """A judge callback (debug/clusterdebug.JudgeStates) that says what the bundle said, and keeps the states."""
+    """A judge callback (debug/repro.JudgeStates) that says what the bundle said, and keeps the states."""
 
     def __init__(self) -> None:
         self.seen: list[DisksState] = []

@@ -212,9 +212,10 @@ def test_a_torn_failure_is_excused_only_by_a_twin_that_fails_alike(monkeypatch: 
     ids = {(4,): "write-cache@9/d4", (4, 5): "write-cache@9/d4,5"}
     names = {"keep": ids[(4,)], "lose": ids[(4, 5)]}
     outcome = {names[k]: CheckResult(v, r) for k, (v, r) in twins.items()}
-    sp = SimpleNamespace(make_state=lambda model, cut, dropped: SimpleNamespace(id=ids[tuple(dropped)]))
-    ws = SimpleNamespace(crash_space=lambda: sp, workdir=tmp_path)
-    monkeypatch.setattr(diagnose, "_with_image", lambda ws_, cand, use: outcome[cand.id])
+    sp = SimpleNamespace(make_state=lambda model, cut, dropped: SimpleNamespace(id=ids[tuple(dropped)], model=model))
+    disks = SimpleNamespace(nodes=(sp,), make=lambda model, states: states[0])
+    ws = SimpleNamespace(disks=disks, workdir=tmp_path)
+    monkeypatch.setattr(diagnose, "judge_state", lambda ctx, ws_, cand: outcome[cand.id])
     state = SimpleNamespace(id="torn-4k@9/t5:s0/d4", cut=9, dropped=(4,), torn=((5, (0,)),))
     first = Verdict(state.id, "torn-4k", 9, "lost-ack", ("record 3: checksum mismatch",), 1, 0, 0.1, confirmed=True)
     twin = diagnose.without_tear(None, ws, state, first)  # type: ignore[arg-type]

@@ -32,8 +32,10 @@ def test_checker_vm_jobs_round_trip() -> None:
                                checker=CheckerSpec(command="true", timeout_s=5), disks={"scratch": "s"},
                                params={"n": 2})
     jobs = [guestjob.CheckJob(src, states=("flush@3", "flush@5")),
-            guestjob.DiagnoseJob(src, failures=({"state": "flush@3", "verdict": "lost-ack"},), floor=2, budget=9,
+            guestjob.DiagnoseJob(src, failures=({"state": "flush@3", "verdict": "lost-ack"},), floors=(2,), budget=9,
                                  tear_only=True),
+            guestjob.DiagnoseJob(src, failures=({"state": "flush~flush@3+flush@3", "verdict": "lost-ack"},),
+                                 floors=(2, -1), logs=("/run/powercut/rec/log0.bin", "/run/powercut/rec/log1.bin")),
             guestjob.ShellJob(src, state="flush@3"),
             guestjob.ShellJob(src, logs=("/run/powercut/rec/log0.bin", "/run/powercut/rec/log1.bin"),
                               state="flush~flush@3+flush@3"),

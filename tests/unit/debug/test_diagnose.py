@@ -1,20 +1,15 @@
-"""The pure parts of a cluster diagnosis: the writes that matter look past the harness's ordering
-flushes (they make nothing durable) to the real barrier; blame's image reaches the commit after
-them (``settled``); a diagnosis round-trips through JSON; a judge callback that judges nothing is
-one clear error."""
+"""The pure parts of a diagnosis (debug/diagnose.py): the writes that matter look past the harness's
+ordering flushes (they make nothing durable) to the real barrier; blame's image reaches the commit
+after them (``settled``); each disk's images and mount point (``Workspace.where``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import pytest
-
+from powercut.core.disks import Disks
 from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.models import CrashSpace
 from powercut.debug.blame import writes_that_matter
-from powercut.debug.clusterdebug import ClusterDiagnosis, judge_one
-from powercut.debug.diagnose import settled
-from powercut.errors import UsageError
+from powercut.debug.diagnose import Workspace, settled
 from tests.unit.logops import build_log
 
 # 0 mkfs, 1 w, 2 flush, 3 order-begin, 4 (ordering) flush, 5 order-end, 6 ack:1, 7 w (data), 8 w (journal),
@@ -40,19 +35,8 @@ def test_settled_reaches_the_commit_after_the_next_barrier(tmp_path: Path) -> No
     assert settled(sp, 3) == 3       # the barrier at 2, no FUA write after it
 
 
-def test_a_diagnosis_round_trips() -> None:
-    d = ClusterDiagnosis("flush~a+b", "lost-ack", "flush~c+d", ("r",), "r", 3, False,
-                         ({"node": 0, "culprits": [{"text": "t"}]}, {"node": 1, "culprits": []}), "cause", 1.5, "note")
-    again = ClusterDiagnosis.from_json(d.to_json())
-    assert again == d and again.culprits(0) == [{"text": "t"}]
-
-
-def test_a_judge_that_judges_nothing_is_an_error(tmp_path: Path) -> None:
-    def nothing(states: Any, sink: Any, work: Path) -> None:
-        work.mkdir()
-
-    class S:
-        id = "flush~x+y"
-    with pytest.raises(UsageError, match="was not judged"):
-        judge_one(nothing, S(), tmp_path / "w")   # type: ignore[arg-type]
-    assert not (tmp_path / "w").exists()
+def test_one_disks_images_are_the_workdirs_own_and_node_is_under_n(tmp_path: Path) -> None:
+    one = Workspace(Disks([build_log(tmp_path / "a.bin", OPS)]), (), 1 << 20, tmp_path / "w")
+    three = Workspace(Disks([build_log(tmp_path / f"n{i}.bin", OPS) for i in range(3)]), (), 1 << 20, tmp_path / "w")
+    assert (one.where("mnt", 0), one.where("diag", 0)) == (tmp_path / "w" / "mnt", tmp_path / "w" / "diag")
+    assert three.where("mnt", 2) == tmp_path / "w" / "mnt" / "n2"

@@ -1,20 +1,23 @@
-"""Minimize a failing cluster crash state node by node (pure; host and guest), and the pure parts
-of a cluster failure's diagnosis: which nodes its reasons name, its cause line, and how much of
-each node's log a repro bundle needs.
+"""Minimize a failing state of N >= 1 disks (pure; host and guest), one disk's state at a time, and
+the pure parts of a failure of several disks: which nodes its reasons name, its cause line, and how
+much of each node's log a repro bundle needs.
 
-**Per node, the others fixed.**  Starting from a failing cluster state, each node's state is
+**Per disk, the others fixed.**  Starting from a failing state of the disks, each disk's state is
 minimized in turn by core/shrink.minimize (its lost writes restored, its tear removed or its lost
-sectors restored, its cut walked back) while the *cluster* state -- that node's candidate with
-every other node's current state -- still fails the same way (the same verdict and the same class
-of first reason, ``shrink.signature``).  Rounds over the nodes repeat until one changes nothing
-or the budget (judge calls, shared by all nodes) runs out.
+sectors restored, its cut walked back) while the state of the disks -- that disk's candidate with
+every other disk's current state -- still fails the same way (the same verdict and the same class
+of first reason, ``shrink.signature``).  Rounds over the disks repeat until one changes nothing
+or the budget (judge calls, shared by all disks) runs out.
 
-A candidate must stay a cluster state that ``Disks.state_from_id`` rebuilds: its cut in
-the same instant (key version) as the others' (else the checker would be told other acks), its
-model the cluster's or ``flush`` (the fallback a node contributes).  ``InstantSpace`` is the
-node's CrashSpace with ``make_state`` refusing anything else, so core/shrink skips such a
-candidate as a state the model cannot produce (unjudged, no budget spent).  The minimized cluster
-state has an id, ``MODEL~ID0+ID1+...``, that ``state_from_id`` rebuilds."""
+With several disks a candidate must stay a state of the disks that ``Disks.state_from_id``
+rebuilds: its cut in the same instant (key version) as the others' (else the checker would be told
+other acks), its model the state's or ``flush`` (the fallback a node contributes).
+``InstantSpace`` is the node's CrashSpace with ``make_state`` refusing anything else, so
+core/shrink skips such a candidate as a state the model cannot produce (unjudged, no budget
+spent).  One disk has no other disk to agree with (``node_bounds``): its candidates are every
+state its own space builds above its floor, in one round -- core/shrink's result is already a
+fixpoint of its moves -- which is exactly one disk's minimization (core/shrink.minimize).  The
+minimized state has an id (one disk's own, or ``MODEL~ID0+ID1+...``) that ``state_from_id`` rebuilds."""
 from __future__ import annotations
 
 import re
@@ -29,16 +32,16 @@ from powercut.core.models import CrashSpace
 from powercut.core.shrink import Judged, Outcome, minimize, reason_class, signature
 from powercut.errors import UsageError
 
-__all__ = ["ClusterShrunk", "InstantSpace", "NodeShrunk", "bundle_cuts", "cause_line", "minimize_cluster",
-           "node_floor", "nodes_named", "nodes_note"]
+__all__ = ["DisksShrunk", "InstantSpace", "NodeShrunk", "bundle_cuts", "cause_line", "culprit_phrase", "minimize_disks",
+           "node_bounds", "node_floor", "nodes_named", "nodes_note"]
 
 MAX_ROUNDS = 4
 _NODE = re.compile(r"\bnode (\d+)\b")
 
 
 class InstantSpace(CrashSpace):
-    """A node's CrashSpace whose ``make_state`` builds only states a cluster state at ``instant``
-    under cluster model ``model`` may hold: a cut of that instant, the model or ``flush``."""
+    """A node's CrashSpace whose ``make_state`` builds only states a state of several disks at
+    ``instant`` under model ``model`` may hold: a cut of that instant, the model or ``flush``."""
 
     def __init__(self, sp: CrashSpace, window: range, model: str) -> None:   # shares sp's tables
         self.__dict__.update(vars(sp))
@@ -57,13 +60,15 @@ class InstantSpace(CrashSpace):
 
 @dataclass(frozen=True, slots=True)
 class NodeShrunk:
-    """One node's part of a cluster minimization (over all rounds)."""
+    """One disk's part of a minimization (over all rounds); ``one_at_a_time``: core/shrink's lower
+    bound for a one-change-at-a-time shrinker, summed over the rounds."""
 
     node: int
     original: CrashState
     minimized: CrashState
     calls: int
     exhausted: bool
+    one_at_a_time: int = 0
 
     def to_json(self) -> dict[str, Any]:
         o, m = self.original, self.minimized
@@ -73,9 +78,9 @@ class NodeShrunk:
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterShrunk:
-    """A cluster minimization: ``minimized`` fails like ``original`` (``signature``; ``reasons``:
-    its own judgement); ``calls`` judge calls in all (the budget shared by the nodes)."""
+class DisksShrunk:
+    """A minimization of N >= 1 disks' state: ``minimized`` fails like ``original`` (``signature``;
+    ``reasons``: its own judgement); ``calls`` judge calls in all (the budget shared by the disks)."""
 
     original: DisksState
     minimized: DisksState
@@ -85,6 +90,10 @@ class ClusterShrunk:
     calls: int
     exhausted: bool
     rounds: int
+
+    @property
+    def one_at_a_time(self) -> int:
+        return sum(n.one_at_a_time for n in self.nodes)
 
     def to_json(self) -> dict[str, Any]:
         return {"original": self.original.id, "minimized": self.minimized.id, "verdict": self.signature[0],
@@ -105,44 +114,58 @@ def node_floor(sp: CrashSpace, window: range, state: CrashState, floor: int | No
     return mine if mine >= 0 else None
 
 
-def minimize_cluster(cs: Disks, state: DisksState, judge: Callable[[DisksState], Judged], *,
-                     budget: int, expected: Judged, floors: Sequence[int | None] = (),
-                     classify: Callable[[str], str] = reason_class) -> ClusterShrunk:
-    """Minimize each node's state of the failing ``state`` in turn, the others fixed, while the
-    cluster state fails like ``expected`` (its known judgement); at most ``budget`` calls of
-    ``judge`` over all nodes and rounds.  ``floors``: per node, the floor mark's entry (or None)."""
+def node_bounds(cs: Disks, n: int, state: DisksState, current: CrashState,
+                floor: int | None) -> tuple[CrashSpace, int | None]:
+    """The space disk ``n``'s candidates come from and the floor entry they keep, while the other
+    disks hold their states: the cuts of the state's instant under its model or ``flush``
+    (InstantSpace), above ``node_floor``.  One disk alone has no other to agree with: its own
+    space, above its floor mark when that lies before the state's cut (core/shrink.minimize's
+    ``floor``, as one disk's minimization always had it)."""
+    if len(cs) == 1:
+        return cs.nodes[0], floor if floor is not None and floor < current.cut else None
+    window = cs.window(n, state.instant)
+    return InstantSpace(cs.nodes[n], window, state.model), node_floor(cs.nodes[n], window, current, floor)
+
+
+def minimize_disks(cs: Disks, state: DisksState, judge: Callable[[DisksState], Judged], *,
+                   budget: int, expected: Judged, floors: Sequence[int | None] = (),
+                   classify: Callable[[str], str] = reason_class) -> DisksShrunk:
+    """Minimize each disk's state of the failing ``state`` in turn, the others fixed, while the
+    state of the disks fails like ``expected`` (its known judgement); at most ``budget`` calls of
+    ``judge`` over all disks and rounds (one round for one disk: ``node_bounds``).  ``floors``: per
+    disk, the floor mark's entry (or None)."""
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
         raise UsageError(f"the shrink budget must be a non-negative integer, got {budget!r}")
     target = signature(expected, classify)
     if target[0] == "pass":
-        raise UsageError(f"cluster state {state.id} passes: nothing to minimize")
+        raise UsageError(f"state {state.id} passes: nothing to minimize")
     floors = list(floors) or [None] * len(cs)
     current = list(state.nodes)
     last: Judged = Outcome(expected.verdict, tuple(expected.reasons))
-    calls = [0] * len(cs)
+    calls, naive = [0] * len(cs), [0] * len(cs)
     exhausted = [False] * len(cs)
     used, rounds, cut_short = 0, 0, False
-    while rounds < MAX_ROUNDS:
+    while rounds < (MAX_ROUNDS if len(cs) > 1 else 1):
         rounds += 1
         changed = False
         for n in range(len(cs)):
             if used >= budget:
                 cut_short = True
                 break
-            window = cs.window(n, state.instant)
-            sp = InstantSpace(cs.nodes[n], window, state.model)
+            sp, floor = node_bounds(cs, n, state, current[n], floors[n])
             seen: dict[str, Judged] = {}
 
             def judge_node(cand: CrashState, n: int = n, seen: dict[str, Judged] = seen) -> Judged:
                 nodes = [*current[:n], cand, *current[n + 1:]]
-                got = judge(cs.make(state.model, nodes))
+                got = judge(cs.make(state.model if len(cs) > 1 else cand.model, nodes))  # one disk: its own model
                 seen[cand.id] = got
                 return got
 
             shrunk = minimize(sp, current[n], judge_node, budget=budget - used, expected=last, classify=classify,
-                              floor=node_floor(cs.nodes[n], window, current[n], floors[n]))
+                              floor=floor)
             used += shrunk.calls
             calls[n] += shrunk.calls
+            naive[n] += shrunk.one_at_a_time
             exhausted[n] = exhausted[n] or shrunk.exhausted
             if shrunk.minimized.id != current[n].id:
                 current[n] = shrunk.minimized
@@ -150,10 +173,11 @@ def minimize_cluster(cs: Disks, state: DisksState, judge: Callable[[DisksState],
                 changed = True
         if not changed or cut_short:
             break
-    minimized = cs.make(state.model, current)
-    per_node = tuple(NodeShrunk(n, state.nodes[n], current[n], calls[n], exhausted[n]) for n in range(len(cs)))
-    return ClusterShrunk(state, minimized, target, tuple(last.reasons), per_node, used, any(exhausted) or cut_short,
-                         rounds)
+    minimized = cs.make(current[0].model if len(cs) == 1 else state.model, current)
+    per_node = tuple(NodeShrunk(n, state.nodes[n], current[n], calls[n], exhausted[n], naive[n])
+                     for n in range(len(cs)))
+    return DisksShrunk(state, minimized, target, tuple(last.reasons), per_node, used, any(exhausted) or cut_short,
+                       rounds)
 
 
 def nodes_named(reasons: Iterable[str]) -> tuple[int, ...]:
@@ -172,6 +196,12 @@ def nodes_note(named: dict[int, int], states: int) -> str:
 _SHORT = {"lost": "lost", "torn": "torn", "not": "late", "durable,": "present"}
 
 
+def culprit_phrase(c: dict[str, Any]) -> str:
+    """A blamed write (debug/blame.Culprit JSON) in a cause line: ``late data block of /replog.log``."""
+    how = str(c.get("how", ""))
+    return f"{_SHORT.get(how.split(' ')[0], how)} {c.get('what', '')}" + (f" of {c['path']}" if c.get("path") else "")
+
+
 def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str, Any]]], per_node: int = 3) -> str:
     """A cluster failure's block-level cause, naming each node: ``lost-ack: <reason class> <- node 0:
     late data block of /replog.log | node 1: ...``; ``culprits``: per node, its blamed writes as
@@ -179,8 +209,7 @@ def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[s
     kinds of object (and how many more)."""
     parts = []
     for n, cs in enumerate(culprits):
-        named = {(not c.get("path"), f"{_SHORT.get(str(c.get('how', '')).split(' ')[0], c.get('how', ''))} "
-                  f"{c.get('what', '')}" + (f" of {c['path']}" if c.get("path") else "")) for c in cs}
+        named = {(not c.get("path"), culprit_phrase(c)) for c in cs}
         objs = [text for _, text in sorted(named)]   # the program's files first
         more = f" (+{len(objs) - per_node} more)" if len(objs) > per_node else ""
         parts.append(f"node {n}: " + ("; ".join(objs[:per_node]) + more or "no write (the cut alone)"))

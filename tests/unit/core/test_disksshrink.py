@@ -1,26 +1,36 @@
-"""Cluster minimization node by node on synthetic 3-node logs: a failure that needs one lost write of
-one node is minimized to exactly that (the other nodes lose nothing, every cut walked back within
-the instant), the id rebuilds, the budget is shared and honoured, candidates never leave the
-instant; and the pure helpers (nodes named, cause line, bundle cuts)."""
+"""The minimization of N >= 1 disks' states (core/disksshrink.py).  On synthetic 3-node logs, node by
+node: a failure that needs one lost write of one node is minimized to exactly that (the other nodes
+lose nothing, every cut walked back within the instant), the id rebuilds, the budget is shared and
+honoured, candidates never leave the instant.  At N = 1, a Hypothesis property over random logs,
+every honest model, random failures, budgets and floors: the result is core/shrink.minimize's, field
+for field (one disk's minimization as it always was).  And the pure helpers (nodes named, cause
+line, bundle cuts)."""
 from __future__ import annotations
 
+import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from powercut.core.clustershrink import (
+from powercut.core.disks import Disks, DisksState
+from powercut.core.disksshrink import (
+    DisksShrunk,
     InstantSpace,
     bundle_cuts,
     cause_line,
-    minimize_cluster,
+    minimize_disks,
     node_floor,
     nodes_named,
     nodes_note,
 )
-from powercut.core.disks import Disks, DisksState
-from powercut.core.shrink import Outcome
+from powercut.core.shrink import Outcome, minimize
+from powercut.core.stateid import HONEST_MODELS
 from powercut.errors import UsageError
+from tests.unit.core.test_shrink import OP, PASS, concrete, mixed
 from tests.unit.logops import build_log
 
 # entries: 0 mkfs, 1 w, 2 flush, 3 begin:1, 4 w5, 5 w6, 6 w7, 7 ack:1, 8 w8, 9 note, 10 w9, 11 flush, 12 begin:2
@@ -54,7 +64,7 @@ def start(cs: Disks) -> DisksState:
 
 def test_the_failure_comes_down_to_node_1s_one_lost_write(cs: Disks) -> None:
     calls: list[str] = []
-    got = minimize_cluster(cs, start(cs), fake_judge(calls), budget=200, expected=LOST, floors=[0, 0, 0])
+    got = minimize_disks(cs, start(cs), fake_judge(calls), budget=200, expected=LOST, floors=[0, 0, 0])
     m = got.minimized
     assert [s.dropped for s in m.nodes] == [(), (W6,), ()]
     assert m.nodes[1].cut == W6 + 3 and all(s.cut >= 8 for s in m.nodes)   # the instant's first write-cache cut
@@ -67,14 +77,14 @@ def test_the_failure_comes_down_to_node_1s_one_lost_write(cs: Disks) -> None:
 
 def test_the_budget_is_shared_by_the_nodes_and_honoured(cs: Disks) -> None:
     calls: list[str] = []
-    got = minimize_cluster(cs, start(cs), fake_judge(calls), budget=3, expected=LOST)
+    got = minimize_disks(cs, start(cs), fake_judge(calls), budget=3, expected=LOST)
     assert len(calls) == got.calls <= 3 and got.exhausted
     assert fake_judge([])(got.minimized).verdict == "lost-ack"   # the smallest failing state so far
 
 
 def test_a_passing_expectation_is_refused(cs: Disks) -> None:
     with pytest.raises(UsageError, match="passes"):
-        minimize_cluster(cs, start(cs), fake_judge([]), budget=5, expected=Outcome("pass"))
+        minimize_disks(cs, start(cs), fake_judge([]), budget=5, expected=Outcome("pass"))
 
 
 def test_instant_space_refuses_other_instants_and_models(cs: Disks) -> None:
@@ -116,3 +126,47 @@ def test_cause_line_names_every_node() -> None:
 def test_bundle_cuts_end_at_the_key_mark_after_the_instant(cs: Disks) -> None:
     assert bundle_cuts(cs, INSTANT) == [13, 13, 13]    # begin:2 is the last entry
     assert bundle_cuts(cs, 1) == [8, 8, 8]             # up to and including ack:1
+
+
+@settings(max_examples=600, deadline=None)
+@given(ops=st.lists(OP, min_size=1, max_size=12), model=st.sampled_from(HONEST_MODELS),
+       mode=st.sampled_from(["all", "any", "odd"]), need=st.sampled_from([None, "x", "x", "y"]),
+       sector=st.integers(0, 3), budget=st.integers(1, 40), data=st.data())
+def test_one_disk_is_core_shrinks_minimization(ops: list[tuple], model: str, mode: str,  # type: ignore[type-arg]
+                                               need: str | None, sector: int, budget: int,
+                                               data: st.DataObject) -> None:
+    ops.insert(data.draw(st.integers(0, len(ops))), ("m", "ack:x"))
+    with tempfile.TemporaryDirectory() as d:
+        index = build_log(Path(d) / "log", concrete(ops))
+    cs = Disks([index])
+    sp = cs.nodes[0]
+    relevant = data.draw(st.sets(st.sampled_from([i for i in range(sp.n) if sp.is_data[i]] or [0]), min_size=1,
+                                 max_size=3))
+    judge = mixed(sp, relevant, mode, need, sector)
+    failing = [s for s in sp.states(model, exhaustive_bound=4, samples=4, torn_samples=2) if judge(s) != PASS]
+    if not failing:
+        return
+    orig = data.draw(st.sampled_from(failing))
+    floor = data.draw(st.one_of(st.none(), st.integers(0, sp.n)))
+    first, asked = judge(orig), []
+
+    def judge_disks(s: DisksState) -> Outcome:
+        asked.append(s.id)
+        assert len(s.nodes) == 1 and s.id == s.nodes[0].id and s.model == s.nodes[0].model
+        return judge(s.nodes[0])
+
+    def got_() -> DisksShrunk:
+        return minimize_disks(cs, cs.state_from_id(orig.id), judge_disks, budget=budget, expected=first,
+                              floors=[floor])
+    try:
+        want = minimize(sp, orig, judge, budget=budget, expected=first,
+                        floor=floor if floor is not None and floor < orig.cut else None)
+    except UsageError as e:   # a state losing a write at or before the floor: refused alike
+        with pytest.raises(UsageError, match=re.escape(str(e))):
+            got_()
+        return
+    got = got_()
+    assert got.minimized.id == want.minimized.id and got.minimized.nodes == (want.minimized,)
+    assert (got.signature, got.reasons, got.calls, got.exhausted, got.one_at_a_time) == (
+        want.signature, want.reasons, want.calls, want.exhausted, want.one_at_a_time)
+    assert got.rounds == 1 and len(asked) == got.calls and cs.state_from_id(got.minimized.id) == got.minimized
