@@ -3,8 +3,7 @@
 * ``run`` -- the check campaign of one disk or N (select, judge, triage, summarize);
 * ``phases`` -- a campaign's phases after its selection, for one disk or N: judge, group, minimize, confirm,
   explain, bundle;
-* ``clustertriage`` -- what triage does beyond one disk's for N > 1 disks: node-by-node minimization and
-  blame, retries of a disagreeing verdict, cluster bundles and a group's words about its nodes;
+* ``retries`` -- more judgments of a state whose confirmation disagreed (N > 1 disks: nondeterministic recovery);
 * ``outdir`` -- a check's output directory: where it is, made ready, refused when another run holds it;
 * ``journal`` -- the verdict journal, the resume point;
 * ``ledger`` -- the states that passed in earlier runs of a log (``--ledger``), skipped in the next;

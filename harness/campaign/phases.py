@@ -8,7 +8,7 @@ Every judgement goes through ``check/place.Place.judge`` (host or checker VMs, h
 (debug/triage.diagnose_at: the minimization, a disk at a time, and each disk's blame, where the
 check runs), and confirmation judges in fresh kernels.  What differs with the number of disks is
 only that the recovery of several disks may be nondeterministic, so a disagreeing second verdict
-is judged a few more times there (campaign/clustertriage.py).
+is judged a few more times there (campaign/retries.py).
 
 Confirmation (core/confirm.py): failing states are judged a second time, alone (a fresh clone, a
 fresh mount point, nothing else from that recording mounted: one host worker, or fresh checker
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from powercut.campaign import clustertriage
+from powercut.campaign import retries
 from powercut.campaign.journal import Journal
 from powercut.check.context import CheckContext, LogSource
 from powercut.core import confirm as confirming
@@ -162,7 +162,7 @@ class CampaignRun:
             self.escalated |= {confirming.group_key(v) for v in escalate}
             self._alone(escalate, [by_id[v.state] for v in escalate])
         if self.disks > 1 and not interrupt.stopping():   # a cluster's recovery may be nondeterministic
-            clustertriage.retry_disagreeing(by_id, self.journal, self.judge, self.outdir / "confirm")
+            retries.retry_disagreeing(by_id, self.journal, self.judge, self.outdir / "confirm")
         self.confirm_s += time.monotonic() - t0
 
     def _alone(self, firsts: list[Verdict], states: list[Any]) -> dict[str, Verdict]:

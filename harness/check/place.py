@@ -2,7 +2,7 @@
 checker VM's settings, and the one dispatch over the two, for states of one disk or of N.
 Campaigns, confirmation, a cluster's minimization, repro and the matrix's tear checks all judge
 through ``Place.judge``; diagnoses go through
-``debug.diagnose.diagnose_at``, which takes the same value."""
+``debug.triage.diagnose_at``, which takes the same value."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,7 +1,9 @@
-"""What a campaign's triage does only with N > 1 disks (host; issue 40): a disagreeing second verdict
-is judged ``RETRIES`` more times (``retry_disagreeing``), as a cluster's recovery can be
-nondeterministic on the same images.  The phases themselves -- grouping, diagnosis, confirmation by
-group, the journal, bundles -- are campaign/phases.py's and debug/triage.py's, for any number of disks."""
+"""More judgments of a state whose confirmation disagreed with its first verdict (host; issue 40):
+``retry_disagreeing`` judges it ``RETRIES`` more times, as a cluster's recovery can be
+nondeterministic on the same images.  Campaign/phases.py asks for it with N > 1 disks only: one
+disk's recovery by one kernel has shown no such nondeterminism, and a one-disk ``flaky`` stays what
+it has always meant (seen once, not again).  The phases themselves -- grouping, diagnosis,
+confirmation by group, the journal, bundles -- are campaign/phases.py's and debug/triage.py's."""
 from __future__ import annotations
 
 import dataclasses
