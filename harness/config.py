@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import tomli_w
 
+from powercut.core import syncdelay
 from powercut.core.latency import DiskLatency, DisksLatency, LatencyError
 from powercut.core.nodefaults import DisksFaults, FaultsError
 from powercut.errors import UsageError
@@ -155,6 +156,7 @@ class WorkloadSpec:
     timeout_s: float = WORKLOAD_TIMEOUT_S
     fault: str = ""                  # the recording's fault plan(s) (core/nodefaults.DisksFaults), canonical text
     trace: bool = True               # trace its durability-relevant system calls (core/syscalls.py) with strace
+    delay_sync: tuple[str, ...] = ()  # GLOB=TIME rules: those files' syncs held (core/syncdelay.py), canonical
 
     def __post_init__(self) -> None:
         if bool(self.name) == bool(self.cmd):
@@ -164,6 +166,7 @@ class WorkloadSpec:
                 object.__setattr__(self, "fault", str(DisksFaults.parse(self.fault)))
             except FaultsError as e:
                 raise UsageError(f"--fault {self.fault}: {e}") from None
+        object.__setattr__(self, "delay_sync", syncdelay.canonical(self.delay_sync))
 
     @property
     def label(self) -> str:

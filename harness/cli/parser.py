@@ -181,6 +181,11 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
                         "sectors=S+N), on at mark=GLOB[,nth=N] | p=P[,seed=S] | writes=N | after=SECONDS "
                         "(default: from the start), off at until=GLOB (see README, Faults); with --nodes, "
                         "one node's: NODE=PLAN, joined by + (1=eio-writes,mark=ack:3: node 1's disk fails)")
+    p.add_argument("--delay-sync", action="append", default=[], metavar="GLOB=TIME",
+                   help="hold every fsync, fdatasync, sync_file_range, msync and syncfs of the workload on a "
+                        "file matching GLOB for TIME (e.g. '*.wal=200ms'; relative to the filesystem under "
+                        "test, or absolute; repeat for more files): opens the window a reply can race one "
+                        "file's sync in (docs/races.md)")
     fs_option(p, "filesystem under test")
     p.add_argument("--mkfs-opts", type=shell_words, default="", help="extra mkfs options, as one shell-quoted string")
     p.add_argument("--mount-opts", default="", help="mount options (-o)")

@@ -47,8 +47,11 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
         fault = fault_for(args.fault, getattr(args, "nodes", 1) or 1)
     except UsageError as e:
         raise OptionError(str(e)) from None
-    wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=params,
-                      timeout_s=args.workload_timeout, fault=fault, trace=not args.no_trace)
+    try:   # a bad --delay-sync glob or time is a bad option value (exit 2)
+        wl = WorkloadSpec(name=name or "", cmd=args.cmd or "", params=params, timeout_s=args.workload_timeout,
+                          fault=fault, trace=not args.no_trace, delay_sync=tuple(getattr(args, "delay_sync", ()) or ()))
+    except UsageError as e:
+        raise OptionError(str(e)) from None
     try:   # a bad --disk-latency (or a node it names beyond --nodes) is a bad option value (exit 2)
         latency = disk_latency_for(args.disk_latency, getattr(args, "nodes", 1) or 1)
     except UsageError as e:
@@ -120,6 +123,11 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     if tr:
         print(f"  trace: {tr['file']} ({tr.get('bytes', 0) >> 10} KiB of strace)" if tr.get("file")
               else f"  trace: none ({tr.get('error')})")
+    ds = m["result"].get("delay_sync")
+    if isinstance(ds, dict):
+        held = {f: n["held"] for f, n in ds.get("files", {}).items() if n.get("held")}
+        print(f"  delay-sync {', '.join(ds.get('rules', []))}: held {ds.get('held', 0)} of the {ds.get('calls', 0)} "
+              f"sync calls the shim saw ({', '.join(f'{f} {n}' for f, n in sorted(held.items()))})")
     print_stats(str(rec.log_path))
     return 0
 

@@ -29,7 +29,9 @@ from typing import Any
 
 from powercut._logmark import close as close_marks
 from powercut._logmark import insert_cluster
+from powercut.core import syncdelay
 from powercut.core.latency import DisksLatency
+from powercut.errors import PowercutError
 from powercut.guest.faultlayers import DiskFaults
 from powercut.guest.filemap import FILE_MAP, file_map
 from powercut.guest.stack import DiskStack
@@ -43,6 +45,7 @@ from powercut.vm.guestjob import RecordJob
 log = logging.getLogger("powercut.guest")
 
 MNT = guestjob.GUEST_MNT
+DELAY_LOG = "/run/powercut/delay-sync.log"   # guest-local: the shim's line per sync call
 
 
 def disk_name(dm_name: str, i: int, disks: int) -> str:
@@ -124,7 +127,7 @@ def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_en
     under strace when asked (-f: a cluster's nodes are the client's children)."""
     wl = job.workload
     argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
-    env = {**workload_env(job, stacks), **fault_env}
+    env = {**workload_env(job, stacks), **fault_env, **delay_env(job)}
     res: dict[str, Any] = {}
     argv = traced(argv, wl.trace, job.tools_dir, res)
     start = time.monotonic()
@@ -134,7 +137,30 @@ def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_en
             # leaving the block kills the whole group: its leftovers must not keep the filesystem busy
     res.update(workload_rc=rc, workload_timed_out=rc is None, workload_s=round(time.monotonic() - start, 3))
     kept_trace(wl.trace, jobdir, res)
+    if wl.delay_sync:
+        try:
+            text = Path(DELAY_LOG).read_text(errors="replace")
+        except FileNotFoundError:
+            text = ""
+        marks = {os.path.realpath(s.order) for s in stacks}   # powercut's own: each mark's flush (marks.py)
+        res["delay_sync"] = {"rules": list(wl.delay_sync), **syncdelay.held_summary(text, MNT, ignore=marks)}
     return res
+
+
+def delay_env(job: RecordJob) -> dict[str, str]:
+    """The --delay-sync shim preloaded into the workload, its rules and its log (core/syncdelay.py);
+    {} without rules.  An image built without the shim (no C compiler then) cannot hold a sync: a
+    recording that asks is refused rather than made without the delay."""
+    if not job.workload.delay_sync:
+        return {}
+    shim = os.path.join(job.tools_dir, syncdelay.SHIM) if job.tools_dir else ""
+    if not shim or not os.path.exists(shim):
+        raise PowercutError(f"--delay-sync needs the image's {syncdelay.SHIM}, which was not built (no C compiler "
+                            "when the image was made: apt-get install gcc, then powercut image build --force)")
+    if os.path.exists(DELAY_LOG):
+        os.unlink(DELAY_LOG)
+    rules = [syncdelay.SyncDelay.parse(r) for r in job.workload.delay_sync]
+    return {"LD_PRELOAD": shim, syncdelay.ENV: syncdelay.env_text(rules), syncdelay.LOG_ENV: DELAY_LOG}
 
 
 def uptime() -> float:

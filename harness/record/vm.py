@@ -37,6 +37,7 @@ from powercut.config import (
     fault_for,
     to_dict,
 )
+from powercut.core import syncdelay
 from powercut.core.disks import MAX_NODES
 from powercut.core.dmlog import open_log
 from powercut.core.faultwindows import Faults
@@ -406,6 +407,11 @@ def judge_result(result: guestjob.GuestResult, per_disk: list[dict[str, Any]], m
                                                 ": nothing was injected, so nothing about errors would be tested"))
             rec.update(status="fault-plan-failed", error=why)
             raise WorkloadFailed(f"{why} (see {out}/job/workload.err)")
+    delays = result.get("delay_sync")
+    if isinstance(delays, dict) and not delays.get("held") and not result.get("workload_rc"):
+        why = syncdelay.unused_note([syncdelay.SyncDelay.parse(r) for r in delays.get("rules", [])], delays)
+        rec.update(status="delay-sync-unused", error=why)   # a recording like any other: nothing new tested
+        raise WorkloadFailed(f"{why} (the trace: {out}/job/)")
     if result.get("workload_rc") and any(_faults(out / name) for name in logs):
         log.info("the workload exited %s after an injected I/O error: recorded", result.get("workload_rc"))
     elif result.get("workload_rc"):

@@ -1,0 +1,125 @@
+"""``--delay-sync GLOB=TIME`` (pure; host and guest): hold every fsync, fdatasync, sync_file_range,
+msync and syncfs of the workload on a file whose path matches GLOB for TIME before it enters the
+kernel (issue 50).
+
+Why per file: a disk-wide latency (core/latency.py) slows every flush alike, so a program whose
+acking thread waits on another file's sync (its engine's periodic commit) still acks after its log
+is durable; only slowing the one file's sync opens the window in which a reply can race it.  The
+recording guest's shim (vm-images/powercut_delaysync.c, LD_PRELOAD) does the holding; a program
+that syncs without libc (Go, a static binary) is not seen by it, and the recording says so
+(``held_summary``: what the shim saw, against what the program synced).
+
+A glob is matched with fnmatch (``*`` crosses ``/``) against the file's absolute path in the guest
+and its path relative to the recorded filesystem (``app.db``, ``n1/replog.log`` on a cluster).  The
+first rule that matches a file wins."""
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from powercut.errors import UsageError
+
+MAX_DELAY_S = 60.0
+MAX_RULES = 32          # the shim's table
+MAX_GLOB_BYTES = 255
+_TIME = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s)\s*")
+_UNIT_NS = {"us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+ENV = "POWERCUT_DELAY_SYNC"            # the shim's rules
+LOG_ENV = "POWERCUT_DELAY_SYNC_LOG"    # where the shim appends every sync call it saw
+SHIM = "libpowercut-delaysync.so"      # in the image's tools directory
+
+
+@dataclass(frozen=True, slots=True)
+class SyncDelay:
+    glob: str
+    ns: int          # the hold, in nanoseconds (what the shim sleeps; exact through the canonical text)
+
+    @staticmethod
+    def parse(text: str) -> SyncDelay:
+        """``GLOB=TIME`` (TIME with its unit: ``200ms``, ``0.5s``, ``800us``); UsageError, one line."""
+        glob, sep, when = str(text).rpartition("=")
+        where = f"--delay-sync {text}"
+        if not sep or not glob.strip():
+            raise UsageError(f"{where}: expected GLOB=TIME, e.g. '*.wal=200ms' or 'db/log.*=1s'")
+        if any(c in glob for c in "\t\n\0") or len(glob.encode()) > MAX_GLOB_BYTES:
+            raise UsageError(f"{where}: a glob is one line of at most {MAX_GLOB_BYTES} bytes, without tabs")
+        m = _TIME.fullmatch(when)
+        if m is None:
+            raise UsageError(f"{where}: TIME is a number with its unit (us, ms or s), e.g. 200ms, not {when!r}")
+        ns = round(float(m.group(1)) * _UNIT_NS[m.group(2)])
+        if not 0 < ns <= MAX_DELAY_S * 1e9:
+            raise UsageError(f"{where}: TIME must be more than 0 and at most {MAX_DELAY_S:g} s")
+        return SyncDelay(glob.strip(), ns)
+
+    @property
+    def seconds(self) -> float:
+        return self.ns / 1e9
+
+    def __str__(self) -> str:
+        if self.ns % 1_000_000_000 == 0 or self.ns >= 1_000_000_000:
+            when = f"{self.ns / 1e9:.9g}s"
+        elif self.ns % 1_000_000 == 0 or self.ns >= 1_000_000:
+            when = f"{self.ns / 1e6:.9g}ms"
+        else:
+            when = f"{self.ns / 1e3:.9g}us"
+        return f"{self.glob}={when}"
+
+
+def parse_all(texts: Iterable[str]) -> tuple[SyncDelay, ...]:
+    """Every rule of a setting (each ``GLOB=TIME``); a glob given twice or too many rules: UsageError."""
+    rules = tuple(SyncDelay.parse(t) for t in texts)
+    seen: set[str] = set()
+    for r in rules:
+        if r.glob in seen:
+            raise UsageError(f"--delay-sync: {r.glob} is given twice; give each glob one time")
+        seen.add(r.glob)
+    if len(rules) > MAX_RULES:
+        raise UsageError(f"--delay-sync: at most {MAX_RULES} rules, not {len(rules)}")
+    return rules
+
+
+def canonical(texts: Iterable[str]) -> tuple[str, ...]:
+    """The setting as the manifest and the guest job carry it (each rule's canonical text)."""
+    return tuple(str(r) for r in parse_all(texts))
+
+
+def env_text(rules: Iterable[SyncDelay]) -> str:
+    """$POWERCUT_DELAY_SYNC: ``NANOSECONDS<TAB>GLOB`` a line, in the rules' order."""
+    return "".join(f"{r.ns}\t{r.glob}\n" for r in rules)
+
+
+def held_summary(log_text: str, mount: str = "", ignore: Collection[str] = ()) -> dict[str, Any]:
+    """What the shim's log says: every sync call it saw and those it held, per file (relative to
+    ``mount`` where under it), for the manifest's [result] and the console; ``ignore``: paths that
+    are not the program's (the marks' order devices)."""
+    files: dict[str, dict[str, int]] = {}
+    calls = held = 0
+    for line in log_text.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) != 3 or not parts[1].isdigit():
+            continue
+        path = parts[2]
+        if path in ignore:
+            continue
+        if mount and path.startswith(mount.rstrip("/") + "/"):
+            path = path[len(mount.rstrip("/")) + 1:]
+        f = files.setdefault(path, {"calls": 0, "held": 0})
+        f["calls"] += 1
+        calls += 1
+        if int(parts[1]) > 0:
+            f["held"] += 1
+            held += 1
+    return {"calls": calls, "held": held, "files": files}
+
+
+def unused_note(rules: Iterable[SyncDelay], summary: dict[str, Any]) -> str:
+    """Why a recording whose rules held no sync tested nothing new: what the program did sync."""
+    synced = sorted(summary.get("files", {}), key=lambda p: -summary["files"][p]["calls"])
+    which = ", ".join(str(r) for r in rules)
+    if not synced:
+        return (f"--delay-sync {which} held no sync call, and the shim saw none at all: the program syncs "
+                "without libc (Go, a static binary) or not at all; see the syscall trace")
+    return (f"--delay-sync {which} held no sync call: the program synced {', '.join(synced[:6])}"
+            f"{', ...' if len(synced) > 6 else ''} ({summary['calls']} calls); match one of those")

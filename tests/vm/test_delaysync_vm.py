@@ -1,0 +1,64 @@
+"""``--delay-sync GLOB=TIME`` in a recording VM (core/syncdelay.py, vm-images/powercut_delaysync.c):
+only the matching file's syncs are held -- each for at least TIME, seen from inside the program, in
+a child thread too, the others not -- with the syscall trace on; the manifest says what was held;
+rules that hold nothing fail the recording in one line naming the files the program did sync."""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from powercut.config import FsSpec, WorkloadSpec
+from powercut.errors import WorkloadFailed
+from powercut.record import recording
+from powercut.record.vm import RecordSpec, record
+
+pytestmark = pytest.mark.vm
+
+PROBE = r"""
+import json, mmap, os, threading, time
+def timed(f):
+    t = time.monotonic(); f(); return (time.monotonic() - t) * 1000
+out = {}
+for name in ("db.wal", "db.idx"):
+    fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
+    os.write(fd, b"x" * 4096)
+    out[name] = {"fsync": timed(lambda: os.fsync(fd)), "fdatasync": timed(lambda: os.fdatasync(fd))}
+    m = mmap.mmap(fd, 4096)
+    m[0:1] = b"y"
+    out[name]["msync"] = timed(m.flush)
+    box = []
+    th = threading.Thread(target=lambda: box.append(timed(lambda: os.fsync(fd))))
+    th.start(); th.join()
+    out[name]["thread"] = box[0]
+print(json.dumps(out))
+"""
+
+
+def test_only_the_matching_files_syncs_are_held_with_the_trace_on(tmp_path: Path) -> None:
+    cmd = f"python3 -c {shlex.quote(PROBE)}"
+    rec = record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(
+        cmd=cmd, delay_sync=("*.wal=150ms",))), tmp_path / "rec")
+    got = json.loads((tmp_path / "rec" / "job" / "workload.out").read_text())
+    assert all(ms >= 150 for ms in got["db.wal"].values()), got        # a lower bound: the shim sleeps first
+    assert all(ms < 150 for ms in got["db.idx"].values()), got
+    ds = rec.manifest["result"]["delay_sync"]
+    assert ds["rules"] == ["*.wal=150ms"] and ds["held"] == 4 and ds["files"]["db.wal"] == {"calls": 4, "held": 4}
+    assert ds["files"]["db.idx"] == {"calls": 4, "held": 0} and not any(f.startswith("/dev/") for f in ds["files"])
+    assert rec.manifest["workload"]["delay_sync"] == ["*.wal=150ms"]
+    assert rec.manifest["trace"].get("file")   # traced as well
+
+
+def test_rules_that_hold_nothing_fail_the_recording_naming_what_was_synced(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadFailed, match=r"held no sync call: the program synced append\.log"):
+        record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(
+            name="append-fsync", params={"n": 2}, delay_sync=("*.wal=10ms",))), tmp_path / "rec")
+    assert recording.load(tmp_path / "rec").manifest["recording"]["status"] == "delay-sync-unused"
+    p = subprocess.run([sys.executable, "-m", "powercut.cli", "record", "--workload", "append-fsync", "--param", "n=2",
+                        "--size", "64", "--delay-sync", "*.wal=10ms", "--force", "-o", str(tmp_path / "rec")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and "append.log" in p.stderr.splitlines()[0]
