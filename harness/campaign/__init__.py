@@ -11,6 +11,8 @@
 * ``matrix`` -- running the verdict matrix and timing its rows;
 * ``schedules`` -- the same workload recorded under several disk latencies and repeats, each judged,
   and what differs between them (``run --disk-latency none,hdd --repeat N``);
+* ``explore`` -- races explored: one schedule per file the trace synced before an ack, only its syncs
+  held (``run --explore-races``);
 * ``demo`` -- the main job: the named workloads durable and broken, checked, timed, one page;
 * ``crashtest`` -- one crash test of a user's program (record + check + the words for a failure), the
   pytest plugin's engine;

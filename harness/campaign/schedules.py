@@ -34,19 +34,22 @@ ERROR = "error"   # a schedule whose recording or check did not finish
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """One recording of the set: its disk latency, which repeat it is, its sampling seed."""
+    """One recording of the set: its disk latency, which repeat it is, its sampling seed, and the
+    files whose syncs it holds (``--delay-sync`` rules, core/syncdelay.py; run --explore-races)."""
     latency: DisksLatency
     repeat: int = 0
     seed: int = 0
+    delay_sync: tuple[str, ...] = ()
 
     @property
     def setting(self) -> str:
-        return str(self.latency)
+        held = f" + delay-sync {', '.join(self.delay_sync)}" if self.delay_sync else ""
+        return str(self.latency) + held
 
     @property
     def slug(self) -> str:
-        base = "".join(c if c.isalnum() or c in "-." else "_" for c in self.setting)
-        return f"{base}-{self.repeat + 1}"
+        base = "".join(c if c.isalnum() or c in "-." else "_" for c in self.setting.replace(" + delay-sync ", "+hold-"))
+        return f"{base[:80]}-{self.repeat + 1}"
 
 
 def plan(latencies: tuple[DisksLatency, ...], repeat: int = 1, seed: int = 0) -> list[Schedule]:
@@ -68,10 +71,14 @@ class Outcome:
     dir: str = ""
     error: str = ""
     ok: bool = False
+    first: str = ""       # the first failure group's first state
+    cause: str = ""       # and its cause from the trace (rule: sentence), if it has one
+    total: int = 0        # distinct crash states judged
 
     def to_json(self) -> dict[str, Any]:
         return {"setting": self.schedule.setting, "repeat": self.schedule.repeat + 1, "seed": self.schedule.seed,
-                "verdict": self.verdict, "states": self.states, "record_s": round(self.record_s, 3),
+                "delay_sync": list(self.schedule.delay_sync), "verdict": self.verdict, "states": self.states,
+                "total": self.total, "first": self.first, "cause": self.cause, "record_s": round(self.record_s, 3),
                 "check_s": round(self.check_s, 3), "dir": self.dir, "error": self.error, "ok": self.ok}
 
 
@@ -149,7 +156,8 @@ def run_one(sched: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path) 
     recdir = out / sched.slug
     t0 = time.monotonic()
     try:
-        rec = record(dataclasses.replace(rspec, latency=sched.latency), recdir, force=True)
+        workload = dataclasses.replace(rspec.workload, delay_sync=sched.delay_sync or rspec.workload.delay_sync)
+        rec = record(dataclasses.replace(rspec, latency=sched.latency, workload=workload), recdir, force=True)
     except PowercutError as e:
         return Outcome(sched, ERROR, record_s=time.monotonic() - t0, dir=str(recdir), error=e.one_line())
     t1 = time.monotonic()
@@ -162,8 +170,12 @@ def run_one(sched: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path) 
     states: Counter[str] = Counter()
     for counts in summary.by_model.values():
         states.update(counts)
+    g: dict[str, Any] = summary.groups[0] if summary.groups else {}
+    why: dict[str, Any] = g["why"] if isinstance(g.get("why"), dict) else {}
     return Outcome(sched, summary.verdict, dict(states), record_s=float(rec.manifest["recording"].get("wall_s", t1 - t0)),
-                   check_s=time.monotonic() - t1, dir=str(recdir), ok=summary.ok)
+                   check_s=time.monotonic() - t1, dir=str(recdir), ok=summary.ok, first=str(g.get("first", "")),
+                   cause=f"{why['rule']}: {why['sentence']}" if why.get("rule") else str(g.get("cause", "")),
+                   total=summary.total)
 
 
 def run_schedules(schedules: list[Schedule], rspec: RecordSpec, cspec: CampaignSpec, out: Path,

@@ -175,6 +175,49 @@ def cmd_schedules(args: argparse.Namespace, schedules: list[Any]) -> int:
     return 1 if sched.failed(outcomes) else 0
 
 
+def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
+    """run --explore-races: the base schedule, one per file its trace synced before an ack, the table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from powercut.campaign import explore
+    from powercut.campaign.schedules import ERROR
+    from powercut.cli.check import campaign_spec
+
+    if args.resume or args.shard or args.dry_run or len(schedules) > 1:
+        raise UsageError("--explore-races takes one schedule to start from: one --disk-latency, no --repeat, "
+                         "--resume, --shard or --dry-run")
+    try:
+        explore.delay_of(args.explore_delay)
+    except UsageError as e:
+        raise OptionError(str(e)) from None
+    args.disk_latency = str(schedules[0].latency)
+    rspec = _record_spec(args, default_workload="append-fsync")
+    cspec = campaign_spec(args, "run")
+    out = Path(args.out)
+    print(f"exploring races: one recording with the trace, then one per file it synced before an ack with only "
+          f"that file's syncs held {args.explore_delay} (at most {args.budget}), each judged into {out}/<schedule>")
+
+    def done(o: Any) -> None:
+        print(f"{'ok' if o.ok else 'FAIL':4} {o.schedule.setting}: {o.verdict}{': ' + o.error if o.error else ''}"
+              f"  [{o.total} states; record {o.record_s:.1f} s, check {o.check_s:.1f} s] {o.dir}", flush=True)
+
+    ex = explore.explore(schedules[0], rspec, cspec, out, delay=args.explore_delay, budget=args.budget, on_done=done)
+    t = Table(title="races explored: schedules chosen from the trace", min_width=72)
+    for col in ("schedule", "states", "verdicts", "first failure", "its cause"):
+        t.add_column(col)
+    for o in ([ex.base] if ex.base else []) + ex.outcomes:
+        t.add_row(o.schedule.setting, str(o.total), ", ".join(f"{v} {c}" for v, c in sorted(o.states.items()))
+                  or o.error or "-", o.first or "-", o.cause or "-")
+    Console().print(t)
+    print(ex.coverage())
+    print(f"exploration: {out / 'explore.json'}, {out / 'explore.md'}")
+    runs = ([ex.base] if ex.base else []) + ex.outcomes
+    if any(o.verdict not in ("pass", ERROR, "incomplete", "no-acks") and not o.ok for o in runs):
+        return 3
+    return 0 if ex.ok and ex.base is not None and not ex.note else 1
+
+
 def _schedule_table(rows: list[Any]) -> Any:
     """campaign/schedules.compare's rows as a rich Table."""
     from rich.table import Table
@@ -198,6 +241,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.workload and not args.cmd and not args.param and not args.dry_run:
         args.param = [f"n={RUN_COMMITS}"]
     schedules = _schedules(args)
+    if getattr(args, "explore_races", False):
+        return cmd_explore(args, schedules)
     if len(schedules) > 1:
         return cmd_schedules(args, schedules)
     if args.dry_run:

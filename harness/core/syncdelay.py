@@ -103,7 +103,9 @@ def held_summary(log_text: str, mount: str = "", ignore: Collection[str] = ()) -
         path = parts[2]
         if path in ignore:
             continue
-        if mount and path.startswith(mount.rstrip("/") + "/"):
+        if mount and path == mount.rstrip("/"):
+            path = "."
+        elif mount and path.startswith(mount.rstrip("/") + "/"):
             path = path[len(mount.rstrip("/")) + 1:]
         f = files.setdefault(path, {"calls": 0, "held": 0})
         f["calls"] += 1

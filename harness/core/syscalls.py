@@ -52,6 +52,7 @@ class Call:
     ret: str             # "0", "5</path>", "-1", "?"
     error: str = ""      # the errno name when it failed
     start: float = -1.0  # when it began, if strace split it (<unfinished ...>), else -1: at ``time``
+    duration: float = -1.0   # seconds inside the call (strace -T), -1 if the trace does not say
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class Op:
     text: str = ""       # a mark's text; otherwise the call as printed (shortened)
     start: float = -1.0  # when the call began, if another call completed while it ran; else -1
     target: str = ""     # a mark: the device-mapper device it was sent to (a cluster's node: ``...-n<i>``)
+    duration: float = -1.0   # seconds inside the call (strace -T), -1 if the trace does not say
 
     @property
     def ok(self) -> bool:
@@ -101,7 +103,7 @@ _HEAD = re.compile(r"^(\d+)\s+(\d+(?:\.\d+)?)\s+(.*)$")
 _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>\s?(.*)$")
 _UNFINISHED = " <unfinished ...>"
 _RET = re.compile(r"\)\s+=\s+(-?\d+(?:<(?:[^>\\]|\\.)*>)?|0x[0-9a-fA-F]+|\?)"
-                  r"(?:\s+([A-Z][A-Z0-9_]+)(?:\s+\(.*\))?)?(?:\s+<[\d.]+>)?\s*$")
+                  r"(?:\s+([A-Z][A-Z0-9_]+)(?:\s+\(.*\))?)?(?:\s+<([\d.]+)>)?\s*$")
 
 
 _RUN = {'"': re.compile(r'"(?:[^"\\]|\\.)*"?', re.S), ">": re.compile(r"<(?:[^>\\]|\\.)*>?", re.S)}
@@ -233,7 +235,8 @@ def _call(line: int, pid: int, t: float, text: str) -> Call | None:
     body = text[m.end():tail.start()]
     ret = tail.group(1)
     error = (tail.group(2) or "") if ret.startswith("-") else ""
-    return Call(line, pid, t, m.group(1), tuple(split_args(body)), ret, error)
+    return Call(line, pid, t, m.group(1), tuple(split_args(body)), ret, error,
+                duration=float(tail.group(3)) if tail.group(3) else -1.0)
 
 
 # -- calls -> ops ----------------------------------------------------------------------------------
@@ -271,7 +274,7 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
         def op(kind: str, path: str = "", path2: str = "", nbytes: int = 0, flags: tuple[str, ...] = (),
                text: str = short, c: Call = c, target: str = "") -> None:
             tr.ops.append(Op(len(tr.ops), c.line, c.pid, c.time, kind, path, path2, nbytes, flags, c.error, text,
-                             c.start, target))
+                             c.start, target, c.duration))
 
         try:
             if name in ("open", "creat", "openat", "openat2"):

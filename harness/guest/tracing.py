@@ -21,8 +21,9 @@ TRACE_FILE = "syscalls.txt.gz"             # in the job directory: the recording
 
 def strace_argv(out: str) -> list[str]:
     """strace around the workload: every thread and child (-f), descriptors with their paths (-y),
-    the mark ioctls' messages decoded (abbrev=none), only the traced calls stopped (seccomp-bpf)."""
-    return ["strace", "-f", "-y", "-qq", "-ttt", "-s", "512", "--seccomp-bpf", "-e", "abbrev=none",
+    each call's time inside the kernel (-T: how long a sync took, run --explore-races), the mark
+    ioctls' messages decoded (abbrev=none), only the traced calls stopped (seccomp-bpf)."""
+    return ["strace", "-f", "-y", "-T", "-qq", "-ttt", "-s", "512", "--seccomp-bpf", "-e", "abbrev=none",
             "-e", "signal=none", "-e", "trace=" + ",".join(syscalls.TRACED), "-o", out, "--"]
 
 

@@ -62,3 +62,25 @@ def test_rules_that_hold_nothing_fail_the_recording_naming_what_was_synced(tmp_p
                         "--size", "64", "--delay-sync", "*.wal=10ms", "--force", "-o", str(tmp_path / "rec")],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 1 and "append.log" in p.stderr.splitlines()[0]
+
+
+@pytest.mark.parametrize("reply_on, rc", [("index", 3), ("both", 0)])
+def test_the_exploration_holds_each_synced_file_and_finds_the_race(tmp_path: Path, reply_on: str, rc: int) -> None:
+    """twofile replies when its index's sync returns (reply_on=index): the schedule that holds
+    store.log's syncs loses acks, whatever the base schedule shows; the fixed store passes every one."""
+    out = tmp_path / "ex"
+    p = subprocess.run([sys.executable, "-m", "powercut.cli", "run", "--workload", "twofile", "--param", "n=6",
+                        "--param", f"reply_on={reply_on}", "--explore-races", "--budget", "2", "--check-in", "host",
+                        "--model", "flush", "--model", "write-cache", "--max-states", "150", "-o", str(out)],
+                       capture_output=True, text=True, timeout=1200)
+    assert p.returncode == rc, p.stdout + p.stderr
+    doc = json.loads((out / "explore.json").read_text())
+    assert sorted(doc["explored"]) == ["store.idx", "store.log"] and doc["left_out"] == ["."]
+    by = {tuple(s["delay_sync"]): s for s in doc["schedules"]}
+    held = by[("store.log=200ms",)]
+    if reply_on == "index":
+        assert held["verdict"] == "lost-ack" and held["cause"] and held["first"]
+        assert recording.load(held["dir"]).manifest["workload"]["delay_sync"] == ["store.log=200ms"]
+    else:
+        assert all(s["verdict"] == "pass" for s in doc["schedules"])
+    assert "not explored (--budget 2): ." in doc["coverage"] and "explored 2 of 3 files" in p.stdout

@@ -1,0 +1,73 @@
+"""Which files a race exploration delays, from the recording's syscall trace (pure; issue 50).
+
+``run --explore-races`` records once with the trace, then once per file the program synced before
+an ack, with only that file's syncs held (``--delay-sync FILE=TIME``, core/syncdelay.py): a reply
+that races one file's sync shows only when that sync is slow and the others are not.  This module
+reads the trace: every file (or directory) under the recorded filesystem whose fsync, fdatasync,
+sync_file_range, msync or syncfs completed before some ack, how many such calls, how long they
+took (strace -T), and the commits' own duration -- what the exploration's delay is set against."""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from powercut.core.syscalls import FDATASYNC, FSYNC, MARK, MSYNC, RANGE_SYNC, SYNCFS, Op, Trace
+
+SYNC_KINDS = (FSYNC, FDATASYNC, RANGE_SYNC, MSYNC, SYNCFS)
+DEFAULT_DELAY = "200ms"   # how long an exploration holds a file's syncs: long against one commit under TCG
+DEFAULT_BUDGET = 8        # recordings after the base one
+
+
+@dataclass(frozen=True, slots=True)
+class SyncedFile:
+    """A file the program synced before an ack: its path relative to the recorded filesystem."""
+
+    path: str
+    calls: int                 # its syncs that completed before the last ack
+    seconds: float             # their time inside the kernel, summed (0 when the trace has no -T)
+    longest: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "calls": self.calls, "seconds": round(self.seconds, 6),
+                "longest": round(self.longest, 6)}
+
+
+def _relative(path: str, mount: str) -> str:
+    root = mount.rstrip("/") + "/"
+    if path == mount.rstrip("/"):
+        return "."
+    return path[len(root):] if path.startswith(root) else ""
+
+
+def _acks(ops: Sequence[Op]) -> list[Op]:
+    return [o for o in ops if o.kind == MARK and o.text.startswith("ack:")]
+
+
+def synced_files(trace: Trace, mount: str) -> list[SyncedFile]:
+    """Every file under ``mount`` synced (successfully) before the last ack, most synced first
+    (then by path): the candidates of an exploration."""
+    acks = _acks(trace.ops)
+    if not acks:
+        return []
+    last = acks[-1].time
+    found: dict[str, list[float]] = {}
+    for o in trace.ops:
+        if o.kind not in SYNC_KINDS or not o.ok or o.time > last:
+            continue
+        rel = _relative(o.path, mount)
+        if rel:
+            found.setdefault(rel, []).append(max(o.duration, 0.0))
+    return sorted((SyncedFile(p, len(d), sum(d), max(d)) for p, d in found.items()), key=lambda f: (-f.calls, f.path))
+
+
+def commit_seconds(trace: Trace) -> float:
+    """The median time from ``begin:K`` to ``ack:K`` over the trace's commits (0 when none pairs up)."""
+    begun = {o.text.removeprefix("begin:"): o.time for o in trace.ops if o.kind == MARK and o.text.startswith("begin:")}
+    spans = [o.time - begun[k] for o in _acks(trace.ops) if (k := o.text.removeprefix("ack:")) in begun]
+    return statistics.median(spans) if spans else 0.0
+
+
+def glob_for(path: str) -> str:
+    """The --delay-sync glob naming exactly this file (fnmatch's specials escaped)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in path)

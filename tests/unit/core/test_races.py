@@ -1,0 +1,45 @@
+"""The files a race exploration holds (core/races.py), read from a trace: synced before an ack,
+most synced first, with their time inside the kernel; the commits' median; an exact glob."""
+from __future__ import annotations
+
+import fnmatch
+
+from powercut.core.races import commit_seconds, glob_for, synced_files
+from powercut.core.syscalls import parse
+
+MNT = "/run/powercut/mnt"
+
+
+def mark(t: float, text: str) -> str:
+    return (f'7 {t} ioctl(3</dev/mapper/control>, DM_TARGET_MSG, {{version=[4, 0, 0], data_size=0, '
+            f'data_start=0, name="powercut-rec", message="mark {text}"}}) = 0 <0.000100>')
+
+
+TRACE = [
+    mark(1.0, "begin:0"),
+    f"7 1.1 pwrite64(4<{MNT}/store.log>, \"x\", 1, 0) = 1 <0.000010>",
+    f"8 1.2 fdatasync(4<{MNT}/store.log>) = 0 <0.200000>",
+    f"9 1.2 fsync(5<{MNT}/store.idx>) = 0 <0.010000>",
+    f"9 1.25 fsync(6<{MNT}>) = 0 <0.001000>",
+    mark(1.3, "ack:0"),
+    mark(1.4, "begin:1"),
+    f"8 1.5 fdatasync(4<{MNT}/store.log>) = 0 <0.100000>",
+    f"8 1.55 fsync(7</tmp/elsewhere>) = 0 <0.100000>",
+    f"9 1.55 fsync(5<{MNT}/store.idx>) = -1 EIO (Input/output error) <0.000100>",
+    mark(1.8, "ack:1"),
+    f"9 1.9 fsync(5<{MNT}/late.db>) = 0 <0.000100>",
+]
+
+
+def test_files_synced_before_an_ack_most_synced_first() -> None:
+    got = synced_files(parse(TRACE, MNT), MNT)
+    assert [(f.path, f.calls) for f in got] == [("store.log", 2), (".", 1), ("store.idx", 1)]
+    log = got[0]
+    assert abs(log.seconds - 0.3) < 1e-9 and abs(log.longest - 0.2) < 1e-9
+    assert synced_files(parse(TRACE[:5], MNT), MNT) == []   # no ack: nothing to explore
+
+
+def test_the_commits_median_and_an_exact_glob() -> None:
+    assert abs(commit_seconds(parse(TRACE, MNT)) - 0.35) < 1e-9
+    g = glob_for("db[1]/a*b?.log")
+    assert fnmatch.fnmatchcase("db[1]/a*b?.log", g) and not fnmatch.fnmatchcase("db1/axbc.log", g)
