@@ -26,8 +26,6 @@ MAX_RULES = 32          # the shim's table
 MAX_GLOB_BYTES = 255
 _TIME = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s)\s*")
 _UNIT_NS = {"us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-ENV = "POWERCUT_DELAY_SYNC"            # the shim's rules
-LOG_ENV = "POWERCUT_DELAY_SYNC_LOG"    # where the shim appends every sync call it saw
 SHIM = "libpowercut-delaysync.so"      # in the image's tools directory
 
 

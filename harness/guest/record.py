@@ -160,7 +160,7 @@ def delay_env(job: RecordJob) -> dict[str, str]:
     if os.path.exists(DELAY_LOG):
         os.unlink(DELAY_LOG)
     rules = [syncdelay.SyncDelay.parse(r) for r in job.workload.delay_sync]
-    return {"LD_PRELOAD": shim, syncdelay.ENV: syncdelay.env_text(rules), syncdelay.LOG_ENV: DELAY_LOG}
+    return {"LD_PRELOAD": shim, environ.DELAY_SYNC: syncdelay.env_text(rules), environ.DELAY_SYNC_LOG: DELAY_LOG}
 
 
 def uptime() -> float:

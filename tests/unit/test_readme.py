@@ -86,7 +86,8 @@ def test_every_option_of_every_command_is_in_the_synopsis() -> None:
 
 def test_run_takes_record_and_check_options() -> None:
     subs = _subparsers(build_parser())
-    assert _options(subs["run"]) <= _options(subs["record"]) | _options(subs["check"]) | {"--resume", "--repeat"}
+    run_only = {"--resume", "--repeat", "--explore-races", "--explore-delay", "--budget"}
+    assert _options(subs["run"]) <= _options(subs["record"]) | _options(subs["check"]) | run_only
 
 
 # -- the pages and their links ---------------------------------------------------------------------

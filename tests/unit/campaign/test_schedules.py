@@ -47,7 +47,7 @@ def test_written_as_json_and_markdown(tmp_path):
     paths = write(tmp_path, [_o(NONE, 0, "pass", **{"pass": 3}), _o(HDD, 0, "lost-ack", **{"lost-ack": 2})])
     doc = json.loads(paths["json"].read_text())
     assert doc["ok"] is False and [s["setting"] for s in doc["settings"]] == ["none", "hdd"]
-    assert doc["schedules"][1] == {"setting": "hdd", "repeat": 1, "seed": 0, "verdict": "lost-ack",
-                                   "states": {"lost-ack": 2}, "record_s": 10.0, "check_s": 0.0, "dir": "",
-                                   "error": "", "ok": False}
+    assert doc["schedules"][1] == {"setting": "hdd", "repeat": 1, "seed": 0, "delay_sync": [], "verdict": "lost-ack",
+                                   "states": {"lost-ack": 2}, "total": 0, "first": "", "cause": "", "record_s": 10.0,
+                                   "check_s": 0.0, "dir": "", "error": "", "ok": False}
     assert "differs from the first" in paths["md"].read_text()

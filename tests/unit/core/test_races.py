@@ -24,7 +24,7 @@ TRACE = [
     mark(1.3, "ack:0"),
     mark(1.4, "begin:1"),
     f"8 1.5 fdatasync(4<{MNT}/store.log>) = 0 <0.100000>",
-    f"8 1.55 fsync(7</tmp/elsewhere>) = 0 <0.100000>",
+    "8 1.55 fsync(7</tmp/elsewhere>) = 0 <0.100000>",
     f"9 1.55 fsync(5<{MNT}/store.idx>) = -1 EIO (Input/output error) <0.000100>",
     mark(1.8, "ack:1"),
     f"9 1.9 fsync(5<{MNT}/late.db>) = 0 <0.000100>",
