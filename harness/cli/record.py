@@ -185,8 +185,8 @@ def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
     from powercut.cli.check import campaign_spec
 
     if args.resume or args.shard or args.dry_run or len(schedules) > 1:
-        raise UsageError("--explore-races takes one schedule to start from: one --disk-latency, no --repeat, "
-                         "--resume, --shard or --dry-run")
+        raise OptionError("--explore-races takes one schedule to start from: one --disk-latency, no --repeat, "
+                          "--resume, --shard or --dry-run")
     try:
         explore.delay_of(args.explore_delay)
     except UsageError as e:
