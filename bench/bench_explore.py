@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""How often each grain of slowness catches a race that hides behind a second file's sync (issue 50):
+the twofile store replying when its index's sync returns (``reply_on=index``), recorded ``--rounds``
+times with no delay, with the whole disk slow (``hdd``), and explored (``run --explore-races``: one
+recording with the trace, then one per file it synced before an ack with only that file's syncs
+held), each recording judged in host mode (flush and write-cache, at most ``--max-states``).  A
+round catches the race when any of its recordings' campaigns says lost-ack.  Also the fixed store
+(``reply_on=both``) explored, which must pass every schedule, and what ``--delay-sync`` costs a
+recording: append-fsync's workload time with a 1 us hold on its file against none, the same
+invocation.
+
+    python bench/bench_explore.py                 # 10 rounds (~30 min under TCG)
+    python bench/bench_explore.py --rounds 3
+
+Needs what `powercut record` needs (root, QEMU, the guest image) and loop devices.  Absolute times
+under TCG say little about real machines; the ratios and catch rates are the figures."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import tempfile
+from pathlib import Path
+
+from powercut.campaign.explore import explore
+from powercut.campaign.run import CampaignSpec
+from powercut.campaign.schedules import Schedule, run_one
+from powercut.config import WorkloadSpec
+from powercut.core.latency import DisksLatency
+from powercut.record.vm import RecordSpec, record
+
+CAUGHT = "lost-ack"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--max-states", type=int, default=150)
+    ap.add_argument("--commits", type=int, default=8)
+    args = ap.parse_args()
+    cspec = CampaignSpec.of(models=("flush", "write-cache"), check_in="host", jobs=2, max_states=args.max_states,
+                            shrink=0, confirm=False)
+    wl = WorkloadSpec(name="twofile", params={"n": args.commits, "reply_on": "index"})
+    rspec = RecordSpec(workload=wl)
+    caught = {"none": 0, "hdd": 0, "explored": 0, "fixed, explored (must stay 0)": 0}
+    recordings = {k: 0 for k in caught}
+    with tempfile.TemporaryDirectory(prefix="powercut-bench-explore-") as tmp:
+        root = Path(tmp)
+        for r in range(args.rounds):
+            for setting in ("none", "hdd"):
+                o = run_one(Schedule(DisksLatency.parse(setting), r, r), rspec, cspec, root / f"{setting}-{r}")
+                caught[setting] += o.verdict == CAUGHT
+                recordings[setting] += 1
+            ex = explore(Schedule(DisksLatency.parse("none"), r, r), rspec, cspec, root / f"explore-{r}")
+            runs = [ex.base, *ex.outcomes] if ex.base else ex.outcomes
+            caught["explored"] += any(o.verdict == CAUGHT for o in runs)
+            recordings["explored"] += len(runs)
+            fixed = dataclasses.replace(rspec, workload=dataclasses.replace(wl, params={**wl.params, "reply_on": "both"}))
+            fx = explore(Schedule(DisksLatency.parse("none"), r, r), fixed, cspec, root / f"fixed-{r}")
+            fruns = [fx.base, *fx.outcomes] if fx.base else fx.outcomes
+            caught["fixed, explored (must stay 0)"] += any(o.verdict != "pass" for o in fruns)
+            recordings["fixed, explored (must stay 0)"] += len(fruns)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v}/{r + 1}" for k, v in caught.items()), flush=True)
+        print(f"\ntwofile reply_on=index, {args.commits} commits, {args.rounds} rounds (this machine; TCG if no KVM):")
+        for k, v in caught.items():
+            print(f"  {k:32} caught in {v} of {args.rounds} rounds ({recordings[k]} recordings)")
+        print(f"  the exploration: {recordings['explored'] / args.rounds:.1f} recordings a round "
+              f"(the base one and one per file synced before an ack)")
+        cost = {"without": [], "with 1 us on append.log": []}
+        for r in range(3):
+            for label, rules in (("without", ()), ("with 1 us on append.log", ("append.log=1us",))):
+                spec = RecordSpec(workload=WorkloadSpec(name="append-fsync", delay_sync=rules))
+                rec = record(spec, root / f"cost-{r}-{len(rules)}")
+                cost[label].append(float(rec.manifest["result"]["workload_s"]))
+        a, b = (statistics.median(v) for v in cost.values())
+        print(f"  --delay-sync's cost: append-fsync (20 fsyncs) workload {a:.2f} s without, {b:.2f} s with a 1 us "
+              f"hold ({b / a:.2f}x, median of 3, the trace on in both)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
