@@ -14,6 +14,7 @@ and its path relative to the recorded filesystem (``app.db``, ``n1/replog.log`` 
 first rule that matches a file wins."""
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -112,6 +113,22 @@ def held_summary(log_text: str, mount: str = "", ignore: Collection[str] = ()) -
             f["held"] += 1
             held += 1
     return {"calls": calls, "held": held, "files": files}
+
+
+def held_note(rules: Iterable[str], subject: str) -> str:
+    """What a cause from the trace cannot see in a recording whose syncs of ``subject`` (a cause's
+    files, comma-separated, as the trace names them under the mount) were held: a sync called
+    before the ack enters the kernel, and the trace, only after the hold.  "" when no rule holds
+    any of those files."""
+    held = [SyncDelay.parse(r) for r in rules]
+    files = [f.strip().lstrip("/") for f in subject.split(",") if f.strip()]
+    hit = [r for r in held if any(fnmatch.fnmatchcase(f, r.glob) or fnmatch.fnmatchcase("/" + f, r.glob)
+                                  for f in files)]
+    if not hit:
+        return ""
+    return (f"a sync the program called before the ack, held by --delay-sync {', '.join(map(str, hit))} in this "
+            "recording, enters the kernel (and the trace) only after the hold: 'no fsync in between' may mean "
+            "its sync was still held -- the reply did not wait for it")
 
 
 def unused_note(rules: Iterable[SyncDelay], summary: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from powercut.core.dmlog import LogIndex
 from powercut.core.markorder import ordering_flushes
 from powercut.core.models import space
 from powercut.core.stateid import LIE_MODELS
+from powercut.core.syncdelay import held_note
 from powercut.errors import PowercutError
 from powercut.vm.guestjob import GUEST_MNT
 
@@ -67,9 +68,12 @@ def explain_groups(rec: Recording, logs: LogIndex | Sequence[LogIndex], groups: 
             continue
         if len(indexes) == 1:
             g.why = state_why(trace, indexes[0], st[0], ROOT, g.verdict, reasons, d.get("culprits") or [])
-            continue
-        g.why = node_why(trace, indexes, st, g.verdict, reasons,
-                         [list(n.get("culprits", ())) for n in d.get("nodes", ())])
+        else:
+            g.why = node_why(trace, indexes, st, g.verdict, reasons,
+                             [list(n.get("culprits", ())) for n in d.get("nodes", ())])
+        held = tuple(rec.workload.get("delay_sync") or ())
+        if held and isinstance(g.why, dict) and (note := held_note(held, str(g.why.get("subject", "")))):
+            g.why["blind"] = [*g.why.get("blind", []), note]   # what the trace cannot see of a held sync
 
 
 def _node_states(indexes: Sequence[LogIndex]) -> Callable[[str], tuple[CrashState, ...]]:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from powercut.config import WorkloadSpec
-from powercut.core.syncdelay import SyncDelay, canonical, env_text, held_summary, parse_all, unused_note
+from powercut.core.syncdelay import SyncDelay, canonical, env_text, held_note, held_summary, parse_all, unused_note
 from powercut.errors import UsageError
 
 
@@ -73,3 +73,10 @@ def test_a_bad_rule_on_the_command_line_is_one_line_exit_2(value: str, tmp_path)
                         "--delay-sync", value, "-o", str(tmp_path / "rec")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--delay-sync" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "rec").exists()
+
+
+def test_a_cause_about_a_held_file_says_what_the_trace_cannot_see() -> None:
+    note = held_note(("store.log=200ms",), "/store.log")
+    assert "--delay-sync store.log=200ms" in note and "still held" in note
+    assert held_note(("store.log=200ms",), "/store.idx, /other") == ""
+    assert held_note(("*.log=1s", "x=1ms"), "/a/b.idx, /a/b.log").count("*.log=1s") == 1

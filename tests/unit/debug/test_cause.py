@@ -4,7 +4,7 @@ and never blaming a rule another node broke."""
 from __future__ import annotations
 
 import gzip
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,10 @@ LATE = {"how": "not yet durable at the cut", "what": "data block", "path": "/rep
 
 @dataclass
 class Rec:
-    """What explain_groups reads of a Recording: its trace file."""
+    """What explain_groups reads of a Recording: its trace file and its workload (--delay-sync)."""
 
     trace_path: Path | None
+    workload: dict[str, Any] = field(default_factory=dict)
 
 
 def log_of(path: Path, marks: list[str]) -> LogIndex:
@@ -123,3 +124,4 @@ def test_a_cluster_without_a_trace_or_with_old_marks_has_no_cause(tmp_path: Path
     old = [ln.replace('name="powercut-rec-n0"', 'name="x"') for ln in node0_unsynced().lines]
     cause.explain_groups(traced(tmp_path, old), logs, [g])   # type: ignore[arg-type]
     assert g.why is None
+
