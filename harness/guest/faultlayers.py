@@ -114,7 +114,10 @@ class DiskFaults:
     def start(self) -> None:
         """Each planned disk's trigger: ``start`` fires now (before the workload), ``writes``/``after``
         poll from a thread of their own."""
-        for i, plan in self.setting.nodes:
+        for i in range(len(self.stacks)):   # a bare plan is one disk's (DisksFaults.of(0)), a cluster's per node
+            plan = self.setting.of(i)
+            if plan is None:
+                continue
             path = self.state_path(i)
             for leftover in (path, path + ".done"):
                 if os.path.exists(leftover):
