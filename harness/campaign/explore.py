@@ -41,6 +41,11 @@ class Exploration:
     note: str = ""
 
     @property
+    def runs(self) -> list[Outcome]:
+        """Every schedule run: the base one first."""
+        return ([self.base] if self.base else []) + self.outcomes
+
+    @property
     def explored(self) -> list[str]:
         return [f.path for f in self.files[:self.budget]]
 
@@ -50,7 +55,7 @@ class Exploration:
 
     @property
     def ok(self) -> bool:
-        return all(o.ok for o in ([self.base] if self.base else []) + self.outcomes)
+        return all(o.ok for o in self.runs)
 
     def coverage(self) -> str:
         if not self.files:
@@ -62,10 +67,10 @@ class Exploration:
         return out + (f"; not explored (--budget {self.budget}): {', '.join(self.left_out)}" if self.left_out else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "delay": str(self.delay).split("=", 1)[1], "budget": self.budget,
+        return {"ok": self.ok, "delay": self.delay.when, "budget": self.budget,
                 "commit_median_s": round(self.commit_s, 6), "coverage": self.coverage(),
                 "files": [f.to_json() for f in self.files], "explored": self.explored, "left_out": self.left_out,
-                "schedules": [o.to_json() for o in ([self.base] if self.base else []) + self.outcomes]}
+                "schedules": [o.to_json() for o in self.runs]}
 
 
 def delay_of(text: str) -> SyncDelay:
@@ -100,7 +105,7 @@ def explore(base: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path, *
         return ex
     ex.files, ex.commit_s = synced_files(trace, ROOT), commit_seconds(trace)
     for f in ex.files[:budget]:
-        rule = f"{glob_for(ROOT if f.path == '.' else f.path)}={str(ex.delay).split('=', 1)[1]}"   # . : the mount
+        rule = f"{glob_for(ROOT if f.path == '.' else f.path)}={ex.delay.when}"   # . : the mount itself
         sched = dataclasses.replace(base, delay_sync=(rule,))
         o = run_one(sched, rspec, cspec, out)
         ex.outcomes.append(o)
@@ -112,7 +117,7 @@ def explore(base: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path, *
 
 def markdown(ex: Exploration) -> str:
     rows = ["| schedule | states | verdicts | first failure | its cause |", "|---|---|---|---|---|"]
-    for o in ([ex.base] if ex.base else []) + ex.outcomes:
+    for o in ex.runs:
         verdicts = ", ".join(f"{v} {c}" for v, c in sorted(o.states.items())) or o.error or "-"
         rows.append(f"| {o.schedule.setting} | {o.total} | {verdicts} | {o.first or '-'} | {o.cause or '-'} |")
     return "\n".join(rows) + f"\n\n{ex.coverage()}\n"

@@ -150,14 +150,10 @@ def cmd_schedules(args: argparse.Namespace, schedules: list[Any]) -> int:
     from rich.console import Console
 
     from powercut.campaign import schedules as sched
-    from powercut.cli.check import campaign_spec
 
     if args.resume or args.shard or args.dry_run:
         raise UsageError("--resume, --shard and --dry-run take one schedule: give one --disk-latency and no --repeat")
-    args.disk_latency = str(schedules[0].latency)
-    rspec = _record_spec(args, default_workload="append-fsync")
-    cspec = campaign_spec(args, "run")
-    out = Path(args.out)
+    rspec, cspec, out = _schedule_specs(args, schedules)
     print(f"{len(schedules)} schedules: {', '.join(dict.fromkeys(s.setting for s in schedules))}"
           f"{f' x {args.repeat}' if args.repeat > 1 else ''}, each recorded and judged into {out}/<setting>-<k>")
 
@@ -170,9 +166,25 @@ def cmd_schedules(args: argparse.Namespace, schedules: list[Any]) -> int:
     outcomes, paths = sched.run_schedules(schedules, rspec, cspec, out, done)
     Console().print(_schedule_table(sched.compare(outcomes)))
     print(f"schedules: {paths['json']}, {paths['md']}")
-    if any(o.verdict not in ("pass", sched.ERROR, "incomplete", "no-acks") and not o.ok for o in outcomes):
+    return _schedules_status(outcomes, complete=True)
+
+
+def _schedule_specs(args: argparse.Namespace, schedules: list[Any]) -> tuple[Any, Any, Path]:
+    """What every schedule of a run shares: the recording's spec (the first schedule's disk latency;
+    each schedule sets its own), the campaign's, the output directory."""
+    from powercut.cli.check import campaign_spec
+
+    args.disk_latency = str(schedules[0].latency)
+    return _record_spec(args, default_workload="append-fsync"), campaign_spec(args, "run"), Path(args.out)
+
+
+def _schedules_status(outcomes: list[Any], *, complete: bool) -> int:
+    """3 if any schedule has a finding, else 1 if any did not finish (or ``complete`` is false), else 0."""
+    from powercut.campaign.schedules import ERROR
+
+    if any(o.verdict not in ("pass", ERROR, "incomplete", "no-acks") and not o.ok for o in outcomes):
         return 3
-    return 1 if sched.failed(outcomes) else 0
+    return 0 if complete and all(o.ok for o in outcomes) else 1
 
 
 def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
@@ -181,8 +193,6 @@ def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
     from rich.table import Table
 
     from powercut.campaign import explore
-    from powercut.campaign.schedules import ERROR
-    from powercut.cli.check import campaign_spec
 
     if args.resume or args.shard or args.dry_run or len(schedules) > 1:
         raise OptionError("--explore-races takes one schedule to start from: one --disk-latency, no --repeat, "
@@ -191,10 +201,7 @@ def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
         explore.delay_of(args.explore_delay)
     except UsageError as e:
         raise OptionError(str(e)) from None
-    args.disk_latency = str(schedules[0].latency)
-    rspec = _record_spec(args, default_workload="append-fsync")
-    cspec = campaign_spec(args, "run")
-    out = Path(args.out)
+    rspec, cspec, out = _schedule_specs(args, schedules)
     print(f"exploring races: one recording with the trace, then one per file it synced before an ack with only "
           f"that file's syncs held {args.explore_delay} (at most {args.budget}), each judged into {out}/<schedule>")
 
@@ -206,16 +213,13 @@ def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
     t = Table(title="races explored: schedules chosen from the trace", min_width=72)
     for col in ("schedule", "states", "verdicts", "first failure", "its cause"):
         t.add_column(col)
-    for o in ([ex.base] if ex.base else []) + ex.outcomes:
+    for o in ex.runs:
         t.add_row(o.schedule.setting, str(o.total), ", ".join(f"{v} {c}" for v, c in sorted(o.states.items()))
                   or o.error or "-", o.first or "-", o.cause or "-")
     Console().print(t)
     print(ex.coverage())
     print(f"exploration: {out / 'explore.json'}, {out / 'explore.md'}")
-    runs = ([ex.base] if ex.base else []) + ex.outcomes
-    if any(o.verdict not in ("pass", ERROR, "incomplete", "no-acks") and not o.ok for o in runs):
-        return 3
-    return 0 if ex.ok and ex.base is not None and not ex.note else 1
+    return _schedules_status(ex.runs, complete=ex.base is not None and not ex.note)
 
 
 def _schedule_table(rows: list[Any]) -> Any:

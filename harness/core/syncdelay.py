@@ -56,14 +56,17 @@ class SyncDelay:
     def seconds(self) -> float:
         return self.ns / 1e9
 
-    def __str__(self) -> str:
+    @property
+    def when(self) -> str:
+        """The hold as a rule writes it (``200ms``, ``1.5s``, ``800us``)."""
         if self.ns % 1_000_000_000 == 0 or self.ns >= 1_000_000_000:
-            when = f"{self.ns / 1e9:.9g}s"
-        elif self.ns % 1_000_000 == 0 or self.ns >= 1_000_000:
-            when = f"{self.ns / 1e6:.9g}ms"
-        else:
-            when = f"{self.ns / 1e3:.9g}us"
-        return f"{self.glob}={when}"
+            return f"{self.ns / 1e9:.9g}s"
+        if self.ns % 1_000_000 == 0 or self.ns >= 1_000_000:
+            return f"{self.ns / 1e6:.9g}ms"
+        return f"{self.ns / 1e3:.9g}us"
+
+    def __str__(self) -> str:
+        return f"{self.glob}={self.when}"
 
 
 def parse_all(texts: Iterable[str]) -> tuple[SyncDelay, ...]:
