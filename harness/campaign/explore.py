@@ -20,7 +20,9 @@ from typing import Any
 
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Outcome, Schedule, run_one
-from powercut.core.races import DEFAULT_BUDGET, DEFAULT_DELAY, SyncedFile, commit_seconds, glob_for, synced_files
+from powercut.core.races import SyncedFile, commit_seconds, glob_for, synced_files
+from powercut.core.syncdelay import EXPLORE_BUDGET as DEFAULT_BUDGET
+from powercut.core.syncdelay import EXPLORE_DELAY as DEFAULT_DELAY
 from powercut.core.syncdelay import SyncDelay
 from powercut.debug.cause import ROOT, load_trace
 from powercut.errors import UsageError

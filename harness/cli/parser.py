@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from powercut import config
 from powercut.checker import DEFAULT_TIMEOUT_S as CHECKER_TIMEOUT_S
-from powercut.core import races
+from powercut.core import syncdelay
 from powercut.core.confirm import DEFAULT_SAMPLE as CONFIRM_SAMPLE
 from powercut.core.disks import DEFAULT_CLUSTER_BOUND
 from powercut.linux import filesystems
@@ -208,11 +208,11 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
                        help="record once with the trace, then once per file the program synced before an ack with "
                             "only that file's syncs held (--explore-delay), judge every recording: the schedule "
                             "table, exit 3 if any fails (docs/races.md)")
-        p.add_argument("--explore-delay", default=races.DEFAULT_DELAY, metavar="TIME",
-                       help=f"how long --explore-races holds each file's syncs (default {races.DEFAULT_DELAY}: "
+        p.add_argument("--explore-delay", default=syncdelay.EXPLORE_DELAY, metavar="TIME",
+                       help=f"how long --explore-races holds each file's syncs (default {syncdelay.EXPLORE_DELAY}: "
                             "long against one commit; the table says how many commits it is)")
-        p.add_argument("--budget", type=at_least(0), default=races.DEFAULT_BUDGET, metavar="N",
-                       help=f"--explore-races: at most N recordings after the first (default {races.DEFAULT_BUDGET}; "
+        p.add_argument("--budget", type=at_least(0), default=syncdelay.EXPLORE_BUDGET, metavar="N",
+                       help=f"--explore-races: at most N recordings after the first (default {syncdelay.EXPLORE_BUDGET}; "
                             "the files left out are named)")
     p.add_argument("--no-trace", action="store_true",
                    help="do not trace the workload's system calls (strace; the cause of a failure is then given in blocks only)")

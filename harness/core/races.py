@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from powercut.core.syscalls import FDATASYNC, FSYNC, MARK, MSYNC, RANGE_SYNC, SYNCFS, Op, Trace
 
 SYNC_KINDS = (FSYNC, FDATASYNC, RANGE_SYNC, MSYNC, SYNCFS)
-DEFAULT_DELAY = "200ms"   # how long an exploration holds a file's syncs: long against one commit under TCG
-DEFAULT_BUDGET = 8        # recordings after the base one
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,10 @@ from typing import Any
 from powercut.errors import UsageError
 
 MAX_DELAY_S = 60.0
+# run --explore-races (campaign/explore.py): written here, which the CLI imports anyway (config
+# does), rather than in core/races.py, whose trace parser would cost every command's start-up
+EXPLORE_DELAY = "200ms"   # how long an exploration holds a file's syncs: long against one commit under TCG
+EXPLORE_BUDGET = 8        # recordings after the base one
 MAX_RULES = 32          # the shim's table
 MAX_GLOB_BYTES = 255
 _TIME = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s)\s*")

@@ -24,7 +24,7 @@ from powercut.campaign.run import CampaignSpec
 from powercut.check.place import Place
 from powercut.cli import parser as cliparser
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.core import races
+from powercut.core import syncdelay
 from powercut.images.build import ImageSpec
 from powercut.record.vm import RecordSpec
 
@@ -56,8 +56,8 @@ SOURCES: dict[tuple[tuple[str, ...], str], Callable[[], Any]] = {
     (RECORD, "log_size"): field(RecordSpec, "log_size_mb"),
     (RECORD, "disk_latency"): lambda: str(field(RecordSpec, "latency")()),
     (RECORD, "fault"): field(WorkloadSpec, "fault"),
-    (("run",), "explore_delay"): lambda: races.DEFAULT_DELAY,
-    (("run",), "budget"): lambda: races.DEFAULT_BUDGET,
+    (("run",), "explore_delay"): lambda: syncdelay.EXPLORE_DELAY,
+    (("run",), "budget"): lambda: syncdelay.EXPLORE_BUDGET,
     (RECORD, "workload_timeout"): field(WorkloadSpec, "timeout_s"),
     (RECORD + ("bench",), "fs"): field(FsSpec, "fstype"),
     (RECORD + ("bench",), "mkfs_opts"): field(FsSpec, "mkfs_opts"),
