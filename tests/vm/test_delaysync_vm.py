@@ -84,3 +84,14 @@ def test_the_exploration_holds_each_synced_file_and_finds_the_race(tmp_path: Pat
     else:
         assert all(s["verdict"] == "pass" for s in doc["schedules"])
     assert "not explored (--budget 2): ." in doc["coverage"] and "explored 2 of 3 files" in p.stdout
+
+
+def test_one_cluster_nodes_file_is_held_alone(tmp_path: Path) -> None:
+    """On a cluster recording the rule names a node's file by its path under the mounts (n1/...):
+    only node 1's log syncs are held, through the same shim and job."""
+    rec = record(RecordSpec(fs=FsSpec(size_mb=32), workload=WorkloadSpec(
+        name="replog", params={"n": 4}, delay_sync=("n1/replog.log=50ms",))),
+                 tmp_path / "rec", nodes=3)
+    ds = rec.manifest["result"]["delay_sync"]
+    assert ds["held"] == ds["files"]["n1/replog.log"]["held"] == 4
+    assert all(f["held"] == 0 for p, f in ds["files"].items() if p != "n1/replog.log") and "n0/replog.log" in ds["files"]
