@@ -51,7 +51,7 @@ MARKER = "powercut"
 SETTINGS = ("fs", "size_mb", "mkfs_opts", "mount_opts", "models", "params", "max_states", "expect", "shrink",
             "seed", "bound", "samples", "torn_samples", "allow_no_acks", "require_exhaustive", "workload_timeout_s",
             "checker_timeout_s", "jobs", "check_in", "accel", "fault",
-            "disk_latency", "lie_file", "nodes")   # campaign/crashtest.CrashTest.of's words
+            "disk_latency", "lie_file", "nodes", "delay_sync")   # campaign/crashtest.CrashTest.of's words
 _ran: list[tuple[str, str]] = []    # (node id, headline) of each crash test of this session
 
 
@@ -87,6 +87,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--powercut-disk-latency", default=None, metavar="SETTING",
                 help="record every crash test's workload on a disk this slow: none, nvme, sata-ssd, hdd or "
                      "write=TIME,flush=TIME (overrides the marker's disk_latency; docs/races.md)")
+    g.addoption("--powercut-delay-sync", action="append", default=None, metavar="GLOB=TIME",
+                help="hold every sync of the files matching GLOB for TIME while recording each crash test "
+                     "(repeatable; overrides the marker's delay_sync; docs/races.md)")
     g.addoption("--powercut-shard", default=None, metavar="I/N",
                 help="run only shard I of N of the crash tests (1-based, round-robin over their sorted ids; the "
                      "other tests run in shard 1): split a nightly's crash tests over N CI runners")
@@ -142,6 +145,8 @@ def _options(config: pytest.Config) -> dict[str, Any]:
                      ("powercut_accel", "accel"), ("powercut_disk_latency", "disk_latency")):
         if config.getoption(opt) is not None:
             out[key] = config.getoption(opt)
+    if config.getoption("powercut_delay_sync"):
+        out["delay_sync"] = tuple(config.getoption("powercut_delay_sync"))
     seed = config.getoption("powercut_seed")
     if seed is not None:
         if seed != "auto" and not seed.isdigit():

@@ -7,8 +7,11 @@
  * $POWERCUT_DELAY_SYNC: one rule a line, "NANOSECONDS<TAB>GLOB" (the first rule that matches wins).
  * A glob is matched (fnmatch, '*' crossing '/') against the file's absolute path and, under
  * $POWERCUT_MOUNT, its path relative to the recorded filesystem.
- * $POWERCUT_DELAY_SYNC_LOG: every sync call is appended there, "CALL<TAB>NANOSECONDS<TAB>PATH"
- * (0: not held), one write(2) each (O_APPEND: whole lines from any thread or process).
+ * $POWERCUT_DELAY_SYNC_LOG: every sync call is appended there,
+ * "CALL<TAB>NANOSECONDS<TAB>TID<TAB>CALLED<TAB>PATH" (NANOSECONDS 0: not held; TID the calling
+ * thread; CALLED when the program called it, CLOCK_REALTIME seconds as strace -ttt prints them, so
+ * the host can place the held call where the program made it), one write(2) each (O_APPEND: whole
+ * lines from any thread or process).
  * errno is what the real call leaves. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,6 +75,8 @@ static long long delay_for(const char *path) {
 /* Hold the call if its file matches, and log it; errno as it was. */
 static void gate(const char *call, const char *path) {
     int saved = errno;
+    struct timespec called;
+    clock_gettime(CLOCK_REALTIME, &called);
     long long ns = path[0] ? delay_for(path) : 0;
     if (ns > 0) {
         struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
@@ -79,7 +85,8 @@ static void gate(const char *call, const char *path) {
     }
     if (logfd >= 0) {
         char line[PATH_BYTES + 64];
-        int n = snprintf(line, sizeof line, "%s\t%lld\t%s\n", call, ns, path[0] ? path : "?");
+        int n = snprintf(line, sizeof line, "%s\t%lld\t%ld\t%lld.%06ld\t%s\n", call, ns, (long)syscall(SYS_gettid),
+                         (long long)called.tv_sec, called.tv_nsec / 1000, path[0] ? path : "?");
         if (n > 0 && n < (int)sizeof line)
             (void)!write(logfd, line, (size_t)n);
     }

@@ -25,6 +25,7 @@ from powercut.check.host import require_root
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency_for, fault_for
+from powercut.core import syncdelay
 from powercut.core.disks import MAX_NODES
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import FINDINGS, Verdict
@@ -64,6 +65,7 @@ class CrashTest:
     fault: str = ""                         # the recording's fault plan (--fault; per node: core/nodefaults.py)
     disk_latency: str = str(DEFAULT_DISK_LATENCY)   # the data disk's latency while recording (core/latency.py)
     nodes: int = 1                          # > 1: a cluster (docs/clusters.md): the workload sees mounts n0, n1, ...
+    delay_sync: tuple[str, ...] = ()        # GLOB=TIME rules: those files' syncs held while recording (core/syncdelay.py)
 
     @classmethod
     def of(cls, name: str, workload_cmd: str, **settings: Any) -> CrashTest:
@@ -94,6 +96,12 @@ class CrashTest:
             raise UsageError(f"{self.name}: nodes={self.nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
         disk_latency_for(self.disk_latency, self.nodes, f"{self.name}: disk_latency")
         fault_for(self.fault, self.nodes, f"{self.name}: fault=")
+        rules = (self.delay_sync,) if isinstance(self.delay_sync, str) else self.delay_sync
+        try:
+            object.__setattr__(self, "delay_sync", syncdelay.canonical(rules))
+        except (UsageError, TypeError) as e:
+            why = e.one_line() if isinstance(e, UsageError) else "a GLOB=TIME rule or a list of them"
+            raise UsageError(f"{self.name}: delay_sync={self.delay_sync!r}: {why}") from None
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -112,7 +120,8 @@ class CrashTest:
         return RecordSpec(fs=FsSpec(fstype=self.fs, mkfs_opts=self.mkfs_opts, mount_opts=self.mount_opts,
                                     size_mb=self.size_mb),
                           workload=WorkloadSpec(name="", cmd=self.workload_cmd, params=dict(self.params),
-                                                timeout_s=self.workload_timeout_s, fault=self.fault),
+                                                timeout_s=self.workload_timeout_s, fault=self.fault,
+                                                delay_sync=self.delay_sync),
                           accel=self.place.accel, latency=disk_latency_for(self.disk_latency, self.nodes))
 
     def campaign(self) -> CampaignSpec:

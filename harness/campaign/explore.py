@@ -5,15 +5,17 @@ sync is slow and the others are not (docs/races.md): a disk-wide latency slows e
 and can leave the reply behind the sync it races.  So: record once with the syscall trace and
 judge it; from its trace list every file the program synced before an ack (core/races.py); then
 record once per such file, most synced first, with only that file's syncs held
-(``--delay-sync FILE=DELAY``), and judge every recording.  ``budget`` caps the recordings; the
-files left out are said, as a coverage note is.  Each schedule is an ordinary recording directory
+(``--delay-sync FILE=DELAY``), and judge every recording.  Several --disk-latency settings are
+several starting schedules: each is explored the same way on its own disk (a held file on a slow
+disk is another schedule than on a fast one).  ``budget`` caps the held recordings per starting
+schedule; the files left out are said, as a coverage note is.  Each schedule is an ordinary recording directory
 (its manifest names the held file), so a finding's repro bundle replays the recording that
 exposed it.  Layout: ``OUT/<schedule>/`` per recording, ``OUT/explore.json`` and ``.md``."""
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,21 +33,20 @@ from powercut.record.vm import RecordSpec
 
 
 @dataclass(slots=True)
-class Exploration:
-    """The base schedule's outcome, the files its trace names, the schedules run per file."""
+class Leg:
+    """One starting schedule (a --disk-latency setting): its outcome, the files its trace names,
+    the schedules run per file on top of it."""
 
-    delay: SyncDelay
+    base: Outcome
     budget: int
-    base: Outcome | None = None
     files: list[SyncedFile] = field(default_factory=list)
     commit_s: float = 0.0
     outcomes: list[Outcome] = field(default_factory=list)
-    note: str = ""
+    note: str = ""           # why nothing was explored from it ("" when its files were)
 
     @property
     def runs(self) -> list[Outcome]:
-        """Every schedule run: the base one first."""
-        return ([self.base] if self.base else []) + self.outcomes
+        return [self.base, *self.outcomes]
 
     @property
     def explored(self) -> list[str]:
@@ -55,24 +56,71 @@ class Exploration:
     def left_out(self) -> list[str]:
         return [f.path for f in self.files[self.budget:]]
 
+    def coverage(self, delay: SyncDelay) -> str:
+        if self.note:
+            return self.note
+        if not self.files:
+            return "no file was synced before an ack: no schedule to explore"
+        ratio = f" ({delay.seconds / self.commit_s:.0f}x a commit's median {self.commit_s * 1e3:.1f} ms)" \
+            if self.commit_s > 0 else ""
+        out = (f"explored {len(self.explored)} of {len(self.files)} files synced before an ack, each one's syncs "
+               f"held {delay.seconds * 1e3:g} ms{ratio}")
+        return out + (f"; not explored (--budget {self.budget}): {', '.join(self.left_out)}" if self.left_out else "")
+
+    def to_json(self, delay: SyncDelay) -> dict[str, Any]:
+        return {"setting": self.base.schedule.setting, "commit_median_s": round(self.commit_s, 6),
+                "coverage": self.coverage(delay), "files": [f.to_json() for f in self.files],
+                "explored": self.explored, "left_out": self.left_out,
+                "schedules": [o.to_json() for o in self.runs]}
+
+
+@dataclass(slots=True)
+class Exploration:
+    """Every starting schedule's leg (one per --disk-latency setting, in the order given)."""
+
+    delay: SyncDelay
+    budget: int
+    legs: list[Leg] = field(default_factory=list)
+    planned: int = 1         # starting schedules asked for (a leg not begun yet is not explored)
+
+    @property
+    def runs(self) -> list[Outcome]:
+        """Every schedule run, leg by leg, each leg's base first."""
+        return [o for leg in self.legs for o in leg.runs]
+
+    @property
+    def explored(self) -> list[str]:
+        """The files held in some leg (in the order first held)."""
+        return list(dict.fromkeys(p for leg in self.legs for p in leg.explored))
+
+    @property
+    def left_out(self) -> list[str]:
+        """The files some leg synced but did not hold."""
+        return list(dict.fromkeys(p for leg in self.legs for p in leg.left_out))
+
+    @property
+    def complete(self) -> bool:
+        """Every starting schedule ran and had a trace to explore from."""
+        return len(self.legs) == self.planned and not any(leg.note for leg in self.legs)
+
     @property
     def ok(self) -> bool:
         return all(o.ok for o in self.runs)
 
     def coverage(self) -> str:
-        if not self.files:
-            return self.note or "no file was synced before an ack: no schedule to explore"
-        ratio = f" ({self.delay.seconds / self.commit_s:.0f}x a commit's median {self.commit_s * 1e3:.1f} ms)" \
-            if self.commit_s > 0 else ""
-        out = (f"explored {len(self.explored)} of {len(self.files)} files synced before an ack, each one's syncs "
-               f"held {self.delay.seconds * 1e3:g} ms{ratio}")
-        return out + (f"; not explored (--budget {self.budget}): {', '.join(self.left_out)}" if self.left_out else "")
+        if len(self.legs) == 1 and self.planned == 1:
+            return self.legs[0].coverage(self.delay)
+        out = "; ".join(f"{leg.base.schedule.setting}: {leg.coverage(self.delay)}" for leg in self.legs)
+        return out + (f"; {self.planned - len(self.legs)} starting schedule(s) not run" if not self.legs or
+                      len(self.legs) < self.planned else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "delay": self.delay.when, "budget": self.budget,
-                "commit_median_s": round(self.commit_s, 6), "coverage": self.coverage(),
-                "files": [f.to_json() for f in self.files], "explored": self.explored, "left_out": self.left_out,
-                "schedules": [o.to_json() for o in self.runs]}
+        return {"ok": self.ok, "complete": self.complete, "delay": self.delay.when, "budget": self.budget,
+                "commit_median_s": round(self.legs[0].commit_s, 6) if self.legs else 0.0,
+                "coverage": self.coverage(),
+                "files": [f.to_json() for f in self.legs[0].files] if self.legs else [],
+                "explored": self.explored, "left_out": self.left_out,
+                "schedules": [o.to_json() for o in self.runs], "legs": [leg.to_json(self.delay) for leg in self.legs]}
 
 
 def delay_of(text: str) -> SyncDelay:
@@ -83,38 +131,48 @@ def delay_of(text: str) -> SyncDelay:
         raise UsageError(str(e).replace("--delay-sync x=", "--explore-delay ")) from None
 
 
-def explore(base: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path, *, delay: str = DEFAULT_DELAY,
-            budget: int = DEFAULT_BUDGET, on_done: Callable[[Outcome], None] | None = None) -> Exploration:
-    """The base schedule, then one per file its trace synced before an ack (at most ``budget``)."""
+def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, out: Path, *,
+            delay: str = DEFAULT_DELAY, budget: int = DEFAULT_BUDGET,
+            on_done: Callable[[Outcome], None] | None = None) -> Exploration:
+    """Each starting schedule (a --disk-latency setting, with its own disk latency), then one per
+    file its trace synced before an ack with only that file's syncs held on top of it (at most
+    ``budget`` per starting schedule)."""
     if budget < 0:
         raise UsageError(f"--budget must be 0 or more, not {budget}")
     if not rspec.workload.trace:
         raise UsageError("--explore-races reads the files to hold from the syscall trace: drop --no-trace")
-    ex = Exploration(delay_of(delay), budget)
+    if not bases:
+        raise UsageError("--explore-races needs a schedule to start from")
+    ex = Exploration(delay_of(delay), budget, planned=len(bases))
     out.mkdir(parents=True, exist_ok=True)
-    ex.base = run_one(base, rspec, cspec, out)
+    for base in bases:
+        leg = _leg(ex, base, rspec, cspec, out, on_done)
+        for f in leg.files[:budget]:
+            rule = f"{glob_for(ROOT if f.path == '.' else f.path)}={ex.delay.when}"   # . : the mount itself
+            o = run_one(dataclasses.replace(base, delay_sync=(rule,)), rspec, cspec, out)
+            leg.outcomes.append(o)
+            write(out, ex)
+            if on_done:
+                on_done(o)
+    return ex
+
+
+def _leg(ex: Exploration, base: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path,
+         on_done: Callable[[Outcome], None] | None) -> Leg:
+    """The starting schedule run and judged, and the files its trace synced before an ack."""
+    leg = Leg(run_one(base, rspec, cspec, out), ex.budget)
+    ex.legs.append(leg)
     write(out, ex)
     if on_done:
-        on_done(ex.base)
-    if ex.base.error:
-        ex.note = f"the base recording did not finish ({ex.base.error}): nothing to explore from"
-        write(out, ex)
-        return ex
-    trace = load_trace(recording.load(ex.base.dir))
-    if trace is None:
-        ex.note = "the base recording has no syscall trace (see its manifest's [trace]): nothing to explore from"
-        write(out, ex)
-        return ex
-    ex.files, ex.commit_s = synced_files(trace, ROOT), commit_seconds(trace)
-    for f in ex.files[:budget]:
-        rule = f"{glob_for(ROOT if f.path == '.' else f.path)}={ex.delay.when}"   # . : the mount itself
-        sched = dataclasses.replace(base, delay_sync=(rule,))
-        o = run_one(sched, rspec, cspec, out)
-        ex.outcomes.append(o)
-        write(out, ex)
-        if on_done:
-            on_done(o)
-    return ex
+        on_done(leg.base)
+    if leg.base.error:
+        leg.note = f"the base recording did not finish ({leg.base.error}): nothing to explore from"
+    elif (trace := load_trace(recording.load(leg.base.dir))) is None:
+        leg.note = "the base recording has no syscall trace (see its manifest's [trace]): nothing to explore from"
+    else:
+        leg.files, leg.commit_s = synced_files(trace, ROOT), commit_seconds(trace)
+    write(out, ex)
+    return leg
 
 
 def markdown(ex: Exploration) -> str:

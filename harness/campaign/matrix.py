@@ -76,7 +76,8 @@ def record_row(row: Row, how: MatrixRun) -> str:
         return ""
     try:
         spec = RecordSpec(fs=FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()), mount_opts=row.mount_opts),
-                          workload=WorkloadSpec(name=row.workload, params=dict(row.params), fault=row.fault),
+                          workload=WorkloadSpec(name=row.workload, params=dict(row.params), fault=row.fault,
+                                                delay_sync=row.delay_sync),
                           accel=how.place.accel,
                           latency=disk_latency(row.disk_latency))
         record(spec, recdir, nodes=row.nodes, force=True)

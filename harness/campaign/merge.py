@@ -143,6 +143,7 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
                         coverage=_coverage(outs), require_exhaustive=bool(base.get("require_exhaustive", False)),
                         anatomy=base.get("anatomy") or {}, trace_note=str(base.get("trace_note", "")),
                         disk_latency=str(base.get("disk_latency", "")), nodes=nodes,
+                        delay_sync=tuple(str(r) for r in base.get("delay_sync") or ()),
                         disks=dict(base.get("disks") or {}))
     with open(outdir / "journal.jsonl", "w") as f:
         for v in sorted(judged, key=lambda v: (v.model, v.cut, v.state)):

@@ -307,7 +307,8 @@ def _campaign(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec
                             shard="" if spec.shard.whole else str(spec.shard), coverage=cov,
                             require_exhaustive=spec.require_exhaustive,
                             anatomy=_anatomy(rec, logs[0]) if len(logs) == 1 else {}, trace_note=cause.trace_note(rec),
-                            disk_latency=disk_latency_of(rec.manifest), nodes=len(logs))
+                            disk_latency=disk_latency_of(rec.manifest), nodes=len(logs),
+                            delay_sync=tuple(rec.workload.get("delay_sync") or ()))
         paths = write_outputs(summary, verdicts, outdir)
         paths["html"] = html.write(summary, outdir, verdicts, logs)
     return summary, paths

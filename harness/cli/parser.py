@@ -207,13 +207,13 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
         p.add_argument("--explore-races", action="store_true",
                        help="record once with the trace, then once per file the program synced before an ack with "
                             "only that file's syncs held (--explore-delay), judge every recording: the schedule "
-                            "table, exit 3 if any fails (docs/races.md)")
+                            "table, exit 3 if any fails; each --disk-latency setting is explored so (docs/races.md)")
         p.add_argument("--explore-delay", default=syncdelay.EXPLORE_DELAY, metavar="TIME",
                        help=f"how long --explore-races holds each file's syncs (default {syncdelay.EXPLORE_DELAY}: "
                             "long against one commit; the table says how many commits it is)")
         p.add_argument("--budget", type=at_least(0), default=syncdelay.EXPLORE_BUDGET, metavar="N",
-                       help=f"--explore-races: at most N recordings after the first (default {syncdelay.EXPLORE_BUDGET}; "
-                            "the files left out are named)")
+                       help=f"--explore-races: at most N held recordings per disk latency (default "
+                            f"{syncdelay.EXPLORE_BUDGET}; the files left out are named)")
     p.add_argument("--no-trace", action="store_true",
                    help="do not trace the workload's system calls (strace; the cause of a failure is then given in blocks only)")
     p.add_argument("--workload-timeout", type=positive_float, default=config.WORKLOAD_TIMEOUT_S, metavar="S",

@@ -13,6 +13,7 @@ from powercut.cli.check import cmd_check
 from powercut.cli.inspect import print_stats
 from powercut.cli.parser import MAIN_DEFAULT_OUT, RUN_COMMITS
 from powercut.core.latency import recorded_phrase
+from powercut.core.syncdelay import held_phrase
 from powercut.errors import OptionError, PowercutError, UsageError
 from powercut.linux import interrupt
 
@@ -123,11 +124,8 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     if tr:
         print(f"  trace: {tr['file']} ({tr.get('bytes', 0) >> 10} KiB of strace)" if tr.get("file")
               else f"  trace: none ({tr.get('error')})")
-    ds = m["result"].get("delay_sync")
-    if isinstance(ds, dict):
-        held = {f: n["held"] for f, n in ds.get("files", {}).items() if n.get("held")}
-        print(f"  delay-sync {', '.join(ds.get('rules', []))}: held {ds.get('held', 0)} of the {ds.get('calls', 0)} "
-              f"sync calls the shim saw ({', '.join(f'{f} {n}' for f, n in sorted(held.items()))})")
+    if (ds := m["result"].get("delay_sync")) is not None:
+        print(f"  delay-sync {held_phrase(ds)}")
     print_stats(str(rec.log_path))
     return 0
 
@@ -194,22 +192,24 @@ def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
 
     from powercut.campaign import explore
 
-    if args.resume or args.shard or args.dry_run or len(schedules) > 1:
-        raise OptionError("--explore-races takes one schedule to start from: one --disk-latency, no --repeat, "
+    if args.resume or args.shard or args.dry_run or args.repeat > 1:
+        raise OptionError("--explore-races starts from each --disk-latency setting once: no --repeat, "
                           "--resume, --shard or --dry-run")
     try:
         explore.delay_of(args.explore_delay)
     except UsageError as e:
         raise OptionError(str(e)) from None
     rspec, cspec, out = _schedule_specs(args, schedules)
+    per = f" per disk latency ({', '.join(s.setting for s in schedules)})" if len(schedules) > 1 else ""
     print(f"exploring races: one recording with the trace, then one per file it synced before an ack with only "
-          f"that file's syncs held {args.explore_delay} (at most {args.budget}), each judged into {out}/<schedule>")
+          f"that file's syncs held {args.explore_delay} (at most {args.budget}){per}, each judged into "
+          f"{out}/<schedule>")
 
     def done(o: Any) -> None:
         print(f"{'ok' if o.ok else 'FAIL':4} {o.schedule.setting}: {o.verdict}{': ' + o.error if o.error else ''}"
               f"  [{o.total} states; record {o.record_s:.1f} s, check {o.check_s:.1f} s] {o.dir}", flush=True)
 
-    ex = explore.explore(schedules[0], rspec, cspec, out, delay=args.explore_delay, budget=args.budget, on_done=done)
+    ex = explore.explore(schedules, rspec, cspec, out, delay=args.explore_delay, budget=args.budget, on_done=done)
     t = Table(title="races explored: schedules chosen from the trace", min_width=72)
     for col in ("schedule", "states", "verdicts", "first failure", "its cause"):
         t.add_column(col)
@@ -219,7 +219,7 @@ def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
     Console().print(t)
     print(ex.coverage())
     print(f"exploration: {out / 'explore.json'}, {out / 'explore.md'}")
-    return _schedules_status(ex.runs, complete=ex.base is not None and not ex.note)
+    return _schedules_status(ex.runs, complete=ex.complete)
 
 
 def _schedule_table(rows: list[Any]) -> Any:

@@ -43,7 +43,8 @@ def evidence_line(o: Op) -> str:
     where = f"line {o.line}, pid {o.pid}"
     if o.kind == sc.MARK:
         return f"{where}: mark {o.text}"
-    return f"{where}: {o.text}"
+    held = f" [the program called it {o.held * 1000:g} ms earlier: --delay-sync held it]" if o.held > 0 else ""
+    return f"{where}: {o.text}{held}"
 
 
 def evidence_lines(ops: Sequence[Op]) -> tuple[str, ...]:
@@ -89,6 +90,13 @@ def sentence(f: Finding) -> str:
         return (f"{f.source} was {verb} over {f.subject} before its data was fsynced, and {f.ack.text} was given "
                 f"with no fsync in between: the {f.rename.kind} can reach the disk before the data, leaving "
                 f"{f.subject} empty or stale")
+    if isinstance(f, SyncStillRunning) and f.sync.held > 0:
+        other = " by another thread" if f.other_thread else ""
+        before = f.ack.time - f.sync.began
+        return (f"{f.ack.text} was sent while the {f.sync.kind} of {f.subject} that covers it, called{other} "
+                f"{before * 1000:.1f} ms before the ack, was still held (--delay-sync holds it {f.sync.held * 1000:g} ms "
+                f"before it enters the kernel) -- the reply did not wait for the "
+                f"{f.sync.kind} to return; a slow sync of this one file loses this race")
     if isinstance(f, SyncStillRunning):
         other = " in another thread" if f.other_thread else ""
         return (f"{f.ack.text} was given while the {f.sync.kind} of {f.subject}{other} was still running: it began "

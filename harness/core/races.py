@@ -8,10 +8,12 @@ sync_file_range, msync or syncfs completed before some ack, how many such calls,
 took (strace -T), and the commits' own duration -- what the exploration's delay is set against."""
 from __future__ import annotations
 
+import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from powercut.core.syncdelay import Hold
 from powercut.core.syscalls import FDATASYNC, FSYNC, MARK, MSYNC, RANGE_SYNC, SYNCFS, Op, Trace
 
 SYNC_KINDS = (FSYNC, FDATASYNC, RANGE_SYNC, MSYNC, SYNCFS)
@@ -69,3 +71,40 @@ def commit_seconds(trace: Trace) -> float:
 def glob_for(path: str) -> str:
     """The --delay-sync glob naming exactly this file (fnmatch's specials escaped)."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in path)
+
+
+CLOCK_SLACK_S = 0.001   # the shim's and strace's reading of the same clock, a call apart
+
+
+def _entered(o: Op) -> float:
+    """When ``o`` entered the kernel, as far as the trace says."""
+    return o.time - o.duration if o.duration >= 0 else o.began
+
+
+def with_holds(trace: Trace, held: Iterable[Hold]) -> Trace:
+    """``trace`` with each sync the shim held (``held``: its log, core/syncdelay.holds) placed where
+    the program called it: its ``start`` the call, its ``held`` the hold.  A held call enters the
+    kernel, and the trace, only after the hold, so without this an ack sent while the program's
+    sync was held reads as an ack with no sync before it.  A held call is matched to the first
+    traced sync of the same thread, call and file that entered the kernel after it was called (a
+    thread's calls are sequential); a hold the trace does not show (a log from before the shim said
+    which thread and when) is left out."""
+    queues: dict[tuple[int, str, str], list[int]] = {}
+    for i, o in enumerate(trace.ops):
+        if o.kind in SYNC_KINDS:
+            queues.setdefault((o.pid, o.kind, o.path), []).append(i)
+    ops = list(trace.ops)
+    placed = 0
+    for h in held:
+        if h.ns <= 0 or h.called < 0:
+            continue
+        queue = queues.get((h.tid, h.call, h.path), [])
+        while queue and _entered(ops[queue[0]]) < h.called - CLOCK_SLACK_S:
+            queue.pop(0)
+        if queue:
+            i = queue.pop(0)
+            ops[i] = dataclasses.replace(ops[i], start=h.called, held=h.ns / 1e9)
+            placed += 1
+    if not placed:
+        return trace
+    return dataclasses.replace(trace, ops=ops)

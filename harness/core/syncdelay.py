@@ -96,17 +96,46 @@ def env_text(rules: Iterable[SyncDelay]) -> str:
     return "".join(f"{r.ns}\t{r.glob}\n" for r in rules)
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One sync call the shim saw (a line of its log): ``ns`` held (0: not), by thread ``tid``,
+    called at ``called`` (CLOCK_REALTIME seconds, strace -ttt's clock; -1 in a log written before
+    the shim said when), on ``path`` (absolute, as the program's descriptor or mapping names it)."""
+
+    call: str
+    ns: int
+    tid: int
+    called: float
+    path: str
+
+
+def holds(log_text: str) -> list[Hold]:
+    """The shim's log, line by line (``CALL NS TID CALLED PATH``, tab-separated; the first shim's
+    ``CALL NS PATH`` too); lines that are neither are skipped."""
+    out: list[Hold] = []
+    for line in log_text.splitlines():
+        parts = line.split("\t", 4)
+        if len(parts) == 5 and parts[1].isdigit() and parts[2].isdigit():
+            try:
+                called = float(parts[3])
+            except ValueError:
+                continue
+            out.append(Hold(parts[0], int(parts[1]), int(parts[2]), called, parts[4]))
+        else:
+            parts = line.split("\t", 2)
+            if len(parts) == 3 and parts[1].isdigit():
+                out.append(Hold(parts[0], int(parts[1]), 0, -1.0, parts[2]))
+    return out
+
+
 def held_summary(log_text: str, mount: str = "", ignore: Collection[str] = ()) -> dict[str, Any]:
     """What the shim's log says: every sync call it saw and those it held, per file (relative to
     ``mount`` where under it), for the manifest's [result] and the console; ``ignore``: paths that
     are not the program's (the marks' order devices)."""
     files: dict[str, dict[str, int]] = {}
     calls = held = 0
-    for line in log_text.splitlines():
-        parts = line.split("\t", 2)
-        if len(parts) != 3 or not parts[1].isdigit():
-            continue
-        path = parts[2]
+    for h in holds(log_text):
+        path = h.path
         if path in ignore:
             continue
         if mount and path == mount.rstrip("/"):
@@ -116,10 +145,21 @@ def held_summary(log_text: str, mount: str = "", ignore: Collection[str] = ()) -
         f = files.setdefault(path, {"calls": 0, "held": 0})
         f["calls"] += 1
         calls += 1
-        if int(parts[1]) > 0:
+        if h.ns > 0:
             f["held"] += 1
             held += 1
     return {"calls": calls, "held": held, "files": files}
+
+
+def held_phrase(result: dict[str, Any] | None) -> str:
+    """A recording's --delay-sync as the console and the report say it (its manifest's [result]
+    ``delay_sync``): the rules, then what the shim held of what it saw; "none" without rules."""
+    if not isinstance(result, dict) or not result.get("rules"):
+        return "none"
+    held = {f: n["held"] for f, n in result.get("files", {}).items() if n.get("held")}
+    per_file = f" ({', '.join(f'{f} {n}' for f, n in sorted(held.items()))})" if held else ""
+    return (f"{', '.join(result['rules'])}: held {result.get('held', 0)} of the {result.get('calls', 0)} sync calls "
+            f"the shim saw{per_file}")
 
 
 def held_note(rules: Iterable[str], subject: str) -> str:

@@ -73,6 +73,7 @@ class Op:
     start: float = -1.0  # when the call began, if another call completed while it ran; else -1
     target: str = ""     # a mark: the device-mapper device it was sent to (a cluster's node: ``...-n<i>``)
     duration: float = -1.0   # seconds inside the call (strace -T), -1 if the trace does not say
+    held: float = 0.0    # seconds --delay-sync held it before the kernel (``start``: when the program called it)
 
     @property
     def ok(self) -> bool:

@@ -11,14 +11,14 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from powercut.core import anatomy, causes, nodetrace, syscalls
+from powercut.core import anatomy, causes, nodetrace, races, syscalls
 from powercut.core.crashstate import CrashState
 from powercut.core.disks import Disks
 from powercut.core.dmlog import LogIndex
 from powercut.core.markorder import ordering_flushes
 from powercut.core.models import space
 from powercut.core.stateid import LIE_MODELS
-from powercut.core.syncdelay import held_note
+from powercut.core.syncdelay import Hold, held_note, holds
 from powercut.errors import PowercutError
 from powercut.vm.guestjob import GUEST_MNT
 
@@ -43,11 +43,29 @@ def load_trace(rec: Recording) -> syscalls.Trace | None:
         try:
             with gzip.open(path, "rt", encoding="utf-8", errors="surrogateescape") as fh:
                 _cache.clear()
-                _cache[key] = syscalls.parse(fh, ROOT)
+                _cache[key] = races.with_holds(syscalls.parse(fh, ROOT), _holds(rec))
         except (OSError, EOFError, zlib.error, UnicodeError) as e:
             log.warning("the trace %s cannot be read (%s): causes are given in blocks only", path, e)
             return None
     return _cache[key]
+
+
+def _holds(rec: Recording) -> list[Hold]:
+    """The syncs --delay-sync held, where the program called them ([] without the shim's log)."""
+    path = rec.delay_log
+    if path is None:
+        return []
+    try:
+        return holds(path.read_text(errors="replace"))
+    except OSError as e:
+        log.warning("the --delay-sync log %s cannot be read (%s): held syncs are placed where they entered "
+                    "the kernel", path, e)
+        return []
+
+
+def _placed(trace: syscalls.Trace | None) -> bool:
+    """Whether ``trace`` places held syncs where the program called them (with_holds)."""
+    return trace is not None and any(o.held > 0 for o in trace.ops)
 
 
 def explain_groups(rec: Recording, logs: LogIndex | Sequence[LogIndex], groups: list[Group]) -> None:
@@ -71,7 +89,7 @@ def explain_groups(rec: Recording, logs: LogIndex | Sequence[LogIndex], groups: 
         else:
             g.why = node_why(trace, indexes, st, g.verdict, reasons,
                              [list(n.get("culprits", ())) for n in d.get("nodes", ())])
-        held = tuple(rec.workload.get("delay_sync") or ())
+        held = tuple(rec.workload.get("delay_sync") or ()) if not _placed(trace) else ()
         if held and isinstance(g.why, dict) and (note := held_note(held, str(g.why.get("subject", "")))):
             g.why["blind"] = [*g.why.get("blind", []), note]   # what the trace cannot see of a held sync
 

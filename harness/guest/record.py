@@ -46,6 +46,7 @@ log = logging.getLogger("powercut.guest")
 
 MNT = guestjob.GUEST_MNT
 DELAY_LOG = "/run/powercut/delay-sync.log"   # guest-local: the shim's line per sync call
+DELAY_LOG_FILE = "delay-sync.log"           # in the job directory: the shim's log, kept
 
 
 def disk_name(dm_name: str, i: int, disks: int) -> str:
@@ -144,6 +145,9 @@ def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_en
             text = ""
         marks = {os.path.realpath(s.order) for s in stacks}   # powercut's own: each mark's flush (marks.py)
         res["delay_sync"] = {"rules": list(wl.delay_sync), **syncdelay.held_summary(text, MNT, ignore=marks)}
+        if text:   # kept whole: where each held call was made (debug/cause places it in the trace)
+            (jobdir / DELAY_LOG_FILE).write_text(text)
+            res["delay_sync"]["log"] = DELAY_LOG_FILE
     return res
 
 

@@ -58,6 +58,13 @@ class Recording:
         return self.dir / f if f and (self.dir / f).is_file() else None
 
     @property
+    def delay_log(self) -> Path | None:
+        """The --delay-sync shim's log (core/syncdelay.holds: where each held sync was called), if
+        the recording held syncs and kept it."""
+        f = (self.manifest.get("result", {}).get("delay_sync") or {}).get("log")
+        return self.dir / "job" / f if f and (self.dir / "job" / f).is_file() else None
+
+    @property
     def file_map(self) -> Path | None:
         """Where the program's files lie on the data device at the end (guest/filemap.py), if the
         recording made the map (one disk's; a cluster's node 0's: ``file_maps``)."""

@@ -29,6 +29,7 @@ from powercut.core.anatomy import short as short_anatomy
 from powercut.core.dmlog import LogIndex
 from powercut.core.latency import recorded_phrase
 from powercut.core.stateid import LIE_MODELS, MODELS
+from powercut.core.syncdelay import held_phrase
 from powercut.core.verdict import SEVERITY
 from powercut.record import recording as rec_mod
 from powercut.report import bench, clustertimeline, seeds, timeline
@@ -87,6 +88,7 @@ def _environment(recording: Path) -> list[tuple[str, str]]:
             ("filesystem", f"{fs.get('fstype', '?')} {' '.join(fs.get('mkfs_opts', []))} "
                            f"{fs.get('mount_opts', '')}".strip()),
             ("disk latency", _latency(m.get("latency"))),
+            ("syncs held (--delay-sync)", held_phrase(m.get("result", {}).get("delay_sync"))),
             ("marks", _marks(m.get("marks"))), ("recorded", str(r.get("created", "?")))]
 
 

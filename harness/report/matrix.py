@@ -19,6 +19,7 @@ from typing import Any
 from rich.table import Table
 
 from powercut.config import DEFAULT_DISK_LATENCY, disk_latency_for, fault_for
+from powercut.core import syncdelay
 from powercut.core.causes import RULES
 from powercut.core.confirm import group_key
 from powercut.core.disks import MAX_NODES
@@ -57,11 +58,13 @@ class Row:
     lie_file: str = ""                        # the lying-disk models lie about this file of the program only
     nodes: int = 1                            # a cluster row: the workload runs on this many nodes (docs/clusters.md)
     fault: str = ""                           # the recording's fault plan (--fault; a cluster's per node: 1=PLAN)
+    delay_sync: tuple[str, ...] = ()          # GLOB=TIME: those files' syncs held while recording (core/syncdelay.py)
 
     @property
     def id(self) -> str:
         return (f"{self.workload}/{self.variant}/{self.fs}" + (f":{self.mount_opts}" if self.mount_opts else "")
-                + (f"@{self.disk_latency}" if self.disk_latency != "none" else ""))
+                + (f"@{self.disk_latency}" if self.disk_latency != "none" else "")
+                + (f"+hold:{','.join(self.delay_sync)}" if self.delay_sync else ""))
 
     @property
     def slug(self) -> str:
@@ -97,7 +100,7 @@ def load(path: str | Path | None = None) -> list[Row]:
 
 def _rows(d: dict[str, Any], where: str) -> list[Row]:
     known = {"workload", "variant", "params", "fs", "mount", "mkfs", "expect", "why", "ci", "notes", "claim",
-             "max_states", "cause", "disk_latency", "lie_file", "nodes", "fault"}
+             "max_states", "cause", "disk_latency", "lie_file", "nodes", "fault", "delay_sync"}
     unknown = set(d) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -129,10 +132,16 @@ def _rows(d: dict[str, Any], where: str) -> list[Row]:
         raise UsageError(f"{where}: nodes = {nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
     latency = str(disk_latency_for(str(d.get("disk_latency", DEFAULT_DISK_LATENCY)), nodes, f"{where}: disk_latency"))
     fault = fault_for(str(d.get("fault", "")), nodes, f"{where}: fault = ") if d.get("fault") else ""
+    raw_held = d.get("delay_sync", ())
+    try:
+        held = syncdelay.canonical([raw_held] if isinstance(raw_held, str) else list(raw_held))
+    except (UsageError, TypeError) as e:
+        why = e.one_line() if isinstance(e, UsageError) else "a GLOB=TIME rule or a list of them"
+        raise UsageError(f"{where}: delay_sync = {raw_held!r}: {why}") from None
     return [Row(str(d["workload"]), str(d["variant"]), dict(d.get("params", {})), str(fs), expect, str(d["why"]),
                 str(d.get("mount", "")), str(d.get("mkfs", "")), str(d.get("ci", "")), notes,
                 " ".join(str(d.get("claim", "")).split()), int(d.get("max_states", 0)), cause, latency,
-                str(d.get("lie_file", "")), nodes, fault) for fs in fss]
+                str(d.get("lie_file", "")), nodes, fault, held) for fs in fss]
 
 
 def choose(rows: list[Row], patterns: list[str] | tuple[str, ...] = (), ci: bool = False) -> list[Row]:

@@ -13,6 +13,7 @@ import json
 import shlex
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ class Summary:
     disk_latency: str = ""                    # the recording's data-disk latency (core/latency.py; "" unknown)
     nodes: int = 1                            # disks judged together (> 1: a cluster recording's nodes)
     disks: dict[str, Any] = field(default_factory=dict)   # N > 1: the instants and each disk's distinct states
+    delay_sync: tuple[str, ...] = ()          # the recording's --delay-sync rules (core/syncdelay.py; () none)
 
     @property
     def no_acks(self) -> bool:
@@ -141,6 +143,7 @@ class Summary:
                 "seconds": round(self.seconds, 3), "states": self.counts, "by_model": self.by_model,
                 "covered": self.covered,
                 "verdict": self.verdict, "headline": self.headline(), "disk_latency": self.disk_latency,
+                "delay_sync": list(self.delay_sync),
                 "coverage": self.coverage.to_json() if self.coverage is not None else None,
                 "require_exhaustive": self.require_exhaustive,
                 "notes": self.notes(), "acks": self.acks, "planned": self.planned,
@@ -162,7 +165,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
               escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False,
               anatomy: dict[str, Any] | None = None, trace_note: str = "", disk_latency: str = "",
-              nodes: int = 1, disks: dict[str, Any] | None = None) -> Summary:
+              nodes: int = 1, disks: dict[str, Any] | None = None, delay_sync: Sequence[str] = ()) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -179,7 +182,8 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
                    {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
                    coverage, require_exhaustive, dict(anatomy or {}), trace_note, disk_latency, nodes,
-                   dict(disks if disks is not None else _disks_of(selection) if nodes > 1 else {}))
+                   dict(disks if disks is not None else _disks_of(selection) if nodes > 1 else {}),
+                   tuple(delay_sync))
 
 
 def _disks_of(selection: Any) -> dict[str, Any]:
@@ -238,6 +242,8 @@ def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
         ET.SubElement(props, "property", name="seed", value=str(summary.coverage.seed))
     if summary.disk_latency:
         ET.SubElement(props, "property", name="disk_latency", value=summary.disk_latency)
+    if summary.delay_sync:
+        ET.SubElement(props, "property", name="delay_sync", value=", ".join(summary.delay_sync))
     if not summary.exhaustive and not notes:   # a pass short of exhaustive is never plain green: skipped
         suite = ET.SubElement(suites, "testsuite", name=f"{summary.workload}.{summary.fstype}.coverage", tests="1",
                               failures="0", errors="0", skipped="1", time="0.000")
@@ -294,6 +300,7 @@ def table(summary: Summary) -> Any:
     status = "" if summary.status == "complete" else f" [{summary.status.upper()}]"
     status += f" [shard {summary.shard}]" if summary.shard else ""
     status += f" [disk latency {summary.disk_latency}]" if summary.disk_latency not in ("", "none") else ""
+    status += f" [delay-sync {', '.join(summary.delay_sync)}]" if summary.delay_sync else ""
     disks = f" on {summary.nodes} nodes" if summary.nodes > 1 else ""
     t = Table(title=f"{summary.workload}{disks} on {summary.fstype}: {summary.total} distinct crash states judged "
                     f"in {summary.check_in} in {summary.seconds:.1f} s{status}", min_width=72)

@@ -181,6 +181,16 @@ def test_command_line_overrides_marker_and_call(pytester: pytest.Pytester, fake)
     res.stdout.fnmatch_lines(["*test_kv.py::test_kv: pass*"])
 
 
+def test_delay_sync_from_the_marker_and_the_command_line_reaches_the_recording(pytester, fake) -> None:
+    camp = fake(FakeCampaign([verdict("flush@3")]))
+    pytester.makepyfile(test_kv=TEST_FILE.replace("crashtest(put_keys, check_keys)",
+                                                  "crashtest(put_keys, 'true', delay_sync='app.log= 0.2s')"))
+    pytester.runpytest().assert_outcomes(passed=1)
+    assert camp.tests[-1].recording().workload.delay_sync == ("app.log=200ms",)
+    pytester.runpytest("--powercut-delay-sync=*.idx=1s", "--powercut-delay-sync=*.wal=5ms").assert_outcomes(passed=1)
+    assert camp.tests[-1].recording().workload.delay_sync == ("*.idx=1s", "*.wal=5ms")
+
+
 def test_shell_command_workload_and_no_checker(pytester: pytest.Pytester, fake) -> None:
     camp = fake(FakeCampaign([verdict("flush@3")]))
     pytester.makepyfile(test_cmd='''
@@ -206,6 +216,9 @@ def test_shell_command_workload_and_no_checker(pytester: pytest.Pytester, fake) 
     ("crashtest('true', nodes=3, fault='eio-writes')", "a cluster recording: name the node whose disk fails"),
     ("crashtest('true', nodes=3, fault='3=eio-writes')", "node 3 named, and the recording has nodes 0..2"),
     ("crashtest('true', nodes=3, disk_latency='3=hdd')", "node 3 named, and the recording has nodes 0..2"),
+    ("crashtest('true', delay_sync='app.log')", "delay_sync='app.log': --delay-sync app.log: expected GLOB=TIME"),
+    ("crashtest('true', delay_sync=['a=1ms', 'a=2ms'])", "a is given twice"),
+    ("crashtest('true', delay_sync=5)", "a GLOB=TIME rule or a list of them"),
 ])
 def test_mistakes_are_one_line_failures(pytester: pytest.Pytester, fake, body, words) -> None:
     camp = fake(FakeCampaign([verdict("flush@3")]))

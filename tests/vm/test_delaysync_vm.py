@@ -79,7 +79,9 @@ def test_the_exploration_holds_each_synced_file_and_finds_the_race(tmp_path: Pat
     by = {tuple(s["delay_sync"]): s for s in doc["schedules"]}
     held = by[("store.log=200ms",)]
     if reply_on == "index":
-        assert held["verdict"] == "lost-ack" and held["cause"] and held["first"]
+        assert held["verdict"] == "lost-ack" and held["first"]
+        # the cause places the held fdatasync where the program called it: before the ack
+        assert held["cause"].startswith("ack-before-sync-returned: ") and "still held" in held["cause"], held["cause"]
         assert recording.load(held["dir"]).manifest["workload"]["delay_sync"] == ["store.log=200ms"]
     else:
         assert all(s["verdict"] == "pass" for s in doc["schedules"])

@@ -51,10 +51,26 @@ def test_actionlint_refuses_a_broken_workflow(tmp_path: Path, old: str, new: str
 
 def test_every_step_the_workflow_runs_is_a_step_of_nightly_sh() -> None:
     steps = set(re.findall(r"bash ci/nightly\.sh (\w+)", WORKFLOW.read_text()))
-    assert steps == {"rows", "record", "check", "merge", "schedules"}
+    assert steps == {"rows", "record", "check", "merge", "schedules", "explore"}
     script = NIGHTLY.read_text()
     for step in steps:
         assert re.search(rf"^\s+{step}\)", script, re.M), f"ci/nightly.sh has no step {step}"
+
+
+def test_a_nightly_row_holds_syncs_and_the_exploration_runs_its_row(tmp_path) -> None:
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake), OUT=str(tmp_path / "n"), EXPLORE_ROW="twofile:xfs:n=4,reply_on=index",
+               EXPLORE_BUDGET="3")
+    rec = subprocess.run(["bash", str(NIGHTLY), "record", "twofile:ext4:n=6,delay-sync=store.*=200ms"],
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert rec.returncode == 0, rec.stderr
+    assert "--workload twofile --fs ext4 --param n=6 --delay-sync store.*=200ms -o" in rec.stdout
+    assert (tmp_path / "n" / "twofile_ext4_n_6_delay-sync_store.__200ms").is_dir()
+    ex = subprocess.run(["bash", str(NIGHTLY), "explore"], capture_output=True, text=True, env=env, timeout=30)
+    assert ex.returncode == 0, ex.stderr
+    assert "run --workload twofile --fs xfs --param n=4 --param reply_on=index --explore-races --budget 3" in ex.stdout
 
 
 def test_nightly_rows_and_wrong_step() -> None:

@@ -260,3 +260,24 @@ def test_a_lying_disk_state_is_explained_by_what_the_disk_did():
     assert "an acked commit was gone without an error" in m.sentence
     f = causes.lie_cause("flush-ignored", 7, 8, dropped=range(7, 15), verdict="lost-ack")
     assert "writes #7, #8, #9, #10, #11, #12 ... before it were lost" in f.sentence
+
+
+def test_an_ack_sent_while_its_files_sync_was_held_is_that_race():
+    """--delay-sync's log places the held fdatasync where the program called it: before the ack, in
+    another thread -- the rule is ack-before-sync-returned, said as the hold, not no-fsync."""
+    from powercut.core.races import with_holds
+    from powercut.core.syncdelay import holds
+    t = T().open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4).fsync_dir().mark("begin:1").write("log", fd=4)
+    called = t.t + 0.001
+    t.mark("ack:1", pid=2)
+    t.t += 0.2
+    t.fsync("log", fd=4, call="fdatasync")
+    plain = causes.explain(t.trace(), t.log, t.log[-1][0] + 1, MNT)
+    assert plain.rule == causes.NO_FSYNC
+    held = with_holds(t.trace(), holds(f"fdatasync\t200000000\t1\t{called:.6f}\t{MNT}/log\n"))
+    c = causes.explain(held, t.log, t.log[-1][0] + 1, MNT)
+    assert c.rule == causes.EARLY and c.subject == "/log"
+    assert "ack:1 was sent while the fdatasync of /log that covers it, called by another thread" in c.sentence
+    assert "was still held (--delay-sync holds it 200 ms before it enters the kernel)" in c.sentence
+    assert c.evidence[-1].endswith("fdatasync(4</run/powercut/mnt/log>) = 0 [the program called it 200 ms earlier: "
+                                   "--delay-sync held it]")

@@ -43,3 +43,39 @@ def test_the_commits_median_and_an_exact_glob() -> None:
     assert abs(commit_seconds(parse(TRACE, MNT)) - 0.35) < 1e-9
     g = glob_for("db[1]/a*b?.log")
     assert fnmatch.fnmatchcase("db[1]/a*b?.log", g) and not fnmatch.fnmatchcase("db1/axbc.log", g)
+
+
+# -- held syncs placed where the program called them (--delay-sync's log) ------------------------------
+
+HELD_TRACE = [
+    f"8 1.00 openat(AT_FDCWD<{MNT}>, \"store.log\", O_WRONLY|O_CREAT|O_APPEND, 0666) = 4<{MNT}/store.log>",
+    mark(1.01, "begin:0"),
+    f"8 1.02 write(4<{MNT}/store.log>, \"x\", 100) = 100 <0.000010>",
+    mark(1.05, "ack:0"),                                              # thread 7 replies ...
+    f"8 1.25 fdatasync(4<{MNT}/store.log>) = 0 <0.001000>",            # ... while 8's sync is held
+    f"8 1.30 fdatasync(4<{MNT}/store.log>) = 0 <0.001000>",            # a later, unheld one
+]
+
+
+def test_a_held_sync_is_placed_where_the_program_called_it() -> None:
+    from powercut.core.races import with_holds
+    from powercut.core.syncdelay import holds
+    log = (f"fdatasync\t200000000\t8\t1.030000\t{MNT}/store.log\n"
+           f"fdatasync\t0\t8\t1.2985\t{MNT}/store.log\n")
+    tr = with_holds(parse(HELD_TRACE, MNT), holds(log))
+    syncs = [o for o in tr.ops if o.kind == "fdatasync"]
+    assert [(o.began, o.held) for o in syncs] == [(1.03, 0.2), (syncs[1].began, 0.0)] and syncs[1].began > 1.29
+    # another thread's hold, another file's, or an old log without threads and times: nothing placed
+    for other in (f"fdatasync\t200000000\t9\t1.03\t{MNT}/store.log\n",
+                  f"fdatasync\t200000000\t8\t1.03\t{MNT}/other.log\n",
+                  f"fdatasync\t200000000\t{MNT}/store.log\n",
+                  f"fsync\t200000000\t8\t1.03\t{MNT}/store.log\n"):
+        assert all(o.held == 0 for o in with_holds(parse(HELD_TRACE, MNT), holds(other)).ops), other
+
+
+def test_a_hold_matches_the_first_sync_its_thread_entered_after_the_call() -> None:
+    from powercut.core.races import with_holds
+    from powercut.core.syncdelay import holds
+    # called at 1.26: the sync that entered the kernel at 1.249 was an earlier one
+    tr = with_holds(parse(HELD_TRACE, MNT), holds(f"fdatasync\t1000000\t8\t1.26\t{MNT}/store.log\n"))
+    assert [o.held for o in tr.ops if o.kind == "fdatasync"] == [0.0, 0.001]

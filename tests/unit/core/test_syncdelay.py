@@ -80,3 +80,11 @@ def test_a_cause_about_a_held_file_says_what_the_trace_cannot_see() -> None:
     assert "--delay-sync store.log=200ms" in note and "still held" in note
     assert held_note(("store.log=200ms",), "/store.idx, /other") == ""
     assert held_note(("*.log=1s", "x=1ms"), "/a/b.idx, /a/b.log").count("*.log=1s") == 1
+
+
+def test_the_shim_log_says_thread_and_time_and_old_logs_still_read() -> None:
+    from powercut.core.syncdelay import Hold, holds
+    log = "fdatasync\t200000000\t41\t1795842642.350226\t/m/a\tb\nfsync\t0\t/m/old\nfsync\tx\t1\t2\t/m/bad\n"
+    assert holds(log) == [Hold("fdatasync", 200000000, 41, 1795842642.350226, "/m/a\tb"),
+                          Hold("fsync", 0, 0, -1.0, "/m/old")]
+    assert held_summary(log, "/m")["files"] == {"a\tb": {"calls": 1, "held": 1}, "old": {"calls": 1, "held": 0}}

@@ -1,0 +1,91 @@
+"""campaign/explore.py without VMs: each starting schedule (a --disk-latency setting) is recorded,
+its trace's synced files held one at a time on top of it, ``budget`` held recordings each; a
+starting schedule that fails or has no trace says why and is not explored."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from powercut.campaign import explore as ex_mod
+from powercut.campaign.run import CampaignSpec
+from powercut.campaign.schedules import Outcome, Schedule
+from powercut.config import FsSpec, WorkloadSpec, disk_latency
+from powercut.core.races import SyncedFile
+from powercut.errors import UsageError
+from powercut.record.vm import RecordSpec
+
+FILES = [SyncedFile("store.log", 6, 0.1, 0.02), SyncedFile("store.idx", 6, 0.05, 0.01), SyncedFile(".", 1, 0.0, 0.0)]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    ran: list[Schedule] = []
+
+    def run_one(sched, rspec, cspec, out):
+        ran.append(sched)
+        bad = "store.log" in ",".join(sched.delay_sync)
+        if str(sched.latency) == "broken":
+            return Outcome(sched, "error", dir=str(out / sched.slug), error="the workload exited 1")
+        return Outcome(sched, "lost-ack" if bad else "pass", {"lost-ack" if bad else "pass": 3}, dir=sched.slug,
+                       ok=not bad, total=3, first="flush@9" if bad else "", cause="ack-before-sync-returned: x" if bad
+                       else "")
+    monkeypatch.setattr(ex_mod, "run_one", run_one)
+    monkeypatch.setattr(ex_mod.recording, "load", lambda d: SimpleNamespace(dir=d))
+    monkeypatch.setattr(ex_mod, "load_trace", lambda rec: None if "notrace" in str(rec.dir) else object())
+    monkeypatch.setattr(ex_mod, "synced_files", lambda trace, root: list(FILES))
+    monkeypatch.setattr(ex_mod, "commit_seconds", lambda trace: 0.02)
+    return ran
+
+
+def specs() -> tuple[RecordSpec, CampaignSpec]:
+    return RecordSpec(fs=FsSpec(), workload=WorkloadSpec(name="twofile")), CampaignSpec()
+
+
+def test_one_starting_schedule_holds_each_file_up_to_the_budget(fake, tmp_path: Path) -> None:
+    rspec, cspec = specs()
+    ex = ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path, budget=2)
+    assert [s.delay_sync for s in fake] == [(), ("store.log=200ms",), ("store.idx=200ms",)]
+    assert ex.explored == ["store.log", "store.idx"] and ex.left_out == ["."] and ex.complete and not ex.ok
+    assert ex.coverage() == ("explored 2 of 3 files synced before an ack, each one's syncs held 200 ms (10x a "
+                             "commit's median 20.0 ms); not explored (--budget 2): .")
+    doc = ex.to_json()
+    assert [s["delay_sync"] for s in doc["schedules"]] == [[], ["store.log=200ms"], ["store.idx=200ms"]]
+    assert len(doc["legs"]) == 1 and (tmp_path / "explore.md").read_text().count("| none") == 3
+
+
+def test_each_disk_latency_is_explored_on_its_own_disk(fake, tmp_path: Path) -> None:
+    rspec, cspec = specs()
+    bases = [Schedule(disk_latency("none")), Schedule(disk_latency("hdd"))]
+    ex = ex_mod.explore(bases, rspec, cspec, tmp_path, budget=3, delay="50ms")
+    assert [(str(s.latency), s.delay_sync) for s in fake] == [
+        ("none", ()), ("none", ("store.log=50ms",)), ("none", ("store.idx=50ms",)), ("none", ("/run/powercut/mnt=50ms",)),
+        ("hdd", ()), ("hdd", ("store.log=50ms",)), ("hdd", ("store.idx=50ms",)), ("hdd", ("/run/powercut/mnt=50ms",))]
+    assert ex.complete and ex.coverage().startswith("none: explored 3 of 3") and "; hdd: explored 3 of 3" in ex.coverage()
+    assert [leg["setting"] for leg in ex.to_json()["legs"]] == ["none", "hdd"]
+
+
+def test_the_mount_itself_is_held_by_its_absolute_path(fake, tmp_path: Path) -> None:
+    rspec, cspec = specs()
+    ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path)
+    assert fake[-1].delay_sync == ("/run/powercut/mnt=200ms",)
+
+
+def test_a_starting_schedule_that_fails_or_has_no_trace_is_not_explored(fake, tmp_path: Path, monkeypatch) -> None:
+    rspec, cspec = specs()
+    monkeypatch.setattr(ex_mod, "load_trace", lambda rec: None)
+    ex = ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path)
+    assert len(fake) == 1 and not ex.complete and "has no syscall trace" in ex.coverage()
+
+
+def test_bad_settings_are_one_line(fake, tmp_path: Path) -> None:
+    rspec, cspec = specs()
+    with pytest.raises(UsageError, match="--budget must be 0 or more"):
+        ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path, budget=-1)
+    with pytest.raises(UsageError, match="drop --no-trace"):
+        ex_mod.explore([Schedule(disk_latency("none"))], RecordSpec(fs=FsSpec(), workload=WorkloadSpec(
+            name="twofile", trace=False)), cspec, tmp_path)
+    with pytest.raises(UsageError, match="--explore-delay"):
+        ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path, delay="soon")
+    assert not fake
