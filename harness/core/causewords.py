@@ -23,7 +23,8 @@ from powercut.core.causerules import (
 )
 from powercut.core.syscalls import Op
 
-__all__ = ["LIE_WORDS", "SERVED", "alike", "duration", "evidence_line", "evidence_lines", "note", "sentence"]
+__all__ = ["LIE_WORDS", "SERVED", "alike", "duration", "evidence_line", "evidence_lines", "held_suffix", "note",
+           "sentence"]
 
 # what a lying disk did, by model (core/lies.py): e = the write's log entry, s = its sector, d = the
 # sector the disk wrote or damaged, n = the bits flipped, ws = the writes an ignored flush lost
@@ -43,8 +44,13 @@ def evidence_line(o: Op) -> str:
     where = f"line {o.line}, pid {o.pid}"
     if o.kind == sc.MARK:
         return f"{where}: mark {o.text}"
-    held = f" [the program called it {o.held * 1000:g} ms earlier: --delay-sync held it]" if o.held > 0 else ""
-    return f"{where}: {o.text}{held}"
+    return f"{where}: {o.text}{held_suffix(o)}"
+
+
+def held_suffix(o: Op) -> str:
+    """What a sync --delay-sync held says after its call ("" for any other call): the trace shows it
+    where it entered the kernel, the program made it that much earlier."""
+    return f" [the program called it {o.held * 1000:g} ms earlier: --delay-sync held it]" if o.held > 0 else ""
 
 
 def evidence_lines(ops: Sequence[Op]) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from powercut.core import anatomy, causes, nodetrace, races, syscalls
+from powercut.core.causewords import held_suffix
 from powercut.core.crashstate import CrashState
 from powercut.core.disks import Disks
 from powercut.core.dmlog import LogIndex
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ROOT = GUEST_MNT    # where the recording mounted the filesystem under test (trace paths start here)
-_cache: dict[tuple[str, float], syscalls.Trace] = {}
+_cache: dict[tuple[str, float, str, float], syscalls.Trace] = {}
 
 
 def load_trace(rec: Recording) -> syscalls.Trace | None:
@@ -38,7 +39,8 @@ def load_trace(rec: Recording) -> syscalls.Trace | None:
     path = rec.trace_path
     if path is None:
         return None
-    key = (str(path), path.stat().st_mtime)
+    held = rec.delay_log
+    key = (str(path), path.stat().st_mtime, str(held), held.stat().st_mtime if held else 0.0)
     if key not in _cache:
         try:
             with gzip.open(path, "rt", encoding="utf-8", errors="surrogateescape") as fh:
@@ -185,7 +187,7 @@ def excerpt(trace: syscalls.Trace, index: LogIndex, why: dict[str, Any], margin:
                 "sync" if o.kind in (syscalls.FSYNC, syscalls.FDATASYNC, syscalls.SYNC, syscalls.SYNCFS, syscalls.MSYNC)
                 else "call")
         rows.append({"kind": kind, "line": o.line, "pid": o.pid, "evidence": o.line in wanted,
-                     "text": f"mark {o.text}" if kind == "mark" else o.text.replace(prefix, "/")})
+                     "text": f"mark {o.text}" if kind == "mark" else o.text.replace(prefix, "/") + held_suffix(o)})
         if o.seq in aligned:
             e = aligned[o.seq]
             nxt = next((x for x in starts if x > e), len(index.entries))

@@ -25,10 +25,12 @@ LATE = {"how": "not yet durable at the cut", "what": "data block", "path": "/rep
 
 @dataclass
 class Rec:
-    """What explain_groups reads of a Recording: its trace file and its workload (--delay-sync)."""
+    """What explain_groups reads of a Recording: its trace file, its workload (--delay-sync) and
+    the shim's log of the syncs it held."""
 
     trace_path: Path | None
     workload: dict[str, Any] = field(default_factory=dict)
+    delay_log: Path | None = None
 
 
 def log_of(path: Path, marks: list[str]) -> LogIndex:
@@ -125,3 +127,28 @@ def test_a_cluster_without_a_trace_or_with_old_marks_has_no_cause(tmp_path: Path
     cause.explain_groups(traced(tmp_path, old), logs, [g])   # type: ignore[arg-type]
     assert g.why is None
 
+
+
+def test_a_held_sync_is_read_where_the_program_called_it_and_says_so_in_the_excerpt(tmp_path: Path) -> None:
+    """The recording's --delay-sync log places the held sync before the ack: the cause is the hold
+    (ack-before-sync-returned), not no-fsync, and the report's excerpt says when it was called."""
+    from tests.unit.core.test_causes import T
+    t = T().open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4).fsync_dir().mark("begin:1").write("log", fd=4)
+    called = t.t + 0.001
+    t.mark("ack:1", pid=2)
+    t.t += 0.2
+    t.fsync("log", fd=4, call="fdatasync")
+    t.mark("begin:2").write("log", fd=4).fsync("log", fd=4, call="fdatasync").mark("ack:2")
+    index = log_of(tmp_path / "log.bin", [m.text for m in t.trace().marks()])
+    rec = traced(tmp_path, t.lines)
+    st = space(index).make_state("flush", after(index, "ack:1"))
+    plain = group(st.id, ("acknowledged key 1 is lost",))
+    cause.explain_groups(rec, index, [plain])   # type: ignore[arg-type]
+    assert plain.why["rule"] == causes.NO_FSYNC
+    (tmp_path / "delay-sync.log").write_text(f"fdatasync\t200000000\t1\t{called:.6f}\t{cause.ROOT}/log\n")
+    held = Rec(rec.trace_path, {"delay_sync": ["log=200ms"]}, tmp_path / "delay-sync.log")
+    g = group(st.id, ("acknowledged key 1 is lost",))
+    cause.explain_groups(held, index, [g])   # type: ignore[arg-type]
+    assert g.why["rule"] == causes.EARLY and "still held" in g.why["sentence"]
+    assert not any("enters the kernel (and the trace) only after" in b for b in g.why.get("blind", []))
+    assert any("--delay-sync held it" in r["text"] for r in g.why["excerpt"] if r["kind"] == "sync")
