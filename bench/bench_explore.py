@@ -51,13 +51,13 @@ def main() -> int:
                 o = run_one(Schedule(DisksLatency.parse(setting), r, r), rspec, cspec, root / f"{setting}-{r}")
                 caught[setting] += o.verdict == CAUGHT
                 recordings[setting] += 1
-            ex = explore(Schedule(DisksLatency.parse("none"), r, r), rspec, cspec, root / f"explore-{r}")
-            runs = [ex.base, *ex.outcomes] if ex.base else ex.outcomes
+            ex = explore([Schedule(DisksLatency.parse("none"), r, r)], rspec, cspec, root / f"explore-{r}")
+            runs = ex.runs
             caught["explored"] += any(o.verdict == CAUGHT for o in runs)
             recordings["explored"] += len(runs)
             fixed = dataclasses.replace(rspec, workload=dataclasses.replace(wl, params={**wl.params, "reply_on": "both"}))
-            fx = explore(Schedule(DisksLatency.parse("none"), r, r), fixed, cspec, root / f"fixed-{r}")
-            fruns = [fx.base, *fx.outcomes] if fx.base else fx.outcomes
+            fx = explore([Schedule(DisksLatency.parse("none"), r, r)], fixed, cspec, root / f"fixed-{r}")
+            fruns = fx.runs
             caught["fixed, explored (must stay 0)"] += any(o.verdict != "pass" for o in fruns)
             recordings["fixed, explored (must stay 0)"] += len(fruns)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v}/{r + 1}" for k, v in caught.items()), flush=True)
