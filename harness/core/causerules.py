@@ -11,7 +11,10 @@ The rules an ack can break (POSIX's, as ALICE states them), strongest first -- `
   was still running (it began before the ack and returned after it);
 - ``no-fsync``: the program acked after changing a file with no fsync/fdatasync of it in between;
 - ``no-dir-fsync``: a name was created, renamed or removed in a directory and acked with no fsync of
-  the directory.
+  the directory;
+- ``no-msync``: the program held a shared, writable mapping of a file and acked with no msync
+  (MS_SYNC) or fsync of that file since it mapped it: its stores through the mapping are in the page
+  cache only (the trace cannot see the stores; it sees the mapping and that nothing synced it).
 
 The rules about the commit in flight at the cut -- ``CUT_RULES``, in that order:
 
@@ -19,7 +22,9 @@ The rules about the commit in flight at the cut -- ``CUT_RULES``, in that order:
 - ``unchecked-tear``: the state tore one of its writes.
 
 And the findings that are no broken rule: ``disk-lied`` (a lying disk's state: what the disk did),
-``beyond-rules`` (the rules were kept, or no ack was given before the cut).  Pure: no I/O."""
+``unseen-writes`` (the rules the trace can check were kept, but the program also wrote where the
+trace cannot see: stores through a shared mapping of its files, io_uring), ``beyond-rules`` (the
+rules were kept and the trace saw every write, or no ack was given before the cut).  Pure: no I/O."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -30,23 +35,26 @@ from powercut.core import syscalls as sc
 from powercut.core.syscalls import Op
 from powercut.core.tracefacts import BARRIERS, AtAck, InFlight, rel
 
-__all__ = ["ACK_RULES", "BEYOND", "CUT_RULES", "EARLY", "ERROR", "LIED", "NO_DIR_FSYNC", "NO_FSYNC", "RANK", "RENAME",
-           "RULES", "TORN", "UNORDERED", "AckFinding", "AckRule", "CutFinding", "CutRule", "DiskLie", "FailedCall",
-           "Finding", "NoAckBefore", "RenameBeforeSync", "RulesKept", "SyncStillRunning", "Tear", "UnorderedWrites",
-           "Unsynced", "UnsyncedNames", "acked_after_error", "broken", "no_dir_fsync", "no_fsync",
-           "rename_before_fsync", "sync_still_running", "unchecked_tear", "unordered_writes"]
+__all__ = ["ACK_RULES", "BEYOND", "CUT_RULES", "EARLY", "ERROR", "LIED", "NO_DIR_FSYNC", "NO_FSYNC", "NO_MSYNC", "RANK",
+           "RENAME", "RULES", "TORN", "UNORDERED", "UNSEEN", "AckFinding", "AckRule", "CutFinding", "CutRule",
+           "DiskLie", "FailedCall", "Finding", "NoAckBefore", "RenameBeforeSync", "RulesKept", "RulesKeptUnseen",
+           "SyncStillRunning", "Tear", "UnorderedWrites", "Unsynced", "UnsyncedMapping", "UnsyncedNames",
+           "acked_after_error", "broken", "no_dir_fsync", "no_fsync", "no_msync", "rename_before_fsync",
+           "sync_still_running", "unchecked_tear", "unordered_writes"]
 
 ERROR = "acked-after-error"
 RENAME = "rename-before-fsync"
 EARLY = "ack-before-sync-returned"
 NO_FSYNC = "no-fsync"
 NO_DIR_FSYNC = "no-dir-fsync"
+NO_MSYNC = "no-msync"
 UNORDERED = "unordered-writes"
 TORN = "unchecked-tear"
 LIED = "disk-lied"
+UNSEEN = "unseen-writes"
 BEYOND = "beyond-rules"
-RANK = (ERROR, RENAME, EARLY, NO_FSYNC, NO_DIR_FSYNC, UNORDERED)   # the broken rules, strongest first
-RULES = (*RANK, TORN, LIED, BEYOND)
+RANK = (ERROR, RENAME, EARLY, NO_FSYNC, NO_DIR_FSYNC, NO_MSYNC, UNORDERED)   # the broken rules, strongest first
+RULES = (*RANK, TORN, LIED, UNSEEN, BEYOND)
 
 
 # -- what the rules find ----------------------------------------------------------------------------
@@ -148,6 +156,21 @@ class UnsyncedNames:
 
 
 @dataclass(frozen=True, slots=True)
+class UnsyncedMapping:
+    """no-msync: ``subject`` was mapped shared and writable (``mapping``, the first mapping since its
+    last sync) and ``ack`` was given with no msync (MS_SYNC) or fsync of it in between."""
+
+    rule: ClassVar[str] = NO_MSYNC
+    subject: str
+    ack: Op
+    mapping: Op
+
+    @property
+    def evidence(self) -> tuple[Op, ...]:
+        return (self.mapping, self.ack)
+
+
+@dataclass(frozen=True, slots=True)
 class UnorderedWrites:
     """unordered-writes: the commit in flight made ``writes`` (to the files ``subject``) durable with
     the one ``barrier``; ``ack``: the ack that would have closed it (None: none followed)."""
@@ -214,6 +237,20 @@ class RulesKept:
 
 
 @dataclass(frozen=True, slots=True)
+class RulesKeptUnseen:
+    """unseen-writes: every rule the trace can check was kept before ``ack``, and the program also
+    wrote where the trace cannot see (``unseen``: what, each said once)."""
+
+    rule: ClassVar[str] = UNSEEN
+    ack: Op
+    unseen: tuple[str, ...]
+
+    @property
+    def evidence(self) -> tuple[Op, ...]:
+        return (self.ack,)
+
+
+@dataclass(frozen=True, slots=True)
 class NoAckBefore:
     """beyond-rules: no ack was given before the cut, so no rule about an ack applies."""
 
@@ -224,9 +261,9 @@ class NoAckBefore:
         return ()
 
 
-AckFinding = FailedCall | RenameBeforeSync | SyncStillRunning | Unsynced | UnsyncedNames   # a rule an ack broke
+AckFinding = FailedCall | RenameBeforeSync | SyncStillRunning | Unsynced | UnsyncedNames | UnsyncedMapping  # an ack's
 CutFinding = UnorderedWrites | Tear                 # a rule the commit in flight at the cut broke
-Finding = AckFinding | CutFinding | DiskLie | RulesKept | NoAckBefore
+Finding = AckFinding | CutFinding | DiskLie | RulesKept | RulesKeptUnseen | NoAckBefore
 
 
 # -- the rules an ack can break ---------------------------------------------------------------------
@@ -275,6 +312,14 @@ def no_dir_fsync(at: AtAck) -> list[AckFinding]:
     return [UnsyncedNames(rel(d, p.root), at.ack, tuple(ops)) for d, ops in p.entries.items() if at.this_commit(ops)]
 
 
+def no_msync(at: AtAck) -> list[AckFinding]:
+    """Each file mapped shared and writable with no msync (MS_SYNC) or fsync of it since it was
+    mapped.  Not limited to this commit's calls: a store through the mapping is invisible, so any
+    commit may have made one."""
+    p = at.pending
+    return [UnsyncedMapping(rel(path, p.root), at.ack, o) for path, o in p.mapped.items()]
+
+
 @dataclass(frozen=True, slots=True)
 class AckRule:
     """A rule an ack can break: its id and its check (the findings at one ack, [] when kept)."""
@@ -284,7 +329,8 @@ class AckRule:
 
 
 ACK_RULES = (AckRule(ERROR, acked_after_error), AckRule(RENAME, rename_before_fsync),
-             AckRule(EARLY, sync_still_running), AckRule(NO_FSYNC, no_fsync), AckRule(NO_DIR_FSYNC, no_dir_fsync))
+             AckRule(EARLY, sync_still_running), AckRule(NO_FSYNC, no_fsync), AckRule(NO_DIR_FSYNC, no_dir_fsync),
+             AckRule(NO_MSYNC, no_msync))
 
 
 def broken(at: AtAck) -> list[AckFinding]:

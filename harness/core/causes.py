@@ -51,16 +51,19 @@ from powercut.core.causerules import (
     LIED,
     NO_DIR_FSYNC,
     NO_FSYNC,
+    NO_MSYNC,
     RANK,
     RENAME,
     RULES,
     TORN,
     UNORDERED,
+    UNSEEN,
     AckFinding,
     CutFinding,
     DiskLie,
     NoAckBefore,
     RulesKept,
+    RulesKeptUnseen,
     broken,
 )
 from powercut.core.causewords import EVIDENCE_LINES, LIE_WORDS, SERVED, alike, evidence_line, evidence_lines, sentence
@@ -68,8 +71,8 @@ from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import BARRIERS, AtAck, Pending, in_flight, rel, running_syncs, split_syncs
 
 __all__ = ["BARRIERS", "BEYOND", "EARLY", "ERROR", "EVIDENCE_LINES", "LIED", "LIE_WORDS", "NO_DIR_FSYNC", "NO_FSYNC",
-           "RANK", "RENAME", "RULES", "SERVED", "TORN", "UNORDERED", "Cause", "Commit", "Violation", "commits",
-           "evidence_line", "explain", "lie_cause", "lost_keys", "rel", "with_blame"]
+           "NO_MSYNC", "RANK", "RENAME", "RULES", "SERVED", "TORN", "UNORDERED", "UNSEEN", "Cause", "Commit", "Violation",
+           "commits", "evidence_line", "explain", "lie_cause", "lost_keys", "rel", "unseen_writes", "with_blame"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +242,22 @@ def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: 
             return _cause(found, blind)
     if not before:
         return Cause(BEYOND, sentence(NoAckBefore()), (), blind=blind)
-    kept = RulesKept(pool[-1].ack)
-    return Cause(BEYOND, sentence(kept), evidence_lines(kept.evidence), blind=blind)
+    unseen = unseen_writes(trace, root)
+    kept = RulesKeptUnseen(pool[-1].ack, unseen) if unseen else RulesKept(pool[-1].ack)
+    return Cause(UNSEEN if unseen else BEYOND, sentence(kept), evidence_lines(kept.evidence), blind=blind)
+
+
+def unseen_writes(trace: Trace, root: str) -> tuple[str, ...]:
+    """Where the program wrote that the trace cannot see: its shared, writable mappings of files
+    under ``root`` (stores through them), io_uring (its writes are no system calls).  () when the
+    trace saw every write: only then may a cause say "beyond the rules"."""
+    under = root.rstrip("/") + "/"
+    mapped = dict.fromkeys(rel(o.path, root) for o in trace.ops
+                           if o.kind == sc.MMAP_SHARED and (o.path == root or o.path.startswith(under)))
+    out = [f"stores through its shared mapping of {p}" for p in mapped]
+    if any(o.kind == sc.IO_URING for o in trace.ops):
+        out.append("io_uring writes")
+    return tuple(out)
 
 
 # -- the cause against the block-level blame --------------------------------------------------------

@@ -15,10 +15,12 @@ from powercut.core.causerules import (
     NoAckBefore,
     RenameBeforeSync,
     RulesKept,
+    RulesKeptUnseen,
     SyncStillRunning,
     Tear,
     UnorderedWrites,
     Unsynced,
+    UnsyncedMapping,
     UnsyncedNames,
 )
 from powercut.core.syscalls import Op
@@ -110,6 +112,10 @@ def sentence(f: Finding) -> str:
                 f"{f.sync.kind} to return; a slow disk loses this race")
     if isinstance(f, Unsynced):
         return _unsynced(f)
+    if isinstance(f, UnsyncedMapping):
+        return (f"{f.ack.text} was given while {f.subject} was mapped shared and writable (mmap at trace line "
+                f"{f.mapping.line}) with no msync (MS_SYNC) or fsync of it since: what the program stored through "
+                "the mapping was in the page cache only (the trace sees the mapping, not the stores)")
     if isinstance(f, UnsyncedNames):
         return (f"{f.ack.text} was given after a name in {f.subject} was created, renamed or removed, with no "
                 "fsync of the directory: the name can be lost though the file's data was synced")
@@ -131,6 +137,10 @@ def sentence(f: Finding) -> str:
         return (f"the program did everything the rules ask before {f.ack.text} (its changes were fsynced before "
                 "the ack) and still lost it: a filesystem or disk behaviour beyond the rules; the block-level "
                 "blame is the evidence")
+    if isinstance(f, RulesKeptUnseen):
+        return (f"the rules the trace can check were kept before {f.ack.text}, but the program also wrote where the "
+                f"trace cannot see ({'; '.join(f.unseen)}): the cause may lie there, so this is not said to be "
+                "beyond the rules; the block-level blame is the evidence")
     if isinstance(f, NoAckBefore):
         return ("no ack was given before the crash in the trace, so no rule about an ack applies: the failure is "
                 "in recovery itself (see the blocks)")

@@ -57,6 +57,8 @@ class Pending:
     exists: set[str] = field(default_factory=set)
     # files a sync_file_range was called on (it is no barrier: said when such a file is unsynced)
     range_synced: set[str] = field(default_factory=set)
+    # file -> its first shared, writable mapping since its last sync (stores through it are invisible)
+    mapped: dict[str, Op] = field(default_factory=dict)
 
     def mine(self, path: str) -> bool:
         """Whether ``path`` is on the filesystem under test."""
@@ -76,6 +78,7 @@ class Pending:
             self.entries.clear()
             self.renames.clear()
             self.direct.clear()
+            self.mapped.clear()
             return
         if not self.mine(o.path):
             return
@@ -87,6 +90,8 @@ class Pending:
             self._sync(o)
         elif k == sc.RANGE_SYNC:
             self.range_synced.add(o.path)
+        elif k == sc.MMAP_SHARED and o.ok:
+            self.mapped.setdefault(o.path, o)
         elif k in (sc.RENAME, sc.LINK) and o.ok:
             self._rename(o)
         elif k in (sc.UNLINK, sc.RMDIR) and o.ok:
@@ -130,6 +135,7 @@ class Pending:
             return
         self.dirty.pop(o.path, None)
         self.direct.discard(o.path)
+        self.mapped.pop(o.path, None)
         if o.kind in (sc.FSYNC, sc.FDATASYNC):
             self.entries.pop(o.path, None)
             self.renames = [(r, d) for r, d in self.renames if posixpath.dirname(r.path2) != o.path]

@@ -136,14 +136,14 @@ def node_why(trace: syscalls.Trace | None, indexes: Sequence[LogIndex], states: 
         view = None if trace is None else nodetrace.node_trace(trace, n, ROOT)
         why = state_why(view, indexes[n], states[n], nodetrace.node_root(ROOT, n), verdict, reasons, culprits[n],
                         keys_of=nodetrace.node_keys)
-        if why is not None and how == nodetrace.BLAME and why["rule"] != causes.BEYOND \
+        if why is not None and how == nodetrace.BLAME and why["rule"] not in (causes.BEYOND, causes.UNSEEN) \
                 and not why["blame"].startswith("blame agrees"):
             why = None   # a rule about files the node's missing writes are not of: not shown to be why
         if why is not None:
             found.append((n, why))
     if not found:
         return None
-    lead = next(((n, w) for n, w in found if w["rule"] not in (causes.BEYOND,)), found[0])
+    lead = next(((n, w) for n, w in found if w["rule"] not in (causes.BEYOND, causes.UNSEEN)), found[0])
     n, why = lead
     why = dict(why, node=n, nodes_by=how, sentence=f"node {n}: {why['sentence']}")
     why["others"] = [f"node {m}: {w['sentence']}" for m, w in found if m != n] + list(why["others"])

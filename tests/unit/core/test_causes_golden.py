@@ -97,6 +97,41 @@ def _fail_then_named_later() -> T:
     return t.mark("begin:2").write("db").fsync("db").mark("ack:2")
 
 
+def _mapped(name: str, addr: str, fd: int) -> Callable[[T], T]:
+    def go(t: T) -> T:
+        return t.open(name, "O_RDWR|O_CREAT", fd=fd).call(
+            f"mmap(NULL, 65536, PROT_READ|PROT_WRITE, MAP_SHARED, {fd}<{MNT}/{name}>, 0) = {addr}")
+    return go
+
+
+def _stores_through_mappings(msync_mem: bool) -> T:
+    """A store with two shared mappings: its value log msynced before each ack, its memtable log
+    (00001.mem) msynced only when ``msync_mem`` (a Go key-value store's bug, issue 52)."""
+    t = _mapped("00001.vlog", "0x7f0000000000", 5)(_mapped("00001.mem", "0x7f1000000000", 6)(T()))
+    t.fsync_dir()
+    for i in range(2):
+        t.mark(f"begin:{i}").call("msync(0x7f0000000000, 65536, MS_SYNC) = 0")
+        if msync_mem:
+            t.call("msync(0x7f1000000000, 65536, MS_SYNC) = 0")
+        t.mark(f"ack:{i}")
+    return t
+
+
+def _held(called_before_ack: bool) -> Any:
+    """--delay-sync: the log's fdatasync held 200 ms, called (by thread 1) before or after thread
+    2's ack; placed where the program called it (core/races.with_holds)."""
+    from powercut.core.races import with_holds
+    from powercut.core.syncdelay import holds
+    t = T().open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4).fsync_dir().mark("begin:1").write("log", fd=4)
+    called = t.t + (0.001 if called_before_ack else 0.011)
+    t.mark("ack:1", pid=2)
+    t.t += 0.2
+    t.fsync("log", fd=4, call="fdatasync")
+    trace = with_holds(t.trace(), holds(f"fdatasync\t200000000\t1\t{called:.6f}\t{MNT}/log\n"))
+    c = causes.explain(trace, t.log, t.log[-1][0] + 1, MNT)
+    return {"cause": c.to_json(), "lines": c.lines()}
+
+
 CASES: dict[str, Callable[[], Any]] = {
     # acked-after-error
     "error/fsync": lambda: explained(T().open("db", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("db")
@@ -137,6 +172,14 @@ CASES: dict[str, Callable[[], Any]] = {
         reasons=["lost ack:2"]),
     "no-fsync/alike-1": lambda: explained(_alike(2)),
     "no-fsync/alike-3": lambda: explained(_alike(4)),
+    "early/held-sync-called-before-the-ack": lambda: _held(True),
+    "early/held-sync-called-after-the-ack": lambda: _held(False),
+    # no-msync
+    "no-msync/one-mapping-never-synced": lambda: explained(_stores_through_mappings(False)),
+    "no-msync/both-msynced": lambda: explained(_stores_through_mappings(True), reasons=["lost"]),
+    "no-msync/walk": lambda: walked(_stores_through_mappings(False)),
+    "no-msync/fsync-of-the-file-syncs-it": lambda: explained(
+        _mapped("m", "0x7f0000000000", 5)(T()).fsync_dir().mark("begin:1").fsync("m").mark("ack:1"), reasons=["x"]),
     # no-dir-fsync
     "no-dir-fsync/new-file": lambda: explained(T().mark("begin:1").open("sub/new").write("sub/new")
                                                .fsync("sub/new").mark("ack:1")),
