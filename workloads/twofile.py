@@ -17,11 +17,19 @@ slows both alike).  Only holding the log's sync alone (``--delay-sync 'store.log
 ``run --explore-races``, which finds that file in the trace) lets the reply overtake it: the
 record is still in the page cache when the ack is given.
 
+``log_via`` says how the record reaches ``store.log``: ``pwrite`` (the default), ``mmap`` (stored
+into a shared, writable mapping of the file; its sync is ``msync(MS_SYNC)`` of the record's page
+instead of fdatasync) or ``mmap-no-msync`` (the bug of a store whose sync call msyncs one mapping
+and never another, issue 52: the record is stored through the mapping and never synced; only the
+index is -- the cause rule ``no-msync``).
+
 Record i (one 4 KiB block at offset i * 4096): ``PCTF`` | i u32 | length u32 | crc32 u32 | payload
 (``size`` bytes from (seed, i)), zeros after.  The index is advisory (recovery rebuilds it from the
 log): the checker reads only the log."""
 from __future__ import annotations
 
+import functools
+import mmap
 import os
 import random
 import struct
@@ -62,10 +70,20 @@ def _joined(t: threading.Thread, errors: list[BaseException]) -> None:
         raise errors[0]
 
 
+def _nothing(_: int) -> None:
+    """The log's "sync" of log_via=mmap-no-msync: none."""
+
+
+def _msync(mapped: mmap.mmap, i: int, _: int) -> None:
+    """The log's sync of log_via=mmap: msync(MS_SYNC) of record i's page of the mapping."""
+    mapped.flush(i * BLOCK, BLOCK)
+
+
 def main(params: dict[str, Any]) -> int:
-    n, size, seed = params["n"], params["size"], params["seed"]
+    n, size, seed, via = params["n"], params["size"], params["seed"], params["log_via"]
     log = os.open("store.log", os.O_RDWR | os.O_CREAT, 0o644)
     idx = os.open("store.idx", os.O_RDWR | os.O_CREAT, 0o644)
+    mapped: mmap.mmap | None = None
     try:
         os.pwrite(log, b"\0" * (BLOCK * n), 0)       # allocated before the first commit: overwrites only
         os.pwrite(idx, b"\0" * max(BLOCK, ENTRY * n), 0)
@@ -74,11 +92,18 @@ def main(params: dict[str, Any]) -> int:
         d = os.open(".", os.O_RDONLY)
         os.fsync(d)
         os.close(d)
+        if via != "pwrite":
+            mapped = mmap.mmap(log, BLOCK * n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         for i in range(n):
             powercut.begin(i)
-            os.pwrite(log, record(seed, i, size), i * BLOCK)
+            if mapped is None:
+                os.pwrite(log, record(seed, i, size), i * BLOCK)
+                sync_log: Any = os.fdatasync
+            else:
+                mapped[i * BLOCK:(i + 1) * BLOCK] = record(seed, i, size)
+                sync_log = functools.partial(_msync, mapped, i) if via == "mmap" else _nothing
             os.pwrite(idx, f"{i} {i * BLOCK}".encode().ljust(ENTRY, b" "), i * ENTRY)
-            log_sync = _in_thread(os.fdatasync, log)
+            log_sync = _in_thread(sync_log, log)
             idx_sync = _in_thread(os.fsync, idx)
             _joined(*idx_sync)
             if params["reply_on"] == "index":
@@ -88,6 +113,8 @@ def main(params: dict[str, Any]) -> int:
                 _joined(*log_sync)
                 powercut.ack(i)
     finally:
+        if mapped is not None:
+            mapped.close()
         os.close(log)
         os.close(idx)
     return 0
@@ -97,7 +124,7 @@ WORKLOAD = Workload(
     name="twofile",
     description="a log and an index synced by two threads; reply_on=index replies before the log's sync returns",
     main=main,
-    defaults={"n": 12, "size": 1000, "seed": 0, "reply_on": "both"},
-    choices={"reply_on": ("both", "index")},
+    defaults={"n": 12, "size": 1000, "seed": 0, "reply_on": "both", "log_via": "pwrite"},
+    choices={"reply_on": ("both", "index"), "log_via": ("pwrite", "mmap", "mmap-no-msync")},
     minimum={"n": 1, "size": 1},
 )

@@ -224,6 +224,22 @@ def parse_lines(lines: Iterable[str]) -> tuple[list[Call], int, int]:
     return calls, n, bad
 
 
+def _number(text: str) -> int:
+    """An address or length as strace prints it (0x... or decimal; -1 when it is neither)."""
+    try:
+        return int(text.strip(), 0)
+    except ValueError:
+        return -1
+
+
+def _mapped(maps: dict[int, tuple[int, str]], addr: int) -> str:
+    """The file of the shared writable mapping that holds ``addr`` ("" when none does): an msync
+    may name any page of a mapping, not only its start."""
+    if addr in maps:
+        return maps[addr][1]
+    return next((path for start, (length, path) in maps.items() if start <= addr < start + length), "")
+
+
 def _call(line: int, pid: int, t: float, text: str) -> Call | None:
     m = re.match(r"(\w+)\(", text)
     if not m:
@@ -250,7 +266,7 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
     ``cwd`` and follows its chdir calls and the ``AT_FDCWD<...>`` strace prints)."""
     tr = Trace()
     cwds: dict[int, str] = {}
-    maps: dict[str, str] = {}        # a shared writable mapping's address -> its file
+    maps: dict[int, tuple[int, str]] = {}   # a shared writable mapping's address -> (its length, its file)
 
     def here(pid: int) -> str:
         return cwds.get(pid, cwd)
@@ -321,12 +337,12 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
                 op(SYNC)
             elif name == "mmap":
                 if len(a) > 4 and "MAP_SHARED" in a[3] and "PROT_WRITE" in a[2] and fd_path(a[4]) and not err:
-                    maps[c.ret] = fd_path(a[4])
+                    maps[_number(c.ret)] = (_number(a[1]), fd_path(a[4]))
                     op(MMAP_SHARED, fd_path(a[4]))
                     blind(f"stores through a shared mapping of {fd_path(a[4])} (mmap MAP_SHARED|PROT_WRITE): "
                           "the trace sees only its msync calls")
             elif name == "msync":
-                op(MSYNC, maps.get(a[0], ""), flags=tuple(a[2].split("|")) if len(a) > 2 else ())
+                op(MSYNC, _mapped(maps, _number(a[0])), flags=tuple(a[2].split("|")) if len(a) > 2 else ())
             elif name == "ioctl":
                 m = _MSG.search(", ".join(a[2:]))
                 if m and "DM_TARGET_MSG" in a[1] and not err:

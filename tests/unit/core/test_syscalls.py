@@ -94,6 +94,17 @@ def test_what_the_trace_cannot_see_is_named():
     assert len(tr.blind) == 2 and any("shared mapping" in b for b in tr.blind) and any("io_uring" in b for b in tr.blind)
 
 
+def test_an_msync_of_any_page_of_a_mapping_names_its_file():
+    text = "\n".join([
+        f"1 1.0 mmap(NULL, 65536, PROT_READ|PROT_WRITE, MAP_SHARED, 5<{MNT}/log>, 0) = 0x7f0000000000",
+        f"1 1.1 mmap(NULL, 8192, PROT_READ|PROT_WRITE, MAP_SHARED, 6<{MNT}/mem>, 0) = 0x7f0000010000",
+        "1 1.2 msync(0x7f0000003000, 4096, MS_SYNC) = 0",
+        "1 1.3 msync(0x7f0000011000, 4096, MS_ASYNC) = 0",
+        "1 1.4 msync(0x7f0000012000, 4096, MS_SYNC) = 0",
+    ])
+    assert [o.path for o in sc.parse(text).ops[2:]] == [f"{MNT}/log", f"{MNT}/mem", ""]
+
+
 def test_garbage_lines_are_counted_not_fatal():
     tr = sc.parse("not strace\n1 1.0 write(\n1 1.1 <... fsync resumed>) = 0\n1 1.2 +++ exited with 0 +++\n")
     assert tr.ops == [] and tr.unparsed == 3
