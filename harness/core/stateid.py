@@ -27,7 +27,8 @@ Grammar (every id ever produced stays valid and keeps its meaning)::
 
 The lying-disk models (``LIE_MODELS``: lost-write, misdirected-write, corrupt-sector,
 flush-ignored, unreadable-sector) have their own ``/`` part, kept as text here (``StateId.lie``);
-its grammar and meaning: core/lies.py.
+its grammar and meaning: core/lies.py.  So has ``what-if`` (``what-if@C/aA[/dRANGES]``), the
+counterfactual state a cause is proven with, never a model of MODELS (core/crashmodels/whatif.py).
 
 Examples: ``write-cache@8/k5``, ``torn@6/s0,2``, ``torn@14/t9:s0-3/d11``, ``torn@14/t9:r0.2/r0.2``.
 Canonical (``format_id``): of "d" and "k" the shorter (ties: "d"); a combined id that tears entry
@@ -71,7 +72,7 @@ TORN_MODELS = REGISTRY.torn
 PREFIX_MODELS = REGISTRY.prefix   # every state a prefix of the log: nothing lost or torn (shrink bisects cuts)
 _NUM = r"[0-9]{1,19}"
 _RANGES = rf"{_NUM}(?:-{_NUM})?(?:,{_NUM}(?:-{_NUM})?)*"
-_HEAD = re.compile(rf"({'|'.join(sorted(MODELS, key=len, reverse=True))})@({_NUM})(?:/(.*))?", re.S)
+_HEAD = re.compile(rf"({'|'.join(sorted(REGISTRY.by_name, key=len, reverse=True))})@({_NUM})(?:/(.*))?", re.S)
 _PICK = re.compile(rf"(?:([dks])((?:{_RANGES})?)|r({_NUM})\.({_NUM}))")
 _COMBINED = re.compile(rf"t({_NUM}):([^/]*)(?:/(.*))?", re.S)
 USAGE = ("MODEL@CUT[/dRANGES|/kRANGES|/sRANGES|/rSEED.N|/tENTRY:TEAR[/SUBSET]] with MODEL one of "
@@ -102,7 +103,7 @@ def parse_id(state_id: object) -> StateId:
     model, cut, spec = m.group(1), int(m.group(2)), m.group(3)
     sid = str(state_id)
     part = REGISTRY.by_name[model].id_part
-    if part == "lie":
+    if part in ("lie", "own"):
         return StateId(model, cut, lie=spec or "")
     if spec is None:
         return StateId(model, cut)

@@ -16,7 +16,7 @@ from powercut.core.crashstate import CrashState, Torn
 from powercut.core.idparts import StateId, format_ranges, resolve
 from powercut.errors import UsageError
 
-IdPart = Literal["none", "subset", "tear", "lie"]
+IdPart = Literal["none", "subset", "tear", "lie", "own"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +40,17 @@ class CrashModel:
     ``unit_bytes``: a torn model's atomic unit in bytes (0: a log sector); None for a model that
     tears no write.  ``prefix``: every state keeps everything before its cut (drops and tears
     nothing; shrink bisects its cuts).  ``id_part``: the ``/`` part of its ids (core/stateid.py):
-    none, a write-cache subset, a tear (alone or combined with a subset), or a lie's own text."""
+    none, a write-cache subset, a tear (alone or combined with a subset), a lie's own text, or the
+    model's own text (``own``: its ``from_id`` parses it).  ``hypothetical``: not a state a disk
+    can produce (what-if states, core/crashmodels/whatif.py): registered so that its ids rebuild,
+    never enumerated, selected or counted (not in any of the registry's model lists)."""
 
     name: str
     lie: bool = False
     unit_bytes: int | None = None
     prefix: bool = False
     id_part: IdPart = "subset"
+    hypothetical: bool = False
 
     def iter_states(self, sp: SpaceTables, bounds: Bounds, tally: Tally) -> Iterator[CrashState]:
         """The model's states of ``sp``, ordered by cut then id, without duplicates; deterministic

@@ -17,6 +17,7 @@ from powercut.core.crashmodels import (
     prefix,
     torn,
     unreadable,
+    whatif,
     writecache,
 )
 from powercut.core.crashmodels.base import CrashModel
@@ -32,6 +33,7 @@ REGISTERED: tuple[CrashModel, ...] = (
     corruptsector.CORRUPT_SECTOR,
     flushignored.FLUSH_IGNORED,
     unreadable.UNREADABLE_SECTOR,
+    whatif.WHAT_IF,
 )
 
 
@@ -39,7 +41,7 @@ REGISTERED: tuple[CrashModel, ...] = (
 class Derived:
     """What the rest of the harness reads from a list of models: by name, and the name lists."""
 
-    by_name: Mapping[str, CrashModel]
+    by_name: Mapping[str, CrashModel]   # every registered model, hypothetical ones too (what-if)
     models: tuple[str, ...]          # every model, in registry order
     honest: tuple[str, ...]          # power loss on a disk that keeps its word
     lies: tuple[str, ...]            # the lying-disk models (core/lies.py)
@@ -55,6 +57,7 @@ def derive(models: Sequence[CrashModel]) -> Derived:
         if m.name in by_name:
             raise ValueError(f"crash model {m.name!r} is registered twice")
         by_name[m.name] = m
+    models = [m for m in models if not m.hypothetical]   # rebuilt from ids, never listed
     return Derived(
         by_name=MappingProxyType(by_name),
         models=tuple(m.name for m in models if not m.lie) + tuple(m.name for m in models if m.lie),

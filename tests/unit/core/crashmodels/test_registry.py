@@ -23,9 +23,13 @@ DOCUMENTED = ("no-cache", "flush", "write-cache", "torn", "torn-4k",
               "lost-write", "misdirected-write", "corrupt-sector", "flush-ignored", "unreadable-sector")
 
 
+HYPOTHETICAL = ("what-if",)   # registered so that their ids rebuild; in no list (core/crashmodels/whatif.py)
+
+
 def test_every_model_is_registered_once_under_a_unique_name() -> None:
     names = [m.name for m in REGISTERED]
-    assert len(names) == len(set(names)) == len(DOCUMENTED)
+    assert len(names) == len(set(names)) == len(DOCUMENTED) + len(HYPOTHETICAL)
+    assert tuple(n for n in names if registered(n).hypothetical) == HYPOTHETICAL
     assert len({id(m) for m in REGISTERED}) == len(REGISTERED)
     assert all(registered(n) is m for n, m in zip(names, REGISTERED))
     with pytest.raises(ValueError, match="registered twice"):
@@ -57,7 +61,8 @@ def test_the_derived_lists_are_in_the_documented_order() -> None:
 
 def test_each_model_declares_the_id_part_its_properties_imply() -> None:
     for m in REGISTERED:
-        want = "lie" if m.lie else "none" if m.prefix else "tear" if m.unit_bytes is not None else "subset"
+        want = ("own" if m.hypothetical else "lie" if m.lie else "none" if m.prefix else
+                "tear" if m.unit_bytes is not None else "subset")
         assert m.id_part == want, m.name
 
 
@@ -83,3 +88,10 @@ def test_a_new_model_appears_in_every_derived_list() -> None:
     assert "every-cut" not in got.torn and "every-cut" not in got.unit_bytes
     torn8k = _EveryCut("torn-8k", unit_bytes=8192, id_part="tear")
     assert derive(REGISTERED + (torn8k,)).unit_bytes["torn-8k"] == 8192
+
+
+def test_a_hypothetical_model_is_in_no_list_and_cannot_be_chosen() -> None:
+    assert "what-if" in REGISTRY.by_name and "what-if" not in REGISTRY.models + REGISTRY.lies + REGISTRY.prefix
+    with pytest.raises(Exception, match="unknown crash model 'what-if'"):
+        stateid.check_model("what-if")
+    assert stateid.parse_id("what-if@12/a8/d3,5-6").lie == "a8/d3,5-6"
