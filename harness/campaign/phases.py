@@ -35,7 +35,7 @@ from powercut.core.disks import Disks
 from powercut.core.dmlog import LogIndex
 from powercut.core.models import CrashSpace
 from powercut.core.verdict import Verdict
-from powercut.debug import cause, triage
+from powercut.debug import cause, triage, verify
 from powercut.debug.triage import Group
 from powercut.errors import CheckerError, PowercutError
 from powercut.linux import interrupt
@@ -63,6 +63,7 @@ class CampaignRun:
         self.groups: list[Group] = []
         self.triage_s = 0.0
         self.escalated: set[tuple[str, str]] = set()   # groups confirmed state by state after a disagreement
+        self.proofs = verify.Verification()   # the causes' counterfactuals (debug/verify.py)
 
     @property
     def disks(self) -> int:
@@ -104,6 +105,7 @@ class CampaignRun:
                     g.diagnosis_error = e.one_line()
             for g in todo:
                 g.diagnosis = found.get(g.first.state, g.diagnosis)
+            self._prove(todo)
         self.place.close_warm()   # confirmation judges in fresh kernels
         self.triage_s = time.monotonic() - t0
         if self.spec.confirm and not interrupt.stopping():
@@ -116,12 +118,28 @@ class CampaignRun:
         if self.groups:
             try:   # per node for N disks: the trace's calls on that node's files, against its log
                 cause.explain_groups(self.rec, self.logs, self.groups)
+                self.proofs.apply(self.rec, self.logs[0], self.groups)
             except Exception as e:  # noqa: BLE001 -- a cause is an explanation: the verdicts stand without it
                 log.warning("no causes from the trace: %s", e)
             triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.all_disks)
             triage.save(self.outdir, self.groups)
         self.triage_s += time.monotonic() - t1
         return self.groups
+
+    def _prove(self, groups: list[Group]) -> None:
+        """Judge the counterfactual of each rule the diagnosed groups' states broke, where the check
+        runs (the warm checker VMs), before they close (debug/verify.py)."""
+        self.proofs = verify.prepare(self.rec, self.logs, groups)
+        states = self.proofs.states
+        if not states or interrupt.stopping():
+            return
+        t0 = time.monotonic()
+        got: dict[str, Verdict] = {}
+        try:
+            self.judge(states, lambda v: got.__setitem__(v.state, v), self.outdir / "verify", self.spec.workers())
+        except PowercutError as e:   # the causes stay as the trace gives them, said unproven
+            log.warning("the causes' counterfactuals could not be judged: %s", e.one_line())
+        self.proofs.record(got, time.monotonic() - t0)
 
     def confirm(self) -> None:
         """Judge the unconfirmed failures again, alone, by group (core/confirm.py): the whole of a

@@ -308,7 +308,8 @@ def _campaign(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec
                             require_exhaustive=spec.require_exhaustive,
                             anatomy=_anatomy(rec, logs[0]) if len(logs) == 1 else {}, trace_note=cause.trace_note(rec),
                             disk_latency=disk_latency_of(rec.manifest), nodes=len(logs),
-                            delay_sync=tuple(rec.workload.get("delay_sync") or ()))
+                            delay_sync=tuple(rec.workload.get("delay_sync") or ()),
+                            proofs=run.proofs.stats.to_json() if run.proofs.tried or run.proofs.skipped else {})
         paths = write_outputs(summary, verdicts, outdir)
         paths["html"] = html.write(summary, outdir, verdicts, logs)
     return summary, paths

@@ -57,6 +57,7 @@ from powercut.core.causerules import (
     RULES,
     TORN,
     UNORDERED,
+    UNPROVEN,
     UNSEEN,
     AckFinding,
     CutFinding,
@@ -70,9 +71,10 @@ from powercut.core.causewords import EVIDENCE_LINES, LIE_WORDS, SERVED, alike, e
 from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import BARRIERS, AtAck, Pending, in_flight, rel, running_syncs, split_syncs
 
-__all__ = ["BARRIERS", "BEYOND", "EARLY", "ERROR", "EVIDENCE_LINES", "LIED", "LIE_WORDS", "NO_DIR_FSYNC", "NO_FSYNC",
-           "NO_MSYNC", "RANK", "RENAME", "RULES", "SERVED", "TORN", "UNORDERED", "UNSEEN", "Cause", "Commit", "Violation",
-           "commits", "evidence_line", "explain", "lie_cause", "lost_keys", "rel", "unseen_writes", "with_blame"]
+__all__ = ["BARRIERS", "BEYOND", "EARLY", "ERROR", "EVIDENCE_LINES", "LIED", "LIE_WORDS", "MAX_CANDIDATES",
+           "NO_DIR_FSYNC", "NO_FSYNC", "NO_MSYNC", "RANK", "RENAME", "RULES", "SERVED", "TORN", "UNORDERED", "UNPROVEN",
+           "UNSEEN", "Cause", "Commit", "Violation", "candidates", "cause_of", "commits", "evidence_line", "explain",
+           "lie_cause", "lost_keys", "rel", "unseen_writes", "with_blame"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,21 +125,28 @@ class Cause:
     blame: str = ""                   # how the block-level blame agrees or disagrees
     blind: tuple[str, ...] = ()       # what the trace could not see
     subject: str = ""                 # the file(s) or directory the rule is about, comma-separated
+    proof: str = ""                   # how its counterfactual was judged (debug/verify.py; "" not tried)
+    refuted: tuple[str, ...] = ()     # the rules whose counterfactual still failed: true, not why
 
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "sentence": self.sentence, "evidence": list(self.evidence),
-                "others": list(self.others), "blame": self.blame, "blind": list(self.blind), "subject": self.subject}
+                "others": list(self.others), "blame": self.blame, "blind": list(self.blind), "subject": self.subject,
+                **({"proof": self.proof} if self.proof else {}),
+                **({"refuted": list(self.refuted)} if self.refuted else {})}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Cause":
         return Cause(str(d.get("rule", "")), str(d.get("sentence", "")), tuple(d.get("evidence", ())),
                      tuple(d.get("others", ())), str(d.get("blame", "")), tuple(d.get("blind", ())),
-                     str(d.get("subject", "")))
+                     str(d.get("subject", "")), str(d.get("proof", "")), tuple(d.get("refuted", ())))
 
     def lines(self) -> list[str]:
         """The cause as text: its sentence, its evidence, the blame, the other rules, the blind spots."""
         out = [f"cause ({self.rule}): {self.sentence}"]
         out += [f"  | {e}" for e in self.evidence]
+        if self.proof:
+            out.append(f"  proof: {self.proof}")
+        out += [f"  not why: {r}" for r in self.refuted]
         if self.blame:
             out.append(f"  blocks: {self.blame}")
         out += [f"  also: {o}" for o in self.others]
@@ -209,6 +218,38 @@ def _cause(f: AckFinding | CutFinding, blind: tuple[str, ...], *, suffix: str = 
            others: tuple[str, ...] = ()) -> Cause:
     """The cause a rule's finding gives: its sentence (and ``suffix``), its last calls as evidence."""
     return Cause(f.rule, sentence(f) + suffix, evidence_lines(f.evidence), others, blind=blind, subject=f.subject)
+
+
+MAX_CANDIDATES = 4   # the rules a failing state's cause is checked against, at most (debug/verify.py)
+
+
+def candidates(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,
+               reasons: Sequence[str] = (), torn: Sequence[int] = (),
+               keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = lost_keys,
+               limit: int = MAX_CANDIDATES) -> list[AckFinding | CutFinding]:
+    """What the cause of a state cut at ``cut`` may be, in the order ``explain`` would pick it: the
+    rules broken at the acks before the cut (the acks whose keys the reasons name, first ack first,
+    each ack's rules strongest first), then the rule the commit in flight broke; each (rule, file)
+    once, at most ``limit``.  A cause is proven by judging each one's counterfactual in turn."""
+    aligned = sc.align(trace, log_marks)
+    before = [c for c in commits(trace, root, aligned) if c.entry is not None and c.entry < cut]
+    named = set(keys_of(reasons, [c.key for c in before]))
+    pool = [c for c in before if c.key in named] or before
+    found: dict[tuple[str, str], AckFinding | CutFinding] = {}
+    for c in pool:
+        for v in c.violations:
+            found.setdefault((v.rule, v.finding.subject), v.finding)
+    window = in_flight(trace, aligned, cut, root)
+    for rule in CUT_RULES:
+        f = rule.check(window, tuple(torn))
+        if f is not None:
+            found.setdefault((f.rule, f.subject), f)
+    return list(found.values())[:limit]
+
+
+def cause_of(trace: Trace, f: AckFinding | CutFinding, others: Sequence[str] = ()) -> Cause:
+    """The cause one finding gives (its sentence, its evidence, the trace's blind spots)."""
+    return _cause(f, tuple(trace.blind), others=tuple(others))
 
 
 def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,

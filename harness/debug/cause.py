@@ -218,6 +218,8 @@ def group_lines(label: str, g: dict[str, Any], evidence: int = 4) -> list[str]:
     c = causes.Cause.from_json(why)
     out = [f"{head}: {c.sentence} [{c.rule}]"]
     out += [f"  | {e}" for e in c.evidence[-evidence:]]
+    out += [f"  proof: {c.proof}"] if c.proof else []
+    out += [f"  not why: {r}" for r in c.refuted[:2]]
     out += [f"  also: {o}" for o in c.others[:2]]
     out.append(f"  blocks: {blocks}" + (f"; {c.blame}" if c.blame else ""))
     out += [f"  not seen by the trace: {b}" for b in c.blind]

@@ -59,6 +59,7 @@ class Summary:
     nodes: int = 1                            # disks judged together (> 1: a cluster recording's nodes)
     disks: dict[str, Any] = field(default_factory=dict)   # N > 1: the instants and each disk's distinct states
     delay_sync: tuple[str, ...] = ()          # the recording's --delay-sync rules (core/syncdelay.py; () none)
+    proofs: dict[str, Any] = field(default_factory=dict)   # the causes' counterfactuals (debug/verify.Stats)
 
     @property
     def no_acks(self) -> bool:
@@ -143,7 +144,7 @@ class Summary:
                 "seconds": round(self.seconds, 3), "states": self.counts, "by_model": self.by_model,
                 "covered": self.covered,
                 "verdict": self.verdict, "headline": self.headline(), "disk_latency": self.disk_latency,
-                "delay_sync": list(self.delay_sync),
+                "delay_sync": list(self.delay_sync), "cause_proofs": self.proofs,
                 "coverage": self.coverage.to_json() if self.coverage is not None else None,
                 "require_exhaustive": self.require_exhaustive,
                 "notes": self.notes(), "acks": self.acks, "planned": self.planned,
@@ -165,7 +166,8 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
               escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False,
               anatomy: dict[str, Any] | None = None, trace_note: str = "", disk_latency: str = "",
-              nodes: int = 1, disks: dict[str, Any] | None = None, delay_sync: Sequence[str] = ()) -> Summary:
+              nodes: int = 1, disks: dict[str, Any] | None = None, delay_sync: Sequence[str] = (),
+              proofs: dict[str, Any] | None = None) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -183,7 +185,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
                    {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
                    coverage, require_exhaustive, dict(anatomy or {}), trace_note, disk_latency, nodes,
                    dict(disks if disks is not None else _disks_of(selection) if nodes > 1 else {}),
-                   tuple(delay_sync))
+                   tuple(delay_sync), dict(proofs or {}))
 
 
 def _disks_of(selection: Any) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """What-if states (pure; host and guest): ``what-if@C/aA[/dRANGES]`` -- not a state a disk can
 produce, but the counterfactual a failure's cause is proven with (debug/verify.py, issue 52): the
 log replayed to entry C with the data entries RANGES left out (any data entry before C, across
-flushes), judged against the keys acked and begun before entry A (the failing state's cut, A <= C).
+flushes), judged against the keys acked before entry A (the failing state's cut, A <= C); every
+key begun before C and not acked before A counts as begun (its writes may be there, or not).
 
 A cause rule says which writes were missing when power failed ("/wal was changed and not fsynced
 before ack:3"); its what-if state is the failing state with those writes made durable and nothing
@@ -58,6 +59,11 @@ class WhatIf(CrashModel):
         if why:
             raise UsageError(why)
         acks, begun = sp.keys(keys_at)
+        later_acks, later_begun = sp.keys(cut)
+        acked = set(acks)
+        # what the keys' cut had begun, and every key begun or acked after it up to the cut: begun --
+        # their writes may be in the state, which the checker must allow, not require
+        begun = tuple(k for k in dict.fromkeys([*begun, *later_acks[len(acks):], *later_begun]) if k not in acked)
         return CrashState(NAME, cut, drop, (), acks, begun, what_if_id(cut, keys_at, drop), sp.epoch[keys_at])
 
     def from_id(self, sp: SpaceTables, sid: StateId, state_id: str) -> CrashState:

@@ -25,11 +25,11 @@ def sp(tmp_path: Path):
 def test_a_what_if_state_keeps_its_keys_and_drops_across_flushes(sp) -> None:
     st = WHAT_IF.make(sp, 13, 7, [4, 9])
     assert st.id == "what-if@13/a7/d4,9" and st.model == "what-if"
-    assert tuple(st.acks) == ("1",) and st.begun == ()        # the keys before entry 7: ack:1 only
+    assert tuple(st.acks) == ("1",) and st.begun == ("2",)    # acked before entry 7: 1; 2 begun (and acked) later
     data = [e.changes_device for e in sp.entries]
     assert [i for i, _ in st.kept(data)] == [1, 8, 12]       # 4 dropped before a flush, 9 after one
     again = sp.state_from_id(st.id)
-    assert (again.cut, again.dropped, tuple(again.acks), again.begun) == (13, (4, 9), ("1",), ())
+    assert (again.cut, again.dropped, tuple(again.acks), again.begun) == (13, (4, 9), ("1",), ("2",))
     assert sp.state_from_id(what_if_id(9, 9, ())).begun == ("2",)
 
 
