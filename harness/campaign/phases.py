@@ -105,7 +105,8 @@ class CampaignRun:
                     g.diagnosis_error = e.one_line()
             for g in todo:
                 g.diagnosis = found.get(g.first.state, g.diagnosis)
-            self._prove(todo)
+        if self.groups and not interrupt.stopping():
+            self._prove(self.groups[:verify.MAX_GROUPS])
         self.place.close_warm()   # confirmation judges in fresh kernels
         self.triage_s = time.monotonic() - t0
         if self.spec.confirm and not interrupt.stopping():

@@ -18,6 +18,9 @@ The rules an ack can break (POSIX's, as ALICE states them), strongest first -- `
 
 The rules about the commit in flight at the cut -- ``CUT_RULES``, in that order:
 
+- ``replaced-in-place``: it emptied a file in place (renamed it away, or truncated it) and wrote a
+  new one under its name, and a sync of something else came before the new file's own: the new,
+  still empty file can be durable before its contents;
 - ``unordered-writes``: it made two or more writes durable with one barrier;
 - ``unchecked-tear``: the state tore one of its writes.
 
@@ -37,11 +40,11 @@ from powercut.core.syscalls import Op
 from powercut.core.tracefacts import BARRIERS, AtAck, InFlight, rel
 
 __all__ = ["ACK_RULES", "BEYOND", "CUT_RULES", "EARLY", "ERROR", "LIED", "NO_DIR_FSYNC", "NO_FSYNC", "NO_MSYNC", "RANK",
-           "RENAME", "RULES", "TORN", "UNORDERED", "UNPROVEN", "UNSEEN", "AckFinding", "AckRule", "CutFinding", "CutRule",
-           "DiskLie", "FailedCall", "Finding", "NoAckBefore", "RenameBeforeSync", "RulesKept", "RulesKeptUnseen",
-           "SyncStillRunning", "Tear", "UnorderedWrites", "Unsynced", "UnsyncedMapping", "UnsyncedNames",
-           "acked_after_error", "broken", "no_dir_fsync", "no_fsync", "no_msync", "rename_before_fsync",
-           "sync_still_running", "unchecked_tear", "unordered_writes"]
+           "RENAME", "REPLACED", "RULES", "TORN", "UNORDERED", "UNPROVEN", "UNSEEN", "AckFinding", "AckRule",
+           "CutFinding", "CutRule", "DiskLie", "FailedCall", "Finding", "NoAckBefore", "RenameBeforeSync",
+           "ReplacedInPlace", "RulesKept", "RulesKeptUnseen", "SyncStillRunning", "Tear", "UnorderedWrites", "Unsynced",
+           "UnsyncedMapping", "UnsyncedNames", "acked_after_error", "broken", "no_dir_fsync", "no_fsync", "no_msync",
+           "rename_before_fsync", "replaced_in_place", "sync_still_running", "unchecked_tear", "unordered_writes"]
 
 ERROR = "acked-after-error"
 RENAME = "rename-before-fsync"
@@ -50,12 +53,13 @@ NO_FSYNC = "no-fsync"
 NO_DIR_FSYNC = "no-dir-fsync"
 NO_MSYNC = "no-msync"
 UNORDERED = "unordered-writes"
+REPLACED = "replaced-in-place"
 TORN = "unchecked-tear"
 LIED = "disk-lied"
 UNSEEN = "unseen-writes"
 UNPROVEN = "unproven"
 BEYOND = "beyond-rules"
-RANK = (ERROR, RENAME, EARLY, NO_FSYNC, NO_DIR_FSYNC, NO_MSYNC, UNORDERED)   # the broken rules, strongest first
+RANK = (ERROR, RENAME, EARLY, NO_FSYNC, NO_DIR_FSYNC, NO_MSYNC, REPLACED, UNORDERED)   # broken rules, strongest first
 RULES = (*RANK, TORN, LIED, UNSEEN, UNPROVEN, BEYOND)
 
 
@@ -173,6 +177,26 @@ class UnsyncedMapping:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplacedInPlace:
+    """replaced-in-place: the commit in flight emptied ``subject`` (``away``: the rename that moved it
+    away, or the truncation), wrote a new one under its name (``writes``), and ``barrier`` -- a sync
+    of something else -- came before the new file's own; ``ack``: the ack that would have closed it."""
+
+    rule: ClassVar[str] = REPLACED
+    subject: str
+    ack: Op | None
+    away: Op
+    writes: tuple[Op, ...]
+    barrier: Op
+    moved_to: str = ""     # where the rename moved the old file ("" for a truncation)
+    synced: str = ""       # the file the barrier synced ("" for sync/syncfs)
+
+    @property
+    def evidence(self) -> tuple[Op, ...]:
+        return (self.away, *self.writes[-2:], self.barrier)
+
+
+@dataclass(frozen=True, slots=True)
 class UnorderedWrites:
     """unordered-writes: the commit in flight made ``writes`` (to the files ``subject``) durable with
     the one ``barrier``; ``ack``: the ack that would have closed it (None: none followed)."""
@@ -264,7 +288,7 @@ class NoAckBefore:
 
 
 AckFinding = FailedCall | RenameBeforeSync | SyncStillRunning | Unsynced | UnsyncedNames | UnsyncedMapping  # an ack's
-CutFinding = UnorderedWrites | Tear                 # a rule the commit in flight at the cut broke
+CutFinding = ReplacedInPlace | UnorderedWrites | Tear   # a rule the commit in flight at the cut broke
 Finding = AckFinding | CutFinding | DiskLie | RulesKept | RulesKeptUnseen | NoAckBefore
 
 
@@ -347,6 +371,38 @@ def _files(writes: Sequence[Op], root: str) -> str:
     return ", ".join(dict.fromkeys(rel(w.path, root) for w in writes))
 
 
+def replaced_in_place(window: InFlight, torn: tuple[int, ...] = ()) -> CutFinding | None:
+    """The first file of the commit in flight that was emptied in place -- renamed away, opened with
+    O_TRUNC or truncated to 0 -- and written anew under its name, with a sync of another file (or a
+    sync/syncfs) before the new file's own fsync; None when every such file was synced first."""
+    away: dict[str, Op] = {}
+    writes: dict[str, list[Op]] = {}
+    for o in window.calls:
+        if not o.ok:
+            continue
+        if o.kind == sc.RENAME:
+            away[o.path] = o
+            writes.pop(o.path, None)
+        elif (o.kind == sc.OPEN and "O_TRUNC" in o.flags or o.kind == sc.TRUNCATE and o.nbytes == 0) \
+                and o.path not in away:   # a new file made after a rename away is that replacement's
+            away[o.path] = o
+            writes.pop(o.path, None)
+        elif o.kind == sc.WRITE and o.path in away:
+            writes.setdefault(o.path, []).append(o)
+        elif o.kind in BARRIERS:
+            if o.kind in (sc.FSYNC, sc.FDATASYNC) and o.path in away:
+                away.pop(o.path)
+                writes.pop(o.path, None)
+                continue
+            hit = next((p for p in away if writes.get(p)), None)
+            if hit is not None:
+                a = away[hit]
+                return ReplacedInPlace(rel(hit, window.root), window.ack, a, tuple(writes[hit]), o,
+                                       rel(a.path2, window.root) if a.kind == sc.RENAME else "",
+                                       rel(o.path, window.root) if o.path else "")
+    return None
+
+
 def unordered_writes(window: InFlight, torn: tuple[int, ...] = ()) -> CutFinding | None:
     """The first barrier of the commit in flight that made two or more successful writes durable at
     once (with no barrier between them); None when each barrier covered at most one.  (``torn``: the
@@ -380,4 +436,4 @@ class CutRule:
     check: Callable[[InFlight, tuple[int, ...]], CutFinding | None]
 
 
-CUT_RULES = (CutRule(UNORDERED, unordered_writes), CutRule(TORN, unchecked_tear))
+CUT_RULES = (CutRule(REPLACED, replaced_in_place), CutRule(UNORDERED, unordered_writes), CutRule(TORN, unchecked_tear))

@@ -14,6 +14,7 @@ from powercut.core.causerules import (
     Finding,
     NoAckBefore,
     RenameBeforeSync,
+    ReplacedInPlace,
     RulesKept,
     RulesKeptUnseen,
     SyncStillRunning,
@@ -119,6 +120,15 @@ def sentence(f: Finding) -> str:
     if isinstance(f, UnsyncedNames):
         return (f"{f.ack.text} was given after a name in {f.subject} was created, renamed or removed, with no "
                 "fsync of the directory: the name can be lost though the file's data was synced")
+    if isinstance(f, ReplacedInPlace):
+        how = (f"renamed it away to {f.moved_to} (trace line {f.away.line})" if f.moved_to
+               else f"truncated it (trace line {f.away.line})")
+        other = f"the {f.barrier.kind} of {f.synced}" if f.synced else "a sync"
+        return (f"the commit in flight at the crash{' (' + f.ack.text + ')' if f.ack else ''} replaced {f.subject} in "
+                f"place -- {how} and wrote a new one -- and {other} (trace line {f.barrier.line}) came before the new "
+                f"file's own fsync: it can make the new, still empty {f.subject} durable before its contents, and a "
+                "crash then leaves it empty though earlier commits were acked; write the new file under a temporary "
+                "name, fsync it, then rename it over the old one")
     if isinstance(f, UnorderedWrites):
         # the count is of the writes the evidence shows (at most four), as it always was
         key = (f.ack or f.barrier).text

@@ -11,6 +11,8 @@ What each rule says was missing (``plan``):
   sync after the ack (its fsync, fdatasync, msync, or a sync/syncfs; the end of the log when none
   came) -- what an fsync before the ack would have made durable, at the latest;
 - ``no-dir-fsync``: the filesystem's metadata up to the directory's next fsync, no file's data;
+- ``replaced-in-place``: the new file's data, with the metadata, up to its own fsync after the sync
+  that came first;
 - ``unordered-writes``, ``unchecked-tear``: every write the state lost or tore before its cut,
   kept whole -- the commit in flight's writes in order;
 - ``acked-after-error``: none (the failed write's data is not in the log: nothing to make durable).
@@ -32,6 +34,7 @@ from powercut.core.causerules import (
     NO_FSYNC,
     NO_MSYNC,
     RENAME,
+    REPLACED,
     TORN,
     UNORDERED,
     AckFinding,
@@ -120,6 +123,11 @@ def plan(f: AckFinding | CutFinding, trace: Trace, aligned: Mapping[int, int], r
     None for a rule with nothing to make durable (acked-after-error)."""
     if f.rule in (UNORDERED, TORN):
         return Plan(f.rule, f.subject, None, cut)
+    if f.rule == REPLACED:   # the new file's contents, durable with its name: up to its own fsync
+        path = root.rstrip("/") + f.subject
+        own = _next_sync(trace, f.barrier, path, False)   # type: ignore[union-attr]
+        end = _entry_after(trace, aligned, own, n) if own is not None else n
+        return Plan(f.rule, f.subject, frozenset({f.subject.lstrip("/")}), max(end, cut), own)
     if f.rule not in (*FILE_RULES, NO_DIR_FSYNC):
         return None
     ack = getattr(f, "ack", None)    # every file rule's finding is at an ack

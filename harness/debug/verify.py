@@ -1,9 +1,9 @@
 """A cause proven by its counterfactual (host; issue 52).
 
-For each diagnosed failure group of one disk: the rules its (minimized) state's trace says the
-program broke, in the order a cause is picked (core/causes.candidates); each one's what-if state --
-the failing state with the writes that rule says were missing made durable, and nothing else of the
-program's (core/counterfactual.py) -- all judged in one batch where the check runs (``prepare``,
+For each failure group of one disk (the first ``MAX_GROUPS``): the rules its (minimized, else first)
+state's trace says the program broke, in the order a cause is picked (core/causes.candidates); each
+one's what-if state -- the failing state with the writes that rule says were missing made durable,
+and nothing else of the program's (core/counterfactual.py) -- all judged in one batch where the check runs (``prepare``,
 then the campaign judges ``states``, then ``record``).  After the causes are written
 (debug/cause.explain_groups) ``apply`` rewrites each group's:
 
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from powercut.record.recording import Recording
 
 log = logging.getLogger(__name__)
+
+MAX_GROUPS = 8   # the groups whose causes are proven, first first (each costs a few states judged)
 
 
 @dataclass(slots=True)
@@ -160,7 +162,7 @@ def file_owners(rec: Recording, index: LogIndex) -> tuple[str | None, ...] | Non
 def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -> Verification:
     """The counterfactual of every rule each diagnosed group's state broke (``states`` to judge)."""
     ver = Verification()
-    diagnosed = [g for g in groups if g.diagnosis and _state_of(g) is not None]
+    diagnosed = [g for g in groups if _state_of(g) is not None]
     if not diagnosed:
         return ver
     if len(logs) > 1:

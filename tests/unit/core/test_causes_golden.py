@@ -132,6 +132,24 @@ def _held(called_before_ack: bool) -> Any:
     return {"cause": c.to_json(), "lines": c.lines()}
 
 
+def _replaced(how: str) -> T:
+    """A store of a data file and an index rewritten at each commit: ``away`` renames the old index to
+    idx.bak and writes a new one, fsyncing the data file first (the bug); ``tmp`` writes idx.tmp,
+    fsyncs it and renames it over (no rule broken); ``trunc`` truncates the index in place."""
+    t = T().open("dat", "O_WRONLY|O_CREAT|O_APPEND", fd=5).fsync_dir()
+    t.mark("begin:1").write("dat", fd=5).open("idx", "O_WRONLY|O_CREAT", fd=6).write("idx", fd=6)
+    t.fsync("dat", fd=5).fsync("idx", fd=6).fsync_dir().mark("ack:1").mark("begin:2").write("dat", fd=5)
+    if how == "away":
+        t.call('rename("idx", "idx.bak") = 0').open("idx", "O_WRONLY|O_CREAT", fd=7).write("idx", fd=7)
+        t.fsync("dat", fd=5).fsync("idx", fd=7)
+    elif how == "trunc":
+        t.open("idx", "O_WRONLY|O_TRUNC", fd=7).write("idx", fd=7).fsync("dat", fd=5).fsync("idx", fd=7)
+    else:
+        t.open("idx.tmp", "O_WRONLY|O_CREAT", fd=7).write("idx.tmp", fd=7).fsync("idx.tmp", fd=7)
+        t.fsync("dat", fd=5).call('rename("idx.tmp", "idx") = 0')
+    return t.fsync_dir().mark("ack:2")
+
+
 CASES: dict[str, Callable[[], Any]] = {
     # acked-after-error
     "error/fsync": lambda: explained(T().open("db", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("db")
@@ -188,6 +206,10 @@ CASES: dict[str, Callable[[], Any]] = {
     # several rules at one ack: their rank order, the others
     "many/explain": lambda: explained(_many_rules_at_one_ack()),
     "many/walk": lambda: walked(_many_rules_at_one_ack()),
+    # replaced-in-place (the cut in commit 2, before its ack)
+    "replaced/rename-away": lambda: explained(_replaced("away"), cut=_replaced("away").log[-1][0]),
+    "replaced/truncated": lambda: explained(_replaced("trunc"), cut=_replaced("trunc").log[-1][0]),
+    "replaced/tmp-then-rename": lambda: explained(_replaced("tmp"), cut=_replaced("tmp").log[-1][0]),
     # unordered-writes
     "unordered/fsync": lambda: explained(_unordered(), cut=_unordered().log[-2][0] + 1, verdict="corrupt-data"),
     "unordered/sync": lambda: explained(_unordered("sync"), cut=_unordered("sync").log[-2][0] + 1),

@@ -1,0 +1,95 @@
+"""idxstore: a store of a data file and an index file that recovery reads alone (issue 52's
+"replaced in place" bug, docs/checking.md).
+
+Commit i appends record i to ``store.dat`` and writes the whole index -- every record's key, offset
+and length, as JSON -- to ``store.idx``; recovery reads ``store.idx`` and nothing else, so an
+acked record whose index entry is gone is lost.  ``replace`` says how the new index replaces the
+old one:
+
+* ``tmp-rename`` (the default, correct): write ``store.idx.tmp``, fsync it, fsync the data file,
+  rename it over ``store.idx``, fsync the directory, then ack;
+* ``rename-away`` (the bug): rename ``store.idx`` away to ``store.bak``, write a new ``store.idx``,
+  fsync the data file, then the new index, then the directory, then ack -- the data file's fsync
+  commits the journal with the rename and the new, still empty index before its contents, so a
+  crash between the two fsyncs leaves an empty index although every earlier commit was acked;
+* ``truncate`` (the same bug by truncation): open ``store.idx`` with O_TRUNC and rewrite it, fsync
+  the data file, then the index.
+
+Record i: ``PCIX`` | i u32 | length u32 | crc32 u32 | ``size`` payload bytes from (seed, i)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+import zlib
+from typing import Any
+
+import powercut
+from powercut import Workload
+
+HEADER = struct.Struct("<4sIII")   # magic, key, payload length, crc32 of the payload
+MAGIC = b"PCIX"
+
+
+def record(seed: int, i: int, size: int) -> bytes:
+    body = random.Random(f"idxstore:{seed}:{i}").randbytes(size)
+    return HEADER.pack(MAGIC, i, size, zlib.crc32(body)) + body
+
+
+def _write_all(path: str, data: bytes, flags: int) -> int:
+    fd = os.open(path, os.O_WRONLY | flags, 0o644)
+    os.write(fd, data)
+    return fd
+
+
+def _fsync_dir() -> None:
+    d = os.open(".", os.O_RDONLY)
+    try:
+        os.fsync(d)
+    finally:
+        os.close(d)
+
+
+def main(params: dict[str, Any]) -> int:
+    n, size, seed, how = params["n"], params["size"], params["seed"], params["replace"]
+    dat = os.open("store.dat", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    entries: list[list[int]] = []
+    offset = 0
+    try:
+        _fsync_dir()
+        for i in range(n):
+            powercut.begin(i)
+            rec = record(seed, i, size)
+            os.write(dat, rec)
+            entries.append([i, offset, len(rec)])
+            offset += len(rec)
+            index = json.dumps({"records": entries}).encode()
+            if how == "tmp-rename":
+                fd = _write_all("store.idx.tmp", index, os.O_CREAT | os.O_TRUNC)
+                os.fsync(fd)
+                os.fsync(dat)
+                os.rename("store.idx.tmp", "store.idx")
+            else:
+                if how == "rename-away" and os.path.exists("store.idx"):
+                    os.rename("store.idx", "store.bak")
+                fd = _write_all("store.idx", index, os.O_CREAT | os.O_TRUNC)
+                os.fsync(dat)     # the bug: this commits the journal with the new, still empty index
+                os.fsync(fd)
+            os.close(fd)
+            _fsync_dir()
+            powercut.ack(i)
+    finally:
+        os.close(dat)
+    return 0
+
+
+WORKLOAD = Workload(
+    name="idxstore",
+    description="a data file and an index recovery reads alone; replace=rename-away|truncate rewrites the index "
+                "in place, a sync of the data file first",
+    main=main,
+    defaults={"n": 8, "size": 300, "seed": 0, "replace": "tmp-rename"},
+    choices={"replace": ("tmp-rename", "rename-away", "truncate")},
+    minimum={"n": 1, "size": 1},
+)
