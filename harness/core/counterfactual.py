@@ -13,8 +13,9 @@ What each rule says was missing (``plan``):
 - ``no-dir-fsync``: the filesystem's metadata up to the directory's next fsync, no file's data;
 - ``replaced-in-place``: the new file's data, with the metadata, up to its own fsync after the sync
   that came first;
-- ``unordered-writes``, ``unchecked-tear``: every write the state lost or tore before its cut,
-  kept whole -- the commit in flight's writes in order;
+- ``unordered-writes``: every write up to the barrier that made them durable at once, in log
+  order -- the commit in flight's writes all kept;
+- ``unchecked-tear``: every write the state lost or tore before its cut, kept whole;
 - ``acked-after-error``: none (the failed write's data is not in the log: nothing to make durable).
 
 Which file a data write belongs to comes from the recording's file map (each file's sectors at the
@@ -86,6 +87,9 @@ class Plan:
 
     def words(self) -> str:
         """What was made durable, as the cause's proof says it."""
+        if self.files is None and self.sync is not None:
+            return (f"every write of the commit in flight up to its {self.sync.kind} (trace line {self.sync.line}, "
+                    f"log entry #{self.until})")
         if self.files is None:
             return "every write the state lost or tore before its cut kept whole"
         data = (f"{', '.join('/' + f for f in sorted(self.files))}'s data and the filesystem's metadata"
@@ -121,8 +125,11 @@ def plan(f: AckFinding | CutFinding, trace: Trace, aligned: Mapping[int, int], r
          n: int) -> Plan | None:
     """The counterfactual of finding ``f`` about a state cut at ``cut`` of a log of ``n`` entries;
     None for a rule with nothing to make durable (acked-after-error)."""
-    if f.rule in (UNORDERED, TORN):
+    if f.rule == TORN:
         return Plan(f.rule, f.subject, None, cut)
+    if f.rule == UNORDERED:   # the barrier's writes all durable: every write up to it, in log order
+        barrier: Op = f.barrier   # type: ignore[union-attr]
+        return Plan(f.rule, f.subject, None, max(_entry_after(trace, aligned, barrier, n), cut), barrier)
     if f.rule == REPLACED:   # the new file's contents, durable with its name: up to its own fsync
         path = root.rstrip("/") + f.subject
         own = _next_sync(trace, f.barrier, path, False)   # type: ignore[union-attr]
@@ -149,7 +156,7 @@ def what_if(sp: SpaceTables, failing: CrashState, owned: Sequence[str | None], p
     data = sp.is_data
     kept = {i for i in range(failing.cut) if data[i] and i not in gone}
     add = [i for i in range(p.until) if data[i] and i not in kept
-           and (p.files is None and i < failing.cut or p.files is not None and (owned[i] is None or owned[i] in p.files))]
+           and (p.files is None or owned[i] is None or owned[i] in p.files)]
     if not add:
         return None
     made = kept | set(add)

@@ -87,3 +87,14 @@ def test_the_what_if_state_adds_the_files_data_and_metadata_and_nothing_else(sp)
     assert everything is not None and everything.id == "what-if@10/a10"
     assert cf.what_if(sp, sp.make_state("flush", 10), owned, cf.Plan(cr.UNORDERED, "/wal", None, 10)) is None
     assert sp.state_from_id(st.id).dropped == st.dropped   # rebuilt where the check runs
+
+
+def test_unordered_writes_keep_every_write_up_to_their_barrier() -> None:
+    t = T().open("wal", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("wal", 1024).write("wal", 10)
+    t.fsync("wal").mark("ack:1")
+    tr = t.trace()
+    cut = t.log[-1][0]                                  # before ack:1: the commit in flight
+    f = next(c for c in causes.candidates(tr, t.log, cut, MNT) if c.rule == cr.UNORDERED)
+    p = cf.plan(f, tr, sc.align(tr, t.log), MNT, cut=cut - 5, n=400)
+    assert p is not None and p.files is None and p.until == t.log[-1][0] and p.sync is f.barrier
+    assert p.words().startswith("every write of the commit in flight up to its fsync (trace line")
