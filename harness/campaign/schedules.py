@@ -72,7 +72,7 @@ class Outcome:
     error: str = ""
     ok: bool = False
     first: str = ""       # the first failure group's first state
-    cause: str = ""       # and its cause from the trace (rule: sentence), if it has one
+    cause: str = ""       # and its cause from the trace (rule: sentence (verified|not proven|unproven)), if any
     total: int = 0        # distinct crash states judged
 
     def to_json(self) -> dict[str, Any]:
@@ -174,7 +174,9 @@ def run_one(sched: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path) 
     why: dict[str, Any] = g["why"] if isinstance(g.get("why"), dict) else {}
     return Outcome(sched, summary.verdict, dict(states), record_s=float(rec.manifest["recording"].get("wall_s", t1 - t0)),
                    check_s=time.monotonic() - t1, dir=str(recdir), ok=summary.ok, first=str(g.get("first", "")),
-                   cause=f"{why['rule']}: {why['sentence']}" if why.get("rule") else str(g.get("cause", "")),
+                   cause=(f"{why['rule']}: {why['sentence']}" + (f" ({str(why['proof']).split(':')[0]})"
+                                                                  if why.get("proof") else ""))
+                   if why.get("rule") else str(g.get("cause", "")),
                    total=summary.total)
 
 
