@@ -6,22 +6,25 @@ workloads/postgres.py).
 
 Setup (before the first ``begin``): the prepared cluster unpacked into ``dir`` with the settings under
 test, the server started, one psql making the tables ``gc_rows (session, seq, payload)`` (primary key
-(session, seq)) and ``gc_sessions (session, count, last, digest)`` with one row per session, then a
-``CHECKPOINT`` -- durable whatever ``synchronous_commit`` says.
+(session, seq)) and ``gc_sessions (session, count, last, digest)`` with one row per session, its own
+``synchronous_commit`` on -- durable through its WAL flush whatever the setting under test says (no
+CHECKPOINT: its data file syncs would be syncs before an ack that no ack can race, and an exploration
+would spend its budget on them).
 
 The run: ``sessions`` psql processes at once (as root, each its own connection); session ``s``
 (1..sessions) runs transactions ``j`` = 1..n in order: ``\\! <mark> begin:s.j``; ``BEGIN``; an INSERT of
 row (s, j) (``row_bytes`` drawn from (seed, s, j)); an UPDATE of its session row to (count=j, last=j,
-digest=sha256(payload)); ``COMMIT``; ``\\! <mark> ack:s.j`` -- stopping at the first error
+digest=sha256(payload)); ``pg_sleep(think_ms)`` (the transaction open: a sibling for the others'
+commits); ``COMMIT``; ``\\! <mark> ack:s.j`` -- stopping at the first error
 (ON_ERROR_STOP): each ack follows a COMMIT that returned.  The sessions touch no row in common, so no
 commit waits for another's lock: they meet only in the WAL flush.  Marks: psql's ``\\!`` shell writes
 ``<s> <mark>`` on a pipe to this process and waits for ``ok`` on its session's own pipe; one thread
 marks (``powercut.mark``) in arrival order and answers.  Then a fast shutdown.
 
 Params: ``sessions`` (4), ``n`` (4 transactions per session), ``synchronous_commit`` ("on"; on|off|local|
-remote_write|remote_apply), ``fsync`` (true), ``commit_delay`` (1000 us: a committing backend waits
+remote_write|remote_apply), ``fsync`` (true), ``commit_delay`` (10000 us: a committing backend waits
 that long for others before it flushes, when at least ``commit_siblings`` (1) other transactions are
-open), ``row_bytes`` (200), ``seed`` (0), ``dir`` ("pgdata"), ``data_checksums`` (true), ``cache``.
+open), ``think_ms`` (20), ``row_bytes`` (200), ``seed`` (0), ``dir`` ("pgdata"), ``data_checksums`` (true), ``cache``.
 
 PostgreSQL's documented claim (postgresql.org/docs/15/wal-async-commit.html, runtime-config-wal.html):
 with synchronous_commit=on a commit is durable once COMMIT returns, group-committed or not;
@@ -46,8 +49,8 @@ from powercut import Workload
 from powercut.workloads import postgres as pg
 from powercut.workloads.pgserver import MISSING, append_conf, bindir, chown_tree, psql, query, start, stop
 
-DEFAULTS: dict[str, Any] = {"sessions": 4, "n": 4, "synchronous_commit": "on", "fsync": True, "commit_delay": 1000,
-                            "commit_siblings": 1, "row_bytes": 200, "seed": 0, "dir": "pgdata",
+DEFAULTS: dict[str, Any] = {"sessions": 4, "n": 4, "synchronous_commit": "on", "fsync": True, "commit_delay": 10000,
+                            "commit_siblings": 1, "think_ms": 20, "row_bytes": 200, "seed": 0, "dir": "pgdata",
                             "data_checksums": True, "cache": pg.CACHE}
 MAX_SESSIONS = 8   # the prepared cluster's max_connections is 10: the setup's and the checker's psql too
 TABLES = ("CREATE TABLE gc_rows (session integer, seq integer, payload bytea NOT NULL, PRIMARY KEY (session, seq));\n"
@@ -67,6 +70,7 @@ class Params:
     fsync: bool
     commit_delay: int
     commit_siblings: int
+    think_ms: int
     row_bytes: int
     seed: int
     dir: str
@@ -80,9 +84,9 @@ class Params:
         p = Params(**{k: given.get(k, v) for k, v in DEFAULTS.items()})
         if not 1 <= p.sessions <= MAX_SESSIONS:
             raise ValueError(f"pggroup: sessions must be 1..{MAX_SESSIONS}, not {p.sessions}")
-        if not 0 <= p.commit_delay <= 100000 or not 0 <= p.commit_siblings <= 1000:
-            raise ValueError(f"pggroup: commit_delay must be 0..100000 (us) and commit_siblings 0..1000 "
-                             f"(got {p.commit_delay}, {p.commit_siblings})")
+        if not 0 <= p.commit_delay <= 100000 or not 0 <= p.commit_siblings <= 1000 or not 0 <= p.think_ms <= 60000:
+            raise ValueError(f"pggroup: commit_delay must be 0..100000 (us), commit_siblings 0..1000 and think_ms "
+                             f"0..60000 (got {p.commit_delay}, {p.commit_siblings}, {p.think_ms})")
         pg.Params.of(postgres_params(p))   # the shared ones (n, synchronous_commit, dir, ...) checked there
         return p
 
@@ -110,20 +114,21 @@ def key(s: int, j: int) -> str:
 
 
 def setup_sql(p: Params) -> str:
-    """The tables and one row per session, then a CHECKPOINT (durable under any synchronous_commit)."""
+    """The tables and one row per session, committed with synchronous_commit on (durable at once)."""
     rows = ", ".join(f"({s}, 0, 0, '\\x')" for s in range(1, p.sessions + 1))
-    return f"\\set ON_ERROR_STOP 1\n{TABLES}INSERT INTO gc_sessions VALUES {rows};\nCHECKPOINT;\n"
+    return f"\\set ON_ERROR_STOP 1\nSET synchronous_commit = on;\n{TABLES}INSERT INTO gc_sessions VALUES {rows};\n"
 
 
 def session_script(p: Params, s: int, mark: str) -> str:
     """Session ``s``'s psql input: its n transactions, each between its begin and ack marks."""
-    parts = ["\\set ON_ERROR_STOP 1\n"]
+    parts = ["\\set ON_ERROR_STOP 1\n\\o /dev/null\n"]   # pg_sleep's rows
+    think = f"SELECT pg_sleep({p.think_ms / 1000:g});\n" if p.think_ms else ""
     for j in range(1, p.n + 1):
         data = payload(p.seed, s, j, p.row_bytes)
         parts.append(f"\\! {mark} begin:{key(s, j)}\nBEGIN;\n"
                      f"INSERT INTO gc_rows VALUES ({s}, {j}, '\\x{data.hex()}');\n"
                      f"UPDATE gc_sessions SET count = {j}, last = {j}, digest = '\\x{hashlib.sha256(data).hexdigest()}' "
-                     f"WHERE session = {s};\nCOMMIT;\n\\! {mark} ack:{key(s, j)}\n")
+                     f"WHERE session = {s};\n{think}COMMIT;\n\\! {mark} ack:{key(s, j)}\n")
     return "".join(parts)
 
 

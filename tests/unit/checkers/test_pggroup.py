@@ -25,7 +25,7 @@ from powercut.workloads import postgres as pgw
 
 def test_params_are_checked_in_one_line() -> None:
     p = gw.WORKLOAD.params({"sessions": "3", "synchronous_commit": "off"})
-    assert p["sessions"] == 3 and p["synchronous_commit"] == "off" and p["commit_delay"] == 1000
+    assert p["sessions"] == 3 and p["synchronous_commit"] == "off" and p["commit_delay"] == 10000
     for bad, word in (({"sessions": 9}, "sessions"), ({"synchronous_commit": "maybe"}, "synchronous_commit"),
                       ({"commit_delay": 200000}, "commit_delay"), ({"dir": "/abs"}, "dir")):
         with pytest.raises((UsageError, ValueError), match=word):
@@ -51,7 +51,10 @@ def test_a_session_script_is_its_transactions_in_order_each_between_its_marks() 
     assert lines[ack1 - 1] == "COMMIT;" and "WHERE session = 3" in text
     assert gw.payload(1, 3, 2, 8).hex() in text and hashlib.sha256(gw.payload(1, 3, 2, 8)).hexdigest() in text
     setup = gw.setup_sql(gw.Params.of({"sessions": 3}))
-    assert "(3, 0, 0, '\\x')" in setup and "(4, 0" not in setup and setup.rstrip().endswith("CHECKPOINT;")
+    assert "(3, 0, 0, '\\x')" in setup and "(4, 0" not in setup
+    assert setup.index("SET synchronous_commit = on;") < setup.index("CREATE TABLE")   # durable at its COMMIT
+    assert lines[ack1 - 2] == "SELECT pg_sleep(0.02);"   # open while the others commit
+    assert "pg_sleep" not in gw.session_script(gw.Params.of({"n": 1, "think_ms": 0}), 1, "MARK")
 
 
 def handshake(marker: gw.Marker, s: int, word: str) -> int:
