@@ -264,5 +264,5 @@ WORKLOAD = Workload(
     minimum={"sessions": 1, "n": 1, "row_bytes": 1},
     description="PostgreSQL group commit: several psql sessions committing at once (INSERT a row + UPDATE its "
                 "session's row); synchronous_commit, fsync, commit_delay, commit_siblings",
-    choices={"synchronous_commit": pg.SYNC_COMMIT},
+    choices={"synchronous_commit": pg.SYNC_COMMIT, "sessions": tuple(range(1, MAX_SESSIONS + 1))},
 )

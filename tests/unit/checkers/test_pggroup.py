@@ -26,6 +26,8 @@ from powercut.workloads import postgres as pgw
 def test_params_are_checked_in_one_line() -> None:
     p = gw.WORKLOAD.params({"sessions": "3", "synchronous_commit": "off"})
     assert p["sessions"] == 3 and p["synchronous_commit"] == "off" and p["commit_delay"] == 10000
+    with pytest.raises(UsageError, match="sessions"):   # on the host, before a VM boots
+        gw.WORKLOAD.params({"sessions": 9})
     for bad, word in (({"sessions": 9}, "sessions"), ({"synchronous_commit": "maybe"}, "synchronous_commit"),
                       ({"commit_delay": 200000}, "commit_delay"), ({"dir": "/abs"}, "dir")):
         with pytest.raises((UsageError, ValueError), match=word):
