@@ -161,10 +161,25 @@ def delay_env(job: RecordJob) -> dict[str, str]:
     if not shim or not os.path.exists(shim):
         raise PowercutError(f"--delay-sync needs the image's {syncdelay.SHIM}, which was not built (no C compiler "
                             "when the image was made: apt-get install gcc, then powercut image build --force)")
-    if os.path.exists(DELAY_LOG):
-        os.unlink(DELAY_LOG)
     rules = [syncdelay.SyncDelay.parse(r) for r in job.workload.delay_sync]
-    return {"LD_PRELOAD": shim, environ.DELAY_SYNC: syncdelay.env_text(rules), environ.DELAY_SYNC_LOG: DELAY_LOG}
+    return {"LD_PRELOAD": shared_shim(shim), environ.DELAY_SYNC: syncdelay.env_text(rules),
+            environ.DELAY_SYNC_LOG: DELAY_LOG}
+
+
+def shared_shim(shim: str) -> str:
+    """The shim and its log where a child that drops root (PostgreSQL's server runs as ``postgres``)
+    can use them: the image's copy sits under root's cache, which ld.so then cannot open (the child
+    runs without the shim, unheld), and the log's directory is root's.  A copy beside the log,
+    world-readable; the log made empty and world-writable before the workload starts."""
+    shared = os.path.join(os.path.dirname(DELAY_LOG), syncdelay.SHIM)
+    with open(shim, "rb") as src, open(shared + ".tmp", "wb") as dst:
+        dst.write(src.read())
+    os.chmod(shared + ".tmp", 0o755)
+    os.replace(shared + ".tmp", shared)
+    fd = os.open(DELAY_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    os.fchmod(fd, 0o666)   # past the umask: every user's sync calls are appended
+    os.close(fd)
+    return shared
 
 
 def uptime() -> float:
