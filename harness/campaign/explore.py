@@ -61,7 +61,7 @@ class Leg:
             return self.note
         if not self.files:
             return "no file was synced before an ack: no schedule to explore"
-        ratio = f" ({delay.seconds / self.commit_s:.0f}x a commit's median {self.commit_s * 1e3:.1f} ms)" \
+        ratio = f" ({delay.seconds / self.commit_s:.2g}x a commit's median {self.commit_s * 1e3:.1f} ms)" \
             if self.commit_s > 0 else ""
         out = (f"explored {len(self.explored)} of {len(self.files)} files synced before an ack, each one's syncs "
                f"held {delay.seconds * 1e3:g} ms{ratio}")

@@ -45,15 +45,18 @@ def _acks(ops: Sequence[Op]) -> list[Op]:
 
 
 def synced_files(trace: Trace, mount: str) -> list[SyncedFile]:
-    """Every file under ``mount`` synced (successfully) before the last ack, most synced first
-    (then by path): the candidates of an exploration."""
+    """Every file under ``mount`` synced (successfully) inside the commits -- after the first key
+    mark (begin or ack) and before the last ack -- most synced first (then by path): the candidates
+    of an exploration.  A sync of the set-up alone (before the first key mark: creating tables,
+    writing a control file) races no ack, so holding it would spend a recording on nothing."""
     acks = _acks(trace.ops)
     if not acks:
         return []
     last = acks[-1].time
+    first = next(o.seq for o in trace.ops if o.kind == MARK and o.text.startswith(("begin:", "ack:")))
     found: dict[str, list[float]] = {}
     for o in trace.ops:
-        if o.kind not in SYNC_KINDS or not o.ok or o.time > last:
+        if o.kind not in SYNC_KINDS or not o.ok or o.time > last or o.seq < first:
             continue
         rel = _relative(o.path, mount)
         if rel:

@@ -79,3 +79,9 @@ def test_a_hold_matches_the_first_sync_its_thread_entered_after_the_call() -> No
     # called at 1.26: the sync that entered the kernel at 1.249 was an earlier one
     tr = with_holds(parse(HELD_TRACE, MNT), holds(f"fdatasync\t1000000\t8\t1.26\t{MNT}/store.log\n"))
     assert [o.held for o in tr.ops if o.kind == "fdatasync"] == [0.0, 0.001]
+
+
+def test_a_sync_of_the_set_up_alone_is_no_candidate() -> None:
+    setup = [f"7 0.5 fsync(6<{MNT}/table.db>) = 0 <0.010000>", f"7 0.6 fsync(9<{MNT}/control>) = 0 <0.001000>"]
+    got = synced_files(parse(setup + TRACE, MNT), MNT)
+    assert [f.path for f in got] == ["store.log", ".", "store.idx"]
