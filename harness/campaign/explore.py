@@ -24,8 +24,8 @@ from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Outcome, Schedule, run_one
 from powercut.core.races import SyncedFile, commit_seconds, glob_for, synced_files
 from powercut.core.syncdelay import EXPLORE_BUDGET as DEFAULT_BUDGET
+from powercut.core.syncdelay import EXPLORE_CEILING, EXPLORE_COMMITS, EXPLORE_FLOOR, SyncDelay
 from powercut.core.syncdelay import EXPLORE_DELAY as DEFAULT_DELAY
-from powercut.core.syncdelay import SyncDelay
 from powercut.debug.cause import ROOT, load_trace
 from powercut.errors import UsageError
 from powercut.record import recording
@@ -39,6 +39,7 @@ class Leg:
 
     base: Outcome
     budget: int
+    delay: SyncDelay        # how long its schedules hold a file's syncs (auto: from its commits)
     files: list[SyncedFile] = field(default_factory=list)
     commit_s: float = 0.0
     outcomes: list[Outcome] = field(default_factory=list)
@@ -56,20 +57,20 @@ class Leg:
     def left_out(self) -> list[str]:
         return [f.path for f in self.files[self.budget:]]
 
-    def coverage(self, delay: SyncDelay) -> str:
+    def coverage(self, auto: bool = False) -> str:
         if self.note:
             return self.note
         if not self.files:
-            return "no file was synced before an ack: no schedule to explore"
-        ratio = f" ({delay.seconds / self.commit_s:.2g}x a commit's median {self.commit_s * 1e3:.1f} ms)" \
-            if self.commit_s > 0 else ""
-        out = (f"explored {len(self.explored)} of {len(self.files)} files synced before an ack, each one's syncs "
-               f"held {delay.seconds * 1e3:g} ms{ratio}")
+            return "no file was synced inside the commits: no schedule to explore"
+        ratio = f" ({self.delay.seconds / self.commit_s:.2g}x a commit's median {self.commit_s * 1e3:.1f} ms" \
+            f"{'; --explore-delay auto' if auto else ''})" if self.commit_s > 0 else ""
+        out = (f"explored {len(self.explored)} of {len(self.files)} files synced inside the commits, each one's "
+               f"syncs held {self.delay.seconds * 1e3:g} ms{ratio}")
         return out + (f"; not explored (--budget {self.budget}): {', '.join(self.left_out)}" if self.left_out else "")
 
-    def to_json(self, delay: SyncDelay) -> dict[str, Any]:
+    def to_json(self, auto: bool = False) -> dict[str, Any]:
         return {"setting": self.base.schedule.setting, "commit_median_s": round(self.commit_s, 6),
-                "coverage": self.coverage(delay), "files": [f.to_json() for f in self.files],
+                "delay": self.delay.when, "coverage": self.coverage(auto), "files": [f.to_json() for f in self.files],
                 "explored": self.explored, "left_out": self.left_out,
                 "schedules": [o.to_json() for o in self.runs]}
 
@@ -78,7 +79,7 @@ class Leg:
 class Exploration:
     """Every starting schedule's leg (one per --disk-latency setting, in the order given)."""
 
-    delay: SyncDelay
+    delay: SyncDelay | None   # the hold asked for (None: auto, each leg's from its commits)
     budget: int
     legs: list[Leg] = field(default_factory=list)
     planned: int = 1         # starting schedules asked for (a leg not begun yet is not explored)
@@ -109,26 +110,38 @@ class Exploration:
 
     def coverage(self) -> str:
         if len(self.legs) == 1 and self.planned == 1:
-            return self.legs[0].coverage(self.delay)
-        out = "; ".join(f"{leg.base.schedule.setting}: {leg.coverage(self.delay)}" for leg in self.legs)
+            return self.legs[0].coverage(self.delay is None)
+        out = "; ".join(f"{leg.base.schedule.setting}: {leg.coverage(self.delay is None)}" for leg in self.legs)
         return out + (f"; {self.planned - len(self.legs)} starting schedule(s) not run" if not self.legs or
                       len(self.legs) < self.planned else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "complete": self.complete, "delay": self.delay.when, "budget": self.budget,
+        return {"ok": self.ok, "complete": self.complete, "delay": self.delay.when if self.delay else "auto",
+                "budget": self.budget,
                 "commit_median_s": round(self.legs[0].commit_s, 6) if self.legs else 0.0,
                 "coverage": self.coverage(),
                 "files": [f.to_json() for f in self.legs[0].files] if self.legs else [],
                 "explored": self.explored, "left_out": self.left_out,
-                "schedules": [o.to_json() for o in self.runs], "legs": [leg.to_json(self.delay) for leg in self.legs]}
+                "schedules": [o.to_json() for o in self.runs], "legs": [leg.to_json(self.delay is None) for leg in self.legs]}
 
 
-def delay_of(text: str) -> SyncDelay:
-    """``--explore-delay TIME`` as a rule's time (UsageError, one line, for a bad one)."""
+def delay_of(text: str) -> SyncDelay | None:
+    """``--explore-delay TIME`` as a rule's time, None for ``auto`` (UsageError, one line, for a bad one)."""
+    if text.strip() == "auto":
+        return None
     try:
         return SyncDelay.parse(f"x={text}")
     except UsageError as e:
         raise UsageError(str(e).replace("--delay-sync x=", "--explore-delay ")) from None
+
+
+def auto_delay(commit_s: float) -> SyncDelay:
+    """--explore-delay auto: long against one commit -- EXPLORE_COMMITS times the base recording's
+    median commit, rounded up to 10 ms, at least EXPLORE_FLOOR and at most EXPLORE_CEILING."""
+    floor, ceiling = SyncDelay.parse(f"x={EXPLORE_FLOOR}").ns, SyncDelay.parse(f"x={EXPLORE_CEILING}").ns
+    step = 10_000_000
+    want = -(-int(commit_s * EXPLORE_COMMITS * 1e9) // step) * step
+    return SyncDelay("x", min(max(want, floor), ceiling))
 
 
 def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, out: Path, *,
@@ -148,7 +161,7 @@ def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, o
     for base in bases:
         leg = _leg(ex, base, rspec, cspec, out, on_done)
         for f in leg.files[:budget]:
-            rule = f"{glob_for(ROOT if f.path == '.' else f.path)}={ex.delay.when}"   # . : the mount itself
+            rule = f"{glob_for(ROOT if f.path == '.' else f.path)}={leg.delay.when}"   # . : the mount itself
             o = run_one(dataclasses.replace(base, delay_sync=(rule,)), rspec, cspec, out)
             leg.outcomes.append(o)
             write(out, ex)
@@ -160,7 +173,7 @@ def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, o
 def _leg(ex: Exploration, base: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path,
          on_done: Callable[[Outcome], None] | None) -> Leg:
     """The starting schedule run and judged, and the files its trace synced before an ack."""
-    leg = Leg(run_one(base, rspec, cspec, out), ex.budget)
+    leg = Leg(run_one(base, rspec, cspec, out), ex.budget, ex.delay or auto_delay(0.0))
     ex.legs.append(leg)
     write(out, ex)
     if on_done:
@@ -171,6 +184,7 @@ def _leg(ex: Exploration, base: Schedule, rspec: RecordSpec, cspec: CampaignSpec
         leg.note = "the base recording has no syscall trace (see its manifest's [trace]): nothing to explore from"
     else:
         leg.files, leg.commit_s = synced_files(trace, ROOT), commit_seconds(trace)
+        leg.delay = ex.delay or auto_delay(leg.commit_s)
     write(out, ex)
     return leg
 

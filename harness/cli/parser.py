@@ -208,9 +208,10 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
                        help="record once with the trace, then once per file the program synced before an ack with "
                             "only that file's syncs held (--explore-delay), judge every recording: the schedule "
                             "table, exit 3 if any fails; each --disk-latency setting is explored so (docs/races.md)")
-        p.add_argument("--explore-delay", default=syncdelay.EXPLORE_DELAY, metavar="TIME",
-                       help=f"how long --explore-races holds each file's syncs (default {syncdelay.EXPLORE_DELAY}: "
-                            "long against one commit; the table says how many commits it is)")
+        p.add_argument("--explore-delay", default=syncdelay.EXPLORE_DELAY, metavar="TIME|auto",
+                       help=f"how long --explore-races holds each file's syncs (default auto: {syncdelay.EXPLORE_COMMITS}x "
+                            f"a commit's median, at least {syncdelay.EXPLORE_FLOOR}, at most {syncdelay.EXPLORE_CEILING}: "
+                            "long against one commit; the coverage line says how many commits it is)")
         p.add_argument("--budget", type=at_least(0), default=syncdelay.EXPLORE_BUDGET, metavar="N",
                        help=f"--explore-races: at most N held recordings per disk latency (default "
                             f"{syncdelay.EXPLORE_BUDGET}; the files left out are named)")

@@ -25,7 +25,10 @@ from powercut.errors import UsageError
 MAX_DELAY_S = 60.0
 # run --explore-races (campaign/explore.py): written here, which the CLI imports anyway (config
 # does), rather than in core/races.py, whose trace parser would cost every command's start-up
-EXPLORE_DELAY = "200ms"   # how long an exploration holds a file's syncs: long against one commit under TCG
+EXPLORE_DELAY = "auto"    # how long an exploration holds a file's syncs: auto -- long against one commit:
+EXPLORE_FLOOR = "200ms"   # at least this, and at least EXPLORE_COMMITS times the base recording's median
+EXPLORE_COMMITS = 2       # commit (begin to ack), rounded up to 10 ms, at most EXPLORE_CEILING
+EXPLORE_CEILING = "5s"
 EXPLORE_BUDGET = 8        # recordings after the base one
 MAX_RULES = 32          # the shim's table
 MAX_GLOB_BYTES = 255

@@ -48,8 +48,8 @@ def test_one_starting_schedule_holds_each_file_up_to_the_budget(fake, tmp_path: 
     ex = ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path, budget=2)
     assert [s.delay_sync for s in fake] == [(), ("store.log=200ms",), ("store.idx=200ms",)]
     assert ex.explored == ["store.log", "store.idx"] and ex.left_out == ["."] and ex.complete and not ex.ok
-    assert ex.coverage() == ("explored 2 of 3 files synced before an ack, each one's syncs held 200 ms (10x a "
-                             "commit's median 20.0 ms); not explored (--budget 2): .")
+    assert ex.coverage() == ("explored 2 of 3 files synced inside the commits, each one's syncs held 200 ms (10x a "
+                             "commit's median 20.0 ms; --explore-delay auto); not explored (--budget 2): .")
     doc = ex.to_json()
     assert [s["delay_sync"] for s in doc["schedules"]] == [[], ["store.log=200ms"], ["store.idx=200ms"]]
     assert len(doc["legs"]) == 1 and (tmp_path / "explore.md").read_text().count("| none") == 3
@@ -89,3 +89,20 @@ def test_bad_settings_are_one_line(fake, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--explore-delay"):
         ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path, delay="soon")
     assert not fake
+
+
+@pytest.mark.parametrize("commit_s, held", [(0.0, "200ms"), (0.02, "200ms"), (0.5747, "1.15s"), (0.3, "600ms"),
+                                             (9.0, "5s")])
+def test_auto_holds_twice_a_commit_within_its_bounds(commit_s: float, held: str) -> None:
+    assert ex_mod.auto_delay(commit_s).when == held
+
+
+def test_auto_is_each_starting_schedules_own_and_a_time_is_kept(fake, tmp_path: Path, monkeypatch) -> None:
+    rspec, cspec = specs()
+    monkeypatch.setattr(ex_mod, "commit_seconds", lambda trace: 0.5)
+    ex = ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path, budget=1)
+    assert fake[-1].delay_sync == ("store.log=1s",) and ex.to_json()["delay"] == "auto"
+    assert ex.to_json()["legs"][0]["delay"] == "1s" and "(2x a commit's median 500.0 ms; --explore-delay auto)" in \
+        ex.coverage()
+    ex2 = ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path, budget=1, delay="50ms")
+    assert fake[-1].delay_sync == ("store.log=50ms",) and "(0.1x a commit's median" in ex2.coverage()
