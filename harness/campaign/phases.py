@@ -138,7 +138,7 @@ class CampaignRun:
         got: dict[str, Verdict] = {}
         try:
             self.judge(states, lambda v: got.__setitem__(v.state, v), self.outdir / "verify", self.spec.workers())
-        except PowercutError as e:   # the causes stay as the trace gives them, said unproven
+        except PowercutError as e:   # the causes stay as the trace gives them, said not proven
             log.warning("the causes' counterfactuals could not be judged: %s", e.one_line())
         self.proofs.record(got, time.monotonic() - t0)
 

@@ -72,7 +72,7 @@ class Outcome:
     error: str = ""
     ok: bool = False
     first: str = ""       # the first failure group's first state
-    cause: str = ""       # and its cause from the trace (rule: sentence (verified|not proven|unproven)), if any
+    cause: str = ""       # and its cause from the trace (rule: sentence (verified|not proven)), if any
     total: int = 0        # distinct crash states judged
 
     def to_json(self) -> dict[str, Any]:

@@ -26,8 +26,7 @@ The rules about the commit in flight at the cut -- ``CUT_RULES``, in that order:
 
 And the findings that are no broken rule: ``disk-lied`` (a lying disk's state: what the disk did),
 ``unseen-writes`` (the rules the trace can check were kept, but the program also wrote where the
-trace cannot see: stores through a shared mapping of its files, io_uring), ``unproven`` (the
-program broke rules, but none of their counterfactuals passed: debug/verify.py), ``beyond-rules`` (the
+trace cannot see: stores through a shared mapping of its files, io_uring), ``beyond-rules`` (the
 rules were kept and the trace saw every write, or no ack was given before the cut).  Pure: no I/O."""
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ from powercut.core.syscalls import Op
 from powercut.core.tracefacts import BARRIERS, AtAck, InFlight, rel
 
 __all__ = ["ACK_RULES", "BEYOND", "CUT_RULES", "EARLY", "ERROR", "LIED", "NO_DIR_FSYNC", "NO_FSYNC", "NO_MSYNC", "RANK",
-           "RENAME", "REPLACED", "RULES", "TORN", "UNORDERED", "UNPROVEN", "UNSEEN", "AckFinding", "AckRule",
+           "RENAME", "REPLACED", "RULES", "TORN", "UNORDERED", "UNSEEN", "AckFinding", "AckRule",
            "CutFinding", "CutRule", "DiskLie", "FailedCall", "Finding", "NoAckBefore", "RenameBeforeSync",
            "ReplacedInPlace", "RulesKept", "RulesKeptUnseen", "SyncStillRunning", "Tear", "UnorderedWrites", "Unsynced",
            "UnsyncedMapping", "UnsyncedNames", "acked_after_error", "broken", "no_dir_fsync", "no_fsync", "no_msync",
@@ -57,10 +56,9 @@ REPLACED = "replaced-in-place"
 TORN = "unchecked-tear"
 LIED = "disk-lied"
 UNSEEN = "unseen-writes"
-UNPROVEN = "unproven"
 BEYOND = "beyond-rules"
 RANK = (ERROR, RENAME, EARLY, NO_FSYNC, NO_DIR_FSYNC, NO_MSYNC, REPLACED, UNORDERED)   # broken rules, strongest first
-RULES = (*RANK, TORN, LIED, UNSEEN, UNPROVEN, BEYOND)
+RULES = (*RANK, TORN, LIED, UNSEEN, BEYOND)
 
 
 # -- what the rules find ----------------------------------------------------------------------------

@@ -57,7 +57,6 @@ from powercut.core.causerules import (
     RULES,
     TORN,
     UNORDERED,
-    UNPROVEN,
     UNSEEN,
     AckFinding,
     CutFinding,
@@ -72,7 +71,7 @@ from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import BARRIERS, AtAck, Pending, in_flight, rel, running_syncs, split_syncs
 
 __all__ = ["BARRIERS", "BEYOND", "EARLY", "ERROR", "EVIDENCE_LINES", "LIED", "LIE_WORDS", "MAX_CANDIDATES",
-           "NO_DIR_FSYNC", "NO_FSYNC", "NO_MSYNC", "RANK", "RENAME", "RULES", "SERVED", "TORN", "UNORDERED", "UNPROVEN",
+           "NO_DIR_FSYNC", "NO_FSYNC", "NO_MSYNC", "RANK", "RENAME", "RULES", "SERVED", "TORN", "UNORDERED",
            "UNSEEN", "Cause", "Commit", "Violation", "candidates", "cause_of", "commits", "evidence_line", "explain",
            "lie_cause", "lost_keys", "rel", "unseen_writes", "with_blame"]
 

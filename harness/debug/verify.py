@@ -11,8 +11,11 @@ then the campaign judges ``states``, then ``record``).  After the causes are wri
   data ... made durable this state passes (what-if@...)"); the rules before it whose counterfactual
   still failed are listed as true but not why -- the cause changes to that rule when it was not the
   first;
-- no rule's counterfactual passes: the cause is ``unproven`` (none of the rules broken is why),
-  never a broken rule that was shown not to be why;
+- no rule's counterfactual passes: the cause stays the first rule the trace shows, "not proven",
+  with what each counterfactual showed.  A counterfactual is only as exact as its parts: which file
+  a write belongs to comes from the file map at the end of the recording, and a sync's writes are
+  bounded by the next mark after it, not by the sync -- so a failing counterfactual shows that this
+  construction did not pass, not that the rule is false, and the words say no more than that;
 - not tried (no file map, a cluster, a lying disk's state, a judge that failed): said in the proof.
 
 ``Stats`` says what it cost (states judged, seconds) and what it changed (verified, replaced,
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from powercut.core import causes, syscalls
 from powercut.core import counterfactual as cf
-from powercut.core.causerules import UNPROVEN, AckFinding, CutFinding
+from powercut.core.causerules import AckFinding, CutFinding
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex
 from powercut.core.models import space
@@ -89,8 +92,8 @@ class Stats:
     seconds: float = 0.0
     verified: int = 0        # the first rule's counterfactual passed
     replaced: int = 0        # a later rule's passed: the cause changed to it
-    unproven: int = 0        # none passed
-    untried: int = 0         # could not be checked (said in the proof)
+    unproven: int = 0        # none passed, or some could not be judged: the cause stays, not proven
+    untried: int = 0         # could not be checked at all (no file map, a cluster: said in the proof)
 
     def to_json(self) -> dict[str, Any]:
         return {"groups": self.groups, "states": self.states, "seconds": round(self.seconds, 3),
@@ -218,15 +221,5 @@ def _proven(why: dict[str, Any], ts: list[Tried], trace: syscalls.Trace, index: 
         else:
             stats.verified += 1
         return {**why, "proof": f"verified: {won.words()}", "refuted": refuted}
-    untried = [t for t in ts if t.outcome() == "untried"]
-    if untried or not refuted:
-        stats.untried += 1
-        return {**why, "proof": "not proven: " + "; ".join(f"{t.label}: {t.words()}" for t in untried),
-                "refuted": refuted}
     stats.unproven += 1
-    rules = ", ".join(t.label for t in ts)
-    return {**why, "rule": UNPROVEN, "refuted": refuted,
-            "sentence": (f"the program broke {len(ts)} rule(s) the trace can check before the crash ({rules}), but "
-                         "none is why this state failed: with each one's writes made durable it still fails; the "
-                         "cause is not one of the trace's rules -- the block-level blame is the evidence"),
-            "proof": f"unproven: {len(ts)} counterfactual(s) judged, none passes"}
+    return {**why, "proof": "not proven: " + "; ".join(f"{t.label}: {t.words()}" for t in ts)}

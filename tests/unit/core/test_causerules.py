@@ -30,7 +30,7 @@ def at_ack(t: T, key: str) -> tf.AtAck:
 def test_the_rules_keep_their_order_and_ids():
     assert tuple(r.id for r in cr.ACK_RULES) == cr.RANK[:6]
     assert tuple(r.id for r in cr.CUT_RULES) == (cr.REPLACED, cr.UNORDERED, cr.TORN)
-    assert set(cr.RULES) == {*cr.RANK, cr.TORN, cr.LIED, cr.UNSEEN, cr.UNPROVEN, cr.BEYOND}
+    assert set(cr.RULES) == {*cr.RANK, cr.TORN, cr.LIED, cr.UNSEEN, cr.BEYOND}
 
 
 def test_acked_after_error_finds_the_failed_call():

@@ -106,11 +106,13 @@ def test_a_true_rule_that_is_not_why_gives_way_to_the_next(setup) -> None:
     assert ver.stats.replaced == 1 and ver.stats.verified == 0
 
 
-def test_no_counterfactual_passing_is_unproven_never_a_broken_rule(setup) -> None:
+def test_no_counterfactual_passing_keeps_the_first_rule_not_proven(setup) -> None:
     rec, index, g = setup(idx_synced=False)
     ver = run(rec, index, g, judged(lambda s: False))
-    assert g.why["rule"] == causes.UNPROVEN and len(g.why["refuted"]) == 2
-    assert "none is why this state failed" in g.why["sentence"] and ver.stats.unproven == 1
+    assert g.why["rule"] == causes.NO_FSYNC and g.why["subject"] == "/wal" and not g.why.get("refuted")
+    assert g.why["proof"].startswith("not proven: no-fsync (/wal): with /wal's data")
+    assert "; no-fsync (/idx): with /idx's data" in g.why["proof"] and "still fails" in g.why["proof"]
+    assert ver.stats.unproven == 1
 
 
 def test_a_counterfactual_not_judged_leaves_the_cause_not_proven(setup) -> None:
