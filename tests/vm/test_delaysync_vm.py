@@ -71,7 +71,8 @@ def test_the_exploration_holds_each_synced_file_and_finds_the_race(tmp_path: Pat
     out = tmp_path / "ex"
     p = subprocess.run([sys.executable, "-m", "powercut.cli", "run", "--workload", "twofile", "--param", "n=6",
                         "--param", f"reply_on={reply_on}", "--explore-races", "--explore-delay", "200ms", "--budget", "2",
-                        "--check-in", "host", "--model", "flush", "--model", "write-cache", "--max-states", "150", "-o", str(out)],
+                        "--check-in", "host", "--model", "flush", "--model", "write-cache", "--max-states", "150",
+                        "-o", str(out)],
                        capture_output=True, text=True, timeout=1200)
     assert p.returncode == rc, p.stdout + p.stderr
     doc = json.loads((out / "explore.json").read_text())
