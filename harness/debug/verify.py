@@ -220,6 +220,7 @@ def _proven(why: dict[str, Any], ts: list[Tried], trace: syscalls.Trace, index: 
             why = {**why, **new}
         else:
             stats.verified += 1
-        return {**why, "proof": f"verified: {won.words()}", "refuted": refuted}
+        skipped = [f"{t.label} could not be tried: {t.words()}" for t in ts[:ts.index(won)] if t.outcome() == "untried"]
+        return {**why, "proof": f"verified: {won.words()}" + "".join(f"; {x}" for x in skipped), "refuted": refuted}
     stats.unproven += 1
     return {**why, "proof": "not proven: " + "; ".join(f"{t.label}: {t.words()}" for t in ts)}
