@@ -74,17 +74,36 @@ def writes_that_matter(sp: CrashSpace, state: CrashState) -> list[tuple[int, str
 
 
 def place(sp: CrashSpace, entry: int, state: CrashState) -> str:
-    """Where a write sits among the key marks, relative to the state's cut."""
+    """Where a write sits among the key marks, relative to the state's cut: the key mark before it,
+    then the first that holds of: a FUA write is durable when done ("a FUA write, done before the
+    cut" / "the crash came before it"); an ack given after it before the cut with no barrier
+    between ("not yet flushed when ack:N was given"); a barrier after it before the cut ("the flush
+    at #F came before the cut": a lying disk's loss); the barrier after it ("the crash came before
+    the flush at #F"), or none ("never flushed").  A flush named is followed by the first ack mark
+    after it, "(before ack:N)", or by nothing when no ack follows it."""
     es = sp.entries
     before = next((e for e in reversed(es[:entry]) if e.ack_key is not None or e.begin_key is not None), None)
     where = (f"written after {before.mark}" if before is not None else "written before the first commit")
-    ack = next((e for e in es[entry + 1:state.cut] if e.ack_key is not None), None)
-    if entry < state.cut and ack is not None:
-        return f"{where}, not yet flushed when {ack.mark} was given"
-    flush = next((e for e in es[max(entry, state.cut):] if sp.is_barrier(e.index)), None)
-    later = next((e for e in es[state.cut:] if e.ack_key is not None), None)
-    tail = f"the crash came before the flush at #{flush.index}" if flush is not None else "never flushed"
-    return f"{where}; {tail}" + (f" (before {later.mark})" if later is not None else "")
+    barrier = next((e for e in es[entry + 1:] if sp.is_barrier(e.index)), None)
+    w = es[entry]
+    if w.is_fua and w.changes_device:   # durable when done: no later flush needed
+        return f"{where}; a FUA write" + (", done before the cut" if entry < state.cut else
+                                          f", the crash came before it{_next_ack(sp, entry)}")
+    if entry < state.cut:
+        ack = next((e for e in es[entry + 1:state.cut] if e.ack_key is not None), None)
+        if ack is not None and (barrier is None or ack.index < barrier.index):
+            return f"{where}, not yet flushed when {ack.mark} was given"
+        if barrier is not None and barrier.index < state.cut:
+            return f"{where}; the flush at #{barrier.index}{_next_ack(sp, barrier.index)} came before the cut"
+    if barrier is None:
+        return f"{where}; never flushed"
+    return f"{where}; the crash came before the flush at #{barrier.index}{_next_ack(sp, barrier.index)}"
+
+
+def _next_ack(sp: CrashSpace, i: int) -> str:
+    """`` (before ack:N)`` for the first ack mark after entry ``i``; "" when none follows."""
+    ack = next((e for e in sp.entries[i + 1:] if e.ack_key is not None), None)
+    return f" (before {ack.mark})" if ack is not None else ""
 
 
 def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
