@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 SECTOR = 512
 ICHECK_BATCH = 64          # blocks per debugfs icheck (its -R argument list is limited)
 BLOCKS_PER_WRITE = 32      # a large write is mapped at this many evenly spaced blocks
+LATE = "not yet durable at the cut"   # a write after the cut: it never reached the disk before it
+KINDS_NAMED = 3            # a page-cache line names this many kinds of object (and how many more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,7 @@ def writes_that_matter(sp: CrashSpace, state: CrashState) -> list[tuple[int, str
         out.append((last.index, "durable, the last write before the cut"))
     for e in sp.entries[state.cut:]:
         if e.changes_device:
-            out.append((e.index, "not yet durable at the cut"))
+            out.append((e.index, LATE))
         if (e.flags & FLUSH and e.index not in sp.ordering) or (e.flags & FUA and e.changes_device):
             break
     return out
@@ -134,6 +136,57 @@ def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
             what, path, note = _merge(found)
         out.append(Culprit(i, e.sector, e.nr_sectors, how, what, path, place(sp, i, state), note))
     return out
+
+
+def lines(culprits: Sequence[dict[str, Any]]) -> list[str]:
+    """A state's blamed writes (Culprit JSON) as a reader's lines: one a write, except when every
+    missing write (lost, torn, or after the cut) is after the cut -- a page-cache write, which never
+    reached the disk before it.  Those are one line, with how many, their entries, what they are
+    (the files when known) and where they sit; a "durable" write keeps its own line before it."""
+    missing = [c for c in culprits if not str(c.get("how", "")).startswith("durable")]
+    if not missing or any(c.get("how") != LATE for c in missing):
+        return [str(c.get("text", "")) for c in culprits]
+    kept = [str(c.get("text", "")) for c in culprits if c not in missing]
+    n = len(missing)
+    kinds = list(dict.fromkeys(f"{c.get('what', '')} of {c['path']}" if c.get("path") else str(c.get("what", ""))
+                               for c in missing))
+    more = f" (+{len(kinds) - KINDS_NAMED} more)" if len(kinds) > KINDS_NAMED else ""
+    entries = _ranges(sorted(int(c["entry"]) for c in missing))
+    return kept + [f"{n} write{'s' if n > 1 else ''} never reached the disk before the cut (page-cache "
+                   f"write{'s' if n > 1 else ''}, entr{'ies' if n > 1 else 'y'} {entries}): "
+                   + "; ".join(kinds[:KINDS_NAMED]) + more + _where(missing)]
+
+
+def _ranges(entries: list[int]) -> str:
+    """``#13-#17, #20``."""
+    runs: list[list[int]] = []
+    for i in entries:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"#{a}" if a == b else f"#{a}-#{b}" for a, b in runs)
+
+
+def _where(culprits: Sequence[dict[str, Any]]) -> str:
+    """Where the writes sit (Culprit.place): the place they share; else, when they differ only in
+    the key mark they were written after, the first's and the last's mark and the rest once; else
+    the first's and the last's place."""
+    places = list(dict.fromkeys(str(c.get("place", "")) for c in culprits if c.get("place")))
+    if not places:
+        return ""
+    if len(places) == 1:
+        return f"; {places[0]}"
+    split = [_HEAD.match(p) for p in places]
+    if all(split) and len({m.group(2) for m in split if m}) == 1:
+        first, last = split[0], split[-1]
+        assert first is not None and last is not None
+        return (f"; {first.group(1)} (the first) to {last.group(1).removeprefix('written ')} (the last)"
+                f"{first.group(2)}")
+    return f"; the first {places[0]} | the last {places[-1]}"
+
+
+_HEAD = re.compile(r"^(written (?:after [^\s;,]+|before the first commit))(.*)$")
 
 
 def _blocks(e: Any, block_size: int) -> list[int]:
