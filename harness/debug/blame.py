@@ -7,8 +7,11 @@ that maps a block is the metadata the kernel would see.
 
 ext4: ``debugfs`` (icheck: block -> inode, ncheck: inode -> path, stat: its type) and the group
 layout from ``dumpe2fs`` (superblocks, group descriptors, bitmaps, inode tables: which inodes);
-xfs: ``xfs_db`` (blockget + blockuse); btrfs: not mapped (its tools resolve *logical* addresses on
-a mounted filesystem; the physical-to-logical chunk mapping is not implemented) -- and it says so."""
+xfs: ``xfs_db`` (blockget + blockuse); btrfs: ``btrfs inspect-internal dump-super/dump-tree``
+through the chunk tree's physical-to-logical mapping (debug/btrfsmap.py: files from the fs tree's
+file extents, tree blocks by their owner -- root, extent, chunk, dev, fs, csum, log ... tree -- and
+an fs or log tree leaf by the files its items are about).  Other filesystems: not mapped, and it
+says so."""
 from __future__ import annotations
 
 import logging
@@ -20,6 +23,7 @@ from typing import Any
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.models import CrashSpace
+from powercut.debug import btrfsmap
 from powercut.errors import PowercutError
 from powercut.linux import process
 
@@ -329,4 +333,22 @@ def _xfs(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int,
     return size, out
 
 
-MAPPERS: dict[str, Callable[..., tuple[int, dict[int, tuple[str, str, str]]]]] = {"ext4": _ext4, "xfs": _xfs}
+# -- btrfs (debug/btrfsmap.py) -----------------------------------------------------------------------
+
+def _btrfs(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int, dict[int, tuple[str, str, str]]]:
+    sb = btrfsmap.super_fields(run(["btrfs", "inspect-internal", "dump-super", device], timeout=120).stdout)
+    size = int(sb.get("sectorsize", "0") or 0)
+    if not size or not sb.get("nodesize"):
+        return 0, {}
+    wanted = sorted({b for e in entries for b in _blocks(e, size)})
+
+    def read(at: int, n: int) -> bytes:
+        with open(device, "rb") as fh:
+            fh.seek(at)
+            return fh.read(n)
+
+    return size, btrfsmap.map_blocks(device, wanted, size, sb, run, read)
+
+
+MAPPERS: dict[str, Callable[..., tuple[int, dict[int, tuple[str, str, str]]]]] = {"ext4": _ext4, "xfs": _xfs,
+                                                                                 "btrfs": _btrfs}
