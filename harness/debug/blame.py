@@ -131,7 +131,7 @@ def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
     for i, how in items:
         e = sp.entries[i]
         if mapper is None:
-            what, path, note = "unmapped", "", f"{fstype}: blocks are not mapped to files (see harness/blame.py)"
+            what, path, note = "unmapped", "", f"{fstype}: blocks are not mapped to files (see harness/debug/blame.py)"
         elif not size:
             what, path, note = "unmapped", "", "the filesystem's tool could not read the image"
         else:
@@ -146,14 +146,16 @@ def lines(culprits: Sequence[dict[str, Any]]) -> list[str]:
     """A state's blamed writes (Culprit JSON) as a reader's lines: one a write, except when every
     missing write (lost, torn, or after the cut) is after the cut -- a page-cache write, which never
     reached the disk before it.  Those are one line, with how many, their entries, what they are
-    (the files when known) and where they sit; a "durable" write keeps its own line before it."""
+    (the files' data first, then other objects of files, then the rest) and where they sit; a
+    "durable" write keeps its own line before it."""
     missing = [c for c in culprits if not str(c.get("how", "")).startswith("durable")]
     if not missing or any(c.get("how") != LATE for c in missing):
         return [str(c.get("text", "")) for c in culprits]
     kept = [str(c.get("text", "")) for c in culprits if c not in missing]
     n = len(missing)
+    files_first = sorted(missing, key=lambda c: (not c.get("path"), c.get("what") != "data block"))   # stable
     kinds = list(dict.fromkeys(f"{c.get('what', '')} of {c['path']}" if c.get("path") else str(c.get("what", ""))
-                               for c in missing))
+                               for c in files_first))
     more = f" (+{len(kinds) - KINDS_NAMED} more)" if len(kinds) > KINDS_NAMED else ""
     entries = _ranges(sorted(int(c["entry"]) for c in missing))
     return kept + [f"{n} write{'s' if n > 1 else ''} never reached the disk before the cut (page-cache "

@@ -39,6 +39,10 @@ from powercut.replay.materialize import materialize
 log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET = 60
+# Copy on write: the tree blocks a transaction writes mean nothing until the superblock after its
+# barrier points at them -- on the image without it the new trees read as unused blocks and the
+# file data they map as free (btrfs: the append-fsync fsync=false data block read "free block").
+SETTLE_FS = frozenset({"btrfs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +70,16 @@ def diagnose(ctx: CheckContext, ws: Workspace, state: DisksState, first: Verdict
              budget: int = DEFAULT_BUDGET) -> Diagnosis:
     """Minimize ``state`` (judged ``first``; ``budget`` judge calls shared by the disks) and blame
     what is left on each disk.  With several disks each disk's blame reaches the commit after its
-    culprits (``blame_state``'s ``settle``), as the cluster's blame always did; one disk's stays at
-    its cut, its culprits as they always were."""
+    culprits (``blame_state``'s ``settle``), as the cluster's blame always did, and so does one
+    disk's on a copy-on-write filesystem (``SETTLE_FS``); one disk's on the others stays at its cut,
+    its culprits as they always were."""
     t0 = time.monotonic()
     several = len(ws.disks) > 1
     shrunk = minimize_disks(ws.disks, state, lambda cand: judge_state(ctx, ws, cand), budget=budget,
                             expected=first, floors=ws.floors)
     nodes = []
     for n, node_state in enumerate(shrunk.minimized.nodes):
-        culprits = blame_state(ctx, ws, n, node_state, settle=several)
+        culprits = blame_state(ctx, ws, n, node_state, settle=several or ctx.fs.name in SETTLE_FS)
         nodes.append({**(shrunk.nodes[n].to_json() if several else {}), "culprits": [c.to_json() for c in culprits]})
     cause = cause_of(first.verdict, shrunk.signature[1], [node["culprits"] for node in nodes])
     return Diagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1], shrunk.calls,

@@ -130,8 +130,8 @@ def test_a_page_cache_line_names_its_kinds_and_where_the_writes_sit() -> None:
                                 (9, "data block", "/a", "written after ack:2; never flushed")]]
     (line,) = blame.lines(late)
     assert line.startswith("5 writes never reached the disk before the cut (page-cache writes, entries #4-#5, #7-#9): "
-                           "data block of /a; journal; data block of /b (+1 more)")
-    assert line.endswith(": data block of /a; journal; data block of /b (+1 more); written after ack:1 (the first) to "
+                           "data block of /a; data block of /b; journal (+1 more)")   # the files' data first
+    assert line.endswith(": data block of /a; data block of /b; journal (+1 more); written after ack:1 (the first) to "
                          "after ack:2 (the last); never flushed")
     one = dict(late[0], entry=4)
     assert blame.lines([one]) == ["1 write never reached the disk before the cut (page-cache write, entry #4): "
