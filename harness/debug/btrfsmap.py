@@ -8,7 +8,8 @@ device has) turns a physical block into a logical address and the kind of chunk 
 * a DATA chunk block: the file whose extent covers it, from the fs tree's file extents
   (``dump-tree -t fs``: EXTENT_DATA items, the file's name from its INODE_REF items up to the
   root directory); else an extent of another tree (the extent tree's data backref: a subvolume's
-  inode); else free at the cut;
+  inode); else free on the image (blame's: the cut's, recovered by a mount, which commits a
+  transaction of its own, so tree blocks written before it may be copied elsewhere by then);
 * a METADATA or SYSTEM chunk block: the tree block it is part of -- its start from the extent tree
   (a tree block in use) or from the block's own header (a block freed since: copied on write, or
   a log tree replayed at mount; log tree blocks never have extent items) -- read with ``dump-tree
@@ -242,7 +243,8 @@ def describe_block(block: Block, names: Files, in_use: bool) -> Found:
         path = ", ".join(paths[:FILES_NAMED]) + (f" (+{len(paths) - FILES_NAMED} more)" if len(paths) > FILES_NAMED
                                                  else "")
     note = ("the fsync log: log trees have no extent items; replayed at the next mount, then freed"
-            if block.owner == "TREE_LOG" else "" if in_use else "not in use at the cut (copied on write since, or freed)")
+            if block.owner == "TREE_LOG" else "" if in_use else
+            "not in use on the recovered image: copied on write since (the recovery mount commits too), or freed")
     return what, path, note
 
 
@@ -330,4 +332,4 @@ def _data(logical: int, names: Files, used: Extents) -> Found:
         return "data block", "", f"inode {ino} of the {tree_name(root)}"
     if refs is not None:
         return "data block", "", "an extent with shared backrefs only (a snapshot's)"
-    return "free block", "", "not in use at the cut: allocated later, or freed (e.g. a deleted file)"
+    return "free block", "", "not in use on the recovered image: allocated later, or freed (e.g. a deleted file)"
