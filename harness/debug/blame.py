@@ -216,6 +216,7 @@ def _merge(found: list[tuple[str, str, str]]) -> tuple[str, str, str]:
 
 
 # -- ext4 --------------------------------------------------------------------------------------------
+ROOT_INODE = 2   # ext4's root directory
 _LAYOUT = re.compile(r"(Primary superblock|Backup superblock|Group descriptors|Reserved GDT blocks|Block bitmap|"
                      r"Inode bitmap|Inode table) at (\d+)(?:-(\d+))?")
 _GROUP = re.compile(r"^Group (\d+):", re.M)
@@ -232,6 +233,8 @@ def _ext4(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int
     out: dict[int, tuple[str, str, str]] = {}
     inode_of = _icheck(run, device, wanted)
     paths = _ncheck(run, device, sorted({i for i in inode_of.values() if i != journal}))
+    if ROOT_INODE in inode_of.values():   # ncheck names no path for the root directory itself
+        paths[ROOT_INODE] = ("/", "directory")
     for b, ino in inode_of.items():
         if ino == journal:
             out[b] = ("journal", "", "a journal block: replayed at mount, it belongs to no file")

@@ -63,7 +63,8 @@ def fake_run(argv: list[str], timeout: float, check: bool = True) -> SimpleNames
     if cmd == "stats":
         return SimpleNamespace(stdout=DEBUGFS_STATS, returncode=0)
     if cmd.startswith("icheck"):
-        table = {"50": "12", "51": "12", "100": "<block not found>", "150": "8", "101": "<block not found>"}
+        table = {"50": "12", "51": "12", "100": "<block not found>", "150": "8", "101": "<block not found>",
+                 "60": "2"}
         rows = [f"{b}\t{table.get(b, '<block not found>')}" for b in cmd.split()[1:]]
         return SimpleNamespace(stdout="Block\tInode number\n" + "\n".join(rows), returncode=0)
     if cmd.startswith("ncheck"):
@@ -78,9 +79,11 @@ def fake_run(argv: list[str], timeout: float, check: bool = True) -> SimpleNames
 
 def test_ext4_blocks_map_to_files_journal_and_metadata() -> None:
     e = lambda sector, nr: SimpleNamespace(sector=sector, nr_sectors=nr)  # noqa: E731
-    size, m = blame._ext4("/dev/x", [e(100, 4), e(300, 2), e(520, 2), e(584, 2), e(200, 2), e(10000, 2)], fake_run)
+    size, m = blame._ext4("/dev/x", [e(100, 4), e(300, 2), e(520, 2), e(584, 2), e(200, 2), e(10000, 2), e(120, 2)],
+                          fake_run)
     assert size == 1024
     assert m[50] == m[51] == ("data block", "/wal/wal-000002.log", "")
+    assert m[60] == ("directory block", "/", "")   # inode 2: ncheck names no path for it (was "data block of inode 2")
     assert m[150][0] == "journal"
     assert m[260] == ("allocation metadata", "", "block bitmap of group 0")
     assert m[292] == ("inode table", "", "inodes 1-4")
