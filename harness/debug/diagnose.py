@@ -39,10 +39,12 @@ from powercut.replay.materialize import materialize
 log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET = 60
-# Copy on write: the tree blocks a transaction writes mean nothing until the superblock after its
-# barrier points at them -- on the image without it the new trees read as unused blocks and the
-# file data they map as free (btrfs: the append-fsync fsync=false data block read "free block").
-SETTLE_FS = frozenset({"btrfs"})
+# Where one disk's blame reads the image up to the commit after its culprits (``settled``), as a
+# cluster's always did: ext4 and xfs allocate a file's data when it is written back, before the
+# journal commit that maps it; btrfs copies on write, and a transaction's tree blocks mean nothing
+# until the superblock after its barrier points at them.  On the image without that commit the data
+# reads as free (append-fsync fsync=false: "free block", not "data block of /append.log").
+SETTLE_FS = frozenset({"ext4", "xfs", "btrfs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +71,9 @@ class Workspace:
 def diagnose(ctx: CheckContext, ws: Workspace, state: DisksState, first: Verdict, *,
              budget: int = DEFAULT_BUDGET) -> Diagnosis:
     """Minimize ``state`` (judged ``first``; ``budget`` judge calls shared by the disks) and blame
-    what is left on each disk.  With several disks each disk's blame reaches the commit after its
-    culprits (``blame_state``'s ``settle``), as the cluster's blame always did, and so does one
-    disk's on a copy-on-write filesystem (``SETTLE_FS``); one disk's on the others stays at its cut,
-    its culprits as they always were."""
+    what is left on each disk.  Each disk's blame reaches the commit after its culprits
+    (``blame_state``'s ``settle``): with several disks always, as the cluster's blame always did;
+    with one, on the filesystems of ``SETTLE_FS`` (all three)."""
     t0 = time.monotonic()
     several = len(ws.disks) > 1
     shrunk = minimize_disks(ws.disks, state, lambda cand: judge_state(ctx, ws, cand), budget=budget,
@@ -100,7 +101,8 @@ def blame_state(ctx: CheckContext, ws: Workspace, node: int, state: CrashState, 
     """Blame disk ``node``'s ``state`` on the image of its cut with every write kept (for a prefix
     state: up to the flush its cut came too early for), recovered by a mount; with ``settle`` up to
     the commit that follows the culprits (``settled``: delayed allocation writes a file's data
-    before the journal commit that maps it, so on the image without it the data blocks read as free)."""
+    before the journal commit that maps it, copy on write its trees before the superblock that
+    points at them, so on the image without it the data blocks read as free)."""
     sp = ws.disks.nodes[node]
     items = writes_that_matter(sp, state)
     cut = max([state.cut] + [i + 1 for i, _ in items])  # for a prefix state: up to the flush it came before
