@@ -281,9 +281,10 @@ def map_blocks(device: str, wanted: list[int], size: int, sb: dict[str, str], ru
     devid = int(sb.get("dev_item.devid", "1") or 1)
     fsid = uuid.UUID(sb.get("metadata_uuid") or sb.get("fsid", "")).bytes
 
-    def dump(*args: str) -> str:
-        return str(run(["btrfs", "inspect-internal", "dump-tree", *args, device], timeout=300, check=False).stdout)
+    def dump(*args: str, check: bool = True) -> str:
+        return str(run(["btrfs", "inspect-internal", "dump-tree", *args, device], timeout=300, check=check).stdout)
 
+    # a tree it cannot read raises (CommandFailed): blame then says the tool could not read the image
     table = chunks(dump("-t", "chunk"), devid)
     names = files(dump("-t", "fs"))
     used = extents(dump("-t", "extent"), nodesize)
@@ -311,10 +312,11 @@ def map_blocks(device: str, wanted: list[int], size: int, sb: dict[str, str], ru
         else:
             out[b] = ("free block", "", f"in a {chunk.kind.lower()} chunk, no tree block there: never used")
     wanted_starts = sorted({s for s, _ in starts.values()})
-    blocks = tree_blocks(dump(*[a for s in wanted_starts for a in ("-b", str(s))])) if wanted_starts else {}
+    batch = [a for s in wanted_starts for a in ("-b", str(s))]
+    blocks = tree_blocks(dump(*batch, check=False)) if wanted_starts else {}
     for s in wanted_starts:   # one block it cannot read stops a whole batch: those left, one at a time
         if s not in blocks:
-            blocks.update(tree_blocks(dump("-b", str(s))))
+            blocks.update(tree_blocks(dump("-b", str(s), check=False)))
     for b, (start, in_use) in starts.items():
         blk = blocks.get(start)
         out[b] = (describe_block(blk, names, in_use) if blk is not None else

@@ -15,8 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from powercut.core.models import CrashSpace
 from powercut.debug import blame, btrfsmap
 from powercut.linux import process
+from tests.unit.logops import build_log
 
 pytestmark = pytest.mark.skipif(shutil.which("mkfs.btrfs") is None or shutil.which("btrfs") is None,
                                 reason="needs btrfs-progs (mkfs.btrfs, btrfs)")
@@ -137,3 +139,12 @@ def test_an_fsync_log_tree_leaf_names_the_file_it_logs(tmp_path: Path) -> None:
     m = _map(crash, list(before))
     named = [m[b] for b in before if m[b][1]]
     assert named and all(w == "log tree leaf" and p == "/a.log" and "replayed" in n for w, p, n in named), m
+
+
+def test_an_image_btrfs_cannot_read_is_said_so_not_mapped_as_free(tmp_path: Path) -> None:
+    img = tmp_path / "zeros.img"
+    with open(img, "wb") as fh:
+        fh.truncate(8 * MIB)
+    sp = CrashSpace(build_log(tmp_path / "log.bin", [("m", "begin:1"), ("w", 4096, 8, 0, 1), ("f",), ("m", "ack:1")]))
+    (c,) = blame.blame(sp, sp.make_state("write-cache", 2, [1]), "btrfs", str(img))
+    assert (c.how, c.what, c.note) == ("lost", "unmapped", "the filesystem's tool could not read the image")
