@@ -7,19 +7,23 @@ that maps a block is the metadata the kernel would see.
 
 ext4: ``debugfs`` (icheck: block -> inode, ncheck: inode -> path, stat: its type) and the group
 layout from ``dumpe2fs`` (superblocks, group descriptors, bitmaps, inode tables: which inodes);
-xfs: ``xfs_db`` (blockget + blockuse); btrfs: not mapped (its tools resolve *logical* addresses on
-a mounted filesystem; the physical-to-logical chunk mapping is not implemented) -- and it says so."""
+xfs: ``xfs_db`` (blockget + blockuse); btrfs: ``btrfs inspect-internal dump-super/dump-tree``
+through the chunk tree's physical-to-logical mapping (debug/btrfsmap.py: files from the fs tree's
+file extents, tree blocks by their owner -- root, extent, chunk, dev, fs, csum, log ... tree -- and
+an fs or log tree leaf by the files its items are about).  Other filesystems: not mapped, and it
+says so."""
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.models import CrashSpace
+from powercut.debug import btrfsmap
 from powercut.errors import PowercutError
 from powercut.linux import process
 
@@ -28,6 +32,8 @@ log = logging.getLogger(__name__)
 SECTOR = 512
 ICHECK_BATCH = 64          # blocks per debugfs icheck (its -R argument list is limited)
 BLOCKS_PER_WRITE = 32      # a large write is mapped at this many evenly spaced blocks
+LATE = "not yet durable at the cut"   # a write after the cut: it never reached the disk before it
+KINDS_NAMED = 3            # a page-cache line names this many kinds of object (and how many more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,24 +73,43 @@ def writes_that_matter(sp: CrashSpace, state: CrashState) -> list[tuple[int, str
         out.append((last.index, "durable, the last write before the cut"))
     for e in sp.entries[state.cut:]:
         if e.changes_device:
-            out.append((e.index, "not yet durable at the cut"))
+            out.append((e.index, LATE))
         if (e.flags & FLUSH and e.index not in sp.ordering) or (e.flags & FUA and e.changes_device):
             break
     return out
 
 
 def place(sp: CrashSpace, entry: int, state: CrashState) -> str:
-    """Where a write sits among the key marks, relative to the state's cut."""
+    """Where a write sits among the key marks, relative to the state's cut: the key mark before it,
+    then the first that holds of: a FUA write is durable when done ("a FUA write, done before the
+    cut" / "the crash came before it"); an ack given after it before the cut with no barrier
+    between ("not yet flushed when ack:N was given"); a barrier after it before the cut ("the flush
+    at #F came before the cut": a lying disk's loss); the barrier after it ("the crash came before
+    the flush at #F"), or none ("never flushed").  A flush named is followed by the first ack mark
+    after it, "(before ack:N)", or by nothing when no ack follows it."""
     es = sp.entries
     before = next((e for e in reversed(es[:entry]) if e.ack_key is not None or e.begin_key is not None), None)
     where = (f"written after {before.mark}" if before is not None else "written before the first commit")
-    ack = next((e for e in es[entry + 1:state.cut] if e.ack_key is not None), None)
-    if entry < state.cut and ack is not None:
-        return f"{where}, not yet flushed when {ack.mark} was given"
-    flush = next((e for e in es[max(entry, state.cut):] if sp.is_barrier(e.index)), None)
-    later = next((e for e in es[state.cut:] if e.ack_key is not None), None)
-    tail = f"the crash came before the flush at #{flush.index}" if flush is not None else "never flushed"
-    return f"{where}; {tail}" + (f" (before {later.mark})" if later is not None else "")
+    barrier = next((e for e in es[entry + 1:] if sp.is_barrier(e.index)), None)
+    w = es[entry]
+    if w.is_fua and w.changes_device:   # durable when done: no later flush needed
+        return f"{where}; a FUA write" + (", done before the cut" if entry < state.cut else
+                                          f", the crash came before it{_next_ack(sp, entry)}")
+    if entry < state.cut:
+        ack = next((e for e in es[entry + 1:state.cut] if e.ack_key is not None), None)
+        if ack is not None and (barrier is None or ack.index < barrier.index):
+            return f"{where}, not yet flushed when {ack.mark} was given"
+        if barrier is not None and barrier.index < state.cut:
+            return f"{where}; the flush at #{barrier.index}{_next_ack(sp, barrier.index)} came before the cut"
+    if barrier is None:
+        return f"{where}; never flushed"
+    return f"{where}; the crash came before the flush at #{barrier.index}{_next_ack(sp, barrier.index)}"
+
+
+def _next_ack(sp: CrashSpace, i: int) -> str:
+    """`` (before ack:N)`` for the first ack mark after entry ``i``; "" when none follows."""
+    ack = next((e for e in sp.entries[i + 1:] if e.ack_key is not None), None)
+    return f" (before {ack.mark})" if ack is not None else ""
 
 
 def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
@@ -106,7 +131,7 @@ def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
     for i, how in items:
         e = sp.entries[i]
         if mapper is None:
-            what, path, note = "unmapped", "", f"{fstype}: blocks are not mapped to files (see harness/blame.py)"
+            what, path, note = "unmapped", "", f"{fstype}: blocks are not mapped to files (see harness/debug/blame.py)"
         elif not size:
             what, path, note = "unmapped", "", "the filesystem's tool could not read the image"
         else:
@@ -115,6 +140,59 @@ def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
             what, path, note = _merge(found)
         out.append(Culprit(i, e.sector, e.nr_sectors, how, what, path, place(sp, i, state), note))
     return out
+
+
+def lines(culprits: Sequence[dict[str, Any]]) -> list[str]:
+    """A state's blamed writes (Culprit JSON) as a reader's lines: one a write, except when every
+    missing write (lost, torn, or after the cut) is after the cut -- a page-cache write, which never
+    reached the disk before it.  Those are one line, with how many, their entries, what they are
+    (the files' data first, then other objects of files, then the rest) and where they sit; a
+    "durable" write keeps its own line before it."""
+    missing = [c for c in culprits if not str(c.get("how", "")).startswith("durable")]
+    if not missing or any(c.get("how") != LATE for c in missing):
+        return [str(c.get("text", "")) for c in culprits]
+    kept = [str(c.get("text", "")) for c in culprits if c not in missing]
+    n = len(missing)
+    files_first = sorted(missing, key=lambda c: (not c.get("path"), c.get("what") != "data block"))   # stable
+    kinds = list(dict.fromkeys(f"{c.get('what', '')} of {c['path']}" if c.get("path") else str(c.get("what", ""))
+                               for c in files_first))
+    more = f" (+{len(kinds) - KINDS_NAMED} more)" if len(kinds) > KINDS_NAMED else ""
+    entries = _ranges(sorted(int(c["entry"]) for c in missing))
+    return kept + [f"{n} write{'s' if n > 1 else ''} never reached the disk before the cut (page-cache "
+                   f"write{'s' if n > 1 else ''}, entr{'ies' if n > 1 else 'y'} {entries}): "
+                   + "; ".join(kinds[:KINDS_NAMED]) + more + _where(missing)]
+
+
+def _ranges(entries: list[int]) -> str:
+    """``#13-#17, #20``."""
+    runs: list[list[int]] = []
+    for i in entries:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"#{a}" if a == b else f"#{a}-#{b}" for a, b in runs)
+
+
+def _where(culprits: Sequence[dict[str, Any]]) -> str:
+    """Where the writes sit (Culprit.place): the place they share; else, when they differ only in
+    the key mark they were written after, the first's and the last's mark and the rest once; else
+    the first's and the last's place."""
+    places = list(dict.fromkeys(str(c.get("place", "")) for c in culprits if c.get("place")))
+    if not places:
+        return ""
+    if len(places) == 1:
+        return f"; {places[0]}"
+    split = [_HEAD.match(p) for p in places]
+    if all(split) and len({m.group(2) for m in split if m}) == 1:
+        first, last = split[0], split[-1]
+        assert first is not None and last is not None
+        return (f"; {first.group(1)} (the first) to {last.group(1).removeprefix('written ')} (the last)"
+                f"{first.group(2)}")
+    return f"; the first {places[0]} | the last {places[-1]}"
+
+
+_HEAD = re.compile(r"^(written (?:after [^\s;,]+|before the first commit))(.*)$")
 
 
 def _blocks(e: Any, block_size: int) -> list[int]:
@@ -138,6 +216,7 @@ def _merge(found: list[tuple[str, str, str]]) -> tuple[str, str, str]:
 
 
 # -- ext4 --------------------------------------------------------------------------------------------
+ROOT_INODE = 2   # ext4's root directory
 _LAYOUT = re.compile(r"(Primary superblock|Backup superblock|Group descriptors|Reserved GDT blocks|Block bitmap|"
                      r"Inode bitmap|Inode table) at (\d+)(?:-(\d+))?")
 _GROUP = re.compile(r"^Group (\d+):", re.M)
@@ -154,6 +233,8 @@ def _ext4(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int
     out: dict[int, tuple[str, str, str]] = {}
     inode_of = _icheck(run, device, wanted)
     paths = _ncheck(run, device, sorted({i for i in inode_of.values() if i != journal}))
+    if ROOT_INODE in inode_of.values():   # ncheck names no path for the root directory itself
+        paths[ROOT_INODE] = ("/", "directory")
     for b, ino in inode_of.items():
         if ino == journal:
             out[b] = ("journal", "", "a journal block: replayed at mount, it belongs to no file")
@@ -257,4 +338,22 @@ def _xfs(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int,
     return size, out
 
 
-MAPPERS: dict[str, Callable[..., tuple[int, dict[int, tuple[str, str, str]]]]] = {"ext4": _ext4, "xfs": _xfs}
+# -- btrfs (debug/btrfsmap.py) -----------------------------------------------------------------------
+
+def _btrfs(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int, dict[int, tuple[str, str, str]]]:
+    sb = btrfsmap.super_fields(run(["btrfs", "inspect-internal", "dump-super", device], timeout=120).stdout)
+    size = int(sb.get("sectorsize", "0") or 0)
+    if not size or not sb.get("nodesize"):
+        return 0, {}
+    wanted = sorted({b for e in entries for b in _blocks(e, size)})
+
+    def read(at: int, n: int) -> bytes:
+        with open(device, "rb") as fh:
+            fh.seek(at)
+            return fh.read(n)
+
+    return size, btrfsmap.map_blocks(device, wanted, size, sb, run, read)
+
+
+MAPPERS: dict[str, Callable[..., tuple[int, dict[int, tuple[str, str, str]]]]] = {"ext4": _ext4, "xfs": _xfs,
+                                                                                 "btrfs": _btrfs}

@@ -39,6 +39,12 @@ from powercut.replay.materialize import materialize
 log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET = 60
+# Where one disk's blame reads the image up to the commit after its culprits (``settled``), as a
+# cluster's always did: ext4 and xfs allocate a file's data when it is written back, before the
+# journal commit that maps it; btrfs copies on write, and a transaction's tree blocks mean nothing
+# until the superblock after its barrier points at them.  On the image without that commit the data
+# reads as free (append-fsync fsync=false: "free block", not "data block of /append.log").
+SETTLE_FS = frozenset({"ext4", "xfs", "btrfs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +71,16 @@ class Workspace:
 def diagnose(ctx: CheckContext, ws: Workspace, state: DisksState, first: Verdict, *,
              budget: int = DEFAULT_BUDGET) -> Diagnosis:
     """Minimize ``state`` (judged ``first``; ``budget`` judge calls shared by the disks) and blame
-    what is left on each disk.  With several disks each disk's blame reaches the commit after its
-    culprits (``blame_state``'s ``settle``), as the cluster's blame always did; one disk's stays at
-    its cut, its culprits as they always were."""
+    what is left on each disk.  Each disk's blame reaches the commit after its culprits
+    (``blame_state``'s ``settle``): with several disks always, as the cluster's blame always did;
+    with one, on the filesystems of ``SETTLE_FS`` (all three)."""
     t0 = time.monotonic()
     several = len(ws.disks) > 1
     shrunk = minimize_disks(ws.disks, state, lambda cand: judge_state(ctx, ws, cand), budget=budget,
                             expected=first, floors=ws.floors)
     nodes = []
     for n, node_state in enumerate(shrunk.minimized.nodes):
-        culprits = blame_state(ctx, ws, n, node_state, settle=several)
+        culprits = blame_state(ctx, ws, n, node_state, settle=several or ctx.fs.name in SETTLE_FS)
         nodes.append({**(shrunk.nodes[n].to_json() if several else {}), "culprits": [c.to_json() for c in culprits]})
     cause = cause_of(first.verdict, shrunk.signature[1], [node["culprits"] for node in nodes])
     return Diagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1], shrunk.calls,
@@ -95,7 +101,8 @@ def blame_state(ctx: CheckContext, ws: Workspace, node: int, state: CrashState, 
     """Blame disk ``node``'s ``state`` on the image of its cut with every write kept (for a prefix
     state: up to the flush its cut came too early for), recovered by a mount; with ``settle`` up to
     the commit that follows the culprits (``settled``: delayed allocation writes a file's data
-    before the journal commit that maps it, so on the image without it the data blocks read as free)."""
+    before the journal commit that maps it, copy on write its trees before the superblock that
+    points at them, so on the image without it the data blocks read as free)."""
     sp = ws.disks.nodes[node]
     items = writes_that_matter(sp, state)
     cut = max([state.cut] + [i + 1 for i, _ in items])  # for a prefix state: up to the flush it came before

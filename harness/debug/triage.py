@@ -30,6 +30,7 @@ from powercut.core.dmlog import LogIndex
 from powercut.core.stateid import parse_id
 from powercut.core.verdict import SEVERITY, Verdict
 from powercut.debug import bundle
+from powercut.debug.blame import lines as blame_lines
 from powercut.debug.diagnose import Workspace, diagnose, without_tear
 from powercut.debug.diagnosis import Diagnosis
 from powercut.errors import PowercutError
@@ -63,7 +64,7 @@ class Group:
         return {"verdict": self.verdict, "reason_class": self.reason_class, "count": len(self.states),
                 "first": self.first.state, "states": [v.state for v in self.states[:20]],
                 "cause": d.get("cause", ""), "minimized": d.get("minimized", ""),
-                "culprits": [c.get("text", "") for c in d.get("culprits", ())],
+                "culprits": blame_lines(list(d.get("culprits", ()))),
                 "shrink_calls": d.get("calls"), "one_at_a_time": d.get("one_at_a_time"), "bundle": self.bundle,
                 "confirmed_alone": sum(v.confirmed for v in self.states),
                 "confirmed_by_group": sum(v.by_group for v in self.states),
@@ -159,8 +160,7 @@ def group_extras(g: Group, d: Diagnosis | None, nodes: int) -> dict[str, Any]:
     if d is not None:
         out["node_shrink"] = [{k: n[k] for k in ("node", "original", "minimized", "calls", "cut", "lost", "torn")}
                               for n in d.nodes]
-        out["node_culprits"] = [[c.get("text", "") for c in sorted(d.culprits(n), key=_first_files)]
-                                for n in range(len(d.nodes))]
+        out["node_culprits"] = [blame_lines(sorted(d.culprits(n), key=_first_files)) for n in range(len(d.nodes))]
         out["shrink_exhausted"] = d.exhausted
     return out
 

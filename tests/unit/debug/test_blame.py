@@ -63,7 +63,8 @@ def fake_run(argv: list[str], timeout: float, check: bool = True) -> SimpleNames
     if cmd == "stats":
         return SimpleNamespace(stdout=DEBUGFS_STATS, returncode=0)
     if cmd.startswith("icheck"):
-        table = {"50": "12", "51": "12", "100": "<block not found>", "150": "8", "101": "<block not found>"}
+        table = {"50": "12", "51": "12", "100": "<block not found>", "150": "8", "101": "<block not found>",
+                 "60": "2"}
         rows = [f"{b}\t{table.get(b, '<block not found>')}" for b in cmd.split()[1:]]
         return SimpleNamespace(stdout="Block\tInode number\n" + "\n".join(rows), returncode=0)
     if cmd.startswith("ncheck"):
@@ -78,9 +79,11 @@ def fake_run(argv: list[str], timeout: float, check: bool = True) -> SimpleNames
 
 def test_ext4_blocks_map_to_files_journal_and_metadata() -> None:
     e = lambda sector, nr: SimpleNamespace(sector=sector, nr_sectors=nr)  # noqa: E731
-    size, m = blame._ext4("/dev/x", [e(100, 4), e(300, 2), e(520, 2), e(584, 2), e(200, 2), e(10000, 2)], fake_run)
+    size, m = blame._ext4("/dev/x", [e(100, 4), e(300, 2), e(520, 2), e(584, 2), e(200, 2), e(10000, 2), e(120, 2)],
+                          fake_run)
     assert size == 1024
     assert m[50] == m[51] == ("data block", "/wal/wal-000002.log", "")
+    assert m[60] == ("directory block", "/", "")   # inode 2: ncheck names no path for it (was "data block of inode 2")
     assert m[150][0] == "journal"
     assert m[260] == ("allocation metadata", "", "block bitmap of group 0")
     assert m[292] == ("inode table", "", "inodes 1-4")
@@ -99,3 +102,46 @@ def test_a_large_write_is_mapped_at_a_bounded_number_of_blocks() -> None:
     got = blame._blocks(e, 1024)
     assert len(got) == blame.BLOCKS_PER_WRITE and got[0] == 4 and got[-1] == 4 + 1023
     assert blame._blocks(SimpleNamespace(sector=8, nr_sectors=4), 1024) == [4, 5]
+
+
+def test_writes_that_never_reached_the_disk_read_as_one_line(tmp_path: Path) -> None:
+    """A minimized state whose missing writes all come after its cut (page-cache writes) says so in
+    one line -- how many, their entries, their file, where they sit -- not a line per block; a state
+    that lost writes the disk had keeps a line per write."""
+    ops = [("m", "mkfs"), ("m", "begin:0"), ("w", 300, 2, 0, 1), ("f",), ("m", "ack:0"), ("m", "begin:1"),
+           ("m", "ack:1"), ("w", 100, 2, 0, 2), ("w", 102, 2, 0, 3), ("f",), ("m", "begin:2"), ("m", "ack:2")]
+    sp = CrashSpace(build_log(tmp_path / "log.bin", ops))
+    state = sp.make_state("no-cache", 6)   # ack:1 given, its writes (#7, #8) not yet written
+    culprits = [c.to_json() for c in blame.blame(sp, state, "ext4", "/dev/x", fake_run)]
+    assert [c["how"] for c in culprits] == ["durable, the last write before the cut", blame.LATE, blame.LATE]
+    got = blame.lines(culprits)
+    assert got[0] == culprits[0]["text"] and len(got) == 2
+    assert got[1] == ("2 writes never reached the disk before the cut (page-cache writes, entries #7-#8): data block"
+                      " of /wal/wal-000002.log; written after ack:1; the crash came before the flush at #9 (before ack:2)")
+    lost = sp.make_state("write-cache", 9, [7])
+    assert blame.lines([c.to_json() for c in blame.blame(sp, lost, "ext4", "/dev/x", fake_run)]) == \
+        ["lost: data block of /wal/wal-000002.log (entry #7, sectors 100+2), written after ack:1; the crash came "
+         "before the flush at #9 (before ack:2)"]
+
+
+def test_a_page_cache_line_names_its_kinds_and_where_the_writes_sit() -> None:
+    late = [{"how": blame.LATE, "entry": i, "what": w, "path": p, "place": pl, "text": f"w{i}"}
+            for i, w, p, pl in [(4, "data block", "/a", "written after ack:1; never flushed"),
+                                (5, "journal", "", "written after ack:1; never flushed"),
+                                (7, "data block", "/b", "written after ack:2; never flushed"),
+                                (8, "inode table", "", "written after ack:2; never flushed"),
+                                (9, "data block", "/a", "written after ack:2; never flushed")]]
+    (line,) = blame.lines(late)
+    assert line.startswith("5 writes never reached the disk before the cut (page-cache writes, entries #4-#5, #7-#9): "
+                           "data block of /a; data block of /b; journal (+1 more)")   # the files' data first
+    assert line.endswith(": data block of /a; data block of /b; journal (+1 more); written after ack:1 (the first) to "
+                         "after ack:2 (the last); never flushed")
+    one = dict(late[0], entry=4)
+    assert blame.lines([one]) == ["1 write never reached the disk before the cut (page-cache write, entry #4): "
+                                  "data block of /a; written after ack:1; never flushed"]
+    assert blame.lines([]) == []
+    fua = dict(late[4], place="written after ack:2; a FUA write, the crash came before it")
+    assert blame.lines([late[0], fua])[0].endswith("data block of /a; the first written after ack:1; never flushed | "
+                                                    "the last written after ack:2; a FUA write, the crash came before it")
+    torn = dict(late[1], how="torn (1 of 2 sectors persisted)")
+    assert blame.lines([late[0], torn]) == ["w4", "w5"]

@@ -3,13 +3,23 @@ ordering flushes (they make nothing durable) to the real barrier; blame's image 
 after them (``settled``); each disk's images and mount point (``Workspace.where``)."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
+
+from powercut.check.context import CheckContext
 from powercut.core.disks import Disks
 from powercut.core.dmlog import FLUSH, FUA
 from powercut.core.models import CrashSpace
+from powercut.core.verdict import Verdict
+from powercut.debug import diagnose
 from powercut.debug.blame import writes_that_matter
 from powercut.debug.diagnose import Workspace, settled
+from powercut.linux import filesystems
 from tests.unit.logops import build_log
 
 # 0 mkfs, 1 w, 2 flush, 3 order-begin, 4 (ordering) flush, 5 order-end, 6 ack:1, 7 w (data), 8 w (journal),
@@ -40,3 +50,35 @@ def test_one_disks_images_are_the_workdirs_own_and_node_is_under_n(tmp_path: Pat
     three = Workspace(Disks([build_log(tmp_path / f"n{i}.bin", OPS) for i in range(3)]), (), 1 << 20, tmp_path / "w")
     assert (one.where("mnt", 0), one.where("diag", 0)) == (tmp_path / "w" / "mnt", tmp_path / "w" / "diag")
     assert three.where("mnt", 2) == tmp_path / "w" / "mnt" / "n2"
+
+
+@pytest.mark.parametrize(("fs", "settles", "image_cut"), [("ext4", True, 12), ("xfs", True, 12), ("btrfs", True, 12),
+                                                         ("ext4", False, 9)])
+def test_one_disks_blame_image_reaches_the_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  fs: str, settles: bool, image_cut: int) -> None:
+    """Delayed allocation writes data before the commit that maps it, copy on write its trees before
+    the superblock that points at them: one disk's blame reads the image past that commit (through
+    the FUA writes 10, 11); a filesystem not in SETTLE_FS would stay at the flush its cut came
+    before."""
+    if not settles:
+        monkeypatch.setattr(diagnose, "SETTLE_FS", frozenset())
+    disks = Disks([build_log(tmp_path / "a.bin", OPS)])
+    state = disks.nodes[0].make_state("no-cache", 4)   # the writes that matter: 7, 8 (up to the barrier at 9)
+    cuts: list[int] = []
+
+    @contextlib.contextmanager
+    def image(ws: Any, node: int, st: Any) -> Iterator[str]:
+        cuts.append(st.cut)
+        yield "/dev/fake"
+
+    shrunk = SimpleNamespace(minimized=disks.make("no-cache", [state]), nodes=(), signature=("lost-ack", "x"),
+                             reasons=("x",), calls=1, exhausted=False, one_at_a_time=0)
+    monkeypatch.setattr(diagnose, "minimize_disks", lambda *a, **k: shrunk)
+    monkeypatch.setattr(diagnose, "_image", image)
+    monkeypatch.setattr(diagnose, "mount", lambda *a, **k: None)
+    monkeypatch.setattr(diagnose, "umount", lambda *a, **k: None)
+    monkeypatch.setattr(diagnose, "blame", lambda *a, **k: [])
+    first = Verdict(state.id, state.model, state.cut, "lost-ack", ("x",), 1, 0, 0.01)
+    diagnose.diagnose(CheckContext(filesystems.get(fs)), Workspace(disks, (), 1 << 20, tmp_path / "w"),
+                      disks.make("no-cache", [state]), first)
+    assert cuts == [image_cut]
