@@ -19,6 +19,7 @@ from typing import Any
 
 from powercut.campaign import ledger
 from powercut.campaign.journal import Journal, pin_settings, pinned_settings
+from powercut.campaign.latecleared import cleared_by_trace
 from powercut.campaign.outdir import check_outdir, prepare_out
 from powercut.campaign.phases import CampaignRun
 from powercut.check.context import CheckContext, context_for, with_node_faults
@@ -234,9 +235,11 @@ def ledger_id(rec: recording.Recording) -> str:
 def _select(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec,
             earlier: frozenset[str]) -> tuple[CrashSpace | Disks, Selection | DisksSelection]:
     """The space of the recording's disks (one disk: its CrashSpace; N: Disks of theirs), each disk's
-    aimed by its lying-disk target, and the states chosen in it."""
-    spaces = [CrashSpace(log, lie_target=lie_target_of(rec, log.sectorsize, spec.selection.lie_file, i))
-              for i, log in enumerate(logs)]
+    aimed by its lying-disk target and told which late flushes its trace cleared, and the states
+    chosen in it."""
+    cleared = cleared_by_trace(rec, logs)
+    spaces = [CrashSpace(log, lie_target=lie_target_of(rec, log.sectorsize, spec.selection.lie_file, i),
+                         cleared=cleared[i]) for i, log in enumerate(logs)]
     if len(logs) == 1:
         return spaces[0], select(spaces[0], spec.selection, earlier=earlier)
     cs = Disks(spaces)

@@ -166,6 +166,7 @@ class LateWrites:
     unbounded: int = 0
     keys: tuple[str, ...] = ()
     unordered: bool = False
+    cleared: int = 0   # flushes and FUA writes the system-call trace cleared (core/latetrace.py): not counted above
 
     def __bool__(self) -> bool:
         return bool(self.flushes or self.fuas)
@@ -183,13 +184,18 @@ class LateWrites:
                 + f"writes logged after {what} before the next ordered key mark may have completed while "
                 f"{'it was' if nf + nu == 1 else 'they were'} in flight: states keeping such a write and losing "
                 f"the flush's window (the FUA write) not generated (the log cannot tell them from writes "
-                f"issued after it completed)" + (f"; affects {keys}" if keys else ""))
+                f"issued after it completed)"
+                + (f"; {self.cleared} more cleared by the system-call trace" if self.cleared else "")
+                + (f"; affects {keys}" if keys else ""))
 
 
-def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None) -> LateWrites:
+def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None,
+                cleared: frozenset[int] = frozenset()) -> LateWrites:
     """The flushes and FUA writes after which a plain write is logged before the bound (module
     docstring): a barrier FLUSH entry whose window (plain data entries since the barrier before it)
-    is not empty, or a FUA write.  ``ordering``: the log's ordering flushes (computed if None).  O(n)."""
+    is not empty, or a FUA write.  ``ordering``: the log's ordering flushes (computed if None);
+    ``cleared``: those of them the system-call trace cleared (core/latetrace.quiet: no write of
+    the program's in flight), left out and counted.  O(n)."""
     es = entries.entries if isinstance(entries, LogIndex) else entries
     if ordering is None:
         ordering = ordering_flushes(es)[0]
@@ -205,20 +211,23 @@ def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | 
     flushes: list[int] = []
     fuas: list[int] = []
     keys: dict[str, None] = {}
-    unbounded = window = 0
+    unbounded = window = gone = 0
     for i, e in enumerate(es):
         barrier = bool(e.flags & FLUSH) and i not in ordering
         fua = e.is_write and bool(e.flags & FUA)
         b = begin_at[i + 1]
         bound = key_at[b + 1] if b < n else n
-        if (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1]:
+        if (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1] and i in cleared:
+            gone += 1
+        elif (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1]:
             (flushes if barrier else fuas).append(i)
             unbounded += b == n
             if key_at[i + 1] < n:
                 keys.setdefault(str(es[key_at[i + 1]].mark), None)
         if barrier:
             window = i
-    return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys), begin_at[0] == n and key_at[0] < n)
+    return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys), begin_at[0] == n and key_at[0] < n,
+                      gone if flushes or fuas else 0)
 
 
 def ordering_flushes(entries: Sequence[Entry]) -> tuple[frozenset[int], int, int]:

@@ -25,9 +25,12 @@ def entries_of(x: SpaceTables | LogIndex | Sequence[Entry]) -> Sequence[Entry]:
 
 class SpaceTables:
     """The tables of one log.  ``lie_target``: the program's blocks the lying-disk models aim at
-    (target.LieTarget; none by default)."""
+    (target.LieTarget; none by default); ``cleared``: the late flushes (markorder.late_writes) the
+    system-call trace cleared (core/latetrace.quiet), left out of the notes."""
 
-    def __init__(self, entries: LogIndex | Sequence[Entry], *, lie_target: LieTarget = NO_TARGET) -> None:
+    def __init__(self, entries: LogIndex | Sequence[Entry], *, lie_target: LieTarget = NO_TARGET,
+                 cleared: frozenset[int] = frozenset()) -> None:
+        self.cleared = cleared   # late flushes the system-call trace cleared (core/latetrace.py)
         self.sectorsize = int(getattr(entries, "sectorsize", 512) or 512)
         self.entries: tuple[Entry, ...] = tuple(entries_of(entries))
         self.lie_target = lie_target
@@ -79,7 +82,7 @@ class SpaceTables:
     @functools.cached_property
     def late(self) -> LateWrites:
         """Flushes/FUA writes with writes logged after them: blind spot (d) (markorder.late_writes)."""
-        return late_writes(self.entries, self.ordering)
+        return late_writes(self.entries, self.ordering, self.cleared)
 
     @property
     def notes(self) -> tuple[str, ...]:

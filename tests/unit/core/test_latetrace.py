@@ -132,3 +132,23 @@ def test_any_change_between_the_window_and_the_next_mark_keeps_the_flush(where: 
     calls.insert(where, call)
     assert LATE in quiet(LOG, late_writes(LOG), trace(*calls, before=COMMIT), MNT).kept
     assert LATE in quiet(LOG, late_writes(LOG), trace(FSYNC, FSYNC, FSYNC, before=COMMIT), MNT).cleared
+
+
+def test_cleared_flushes_leave_the_note_and_are_counted():
+    late = late_writes(LOG)
+    everything = frozenset((*late.flushes, *late.fuas))
+    assert not late_writes(LOG, cleared=everything)
+    two = LOG + log(*["x"] * len(LOG), "w", "F", "w", *ordered("begin:2"))[len(LOG):]
+    assert len(late_writes(two).flushes) == 2
+    some = late_writes(two, cleared=frozenset({LATE}))
+    assert LATE not in some.flushes and len(some.flushes) == 1 and some.cleared == 1
+    assert "1 more cleared by the system-call trace" in some.note()
+
+
+def test_a_space_told_what_the_trace_cleared_drops_the_note_for_every_model():
+    from powercut.core.models import CrashSpace
+    from powercut.core.selection import log_notes
+    late = late_writes(LOG)
+    assert any("in flight" in n for n in log_notes(CrashSpace(LOG), "write-cache"))
+    quiet_space = CrashSpace(LOG, cleared=frozenset((*late.flushes, *late.fuas)))
+    assert not any("in flight" in n for m in ("write-cache", "torn-4k") for n in log_notes(quiet_space, m))
