@@ -167,6 +167,8 @@ class LateWrites:
     keys: tuple[str, ...] = ()
     unordered: bool = False
     cleared: int = 0   # flushes and FUA writes the system-call trace cleared (core/latetrace.py): not counted above
+    setup_only: bool = False   # every one is bounded by the log's first key mark: the states it keeps from the
+    #                            models all lie before it (set-up windows: nothing begun or acknowledged)
 
     def __bool__(self) -> bool:
         return bool(self.flushes or self.fuas)
@@ -212,6 +214,7 @@ def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | 
     fuas: list[int] = []
     keys: dict[str, None] = {}
     unbounded = window = gone = 0
+    setup_only = True
     for i, e in enumerate(es):
         barrier = bool(e.flags & FLUSH) and i not in ordering
         fua = e.is_write and bool(e.flags & FUA)
@@ -222,12 +225,13 @@ def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | 
         elif (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1]:
             (flushes if barrier else fuas).append(i)
             unbounded += b == n
+            setup_only = setup_only and bound == key_at[0] < n
             if key_at[i + 1] < n:
                 keys.setdefault(str(es[key_at[i + 1]].mark), None)
         if barrier:
             window = i
     return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys), begin_at[0] == n and key_at[0] < n,
-                      gone if flushes or fuas else 0)
+                      gone if flushes or fuas else 0, setup_only and bool(flushes or fuas))
 
 
 def ordering_flushes(entries: Sequence[Entry]) -> tuple[frozenset[int], int, int]:

@@ -89,6 +89,12 @@ class SpaceTables:
         """What weakens every model's space of this log, one sentence each (coverage.Coverage.notes)."""
         return tuple(w.note() for w in self.ambiguous) + ((self.late.note(),) if self.late else ())
 
+    @property
+    def setup_notes(self) -> tuple[str, ...]:
+        """Those of ``notes`` that weaken only the set-up windows (cuts before the first key mark): the
+        late flushes' note when every one of them is bounded by the first key mark."""
+        return (self.late.note(),) if self.late and self.late.setup_only else ()
+
     def keys(self, cut: int) -> tuple[Sequence[str], tuple[str, ...]]:
         """(acks, begun-not-acked) before the cut, each in the order of its first mark.  The acks are
         a KeyPrefix of the log's ack keys (a tuple in all but memory)."""
