@@ -63,7 +63,8 @@ class CampaignSpec:
     shrink: int = DEFAULT_SHRINK  # minimize + blame the first state of the first K failure groups (0: off)
     shrink_budget: int = DEFAULT_SHRINK_BUDGET   # checks per minimization
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
-    require_exhaustive: bool = False   # a pass short of exhaustive (sampled, capped, weakened) is not ok
+    require_exhaustive: str | bool = ""   # "commits" (or True): a pass whose commit windows are short of exhaustive
+    #                                       (sampled, capped, weakened) is not ok; "all": nor one short anywhere
     ledger: str = ""              # --ledger FILE: skip states that passed in earlier runs of the log, add this run's
     force: bool = False           # replace an earlier check in the output directory
     shard: Shard = Shard()        # judge only this shard of the distinct states (--shard i/n)

@@ -28,6 +28,16 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"powercut: error: {message} (see '{self.prog} --help')\n")
 
 
+def exhaustive_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    """--require-exhaustive (the commit windows: COMMITS) and --require-exhaustive=all (every window,
+    the set-up ones before the first key mark too), one option string each: a bare flag never takes
+    the next word as its value."""
+    g.add_argument("--require-exhaustive", dest="require_exhaustive", action="store_const", const="commits",
+                   help=what)
+    g.add_argument("--require-exhaustive=all", dest="require_exhaustive", action="store_const", const="all",
+                   help="as --require-exhaustive, for the set-up windows before the program's first key mark too")
+
+
 def accel_option(g: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "VM") -> None:
     """--accel, defined once for every command that boots a VM."""
     g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default=config.DEFAULT_ACCEL,
@@ -185,9 +195,9 @@ def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g.add_argument("--checker-timeout", type=positive_float, default=CHECKER_TIMEOUT_S, metavar="S",
                    help=f"the checker's limit per state (default {CHECKER_TIMEOUT_S:g}); a checker that times out or crashes on each "
                         "of the first 3 states stops the check")
-    g.add_argument("--require-exhaustive", action="store_true",
-                   help="a pass that is not exhaustive (sampled windows, --max-states cap, weakened: ambiguous "
-                        "ordering windows, no checker) exits 1 instead of 0; its coverage is printed either way")
+    exhaustive_options(g, "a pass whose commit windows are not exhaustive (sampled windows, --max-states cap, "
+                          "weakened: ambiguous ordering windows, no checker) exits 1 instead of 0; its coverage is "
+                          "printed either way")
     g.add_argument("--ledger", default="", metavar="FILE",
                    help="a ledger of states that passed in earlier runs of the same recording: skip them, then add "
                         "this run's passes (with --seed auto, N runs judge about N times the samples of one)")
@@ -364,8 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--check-uri", action="append", dest="check_uris", default=[], metavar="URI",
                     help="a libvirt host for the checker VMs, e.g. qemu+ssh://user@host/system (repeat: the states are spread over the hosts, -j VMs on each; the image and recording are shipped there by hash)")
     selection_options(mx, "matrix", models=False)
-    mx.add_argument("--require-exhaustive", action="store_true",
-                    help="a cell expecting pass whose states were sampled, capped or weakened is a surprise")
+    exhaustive_options(mx, "a cell expecting pass whose commit windows' states were sampled, capped or weakened is "
+                           "a surprise")
     accel_option(mx)
     mx.add_argument("--resume", action="store_true", help="reuse the recordings and verdicts already in --out")
     mx.add_argument("--shard", type=shard, default=None, metavar="I/N",

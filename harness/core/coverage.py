@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["CAPPED", "EXHAUSTIVE", "SAMPLED", "WEAKENED", "WORDS", "Coverage", "ModelCoverage", "Tally", "build",
-           "judged_only", "merge"]
+__all__ = ["ALL", "CAPPED", "COMMITS", "EXHAUSTIVE", "SAMPLED", "SETUP", "WEAKENED", "WORDS", "Coverage",
+           "ModelCoverage", "Part", "Tally", "build", "judged_only", "merge", "requirement"]
 
 EXHAUSTIVE, SAMPLED, CAPPED, WEAKENED = "exhaustive", "sampled", "capped", "weakened"
 ALL, COMMITS, SETUP = "all", "commits", "setup"   # the parts of a check's windows (ModelCoverage.part)
@@ -230,6 +230,13 @@ class Coverage:
         """Every commit window's states judged, none sampled or weakened (the whole, if not told apart)."""
         return self.part_words(COMMITS) == (EXHAUSTIVE,)
 
+    def meets(self, require: str | bool) -> bool:
+        """Whether this coverage meets ``--require-exhaustive``: nothing asked ("" or False), the
+        commit windows exhaustive (COMMITS, or True: a setting from before the parts), or everything (ALL)."""
+        if not require:
+            return True
+        return self.exhaustive if require == ALL else self.commits_exhaustive
+
     @property
     def words(self) -> tuple[str, ...]:
         """Every word that applies, in WORDS order; ("exhaustive",) when none does."""
@@ -314,6 +321,14 @@ class Coverage:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Coverage:
         return cls(tuple(ModelCoverage.from_json(m, v) for m, v in (d.get("models") or {}).items()), d.get("seed"))
+
+
+def requirement(value: object) -> str:
+    """A ``require_exhaustive`` setting as one of "", COMMITS, ALL (True, from settings and outputs
+    made before the parts were told apart, is COMMITS: on such coverage the commits are the whole)."""
+    if value in (ALL, COMMITS):
+        return str(value)
+    return COMMITS if value is True else ""
 
 
 def _noted(m: ModelCoverage, note: str) -> ModelCoverage:

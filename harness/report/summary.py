@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
-from powercut.core.coverage import Coverage
+from powercut.core.coverage import ALL, Coverage, requirement
 from powercut.core.verdict import SEVERITY, Verdict, worst
 
 
@@ -51,7 +51,8 @@ class Summary:
     confirm_sample: int = 0                   # states judged alone per large group
     escalated: int = 0                        # groups confirmed state by state after their sample disagreed
     coverage: Coverage | None = None          # what was covered (core/coverage); None: not recorded (old output)
-    require_exhaustive: bool = False          # a pass short of exhaustive is not ok (--require-exhaustive)
+    require_exhaustive: str = ""              # "commits": a pass whose commit windows are not exhaustive is not
+    #                                           ok (--require-exhaustive); "all": nor one short of exhaustive anywhere
     anatomy: dict[str, Any] = field(default_factory=dict)   # commit anatomy (core/anatomy.py), {} if unknown
     trace_note: str = ""                      # why there is no cause in the program's terms ("" with a trace)
     disk_latency: str = ""                    # the recording's data-disk latency (core/latency.py; "" unknown)
@@ -69,7 +70,14 @@ class Summary:
     @property
     def ok(self) -> bool:
         return (not self.failures and not self.flaky and self.status == "complete" and not self.no_acks
-                and (self.exhaustive or not self.require_exhaustive))
+                and self.meets_requirement)
+
+    @property
+    def meets_requirement(self) -> bool:
+        """Its coverage is what --require-exhaustive asks for (anything when it was not given)."""
+        if not self.require_exhaustive:
+            return True
+        return self.coverage is not None and self.coverage.meets(requirement(self.require_exhaustive))
 
     def coverage_phrase(self) -> str:
         """What the verdict stands on, in the words every output uses (core/coverage.Coverage.phrase)."""
@@ -108,9 +116,14 @@ class Summary:
         if self.no_acks:
             out.append("the workload acknowledged no commit (no ack: mark in the log): every state passes and "
                        "proves nothing; make the workload call powercut.ack, or --allow-no-acks")
-        if self.require_exhaustive and not self.exhaustive and not self.failures:
-            out.append(f"not exhaustive ({self.coverage_phrase()}): --require-exhaustive asks for every distinct "
-                       "state of every model judged, nothing sampled, capped or weakened")
+        if not self.meets_requirement and not self.failures:
+            if requirement(self.require_exhaustive) == ALL:
+                out.append(f"not exhaustive ({self.coverage_phrase()}): --require-exhaustive=all asks for every "
+                           "distinct state of every model judged, nothing sampled, capped or weakened")
+            else:
+                out.append(f"not exhaustive ({self.coverage_phrase()}): --require-exhaustive asks for every commit "
+                           "window's distinct states judged, nothing sampled, capped or weakened there "
+                           "(--require-exhaustive=all: the set-up windows too)")
         return out
 
     @property
@@ -160,7 +173,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0,
               acks: int = -1, allow_no_acks: bool = False, shard: str = "",
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
-              escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False,
+              escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: str | bool = "",
               anatomy: dict[str, Any] | None = None, trace_note: str = "", disk_latency: str = "",
               nodes: int = 1, disks: dict[str, Any] | None = None) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
@@ -178,7 +191,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
                    {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
-                   coverage, require_exhaustive, dict(anatomy or {}), trace_note, disk_latency, nodes,
+                   coverage, requirement(require_exhaustive), dict(anatomy or {}), trace_note, disk_latency, nodes,
                    dict(disks if disks is not None else _disks_of(selection) if nodes > 1 else {}))
 
 
