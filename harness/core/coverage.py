@@ -21,7 +21,7 @@ summary, JUnit, the HTML report, the plugin, merge and the matrix read.  ``Cover
 one wording every output uses, e.g. ``capped: 3 of 60 distinct states judged``."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -270,12 +270,16 @@ class Coverage:
             return ""
         if not self.split:
             return self._phrase(ALL, notes)
-        commits, setup = self._phrase(COMMITS, notes), self._phrase(SETUP, notes)
+        commits = self._phrase(COMMITS, notes)
+        said = {n for m in self.models for n in m.part(COMMITS).notes}   # a note said once, for the commits
+        setup = self._phrase(SETUP, notes, said)
+        if not setup and self.part_words(SETUP) != (EXHAUSTIVE,):
+            setup = "weakened as the commit windows"
         n = sum(m.part(COMMITS).distinct for m in self.models)
         head = f"commit windows {commits}" if commits else f"every commit window exhaustive ({n} distinct states)"
         return f"{head}; set-up windows {setup or 'exhaustive'}"
 
-    def _phrase(self, which: str, notes: bool) -> str:
+    def _phrase(self, which: str, notes: bool, said_before: Collection[str] = ()) -> str:
         parts = []
         ps = [m.part(which) for m in self.models]
         earlier = sum(m.earlier for m in self.models) if which == ALL else 0
@@ -292,8 +296,10 @@ class Coverage:
             parts.append(f"sampled{seed}: " + ", ".join(
                 f"{p.sampled_windows} of {p.windows} {p.model} windows ({p.sampled_generated} of "
                 f"{_count(p.sampled_space)} states)" for p in sampled))
-        said = tuple(dict.fromkeys(n for p in ps for n in p.notes))
-        if said and not notes:   # a page that lists the notes beside it
+        said = tuple(dict.fromkeys(n for p in ps for n in p.notes if n not in said_before))
+        if said and said_before:   # notes of this part said already (for the commit windows)
+            parts.append("weakened: " + "; ".join(_short(n) for n in said) + ", and as the commit windows")
+        elif said and not notes:   # a page that lists the notes beside it
             parts.append(f"weakened ({len(said)} note{'s' * (len(said) != 1)} below)")
         elif said:   # each note's head and the acks it affects; in full in summary.json and the report
             parts.append("weakened: " + "; ".join(_short(n) for n in said))

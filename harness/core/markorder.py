@@ -63,12 +63,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from powercut.core.crashstate import is_key_mark
 from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
 
-__all__ = ["AmbiguousWindow", "LateWrites", "ambiguous_windows", "late_writes", "mark_order", "ordering_flushes"]
+__all__ = ["AmbiguousWindow", "LateWrites", "ambiguous_windows", "late_parts", "late_writes", "mark_order",
+           "ordering_flushes"]
 
 FLUSH_INSIDE = "program flush inside"
 ORPHAN_BEGIN = "orphan begin"
@@ -169,6 +170,7 @@ class LateWrites:
     cleared: int = 0   # flushes and FUA writes the system-call trace cleared (core/latetrace.py): not counted above
     setup_only: bool = False   # every one is bounded by the log's first key mark: the states it keeps from the
     #                            models all lie before it (set-up windows: nothing begun or acknowledged)
+    setup: tuple[int, ...] = field(default=(), compare=False)   # those of them so bounded (set-up alone)
 
     def __bool__(self) -> bool:
         return bool(self.flushes or self.fuas)
@@ -192,12 +194,12 @@ class LateWrites:
 
 
 def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None,
-                cleared: frozenset[int] = frozenset()) -> LateWrites:
+                cleared: frozenset[int] = frozenset(), only: frozenset[int] | None = None) -> LateWrites:
     """The flushes and FUA writes after which a plain write is logged before the bound (module
     docstring): a barrier FLUSH entry whose window (plain data entries since the barrier before it)
     is not empty, or a FUA write.  ``ordering``: the log's ordering flushes (computed if None);
     ``cleared``: those of them the system-call trace cleared (core/latetrace.quiet: no write of
-    the program's in flight), left out and counted.  O(n)."""
+    the program's in flight), left out and counted; ``only``: count only these (a part: ``late_parts``).  O(n)."""
     es = entries.entries if isinstance(entries, LogIndex) else entries
     if ordering is None:
         ordering = ordering_flushes(es)[0]
@@ -214,24 +216,40 @@ def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | 
     fuas: list[int] = []
     keys: dict[str, None] = {}
     unbounded = window = gone = 0
-    setup_only = True
+    setup: list[int] = []
     for i, e in enumerate(es):
         barrier = bool(e.flags & FLUSH) and i not in ordering
         fua = e.is_write and bool(e.flags & FUA)
         b = begin_at[i + 1]
         bound = key_at[b + 1] if b < n else n
-        if (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1] and i in cleared:
+        if only is not None and i not in only:
+            pass
+        elif (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1] and i in cleared:
             gone += 1
         elif (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1]:
             (flushes if barrier else fuas).append(i)
             unbounded += b == n
-            setup_only = setup_only and bound == key_at[0] < n
+            if bound == key_at[0] < n:
+                setup.append(i)
             if key_at[i + 1] < n:
                 keys.setdefault(str(es[key_at[i + 1]].mark), None)
         if barrier:
             window = i
     return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys), begin_at[0] == n and key_at[0] < n,
-                      gone if flushes or fuas else 0, setup_only and bool(flushes or fuas))
+                      gone if flushes or fuas else 0, bool(flushes or fuas) and len(setup) == len(flushes) + len(fuas),
+                      tuple(setup))
+
+
+def late_parts(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None,
+               cleared: frozenset[int] = frozenset()) -> tuple[LateWrites, LateWrites]:
+    """``late_writes`` in two parts: the flushes bounded by the log's first key mark (their states lie
+    in the set-up windows alone: ``setup_only``), and the others (they may reach a commit window)."""
+    whole = late_writes(entries, ordering, cleared)
+    mine = frozenset(whole.setup)
+    everything = frozenset(range(len(entries.entries if isinstance(entries, LogIndex) else entries)))
+    return (late_writes(entries, ordering, cleared, mine) if mine else LateWrites(),
+            late_writes(entries, ordering, cleared, everything - mine) if len(whole.setup) < len(whole.flushes) + len(whole.fuas)
+            else LateWrites())
 
 
 def ordering_flushes(entries: Sequence[Entry]) -> tuple[frozenset[int], int, int]:

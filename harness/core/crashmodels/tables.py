@@ -14,7 +14,14 @@ from powercut.core.crashmodels.target import NO_TARGET, LieTarget
 from powercut.core.crashstate import CrashState, KeyPrefix, Torn, is_key_mark, sector_units
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
 from powercut.core.idparts import format_id
-from powercut.core.markorder import AmbiguousWindow, LateWrites, ambiguous_windows, late_writes, ordering_flushes
+from powercut.core.markorder import (
+    AmbiguousWindow,
+    LateWrites,
+    ambiguous_windows,
+    late_parts,
+    late_writes,
+    ordering_flushes,
+)
 from powercut.errors import UsageError
 
 
@@ -84,16 +91,23 @@ class SpaceTables:
         """Flushes/FUA writes with writes logged after them: blind spot (d) (markorder.late_writes)."""
         return late_writes(self.entries, self.ordering, self.cleared)
 
+    @functools.cached_property
+    def late_parts(self) -> tuple[LateWrites, LateWrites]:
+        """``late`` in two: the flushes whose kept-out states lie in the set-up windows alone, the others."""
+        return late_parts(self.entries, self.ordering, self.cleared)
+
     @property
     def notes(self) -> tuple[str, ...]:
-        """What weakens every model's space of this log, one sentence each (coverage.Coverage.notes)."""
-        return tuple(w.note() for w in self.ambiguous) + ((self.late.note(),) if self.late else ())
+        """What weakens every model's space of this log, one sentence each (coverage.Coverage.notes):
+        each ambiguous window, the late flushes of the set-up windows, those of the commit windows."""
+        return tuple(w.note() for w in self.ambiguous) + tuple(p.note() for p in self.late_parts if p)
 
     @property
     def setup_notes(self) -> tuple[str, ...]:
         """Those of ``notes`` that weaken only the set-up windows (cuts before the first key mark): the
-        late flushes' note when every one of them is bounded by the first key mark."""
-        return (self.late.note(),) if self.late and self.late.setup_only else ()
+        note of the late flushes bounded by the first key mark."""
+        setup = self.late_parts[0]
+        return (setup.note(),) if setup else ()
 
     def keys(self, cut: int) -> tuple[Sequence[str], tuple[str, ...]]:
         """(acks, begun-not-acked) before the cut, each in the order of its first mark.  The acks are

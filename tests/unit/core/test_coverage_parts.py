@@ -98,3 +98,16 @@ def test_old_output_without_parts_claims_nothing_more():
     assert not c.split and not c.commits_exhaustive
     assert c.phrase() == "sampled (seed 0): 1 of 4 write-cache windows (5 of 64 states)"
     assert Coverage.from_json(c.to_json()) == c
+
+
+def test_a_note_of_both_parts_is_said_once_for_the_commits():
+    other = "writes logged after 1 flush ... in flight: not generated; affects begin:3"
+    c = cov(Part("write-cache", 3, 3, 1, 1, 9, 2 ** 62, (LATE, other)), Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
+            (LATE, other))
+    assert c.phrase() == ("commit windows weakened: writes logged after 1 flush ... in flight (affects begin:3); "
+                          "set-up windows sampled (seed 0): 1 of 1 write-cache windows (9 of >= 2^62 states); "
+                          "weakened: writes logged after 2 flushes before the next ordered key mark may have "
+                          "completed while they were in flight (affects begin:0), and as the commit windows")
+    only = cov(Part("write-cache", 3, 3, 1, 0, 0, 0, (other,)), Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
+               (other,))
+    assert only.phrase().endswith("; set-up windows weakened as the commit windows")

@@ -152,3 +152,17 @@ def test_a_space_told_what_the_trace_cleared_drops_the_note_for_every_model():
     assert any("in flight" in n for n in log_notes(CrashSpace(LOG), "write-cache"))
     quiet_space = CrashSpace(LOG, cleared=frozenset((*late.flushes, *late.fuas)))
     assert not any("in flight" in n for m in ("write-cache", "torn-4k") for n in log_notes(quiet_space, m))
+
+
+def test_late_flushes_are_split_into_setup_and_commit_parts():
+    """A late flush bounded by the first key mark keeps out set-up states only; the one after ack:0
+    may reach a commit window: two notes, the first the space's set-up note."""
+    from powercut.core.markorder import late_parts
+    from powercut.core.models import CrashSpace
+    both = log(*(["mkfs", "w", "F", "w"] + [e.mark or {0: "w", FLUSH: "F", FUA: "U"}[e.flags & (FLUSH | FUA)]
+                                             for e in LOG[2:]]))
+    setup, commits = late_parts(both)
+    assert setup.setup_only and setup.flushes == (2,) and "affects begin:0" in setup.note()
+    assert not commits.setup_only and LATE + 2 in commits.flushes
+    sp = CrashSpace(both)
+    assert sp.setup_notes == (setup.note(),) and sp.notes[-2:] == (setup.note(), commits.note())
