@@ -178,6 +178,16 @@ class Cell:
         return not self.expected_cause or not self.failing or self.cause in ("", self.expected_cause)
 
     @property
+    def short_coverage(self) -> str:
+        """Its coverage in a few words, the commit windows first: "" (exhaustive), "commits exhaustive,
+        set-up sampled", "commits sampled" (the worst word of each)."""
+        if self.covered == "exhaustive":
+            return ""
+        if not self.commits:
+            return self.covered
+        return f"commits exhaustive, set-up {self.covered}" if self.commits == "exhaustive" else f"commits {self.commits}"
+
+    @property
     def proven(self) -> bool:
         """An expected pass stands on every distinct state -- of its commit windows, unless
         --require-exhaustive=all asks for the set-up windows too (a failure found needs no more)."""

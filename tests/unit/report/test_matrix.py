@@ -327,6 +327,7 @@ def test_a_pass_whose_commit_windows_are_exhaustive_reads_ok(tmp_path: Path) -> 
     flush, cell = matrix.cells(row, s)
     assert cell.covered == "weakened" and cell.commits == "exhaustive"
     assert cell.proven and cell.mark == "ok" and cell.describe().startswith("pass")
+    assert cell.short_coverage == "commits exhaustive, set-up weakened" and flush.short_coverage == ""
     assert "every commit window exhaustive (100 distinct states); set-up windows sampled" in cell.coverage
     assert matrix.Cell.from_json(cell.to_json()) == cell
     assert flush.mark == "ok" and [c.mark for c in matrix.cells(row, s, require_exhaustive="commits")] == ["ok", "ok"]
