@@ -20,9 +20,10 @@ issued until after F completed, the program had nothing pending and changed noth
   trace up to B walked call by call);
 * **nothing changed until F completed**: no call on the program's files that changes one (write,
   truncate, allocate, a truncating or creating open, rename, link, unlink, mkdir, rmdir, a shared
-  writable mapping; failed ones too) completes after B and before the first mark logged after F
-  (F completed before that mark was logged), nor was still running then (a call in flight when
-  that mark's ioctl returned is one strace split: its start is known);
+  writable mapping; failed ones too) completes after B and before the first mark of the trace logged
+  after F (F completed before that mark was logged; with none, the trace's end: strace follows the
+  program until it exits), nor was still running then (a call in flight when that mark's ioctl
+  returned is one strace split: its start is known);
 * **the trace saw everything**: no blind spot (a shared writable mapping, io_uring), the log's key
   marks are ordered, and B's and the later mark's ioctls are in the trace (``syscalls.align``).
 
@@ -45,7 +46,7 @@ from powercut.core.markorder import LateWrites
 from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import Pending
 
-__all__ = ["CHANGES", "Cleared", "changes_file", "quiet"]
+__all__ = ["CHANGES", "CLEARED", "Cleared", "changes_file", "quiet", "why_kept"]
 
 CHANGES = (sc.WRITE, sc.TRUNCATE, sc.ALLOCATE, sc.RENAME, sc.LINK, sc.UNLINK, sc.MKDIR, sc.RMDIR, sc.MMAP_SHARED,
            sc.IO_URING)
@@ -105,15 +106,36 @@ def _windows(entries: Sequence[Entry]) -> dict[int, int] | None:
 def quiet(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, root: str) -> Cleared:
     """Of ``late``'s flushes and FUA writes, those the trace clears (the module's docstring);
     ``root``: where the filesystem under test was mounted (trace paths start there)."""
+    why = why_kept(entries, late, trace, root)
+    return Cleared(frozenset(f for f, w in why.items() if w == CLEARED),
+                   tuple(f for f in sorted(why) if why[f] != CLEARED))
+
+
+CLEARED = "cleared"
+NO_TRACE, BLIND, UNORDERED, DISAGREE, INTERLEAVED = (
+    "no trace", "a blind spot in the trace", "the log's marks are not ordered",
+    "the trace's marks and the log's disagree", "order marks interleave")
+NO_WINDOW = "no ordering window before it (set-up after mkfs, or inside a window)"
+UNSYNCED = "unsynced changes before it"
+CHANGED = "a change between the marks around it"
+RUNNING = "a change still running at the next mark"
+
+
+def why_kept(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, root: str) -> dict[int, str]:
+    """Each of ``late``'s flushes and FUA writes -> CLEARED, or why the trace cannot clear it."""
     flagged = tuple(sorted((*late.flushes, *late.fuas)))
-    if not flagged or trace is None or trace.blind or late.unordered:
-        return Cleared(kept=flagged)
+    whole = NO_TRACE if trace is None else BLIND if trace.blind else UNORDERED if late.unordered else ""
+    if not flagged or whole or trace is None:
+        return dict.fromkeys(flagged, whole)
     marks = [(e.index, str(e.mark)) for e in entries if e.flags & MARK]
     aligned = sc.align(trace, marks)
     by_entry = {entry: seq for seq, entry in aligned.items()}
     pairs = sorted(aligned.items())
     if [e for _, e in pairs] != sorted(e for _, e in pairs):
-        return Cleared(kept=flagged)   # the trace's marks and the log's disagree on their order
+        return dict.fromkeys(flagged, DISAGREE)
+    windows = _windows(entries)
+    if windows is None:
+        return dict.fromkeys(flagged, INTERLEAVED)
     pending = Pending(root)
     clean = [True]          # clean[s + 1]: nothing pending after ops[s]
     changed = [0]           # changed[s + 1]: change calls among ops[:s + 1]
@@ -122,23 +144,19 @@ def quiet(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, root:
         pending.step(o)
         clean.append(_clean(pending))
         changed.append(changed[-1] + c)
-    windows = _windows(entries)
-    if windows is None:
-        return Cleared(kept=flagged)
     mark_entries = [e for e, _ in marks]
-    ok: set[int] = set()
+    traced = sorted(by_entry)   # the log's marks that are in the trace (a job's own, e.g. the end mark, are not)
+    out: dict[int, str] = {}
     for f in flagged:
         at = bisect.bisect_left(mark_entries, f) - 1
         b = windows.get(mark_entries[at]) if at >= 0 else None
         lo = by_entry.get(b) if b is not None else None
-        nxt = bisect.bisect_right(mark_entries, f)
-        hi = by_entry.get(mark_entries[nxt]) if nxt < len(mark_entries) else len(trace.ops)
-        if lo is None or hi is None or not clean[lo] or changed[hi] - changed[lo + 1]:
-            continue
-        if hi < len(trace.ops) and _running(trace.ops, hi, pending.root):
-            continue
-        ok.add(f)
-    return Cleared(frozenset(ok), tuple(f for f in flagged if f not in ok))
+        nxt = bisect.bisect_right(traced, f)   # the first traced mark after F, else the trace's end
+        hi = by_entry[traced[nxt]] if nxt < len(traced) else len(trace.ops)
+        out[f] = (NO_WINDOW if lo is None else UNSYNCED if not clean[lo] else
+                  CHANGED if changed[hi] - changed[lo + 1] else
+                  RUNNING if hi < len(trace.ops) and _running(trace.ops, hi, root) else CLEARED)
+    return out
 
 
 def _running(ops: Sequence[Op], hi: int, root: str) -> bool:

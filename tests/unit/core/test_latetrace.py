@@ -166,3 +166,14 @@ def test_late_flushes_are_split_into_setup_and_commit_parts():
     assert not commits.setup_only and LATE + 2 in commits.flushes
     sp = CrashSpace(both)
     assert sp.setup_notes == (setup.note(),) and sp.notes[-2:] == (setup.note(), commits.note())
+
+
+def test_after_the_last_traced_mark_the_trace_end_bounds_the_flush():
+    """A flush after the program's last mark (the job's own end mark is in the log only) is bounded
+    by the end of the trace: strace follows the program until it exits."""
+    tail_log = LOG + log(*["x"] * len(LOG), "w", "F", "w", "dm-log-writes-end")[len(LOG):]
+    late = late_writes(tail_log)
+    last = max(late.flushes)
+    assert last > LATE and tail_log[-1].mark == "dm-log-writes-end"
+    assert last in quiet(tail_log, late, trace(before=COMMIT), MNT).cleared
+    assert last in quiet(tail_log, late, trace(before=COMMIT, tail=(WRITE,)), MNT).kept
