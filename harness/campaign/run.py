@@ -32,6 +32,7 @@ from powercut.core.crashmodels.target import NO_TARGET, LieTarget
 from powercut.core.disks import DEFAULT_CLUSTER_BOUND, Disks
 from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.imagekey import key_name, state_key
+from powercut.core.markorder import unordered_acks
 from powercut.core.models import CrashSpace
 from powercut.core.selection import SEED_AUTO, DisksSelection, Selection, SelectionSpec, select, select_disks
 from powercut.core.shard import Shard
@@ -311,7 +312,8 @@ def _campaign(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec
                             shard="" if spec.shard.whole else str(spec.shard), coverage=cov,
                             require_exhaustive=spec.require_exhaustive,
                             anatomy=_anatomy(rec, logs[0]) if len(logs) == 1 else {}, trace_note=cause.trace_note(rec),
-                            disk_latency=disk_latency_of(rec.manifest), nodes=len(logs))
+                            disk_latency=disk_latency_of(rec.manifest), nodes=len(logs),
+                            doubts=unordered_acks(logs[0]) if len(logs) == 1 else ())
         paths = write_outputs(summary, verdicts, outdir)
         paths["html"] = html.write(summary, outdir, verdicts, logs)
     return summary, paths

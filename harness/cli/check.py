@@ -125,7 +125,8 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
     shown = 3 if summary.groups else 10
     for f in summary.failures[:shown]:
         print(f"FAIL {f.state}: {f.verdict} ({f.confirmation}): {f.reasons[0] if f.reasons else ''}\n"
-              f"  repro: {repro(summary.recording, f)}")
+              + (f"  {summary.doubtful[f.state]}\n" if f.state in summary.doubtful else "")
+              + f"  repro: {repro(summary.recording, f)}")
     if len(summary.failures) > shown:
         print(f"... and {len(summary.failures) - shown} more failing states (see {paths['summary']})")
     print(f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}")

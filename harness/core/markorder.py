@@ -68,8 +68,8 @@ from dataclasses import dataclass, field
 from powercut.core.crashstate import is_key_mark
 from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
 
-__all__ = ["AmbiguousWindow", "LateWrites", "ambiguous_windows", "late_parts", "late_writes", "mark_order",
-           "ordering_flushes"]
+__all__ = ["AmbiguousWindow", "LateWrites", "UnorderedAck", "ambiguous_windows", "late_parts", "late_writes",
+           "mark_order", "ordering_flushes", "possibly_false", "unordered_acks"]
 
 FLUSH_INSIDE = "program flush inside"
 ORPHAN_BEGIN = "orphan begin"
@@ -270,17 +270,71 @@ def ambiguous_windows(entries: LogIndex | Sequence[Entry]) -> tuple[AmbiguousWin
 
 def mark_order(entries: LogIndex | Sequence[Entry]) -> dict[str, int | bool]:
     """How a log's key marks are ordered (for the manifest and reports): a key mark is ordered when
-    an ordering flush lies between it and the key mark before it; ``ordered``: all of them are."""
+    it is the marking code's (``_windowed``) -- an ambiguous window's mark too: its marker's own
+    flush, issued after the mark was asked for, logged every write completed before it; only which
+    of the window's flushes is the program's is not told; ``ordered``: all of them are."""
     entries = entries.entries if isinstance(entries, LogIndex) else entries
     ordering, _, ambiguous = ordering_flushes(entries)
     keys = ordered_keys = 0
-    pending = False
-    for i, e in enumerate(entries):
-        if i in ordering:
-            pending = True
-        elif is_key_mark(e):
-            keys += 1
-            ordered_keys += pending
-            pending = False
+    for _, windowed in _windowed(entries):
+        keys += 1
+        ordered_keys += windowed
     return {"key_marks": keys, "ordered_key_marks": ordered_keys, "ordering_flushes": len(ordering),
             "ambiguous_windows": ambiguous, "ordered": keys > 0 and ordered_keys == keys}
+
+
+@dataclass(frozen=True, slots=True)
+class UnorderedAck:
+    """An ack mark with no ordering window before it (sent with ``dmsetup message``, or recorded before
+    ordered marks): writes that completed before it may be logged after it, up to ``until`` (the next
+    barrier flush's entry, or the log's length), so a state cut in between (``ack < cut <= until``)
+    may lack them: a failure there is possibly a false alarm (blind spot (c))."""
+
+    ack: int
+    until: int
+    key: str
+
+    def holds(self, cut: int) -> bool:
+        return self.ack < cut <= self.until
+
+    def sentence(self) -> str:
+        return (f"possibly a false alarm: the log cannot order {self.key} (entry {self.ack}, sent without an "
+                f"ordering window) against the writes logged after it before entry {self.until}")
+
+
+def _windowed(entries: Sequence[Entry]) -> list[tuple[Entry, bool]]:
+    """Each key mark with whether the marking code gave it: the marker inserts its begin mark, flushes
+    (after the mark was asked for: every write completed by then is logged), inserts its end mark,
+    suspends and resumes, then inserts the key mark -- so each closed window (an end mark matching a
+    begin) precedes one key mark of its own.  Concurrent markers nest; a key mark takes a window closed
+    before it and not yet taken, if any (none: sent another way, e.g. ``dmsetup message``)."""
+    out = []
+    opened = closed = 0
+    for e in entries:
+        if e.flags & MARK and e.mark == ORDER_BEGIN:
+            opened += 1
+        elif e.flags & MARK and e.mark == ORDER_END and opened:
+            opened -= 1
+            closed += 1
+        elif is_key_mark(e):
+            out.append((e, closed > 0))
+            closed = max(0, closed - 1)
+    return out
+
+
+def unordered_acks(entries: LogIndex | Sequence[Entry]) -> tuple[UnorderedAck, ...]:
+    """The ack marks the marking code did not give (``_windowed``: ``mark_order``'s unordered ones),
+    each with the first barrier flush after it."""
+    es = entries.entries if isinstance(entries, LogIndex) else entries
+    ordering = ordering_flushes(es)[0]
+    out = [(e.index, str(e.mark)) for e, windowed in _windowed(es) if not windowed and e.ack_key is not None]
+    n = len(es)
+    barrier_after = [n] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        barrier_after[i] = i if es[i].flags & FLUSH and i not in ordering else barrier_after[i + 1]
+    return tuple(UnorderedAck(a, barrier_after[a + 1], k) for a, k in out)
+
+
+def possibly_false(doubts: Sequence[UnorderedAck], cut: int) -> UnorderedAck | None:
+    """The unordered ack whose window a state cut at ``cut`` lies in, if any."""
+    return next((d for d in doubts if d.holds(cut)), None)

@@ -13,6 +13,7 @@ import json
 import shlex
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from rich.table import Table
 
 from powercut.core.coverage import ALL, Coverage, requirement
+from powercut.core.markorder import UnorderedAck, possibly_false
 from powercut.core.verdict import SEVERITY, Verdict, worst
 
 
@@ -58,6 +60,8 @@ class Summary:
     disk_latency: str = ""                    # the recording's data-disk latency (core/latency.py; "" unknown)
     nodes: int = 1                            # disks judged together (> 1: a cluster recording's nodes)
     disks: dict[str, Any] = field(default_factory=dict)   # N > 1: the instants and each disk's distinct states
+    doubtful: dict[str, str] = field(default_factory=dict)   # failing state -> why it is possibly a false alarm
+    #   (its cut lies after an ack the log cannot order: core/markorder.unordered_acks); still a failure
 
     @property
     def no_acks(self) -> bool:
@@ -89,7 +93,10 @@ class Summary:
         """The first line of every output: the verdict and its coverage, e.g. ``pass (capped: 3 of 60
         distinct states judged)`` or ``lost-ack: 2 of 60 states fail (exhaustive: ...)``."""
         if self.failures:
-            return (f"{self.verdict}: {len(self.failures)} of {self.total} judged states fail "
+            doubt = sum(f.state in self.doubtful for f in self.failures)
+            apart = (f", {doubt} of them possibly false alarms (cut after an ack the log cannot order against "
+                     "the writes logged after it)" if doubt else "")
+            return (f"{self.verdict}: {len(self.failures)} of {self.total} judged states fail{apart} "
                     f"({self.coverage_phrase()})")
         return f"{self.verdict} ({self.coverage_phrase()})"
 
@@ -163,7 +170,9 @@ class Summary:
                                  "seconds": round(self.confirm_s, 3), "escalated_groups": self.escalated},
                 "groups": self.groups, "triage_seconds": round(self.triage_s, 3),
                 "anatomy": self.anatomy, "trace_note": self.trace_note,
-                "failures": [dict(f.to_json(), repro=repro(self.recording, f)) for f in self.failures],
+                "failures": [dict(f.to_json(), repro=repro(self.recording, f),
+                                  **({"possibly_false_alarm": self.doubtful[f.state]} if f.state in self.doubtful
+                                     else {})) for f in self.failures],
                 "flaky_states": [f.to_json() for f in self.flaky],
                 **({"nodes": self.nodes, "disks": self.disks} if self.nodes > 1 else {})}
 
@@ -175,7 +184,8 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
               escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: str | bool = "",
               anatomy: dict[str, Any] | None = None, trace_note: str = "", disk_latency: str = "",
-              nodes: int = 1, disks: dict[str, Any] | None = None) -> Summary:
+              nodes: int = 1, disks: dict[str, Any] | None = None,
+              doubts: Sequence[UnorderedAck] = ()) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -192,7 +202,8 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
                    {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
                    coverage, requirement(require_exhaustive), dict(anatomy or {}), trace_note, disk_latency, nodes,
-                   dict(disks if disks is not None else _disks_of(selection) if nodes > 1 else {}))
+                   dict(disks if disks is not None else _disks_of(selection) if nodes > 1 else {}),
+                   {f.state: d.sentence() for f in failures if (d := possibly_false(doubts, f.cut)) is not None})
 
 
 def _disks_of(selection: Any) -> dict[str, Any]:
