@@ -381,9 +381,16 @@ def build(counts: Mapping[str, Any], tallies: Mapping[str, Tally], *,
 def judged_only(cov: Coverage, judged: Mapping[str, int]) -> Coverage:
     """The coverage of a part of a check (a shard, an interrupted run): ``judged`` per model is what
     this part really judged; the rest of each model's distinct states count as left out."""
-    return replace(cov, models=tuple(replace(m, judged=min(m.distinct - m.earlier, judged.get(m.model, 0)),
-                                             setup=None, commits=None)   # which part's states: not known
+    return replace(cov, models=tuple(_judged(m, min(m.distinct - m.earlier, judged.get(m.model, 0)))
                                      for m in cov.models))
+
+
+def _judged(m: ModelCoverage, judged: int) -> ModelCoverage:
+    """``m`` with ``judged`` states judged: its parts kept when that is every state chosen, else not
+    known (which part's states a shard or a stopped run judged is not counted): dropped."""
+    if judged == m.judged:
+        return m
+    return replace(m, judged=judged, setup=None, commits=None)
 
 
 def merge(parts: Sequence[Coverage]) -> Coverage:

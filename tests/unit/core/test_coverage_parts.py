@@ -111,3 +111,11 @@ def test_a_note_of_both_parts_is_said_once_for_the_commits():
     only = cov(Part("write-cache", 3, 3, 1, 0, 0, 0, (other,)), Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
                (other,))
     assert only.phrase().endswith("; set-up windows weakened as the commit windows")
+
+
+def test_a_complete_run_keeps_its_parts_a_partial_one_claims_nothing_more():
+    from powercut.core.coverage import judged_only
+    c = cov(Part("write-cache", 30, 30, 3, 3, 330, 2 ** 62, (LATE,)), Part("write-cache", 412, 412, 40), (LATE,))
+    assert judged_only(c, {"write-cache": 442}) == c and c.commits_exhaustive
+    part = judged_only(c, {"write-cache": 400})
+    assert not part.split and not part.commits_exhaustive and part.phrase().startswith("capped: 400 of 442")
