@@ -273,8 +273,6 @@ class Coverage:
         commits = self._phrase(COMMITS, notes)
         said = {n for m in self.models for n in m.part(COMMITS).notes}   # a note said once, for the commits
         setup = self._phrase(SETUP, notes, said)
-        if not setup and self.part_words(SETUP) != (EXHAUSTIVE,):
-            setup = "weakened as the commit windows"
         n = sum(m.part(COMMITS).distinct for m in self.models)
         head = f"commit windows {commits}" if commits else f"every commit window exhaustive ({n} distinct states)"
         return f"{head}; set-up windows {setup or 'exhaustive'}"
@@ -297,12 +295,13 @@ class Coverage:
                 f"{p.sampled_windows} of {p.windows} {p.model} windows ({p.sampled_generated} of "
                 f"{_count(p.sampled_space)} states)" for p in sampled))
         said = tuple(dict.fromkeys(n for p in ps for n in p.notes if n not in said_before))
-        if said and said_before:   # notes of this part said already (for the commit windows)
-            parts.append("weakened: " + "; ".join(_short(n) for n in said) + ", and as the commit windows")
-        elif said and not notes:   # a page that lists the notes beside it
-            parts.append(f"weakened ({len(said)} note{'s' * (len(said) != 1)} below)")
+        shared = ", and as the commit windows" if any(n in said_before for p in ps for n in p.notes) else ""
+        if said and not notes:   # a page that lists the notes beside it
+            parts.append(f"weakened ({len(said)} note{'s' * (len(said) != 1)} below){shared}")
         elif said:   # each note's head and the acks it affects; in full in summary.json and the report
-            parts.append("weakened: " + "; ".join(_short(n) for n in said))
+            parts.append("weakened: " + "; ".join(_short(n) for n in said) + shared)
+        elif shared:   # this part's notes all said already, for the commit windows
+            parts.append("weakened as the commit windows")
         return "; ".join(parts)
 
     def qualify(self, verdict: str) -> str:

@@ -119,3 +119,13 @@ def test_a_complete_run_keeps_its_parts_a_partial_one_claims_nothing_more():
     assert judged_only(c, {"write-cache": 442}) == c and c.commits_exhaustive
     part = judged_only(c, {"write-cache": 400})
     assert not part.split and not part.commits_exhaustive and part.phrase().startswith("capped: 400 of 442")
+
+
+def test_a_sampled_setup_part_weakened_by_a_commit_note_says_both():
+    other = "writes logged after 1 flush ... in flight: not generated; affects begin:3"
+    c = cov(Part("write-cache", 3, 3, 1, 1, 9, 64, (other,)), Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
+            (other,))
+    assert c.phrase().endswith("; set-up windows sampled (seed 0): 1 of 1 write-cache windows (9 of 64 states); "
+                               "weakened as the commit windows")
+    assert c.phrase(notes=False) == ("commit windows weakened (1 note below); set-up windows sampled (seed 0): 1 of 1 "
+                                     "write-cache windows (9 of 64 states); weakened as the commit windows")
