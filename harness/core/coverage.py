@@ -99,6 +99,8 @@ class ModelCoverage:
     notes: tuple[str, ...] = ()   # what weakens this model's space or its judging, one sentence each
     setup: Part | None = None     # the set-up windows' share of the above (None: not told apart, old output)
     commits: Part | None = None   # the commit windows' share (None: not told apart)
+    partial: bool = False         # a part of the check (a shard, a stopped run): the parts are the whole
+    #                               selection's, which of their states this run judged is not counted
 
     @property
     def left_out(self) -> int:
@@ -137,6 +139,8 @@ class ModelCoverage:
         if self.setup is not None and self.commits is not None:
             d["commits"] = {"coverage": list(self.commits.words), **self.commits.to_json()}
             d["setup"] = {"coverage": list(self.setup.words), **self.setup.to_json()}
+            if self.partial:
+                d["partial"] = True
         return d
 
     @classmethod
@@ -147,7 +151,7 @@ class ModelCoverage:
                    int(s.get("windows", 0)), int(s.get("generated", 0)), int(s.get("space", 0)),
                    int(d.get("earlier", 0)), tuple(d.get("notes") or ()),
                    None if u is None or c is None else Part.from_json(model, u),
-                   None if u is None or c is None else Part.from_json(model, c))
+                   None if u is None or c is None else Part.from_json(model, c), bool(d.get("partial", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +216,7 @@ class Coverage:
     @property
     def split(self) -> bool:
         """Whether the set-up windows are told apart from the commit windows (both have some)."""
-        return (all(m.setup is not None and m.commits is not None for m in self.models)
+        return (all(m.setup is not None and m.commits is not None and not m.partial for m in self.models)
                 and any(m.part(SETUP).windows or m.part(SETUP).distinct for m in self.models)
                 and any(m.part(COMMITS).windows or m.part(COMMITS).distinct for m in self.models)
                 and not any(m.earlier for m in self.models))
@@ -385,11 +389,11 @@ def judged_only(cov: Coverage, judged: Mapping[str, int]) -> Coverage:
 
 
 def _judged(m: ModelCoverage, judged: int) -> ModelCoverage:
-    """``m`` with ``judged`` states judged: its parts kept when that is every state chosen, else not
-    known (which part's states a shard or a stopped run judged is not counted): dropped."""
+    """``m`` with ``judged`` states judged: when that is not every state chosen, which part's states
+    were judged is not counted: ``partial`` (its words are the whole's until merged whole again)."""
     if judged == m.judged:
         return m
-    return replace(m, judged=judged, setup=None, commits=None)
+    return replace(m, judged=judged, partial=True)
 
 
 def merge(parts: Sequence[Coverage]) -> Coverage:
@@ -404,7 +408,13 @@ def merge(parts: Sequence[Coverage]) -> Coverage:
         for m in p.models:
             judged[m.model] = judged.get(m.model, 0) + m.judged
             notes.setdefault(m.model, {}).update(dict.fromkeys(m.notes))
-    return Coverage(tuple(replace(m, judged=min(m.distinct - m.earlier, judged[m.model]), notes=tuple(notes[m.model]),
-                                  setup=None, commits=None)   # the parts of shards' judged states: not known
+    return Coverage(tuple(_whole_again(m, min(m.distinct - m.earlier, judged[m.model]), tuple(notes[m.model]))
                           for m in first.models), first.seed)
+
+
+def _whole_again(m: ModelCoverage, judged: int, notes: tuple[str, ...]) -> ModelCoverage:
+    """A model of merged shards: its parts told apart again when the shards judged every state the
+    selection chose (the parts' judged states add up to it), else still ``partial``."""
+    chosen = (m.setup.judged + m.commits.judged) if m.setup is not None and m.commits is not None else -1
+    return replace(m, judged=judged, notes=notes, partial=m.partial and judged != chosen)
 

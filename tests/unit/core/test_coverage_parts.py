@@ -119,6 +119,10 @@ def test_a_complete_run_keeps_its_parts_a_partial_one_claims_nothing_more():
     assert judged_only(c, {"write-cache": 442}) == c and c.commits_exhaustive
     part = judged_only(c, {"write-cache": 400})
     assert not part.split and not part.commits_exhaustive and part.phrase().startswith("capped: 400 of 442")
+    assert Coverage.from_json(part.to_json()) == part
+    other = judged_only(c, {"write-cache": 42})
+    from powercut.core.coverage import merge
+    assert merge([part, other]) == c and merge([part]).phrase().startswith("capped: 400 of 442")
 
 
 def test_a_sampled_setup_part_weakened_by_a_commit_note_says_both():
