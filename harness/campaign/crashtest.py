@@ -26,6 +26,7 @@ from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency_for, fault_for
 from powercut.core import syncdelay
+from powercut.core.coverage import requirement
 from powercut.core.disks import MAX_NODES
 from powercut.core.selection import SelectionSpec
 from powercut.core.verdict import FINDINGS, Verdict
@@ -59,7 +60,8 @@ class CrashTest:
     shrink: int = DEFAULT_SHRINK            # minimize + blame the first K failure groups
     expect: str = "pass"
     allow_no_acks: bool = False
-    require_exhaustive: bool = False        # a pass short of exhaustive does not meet expect="pass"
+    require_exhaustive: str | bool = False  # True/"commits": a pass whose commit windows are short of exhaustive
+    #                                         does not meet expect="pass"; "all": nor one short anywhere
     workload_timeout_s: float = 600.0
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
     fault: str = ""                         # the recording's fault plan (--fault; per node: core/nodefaults.py)
@@ -174,7 +176,8 @@ class Outcome:
         if s.status != "complete" or s.flaky or s.no_acks:
             return False            # never an expectation met by a run that proves nothing
         if want == "pass":
-            return not s.failures and (s.exhaustive or not self.test.require_exhaustive)
+            return not s.failures and (s.coverage is not None and s.coverage.meets(requirement(self.test.require_exhaustive))
+                                       or not self.test.require_exhaustive)
         if want == "fail":
             return bool(s.failures)
         return any(f.verdict == want for f in s.failures)
@@ -203,7 +206,8 @@ class Outcome:
         if self.test.expect != "pass" and not s.failures and s.status == "complete":
             lines.append(f"expected {self.test.expect}: the crash test was expected to find "
                          f"{'a failure' if self.test.expect == 'fail' else self.test.expect}, and found none")
-        elif self.test.expect == "pass" and not s.failures and not s.exhaustive and self.test.require_exhaustive:
+        elif (self.test.expect == "pass" and not s.failures and self.test.require_exhaustive
+              and not (s.coverage is not None and s.coverage.meets(requirement(self.test.require_exhaustive)))):
             lines.append(f"require_exhaustive: the pass is not exhaustive ({s.coverage_phrase()})")
         elif self.test.expect not in ("pass", "fail") and s.failures:
             seen = sorted({f.verdict for f in s.failures})

@@ -100,7 +100,7 @@ def workload_lines(rows: list[Row], cells: list[Cell], lines: list[cost.Line]) -
                 what = "could not be checked (" + next(c.error for c in cs if c.error) + ")"
             elif all(not c.failing for c in cs):
                 what = "survived every crash state judged (" + ", ".join(
-                    f"{c.judged} {c.model}" + ("" if c.covered == "exhaustive" else f", {c.covered}") for c in cs) + ")"
+                    f"{c.judged} {c.model}" + (f", {c.short_coverage}" if c.short_coverage else "") for c in cs) + ")"
             else:
                 what = "failed: " + ", ".join(
                     f"{' and '.join(f'{n} {v}' for v, n in sorted(c.failing.items()))} of {c.judged} {c.model} states"

@@ -43,7 +43,8 @@ class MatrixRun:
     selection: SelectionSpec = SelectionSpec()   # each row's models and max_states override its fields
     place: Place = Place()        # accel, jobs, --check-uri, memory; its check_in is replaced per row
     resume: bool = False
-    require_exhaustive: bool = False   # a cell expecting pass whose space was not exhaustive is a surprise
+    require_exhaustive: str | bool = ""   # "commits": a cell expecting pass whose commit windows were not
+    #                                       exhaustive is a surprise; "all": nor its set-up windows
 
 
 def run_row(row: Row, how: MatrixRun, on_verdict: Any = None) -> tuple[list[Cell], dict[str, Any]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from powercut.campaign.journal import SETTINGS
 from powercut.core import coverage
-from powercut.core.coverage import Coverage
+from powercut.core.coverage import Coverage, requirement
 from powercut.core.dmlog import open_log
 from powercut.core.shard import Shard
 from powercut.core.verdict import Verdict
@@ -140,7 +140,7 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
                         confirm_mode=str(base.get("confirmation", {}).get("mode", "all")),
                         confirm_sample=int(base.get("confirmation", {}).get("sample", 0)),
                         escalated=sum(int(o.summary.get("confirmation", {}).get("escalated_groups", 0)) for o in outs),
-                        coverage=_coverage(outs), require_exhaustive=bool(base.get("require_exhaustive", False)),
+                        coverage=_coverage(outs), require_exhaustive=requirement(base.get("require_exhaustive", "")),
                         anatomy=base.get("anatomy") or {}, trace_note=str(base.get("trace_note", "")),
                         disk_latency=str(base.get("disk_latency", "")), nodes=nodes,
                         delay_sync=tuple(str(r) for r in base.get("delay_sync") or ()),

@@ -19,6 +19,7 @@ from typing import Any
 
 from powercut.campaign import ledger
 from powercut.campaign.journal import Journal, pin_settings, pinned_settings
+from powercut.campaign.latecleared import cleared_by_trace
 from powercut.campaign.outdir import check_outdir, prepare_out
 from powercut.campaign.phases import CampaignRun
 from powercut.check.context import CheckContext, context_for, with_node_faults
@@ -31,6 +32,7 @@ from powercut.core.crashmodels.target import NO_TARGET, LieTarget
 from powercut.core.disks import DEFAULT_CLUSTER_BOUND, Disks
 from powercut.core.dmlog import LogIndex, open_log
 from powercut.core.imagekey import key_name, state_key
+from powercut.core.markorder import unordered_acks
 from powercut.core.models import CrashSpace
 from powercut.core.selection import SEED_AUTO, DisksSelection, Selection, SelectionSpec, select, select_disks
 from powercut.core.shard import Shard
@@ -62,7 +64,8 @@ class CampaignSpec:
     shrink: int = DEFAULT_SHRINK  # minimize + blame the first state of the first K failure groups (0: off)
     shrink_budget: int = DEFAULT_SHRINK_BUDGET   # checks per minimization
     allow_no_acks: bool = False   # a recording without an ack mark is not a pass unless this is set
-    require_exhaustive: bool = False   # a pass short of exhaustive (sampled, capped, weakened) is not ok
+    require_exhaustive: str | bool = ""   # "commits" (or True): a pass whose commit windows are short of exhaustive
+    #                                       (sampled, capped, weakened) is not ok; "all": nor one short anywhere
     ledger: str = ""              # --ledger FILE: skip states that passed in earlier runs of the log, add this run's
     force: bool = False           # replace an earlier check in the output directory
     shard: Shard = Shard()        # judge only this shard of the distinct states (--shard i/n)
@@ -234,9 +237,11 @@ def ledger_id(rec: recording.Recording) -> str:
 def _select(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec,
             earlier: frozenset[str]) -> tuple[CrashSpace | Disks, Selection | DisksSelection]:
     """The space of the recording's disks (one disk: its CrashSpace; N: Disks of theirs), each disk's
-    aimed by its lying-disk target, and the states chosen in it."""
-    spaces = [CrashSpace(log, lie_target=lie_target_of(rec, log.sectorsize, spec.selection.lie_file, i))
-              for i, log in enumerate(logs)]
+    aimed by its lying-disk target and told which late flushes its trace cleared, and the states
+    chosen in it."""
+    cleared = cleared_by_trace(rec, logs)
+    spaces = [CrashSpace(log, lie_target=lie_target_of(rec, log.sectorsize, spec.selection.lie_file, i),
+                         cleared=cleared[i]) for i, log in enumerate(logs)]
     if len(logs) == 1:
         return spaces[0], select(spaces[0], spec.selection, earlier=earlier)
     cs = Disks(spaces)
@@ -309,7 +314,8 @@ def _campaign(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec
                             anatomy=_anatomy(rec, logs[0]) if len(logs) == 1 else {}, trace_note=cause.trace_note(rec),
                             disk_latency=disk_latency_of(rec.manifest), nodes=len(logs),
                             delay_sync=tuple(rec.workload.get("delay_sync") or ()),
-                            proofs=run.proofs.stats.to_json() if run.proofs.tried or run.proofs.skipped else {})
+                            proofs=run.proofs.stats.to_json() if run.proofs.tried or run.proofs.skipped else {},
+                            doubts=unordered_acks(logs[0]) if len(logs) == 1 else ())
         paths = write_outputs(summary, verdicts, outdir)
         paths["html"] = html.write(summary, outdir, verdicts, logs)
     return summary, paths

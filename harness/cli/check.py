@@ -28,7 +28,7 @@ def campaign_spec(args: argparse.Namespace, preset: str = "check") -> Any:
                         confirm_mode=args.confirm_mode, confirm_sample=args.confirm_sample, shrink=args.shrink,
                         shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
                         allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard(),
-                        require_exhaustive=args.require_exhaustive, ledger=args.ledger,
+                        require_exhaustive=args.require_exhaustive or "", ledger=args.ledger,
                         **({"cluster_bound": args.cluster_bound} if getattr(args, "cluster_bound", None) else {}))
 
 
@@ -125,7 +125,8 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
     shown = 3 if summary.groups else 10
     for f in summary.failures[:shown]:
         print(f"FAIL {f.state}: {f.verdict} ({f.confirmation}): {f.reasons[0] if f.reasons else ''}\n"
-              f"  repro: {repro(summary.recording, f)}")
+              + (f"  {summary.doubtful[f.state]}\n" if f.state in summary.doubtful else "")
+              + f"  repro: {repro(summary.recording, f)}")
     if len(summary.failures) > shown:
         print(f"... and {len(summary.failures) - shown} more failing states (see {paths['summary']})")
     print(f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}")
@@ -223,7 +224,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     place = Place(args.check_in or "vm", args.accel, uris=tuple(args.check_uris), jobs=args.jobs)
     out = Path(args.out)
     how = MatrixRun(out=out, check_in=args.check_in or "", selection=selection_from(args, "matrix"), place=place,
-                    resume=args.resume, require_exhaustive=args.require_exhaustive)
+                    resume=args.resume, require_exhaustive=args.require_exhaustive or "")
     console = Console(stderr=True)
     results, infos = [], []
 

@@ -8,11 +8,10 @@ tests/unit/cli/test_defaults.py, which holds every option to one or the other.""
 from __future__ import annotations
 
 import argparse
-import shlex
-from collections.abc import Callable
 
 from powercut import config
 from powercut.checker import DEFAULT_TIMEOUT_S as CHECKER_TIMEOUT_S
+from powercut.cli.argtypes import at_least, non_negative_float, positive_float, seed, shard, shell_words
 from powercut.core import syncdelay
 from powercut.core.confirm import DEFAULT_SAMPLE as CONFIRM_SAMPLE
 from powercut.core.disks import DEFAULT_CLUSTER_BOUND
@@ -29,64 +28,15 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"powercut: error: {message} (see '{self.prog} --help')\n")
 
 
+def exhaustive_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    """--require-exhaustive (the commit windows: COMMITS) and --require-exhaustive=all (every window,
+    the set-up ones before the first key mark too), one option string each: a bare flag never takes
+    the next word as its value."""
+    g.add_argument("--require-exhaustive", dest="require_exhaustive", action="store_const", const="commits",
+                   help=what)
+    g.add_argument("--require-exhaustive=all", dest="require_exhaustive", action="store_const", const="all",
+                   help="as --require-exhaustive, for the set-up windows before the program's first key mark too")
 
-def at_least(least: int) -> Callable[[str], int]:
-    """An argparse type: a whole number >= ``least`` (a bad value exits 2 before anything runs)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"wants a whole number, not {text!r}") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
-        return value
-    parse.__name__ = f"integer >= {least}"
-    return parse
-
-
-def _float(text: str, positive: bool) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"wants a number, not {text!r}") from None
-    if value != value or value < 0 or (positive and value == 0):
-        raise argparse.ArgumentTypeError(f"must be {'more than' if positive else 'at least'} 0, not {text}")
-    return value
-
-
-def shell_words(text: str) -> tuple[str, ...]:
-    """An argparse type: one shell-quoted string split into words (an unbalanced quote exits 2)."""
-    try:
-        return tuple(shlex.split(text))
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{e} in {text!r}") from None
-
-
-def shard(text: str):
-    """An argparse type: i/n, 1 <= i <= n (a bad value exits 2)."""
-    from powercut.core.shard import Shard
-    from powercut.errors import UsageError
-    try:
-        return Shard.parse(text)
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def seed(text: str) -> int:
-    """An argparse type: a seed (a whole number >= 0) or ``auto`` (a new one each run, printed)."""
-    if text == "auto":
-        return -1   # core.selection.SEED_AUTO (the parser does not import the core at start-up)
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"wants a whole number or auto, not {text!r}")
-    return int(text)
-
-
-def positive_float(text: str) -> float:
-    return _float(text, True)
-
-
-def non_negative_float(text: str) -> float:
-    return _float(text, False)
 
 def accel_option(g: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "VM") -> None:
     """--accel, defined once for every command that boots a VM."""
@@ -246,9 +196,9 @@ def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g.add_argument("--checker-timeout", type=positive_float, default=CHECKER_TIMEOUT_S, metavar="S",
                    help=f"the checker's limit per state (default {CHECKER_TIMEOUT_S:g}); a checker that times out or crashes on each "
                         "of the first 3 states stops the check")
-    g.add_argument("--require-exhaustive", action="store_true",
-                   help="a pass that is not exhaustive (sampled windows, --max-states cap, weakened: ambiguous "
-                        "ordering windows, no checker) exits 1 instead of 0; its coverage is printed either way")
+    exhaustive_options(g, "a pass whose commit windows are not exhaustive (sampled windows, --max-states cap, "
+                          "weakened: ambiguous ordering windows, no checker) exits 1 instead of 0; its coverage is "
+                          "printed either way")
     g.add_argument("--ledger", default="", metavar="FILE",
                    help="a ledger of states that passed in earlier runs of the same recording: skip them, then add "
                         "this run's passes (with --seed auto, N runs judge about N times the samples of one)")
@@ -425,8 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--check-uri", action="append", dest="check_uris", default=[], metavar="URI",
                     help="a libvirt host for the checker VMs, e.g. qemu+ssh://user@host/system (repeat: the states are spread over the hosts, -j VMs on each; the image and recording are shipped there by hash)")
     selection_options(mx, "matrix", models=False)
-    mx.add_argument("--require-exhaustive", action="store_true",
-                    help="a cell expecting pass whose states were sampled, capped or weakened is a surprise")
+    exhaustive_options(mx, "a cell expecting pass whose commit windows' states were sampled, capped or weakened is "
+                           "a surprise")
     accel_option(mx)
     mx.add_argument("--resume", action="store_true", help="reuse the recordings and verdicts already in --out")
     mx.add_argument("--shard", type=shard, default=None, metavar="I/N",

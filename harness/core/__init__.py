@@ -6,6 +6,7 @@
 * ``idparts`` -- the parts of an id: ranges, subsets, tears, canonical ids, the seeded picks;
 * ``crashstate`` -- what a crash state is and keeps (the one durable-set rule replay and selection use);
 * ``markorder`` -- ordered marks: the harness's ordering flushes, which models treat as no barrier;
+* ``latetrace`` -- which late flushes (the in-flight note) the trace clears: no write of the program's in flight;
 * ``faultwindows`` -- injected I/O errors as the log records them: fault windows, commits acked after one;
 * ``nodefaults`` -- the recording's fault plan per node (``--fault 1=PLAN``): parsed, fitted to the disks;
 * ``latency`` -- the recording's disk latency (none, presets, explicit) and the dm-delay values that give it;

@@ -235,8 +235,8 @@ class PerWriteLie(LieModel):
             if self.per_write:
                 space = len(cands)
             if cands:
-                tally.window(min(space, SPACE_CAP), len(chosen),
-                             sampled=self.always_sampled or len(chosen) < space)
+                tally.window(min(space, SPACE_CAP), len(chosen), sampled=self.always_sampled or len(chosen) < space,
+                             setup=sp.key_version[cut] == 0)
             states = [self.make(sp, cut, w, x, bounds.seed) for w, x in chosen]
             yield from sorted(states, key=lambda s: s.id)
 

@@ -63,12 +63,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from powercut.core.crashstate import is_key_mark
 from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
 
-__all__ = ["AmbiguousWindow", "LateWrites", "ambiguous_windows", "late_writes", "mark_order", "ordering_flushes"]
+__all__ = ["AmbiguousWindow", "LateWrites", "UnorderedAck", "ambiguous_windows", "late_parts", "late_writes",
+           "mark_order", "ordering_flushes", "possibly_false", "unordered_acks"]
 
 FLUSH_INSIDE = "program flush inside"
 ORPHAN_BEGIN = "orphan begin"
@@ -166,6 +167,10 @@ class LateWrites:
     unbounded: int = 0
     keys: tuple[str, ...] = ()
     unordered: bool = False
+    cleared: int = 0   # flushes and FUA writes the system-call trace cleared (core/latetrace.py): not counted above
+    setup_only: bool = False   # every one is bounded by the log's first key mark: the states it keeps from the
+    #                            models all lie before it (set-up windows: nothing begun or acknowledged)
+    setup: tuple[int, ...] = field(default=(), compare=False)   # those of them so bounded (set-up alone)
 
     def __bool__(self) -> bool:
         return bool(self.flushes or self.fuas)
@@ -183,13 +188,18 @@ class LateWrites:
                 + f"writes logged after {what} before the next ordered key mark may have completed while "
                 f"{'it was' if nf + nu == 1 else 'they were'} in flight: states keeping such a write and losing "
                 f"the flush's window (the FUA write) not generated (the log cannot tell them from writes "
-                f"issued after it completed)" + (f"; affects {keys}" if keys else ""))
+                f"issued after it completed)"
+                + (f"; {self.cleared} more cleared by the system-call trace" if self.cleared else "")
+                + (f"; affects {keys}" if keys else ""))
 
 
-def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None) -> LateWrites:
+def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None,
+                cleared: frozenset[int] = frozenset(), only: frozenset[int] | None = None) -> LateWrites:
     """The flushes and FUA writes after which a plain write is logged before the bound (module
     docstring): a barrier FLUSH entry whose window (plain data entries since the barrier before it)
-    is not empty, or a FUA write.  ``ordering``: the log's ordering flushes (computed if None).  O(n)."""
+    is not empty, or a FUA write.  ``ordering``: the log's ordering flushes (computed if None);
+    ``cleared``: those of them the system-call trace cleared (core/latetrace.quiet: no write of
+    the program's in flight), left out and counted; ``only``: count only these (a part: ``late_parts``).  O(n)."""
     es = entries.entries if isinstance(entries, LogIndex) else entries
     if ordering is None:
         ordering = ordering_flushes(es)[0]
@@ -205,20 +215,41 @@ def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | 
     flushes: list[int] = []
     fuas: list[int] = []
     keys: dict[str, None] = {}
-    unbounded = window = 0
+    unbounded = window = gone = 0
+    setup: list[int] = []
     for i, e in enumerate(es):
         barrier = bool(e.flags & FLUSH) and i not in ordering
         fua = e.is_write and bool(e.flags & FUA)
         b = begin_at[i + 1]
         bound = key_at[b + 1] if b < n else n
-        if (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1]:
+        if only is not None and i not in only:
+            pass
+        elif (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1] and i in cleared:
+            gone += 1
+        elif (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1]:
             (flushes if barrier else fuas).append(i)
             unbounded += b == n
+            if bound == key_at[0] < n:
+                setup.append(i)
             if key_at[i + 1] < n:
                 keys.setdefault(str(es[key_at[i + 1]].mark), None)
         if barrier:
             window = i
-    return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys), begin_at[0] == n and key_at[0] < n)
+    return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys), begin_at[0] == n and key_at[0] < n,
+                      gone if flushes or fuas else 0, bool(flushes or fuas) and len(setup) == len(flushes) + len(fuas),
+                      tuple(setup))
+
+
+def late_parts(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None,
+               cleared: frozenset[int] = frozenset()) -> tuple[LateWrites, LateWrites]:
+    """``late_writes`` in two parts: the flushes bounded by the log's first key mark (their states lie
+    in the set-up windows alone: ``setup_only``), and the others (they may reach a commit window)."""
+    whole = late_writes(entries, ordering, cleared)
+    mine = frozenset(whole.setup)
+    everything = frozenset(range(len(entries.entries if isinstance(entries, LogIndex) else entries)))
+    return (late_writes(entries, ordering, cleared, mine) if mine else LateWrites(),
+            late_writes(entries, ordering, cleared, everything - mine) if len(whole.setup) < len(whole.flushes) + len(whole.fuas)
+            else LateWrites())
 
 
 def ordering_flushes(entries: Sequence[Entry]) -> tuple[frozenset[int], int, int]:
@@ -239,17 +270,71 @@ def ambiguous_windows(entries: LogIndex | Sequence[Entry]) -> tuple[AmbiguousWin
 
 def mark_order(entries: LogIndex | Sequence[Entry]) -> dict[str, int | bool]:
     """How a log's key marks are ordered (for the manifest and reports): a key mark is ordered when
-    an ordering flush lies between it and the key mark before it; ``ordered``: all of them are."""
+    it is the marking code's (``_windowed``) -- an ambiguous window's mark too: its marker's own
+    flush, issued after the mark was asked for, logged every write completed before it; only which
+    of the window's flushes is the program's is not told; ``ordered``: all of them are."""
     entries = entries.entries if isinstance(entries, LogIndex) else entries
     ordering, _, ambiguous = ordering_flushes(entries)
     keys = ordered_keys = 0
-    pending = False
-    for i, e in enumerate(entries):
-        if i in ordering:
-            pending = True
-        elif is_key_mark(e):
-            keys += 1
-            ordered_keys += pending
-            pending = False
+    for _, windowed in _windowed(entries):
+        keys += 1
+        ordered_keys += windowed
     return {"key_marks": keys, "ordered_key_marks": ordered_keys, "ordering_flushes": len(ordering),
             "ambiguous_windows": ambiguous, "ordered": keys > 0 and ordered_keys == keys}
+
+
+@dataclass(frozen=True, slots=True)
+class UnorderedAck:
+    """An ack mark with no ordering window before it (sent with ``dmsetup message``, or recorded before
+    ordered marks): writes that completed before it may be logged after it, up to ``until`` (the next
+    barrier flush's entry, or the log's length), so a state cut in between (``ack < cut <= until``)
+    may lack them: a failure there is possibly a false alarm (blind spot (c))."""
+
+    ack: int
+    until: int
+    key: str
+
+    def holds(self, cut: int) -> bool:
+        return self.ack < cut <= self.until
+
+    def sentence(self) -> str:
+        return (f"possibly a false alarm: the log cannot order {self.key} (entry {self.ack}, sent without an "
+                f"ordering window) against the writes logged after it before entry {self.until}")
+
+
+def _windowed(entries: Sequence[Entry]) -> list[tuple[Entry, bool]]:
+    """Each key mark with whether the marking code gave it: the marker inserts its begin mark, flushes
+    (after the mark was asked for: every write completed by then is logged), inserts its end mark,
+    suspends and resumes, then inserts the key mark -- so each closed window (an end mark matching a
+    begin) precedes one key mark of its own.  Concurrent markers nest; a key mark takes a window closed
+    before it and not yet taken, if any (none: sent another way, e.g. ``dmsetup message``)."""
+    out = []
+    opened = closed = 0
+    for e in entries:
+        if e.flags & MARK and e.mark == ORDER_BEGIN:
+            opened += 1
+        elif e.flags & MARK and e.mark == ORDER_END and opened:
+            opened -= 1
+            closed += 1
+        elif is_key_mark(e):
+            out.append((e, closed > 0))
+            closed = max(0, closed - 1)
+    return out
+
+
+def unordered_acks(entries: LogIndex | Sequence[Entry]) -> tuple[UnorderedAck, ...]:
+    """The ack marks the marking code did not give (``_windowed``: ``mark_order``'s unordered ones),
+    each with the first barrier flush after it."""
+    es = entries.entries if isinstance(entries, LogIndex) else entries
+    ordering = ordering_flushes(es)[0]
+    out = [(e.index, str(e.mark)) for e, windowed in _windowed(es) if not windowed and e.ack_key is not None]
+    n = len(es)
+    barrier_after = [n] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        barrier_after[i] = i if es[i].flags & FLUSH and i not in ordering else barrier_after[i + 1]
+    return tuple(UnorderedAck(a, barrier_after[a + 1], k) for a, k in out)
+
+
+def possibly_false(doubts: Sequence[UnorderedAck], cut: int) -> UnorderedAck | None:
+    """The unordered ack whose window a state cut at ``cut`` lies in, if any."""
+    return next((d for d in doubts if d.holds(cut)), None)

@@ -93,11 +93,13 @@ def durable_entries(entries: CrashSpace | LogIndex | Sequence[Entry],
 class CrashSpace(SpaceTables):
     """The crash states of one log: prefix tables built once (SpaceTables), states and ids on
     demand, each model's from the registry.  ``lie_target``: the program's blocks the lying-disk
-    models aim at (none by default).  Thread-safe: the tables are immutable; the cache of (acks,
+    models aim at (none by default); ``cleared``: the late flushes the trace cleared
+    (core/latetrace.py).  Thread-safe: the tables are immutable; the cache of (acks,
     begun) tuples is locked."""
 
-    def __init__(self, entries: LogIndex | Sequence[Entry], *, lie_target: LieTarget = NO_TARGET) -> None:
-        super().__init__(entries, lie_target=lie_target)
+    def __init__(self, entries: LogIndex | Sequence[Entry], *, lie_target: LieTarget = NO_TARGET,
+                 cleared: frozenset[int] = frozenset()) -> None:
+        super().__init__(entries, lie_target=lie_target, cleared=cleared)
 
     def make_state(self, model: str, cut: int, dropped: Sequence[int] = (),
                    torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:

@@ -133,6 +133,8 @@ class ModelCounts:
     judged: int
     below_floor: int = 0
     earlier: int = 0   # distinct states it would own that a ledger says passed in an earlier run (not owned)
+    setup_owned: int = 0    # of ``owned``, those before the program's first key mark (instant 0: set-up)
+    setup_judged: int = 0   # of ``judged``, those
 
     @property
     def left_out(self) -> int:
@@ -141,7 +143,8 @@ class ModelCounts:
     def to_json(self) -> dict[str, int]:
         return {"generated": self.generated, "distinct": self.distinct, "owned": self.owned,
                 "judged": self.judged, "left_out": self.left_out, "below_floor": self.below_floor,
-                **({"earlier": self.earlier} if self.earlier else {})}
+                **({"earlier": self.earlier} if self.earlier else {}),
+                **({"setup_owned": self.setup_owned, "setup_judged": self.setup_judged} if self.setup_owned else {})}
 
 
 
@@ -283,6 +286,7 @@ def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "
     owned: dict[str, StateList[DisksState]] = {m: StateList(disks) for m in order}
     aliases: dict[str, list[str]] = {}
     gen, distinct, before = dict.fromkeys(order, 0), dict.fromkeys(order, 0), dict.fromkeys(order, 0)
+    setup_owned = dict.fromkeys(order, 0)   # owned states of instant 0 (set-up: before the first key mark)
     products = dict.fromkeys(order, 0)
     combined = {m: Tally() for m in order}   # several disks: one window per instant, its combinations
     while True:
@@ -325,8 +329,10 @@ def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "
                         for dup in g[1:]:
                             aliases.setdefault(rep, []).append(format_disks_id(m, [*ids[:n], dup, *ids[n + 1:]]))
                 if several:
-                    combined[m].window(min(SPACE_CAP, math.prod(sizes)), len(combos), sampled=sampled)
+                    combined[m].window(min(SPACE_CAP, math.prod(sizes)), len(combos), sampled=sampled, setup=v == 0)
             distinct[m] += len(seen)
+            if v == 0:
+                setup_owned[m] = len(owned[m])
     shares = fair_shares([len(owned[m]) for m in order], how.max_states)
     chosen: StateList[DisksState] = StateList(disks)
     counts: dict[str, ModelCounts] = {}
@@ -334,16 +340,21 @@ def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "
         mine = owned.pop(m)
         if q == len(mine):
             chosen.extend(mine)
+            setup_judged = setup_owned[m]
         else:
-            for i in spread(len(mine), q):
+            picked = spread(len(mine), q)
+            for i in picked:
                 chosen.append_id(mine.id_at(i))
-        counts[m] = ModelCounts(gen[m], distinct[m], len(mine), q, sum(st.below for st in streams[m]), before[m])
+            setup_judged = sum(i < setup_owned[m] for i in picked)
+        counts[m] = ModelCounts(gen[m], distinct[m], len(mine), q, sum(st.below for st in streams[m]), before[m],
+                                setup_owned[m], setup_judged)
         del mine
     tallies = {m: _sum_tallies([combined[m], *(t[m] for t in node_tallies)]) for m in order}
     notes = {m: _notes(disks, m) for m in order}
+    setup_only = _setup_notes(disks)
     log.debug("selected %d of %d distinct states (floors %s): %s", len(chosen),
               sum(c.owned for c in counts.values()), floors, {m: c.to_json() for m, c in counts.items()})
-    cov = build(counts, tallies, notes=notes, seed=how.seed)
+    cov = build(counts, tallies, notes=notes, seed=how.seed, setup_only=setup_only)
     node_states = tuple({m: streams[m][n].distinct for m in order} for n in range(len(disks)))
     return DisksSelection(chosen, {k: tuple(x) for k, x in aliases.items()}, counts, cov, node_states,
                           disks.instants, products, floors)
@@ -368,11 +379,15 @@ def _variants(model: str, pools: Pools, back: Pools | None) -> list[tuple[str, P
 def _sum_tallies(parts: Sequence[Tally]) -> Tally:
     out = Tally()
     for t in parts:
-        out.windows += t.windows
-        out.sampled_windows += t.sampled_windows
-        out.generated += t.generated
-        out.space = min(SPACE_CAP, out.space + t.space)
+        out.add(t)
     return out
+
+
+def _setup_notes(disks: Disks) -> list[str]:
+    """The notes (as ``_notes`` words them) that weaken only the set-up windows (CrashSpace.setup_notes)."""
+    if len(disks) == 1:
+        return list(disks.nodes[0].setup_notes)
+    return [f"node {n} -- {x}" for n, sp in enumerate(disks.nodes) for x in sp.setup_notes]
 
 
 def _notes(disks: Disks, model: str) -> list[str]:

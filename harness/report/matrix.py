@@ -22,6 +22,7 @@ from powercut.config import DEFAULT_DISK_LATENCY, disk_latency_for, fault_for
 from powercut.core import syncdelay
 from powercut.core.causes import RULES
 from powercut.core.confirm import group_key
+from powercut.core.coverage import ALL, COMMITS, Coverage, requirement
 from powercut.core.disks import MAX_NODES
 from powercut.core.stateid import MODELS
 from powercut.core.verdict import FINDINGS
@@ -171,10 +172,12 @@ class Cell:
     tear_free_example: str = ""
     coverage: str = ""              # the model's coverage phrase ("" exhaustive, or unknown: see covered)
     covered: str = "exhaustive"     # the model's worst coverage word (core/coverage: exhaustive .. weakened)
-    require_exhaustive: bool = False   # a pass expected and seen on a space short of exhaustive is not ok
+    require_exhaustive: str | bool = ""   # "commits"/True: a pass expected and seen on commit windows short of
+    #                                       exhaustive is not ok; "all": nor on a space short of exhaustive anywhere
     cause: str = ""                 # the rule the cause of its failures names (core/causes.py; "" unknown)
     cause_text: str = ""            # that cause's sentence
     expected_cause: str = ""        # the row's expectation of it ("" none)
+    commits: str = ""               # the worst coverage word of its commit windows (core/coverage; "": as ``covered``)
 
     @property
     def cause_ok(self) -> bool:
@@ -184,9 +187,22 @@ class Cell:
         return not self.expected_cause or not self.failing or self.cause in ("", self.expected_cause)
 
     @property
+    def short_coverage(self) -> str:
+        """Its coverage in a few words, the commit windows first: "" (exhaustive), "commits exhaustive,
+        set-up sampled", "commits sampled" (the worst word of each)."""
+        if self.covered == "exhaustive":
+            return ""
+        if not self.commits:
+            return self.covered
+        return f"commits exhaustive, set-up {self.covered}" if self.commits == "exhaustive" else f"commits {self.commits}"
+
+    @property
     def proven(self) -> bool:
-        """An expected pass stands on every distinct state (a failure found needs no more)."""
-        return self.covered == "exhaustive" or bool(self.failing)
+        """An expected pass stands on every distinct state -- of its commit windows, unless
+        --require-exhaustive=all asks for the set-up windows too (a failure found needs no more)."""
+        if self.covered == "exhaustive" or self.failing:
+            return True
+        return self.commits == "exhaustive" and requirement(self.require_exhaustive) != ALL
 
     @property
     def mark(self) -> str:
@@ -246,6 +262,7 @@ class Cell:
                 "first_reason": self.first_reason, "flaky": self.flaky, "error": self.error,
                 "tear_free": self.tear_free, "tear_free_example": self.tear_free_example,
                 "coverage": self.coverage, "covered": self.covered, "require_exhaustive": self.require_exhaustive,
+                "commits_covered": self.commits,
                 "cause": self.cause, "cause_text": self.cause_text, "expected_cause": self.expected_cause,
                 "cause_ok": self.cause_ok}
 
@@ -256,11 +273,12 @@ class Cell:
                     {str(k): int(v) for k, v in (d.get("failing") or {}).items()}, str(d.get("first_failing_state", "")),
                     str(d.get("first_reason", "")), int(d.get("flaky", 0)), str(d.get("error", "")),
                     int(d.get("tear_free", 0)), str(d.get("tear_free_example", "")), str(d.get("coverage", "")),
-                    str(d.get("covered", "unknown")), bool(d.get("require_exhaustive", False)), str(d.get("cause", "")),
-                    str(d.get("cause_text", "")), str(d.get("expected_cause", "")))
+                    str(d.get("covered", "unknown")), requirement(d.get("require_exhaustive", "")),
+                    str(d.get("cause", "")), str(d.get("cause_text", "")), str(d.get("expected_cause", "")),
+                    str(d.get("commits_covered", "")))
 
 
-def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None, require_exhaustive: bool = False
+def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None, require_exhaustive: str | bool = ""
           ) -> list[Cell]:
     """Compare a campaign summary (report.Summary) with the row's expectations, model by model.
     ``untorn``: failing torn states -> the same state without its tear that fails the same way
@@ -286,7 +304,8 @@ def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None, require_
                         cov[m].phrase() if m in cov else "coverage not recorded",
                         cov[m].words[-1] if m in cov else "unknown", require_exhaustive,
                         *_cause(getattr(summary, "groups", []), m, first),
-                        row.cause.get(m, "")))
+                        row.cause.get(m, ""),
+                        Coverage((cov[m],)).part_words(COMMITS)[-1] if m in cov else ""))
     return out
 
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from rich.table import Table
 
-from powercut.core.coverage import Coverage
+from powercut.core.coverage import ALL, Coverage, requirement
+from powercut.core.markorder import UnorderedAck, possibly_false
 from powercut.core.verdict import SEVERITY, Verdict, worst
 
 
@@ -52,7 +53,8 @@ class Summary:
     confirm_sample: int = 0                   # states judged alone per large group
     escalated: int = 0                        # groups confirmed state by state after their sample disagreed
     coverage: Coverage | None = None          # what was covered (core/coverage); None: not recorded (old output)
-    require_exhaustive: bool = False          # a pass short of exhaustive is not ok (--require-exhaustive)
+    require_exhaustive: str = ""              # "commits": a pass whose commit windows are not exhaustive is not
+    #                                           ok (--require-exhaustive); "all": nor one short of exhaustive anywhere
     anatomy: dict[str, Any] = field(default_factory=dict)   # commit anatomy (core/anatomy.py), {} if unknown
     trace_note: str = ""                      # why there is no cause in the program's terms ("" with a trace)
     disk_latency: str = ""                    # the recording's data-disk latency (core/latency.py; "" unknown)
@@ -60,6 +62,8 @@ class Summary:
     disks: dict[str, Any] = field(default_factory=dict)   # N > 1: the instants and each disk's distinct states
     delay_sync: tuple[str, ...] = ()          # the recording's --delay-sync rules (core/syncdelay.py; () none)
     proofs: dict[str, Any] = field(default_factory=dict)   # the causes' counterfactuals (debug/verify.Stats)
+    doubtful: dict[str, str] = field(default_factory=dict)   # failing state -> why it is possibly a false alarm
+    #   (its cut lies after an ack the log cannot order: core/markorder.unordered_acks); still a failure
 
     @property
     def no_acks(self) -> bool:
@@ -72,7 +76,14 @@ class Summary:
     @property
     def ok(self) -> bool:
         return (not self.failures and not self.flaky and self.status == "complete" and not self.no_acks
-                and (self.exhaustive or not self.require_exhaustive))
+                and self.meets_requirement)
+
+    @property
+    def meets_requirement(self) -> bool:
+        """Its coverage is what --require-exhaustive asks for (anything when it was not given)."""
+        if not self.require_exhaustive:
+            return True
+        return self.coverage is not None and self.coverage.meets(requirement(self.require_exhaustive))
 
     def coverage_phrase(self) -> str:
         """What the verdict stands on, in the words every output uses (core/coverage.Coverage.phrase)."""
@@ -84,7 +95,10 @@ class Summary:
         """The first line of every output: the verdict and its coverage, e.g. ``pass (capped: 3 of 60
         distinct states judged)`` or ``lost-ack: 2 of 60 states fail (exhaustive: ...)``."""
         if self.failures:
-            return (f"{self.verdict}: {len(self.failures)} of {self.total} judged states fail "
+            doubt = sum(f.state in self.doubtful for f in self.failures)
+            apart = (f", {doubt} of them possibly false alarms (cut after an ack the log cannot order against "
+                     "the writes logged after it)" if doubt else "")
+            return (f"{self.verdict}: {len(self.failures)} of {self.total} judged states fail{apart} "
                     f"({self.coverage_phrase()})")
         return f"{self.verdict} ({self.coverage_phrase()})"
 
@@ -111,9 +125,14 @@ class Summary:
         if self.no_acks:
             out.append("the workload acknowledged no commit (no ack: mark in the log): every state passes and "
                        "proves nothing; make the workload call powercut.ack, or --allow-no-acks")
-        if self.require_exhaustive and not self.exhaustive and not self.failures:
-            out.append(f"not exhaustive ({self.coverage_phrase()}): --require-exhaustive asks for every distinct "
-                       "state of every model judged, nothing sampled, capped or weakened")
+        if not self.meets_requirement and not self.failures:
+            if requirement(self.require_exhaustive) == ALL:
+                out.append(f"not exhaustive ({self.coverage_phrase()}): --require-exhaustive=all asks for every "
+                           "distinct state of every model judged, nothing sampled, capped or weakened")
+            else:
+                out.append(f"not exhaustive ({self.coverage_phrase()}): --require-exhaustive asks for every commit "
+                           "window's distinct states judged, nothing sampled, capped or weakened there "
+                           "(--require-exhaustive=all: the set-up windows too)")
         return out
 
     @property
@@ -154,7 +173,9 @@ class Summary:
                                  "seconds": round(self.confirm_s, 3), "escalated_groups": self.escalated},
                 "groups": self.groups, "triage_seconds": round(self.triage_s, 3),
                 "anatomy": self.anatomy, "trace_note": self.trace_note,
-                "failures": [dict(f.to_json(), repro=repro(self.recording, f)) for f in self.failures],
+                "failures": [dict(f.to_json(), repro=repro(self.recording, f),
+                                  **({"possibly_false_alarm": self.doubtful[f.state]} if f.state in self.doubtful
+                                     else {})) for f in self.failures],
                 "flaky_states": [f.to_json() for f in self.flaky],
                 **({"nodes": self.nodes, "disks": self.disks} if self.nodes > 1 else {})}
 
@@ -164,10 +185,10 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
               rejudged: int = 0, groups: list[dict[str, Any]] | None = None, triage_s: float = 0.0,
               acks: int = -1, allow_no_acks: bool = False, shard: str = "",
               missing_shards: tuple[str, ...] = (), confirm_mode: str = "group", confirm_sample: int = 0,
-              escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: bool = False,
+              escalated: int = 0, coverage: Coverage | None = None, require_exhaustive: str | bool = "",
               anatomy: dict[str, Any] | None = None, trace_note: str = "", disk_latency: str = "",
               nodes: int = 1, disks: dict[str, Any] | None = None, delay_sync: Sequence[str] = (),
-              proofs: dict[str, Any] | None = None) -> Summary:
+              proofs: dict[str, Any] | None = None, doubts: Sequence[UnorderedAck] = ()) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
     for v in verdicts:
@@ -183,9 +204,10 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
                    failures, flaky, len(verdicts), seconds, counts, status, confirm_s, rejudged, list(groups or []),
                    triage_s, acks, len(getattr(selection, "states", ())), allow_no_acks, shard, tuple(missing_shards),
                    {m: dict(c) for m, c in sorted(covered.items())}, confirm_mode, confirm_sample, escalated,
-                   coverage, require_exhaustive, dict(anatomy or {}), trace_note, disk_latency, nodes,
+                   coverage, requirement(require_exhaustive), dict(anatomy or {}), trace_note, disk_latency, nodes,
                    dict(disks if disks is not None else _disks_of(selection) if nodes > 1 else {}),
-                   tuple(delay_sync), dict(proofs or {}))
+                   tuple(delay_sync), dict(proofs or {}),
+                   {f.state: d.sentence() for f in failures if (d := possibly_false(doubts, f.cut)) is not None})
 
 
 def _disks_of(selection: Any) -> dict[str, Any]:

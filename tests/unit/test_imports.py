@@ -304,6 +304,7 @@ LATE_IMPORTS = {
     "powercut.cli.bench": "command start-up (cli/__init__.py)",
     "powercut.cli.inspect": "command start-up (cli/__init__.py)",
     "powercut.cli.parser": "command start-up (cli/__init__.py)",
+    "powercut.cli.argtypes": "command start-up (cli/__init__.py): the value types parser.py held",
     "powercut.cli.setup": "command start-up (cli/__init__.py)",
     "powercut.pytest_plugin": "loaded in every pytest session of a project that has powercut installed",
     "powercut.guest.check": "every checker VM imports it, under TCG at 10-50x the cost; one job needs them",

@@ -73,7 +73,7 @@ def test_readme_example_correct_passes_broken_is_caught(project: pytest.Pytester
         "artifacts: *",
     ])
     res.stdout.fnmatch_lines(["*powercut crash tests*",
-                              "*test_kvstore_survives_power_loss: pass (capped: * distinct states judged*): all * "
+                              "*test_kvstore_survives_power_loss: pass (commit windows capped: * distinct states judged*): all * "
                               "judged crash states pass*"])
     bundle = re.search(r"repro: powercut repro (\S+)", text).group(1)
     assert Path(bundle, "bundle.json").is_file() and Path(bundle).is_relative_to(out)

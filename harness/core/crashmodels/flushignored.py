@@ -82,14 +82,14 @@ class FlushIgnored(LieModel):
                 lies = (1 << len(pool)) - (1 << len(set(pool) & honest))   # the subsets that drop a kept entry
                 for mask in range(1 << len(pool)):
                     added += add(pick_bits(pool, mask))
-                tally.window(lies, added, sampled=False)
+                tally.window(lies, added, sampled=False, setup=version == 0)
             else:
                 for dropped in subset_picks(pool):
                     added += add(dropped)
                 for j in range(samples):
                     added += add(fi_sample(pool, seed, cut, j), f"r{seed}.{j}")
                 space = (1 << len(pool)) - (1 << len(set(pool) & honest)) if len(pool) < 62 else SPACE_CAP
-                tally.window(space, added, sampled=True)
+                tally.window(space, added, sampled=True, setup=version == 0)
             yield from sorted(out, key=lambda s: s.id)
 
     def rebuild(self, sp: SpaceTables, whole: str, cut: int, m: re.Match[str]) -> CrashState:

@@ -14,7 +14,14 @@ from powercut.core.crashmodels.target import NO_TARGET, LieTarget
 from powercut.core.crashstate import CrashState, KeyPrefix, Torn, is_key_mark, sector_units
 from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
 from powercut.core.idparts import format_id
-from powercut.core.markorder import AmbiguousWindow, LateWrites, ambiguous_windows, late_writes, ordering_flushes
+from powercut.core.markorder import (
+    AmbiguousWindow,
+    LateWrites,
+    ambiguous_windows,
+    late_parts,
+    late_writes,
+    ordering_flushes,
+)
 from powercut.errors import UsageError
 
 
@@ -25,9 +32,12 @@ def entries_of(x: SpaceTables | LogIndex | Sequence[Entry]) -> Sequence[Entry]:
 
 class SpaceTables:
     """The tables of one log.  ``lie_target``: the program's blocks the lying-disk models aim at
-    (target.LieTarget; none by default)."""
+    (target.LieTarget; none by default); ``cleared``: the late flushes (markorder.late_writes) the
+    system-call trace cleared (core/latetrace.quiet), left out of the notes."""
 
-    def __init__(self, entries: LogIndex | Sequence[Entry], *, lie_target: LieTarget = NO_TARGET) -> None:
+    def __init__(self, entries: LogIndex | Sequence[Entry], *, lie_target: LieTarget = NO_TARGET,
+                 cleared: frozenset[int] = frozenset()) -> None:
+        self.cleared = cleared   # late flushes the system-call trace cleared (core/latetrace.py)
         self.sectorsize = int(getattr(entries, "sectorsize", 512) or 512)
         self.entries: tuple[Entry, ...] = tuple(entries_of(entries))
         self.lie_target = lie_target
@@ -79,12 +89,25 @@ class SpaceTables:
     @functools.cached_property
     def late(self) -> LateWrites:
         """Flushes/FUA writes with writes logged after them: blind spot (d) (markorder.late_writes)."""
-        return late_writes(self.entries, self.ordering)
+        return late_writes(self.entries, self.ordering, self.cleared)
+
+    @functools.cached_property
+    def late_parts(self) -> tuple[LateWrites, LateWrites]:
+        """``late`` in two: the flushes whose kept-out states lie in the set-up windows alone, the others."""
+        return late_parts(self.entries, self.ordering, self.cleared)
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What weakens every model's space of this log, one sentence each (coverage.Coverage.notes)."""
-        return tuple(w.note() for w in self.ambiguous) + ((self.late.note(),) if self.late else ())
+        """What weakens every model's space of this log, one sentence each (coverage.Coverage.notes):
+        each ambiguous window, the late flushes of the set-up windows, those of the commit windows."""
+        return tuple(w.note() for w in self.ambiguous) + tuple(p.note() for p in self.late_parts if p)
+
+    @property
+    def setup_notes(self) -> tuple[str, ...]:
+        """Those of ``notes`` that weaken only the set-up windows (cuts before the first key mark): the
+        note of the late flushes bounded by the first key mark."""
+        setup = self.late_parts[0]
+        return (setup.note(),) if setup else ()
 
     def keys(self, cut: int) -> tuple[Sequence[str], tuple[str, ...]]:
         """(acks, begun-not-acked) before the cut, each in the order of its first mark.  The acks are

@@ -117,7 +117,7 @@ class TornModel(CrashModel):
                 got += 1
             j += 1
         space = pow2(m) - 2
-        tally.window(space, added, sampled=len(picks) < space)
+        tally.window(space, added, sampled=len(picks) < space, setup=sp.key_version[b.cut] == 0)
 
     def _fill_combined(self, b: Batch, seed: int, torn_samples: int, cuts: set[int], tally: Tally) -> None:
         """One window: (tearable write, tear, lost others) of a cut; sampled unless every one was tried."""
@@ -145,7 +145,7 @@ class TornModel(CrashModel):
                           StateId(self.name, cut, r, r, t).text()))
         added = sum(b.add(lost, ((t, tear),), sid) for lost, t, tear, sid in picks)
         space = min(SPACE_CAP, sum((pow2(self.units(sp, es[t])) - 2) * pow2(len(pool) - 1) for t in tearable))
-        tally.window(space, added, sampled=len({p[:3] for p in picks}) < space)
+        tally.window(space, added, sampled=len({p[:3] for p in picks}) < space, setup=sp.key_version[cut] == 0)
 
 
 def under_fua(sp: SpaceTables, t: int, fua: Sequence[Entry]) -> Iterator[tuple[int, ...]]:

@@ -34,7 +34,7 @@ def fill_subsets(b: Batch, bounds: Bounds, tally: Tally) -> None:
     if len(pool) <= bounds.exhaustive_bound:
         for mask in range(1 << len(pool)):
             added += b.add(pick_bits(pool, mask))
-        tally.window(1 << len(pool), added, sampled=False)
+        tally.window(1 << len(pool), added, sampled=False, setup=b.sp.key_version[cut] == 0)
         return
     for dropped in subset_picks(pool):
         added += b.add(dropped)
@@ -43,7 +43,7 @@ def fill_subsets(b: Batch, bounds: Bounds, tally: Tally) -> None:
     while got < bounds.samples and j < 4 * bounds.samples + 16:
         got += b.add(wc_sample(pool, bounds.seed, cut, j), (), f"write-cache@{cut}/r{bounds.seed}.{j}")
         j += 1
-    tally.window(pow2(len(pool)), added + got, sampled=True)
+    tally.window(pow2(len(pool)), added + got, sampled=True, setup=b.sp.key_version[cut] == 0)
 
 
 WRITE_CACHE = WriteCache("write-cache", id_part="subset")

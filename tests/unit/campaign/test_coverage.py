@@ -69,7 +69,7 @@ def test_sampled_windows_are_named_with_their_seed(synthetic: Path, tmp_path: Pa
     s, paths = run_campaign(synthetic, CampaignSpec.of(models=("write-cache",), checker_command=CHECKER, bound=0,
                                                        samples=1, seed=5, **HOST), tmp_path / "out")
     assert not s.exhaustive and s.coverage is not None and "sampled" in s.coverage.words
-    assert "(sampled (seed 5): " in s.headline() and "write-cache windows" in s.headline()   # fsck-error there
+    assert "(commit windows sampled (seed 5): " in s.headline() and "write-cache windows" in s.headline()   # fsck-error there
     m = json.loads(paths["summary"].read_text())["coverage"]["models"]["write-cache"]
     assert m["sampled"]["windows"] >= 1 and m["sampled"]["generated"] <= m["sampled"]["space"]
 

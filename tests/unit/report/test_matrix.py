@@ -307,3 +307,34 @@ def test_a_cluster_states_cells_read_its_cluster_model_and_aliases(tmp_path: Pat
 def _write(p: Path, text: str) -> Path:
     p.write_text(text)
     return p
+
+
+def test_a_pass_whose_commit_windows_are_exhaustive_reads_ok(tmp_path: Path) -> None:
+    """#52: a durable row whose commit windows were all judged, with only its set-up windows (before
+    the first key mark) sampled and weakened, reads ``ok`` -- and meets --require-exhaustive, not
+    --require-exhaustive=all; its description leads with the commits."""
+    from powercut.core.coverage import Coverage, ModelCoverage, Part
+    p = tmp_path / "m.toml"
+    p.write_text(ROW.replace('write-cache = "lost-ack"', 'write-cache = "pass"'))
+    (row,) = matrix.load(p)
+    note = "writes logged after 2 flushes ... in flight: not generated; affects begin:0"
+    setup = Part("write-cache", 30, 30, 3, 3, 330, 2 ** 62, (note,))
+    commits = Part("write-cache", 100, 100, 20)
+    wc = ModelCoverage("write-cache", 130, 130, 23, 3, 330, 2 ** 62, 0, (note,), setup, commits)
+    cov = Coverage((ModelCoverage("flush", 9, 9, setup=Part("flush", 2, 2), commits=Part("flush", 7, 7)), wc))
+    verdicts = [_v("flush@3", "flush", "pass", 3), _v("write-cache@9/d4", "write-cache", "pass", 9)]
+    s = summarize(verdicts, recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0, coverage=cov)
+    flush, cell = matrix.cells(row, s)
+    assert cell.covered == "weakened" and cell.commits == "exhaustive"
+    assert cell.proven and cell.mark == "ok" and cell.describe().startswith("pass")
+    assert cell.short_coverage == "commits exhaustive, set-up weakened" and flush.short_coverage == ""
+    assert "every commit window exhaustive (100 distinct states); set-up windows sampled" in cell.coverage
+    assert matrix.Cell.from_json(cell.to_json()) == cell
+    assert flush.mark == "ok" and [c.mark for c in matrix.cells(row, s, require_exhaustive="commits")] == ["ok", "ok"]
+    strict = matrix.cells(row, s, require_exhaustive="all")[1]
+    assert not strict.proven and strict.mark == "SURPRISE"
+    assert s.ok and s.coverage is not None and s.coverage.meets("commits") and not s.coverage.meets("all")
+    assert summarize(verdicts, recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0,
+                     coverage=cov, require_exhaustive="all").ok is False
+    assert summarize(verdicts, recording="r", fstype="ext4", workload="w", check_in="host", seconds=1.0,
+                     coverage=cov, require_exhaustive=True).ok is True
