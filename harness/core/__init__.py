@@ -33,5 +33,6 @@
 * ``tracefacts`` -- what a trace says at an ack (unsynced changes and names, failures, running syncs) and at a cut;
 * ``causerules`` -- the cause rules, each an id and a check returning its findings as facts;
 * ``causewords`` -- the sentences and evidence lines that say the cause rules' findings;
+* ``counterfactual`` -- a cause rule's counterfactual: the failing state with its missing writes made durable;
 * ``nodetrace`` -- a node's part of a cluster's trace (its marks, its files) and which nodes a cluster cause names;
 * ``anatomy`` -- what each commit cost: block writes, flushes, FUAs and traced calls."""
