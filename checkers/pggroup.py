@@ -142,10 +142,9 @@ def check(inp: CheckInput) -> CheckResult:
     begun = {parse_key(k) for k in inp.begun}
     name = str(inp.params.get("dir", DEFAULTS["dir"]))
     datadir = os.path.join(inp.mount, name)
-    if not os.path.exists(os.path.join(datadir, "PG_VERSION")):
-        if acked:
-            return CheckResult("lost-ack", (f"no data directory {name} but txn(s) {_keys(acked)} were acked",))
-        return CheckResult("corrupt-data", (f"no data directory {name}, made durable before the first begin",))
+    missing = pgc.no_datadir(datadir, _keys(acked))
+    if missing is not None:
+        return missing
     bin_dir = bindir()
     if bin_dir is None:
         raise RuntimeError(MISSING)

@@ -347,18 +347,27 @@ def check(inp: CheckInput) -> CheckResult:
     return judge_datadir(datadir, inp)
 
 
+def no_datadir(datadir: str, acked: str) -> CheckResult | None:
+    """The verdict when the recovered filesystem has no data directory at ``datadir`` (``acked``: the
+    acked keys as the reason names them, "" for none); None when it has one."""
+    if os.path.exists(os.path.join(datadir, "PG_VERSION")):
+        return None
+    name = os.path.basename(datadir)
+    if acked:
+        return CheckResult("lost-ack", (f"no data directory {name} but txn(s) {acked} were acked",))
+    return CheckResult("corrupt-data", (f"no data directory {name}, made durable before the first begin",))
+
+
 def judge_datadir(datadir: str, inp: CheckInput,
                   server: Callable[[str, str], Server] = Server) -> CheckResult:
     """The verdict for the data directory ``datadir`` against ``inp``'s marks: its server (made by
     ``server(bindir, datadir)``) started, the tables read, pg_amcheck; a server that does not start
     is ``inp.noticed``."""
-    name = os.path.basename(datadir)
     acked = {int(k) for k in inp.acked}
     begun = {int(k) for k in inp.begun}
-    if not os.path.exists(os.path.join(datadir, "PG_VERSION")):
-        if acked:
-            return CheckResult("lost-ack", (f"no data directory {name} but txn(s) {_keys(acked)} were acked",))
-        return CheckResult("corrupt-data", (f"no data directory {name}, made durable before the first begin",))
+    missing = no_datadir(datadir, _keys(acked))
+    if missing is not None:
+        return missing
     bin_dir = bindir()
     if bin_dir is None:
         raise RuntimeError(MISSING)

@@ -32,13 +32,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
-import powercut
 from powercut import Workload
 from powercut.workloads import postgres as pg
+from powercut.workloads.pgmarks import Marker
 from powercut.workloads.pgserver import MISSING, USER, append_conf, bindir, chown_tree, psql, query, start, stop
 
 STANDBY = "pgsync_standby"
@@ -63,51 +62,6 @@ def standby_settings(port: int, fsync: bool = True) -> dict[str, str]:
     broken standby (its walreceiver reports WAL flushed that it never fsynced)."""
     return {"primary_conninfo": f"'host=127.0.0.1 port={port} user={USER} application_name={STANDBY}'",
             "hot_standby": "on", "wal_receiver_status_interval": "'1s'", **({} if fsync else {"fsync": "off"})}
-
-
-def mark_command(req: int, resp: int) -> str:
-    """The psql ``\\!`` command that takes a mark as its last word: it writes the mark on fd ``req``
-    and waits for ``ok`` on fd ``resp``; anything else kills psql (its $PPID), which stops the run."""
-    # /proc/self/fd/N: dash's ">&N" takes one digit only, and a guest may have no /dev/fd
-    return (f'pcm() {{ echo "$1" >/proc/self/fd/{req} && read -r pcm_r </proc/self/fd/{resp} && [ "$pcm_r" = ok ] '
-            '|| kill $PPID; }; pcm')
-
-
-class Marker(threading.Thread):
-    """Makes the marks psql's shells ask for, one at a time, and answers each."""
-
-    def __init__(self) -> None:
-        super().__init__(name="pgsync-marker", daemon=True)
-        self.req_r, self.req_w = os.pipe()
-        self.resp_r, self.resp_w = os.pipe()
-        self.error: BaseException | None = None
-        self.made: list[str] = []
-
-    @property
-    def command(self) -> str:
-        return mark_command(self.req_w, self.resp_r)
-
-    def run(self) -> None:
-        with os.fdopen(self.req_r, "rb", buffering=0) as req:
-            buf = b""
-            while chunk := req.read(512):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    try:
-                        powercut.mark(line.decode().strip())
-                        self.made.append(line.decode().strip())
-                        answer = b"ok\n"
-                    except Exception as e:  # noqa: BLE001 -- said by the workload, psql is stopped by the shell
-                        self.error = e
-                        answer = b"failed\n"
-                    os.write(self.resp_w, answer)
-        os.close(self.resp_w)
-
-    def close_client_ends(self) -> None:
-        """After psql exited: our copies of the ends it used (the thread then sees end of file)."""
-        for fd in (self.req_w, self.resp_r):
-            os.close(fd)
 
 
 def wait_sync(bin_dir: str, sockdir: str, timeout: float = SYNC_TIMEOUT_S) -> float:
@@ -157,7 +111,7 @@ def main(params: dict[str, Any]) -> int:
     for s in socks:
         chown_tree(s)
     servers: list[subprocess.Popen[bytes]] = []
-    marker = Marker()
+    marker = Marker(1)
     status = 0
     try:
         servers.append(start(bin_dir, datadirs[0], socks[0], sys.stderr,
@@ -169,8 +123,8 @@ def main(params: dict[str, Any]) -> int:
         sys.stderr.flush()
         marker.start()
         try:
-            res = psql(bin_dir, socks[0], pg.script(p, mark=marker.command), check=False,
-                       pass_fds=(marker.req_w, marker.resp_r))
+            res = psql(bin_dir, socks[0], pg.script(p, mark=marker.command(1)), check=False,
+                       pass_fds=marker.fds(1))
         finally:
             marker.close_client_ends()
             marker.join(60)

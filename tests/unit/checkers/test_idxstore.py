@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import powercut
 from powercut.checker import CheckInput, get
 from powercut.checkers import idxstore as checker
 from powercut.workloads import idxstore as workload
@@ -25,16 +24,8 @@ def verdict(mount: Path, acked: list[int], begun: list[int] | None = None) -> tu
 
 
 @pytest.fixture
-def ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    marks: list[str] = []
-    monkeypatch.setattr(powercut, "begin", lambda k: marks.append(f"begin:{k}"))
-    monkeypatch.setattr(powercut, "ack", lambda k: marks.append(f"ack:{k}"))
-    monkeypatch.chdir(tmp_path)
-
-    def run(**params) -> list[str]:
-        workload.main({**workload.WORKLOAD.defaults, "n": N, "size": SIZE, **params})
-        return marks
-    return run
+def ran(workload_run):
+    return lambda **params: workload_run(workload, n=N, size=SIZE, **params)
 
 
 @pytest.mark.parametrize("replace", ["tmp-rename", "rename-away", "truncate"])

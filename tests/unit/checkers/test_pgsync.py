@@ -50,32 +50,6 @@ def test_node_mounts_are_n0_n1_in_node_order(tmp_path: Path) -> None:
     assert psw.node_mounts(str(tmp_path)) == ["n0", "n1", "n10"]
 
 
-def handshake(marker: psw.Marker, word: str) -> int:
-    """psql's ``\\!`` as psql runs it (an ``sh -c`` whose parent is killed on failure: here an outer sh)."""
-    inner = f"{marker.command} {word}"
-    res = subprocess.run(["/bin/sh", "-c", f"/bin/sh -c '{inner}'; exit 0"], pass_fds=(marker.req_w, marker.resp_r),
-                         timeout=60, check=False)
-    return res.returncode
-
-
-def test_a_mark_is_made_before_the_shell_returns_and_a_failed_one_stops_psql(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("POWERCUT_TIMING", str(tmp_path / "marks"))
-    marker = psw.Marker()
-    marker.start()
-    try:
-        assert handshake(marker, "begin:1") == 0
-        assert (tmp_path / "marks").read_text().split()[1:] == ["begin:1"]   # made before the shell ended
-        assert handshake(marker, "ack:1") == 0
-        assert marker.made == ["begin:1", "ack:1"]
-        assert handshake(marker, "a/" + "x" * 600) != 0   # too long for a mark: its psql (here: sh) is killed
-        assert marker.error is not None
-    finally:
-        marker.close_client_ends()
-        marker.join(10)
-    assert not marker.is_alive()
-
-
 def test_the_script_marks_through_the_given_command() -> None:
     text = pgw.script(pgw.Params.of(psw.WORKLOAD.params({"n": 2})), mark="MARK")
     assert "\\! MARK begin:1\n" in text and text.rstrip().endswith("\\! MARK ack:2")
