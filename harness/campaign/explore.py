@@ -132,7 +132,7 @@ def delay_of(text: str) -> SyncDelay | None:
     try:
         return SyncDelay.parse(f"x={text}")
     except UsageError as e:
-        raise UsageError(str(e).replace("--delay-sync x=", "--explore-delay ")) from None
+        raise UsageError(str(e).replace("--delay-sync x=", "--explore-delay ") + ", or auto") from None
 
 
 def auto_delay(commit_s: float) -> SyncDelay:

@@ -35,11 +35,16 @@ from powercut.core.causerules import (
     NO_FSYNC,
     NO_MSYNC,
     RENAME,
-    REPLACED,
-    TORN,
-    UNORDERED,
     AckFinding,
     CutFinding,
+    RenameBeforeSync,
+    ReplacedInPlace,
+    SyncStillRunning,
+    Tear,
+    UnorderedWrites,
+    Unsynced,
+    UnsyncedMapping,
+    UnsyncedNames,
 )
 from powercut.core.crashmodels.tables import SpaceTables
 from powercut.core.crashmodels.whatif import WHAT_IF
@@ -125,26 +130,22 @@ def plan(f: AckFinding | CutFinding, trace: Trace, aligned: Mapping[int, int], r
          n: int) -> Plan | None:
     """The counterfactual of finding ``f`` about a state cut at ``cut`` of a log of ``n`` entries;
     None for a rule with nothing to make durable (acked-after-error)."""
-    if f.rule == TORN:
+    if isinstance(f, Tear):
         return Plan(f.rule, f.subject, None, cut)
-    if f.rule == UNORDERED:   # the barrier's writes all durable: every write up to it, in log order
-        barrier: Op = f.barrier   # type: ignore[union-attr]
-        return Plan(f.rule, f.subject, None, max(_entry_after(trace, aligned, barrier, n), cut), barrier)
-    if f.rule == REPLACED:   # the new file's contents, durable with its name: up to its own fsync
-        path = root.rstrip("/") + f.subject
-        own = _next_sync(trace, f.barrier, path, False)   # type: ignore[union-attr]
-        end = _entry_after(trace, aligned, own, n) if own is not None else n
-        return Plan(f.rule, f.subject, frozenset({f.subject.lstrip("/")}), max(end, cut), own)
-    if f.rule not in (*FILE_RULES, NO_DIR_FSYNC):
-        return None
-    ack = getattr(f, "ack", None)    # every file rule's finding is at an ack
-    if ack is None:
-        return None
+    if isinstance(f, UnorderedWrites):   # the barrier's writes all durable: every write up to it, in log order
+        return Plan(f.rule, f.subject, None, max(_entry_after(trace, aligned, f.barrier, n), cut), f.barrier)
     path = root.rstrip("/") + f.subject if f.subject.startswith("/") else f.subject
-    directory = f.rule == NO_DIR_FSYNC
-    sync: Op | None = getattr(f, "sync", None) if f.rule == EARLY else _next_sync(trace, ack, path, directory)
+    if isinstance(f, ReplacedInPlace):   # the new file's contents, durable with its name: up to its own fsync
+        sync = _next_sync(trace, f.barrier, path, False)
+    elif isinstance(f, SyncStillRunning):
+        sync = f.sync
+    elif f.rule in (*FILE_RULES, NO_DIR_FSYNC) and isinstance(f, (Unsynced, UnsyncedNames, UnsyncedMapping,
+                                                                RenameBeforeSync)):
+        sync = _next_sync(trace, f.ack, path, f.rule == NO_DIR_FSYNC)
+    else:
+        return None   # acked-after-error: nothing to make durable
     until = _entry_after(trace, aligned, sync, n) if sync is not None else n
-    files = frozenset() if directory else frozenset({f.subject.lstrip("/")})
+    files = frozenset() if f.rule == NO_DIR_FSYNC else frozenset({f.subject.lstrip("/")})
     return Plan(f.rule, f.subject, files, max(until, cut), sync)
 
 
