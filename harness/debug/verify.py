@@ -130,7 +130,7 @@ class Verification:
         trace = load_trace(rec)
         for g in groups:
             sid = _state_of(g)
-            if not isinstance(g.why, dict) or sid is None:
+            if not isinstance(g.why, dict):
                 continue
             if sid in self.skipped:
                 g.why["proof"] = f"not proven: {self.skipped[sid]}"
@@ -143,10 +143,9 @@ class Verification:
             g.why = _proven(g.why, ts, trace, index, self.stats, (g.diagnosis or {}).get("culprits") or [])
 
 
-def _state_of(g: Group) -> str | None:
+def _state_of(g: Group) -> str:
     """The state a group's cause is about: its minimized state, else its first."""
-    d = g.diagnosis or {}
-    return str(d.get("minimized") or g.first.state) if g.first is not None else None
+    return str((g.diagnosis or {}).get("minimized") or g.first.state)
 
 
 def file_owners(rec: Recording, index: LogIndex) -> tuple[str | None, ...] | None:
@@ -165,27 +164,26 @@ def file_owners(rec: Recording, index: LogIndex) -> tuple[str | None, ...] | Non
 def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -> Verification:
     """The counterfactual of every rule each diagnosed group's state broke (``states`` to judge)."""
     ver = Verification()
-    diagnosed = [g for g in groups if _state_of(g) is not None]
-    if not diagnosed:
+    if not groups:
         return ver
     if len(logs) > 1:
-        for g in diagnosed:
-            ver.skipped[str(_state_of(g))] = "a cluster's causes are not checked by counterfactual yet (one disk's are)"
+        for g in groups:
+            ver.skipped[_state_of(g)] = "a cluster's causes are not checked by counterfactual yet (one disk's are)"
         return ver
     trace = load_trace(rec)
     owned = file_owners(rec, logs[0]) if trace is not None else None
     if trace is None:
         return ver
     if owned is None:
-        for g in diagnosed:
-            ver.skipped[str(_state_of(g))] = ("the recording has no file map (btrfs, or recorded before maps): a rule's "
+        for g in groups:
+            ver.skipped[_state_of(g)] = ("the recording has no file map (btrfs, or recorded before maps): a rule's "
                                               "writes cannot be told from other files'")
         return ver
     index = logs[0]
     sp = space(index)
     aligned = syscalls.align(trace, index.marks())
-    for g in diagnosed:
-        sid = str(_state_of(g))
+    for g in groups:
+        sid = _state_of(g)
         try:
             st = sp.state_from_id(sid)
         except Exception as e:  # noqa: BLE001 -- a state that does not rebuild keeps its unproven cause
