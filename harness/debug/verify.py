@@ -103,7 +103,7 @@ class Stats:
 
 @dataclass(slots=True)
 class Verification:
-    """The counterfactuals of a campaign's diagnosed groups, by the id of the state each explains."""
+    """The counterfactuals of a campaign's failure groups, by the id of the state each explains."""
 
     tried: dict[str, list[Tried]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)   # state id -> why its cause is not checked
@@ -162,7 +162,7 @@ def file_owners(rec: Recording, index: LogIndex) -> tuple[str | None, ...] | Non
 
 
 def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -> Verification:
-    """The counterfactual of every rule each diagnosed group's state broke (``states`` to judge)."""
+    """The counterfactual of every rule each group's state broke (``states`` to judge)."""
     ver = Verification()
     if not groups:
         return ver
