@@ -2,6 +2,7 @@
 its environment, and the runner table."""
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import logging
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powercut import workload
 from powercut.bench import parse as bench
 from powercut.bench import profiles as fioprofiles
 from powercut.config import BenchItem
@@ -34,6 +36,8 @@ class ItemTarget:
     env: dict[str, str]
     raw_device: str = ""
     tmp: str = "/tmp"           # where timing files go (not on the filesystem under test)
+    fork: bool = False          # a workload runs in a child forked from this process (process.Forked), not
+    #                             a new interpreter: the guest's bench, where starting Python costs ~2 s a run
 
 
 def run_fio(item: BenchItem, where: ItemTarget, out: Path) -> dict[str, Any]:
@@ -57,9 +61,16 @@ def run_workload(item: BenchItem, where: ItemTarget, out: Path) -> dict[str, Any
     timing = Path(where.tmp) / f"powercut-timing-{os.getpid()}-{out.name}.txt"
     timing.unlink(missing_ok=True)
     env = {**where.env, TIMING_ENV: str(timing), environ.PARAMS: json.dumps(item.params)}
-    argv = [sys.executable, "-m", "powercut.workload", item.name]
     with open(out.with_suffix(".out"), "wb") as so, open(out.with_suffix(".err"), "wb") as se:
-        with process.Spawned(argv, cwd=str(cwd), env=env, stdout=so, stderr=se) as proc:
+        proc: process.Forked | process.Spawned
+        if where.fork:
+            workload.get(item.name)   # imported here, once: every forked run has it
+            proc = process.Forked(functools.partial(workload.main, [item.name]), cwd=str(cwd), env=env,
+                                  stdout=so, stderr=se)
+        else:
+            proc = process.Spawned([sys.executable, "-m", "powercut.workload", item.name], cwd=str(cwd), env=env,
+                                   stdout=so, stderr=se)
+        with proc:
             rc = proc.wait(item.timeout_s)
     text = timing.read_text() if timing.exists() else ""
     timing.unlink(missing_ok=True)

@@ -27,6 +27,23 @@ issued until after F completed, the program had nothing pending and changed noth
 * **the trace saw everything**: no blind spot (a shared writable mapping, io_uring), the log's key
   marks are ordered, and B's and the later mark's ioctls are in the trace (``syscalls.align``).
 
+Or, where the program changed files around F, F is a **sync call's own flush**: F is the k-th
+flush entry logged between its mark M and the log's next mark N, and the trace shows, between M's
+and N's ioctls, one thread whose successful fsync/fdatasync calls of files with unsynced data (the
+*data syncs*) number exactly as many as those flushes.  A data sync makes written data durable, so
+it sends a flush after its writes completed and before it returns; when every data sync's data was
+changed after the previous one returned (for the first: after M, with nothing pending before B),
+these flushes are distinct and in order, so with no more flushes logged they are all of them and
+the k-th is the k-th data sync's own: issued while that call ran, after its writes completed.  No
+write of the program's was then in flight if nothing else was unsynced when the call began (no
+background writeback of another file) and no sync_file_range (writes started with no flush after
+them) lies between M and N; writes logged after F were issued after the call returned.  A FUA write
+of F's own bio (the FLUSH|FUA entry, then its data at the same sector) goes with F.  A sync call that
+sends no flush of its own (a directory's fsync after the file's fsync committed the same journal
+transaction) is not a data sync; a background flush makes the counts differ: nothing is cleared.
+Assumed: the filesystem waits for a sync's writes before the flush that makes them durable (what a
+sync is for).
+
 Not told apart, so never cleared: any flush of a log whose order marks interleave (concurrent
 markers, a marker that died), a flush logged inside an ordering window or after a mark sent
 another way (``mkfs``: set-up before the program's first mark), and any flush while the program held unsynced changes, even
@@ -38,10 +55,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from powercut.core import syscalls as sc
-from powercut.core.dmlog import MARK, ORDER_BEGIN, ORDER_END, Entry
+from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry
 from powercut.core.markorder import LateWrites
 from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import Pending
@@ -136,14 +153,8 @@ def why_kept(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, ro
     windows = _windows(entries)
     if windows is None:
         return dict.fromkeys(flagged, INTERLEAVED)
-    pending = Pending(root)
-    clean = [True]          # clean[s + 1]: nothing pending after ops[s]
-    changed = [0]           # changed[s + 1]: change calls among ops[:s + 1]
-    for o in trace.ops:
-        c = changes_file(o, pending)
-        pending.step(o)
-        clean.append(_clean(pending))
-        changed.append(changed[-1] + c)
+    walk = _walk(trace.ops, root)
+    clean, changed = walk.clean, walk.changed
     mark_entries = [e for e, _ in marks]
     traced = sorted(by_entry)   # the log's marks that are in the trace (a job's own, e.g. the end mark, are not)
     out: dict[int, str] = {}
@@ -156,7 +167,73 @@ def why_kept(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, ro
         out[f] = (NO_WINDOW if lo is None else UNSYNCED if not clean[lo] else
                   CHANGED if changed[hi] - changed[lo + 1] else
                   RUNNING if hi < len(trace.ops) and _running(trace.ops, hi, root) else CLEARED)
+        if out[f] in (CHANGED, RUNNING) and _sync_bound(f, entries, (at, lo), by_entry, trace.ops, walk):
+            out[f] = CLEARED
     return out
+
+
+def _sync_bound(f: int, entries: Sequence[Entry], where: tuple[int, int], by_entry: dict[int, int],
+                ops: Sequence[Op], walk: Walk) -> bool:
+    """Whether F (entry ``f``: a flush, or the FUA write of a flush's own bio) is the k-th flush
+    logged between its mark M and the next mark N and, by the trace, the flush of the k-th call
+    between them that synced file data -- in flight only while that call ran, after its writes
+    completed, with nothing else of the program's to write (the module's docstring)."""
+    at, lo = where
+    marks = [e.index for e in entries if e.flags & MARK]
+    m = marks[at]
+    flush = f if entries[f].flags & FLUSH else f - 1
+    if flush != f and not (flush > m and entries[flush].flags & FLUSH and entries[flush].flags & FUA
+                           and entries[flush].sector == entries[f].sector):
+        return False   # a FUA write of its own, not the data of a flush's bio
+    n = marks[at + 1] if at + 1 < len(marks) else len(entries)
+    mseq = by_entry.get(m)
+    nseq = by_entry.get(n, len(ops) if not any(x in by_entry for x in marks[at + 1:]) else None)
+    if mseq is None or nseq is None or walk.changed[mseq + 1] - walk.changed[lo + 1]:
+        return False
+    flushes = [e.index for e in entries[m + 1:n] if e.flags & FLUSH]
+    window = range(mseq + 1, nseq)
+    if any(ops[s].kind in (sc.RANGE_SYNC, sc.MSYNC) for s in window):
+        return False   # writes started without a flush after them: one may be in flight
+    pid = {ops[s].pid for s in window if ops[s].kind in SYNCS or walk.changed[s + 1] > walk.changed[s]}
+    data = [s for s in window if ops[s].kind in (sc.FSYNC, sc.FDATASYNC) and ops[s].ok
+            and ops[s].path in walk.dirty_before[s]]
+    if len(pid) > 1 or flush not in flushes or len(data) != len(flushes):
+        return False   # another thread's calls, or flushes not each a data sync's own
+    if any(ops[s].path in walk.dirty_after[p] for p, s in zip(data, data[1:])):
+        return False   # data changed before the previous sync returned: its flush may have covered it
+    k = data[flushes.index(flush)]
+    return walk.dirty_before[k] <= {ops[k].path}   # nothing else of the program's to write while F ran
+
+
+SYNCS = (sc.FSYNC, sc.FDATASYNC, sc.SYNCFS, sc.SYNC)
+
+
+@dataclass(slots=True)
+class Walk:
+    """The trace walked once with ``Pending``: ``clean[s + 1]``: nothing pending after ops[s];
+    ``changed[s + 1]``: change calls among ops[:s + 1]; for each sync call, the files with unsynced
+    data (page cache or O_DIRECT) before and after it."""
+
+    clean: list[bool] = field(default_factory=lambda: [True])
+    changed: list[int] = field(default_factory=lambda: [0])
+    dirty_before: dict[int, frozenset[str]] = field(default_factory=dict)
+    dirty_after: dict[int, frozenset[str]] = field(default_factory=dict)
+
+
+def _walk(ops: Sequence[Op], root: str) -> Walk:
+    w = Walk()
+    pending = Pending(root)
+    for s, o in enumerate(ops):
+        c = changes_file(o, pending)
+        sync = o.kind in SYNCS
+        if sync:
+            w.dirty_before[s] = frozenset(pending.dirty) | frozenset(pending.direct)
+        pending.step(o)
+        if sync:
+            w.dirty_after[s] = frozenset(pending.dirty) | frozenset(pending.direct)
+        w.clean.append(_clean(pending))
+        w.changed.append(w.changed[-1] + c)
+    return w
 
 
 def _running(ops: Sequence[Op], hi: int, root: str) -> bool:

@@ -121,17 +121,21 @@ class CrashSpace(SpaceTables):
                                      torn_samples=torn_samples, tally=tally))
 
     def iter_states(self, model: str, *, seed: int = 0, exhaustive_bound: int = 10, samples: int = 64,
-                    torn_samples: int = 4, tally: Tally | None = None) -> Iterator[CrashState]:
+                    torn_samples: int = 4, tally: Tally | None = None,
+                    setup_samples: int | None = None) -> Iterator[CrashState]:
         """``states()`` one at a time, in order: memory for one cut's states and one epoch's
         equivalence keys, not the model's states (millions at 10^6 entries).  Arguments checked now.
-        ``tally``: gets every window the model enumerates (coverage.Tally.window) as it goes."""
+        ``tally``: gets every window the model enumerates (coverage.Tally.window) as it goes.
+        ``setup_samples``: the seeded samples of a set-up window (before the first key mark) beyond
+        the bound (None: ``samples``)."""
         check_model(model)
         limits = (("seed", seed, 2**63 - 1), ("exhaustive_bound", exhaustive_bound, MAX_EXHAUSTIVE_BOUND),
-                  ("samples", samples, 10**6), ("torn_samples", torn_samples, 10**4))
+                  ("samples", samples, 10**6), ("torn_samples", torn_samples, 10**4),
+                  ("setup_samples", samples if setup_samples is None else setup_samples, 10**6))
         for name, value, hi in limits:
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
                 raise UsageError(f"{name} must be an integer in 0..{hi}, got {value!r}")
-        bounds = Bounds(seed, exhaustive_bound, samples, torn_samples)
+        bounds = Bounds(seed, exhaustive_bound, samples, torn_samples, setup_samples)
         return registered(model).iter_states(self, bounds, tally if tally is not None else Tally())
 
 

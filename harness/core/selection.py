@@ -79,6 +79,8 @@ class SelectionSpec:
     samples: int = 64
     torn_samples: int = 4
     max_states: int = 0
+    setup_samples: int | None = None   # write-cache samples of a set-up window (before the first key mark:
+    #                                    nothing acknowledged yet) beyond the bound; None: ``samples``
     lie_file: str = ""   # the lying-disk models lie only about this file of the program's (its blocks from
     #                      the recording's file map: campaign/run.lie_target_of); "": anywhere, its blocks first
 
@@ -88,8 +90,10 @@ class SelectionSpec:
         unknown = [m for m in self.models if m not in MODELS]
         if unknown:
             raise UsageError(f"unknown crash model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
-        for name in ("bound", "samples", "torn_samples", "max_states"):
+        for name in ("bound", "samples", "torn_samples", "max_states", "setup_samples"):
             value = getattr(self, name)
+            if value is None and name == "setup_samples":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be a whole number >= 0, not {value!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < SEED_AUTO:
@@ -114,13 +118,16 @@ class SelectionSpec:
     def to_json(self) -> dict[str, Any]:
         return {"models": list(self.models), "seed": self.seed, "bound": self.bound, "samples": self.samples,
                 "torn_samples": self.torn_samples, "max_states": self.max_states,
+                **({"setup_samples": self.setup_samples} if self.setup_samples is not None else {}),
                 **({"lie_file": self.lie_file} if self.lie_file else {})}
 
 
 # the presets: `check` and the library take SelectionSpec(); `run` (the quick default campaign) and
 # `demo` (the main job: six rows in checker VMs) judge fewer sampled states per window
 RUN_SELECTION = SelectionSpec(bound=4, samples=8, torn_samples=1)
-DEMO_SELECTION = SelectionSpec(bound=6, samples=12)   # every distinct state: a capped demo missed a finding
+# the demo: every distinct state (a capped demo missed a finding); commit windows of up to 7 droppable
+# writes exhaustive (the durable rows' largest), set-up windows beyond the bound only their picks
+DEMO_SELECTION = SelectionSpec(bound=7, samples=12, setup_samples=0)
 @dataclass(frozen=True, slots=True)
 class ModelCounts:
     """One model's numbers.  ``generated``: its states after the floor (``below_floor`` more were
@@ -277,7 +284,8 @@ def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "
     order = list(dict.fromkeys(how.models))
     floors = tuple(_floor_of(sp, floor_mark) for sp in disks.nodes)
     node_tallies = [{m: Tally() for m in order} for _ in disks.nodes]
-    kw = {"seed": how.seed, "exhaustive_bound": how.bound, "samples": how.samples, "torn_samples": how.torn_samples}
+    kw = {"seed": how.seed, "exhaustive_bound": how.bound, "samples": how.samples, "torn_samples": how.torn_samples,
+          "setup_samples": how.setup_samples}
     streams = {m: [Stream(sp, m, floor, node_tallies[n][m], **kw) for n, (sp, floor)
                    in enumerate(zip(disks.nodes, floors))] for m in order}
     fallback = None   # several disks: a disk with no state of a model in an instant contributes its flush states

@@ -72,7 +72,7 @@ def _check_dict(c: bench.WriteCacheCheck) -> dict[str, Any]:
 def guest_where(job: BenchJob, dev: str) -> ItemTarget:
     return ItemTarget(MNT, {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
                        "PYTHONDONTWRITEBYTECODE": "1", environ.DEVICE: dev, environ.MOUNT: MNT,
-                       environ.FSTYPE: job.fs.fstype})
+                       environ.FSTYPE: job.fs.fstype}, fork=True)
 
 
 def _prepare(job: BenchJob, rs: RunSet, data: str, logdev: str | None) -> str:

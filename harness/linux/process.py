@@ -13,9 +13,11 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -207,6 +209,79 @@ class Spawned:
         _unregister(self.proc.pid)
 
     def __enter__(self) -> "Spawned":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+class Forked:
+    """``fn()`` run in a child forked from this process, in its own process group, with its working
+    directory, environment and output files -- Spawned's contract without a new interpreter: a
+    guest under TCG spends ~2 s starting Python and importing a workload, which a fork skips (what
+    the child runs was imported by the parent).  The child's exit code is ``fn``'s return value (an
+    uncaught exception: its traceback on stderr, exit 1)."""
+
+    def __init__(self, fn: Callable[[], int], *, stdout: IO, stderr: IO, env: Mapping[str, str], cwd: str) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:   # the child: never returns
+            code = 1
+            try:
+                os.setsid()
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                os.dup2(stdout.fileno(), 1)
+                os.dup2(stderr.fileno(), 2)
+                sys.stdout = open(1, "w", closefd=False)   # noqa: SIM115 -- the child's own streams, whatever
+                sys.stderr = open(2, "w", closefd=False)   # noqa: SIM115    the parent had replaced them with
+                os.chdir(cwd)
+                os.environ.clear()
+                os.environ.update(env)
+                code = int(fn() or 0)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+            except BaseException:   # noqa: BLE001 -- the child reports whatever ended it, like an interpreter
+                traceback.print_exc()
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except OSError:
+                        pass
+                os._exit(code)
+        self.pid = pid
+        self._code: int | None = None
+        _register(pid)
+
+    def poll(self) -> int | None:
+        if self._code is None:
+            got, status = os.waitpid(self.pid, os.WNOHANG)
+            if got:
+                self._code = os.waitstatus_to_exitcode(status)
+                _unregister(self.pid)
+        return self._code
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Exit code, or None if still running after ``timeout`` seconds."""
+        end = None if timeout is None else time.monotonic() + timeout
+        pause = 0.005
+        while self.poll() is None:
+            if end is not None and time.monotonic() >= end:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return self._code
+
+    def kill(self) -> None:
+        """Kill the whole group (its children too) and reap the child."""
+        _kill_group(self.pid)
+        if self._code is None:
+            _, status = os.waitpid(self.pid, 0)
+            self._code = os.waitstatus_to_exitcode(status)
+            _unregister(self.pid)
+
+    def __enter__(self) -> "Forked":
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -23,12 +23,18 @@ IdPart = Literal["none", "subset", "tear", "lie", "own"]
 class Bounds:
     """The limits of one enumeration, checked by CrashSpace.iter_states: ``seed`` of every seeded
     pick, ``exhaustive_bound`` (every subset of a window up to that many droppable entries),
-    ``samples`` seeded subsets or targets beyond it, ``torn_samples`` seeded tears per torn write."""
+    ``samples`` seeded subsets or targets beyond it, ``torn_samples`` seeded tears per torn write,
+    ``setup_samples`` a set-up window's seeded subsets beyond it (None: ``samples``)."""
 
     seed: int = 0
     exhaustive_bound: int = 10
     samples: int = 64
     torn_samples: int = 4
+    setup_samples: int | None = None
+
+    def samples_of(self, setup: bool) -> int:
+        """The seeded samples of a window beyond the bound: a set-up window's own, if set."""
+        return self.setup_samples if setup and self.setup_samples is not None else self.samples
 
 
 @dataclass(frozen=True)

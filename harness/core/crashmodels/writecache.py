@@ -4,7 +4,8 @@ data only if f is also FUA, every FUA entry in (f, c); any subset of the other d
 [f, c) (``SpaceTables.droppable``) may be lost.  Cuts: the write-cache cut points
 (``SpaceTables.cut_points``; why they cover every cut: core/models.py).  With k droppable entries:
 all 2**k subsets if k <= ``exhaustive_bound``, else the structured picks (keep all, drop all, drop
-each, keep each) and ``samples`` seeded ones (``write-cache@CUT/rSEED.N``)."""
+each, keep each) and ``samples`` seeded ones (``write-cache@CUT/rSEED.N``; a set-up window, before
+the first key mark: ``Bounds.setup_samples`` if set)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -30,20 +31,22 @@ def fill_subsets(b: Batch, bounds: Bounds, tally: Tally) -> None:
     """One window: every subset of the cut's droppable entries, or picks and seeded samples (sampled)."""
     pool = b.droppable
     cut = b.cut
+    setup = b.sp.key_version[cut] == 0
     added = 0
     if len(pool) <= bounds.exhaustive_bound:
         for mask in range(1 << len(pool)):
             added += b.add(pick_bits(pool, mask))
-        tally.window(1 << len(pool), added, sampled=False, setup=b.sp.key_version[cut] == 0)
+        tally.window(1 << len(pool), added, sampled=False, setup=setup)
         return
     for dropped in subset_picks(pool):
         added += b.add(dropped)
     got = 0
     j = 0
-    while got < bounds.samples and j < 4 * bounds.samples + 16:
+    samples = bounds.samples_of(setup)
+    while got < samples and j < 4 * samples + 16:
         got += b.add(wc_sample(pool, bounds.seed, cut, j), (), f"write-cache@{cut}/r{bounds.seed}.{j}")
         j += 1
-    tally.window(pow2(len(pool)), added + got, sampled=True, setup=b.sp.key_version[cut] == 0)
+    tally.window(pow2(len(pool)), added + got, sampled=True, setup=setup)
 
 
 WRITE_CACHE = WriteCache("write-cache", id_part="subset")

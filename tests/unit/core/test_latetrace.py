@@ -1,5 +1,7 @@
-"""core/latetrace.py: a late flush is cleared only where the trace proves that the program had
-nothing unsynced and changed nothing from before the flush was issued until after it completed."""
+"""core/latetrace.py: a late flush is cleared only where the trace proves that no write of the
+program's was in flight while it ran: the program had nothing unsynced and changed nothing from
+before the flush was issued until after it completed, or the flush is a data sync's own (the k-th
+flush between two marks, the k-th of as many sync calls with data, nothing else unsynced)."""
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -120,18 +122,86 @@ def test_a_change_still_running_when_the_next_mark_returned_keeps_it():
     assert LATE in quiet(LOG, late_writes(LOG), lines, MNT).kept
 
 
+DATA_CHANGES = (WRITE, f"ftruncate(3<{MNT}/wal>, 0) = 0", f"fallocate(3<{MNT}/wal>, 0, 0, 4096) = 0")
+NAME_CHANGES = (f'rename("{MNT}/wal", "{MNT}/wal2") = 0', f'unlink("{MNT}/wal") = 0', f'mkdir("{MNT}/d", 0777) = 0')
+
+
 @settings(max_examples=200, deadline=None)
-@given(where=st.integers(0, 3), call=st.sampled_from([WRITE, f"ftruncate(3<{MNT}/wal>, 0) = 0",
-                                                    f'rename("{MNT}/wal", "{MNT}/wal2") = 0',
-                                                    f'unlink("{MNT}/wal") = 0', f'mkdir("{MNT}/d", 0777) = 0',
-                                                    f"fallocate(3<{MNT}/wal>, 0, 0, 4096) = 0"]))
-def test_any_change_between_the_window_and_the_next_mark_keeps_the_flush(where: int, call: str) -> None:
-    """Wherever one change call lands between ack:0's begin mark and begin:1's, the flush is kept;
-    the same trace without it clears it."""
+@given(where=st.integers(0, 3), call=st.sampled_from([*DATA_CHANGES, *NAME_CHANGES]))
+def test_a_change_keeps_the_flush_unless_a_sync_of_its_own_flushed_it(where: int, call: str) -> None:
+    """Wherever one change call lands between ack:0's begin mark and begin:1's, the flush is kept --
+    except a data change that the next fsync makes durable: the window's one flush is that fsync's
+    own, in flight only after the data's writes completed.  The same trace without it clears it."""
     calls = [FSYNC, FSYNC, FSYNC]
     calls.insert(where, call)
-    assert LATE in quiet(LOG, late_writes(LOG), trace(*calls, before=COMMIT), MNT).kept
+    got = quiet(LOG, late_writes(LOG), trace(*calls, before=COMMIT), MNT)
+    assert LATE in (got.cleared if call in DATA_CHANGES and where < 3 else got.kept)
     assert LATE in quiet(LOG, late_writes(LOG), trace(FSYNC, FSYNC, FSYNC, before=COMMIT), MNT).cleared
+
+
+# -- the flush of a sync call: the k-th flush between two marks is the k-th data sync's own ----------
+OTHER = (f'openat(AT_FDCWD<{MNT}>, "idx", O_RDWR|O_CREAT, 0666) = 5<{MNT}/idx>', f'write(5<{MNT}/idx>, "y", 1) = 1')
+
+
+def test_the_flush_of_an_fsync_with_data_is_cleared_though_the_program_wrote_around_it():
+    """write, fsync, write (the next commit's data, logged after the flush): the one flush between
+    the marks is the fsync's own; the later write was issued after the fsync returned."""
+    assert LATE in quiet(LOG, late_writes(LOG), trace(WRITE, FSYNC, WRITE, before=COMMIT), MNT).cleared
+
+
+def test_more_data_syncs_than_flushes_keeps_it():
+    """Two fsyncs with data each need their own flush; the log has one: which one it is is not told."""
+    assert LATE in quiet(LOG, late_writes(LOG), trace(WRITE, FSYNC, WRITE, FSYNC, before=COMMIT), MNT).kept
+
+
+def test_an_fsync_without_data_does_not_bound_the_flush():
+    assert LATE in quiet(LOG, late_writes(LOG), trace(FSYNC, WRITE, before=COMMIT), MNT).kept
+
+
+def test_another_file_unsynced_while_the_flush_ran_keeps_it():
+    """Background writeback may have had the other file's data in flight while the fsync's flush ran."""
+    assert LATE in quiet(LOG, late_writes(LOG), trace(*OTHER, WRITE, FSYNC, before=COMMIT), MNT).kept
+
+
+def test_writes_started_without_a_flush_keep_it():
+    rng = f"sync_file_range(3<{MNT}/wal>, 0, 0, SYNC_FILE_RANGE_WRITE) = 0"
+    assert LATE in quiet(LOG, late_writes(LOG), trace(WRITE, FSYNC, rng, before=COMMIT), MNT).kept
+
+
+def test_another_thread_changing_files_keeps_it():
+    lines = trace(WRITE, FSYNC, WRITE, before=COMMIT)
+    sync = next(o for o in lines.ops if o.kind == sc.FSYNC and o.time > 0.9)
+    lines.ops.insert(lines.ops.index(sync), sc.Op(0, 0, 8, sync.time - 0.01, sc.WRITE, f"{MNT}/wal", nbytes=1))
+    lines.ops[:] = [sc.dataclasses.replace(o, seq=i) for i, o in enumerate(lines.ops)]
+    assert LATE in quiet(LOG, late_writes(LOG), lines, MNT).kept
+
+
+def _two_syncs_log() -> list[Entry]:
+    """ack:0's window with two flushes, each with a write after it, then begin:1; the second flush
+    is one bio with its FUA write (the FLUSH|FUA entry, then the FUA data at the same sector)."""
+    base = log("mkfs", "w", *ordered("begin:0"), "w", "F", *ordered("ack:0"), "w", "F", "w", "F", "U", "w",
+               *ordered("begin:1"), "w", "F", *ordered("ack:1"))
+    second = 15
+    assert base[second].flags == FLUSH and base[second + 1].flags == FUA
+    base[second] = Entry(second, FLUSH | FUA, base[second + 1].sector, 0, 0, None)
+    return base
+
+
+def test_each_flush_is_its_own_syncs_and_the_fua_of_its_bio_goes_with_it():
+    two = _two_syncs_log()
+    late = late_writes(two)
+    assert {13, 15} <= set(late.flushes) and 16 in late.fuas
+    got = quiet(two, late, trace(WRITE, FSYNC, WRITE, FSYNC, WRITE, before=COMMIT), MNT)
+    assert {13, 15, 16} <= got.cleared
+
+
+def test_data_changed_before_the_previous_sync_returned_keeps_them():
+    """idx written before wal's fsync: that fsync's flush may have made idx's data durable too, so
+    idx's fsync need not send a flush of its own -- the two flushes are not told apart."""
+    two = _two_syncs_log()
+    idx_sync = f"fsync(5<{MNT}/idx>) = 0"
+    got = quiet(two, late_writes(two), trace(*OTHER, WRITE, FSYNC, idx_sync, WRITE, before=COMMIT), MNT)
+    assert not {13, 15, 16} & got.cleared
 
 
 def test_cleared_flushes_leave_the_note_and_are_counted():

@@ -93,6 +93,20 @@ def test_real_items_through_the_guest_runners(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "fs") == []                             # nothing left behind
 
 
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_timed_workload_forked_or_spawned(tmp_path: Path, fork: bool) -> None:
+    """The guest forks each timed run from its agent (no new interpreter); a run reads its params and
+    timing file from its own environment, so two runs in a row give their own results."""
+    where = ItemTarget(str(tmp_path / "fs"), dict(os.environ), tmp=str(tmp_path), fork=fork)
+    (tmp_path / "fs").mkdir()
+    for n in (3, 6):
+        wl = run_item(BenchItem("workload", "filestorage", params={"n": n, "fsync": 1}), where, tmp_path / f"w{n}")
+        assert wl["ok"] and wl["result"]["commits"] == n
+    bad = run_item(BenchItem("workload", "filestorage", params={"n": -1}), where, tmp_path / "bad")
+    assert not bad["ok"] and "exited" in bad["error"] and "parameter n" in (tmp_path / "bad.err").read_text()
+    assert os.listdir(tmp_path / "fs") == []
+
+
 @pytest.mark.skipif(not glob.glob(PG_GLOB), reason="pg_test_fsync not installed (Debian package postgresql)")
 def test_real_pg_test_fsync_run(tmp_path: Path) -> None:
     got = run_item(BenchItem("pg_test_fsync", "pg_test_fsync", runtime_s=1, timeout_s=120),

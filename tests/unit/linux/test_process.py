@@ -127,3 +127,43 @@ def test_spawned_context_kills_the_group(tmp_path: Path) -> None:
         assert p.poll() is None
     grandchild = int(pidfile.read_text())
     assert _gone_soon(grandchild)
+
+
+def _child_reports(out: str) -> int:
+    print(os.getcwd(), os.environ.get("ONLY"), os.environ.get("HOME"), os.getpgrp() == os.getpid())
+    return 7
+
+
+def test_forked_runs_a_function_with_its_own_cwd_env_and_output(tmp_path: Path) -> None:
+    with open(tmp_path / "o", "w") as so, open(tmp_path / "e", "w") as se:
+        with process.Forked(lambda: _child_reports("x"), stdout=so, stderr=se, env={"ONLY": "1"},
+                            cwd=str(tmp_path)) as p:
+            assert p.wait(30) == 7
+    assert (tmp_path / "o").read_text().split() == [str(tmp_path), "1", "None", "True"]
+
+
+def test_forked_exceptions_and_exits_become_exit_codes(tmp_path: Path) -> None:
+    def boom() -> int:
+        raise RuntimeError("the child's own error")
+
+    def leaves() -> int:
+        raise SystemExit(4)
+
+    with open(tmp_path / "o", "w") as so, open(tmp_path / "e", "w") as se:
+        for fn, code in ((boom, 1), (leaves, 4)):
+            with process.Forked(fn, stdout=so, stderr=se, env={}, cwd=str(tmp_path)) as p:
+                assert p.wait(30) == code
+    assert "RuntimeError: the child's own error" in (tmp_path / "e").read_text()
+
+
+def test_forked_timeout_returns_none_and_kill_takes_its_group(tmp_path: Path) -> None:
+    def sleeper() -> int:
+        return process.Spawned(["sleep", "60"]).wait(None) or 0   # a grandchild: killed with the group
+
+    with open(tmp_path / "o", "w") as so, open(tmp_path / "e", "w") as se:
+        p = process.Forked(sleeper, stdout=so, stderr=se, env=dict(os.environ), cwd=str(tmp_path))
+        t = time.monotonic()
+        assert p.wait(0.3) is None and time.monotonic() - t < 5
+        pid = p.pid
+        p.kill()
+    assert _gone_soon(pid) and p.poll() is not None and pid not in process.live_groups()
