@@ -49,8 +49,8 @@ import pytest
 
 MARKER = "powercut"
 SETTINGS = ("fs", "size_mb", "mkfs_opts", "mount_opts", "models", "params", "max_states", "expect", "shrink",
-            "seed", "bound", "samples", "torn_samples", "allow_no_acks", "require_exhaustive", "workload_timeout_s",
-            "checker_timeout_s", "jobs", "check_in", "accel", "fault",
+            "seed", "bound", "samples", "setup_samples", "torn_samples", "allow_no_acks", "require_exhaustive",
+            "workload_timeout_s", "checker_timeout_s", "jobs", "check_in", "accel", "fault",
             "disk_latency", "lie_file", "nodes", "delay_sync")   # campaign/crashtest.CrashTest.of's words
 _ran: list[tuple[str, str]] = []    # (node id, headline) of each crash test of this session
 

@@ -115,7 +115,8 @@ class CampaignSpec:
         return self.place.workers()
 
 
-SELECTION_WORDS = ("models", "seed", "bound", "samples", "torn_samples", "max_states", "lie_file")    # -> SelectionSpec
+SELECTION_WORDS = ("models", "seed", "bound", "samples", "torn_samples", "max_states", "lie_file",   # -> SelectionSpec
+                   "setup_samples")
 PLACE_WORDS = {"check_in": "check_in", "accel": "accel", "jobs": "jobs", "memory_mb": "memory_mb",
                "state_timeout_s": "state_timeout_s", "check_uris": "uris"}                # word -> Place field
 

@@ -68,7 +68,8 @@ def cmd_states(args: argparse.Namespace) -> int:
         if how.seed != args.seed:
             print(f"seed {how.seed}", file=sys.stderr)
         states = CrashSpace(index).iter_states(args.model, seed=how.seed, exhaustive_bound=how.bound,
-                                               samples=how.samples, torn_samples=how.torn_samples)
+                                               samples=how.samples, torn_samples=how.torn_samples,
+                                               setup_samples=how.setup_samples)
         if args.json:
             for s in states:
                 print(json.dumps(state_to_json(s)))

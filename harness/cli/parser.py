@@ -66,6 +66,10 @@ def selection_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, pres
                    help=f"write-cache: all subsets up to this many writes (default {d.bound})")
     g.add_argument("--samples", type=at_least(0), default=None,
                    help=f"write-cache: seeded samples beyond the bound (default {d.samples})")
+    g.add_argument("--setup-samples", type=at_least(0), default=None,
+                   help="write-cache: seeded samples beyond the bound in a set-up window (before the first key "
+                        "mark: nothing acknowledged yet; default: "
+                        + ("as --samples)" if d.setup_samples is None else f"{d.setup_samples})"))
     g.add_argument("--torn-samples", type=at_least(0), default=None,
                    help=f"torn models: seeded tears per torn write (default {d.torn_samples})")
     if models:
@@ -82,7 +86,7 @@ def selection_options(g: argparse.ArgumentParser | argparse._ArgumentGroup, pres
 def selection_from(args: argparse.Namespace, preset: str):   # -> SelectionSpec (imported lazily)
     """The SelectionSpec the options ask for: the preset's, with each option given replacing its field."""
     got = {k: getattr(args, k, None) for k in ("models", "seed", "bound", "samples", "torn_samples", "max_states",
-                                               "lie_file")}
+                                               "lie_file", "setup_samples")}
     if got["models"]:   # --model a,b (the lying-disk models come in families) as well as --model a --model b
         got["models"] = [m.strip() for spec in got["models"] for m in spec.split(",") if m.strip()]
     return _preset(preset).with_(**got)

@@ -167,19 +167,19 @@ def why_kept(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, ro
         out[f] = (NO_WINDOW if lo is None else UNSYNCED if not clean[lo] else
                   CHANGED if changed[hi] - changed[lo + 1] else
                   RUNNING if hi < len(trace.ops) and _running(trace.ops, hi, root) else CLEARED)
-        if out[f] in (CHANGED, RUNNING) and _sync_bound(f, entries, (at, lo), by_entry, trace.ops, walk):
+        if lo is not None and out[f] in (CHANGED, RUNNING) and _sync_bound(
+                f, entries, (mark_entries, at, lo), by_entry, trace.ops, walk):
             out[f] = CLEARED
     return out
 
 
-def _sync_bound(f: int, entries: Sequence[Entry], where: tuple[int, int], by_entry: dict[int, int],
+def _sync_bound(f: int, entries: Sequence[Entry], where: tuple[Sequence[int], int, int], by_entry: dict[int, int],
                 ops: Sequence[Op], walk: Walk) -> bool:
     """Whether F (entry ``f``: a flush, or the FUA write of a flush's own bio) is the k-th flush
     logged between its mark M and the next mark N and, by the trace, the flush of the k-th call
     between them that synced file data -- in flight only while that call ran, after its writes
     completed, with nothing else of the program's to write (the module's docstring)."""
-    at, lo = where
-    marks = [e.index for e in entries if e.flags & MARK]
+    marks, at, lo = where   # the log's mark entries, M's place among them, B's call in the trace
     m = marks[at]
     flush = f if entries[f].flags & FLUSH else f - 1
     if flush != f and not (flush > m and entries[flush].flags & FLUSH and entries[flush].flags & FUA

@@ -22,7 +22,29 @@ SPEC = st.builds(
     SelectionSpec,
     models=st.lists(st.sampled_from(HONEST_MODELS), min_size=1, max_size=3, unique=True).map(tuple),
     seed=st.integers(0, 3), bound=st.integers(0, 4), samples=st.integers(0, 3), torn_samples=st.integers(0, 2),
-    max_states=st.sampled_from([0, 0, 1, 3, 7]))
+    max_states=st.sampled_from([0, 0, 1, 3, 7]), setup_samples=st.sampled_from([None, 0, 2]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS, seed=st.integers(0, 3), bound=st.integers(0, 3), samples=st.integers(0, 3),
+       setup_samples=st.integers(0, 3))
+def test_setup_samples_change_the_setup_windows_alone(ops: list, seed: int, bound: int, samples: int,  # type: ignore[type-arg]
+                                                      setup_samples: int) -> None:
+    """``setup_samples`` (the demo's 0) samples set-up windows on their own: the commit windows'
+    states are the same states as with ``samples`` alone, the set-up windows' a subset or superset."""
+    with tempfile.TemporaryDirectory() as d, build(Path(d) / "l.bin", ops) as idx:
+        sp = CrashSpace(idx)
+        base = dict(seed=seed, exhaustive_bound=bound, samples=samples)
+        same = {s.id for s in sp.iter_states("write-cache", **base)}
+        own = {s.id for s in sp.iter_states("write-cache", **base, setup_samples=setup_samples)}
+        setup = {i for i in same | own if sp.key_version[int(i.split("@")[1].split("/")[0])] == 0}
+        assert same - setup == own - setup
+        if setup_samples <= samples:   # the first setup_samples of the same seeded sequence
+            assert own & setup <= same & setup
+        else:
+            assert same & setup <= own & setup
+        if setup_samples == samples:
+            assert same == own
 
 
 @settings(max_examples=300, deadline=None)
