@@ -5,6 +5,7 @@ diagnosis, a shell -- and follows its progress stream, handing each verdict on a
 run's phases).  What runs the jobs and blames a panic or a hang on a state is check/vm.py."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -19,10 +20,12 @@ from powercut.check.context import CheckContext, LogSource
 from powercut.check.hosts import CheckHost, Staged
 from powercut.check.vmprogress import Outcome, Progress
 from powercut.config import DEFAULT_ACCEL, STATE_TIMEOUT_S, DiskSpec, ShareSpec, VmSpec
+from powercut.core.dmlog import open_log
 from powercut.core.verdict import Verdict
 from powercut.errors import PowercutError, UsageError, VmError
 from powercut.images.build import build_image, tools_dir
 from powercut.linux import filesystems, interrupt
+from powercut.replay.zeros import ZeroRuns, zero_writes
 from powercut.vm import guestjob
 from powercut.vm.cmdline import keep_visible
 
@@ -55,6 +58,24 @@ class VmCheckSpec:
     def hosts(self) -> list[CheckHost]:
         return [CheckHost(u) for u in self.uris] or [CheckHost()]
 
+
+
+def log_zeros(src: LogSource) -> tuple[ZeroRuns, ...]:
+    """Per disk, its log's all-zero writes before its first mark (mkfs's zeroed inode tables and
+    journal), found here where the log is local, so a checker VM's first walk skips them instead of
+    reading them over 9p (none when the disks start from an image: only a zeroed start may skip)."""
+    return () if src.initial is not None else tuple(_zeros(p, *_stamp(p)) for p in src.logs)
+
+
+def _stamp(p: Path) -> tuple[int, int]:
+    st = p.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros(p: Path, size: int, mtime_ns: int) -> ZeroRuns:   # size and mtime: a rewritten log is read again
+    with open_log(p) as index:
+        return zero_writes(index)
 
 
 class CheckerVm:
@@ -100,7 +121,8 @@ class CheckerVm:
                                     checker=self.ctx.checker, disks={"scratch": "pcscratch"},
                                     params=self.ctx.params,
                                     entries=guestjob.StateSource.entries_for(self.ctx.checker),
-                                    fsck=filesystems.fsck_program(self.ctx.fs), scratch_ready=not self.host.remote)
+                                    fsck=filesystems.fsck_program(self.ctx.fs), scratch_ready=not self.host.remote,
+                                    zeros=log_zeros(self.src))
 
     def guest_logs(self) -> tuple[str, ...]:
         """Every disk's log as the guest sees it (the recording share) when there are several; none

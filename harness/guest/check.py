@@ -71,13 +71,14 @@ class _Disks:
 
     @staticmethod
     def of(ctx: CheckContext, indexes: Sequence[LogIndex], size: int, states: list[DisksState], progress: JsonLines,
-           stack: contextlib.ExitStack) -> _Disks:
+           stack: contextlib.ExitStack, zeros: Sequence[tuple[tuple[int, int], ...]] = ()) -> _Disks:
         one = len(indexes) == 1
         nodes = []
         for i, index in enumerate(indexes):
             where = Path(WORK) if one else Path(WORK) / f"n{i}"
             where.mkdir(parents=True, exist_ok=True)
-            nodes.append(NodeImages(index, size, [s.nodes[i] for s in states], where, DmSnapshotProvider(where)))
+            nodes.append(NodeImages(index, size, [s.nodes[i] for s in states], where, DmSnapshotProvider(where),
+                                    known_zero=zeros[i] if i < len(zeros) else ()))
             stack.callback(nodes[-1].close)
         mnts = [MNT] if one else [f"{MNT}/n{i}" for i in range(len(indexes))]
         for m in mnts:
@@ -144,7 +145,7 @@ def _disks(src: StateSource, logs: Sequence[str], ids: Sequence[str], jobdir: Pa
         states = [disks.state_from_id(i) for i in ids]
         if len(indexes) == 1:   # in walk order (materialize's): one forward walk of the pristine
             states.sort(key=lambda s: plan(indexes[0], s.nodes[0]).base)
-        yield _Disks.of(with_node_faults(ctx, indexes), indexes, src.size, states, progress, stack)
+        yield _Disks.of(with_node_faults(ctx, indexes), indexes, src.size, states, progress, stack, src.zeros)
 
 
 def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:

@@ -21,6 +21,7 @@ States are processed sorted by base, so the walk is monotone; per state the work
 """
 from __future__ import annotations
 
+import bisect
 import errno
 import logging
 import os
@@ -40,6 +41,7 @@ from powercut.linux.imageio import pwrite_all, sparse_copy_fd, zero_range
 from powercut.record.recording import load as load_recording
 from powercut.replay.providers import PROVIDERS, choose_provider
 from powercut.replay.snapshot import Provider
+from powercut.replay.zeros import Written, ZeroRuns
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ class ReplayStats:
     states: int = 0
     walk_entries: int = 0
     walk_bytes: int = 0
+    zero_skipped: int = 0   # bytes of all-zero writes not read (known_zero)
     walk_s: float = 0.0
     clone_s: float = 0.0
     extras_entries: int = 0
@@ -100,12 +103,29 @@ def check_extents(index: LogIndex, size: int, upto: int | None = None) -> None:
 class _Writer:
     """Applies entries to an open image (a file or a block device) from the log's mmap.
     ``punch``: discards become holes where possible (else written zeros).  ``zeros``: the image
-    is still all zeros (nothing written yet), so discards are no-ops (mkfs discards the device)."""
+    is still all zeros (nothing written yet), so discards are no-ops (mkfs discards the device).
+    ``known_zero``: writes whose data is all zeros (``zero_writes``), skipped -- never read -- while
+    the image started zeroed and nothing was written where they land."""
 
-    def __init__(self, index: LogIndex, fd: int, punch: bool, zeros: bool = False) -> None:
+    def __init__(self, index: LogIndex, fd: int, punch: bool, zeros: bool = False, known_zero: ZeroRuns = ()) -> None:
         self.index, self.fd, self.punch, self.zeros = index, fd, punch, zeros
         self.ss = index.sectorsize
         self.bytes = 0
+        self.skipped = 0
+        self.known_zero = tuple((int(lo), int(hi)) for lo, hi in known_zero) if zeros else ()   # JSON: lists
+        self.last_zero = max((hi for _, hi in self.known_zero), default=0)
+        self.written = Written()
+
+    def _zero_skip(self, e: Entry, off: int, n: int) -> bool:
+        """Whether ``e`` is a known-zero write onto a still-zero range (skipped); else note its range."""
+        if e.index >= self.last_zero:
+            return False
+        k = bisect.bisect_right(self.known_zero, (e.index, len(self.index.entries))) - 1
+        if k >= 0 and self.known_zero[k][0] <= e.index < self.known_zero[k][1] and not self.written.overlaps(off, off + n):
+            self.skipped += n
+            return True
+        self.written.add(off, off + n)
+        return False
 
     def apply(self, e: Entry, sectors: tuple[int, ...] | None = None) -> None:
         ss = self.ss
@@ -113,6 +133,8 @@ class _Writer:
         if e.is_discard:
             if not self.zeros:
                 zero_range(self.fd, off, e.nr_sectors * ss, not self.punch)
+            return
+        if self.known_zero and self._zero_skip(e, off, e.nr_sectors * ss):
             return
         self.zeros = False
         if sectors is None:
@@ -142,7 +164,7 @@ def _check_initial(initial: Path | None, size: int) -> Path | None:
 
 
 def materialize(index: LogIndex, initial: Path | None, size: int, states: Sequence[CrashState], workspace: Path,
-                provider: str | Provider = "auto", *, stats: ReplayStats | None = None
+                provider: str | Provider = "auto", *, stats: ReplayStats | None = None, known_zero: ZeroRuns = ()
                 ) -> Generator[tuple[CrashState, Path], None, None]:
     """Yield (state, image) for every state, in walk order (sorted by the pristine position the
     state needs -- not necessarily the order given).
@@ -152,7 +174,9 @@ def materialize(index: LogIndex, initial: Path | None, size: int, states: Sequen
     open).  Each image is a file in the provider's work directory (a block device for
     dm-snapshot) that the consumer may read and write; it is **valid until the next iteration**:
     advancing the iterator (or closing it) releases it.  Copy it if you need it longer.  Close the
-    iterator (``contextlib.closing``) if you stop early, so the workspace is cleaned up at once."""
+    iterator (``contextlib.closing``) if you stop early, so the workspace is cleaned up at once.
+    ``known_zero``: the log's all-zero writes (``zero_writes``, from where the log is local), never
+    read while they land on a still-zero part of an image that started as zeros."""
     st = stats if stats is not None else ReplayStats()
     plans = sorted((plan(index, s) for s in states), key=lambda p: p.base)
     check_extents(index, size, max((p.state.cut for p in plans), default=0))
@@ -160,11 +184,12 @@ def materialize(index: LogIndex, initial: Path | None, size: int, states: Sequen
     if isinstance(provider, str) and provider != "auto":
         if provider not in PROVIDERS:
             raise UsageError(f"unknown snapshot provider {provider!r}; choose auto, {', '.join(PROVIDERS)}")
-    return _walk(index, initial, size, plans, Path(workspace), provider, st)
+    return _walk(index, initial, size, plans, Path(workspace), provider, st, known_zero)
 
 
 def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], workspace: Path,
-          provider: str | Provider, st: ReplayStats) -> Generator[tuple[CrashState, Path], None, None]:
+          provider: str | Provider, st: ReplayStats, known_zero: ZeroRuns = ()
+          ) -> Generator[tuple[CrashState, Path], None, None]:
     if not plans:
         return
     t0 = time.perf_counter()
@@ -179,7 +204,8 @@ def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], w
         except OSError as e:
             raise PowercutError(f"cannot create the pristine image in {prov.workdir}: {e.strerror}") from None
         st.setup_s += time.perf_counter() - t0
-        walker = _Writer(index, pristine.fd, punch=not (pristine.block or prov.dense), zeros=initial is None)
+        walker = _Writer(index, pristine.fd, punch=not (pristine.block or prov.dense), zeros=initial is None,
+                         known_zero=known_zero)
         entries = index.entries
         pos = 0
         for p in plans:
@@ -187,7 +213,7 @@ def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], w
             try:
                 if p.base > pos:
                     t = time.perf_counter()
-                    before = walker.bytes
+                    before, skipped = walker.bytes, walker.skipped
                     apply = walker.apply
                     for ent in entries[pos:p.base]:
                         if ent.changes_device:
@@ -195,6 +221,7 @@ def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], w
                     index.release(pos, p.base)  # the log pages written out: out of the resident set
                     st.walk_entries += p.base - pos
                     st.walk_bytes += walker.bytes - before
+                    st.zero_skipped += walker.skipped - skipped
                     pos = p.base
                     pristine.sync()
                     st.walk_s += time.perf_counter() - t

@@ -15,6 +15,7 @@ from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex
 from powercut.replay.materialize import ReplayStats, materialize, plan
 from powercut.replay.snapshot import Provider
+from powercut.replay.zeros import ZeroRuns
 
 
 def runs(bases: Sequence[int]) -> list[range]:
@@ -33,12 +34,13 @@ def runs(bases: Sequence[int]) -> list[range]:
 class NodeImages:
     """One node's image for each of ``states`` in turn (``next_image``: a clone by ``provider`` -- a
     dm-snapshot in the checker VM, a reflink or a sparse copy on the host --, valid until the next
-    call), walked forward run by run (``runs``) from ``initial`` (None: zeros).  ``close`` ends the
-    walk and the provider."""
+    call), walked forward run by run (``runs``) from ``initial`` (None: zeros; ``known_zero``: the
+    log's all-zero writes, materialize's).  ``close`` ends the walk and the provider."""
 
     def __init__(self, index: LogIndex, size: int, states: Sequence[CrashState], workspace: Path,
-                 provider: Provider, *, initial: Path | None = None) -> None:
+                 provider: Provider, *, initial: Path | None = None, known_zero: ZeroRuns = ()) -> None:
         self.index, self.size, self.states, self.initial = index, size, list(states), initial
+        self.known_zero = known_zero
         self.runs = runs([plan(index, s).base for s in self.states])
         workspace.mkdir(parents=True, exist_ok=True)
         self.provider = provider
@@ -55,7 +57,7 @@ class NodeImages:
             self.run += 1
             r = self.runs[self.run]
             self.walk = materialize(self.index, self.initial, self.size, self.states[r.start:r.stop], self.provider.workspace,
-                                    self.provider, stats=self.stats)
+                                    self.provider, stats=self.stats, known_zero=self.known_zero)
             self.walks += 1
         state, img = next(self.walk)
         if state != self.states[self.k]:   # materialize sorts by base: a run is sorted already

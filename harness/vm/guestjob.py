@@ -82,6 +82,8 @@ class StateSource:
     entries: dict[str, str] = field(default_factory=dict)   # "group/name" -> "module:attr", as the host found them
     fsck: tuple[str, ...] = ()     # the fsck argv the host chose (filesystems.fsck_program)
     scratch_ready: bool = False    # the host made the scratch filesystem (SCRATCH_MKFS)
+    zeros: tuple[tuple[tuple[int, int], ...], ...] = ()   # per disk, its log's all-zero writes before its
+    #                                                        first mark (replay/materialize.zero_writes)
 
     @staticmethod
     def entries_for(checker: CheckerSpec) -> dict[str, str]:
