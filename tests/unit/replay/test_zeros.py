@@ -114,4 +114,4 @@ def test_written_agrees_with_a_set_of_bytes(ranges: list[tuple[int, int]], probe
             assert w.overlaps(plo, plo + pn) == bool(seen & set(range(plo, plo + pn)))
         w.add(lo, lo + n)
         seen |= set(range(lo, lo + n))
-        assert all(a < b for a, b in zip(w.hi, w.lo[1:])) and sum(h - l for l, h in zip(w.lo, w.hi)) == len(seen)
+        assert all(a < b for a, b in zip(w.hi, w.lo[1:])) and sum(hi - lo for lo, hi in zip(w.lo, w.hi)) == len(seen)
