@@ -14,6 +14,7 @@ from powercut.bench.plan import plan
 from powercut.bench.results import BenchResults, write
 from powercut.bench.run import BenchVmSpec, run_bench_vm
 from powercut.campaign.run import CampaignSpec, run_campaign
+from powercut.check.checkervm import prewarm
 from powercut.check.context import LogSource, context_for
 from powercut.check.place import Place
 from powercut.config import DEFAULT_ACCEL, BenchItem, FsSpec, RunSet, WorkloadSpec, disk_latency
@@ -23,6 +24,7 @@ from powercut.core.selection import SelectionSpec
 from powercut.core.stateid import TORN_MODELS
 from powercut.debug.triage import diagnose_at
 from powercut.errors import PowercutError
+from powercut.linux import filesystems
 from powercut.record import recording
 from powercut.record.vm import RecordSpec, record
 from powercut.report.matrix import Cell, Row, cells, failed_cells, one_line
@@ -57,6 +59,8 @@ def run_rows(rows: list[Row], how: MatrixRun, on_row: Any = None) -> list[tuple[
     busy; the check runs beside it).  ``on_row(row, cells, info)`` as each row ends."""
     from concurrent.futures import ThreadPoolExecutor
     out = []
+    if rows:
+        _prewarm(rows[0], how)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="powercut-record") as pool:
         ahead = pool.submit(record_row, rows[0], how) if rows else None
         for k, row in enumerate(rows):
@@ -67,6 +71,17 @@ def run_rows(rows: list[Row], how: MatrixRun, on_row: Any = None) -> list[tuple[
                 on_row(row, cells_, info)
             out.append((cells_, info))
     return out
+
+
+def _prewarm(row: Row, how: MatrixRun) -> None:
+    """The first row's checker-VM template built while the row records (check/checkervm.prewarm)."""
+    if (how.check_in or row.ci or "vm") != "vm" or how.place.uris or row.nodes > 1:
+        return
+    try:
+        fs = FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()), mount_opts=row.mount_opts)
+        prewarm(how.place.vm(), filesystems.get(row.fs), fs.size_mb << 20, how.out)
+    except (PowercutError, OSError) as e:   # the check says it, if it matters
+        log.debug("no checker VM template ahead: %s", one_line(e))
 
 
 def record_row(row: Row, how: MatrixRun) -> str:

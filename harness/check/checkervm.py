@@ -78,6 +78,52 @@ def _zeros(p: Path, size: int, mtime_ns: int) -> ZeroRuns:   # size and mtime: a
         return zero_writes(index)
 
 
+def checker_vm(spec: VmCheckSpec, fs: filesystems.Filesystem, staged: Staged, d: str, *, timeout_s: float,
+               name: str, interactive: bool = False) -> VmSpec:
+    """A checker VM judging ``fs``, ``d`` being the run directory on the host that boots it."""
+    return VmSpec(kernel=staged.kernel, initrd=staged.initrd, memory_mb=spec.memory_mb,
+                  disks=(DiskSpec(f"{d}/scratch.img", "pcscratch", cache="unsafe"),),
+                  shares=(ShareSpec("hostroot", "/"), ShareSpec("job", f"{d}/job", readonly=False),
+                          ShareSpec("rec", staged.rec_dir)),
+                  accel=spec.accel,  # type: ignore[arg-type]
+                  timeout_s=timeout_s, console_path=f"{d}/console.log", name=f"powercut-check-{os.getpid()}-{name}",
+                  # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
+                  modules=tuple(dict.fromkeys((fs.module_group, SCRATCH_FS))),
+                  cmdline=("powercut.mount=rec",), interactive=interactive)
+
+
+def scratch_need(disks: int, size: int) -> int:
+    """A checker VM's scratch disk for ``disks`` data disks of ``size`` bytes: the pristine and the
+    COWs -- one disk's, or a pristine and COW files per disk."""
+    return (3 if disks == 1 else 2 * disks) * size + (512 << 20)
+
+
+def prewarm(spec: VmCheckSpec, fs: filesystems.Filesystem, data_bytes: int, workdir: Path) -> threading.Thread:
+    """Build, in a thread, the template the checker VMs of a one-disk check of a ``data_bytes``
+    disk of ``fs`` will start from (check/template.py), while something else runs (the matrix and
+    the main job: the first row's recording, which keeps one core busy): on a fresh machine the
+    first check then starts at once instead of after the template's ~8 s boot under TCG.  A
+    template that exists already, or cannot be built here, costs nothing more than asking."""
+    def build() -> None:
+        d = workdir / f"prewarm-{os.getpid()}"
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with open(d / "scratch.img", "wb") as f:   # sparse: the template's key has its size only
+                f.truncate(template.scratch_bytes(scratch_need(1, data_bytes)))
+            vm = checker_vm(spec, fs, Staged(spec.kernel, spec.initrd, spec.tools_dir, str(d)), str(d),
+                            timeout_s=STATE_TIMEOUT_S, name="prewarm")
+            if not spec.uris and template.eligible(vm):
+                template.template_for(vm)
+        except (PowercutError, OSError) as e:   # the check builds it (or boots) and says why
+            log.debug("checker VM template not built ahead: %s", e)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    t = threading.Thread(target=build, name="powercut-prewarm", daemon=True)
+    t.start()
+    return t
+
+
 class CheckerVm:
     """Boots a checker VM on one job and follows its progress stream: each verdict goes to
     ``on_verdict`` as it arrives; a state that runs past the per-state timeout ends the VM."""
@@ -86,7 +132,7 @@ class CheckerVm:
                  host: CheckHost | None = None, *, serve: bool = False, scratch_bytes: int = 0) -> None:
         self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
         # the pristine and the COWs: one disk's, or a pristine and COW files per disk
-        self.scratch_bytes = scratch_bytes or (3 if src.disks == 1 else 2 * src.disks) * src.size + (512 << 20)
+        self.scratch_bytes = scratch_bytes or scratch_need(src.disks, src.size)
         self.host = host or CheckHost()
         template.enabled()   # a bad POWERCUT_VM_START is one line here, not a dead boot thread later
         keep_visible(ctx.checker.host_paths())   # a checker function's file and sys.path, even under /tmp
@@ -180,16 +226,8 @@ class CheckerVm:
 
     def _vm_spec(self, staged: Staged, d: str, timeout_s: float, interactive: bool = False) -> VmSpec:
         """The VM, ``d`` being the run directory on the host that boots it."""
-        return VmSpec(kernel=staged.kernel, initrd=staged.initrd, memory_mb=self.spec.memory_mb,
-                      disks=(DiskSpec(f"{d}/scratch.img", "pcscratch", cache="unsafe"),),
-                      shares=(ShareSpec("hostroot", "/"), ShareSpec("job", f"{d}/job", readonly=False),
-                              ShareSpec("rec", staged.rec_dir)),
-                      accel=self.spec.accel,  # type: ignore[arg-type]
-                      timeout_s=timeout_s, console_path=f"{d}/console.log",
-                      name=f"powercut-check-{os.getpid()}-{self.workdir.name}",
-                      # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
-                      modules=tuple(dict.fromkeys((self.ctx.fs.module_group, SCRATCH_FS))),
-                      cmdline=("powercut.mount=rec",), interactive=interactive)
+        return checker_vm(self.spec, self.ctx.fs, staged, d, timeout_s=timeout_s, name=self.workdir.name,
+                          interactive=interactive)
 
     def _serve(self, job: guestjob.Job, on_verdict: Sink, limit_s: float) -> Outcome:
         """``run`` for a serving VM: hand ``job`` to the booted VM, or boot one on it that stays up

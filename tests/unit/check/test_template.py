@@ -338,3 +338,46 @@ def test_prune_keeps_the_recent_templates_and_any_used_within_the_hour(tmp_path:
     assert "current" in left and "fresh" in left   # this run's, and one used within the hour
     # KEEP in all: the current one, then the most recently used (fresh and old0..old3)
     assert left == {"current", "fresh"} | {f"old{i}" for i in range(template.KEEP - 2)}
+
+
+def test_prewarm_builds_the_template_the_checks_vms_will_ask_for(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matrix and the main job build the first row's template while it records: the spec that
+    prewarm asks for has the key of the spec a checker VM of that row's check asks for (after the
+    host's scratch disk rounding), and a different filesystem or disk size would not."""
+    from powercut.check import checkervm
+    from powercut.check.context import CheckContext, LogSource
+    from powercut.checker import CheckerSpec
+    from powercut.linux import filesystems
+    rt = runtime.Runtime(sys.executable, (), (), "boot\n")
+    asked: list[VmSpec] = []
+
+    def fake_template_for(vm: VmSpec) -> None:
+        asked.append(replace(vm, disks=tuple(replace(d, path=str(tmp_path / "sized.img")) for d in vm.disks)))
+        with open(tmp_path / "sized.img", "wb") as f:
+            f.truncate(os.path.getsize(vm.disks[0].path))
+    monkeypatch.setattr(template, "template_for", fake_template_for)
+    kernel, initrd = tmp_path / "vmlinux", tmp_path / "initrd.cpio"
+    kernel.write_bytes(b"k")
+    initrd.write_bytes(b"i")
+    spec = checkervm.VmCheckSpec(str(kernel), str(initrd), accel="tcg")
+    ext4 = filesystems.get("ext4")
+    size = 256 << 20
+    checkervm.prewarm(spec, ext4, size, tmp_path / "out").join(30)
+    assert len(asked) == 1 and not (tmp_path / "out" / f"prewarm-{os.getpid()}").exists()
+    key = lambda vm: template.template_key(vm, "tcg", rt, sys.executable)  # noqa: E731
+    prewarmed = key(asked[0])
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    vm = checkervm.CheckerVm(CheckContext(ext4, CheckerSpec(name="osync")), LogSource(rec / "log.bin", size),
+                             spec, tmp_path / "work")
+    run = tmp_path / "run"
+    run.mkdir()
+    with open(run / "scratch.img", "wb") as f:
+        f.truncate(template.scratch_bytes(vm.scratch_bytes))   # hosts.CheckHost.boot's rounding
+    check = vm._vm_spec(checkervm.Staged(spec.kernel, spec.initrd, "", str(rec)), str(run), 60.0)
+    assert key(check) == prewarmed
+    asked.clear()
+    checkervm.prewarm(spec, filesystems.get("xfs"), size, tmp_path / "out").join(30)
+    checkervm.prewarm(spec, ext4, 4 * size, tmp_path / "out").join(30)
+    assert prewarmed not in {key(a) for a in asked} and len(asked) == 2
