@@ -3,7 +3,7 @@
 the host's preparation of the VM included) and the time per state after it, for the checker VM as
 it starts now against the classic start, alternated in one run, medians of --rounds.
 
-Three starts: "now" (a checker VM restored from its template, check/template.py), "boot" (the same
+Three starts: "now" (a checker VM restored from its template, vmstart/template.py), "boot" (the same
 VM booted: POWERCUT_VM_START=boot) and "classic".  The classic start (the baseline) is today's code with the start-up cuts undone: the agent started
 as ``python -m powercut.guest`` with ``site`` and without powercut's bytecode (its __pycache__
 directories moved aside for the round: every powercut module compiled in the guest, as when

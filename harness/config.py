@@ -97,7 +97,7 @@ class VmSpec:
     # every module of the image.  The runner adds the transport, "pci" and "ahci" as needed.
     modules: tuple[str, ...] = ()
     interactive: bool = False     # the serial console on this terminal (stdin/stdout), logged to console_path
-    restore: str = ""             # start from this saved VM (a template's state, check/template.py), not a boot
+    restore: str = ""             # start from this saved VM (a template's state, vmstart/template.py), not a boot
     qmp: str = ""                 # a QMP socket here (vm/qmp.py), for saving a template
 
     def __post_init__(self) -> None:

@@ -2,4 +2,4 @@
 
 * ``build`` -- build and cache the default image;
 * ``cpio`` -- the newc cpio writer;
-* ``runtime`` -- the guest agent's runtime files as a cpio part (a checker VM template's root)."""
+* ``runtime`` -- the guest agent's runtime files as a cpio part (a VM template's root: vmstart/)."""

@@ -8,6 +8,4 @@
 * ``vmprogress`` -- a checker VM's progress stream as the host follows it, and how one boot went;
 * ``hosts`` -- where a checker VM boots: QEMU here, libvirt here, or a remote libvirt host
   (--check-uri: image and recording shipped by hash, files mirrored back);
-* ``template`` -- checker VMs restored from a saved template VM instead of booted (built and
-  cached by key; a failed restore boots);
 * ``place`` -- the one value that decides where states are judged, and its dispatch."""

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from powercut.check import template
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.hosts import CheckHost, Staged
 from powercut.check.vmprogress import Outcome, Progress
@@ -28,6 +27,7 @@ from powercut.linux import filesystems, interrupt
 from powercut.replay.zeros import ZeroRuns, zero_writes
 from powercut.vm import guestjob
 from powercut.vm.cmdline import keep_visible
+from powercut.vmstart import template
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,16 @@ def log_zeros(src: LogSource) -> tuple[ZeroRuns, ...]:
     """Per disk, its log's all-zero writes before its first mark (mkfs's zeroed inode tables and
     journal), found here where the log is local, so a checker VM's first walk skips them instead of
     reading them over 9p (none when the disks start from an image: only a zeroed start may skip)."""
-    return () if src.initial is not None else tuple(_zeros(p, *_stamp(p)) for p in src.logs)
+    return () if src.initial is not None else tuple(_zeros_of(p) for p in src.logs)
 
 
-def _stamp(p: Path) -> tuple[int, int]:
-    st = p.stat()
-    return st.st_size, st.st_mtime_ns
+def _zeros_of(p: Path) -> ZeroRuns:
+    """One log's all-zero writes; none when it cannot be read here (the guest reads it and says why)."""
+    try:
+        st = p.stat()
+        return _zeros(p, st.st_size, st.st_mtime_ns)
+    except (OSError, PowercutError):
+        return ()
 
 
 @functools.lru_cache(maxsize=64)
@@ -100,7 +104,7 @@ def scratch_need(disks: int, size: int) -> int:
 
 def prewarm(spec: VmCheckSpec, fs: filesystems.Filesystem, data_bytes: int, workdir: Path) -> threading.Thread:
     """Build, in a thread, the template the checker VMs of a one-disk check of a ``data_bytes``
-    disk of ``fs`` will start from (check/template.py), while something else runs (the matrix and
+    disk of ``fs`` will start from (vmstart/template.py), while something else runs (the matrix and
     the main job: the first row's recording, which keeps one core busy): on a fresh machine the
     first check then starts at once instead of after the template's ~8 s boot under TCG.  A
     template that exists already, or cannot be built here, costs nothing more than asking."""

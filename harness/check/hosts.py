@@ -13,22 +13,21 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
-import shutil
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from powercut.check import template
 from powercut.check.context import LogSource
 from powercut.config import VmSpec
-from powercut.errors import EnvironmentNotReady, UsageError, VmError
-from powercut.linux import interrupt, process
+from powercut.errors import EnvironmentNotReady, UsageError
+from powercut.linux import process
 from powercut.vm.guestjob import SCRATCH_MKFS
 from powercut.vm.libvirt import is_local_uri, run_vm_libvirt
 from powercut.vm.qemu import run_vm
 from powercut.vm.remote import Mirror, Shipper, SshTarget, code_digest, remote_root, sha256_file
+from powercut.vmstart import template
 
 Watchdog = Callable[[], "str | None"]
 MIRRORED = ("console.log", "job/progress.jsonl", "accel-probe-console.log")   # appended while the VM runs
@@ -112,7 +111,7 @@ class CheckHost:
         if not self.remote:
             vm = make_vm(str(run))
             tmpl_ok = not self.uri and template.eligible(vm)
-            if tmpl_ok:   # a template's disks have sizes of a few kinds (check/template.py)
+            if tmpl_ok:   # a template's disks have sizes of a few kinds (vmstart/template.py)
                 scratch_bytes = template.scratch_bytes(scratch_bytes)
             with open(run / "scratch.img", "wb") as f:
                 f.truncate(scratch_bytes)
@@ -120,21 +119,11 @@ class CheckHost:
             if self.uri:
                 run_vm_libvirt(vm, uri=self.uri, rundir=run, watchdog=watchdog)
                 return
-            tmpl = template.template_for(vm) if tmpl_ok else None
-            if tmpl is not None:
-                try:
-                    run_vm(tmpl.restored_spec(vm, run), rundir=run, watchdog=watchdog)
-                    why = "" if template.restored(vm.console_path) else "its guest ended before the job"
-                except VmError as e:
-                    if template.restored(vm.console_path) or interrupt.stopping():
-                        raise   # the job's failure (a panic or hang in a state), not the restore's
-                    why = e.one_line()
-                if not why:
-                    return
-                # the restore failed before the guest ran anything of the job: boot instead
-                shutil.copyfile(vm.console_path, run / "console-restore.log")
-                template.discard(tmpl, f"{why}; console: {run / 'console-restore.log'}")
-            run_vm(vm, rundir=run, watchdog=watchdog)
+            start = lambda spec: run_vm(spec, rundir=run, watchdog=watchdog)  # noqa: E731
+            if tmpl_ok:
+                template.run_restored(vm, run, start)
+            else:
+                start(vm)
             return
         assert self.shipper is not None
         files = {f"job/{p.name}": p.read_bytes() for p in sorted((run / "job").iterdir()) if p.is_file()}

@@ -1,5 +1,5 @@
 """The checker VM's template agent (guest side): the agent started ahead of any job, to be saved
-as a VM snapshot and restored for each checker VM (host side: check/template.py).
+as a VM snapshot and restored for each checker VM (host side: vmstart/template.py).
 
 It runs from a root of its own (the initramfs' /pcroot: the Python interpreter, its libraries and
 exactly the modules the agent imports, copied there by the host, images/runtime.py), because QEMU

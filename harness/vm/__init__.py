@@ -9,4 +9,4 @@
 * ``libvirt_xml`` -- VmSpec -> domain XML;
 * ``guestjob`` -- typed, versioned jobs for the guest agent;
 * ``agentboot`` -- how the guest agent starts fast (bytecode from the host, no ``site``);
-* ``qmp`` -- a minimal QMP client (saving a checker VM's template)."""
+* ``qmp`` -- a minimal QMP client (saving a VM template: vmstart/template.py)."""

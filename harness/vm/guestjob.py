@@ -301,7 +301,7 @@ def write_result(jobdir: Path, result: GuestResult, seq: int = 1) -> None:
     os.replace(tmp, Path(jobdir) / "result.json")   # whole or not there: the host polls for it
 
 
-# A checker VM's template (check/template.py on the host, guest/template.py in the guest): the
+# A checker VM's template (vmstart/template.py on the host, guest/template.py in the guest): the
 # template agent says READY once it can be saved, polls the control disk for a go block, and says
 # RESTORED once restored and in the host root (what fails before that is the restore's).
 TEMPLATE_READY = "powercut-template-ready"

@@ -1,5 +1,5 @@
 """A minimal QMP client (host side): one command at a time over QEMU's ``-qmp unix:PATH`` socket,
-asynchronous events skipped.  Used to save a checker VM's template (check/template.py)."""
+asynchronous events skipped.  Used to save a checker VM's template (vmstart/template.py)."""
 from __future__ import annotations
 
 import json

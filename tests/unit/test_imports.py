@@ -29,7 +29,7 @@ HARNESS = ROOT / "harness"
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 LAYERS = ({"errors"}, {"core", "linux"}, {"config", "registry", "_pycall", "_logmark"}, {"faults"}, {"marks", "workload", "checker"}, {""},
-          {"vm", "images"}, {"record"}, {"replay"}, {"check", "bench"}, {"debug"}, {"report"},
+          {"vm", "images"}, {"vmstart"}, {"record"}, {"replay"}, {"check", "bench"}, {"debug"}, {"report"},
           {"campaign"}, {"guest", "cli", "pytest_plugin"})
 LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 THIRD_PARTY = {"tomli_w": {"config"}, "rich": {"report", "cli"}, "matplotlib": {"report"}, "libvirt": {"vm"},

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.check import template
 from powercut.core.dmlog import open_log
 from powercut.core.selection import select
 from powercut.record.recording import load
+from powercut.vmstart import template
 from tests.vm.vmcheckers import panic_or_hang
 
 pytestmark = pytest.mark.vm
@@ -74,7 +74,7 @@ def test_a_template_that_does_not_restore_falls_back_to_a_boot(ack_early: Path, 
     assert len(used) == 1, f"the first run's VMs were not restored from one template: {used}"
     state = Path(used.pop())
     state.write_bytes(b"not a saved VM")
-    with caplog.at_level(logging.WARNING, logger="powercut.check.template"):
+    with caplog.at_level(logging.WARNING, logger="powercut.vmstart.template"):
         second, _ = run_campaign(ack_early, spec, tmp_path / "second")
     assert judged(tmp_path / "second") == judged(tmp_path / "first")
     assert any("failed to restore" in r.getMessage() for r in caplog.records)

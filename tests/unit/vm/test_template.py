@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from powercut.check import template
 from powercut.config import DiskSpec, ShareSpec, VmSpec
 from powercut.errors import UsageError, VmError
 from powercut.images import runtime
@@ -21,6 +20,7 @@ from powercut.images.cpio import CpioWriter
 from powercut.vm import guestjob
 from powercut.vm.qemu import build_argv
 from powercut.vm.qmp import Qmp, QmpError, wait_migration
+from powercut.vmstart import template
 
 
 def read_cpio(data: bytes) -> dict[str, tuple[int, bytes, int]]:

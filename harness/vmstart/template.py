@@ -1,4 +1,5 @@
-"""Checker VMs started from a saved template instead of a boot (host side, QEMU on this machine).
+"""Checker and recording VMs started from a saved template instead of a boot (host side, QEMU on
+this machine; ``run_restored``).
 
 A cold checker VM spends ~4 s under TCG before its first state: kernel, init, modules, the Python
 agent's start and imports over 9p.  A template is that VM saved once, just before it would mount
@@ -13,6 +14,11 @@ shape is that state restored (``-incoming``), which takes a fraction of a second
   (the guest keeps what it probed), with its own files: the run's scratch disk, job share,
   console, and a control disk whose first block is the go block (host clock, random bytes); the
   agent then mounts the shares, chroots into the host root and serves the job as a booted one.
+
+A recording VM (record/vm.py) starts the same way, from a template of its own shape (its data and
+log disks, the job share, the filesystem's and dm-log-writes' modules loaded at the template's
+boot): the recording job runs after the restore -- mkfs, the dm-log-writes target, the workload --
+on disks no guest has touched, with the host's clock and random bytes.
 
 Templates are cached under ``<cache>/templates/<key>/``; the key covers everything the saved
 state depends on (the VM's shape, the accelerator, QEMU, kernel, initramfs, and every runtime
@@ -34,13 +40,15 @@ import shlex
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from powercut.config import DiskSpec, VmSpec, cache_root
 from powercut.errors import PowercutError, UsageError, VmError
 from powercut.images import runtime
-from powercut.linux import environ, process
+from powercut.linux import environ, interrupt, process
 from powercut.vm import guestjob
 from powercut.vm.accel import resolve_accel
 from powercut.vm.agentboot import TEMPLATE_AGENT, boot_script, compile_package, package_dirs
@@ -48,6 +56,8 @@ from powercut.vm.cmdline import kernel_cmdline
 from powercut.vm.console import ConsoleWatch, console_tail
 from powercut.vm.qemu import QEMU, build_argv
 from powercut.vm.qmp import Qmp, unlink_socket, wait_migration
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +209,7 @@ class Template:
             "total_s": round(time.monotonic() - t0, 2), "state_bytes": os.path.getsize(self.state),
             "runtime_files": len(rt.files), "accel": accel}, indent=1))
         shutil.rmtree(work, ignore_errors=True)
-        log.info("checker VM template %s built in %.1f s (state %d MiB)", tdir.name, time.monotonic() - t0,
+        log.info("VM template %s built in %.1f s (state %d MiB)", tdir.name, time.monotonic() - t0,
                  os.path.getsize(self.state) >> 20)
 
 
@@ -214,7 +224,7 @@ def template_for(spec: VmSpec) -> Template | None:
         rt = agent_runtime()
         key = template_key(spec, accel, rt, qemu)
     except (PowercutError, OSError) as e:
-        log.warning("checker VMs boot (no template): %s", e)
+        log.warning("VMs boot (no template): %s", e)
         return None
     with _lock:
         if key in _failed:
@@ -235,7 +245,7 @@ def template_for(spec: VmSpec) -> Template | None:
             (tmpl.dir / "state.part").unlink(missing_ok=True)   # a full disk must not stay full
             with _lock:
                 _failed.add(key)
-            log.warning("checker VMs boot: the template VM could not be saved: %s (see %s/build)",
+            log.warning("VMs boot: the template VM could not be saved: %s (see %s/build)",
                         e.one_line() if isinstance(e, PowercutError) else e, tmpl.dir)
             return None
     _prune(root, keep=tmpl.dir)
@@ -245,13 +255,34 @@ def template_for(spec: VmSpec) -> Template | None:
 def discard(tmpl: Template, why: str) -> None:
     """A template that failed to restore: removed (the next process builds a new one), and this
     process's VMs boot from now on."""
-    log.warning("checker VM template %s failed to restore (%s); booting instead", tmpl.dir.name, why)
+    log.warning("VM template %s failed to restore (%s); booting instead", tmpl.dir.name, why)
     with _lock:
         _failed.add(tmpl.dir.name)
     try:
         os.unlink(tmpl.state)
     except FileNotFoundError:
         pass
+
+
+def run_restored(vm: VmSpec, rundir: Path, run: Callable[[VmSpec], T]) -> T:
+    """``run(spec)`` on ``vm`` restored from its template (built now if needed; the control disk
+    and, on a failed restore, ``console-restore.log`` go in ``rundir``), or on ``vm`` booted when it
+    is not eligible, its template cannot be built here, or the restore failed before the guest ran
+    anything of the job (the template is then discarded): a checker VM's and a recording VM's start."""
+    tmpl = template_for(vm)
+    if tmpl is not None:
+        try:
+            out = run(tmpl.restored_spec(vm, rundir))
+            why = "" if restored(vm.console_path) else "its guest ended before the job"
+        except VmError as e:
+            if restored(vm.console_path) or interrupt.stopping():
+                raise   # the job's failure (a panic or hang in a state), not the restore's
+            why = e.one_line()
+        if not why:
+            return out
+        shutil.copyfile(vm.console_path, rundir / "console-restore.log")
+        discard(tmpl, f"{why}; console: {rundir / 'console-restore.log'}")
+    return run(vm)
 
 
 def restored(console_path: str) -> bool:
