@@ -169,8 +169,8 @@ def matrix_sentence(rows: list[Any], results: list[Any], missing: tuple[str, ...
     text += "."
     unproven = [c for c in results if c.ok and not c.proven]
     if unproven:
-        text += (f" {len(unproven)} of the passes stand on commit windows that were not exhaustive (sampled, "
-                 "capped or weakened: hover a cell for its coverage).")
+        text += (f" {len(unproven)} of the passes stand{'s' if len(unproven) == 1 else ''} on commit windows that "
+                 "were not exhaustive (sampled, capped or weakened: hover a cell for its coverage).")
     return text + (f" Shards missing: {', '.join(missing)}: not a complete matrix." if missing else "")
 
 

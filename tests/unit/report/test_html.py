@@ -149,3 +149,16 @@ def test_a_matrix_without_surprises_or_cost_is_as_expected(tmp_path) -> None:
     assert 'id="verdict">AS EXPECTED<' in text and "Durability vs cost" not in text
     missing = html.write_matrix(tmp_path, rows, cells, [], missing=("2/3",)).read_text()
     assert 'id="verdict">INCOMPLETE<' in missing and "Shards missing: 2/3" in missing
+
+
+def test_the_matrix_sentence_counts_the_passes_on_sampled_commit_windows() -> None:
+    from types import SimpleNamespace as NS
+
+    from powercut.report.html import matrix_sentence
+    ok = NS(ok=True, proven=True, row="a", model="flush")
+    weak = NS(ok=True, proven=False, row="b", model="write-cache")
+    one = matrix_sentence([1, 2], [ok, weak])
+    assert one.endswith("1 of the passes stands on commit windows that were not exhaustive (sampled, capped or "
+                        "weakened: hover a cell for its coverage).")
+    assert " 2 of the passes stand on " in matrix_sentence([1, 2], [ok, weak, weak])
+    assert "passes" not in matrix_sentence([1], [ok])
