@@ -37,9 +37,9 @@ these flushes are distinct and in order, so with no more flushes logged they are
 the k-th is the k-th data sync's own: issued while that call ran, after its writes completed.  No
 write of the program's was then in flight if nothing else was unsynced when the call began (no
 background writeback of another file) and no sync_file_range (writes started with no flush after
-them) lies between M and N; writes logged after F were issued after the call returned.  A FUA write
-of F's own bio (the FLUSH|FUA entry, then its data at the same sector) goes with F.  A sync call that
-sends no flush of its own (a directory's fsync after the file's fsync committed the same journal
+them) lies between M and N, nor is a change still running when N's ioctl returned; writes logged
+after F were issued after the call returned.  A FUA write of F's own bio (the FLUSH|FUA entry, then
+its data at the same sector) goes with F.  A sync call that sends no flush of its own (a directory's fsync after the file's fsync committed the same journal
 transaction) is not a data sync; a background flush makes the counts differ: nothing is cleared.
 Assumed: the filesystem waits for a sync's writes before the flush that makes them durable (what a
 sync is for).
@@ -167,9 +167,9 @@ def why_kept(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, ro
         out[f] = (NO_WINDOW if lo is None else UNSYNCED if not clean[lo] else
                   CHANGED if changed[hi] - changed[lo + 1] else
                   RUNNING if hi < len(trace.ops) and _running(trace.ops, hi, root) else CLEARED)
-        if lo is not None and out[f] in (CHANGED, RUNNING) and _sync_bound(
-                f, entries, (mark_entries, at, lo), by_entry, trace.ops, walk):
-            out[f] = CLEARED
+        if lo is not None and out[f] == CHANGED and not (hi < len(trace.ops) and _running(trace.ops, hi, root)) \
+                and _sync_bound(f, entries, (mark_entries, at, lo), by_entry, trace.ops, walk):
+            out[f] = CLEARED   # a change still running at the next mark is not among the window's calls
     return out
 
 

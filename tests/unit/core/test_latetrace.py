@@ -176,6 +176,16 @@ def test_another_thread_changing_files_keeps_it():
     assert LATE in quiet(LOG, late_writes(LOG), lines, MNT).kept
 
 
+def test_a_change_running_at_the_next_mark_keeps_even_a_syncs_own_flush():
+    """A write by another process (a shell workload's marker is one) that began before begin:1's
+    ioctl returned and ended after it is not among the calls between the marks: nothing is cleared."""
+    lines = trace(WRITE, FSYNC, WRITE, before=COMMIT)
+    assert LATE in quiet(LOG, late_writes(LOG), lines, MNT).cleared
+    t_begin1 = next(o for o in lines.ops if o.kind == sc.MARK and o.text == "begin:1").time
+    lines.ops.append(sc.Op(len(lines.ops), 0, 8, t_begin1 + 0.5, sc.WRITE, f"{MNT}/wal", nbytes=1, start=t_begin1 - 0.5))
+    assert LATE in quiet(LOG, late_writes(LOG), lines, MNT).kept
+
+
 def _two_syncs_log() -> list[Entry]:
     """ack:0's window with two flushes, each with a write after it, then begin:1; the second flush
     is one bio with its FUA write (the FLUSH|FUA entry, then the FUA data at the same sector)."""
