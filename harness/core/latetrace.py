@@ -39,8 +39,9 @@ write of the program's was then in flight if nothing else was unsynced when the 
 background writeback of another file) and no sync_file_range (writes started with no flush after
 them) lies between M and N, nor is a change still running when N's ioctl returned; writes logged
 after F were issued after the call returned.  A FUA write of F's own bio (the FLUSH|FUA entry, then
-its data at the same sector) goes with F.  A sync call that sends no flush of its own (a directory's fsync after the file's fsync committed the same journal
-transaction) is not a data sync; a background flush makes the counts differ: nothing is cleared.
+its data at the same sector) goes with F.  A sync call that sends no flush of its own (a
+directory's fsync after the file's fsync committed the same journal transaction) is not a data
+sync; a background flush makes the counts differ: nothing is cleared.
 Assumed: the filesystem waits for a sync's writes before the flush that makes them durable (what a
 sync is for).
 
