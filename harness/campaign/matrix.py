@@ -79,7 +79,7 @@ def _prewarm(row: Row, how: MatrixRun) -> None:
         return
     try:
         fs = FsSpec(fstype=row.fs, mkfs_opts=tuple(row.mkfs_opts.split()), mount_opts=row.mount_opts)
-        prewarm(how.place.vm(), filesystems.get(row.fs), fs.size_mb << 20, how.out)
+        prewarm(how.place.vm(), filesystems.get(row.fs), fs.size_mb << 20)
     except (PowercutError, OSError) as e:   # the check says it, if it matters
         log.debug("no checker VM template ahead: %s", one_line(e))
 

@@ -9,6 +9,7 @@ import functools
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -102,16 +103,15 @@ def scratch_need(disks: int, size: int) -> int:
     return (3 if disks == 1 else 2 * disks) * size + (512 << 20)
 
 
-def prewarm(spec: VmCheckSpec, fs: filesystems.Filesystem, data_bytes: int, workdir: Path) -> threading.Thread:
+def prewarm(spec: VmCheckSpec, fs: filesystems.Filesystem, data_bytes: int) -> threading.Thread:
     """Build, in a thread, the template the checker VMs of a one-disk check of a ``data_bytes``
     disk of ``fs`` will start from (vmstart/template.py), while something else runs (the matrix and
     the main job: the first row's recording, which keeps one core busy): on a fresh machine the
     first check then starts at once instead of after the template's ~8 s boot under TCG.  A
     template that exists already, or cannot be built here, costs nothing more than asking."""
     def build() -> None:
-        d = workdir / f"prewarm-{os.getpid()}"
+        d = Path(tempfile.mkdtemp(prefix="powercut-prewarm-"))   # never in an output directory
         try:
-            d.mkdir(parents=True, exist_ok=True)
             with open(d / "scratch.img", "wb") as f:   # sparse: the template's key has its size only
                 f.truncate(template.scratch_bytes(scratch_need(1, data_bytes)))
             vm = checker_vm(spec, fs, Staged(spec.kernel, spec.initrd, spec.tools_dir, str(d)), str(d),

@@ -261,12 +261,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         if not args.force and str(args.out) == MAIN_DEFAULT_OUT and (rec / "manifest.toml").exists():
             args.force = True  # the default campaign's own directory is replaced each run (never a -o DIR)
+        _prewarm_checker(args)
         rc = cmd_record(args, default_workload="append-fsync")
         if rc:
             return rc
     args.path = str(rec)
     args.out = None
     return cmd_check(args, preset="run")
+
+
+def _prewarm_checker(args: argparse.Namespace) -> None:
+    """The check's checker-VM template built while ``run`` records (check/checkervm.prewarm): one
+    disk, checked in VMs here; anything else, or an error, leaves it to the check."""
+    from powercut.check.checkervm import prewarm
+    from powercut.check.place import Place
+    from powercut.config import FsSpec
+    from powercut.linux import filesystems
+
+    if args.check_in == "host" or getattr(args, "check_uris", None) or (getattr(args, "nodes", 1) or 1) > 1:
+        return
+    try:
+        fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(args.mkfs_opts), mount_opts=args.mount_opts, size_mb=args.size)
+        prewarm(Place(args.check_in or "vm", args.accel).vm(), filesystems.get(args.fs), fs.size_mb << 20)
+    except (PowercutError, OSError):
+        return
 
 
 def cmd_image(args: argparse.Namespace) -> int:
