@@ -5,6 +5,7 @@ diagnosis, a shell -- and follows its progress stream, handing each verdict on a
 run's phases).  What runs the jobs and blames a panic or a hang on a state is check/vm.py."""
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
@@ -24,7 +25,7 @@ from powercut.core.dmlog import open_log
 from powercut.core.verdict import Verdict
 from powercut.errors import PowercutError, UsageError, VmError
 from powercut.images.build import build_image, tools_dir
-from powercut.linux import filesystems, interrupt
+from powercut.linux import filesystems, interrupt, process
 from powercut.replay.zeros import ZeroRuns, zero_writes
 from powercut.vm import guestjob
 from powercut.vm.cmdline import keep_visible
@@ -123,6 +124,10 @@ def prewarm(spec: VmCheckSpec, fs: filesystems.Filesystem, data_bytes: int) -> t
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
+    # a process that ends while the build runs (an error after the prewarm began) must not leave
+    # the template's QEMU behind, waiting for a save that never comes: every child still live at
+    # exit is killed (the next builder starts over)
+    atexit.register(process.kill_all)
     t = threading.Thread(target=build, name="powercut-prewarm", daemon=True)
     t.start()
     return t
