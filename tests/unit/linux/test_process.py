@@ -34,13 +34,23 @@ def _gone_soon(pid: int) -> bool:
     return not _alive(pid)
 
 
-def test_result_has_duration_and_output() -> None:
+@pytest.fixture(params=["lean", "popen"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each behaviour of ``run`` on both of its paths: posix_spawn with a pidfd (no stdin data, no
+    cwd) and Popen (what it was, and what stdin data or a cwd take)."""
+    if request.param == "lean" and not process._lean[0]:
+        pytest.skip("no pidfd_open/memfd_create/posix_spawnp here")
+    monkeypatch.setattr(process, "_lean", [request.param == "lean"])
+    return str(request.param)
+
+
+def test_result_has_duration_and_output(path: str) -> None:
     res = process.run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10, check=False)
     assert res.returncode == 3 and res.stdout == "out\n" and res.stderr == "err\n"
     assert not res.timed_out and not res.ok and res.duration_s >= 0
 
 
-def test_timeout_kills_the_group_grandchild_included(tmp_path: Path) -> None:
+def test_timeout_kills_the_group_grandchild_included(path: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     # the grandchild ignores nothing special; it would outlive a plain kill of its parent
     cmd = f"sleep 60 & echo $! > {pidfile}; wait"
@@ -52,7 +62,7 @@ def test_timeout_kills_the_group_grandchild_included(tmp_path: Path) -> None:
     assert _gone_soon(grandchild), "the grandchild outlived the timeout"
 
 
-def test_a_finished_command_leaves_no_background_child(tmp_path: Path) -> None:
+def test_a_finished_command_leaves_no_background_child(path: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     process.run(["sh", "-c", f"(sleep 60 >/dev/null 2>&1 &  echo $! > {pidfile})"], timeout=10)
     pid = int(pidfile.read_text())
@@ -73,31 +83,80 @@ def test_waiting_after_the_pipes_close_does_not_poll_with_sleeps(monkeypatch: py
     assert sleeps == []
 
 
-def test_timeout_after_the_pipes_close_still_kills() -> None:
+def test_timeout_after_the_pipes_close_still_kills(path: str) -> None:
     t = time.monotonic()
     res = process.run(["sh", "-c", "exec >&- 2>&-; sleep 30"], timeout=0.5, check=False)
     assert res.timed_out and res.returncode is None
     assert time.monotonic() - t < 10
 
 
-def test_timeout_with_check_raises_with_shlex_argv() -> None:
+def test_timeout_with_check_raises_with_shlex_argv(path: str) -> None:
     with pytest.raises(CommandFailed) as e:
         process.run(["sh", "-c", "sleep 5", "my arg"], timeout=0.3)
     assert e.value.timed_out
     assert shlex.join(["sh", "-c", "sleep 5", "my arg"]) in str(e.value)
 
 
-def test_nonzero_exit_raises_with_stderr_tail() -> None:
+def test_nonzero_exit_raises_with_stderr_tail(path: str) -> None:
     with pytest.raises(CommandFailed, match="exited 2: boom") as e:
         process.run(["sh", "-c", "echo boom >&2; exit 2"], timeout=10)
     assert e.value.returncode == 2 and "'sh' -c" not in str(e.value) and "sh -c" in str(e.value)
 
 
-def test_missing_binary_is_environment_error() -> None:
+def test_missing_binary_is_environment_error(path: str) -> None:
     with pytest.raises(EnvironmentNotReady, match="no-such-tool-xyz not found"):
         process.run(["no-such-tool-xyz"], timeout=5)
     with pytest.raises(EnvironmentNotReady, match="install the Debian package foo"):
         process.require("no-such-tool-xyz", "foo")
+
+
+def test_text_output_has_universal_newlines_and_bytes_stay_bytes(path: str) -> None:
+    cmd = ["sh", "-c", "printf 'a\\r\\nb\\rc\\n'; printf 'e\\r\\n' >&2"]
+    res = process.run(cmd, timeout=10)
+    assert (res.stdout, res.stderr) == ("a\nb\nc\n", "e\n")
+    raw = process.run(cmd, timeout=10, text=False)
+    assert (raw.stdout, raw.stderr) == (b"a\r\nb\rc\n", b"e\r\n")
+
+
+def test_the_child_reads_an_empty_stdin_and_is_registered_while_it_runs(path: str, tmp_path: Path) -> None:
+    seen: list[list[int]] = []
+    real = process._register
+    process_register = lambda pid: (real(pid), seen.append(process.live_groups()))  # noqa: E731
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(process, "_register", process_register)
+        res = process.run(["sh", "-c", "cat; echo done"], timeout=10)
+    assert res.stdout == "done\n"
+    assert seen and seen[0] and process.live_groups() == []
+
+
+def test_a_large_output_is_read_whole(path: str) -> None:
+    res = process.run(["sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x"], timeout=30)
+    assert len(res.stdout) == 3_000_000 and set(res.stdout) == {"x"}
+
+
+def test_the_program_is_found_on_the_childs_path_and_a_bad_one_is_one_line(path: str, tmp_path: Path) -> None:
+    tool = tmp_path / "bin" / "only-here"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho found\n")
+    tool.chmod(0o755)
+    env = {"PATH": f"{tool.parent}:/usr/bin:/bin"}
+    assert process.run(["only-here"], timeout=10, env=env).stdout == "found\n"
+    with pytest.raises(EnvironmentNotReady, match="only-here not found"):
+        process.run(["only-here"], timeout=10)
+    tool.chmod(0o644)
+    with pytest.raises(EnvironmentNotReady, match="only-here"):
+        process.run([str(tool)], timeout=10)
+
+
+@pytest.mark.skipif(not process._lean[0], reason="no pidfd_open/memfd_create/posix_spawn here")
+def test_without_a_pidfd_the_lean_path_polls_and_still_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pidfd(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    assert process.run(["sh", "-c", "sleep 0.2; exit 5"], timeout=10, check=False).returncode == 5
+    t = time.monotonic()
+    res = process.run(["sleep", "30"], timeout=0.5, check=False)
+    assert res.timed_out and res.returncode is None and time.monotonic() - t < 10
 
 
 def test_run_shell_is_explicit_and_gets_stdin(tmp_path: Path) -> None:
