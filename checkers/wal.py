@@ -69,7 +69,24 @@ def _table() -> tuple[int, ...]:
 CRC_TABLE = _table()
 
 
+_MEMO: dict[tuple[bytes, int], int] = {}
+MEMO_MAX = 4096
+
+
 def crc32c(data: bytes, crc: int = 0) -> int:
+    """CRC32C of ``data`` (remembered: a checker VM judges hundreds of states of one log, and each
+    state's recovery reads the same records again; byte by byte in Python, a 4 KiB record costs
+    ~0.3 ms natively and ~10 ms under TCG)."""
+    key = (bytes(data), crc)
+    got = _MEMO.get(key)
+    if got is None:
+        if len(_MEMO) >= MEMO_MAX:
+            _MEMO.clear()
+        got = _MEMO[key] = _crc32c(key[0], crc)
+    return got
+
+
+def _crc32c(data: bytes, crc: int = 0) -> int:
     """CRC32C (Castagnoli, reflected poly 0x82F63B78), table-driven."""
     table, crc = CRC_TABLE, crc ^ 0xFFFFFFFF
     for b in data:

@@ -110,6 +110,18 @@ def image_at(files: Files, txn: int, page: int, **params: Any) -> int:
 
 # -- format and workload ------------------------------------------------------------------------
 
+def test_the_checkers_remembered_crc_is_the_crc(monkeypatch) -> None:
+    import random
+    monkeypatch.setattr(wc, "MEMO_MAX", 8)
+    rng = random.Random(5)
+    blobs = [rng.randbytes(rng.randrange(0, 200)) for _ in range(20)]
+    for _ in range(3):   # asked again, after the memo filled and was cleared, and as a memoryview
+        for b in blobs:
+            for start in (0, 0x1234):
+                assert wc.crc32c(b, start) == wc._crc32c(b, start) == wc.crc32c(memoryview(b), start)
+    assert len(wc._MEMO) <= 8
+
+
 def test_crc32c_is_castagnoli_in_both_modules() -> None:
     for crc in (ww.crc32c, wc.crc32c):
         assert crc(b"123456789") == 0xE3069283 and crc(b"") == 0
