@@ -127,7 +127,9 @@ def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_en
     """Run the workload in ``MNT`` with its environment and the disks' fault layers (``fault_env``),
     under strace when asked (-f: a cluster's nodes are the client's children)."""
     wl = job.workload
-    argv = ["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-m", "powercut.workload", wl.name]
+    boot = jobdir / guestjob.WORKLOAD_BOOT   # one of powercut's own: started without site (vm/guestjob.py)
+    argv = (["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-S", str(boot), wl.name] if boot.exists()
+            else [sys.executable, "-m", "powercut.workload", wl.name])
     env = {**workload_env(job, stacks), **fault_env, **delay_env(job)}
     res: dict[str, Any] = {}
     argv = traced(argv, wl.trace, job.tools_dir, res)

@@ -82,6 +82,14 @@ AGENT = "from powercut.guest.__main__ import main\n\nsys.exit(main(sys.argv[1:])
 TEMPLATE_AGENT = "from powercut.guest.template import main\n\nsys.exit(main())\n"
 
 
+def workload_entry(group: str, name: str, ref: str) -> str:
+    """The lines of a built-in workload's ``workload.py`` (a recording's workload, started without
+    site like the agent): the workload loaded from where the host found it (no scan of every
+    installed distribution's entry points), then run as ``python -m powercut.workload`` runs it."""
+    return (f"from powercut import registry\n\nregistry.preset({group!r}, {name!r}, {ref!r})\n"
+            "from powercut.workload import main\n\nsys.exit(main(sys.argv[1:]))\n")
+
+
 def start_config(env: dict[str, str], *, full_site: bool) -> dict[str, object]:
     """``start.json``: how a job's agent starts (its environment, ``site`` or the site paths), for
     the template agent of a restored checker VM, which started before the job (guest/template.py)."""

@@ -76,3 +76,33 @@ def test_guest_path_order() -> None:
     p = guestjob.guest_path("/img/tools").split(":")
     assert p[0] == "/img/tools" and p[1] == str(Path(sys.executable).parent) and "/usr/sbin" in p
     assert guestjob.guest_path().split(":")[0] == str(Path(sys.executable).parent)
+
+
+def _record_job(**workload: object) -> guestjob.RecordJob:
+    return guestjob.RecordJob(dm_name="x", disks={"data": "pcdata", "log": "pclog"}, fs=FsSpec("ext4"),
+                              workload=WorkloadSpec(**workload))  # type: ignore[arg-type]
+
+
+def test_a_builtin_workload_starts_without_site_or_an_entry_point_scan(tmp_path: Path) -> None:
+    import subprocess
+    guestjob.write(tmp_path, _record_job(name="append-fsync", params={"n": 2}))
+    boot = tmp_path / guestjob.WORKLOAD_BOOT
+    assert "FULL_SITE = False" in boot.read_text() and "powercut.workloads.append_fsync" in boot.read_text()
+    work = tmp_path / "mnt"
+    work.mkdir()
+    env = {"PATH": guestjob.guest_path(), "HOME": "/tmp", "POWERCUT_PARAMS": '{"n": 2}'}
+    res = subprocess.run([sys.executable, "-S", "-X", "importtime", str(boot), "append-fsync"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=120)
+    # the workload ran: its first mark needs a recording, so it stops there, after writing its file
+    assert "marks work only inside a powercut recording" in res.stderr and any(work.iterdir()), res.stderr[-2000:]
+    assert "workloads/append_fsync.py" in res.stderr   # (loaded by importlib: no import-time line of its own)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert "powercut.workload" in imported and not {"site", "importlib.metadata"} & imported
+
+
+def test_a_command_or_an_unknown_workload_starts_as_before(tmp_path: Path) -> None:
+    guestjob.write(tmp_path, _record_job(name="append-fsync", params={"n": 2}))
+    guestjob.write(tmp_path, _record_job(name="", cmd="./run.sh"))   # the same job dir, a later recording
+    assert not (tmp_path / guestjob.WORKLOAD_BOOT).exists()
+    guestjob.write(tmp_path, _record_job(name="not-registered-anywhere"))
+    assert not (tmp_path / guestjob.WORKLOAD_BOOT).exists()
