@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.bench.results import BenchResults
-from powercut.campaign.matrix import MatrixRun, measure, run_rows
+from powercut.campaign.matrix import MatrixRun, Timing, measure, run_rows
 from powercut.check.place import Place
 from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN
 from powercut.core.selection import DEMO_SELECTION, SelectionSpec
@@ -58,7 +58,8 @@ def run_demo(spec: DemoSpec, on_row: Any = None) -> DemoResult:
     rows = matrix.load(spec.rows_file or showcase_path())
     how = MatrixRun(out=spec.out, check_in=spec.check_in, selection=spec.selection,
                     place=Place(spec.check_in, spec.accel, jobs=spec.jobs))
-    done = run_rows(rows, how, on_row)
+    timing = Timing(quick=True, accel=spec.accel, suites=("tlpi",))
+    done = run_rows(rows, how, on_row, then=(lambda: timing.prewarm(rows)) if spec.cost else None)
     cells = [c for cs, _ in done for c in cs]
     infos = [i for _, i in done]
     paths = matrix.write_results(spec.out, rows, cells, infos, file=str(spec.rows_file or showcase_path()))
@@ -66,7 +67,7 @@ def run_demo(spec: DemoSpec, on_row: Any = None) -> DemoResult:
     cost_error = ""
     if spec.cost:
         try:
-            benches = measure(rows, spec.out / "cost", quick=True, accel=spec.accel, suites=("tlpi",))
+            benches = measure(rows, spec.out / "cost", timing)
         except (PowercutError, OSError) as e:   # the verdicts stand without their price
             cost_error = matrix.one_line(e)
             log.warning("timing the rows failed: %s", cost_error)

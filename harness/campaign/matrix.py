@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from powercut.bench.plan import plan
 from powercut.bench.results import BenchResults, write
 from powercut.bench.run import BenchVmSpec, run_bench_vm
+from powercut.bench.run import prewarm as bench_prewarm
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check.checkervm import prewarm
 from powercut.check.context import LogSource, context_for
@@ -54,18 +56,25 @@ def run_row(row: Row, how: MatrixRun, on_verdict: Any = None) -> tuple[list[Cell
     return check_row(row, how, record_row(row, how), on_verdict)
 
 
-def run_rows(rows: list[Row], how: MatrixRun, on_row: Any = None) -> list[tuple[list[Cell], dict[str, Any]]]:
+def run_rows(rows: list[Row], how: MatrixRun, on_row: Any = None,
+             then: Callable[[], None] | None = None) -> list[tuple[list[Cell], dict[str, Any]]]:
     """Every row, the next one recorded while this one is checked (a TCG recording keeps one core
-    busy; the check runs beside it).  ``on_row(row, cells, info)`` as each row ends."""
+    busy; the check runs beside it).  ``on_row(row, cells, info)`` as each row ends.  ``then``: run
+    in the recording lane once the last row is recorded, beside the last checks (the main job
+    builds its bench VM's template there)."""
     from concurrent.futures import ThreadPoolExecutor
     out = []
     if rows:
         _prewarm(rows[0], how)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="powercut-record") as pool:
         ahead = pool.submit(record_row, rows[0], how) if rows else None
+        if then is not None and len(rows) <= 1:
+            pool.submit(then)   # one worker: it runs after the only recording
         for k, row in enumerate(rows):
             recorded = ahead.result() if ahead is not None else ""
             ahead = pool.submit(record_row, rows[k + 1], how) if k + 1 < len(rows) else None
+            if then is not None and k + 2 == len(rows):
+                pool.submit(then)   # after the last recording, beside the last checks
             cells_, info = check_row(row, how, recorded)
             if on_row:
                 on_row(row, cells_, info)
@@ -167,28 +176,45 @@ def timed_params(row: Row, quick: bool) -> dict[str, Any]:
     return p
 
 
-def measure(rows: list[Row], out: Path, *, quick: bool, accel: str = DEFAULT_ACCEL,
-            suites: tuple[str, ...] = ()) -> list[BenchResults]:
-    """Time every row's workload with the cache on and off: one bench VM per filesystem; ``suites``
-    (e.g. ``tlpi``) are timed in the first one too.  Cluster rows are not timed (a bench VM has one
-    disk): their cost is the cluster's, which the one-disk bench does not measure."""
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """What ``measure`` times: per filesystem, one bench VM and its run sets."""
+    quick: bool
+    accel: str = DEFAULT_ACCEL
+    suites: tuple[str, ...] = ()
 
+    def vms(self, rows: list[Row]) -> list[tuple[BenchVmSpec, tuple[RunSet, ...], tuple[str, ...]]]:
+        """(bench VM, run sets, suites) per filesystem of the one-disk rows: every row's workload
+        with the cache on and off, ``suites`` (e.g. ``tlpi``) in the first VM too.  Cluster rows are
+        not timed (a bench VM has one disk): their cost is the cluster's."""
+        out = []
+        rows = [r for r in rows if r.nodes == 1]
+        for k, fstype in enumerate(dict.fromkeys(r.fs for r in rows)):
+            sets: dict[tuple[bool, str], list[BenchItem]] = {}
+            for r in (r for r in rows if r.fs == fstype):
+                item = BenchItem("workload", r.workload, "report", params=timed_params(r, self.quick), label=r.id)
+                for wc in (True, False):
+                    sets.setdefault((wc, r.mount_opts), []).append(item)
+            runsets = tuple(RunSet(wc, tuple(items), "disk", opts) for (wc, opts), items in sets.items())
+            extra = self.suites if k == 0 else ()
+            if extra:
+                runsets += plan(extra, quick=self.quick, fstype=fstype)
+            out.append((BenchVmSpec(fs=FsSpec(fstype=fstype), accel=self.accel), runsets, ("report", *extra)))
+        return out
+
+    def prewarm(self, rows: list[Row]) -> None:
+        """The bench VMs' templates built now (bench/run.prewarm), so that the timings start at once."""
+        for spec, runsets, _ in self.vms(rows):
+            bench_prewarm(spec, runsets)
+
+
+def measure(rows: list[Row], out: Path, timing: Timing) -> list[BenchResults]:
+    """Time every one-disk row's workload with the cache on and off (``Timing.vms``)."""
     results = []
-    rows = [r for r in rows if r.nodes == 1]
-    for k, fstype in enumerate(dict.fromkeys(r.fs for r in rows)):
-        sets: dict[tuple[bool, str], list[BenchItem]] = {}
-        for r in (r for r in rows if r.fs == fstype):
-            item = BenchItem("workload", r.workload, "report", params=timed_params(r, quick), label=r.id)
-            for wc in (True, False):
-                sets.setdefault((wc, r.mount_opts), []).append(item)
-        runsets = tuple(RunSet(wc, tuple(items), "disk", opts) for (wc, opts), items in sets.items())
-        extra = suites if k == 0 else ()
-        if extra:
-            runsets += plan(extra, quick=quick, fstype=fstype)
-        d = out / f"bench-{fstype}"
+    for spec, runsets, suites in timing.vms(rows):
+        d = out / f"bench-{spec.fs.fstype}"
         d.mkdir(parents=True, exist_ok=True)
-        res = run_bench_vm(BenchVmSpec(fs=FsSpec(fstype=fstype), accel=accel), runsets, d, suites=("report", *extra),
-                           quick=quick)
+        res = run_bench_vm(spec, runsets, d, suites=suites, quick=timing.quick)
         write(res, d / "results.json")
         results.append(res)
     return results

@@ -17,7 +17,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from powercut.bench import results as benchresults
-    from powercut.campaign.matrix import measure
+    from powercut.campaign.matrix import Timing, measure
     from powercut.report import cost as costreport
     from powercut.report import matrix
 
@@ -29,7 +29,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     benches = [benchresults.load(p) for p in args.bench]
     if args.measure:
-        benches += measure(rows, out, quick=args.quick, accel=args.accel)
+        benches += measure(rows, out, Timing(quick=args.quick, accel=args.accel))
     lines = costreport.join(rows, doc, benches)
     meta = costreport.where(benches)
     console = Console()

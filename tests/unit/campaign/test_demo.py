@@ -37,7 +37,8 @@ def fake_cells(row: matrix.Row, caught: bool = True) -> list[matrix.Cell]:
 def faked(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     state = {"caught": True, "cost_fails": False}
 
-    def run_rows(rows, how, on_row=None):  # type: ignore[no-untyped-def]
+    def run_rows(rows, how, on_row=None, then=None):  # type: ignore[no-untyped-def]
+        state["then"] = then
         out = []
         for r in rows:
             cells = fake_cells(r, state["caught"] or r.variant not in ("buffered",))
@@ -48,11 +49,11 @@ def faked(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
                                 "anatomy": anatomy}))
         return out
 
-    def measure(rows, out, *, quick, accel="auto", suites=()):  # type: ignore[no-untyped-def]
+    def measure(rows, out, timing):  # type: ignore[no-untyped-def]
         if state["cost_fails"]:
             from powercut.errors import VmError
             raise VmError("the bench VM did not boot")
-        assert suites == ("tlpi",) and quick
+        assert timing.suites == ("tlpi",) and timing.quick
         entries = [BenchEntry("report", r.id, "workload", wc, commits_per_s=(50.0 if wc else 20.0) * (k + 1),
                               p99_us=900.0) for k, r in enumerate(rows) for wc in (True, False)]
         meta = BenchMeta(mode="vm", accel="tcg", qemu_cache="none", backing="a file", guest_kernel="6.1", fs="ext4",
@@ -73,6 +74,12 @@ def test_a_demo_where_every_broken_configuration_is_caught(tmp_path: Path, faked
                                    "(unordered-writes), 2 flushes")
     page = res.paths["html"].read_text()
     assert "AS EXPECTED" in page and "Durability vs cost" in page and all(line in page for line in res.lines)
+    assert callable(faked["then"])   # the bench VM's template, built in the recording lane
+
+
+def test_without_timings_no_bench_template_is_built(tmp_path: Path, faked) -> None:
+    demo.run_demo(demo.DemoSpec(out=tmp_path, cost=False))
+    assert faked["then"] is None
 
 
 def test_a_broken_configuration_not_caught_is_a_surprise(tmp_path: Path, faked) -> None:
