@@ -51,6 +51,14 @@ def test_tlpi_suite_scales_small_buffers_and_says_so() -> None:
     assert plan(("tlpi",), quick=True)[0].items[0].size_bytes == 100
 
 
+def test_tlpi_times_buffered_writes_once_and_o_sync_with_each_cache_setting() -> None:
+    def names(sets):  # type: ignore[no-untyped-def]
+        return {rs.write_cache: [i.name.split("-")[0] for i in rs.items] for rs in sets}
+    assert names(plan(("tlpi",))) == {True: ["buffered"] * 4 + ["osync"] * 4, False: ["osync"] * 4}
+    assert names(plan(("tlpi",), caches=(False,))) == {False: ["buffered"] * 4 + ["osync"] * 4}
+    assert names(plan(("tlpi",), caches=(False, True))) == {True: ["buffered"] * 4 + ["osync"] * 4, False: ["osync"] * 4}
+
+
 def test_seed_suites() -> None:
     zodb = plan(("zodb-fsync",), quick=True)
     assert [(i.kind, i.name, i.params) for i in zodb[0].items] == [
