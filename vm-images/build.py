@@ -6,6 +6,7 @@ Images are cached by content hash under ``<cache>/images/<hash>/``; kernel packa
 ``apt-get download`` and unpacked with ``dpkg-deb -x`` under ``<cache>/kernels/<package>/``."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import lzma
@@ -71,8 +72,11 @@ class Image:
 
 # ---------------------------------------------------------------- kernel packages
 
+@functools.cache
 def resolve_kernel_package() -> str:
-    """The versioned package the meta package linux-image-amd64 depends on."""
+    """The versioned package the meta package linux-image-amd64 depends on (asked once per process:
+    ``apt-cache depends`` takes ~0.7 s, and every recording, check and bench VM of a run asks; an
+    error is not remembered)."""
     try:
         out = process.run(["apt-cache", "depends", META_PACKAGE], timeout=60).stdout
     except (CommandFailed, EnvironmentNotReady) as e:
