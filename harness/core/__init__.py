@@ -31,7 +31,9 @@
 * ``syscalls`` -- the workload's system-call trace (strace -f -y) as operations, aligned with the log's marks;
 * ``causes`` -- the durability rule a failing state's program broke, from its trace;
 * ``tracefacts`` -- what a trace says at an ack (unsynced changes and names, failures, running syncs) and at a cut;
-* ``causerules`` -- the cause rules, each an id and a check returning its findings as facts;
+* ``causerules`` -- the vocabulary of causes: every rule's id and rank, the findings that are no broken rule;
+* ``ackrules`` -- the rules an ack can break, each an id and a check returning its findings as facts;
+* ``cutrules`` -- the rules about the commit in flight at the cut, likewise;
 * ``causewords`` -- the sentences and evidence lines that say the cause rules' findings;
 * ``counterfactual`` -- a cause rule's counterfactual: the failing state with its missing writes made durable;
 * ``nodetrace`` -- a node's part of a cluster's trace (its marks, its files) and which nodes a cluster cause names;
