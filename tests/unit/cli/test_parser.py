@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import inspect
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,10 +34,6 @@ def field(cls: type, name: str) -> Callable[[], Any]:
         f = {f.name: f for f in dataclasses.fields(cls)}[name]
         return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
     return get
-
-
-def keyword(fn: Callable[..., Any], name: str) -> Callable[[], Any]:
-    return lambda: inspect.signature(fn).parameters[name].default
 
 
 RECORD = ("run", "record")
@@ -86,7 +81,7 @@ SOURCES: dict[tuple[tuple[str, ...], str], Callable[[], Any]] = {
     (("bench",), "workload"): field(BenchRequest, "workload"),
     (("bench",), "out"): field(BenchRequest, "out"),
     (("bench",), "on_host"): field(BenchRequest, "on_host"),
-    (("report",), "accel"): keyword(matrix.measure, "accel"),
+    (("report",), "accel"): field(matrix.Timing, "accel"),
     (("demo",), "check_in"): field(DemoSpec, "check_in"),
     (("demo",), "accel"): field(DemoSpec, "accel"),
     (("demo",), "jobs"): field(DemoSpec, "jobs"),
