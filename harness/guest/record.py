@@ -29,6 +29,7 @@ from typing import Any
 
 from powercut._logmark import close as close_marks
 from powercut._logmark import insert_cluster
+from powercut.config import WorkloadSpec
 from powercut.core import syncdelay
 from powercut.core.latency import DisksLatency
 from powercut.errors import PowercutError
@@ -127,9 +128,7 @@ def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_en
     """Run the workload in ``MNT`` with its environment and the disks' fault layers (``fault_env``),
     under strace when asked (-f: a cluster's nodes are the client's children)."""
     wl = job.workload
-    boot = jobdir / guestjob.WORKLOAD_BOOT   # one of powercut's own: started without site (vm/guestjob.py)
-    argv = (["/bin/sh", "-c", wl.cmd] if wl.cmd else [sys.executable, "-S", str(boot), wl.name] if boot.exists()
-            else [sys.executable, "-m", "powercut.workload", wl.name])
+    argv = workload_argv(wl, jobdir / guestjob.WORKLOAD_BOOT)
     env = {**workload_env(job, stacks), **fault_env, **delay_env(job)}
     res: dict[str, Any] = {}
     argv = traced(argv, wl.trace, job.tools_dir, res)
@@ -151,6 +150,19 @@ def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_en
             (jobdir / DELAY_LOG_FILE).write_text(text)
             res["delay_sync"]["log"] = DELAY_LOG_FILE
     return res
+
+
+def workload_argv(wl: WorkloadSpec, boot: Path) -> list[str]:
+    """A command through the shell; one of powercut's own workloads by its ``workload.py`` (``boot``,
+    when the host wrote one: started without site, vm/guestjob.py); any other Python workload by
+    name.  A Python workload never has the filesystem under test on sys.path (``-P``; ``boot``'s
+    directory is the job's): its imports would list that directory mid-workload, and the atime that
+    updates would be a write of powercut's in the recording."""
+    if wl.cmd:
+        return ["/bin/sh", "-c", wl.cmd]
+    if boot.exists():
+        return [sys.executable, "-S", str(boot), wl.name]
+    return [sys.executable, "-P", "-m", "powercut.workload", wl.name]
 
 
 def delay_env(job: RecordJob) -> dict[str, str]:
