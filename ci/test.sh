@@ -3,7 +3,7 @@
 #
 #   bash ci/test.sh              the README's test command: every test but the long end-to-end runs
 #                                marked `nightly` (tests/README.md says which and what covers each
-#                                capability in this run); at most 40 minutes on 2 cores (35 min 57 s
+#                                capability in this run); at most 40 minutes on 2 cores (31-35 min
 #                                on 2026-11-28; trim before adding VM tests: the limit is 90)
 #   bash ci/test.sh --nightly    everything, the nightly runs too (.github/workflows/suite-nightly.yml)
 #   bash ci/test.sh ARGS...      ARGS go to pytest (e.g. -k NAME, tests/unit)
