@@ -170,17 +170,15 @@ def start_vm(vmspec: VmSpec, rundir: Path, watchdog: Callable[[], str | None]) -
     cache as a boot leaves it (on) and no disk block cached (the template agent dropped them), and
     each run set sets the cache and makes its filesystem anew, as after a boot."""
     start = lambda spec: run_vm(spec, rundir=rundir, start_marker=None, watchdog=watchdog)  # noqa: E731
-    if not template.eligible(vmspec):
-        return start(vmspec)
     try:
-        return template.run_restored(vmspec, rundir, start)
+        return template.run_restored(vmspec, rundir, start)   # boots it when it is not eligible
     finally:
         (rundir / template.CONTROL.path).unlink(missing_ok=True)
 
 
 def prewarm(spec: BenchVmSpec, runsets: tuple[RunSet, ...]) -> None:
-    """Build now the template the bench VM of ``runsets`` will start from (the main job and the
-    matrix call this in their recording lane once the recordings are done, while checks run): its
+    """Build now the template the bench VM of ``runsets`` will start from (the main job calls this
+    in its recording lane once the recordings are done, while checks run): its
     disks sparse in a temporary directory, never an output directory.  A template that exists, or
     cannot be built here, costs no more than asking (the bench then builds it or boots)."""
     d = Path(tempfile.mkdtemp(prefix="powercut-bench-prewarm-"))
