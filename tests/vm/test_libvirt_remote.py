@@ -310,7 +310,7 @@ def test_cluster_checker_vms_on_a_remote_host_through_ssh(ssh_uri, replog_unsync
                              tmp_path / "remote-check")
 
     seen = verdicts(tmp_path / "remote-check")
-    assert remote.nodes == 3 and len(seen) == remote.total == local.total == 8
+    assert remote.nodes == 3 and len(seen) == remote.total == local.total and 8 <= local.total <= q
     assert seen == verdicts(tmp_path / "host-check")   # failures included (the seed was chosen for one)
     logs = recording.load(replog_unsynced).node_logs
     key = hashlib.sha256("+".join(sha256_file(p) for p in logs).encode()).hexdigest()
