@@ -5,6 +5,7 @@ module group the guest loads for it.  record, check, the guest agent and the CLI
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ class Filesystem:
     # the same checker statically linked (Debian's e2fsck-static), used when it is there and reports
     # the same version: a TCG guest spends ~0.09 s of each state's ~0.2 s dynamically linking e2fsck
     fsck_static: str = ""
+    # (the first kernel release that knows it, option): keeps a timer's background work of the
+    # kernel off a crash state while it is judged, so its fsck and kernel lines do not depend on how
+    # long the check took (check_mount_opts)
+    settle_opts: tuple[tuple[tuple[int, int], str], ...] = ()
 
     def fsck_argv(self, device: str) -> list[str]:
         return [*fsck_program(self), device]
@@ -46,15 +51,24 @@ class Filesystem:
         anatomy and write-cache windows.  The user's own options come after, and win."""
         return self.mkfs_argv(device, EAGER_INIT.get(self.name, ()) + tuple(extra))
 
-    def check_mount_opts(self, user: str) -> str:
-        """Options for mounting a crash state: the user's, plus what clones need (never a change to
-        the image itself)."""
-        return join_opts(self.mount_opts, self.clone_mount_opts, user)
+    def check_mount_opts(self, user: str, release: str | None = None) -> str:
+        """Options for mounting a crash state: the user's, plus what clones need and the settle
+        options the running kernel (``release``: os.uname's, if not given) knows -- never a change
+        to the image itself, and the user's come last (they win)."""
+        have = kernel_version(os.uname().release if release is None else release)
+        settle = ",".join(o for since, o in self.settle_opts if have >= since)
+        return join_opts(self.mount_opts, self.clone_mount_opts, settle, user)
 
     def explain_fsck(self, rc: int | None) -> str:
         if rc is None:
             return "timed out"
         return self.fsck_meaning.get(rc, f"exit {rc}")
+
+
+def kernel_version(release: str) -> tuple[int, int]:
+    """(major, minor) of a kernel release string ("6.1.0-28-amd64"); (0, 0) when it has none."""
+    m = re.match(r"(\d+)\.(\d+)", release)
+    return (int(m[1]), int(m[2])) if m else (0, 0)
 
 
 def join_opts(*parts: str) -> str:
@@ -72,7 +86,12 @@ FILESYSTEMS: dict[str, Filesystem] = {
         "ext4", ("mkfs.ext4", "-F", "-q"), ("e2fsck", "-fn"), frozenset({0}),
         {1: "errors corrected", 2: "errors corrected, reboot", 4: "errors left uncorrected",
          8: "operational error", 12: "interrupted", 16: "usage error"},
-        min_mb=16, default_mb=256, module_group="ext4", fsck_static="e2fsck.static"),
+        min_mb=16, default_mb=256, module_group="ext4", fsck_static="e2fsck.static",
+        # ext4lazyinit starts 0-5 s (at random) after a mount: it zeroes inode tables mkfs left lazy,
+        # and (5.13 and later) reads every block bitmap, and one that disagrees with its group
+        # descriptor marks the group corrupt and takes its free blocks off the count written at
+        # umount -- so a damaged state's fsck summary and kernel lines would depend on the timer
+        settle_opts=(((2, 6), "noinit_itable"), ((5, 13), "no_prefetch_block_bitmaps"))),
     "xfs": Filesystem(
         "xfs", ("mkfs.xfs", "-f", "-q"), ("xfs_repair", "-n"), frozenset({0}),
         {1: "corruption found", 2: "dirty log (needs a mount to replay it)"},

@@ -20,9 +20,25 @@ def test_clone_options() -> None:
     xfs = filesystems.get("xfs")
     assert xfs.check_mount_opts("") == "nouuid"
     assert xfs.check_mount_opts("noatime,nouuid") == "nouuid,noatime"
-    assert filesystems.get("ext4").check_mount_opts("data=writeback") == "data=writeback"
     assert not filesystems.get("btrfs").clones_mount_together
     assert filesystems.join_opts("a,b", "", "b, c") == "a,b,c"
+
+
+@pytest.mark.parametrize(("release", "want"), [
+    ("6.1.0-28-amd64", "noinit_itable,no_prefetch_block_bitmaps,data=writeback"),
+    ("5.13.0", "noinit_itable,no_prefetch_block_bitmaps,data=writeback"),
+    ("5.12.19-generic", "noinit_itable,data=writeback"),     # no prefetch to keep off, no such option
+    ("4.19.0-27-amd64", "noinit_itable,data=writeback"),
+    ("garbage", "data=writeback"),                           # unknown: nothing the kernel might refuse
+])
+def test_a_crash_state_mount_keeps_ext4s_lazy_init_off_where_the_kernel_knows_how(release: str, want: str) -> None:
+    assert filesystems.get("ext4").check_mount_opts("data=writeback", release) == want
+    assert filesystems.get("xfs").check_mount_opts("", release) == "nouuid"
+
+
+def test_kernel_version() -> None:
+    assert filesystems.kernel_version("6.18.44-fc-v769") == (6, 18)
+    assert filesystems.kernel_version("5.4") == (5, 4) and filesystems.kernel_version("") == (0, 0)
 
 
 def test_fsck_meaning() -> None:
