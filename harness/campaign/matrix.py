@@ -19,6 +19,7 @@ from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.check.checkervm import prewarm
 from powercut.check.context import LogSource, context_for
 from powercut.check.place import Place
+from powercut.check.vmpool import VmPool
 from powercut.config import DEFAULT_ACCEL, BenchItem, FsSpec, RunSet, WorkloadSpec, disk_latency
 from powercut.core.disks import Disks
 from powercut.core.dmlog import open_log
@@ -61,11 +62,38 @@ def run_rows(rows: list[Row], how: MatrixRun, on_row: Any = None,
     """Every row, the next one recorded while this one is checked (a TCG recording keeps one core
     busy; the check runs beside it).  ``on_row(row, cells, info)`` as each row ends.  ``then``: run
     in the recording lane once the last row is recorded, beside the last checks (the main job
-    builds its bench VM's template there)."""
-    from concurrent.futures import ThreadPoolExecutor
-    out = []
+    builds its bench VM's template there).  The rows' checks share one pool of checker VMs
+    (check/vmpool.py), closed when the last row is checked."""
+    out: list[tuple[list[Cell], dict[str, Any]]] = []
     if rows:
         _prewarm(rows[0], how)
+    vms = _vm_pool(rows, how)
+    if vms is not None:
+        how = dataclasses.replace(how, place=dataclasses.replace(how.place, warm=vms))
+    try:
+        _each_row(rows, how, on_row, then, out)
+    except BaseException:
+        if vms is not None:
+            vms.close(force=True)
+        raise
+    if vms is not None:
+        vms.close()   # before anything is timed: no idle VM beside a bench VM
+        log.info("checker VMs: %d booted for %d rows, %d check chunks took a booted one", vms.booted, len(rows),
+                 vms.lent)
+    return out
+
+
+def _vm_pool(rows: list[Row], how: MatrixRun) -> VmPool | None:
+    """The checker VMs the rows' checks share (check/vmpool.py): when any row is checked in VMs on
+    this machine; its VMs share ``how.out`` (every row's recording is under it)."""
+    if how.place.uris or not any((how.check_in or row.ci or "vm") == "vm" for row in rows):
+        return None
+    return VmPool(how.out, how.out / "checker-vms", how.place.workers())
+
+
+def _each_row(rows: list[Row], how: MatrixRun, on_row: Any, then: Callable[[], None] | None,
+              out: list[tuple[list[Cell], dict[str, Any]]]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="powercut-record") as pool:
         ahead = pool.submit(record_row, rows[0], how) if rows else None
         if then is not None and len(rows) <= 1:
@@ -79,7 +107,6 @@ def run_rows(rows: list[Row], how: MatrixRun, on_row: Any = None,
             if on_row:
                 on_row(row, cells_, info)
             out.append((cells_, info))
-    return out
 
 
 def _prewarm(row: Row, how: MatrixRun) -> None:

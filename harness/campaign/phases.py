@@ -107,7 +107,7 @@ class CampaignRun:
                 g.diagnosis = found.get(g.first.state, g.diagnosis)
         if self.groups and not interrupt.stopping():
             self._prove(self.groups[:verify.MAX_GROUPS])
-        self.place.close_warm()   # confirmation judges in fresh kernels
+        self.place = self.place.fresh()   # confirmation judges in fresh kernels
         self.triage_s = time.monotonic() - t0
         if self.spec.confirm and not interrupt.stopping():
             self.confirm()

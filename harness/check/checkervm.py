@@ -28,7 +28,7 @@ from powercut.images.build import build_image, tools_dir
 from powercut.linux import filesystems, interrupt, process
 from powercut.replay.zeros import ZeroRuns, zero_writes
 from powercut.vm import guestjob
-from powercut.vm.cmdline import keep_visible
+from powercut.vm.cmdline import host_paths_to_keep, keep_visible
 from powercut.vmstart import template
 
 log = logging.getLogger(__name__)
@@ -138,40 +138,79 @@ class CheckerVm:
     ``on_verdict`` as it arrives; a state that runs past the per-state timeout ends the VM."""
 
     def __init__(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path,
-                 host: CheckHost | None = None, *, serve: bool = False, scratch_bytes: int = 0) -> None:
+                 host: CheckHost | None = None, *, serve: bool = False, scratch_bytes: int = 0,
+                 rec_root: Path | None = None) -> None:
         self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
         # the pristine and the COWs: one disk's, or a pristine and COW files per disk
         self.scratch_bytes = scratch_bytes or scratch_need(src.disks, src.size)
         self.host = host or CheckHost()
         template.enabled()   # a bad POWERCUT_VM_START is one line here, not a dead boot thread later
         keep_visible(ctx.checker.host_paths())   # a checker function's file and sys.path, even under /tmp
+        self.kept = host_paths_to_keep()          # what its guests see under /tmp (fixed at its boot)
         self.boots = 0
         # serve: the VM stays booted after a job and takes the next one (QEMU on this machine only:
         # a remote host's files are mirrored, not shared)
         self.serve = serve and not self.host.uri
+        # the directory shared as the recording: the recording's own, or (rec_root, on this machine:
+        # check/vmpool.VmPool) one above the recordings of several runs, so that the booted VM can
+        # take another run's states (rebind)
+        self.rec_root = rec_root if rec_root is not None and not self.host.uri else None
+        if self.rec_root is not None and not self.can_read(src):
+            raise ValueError(f"{src.path} is not under the VM's recording root {self.rec_root}")
         self._live: _Live | None = None
+        self._ending: _Live | None = None
+
+    def can_read(self, src: LogSource) -> bool:
+        """Whether this VM's recording share holds every log of ``src`` (one disk's image start
+        is not shipped: such a source has a VM of its own)."""
+        if self.rec_root is None:
+            return src == self.src
+        return src.initial is None and all(p.resolve().is_relative_to(self.rec_root.resolve()) for p in src.logs)
+
+    def rebind(self, ctx: CheckContext, src: LogSource) -> None:
+        """Judge another run's states from the next job on (check/vmpool.VmPool.lend has checked that
+        the VM fits: its filesystem's modules, its scratch disk, its share)."""
+        if not self.can_read(src):
+            raise ValueError(f"{src.path} is not under the VM's recording root {self.rec_root}")
+        self.ctx, self.src = ctx, src
 
     def live(self) -> bool:
         """A booted VM waiting for its next job."""
         return self._live is not None and self._live.thread.is_alive()
 
-    def close(self, force: bool = False) -> None:
+    def close(self, force: bool = False, *, wait: bool = True) -> None:
         """End a serving VM: the STOP file (the agent exits, the guest powers off), killed if it has
-        not ended within 30 s (at once with ``force``)."""
+        not ended within 30 s (at once with ``force``); ``wait=False``: ``wait`` for it later (several
+        VMs end side by side)."""
         live, self._live = self._live, None
         if live is None:
             return
         (live.jobdir / guestjob.STOP).touch()
         live.kill_after = time.monotonic() + (0.0 if force else 30.0)
-        live.thread.join(90)
+        self._ending = live
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Until the VM ``close`` ended has gone."""
+        live, self._ending = self._ending, None
+        if live is not None:
+            live.thread.join(90)
 
     def staged(self) -> Staged:
         """The image, tools and recording as the booting host sees them (shipped there once)."""
+        if self.rec_root is not None:
+            return Staged(self.spec.kernel, self.spec.initrd, self.spec.tools_dir, str(self.rec_root))
         return self.host.stage(self.src, self.spec.kernel, self.spec.initrd, self.spec.tools_dir,
                                self.ctx.checker.host_paths())
 
+    def guest_path(self, log: Path) -> str:
+        """Where the guest reads one of the source's logs (in the recording share)."""
+        name = log.resolve().relative_to(self.rec_root.resolve()).as_posix() if self.rec_root else log.name
+        return f"{guestjob.GUEST_REC_DIR}/{name}"
+
     def source(self) -> guestjob.StateSource:
-        return guestjob.StateSource(log=f"{guestjob.GUEST_REC_DIR}/{self.src.path.name}", size=self.src.size,
+        return guestjob.StateSource(log=self.guest_path(self.src.path), size=self.src.size,
                                     fstype=self.ctx.fs.name, mount_opts=self.ctx.mount_opts,
                                     checker=self.ctx.checker, disks={"scratch": "pcscratch"},
                                     params=self.ctx.params,
@@ -182,7 +221,7 @@ class CheckerVm:
     def guest_logs(self) -> tuple[str, ...]:
         """Every disk's log as the guest sees it (the recording share) when there are several; none
         for one disk, whose log is the source's (a job's ``logs``)."""
-        return tuple(f"{guestjob.GUEST_REC_DIR}/{p.name}" for p in self.src.logs) if self.src.disks > 1 else ()
+        return tuple(self.guest_path(p) for p in self.src.logs) if self.src.disks > 1 else ()
 
     def check_job(self, ids: tuple[str, ...]) -> guestjob.Job:
         """The job that judges the states ``ids`` of the source's disks."""

@@ -96,10 +96,20 @@ class Place:
                      warm=self.warm)
 
     def with_warm_vms(self) -> "Place":
-        """This place keeping a run's checker VMs booted between phases (close_warm ends them)."""
-        return self if self.on_host else dataclasses.replace(self, warm=WarmVms())
+        """This place keeping a run's checker VMs booted between phases (close_warm ends them); one
+        given VMs kept across runs (check/vmpool.VmPool) keeps those."""
+        if self.on_host or (self.warm is not None and self.warm.shared):
+            return self
+        return dataclasses.replace(self, warm=WarmVms())
 
     def close_warm(self, force: bool = False) -> None:
-        """Stop the checker VMs kept for a next phase; later phases boot their own."""
-        if self.warm is not None:
+        """Stop the run's checker VMs kept for a next phase; later phases boot their own.  VMs kept
+        across runs stay booted: their owner closes them."""
+        if self.warm is not None and not self.warm.shared:
             self.warm.close(force=force)
+
+    def fresh(self) -> "Place":
+        """This place judging in fresh kernels from now on (confirmation): a VM per phase, none kept
+        (the run's kept VMs closed first)."""
+        self.close_warm()
+        return dataclasses.replace(self, warm=None)

@@ -57,8 +57,9 @@ def check_vm(ctx: CheckContext, src: LogSource, index: LogIndex | None, states: 
 
     def one(i: int, chunk: list[Any]) -> None:
         host = hosts[i % len(hosts)]
-        taken = warm.take(ctx, src, spec) if warm is not None and len(parts) == 1 and not host.uri else None
-        vm = taken or CheckerVm(ctx, src, spec, workdir / f"vm{i}", host, serve=warm is not None)
+        taken = warm.lend(ctx, src, spec, host, lone=len(parts) == 1) if warm is not None else None
+        vm = taken or (warm.boot(ctx, src, spec, workdir / f"vm{i}", host) if warm is not None
+                       else CheckerVm(ctx, src, spec, workdir / f"vm{i}", host))
         try:
             Judging(vm, chunk, locked).run()
         except BaseException:
@@ -94,14 +95,24 @@ def in_parallel(chunks: Sequence[T], one: Callable[[int, T], None]) -> None:
 class WarmVms:
     """Checker VMs of one run kept booted between its phases: the check's last VM to finish runs the
     diagnosis next (one boot saved, ~4-6 s under TCG).  Confirmation never takes one: it judges in
-    fresh kernels.  ``close`` (the run's end, or before confirmation) stops the ones left."""
+    fresh kernels.  ``close`` (the run's end, or before confirmation) stops the ones left.
+    (check/vmpool.VmPool keeps them across the runs of a matrix.)"""
 
-    KEEP = 1   # the diagnosis runs in one VM
+    KEEP = 1      # the diagnosis runs in one VM
+    shared = False   # True: not the run's own (its owner closes it; Place.close_warm leaves it)
 
     def __init__(self) -> None:
         self._vms: list[CheckerVm] = []
         self._lock = threading.Lock()
         self.closed = False
+
+    def lend(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, host: Any, *, lone: bool) -> "CheckerVm | None":
+        """A booted VM for one chunk of a check: the run's last one, for a lone chunk on this machine."""
+        return self.take(ctx, src, spec) if lone and not host.uri else None
+
+    def boot(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path, host: Any) -> CheckerVm:
+        """A new serving VM for one chunk of a check (parked here after it)."""
+        return CheckerVm(ctx, src, spec, workdir, host, serve=True)
 
     def park(self, vm: "CheckerVm") -> None:
         with self._lock:
@@ -123,8 +134,10 @@ class WarmVms:
         with self._lock:
             self.closed = True
             vms, self._vms = self._vms, []
+        for vm in vms:   # all told to stop first: they power off side by side
+            vm.close(force=force, wait=False)
         for vm in vms:
-            vm.close(force=force)
+            vm.wait()
 
 
 class Judging:

@@ -88,6 +88,9 @@ class FakePlace:
     def close_warm(self, force: bool = False) -> None:
         pass
 
+    def fresh(self) -> FakePlace:
+        return self
+
     def alone(self, jobs: int) -> int:
         return jobs
 

@@ -45,3 +45,32 @@ def test_without_then_nothing_extra_runs(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(cm, "record_row", lambda row, how: "")
     monkeypatch.setattr(cm, "check_row", lambda row, how, err: ([], {"row": row.id}))
     assert [i["row"] for _, i in cm.run_rows(_rows(2), cm.MatrixRun(out=tmp_path))] == [r.id for r in _rows(2)]
+
+
+@pytest.mark.parametrize("check_in", ["vm", "host"])
+def test_the_rows_checks_share_one_pool_of_checker_vms_closed_after_the_last(
+        check_in: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[object] = []
+    closed: list[bool] = []
+    monkeypatch.setattr(cm, "_prewarm", lambda row, how: None)
+    monkeypatch.setattr(cm, "record_row", lambda row, how: "")
+    monkeypatch.setattr(cm, "check_row", lambda row, how, err: (seen.append(how.place.warm), ([], {}))[1])
+    monkeypatch.setattr(cm.VmPool, "close", lambda self, force=False: closed.append(force))
+    cm.run_rows(_rows(3), cm.MatrixRun(out=tmp_path, check_in=check_in))
+    if check_in == "host":
+        assert seen == [None] * 3 and closed == []
+        return
+    pool = seen[0]
+    assert isinstance(pool, cm.VmPool) and seen == [pool] * 3 and pool.shared
+    assert pool.root == tmp_path.resolve() and pool.workdir == tmp_path / "checker-vms" and closed == [False]
+
+
+def test_a_matrix_that_fails_closes_its_checker_vms_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    closed: list[bool] = []
+    monkeypatch.setattr(cm, "_prewarm", lambda row, how: None)
+    monkeypatch.setattr(cm, "record_row", lambda row, how: "")
+    monkeypatch.setattr(cm, "check_row", lambda row, how, err: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(cm.VmPool, "close", lambda self, force=False: closed.append(force))
+    with pytest.raises(KeyboardInterrupt):
+        cm.run_rows(_rows(2), cm.MatrixRun(out=tmp_path))
+    assert closed == [True]

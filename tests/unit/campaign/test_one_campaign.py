@@ -63,6 +63,9 @@ class FakePlace:
     def close_warm(self, force: bool = False) -> None:
         pass
 
+    def fresh(self) -> FakePlace:
+        return self
+
     def judge(self, ctx: Any, src: Any, index: Any, states: Sequence[Any], sink: Any, work: Path, *,
               jobs: int = 1) -> None:
         assert src.disks == (1 if not isinstance(index, list) else len(index))
