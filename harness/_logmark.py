@@ -10,7 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from powercut.core.dmlog import ORDER_BEGIN, ORDER_END
+from powercut.core.marknames import ORDER_BEGIN, ORDER_END
 from powercut.linux import dm, environ
 from powercut.linux.dm import DM_CONTROL
 

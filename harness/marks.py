@@ -29,8 +29,9 @@ import time
 
 from powercut import _logmark as logmark
 from powercut._logmark import ORDER_ENV, TIMING_ENV, MarkError
-from powercut.faults import PLAN_ENV, plan_mark
 from powercut.linux import environ
+
+PLAN_ENV = environ.FAULT_PLAN   # faults.py's (imported only when a plan is set: marks run in the program)
 
 __all__ = ["mark", "ack", "begin", "close", "MarkError", "ORDER_ENV", "TIMING_ENV", "MAX_MARK"]
 
@@ -57,6 +58,7 @@ def mark(text: str, dm_name: str | None = None, *, order_dev: str | None = None)
     else:
         logmark.insert(text, dm_name, order_dev)
     if environ.text(PLAN_ENV) and not text.startswith("powercut-"):
+        from powercut.faults import plan_mark
         plan_mark(text)
 
 

@@ -2,6 +2,7 @@
 
 * ``dmlog`` -- the dm-log-writes log reader (superblock, entries, marks, scan of an unclean log);
 * ``dmlog_writer`` -- writes logs in the same format (tests, bundles, synthetic logs);
+* ``marknames`` -- the marks' words (ack:, begin:, the ordering marks), light enough for the recorded program;
 * ``stateid`` -- the grammar of crash-state ids and the model lists (read from the crash-model registry);
 * ``idparts`` -- the parts of an id: ranges, subsets, tears, canonical ids, the seeded picks;
 * ``crashstate`` -- what a crash state is and keeps (the one durable-set rule replay and selection use);

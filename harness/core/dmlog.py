@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Self
 
+from powercut.core.marknames import ACK_PREFIX, BEGIN_PREFIX, END_MARK, ORDER_BEGIN, ORDER_END
 from powercut.errors import BadLog
 
 log = logging.getLogger(__name__)
@@ -47,11 +48,6 @@ DISCARD = 4
 MARK = 8
 METADATA = 16
 KNOWN_FLAGS = FLUSH | FUA | DISCARD | MARK | METADATA
-END_MARK = "dm-log-writes-end"
-ACK_PREFIX = "ack:"
-BEGIN_PREFIX = "begin:"
-ORDER_BEGIN = "powercut-order-begin"  # the marking code's ordering flush lies between these two (models.py)
-ORDER_END = "powercut-order-end"
 
 SUPER = struct.Struct("<QQQI")
 HEADER = struct.Struct("<QQQQ")

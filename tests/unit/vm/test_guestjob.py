@@ -98,6 +98,10 @@ def test_a_builtin_workload_starts_without_site_or_an_entry_point_scan(tmp_path:
     assert "workloads/append_fsync.py" in res.stderr   # (loaded by importlib: no import-time line of its own)
     imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
     assert "powercut.workload" in imported and not {"site", "importlib.metadata"} & imported
+    # nor does its mark pull in what marking does not use (each module costs the recording ~20-50 ms
+    # under TCG and strace): no logging, process runner, subprocess, shutil or pathlib, no fault plan
+    assert "powercut._logmark" in imported
+    assert not {"logging", "powercut.linux.process", "subprocess", "shutil", "pathlib", "powercut.faults"} & imported
 
 
 def test_a_command_or_an_unknown_workload_starts_as_before(tmp_path: Path) -> None:
