@@ -142,10 +142,10 @@ def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: 
     if backend != "qemu":
         raise UsageError(f"unknown backend {backend!r}: qemu or libvirt")
     start = lambda spec: run_vm(spec, rundir=rundir, start_marker=start_marker)  # noqa: E731
-    if not template.eligible(vmspec) or start_marker is None:
+    if start_marker is None:
         return start(vmspec)
     try:
-        return template.run_restored(vmspec, start_marker.parent, start)
+        return template.run_restored(vmspec, start_marker.parent, start)   # boots it when it is not eligible
     finally:
         (start_marker.parent / template.CONTROL.path).unlink(missing_ok=True)
 
