@@ -14,7 +14,7 @@ timeout): that VM is restarted and goes on with its next state.
 check/checkervm.CheckerVm boots one VM on a job and follows its progress; its three callers here
 are ``check_vm`` (judge states, restarting after a panic or hang), ``diagnose_vm`` (minimize and
 blame in the guest) and ``shell_vm`` (``repro --shell``).  ``WarmVms`` keeps a run's last VM booted
-for its next phase."""
+for its next phase (check/vmpool.VmPool, a matrix's VMs across its rows)."""
 from __future__ import annotations
 
 import logging
@@ -49,7 +49,8 @@ def check_vm(ctx: CheckContext, src: LogSource, index: LogIndex | None, states: 
     one disk's opened log (its states are chunked by the pristine they need); None for N > 1 disks.
     With ``warm``, a VM that ends its chunk normally stays booted there for the run's next phase, and
     a lone chunk on this machine takes the VM a phase before left booted (a cluster's minimization
-    judges its candidates one call at a time: one boot, not one per call)."""
+    judges its candidates one call at a time: one boot, not one per call); with a matrix's pool
+    (check/vmpool.VmPool) every chunk takes a booted VM that fits, whichever run booted it."""
     hosts = spec.hosts()
     locked = locked_sink(sink)
     n = jobs * len(hosts)
