@@ -62,6 +62,12 @@ class VmCheckSpec:
 
 
 
+def shared_under(root: Path, src: LogSource) -> bool:
+    """Whether a recording share of ``root`` (resolved) holds every log of ``src``; a source that
+    starts from an image never is (the image is not in the share)."""
+    return src.initial is None and all(p.resolve().is_relative_to(root) for p in src.logs)
+
+
 def log_zeros(src: LogSource) -> tuple[ZeroRuns, ...]:
     """Per disk, its log's all-zero writes before its first mark (mkfs's zeroed inode tables and
     journal), found here where the log is local, so a checker VM's first walk skips them instead of
@@ -154,7 +160,7 @@ class CheckerVm:
         # the directory shared as the recording: the recording's own, or (rec_root, on this machine:
         # check/vmpool.VmPool) one above the recordings of several runs, so that the booted VM can
         # take another run's states (rebind)
-        self.rec_root = rec_root if rec_root is not None and not self.host.uri else None
+        self.rec_root = rec_root.resolve() if rec_root is not None and not self.host.uri else None
         if self.rec_root is not None and not self.can_read(src):
             raise ValueError(f"{src.path} is not under the VM's recording root {self.rec_root}")
         self._live: _Live | None = None
@@ -163,9 +169,7 @@ class CheckerVm:
     def can_read(self, src: LogSource) -> bool:
         """Whether this VM's recording share holds every log of ``src`` (one disk's image start
         is not shipped: such a source has a VM of its own)."""
-        if self.rec_root is None:
-            return src == self.src
-        return src.initial is None and all(p.resolve().is_relative_to(self.rec_root.resolve()) for p in src.logs)
+        return src == self.src if self.rec_root is None else shared_under(self.rec_root, src)
 
     def rebind(self, ctx: CheckContext, src: LogSource) -> None:
         """Judge another run's states from the next job on (check/vmpool.VmPool.lend has checked that
@@ -206,7 +210,7 @@ class CheckerVm:
 
     def guest_path(self, log: Path) -> str:
         """Where the guest reads one of the source's logs (in the recording share)."""
-        name = log.resolve().relative_to(self.rec_root.resolve()).as_posix() if self.rec_root else log.name
+        name = log.resolve().relative_to(self.rec_root).as_posix() if self.rec_root else log.name
         return f"{guestjob.GUEST_REC_DIR}/{name}"
 
     def source(self) -> guestjob.StateSource:

@@ -15,11 +15,10 @@ check/place.Place.fresh), and a run's end leaves the pool open (Place.close_warm
 closes it when its last row is checked."""
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
-from powercut.check.checkervm import CheckerVm, VmCheckSpec, scratch_need
+from powercut.check.checkervm import CheckerVm, VmCheckSpec, scratch_need, shared_under
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.vm import WarmVms
 from powercut.vm.cmdline import host_paths_to_keep, keep_visible
@@ -35,7 +34,6 @@ class VmPool(WarmVms):
         super().__init__()
         self.root, self.workdir, self.KEEP = Path(root).resolve(), Path(workdir), max(1, keep)
         self.booted = 0
-        self._count_lock = threading.Lock()
         self.lent = 0   # how many chunks took a booted VM (the saving, for the timeline and tests)
 
     def fits(self, vm: CheckerVm, ctx: CheckContext, src: LogSource, spec: VmCheckSpec) -> bool:
@@ -60,9 +58,9 @@ class VmPool(WarmVms):
         return None if host.uri else self.take(ctx, src, spec)
 
     def boot(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path, host: Any) -> CheckerVm:
-        if host.uri or src.initial is not None or not self._under_root(src):
+        if host.uri or not shared_under(self.root, src):
             return super().boot(ctx, src, spec, workdir, host)   # a VM of its own: park closes it
-        with self._count_lock:
+        with self._lock:
             self.booted += 1
             n = self.booted
         return CheckerVm(ctx, src, spec, self.workdir / f"vm{n}", host, serve=True, rec_root=self.root)
@@ -72,6 +70,3 @@ class VmPool(WarmVms):
             vm.close()
             return
         super().park(vm)
-
-    def _under_root(self, src: LogSource) -> bool:
-        return all(p.resolve().is_relative_to(self.root) for p in src.logs)

@@ -4,6 +4,7 @@ options, what clones of one filesystem need to be mounted side by side in one ke
 module group the guest loads for it.  record, check, the guest agent and the CLI all read it here."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -55,7 +56,7 @@ class Filesystem:
         """Options for mounting a crash state: the user's, plus what clones need and the settle
         options the running kernel (``release``: os.uname's, if not given) knows -- never a change
         to the image itself, and the user's come last (they win)."""
-        have = kernel_version(os.uname().release if release is None else release)
+        have = running_kernel() if release is None else kernel_version(release)
         settle = ",".join(o for since, o in self.settle_opts if have >= since)
         return join_opts(self.mount_opts, self.clone_mount_opts, settle, user)
 
@@ -69,6 +70,12 @@ def kernel_version(release: str) -> tuple[int, int]:
     """(major, minor) of a kernel release string ("6.1.0-28-amd64"); (0, 0) when it has none."""
     m = re.match(r"(\d+)\.(\d+)", release)
     return (int(m[1]), int(m[2])) if m else (0, 0)
+
+
+@functools.cache
+def running_kernel() -> tuple[int, int]:
+    """(major, minor) of the kernel this process runs on (asked once: every state's mount needs it)."""
+    return kernel_version(os.uname().release)
 
 
 def join_opts(*parts: str) -> str:
