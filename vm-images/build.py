@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from powercut.config import cache_root, dumps_toml, loads_toml
-from powercut.core.syncdelay import SHIM
+from powercut.core.syncdelay import SUPERVISOR
 from powercut.errors import CommandFailed, EnvironmentNotReady, ImageError, UsageError
 from powercut.images.cpio import CpioWriter
 from powercut.linux import process
@@ -284,7 +284,7 @@ class _Inputs:
     init: bytes
     mount_table: bytes
     mark_src: bytes
-    shim_src: bytes                 # the --delay-sync shim (powercut_delaysync.c)
+    hold_src: bytes                 # the --delay-sync supervisor (powercut_holdsync.c)
     modules: list[tuple[str, bool, str, bytes]]
     digest: str
 
@@ -315,16 +315,16 @@ def _inputs(spec: ImageSpec, fetch: bool = True) -> _Inputs | None:
     mount_table = resources.files("powercut.images").joinpath("mounts.txt").read_bytes()
     parse_guest_table(mount_table.decode())    # a bad line is an ImageError naming it, not a guest that stops
     mark_src = resources.files("powercut.images").joinpath("powercut_mark.c").read_bytes()
-    shim_src = resources.files("powercut.images").joinpath("powercut_delaysync.c").read_bytes()
+    hold_src = resources.files("powercut.images").joinpath("powercut_holdsync.c").read_bytes()
     busybox_bytes = busybox.read_bytes()
 
     h = hashlib.sha256(BUILDER_VERSION.encode())
-    for part in (kernel.read_bytes(), init, busybox_bytes, mark_src, mount_table, shim_src):
+    for part in (kernel.read_bytes(), init, busybox_bytes, mark_src, mount_table, hold_src):
         h.update(hashlib.sha256(part).digest())
     modules = [(rel, opt, group, _read_module(moddir / rel)) for rel, opt, group in order]
     for rel, opt, group, data in modules:
         h.update(f"{rel}:{opt}:{group}:".encode() + hashlib.sha256(data).digest())
-    return _Inputs(kernel, release, source, busybox_bytes, init, mount_table, mark_src, shim_src, modules,
+    return _Inputs(kernel, release, source, busybox_bytes, init, mount_table, mark_src, hold_src, modules,
                    h.hexdigest()[:16])
 
 
@@ -372,7 +372,7 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
             w.file("etc/powercut/mounts", mount_table)
             w.close()
         _build_mark_tool(mark_src, tmp / "bin")
-        _build_shim(inputs.shim_src, tmp / "bin")
+        _build_supervisor(inputs.hold_src, tmp / "bin")
         boot = "vmlinux" if vmlinux else "vmlinuz"
         image = Image(dir=str(out), kernel=str(out / boot), initrd=str(out / "initrd.cpio"),
                       kernel_release=release, source=source, modules=tuple(_norm(r) for r, _, _, _ in modules),
@@ -401,15 +401,15 @@ def _build_mark_tool(source: bytes, bindir: Path) -> None:
     src.unlink()
 
 
-def _build_shim(source: bytes, bindir: Path) -> None:
-    """Compile the --delay-sync shim (core/syncdelay.py), a shared object the recording preloads.
-    Without a C compiler there is none, and a recording that asks for --delay-sync is refused."""
-    src = bindir / "powercut_delaysync.c"
+def _build_supervisor(source: bytes, bindir: Path) -> None:
+    """Compile the --delay-sync supervisor (core/syncdelay.py), which runs the workload and holds its
+    syncs.  Without a C compiler there is none, and a recording that asks for --delay-sync is refused."""
+    src = bindir / "powercut_holdsync.c"
     src.write_bytes(source)
     try:
-        process.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(bindir / SHIM), str(src)], timeout=120)
+        process.run(["cc", "-O2", "-o", str(bindir / SUPERVISOR), str(src)], timeout=120)
     except (CommandFailed, EnvironmentNotReady) as e:
-        log.warning("cannot compile the --delay-sync shim (%s): recordings cannot delay one file's syncs",
+        log.warning("cannot compile the --delay-sync supervisor (%s): recordings cannot hold one file's syncs",
                     e.one_line())
     src.unlink()
 

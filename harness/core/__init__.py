@@ -11,7 +11,7 @@
 * ``faultwindows`` -- injected I/O errors as the log records them: fault windows, commits acked after one;
 * ``nodefaults`` -- the recording's fault plan per node (``--fault 1=PLAN``): parsed, fitted to the disks;
 * ``latency`` -- the recording's disk latency (none, presets, explicit) and the dm-delay values that give it;
-* ``syncdelay`` -- ``--delay-sync GLOB=TIME``: the rules that hold one file's syncs, the shim's log read;
+* ``syncdelay`` -- ``--delay-sync GLOB=TIME``: the rules that hold one file's syncs, the supervisor's log read;
 * ``races`` -- the files a race exploration holds, from the trace: synced before an ack, how long;
 * ``models`` -- the crash states of a log: a CrashSpace per log, its models from the registry;
 * ``crashmodels`` -- the crash models, one module per family, listed once in ``crashmodels.registry``;

@@ -51,9 +51,8 @@ def evidence_line(o: Op) -> str:
 
 
 def held_suffix(o: Op) -> str:
-    """What a sync --delay-sync held says after its call ("" for any other call): the trace shows it
-    where it entered the kernel, the program made it that much earlier."""
-    return f" [the program called it {o.held * 1000:g} ms earlier: --delay-sync held it]" if o.held > 0 else ""
+    """What a sync --delay-sync held says after its call ("" for any other call)."""
+    return f" [--delay-sync held it {o.held * 1000:g} ms]" if o.held > 0 else ""
 
 
 def evidence_lines(ops: Sequence[Op]) -> tuple[str, ...]:
@@ -104,7 +103,7 @@ def sentence(f: Finding) -> str:
         before = f.ack.time - f.sync.began
         return (f"{f.ack.text} was sent while the {f.sync.kind} of {f.subject} that covers it, called{other} "
                 f"{before * 1000:.1f} ms before the ack, was still held (--delay-sync holds it {f.sync.held * 1000:g} ms "
-                f"before it enters the kernel) -- the reply did not wait for the "
+                f"before it runs) -- the reply did not wait for the "
                 f"{f.sync.kind} to return; a slow sync of this one file loses this race")
     if isinstance(f, SyncStillRunning):
         other = " in another thread" if f.other_thread else ""

@@ -76,22 +76,24 @@ def glob_for(path: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in path)
 
 
-CLOCK_SLACK_S = 0.001   # the shim's and strace's reading of the same clock, a call apart
-
-
-def _entered(o: Op) -> float:
-    """When ``o`` entered the kernel, as far as the trace says."""
-    return o.time - o.duration if o.duration >= 0 else o.began
+def _returned(o: Op) -> float:
+    """When ``o`` returned, as far as the trace says: strace -ttt stamps a whole line with the call's
+    entry, a split one (``<... resumed>``) with its return; -T is the time between."""
+    if o.start >= 0 or o.duration < 0:
+        return o.time
+    return o.time + o.duration
 
 
 def with_holds(trace: Trace, held: Iterable[Hold]) -> Trace:
-    """``trace`` with each sync the shim held (``held``: its log, core/syncdelay.holds) placed where
-    the program called it: its ``start`` the call, its ``held`` the hold.  A held call enters the
-    kernel, and the trace, only after the hold, so without this an ack sent while the program's
-    sync was held reads as an ack with no sync before it.  A held call is matched to the first
-    traced sync of the same thread, call and file that entered the kernel after it was called (a
-    thread's calls are sequential); a hold the trace does not show (a log from before the shim said
-    which thread and when) is left out."""
+    """``trace`` with each sync --delay-sync held (``held``: the supervisor's log,
+    core/syncdelay.holds) marked as held: its ``held`` the hold, its ``start`` when the program
+    called it.  The supervisor holds a call after strace saw it enter, so the trace already places
+    it where the program made it, the hold inside its duration; a recording made with the earlier
+    LD_PRELOAD shim traced a held call only once the hold was over, and ``start`` moves it back to
+    when the program called it.  A held call is matched to the first traced sync of the same
+    thread, call and file that had not returned when it was called (a thread's calls are
+    sequential, and strace stamps a return before the thread runs on); a hold the trace does not
+    show (a log from before the shim said which thread and when) is left out."""
     queues: dict[tuple[int, str, str], list[int]] = {}
     for i, o in enumerate(trace.ops):
         if o.kind in SYNC_KINDS:
@@ -102,11 +104,11 @@ def with_holds(trace: Trace, held: Iterable[Hold]) -> Trace:
         if h.ns <= 0 or h.called < 0:
             continue
         queue = queues.get((h.tid, h.call, h.path), [])
-        while queue and _entered(ops[queue[0]]) < h.called - CLOCK_SLACK_S:
+        while queue and _returned(ops[queue[0]]) < h.called:
             queue.pop(0)
         if queue:
             i = queue.pop(0)
-            ops[i] = dataclasses.replace(ops[i], start=h.called, held=h.ns / 1e9)
+            ops[i] = dataclasses.replace(ops[i], start=min(ops[i].began, h.called), held=h.ns / 1e9)
             placed += 1
     if not placed:
         return trace

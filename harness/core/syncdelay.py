@@ -5,9 +5,12 @@ kernel (issue 50).
 Why per file: a disk-wide latency (core/latency.py) slows every flush alike, so a program whose
 acking thread waits on another file's sync (its engine's periodic commit) still acks after its log
 is durable; only slowing the one file's sync opens the window in which a reply can race it.  The
-recording guest's shim (vm-images/powercut_delaysync.c, LD_PRELOAD) does the holding; a program
-that syncs without libc (Go, a static binary) is not seen by it, and the recording says so
-(``held_summary``: what the shim saw, against what the program synced).
+recording guest's supervisor (vm-images/powercut_holdsync.c) does the holding below libc: a seccomp
+filter hands each of those five system calls to it (user notification), it reads the file the call
+names and lets the call run at once or when the hold ends -- so a static Go binary, a program that
+drops root and every thread and child are held alike (issue 60).  Its log says every sync call it
+saw (``held_summary``).  Under strace (plain ptrace, guest/tracing.py) each held call shows in the
+trace where the program made it, the hold inside its duration.
 
 A glob is matched with fnmatch (``*`` crosses ``/``) against the file's absolute path in the guest
 and its path relative to the recorded filesystem (``app.db``, ``n1/replog.log`` on a cluster).  The
@@ -30,17 +33,18 @@ EXPLORE_FLOOR = "200ms"   # at least this, and at least EXPLORE_COMMITS times th
 EXPLORE_COMMITS = 2       # commit (begin to ack), rounded up to 10 ms, at most EXPLORE_CEILING
 EXPLORE_CEILING = "5s"
 EXPLORE_BUDGET = 8        # recordings after the base one
-MAX_RULES = 32          # the shim's table
+MAX_RULES = 32          # the supervisor's table
 MAX_GLOB_BYTES = 255
 _TIME = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s)\s*")
 _UNIT_NS = {"us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-SHIM = "libpowercut-delaysync.so"      # in the image's tools directory
+SUPERVISOR = "powercut-holdsync"      # in the image's tools directory
+LISTENING = "# powercut-holdsync listening"   # its log's first line: the filter is in place
 
 
 @dataclass(frozen=True, slots=True)
 class SyncDelay:
     glob: str
-    ns: int          # the hold, in nanoseconds (what the shim sleeps; exact through the canonical text)
+    ns: int          # the hold, in nanoseconds (exact through the canonical text)
 
     @staticmethod
     def parse(text: str) -> SyncDelay:
@@ -94,16 +98,21 @@ def canonical(texts: Iterable[str]) -> tuple[str, ...]:
     return tuple(str(r) for r in parse_all(texts))
 
 
-def env_text(rules: Iterable[SyncDelay]) -> str:
-    """$POWERCUT_DELAY_SYNC: ``NANOSECONDS<TAB>GLOB`` a line, in the rules' order."""
-    return "".join(f"{r.ns}\t{r.glob}\n" for r in rules)
+def supervisor_argv(supervisor: str, rules: Iterable[SyncDelay], mount: str, log: str) -> list[str]:
+    """The supervisor's command line up to ``--``: its log, the recorded filesystem's mount (globs
+    match a path relative to it too) and each rule as ``NANOSECONDS:GLOB``, in the rules' order."""
+    argv = [supervisor, "-l", log, "-m", mount]
+    for r in rules:
+        argv += ["-r", f"{r.ns}:{r.glob}"]
+    return [*argv, "--"]
 
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """One sync call the shim saw (a line of its log): ``ns`` held (0: not), by thread ``tid``,
-    called at ``called`` (CLOCK_REALTIME seconds, strace -ttt's clock; -1 in a log written before
-    the shim said when), on ``path`` (absolute, as the program's descriptor or mapping names it)."""
+    """One sync call the supervisor saw (a line of its log): ``ns`` held (0: not), by thread ``tid``,
+    called at ``called`` (CLOCK_REALTIME seconds, strace -ttt's clock; -1 in a log of the first
+    LD_PRELOAD shim, which did not say when), on ``path`` (absolute, as the program's descriptor or
+    mapping names it).  Recordings made before issue 60 have the shim's log: the same lines."""
 
     call: str
     ns: int
@@ -113,8 +122,8 @@ class Hold:
 
 
 def holds(log_text: str) -> list[Hold]:
-    """The shim's log, line by line (``CALL NS TID CALLED PATH``, tab-separated; the first shim's
-    ``CALL NS PATH`` too); lines that are neither are skipped."""
+    """The supervisor's log, line by line (``CALL NS TID CALLED PATH``, tab-separated; the first
+    shim's ``CALL NS PATH`` too); lines that are neither (its ``#`` line) are skipped."""
     out: list[Hold] = []
     for line in log_text.splitlines():
         parts = line.split("\t", 4)
@@ -132,7 +141,7 @@ def holds(log_text: str) -> list[Hold]:
 
 
 def held_summary(log_text: str, mount: str = "", ignore: Collection[str] = ()) -> dict[str, Any]:
-    """What the shim's log says: every sync call it saw and those it held, per file (relative to
+    """What the supervisor's log says: every sync call it saw and those it held, per file (relative to
     ``mount`` where under it), for the manifest's [result] and the console; ``ignore``: paths that
     are not the program's (the marks' order devices)."""
     files: dict[str, dict[str, int]] = {}
@@ -156,20 +165,21 @@ def held_summary(log_text: str, mount: str = "", ignore: Collection[str] = ()) -
 
 def held_phrase(result: dict[str, Any] | None) -> str:
     """A recording's --delay-sync as the console and the report say it (its manifest's [result]
-    ``delay_sync``): the rules, then what the shim held of what it saw; "none" without rules."""
+    ``delay_sync``): the rules, then what was held of the sync calls the program made; "none"
+    without rules."""
     if not isinstance(result, dict) or not result.get("rules"):
         return "none"
     held = {f: n["held"] for f, n in result.get("files", {}).items() if n.get("held")}
     per_file = f" ({', '.join(f'{f} {n}' for f, n in sorted(held.items()))})" if held else ""
     return (f"{', '.join(result['rules'])}: held {result.get('held', 0)} of the {result.get('calls', 0)} sync calls "
-            f"the shim saw{per_file}")
+            f"the program made{per_file}")
 
 
 def held_note(rules: Iterable[str], subject: str) -> str:
-    """What a cause from the trace cannot see in a recording whose syncs of ``subject`` (a cause's
-    files, comma-separated, as the trace names them under the mount) were held: a sync called
-    before the ack enters the kernel, and the trace, only after the hold.  "" when no rule holds
-    any of those files."""
+    """What a cause from the trace cannot see in a recording made with the LD_PRELOAD shim (before
+    issue 60) whose syncs of ``subject`` (a cause's files, comma-separated, as the trace names them
+    under the mount) were held: there a sync called before the ack entered the kernel, and the
+    trace, only after the hold.  "" when no rule holds any of those files."""
     held = [SyncDelay.parse(r) for r in rules]
     files = [f.strip().lstrip("/") for f in subject.split(",") if f.strip()]
     hit = [r for r in held if any(fnmatch.fnmatchcase(f, r.glob) or fnmatch.fnmatchcase("/" + f, r.glob)
@@ -186,7 +196,7 @@ def unused_note(rules: Iterable[SyncDelay], summary: dict[str, Any]) -> str:
     synced = sorted(summary.get("files", {}), key=lambda p: -summary["files"][p]["calls"])
     which = ", ".join(str(r) for r in rules)
     if not synced:
-        return (f"--delay-sync {which} held no sync call, and the shim saw none at all: the program syncs "
-                "without libc (Go, a static binary) or not at all; see the syscall trace")
+        return (f"--delay-sync {which} held no sync call: the program made none (no fsync, fdatasync, "
+                "sync_file_range, msync or syncfs; io_uring's syncs, sync() and O_SYNC writes cannot be held)")
     return (f"--delay-sync {which} held no sync call: the program synced {', '.join(synced[:6])}"
             f"{', ...' if len(synced) > 6 else ''} ({summary['calls']} calls); match one of those")

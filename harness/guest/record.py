@@ -46,8 +46,8 @@ from powercut.vm.guestjob import RecordJob
 log = logging.getLogger("powercut.guest")
 
 MNT = guestjob.GUEST_MNT
-DELAY_LOG = "/run/powercut/delay-sync.log"   # guest-local: the shim's line per sync call
-DELAY_LOG_FILE = "delay-sync.log"           # in the job directory: the shim's log, kept
+DELAY_LOG = "/run/powercut/delay-sync.log"   # guest-local: the --delay-sync supervisor's line per sync call
+DELAY_LOG_FILE = "delay-sync.log"           # in the job directory: the supervisor's log, kept
 
 
 def disk_name(dm_name: str, i: int, disks: int) -> str:
@@ -126,12 +126,14 @@ def workload_env(job: RecordJob, stacks: list[DiskStack]) -> dict[str, str]:
 
 def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_env: dict[str, str]) -> dict[str, Any]:
     """Run the workload in ``MNT`` with its environment and the disks' fault layers (``fault_env``),
-    under strace when asked (-f: a cluster's nodes are the client's children)."""
+    under strace when asked (-f: a cluster's nodes are the client's children), and under the
+    --delay-sync supervisor when rules hold syncs (outside strace: strace traces only the workload)."""
     wl = job.workload
     argv = workload_argv(wl, jobdir / guestjob.WORKLOAD_BOOT)
-    env = {**workload_env(job, stacks), **fault_env, **delay_env(job)}
+    env = {**workload_env(job, stacks), **fault_env}
     res: dict[str, Any] = {}
-    argv = traced(argv, wl.trace, job.tools_dir, res)
+    argv = traced(argv, wl.trace, job.tools_dir, res, holding=bool(wl.delay_sync))
+    argv = held(argv, job)
     start = time.monotonic()
     with open(jobdir / "workload.out", "wb") as out, open(jobdir / "workload.err", "wb") as err:
         with process.Spawned(argv, cwd=MNT, env=env, stdout=out, stderr=err) as proc:
@@ -140,16 +142,43 @@ def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_en
     res.update(workload_rc=rc, workload_timed_out=rc is None, workload_s=round(time.monotonic() - start, 3))
     kept_trace(wl.trace, jobdir, res)
     if wl.delay_sync:
-        try:
-            text = Path(DELAY_LOG).read_text(errors="replace")
-        except FileNotFoundError:
-            text = ""
-        marks = {os.path.realpath(s.order) for s in stacks}   # powercut's own: each mark's flush (marks.py)
-        res["delay_sync"] = {"rules": list(wl.delay_sync), **syncdelay.held_summary(text, MNT, ignore=marks)}
-        if text:   # kept whole: where each held call was made (debug/cause places it in the trace)
-            (jobdir / DELAY_LOG_FILE).write_text(text)
-            res["delay_sync"]["log"] = DELAY_LOG_FILE
+        res["delay_sync"] = held_result(job, jobdir, stacks)
     return res
+
+
+def held(argv: list[str], job: RecordJob) -> list[str]:
+    """``argv`` under the --delay-sync supervisor (core/syncdelay.py), its log made empty; ``argv``
+    without rules.  An image built without the supervisor (no C compiler then) cannot hold a sync: a
+    recording that asks is refused rather than made without the hold."""
+    if not job.workload.delay_sync:
+        return argv
+    supervisor = os.path.join(job.tools_dir, syncdelay.SUPERVISOR) if job.tools_dir else ""
+    if not supervisor or not os.path.exists(supervisor):
+        raise PowercutError(f"--delay-sync needs the image's {syncdelay.SUPERVISOR}, which was not built (no C "
+                            "compiler when the image was made: apt-get install gcc, then powercut image build --force)")
+    rules = [syncdelay.SyncDelay.parse(r) for r in job.workload.delay_sync]
+    os.makedirs(os.path.dirname(DELAY_LOG), exist_ok=True)
+    Path(DELAY_LOG).write_text("")
+    return [*syncdelay.supervisor_argv(supervisor, rules, MNT, DELAY_LOG), *argv]
+
+
+def held_result(job: RecordJob, jobdir: Path, stacks: list[DiskStack]) -> dict[str, Any]:
+    """What the supervisor held, for the manifest's [result]; its log kept whole in the job directory
+    (where each held call was made: debug/cause places it in the trace).  A log without the
+    supervisor's first line: the filter was never installed (workload.err says why)."""
+    try:
+        text = Path(DELAY_LOG).read_text(errors="replace")
+    except FileNotFoundError:
+        text = ""
+    if not text.startswith(syncdelay.LISTENING):
+        said = supervisor_said(jobdir / "workload.err")
+        raise PowercutError(f"--delay-sync: {said or syncdelay.SUPERVISOR + ' did not start (see workload.err)'}")
+    marks = {os.path.realpath(s.order) for s in stacks}   # powercut's own: each mark's flush (marks.py)
+    out = {"rules": list(job.workload.delay_sync), "by": "seccomp",
+           **syncdelay.held_summary(text, MNT, ignore=marks)}
+    (jobdir / DELAY_LOG_FILE).write_text(text)
+    out["log"] = DELAY_LOG_FILE
+    return out
 
 
 def workload_argv(wl: WorkloadSpec, boot: Path) -> list[str]:
@@ -165,35 +194,13 @@ def workload_argv(wl: WorkloadSpec, boot: Path) -> list[str]:
     return [sys.executable, "-P", "-m", "powercut.workload", wl.name]
 
 
-def delay_env(job: RecordJob) -> dict[str, str]:
-    """The --delay-sync shim preloaded into the workload, its rules and its log (core/syncdelay.py);
-    {} without rules.  An image built without the shim (no C compiler then) cannot hold a sync: a
-    recording that asks is refused rather than made without the delay."""
-    if not job.workload.delay_sync:
-        return {}
-    shim = os.path.join(job.tools_dir, syncdelay.SHIM) if job.tools_dir else ""
-    if not shim or not os.path.exists(shim):
-        raise PowercutError(f"--delay-sync needs the image's {syncdelay.SHIM}, which was not built (no C compiler "
-                            "when the image was made: apt-get install gcc, then powercut image build --force)")
-    rules = [syncdelay.SyncDelay.parse(r) for r in job.workload.delay_sync]
-    return {"LD_PRELOAD": shared_shim(shim), environ.DELAY_SYNC: syncdelay.env_text(rules),
-            environ.DELAY_SYNC_LOG: DELAY_LOG}
-
-
-def shared_shim(shim: str) -> str:
-    """The shim and its log where a child that drops root (PostgreSQL's server runs as ``postgres``)
-    can use them: the image's copy sits under root's cache, which ld.so then cannot open (the child
-    runs without the shim, unheld), and the log's directory is root's.  A copy beside the log,
-    world-readable; the log made empty and world-writable before the workload starts."""
-    shared = os.path.join(os.path.dirname(DELAY_LOG), syncdelay.SHIM)
-    with open(shim, "rb") as src, open(shared + ".tmp", "wb") as dst:
-        dst.write(src.read())
-    os.chmod(shared + ".tmp", 0o755)
-    os.replace(shared + ".tmp", shared)
-    fd = os.open(DELAY_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    os.fchmod(fd, 0o666)   # past the umask: every user's sync calls are appended
-    os.close(fd)
-    return shared
+def supervisor_said(err: Path) -> str:
+    """The supervisor's own line in the workload's stderr (why it could not hold), or ""."""
+    try:
+        lines = err.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((ln for ln in lines if ln.startswith(syncdelay.SUPERVISOR + ":")), "")
 
 
 def uptime() -> float:

@@ -19,17 +19,22 @@ TRACE_TMP = "/tmp/powercut-syscalls.txt"   # strace writes here (the guest's tmp
 TRACE_FILE = "syscalls.txt.gz"             # in the job directory: the recording's trace (core/syscalls.py)
 
 
-def strace_argv(out: str) -> list[str]:
+def strace_argv(out: str, holding: bool = False) -> list[str]:
     """strace around the workload: every thread and child (-f), descriptors with their paths (-y),
     each call's time inside the kernel (-T: how long a sync took, run --explore-races), the mark
-    ioctls' messages decoded (abbrev=none), only the traced calls stopped (seccomp-bpf)."""
-    return ["strace", "-f", "-y", "-T", "-qq", "-ttt", "-s", "512", "--seccomp-bpf", "-e", "abbrev=none",
+    ioctls' messages decoded (abbrev=none).  Only the traced calls stop (--seccomp-bpf), except
+    under the --delay-sync supervisor (``holding``): its seccomp filter's user notification takes
+    precedence over strace's, and every sync call would vanish from the trace; plain ptrace stops
+    each call before seccomp sees it, so a held call shows where the program made it, the hold
+    inside its -T (docs/races.md has what each mode costs)."""
+    seccomp = [] if holding else ["--seccomp-bpf"]
+    return ["strace", "-f", "-y", "-T", "-qq", "-ttt", "-s", "512", *seccomp, "-e", "abbrev=none",
             "-e", "signal=none", "-e", "trace=" + ",".join(syscalls.TRACED), "-o", out, "--"]
 
 
-def traced(argv: list[str], trace: bool, tools_dir: str, res: dict[str, Any]) -> list[str]:
-    """``argv`` under strace when ``trace`` is asked for; without strace in the image, ``argv`` as
-    it is and ``res["trace_error"]``."""
+def traced(argv: list[str], trace: bool, tools_dir: str, res: dict[str, Any], holding: bool = False) -> list[str]:
+    """``argv`` under strace when ``trace`` is asked for (in the mode a hold needs when ``holding``);
+    without strace in the image, ``argv`` as it is and ``res["trace_error"]``."""
     if not trace:
         return argv
     strace = shutil.which("strace", path=guestjob.guest_path(tools_dir))
@@ -39,7 +44,7 @@ def traced(argv: list[str], trace: bool, tools_dir: str, res: dict[str, Any]) ->
         return argv
     if os.path.exists(TRACE_TMP):
         os.unlink(TRACE_TMP)
-    return [strace, *strace_argv(TRACE_TMP)[1:], *argv]
+    return [strace, *strace_argv(TRACE_TMP, holding)[1:], *argv]
 
 
 def kept_trace(trace: bool, jobdir: Path, res: dict[str, Any]) -> None:

@@ -34,8 +34,6 @@ FAULT_MARKS = "POWERCUT_FAULT_MARKS"
 FAULT_NODES = "POWERCUT_FAULT_NODES"
 CLUSTER = "POWERCUT_CLUSTER"
 MOUNTS = "POWERCUT_MOUNTS"
-DELAY_SYNC = "POWERCUT_DELAY_SYNC"            # --delay-sync: the shim's rules (core/syncdelay.env_text)
-DELAY_SYNC_LOG = "POWERCUT_DELAY_SYNC_LOG"    # where the shim appends each sync call it saw
 RUN_DIR = "POWERCUT_RUN_DIR"
 
 
@@ -74,8 +72,6 @@ VARIABLES = (
     Variable(CLUSTER, "recording", "", "a cluster recording's nodes (dm name=order device, comma separated): "
              "every mark goes to every node's log, under one lock"),
     Variable(MOUNTS, "recording", "", "a cluster recording: each node's mounted filesystem, colon separated"),
-    Variable(DELAY_SYNC, "recording", "", "--delay-sync: NANOSECONDS<TAB>GLOB a line, the syncs the preloaded shim holds"),
-    Variable(DELAY_SYNC_LOG, "recording", "", "--delay-sync: the file the shim appends each sync call it saw to"),
 )
 _NAMES = frozenset(v.name for v in VARIABLES)
 

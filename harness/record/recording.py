@@ -59,7 +59,7 @@ class Recording:
 
     @property
     def delay_log(self) -> Path | None:
-        """The --delay-sync shim's log (core/syncdelay.holds: where each held sync was called), if
+        """The --delay-sync supervisor's log (core/syncdelay.holds: where each held sync was called), if
         the recording held syncs and kept it."""
         f = (self.manifest.get("result", {}).get("delay_sync") or {}).get("log")
         return self.dir / "job" / f if f and (self.dir / "job" / f).is_file() else None

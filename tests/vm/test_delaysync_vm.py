@@ -1,4 +1,4 @@
-"""``--delay-sync GLOB=TIME`` in a recording VM (core/syncdelay.py, vm-images/powercut_delaysync.c):
+"""``--delay-sync GLOB=TIME`` in a recording VM (core/syncdelay.py, vm-images/powercut_holdsync.c):
 only the matching file's syncs are held -- each for at least TIME, seen from inside the program, in
 a child thread too, the others not -- with the syscall trace on; the manifest says what was held;
 rules that hold nothing fail the recording in one line naming the files the program did sync."""
@@ -44,7 +44,7 @@ def test_only_the_matching_files_syncs_are_held_with_the_trace_on(tmp_path: Path
     rec = record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(
         cmd=cmd, delay_sync=("*.wal=150ms",))), tmp_path / "rec")
     got = json.loads((tmp_path / "rec" / "job" / "workload.out").read_text())
-    assert all(ms >= 150 for ms in got["db.wal"].values()), got        # a lower bound: the shim sleeps first
+    assert all(ms >= 150 for ms in got["db.wal"].values()), got        # a lower bound: held before it runs
     assert all(ms < 150 for ms in got["db.idx"].values()), got
     ds = rec.manifest["result"]["delay_sync"]
     assert ds["rules"] == ["*.wal=150ms"] and ds["held"] == 4 and ds["files"]["db.wal"] == {"calls": 4, "held": 4}
@@ -92,7 +92,7 @@ def test_the_exploration_holds_each_synced_file_and_finds_the_race(tmp_path: Pat
 
 def test_one_cluster_nodes_file_is_held_alone(tmp_path: Path) -> None:
     """On a cluster recording the rule names a node's file by its path under the mounts (n1/...):
-    only node 1's log syncs are held, through the same shim and job."""
+    only node 1's log syncs are held, through the same supervisor and job."""
     rec = record(RecordSpec(fs=FsSpec(size_mb=32), workload=WorkloadSpec(
         name="replog", params={"n": 4}, delay_sync=("n1/replog.log=50ms",))),
                  tmp_path / "rec", nodes=3)

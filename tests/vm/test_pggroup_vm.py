@@ -1,6 +1,6 @@
 """A real group-commit program under ``--delay-sync`` (issue 50): PostgreSQL with several sessions
 committing at once (workloads/pggroup.py), its WAL segment's flushes held.  The server runs as the
-``postgres`` user, a child that drops root: the shim must reach it (it holds the WAL flushes of the
+``postgres`` user, a child that drops root: the hold must reach it (it holds the WAL flushes of the
 server's backends and walwriter, nothing else), and with synchronous_commit=on every acked commit of
 every session survives every crash state judged."""
 from __future__ import annotations

@@ -81,6 +81,30 @@ def test_a_hold_matches_the_first_sync_its_thread_entered_after_the_call() -> No
     assert [o.held for o in tr.ops if o.kind == "fdatasync"] == [0.0, 0.001]
 
 
+SUPERVISED = [
+    mark(1.01, "begin:0"),
+    f"8 1.02 write(4<{MNT}/store.log>, \"x\", 100) = 100 <0.000010>",
+    f"8 1.0300 fdatasync(4<{MNT}/store.log> <unfinished ...>",        # strace sees it enter, then the hold
+    mark(1.05, "ack:0"),                                              # thread 7 replies meanwhile
+    f"8 1.2312 <... fdatasync resumed>) = 0 <0.201200>",
+    f"8 1.2400 fdatasync(4<{MNT}/store.log>) = 0 <0.200900>",          # held again, nothing in between
+]
+
+
+def test_the_supervisors_hold_keeps_the_call_where_strace_saw_it_enter() -> None:
+    """The supervisor is notified after strace's entry stop: its time is a little later than the
+    trace's, and the call has not returned then; the trace's entry stays the call's start."""
+    from powercut.core.races import with_holds
+    from powercut.core.syncdelay import holds
+    log = (f"fdatasync\t200000000\t8\t1.030150\t{MNT}/store.log\n"
+           f"fdatasync\t200000000\t8\t1.240120\t{MNT}/store.log\n")
+    tr = with_holds(parse(SUPERVISED, MNT), holds(log))
+    syncs = [o for o in tr.ops if o.kind == "fdatasync"]
+    assert [(o.began, o.held) for o in syncs] == [(1.03, 0.2), (1.24, 0.2)]
+    ack = next(o for o in tr.ops if o.kind == "mark" and o.text == "ack:0")
+    assert syncs[0].began < ack.time < syncs[0].time   # the ack was sent while the held sync ran
+
+
 def test_a_sync_of_the_set_up_alone_is_no_candidate() -> None:
     setup = [f"7 0.5 fsync(6<{MNT}/table.db>) = 0 <0.010000>", f"7 0.6 fsync(9<{MNT}/control>) = 0 <0.001000>"]
     got = synced_files(parse(setup + TRACE, MNT), MNT)

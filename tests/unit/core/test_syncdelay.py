@@ -1,5 +1,5 @@
-"""--delay-sync GLOB=TIME (core/syncdelay.py): the rules, their canonical text, the shim's
-environment, and what its log says -- and one line, exit 2, for a bad rule on the command line."""
+"""--delay-sync GLOB=TIME (core/syncdelay.py): the rules, their canonical text, the supervisor's
+command line, and what its log says -- and one line, exit 2, for a bad rule on the command line."""
 from __future__ import annotations
 
 import subprocess
@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from powercut.config import WorkloadSpec
-from powercut.core.syncdelay import SyncDelay, canonical, env_text, held_note, held_summary, parse_all, unused_note
+from powercut.core.syncdelay import (SyncDelay, canonical, held_note, held_summary, parse_all, supervisor_argv,
+                                     unused_note)
 from powercut.errors import UsageError
 
 
@@ -44,7 +45,9 @@ def test_a_glob_twice_is_refused_and_the_order_is_kept() -> None:
     with pytest.raises(UsageError, match="twice"):
         parse_all(["*.wal=1s", "*.wal=2s"])
     assert canonical(["b=1s", "a=200ms"]) == ("b=1s", "a=200ms")
-    assert env_text(parse_all(["b=1s", "a=200ms"])) == "1000000000\tb\n200000000\ta\n"
+    argv = supervisor_argv("/img/powercut-holdsync", parse_all(["b=1s", "a:x=200ms"]), "/m", "/run/log")
+    assert argv == ["/img/powercut-holdsync", "-l", "/run/log", "-m", "/m", "-r", "1000000000:b",
+                    "-r", "200000000:a:x", "--"]
 
 
 def test_the_workload_carries_the_canonical_rules() -> None:
@@ -53,8 +56,9 @@ def test_the_workload_carries_the_canonical_rules() -> None:
         WorkloadSpec(name="wal", delay_sync=("*.wal",))
 
 
-def test_the_shim_log_is_summed_per_file_relative_to_the_mount() -> None:
-    log = ("fsync\t200000000\t/run/powercut/mnt/db.wal\nfdatasync\t0\t/run/powercut/mnt/db.idx\n"
+def test_the_hold_log_is_summed_per_file_relative_to_the_mount() -> None:
+    log = ("# powercut-holdsync listening\nfsync\t200000000\t/run/powercut/mnt/db.wal\n"
+           "fdatasync\t0\t/run/powercut/mnt/db.idx\n"
            "fsync\t0\t/dev/dm-2\nmsync\t200000000\t/run/powercut/mnt/db.wal\ngarbage line\n")
     got = held_summary(log, "/run/powercut/mnt", ignore={"/dev/dm-2"})
     assert got == {"calls": 3, "held": 2, "files": {"db.wal": {"calls": 2, "held": 2}, "db.idx": {"calls": 1, "held": 0}}}
@@ -64,7 +68,8 @@ def test_rules_that_held_nothing_say_what_the_program_synced() -> None:
     rules = parse_all(["*.wal=200ms"])
     note = unused_note(rules, held_summary("fsync\t0\t/m/db.idx\nfsync\t0\t/m/db.idx\nfsync\t0\t/m/dir\n", "/m"))
     assert "held no sync call" in note and "db.idx, dir" in note and "(3 calls)" in note
-    assert "without libc" in unused_note(rules, held_summary(""))
+    none = unused_note(rules, held_summary("# powercut-holdsync listening\n"))
+    assert "made none" in none and "\n" not in none
 
 
 @pytest.mark.parametrize("value", ["*.wal", "*.wal=5"])
@@ -82,7 +87,7 @@ def test_a_cause_about_a_held_file_says_what_the_trace_cannot_see() -> None:
     assert held_note(("*.log=1s", "x=1ms"), "/a/b.idx, /a/b.log").count("*.log=1s") == 1
 
 
-def test_the_shim_log_says_thread_and_time_and_old_logs_still_read() -> None:
+def test_the_hold_log_says_thread_and_time_and_old_logs_still_read() -> None:
     from powercut.core.syncdelay import Hold, holds
     log = "fdatasync\t200000000\t41\t1795842642.350226\t/m/a\tb\nfsync\t0\t/m/old\nfsync\tx\t1\t2\t/m/bad\n"
     assert holds(log) == [Hold("fdatasync", 200000000, 41, 1795842642.350226, "/m/a\tb"),

@@ -25,12 +25,13 @@ LATE = {"how": "not yet durable at the cut", "what": "data block", "path": "/rep
 
 @dataclass
 class Rec:
-    """What explain_groups reads of a Recording: its trace file, its workload (--delay-sync) and
-    the shim's log of the syncs it held."""
+    """What explain_groups reads of a Recording: its trace file, its workload (--delay-sync), the
+    log of the syncs it held and its manifest (which mechanism held them)."""
 
     trace_path: Path | None
     workload: dict[str, Any] = field(default_factory=dict)
     delay_log: Path | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 def log_of(path: Path, marks: list[str]) -> LogIndex:
