@@ -189,12 +189,30 @@ def _leg(ex: Exploration, base: Schedule, rspec: RecordSpec, cspec: CampaignSpec
     return leg
 
 
-def markdown(ex: Exploration) -> str:
-    rows = ["| schedule | states | verdicts | first failure | its cause |", "|---|---|---|---|---|"]
+COLUMNS = ("schedule", "states", "verdicts", "first failure", "its cause")
+
+
+def table(ex: Exploration) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The table's rows (COLUMNS), each short enough for one line, and the errors said below it: a
+    schedule that did not finish has ``error (k)`` for verdicts, its error in full in the k-th note,
+    ``(k) <schedule>: <error>``."""
+    rows: list[tuple[str, ...]] = []
+    notes: list[str] = []
     for o in ex.runs:
-        verdicts = ", ".join(f"{v} {c}" for v, c in sorted(o.states.items())) or o.error or "-"
-        rows.append(f"| {o.schedule.setting} | {o.total} | {verdicts} | {o.first or '-'} | {o.cause or '-'} |")
-    return "\n".join(rows) + f"\n\n{ex.coverage()}\n"
+        verdicts = ", ".join(f"{v} {c}" for v, c in sorted(o.states.items()))
+        if not verdicts and o.error:
+            notes.append(f"({len(notes) + 1}) {o.schedule.setting}: {o.error}")
+            verdicts = f"{o.verdict} ({len(notes)})"
+        rows.append((o.schedule.setting, str(o.total), verdicts or "-", o.first or "-", o.cause or "-"))
+    return rows, notes
+
+
+def markdown(ex: Exploration) -> str:
+    rows, notes = table(ex)
+    lines = [f"| {' | '.join(COLUMNS)} |", "|---" * len(COLUMNS) + "|"]
+    lines += [f"| {' | '.join(r)} |" for r in rows]
+    errors = "".join(f"\n\n{n}" for n in notes)
+    return "\n".join(lines) + f"{errors}\n\n{ex.coverage()}\n"
 
 
 def write(out: Path, ex: Exploration) -> dict[str, Path]:

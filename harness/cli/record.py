@@ -210,13 +210,15 @@ def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
               f"  [{o.total} states; record {o.record_s:.1f} s, check {o.check_s:.1f} s] {o.dir}", flush=True)
 
     ex = explore.explore(schedules, rspec, cspec, out, delay=args.explore_delay, budget=args.budget, on_done=done)
+    rows, notes = explore.table(ex)
     t = Table(title="races explored: schedules chosen from the trace", min_width=72)
-    for col in ("schedule", "states", "verdicts", "first failure", "its cause"):
+    for col in explore.COLUMNS:
         t.add_column(col)
-    for o in ex.runs:
-        t.add_row(o.schedule.setting, str(o.total), ", ".join(f"{v} {c}" for v, c in sorted(o.states.items()))
-                  or o.error or "-", o.first or "-", o.cause or "-")
+    for r in rows:
+        t.add_row(*r)
     Console().print(t)
+    for n in notes:   # each erring schedule's error in full, numbered as its verdicts cell
+        print(n)
     print(ex.coverage())
     print(f"exploration: {out / 'explore.json'}, {out / 'explore.md'}")
     return _schedules_status(ex.runs, complete=ex.complete)

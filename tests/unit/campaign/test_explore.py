@@ -3,6 +3,8 @@ its trace's synced files held one at a time on top of it, ``budget`` held record
 starting schedule that fails or has no trace says why and is not explored."""
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -106,3 +108,43 @@ def test_auto_is_each_starting_schedules_own_and_a_time_is_kept(fake, tmp_path: 
         ex.coverage()
     ex2 = ex_mod.explore([Schedule(disk_latency("none"))], rspec, cspec, tmp_path, budget=1, delay="50ms")
     assert fake[-1].delay_sync == ("store.log=50ms",) and "(0.1x a commit's median" in ex2.coverage()
+
+
+LONG = ("--delay-sync store.log=200ms held no sync call, and the shim saw none at all: the program syncs without libc "
+        "(Go, a static binary) or not at all; see the syscall trace")
+
+
+def erring() -> ex_mod.Exploration:
+    """A leg whose base passed, whose store.log schedule erred with LONG, whose store.idx schedule erred shortly."""
+    base = Schedule(disk_latency("none"))
+    log = Schedule(base.latency, delay_sync=("store.log=200ms",))
+    idx = Schedule(base.latency, delay_sync=("store.idx=200ms",))
+    leg = ex_mod.Leg(Outcome(base, "pass", {"pass": 3}, ok=True, total=3), 2, ex_mod.auto_delay(0.02), list(FILES),
+                     0.02, [Outcome(log, "error", error=LONG), Outcome(idx, "error", error="the VM did not boot")])
+    return ex_mod.Exploration(None, 2, [leg])
+
+
+def number(text: str) -> str:
+    """The first number in ``text``: an erring schedule's in its cell and in its note below the table."""
+    found = re.search(r"\d+", text)
+    assert found is not None
+    return found.group()
+
+
+def test_an_error_is_a_short_cell_and_said_in_full_below_the_table(tmp_path: Path) -> None:
+    ex = erring()
+    rows, notes = ex_mod.table(ex)
+    assert len(rows) == 3 and all(len(cell) <= 40 for r in rows for cell in r)
+    assert [n.endswith(LONG) for n in notes] == [True, False] and notes[1].endswith("the VM did not boot")
+    for r, n in zip(rows[1:], notes):   # the cell's number is its note's, the note names the schedule
+        assert number(r[2]) == number(n) and r[0] in n
+    assert number(notes[0]) != number(notes[1])
+    ex_mod.write(tmp_path, ex)
+    md = (tmp_path / "explore.md").read_text()
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 3 and sum("store.log=200ms" in line for line in table) == 1
+    assert not any(LONG in line for line in table) and md.count(LONG) == 1
+    below = md.split(table[-1], 1)[1]
+    assert LONG in below and "the VM did not boot" in below
+    doc = json.loads((tmp_path / "explore.json").read_text())
+    assert [s["error"] for s in doc["schedules"]] == ["", LONG, "the VM did not boot"]
