@@ -51,10 +51,14 @@ fi
 # the recording guest sees; skipped when it is there)
 # the one program here that needs a toolchain Debian 12 lacks (Go >= 1.23): without Go the etcd rows and
 # tests are skipped, and this says so; with Go a failed build stops the setup
+# then the gotwofile workload's Go program (standard library only, no download: into
+# /var/cache/powercut/gotwofile, named by its source's digest; skipped when it is there)
 if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
     PATH="$PATH:/usr/local/go/bin" "$PY" -m powercut.workloads.etcd --build | sed 's/^/setup: /' || exit 1
+    PATH="$PATH:/usr/local/go/bin" "$PY" -m powercut.workloads.gotwofile --build | sed 's/^/setup: /' || exit 1
 else
     say "etcd: no Go toolchain (Go >= 1.23 from go.dev): the etcd workload and its tests are skipped"
+    say "gotwofile: no Go toolchain: the gotwofile workload and its tests are skipped"
 fi
 
 # the postgres workload's prepared cluster (initdb once here: under TCG it takes a minute per recording)

@@ -64,10 +64,12 @@ def test_rules_that_hold_nothing_fail_the_recording_naming_what_was_synced(tmp_p
     assert p.returncode == 1 and "append.log" in p.stderr.splitlines()[0]
 
 
-@pytest.mark.parametrize("reply_on, rc", [("index", 3), ("both", 0)])
+@pytest.mark.parametrize("reply_on, rc", [("index", 3)])
 def test_the_exploration_holds_each_synced_file_and_finds_the_race(tmp_path: Path, reply_on: str, rc: int) -> None:
     """twofile replies when its index's sync returns (reply_on=index): the schedule that holds
-    store.log's syncs loses acks, whatever the base schedule shows; the fixed store passes every one."""
+    store.log's syncs loses acks, whatever the base schedule shows.  The fixed store passing every
+    schedule is the Go program's test (tests/vm/test_goraces_vm.py: the same store, the same hold),
+    run once rather than twice in the suite; ``reply_on=both`` here still passes it."""
     out = tmp_path / "ex"
     p = subprocess.run([sys.executable, "-m", "powercut.cli", "run", "--workload", "twofile", "--param", "n=6",
                         "--param", f"reply_on={reply_on}", "--explore-races", "--explore-delay", "200ms", "--budget", "2",

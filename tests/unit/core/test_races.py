@@ -86,7 +86,7 @@ SUPERVISED = [
     f"8 1.02 write(4<{MNT}/store.log>, \"x\", 100) = 100 <0.000010>",
     f"8 1.0300 fdatasync(4<{MNT}/store.log> <unfinished ...>",        # strace sees it enter, then the hold
     mark(1.05, "ack:0"),                                              # thread 7 replies meanwhile
-    f"8 1.2312 <... fdatasync resumed>) = 0 <0.201200>",
+    "8 1.2312 <... fdatasync resumed>) = 0 <0.201200>",
     f"8 1.2400 fdatasync(4<{MNT}/store.log>) = 0 <0.200900>",          # held again, nothing in between
 ]
 

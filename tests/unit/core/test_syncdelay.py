@@ -8,8 +8,15 @@ import sys
 import pytest
 
 from powercut.config import WorkloadSpec
-from powercut.core.syncdelay import (SyncDelay, canonical, held_note, held_summary, parse_all, supervisor_argv,
-                                     unused_note)
+from powercut.core.syncdelay import (
+    SyncDelay,
+    canonical,
+    held_note,
+    held_summary,
+    parse_all,
+    supervisor_argv,
+    unused_note,
+)
 from powercut.errors import UsageError
 
 
