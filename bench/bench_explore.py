@@ -6,11 +6,13 @@ recording with the trace, then one per file it synced before an ack with only th
 held), each recording judged in host mode (flush and write-cache, at most ``--max-states``).  A
 round catches the race when any of its recordings' campaigns says lost-ack.  Also the fixed store
 (``reply_on=both``) explored, which must pass every schedule, and what ``--delay-sync`` costs a
-recording: append-fsync's workload time with a 1 us hold on its file against none, the same
-invocation.
+recording: the workload time of append-fsync (Python, 20 fsyncs) and of gotwofile (Go, 20 commits)
+with a 1 us hold on its file against none, the same invocation, the trace on in both (a held
+recording traces with plain ptrace, one without with --seccomp-bpf: guest/tracing.py).
 
     python bench/bench_explore.py                 # 10 rounds (~30 min under TCG)
     python bench/bench_explore.py --rounds 3
+    python bench/bench_explore.py --workload gotwofile   # the same store as a static Go program
 
 Needs what `powercut record` needs (root, QEMU, the guest image) and loop devices.  Absolute times
 under TCG say little about real machines; the ratios and catch rates are the figures."""
@@ -37,10 +39,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--max-states", type=int, default=150)
     ap.add_argument("--commits", type=int, default=8)
+    ap.add_argument("--workload", choices=("twofile", "gotwofile"), default="twofile")
     args = ap.parse_args()
     cspec = CampaignSpec.of(models=("flush", "write-cache"), check_in="host", jobs=2, max_states=args.max_states,
                             shrink=0, confirm=False)
-    wl = WorkloadSpec(name="twofile", params={"n": args.commits, "reply_on": "index"})
+    wl = WorkloadSpec(name=args.workload, params={"n": args.commits, "reply_on": "index"})
     rspec = RecordSpec(workload=wl)
     caught = {"none": 0, "hdd": 0, "explored": 0, "fixed, explored (must stay 0)": 0}
     recordings = {k: 0 for k in caught}
@@ -61,20 +64,21 @@ def main() -> int:
             caught["fixed, explored (must stay 0)"] += any(o.verdict != "pass" for o in fruns)
             recordings["fixed, explored (must stay 0)"] += len(fruns)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v}/{r + 1}" for k, v in caught.items()), flush=True)
-        print(f"\ntwofile reply_on=index, {args.commits} commits, {args.rounds} rounds (this machine; TCG if no KVM):")
+        print(f"\n{args.workload} reply_on=index, {args.commits} commits, {args.rounds} rounds (this machine; TCG if no KVM):")
         for k, v in caught.items():
             print(f"  {k:32} caught in {v} of {args.rounds} rounds ({recordings[k]} recordings)")
         print(f"  the exploration: {recordings['explored'] / args.rounds:.1f} recordings a round "
               f"(the base one and one per file synced before an ack)")
-        cost = {"without": [], "with 1 us on append.log": []}
-        for r in range(3):
-            for label, rules in (("without", ()), ("with 1 us on append.log", ("append.log=1us",))):
-                spec = RecordSpec(workload=WorkloadSpec(name="append-fsync", delay_sync=rules))
-                rec = record(spec, root / f"cost-{r}-{len(rules)}")
-                cost[label].append(float(rec.manifest["result"]["workload_s"]))
-        a, b = (statistics.median(v) for v in cost.values())
-        print(f"  --delay-sync's cost: append-fsync (20 fsyncs) workload {a:.2f} s without, {b:.2f} s with a 1 us "
-              f"hold ({b / a:.2f}x, median of 3, the trace on in both)")
+        for name, params, held in (("append-fsync", {}, "append.log"), ("gotwofile", {"n": 20}, "store.log")):
+            cost = {"without": [], "with": []}
+            for r in range(3):
+                for label, rules in (("without", ()), ("with", (f"{held}=1us",))):
+                    spec = RecordSpec(workload=WorkloadSpec(name=name, params=params, delay_sync=rules))
+                    rec = record(spec, root / f"cost-{name}-{r}-{label}")
+                    cost[label].append(float(rec.manifest["result"]["workload_s"]))
+            a, b = (statistics.median(v) for v in cost.values())
+            print(f"  --delay-sync's cost, {name}: workload {a:.2f} s without, {b:.2f} s with a 1 us hold on "
+                  f"{held} ({b / a:.2f}x, median of 3, the trace on in both)")
     return 0
 
 

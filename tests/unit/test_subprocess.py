@@ -22,6 +22,7 @@ ALLOWED = {
     "workloads/pgsync.py": PLUGIN,
     "workloads/pgserver.py": PLUGIN,
     "workloads/etcd.py": PLUGIN,
+    "workloads/gotwofile.py": PLUGIN,
     "workloads/etcdcluster.py": PLUGIN,
     "checkers/postgres.py": PLUGIN,
     "checkers/etcd.py": PLUGIN,
