@@ -33,10 +33,8 @@ import argparse
 import json
 import os
 import random
-import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,11 +44,11 @@ from typing import Any
 import powercut
 from powercut import Workload
 from powercut.workloads.etcdcluster import Cluster, EtcdError, b64, lo_up, put, range_all
+from powercut.workloads.gobuild import BuildError, find_go, step, toolchain
 
 VERSION = "v3.6.16"
 MODULE = "go.etcd.io/etcd/server/v3"
 CACHE = "/var/cache/powercut/etcd"
-GO_CANDIDATES = ("/usr/local/go/bin/go", "/usr/lib/go/bin/go")
 MAIN_GO = """package main
 
 import (
@@ -63,10 +61,6 @@ func main() { etcdmain.Main(os.Args) }
 """
 RECOVER_TIMEOUT_S = 30.0   # for a leader and a read: ~1-2 s on the host when etcd recovers
 UP = "up"   # the key acked once every member is healthy: from then on the cluster must come back
-
-
-class BuildError(Exception):
-    """The pinned etcd cannot be built here (no Go, a failed step): one line."""
 
 
 def binary(cache: str = CACHE) -> str:
@@ -189,19 +183,12 @@ def recover(mounts: Sequence[str], params: dict[str, Any], timeout: float = RECO
 
 # -- the pinned build (host) -----------------------------------------------------------------------
 
-def find_go() -> str | None:
-    return shutil.which("go") or next((g for g in GO_CANDIDATES if os.access(g, os.X_OK)), None)
-
-
 def build(cache: str = CACHE, *, go: str | None = None, say: Callable[[str], None] = print) -> str:
     """The pinned etcd's path, built from the Go module proxy first if it is not there (BuildError)."""
     target = binary(cache)
     if os.access(target, os.X_OK):
         return target
-    go = go or find_go()
-    if go is None:
-        raise BuildError(f"cannot build etcd {VERSION}: no Go toolchain (no `go` on PATH, nor "
-                         f"{' or '.join(GO_CANDIDATES)}; apt-get install golang-go)")
+    go = toolchain(f"etcd {VERSION}", go, find_go)   # find_go looked up here: tests replace it
     os.makedirs(cache, exist_ok=True)
     say(f"building etcd {VERSION} ({MODULE}) with {go}")
     env = {**os.environ, "GOTOOLCHAIN": "auto", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
@@ -212,13 +199,7 @@ def build(cache: str = CACHE, *, go: str | None = None, say: Callable[[str], Non
         steps = ([go, "mod", "init", "powercut.invalid/etcd"], [go, "get", f"{MODULE}@{VERSION}"],
                  [go, "mod", "tidy"], [go, "build", "-trimpath", "-o", tmp, "."], [tmp, "--version"])
         for argv in steps:
-            try:
-                r = subprocess.run(argv, cwd=src, env=env, capture_output=True, text=True, timeout=1800)
-            except (OSError, subprocess.TimeoutExpired) as e:
-                raise BuildError(f"cannot build etcd {VERSION}: {shlex.join(argv)}: {e}") from None
-            if r.returncode:
-                tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-                raise BuildError(f"cannot build etcd {VERSION}: {shlex.join(argv)} exited {r.returncode}: {tail}")
+            r = step(f"etcd {VERSION}", argv, src, env, timeout=1800)
         if f"etcd Version: {VERSION.lstrip('v')}" not in r.stdout:
             raise BuildError(f"the etcd built is not {VERSION}: {r.stdout.strip()[:200]}")
         os.replace(tmp, target)

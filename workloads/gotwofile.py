@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,16 +30,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from powercut import Workload
+from powercut.workloads.gobuild import BuildError, find_go, step, toolchain
 from powercut.workloads.twofile import record
 
 CACHE = "/var/cache/powercut/gotwofile"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gotwofile.go")
-GO_CANDIDATES = ("/usr/local/go/bin/go", "/usr/lib/go/bin/go")
 BUILD_HINT = "python -m powercut.workloads.gotwofile --build"
-
-
-class BuildError(Exception):
-    """The program cannot be built here (no Go, a failed step): one line."""
 
 
 def digest(source: str = SOURCE) -> str:
@@ -87,10 +81,6 @@ WORKLOAD = Workload(
 
 # -- the build (host) -------------------------------------------------------------------------------
 
-def find_go() -> str | None:
-    return shutil.which("go") or next((g for g in GO_CANDIDATES if os.access(g, os.X_OK)), None)
-
-
 def build_argv(go: str, out: str, source: str = SOURCE) -> list[str]:
     return [go, "build", "-trimpath", "-o", out, source]
 
@@ -111,23 +101,12 @@ def build(cache: str = CACHE, *, go: str | None = None, say: Callable[[str], Non
     target = binary(cache)
     if os.access(target, os.X_OK):
         return target
-    go = go or find_go()
-    if go is None:
-        raise BuildError(f"cannot build gotwofile: no Go toolchain (no `go` on PATH, nor "
-                         f"{' or '.join(GO_CANDIDATES)}; apt-get install golang-go)")
+    go = toolchain("gotwofile", go, find_go)   # find_go looked up here: tests replace it
     os.makedirs(cache, exist_ok=True)
     say(f"building gotwofile ({SOURCE}) with {go}")
     tmp = f"{target}.tmp{os.getpid()}"
     with tempfile.TemporaryDirectory(prefix="powercut-gotwofile-build-") as scratch:
-        argv = build_argv(go, tmp)
-        try:
-            r = subprocess.run(argv, cwd=scratch, env=build_env(scratch), capture_output=True, text=True,
-                               timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise BuildError(f"cannot build gotwofile: {shlex.join(argv)}: {e}") from None
-    if r.returncode:
-        tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise BuildError(f"cannot build gotwofile: {shlex.join(argv)} exited {r.returncode}: {tail}")
+        step("gotwofile", build_argv(go, tmp), scratch, build_env(scratch), timeout=600)
     os.replace(tmp, target)
     return target
 
