@@ -146,10 +146,11 @@ def auto_delay(commit_s: float) -> SyncDelay:
 
 def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, out: Path, *,
             delay: str = DEFAULT_DELAY, budget: int = DEFAULT_BUDGET,
-            on_done: Callable[[Outcome], None] | None = None) -> Exploration:
+            on_done: Callable[[Outcome], None] | None = None, nodes: int = 1) -> Exploration:
     """Each starting schedule (a --disk-latency setting, with its own disk latency), then one per
     file its trace synced before an ack with only that file's syncs held on top of it (at most
-    ``budget`` per starting schedule)."""
+    ``budget`` per starting schedule); every recording on ``nodes`` disks (a cluster's files are
+    named under their node's mount: ``n0/...``)."""
     if budget < 0:
         raise UsageError(f"--budget must be 0 or more, not {budget}")
     if not rspec.workload.trace:
@@ -159,10 +160,10 @@ def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, o
     ex = Exploration(delay_of(delay), budget, planned=len(bases))
     out.mkdir(parents=True, exist_ok=True)
     for base in bases:
-        leg = _leg(ex, base, rspec, cspec, out, on_done)
+        leg = _leg(ex, base, rspec, cspec, out, on_done, nodes)
         for f in leg.files[:budget]:
             rule = f"{glob_for(ROOT if f.path == '.' else f.path)}={leg.delay.when}"   # . : the mount itself
-            o = run_one(dataclasses.replace(base, delay_sync=(rule,)), rspec, cspec, out)
+            o = run_one(dataclasses.replace(base, delay_sync=(rule,)), rspec, cspec, out, nodes)
             leg.outcomes.append(o)
             write(out, ex)
             if on_done:
@@ -171,9 +172,9 @@ def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, o
 
 
 def _leg(ex: Exploration, base: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path,
-         on_done: Callable[[Outcome], None] | None) -> Leg:
+         on_done: Callable[[Outcome], None] | None, nodes: int) -> Leg:
     """The starting schedule run and judged, and the files its trace synced before an ack."""
-    leg = Leg(run_one(base, rspec, cspec, out), ex.budget, ex.delay or auto_delay(0.0))
+    leg = Leg(run_one(base, rspec, cspec, out, nodes), ex.budget, ex.delay or auto_delay(0.0))
     ex.legs.append(leg)
     write(out, ex)
     if on_done:

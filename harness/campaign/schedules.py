@@ -151,13 +151,15 @@ def write(out: Path, outcomes: list[Outcome]) -> dict[str, Path]:
     return paths
 
 
-def run_one(sched: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path) -> Outcome:
-    """Record and judge one schedule into ``out/<slug>``; an error is the outcome, not an exception."""
+def run_one(sched: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path, nodes: int = 1) -> Outcome:
+    """Record (on ``nodes`` disks) and judge one schedule into ``out/<slug>``; an error is the
+    outcome, not an exception."""
     recdir = out / sched.slug
     t0 = time.monotonic()
     try:
         workload = dataclasses.replace(rspec.workload, delay_sync=sched.delay_sync or rspec.workload.delay_sync)
-        rec = record(dataclasses.replace(rspec, latency=sched.latency, workload=workload), recdir, force=True)
+        rec = record(dataclasses.replace(rspec, latency=sched.latency, workload=workload), recdir, nodes=nodes,
+                     force=True)
     except PowercutError as e:
         return Outcome(sched, ERROR, record_s=time.monotonic() - t0, dir=str(recdir), error=e.one_line())
     t1 = time.monotonic()
@@ -181,13 +183,14 @@ def run_one(sched: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path) 
 
 
 def run_schedules(schedules: list[Schedule], rspec: RecordSpec, cspec: CampaignSpec, out: Path,
-                  on_done: Callable[[Outcome], None] | None = None) -> tuple[list[Outcome], dict[str, Path]]:
+                  on_done: Callable[[Outcome], None] | None = None,
+                  nodes: int = 1) -> tuple[list[Outcome], dict[str, Path]]:
     """Each schedule recorded and judged in turn (one VM at a time); the comparison written as it grows."""
     out.mkdir(parents=True, exist_ok=True)
     outcomes: list[Outcome] = []
     paths: dict[str, Path] = {}
     for s in schedules:
-        o = run_one(s, rspec, cspec, out)
+        o = run_one(s, rspec, cspec, out, nodes)
         outcomes.append(o)
         paths = write(out, outcomes)
         if on_done:

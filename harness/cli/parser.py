@@ -268,6 +268,18 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     h.add_argument("--raw", action="store_true", help="allow fio to overwrite the block device named by --on-host")
 
 
+def _nodes_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=at_least(1), default=1, metavar="N",
+                   help="a cluster recording: N data disks, each on its own dm-log-writes device, in one VM; "
+                        "every mark goes to every node's log (docs/clusters.md)")
+
+
+def _cluster_bound_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster-bound", type=at_least(1), default=DEFAULT_CLUSTER_BOUND, metavar="N",
+                   help="a cluster recording: all combinations of the nodes' states of an instant up to N, "
+                        "else structured picks and --samples seeded ones (docs/clusters.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="powercut", description="Crash-consistency testing: record a workload's block writes with "
                "dm-log-writes in a VM, replay every crash state, check that acknowledged commits survive.")
@@ -277,13 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the default campaign: record append-fsync on ext4, check every crash state "
                        "under flush, write-cache and torn-4k, report")
     _record_options(r, required_out=False)
+    _nodes_option(r)
     _check_options(r, "run")
+    _cluster_bound_option(r)
 
     r = sub.add_parser("record", help="record a workload's block writes in a VM")
     _record_options(r)
-    r.add_argument("--nodes", type=at_least(1), default=1, metavar="N",
-                   help="a cluster recording: N data disks, each on its own dm-log-writes device, in one VM; "
-                        "every mark goes to every node's log (docs/clusters.md)")
+    _nodes_option(r)
 
     c = sub.add_parser("check", help="judge every crash state of a recording (recover, checker, fsck)")
     c.add_argument("path", help="a recording directory")
@@ -291,9 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="replace an earlier check in the output directory")
     _check_options(c, "check")
     accel_option(c, "checker VM")
-    c.add_argument("--cluster-bound", type=at_least(1), default=DEFAULT_CLUSTER_BOUND, metavar="N",
-                   help="a cluster recording: all combinations of the nodes' states of an instant up to N, "
-                        "else structured picks and --samples seeded ones (docs/clusters.md)")
+    _cluster_bound_option(c)
 
     img = sub.add_parser("image", help="build or inspect the guest image")
     isub = img.add_subparsers(dest="image_command", metavar="ACTION", parser_class=Parser)

@@ -161,7 +161,7 @@ def cmd_schedules(args: argparse.Namespace, schedules: list[Any]) -> int:
               f"{': ' + o.error if o.error else ''}  [record {o.record_s:.1f} s, check {o.check_s:.1f} s] {o.dir}",
               flush=True)
 
-    outcomes, paths = sched.run_schedules(schedules, rspec, cspec, out, done)
+    outcomes, paths = sched.run_schedules(schedules, rspec, cspec, out, done, nodes=args.nodes)
     Console().print(_schedule_table(sched.compare(outcomes)))
     print(f"schedules: {paths['json']}, {paths['md']}")
     return _schedules_status(outcomes, complete=True)
@@ -209,7 +209,8 @@ def cmd_explore(args: argparse.Namespace, schedules: list[Any]) -> int:
         print(f"{'ok' if o.ok else 'FAIL':4} {o.schedule.setting}: {o.verdict}{': ' + o.error if o.error else ''}"
               f"  [{o.total} states; record {o.record_s:.1f} s, check {o.check_s:.1f} s] {o.dir}", flush=True)
 
-    ex = explore.explore(schedules, rspec, cspec, out, delay=args.explore_delay, budget=args.budget, on_done=done)
+    ex = explore.explore(schedules, rspec, cspec, out, delay=args.explore_delay, budget=args.budget, on_done=done,
+                         nodes=args.nodes)
     rows, notes = explore.table(ex)
     t = Table(title="races explored: schedules chosen from the trace", min_width=72)
     for col in explore.COLUMNS:

@@ -25,7 +25,7 @@ FILES = [SyncedFile("store.log", 6, 0.1, 0.02), SyncedFile("store.idx", 6, 0.05,
 def fake(monkeypatch):
     ran: list[Schedule] = []
 
-    def run_one(sched, rspec, cspec, out):
+    def run_one(sched, rspec, cspec, out, nodes=1):
         ran.append(sched)
         bad = "store.log" in ",".join(sched.delay_sync)
         if str(sched.latency) == "broken":
