@@ -13,6 +13,7 @@ recording traces with plain ptrace, one without with --seccomp-bpf: guest/tracin
     python bench/bench_explore.py                 # 10 rounds (~30 min under TCG)
     python bench/bench_explore.py --rounds 3
     python bench/bench_explore.py --workload gotwofile   # the same store as a static Go program
+    python bench/bench_explore.py --cost-only            # only what a hold costs a recording
 
 Needs what `powercut record` needs (root, QEMU, the guest image) and loop devices.  Absolute times
 under TCG say little about real machines; the ratios and catch rates are the figures."""
@@ -40,6 +41,7 @@ def main() -> int:
     ap.add_argument("--max-states", type=int, default=150)
     ap.add_argument("--commits", type=int, default=8)
     ap.add_argument("--workload", choices=("twofile", "gotwofile"), default="twofile")
+    ap.add_argument("--cost-only", action="store_true", help="only what --delay-sync costs a recording")
     args = ap.parse_args()
     cspec = CampaignSpec.of(models=("flush", "write-cache"), check_in="host", jobs=2, max_states=args.max_states,
                             shrink=0, confirm=False)
@@ -49,7 +51,7 @@ def main() -> int:
     recordings = {k: 0 for k in caught}
     with tempfile.TemporaryDirectory(prefix="powercut-bench-explore-") as tmp:
         root = Path(tmp)
-        for r in range(args.rounds):
+        for r in range(0 if args.cost_only else args.rounds):
             for setting in ("none", "hdd"):
                 o = run_one(Schedule(DisksLatency.parse(setting), r, r), rspec, cspec, root / f"{setting}-{r}")
                 caught[setting] += o.verdict == CAUGHT
@@ -64,11 +66,8 @@ def main() -> int:
             caught["fixed, explored (must stay 0)"] += any(o.verdict != "pass" for o in fruns)
             recordings["fixed, explored (must stay 0)"] += len(fruns)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v}/{r + 1}" for k, v in caught.items()), flush=True)
-        print(f"\n{args.workload} reply_on=index, {args.commits} commits, {args.rounds} rounds (this machine; TCG if no KVM):")
-        for k, v in caught.items():
-            print(f"  {k:32} caught in {v} of {args.rounds} rounds ({recordings[k]} recordings)")
-        print(f"  the exploration: {recordings['explored'] / args.rounds:.1f} recordings a round "
-              f"(the base one and one per file synced before an ack)")
+        if not args.cost_only:
+            print_rates(args, caught, recordings)
         for name, params, held in (("append-fsync", {}, "append.log"), ("gotwofile", {"n": 20}, "store.log")):
             cost = {"without": [], "with": []}
             for r in range(3):
@@ -80,6 +79,14 @@ def main() -> int:
             print(f"  --delay-sync's cost, {name}: workload {a:.2f} s without, {b:.2f} s with a 1 us hold on "
                   f"{held} ({b / a:.2f}x, median of 3, the trace on in both)")
     return 0
+
+
+def print_rates(args: argparse.Namespace, caught: dict[str, int], recordings: dict[str, int]) -> None:
+    print(f"\n{args.workload} reply_on=index, {args.commits} commits, {args.rounds} rounds (this machine; TCG if no KVM):")
+    for k, v in caught.items():
+        print(f"  {k:32} caught in {v} of {args.rounds} rounds ({recordings[k]} recordings)")
+    print(f"  the exploration: {recordings['explored'] / args.rounds:.1f} recordings a round "
+          f"(the base one and one per file synced before an ack)")
 
 
 if __name__ == "__main__":
