@@ -33,7 +33,9 @@ The protocol is strict (#37):
   with a ``"verdict"`` key; an unknown verdict; ``reasons`` that are not a list of strings.
 * **Without an answer** the exit code decides: 0 pass, 1 the generic ``fail`` (the output lines are
   the reasons; their words are never parsed for a verdict), anything else (or the timeout)
-  ``checker-crashed``.  Exit 0 is no pass when stderr shows a crash (``crash_line``): a Python
+  ``checker-crashed``, its reason the crash's own message where stderr has one (core/crashwords.py: a
+  Rust or Go panic, a Python or Java exception), else stderr's last line; an exit 1 with no output
+  says that message too.  Exit 0 is no pass when stderr shows a crash (``crash_line``): a Python
   traceback (``Traceback (most recent call last):``) or ``Fatal Python error:``, the shell's
   ``not found``/``command not found``/``Permission denied`` for a command, or its report of a
   command killed by a signal (``Segmentation fault``, ``Killed``, ``Aborted``...) -- what
@@ -60,6 +62,7 @@ from typing import Any
 
 from powercut import registry
 from powercut._pycall import FunctionRef, assertion_reason
+from powercut.core.crashwords import TRACEBACK, crash_message
 from powercut.core.stateid import LIE_MODELS
 from powercut.core.verdict import CHECKER_VERDICTS, VERDICTS
 from powercut.errors import CheckerError, UsageError
@@ -252,9 +255,10 @@ def run_command(command: str, inp: CheckInput, timeout: float) -> CheckResult:
         return CheckResult("checker-crashed", _capped([
             f"checker command exited 0, but its stderr shows a crash: {crash} (a pipeline without "
             "`set -o pipefail` passes on its last command's exit status)", *raw]))
+    said = crash_message(res.stderr)
     if res.returncode == 1:
-        return CheckResult("fail", _capped(raw) or ("checker command exited 1",))
-    tail = (res.stderr.strip().splitlines() or [""])[-1]
+        return CheckResult("fail", _capped(raw) or (f"checker command exited 1{': ' + said if said else ''}",))
+    tail = said or (res.stderr.strip().splitlines() or [""])[-1]
     return CheckResult("checker-crashed", (f"checker command exited {res.returncode}: {tail}",))
 
 
@@ -315,7 +319,6 @@ def _violation(state: str, what: str) -> CheckerError:
                         "before it: fix the checker")
 
 
-TRACEBACK = "Traceback (most recent call last):"
 _SIGNALS = r"(?:Segmentation fault|Killed|Aborted|Bus error|Illegal instruction|Floating point exception)"
 # dash: "/bin/sh: 1: x: not found"; bash: "bash: line 1: x: command not found"; busybox: "sh: x: not found"
 _SHELL_FAILED = re.compile(r"^(?:\S*/)?(?:sh|bash|dash|ash|busybox|zsh)(?:: line \d+|: \d+)?: .+: "

@@ -12,6 +12,7 @@
 * ``nodefaults`` -- the recording's fault plan per node (``--fault 1=PLAN``): parsed, fitted to the disks;
 * ``latency`` -- the recording's disk latency (none, presets, explicit) and the dm-delay values that give it;
 * ``syncdelay`` -- ``--delay-sync GLOB=TIME``: the rules that hold one file's syncs, the supervisor's log read;
+* ``crashwords`` -- what a crashed program said: a Rust or Go panic, a Python or Java exception, from its stderr;
 * ``races`` -- the files a race exploration holds, from the trace: synced before an ack, how long;
 * ``models`` -- the crash states of a log: a CrashSpace per log, its models from the registry;
 * ``crashmodels`` -- the crash models, one module per family, listed once in ``crashmodels.registry``;
