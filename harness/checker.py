@@ -56,7 +56,7 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,7 +170,9 @@ class CheckerSpec:
                 raise UsageError(f"--checker {self.command!r}: {program} is not an executable "
                                  f"{'file' if '/' in program else 'command on PATH'}")
 
-    def run(self, inp: CheckInput) -> CheckResult:
+    def run(self, inp: CheckInput, wrap: Sequence[str] = ()) -> CheckResult:
+        """The checker's verdict on one state; ``wrap``: the argv a command checker's shell runs
+        under (strace and its arguments: check/readtrace.py), it exiting as the shell does."""
         try:
             if self.name:
                 return get(self.name).check(inp)
@@ -182,7 +184,7 @@ class CheckerSpec:
             return CheckResult("detected", (f"reading failed with {errno.errorcode[e.errno]} ({e.strerror}): "
                                             f"{e.filename or ''}",))
         if self.command:
-            return run_command(self.command, inp, self.timeout_s)
+            return run_command(self.command, inp, self.timeout_s, wrap)
         return CheckResult("pass", ("no checker: recovery mount and fsck only",))
 
 
@@ -235,9 +237,10 @@ def _capped(lines: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def run_command(command: str, inp: CheckInput, timeout: float) -> CheckResult:
-    """A checker command's verdict on one state (the protocol: the module's docstring)."""
-    res = process.run_shell(command, timeout=timeout, input=json.dumps(inp.to_json()), cwd=inp.mount)
+def run_command(command: str, inp: CheckInput, timeout: float, wrap: Sequence[str] = ()) -> CheckResult:
+    """A checker command's verdict on one state (the protocol: the module's docstring); ``wrap``:
+    what its shell runs under (CheckerSpec.run)."""
+    res = process.run_shell(command, timeout=timeout, input=json.dumps(inp.to_json()), cwd=inp.mount, wrap=wrap)
     if res.timed_out:
         return CheckResult("checker-crashed", (f"checker command timed out after {timeout:g} s (process group "
                                                "killed)",))

@@ -2,6 +2,7 @@
 
 * ``context`` -- what a state is judged against (CheckContext) and its checker;
 * ``judge`` -- mount, checker, umount, read-only fsck of one state;
+* ``readtrace`` -- what a state's checker opened and read (trace_reads): strace, Python's audit events;
 * ``host`` -- --check-in host: loop devices, parallel incremental walks; states of N disks one by one;
 * ``checkervm`` -- one checker VM: its spec, its boot on a job, its progress followed (a serving VM takes the next);
 * ``vm`` -- --check-in vm: checker VMs judging states of one disk or N (check, diagnose and shell jobs; warm VMs);

@@ -220,7 +220,7 @@ class CheckerVm:
                                     params=self.ctx.params,
                                     entries=guestjob.StateSource.entries_for(self.ctx.checker),
                                     fsck=filesystems.fsck_program(self.ctx.fs), scratch_ready=not self.host.remote,
-                                    zeros=log_zeros(self.src))
+                                    zeros=log_zeros(self.src), trace_reads=self.ctx.trace_reads)
 
     def guest_logs(self) -> tuple[str, ...]:
         """Every disk's log as the guest sees it (the recording share) when there are several; none

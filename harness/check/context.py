@@ -37,6 +37,7 @@ class CheckContext:
     fsck_timeout_s: float = 300.0
     faults: Faults = Faults()     # injected I/O errors in the log (set where the log is opened)
     node_faults: tuple[Faults, ...] = ()   # a cluster's: each node's log's, node order (with_node_faults)
+    trace_reads: bool = False     # each verdict says what its checker opened and read (check/readtrace.py)
 
     @property
     def state_mount_opts(self) -> str:

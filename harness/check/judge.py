@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 from powercut.check.context import CheckContext
+from powercut.check.readtrace import ReadTracer
 from powercut.checker import CheckInput, CheckResult
 from powercut.core.crashstate import CrashState
 from powercut.core.lies import unreadable_of
@@ -62,7 +63,9 @@ def judge_disks(ctx: CheckContext, devices: Sequence[str], states: Sequence[Cras
     unmounted and fsck'd read-only, and a disk's fsck error makes a passing state ``fsck-error``.
     A lying-disk state (core/lies.py) is judged over its unreadable sector's EIO layer, if it has
     one, and its verdict read as "noticed or served" (verdict.lie_verdict).  With several disks
-    each reason about one disk names it (``node i: ``)."""
+    each reason about one disk names it (``node i: ``).  With ``ctx.trace_reads`` the verdict's
+    ``read`` says what the checker opened and read (check/readtrace.py; its first run, not
+    ``after_error``'s), the same verdict all the same."""
     t0 = time.monotonic() if t0 is None else t0
     with contextlib.ExitStack() as layers:
         devs = [layers.enter_context(unreadable(dev, unreadable_of(s))) for dev, s in zip(devices, states)]
@@ -82,9 +85,11 @@ def _judge(ctx: CheckContext, devs: Sequence[str], states: Sequence[CrashState],
     def node(i: int) -> str:
         return f"node {i}: " if several else ""
 
+    tracer: ReadTracer | None = None
+
     def done(verdict: str) -> Verdict:
         return Verdict(sid, model, at, verdict, tuple(reasons), len(first.acks), len(first.begun),
-                       round(time.monotonic() - t0, 3))
+                       round(time.monotonic() - t0, 3), read=tracer.files() if tracer is not None else ())
 
     mounted: list[str] = []
     t_mount = time.monotonic()
@@ -111,7 +116,11 @@ def _judge(ctx: CheckContext, devs: Sequence[str], states: Sequence[CrashState],
             # CheckInput makes a KeyPrefix (state.acks) a tuple
             given = CheckInput(mnts[0], first.acks, first.begun, ctx.params, sid,  # type: ignore[arg-type]
                                mounts=tuple(mnts) if several else ())
-            result = ctx.checker.run(given)
+            if ctx.trace_reads:   # the files under the mounts sized now, then the checker traced
+                tracer = ReadTracer(ctx.checker, mnts)
+                result = tracer.run(given)
+            else:
+                result = ctx.checker.run(given)
             if result.verdict in AFTER_ERROR_FROM:
                 result = after_error(ctx, first, given, result)
         except CheckerError:    # the checker cannot run or answers no verdict: the harness's error

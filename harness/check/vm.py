@@ -17,6 +17,7 @@ blame in the guest) and ``shell_vm`` (``repro --shell``).  ``WarmVms`` keeps a r
 for its next phase (check/vmpool.VmPool, a matrix's VMs across its rows)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -126,8 +127,11 @@ class WarmVms:
     def take(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec) -> "CheckerVm | None":
         with self._lock:
             for vm in self._vms:
-                if vm.ctx == ctx and vm.src == src and vm.spec == spec and vm.live():
+                # a judge that traces what recovery read is the same VM, told so by its next job
+                same = dataclasses.replace(vm.ctx, trace_reads=ctx.trace_reads) == ctx
+                if same and vm.src == src and vm.spec == spec and vm.live():
                     self._vms.remove(vm)
+                    vm.rebind(ctx, src)
                     return vm
         return None
 

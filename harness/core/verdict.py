@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from powercut.core.recoveryread import ReadFile
 from powercut.core.stateid import LIE_MODELS
 
 SEVERITY = ("pass", "detected", "fsck-error", "fail", "lost-ack", "corrupt-data", "silent-corruption",
@@ -58,7 +59,9 @@ class Verdict:
     acked/begun keys, judged by this one.  ``confirmed``: a failure judged a second time, alone,
     with the same verdict.  ``by_group``: a failure not judged again itself, standing on its
     group's confirmation (core/confirm.py: every sampled state of its group kept its verdict).
-    For ``flaky``, ``first`` holds the first verdict and its reasons."""
+    For ``flaky``, ``first`` holds the first verdict and its reasons.  ``read``: judged with
+    ``CheckContext.trace_reads``, the files its checker opened, in order (empty otherwise, or where
+    tracing could not be done)."""
 
     state: str
     model: str
@@ -72,6 +75,7 @@ class Verdict:
     confirmed: bool = False
     first: tuple[str, ...] = ()
     by_group: bool = False
+    read: tuple[ReadFile, ...] = ()   # judged with trace_reads: what its checker opened (core/recoveryread.py)
 
     @property
     def failed(self) -> bool:
@@ -101,6 +105,10 @@ class Verdict:
             del d["first"]
         if not self.by_group:
             del d["by_group"]
+        if self.read:
+            d["read"] = [r.to_json() for r in self.read]
+        else:
+            del d["read"]
         return d
 
     @staticmethod
@@ -108,4 +116,4 @@ class Verdict:
         return Verdict(str(d["state"]), str(d["model"]), int(d["cut"]), check_name(d["verdict"]),
                        tuple(d["reasons"]), int(d["acked"]), int(d["begun"]), float(d["seconds"]),
                        tuple(d.get("aliases", ())), bool(d.get("confirmed", False)), tuple(d.get("first", ())),
-                       bool(d.get("by_group", False)))
+                       bool(d.get("by_group", False)), tuple(ReadFile.from_json(r) for r in d.get("read", ())))

@@ -120,7 +120,8 @@ def prepared(src: StateSource) -> Iterator[CheckContext]:
         process.run([*SCRATCH_MKFS, scratch], timeout=300)
     mount(scratch, WORK, "ext4", "noatime")
     try:
-        yield CheckContext(filesystems.get(src.fstype), src.checker, dict(src.params), src.mount_opts)
+        yield CheckContext(filesystems.get(src.fstype), src.checker, dict(src.params), src.mount_opts,
+                           trace_reads=src.trace_reads)
     finally:
         umount(WORK)
 

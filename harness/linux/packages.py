@@ -66,7 +66,7 @@ PACKAGES = (
     Package("zstd", "crash", "the guest kernel's compressed modules"),
     Package("util-linux", "crash", "mount and the other tools a workload's script may use"),
     Package("gcc", "crash", "the C powercut-mark (without it: the slower Python one)"),
-    Package("strace", "crash", "syscall traces of the workload in the guest"),
+    Package("strace", "crash", "syscall traces of the workload in the guest, and of what a checker read"),
     Package("fio", "bench", "powercut bench's profiles"),
     Package("hdparm", "bench", "powercut bench: the disk write cache on and off"),
     Package("qemu-utils", "dev", "qemu-img, to look at a disk image by hand"),

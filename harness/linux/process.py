@@ -243,9 +243,11 @@ def _drain(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def run_shell(command: str, *, timeout: float, check: bool = False, **kwargs: object) -> Result:
-    """A user's command string, explicitly through ``/bin/sh -c`` (same guarantees as ``run``)."""
-    return run([SHELL, "-c", command], timeout=timeout, check=check, **kwargs)  # type: ignore[arg-type]
+def run_shell(command: str, *, timeout: float, check: bool = False, wrap: Sequence[str] = (),
+              **kwargs: object) -> Result:
+    """A user's command string, explicitly through ``/bin/sh -c`` (same guarantees as ``run``);
+    ``wrap``: an argv the shell runs under (a tracer that exits as its command does)."""
+    return run([*wrap, SHELL, "-c", command], timeout=timeout, check=check, **kwargs)  # type: ignore[arg-type]
 
 
 def _tail(s: str | bytes | None) -> str:

@@ -85,6 +85,8 @@ class StateSource:
     scratch_ready: bool = False    # the host made the scratch filesystem (SCRATCH_MKFS)
     zeros: tuple[tuple[tuple[int, int], ...], ...] = ()   # per disk, its log's all-zero writes before its
     #                                                        first mark (replay/materialize.zero_writes)
+    trace_reads: bool = False      # CheckContext.trace_reads (left out of job.json when False: what an
+    #                                agent before it reads)
 
     @staticmethod
     def entries_for(checker: CheckerSpec) -> dict[str, str]:
@@ -168,7 +170,10 @@ IDLE_S = 900.0          # a serving agent given no next job for this long ends b
 def to_json(job: Job, *, seq: int = 1, serve: bool = False) -> dict[str, Any]:
     """``seq``: the job's number in this VM; ``serve``: after it, the agent waits for job seq+1 (a
     new job.json) or the STOP file, so one booted VM can run the jobs of several phases."""
-    return {"version": JOB_VERSION, "kind": job.kind, "seq": seq, "serve": serve, **to_dict(job)}
+    body = to_dict(job)
+    if isinstance(body.get("src"), dict) and not body["src"].get("trace_reads"):
+        body["src"].pop("trace_reads", None)
+    return {"version": JOB_VERSION, "kind": job.kind, "seq": seq, "serve": serve, **body}
 
 
 def envelope(d: Any) -> tuple[int, bool]:
