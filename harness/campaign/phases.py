@@ -131,13 +131,20 @@ class CampaignRun:
         """Judge the counterfactual of each rule the diagnosed groups' states broke, where the check
         runs (the warm checker VMs), before they close (debug/verify.py)."""
         self.proofs = verify.prepare(self.rec, self.logs, groups)
-        states = self.proofs.states
-        if not states or interrupt.stopping():
+        if not self.proofs.targets or interrupt.stopping():
             return
         t0 = time.monotonic()
         got: dict[str, Verdict] = {}
+        traced = dataclasses.replace(self.ctx, trace_reads=True)   # what recovery read in each group's state
         try:
-            self.judge(states, lambda v: got.__setitem__(v.state, v), self.outdir / "verify", self.spec.workers())
+            self.place.judge(traced, self.src, self.logs, list(self.proofs.targets.values()),
+                             lambda v: got.__setitem__(v.state, v), self.outdir / "verify", jobs=self.spec.workers())
+            self.proofs.traced(got)
+            verify.plan(self.proofs, self.rec, self.logs, groups)
+            got.clear()
+            states = self.proofs.states
+            if states and not interrupt.stopping():
+                self.judge(states, lambda v: got.__setitem__(v.state, v), self.outdir / "verify", self.spec.workers())
         except PowercutError as e:   # the causes stay as the trace gives them, said not proven
             log.warning("the causes' counterfactuals could not be judged: %s", e.one_line())
         self.proofs.record(got, time.monotonic() - t0)

@@ -33,10 +33,10 @@
 * ``syscalls`` -- the workload's system-call trace (strace -f -y) as operations, aligned with the log's marks;
 * ``causes`` -- the durability rule a failing state's program broke, from its trace;
 * ``tracefacts`` -- what a trace says at an ack (unsynced changes and names, failures, running syncs) and at a cut;
-* ``causerules`` -- the vocabulary of causes: every rule's id and rank, the findings that are no broken rule;
-* ``ackrules`` -- the rules an ack can break, each an id and a check returning its findings as facts;
-* ``cutrules`` -- the rules about the commit in flight at the cut, likewise;
-* ``causewords`` -- the sentences and evidence lines that say the cause rules' findings;
-* ``counterfactual`` -- a cause rule's counterfactual: the failing state with its missing writes made durable;
+* ``rules`` -- the cause rules as a registry: one module per rule (its check, sentence, counterfactual plan,
+  advice), listed in rank order, and the causes that are no broken rule (recovery-bug, disk-lied, ...);
+* ``causewords`` -- the words every cause shares: evidence lines, a held sync's suffix;
+* ``counterfactual`` -- a rule's plan made a what-if state, and the kill-equivalent state (a recovery bug's proof);
 * ``nodetrace`` -- a node's part of a cluster's trace (its marks, its files) and which nodes a cluster cause names;
-* ``anatomy`` -- what each commit cost: block writes, flushes, FUAs and traced calls."""
+* ``anatomy`` -- what each commit cost: block writes, flushes, FUAs and traced calls;
+* ``recoveryread`` -- what recovery read: the files a checker opened (from strace's text) and the words for them."""

@@ -1,38 +1,18 @@
 """Why a state failed, in the program's own terms: the durability rules its system calls broke
-before an acknowledgement the crash then lost, with the calls as evidence (the trace of
-core/syscalls.py, aligned with the block log at its marks).
+before an acknowledgement the crash then lost, or in the commit the crash cut through, with the
+calls as evidence (the trace of core/syscalls.py, aligned with the block log at its marks).
 
-The rules (POSIX's, as ALICE states them; what a program must do for an ack to survive a power cut
-on any filesystem and any disk with a write cache):
-
-- ``acked-after-error``: an fsync/fdatasync (or a write) failed and the program acked afterwards;
-- ``rename-before-fsync``: a file was renamed (or linked) over another name while its own data was
-  not yet fsynced -- the rename can reach the disk first, leaving the new name on empty or old data;
-- ``ack-before-sync-returned``: the program acked while the fsync/fdatasync (or sync) that would
-  make the commit durable was still running -- it began before the ack and returned after it (one
-  thread acks as another's fsync is issued: a race a slow disk loses, issue #43);
-- ``no-fsync``: the program acked after changing a file with no fsync/fdatasync of it in between
-  (writes through an O_SYNC/O_DSYNC descriptor are synced; O_DIRECT bypasses the page cache, not
-  the disk's write cache; sync_file_range is not a barrier);
-- ``no-dir-fsync``: a name was created, renamed or removed in a directory and acked with no fsync of
-  the directory;
-- ``unordered-writes``: the commit in flight at the crash wrote more than once and made the writes
-  durable with one barrier: the disk may keep a later write without an earlier one, which a state
-  that kept some and lost others shows (a commit record persisted before the data it commits);
-- ``unchecked-tear``: the state tore a write of the commit in flight, and recovery took what it
-  found as valid (no rule prevents a tear; a checksum over each record detects it);
-- ``disk-lied``: the state is a lying disk's (core/lies.py): the disk lost, misdirected, corrupted
-  or could not read back one write, and the program served the result (``silent-corruption``) or
-  lost an acked commit without a word (``lost-ack``); the write and what the disk did are the
-  evidence, and the question is not a rule the program broke but whether it noticed;
-- ``beyond-rules``: the program did everything the rules ask and still lost the commit -- a
-  filesystem or disk behaviour beyond them; the block-level blame is the evidence.
+The rules are POSIX's, as ALICE states them -- what a program must do for an ack to survive a power
+cut on any filesystem and any disk with a write cache -- one module each in core/rules/ (its check,
+sentence and counterfactual), listed strongest first in core/rules/registry.py; the causes that are
+no broken rule (recovery-bug, disk-lied, unseen-writes, beyond-rules) are core/rules/outcomes.py's.
 
 This module is the entry point: ``explain`` picks the rule for one failing state -- the acks given
 before its cut (those of the keys the checker names as lost, when its reasons name them), the first
 whose commit broke a rule; else a failed sync before any of them; else a rule about the commit in
-flight at the cut; else beyond the rules.  The facts a trace gives are core/tracefacts.py's, the
-rules core/causerules.py's, their sentences core/causewords.py's.  Pure: no I/O."""
+flight at the cut; else beyond the rules.  ``candidates`` lists every rule that may be why, for
+debug/verify.py to prove by counterfactual.  The facts a trace gives are core/tracefacts.py's.
+Pure: no I/O."""
 from __future__ import annotations
 
 import posixpath
@@ -41,46 +21,60 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from powercut.core import causewords
 from powercut.core import syscalls as sc
-from powercut.core.causerules import (
+from powercut.core.causewords import EVIDENCE_LINES, alike, evidence_line, evidence_lines
+from powercut.core.rules import (
+    acked_after_error,
+    no_dir_fsync,
+    no_fsync,
+    no_msync,
+    pointer_before_data,
+    registry,
+    rename_before_fsync,
+    replaced_in_place,
+    sync_still_running,
+    unchecked_tear,
+    unordered_writes,
+)
+from powercut.core.rules.outcomes import (
     BEYOND,
-    CUT_RULES,
-    EARLY,
-    ERROR,
     LIED,
-    NO_DIR_FSYNC,
-    NO_FSYNC,
-    NO_MSYNC,
-    RANK,
-    RENAME,
-    RULES,
-    TORN,
-    UNORDERED,
+    RECOVERY,
     UNSEEN,
-    AckFinding,
-    CutFinding,
     DiskLie,
     NoAckBefore,
     RulesKept,
     RulesKeptUnseen,
-    broken,
 )
-from powercut.core.causewords import EVIDENCE_LINES, LIE_WORDS, SERVED, alike, evidence_line, evidence_lines, sentence
+from powercut.core.rules.registry import RANK, broken, sentence
 from powercut.core.syscalls import Op, Trace
-from powercut.core.tracefacts import BARRIERS, AtAck, Pending, in_flight, rel, running_syncs, split_syncs
+from powercut.core.tracefacts import AtAck, Pending, in_flight, rel, running_syncs, split_syncs
 
-__all__ = ["BARRIERS", "BEYOND", "EARLY", "ERROR", "EVIDENCE_LINES", "LIED", "LIE_WORDS", "MAX_CANDIDATES",
-           "NO_DIR_FSYNC", "NO_FSYNC", "NO_MSYNC", "RANK", "RENAME", "RULES", "SERVED", "TORN", "UNORDERED",
-           "UNSEEN", "Cause", "Commit", "Violation", "candidates", "cause_of", "commits", "evidence_line", "explain",
+__all__ = ["BEYOND", "EARLY", "ERROR", "EVIDENCE_LINES", "LIED", "MAX_CANDIDATES", "NO_DIR_FSYNC", "NO_FSYNC",
+           "NO_MSYNC", "POINTER", "RANK", "RECOVERY", "RENAME", "REPLACED", "RULES", "TORN", "UNORDERED", "UNSEEN",
+           "Cause", "Commit", "Finding", "Violation", "candidates", "cause_of", "commits", "evidence_line", "explain",
            "lie_cause", "lost_keys", "rel", "unseen_writes", "with_blame"]
+
+# the rules' ids, for the code that names one (each rule's own module declares it)
+ERROR = acked_after_error.ID
+RENAME = rename_before_fsync.ID
+EARLY = sync_still_running.ID
+NO_FSYNC = no_fsync.ID
+NO_DIR_FSYNC = no_dir_fsync.ID
+NO_MSYNC = no_msync.ID
+REPLACED = replaced_in_place.ID
+POINTER = pointer_before_data.ID
+UNORDERED = unordered_writes.ID
+TORN = unchecked_tear.ID
+RULES = registry.IDS   # every cause's id: the rules strongest first, then the causes that are no broken rule
+Finding = Any          # a rule's finding (core/rules/), or an outcome's (core/rules/outcomes.py)
 
 
 @dataclass(frozen=True, slots=True)
 class Violation:
     """One rule broken before one ack: the rule's finding (core/causerules.py), and its sentence."""
 
-    finding: AckFinding
+    finding: Finding
 
     @property
     def rule(self) -> str:
@@ -102,7 +96,7 @@ class Violation:
 
     @property
     def note(self) -> str:
-        return causewords.note(self.finding)
+        return registry.note(self.finding)
 
     def sentence(self) -> str:
         return sentence(self.finding)
@@ -126,23 +120,28 @@ class Cause:
     subject: str = ""                 # the file(s) or directory the rule is about, comma-separated
     proof: str = ""                   # how its counterfactual was judged (debug/verify.py; "" not tried)
     refuted: tuple[str, ...] = ()     # the rules whose counterfactual still failed: true, not why
+    read: str = ""                    # what recovery read in the state (core/recoveryread.words; "" not traced)
 
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "sentence": self.sentence, "evidence": list(self.evidence),
                 "others": list(self.others), "blame": self.blame, "blind": list(self.blind), "subject": self.subject,
                 **({"proof": self.proof} if self.proof else {}),
-                **({"refuted": list(self.refuted)} if self.refuted else {})}
+                **({"refuted": list(self.refuted)} if self.refuted else {}),
+                **({"read": self.read} if self.read else {})}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Cause":
         return Cause(str(d.get("rule", "")), str(d.get("sentence", "")), tuple(d.get("evidence", ())),
                      tuple(d.get("others", ())), str(d.get("blame", "")), tuple(d.get("blind", ())),
-                     str(d.get("subject", "")), str(d.get("proof", "")), tuple(d.get("refuted", ())))
+                     str(d.get("subject", "")), str(d.get("proof", "")), tuple(d.get("refuted", ())),
+                     str(d.get("read", "")))
 
     def lines(self) -> list[str]:
         """The cause as text: its sentence, its evidence, the blame, the other rules, the blind spots."""
         out = [f"cause ({self.rule}): {self.sentence}"]
         out += [f"  | {e}" for e in self.evidence]
+        if self.read:
+            out.append(f"  {self.read}")
         if self.proof:
             out.append(f"  proof: {self.proof}")
         out += [f"  not why: {r}" for r in self.refuted]
@@ -213,7 +212,7 @@ def lie_cause(model: str, entry: int, sector: int, *, dest: int = -1, bits: int 
     return Cause(LIED, sentence(lie), tuple(reasons[:3]))
 
 
-def _cause(f: AckFinding | CutFinding, blind: tuple[str, ...], *, suffix: str = "",
+def _cause(f: Finding, blind: tuple[str, ...], *, suffix: str = "",
            others: tuple[str, ...] = ()) -> Cause:
     """The cause a rule's finding gives: its sentence (and ``suffix``), its last calls as evidence."""
     return Cause(f.rule, sentence(f) + suffix, evidence_lines(f.evidence), others, blind=blind, subject=f.subject)
@@ -225,28 +224,26 @@ MAX_CANDIDATES = 4   # the rules a failing state's cause is checked against, at 
 def candidates(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,
                reasons: Sequence[str] = (), torn: Sequence[int] = (),
                keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = lost_keys,
-               limit: int = MAX_CANDIDATES) -> list[AckFinding | CutFinding]:
+               limit: int | None = MAX_CANDIDATES) -> list[Finding]:
     """What the cause of a state cut at ``cut`` may be, in the order ``explain`` would pick it: the
     rules broken at the acks before the cut (the acks whose keys the reasons name, first ack first,
     each ack's rules strongest first), then the rule the commit in flight broke; each (rule, file)
-    once, at most ``limit``.  A cause is proven by judging each one's counterfactual in turn."""
+    once, at most ``limit`` (None: every one).  A cause is proven by judging each one's counterfactual
+    in turn."""
     aligned = sc.align(trace, log_marks)
     before = [c for c in commits(trace, root, aligned) if c.entry is not None and c.entry < cut]
     named = set(keys_of(reasons, [c.key for c in before]))
     pool = [c for c in before if c.key in named] or before
-    found: dict[tuple[str, str], AckFinding | CutFinding] = {}
+    found: dict[tuple[str, str], Finding] = {}
     for c in pool:
         for v in c.violations:
             found.setdefault((v.rule, v.finding.subject), v.finding)
-    window = in_flight(trace, aligned, cut, root)
-    for rule in CUT_RULES:
-        f = rule.check(window, tuple(torn))
-        if f is not None:
-            found.setdefault((f.rule, f.subject), f)
-    return list(found.values())[:limit]
+    for f in registry.at_cut(in_flight(trace, aligned, cut, root), tuple(torn)):
+        found.setdefault((f.rule, f.subject), f)
+    return list(found.values())[:limit] if limit is not None else list(found.values())
 
 
-def cause_of(trace: Trace, f: AckFinding | CutFinding, others: Sequence[str] = ()) -> Cause:
+def cause_of(trace: Trace, f: Finding, others: Sequence[str] = ()) -> Cause:
     """The cause one finding gives (its sentence, its evidence, the trace's blind spots)."""
     return _cause(f, tuple(trace.blind), others=tuple(others))
 
@@ -275,11 +272,8 @@ def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: 
         err = next((v for v in c.violations if v.rule == ERROR), None)
         if err is not None:
             return _cause(err.finding, blind)
-    window = in_flight(trace, aligned, cut, root)
-    for rule in CUT_RULES:
-        found = rule.check(window, tuple(torn))
-        if found is not None:
-            return _cause(found, blind)
+    for found in registry.at_cut(in_flight(trace, aligned, cut, root), tuple(torn)):
+        return _cause(found, blind)
     if not before:
         return Cause(BEYOND, sentence(NoAckBefore()), (), blind=blind)
     unseen = unseen_writes(trace, root)

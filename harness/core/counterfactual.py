@@ -3,20 +3,11 @@ failing state with the writes the rule says were missing made durable, and nothi
 program's -- as a what-if state (core/crashmodels/whatif.py) to judge.  debug/verify.py judges it:
 passes, the rule is why the state failed; still fails, the rule is true but not why.
 
-What each rule says was missing (``plan``):
-
-- ``no-fsync``, ``ack-before-sync-returned``, ``no-msync``, ``rename-before-fsync``: the file's
-  data (the rename's: the file at its new name), with the filesystem's metadata (journal, inodes,
-  directories: every write that is no file's data), as the log holds them up to the file's next
-  sync after the ack (its fsync, fdatasync, msync, or a sync/syncfs; the end of the log when none
-  came) -- what an fsync before the ack would have made durable, at the latest;
-- ``no-dir-fsync``: the filesystem's metadata up to the directory's next fsync, no file's data;
-- ``replaced-in-place``: the new file's data, with the metadata, up to its own fsync after the sync
-  that came first;
-- ``unordered-writes``: every write up to the barrier that made them durable at once, in log
-  order -- the commit in flight's writes all kept;
-- ``unchecked-tear``: every write the state lost or tore before its cut, kept whole;
-- ``acked-after-error``: none (the failed write's data is not in the log: nothing to make durable).
+What each rule says was missing is its own ``plan`` (core/rules/: a file's data and the metadata up
+to the file's next sync, the metadata up to a directory's fsync, the writes of the commit in
+flight); here it is made a state: ``what_if`` adds exactly the plan's writes to the failing state.
+``kill_equivalent`` is the one counterfactual no rule plans: every write the program made before
+the cut durable, nothing after -- what a process kill at that point leaves.
 
 Which file a data write belongs to comes from the recording's file map (each file's sectors at the
 end of the recording, guest/filemap.py); a write of no mapped file is metadata.  A file whose
@@ -29,32 +20,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from powercut.core import syscalls as sc
-from powercut.core.causerules import (
-    EARLY,
-    NO_DIR_FSYNC,
-    NO_FSYNC,
-    NO_MSYNC,
-    RENAME,
-    AckFinding,
-    CutFinding,
-    RenameBeforeSync,
-    ReplacedInPlace,
-    SyncStillRunning,
-    Tear,
-    UnorderedWrites,
-    Unsynced,
-    UnsyncedMapping,
-    UnsyncedNames,
-)
 from powercut.core.crashmodels.tables import SpaceTables
 from powercut.core.crashmodels.whatif import WHAT_IF
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import Entry
+from powercut.core.marknames import END_MARK
+from powercut.core.rules.base import Plan
 from powercut.core.syscalls import Op, Trace
+from powercut.core.tracefacts import Pending
 
-__all__ = ["Plan", "owners", "plan", "what_if"]
-
-FILE_RULES = (NO_FSYNC, EARLY, NO_MSYNC, RENAME)   # what they say was missing: a file's data
+__all__ = ["Kill", "kill_equivalent", "kill_point", "owners", "unlogged", "what_if", "written_back"]
 
 
 def owners(entries: Sequence[Entry], files: Mapping[str, Sequence[Sequence[int]]], log_sector: int,
@@ -78,77 +53,6 @@ def owners(entries: Sequence[Entry], files: Mapping[str, Sequence[Sequence[int]]
     return tuple(out)
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What a rule's counterfactual makes durable: the data of ``files`` (None: every write the
-    state lost before its cut) and the metadata, as logged before entry ``until``; ``sync``: the
-    call whose completion bounds it (None: the end of the log, or the state's own cut)."""
-
-    rule: str
-    subject: str
-    files: frozenset[str] | None
-    until: int
-    sync: Op | None = None
-
-    def words(self) -> str:
-        """What was made durable, as the cause's proof says it."""
-        if self.files is None and self.sync is not None:
-            return (f"every write of the commit in flight up to its {self.sync.kind} (trace line {self.sync.line}, "
-                    f"log entry #{self.until})")
-        if self.files is None:
-            return "every write the state lost or tore before its cut kept whole"
-        data = (f"{', '.join('/' + f for f in sorted(self.files))}'s data and the filesystem's metadata"
-                if self.files else "the filesystem's metadata (no file's data)")
-        if self.sync is None:
-            return f"{data} as logged to the end of the recording"
-        what = "sync" if self.sync.kind in (sc.SYNC, sc.SYNCFS) else self.sync.kind
-        which = f"the {what} still running at the ack" if self.rule == EARLY else f"its next {what}"
-        return f"{data} as logged up to {which} (trace line {self.sync.line}, log entry #{self.until})"
-
-
-def _next_sync(trace: Trace, after: Op, path: str, directory: bool) -> Op | None:
-    """The first successful call after ``after`` that makes ``path``'s changes durable."""
-    for o in trace.ops[after.seq + 1:]:
-        if not o.ok:
-            continue
-        if o.kind in (sc.SYNC, sc.SYNCFS):
-            return o
-        if o.path != path:
-            continue
-        if o.kind in (sc.FSYNC, sc.FDATASYNC) or (not directory and o.kind == sc.MSYNC and "MS_SYNC" in o.flags):
-            return o
-    return None
-
-
-def _entry_after(trace: Trace, aligned: Mapping[int, int], op: Op, n: int) -> int:
-    """The log entry of the first mark after ``op`` in the trace (the log holds what ``op`` wrote
-    before it); ``n`` (the end of the log) when no mark follows."""
-    return next((aligned[o.seq] for o in trace.ops[op.seq + 1:] if o.kind == sc.MARK and o.seq in aligned), n)
-
-
-def plan(f: AckFinding | CutFinding, trace: Trace, aligned: Mapping[int, int], root: str, cut: int,
-         n: int) -> Plan | None:
-    """The counterfactual of finding ``f`` about a state cut at ``cut`` of a log of ``n`` entries;
-    None for a rule with nothing to make durable (acked-after-error)."""
-    if isinstance(f, Tear):
-        return Plan(f.rule, f.subject, None, cut)
-    if isinstance(f, UnorderedWrites):   # the barrier's writes all durable: every write up to it, in log order
-        return Plan(f.rule, f.subject, None, max(_entry_after(trace, aligned, f.barrier, n), cut), f.barrier)
-    path = root.rstrip("/") + f.subject if f.subject.startswith("/") else f.subject
-    if isinstance(f, ReplacedInPlace):   # the new file's contents, durable with its name: up to its own fsync
-        sync = _next_sync(trace, f.barrier, path, False)
-    elif isinstance(f, SyncStillRunning):
-        sync = f.sync
-    elif f.rule in (*FILE_RULES, NO_DIR_FSYNC) and isinstance(f, (Unsynced, UnsyncedNames, UnsyncedMapping,
-                                                                RenameBeforeSync)):
-        sync = _next_sync(trace, f.ack, path, f.rule == NO_DIR_FSYNC)
-    else:
-        return None   # acked-after-error: nothing to make durable
-    until = _entry_after(trace, aligned, sync, n) if sync is not None else n
-    files = frozenset() if f.rule == NO_DIR_FSYNC else frozenset({f.subject.lstrip("/")})
-    return Plan(f.rule, f.subject, files, max(until, cut), sync)
-
-
 def what_if(sp: SpaceTables, failing: CrashState, owned: Sequence[str | None], p: Plan) -> CrashState | None:
     """The failing state with ``p``'s writes made durable, as a what-if state judged against the
     failing state's keys; None when it adds no write (the counterfactual is the failing state)."""
@@ -162,3 +66,81 @@ def what_if(sp: SpaceTables, failing: CrashState, owned: Sequence[str | None], p
         return None
     made = kept | set(add)
     return WHAT_IF.make(sp, p.until, failing.cut, [i for i in range(p.until) if data[i] and i not in made])
+
+
+def unlogged(owned: Sequence[str | None], p: Plan) -> frozenset[str]:
+    """The files of ``p`` that no log entry writes (``owned``: ``owners``): the file map at the end of
+    the recording has no blocks of them, so what the rule says was missing cannot be found in the
+    log -- e.g. stores through a mapping whose pages the program dropped (it truncated or removed the
+    file) before they were written back: they never reached the disk.  A what-if state of such a
+    file that still fails proves nothing of the rule."""
+    if not p.files:
+        return frozenset()
+    return p.files - {o for o in owned if o is not None}
+
+
+def written_back(entries: Sequence[Entry]) -> bool:
+    """Whether the log ends with the recording's teardown mark: the filesystem was unmounted before
+    it (guest/record.py), so the page cache's last writeback -- what the program left unsynced, a
+    mapping's stores among it -- is in the log after the last mark of the program.  A log that
+    filled up, or was cut short, has no such end."""
+    return bool(entries) and entries[-1].mark == END_MARK
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """The kill-equivalent of a state cut at ``cut``: the log to entry ``until`` with every write
+    durable -- at the mark ``at``, the first at or after the cut where the program had synced all it
+    wrote, or (None) at the end of a recording that logged the page cache's writeback after the
+    workload exited."""
+
+    cut: int
+    until: int
+    at: Op | None
+
+    def words(self) -> str:
+        """Where the kill is, as the cause says it."""
+        if self.at is None:
+            return ("every write durable at the end of the recording (the program changed nothing after its last "
+                    "mark; the page cache written back)")
+        return (f"every write durable at mark {self.at.text} (trace line {self.at.line}, log entry #{self.until - 1}), "
+                "the first point at or after the cut where the program had synced everything it wrote")
+
+
+def kill_point(trace: Trace, aligned: Mapping[int, int], root: str, cut: int, n: int, *,
+               written_back: bool) -> Kill | None:
+    """Where a process kill leaves exactly what the disk holds, at or after log entry ``cut``: the
+    first mark (of those aligned with the log) at or after it where no file under ``root`` has
+    unsynced changes or a shared writable mapping not synced since, and no directory has unsynced
+    names (core/tracefacts.Pending walked through the trace); else the end of the log, when the
+    recording ``written_back`` the page cache after the workload and the program changed nothing
+    under ``root`` after its last mark (a kill right after that mark); else None -- no state of the
+    log is known to be what a kill leaves."""
+    pending = Pending(root)
+    last = -1
+    for o in trace.ops:
+        if o.kind != sc.MARK:
+            pending.step(o)
+            continue
+        entry = aligned.get(o.seq)
+        if entry is None:
+            continue
+        last = o.seq
+        if entry >= cut and not pending.dirty and not pending.mapped and not pending.entries:
+            return Kill(cut, min(entry + 1, n), o)
+    after = [o for o in trace.ops[last + 1:] if o.ok and pending.mine(o.path) and _changes(o)]
+    return Kill(cut, n, None) if written_back and not after else None
+
+
+def _changes(o: Op) -> bool:
+    """Whether a call changes a file or a name (not a read, an open of an existing file, a sync)."""
+    if o.kind == sc.OPEN:
+        return "O_TRUNC" in o.flags or "O_CREAT" in o.flags
+    return o.kind in (sc.WRITE, sc.TRUNCATE, sc.ALLOCATE, sc.RENAME, sc.LINK, sc.UNLINK, sc.RMDIR, sc.MKDIR,
+                      sc.MMAP_SHARED)
+
+
+def kill_equivalent(sp: SpaceTables, failing: CrashState, k: Kill) -> CrashState:
+    """The kill-equivalent state: the log to ``k.until`` with every write durable, judged against the
+    failing state's keys (every key begun or acked after its cut counts as begun)."""
+    return WHAT_IF.make(sp, k.until, failing.cut, ())

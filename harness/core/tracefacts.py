@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import bisect
 import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from powercut.core import syscalls as sc
 from powercut.core.syscalls import Op, Trace
 
-__all__ = ["BARRIERS", "AtAck", "InFlight", "Pending", "in_flight", "rel", "running_syncs", "split_syncs"]
+__all__ = ["BARRIERS", "AtAck", "InFlight", "Pending", "files_of", "in_flight", "rel", "running_syncs",
+           "split_syncs", "written_by"]
 
 # the calls that make a file's earlier changes durable (sync and syncfs: every file's)
 BARRIERS = (sc.FSYNC, sc.FDATASYNC, sc.SYNC, sc.SYNCFS)
@@ -32,6 +34,11 @@ def rel(path: str, root: str) -> str:
     if root and (path == root or path.startswith(root.rstrip("/") + "/")):
         return "/" + path[len(root):].lstrip("/")
     return path
+
+
+def files_of(ops: Sequence[Op], root: str) -> str:
+    """The files of ``ops`` relative to ``root``, each once, comma-separated."""
+    return ", ".join(dict.fromkeys(rel(o.path, root) for o in ops))
 
 
 @dataclass(slots=True)
@@ -196,11 +203,13 @@ def running_syncs(splits: list[Op], seqs: list[int], ack: Op) -> dict[str, Op]:
 @dataclass(frozen=True, slots=True)
 class InFlight:
     """The commit in flight at a cut: its calls on the filesystem under test (and sync() calls), in
-    trace order, and the ack mark that would have closed it (None: no ack followed)."""
+    trace order, and the ack mark that would have closed it (None: no ack followed); ``earlier``:
+    the same calls before it, from the start of the trace (what was left unsynced when it began)."""
 
     calls: tuple[Op, ...]
     ack: Op | None
     root: str
+    earlier: tuple[Op, ...] = ()
 
 
 def in_flight(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> InFlight:
@@ -211,6 +220,36 @@ def in_flight(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> InF
     lo = max((s for e, s in marks if e < cut), default=-1)
     hi = min((s for e, s in marks if e >= cut), default=len(trace.ops))
     prefix = root.rstrip("/") + "/"
-    calls = tuple(o for o in trace.ops[lo + 1:hi] if o.path.startswith(prefix) or o.kind in (sc.SYNC,))
+
+    def mine(o: Op) -> bool:
+        return o.path.startswith(prefix) or o.kind in (sc.SYNC,)
+
+    calls = tuple(o for o in trace.ops[lo + 1:hi] if mine(o))
+    earlier = tuple(o for o in trace.ops[:lo + 1] if mine(o))
     ack = next((m for m in trace.ops[hi:] if m.kind == sc.MARK and m.text.startswith("ack:")), None)
-    return InFlight(calls, ack, root)
+    return InFlight(calls, ack, root, earlier)
+
+
+def written_by(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> dict[str, int]:
+    """Each file's bytes as the program had written them by the end of the commit the cut fell in
+    (the first mark at or after log entry ``cut``), by its path relative to ``root`` with no leading
+    slash: a truncating open or a truncate sets it, a write adds its bytes (an overwrite is counted
+    as if appended: an upper bound), a rename moves it, an unlink drops it."""
+    hi = min((s for s, e in aligned.items() if e >= cut), default=len(trace.ops))
+    prefix = root.rstrip("/") + "/"
+    out: dict[str, int] = {}
+    for o in trace.ops[:hi]:
+        if not o.ok or not o.path.startswith(prefix):
+            continue
+        name = o.path[len(prefix):]
+        if o.kind == sc.OPEN and "O_TRUNC" in o.flags:
+            out[name] = 0
+        elif o.kind == sc.TRUNCATE:
+            out[name] = o.nbytes
+        elif o.kind == sc.WRITE:
+            out[name] = out.get(name, 0) + o.nbytes
+        elif o.kind == sc.RENAME and name in out and o.path2.startswith(prefix):
+            out[o.path2[len(prefix):]] = out.pop(name)
+        elif o.kind == sc.UNLINK:
+            out.pop(name, None)
+    return out

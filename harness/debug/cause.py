@@ -225,6 +225,7 @@ def group_lines(label: str, g: dict[str, Any], evidence: int = 4) -> list[str]:
     c = causes.Cause.from_json(why)
     out = [f"{head}: {c.sentence} [{c.rule}]"]
     out += [f"  | {e}" for e in c.evidence[-evidence:]]
+    out += [f"  {c.read}"] if c.read else []
     out += [f"  proof: {c.proof}"] if c.proof else []
     out += [f"  not why: {r}" for r in c.refuted[:2]]
     out += [f"  also: {o}" for o in c.others[:2]]

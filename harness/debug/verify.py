@@ -3,23 +3,30 @@
 For each failure group of one disk (the first ``MAX_GROUPS``): the rules its (minimized, else first)
 state's trace says the program broke, in the order a cause is picked (core/causes.candidates); each
 one's what-if state -- the failing state with the writes that rule says were missing made durable,
-and nothing else of the program's (core/counterfactual.py) -- all judged in one batch where the check runs (``prepare``,
-then the campaign judges ``states``, then ``record``).  After the causes are written
+and nothing else of the program's (the rule's plan, core/rules/; made a state by
+core/counterfactual.py) -- and the group's kill-equivalent state (every write durable at the first
+point at or after the cut where the program had synced all it wrote: what a process kill there
+leaves, core/counterfactual.kill_point), all judged in one batch where the check runs
+(``prepare``, then the campaign judges ``states``, then ``record``).  After the causes are written
 (debug/cause.explain_groups) ``apply`` rewrites each group's:
 
 - the first rule whose counterfactual passes is the cause, with its proof ("verified: with /wal's
   data ... made durable this state passes (what-if@...)"); the rules before it whose counterfactual
   still failed are listed as true but not why -- the cause changes to that rule when it was not the
-  first;
-- no rule's counterfactual passes: the cause stays the first rule the trace shows, "not proven",
-  with what each counterfactual showed.  A counterfactual is only as exact as its parts: which file
-  a write belongs to comes from the file map at the end of the recording, and a sync's writes are
-  bounded by the next mark after it, not by the sync -- so a failing counterfactual shows that this
+  first; a kill-equivalent state that failed too is said after it;
+- no rule's counterfactual passes and the kill-equivalent state fails: ``recovery-bug`` -- the
+  program's recovery fails on a state it made itself, proven by that state (never ``beyond-rules``);
+- neither: the cause is not proven, and its sentence starts by saying so, then the candidates, then
+  what the trace shows first.  A counterfactual is only as exact as its parts: which file a write
+  belongs to comes from the file map at the end of the recording, and a sync's writes are bounded
+  by the next mark after it, not by the sync -- so a failing counterfactual shows that this
   construction did not pass, not that the rule is false, and the words say no more than that;
-- not tried (no file map, a cluster, a lying disk's state, a judge that failed): said in the proof.
+- not tried (no file map: only the kill-equivalent is judged; a cluster; a judge that failed): said
+  in the proof, and the cause is not proven.  A lying disk's state needs no proof (what the disk
+  did is the cause, by construction).
 
 ``Stats`` says what it cost (states judged, seconds) and what it changed (verified, replaced,
-unproven), per campaign (summary.json ``cause_proofs``)."""
+recovery, unproven), per campaign (summary.json ``cause_proofs``)."""
 from __future__ import annotations
 
 import json
@@ -30,11 +37,15 @@ from typing import TYPE_CHECKING, Any
 
 from powercut.core import causes, syscalls
 from powercut.core import counterfactual as cf
-from powercut.core.causerules import AckFinding, CutFinding
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex
 from powercut.core.models import space
+from powercut.core.recoveryread import ReadFile, read_paths, words
+from powercut.core.rules import registry
+from powercut.core.rules.base import Plan, PlanInput
+from powercut.core.rules.outcomes import LIED, RECOVERY, RecoveryFails
 from powercut.core.stateid import LIE_MODELS
+from powercut.core.tracefacts import written_by
 from powercut.core.verdict import Verdict
 from powercut.debug.cause import ROOT, excerpt, load_trace
 
@@ -51,29 +62,43 @@ MAX_GROUPS = 8   # the groups whose causes are proven, first first (each costs a
 class Tried:
     """One rule of one group's state: its finding, its counterfactual, how that was judged."""
 
-    finding: AckFinding | CutFinding
-    plan: cf.Plan | None
+    finding: causes.Finding
+    plan: Plan | None
     state: CrashState | None
     verdict: Verdict | None = None
+    unlogged: frozenset[str] = frozenset()   # the plan's files no log entry writes (counterfactual.unlogged)
+    unread: bool = False                     # its file is one recovery never read (traced)
+
+    @property
+    def judged(self) -> bool:
+        return self.verdict is not None and self.verdict.verdict not in ("error", "flaky")
 
     @property
     def label(self) -> str:
-        return f"{self.finding.rule} ({self.finding.subject})"
+        unread = ", which recovery never read" if self.unread else ""
+        return f"{self.finding.rule} ({self.finding.subject}{unread})"
 
     def outcome(self) -> str:
         """pass | fail | untried (nothing to make durable, or not judged)."""
         if self.plan is None:
             return "untried"
-        if self.state is None:
-            return "fail"      # its writes are all durable in the failing state already: it fails as it is
-        if self.verdict is None or self.verdict.verdict in ("error", "flaky"):
+        if self.state is None:   # its writes are all durable in the failing state already: it fails as it is
+            return "untried" if self.unlogged else "fail"
+        if self.verdict is None or not self.judged:
             return "untried"
-        return "pass" if self.verdict.verdict == "pass" else "fail"
+        if self.verdict.verdict == "pass":
+            return "pass"
+        return "untried" if self.unlogged else "fail"   # its data is not in the log: the failure proves nothing
 
     def words(self) -> str:
         """What judging it showed, after the rule's name."""
         if self.plan is None:
             return "nothing to make durable (the failed call's data is not in the log)"
+        if self.unlogged and self.outcome() == "untried" and (self.state is None or self.judged):
+            names = ", ".join("/" + f for f in sorted(self.unlogged))
+            return (f"not provable from this recording: no write in the log is {names}'s (the file map at the end "
+                    "has no blocks of it: the program truncated, removed or renamed it; stores through a mapping "
+                    "dropped that way never reach the disk), so no what-if state can make its data durable")
         if self.state is None:
             return f"{self.plan.words()} are all durable in this state already, and it fails"
         if self.outcome() == "untried":
@@ -86,28 +111,69 @@ class Tried:
 
 
 @dataclass(slots=True)
+class Killed:
+    """One group's kill-equivalent state (core/counterfactual.kill_point): where, the state, its verdict."""
+
+    kill: cf.Kill
+    state: CrashState
+    verdict: Verdict | None = None
+
+    def outcome(self) -> str:
+        """pass | fail | untried (not judged, or judged as an error)."""
+        if self.verdict is None or self.verdict.verdict in ("error", "flaky"):
+            return "untried"
+        return "pass" if self.verdict.verdict == "pass" else "fail"
+
+    def words(self) -> str:
+        """What judging it showed."""
+        if self.outcome() == "untried":
+            return f"the kill-equivalent state {self.state.id} was not judged"
+        if self.outcome() == "pass":
+            return f"a process kill passes ({self.kill.words()}: {self.state.id})"
+        return f"a process kill fails too ({self.kill.words()}: {self.state.id}, {_first(self.verdict)})"
+
+
+def _first(v: Verdict | None) -> str:
+    """A verdict and its first reason, as a proof quotes them."""
+    if v is None:
+        return "no verdict"
+    return f"{v.verdict}: {v.reasons[0]}" if v.reasons else v.verdict
+
+
+@dataclass(slots=True)
 class Stats:
     groups: int = 0          # groups whose cause was checked
     states: int = 0          # what-if states judged
     seconds: float = 0.0
     verified: int = 0        # the first rule's counterfactual passed
     replaced: int = 0        # a later rule's passed: the cause changed to it
-    unproven: int = 0        # none passed, or some could not be judged: the cause stays, not proven
+    recovery: int = 0        # no rule's passed and the kill-equivalent state failed: a recovery bug
+    unproven: int = 0        # none passed, or some could not be judged: not proven, said first
     untried: int = 0         # could not be checked at all (no file map, a cluster: said in the proof)
 
     def to_json(self) -> dict[str, Any]:
         return {"groups": self.groups, "states": self.states, "seconds": round(self.seconds, 3),
-                "verified": self.verified, "replaced": self.replaced, "unproven": self.unproven,
-                "untried": self.untried}
+                "verified": self.verified, "replaced": self.replaced, "recovery": self.recovery,
+                "unproven": self.unproven, "untried": self.untried}
 
 
 @dataclass(slots=True)
 class Verification:
     """The counterfactuals of a campaign's failure groups, by the id of the state each explains."""
 
+    targets: dict[str, CrashState] = field(default_factory=dict)   # the groups' states, judged again traced
+    reads: dict[str, tuple[ReadFile, ...]] = field(default_factory=dict)   # what recovery read in each
     tried: dict[str, list[Tried]] = field(default_factory=dict)
+    kills: dict[str, Killed] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)   # state id -> why its cause is not checked
     stats: Stats = field(default_factory=Stats)
+
+    def traced(self, verdicts: dict[str, Verdict]) -> None:
+        """What recovery read in each group's state, from its judge traced (CheckContext.trace_reads)."""
+        for sid in self.targets:
+            v = verdicts.get(sid)
+            if v is not None and v.read:
+                self.reads[sid] = v.read
 
     @property
     def states(self) -> list[CrashState]:
@@ -115,6 +181,7 @@ class Verification:
         out: dict[str, CrashState] = {}
         for ts in self.tried.values():
             out.update((t.state.id, t.state) for t in ts if t.state is not None)
+        out.update((k.state.id, k.state) for k in self.kills.values())
         return list(out.values())
 
     def record(self, verdicts: dict[str, Verdict], seconds: float) -> None:
@@ -122,6 +189,8 @@ class Verification:
             for t in ts:
                 if t.state is not None:
                     t.verdict = verdicts.get(t.state.id)
+        for k in self.kills.values():
+            k.verdict = verdicts.get(k.state.id)
         self.stats.states += len(self.states)
         self.stats.seconds += seconds
 
@@ -130,17 +199,37 @@ class Verification:
         trace = load_trace(rec)
         for g in groups:
             sid = _state_of(g)
-            if not isinstance(g.why, dict):
+            if not isinstance(g.why, dict) or g.why.get("rule") == LIED:
                 continue
             if sid in self.skipped:
-                g.why["proof"] = f"not proven: {self.skipped[sid]}"
+                g.why = unproven(g.why, f"not proven: {self.skipped[sid]}")
                 self.stats.untried += 1
                 continue
             ts = self.tried.get(sid)
-            if not ts or trace is None:
+            if (not ts and sid not in self.kills) or trace is None:
                 continue
             self.stats.groups += 1
-            g.why = _proven(g.why, ts, trace, index, self.stats, (g.diagnosis or {}).get("culprits") or [])
+            culprits = (g.diagnosis or {}).get("culprits") or []
+            g.why = _proven(g.why, ts or [], self.kills.get(sid), trace, index, self.stats, culprits)
+            reads = self.reads.get(sid)
+            if reads and sid in self.targets:
+                g.why["read"] = read_words(reads, trace, index, self.targets[sid].cut)
+
+
+def read_words(reads: Sequence[ReadFile], trace: syscalls.Trace, index: LogIndex, cut: int) -> str:
+    """What recovery read in a state cut at ``cut``, with the bytes the program had written to each
+    file it found empty or missing (core/tracefacts.written_by) -- "0 of 41 bytes present"."""
+    wrote = written_by(trace, syscalls.align(trace, index.marks()), cut, ROOT)
+    empty = {r.path: wrote[r.path] for r in reads if r.size <= 0 and wrote.get(r.path, 0) > 0}
+    return words(reads, empty)
+
+
+def unproven(why: dict[str, Any], proof: str, candidates: Sequence[str] = ()) -> dict[str, Any]:
+    """A cause no counterfactual proved: its sentence says so first, then the ``candidates`` tried,
+    then what the trace shows -- never an unproven rule standing as the cause."""
+    listed = f"; candidates: {', '.join(candidates)}" if candidates else ""
+    return {**why, "proven": False, "proof": proof,
+            "sentence": f"cause not proven{listed}; the trace shows: {why.get('sentence', '')}"}
 
 
 def _state_of(g: Group) -> str:
@@ -162,7 +251,8 @@ def file_owners(rec: Recording, index: LogIndex) -> tuple[str | None, ...] | Non
 
 
 def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -> Verification:
-    """The counterfactual of every rule each group's state broke (``states`` to judge)."""
+    """The groups' states whose causes are to be proven (``targets``: each judged once more with
+    what recovery read traced, then ``traced``, then ``plan``); the others' reasons (``skipped``)."""
     ver = Verification()
     if not groups:
         return ver
@@ -170,18 +260,9 @@ def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -
         for g in groups:
             ver.skipped[_state_of(g)] = "a cluster's causes are not checked by counterfactual yet (one disk's are)"
         return ver
-    trace = load_trace(rec)
-    owned = file_owners(rec, logs[0]) if trace is not None else None
-    if trace is None:
+    if load_trace(rec) is None:
         return ver
-    if owned is None:
-        for g in groups:
-            ver.skipped[_state_of(g)] = ("the recording has no file map (btrfs, or recorded before maps): a rule's "
-                                              "writes cannot be told from other files'")
-        return ver
-    index = logs[0]
-    sp = space(index)
-    aligned = syscalls.align(trace, index.marks())
+    sp = space(logs[0])
     for g in groups:
         sid = _state_of(g)
         try:
@@ -189,25 +270,79 @@ def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -
         except Exception as e:  # noqa: BLE001 -- a state that does not rebuild keeps its unproven cause
             ver.skipped[sid] = f"its state does not rebuild ({e})"
             continue
-        if st.model in LIE_MODELS:
-            continue   # what the disk did is the cause: nothing of the program's to prove
-        reasons = list((g.diagnosis or {}).get("minimized_reasons") or g.first.reasons)
-        found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn])
-        tried = []
-        for f in found:
-            p = cf.plan(f, trace, aligned, ROOT, st.cut, len(index.entries))
-            tried.append(Tried(f, p, cf.what_if(sp, st, owned, p) if p is not None else None))
-        if tried:
-            ver.tried[sid] = tried
+        if st.model not in LIE_MODELS:   # a lying disk's: what the disk did is the cause, nothing to prove
+            ver.targets[sid] = st
     return ver
 
 
-def _proven(why: dict[str, Any], ts: list[Tried], trace: syscalls.Trace, index: LogIndex, stats: Stats,
-            culprits: list[dict[str, Any]]) -> dict[str, Any]:
-    """The cause ``why`` as its counterfactuals showed it."""
+def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -> None:
+    """Each target's counterfactuals (``states`` to judge): its kill-equivalent state, and the
+    what-if state of every rule its trace says it broke -- every rule about a file recovery read
+    (in the order it read them), then the others up to ``causes.MAX_CANDIDATES`` in all."""
+    trace = load_trace(rec)
+    if trace is None or not ver.targets:
+        return
+    index = logs[0]
+    owned = file_owners(rec, index)
+    sp = space(index)
+    aligned = syscalls.align(trace, index.marks())
+    back = cf.written_back(index.entries)
+    for g in groups:
+        sid = _state_of(g)
+        st = ver.targets.get(sid)
+        if st is None:
+            continue
+        k = cf.kill_point(trace, aligned, ROOT, st.cut, len(index.entries), written_back=back)
+        if k is not None:
+            ver.kills[sid] = Killed(k, cf.kill_equivalent(sp, st, k))
+        if owned is None:
+            continue   # no rule's writes can be told from other files': only the kill-equivalent is judged
+        reasons = list((g.diagnosis or {}).get("minimized_reasons") or g.first.reasons)
+        found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn],
+                                  limit=None)
+        read = read_paths(ver.reads.get(sid, ()))
+        inp = PlanInput(trace, aligned, ROOT, st.cut, len(index.entries))
+        tried = []
+        for f in ranked(found, read, causes.MAX_CANDIDATES):
+            unread = bool(read) and is_file(f.subject) and f.subject.lstrip("/") not in read
+            p = registry.plan(f, inp)
+            if p is None:
+                tried.append(Tried(f, p, None, unread=unread))
+                continue
+            tried.append(Tried(f, p, cf.what_if(sp, st, owned, p), unlogged=cf.unlogged(owned, p), unread=unread))
+        ver.tried[sid] = tried
+
+
+def is_file(subject: str) -> bool:
+    """Whether a rule's subject is one file (not a directory's ``/...`` of names, nor a list of files)."""
+    return subject.startswith("/") and subject != "/" and "," not in subject
+
+
+def ranked(found: Sequence[causes.Finding], read: Sequence[str], limit: int) -> list[causes.Finding]:
+    """The candidates in the order they are tried: every rule about a file recovery read (``read``:
+    its files, relative to the mount, in the order it first opened them), then the others in the
+    order the trace gives them (a rule about a directory or several files before one about a file
+    recovery never read), up to ``limit`` in all -- but never fewer than the rules recovery read."""
+    if not read:
+        return list(found)[:limit]
+    order = {p: i for i, p in enumerate(read)}
+    of_read = sorted((f for f in found if is_file(f.subject) and f.subject.lstrip("/") in order),
+                     key=lambda f: order[f.subject.lstrip("/")])
+    rest = [f for f in found if f not in of_read]
+    rest.sort(key=lambda f: is_file(f.subject))   # stable: directories and lists first, unread files last
+    return of_read + rest[:max(0, limit - len(of_read))]
+
+
+NO_MAP = "the recording has no file map (btrfs, or recorded before maps): a rule's writes cannot be told from other files'"
+
+
+def _proven(why: dict[str, Any], ts: list[Tried], killed: Killed | None, trace: syscalls.Trace, index: LogIndex,
+            stats: Stats, culprits: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cause ``why`` as its counterfactuals and its kill-equivalent state showed it."""
     won = next((t for t in ts if t.outcome() == "pass"), None)
     refuted = [f"{t.label}: {t.words()}" for t in ts if t.outcome() == "fail" and t is not won
                and (won is None or ts.index(t) < ts.index(won))]
+    kill_failed = killed is not None and killed.outcome() == "fail"
     if won is not None:
         top = (why.get("rule"), why.get("subject"))
         if top != (won.finding.rule, won.finding.subject):
@@ -219,6 +354,20 @@ def _proven(why: dict[str, Any], ts: list[Tried], trace: syscalls.Trace, index: 
         else:
             stats.verified += 1
         skipped = [f"{t.label} could not be tried: {t.words()}" for t in ts[:ts.index(won)] if t.outcome() == "untried"]
-        return {**why, "proof": f"verified: {won.words()}" + "".join(f"; {x}" for x in skipped), "refuted": refuted}
+        also = [f"{killed.words()}: the program's recovery also fails on a state it made itself"] \
+            if killed is not None and kill_failed else []
+        return {**why, "proven": True, "proof": f"verified: {won.words()}" + "".join(f"; {x}" for x in skipped),
+                "refuted": refuted, "others": [*also, *why.get("others", [])]}
+    if kill_failed and killed is not None and killed.verdict is not None:
+        stats.recovery += 1
+        v = killed.verdict
+        found = RecoveryFails(killed.state.id, v.verdict, v.reasons[0] if v.reasons else "", killed.kill.words())
+        shown = [f"{why.get('rule')}: {why.get('sentence')}"] if why.get("rule") else []
+        return {**why, "rule": RECOVERY, "subject": "", "sentence": registry.sentence(found), "proven": True,
+                "proof": f"verified: {killed.words()}", "refuted": refuted,
+                "others": [*shown, *why.get("others", [])][:4]}
     stats.unproven += 1
-    return {**why, "proof": "not proven: " + "; ".join(f"{t.label}: {t.words()}" for t in ts)}
+    proof = "; ".join(f"{t.label}: {t.words()}" for t in ts) if ts else NO_MAP
+    if killed is not None:
+        proof += f"; {killed.words()}"
+    return unproven(why, f"not proven: {proof}", [t.label for t in ts])

@@ -7,6 +7,12 @@ filesystem mounted; then the workload, under strace when asked (guest/tracing.py
 layer torn down and each target's last status read; for a filesystem whose extents are the
 device's, each disk's file map (guest/filemap.py).
 
+The unmount comes before the log-writes target goes: it writes back what the page cache still
+held -- stores through a shared mapping never msynced among it -- into the log, after the last
+mark, where a counterfactual finds them (core/counterfactual.py); no sync of the recording's own
+is needed for that.  What the program dropped before its exit (a mapped file it truncated or
+removed with its pages dirty) never reaches any disk: no writeback at the end can log it.
+
 What differs with the number of disks is the workload's contract, not the recording: one disk is
 mounted at ``MNT`` and the workload is told its target ($POWERCUT_DM_NAME, $POWERCUT_DEVICE, the
 order device: the C powercut-mark writes to it directly); a cluster's node i is mounted at

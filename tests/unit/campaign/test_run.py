@@ -223,12 +223,16 @@ def test_a_traced_recording_gets_causes_and_every_check_its_commit_anatomy(synth
                                               shrink=0), tmp_path / "out")
     assert s.failures and s.groups and not s.trace_note
     why = s.groups[0]["why"]
-    assert why["rule"] == "no-fsync" and "changing /data" in why["sentence"] and "ack:2" in why["sentence"]
+    # the checker fails every state acking key 2, whatever the disk holds: the kill-equivalent state (the
+    # end of the recording: nothing changed after the last mark) fails too -- a recovery bug, proven; the
+    # rule the trace shows first is said after it
+    assert why["rule"] == "recovery-bug" and why["proof"].startswith("verified: a process kill fails too")
+    assert why["others"][0].startswith("no-fsync: ack:2 was given after changing /data")
     assert any("write(3</run/powercut/mnt/data>" in e for e in why["evidence"])
     assert any(r["kind"] == "mark" and r["text"] == "mark ack:2" for r in why["excerpt"])
     assert any(r["kind"] == "log" for r in why["excerpt"])   # what the block log holds after a mark
     page = paths["html"].read_text()
-    assert "cause (no-fsync):" in page and 'class="trace"' in page
+    assert "cause (recovery-bug):" in page and 'class="trace"' in page
     assert s.anatomy["commits"] == 2 and s.anatomy["program_bytes"] == 7.0 and "what a commit costs" in page
     bundle = Path(s.groups[0]["bundle"])
     assert (bundle / "syscalls.txt.gz").is_file() and json.loads((bundle / "bundle.json").read_text())["why"]

@@ -280,3 +280,36 @@ def test_an_ack_sent_while_its_files_sync_was_held_is_that_race():
     assert "ack:1 was sent while the fdatasync of /log that covers it, called by another thread" in c.sentence
     assert "was still held (--delay-sync holds it 200 ms before it runs)" in c.sentence
     assert c.evidence[-1].endswith("fdatasync(4</run/powercut/mnt/log>) = 0 [--delay-sync held it 200 ms]")
+
+
+def pointer(synced: bool = False, via_rename: bool = True, named: bool = True) -> T:
+    """A LevelDB-style open: a new MANIFEST written, then CURRENT made to name it -- written under
+    CURRENT.tmp, fsynced and renamed into place (``via_rename``), or written in place and fsynced --
+    with the MANIFEST fsynced first (``synced``: the fix) or never (the bug); ``named``: CURRENT's
+    bytes name the MANIFEST (else another file)."""
+    t = T().open("MANIFEST-000002", "O_WRONLY|O_CREAT", fd=5).fsync_dir().mark("begin:1")
+    t.write("MANIFEST-000002", 120, fd=5)
+    if synced:
+        t.fsync("MANIFEST-000002", fd=5)
+    name = "CURRENT.tmp" if via_rename else "CURRENT"
+    text = "MANIFEST-000002" if named else "MANIFEST-000001"
+    t.open(name, "O_WRONLY|O_CREAT|O_TRUNC", fd=6).call(f'write(6<{MNT}/{name}>, "{text}\\n", 16) = 16')
+    t.fsync(name, fd=6)
+    if via_rename:
+        t.call('rename("CURRENT.tmp", "CURRENT") = 0')
+    return t.fsync_dir().mark("ack:1")
+
+
+def test_pointer_before_data_is_the_cause_of_a_current_naming_an_unsynced_manifest():
+    t = pointer()
+    c = t.explain(cut=t.log[-1][0])   # the cut in the open's window, before its ack
+    assert c.rule == causes.POINTER and c.subject == "/MANIFEST-000002"
+    assert "made /CURRENT durable -- renamed it into place" in c.sentence and "ack:1" in c.sentence
+    assert "fsync /MANIFEST-000002 before publishing the name that points to it" in c.sentence
+    assert any('"MANIFEST-000002\\n"' in e for e in c.evidence) and "rename(" in c.evidence[-1]
+    in_place = pointer(via_rename=False)
+    c2 = in_place.explain(cut=in_place.log[-1][0])
+    assert c2.rule == causes.POINTER and "made /CURRENT durable -- its fsync (trace line" in c2.sentence
+    fixed, other = pointer(synced=True), pointer(named=False)
+    assert fixed.explain(cut=fixed.log[-1][0]).rule != causes.POINTER
+    assert other.explain(cut=other.log[-1][0]).rule != causes.POINTER

@@ -15,7 +15,11 @@ import pytest
 
 from powercut.core import causes
 from powercut.core import syscalls as sc
-from tests.unit.core.test_causes import MNT, T, kv, race
+from powercut.core.counterfactual import Kill
+from powercut.core.rules import registry
+from powercut.core.rules.outcomes import RecoveryFails
+from powercut.core.syscalls import Op
+from tests.unit.core.test_causes import MNT, T, kv, pointer, race
 
 GOLDEN = Path(__file__).with_name("causes_golden.json")
 
@@ -221,6 +225,14 @@ CASES: dict[str, Callable[[], Any]] = {
                                       torn=[177, 178]),
     "torn/no-writes-no-ack": lambda: explained(T().open("f").mark("begin:1"), cut=T().open("f").mark("begin:1")
                                                .log[-1][0] + 1, torn=[5]),
+    # pointer-before-data (the cut in the open's window, before its ack)
+    "pointer/renamed-into-place": lambda: explained(pointer(), cut=pointer().log[-1][0]),
+    "pointer/fsynced-in-place": lambda: explained(pointer(via_rename=False), cut=pointer(via_rename=False).log[-1][0]),
+    # recovery-bug (debug/verify.py gives it, from the kill-equivalent state's verdict)
+    "recovery/at-a-mark": lambda: _outcome(RecoveryFails(
+        "what-if@41/a31", "fail", "does not start: panic", Kill(31, 41, Op(7, 9, 1, 1.0, sc.MARK, text="ack:4")).words())),
+    "recovery/at-the-end": lambda: _outcome(RecoveryFails("what-if@9/a3", "lost-ack", "k1 missing",
+                                                          Kill(3, 9, None).words())),
     # beyond-rules
     "beyond/rules-kept": lambda: explained(kv(durable=True), reasons=["lost"]),
     "beyond/no-ack": lambda: explained(T().open("f").mark("begin:1").write("f").mark("ack:1"), cut=101),
@@ -238,6 +250,10 @@ CASES: dict[str, Callable[[], Any]] = {
     "blame/beyond": lambda: _blamed(kv(durable=True).explain(), [{"text": "a"}, {"text": "b"}, {"text": "c"}]),
     "blame/none": lambda: _blamed(kv(durable=False).explain(), []),
 }
+
+
+def _outcome(f: Any) -> dict[str, Any]:
+    return {"rule": f.rule, "sentence": registry.sentence(f)}
 
 
 def record() -> dict[str, Any]:

@@ -8,13 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from powercut.core import causerules as cr
 from powercut.core import causes
 from powercut.core import counterfactual as cf
 from powercut.core import syscalls as sc
 from powercut.core.models import space
+from powercut.core.rules import registry
+from powercut.core.rules.base import Plan, PlanInput
 from tests.unit.core.test_causes import MNT, T
 from tests.unit.logops import build_log
+
+
+def plan(f, trace, aligned, cut: int, n: int) -> Plan | None:
+    """The rule's plan (core/rules/) for a state cut at ``cut`` of a log of ``n`` entries."""
+    return registry.plan(f, PlanInput(trace, aligned, MNT, cut, n))
+
 
 FILES = {"wal": [[100, 8]], "idx": [[200, 8], [300, 8]]}   # 512-byte sectors
 
@@ -41,15 +48,15 @@ def test_a_file_rule_makes_its_file_and_the_metadata_durable_up_to_its_next_sync
     t = traced()
     tr = t.trace()
     aligned = sc.align(tr, t.log)
-    (f,) = [c for c in causes.candidates(tr, t.log, t.log[2][0] + 1, MNT) if c.rule == cr.NO_FSYNC]
-    p = cf.plan(f, tr, aligned, MNT, cut=125, n=200)
+    (f,) = [c for c in causes.candidates(tr, t.log, t.log[2][0] + 1, MNT) if c.rule == causes.NO_FSYNC]
+    p = plan(f, tr, aligned, 125, 200)
     assert p is not None and p.files == frozenset({"wal"}) and p.sync is not None and p.sync.kind == "fsync"
     assert p.until == t.log[-1][0]                 # the mark after wal's fsync: ack:2's entry
     assert "/wal's data and the filesystem's metadata as logged up to its next fsync (trace line" in p.words()
     # no sync after the ack: to the end of the log
     t2 = T().open("wal", "O_WRONLY|O_CREAT", fd=5).fsync_dir().mark("begin:1").write("wal", fd=5).mark("ack:1")
     (g,) = causes.candidates(t2.trace(), t2.log, t2.log[-1][0] + 1, MNT)
-    p2 = cf.plan(g, t2.trace(), sc.align(t2.trace(), t2.log), MNT, cut=115, n=300)
+    p2 = plan(g, t2.trace(), sc.align(t2.trace(), t2.log), 115, 300)
     assert p2 is not None and (p2.until, p2.sync) == (300, None) and "to the end of the recording" in p2.words()
 
 
@@ -57,13 +64,13 @@ def test_a_directory_rule_makes_only_metadata_durable_and_an_error_nothing() -> 
     t = T().mark("begin:1").open("sub/new").write("sub/new").fsync("sub/new").mark("ack:1").fsync_dir("sub").mark("x")
     tr = t.trace()
     (f,) = causes.candidates(tr, t.log, t.log[-2][0] + 1, MNT)
-    p = cf.plan(f, tr, sc.align(tr, t.log), MNT, cut=t.log[-2][0] + 1, n=500)
-    assert f.rule == cr.NO_DIR_FSYNC and p is not None and p.files == frozenset() and p.until == t.log[-1][0]
+    p = plan(f, tr, sc.align(tr, t.log), t.log[-2][0] + 1, 500)
+    assert f.rule == causes.NO_DIR_FSYNC and p is not None and p.files == frozenset() and p.until == t.log[-1][0]
     assert "the filesystem's metadata (no file's data)" in p.words()
     e = T().open("db", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("db")
     e.fsync("db", ret="-1 EIO (Input/output error)").mark("ack:1")
     g = causes.candidates(e.trace(), e.log, e.log[-1][0] + 1, MNT)[0]
-    assert g.rule == cr.ERROR and cf.plan(g, e.trace(), {}, MNT, cut=200, n=300) is None
+    assert g.rule == causes.ERROR and plan(g, e.trace(), {}, 200, 300) is None
 
 
 # 0 mkfs | 1 wal, 2 idx, 3 meta, 4 flush | 5 ack:1 | 6 wal, 7 idx, 8 meta | 9 ack:2 | 10 wal, 11 flush
@@ -79,13 +86,13 @@ def sp(tmp_path: Path):
 def test_the_what_if_state_adds_the_files_data_and_metadata_and_nothing_else(sp) -> None:
     owned = cf.owners(sp.entries, FILES, 512)
     failing = sp.make_state("write-cache", 10, [6, 7, 8])    # ack:2 given, its three writes lost
-    st = cf.what_if(sp, failing, owned, cf.Plan(cr.NO_FSYNC, "/wal", frozenset({"wal"}), 12))
+    st = cf.what_if(sp, failing, owned, Plan(causes.NO_FSYNC, "/wal", frozenset({"wal"}), 12))
     assert st is not None and st.id == "what-if@12/a10/d7" and tuple(st.acks) == ("1", "2")
-    meta_only = cf.what_if(sp, failing, owned, cf.Plan(cr.NO_DIR_FSYNC, "/", frozenset(), 12))
+    meta_only = cf.what_if(sp, failing, owned, Plan(causes.NO_DIR_FSYNC, "/", frozenset(), 12))
     assert meta_only is not None and meta_only.dropped == (6, 7, 10)
-    everything = cf.what_if(sp, failing, owned, cf.Plan(cr.UNORDERED, "/wal", None, 10))
+    everything = cf.what_if(sp, failing, owned, Plan(causes.UNORDERED, "/wal", None, 10))
     assert everything is not None and everything.id == "what-if@10/a10"
-    assert cf.what_if(sp, sp.make_state("flush", 10), owned, cf.Plan(cr.UNORDERED, "/wal", None, 10)) is None
+    assert cf.what_if(sp, sp.make_state("flush", 10), owned, Plan(causes.UNORDERED, "/wal", None, 10)) is None
     assert sp.state_from_id(st.id).dropped == st.dropped   # rebuilt where the check runs
 
 
@@ -94,7 +101,65 @@ def test_unordered_writes_keep_every_write_up_to_their_barrier() -> None:
     t.fsync("wal").mark("ack:1")
     tr = t.trace()
     cut = t.log[-1][0]                                  # before ack:1: the commit in flight
-    f = next(c for c in causes.candidates(tr, t.log, cut, MNT) if c.rule == cr.UNORDERED)
-    p = cf.plan(f, tr, sc.align(tr, t.log), MNT, cut=cut - 5, n=400)
+    f = next(c for c in causes.candidates(tr, t.log, cut, MNT) if c.rule == causes.UNORDERED)
+    p = plan(f, tr, sc.align(tr, t.log), cut - 5, 400)
     assert p is not None and p.files is None and p.until == t.log[-1][0] and p.sync is f.barrier
     assert p.words().startswith("every write of the commit in flight up to its fsync (trace line")
+
+
+def test_the_kill_point_is_the_first_mark_from_the_cut_where_everything_is_synced() -> None:
+    # commit 1 leaves wal unsynced; commit 2 syncs it
+    t = T().open("wal", "O_WRONLY|O_CREAT", fd=5).fsync_dir()
+    t.mark("begin:1").write("wal", fd=5).mark("ack:1").mark("begin:2").fsync("wal", fd=5).mark("ack:2")
+    tr = t.trace()
+    aligned = sc.align(tr, t.log)
+    k = cf.kill_point(tr, aligned, MNT, t.log[2][0], 500, written_back=False)   # cut at ack:1: wal unsynced
+    assert k is not None and k.at is not None and k.at.text == "ack:2" and k.until == t.log[-1][0] + 1
+    assert k.words().startswith("every write durable at mark ack:2 (trace line")
+    early = cf.kill_point(tr, aligned, MNT, t.log[1][0], 500, written_back=False)   # at begin:1: nothing unsynced
+    assert early is not None and early.at is not None and early.at.text == "begin:1"
+
+
+def test_without_such_a_mark_the_kill_is_at_the_end_only_if_nothing_changed_after_the_last_mark() -> None:
+    # LOG is written and never synced: no mark has everything synced
+    t = T().open("wal", "O_WRONLY|O_CREAT", fd=5).open("LOG", "O_WRONLY|O_CREAT", fd=7).fsync_dir()
+    t.mark("begin:1").write("wal", fd=5).fsync("wal", fd=5).write("LOG", fd=7).mark("ack:1")
+    cut = t.log[2][0]
+    end = cf.kill_point(t.trace(), sc.align(t.trace(), t.log), MNT, cut, 500, written_back=True)
+    assert end is not None and (end.at, end.until) == (None, 500) and "at the end of the recording" in end.words()
+    assert cf.kill_point(t.trace(), sc.align(t.trace(), t.log), MNT, cut, 500, written_back=False) is None
+    # the program removed its store after its last mark: the end is no kill's state
+    t.call('unlink("wal") = 0')
+    assert cf.kill_point(t.trace(), sc.align(t.trace(), t.log), MNT, cut, 500, written_back=True) is None
+    # a new name in a directory is unsynced until the directory's fsync
+    d = T().fsync_dir().mark("begin:1").open("new").write("new").fsync("new").mark("ack:1").fsync_dir().mark("x")
+    dk = cf.kill_point(d.trace(), sc.align(d.trace(), d.log), MNT, d.log[2][0], 500, written_back=False)
+    assert dk is not None and dk.at is not None and dk.at.text == "x"
+
+
+def test_the_kill_equivalent_state_keeps_every_write_to_its_point_and_the_cuts_keys(tmp_path: Path) -> None:
+    ops = [("m", "mkfs"), ("m", "begin:1"), ("w", 100, 1, 0, 1), ("m", "ack:1"), ("m", "begin:2"),
+           ("w", 104, 1, 0, 2), ("f",), ("m", "ack:2")]
+    sp = space(build_log(tmp_path / "log.bin", ops))
+    failing = sp.make_state("flush", 4)
+    st = cf.kill_equivalent(sp, failing, cf.Kill(4, 8, None))
+    assert st.id == "what-if@8/a4" and st.dropped == () and st.acks == failing.acks and "2" in st.begun
+
+
+def test_a_plans_file_no_entry_writes_is_unlogged(sp) -> None:
+    """A file of the plan the file map ties no write to (truncated or removed before the end: a
+    mapping's stores dropped that way never reached the log) is unlogged; a mapped one, metadata-only
+    and whole-commit plans never are."""
+    owned = cf.owners(sp.entries, {"idx": [[200, 16]]}, 512)     # no blocks of wal in the map
+    assert cf.unlogged(owned, Plan(causes.NO_MSYNC, "/wal", frozenset({"wal"}), 12)) == frozenset({"wal"})
+    assert cf.unlogged(owned, Plan(causes.NO_FSYNC, "/idx", frozenset({"idx"}), 12)) == frozenset()
+    assert cf.unlogged(cf.owners(sp.entries, FILES, 512), Plan(causes.NO_MSYNC, "/wal", frozenset({"wal"}), 6)) \
+        == frozenset()                                            # a write of it anywhere in the log is one
+    assert cf.unlogged(owned, Plan(causes.NO_DIR_FSYNC, "/", frozenset(), 12)) == frozenset()
+    assert cf.unlogged(owned, Plan(causes.UNORDERED, "/wal", None, 10)) == frozenset()
+
+
+def test_a_log_ending_with_the_teardown_mark_has_the_page_cache_written_back(tmp_path: Path) -> None:
+    ended = build_log(tmp_path / "a.bin", [("m", "mkfs"), ("w", 100, 1, 0, 1), ("m", "dm-log-writes-end")])
+    cut = build_log(tmp_path / "b.bin", [("m", "mkfs"), ("w", 100, 1, 0, 1)])
+    assert cf.written_back(ended.entries) and not cf.written_back(cut.entries) and not cf.written_back(())

@@ -208,3 +208,13 @@ def test_pointer_before_data_needs_the_pointers_bytes_to_name_an_unsynced_file()
     t = T().mark("begin:1").open("M", fd=5).write("M", fd=5).call("sync() = 0")
     t.open("P", fd=6).call(f'write(6<{MNT}/P>, "name M here", 11) = 11').fsync("P", fd=6).mark("ack:1")
     assert pbd.check(window(t)) is None
+
+
+def test_written_by_counts_each_files_bytes_to_the_end_of_the_commit_the_cut_fell_in():
+    t = T().open("a", "O_WRONLY|O_CREAT", fd=5).mark("begin:1").write("a", 100, fd=5).write("a", 20, fd=5)
+    t.open("b.tmp", "O_WRONLY|O_CREAT|O_TRUNC", fd=6).write("b.tmp", 7, fd=6).call('rename("b.tmp", "b") = 0')
+    t.call(f"ftruncate(5<{MNT}/a>, 50) = 0").mark("ack:1").mark("begin:2").write("a", 1000, fd=5).mark("ack:2")
+    trace = t.trace()
+    aligned = sc.align(trace, t.log)
+    assert tf.written_by(trace, aligned, t.log[2][0], MNT) == {"a": 50, "b": 7}     # the cut in commit 1
+    assert tf.written_by(trace, aligned, t.log[-1][0], MNT) == {"a": 1050, "b": 7}

@@ -4,6 +4,7 @@ one that passes); none passing makes the cause ``unproven``; no file map or a cl
 cause is not proven."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from collections.abc import Callable
@@ -16,6 +17,9 @@ import pytest
 from powercut.core import causes
 from powercut.core.crashstate import CrashState
 from powercut.core.models import space
+from powercut.core.recoveryread import ReadFile
+from powercut.core.rules import no_fsync
+from powercut.core.syscalls import Op
 from powercut.core.verdict import Verdict
 from powercut.debug import cause, verify
 from powercut.debug.triage import Group
@@ -26,6 +30,7 @@ from tests.unit.logops import build_log
 OPS = [("m", "mkfs"), ("m", "begin:1"), ("w", 200, 1, 0, 1), ("w", 10, 1, 0, 2), ("f",), ("m", "ack:1"),
        ("m", "begin:2"), ("w", 100, 1, 0, 3), ("w", 208, 1, 0, 4), ("w", 11, 1, 0, 5), ("f",), ("m", "ack:2")]
 FILES = {"wal": [[100, 8]], "idx": [[200, 16]]}
+KILL = "what-if@12/a6"   # the kill-equivalent of a state cut at 6: the whole log, the keys of the cut
 
 
 @dataclass
@@ -50,13 +55,14 @@ def trace(idx_synced: bool) -> T:
 def setup(tmp_path: Path) -> Callable[..., tuple[Rec, Any, Group]]:
     index = build_log(tmp_path / "log.bin", OPS)
 
-    def make(idx_synced: bool = True, file_map: bool = True) -> tuple[Rec, Any, Group]:
+    def make(idx_synced: bool = True, file_map: bool = True,
+             files: dict[str, Any] | None = None) -> tuple[Rec, Any, Group]:
         t = trace(idx_synced)
         path = tmp_path / f"syscalls-{idx_synced}.txt.gz"
         with gzip.open(path, "wt") as f:
             f.write("\n".join(t.lines) + "\n")
         fm = tmp_path / "files.json"
-        fm.write_text(json.dumps({"files": FILES, "sector_bytes": 512}))
+        fm.write_text(json.dumps({"files": FILES if files is None else files, "sector_bytes": 512}))
         st = space(index).make_state("flush", 6)          # after ack:1, before commit 2's writes
         v = Verdict(st.id, "flush", st.cut, "lost-ack", ("acked key 1 is lost",), 1, 1, 0.0)
         g = Group("lost-ack", "acked key # is lost", [v], diagnosis={"minimized": st.id, "culprits": []})
@@ -75,8 +81,13 @@ def kept(s: CrashState, entry: int) -> bool:
     return entry < s.cut and entry not in s.dropped
 
 
-def run(rec: Rec, index: Any, g: Group, judge: Callable[[list[CrashState]], dict[str, Verdict]]) -> verify.Verification:
+def run(rec: Rec, index: Any, g: Group, judge: Callable[[list[CrashState]], dict[str, Verdict]],
+        read: tuple[ReadFile, ...] = ()) -> verify.Verification:
+    """verify's phases as the campaign runs them: the group's state judged traced (what recovery read:
+    ``read``), the counterfactuals planned, judged, and the cause rewritten."""
     ver = verify.prepare(rec, [index], [g])   # type: ignore[arg-type]
+    ver.traced({sid: dataclasses.replace(judge([st])[sid], read=read) for sid, st in ver.targets.items()})
+    verify.plan(ver, rec, [index], [g])      # type: ignore[arg-type]
     ver.record(judge(ver.states), 0.5)
     cause.explain_groups(rec, index, [g])      # type: ignore[arg-type]
     ver.apply(rec, index, [g])                 # type: ignore[arg-type]
@@ -86,12 +97,15 @@ def run(rec: Rec, index: Any, g: Group, judge: Callable[[list[CrashState]], dict
 def test_the_rule_whose_counterfactual_passes_is_verified(setup) -> None:
     rec, index, g = setup()
     ver = run(rec, index, g, judged(lambda s: kept(s, 7)))        # wal's write (entry 7) makes it pass
-    assert [s.id for s in ver.states] == ["what-if@11/a6/d8"]     # wal's data + metadata, not idx's second write
+    # wal's data + metadata, not idx's second write; and the kill-equivalent: the whole log (ack:2 is the first
+    # mark at or after the cut where the program had synced everything it wrote)
+    assert [s.id for s in ver.states] == ["what-if@11/a6/d8", KILL]
     assert g.why["rule"] == causes.NO_FSYNC and g.why["subject"] == "/wal"
     assert g.why["proof"].startswith("verified: with /wal's data and the filesystem's metadata as logged up to its "
                                      "next fsync") and g.why["proof"].endswith("this state passes")
-    assert ver.stats.to_json() | {"seconds": 0} == {"groups": 1, "states": 1, "seconds": 0, "verified": 1,
-                                                   "replaced": 0, "unproven": 0, "untried": 0}
+    assert ver.stats.to_json() | {"seconds": 0} == {"groups": 1, "states": 2, "seconds": 0, "verified": 1,
+                                                   "replaced": 0, "recovery": 0, "unproven": 0, "untried": 0}
+    assert g.why["proven"] is True and not any("process kill" in o for o in g.why["others"])
     assert any(line.startswith("  proof: verified") for line in cause.group_lines("group 1", g.to_json() | {"why": g.why}))
 
 
@@ -106,28 +120,105 @@ def test_a_true_rule_that_is_not_why_gives_way_to_the_next(setup) -> None:
     assert ver.stats.replaced == 1 and ver.stats.verified == 0
 
 
-def test_no_counterfactual_passing_keeps_the_first_rule_not_proven(setup) -> None:
+def test_no_counterfactual_passing_says_not_proven_first(setup) -> None:
     rec, index, g = setup(idx_synced=False)
-    ver = run(rec, index, g, judged(lambda s: False))
+    ver = run(rec, index, g, judged(lambda s: s.id == KILL))     # only the kill-equivalent state passes
     assert g.why["rule"] == causes.NO_FSYNC and g.why["subject"] == "/wal" and not g.why.get("refuted")
     assert g.why["proof"].startswith("not proven: no-fsync (/wal): with /wal's data")
     assert "; no-fsync (/idx): with /idx's data" in g.why["proof"] and "still fails" in g.why["proof"]
-    assert ver.stats.unproven == 1
+    assert "a process kill passes (every write durable at mark ack:2 (trace line" in g.why["proof"]
+    assert g.why["proven"] is False
+    assert g.why["sentence"].startswith("cause not proven; candidates: no-fsync (/wal), no-fsync (/idx); the trace "
+                                        "shows: ack:1 was given after changing /wal")
+    head = cause.group_lines("group 1", g.to_json() | {"why": g.why})[0]
+    assert head.startswith("group 1: lost-ack x 1: cause not proven; candidates: no-fsync (/wal)")
+    assert ver.stats.unproven == 1 and ver.stats.recovery == 0
+
+
+def test_a_kill_equivalent_state_that_fails_too_is_a_recovery_bug(setup) -> None:
+    rec, index, g = setup(idx_synced=False)
+    ver = run(rec, index, g, judged(lambda s: False))             # the kill-equivalent state fails as well
+    assert g.why["rule"] == causes.RECOVERY and g.why["subject"] == "" and g.why["proven"] is True
+    assert g.why["sentence"].startswith("the program's recovery fails on a state it made itself: with every write "
+                                        "durable at mark ack:2 (trace line")
+    assert f"({KILL}) -- what a process kill there leaves -- it fails too (lost-ack: acked key 1 is lost)" \
+        in g.why["sentence"]
+    assert g.why["proof"].startswith("verified: a process kill fails too (every write durable at mark ack:2")
+    assert [r.split(":")[0] for r in g.why["refuted"]] == ["no-fsync (/wal)", "no-fsync (/idx)"]
+    assert g.why["others"][0].startswith("no-fsync: ack:1 was given after changing /wal")   # what the trace showed
+    assert ver.stats.recovery == 1 and ver.stats.unproven == 0
+
+
+def test_a_verified_rule_keeps_its_place_and_a_failing_kill_is_said_after_it(setup) -> None:
+    rec, index, g = setup()
+    run(rec, index, g, judged(lambda s: s.id != KILL and kept(s, 7)))
+    assert g.why["rule"] == causes.NO_FSYNC and g.why["proof"].startswith("verified: with /wal's data")
+    assert g.why["others"][0].startswith("a process kill fails too (every write durable at mark ack:2")
+    assert g.why["others"][0].endswith("the program's recovery also fails on a state it made itself")
 
 
 def test_a_counterfactual_not_judged_leaves_the_cause_not_proven(setup) -> None:
     rec, index, g = setup()
     ver = verify.prepare(rec, [index], [g])   # type: ignore[arg-type]
+    verify.plan(ver, rec, [index], [g])      # type: ignore[arg-type]
     ver.record({}, 0.0)
     cause.explain_groups(rec, index, [g])      # type: ignore[arg-type]
     ver.apply(rec, index, [g])                 # type: ignore[arg-type]
     assert g.why["rule"] == causes.NO_FSYNC and g.why["proof"].startswith("not proven: no-fsync (/wal): its")
+    assert g.why["proof"].endswith(f"the kill-equivalent state {KILL} was not judged")
+    assert g.why["sentence"].startswith("cause not proven; candidates: no-fsync (/wal); the trace shows: ack:1")
 
 
 def test_without_a_file_map_or_on_a_cluster_the_proof_says_why_not(setup) -> None:
     rec, index, g = setup(file_map=False)
     ver = run(rec, index, g, judged(lambda s: True))
-    assert not ver.states and g.why["proof"].startswith("not proven: the recording has no file map")
+    assert [s.id for s in ver.states] == [KILL]     # no rule's writes can be told apart: only the kill-equivalent
+    assert g.why["proof"].startswith("not proven: the recording has no file map")
+    assert g.why["proof"].endswith(f"; a process kill passes (every write durable at mark ack:2 (trace line 13, "
+                                   f"log entry #11), the first point at or after the cut where the program had synced "
+                                   f"everything it wrote: {KILL})")
+    assert g.why["sentence"].startswith("cause not proven; the trace shows: ack:1")
     rec2, _, g2 = setup()
     ver2 = verify.prepare(rec2, [index, index], [g2])   # type: ignore[arg-type]
     assert not ver2.states and "a cluster's causes" in ver2.skipped[g2.first.state]
+
+
+def test_a_file_no_log_write_is_of_is_not_provable_not_refuted(setup) -> None:
+    """The map has no blocks of /wal (the program truncated or removed it: a mapping's stores dropped
+    that way never reach the disk): its what-if still failing proves nothing, and the next rule's
+    passing counterfactual is the cause with /wal's listed as not tried, not as "not why"."""
+    rec, index, g = setup(idx_synced=False, files={"idx": [[200, 16]]})
+    ver = run(rec, index, g, judged(lambda s: s.id == KILL))
+    assert g.why["subject"] == "/wal" and ver.stats.unproven == 1
+    assert g.why["proof"].startswith("not proven: no-fsync (/wal): not provable from this recording: no write in "
+                                     "the log is /wal's (the file map at the end has no blocks of it")
+    assert "; no-fsync (/idx): with /idx's data" in g.why["proof"] and "still fails" in g.why["proof"]
+    rec, index, g = setup(idx_synced=False, files={"idx": [[200, 16]]})
+    run(rec, index, g, judged(lambda s: kept(s, 8)))              # idx's write makes it pass
+    assert g.why["subject"] == "/idx" and g.why["proof"].startswith("verified: with /idx's data")
+    assert not g.why["refuted"] and "no-fsync (/wal) could not be tried: not provable" in g.why["proof"]
+
+
+def test_what_recovery_read_ranks_the_rules_and_is_said(setup) -> None:
+    """Recovery read idx alone (empty): the rule about idx is tried first, the one about wal is
+    said to be about a file recovery never read, and the cause says what recovery read."""
+    rec, index, g = setup(idx_synced=False)
+    ver = run(rec, index, g, judged(lambda s: kept(s, 8)), read=(ReadFile("idx", 0, 0),))
+    assert [t.label for t in ver.tried[g.first.state]] == ["no-fsync (/idx)",
+                                                            "no-fsync (/wal, which recovery never read)"]
+    assert g.why["subject"] == "/idx" and g.why["proof"].startswith("verified: with /idx's data")
+    assert g.why["read"] == "recovery read idx (0 of 100 bytes present), then stopped"
+    assert "no-fsync (/wal, which recovery never read)" in g.why["others"]
+    assert "  recovery read idx (0 of 100 bytes present), then stopped" in cause.group_lines(
+        "group 1", g.to_json() | {"why": g.why})
+
+
+def test_every_rule_about_a_file_recovery_read_is_tried_then_the_others_to_the_limit() -> None:
+    def f(subject: str) -> Any:
+        return no_fsync.Unsynced(subject, Op(0, 1, 1, 1.0, "mark", text="ack:1"), ())
+
+    found = [f("/a"), f("/"), f("/b"), f("/c"), f("/d"), f("/e, /f")]
+    assert [x.subject for x in verify.ranked(found, (), 4)] == ["/a", "/", "/b", "/c"]   # not traced: as found
+    assert [x.subject for x in verify.ranked(found, ("d", "b"), 4)] == ["/d", "/b", "/", "/e, /f"]
+    many = ("a", "b", "c", "d", "x")
+    assert [x.subject for x in verify.ranked(found, many, 2)] == ["/a", "/b", "/c", "/d"]   # all read ones, still
