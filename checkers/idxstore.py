@@ -1,7 +1,8 @@
-"""Checker for idxstore: recovery as the store does it -- read ``store.idx`` alone, then each record
-it points to in ``store.dat``.  Pure apart from reading the two files.
+"""Checker for idxstore: recovery as the store does it -- read the index alone (``store.idx``; or,
+where ``CURRENT`` exists, the index file it names), then each record it points to in ``store.dat``.
+Pure apart from reading the files.
 
-* lost-ack -- ``store.idx`` is missing, empty or not the index (the store finds no record), or an
+* lost-ack -- the index is missing, empty or not the index (the store finds no record), or an
   acked record is not in it, or its bytes in ``store.dat`` are not there (zeros, or the file ends);
 * corrupt-data -- an index entry points at bytes that are neither its record nor zeros, or names
   a key never begun;
@@ -38,23 +39,25 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def judge(index: bytes | None, data: bytes, acked: list[int], begun: list[int], seed: int, size: int) -> CheckResult:
+def judge(index: bytes | None, data: bytes, acked: list[int], begun: list[int], seed: int, size: int,
+          name: str = "store.idx") -> CheckResult:
+    """The verdict on the index read from ``name`` (None: missing) and the data file's bytes."""
     if index is None or not index.strip(b"\0 \n"):
         what = "missing" if index is None else f"empty ({len(index)} bytes)"
         if acked:
-            return CheckResult("lost-ack", (f"store.idx is {what}: the store finds no record, but {len(acked)} "
+            return CheckResult("lost-ack", (f"{name} is {what}: the store finds no record, but {len(acked)} "
                                             f"were acked (first: {acked[0]})",))
-        return CheckResult("pass", (f"store.idx is {what} and nothing was acked",))
+        return CheckResult("pass", (f"{name} is {what} and nothing was acked",))
     try:
         entries = {int(k): (int(off), int(n)) for k, off, n in json.loads(index)["records"]}
     except (ValueError, KeyError, TypeError) as e:
-        return CheckResult("lost-ack" if acked else "pass", (f"store.idx is not the index ({e}): the store finds no "
+        return CheckResult("lost-ack" if acked else "pass", (f"{name} is not the index ({e}): the store finds no "
                                                             f"record; {len(acked)} were acked",))
-    bad = [f"store.idx names record {k}, never begun" for k in entries if k not in acked and k not in begun]
+    bad = [f"{name} names record {k}, never begun" for k in entries if k not in acked and k not in begun]
     lost = []
     for k in acked:
         if k not in entries:
-            lost.append(f"acked record {k} is not in store.idx")
+            lost.append(f"acked record {k} is not in {name}")
             continue
         off, n = entries[k]
         got = data[off:off + n]
@@ -68,14 +71,25 @@ def judge(index: bytes | None, data: bytes, acked: list[int], begun: list[int], 
         return CheckResult("corrupt-data", tuple(bad[:8]))
     if lost:
         return CheckResult("lost-ack", (lost[0] + (f"; {len(lost) - 1} more" if len(lost) > 1 else ""),))
-    return CheckResult("pass", (f"{len(acked)} acked records found through store.idx",))
+    return CheckResult("pass", (f"{len(acked)} acked records found through {name}",))
+
+
+def index_name(current: bytes | None) -> str:
+    """The index file recovery reads: the one ``CURRENT`` names (its first line), else ``store.idx``."""
+    if current is None:
+        return "store.idx"
+    name = current.split(b"\n", 1)[0].strip(b"\0 ").decode(errors="replace")
+    return name if name and "/" not in name else "CURRENT's index (CURRENT names none)"
 
 
 def check(inp: CheckInput) -> CheckResult:
     p = {k: inp.params.get(k, v) for k, v in DEFAULTS.items()}
     data = _read(os.path.join(inp.mount, "store.dat")) or b""
-    return judge(_read(os.path.join(inp.mount, "store.idx")), data, sorted(int(k) for k in inp.acked),
-                 sorted(int(k) for k in inp.begun), int(p["seed"]), int(p["size"]))
+    name = index_name(_read(os.path.join(inp.mount, "CURRENT")))
+    index = _read(os.path.join(inp.mount, name)) if "/" not in name and " " not in name else None
+    return judge(index, data, sorted(int(k) for k in inp.acked), sorted(int(k) for k in inp.begun), int(p["seed"]),
+                 int(p["size"]), name)
 
 
-CHECKER = Checker(name="idxstore", description="every acked record found through store.idx, intact", check=check)
+CHECKER = Checker(name="idxstore", check=check,
+                  description="every acked record found through the index (store.idx, or the one CURRENT names), intact")

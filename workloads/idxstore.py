@@ -13,7 +13,13 @@ old one:
   commits the journal with the rename and the new, still empty index before its contents, so a
   crash between the two fsyncs leaves an empty index although every earlier commit was acked;
 * ``truncate`` (the same bug by truncation): open ``store.idx`` with O_TRUNC and rewrite it, fsync
-  the data file, then the index.
+  the data file, then the index;
+* ``current`` (correct, LevelDB's way): write the new index to a file of its own, ``index-<i>``,
+  fsync it and the data file, then write ``CURRENT.tmp`` naming it, fsync that, rename it over
+  ``CURRENT`` and fsync the directory, then ack -- recovery reads ``CURRENT``, then the index it names;
+* ``current-first`` (the bug, *pointer before data*): the same, but the new index is fsynced only
+  after ``CURRENT`` names it and the directory's fsync made that durable -- a crash between leaves
+  ``CURRENT`` naming an index whose contents never reached the disk.
 
 Record i: ``PCIX`` | i u32 | length u32 | crc32 u32 | ``size`` payload bytes from (seed, i)."""
 from __future__ import annotations
@@ -51,6 +57,23 @@ def _fsync_dir() -> None:
         os.close(d)
 
 
+def _publish(name: str, index: bytes, dat: int, data_first: bool) -> None:
+    """The index written to ``name`` and ``CURRENT`` made to name it (renamed into place, the directory
+    fsynced); the index fsynced before that (``data_first``) or only after (the bug)."""
+    fd = _write_all(name, index, os.O_CREAT | os.O_TRUNC)
+    os.fsync(dat)
+    if data_first:
+        os.fsync(fd)
+    cur = _write_all("CURRENT.tmp", f"{name}\n".encode(), os.O_CREAT | os.O_TRUNC)
+    os.fsync(cur)
+    os.close(cur)
+    os.rename("CURRENT.tmp", "CURRENT")
+    _fsync_dir()
+    if not data_first:
+        os.fsync(fd)
+    os.close(fd)
+
+
 def main(params: dict[str, Any]) -> int:
     n, size, seed, how = params["n"], params["size"], params["seed"], params["replace"]
     dat = os.open("store.dat", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -65,6 +88,10 @@ def main(params: dict[str, Any]) -> int:
             entries.append([i, offset, len(rec)])
             offset += len(rec)
             index = json.dumps({"records": entries}).encode()
+            if how in ("current", "current-first"):
+                _publish(f"index-{i:06d}", index, dat, data_first=how == "current")
+                powercut.ack(i)
+                continue
             if how == "tmp-rename":
                 fd = _write_all("store.idx.tmp", index, os.O_CREAT | os.O_TRUNC)
                 os.fsync(fd)
@@ -87,9 +114,10 @@ def main(params: dict[str, Any]) -> int:
 WORKLOAD = Workload(
     name="idxstore",
     description="a data file and an index recovery reads alone; replace=rename-away|truncate rewrites the index "
-                "in place, a sync of the data file first",
+                "in place, a sync of the data file first; replace=current-first names a new index in CURRENT "
+                "before the index is synced",
     main=main,
     defaults={"n": 8, "size": 300, "seed": 0, "replace": "tmp-rename"},
-    choices={"replace": ("tmp-rename", "rename-away", "truncate")},
+    choices={"replace": ("tmp-rename", "rename-away", "truncate", "current", "current-first")},
     minimum={"n": 1, "size": 1},
 )

@@ -1,8 +1,10 @@
-"""Causes proven by counterfactual, end to end (debug/verify.py): a recording of idxstore with its
-index renamed away and rewritten (the data file's fsync first) is checked in a checker VM; the
-failure's cause is replaced-in-place, proven by its what-if state judged in that VM (the index's
-data made durable: it passes); the correct store has nothing to prove.  The rules are in
-tests/unit/core, the choice between them in tests/unit/debug/test_verify.py."""
+"""Causes proven by counterfactual, end to end (debug/verify.py): a recording of idxstore whose
+CURRENT names a new index before the index is synced (LevelDB's pointer before data) is checked in
+a checker VM; the failure's cause is pointer-before-data, proven by its what-if state judged in
+that VM (the index's data made durable: it passes), and the state's kill-equivalent passes (no
+recovery bug); the store that syncs the index first has nothing to prove.  The rules are in
+tests/unit/core (replaced-in-place end to end: the nightly matrix's idxstore rows), the choice
+between them in tests/unit/debug/test_verify.py."""
 from __future__ import annotations
 
 import json
@@ -18,8 +20,8 @@ from powercut.record.vm import RecordSpec, record
 pytestmark = pytest.mark.vm
 
 
-@pytest.mark.parametrize("replace, rc", [("rename-away", 3), ("tmp-rename", 0)])
-def test_a_replaced_index_is_the_proven_cause(tmp_path: Path, replace: str, rc: int) -> None:
+@pytest.mark.parametrize("replace, rc", [("current-first", 3), ("current", 0)])
+def test_a_pointer_before_its_data_is_the_proven_cause(tmp_path: Path, replace: str, rc: int) -> None:
     rec = tmp_path / "rec"
     record(RecordSpec(fs=FsSpec(fstype="ext4"), workload=WorkloadSpec(
         name="idxstore", params={"n": 4, "replace": replace})), rec)
@@ -32,7 +34,10 @@ def test_a_replaced_index_is_the_proven_cause(tmp_path: Path, replace: str, rc: 
         assert summary["cause_proofs"] == {} and not summary["groups"]
         return
     why = summary["groups"][0]["why"]
-    assert why["rule"] == "replaced-in-place" and why["subject"] == "/store.idx"
-    assert why["proof"].startswith("verified: with /store.idx's data") and "what-if@" in why["proof"]
-    assert summary["cause_proofs"]["verified"] + summary["cause_proofs"]["replaced"] >= 1
+    assert why["rule"] == "pointer-before-data" and why["subject"].startswith("/index-")
+    assert "made /CURRENT durable -- renamed it into place" in why["sentence"] and why["proven"] is True
+    assert why["proof"].startswith(f"verified: with {why['subject']}'s data") and "what-if@" in why["proof"]
+    assert not any("process kill fails" in o for o in why["others"])   # its kill-equivalent passes
+    proofs = summary["cause_proofs"]
+    assert proofs["verified"] + proofs["replaced"] >= 1 and proofs["recovery"] == 0 and proofs["unproven"] == 0
     assert "proof: verified" in p.stdout

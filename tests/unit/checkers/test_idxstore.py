@@ -28,12 +28,26 @@ def ran(workload_run):
     return lambda **params: workload_run(workload, n=N, size=SIZE, **params)
 
 
-@pytest.mark.parametrize("replace", ["tmp-rename", "rename-away", "truncate"])
+@pytest.mark.parametrize("replace", ["tmp-rename", "rename-away", "truncate", "current", "current-first"])
 def test_every_way_of_replacing_the_index_leaves_a_store_that_passes(ran, tmp_path: Path, replace: str) -> None:
     assert ran(replace=replace) == [m for i in range(N) for m in (f"begin:{i}", f"ack:{i}")]
-    assert verdict(tmp_path, list(range(N)))[0] == "pass"
+    v, reasons = verdict(tmp_path, list(range(N)))
+    assert v == "pass"
     assert (tmp_path / "store.bak").exists() == (replace == "rename-away")
-    assert not (tmp_path / "store.idx.tmp").exists()
+    assert not (tmp_path / "store.idx.tmp").exists() and not (tmp_path / "CURRENT.tmp").exists()
+    if replace.startswith("current"):
+        assert (tmp_path / "CURRENT").read_text() == f"index-{N - 1:06d}\n" and not (tmp_path / "store.idx").exists()
+        assert reasons == (f"{N} acked records found through index-{N - 1:06d}",)
+
+
+def test_current_naming_an_index_whose_bytes_are_gone_loses_the_acked_records(ran, tmp_path: Path) -> None:
+    ran(replace="current-first")
+    (tmp_path / f"index-{N - 1:06d}").write_bytes(b"")      # CURRENT durable before the index it names
+    v, reasons = verdict(tmp_path, list(range(N - 1)), [N - 1])
+    assert v == "lost-ack" and reasons[0].startswith(f"index-{N - 1:06d} is empty (0 bytes): the store finds no")
+    (tmp_path / "CURRENT").write_text("../escape\n")
+    assert verdict(tmp_path, [0])[1][0].startswith("CURRENT's index (CURRENT names none) is missing")
+    assert checker.index_name(None) == "store.idx" and checker.index_name(b"index-000002\n") == "index-000002"
 
 
 def test_the_checker_rebuilds_records_as_the_workload_writes_them() -> None:
