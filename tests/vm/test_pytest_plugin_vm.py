@@ -41,7 +41,7 @@ def test_kvstore_without_fsync_fails(crashtest):
 
 # host: ~60 s, nightly; the fast suite runs the README's example where a user's runs it by default (checker
 # VMs), and the plugin in host mode in test_action_vm and test_fault_plan_vm
-@pytest.mark.parametrize("check_in", [pytest.param("host", marks=pytest.mark.nightly), "vm"])
+@pytest.mark.parametrize("check_in", ["host", pytest.param("vm", marks=pytest.mark.nightly)])
 def test_readme_example_correct_passes_broken_is_caught(project: pytest.Pytester, check_in: str) -> None:
     if check_in == "host":
         import os
