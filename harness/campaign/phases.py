@@ -137,8 +137,9 @@ class CampaignRun:
         got: dict[str, Verdict] = {}
         traced = dataclasses.replace(self.ctx, trace_reads=True)   # what recovery read in each group's state
         try:
+            # its own directory: VMs booted there stay warm while the counterfactuals' boot in verify/
             self.place.judge(traced, self.src, self.logs, list(self.proofs.targets.values()),
-                             lambda v: got.__setitem__(v.state, v), self.outdir / "verify", jobs=self.spec.workers())
+                             lambda v: got.__setitem__(v.state, v), self.outdir / "read", jobs=self.spec.workers())
             self.proofs.traced(got)
             verify.plan(self.proofs, self.rec, self.logs, groups)
             got.clear()

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.vm
 def test_a_pointer_before_its_data_is_the_proven_cause(tmp_path: Path, replace: str, rc: int) -> None:
     rec = tmp_path / "rec"
     record(RecordSpec(fs=FsSpec(fstype="ext4"), workload=WorkloadSpec(
-        name="idxstore", params={"n": 4, "replace": replace})), rec)
+        name="idxstore", params={"n": 2, "replace": replace})), rec)
     out = tmp_path / "check"
     p = subprocess.run([sys.executable, "-m", "powercut.cli", "check", str(rec), "--model", "flush", "-o", str(out)],
                        capture_output=True, text=True, timeout=1200)
