@@ -67,6 +67,13 @@ class PlanInput:
         files = frozenset({subject.lstrip("/")}) if data else frozenset()
         return Plan(rule, subject, files, max(until, self.cut), sync, bound)
 
+    def up_to_next_sync(self, rule: str, subject: str, after: Op, *, directory: bool = False) -> Plan:
+        """The plan of a rule about one file (a ``directory``: its names, no file's data) whose
+        missing writes its next sync after the call ``after`` made durable (the end of the log when
+        none came): what a sync in time would have made durable, at the latest."""
+        sync = next_sync(self.trace, after, self.path(subject), directory)
+        return self.file_plan(rule, subject, sync, data=not directory)
+
 
 def next_sync(trace: Trace, after: Op, path: str, directory: bool) -> Op | None:
     """The first successful call after ``after`` that makes ``path``'s changes durable."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from powercut.core.rules.base import Plan, PlanInput, Rule, next_sync
+from powercut.core.rules.base import Plan, PlanInput, Rule
 from powercut.core.syscalls import Op
 from powercut.core.tracefacts import AtAck, rel
 
@@ -40,7 +40,7 @@ def sentence(f: UnsyncedNames) -> str:
 
 
 def plan(f: UnsyncedNames, inp: PlanInput) -> Plan | None:
-    return inp.file_plan(ID, f.subject, next_sync(inp.trace, f.ack, inp.path(f.subject), True), data=False)
+    return inp.up_to_next_sync(ID, f.subject, f.ack, directory=True)
 
 
 RULE = Rule(ID, "ack", UnsyncedNames, check, sentence, plan,

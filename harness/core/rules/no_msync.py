@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from powercut.core.rules.base import Plan, PlanInput, Rule, next_sync
+from powercut.core.rules.base import Plan, PlanInput, Rule
 from powercut.core.syscalls import Op
 from powercut.core.tracefacts import AtAck, rel
 
@@ -45,7 +45,7 @@ def sentence(f: UnsyncedMapping) -> str:
 
 
 def plan(f: UnsyncedMapping, inp: PlanInput) -> Plan | None:
-    return inp.file_plan(ID, f.subject, next_sync(inp.trace, f.ack, inp.path(f.subject), False))
+    return inp.up_to_next_sync(ID, f.subject, f.ack)
 
 
 RULE = Rule(ID, "ack", UnsyncedMapping, check, sentence, plan,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from powercut.core import syscalls as sc
-from powercut.core.rules.base import Plan, PlanInput, Rule, next_sync
+from powercut.core.rules.base import Plan, PlanInput, Rule
 from powercut.core.syscalls import Op
 from powercut.core.tracefacts import InFlight, rel
 
@@ -111,7 +111,7 @@ def sentence(f: PointerBeforeData) -> str:
 
 
 def plan(f: PointerBeforeData, inp: PlanInput) -> Plan | None:
-    return inp.file_plan(ID, f.subject, next_sync(inp.trace, f.publish, inp.path(f.subject), False))
+    return inp.up_to_next_sync(ID, f.subject, f.publish)
 
 
 RULE = Rule(ID, "cut", PointerBeforeData, check, sentence, plan,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from powercut.core import syscalls as sc
-from powercut.core.rules.base import Plan, PlanInput, Rule, next_sync
+from powercut.core.rules.base import Plan, PlanInput, Rule
 from powercut.core.syscalls import Op
 from powercut.core.tracefacts import AtAck, rel
 
@@ -47,7 +47,7 @@ def sentence(f: RenameBeforeSync) -> str:
 
 
 def plan(f: RenameBeforeSync, inp: PlanInput) -> Plan | None:
-    return inp.file_plan(ID, f.subject, next_sync(inp.trace, f.ack, inp.path(f.subject), False))
+    return inp.up_to_next_sync(ID, f.subject, f.ack)
 
 
 RULE = Rule(ID, "ack", RenameBeforeSync, check, sentence, plan,

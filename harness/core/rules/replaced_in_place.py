@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from powercut.core import syscalls as sc
-from powercut.core.rules.base import Plan, PlanInput, Rule, next_sync
+from powercut.core.rules.base import Plan, PlanInput, Rule
 from powercut.core.syscalls import Op
 from powercut.core.tracefacts import BARRIERS, InFlight, rel
 
@@ -100,7 +100,7 @@ def sentence(f: ReplacedInPlace) -> str:
 
 
 def plan(f: ReplacedInPlace, inp: PlanInput) -> Plan | None:
-    return inp.file_plan(ID, f.subject, next_sync(inp.trace, f.barrier, inp.path(f.subject), False))
+    return inp.up_to_next_sync(ID, f.subject, f.barrier)
 
 
 RULE = Rule(ID, "cut", ReplacedInPlace, check, sentence, plan,
