@@ -315,7 +315,7 @@ def _campaign(rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec
                             anatomy=_anatomy(rec, logs[0]) if len(logs) == 1 else {}, trace_note=cause.trace_note(rec),
                             disk_latency=disk_latency_of(rec.manifest), nodes=len(logs),
                             delay_sync=tuple(rec.workload.get("delay_sync") or ()),
-                            proofs=run.proofs.stats.to_json() if run.proofs.tried or run.proofs.skipped else {},
+                            proofs=run.proofs.stats.to_json() if run.proofs.checked else {},
                             doubts=unordered_acks(logs[0]) if len(logs) == 1 else ())
         paths = write_outputs(summary, verdicts, outdir)
         paths["html"] = html.write(summary, outdir, verdicts, logs)

@@ -134,6 +134,18 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
         print(f"report: {paths['html']}")
 
 
+def proofs_words(proofs: dict[str, Any]) -> str:
+    """How the groups' causes were proven, after the groups' count ("" when none was checked)."""
+    if not proofs or not proofs.get("groups"):
+        return ""
+    parts = [f"{proofs.get('verified', 0) + proofs.get('replaced', 0)} proven by counterfactual"]
+    if proofs.get("recovery"):
+        parts.append(f"{proofs['recovery']} a recovery bug (a process kill fails too)")
+    if proofs.get("unproven"):
+        parts.append(f"{proofs['unproven']} not proven")
+    return "; causes: " + ", ".join(parts)
+
+
 def _print_groups(summary: Any) -> None:
     """Failures grouped by cause, each with its confirmation, minimized state, blame and repro."""
     from powercut.debug.cause import group_lines
@@ -142,7 +154,7 @@ def _print_groups(summary: Any) -> None:
     if not summary.groups:
         return
     print(f"{len(summary.failures)} failing states in {len(summary.groups)} group(s) by cause"
-          f" (triage {summary.triage_s:.1f} s):")
+          f" (triage {summary.triage_s:.1f} s){proofs_words(summary.proofs)}:")
     for k, g in enumerate(summary.groups, 1):
         print("\n".join(group_lines(f"GROUP {k}", g)))   # the cause in the program's terms leads
         conf = group_confirmation(g)

@@ -168,6 +168,11 @@ class Verification:
     skipped: dict[str, str] = field(default_factory=dict)   # state id -> why its cause is not checked
     stats: Stats = field(default_factory=Stats)
 
+    @property
+    def checked(self) -> bool:
+        """Whether any group's cause was put to a proof, or said why not."""
+        return bool(self.tried or self.kills or self.skipped)
+
     def traced(self, verdicts: dict[str, Verdict]) -> None:
         """What recovery read in each group's state, from its judge traced (CheckContext.trace_reads)."""
         for sid in self.targets:
