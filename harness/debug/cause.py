@@ -223,7 +223,8 @@ def group_lines(label: str, g: dict[str, Any], evidence: int = 4) -> list[str]:
     if not why:
         return [f"{head}: {blocks}"]
     c = causes.Cause.from_json(why)
-    out = [f"{head}: {c.sentence} [{c.rule}]"]
+    unproven = ", not proven" if why.get("proven") is False else ""
+    out = [f"{head}: {c.sentence} [{c.rule}{unproven}]"]
     out += [f"  | {e}" for e in c.evidence[-evidence:]]
     out += [f"  {c.read}"] if c.read else []
     out += [f"  proof: {c.proof}"] if c.proof else []

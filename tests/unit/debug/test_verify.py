@@ -132,6 +132,7 @@ def test_no_counterfactual_passing_says_not_proven_first(setup) -> None:
                                         "shows: ack:1 was given after changing /wal")
     head = cause.group_lines("group 1", g.to_json() | {"why": g.why})[0]
     assert head.startswith("group 1: lost-ack x 1: cause not proven; candidates: no-fsync (/wal)")
+    assert head.endswith("[no-fsync, not proven]")
     assert ver.stats.unproven == 1 and ver.stats.recovery == 0
 
 
