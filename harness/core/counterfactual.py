@@ -10,9 +10,10 @@ flight); here it is made a state: ``what_if`` adds exactly the plan's writes to 
 the cut durable, nothing after -- what a process kill at that point leaves.
 
 Which file a data write belongs to comes from the recording's file map (each file's sectors at the
-end of the recording, guest/filemap.py); a write of no mapped file is metadata.  A file whose
-blocks were freed before the end (deleted, truncated) is not mapped: its writes count as metadata,
-which may make a counterfactual pass that should not -- said in docs/checking.md."""
+end of the recording, guest/filemap.py), but for the writes the diagnosis blamed on the image of
+the state's cut (``as_blamed``); a write of no mapped file is metadata.  A file whose blocks were
+freed before the end (deleted, truncated) and that blame did not map keeps its writes as
+metadata, which may make a counterfactual pass that should not -- said in docs/checking.md."""
 from __future__ import annotations
 
 import bisect
@@ -29,7 +30,7 @@ from powercut.core.rules.base import Plan
 from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import Pending
 
-__all__ = ["Kill", "kill_equivalent", "kill_point", "owners", "unlogged", "what_if", "written_back"]
+__all__ = ["Kill", "as_blamed", "kill_equivalent", "kill_point", "owners", "unlogged", "what_if", "written_back"]
 
 
 def owners(entries: Sequence[Entry], files: Mapping[str, Sequence[Sequence[int]]], log_sector: int,
@@ -66,6 +67,24 @@ def what_if(sp: SpaceTables, failing: CrashState, owned: Sequence[str | None], p
         return None
     made = kept | set(add)
     return WHAT_IF.make(sp, p.until, failing.cut, [i for i in range(p.until) if data[i] and i not in made])
+
+
+def as_blamed(owned: Sequence[str | None], culprits: Sequence[Mapping[str, object]]) -> tuple[str | None, ...]:
+    """``owned`` (``owners``: the file map at the end of the recording) with the writes the
+    diagnosis blamed (debug/blame.py: each write mapped on the image of the state's cut) owned as
+    blame found them then: a data block of one file is that file's -- a file deleted, truncated or
+    renamed away after the cut keeps its writes --, a directory block or the journal no file's.
+    A write blame could not map, or mapped to several files, keeps its owner from the map."""
+    out = list(owned)
+    for c in culprits:
+        entry, what, path = c.get("entry"), str(c.get("what", "")), str(c.get("path", ""))
+        if not isinstance(entry, int) or not 0 <= entry < len(out):
+            continue
+        if what == "data block" and path.startswith("/") and "," not in path:
+            out[entry] = path.lstrip("/")
+        elif what in ("directory block", "journal", "inode table"):
+            out[entry] = None
+    return tuple(out)
 
 
 def unlogged(owned: Sequence[str | None], p: Plan) -> frozenset[str]:

@@ -305,6 +305,7 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
         reasons = list((g.diagnosis or {}).get("minimized_reasons") or g.first.reasons)
         found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn],
                                   limit=None)
+        mine = cf.as_blamed(owned, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed
         read = read_paths(ver.reads.get(sid, ()))
         inp = PlanInput(trace, aligned, ROOT, st.cut, len(index.entries))
         tried = []
@@ -314,7 +315,7 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
             if p is None:
                 tried.append(Tried(f, p, None, unread=unread))
                 continue
-            tried.append(Tried(f, p, cf.what_if(sp, st, owned, p), unlogged=cf.unlogged(owned, p), unread=unread))
+            tried.append(Tried(f, p, cf.what_if(sp, st, mine, p), unlogged=cf.unlogged(mine, p), unread=unread))
         ver.tried[sid] = tried
 
 

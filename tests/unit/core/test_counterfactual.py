@@ -163,3 +163,16 @@ def test_a_log_ending_with_the_teardown_mark_has_the_page_cache_written_back(tmp
     ended = build_log(tmp_path / "a.bin", [("m", "mkfs"), ("w", 100, 1, 0, 1), ("m", "dm-log-writes-end")])
     cut = build_log(tmp_path / "b.bin", [("m", "mkfs"), ("w", 100, 1, 0, 1)])
     assert cf.written_back(ended.entries) and not cf.written_back(cut.entries) and not cf.written_back(())
+
+
+def test_a_blamed_write_is_owned_as_blame_found_it_at_the_cut(sp) -> None:
+    owned = cf.owners(sp.entries, {"idx": [[200, 16]]}, 512)         # wal deleted before the end: not mapped
+    n = len(owned)
+    blamed = cf.as_blamed(owned, [{"entry": 1, "what": "data block", "path": "/wal"},
+                                  {"entry": 3, "what": "journal", "path": ""},
+                                  {"entry": 2, "what": "data block", "path": "/a, /b"},   # several: kept
+                                  {"entry": n + 5, "what": "data block", "path": "/x"},   # no such entry
+                                  {"entry": "7", "what": "data block", "path": "/x"}])    # not an entry
+    assert blamed[1] == "wal" and blamed[3] is None and blamed[2] == owned[2]
+    assert blamed[:1] + blamed[4:] == owned[:1] + owned[4:] and len(blamed) == n
+    assert cf.unlogged(blamed, Plan(causes.NO_FSYNC, "/wal", frozenset({"wal"}), 12)) == frozenset()

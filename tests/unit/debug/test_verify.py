@@ -55,8 +55,8 @@ def trace(idx_synced: bool) -> T:
 def setup(tmp_path: Path) -> Callable[..., tuple[Rec, Any, Group]]:
     index = build_log(tmp_path / "log.bin", OPS)
 
-    def make(idx_synced: bool = True, file_map: bool = True,
-             files: dict[str, Any] | None = None) -> tuple[Rec, Any, Group]:
+    def make(idx_synced: bool = True, file_map: bool = True, files: dict[str, Any] | None = None,
+             culprits: tuple[dict[str, Any], ...] = ()) -> tuple[Rec, Any, Group]:
         t = trace(idx_synced)
         path = tmp_path / f"syscalls-{idx_synced}.txt.gz"
         with gzip.open(path, "wt") as f:
@@ -65,7 +65,7 @@ def setup(tmp_path: Path) -> Callable[..., tuple[Rec, Any, Group]]:
         fm.write_text(json.dumps({"files": FILES if files is None else files, "sector_bytes": 512}))
         st = space(index).make_state("flush", 6)          # after ack:1, before commit 2's writes
         v = Verdict(st.id, "flush", st.cut, "lost-ack", ("acked key 1 is lost",), 1, 1, 0.0)
-        g = Group("lost-ack", "acked key # is lost", [v], diagnosis={"minimized": st.id, "culprits": []})
+        g = Group("lost-ack", "acked key # is lost", [v], diagnosis={"minimized": st.id, "culprits": list(culprits)})
         return Rec(path, fm if file_map else None), index, g
     return make
 
@@ -223,3 +223,18 @@ def test_every_rule_about_a_file_recovery_read_is_tried_then_the_others_to_the_l
     assert [x.subject for x in verify.ranked(found, ("d", "b"), 4)] == ["/d", "/b", "/", "/e, /f"]
     many = ("a", "b", "c", "d", "x")
     assert [x.subject for x in verify.ranked(found, many, 2)] == ["/a", "/b", "/c", "/d"]   # all read ones, still
+
+
+def test_a_write_blame_mapped_at_the_cut_belongs_to_its_file_though_the_end_map_lost_it(setup) -> None:
+    """/wal is gone from the file map at the end (deleted later), so its write (entry 7) would count as
+    metadata and make /idx's counterfactual pass; blame mapped it at the cut as /wal's: /idx's
+    counterfactual leaves it out and fails, /wal's keeps it and is the cause."""
+    blamed = ({"entry": 7, "what": "data block", "path": "/wal"},)
+    first = (ReadFile("idx", 0, 0),)                                  # recovery read idx: its rule is tried first
+    rec, index, g = setup(idx_synced=False, files={"idx": [[200, 16]]})
+    run(rec, index, g, judged(lambda s: kept(s, 7)), read=first)
+    assert g.why["subject"] == "/idx"                                 # without blame: a pass on wal's write
+    rec, index, g = setup(idx_synced=False, files={"idx": [[200, 16]]}, culprits=blamed)
+    run(rec, index, g, judged(lambda s: kept(s, 7)), read=first)
+    assert g.why["subject"] == "/wal" and g.why["proof"].startswith("verified: with /wal's data")
+    assert g.why["refuted"][0].startswith("no-fsync (/idx): with /idx's data")
