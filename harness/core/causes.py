@@ -224,12 +224,13 @@ MAX_CANDIDATES = 4   # the rules a failing state's cause is checked against, at 
 def candidates(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,
                reasons: Sequence[str] = (), torn: Sequence[int] = (),
                keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = lost_keys,
-               limit: int | None = MAX_CANDIDATES) -> list[Finding]:
+               limit: int | None = MAX_CANDIDATES, read: Sequence[str] = ()) -> list[Finding]:
     """What the cause of a state cut at ``cut`` may be, in the order ``explain`` would pick it: the
     rules broken at the acks before the cut (the acks whose keys the reasons name, first ack first,
     each ack's rules strongest first), then the rule the commit in flight broke; each (rule, file)
-    once, at most ``limit`` (None: every one).  A cause is proven by judging each one's counterfactual
-    in turn."""
+    once, at most ``limit`` (None: every one); ``read``: the files recovery read in the state, in
+    order (relative to ``root``), when known -- a rule about the commit in flight may use them.  A
+    cause is proven by judging each one's counterfactual in turn."""
     aligned = sc.align(trace, log_marks)
     before = [c for c in commits(trace, root, aligned) if c.entry is not None and c.entry < cut]
     named = set(keys_of(reasons, [c.key for c in before]))
@@ -238,7 +239,7 @@ def candidates(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, roo
     for c in pool:
         for v in c.violations:
             found.setdefault((v.rule, v.finding.subject), v.finding)
-    for f in registry.at_cut(in_flight(trace, aligned, cut, root), tuple(torn)):
+    for f in registry.at_cut(in_flight(trace, aligned, cut, root, tuple(read)), tuple(torn)):
         found.setdefault((f.rule, f.subject), f)
     return list(found.values())[:limit] if limit is not None else list(found.values())
 

@@ -204,15 +204,17 @@ def running_syncs(splits: list[Op], seqs: list[int], ack: Op) -> dict[str, Op]:
 class InFlight:
     """The commit in flight at a cut: its calls on the filesystem under test (and sync() calls), in
     trace order, and the ack mark that would have closed it (None: no ack followed); ``earlier``:
-    the same calls before it, from the start of the trace (what was left unsynced when it began)."""
+    the same calls before it, from the start of the trace (what was left unsynced when it began);
+    ``read``: what recovery read in the state, when its judge was traced."""
 
     calls: tuple[Op, ...]
     ack: Op | None
     root: str
     earlier: tuple[Op, ...] = ()
+    read: tuple[str, ...] = ()   # the files recovery read in the state, relative to the root, in order (if traced)
 
 
-def in_flight(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> InFlight:
+def in_flight(trace: Trace, aligned: dict[int, int], cut: int, root: str, read: tuple[str, ...] = ()) -> InFlight:
     """The calls between the last mark before log entry ``cut`` and the first mark at or after it
     (``aligned``: trace mark position -> its log entry), and the first ack mark from that next mark
     on."""
@@ -227,7 +229,7 @@ def in_flight(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> InF
     calls = tuple(o for o in trace.ops[lo + 1:hi] if mine(o))
     earlier = tuple(o for o in trace.ops[:lo + 1] if mine(o))
     ack = next((m for m in trace.ops[hi:] if m.kind == sc.MARK and m.text.startswith("ack:")), None)
-    return InFlight(calls, ack, root, earlier)
+    return InFlight(calls, ack, root, earlier, read)
 
 
 def written_by(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> dict[str, int]:

@@ -303,10 +303,10 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
         if owned is None:
             continue   # no rule's writes can be told from other files': only the kill-equivalent is judged
         reasons = list((g.diagnosis or {}).get("minimized_reasons") or g.first.reasons)
-        found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn],
-                                  limit=None)
-        mine = cf.as_blamed(owned, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed
         read = read_paths(ver.reads.get(sid, ()))
+        found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn],
+                                  limit=None, read=read)
+        mine = cf.as_blamed(owned, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed
         inp = PlanInput(trace, aligned, ROOT, st.cut, len(index.entries))
         tried = []
         for f in ranked(found, read, causes.MAX_CANDIDATES):

@@ -26,43 +26,64 @@ _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')   # a buffer as strace prints it (t
 @dataclass(frozen=True, slots=True)
 class PointerBeforeData:
     """``publish`` (an fsync of ``pointer``, or the rename that put it in place) made ``pointer``
-    durable while its write ``names`` held the name of ``subject``, whose ``writes`` (its data since
-    its last sync) were not synced; ``ack``: the ack that would have closed the commit in flight."""
+    durable while it named ``subject``, whose ``writes`` (its data since its last sync) were not
+    synced: its write ``names`` held the name, or (None) recovery read ``pointer`` and then
+    ``subject`` (a name no printed byte shows: a file number); ``ack``: the ack that would have
+    closed the commit in flight."""
 
     rule: ClassVar[str] = ID
     subject: str
     ack: Op | None
     pointer: str
     publish: Op
-    names: Op
+    names: Op | None
     writes: tuple[Op, ...]
 
     @property
     def evidence(self) -> tuple[Op, ...]:
-        return (*self.writes[-2:], self.names, self.publish)
+        return (*self.writes[-2:], *((self.names,) if self.names is not None else ()), self.publish)
 
 
-def _naming(path: str, content: dict[str, list[Op]], unsynced: dict[str, list[Op]]) -> tuple[str, Op] | None:
-    """(the first unsynced file, other than ``path``, whose name one of ``path``'s writes holds; that
-    write), or None."""
-    for target in unsynced:
+@dataclass(slots=True)
+class _Published:
+    """A file made durable in the commit in flight while other files had unsynced data."""
+
+    path: str
+    op: Op
+    unsynced: dict[str, tuple[Op, ...]]
+    content: tuple[Op, ...]
+
+
+def _named(p: _Published) -> tuple[str, Op] | None:
+    """(the first unsynced file whose name one of the pointer's writes holds; that write), or None."""
+    for target in p.unsynced:
         name = posixpath.basename(target)
-        if target == path or len(name) < MIN_NAME:
+        if len(name) < MIN_NAME:
             continue
-        hit = next((w for w in content.get(path, ()) if any(name in b for b in _QUOTED.findall(w.text))), None)
+        hit = next((w for w in p.content if any(name in b for b in _QUOTED.findall(w.text))), None)
         if hit is not None:
             return target, hit
     return None
 
 
+def _followed(p: _Published, root: str, read: tuple[str, ...]) -> str | None:
+    """The first unsynced file recovery read after reading the pointer, or None."""
+    name = rel(p.path, root).lstrip("/")
+    if name not in read:
+        return None
+    after = read[read.index(name) + 1:]
+    return next((t for t in p.unsynced if rel(t, root).lstrip("/") in after), None)
+
+
 def check(window: InFlight, torn: tuple[int, ...] = ()) -> PointerBeforeData | None:
     """The first file the commit in flight made durable (an fsync, then a rename into place if one
-    followed) while a write to it named a file with unsynced data; None when every file a pointer
-    named was synced first."""
+    followed) while it named a file with unsynced data -- by a write holding its name, else (when
+    what recovery read is known) by recovery reading it and then that file; None when every file a
+    pointer named was synced first."""
     unsynced: dict[str, list[Op]] = {}   # file -> its data writes since its last sync
     content: dict[str, list[Op]] = {}    # file -> its writes since it was emptied (they move with a rename)
     start = window.calls[0].seq if window.calls else -1
-    found: PointerBeforeData | None = None
+    published: list[_Published] = []
     for o in (*window.earlier, *window.calls):
         if not o.ok:
             continue
@@ -78,24 +99,28 @@ def check(window: InFlight, torn: tuple[int, ...] = ()) -> PointerBeforeData | N
         elif k in (sc.TRUNCATE, sc.ALLOCATE):
             unsynced.setdefault(o.path, []).append(o)
         elif k in (sc.FSYNC, sc.FDATASYNC) or (k == sc.MSYNC and "MS_SYNC" in o.flags):
-            hit = _naming(o.path, content, unsynced) if here and found is None else None
-            if hit is not None:
-                target, names = hit
-                found = PointerBeforeData(rel(target, window.root), window.ack, rel(o.path, window.root), o, names,
-                                          tuple(unsynced[target]))
+            others = {t: tuple(ws) for t, ws in unsynced.items() if t != o.path}
+            if here and others:
+                published.append(_Published(o.path, o, others, tuple(content.get(o.path, ()))))
             unsynced.pop(o.path, None)
         elif k == sc.RENAME:
             if o.path in content:
                 content[o.path2] = content.pop(o.path)
             if o.path in unsynced:
                 unsynced[o.path2] = unsynced.pop(o.path)
-            if found is not None and rel(o.path, window.root) == found.pointer:
-                found = PointerBeforeData(found.subject, found.ack, rel(o.path2, window.root), o, found.names,
-                                          found.writes)
+            for p in published:
+                if p.path == o.path:   # put in place under its new name: that is its publication
+                    p.path, p.op = o.path2, o
         elif k == sc.UNLINK:
             content.pop(o.path, None)
             unsynced.pop(o.path, None)
-    return found
+    for p in published:
+        named = _named(p)
+        target = named[0] if named else _followed(p, window.root, window.read)
+        if target is not None:
+            return PointerBeforeData(rel(target, window.root), window.ack, rel(p.path, window.root), p.op,
+                                     named[1] if named else None, p.unsynced[target])
+    return None
 
 
 def sentence(f: PointerBeforeData) -> str:
@@ -103,8 +128,10 @@ def sentence(f: PointerBeforeData) -> str:
     how = f"renamed it into place (trace line {f.publish.line})" if f.publish.kind == sc.RENAME \
         else f"its {f.publish.kind} (trace line {f.publish.line})"
     key = f" ({f.ack.text})" if f.ack is not None else ""
+    how_named = (f"written at trace line {f.names.line}" if f.names is not None
+                 else f"recovery read {f.pointer} and then {f.subject}")
     return (f"the commit in flight at the crash{key} made {f.pointer} durable -- {how} -- while it names "
-            f"{f.subject} (written at trace line {f.names.line}), whose own data ({len(f.writes)} "
+            f"{f.subject} ({how_named}), whose own data ({len(f.writes)} "
             f"change{'s' if len(f.writes) != 1 else ''}, {nbytes} bytes) was not yet synced: a crash then "
             f"leaves {f.pointer} pointing at {f.subject} with its data missing; fsync {f.subject} before "
             "publishing the name that points to it")

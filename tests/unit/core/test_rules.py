@@ -200,6 +200,17 @@ def test_pointer_before_data_needs_the_pointers_bytes_to_name_an_unsynced_file()
     assert f.evidence[-2:] == (f.names, f.publish)
     assert pbd.check(window(pointer(synced=True))) is None      # the MANIFEST synced first: the fix
     assert pbd.check(window(pointer(named=False))) is None      # CURRENT names another file
+    # a pointer whose bytes name no file (a file number): recovery reading it, then the file, names it
+    t = pointer(named=False)
+    trace = t.trace()
+    followed = tf.in_flight(trace, sc.align(trace, t.log), t.log[-1][0], MNT, ("LOG", "CURRENT", "MANIFEST-000002"))
+    g = pbd.check(followed)
+    assert isinstance(g, pbd.PointerBeforeData) and (g.subject, g.pointer, g.names) == ("/MANIFEST-000002", "/CURRENT",
+                                                                                       None)
+    assert g.evidence[-1] == g.publish and len(g.evidence) == 2
+    assert "(recovery read /CURRENT and then /MANIFEST-000002)" in registry.sentence(g)
+    assert pbd.check(tf.in_flight(trace, sc.align(trace, t.log), t.log[-1][0], MNT,
+                                  ("MANIFEST-000002", "CURRENT"))) is None   # read before the pointer: not led to
     # the pointer's own path in strace's fd<path> is no name it holds
     t = T().open("a", "O_WRONLY|O_CREAT", fd=5).open("a.idx", "O_WRONLY|O_CREAT", fd=6).mark("begin:1")
     t.write("a", fd=5).call(f'write(6<{MNT}/a.idx>, "zzz", 3) = 3').fsync("a.idx", fd=6).mark("ack:1")
