@@ -50,8 +50,8 @@ from powercut.core.rules.registry import RANK, broken, sentence
 from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import AtAck, Pending, in_flight, rel, running_syncs, split_syncs
 
-__all__ = ["BEYOND", "EARLY", "ERROR", "EVIDENCE_LINES", "LIED", "MAX_CANDIDATES", "NO_DIR_FSYNC", "NO_FSYNC",
-           "NO_MSYNC", "POINTER", "RANK", "RECOVERY", "RENAME", "REPLACED", "RULES", "TORN", "UNORDERED", "UNSEEN",
+__all__ = ["BEYOND", "EARLY", "ERROR", "EVIDENCE_LINES", "LIED", "MAX_CANDIDATES", "NOT_PROVEN", "NO_DIR_FSYNC",
+           "NO_FSYNC", "NO_MSYNC", "POINTER", "RANK", "RECOVERY", "RENAME", "REPLACED", "RULES", "TORN", "UNORDERED", "UNSEEN",
            "Cause", "Commit", "Finding", "Violation", "candidates", "cause_of", "commits", "evidence_line", "explain",
            "lie_cause", "lost_keys", "rel", "unseen_writes", "with_blame"]
 
@@ -66,6 +66,7 @@ REPLACED = replaced_in_place.ID
 POINTER = pointer_before_data.ID
 UNORDERED = unordered_writes.ID
 TORN = unchecked_tear.ID
+NOT_PROVEN = "cause not proven"   # how an unproven cause's sentence starts (debug/verify.unproven)
 RULES = registry.IDS   # every cause's id: the rules strongest first, then the causes that are no broken rule
 Finding = Any          # a rule's finding (core/rules/), or an outcome's (core/rules/outcomes.py)
 
@@ -136,9 +137,16 @@ class Cause:
                      str(d.get("subject", "")), str(d.get("proof", "")), tuple(d.get("refuted", ())),
                      str(d.get("read", "")))
 
+    def head(self) -> str:
+        """The cause's first line: ``cause (RULE): SENTENCE``; an unproven one's sentence says so
+        itself ("cause not proven; ...", debug/verify.unproven), its rule after it."""
+        if self.sentence.startswith(NOT_PROVEN):
+            return f"{self.sentence} [{self.rule}, not proven]"
+        return f"cause ({self.rule}): {self.sentence}"
+
     def lines(self) -> list[str]:
         """The cause as text: its sentence, its evidence, the blame, the other rules, the blind spots."""
-        out = [f"cause ({self.rule}): {self.sentence}"]
+        out = [self.head()]
         out += [f"  | {e}" for e in self.evidence]
         if self.read:
             out.append(f"  {self.read}")

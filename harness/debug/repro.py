@@ -181,7 +181,7 @@ def describe(target: Target, v: Verdict) -> list[str]:
     lines = []
     if target.why and v.failed:   # the cause in the program's terms leads, as in the check that found it
         c = causes.Cause.from_json(target.why)
-        lines += [f"cause ({c.rule}): {c.sentence}", *(f"  | {e}" for e in c.evidence[-4:])]
+        lines += [c.head(), *(f"  | {e}" for e in c.evidence[-4:])]
     if target.cause and v.failed:   # a cluster's cause line, naming the nodes
         lines.append(f"cause: {target.cause}")
     nodes = f", {target.nodes} nodes" if target.nodes > 1 else ""

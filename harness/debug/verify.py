@@ -234,7 +234,7 @@ def unproven(why: dict[str, Any], proof: str, candidates: Sequence[str] = ()) ->
     then what the trace shows -- never an unproven rule standing as the cause."""
     listed = f"; candidates: {', '.join(candidates)}" if candidates else ""
     return {**why, "proven": False, "proof": proof,
-            "sentence": f"cause not proven{listed}; the trace shows: {why.get('sentence', '')}"}
+            "sentence": f"{causes.NOT_PROVEN}{listed}; the trace shows: {why.get('sentence', '')}"}
 
 
 def _state_of(g: Group) -> str:

@@ -313,3 +313,11 @@ def test_pointer_before_data_is_the_cause_of_a_current_naming_an_unsynced_manife
     fixed, other = pointer(synced=True), pointer(named=False)
     assert fixed.explain(cut=fixed.log[-1][0]).rule != causes.POINTER
     assert other.explain(cut=other.log[-1][0]).rule != causes.POINTER
+
+
+def test_an_unproven_cause_heads_with_what_it_says_not_as_a_cause():
+    c = causes.Cause("no-fsync", "ack:1 was given after changing /wal (1 call) with no fsync", ())
+    assert c.head() == "cause (no-fsync): ack:1 was given after changing /wal (1 call) with no fsync"
+    u = causes.Cause("no-fsync", f"{causes.NOT_PROVEN}; the trace shows: ack:1 was given after changing /wal", ())
+    assert u.head() == "cause not proven; the trace shows: ack:1 was given after changing /wal [no-fsync, not proven]"
+    assert u.lines()[0] == u.head()
