@@ -162,3 +162,19 @@ def test_the_matrix_sentence_counts_the_passes_on_sampled_commit_windows() -> No
                         "weakened: hover a cell for its coverage).")
     assert " 2 of the passes stand on " in matrix_sentence([1, 2], [ok, weak, weak])
     assert "passes" not in matrix_sentence([1], [ok])
+
+
+def test_a_groups_cause_says_not_proven_first_and_what_recovery_read() -> None:
+    from powercut.core.causes import Cause
+    from powercut.report.html import _ENV
+
+    cause = _ENV.get_template("cause.html.j2")
+    why = Cause("no-fsync", "cause not proven; candidates: no-fsync (/wal); the trace shows: ack:1 was given after "
+                "changing /wal", (), proof="not proven: no-fsync (/wal): with /wal's data ... still fails",
+                read="recovery read idx (0 of 100 bytes present), then stopped").to_json() | {"proven": False}
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", cause.render(g={"k": 1, "why": why})))
+    assert "cause not proven (no-fsync is what the trace shows first): candidates: no-fsync (/wal); the trace" in text
+    assert "recovery read idx (0 of 100 bytes present)" in text and "proof: not proven" in text
+    assert "cause (no-fsync):" not in text
+    proven = cause.render(g={"k": 1, "why": Cause("no-fsync", "ack:1 was given", ()).to_json() | {"proven": True}})
+    assert "cause (no-fsync):</b> ack:1 was given" in proven
