@@ -25,7 +25,7 @@ from powercut.core.crashmodels.tables import SpaceTables
 from powercut.core.crashmodels.whatif import WHAT_IF
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import Entry
-from powercut.core.marknames import END_MARK
+from powercut.core.marknames import END_MARK, ORDER_BEGIN, ORDER_END
 from powercut.core.rules.base import Plan
 from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import Pending
@@ -134,7 +134,9 @@ def kill_point(trace: Trace, aligned: Mapping[int, int], root: str, cut: int, n:
     names (core/tracefacts.Pending walked through the trace); else the end of the log, when the
     recording ``written_back`` the page cache after the workload and the program changed nothing
     under ``root`` after its last mark (a kill right after that mark); else None -- no state of the
-    log is known to be what a kill leaves."""
+    log is known to be what a kill leaves, as when a write or sync of the program failed before
+    that point (an injected I/O error: what it wrote is not on the disk, and a kill would keep
+    it).  The harness's own ordering marks (``powercut-order-*``) are no point of the program's."""
     pending = Pending(root)
     last = -1
     for o in trace.ops:
@@ -142,13 +144,15 @@ def kill_point(trace: Trace, aligned: Mapping[int, int], root: str, cut: int, n:
             pending.step(o)
             continue
         entry = aligned.get(o.seq)
-        if entry is None:
+        if entry is None or o.text in (ORDER_BEGIN, ORDER_END):
             continue
         last = o.seq
+        if pending.failed:
+            return None   # a write or sync failed: the disk lacks what the program wrote, and a kill would not
         if entry >= cut and not pending.dirty and not pending.mapped and not pending.entries:
             return Kill(cut, min(entry + 1, n), o)
     after = [o for o in trace.ops[last + 1:] if o.ok and pending.mine(o.path) and _changes(o)]
-    return Kill(cut, n, None) if written_back and not after else None
+    return Kill(cut, n, None) if written_back and not after and not pending.failed else None
 
 
 def _changes(o: Op) -> bool:

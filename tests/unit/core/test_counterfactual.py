@@ -176,3 +176,14 @@ def test_a_blamed_write_is_owned_as_blame_found_it_at_the_cut(sp) -> None:
     assert blamed[1] == "wal" and blamed[3] is None and blamed[2] == owned[2]
     assert blamed[:1] + blamed[4:] == owned[:1] + owned[4:] and len(blamed) == n
     assert cf.unlogged(blamed, Plan(causes.NO_FSYNC, "/wal", frozenset({"wal"}), 12)) == frozenset()
+
+
+def test_no_kill_point_after_a_failed_write_or_sync_and_none_at_the_harness_own_marks() -> None:
+    t = T().open("wal", "O_WRONLY|O_CREAT", fd=5).fsync_dir().mark("begin:1").write("wal", fd=5)
+    t.fsync("wal", fd=5, ret="-1 EIO (Input/output error)").fsync("wal", fd=5).mark("ack:1").mark("x")
+    tr = t.trace()
+    assert cf.kill_point(tr, sc.align(tr, t.log), MNT, t.log[2][0], 500, written_back=True) is None
+    o = T().open("wal", "O_WRONLY|O_CREAT", fd=5).fsync_dir().mark("begin:1").write("wal", fd=5)
+    o.mark("powercut-order-begin").fsync("wal", fd=5).mark("powercut-order-end").mark("ack:1")
+    k = cf.kill_point(o.trace(), sc.align(o.trace(), o.log), MNT, o.log[2][0], 500, written_back=False)
+    assert k is not None and k.at is not None and k.at.text == "ack:1"

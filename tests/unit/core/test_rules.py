@@ -208,7 +208,8 @@ def test_pointer_before_data_needs_the_pointers_bytes_to_name_an_unsynced_file()
     assert isinstance(g, pbd.PointerBeforeData) and (g.subject, g.pointer, g.names) == ("/MANIFEST-000002", "/CURRENT",
                                                                                        None)
     assert g.evidence[-1] == g.publish and len(g.evidence) == 2
-    assert "(recovery read /CURRENT and then /MANIFEST-000002)" in registry.sentence(g)
+    assert "while recovery goes from it to /MANIFEST-000002 (it read /CURRENT, then /MANIFEST-000002), whose own" \
+        in registry.sentence(g)
     assert pbd.check(tf.in_flight(trace, sc.align(trace, t.log), t.log[-1][0], MNT,
                                   ("MANIFEST-000002", "CURRENT"))) is None   # read before the pointer: not led to
     # the pointer's own path in strace's fd<path> is no name it holds
