@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+ERROR_VERDICT = "acked-after-error"   # the judge's verdict (check/judge.after_error): its own counterfactual passed
 MAX_GROUPS = 8   # the groups whose causes are proven, first first (each costs a few states judged)
 
 
@@ -68,6 +69,7 @@ class Tried:
     verdict: Verdict | None = None
     unlogged: frozenset[str] = frozenset()   # the plan's files no log entry writes (counterfactual.unlogged)
     unread: bool = False                     # its file is one recovery never read (traced)
+    by_judge: bool = False                   # proven by the judge's own counterfactual (acked-after-error)
 
     @property
     def judged(self) -> bool:
@@ -80,6 +82,8 @@ class Tried:
 
     def outcome(self) -> str:
         """pass | fail | untried (nothing to make durable, or not judged)."""
+        if self.by_judge:
+            return "pass"
         if self.plan is None:
             return "untried"
         if self.state is None:   # its writes are all durable in the failing state already: it fails as it is
@@ -92,6 +96,9 @@ class Tried:
 
     def words(self) -> str:
         """What judging it showed, after the rule's name."""
+        if self.by_judge:
+            return ("with only the acks given before the I/O error, this state passes (the judge's own "
+                    "counterfactual: every ack after the error left out)")
         if self.plan is None:
             return "nothing to make durable (the failed call's data is not in the log)"
         if self.unlogged and self.outcome() == "untried" and (self.state is None or self.judged):
@@ -215,6 +222,8 @@ class Verification:
                 continue
             self.stats.groups += 1
             culprits = (g.diagnosis or {}).get("culprits") or []
+            for t in ts or []:   # the judge passed the state with the acks before the error alone
+                t.by_judge = g.verdict == ERROR_VERDICT and t.finding.rule == causes.ERROR
             g.why = _proven(g.why, ts or [], self.kills.get(sid), trace, index, self.stats, culprits)
             reads = self.reads.get(sid)
             if reads and sid in self.targets:

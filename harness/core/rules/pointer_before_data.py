@@ -130,8 +130,9 @@ def sentence(f: PointerBeforeData) -> str:
     key = f" ({f.ack.text})" if f.ack is not None else ""
     named = (f"while it names {f.subject} (written at trace line {f.names.line})" if f.names is not None
              else f"while recovery goes from it to {f.subject} (it read {f.pointer}, then {f.subject})")
-    return (f"the commit in flight at the crash{key} made {f.pointer} durable -- {how} -- {named}, whose own data ({len(f.writes)} "
-            f"change{'s' if len(f.writes) != 1 else ''}, {nbytes} bytes) was not yet synced: a crash then "
+    changes = f"{len(f.writes)} change{'s' if len(f.writes) != 1 else ''}, {nbytes} bytes"
+    return (f"the commit in flight at the crash{key} made {f.pointer} durable -- {how} -- {named}, whose own data "
+            f"({changes}) was not yet synced: a crash then "
             f"leaves {f.pointer} pointing at {f.subject} with its data missing; fsync {f.subject} before "
             "publishing the name that points to it")
 

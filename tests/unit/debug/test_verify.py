@@ -238,3 +238,23 @@ def test_a_write_blame_mapped_at_the_cut_belongs_to_its_file_though_the_end_map_
     run(rec, index, g, judged(lambda s: kept(s, 7)), read=first)
     assert g.why["subject"] == "/wal" and g.why["proof"].startswith("verified: with /wal's data")
     assert g.why["refuted"][0].startswith("no-fsync (/idx): with /idx's data")
+
+
+def test_an_acked_after_error_group_is_proven_by_the_judges_own_counterfactual(tmp_path: Path) -> None:
+    """The judge gave acked-after-error: the state passed with only the acks before the I/O error --
+    the rule's proof; no kill-equivalent is judged after a failed call (the disk lacks its data)."""
+    index = build_log(tmp_path / "log.bin", OPS)
+    t = T().open("wal", "O_WRONLY|O_CREAT", fd=5).fsync_dir().mark("begin:1").write("wal", fd=5)
+    t.fsync("wal", fd=5, ret="-1 EIO (Input/output error)").mark("ack:1").mark("begin:2").mark("ack:2")
+    path = tmp_path / "syscalls.txt.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(t.lines) + "\n")
+    fm = tmp_path / "files.json"
+    fm.write_text(json.dumps({"files": FILES, "sector_bytes": 512}))
+    st = space(index).make_state("flush", 6)
+    v = Verdict(st.id, "flush", st.cut, "acked-after-error", ("commit 1 was acked after the device failed",), 1, 1, 0.0)
+    g = Group("acked-after-error", "commit # was acked after", [v], diagnosis={"minimized": st.id, "culprits": []})
+    ver = run(Rec(path, fm), index, g, judged(lambda s: False))
+    assert not ver.kills and g.why["rule"] == causes.ERROR and g.why["proven"] is True
+    assert g.why["proof"] == ("verified: with only the acks given before the I/O error, this state passes (the "
+                              "judge's own counterfactual: every ack after the error left out)")
