@@ -28,11 +28,14 @@ from typing import Any
 from powercut.core.syscalls import fd_path, split_args, unquote
 
 # the calls a traced checker's strace watches (``?``: a call this strace does not know is skipped)
-CALLS = ("open", "openat", "?openat2", "creat", "read", "pread64", "readv", "preadv", "?preadv2",
+CALLS = ("open", "openat", "?openat2", "creat", "access", "faccessat", "?faccessat2", "stat", "lstat", "newfstatat",
+         "?statx", "read", "pread64", "readv", "preadv", "?preadv2",
          "copy_file_range", "sendfile", "splice", "mmap", "close", "?close_range", "dup", "dup2", "dup3", "fcntl",
          "chdir", "fchdir", "clone", "?clone3", "fork", "vfork", "execve")
 READ_CALLS = {"read": 0, "pread64": 0, "readv": 0, "preadv": 0, "preadv2": 0,
               "copy_file_range": 0, "sendfile": 1, "splice": 0}   # name -> the argument that is the source fd
+LOOKUPS = {"access": 0, "stat": 0, "lstat": 0, "faccessat": 1, "faccessat2": 1, "newfstatat": 1,
+           "statx": 1}   # name -> the argument that is the path (after a dirfd at 0, for the *at calls)
 WRITE_FLAGS = frozenset({"O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND"})
 FIRST = 4       # a long list is said as its first FIRST files,
 NOTABLE = 3     # at most NOTABLE notable ones among the rest (a failed open, a file short of its bytes),
@@ -56,7 +59,8 @@ class ReadFile:
     checker ran (-1: it did not exist then); ``read``: the bytes the checker read from it (-1:
     unknown -- mapped, or an in-process checker); ``error``: the errno name (``ENOENT``) when no
     open of it succeeded; ``dir``: a directory (listed); ``write``: opened for writing too;
-    ``mapped``: mapped into memory (mmap)."""
+    ``mapped``: mapped into memory (mmap); ``looked``: never opened, only looked up (stat,
+    access) and not found."""
 
     path: str
     size: int = -1
@@ -65,6 +69,7 @@ class ReadFile:
     dir: bool = False
     write: bool = False
     mapped: bool = False
+    looked: bool = False
 
     @property
     def created(self) -> bool:
@@ -73,12 +78,13 @@ class ReadFile:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "size": self.size, "read": self.read,
-                **{k: getattr(self, k) for k in ("error", "dir", "write", "mapped") if getattr(self, k)}}
+                **{k: getattr(self, k) for k in ("error", "dir", "write", "mapped", "looked") if getattr(self, k)}}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "ReadFile":
         return ReadFile(str(d["path"]), int(d.get("size", -1)), int(d.get("read", -1)), str(d.get("error", "")),
-                        bool(d.get("dir", False)), bool(d.get("write", False)), bool(d.get("mapped", False)))
+                        bool(d.get("dir", False)), bool(d.get("write", False)), bool(d.get("mapped", False)),
+                        bool(d.get("looked", False)))
 
 
 def relative(path: str, mounts: Sequence[str]) -> str | None:
@@ -105,6 +111,7 @@ class _File:
     dir: bool = False
     write: bool = False
     mapped: bool = False
+    looked: bool = False   # only looked up (stat, access) and not found
 
 
 @dataclass(slots=True)
@@ -130,6 +137,11 @@ class Accesses:
         f.error, f.opened = f.error or error, f.opened or not error
         f.dir, f.write = f.dir or directory, f.write or write
 
+    def looked_for(self, path: str, error: str) -> None:
+        """A lookup of ``path`` (stat, access) that failed with ``error``: recovery looked for it."""
+        if (f := self._file(path)) is not None and not f.opened:
+            f.error, f.looked = f.error or error, not f.error or f.looked
+
     def read(self, path: str, nbytes: int) -> None:
         if (f := self._file(path)) is not None:
             f.opened = True   # a descriptor it had (inherited, or an open the trace missed)
@@ -142,7 +154,7 @@ class Accesses:
     def files(self) -> tuple[ReadFile, ...]:
         return tuple(ReadFile(name, self.sizes.get(name, -1),
                               f.read if self.counted and not f.mapped else -1,
-                              "" if f.opened else f.error, f.dir, f.write, f.mapped)
+                              "" if f.opened else f.error, f.dir, f.write, f.mapped, f.looked and not f.opened)
                      for name, f in self._files.items())
 
 
@@ -268,6 +280,12 @@ class _Tracer:
                 self.cwds[pid] = fd_path(x)
         if name in ("open", "openat", "openat2", "creat"):
             self.open(c)
+        elif name in LOOKUPS:
+            k = LOOKUPS[name]
+            if c.error and len(a) > k:
+                path = self.at(pid, a[0] if k else "", unquote(a[k]))
+                if path:
+                    self.acc.looked_for(path, c.error)
         elif name in READ_CALLS:
             if c.ret > 0 and len(a) > READ_CALLS[name]:
                 path = self.fd(pid, a[READ_CALLS[name]])
@@ -375,7 +393,7 @@ def _said(r: ReadFile, written: Mapping[str, int] | None) -> tuple[str, str]:
     present = max(r.size, 0)
     if r.error:
         what = "the top directory" if r.path == "." else r.path + ("/" if r.dir else "")
-        return "tried to open", f"{what}: {ERRNO_WORDS.get(r.error, r.error)}"
+        return "looked for" if r.looked else "tried to open", f"{what}: {ERRNO_WORDS.get(r.error, r.error)}"
     if r.dir:
         return "listed", "the top directory" if r.path == "." else f"{r.path}/"
     if r.created:

@@ -335,3 +335,24 @@ def test_long_lists_keep_the_first_the_notable_and_the_last() -> None:
 def test_words_always_say_the_last_file(n: int) -> None:
     reads = tuple(ReadFile(f"file{i}", 1, 1) for i in range(n))
     assert f"file{n - 1} (1 byte), then stopped" in words(reads)
+
+
+def test_a_file_only_looked_up_and_not_found_is_looked_for() -> None:
+    """SQLite asks whether app.db-wal exists (access, stat) before it opens it: a lookup that fails is
+    recovery looking for the file; one that succeeds and a later open make it an open as usual."""
+    text = "\n".join([
+        f'9 1.0 openat(AT_FDCWD</>, "{M}/app.db", O_RDWR|O_CLOEXEC) = 3<{M}/app.db>',
+        f'9 1.1 access("{M}/app.db-wal", F_OK) = -1 ENOENT (No such file or directory)',
+        f'9 1.2 newfstatat(AT_FDCWD</>, "{M}/app.db-journal", 0x7ffd, 0) = -1 ENOENT (No such file or directory)',
+        f'9 1.3 stat("{M}/app.db", {{st_mode=S_IFREG|0644, st_size=4096, ...}}) = 0',
+        f'9 1.4 stat("{M}/late", 0x1) = -1 ENOENT (No such file or directory)',
+        f'9 1.5 openat(AT_FDCWD</>, "{M}/late", O_RDONLY|O_CREAT, 0644) = 4<{M}/late>',
+        f'9 1.6 statx(AT_FDCWD</>, "/usr/lib/x", 0, STATX_ALL, 0x1) = -1 ENOENT (No such file or directory)'])
+    reads = parse(text, [M], {"app.db": 4096})
+    assert [r.path for r in reads] == ["app.db", "app.db-wal", "app.db-journal", "late"]
+    got = by_path(reads)
+    assert got["app.db-wal"] == ReadFile("app.db-wal", -1, 0, "ENOENT", looked=True)
+    assert not got["late"].error and not got["late"].looked and got["app.db"].size == 4096
+    assert words(reads) == ("recovery opened app.db for writing (0 of 4,096 bytes), then looked for app.db-wal: it "
+                            "does not exist, then app.db-journal: it does not exist, then created late, then stopped")
+    assert ReadFile.from_json(got["app.db-wal"].to_json()) == got["app.db-wal"]
