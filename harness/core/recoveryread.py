@@ -378,6 +378,13 @@ def parse(text: str | Iterable[str], mounts: Sequence[str], sizes: Mapping[str, 
 
 
 # -- words --------------------------------------------------------------------------------------------
+def complete(reads: Sequence[ReadFile]) -> bool:
+    """Whether the reads come from a trace that sees every open and lookup (strace: bytes read are
+    counted), not from Python's audit events (bytes unknown; a C library's own opens, such as
+    SQLite's of its -wal file, unseen) -- only a complete trace can say a file was never read."""
+    return any(r.read >= 0 for r in reads)
+
+
 def read_paths(reads: Sequence[ReadFile]) -> tuple[str, ...]:
     """The files recovery opened (or tried to), in order."""
     return tuple(r.path for r in reads)

@@ -40,7 +40,7 @@ from powercut.core import counterfactual as cf
 from powercut.core.crashstate import CrashState
 from powercut.core.dmlog import LogIndex
 from powercut.core.models import space
-from powercut.core.recoveryread import ReadFile, read_paths, words
+from powercut.core.recoveryread import ReadFile, complete, read_paths, words
 from powercut.core.rules import registry
 from powercut.core.rules.base import Plan, PlanInput
 from powercut.core.rules.outcomes import LIED, RECOVERY, RecoveryFails
@@ -235,7 +235,8 @@ def read_words(reads: Sequence[ReadFile], trace: syscalls.Trace, index: LogIndex
     file it found empty or missing (core/tracefacts.written_by) -- "0 of 41 bytes present"."""
     wrote = written_by(trace, syscalls.align(trace, index.marks()), cut, ROOT)
     empty = {r.path: wrote[r.path] for r in reads if r.size <= 0 and wrote.get(r.path, 0) > 0}
-    return words(reads, empty)
+    partial = "" if complete(reads) else " (as Python's audit events show it: a C library's own opens are not seen)"
+    return words(reads, empty) + partial
 
 
 def unproven(why: dict[str, Any], proof: str, candidates: Sequence[str] = ()) -> dict[str, Any]:
@@ -312,7 +313,8 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
         if owned is None:
             continue   # no rule's writes can be told from other files': only the kill-equivalent is judged
         reasons = list((g.diagnosis or {}).get("minimized_reasons") or g.first.reasons)
-        read = read_paths(ver.reads.get(sid, ()))
+        reads = ver.reads.get(sid, ())
+        read = read_paths(reads) if complete(reads) else ()   # a partial trace cannot rank by what was not read
         found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn],
                                   limit=None, read=read)
         mine = cf.as_blamed(owned, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed

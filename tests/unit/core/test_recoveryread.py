@@ -347,7 +347,7 @@ def test_a_file_only_looked_up_and_not_found_is_looked_for() -> None:
         f'9 1.3 stat("{M}/app.db", {{st_mode=S_IFREG|0644, st_size=4096, ...}}) = 0',
         f'9 1.4 stat("{M}/late", 0x1) = -1 ENOENT (No such file or directory)',
         f'9 1.5 openat(AT_FDCWD</>, "{M}/late", O_RDONLY|O_CREAT, 0644) = 4<{M}/late>',
-        f'9 1.6 statx(AT_FDCWD</>, "/usr/lib/x", 0, STATX_ALL, 0x1) = -1 ENOENT (No such file or directory)'])
+        '9 1.6 statx(AT_FDCWD</>, "/usr/lib/x", 0, STATX_ALL, 0x1) = -1 ENOENT (No such file or directory)'])
     reads = parse(text, [M], {"app.db": 4096})
     assert [r.path for r in reads] == ["app.db", "app.db-wal", "app.db-journal", "late"]
     got = by_path(reads)
@@ -356,3 +356,10 @@ def test_a_file_only_looked_up_and_not_found_is_looked_for() -> None:
     assert words(reads) == ("recovery opened app.db for writing (0 of 4,096 bytes), then looked for app.db-wal: it "
                             "does not exist, then app.db-journal: it does not exist, then created late, then stopped")
     assert ReadFile.from_json(got["app.db-wal"].to_json()) == got["app.db-wal"]
+
+
+def test_only_a_trace_that_counts_bytes_is_complete() -> None:
+    from powercut.core.recoveryread import complete
+
+    assert complete((ReadFile("a", 3, 3), ReadFile("b", -1, -1, "ENOENT")))
+    assert not complete((ReadFile("a", 3, -1),)) and not complete(())

@@ -258,3 +258,13 @@ def test_an_acked_after_error_group_is_proven_by_the_judges_own_counterfactual(t
     assert not ver.kills and g.why["rule"] == causes.ERROR and g.why["proven"] is True
     assert g.why["proof"] == ("verified: with only the acks given before the I/O error, this state passes (the "
                               "judge's own counterfactual: every ack after the error left out)")
+
+
+def test_reads_seen_through_pythons_audit_events_rank_nothing_and_say_so(setup) -> None:
+    """An in-process checker's reads (bytes unknown) miss a C library's opens: no file is said never
+    read, the rules keep the trace's order, and what recovery read says how it was seen."""
+    rec, index, g = setup(idx_synced=False)
+    ver = run(rec, index, g, judged(lambda s: kept(s, 8)), read=(ReadFile("idx", 0, -1),))
+    assert [t.label for t in ver.tried[g.first.state]] == ["no-fsync (/wal)", "no-fsync (/idx)"]
+    assert g.why["read"].endswith("then stopped (as Python's audit events show it: a C library's own opens are "
+                                  "not seen)")
