@@ -9,7 +9,7 @@ imports inside functions count too:
 * no import cycle between modules;
 * imports inside functions only in ``cli/`` and ``guest/`` (start-up cost) and for the optional
   dependencies (libvirt, matplotlib);
-* absolute imports only; every module has a docstring and stays under 450 lines; each package's
+* absolute imports only; every module has a docstring (no size cap: a module is sized by its idea); each package's
   ``__init__`` docstring names every module of the package;
 * ``workloads/`` and ``checkers/`` import only powercut's public API (``powercut.__all__``) and their own
   package; a checker may also import ``workloads/`` (workloads/pgserver.py runs PostgreSQL for both);
@@ -251,15 +251,13 @@ def test_the_cycle_check_finds_a_deliberate_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
-def test_every_module_has_a_docstring_and_stays_small() -> None:
-    big = []
+def test_every_module_has_a_docstring() -> None:
+    """A module is sized by what belongs together, not by a line count: one that grows past its idea
+    is a review finding, not a test failure (issue 62)."""
     for mod, path in modules():
         src = path.read_text()
         if path.name not in ("__init__.py",) or path.parent == HARNESS:
             assert ast.get_docstring(ast.parse(src)), f"{mod} has no module docstring"
-        if len(src.splitlines()) > 450:
-            big.append(f"{mod}: {len(src.splitlines())} lines")
-    assert not big, big
 
 
 def test_each_package_init_names_its_modules() -> None:
