@@ -20,6 +20,8 @@ from typing import Any
 
 from rich.table import Table
 
+from powercut.core.causes import Cause
+from powercut.core.confirm import group_key
 from powercut.core.coverage import ALL, Coverage, requirement
 from powercut.core.markorder import UnorderedAck, possibly_false
 from powercut.core.verdict import SEVERITY, Verdict, worst
@@ -254,6 +256,16 @@ CONFIRMATION = {"confirmed": "confirmed (judged again alone: the same verdict)",
                 "unconfirmed": "unconfirmed (not judged again: confirmation was off or did not finish)"}
 
 
+def cause_lines(group: dict[str, Any]) -> tuple[str, ...]:
+    """A failure group's cause in the program's terms, as JUnit's failure text says it (its head,
+    what recovery read, its proof), or () without one."""
+    why = group.get("why")
+    if not isinstance(why, dict) or not why.get("rule"):
+        return ()
+    c = Cause.from_json(why)
+    return (c.head(), *((c.read,) if c.read else ()), *((f"proof: {c.proof}",) if c.proof else ()))
+
+
 def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
     notes = summary.notes()
     suites = ET.Element("testsuites", name="powercut", tests=str(summary.total + bool(notes)),
@@ -284,6 +296,7 @@ def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
                              name=summary.verdict, time="0.000")
         err = ET.SubElement(case, "error", type=summary.verdict, message=notes[0])
         err.text = "\n".join(notes) + "\n"
+    causes_of = {(g.get("verdict"), g.get("reason_class")): cause_lines(g) for g in summary.groups}
     for model in summary.by_model:
         mine = [v for v in verdicts if v.model == model]
         suite = ET.SubElement(suites, "testsuite", name=f"{summary.workload}.{summary.fstype}.{model}",
@@ -304,6 +317,7 @@ def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
                 fail.text += f"confirmation: {CONFIRMATION[v.confirmation]}\n"
             if v.aliases:
                 fail.text += f"also judged by this state: {', '.join(v.aliases)}\n"
+            fail.text += "".join(f"{line}\n" for line in causes_of.get(group_key(v), ()))
     ET.indent(suites)
     path.write_text(ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")
 

@@ -81,3 +81,17 @@ def test_an_interrupted_or_ackless_campaign_is_never_green(tmp_path: Path) -> No
     allowed = summarize([v("flush@1")], recording="/r", fstype="ext4", workload="w", check_in="vm", seconds=1,
                         selection=sel, acks=0, allow_no_acks=True)
     assert allowed.ok and allowed.verdict == "pass" and allowed.notes() == []
+
+
+def test_junit_says_each_failures_cause_as_the_console_does(tmp_path: Path) -> None:
+    from powercut.core.causes import Cause
+
+    lost = v("flush@2", "lost-ack", cut=2)
+    s = summarize([v("flush@1"), lost], recording="/r", fstype="ext4", workload="w", check_in="host", seconds=1.0)
+    why = Cause("no-fsync", "cause not proven; the trace shows: ack:1 was given after changing /wal", (),
+                proof="not proven: no-fsync (/wal): ... still fails", read="recovery read wal (0 bytes), then stopped")
+    s = dataclasses.replace(s, groups=[{"verdict": "lost-ack", "reason_class": "reason for flush@#",
+                                        "why": why.to_json() | {"proven": False}}])
+    text = ET.parse(write_outputs(s, [v("flush@1"), lost], tmp_path)["junit"]).getroot().find(".//failure").text
+    assert ("cause not proven; the trace shows: ack:1 was given after changing /wal [no-fsync, not proven]\n"
+            "recovery read wal (0 bytes), then stopped\nproof: not proven: no-fsync (/wal): ... still fails\n") in text
