@@ -135,17 +135,20 @@ class CampaignRun:
             return
         t0 = time.monotonic()
         got: dict[str, Verdict] = {}
-        traced = dataclasses.replace(self.ctx, trace_reads=True)   # what recovery read in each group's state
+        # one batch: the groups' states with what recovery read traced, and their counterfactuals
+        verify.plan(self.proofs, self.rec, self.logs, groups)
+        traced = dataclasses.replace(self.ctx, trace_reads=True)
         try:
-            # its own directory: VMs booted there stay warm while the counterfactuals' boot in verify/
-            self.place.judge(traced, self.src, self.logs, list(self.proofs.targets.values()),
-                             lambda v: got.__setitem__(v.state, v), self.outdir / "read", jobs=self.spec.workers())
+            self.place.judge(traced, self.src, self.logs, [*self.proofs.targets.values(), *self.proofs.states],
+                             lambda v: got.__setitem__(v.state, v), self.outdir / "verify", jobs=self.spec.workers())
             self.proofs.traced(got)
-            verify.plan(self.proofs, self.rec, self.logs, groups)
+            self.proofs.record(got, 0.0)
+            verify.plan(self.proofs, self.rec, self.logs, groups)   # the rules what recovery read adds
+            more = self.proofs.states
             got.clear()
-            states = self.proofs.states
-            if states and not interrupt.stopping():
-                self.judge(states, lambda v: got.__setitem__(v.state, v), self.outdir / "verify", self.spec.workers())
+            if more and not interrupt.stopping():   # its own directory: the first batch's VMs are parked warm
+                self.place.judge(self.ctx, self.src, self.logs, more, lambda v: got.__setitem__(v.state, v),
+                                 self.outdir / "verify-read", jobs=self.spec.workers())
         except PowercutError as e:   # the causes stay as the trace gives them, said not proven
             log.warning("the causes' counterfactuals could not be judged: %s", e.one_line())
         self.proofs.record(got, time.monotonic() - t0)

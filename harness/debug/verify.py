@@ -6,8 +6,11 @@ one's what-if state -- the failing state with the writes that rule says were mis
 and nothing else of the program's (the rule's plan, core/rules/; made a state by
 core/counterfactual.py) -- and the group's kill-equivalent state (every write durable at the first
 point at or after the cut where the program had synced all it wrote: what a process kill there
-leaves, core/counterfactual.kill_point), all judged in one batch where the check runs
-(``prepare``, then the campaign judges ``states``, then ``record``).  After the causes are written
+leaves, core/counterfactual.kill_point), all judged in one batch where the check runs, with the
+group's state itself judged again traced -- what recovery read (``prepare``: the targets;
+``plan``; the campaign judges the targets and ``states`` with ``CheckContext.trace_reads``;
+``traced``, ``record``; ``plan`` again adds what the reads reveal, judged in a second batch only
+then).  What recovery read orders the rules (``in_read_order``) and is said under the cause.  After the causes are written
 (debug/cause.explain_groups) ``apply`` rewrites each group's:
 
 - the first rule whose counterfactual passes is the cause, with its proof ("verified: with /wal's
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ERROR_VERDICT = "acked-after-error"   # the judge's verdict (check/judge.after_error): its own counterfactual passed
+MAX_PLANNED = 8   # the rules of a state whose counterfactuals are judged before what recovery read is known
 MAX_GROUPS = 8   # the groups whose causes are proven, first first (each costs a few states judged)
 
 
@@ -188,22 +192,34 @@ class Verification:
                 self.reads[sid] = v.read
 
     @property
-    def states(self) -> list[CrashState]:
-        """Every what-if state to judge, once each."""
+    def counterfactuals(self) -> list[CrashState]:
+        """Every counterfactual state planned, once each: the rules' what-if states, the kill-equivalents."""
         out: dict[str, CrashState] = {}
         for ts in self.tried.values():
             out.update((t.state.id, t.state) for t in ts if t.state is not None)
         out.update((k.state.id, k.state) for k in self.kills.values())
         return list(out.values())
 
+    @property
+    def states(self) -> list[CrashState]:
+        """Every counterfactual state not judged yet, once each."""
+        judged = {t.state.id for ts in self.tried.values() for t in ts if t.state is not None and t.verdict is not None}
+        judged |= {k.state.id for k in self.kills.values() if k.verdict is not None}
+        return [s for s in self.counterfactuals if s.id not in judged]
+
     def record(self, verdicts: dict[str, Verdict], seconds: float) -> None:
+        """The verdicts of the counterfactual states judged (by state id); the others stay unjudged."""
+        judged: set[str] = set()
         for ts in self.tried.values():
             for t in ts:
-                if t.state is not None:
-                    t.verdict = verdicts.get(t.state.id)
+                if t.state is not None and t.state.id in verdicts:
+                    t.verdict = verdicts[t.state.id]
+                    judged.add(t.state.id)
         for k in self.kills.values():
-            k.verdict = verdicts.get(k.state.id)
-        self.stats.states += len(self.states)
+            if k.state.id in verdicts:
+                k.verdict = verdicts[k.state.id]
+                judged.add(k.state.id)
+        self.stats.states += len(judged)
         self.stats.seconds += seconds
 
     def apply(self, rec: Recording, index: LogIndex, groups: Sequence[Group]) -> None:
@@ -222,10 +238,11 @@ class Verification:
                 continue
             self.stats.groups += 1
             culprits = (g.diagnosis or {}).get("culprits") or []
-            for t in ts or []:   # the judge passed the state with the acks before the error alone
+            reads = self.reads.get(sid, ())
+            ts = self.tried[sid] = in_read_order(ts or [], read_paths(reads) if complete(reads) else ())
+            for t in ts:   # the judge passed the state with the acks before the error alone
                 t.by_judge = g.verdict == ERROR_VERDICT and t.finding.rule == causes.ERROR
-            g.why = _proven(g.why, ts or [], self.kills.get(sid), trace, index, self.stats, culprits)
-            reads = self.reads.get(sid)
+            g.why = _proven(g.why, ts, self.kills.get(sid), trace, index, self.stats, culprits)
             if reads and sid in self.targets:
                 g.why["read"] = read_words(reads, trace, index, self.targets[sid].cut)
 
@@ -292,8 +309,10 @@ def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -
 
 def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -> None:
     """Each target's counterfactuals (``states`` to judge): its kill-equivalent state, and the
-    what-if state of every rule its trace says it broke -- every rule about a file recovery read
-    (in the order it read them), then the others up to ``causes.MAX_CANDIDATES`` in all."""
+    what-if state of the rules its trace says it broke -- up to ``MAX_PLANNED`` before what recovery
+    read is known (they are judged with it, in one batch); called again once it is known, it adds
+    the rules about files recovery read that are not planned yet, and the ones its reads reveal (a
+    pointer recovery followed).  A rule planned once is not planned again."""
     trace = load_trace(rec)
     if trace is None or not ver.targets:
         return
@@ -308,7 +327,7 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
         if st is None:
             continue
         k = cf.kill_point(trace, aligned, ROOT, st.cut, len(index.entries), written_back=back)
-        if k is not None:
+        if k is not None and sid not in ver.kills:
             ver.kills[sid] = Killed(k, cf.kill_equivalent(sp, st, k))
         if owned is None:
             continue   # no rule's writes can be told from other files': only the kill-equivalent is judged
@@ -319,15 +338,26 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
                                   limit=None, read=read)
         mine = cf.as_blamed(owned, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed
         inp = PlanInput(trace, aligned, ROOT, st.cut, len(index.entries))
-        tried = []
-        for f in ranked(found, read, causes.MAX_CANDIDATES):
-            unread = bool(read) and is_file(f.subject) and f.subject.lstrip("/") not in read
+        tried = ver.tried.setdefault(sid, [])
+        planned = {(t.finding.rule, t.finding.subject) for t in tried}
+        for f in ranked(found, read, causes.MAX_CANDIDATES if read else MAX_PLANNED):
+            if (f.rule, f.subject) in planned:
+                continue
             p = registry.plan(f, inp)
             if p is None:
-                tried.append(Tried(f, p, None, unread=unread))
+                tried.append(Tried(f, p, None))
                 continue
-            tried.append(Tried(f, p, cf.what_if(sp, st, mine, p), unlogged=cf.unlogged(mine, p), unread=unread))
-        ver.tried[sid] = tried
+            tried.append(Tried(f, p, cf.what_if(sp, st, mine, p), unlogged=cf.unlogged(mine, p)))
+
+
+def in_read_order(ts: Sequence[Tried], read: Sequence[str]) -> list[Tried]:
+    """The tried rules in the order a cause is picked from them (``ranked``, every one kept), each
+    about a file recovery never read said so."""
+    by = {id(t.finding): t for t in ts}
+    out = [by[id(f)] for f in ranked([t.finding for t in ts], read, len(ts))]
+    for t in out:
+        t.unread = bool(read) and is_file(t.finding.subject) and t.finding.subject.lstrip("/") not in read
+    return out
 
 
 def is_file(subject: str) -> bool:

@@ -86,9 +86,12 @@ def run(rec: Rec, index: Any, g: Group, judge: Callable[[list[CrashState]], dict
     """verify's phases as the campaign runs them: the group's state judged traced (what recovery read:
     ``read``), the counterfactuals planned, judged, and the cause rewritten."""
     ver = verify.prepare(rec, [index], [g])   # type: ignore[arg-type]
-    ver.traced({sid: dataclasses.replace(judge([st])[sid], read=read) for sid, st in ver.targets.items()})
     verify.plan(ver, rec, [index], [g])      # type: ignore[arg-type]
-    ver.record(judge(ver.states), 0.5)
+    first = judge(ver.states)                 # one batch: the group's state traced, its counterfactuals
+    ver.traced({sid: dataclasses.replace(judge([st])[sid], read=read) for sid, st in ver.targets.items()})
+    ver.record(first, 0.5)
+    verify.plan(ver, rec, [index], [g])      # type: ignore[arg-type]  # what the reads add
+    ver.record(judge(ver.states), 0.0)
     cause.explain_groups(rec, index, [g])      # type: ignore[arg-type]
     ver.apply(rec, index, [g])                 # type: ignore[arg-type]
     return ver
@@ -99,7 +102,7 @@ def test_the_rule_whose_counterfactual_passes_is_verified(setup) -> None:
     ver = run(rec, index, g, judged(lambda s: kept(s, 7)))        # wal's write (entry 7) makes it pass
     # wal's data + metadata, not idx's second write; and the kill-equivalent: the whole log (ack:2 is the first
     # mark at or after the cut where the program had synced everything it wrote)
-    assert [s.id for s in ver.states] == ["what-if@11/a6/d8", KILL]
+    assert [s.id for s in ver.counterfactuals] == ["what-if@11/a6/d8", KILL] and not ver.states   # all judged
     assert g.why["rule"] == causes.NO_FSYNC and g.why["subject"] == "/wal"
     assert g.why["proof"].startswith("verified: with /wal's data and the filesystem's metadata as logged up to its "
                                      "next fsync") and g.why["proof"].endswith("this state passes")
@@ -173,7 +176,7 @@ def test_a_counterfactual_not_judged_leaves_the_cause_not_proven(setup) -> None:
 def test_without_a_file_map_or_on_a_cluster_the_proof_says_why_not(setup) -> None:
     rec, index, g = setup(file_map=False)
     ver = run(rec, index, g, judged(lambda s: True))
-    assert [s.id for s in ver.states] == [KILL]     # no rule's writes can be told apart: only the kill-equivalent
+    assert [s.id for s in ver.counterfactuals] == [KILL]   # no rule's writes can be told apart: the kill state alone
     assert g.why["proof"].startswith("not proven: the recording has no file map")
     assert g.why["proof"].endswith(f"; a process kill passes (every write durable at mark ack:2 (trace line 13, "
                                    f"log entry #11), the first point at or after the cut where the program had synced "
@@ -181,7 +184,7 @@ def test_without_a_file_map_or_on_a_cluster_the_proof_says_why_not(setup) -> Non
     assert g.why["sentence"].startswith("cause not proven; the trace shows: ack:1")
     rec2, _, g2 = setup()
     ver2 = verify.prepare(rec2, [index, index], [g2])   # type: ignore[arg-type]
-    assert not ver2.states and "a cluster's causes" in ver2.skipped[g2.first.state]
+    assert not ver2.counterfactuals and "a cluster's causes" in ver2.skipped[g2.first.state]
 
 
 def test_a_file_no_log_write_is_of_is_not_provable_not_refuted(setup) -> None:
