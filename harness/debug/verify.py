@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ERROR_VERDICT = "acked-after-error"   # the judge's verdict (check/judge.after_error): its own counterfactual passed
+COSTLY = ("timeout", "kernel-panic")   # verdicts whose states are not judged again to prove a cause
 MAX_PLANNED = 8   # the rules of a state whose counterfactuals are judged before what recovery read is known
 MAX_GROUPS = 8   # the groups whose causes are proven, first first (each costs a few states judged)
 
@@ -302,7 +303,10 @@ def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -
         except Exception as e:  # noqa: BLE001 -- a state that does not rebuild keeps its unproven cause
             ver.skipped[sid] = f"its state does not rebuild ({e})"
             continue
-        if st.model not in LIE_MODELS:   # a lying disk's: what the disk did is the cause, nothing to prove
+        if g.verdict in COSTLY:
+            ver.skipped[sid] = (f"a state whose judge ended in {g.verdict} is not judged again to prove a cause (each "
+                                "judge of it costs its whole timeout or a checker VM)")
+        elif st.model not in LIE_MODELS:   # a lying disk's: what the disk did is the cause, nothing to prove
             ver.targets[sid] = st
     return ver
 

@@ -271,3 +271,10 @@ def test_reads_seen_through_pythons_audit_events_rank_nothing_and_say_so(setup) 
     assert [t.label for t in ver.tried[g.first.state]] == ["no-fsync (/wal)", "no-fsync (/idx)"]
     assert g.why["read"].endswith("then stopped (as Python's audit events show it: a C library's own opens are "
                                   "not seen)")
+
+
+def test_a_group_that_timed_out_or_panicked_is_not_judged_again(setup) -> None:
+    rec, index, g = setup()
+    g.verdict = "timeout"
+    ver = verify.prepare(rec, [index], [g])   # type: ignore[arg-type]
+    assert not ver.targets and "timeout is not judged again" in ver.skipped[g.first.state]
