@@ -285,6 +285,7 @@ def test_checker_vms_on_a_remote_host_through_ssh(ssh_uri, tmp_path, monkeypatch
     print(f"\nremote check of 10 states through ssh: {wall:.1f} s (first boot ships the image)")
 
 
+@pytest.mark.nightly
 def test_cluster_checker_vms_on_a_remote_host_through_ssh(ssh_uri, replog_unsynced, tmp_path, monkeypatch):
     """--check-uri on a cluster recording (the one campaign, issue 49): every node's log is shipped
     into one directory keyed by the logs' hashes, the checker VM there judges every node of each
