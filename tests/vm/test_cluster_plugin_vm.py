@@ -79,7 +79,7 @@ def test_unsynced_store_fails(crashtest):
 '''
 
 
-@pytest.mark.parametrize("check_in", ["host"])
+@pytest.mark.parametrize("check_in", [pytest.param("host", marks=pytest.mark.nightly)])
 def test_a_cluster_crash_test_passes_and_a_broken_one_is_caught(pytester: pytest.Pytester, check_in: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("host mode needs root")

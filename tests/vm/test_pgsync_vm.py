@@ -64,6 +64,7 @@ STANDBY = "write=0.1ms,flush=400ms"
 SLOW_STANDBY = f"1={STANDBY}"
 
 
+@pytest.mark.nightly
 def test_remote_write_with_a_slow_standby_disk_loses_acks_on_the_promoted_standby(tmp_path: Path) -> None:
     """synchronous_commit=remote_write acks once the standby has written the WAL, not flushed it: "not
     safe if the standby suffers an operating-system-level crash" (PostgreSQL 15 runtime-config-wal).
