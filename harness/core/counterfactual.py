@@ -9,11 +9,14 @@ flight); here it is made a state: ``what_if`` adds exactly the plan's writes to 
 ``kill_equivalent`` is the one counterfactual no rule plans: every write the program made before
 the cut durable, nothing after -- what a process kill at that point leaves.
 
-Which file a data write belongs to comes from the recording's file map (each file's sectors at the
-end of the recording, guest/filemap.py), but for the writes the diagnosis blamed on the image of
-the state's cut (``as_blamed``); a write of no mapped file is metadata.  A file whose blocks were
-freed before the end (deleted, truncated) and that blame did not map keeps its writes as
-metadata, which may make a counterfactual pass that should not -- said in docs/checking.md."""
+Which file a data write belongs to, as of the state's cut: the recording's file map (each file's
+sectors at the end of the recording, guest/filemap.py) named as the files were named at the cut
+(``as_of``: the renames the trace shows after it undone), and the writes the diagnosis blamed as
+blame mapped them on the image of the cut (``as_blamed``); a write of no mapped file is metadata.
+A file removed or truncated after the cut has no blocks in the map, so its writes count as
+metadata and may be made durable by another file's counterfactual: ``removed_after`` names such
+files, and debug/verify.py credits no what-if that passes while one of them is a file recovery
+read (or may have read) -- said in docs/checking.md."""
 from __future__ import annotations
 
 import bisect
@@ -30,7 +33,8 @@ from powercut.core.rules.base import Plan
 from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import Pending
 
-__all__ = ["Kill", "as_blamed", "kill_equivalent", "kill_point", "owners", "unlogged", "what_if", "written_back"]
+__all__ = ["Kill", "as_blamed", "as_of", "kill_equivalent", "kill_point", "owners", "removed_after", "unlogged",
+           "what_if", "written_back"]
 
 
 def owners(entries: Sequence[Entry], files: Mapping[str, Sequence[Sequence[int]]], log_sector: int,
@@ -85,6 +89,70 @@ def as_blamed(owned: Sequence[str | None], culprits: Sequence[Mapping[str, objec
         elif what in ("directory block", "journal", "inode table"):
             out[entry] = None
     return tuple(out)
+
+
+def after_cut(trace: Trace, aligned: Mapping[int, int], cut: int) -> int:
+    """The trace position from which calls may have come after log entry ``cut``: just after the last
+    mark aligned with an entry before the cut (0 when none is)."""
+    before = [seq for seq, entry in aligned.items() if entry < cut]
+    return max(before) + 1 if before else 0
+
+
+def as_of(owned: Sequence[str | None], trace: Trace, aligned: Mapping[int, int], root: str,
+          cut: int) -> tuple[str | None, ...]:
+    """``owned`` (``owners``: files named as at the end of the recording) with each file named as it
+    was at log entry ``cut``: every rename under ``root`` the trace shows after the cut (``after_cut``)
+    undone, the last first -- a file renamed into place after the cut keeps its writes under the
+    name the rules use for it then (a directory renamed: every file under it)."""
+    renames = [o for o in trace.ops[after_cut(trace, aligned, cut):] if o.kind == sc.RENAME and o.ok]
+    if not renames:
+        return tuple(owned)
+    return tuple(None if o is None else _undo(o, renames, root) for o in owned)
+
+
+def _under(path: str, root: str) -> str | None:
+    """``path`` relative to ``root`` with no leading slash; None when it is not under ``root`` or is it."""
+    base = root.rstrip("/") + "/"
+    if not root or not path.startswith(base):
+        return None
+    return path[len(base):] or None
+
+
+def _undo(path: str, renames: Sequence[Op], root: str) -> str:
+    """``path`` (relative, no leading slash) as it was named before ``renames`` (in trace order)."""
+    for o in reversed(renames):
+        src = _under(o.path, root)
+        dst = _under(o.path2, root)
+        if src is None or dst is None:
+            continue   # a name outside the filesystem under test
+        if path == dst:
+            path = src
+        elif path.startswith(dst + "/"):
+            path = src + path[len(dst):]
+    return path
+
+
+def removed_after(trace: Trace, aligned: Mapping[int, int], root: str, cut: int) -> frozenset[str]:
+    """The files under ``root`` (relative, as named when removed) that the trace shows removed or
+    truncated after log entry ``cut`` (``after_cut``): unlinked, replaced by a rename over them,
+    truncated, or opened with O_TRUNC.  Their blocks are not theirs in the file map at the end, so
+    their writes count as metadata (``owners``) and a counterfactual may make them durable."""
+    out: set[str] = set()
+    for o in trace.ops[after_cut(trace, aligned, cut):]:
+        if not o.ok:
+            continue
+        if o.kind in (sc.UNLINK, sc.TRUNCATE):
+            path = o.path
+        elif o.kind == sc.RENAME:
+            path = o.path2
+        elif o.kind == sc.OPEN and "O_TRUNC" in o.flags:
+            path = o.path
+        else:
+            continue
+        name = _under(path, root)
+        if name is not None:
+            out.add(name)
+    return frozenset(out)
 
 
 def unlogged(owned: Sequence[str | None], p: Plan) -> frozenset[str]:

@@ -21,9 +21,11 @@ then).  What recovery read orders the rules (``in_read_order``) and is said unde
   program's recovery fails on a state it made itself, proven by that state (never ``beyond-rules``);
 - neither: the cause is not proven, and its sentence starts by saying so, then the candidates, then
   what the trace shows first.  A counterfactual is only as exact as its parts: which file a write
-  belongs to comes from the file map at the end of the recording, and a sync's writes are bounded
-  by the next mark after it, not by the sync -- so a failing counterfactual shows that this
-  construction did not pass, not that the rule is false, and the words say no more than that;
+  belongs to comes from the file map at the end of the recording named as at the cut, and a sync's
+  writes are bounded by the next mark after it, not by the sync -- so a failing counterfactual
+  shows that this construction did not pass, not that the rule is false, and the words say no more
+  than that; a passing one that may have made a file removed after the cut durable too (its
+  writes count as metadata) proves nothing when recovery read that file (``mixed``);
 - not tried (no file map: only the kill-equivalent is judged; a cluster; a judge that failed): said
   in the proof, and the cause is not proven.  A lying disk's state needs no proof (what the disk
   did is the cause, by construction).
@@ -75,6 +77,7 @@ class Tried:
     unlogged: frozenset[str] = frozenset()   # the plan's files no log entry writes (counterfactual.unlogged)
     unread: bool = False                     # its file is one recovery never read (traced)
     by_judge: bool = False                   # proven by the judge's own counterfactual (acked-after-error)
+    mixed: frozenset[str] = frozenset()      # files removed after the cut whose writes it may have added too
 
     @property
     def judged(self) -> bool:
@@ -96,7 +99,7 @@ class Tried:
         if self.verdict is None or not self.judged:
             return "untried"
         if self.verdict.verdict == "pass":
-            return "pass"
+            return "untried" if self.mixed else "pass"   # it may have made another file durable too
         return "untried" if self.unlogged else "fail"   # its data is not in the log: the failure proves nothing
 
     def words(self) -> str:
@@ -113,9 +116,15 @@ class Tried:
                     "dropped that way never reach the disk), so no what-if state can make its data durable")
         if self.state is None:
             return f"{self.plan.words()} are all durable in this state already, and it fails"
+        made = f"with {self.plan.words()} made durable ({self.state.id})"
+        if self.mixed and self.verdict is not None and self.verdict.verdict == "pass":
+            names = ", ".join("/" + f for f in sorted(self.mixed))
+            return (f"{made} this state passes, but that is not proof of this rule alone: {names} (removed or "
+                    "truncated after the cut; recovery read it, or what recovery read is not known in whole) owns no "
+                    "block in the file map at the end, so its writes cannot be told from the filesystem's metadata "
+                    "and may have been made durable too")
         if self.outcome() == "untried":
             return f"its counterfactual {self.state.id} was not judged ({self.verdict.verdict if self.verdict else 'no verdict'})"
-        made = f"with {self.plan.words()} made durable ({self.state.id})"
         if self.outcome() == "pass":
             return f"{made} this state passes"
         first = self.verdict.reasons[0] if self.verdict and self.verdict.reasons else ""
@@ -243,9 +252,19 @@ class Verification:
             ts = self.tried[sid] = in_read_order(ts or [], read_paths(reads) if complete(reads) else ())
             for t in ts:   # the judge passed the state with the acks before the error alone
                 t.by_judge = g.verdict == ERROR_VERDICT and t.finding.rule == causes.ERROR
+                t.mixed = mixed(t, reads)
             g.why = _proven(g.why, ts, self.kills.get(sid), trace, index, self.stats, culprits)
             if reads and sid in self.targets:
                 g.why["read"] = read_words(reads, trace, index, self.targets[sid].cut)
+
+
+def mixed(t: Tried, reads: Sequence[ReadFile]) -> frozenset[str]:
+    """The files removed after the cut whose writes ``t``'s what-if may have made durable with its own
+    (``t.mixed`` as planned) that recovery read -- or, when what recovery read is not known in whole,
+    all of them: a file recovery never opened cannot be why its what-if passed."""
+    if not reads or not complete(reads):
+        return t.mixed
+    return t.mixed & frozenset(read_paths(reads))
 
 
 def read_words(reads: Sequence[ReadFile], trace: syscalls.Trace, index: LogIndex, cut: int) -> str:
@@ -340,7 +359,9 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
         read = read_paths(reads) if complete(reads) else ()   # a partial trace cannot rank by what was not read
         found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn],
                                   limit=None, read=read)
-        mine = cf.as_blamed(owned, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed
+        at_cut = cf.as_of(owned, trace, aligned, ROOT, st.cut)   # named as at the cut
+        mine = cf.as_blamed(at_cut, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed
+        removed = cf.removed_after(trace, aligned, ROOT, st.cut)
         inp = PlanInput(trace, aligned, ROOT, st.cut, len(index.entries))
         tried = ver.tried.setdefault(sid, [])
         planned = {(t.finding.rule, t.finding.subject) for t in tried}
@@ -351,7 +372,8 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
             if p is None:
                 tried.append(Tried(f, p, None))
                 continue
-            tried.append(Tried(f, p, cf.what_if(sp, st, mine, p), unlogged=cf.unlogged(mine, p)))
+            others = frozenset() if p.files is None else removed - p.files
+            tried.append(Tried(f, p, cf.what_if(sp, st, mine, p), unlogged=cf.unlogged(mine, p), mixed=others))
 
 
 def in_read_order(ts: Sequence[Tried], read: Sequence[str]) -> list[Tried]:

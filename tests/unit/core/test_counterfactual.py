@@ -187,3 +187,27 @@ def test_no_kill_point_after_a_failed_write_or_sync_and_none_at_the_harness_own_
     o.mark("powercut-order-begin").fsync("wal", fd=5).mark("powercut-order-end").mark("ack:1")
     k = cf.kill_point(o.trace(), sc.align(o.trace(), o.log), MNT, o.log[2][0], 500, written_back=False)
     assert k is not None and k.at is not None and k.at.text == "ack:1"
+
+
+def test_files_are_named_as_at_the_cut_renames_after_it_undone() -> None:
+    # tmp is renamed to CURRENT, then the directory db to old, both after the cut at begin:2
+    t = T().open("tmp", "O_WRONLY|O_CREAT", fd=5).write("tmp", fd=5).mark("begin:1").mark("ack:1").mark("begin:2")
+    t.call(f'rename("{MNT}/tmp", "{MNT}/CURRENT") = 0').mark("ack:2")
+    t.call(f'rename("{MNT}/db", "{MNT}/old") = 0').call(f'rename("/elsewhere/a", "{MNT}/b") = 0').mark("x")
+    tr = t.trace()
+    aligned = sc.align(tr, t.log)
+    owned = ("CURRENT", None, "old/MANIFEST", "b", "wal", "oldish")
+    at_cut = cf.as_of(owned, tr, aligned, MNT, t.log[3][0] + 1)   # cut just after begin:2
+    assert at_cut == ("tmp", None, "db/MANIFEST", "b", "wal", "oldish")
+    assert cf.as_of(owned, tr, aligned, MNT, t.log[-1][0] + 1) == owned   # no rename after the cut
+
+
+def test_files_removed_or_truncated_after_the_cut_are_named() -> None:
+    t = T().open("a", "O_WRONLY|O_CREAT", fd=5).call(f'unlink("{MNT}/gone-before") = 0').mark("begin:1")
+    t.call(f'unlink("{MNT}/x") = 0').call(f'unlink("{MNT}/failed") = -1 ENOENT (No such file or directory)')
+    t.call(f'rename("{MNT}/tmp", "{MNT}/CURRENT") = 0').open("log", "O_WRONLY|O_TRUNC", fd=7)
+    t.call(f'truncate("{MNT}/idx", 0) = 0').call('unlink("/tmp/outside") = 0').mark("ack:1")
+    tr = t.trace()
+    removed = cf.removed_after(tr, sc.align(tr, t.log), MNT, t.log[1][0] + 1)   # cut after begin:1
+    assert removed == frozenset({"x", "CURRENT", "log", "idx"})
+    assert cf.removed_after(tr, sc.align(tr, t.log), MNT, t.log[-1][0] + 1) == frozenset()

@@ -41,13 +41,17 @@ class Rec:
     delay_log: Path | None = None
 
 
-def trace(idx_synced: bool) -> T:
-    """wal (and idx unless ``idx_synced``) changed in commit 1 and acked unsynced; both fsynced in commit 2."""
+def trace(idx_synced: bool, removed: str = "") -> T:
+    """wal (and idx unless ``idx_synced``) changed in commit 1 and acked unsynced; both fsynced in commit 2
+    (``removed``: a file unlinked after ack:1, after the cut)."""
     t = T().open("wal", "O_WRONLY|O_CREAT", fd=5).open("idx", "O_WRONLY|O_CREAT", fd=6).fsync_dir()
     t.mark("begin:1").write("wal", fd=5).write("idx", fd=6)
     if idx_synced:
         t.fsync("idx", fd=6)
-    t.mark("ack:1").mark("begin:2").fsync("wal", fd=5).fsync("idx", fd=6)
+    t.mark("ack:1")
+    if removed:
+        t.call(f'unlink("{MNT}/{removed}") = 0')
+    t.mark("begin:2").fsync("wal", fd=5).fsync("idx", fd=6)
     return t.mark("ack:2")
 
 
@@ -56,8 +60,8 @@ def setup(tmp_path: Path) -> Callable[..., tuple[Rec, Any, Group]]:
     index = build_log(tmp_path / "log.bin", OPS)
 
     def make(idx_synced: bool = True, file_map: bool = True, files: dict[str, Any] | None = None,
-             culprits: tuple[dict[str, Any], ...] = ()) -> tuple[Rec, Any, Group]:
-        t = trace(idx_synced)
+             culprits: tuple[dict[str, Any], ...] = (), removed: str = "") -> tuple[Rec, Any, Group]:
+        t = trace(idx_synced, removed)
         path = tmp_path / f"syscalls-{idx_synced}.txt.gz"
         with gzip.open(path, "wt") as f:
             f.write("\n".join(t.lines) + "\n")
@@ -241,6 +245,24 @@ def test_a_write_blame_mapped_at_the_cut_belongs_to_its_file_though_the_end_map_
     run(rec, index, g, judged(lambda s: kept(s, 7)), read=first)
     assert g.why["subject"] == "/wal" and g.why["proof"].startswith("verified: with /wal's data")
     assert g.why["refuted"][0].startswith("no-fsync (/idx): with /idx's data")
+
+
+def test_a_pass_that_may_have_made_a_file_removed_after_the_cut_durable_proves_nothing(setup) -> None:
+    """/old was unlinked after the cut: the file map at the end has no blocks of it, so its writes
+    count as metadata and /wal's what-if may have made them durable.  Recovery read /old: the pass
+    is not proof; recovery never read it: the pass is; what recovery read unknown: not proof."""
+    passes = judged(lambda s: kept(s, 7))
+    rec, index, g = setup(removed="old")
+    ver = run(rec, index, g, passes, read=(ReadFile("old", 10, 10), ReadFile("wal", 0, 0)))
+    assert g.why["proven"] is False and ver.stats.unproven == 1
+    assert "with /wal's data and the filesystem's metadata as logged up to its next fsync" in g.why["proof"]
+    assert "this state passes, but that is not proof of this rule alone: /old (removed or truncated" in g.why["proof"]
+    rec, index, g = setup(removed="old")
+    run(rec, index, g, passes, read=(ReadFile("wal", 0, 0),))
+    assert g.why["proven"] is True and g.why["proof"].startswith("verified: with /wal's data")
+    rec, index, g = setup(removed="old")
+    run(rec, index, g, passes, read=(ReadFile("wal", 0, -1),))   # Python's audit events: not known in whole
+    assert g.why["proven"] is False and "not proof of this rule alone: /old" in g.why["proof"]
 
 
 def test_an_acked_after_error_group_is_proven_by_the_judges_own_counterfactual(tmp_path: Path) -> None:
