@@ -15,8 +15,9 @@ sectors at the end of the recording, guest/filemap.py) named as the files were n
 blame mapped them on the image of the cut (``as_blamed``); a write of no mapped file is metadata.
 A file removed or truncated after the cut has no blocks in the map, so its writes count as
 metadata and may be made durable by another file's counterfactual: ``removed_after`` names such
-files, and debug/verify.py credits no what-if that passes while one of them is a file recovery
-read (or may have read) -- said in docs/checking.md."""
+files, ``mixed_in`` those a plan's what-if may keep while they still exist in it, and
+debug/verify.py credits no what-if that passes while one of them is a file recovery read (or may
+have read) -- said in docs/checking.md."""
 from __future__ import annotations
 
 import bisect
@@ -33,8 +34,8 @@ from powercut.core.rules.base import Plan
 from powercut.core.syscalls import Op, Trace
 from powercut.core.tracefacts import Pending
 
-__all__ = ["Kill", "as_blamed", "as_of", "kill_equivalent", "kill_point", "owners", "removed_after", "unlogged",
-           "what_if", "written_back"]
+__all__ = ["Kill", "as_blamed", "as_of", "changed_after", "kill_equivalent", "kill_point", "mixed_in", "owners", "removed_after",
+           "unlogged", "what_if", "written_back"]
 
 
 def owners(entries: Sequence[Entry], files: Mapping[str, Sequence[Sequence[int]]], log_sector: int,
@@ -132,12 +133,13 @@ def _undo(path: str, renames: Sequence[Op], root: str) -> str:
     return path
 
 
-def removed_after(trace: Trace, aligned: Mapping[int, int], root: str, cut: int) -> frozenset[str]:
+def removed_after(trace: Trace, aligned: Mapping[int, int], root: str, cut: int) -> dict[str, int]:
     """The files under ``root`` (relative, as named when removed) that the trace shows removed or
-    truncated after log entry ``cut`` (``after_cut``): unlinked, replaced by a rename over them,
-    truncated, or opened with O_TRUNC.  Their blocks are not theirs in the file map at the end, so
-    their writes count as metadata (``owners``) and a counterfactual may make them durable."""
-    out: set[str] = set()
+    truncated after log entry ``cut`` (``after_cut``) -- unlinked, replaced by a rename over them,
+    truncated, or opened with O_TRUNC --, each with the trace position of its last such call.
+    Their blocks are not theirs in the file map at the end, so their writes count as metadata
+    (``owners``) and a counterfactual may make them durable."""
+    out: dict[str, int] = {}
     for o in trace.ops[after_cut(trace, aligned, cut):]:
         if not o.ok:
             continue
@@ -151,8 +153,40 @@ def removed_after(trace: Trace, aligned: Mapping[int, int], root: str, cut: int)
             continue
         name = _under(path, root)
         if name is not None:
-            out.add(name)
-    return frozenset(out)
+            out[name] = o.seq
+    return out
+
+
+def mixed_in(p: Plan, removed: Mapping[str, int], trace: Trace, aligned: Mapping[int, int], root: str,
+             cut: int) -> frozenset[str]:
+    """The files removed after the cut (``removed_after``) whose writes ``p``'s what-if may have made
+    durable with its own: removed only after the sync that bounds the plan, so still there in the
+    what-if (a removal before that sync is made durable with it: the file is gone there), and with
+    data the log may hold between the cut and that sync -- unsynced changes or a shared writable
+    mapping at the cut, or changed after it (``changed_after``).  None for a plan of every lost write
+    (nothing is left out) or one to the end of the log (every removal is in it)."""
+    if p.files is None or p.sync is None:
+        return frozenset()
+    late = {f for f, seq in removed.items() if seq > p.sync.seq and f not in p.files}
+    if not late:
+        return frozenset()
+    return frozenset(late & changed_after(trace, aligned, root, cut, p.sync))
+
+
+def changed_after(trace: Trace, aligned: Mapping[int, int], root: str, cut: int, until: Op) -> set[str]:
+    """The files under ``root`` (relative) whose data the log may hold between log entry ``cut`` and
+    the call ``until``: unsynced changes or a shared writable mapping at the cut
+    (core/tracefacts.Pending), or written, truncated, allocated or mapped after it up to ``until``."""
+    start = after_cut(trace, aligned, cut)
+    pending = Pending(root)
+    for o in trace.ops[:start]:
+        pending.step(o)
+    paths = set(pending.dirty) | set(pending.mapped)
+    for o in trace.ops[start:until.seq + 1]:
+        if o.ok and (o.kind in (sc.WRITE, sc.TRUNCATE, sc.ALLOCATE, sc.MMAP_SHARED)
+                     or (o.kind == sc.OPEN and "O_TRUNC" in o.flags)):
+            paths.add(o.path)
+    return {n for path in paths if (n := _under(path, root)) is not None}
 
 
 def unlogged(owned: Sequence[str | None], p: Plan) -> frozenset[str]:

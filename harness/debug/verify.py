@@ -120,9 +120,9 @@ class Tried:
         if self.mixed and self.verdict is not None and self.verdict.verdict == "pass":
             names = ", ".join("/" + f for f in sorted(self.mixed))
             return (f"{made} this state passes, but that is not proof of this rule alone: {names} (removed or "
-                    "truncated after the cut; recovery read it, or what recovery read is not known in whole) owns no "
-                    "block in the file map at the end, so its writes cannot be told from the filesystem's metadata "
-                    "and may have been made durable too")
+                    "truncated after that sync, so still there in this state; recovery read it, or what recovery "
+                    "read is not known in whole) owns no block in the file map at the end, so its writes cannot be "
+                    "told from the filesystem's metadata and may have been made durable too")
         if self.outcome() == "untried":
             return f"its counterfactual {self.state.id} was not judged ({self.verdict.verdict if self.verdict else 'no verdict'})"
         if self.outcome() == "pass":
@@ -372,8 +372,8 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
             if p is None:
                 tried.append(Tried(f, p, None))
                 continue
-            others = frozenset() if p.files is None else removed - p.files
-            tried.append(Tried(f, p, cf.what_if(sp, st, mine, p), unlogged=cf.unlogged(mine, p), mixed=others))
+            tried.append(Tried(f, p, cf.what_if(sp, st, mine, p), unlogged=cf.unlogged(mine, p),
+                               mixed=cf.mixed_in(p, removed, trace, aligned, ROOT, st.cut)))
 
 
 def in_read_order(ts: Sequence[Tried], read: Sequence[str]) -> list[Tried]:

@@ -43,15 +43,16 @@ class Rec:
 
 def trace(idx_synced: bool, removed: str = "") -> T:
     """wal (and idx unless ``idx_synced``) changed in commit 1 and acked unsynced; both fsynced in commit 2
-    (``removed``: a file unlinked after ack:1, after the cut)."""
+    (``removed``: a file written unsynced before begin:1 and unlinked after both syncs, before ack:2)."""
     t = T().open("wal", "O_WRONLY|O_CREAT", fd=5).open("idx", "O_WRONLY|O_CREAT", fd=6).fsync_dir()
+    if removed:   # written, never synced
+        t.open(removed, "O_WRONLY|O_CREAT", fd=9).write(removed, fd=9)
     t.mark("begin:1").write("wal", fd=5).write("idx", fd=6)
     if idx_synced:
         t.fsync("idx", fd=6)
-    t.mark("ack:1")
+    t.mark("ack:1").mark("begin:2").fsync("wal", fd=5).fsync("idx", fd=6)
     if removed:
         t.call(f'unlink("{MNT}/{removed}") = 0')
-    t.mark("begin:2").fsync("wal", fd=5).fsync("idx", fd=6)
     return t.mark("ack:2")
 
 
@@ -248,15 +249,17 @@ def test_a_write_blame_mapped_at_the_cut_belongs_to_its_file_though_the_end_map_
 
 
 def test_a_pass_that_may_have_made_a_file_removed_after_the_cut_durable_proves_nothing(setup) -> None:
-    """/old was unlinked after the cut: the file map at the end has no blocks of it, so its writes
-    count as metadata and /wal's what-if may have made them durable.  Recovery read /old: the pass
+    """/old was unlinked after the cut and after wal's sync that bounds its what-if: the file map at
+    the end has no blocks of it, so its writes count as metadata and /wal's what-if may have made
+    them durable while /old still exists there.  Recovery read /old: the pass
     is not proof; recovery never read it: the pass is; what recovery read unknown: not proof."""
     passes = judged(lambda s: kept(s, 7))
     rec, index, g = setup(removed="old")
     ver = run(rec, index, g, passes, read=(ReadFile("old", 10, 10), ReadFile("wal", 0, 0)))
     assert g.why["proven"] is False and ver.stats.unproven == 1
     assert "with /wal's data and the filesystem's metadata as logged up to its next fsync" in g.why["proof"]
-    assert "this state passes, but that is not proof of this rule alone: /old (removed or truncated" in g.why["proof"]
+    assert "this state passes, but that is not proof of this rule alone: /old (removed or truncated after that " \
+        "sync" in g.why["proof"]
     rec, index, g = setup(removed="old")
     run(rec, index, g, passes, read=(ReadFile("wal", 0, 0),))
     assert g.why["proven"] is True and g.why["proof"].startswith("verified: with /wal's data")
