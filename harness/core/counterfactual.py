@@ -136,25 +136,35 @@ def _undo(path: str, renames: Sequence[Op], root: str) -> str:
 def removed_after(trace: Trace, aligned: Mapping[int, int], root: str, cut: int) -> dict[str, int]:
     """The files under ``root`` (relative, as named when removed) that the trace shows removed or
     truncated after log entry ``cut`` (``after_cut``) -- unlinked, replaced by a rename over them,
-    truncated, or opened with O_TRUNC --, each with the trace position of its last such call.
-    Their blocks are not theirs in the file map at the end, so their writes count as metadata
-    (``owners``) and a counterfactual may make them durable."""
+    truncated, or opened with O_TRUNC while they existed (a name the trace never created before,
+    nor renamed into place, did not: the recording starts on an empty filesystem) --, each with the
+    trace position of its last such call.  Their blocks are not theirs in the file map at the end,
+    so their writes count as metadata (``owners``) and a counterfactual may make them durable."""
+    start = after_cut(trace, aligned, cut)
+    pending = Pending(root)
     out: dict[str, int] = {}
-    for o in trace.ops[after_cut(trace, aligned, cut):]:
-        if not o.ok:
-            continue
-        if o.kind in (sc.UNLINK, sc.TRUNCATE):
-            path = o.path
-        elif o.kind == sc.RENAME:
-            path = o.path2
-        elif o.kind == sc.OPEN and "O_TRUNC" in o.flags:
-            path = o.path
-        else:
+    for o in trace.ops:
+        path = _removes(o, pending.exists)
+        pending.step(o)
+        if o.seq < start or path is None:
             continue
         name = _under(path, root)
         if name is not None:
             out[name] = o.seq
     return out
+
+
+def _removes(o: Op, exists: set[str]) -> str | None:
+    """The path whose file ``o`` removes or truncates (``exists``: the names there before it); None."""
+    if not o.ok:
+        return None
+    if o.kind in (sc.UNLINK, sc.TRUNCATE):
+        return o.path
+    if o.kind == sc.RENAME and o.path2 in exists:
+        return o.path2
+    if o.kind == sc.OPEN and "O_TRUNC" in o.flags and o.path in exists:
+        return o.path
+    return None
 
 
 def mixed_in(p: Plan, removed: Mapping[str, int], trace: Trace, aligned: Mapping[int, int], root: str,

@@ -356,9 +356,10 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
             continue   # no rule's writes can be told from other files': only the kill-equivalent is judged
         reasons = list((g.diagnosis or {}).get("minimized_reasons") or g.first.reasons)
         reads = ver.reads.get(sid, ())
-        read = read_paths(reads) if complete(reads) else ()   # a partial trace cannot rank by what was not read
+        seen = read_paths(reads)   # a pointer recovery was seen to follow is one, even in a partial trace
+        read = seen if complete(reads) else ()   # but only a whole trace can rank by what was not read
         found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn],
-                                  limit=None, read=read)
+                                  limit=None, read=seen)
         at_cut = cf.as_of(owned, trace, aligned, ROOT, st.cut)   # named as at the cut
         mine = cf.as_blamed(at_cut, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed
         removed = cf.removed_after(trace, aligned, ROOT, st.cut)

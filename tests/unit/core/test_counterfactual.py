@@ -204,8 +204,10 @@ def test_files_are_named_as_at_the_cut_renames_after_it_undone() -> None:
 
 def test_files_removed_or_truncated_after_the_cut_are_named() -> None:
     t = T().open("a", "O_WRONLY|O_CREAT", fd=5).call(f'unlink("{MNT}/gone-before") = 0')
+    t.open("CURRENT", "O_WRONLY|O_CREAT", fd=7).open("log", "O_WRONLY|O_CREAT", fd=7)
     t.open("idx", "O_WRONLY|O_CREAT", fd=8).write("idx", fd=8).mark("begin:1")   # idx unsynced at the cut
     t.call(f'unlink("{MNT}/x") = 0').call(f'unlink("{MNT}/failed") = -1 ENOENT (No such file or directory)')
+    t.call(f'rename("{MNT}/tmp2", "{MNT}/NEW") = 0').open("new", "O_WRONLY|O_CREAT|O_TRUNC", fd=7)   # no file
     t.call(f'rename("{MNT}/tmp", "{MNT}/CURRENT") = 0').open("log", "O_WRONLY|O_TRUNC", fd=7)
     t.call(f'truncate("{MNT}/idx", 0) = 0').call('unlink("/tmp/outside") = 0').mark("ack:1")
     tr = t.trace()
@@ -215,13 +217,13 @@ def test_files_removed_or_truncated_after_the_cut_are_named() -> None:
     # a plan bounded by a sync keeps the files removed after that sync (still there in its what-if) whose
     # data the log may hold: unsynced at the cut (idx), or changed after it up to the sync
     aligned = sc.align(tr, t.log)
-    sync = next(o for o in tr.ops if o.kind == sc.OPEN and o.path.endswith("/log"))   # stands for a sync
+    sync = next(o for o in tr.ops if o.kind == sc.OPEN and o.path.endswith("/log") and "O_TRUNC" in o.flags)
     cut = t.log[1][0] + 1
 
     def mixed(p: Plan) -> frozenset[str]:
         return cf.mixed_in(p, removed, tr, aligned, MNT, cut)
 
-    assert cf.changed_after(tr, aligned, MNT, cut, sync) == {"idx", "log"}
+    assert cf.changed_after(tr, aligned, MNT, cut, sync) == {"idx", "log", "new"}
     assert mixed(Plan(causes.NO_FSYNC, "/a", frozenset({"a"}), 40, sync)) == frozenset({"idx"})
     assert mixed(Plan(causes.NO_FSYNC, "/idx", frozenset({"idx"}), 40, sync)) == frozenset()
     assert mixed(Plan(causes.NO_FSYNC, "/a", frozenset({"a"}), 40)) == frozenset()   # to the end of the log
