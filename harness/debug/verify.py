@@ -186,6 +186,9 @@ class Verification:
     reads: dict[str, tuple[ReadFile, ...]] = field(default_factory=dict)   # what recovery read in each
     tried: dict[str, list[Tried]] = field(default_factory=dict)
     kills: dict[str, Killed] = field(default_factory=dict)
+    # state id -> its candidates' (rule, subject) in the order a cause is picked, as last planned (with
+    # what recovery was seen to read: a pointer it followed ranks as its rule does, though found late)
+    order: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)   # state id -> why its cause is not checked
     stats: Stats = field(default_factory=Stats)
 
@@ -249,7 +252,8 @@ class Verification:
             self.stats.groups += 1
             culprits = (g.diagnosis or {}).get("culprits") or []
             reads = self.reads.get(sid, ())
-            ts = self.tried[sid] = in_read_order(ts or [], read_paths(reads) if complete(reads) else ())
+            ts = in_order(ts or [], self.order.get(sid, []))
+            ts = self.tried[sid] = in_read_order(ts, read_paths(reads) if complete(reads) else ())
             for t in ts:   # the judge passed the state with the acks before the error alone
                 t.by_judge = g.verdict == ERROR_VERDICT and t.finding.rule == causes.ERROR
                 t.mixed = mixed(t, reads)
@@ -360,6 +364,7 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
         read = seen if complete(reads) else ()   # but only a whole trace can rank by what was not read
         found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn],
                                   limit=None, read=seen)
+        ver.order[sid] = [(f.rule, f.subject) for f in found]
         at_cut = cf.as_of(owned, trace, aligned, ROOT, st.cut)   # named as at the cut
         mine = cf.as_blamed(at_cut, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed
         removed = cf.removed_after(trace, aligned, ROOT, st.cut)
@@ -375,6 +380,12 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
                 continue
             tried.append(Tried(f, p, cf.what_if(sp, st, mine, p), unlogged=cf.unlogged(mine, p),
                                mixed=cf.mixed_in(p, removed, trace, aligned, ROOT, st.cut)))
+
+
+def in_order(ts: Sequence[Tried], order: Sequence[tuple[str, str]]) -> list[Tried]:
+    """The tried rules in the candidates' ``order`` (those it does not name last, as they were)."""
+    at = {k: i for i, k in enumerate(order)}
+    return sorted(ts, key=lambda t: at.get((t.finding.rule, t.finding.subject), len(at)))
 
 
 def in_read_order(ts: Sequence[Tried], read: Sequence[str]) -> list[Tried]:

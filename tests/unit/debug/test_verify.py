@@ -233,6 +233,24 @@ def test_every_rule_about_a_file_recovery_read_is_tried_then_the_others_to_the_l
     assert [x.subject for x in verify.ranked(found, many, 2)] == ["/a", "/b", "/c", "/d"]   # all read ones, still
 
 
+def test_rules_planned_late_are_tried_in_the_candidates_order() -> None:
+    """A pointer recovery was seen to follow (found once the reads are known, planned in the second
+    batch) is tried where its rule ranks among the candidates, not after the rules planned first."""
+    @dataclass(frozen=True)
+    class Found:
+        rule: str
+        subject: str
+
+    def f(rule: str, subject: str) -> Any:
+        return verify.Tried(Found(rule, subject), None, None)   # type: ignore[arg-type]
+
+    planned = [f("unordered-writes", "/a, /b"), f("unchecked-tear", "/a, /b"), f("pointer-before-data", "/b"),
+               f("no-fsync", "/z")]
+    order = [("pointer-before-data", "/b"), ("unordered-writes", "/a, /b"), ("unchecked-tear", "/a, /b")]
+    assert [t.finding.rule for t in verify.in_order(planned, order)] == [
+        "pointer-before-data", "unordered-writes", "unchecked-tear", "no-fsync"]
+
+
 def test_a_write_blame_mapped_at_the_cut_belongs_to_its_file_though_the_end_map_lost_it(setup) -> None:
     """/wal is gone from the file map at the end (deleted later), so its write (entry 7) would count as
     metadata and make /idx's counterfactual pass; blame mapped it at the cut as /wal's: /idx's
