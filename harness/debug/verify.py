@@ -190,6 +190,7 @@ class Verification:
     # what recovery was seen to read: a pointer it followed ranks as its rule does, though found late)
     order: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)   # state id -> why its cause is not checked
+    judged: dict[str, Verdict] = field(default_factory=dict)   # counterfactual state id -> its verdict
     stats: Stats = field(default_factory=Stats)
 
     @property
@@ -221,18 +222,20 @@ class Verification:
         return [s for s in self.counterfactuals if s.id not in judged]
 
     def record(self, verdicts: dict[str, Verdict], seconds: float) -> None:
-        """The verdicts of the counterfactual states judged (by state id); the others stay unjudged."""
-        judged: set[str] = set()
+        """The verdicts of the counterfactual states judged (by state id); the others stay unjudged.
+        A rule planned later whose what-if is a state judged before (two rules, one state) gets its
+        verdict too."""
+        planned = {s.id for s in self.counterfactuals}
+        fresh = {sid: v for sid, v in verdicts.items() if sid in planned}
+        self.judged.update(fresh)
         for ts in self.tried.values():
             for t in ts:
-                if t.state is not None and t.state.id in verdicts:
-                    t.verdict = verdicts[t.state.id]
-                    judged.add(t.state.id)
+                if t.state is not None and t.state.id in self.judged:
+                    t.verdict = self.judged[t.state.id]
         for k in self.kills.values():
-            if k.state.id in verdicts:
-                k.verdict = verdicts[k.state.id]
-                judged.add(k.state.id)
-        self.stats.states += len(judged)
+            if k.state.id in self.judged:
+                k.verdict = self.judged[k.state.id]
+        self.stats.states += len(fresh)
         self.stats.seconds += seconds
 
     def apply(self, rec: Recording, index: LogIndex, groups: Sequence[Group]) -> None:
@@ -378,8 +381,10 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
             if p is None:
                 tried.append(Tried(f, p, None))
                 continue
-            tried.append(Tried(f, p, cf.what_if(sp, st, mine, p), unlogged=cf.unlogged(mine, p),
-                               mixed=cf.mixed_in(p, removed, trace, aligned, ROOT, st.cut)))
+            state = cf.what_if(sp, st, mine, p)
+            tried.append(Tried(f, p, state, unlogged=cf.unlogged(mine, p),
+                               mixed=cf.mixed_in(p, removed, trace, aligned, ROOT, st.cut),
+                               verdict=None if state is None else ver.judged.get(state.id)))
 
 
 def in_order(ts: Sequence[Tried], order: Sequence[tuple[str, str]]) -> list[Tried]:

@@ -19,6 +19,7 @@ from powercut.core.crashstate import CrashState
 from powercut.core.models import space
 from powercut.core.recoveryread import ReadFile
 from powercut.core.rules import no_fsync
+from powercut.core.rules.base import Plan
 from powercut.core.syscalls import Op
 from powercut.core.verdict import Verdict
 from powercut.debug import cause, verify
@@ -249,6 +250,22 @@ def test_rules_planned_late_are_tried_in_the_candidates_order() -> None:
     order = [("pointer-before-data", "/b"), ("unordered-writes", "/a, /b"), ("unchecked-tear", "/a, /b")]
     assert [t.finding.rule for t in verify.in_order(planned, order)] == [
         "pointer-before-data", "unordered-writes", "unchecked-tear", "no-fsync"]
+
+
+def test_a_rule_planned_later_whose_what_if_was_judged_before_shares_its_verdict(tmp_path: Path) -> None:
+    """Two rules, one what-if state (a pointer's file is all the commit in flight lost): the rule
+    planned once the reads are known is not judged again, and gets the verdict judged before."""
+    st = space(build_log(tmp_path / "log.bin", OPS)).make_state("flush", 6)
+    v = Verdict(st.id, "flush", st.cut, "pass", (), 1, 1, 0.0)
+    found = no_fsync.Unsynced("/wal", Op(0, 1, 1, 1.0, "mark", text="ack:1"), ())
+    plan = Plan(causes.NO_FSYNC, "/wal", frozenset({"wal"}), 12)
+    ver = verify.Verification()
+    ver.tried["s"] = [verify.Tried(found, plan, st)]
+    ver.record({st.id: v, "the-target": v}, 0.5)
+    ver.tried["s"].append(verify.Tried(found, plan, st))
+    assert ver.states == []
+    ver.record({}, 0.0)
+    assert ver.tried["s"][1].verdict is v and ver.tried["s"][1].outcome() == "pass" and ver.stats.states == 1
 
 
 def test_a_write_blame_mapped_at_the_cut_belongs_to_its_file_though_the_end_map_lost_it(setup) -> None:
