@@ -173,10 +173,16 @@ def mixed_in(p: Plan, removed: Mapping[str, int], trace: Trace, aligned: Mapping
     durable with its own: removed only after the sync that bounds the plan, so still there in the
     what-if (a removal before that sync is made durable with it: the file is gone there), and with
     data the log may hold between the cut and that sync -- unsynced changes or a shared writable
-    mapping at the cut, or changed after it (``changed_after``).  None for a plan of every lost write
-    (nothing is left out) or one to the end of the log (every removal is in it)."""
-    if p.files is None or p.sync is None:
+    mapping at the cut, or changed after it (``changed_after``).  A plan to the end of the log (no
+    sync bounds it) makes every later name change durable: then the files removed, truncated or
+    renamed away after the cut -- the what-if's world is not the cut's there.  None for a plan of
+    every lost write (nothing is left out)."""
+    if p.files is None:
         return frozenset()
+    if p.sync is None:
+        moved = {n for o in trace.ops[after_cut(trace, aligned, cut):] if o.kind == sc.RENAME and o.ok
+                 if (n := _under(o.path, root)) is not None}
+        return frozenset((set(removed) | moved) - p.files)
     late = {f for f, seq in removed.items() if seq > p.sync.seq and f not in p.files}
     if not late:
         return frozenset()

@@ -117,6 +117,12 @@ class Tried:
         if self.state is None:
             return f"{self.plan.words()} are all durable in this state already, and it fails"
         made = f"with {self.plan.words()} made durable ({self.state.id})"
+        if self.mixed and self.verdict is not None and self.verdict.verdict == "pass" and self.plan.sync is None:
+            names = ", ".join("/" + f for f in sorted(self.mixed))
+            return (f"{made} this state passes, but that is not proof of this rule alone: the metadata to the end "
+                    f"of the recording also removed, truncated or renamed {names} (after the cut; recovery read it, "
+                    "or what recovery read is not known in whole), so the state judged is not the cut's world with "
+                    "the rule kept")
         if self.mixed and self.verdict is not None and self.verdict.verdict == "pass":
             names = ", ".join("/" + f for f in sorted(self.mixed))
             return (f"{made} this state passes, but that is not proof of this rule alone: {names} (removed or "

@@ -268,6 +268,17 @@ def test_a_rule_planned_later_whose_what_if_was_judged_before_shares_its_verdict
     assert ver.tried["s"][1].verdict is v and ver.tried["s"][1].outcome() == "pass" and ver.stats.states == 1
 
 
+def test_a_pass_of_a_plan_to_the_end_that_also_renamed_a_file_recovery_read_proves_nothing(tmp_path: Path) -> None:
+    st = space(build_log(tmp_path / "log.bin", OPS)).make_state("flush", 6)
+    found = no_fsync.Unsynced("/LOG", Op(0, 1, 1, 1.0, "mark", text="ack:1"), ())
+    t = verify.Tried(found, Plan(causes.NO_FSYNC, "/LOG", frozenset({"LOG"}), 12), st,
+                     Verdict(st.id, "flush", st.cut, "pass", (), 1, 1, 0.0), mixed=frozenset({"CURRENT"}))
+    assert t.outcome() == "untried"
+    assert "not proof of this rule alone: the metadata to the end of the recording also removed, truncated or " \
+        "renamed /CURRENT (after the cut" in t.words()
+    assert verify.Tried(found, t.plan, st, t.verdict).outcome() == "pass"
+
+
 def test_a_write_blame_mapped_at_the_cut_belongs_to_its_file_though_the_end_map_lost_it(setup) -> None:
     """/wal is gone from the file map at the end (deleted later), so its write (entry 7) would count as
     metadata and make /idx's counterfactual pass; blame mapped it at the cut as /wal's: /idx's
