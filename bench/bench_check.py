@@ -24,8 +24,8 @@ import baseline482
 
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.core.dmlog import open_log
-from powercut.core.selection import select
+from powercut.core.log.dmlog import open_log
+from powercut.core.states.selection import select
 from powercut.record.recording import load as load_recording
 from powercut.record.vm import RecordSpec, record
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What confirmation costs on a mass-failure campaign: every failing state judged again alone
 (``--confirm all``) against confirmation by failure group (``--confirm group``: a sample of each
-large group, core/confirm.py), in one run, on the same recording and states.
+large group, core/judging/confirm.py), in one run, on the same recording and states.
 
 Needs root.  Records append-fsync with ``fsync=false`` (most states lose acked commits, for one
 cause) on ext4 unless --recording names one.  For each mode and place prints the judging seconds,

@@ -29,7 +29,7 @@ from powercut.campaign.explore import explore
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Schedule, run_one
 from powercut.config import WorkloadSpec
-from powercut.core.latency import DisksLatency
+from powercut.core.recording.latency import DisksLatency
 from powercut.record.vm import RecordSpec, record
 
 CAUGHT = "lost-ack"

@@ -31,7 +31,7 @@ from powercut.campaign.explore import explore, markdown
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Schedule
 from powercut.config import WorkloadSpec
-from powercut.core.latency import DisksLatency
+from powercut.core.recording.latency import DisksLatency
 from powercut.record.vm import RecordSpec
 
 CONFIGS = {"on": {"synchronous_commit": "on"}, "off": {"synchronous_commit": "off"}}

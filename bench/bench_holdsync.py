@@ -39,7 +39,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from powercut.core.syscalls import TRACED
+from powercut.core.trace.syscalls import TRACED
 from powercut.errors import CommandFailed
 from powercut.linux import process
 

@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import synthetic_log
 
-from powercut.core.dmlog import open_log
-from powercut.core.imagekey import state_key
-from powercut.core.models import CrashSpace
-from powercut.core.selection import SelectionSpec, select
+from powercut.core.log.dmlog import open_log
+from powercut.core.states.imagekey import state_key
+from powercut.core.states.models import CrashSpace
+from powercut.core.states.selection import SelectionSpec, select
 
 
 def nights(sp: CrashSpace, spec: SelectionSpec, n: int, *, auto: bool, ledger: bool) -> list[tuple[int, int]]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Outcome, plan, run_schedules
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.core.latency import parse_schedules
+from powercut.core.recording.latency import parse_schedules
 from powercut.record.vm import RecordSpec, record
 
 SETTINGS = "none,nvme,sata-ssd,hdd"

@@ -33,8 +33,8 @@ from pathlib import Path
 
 from powercut.check.context import LogSource, context_for
 from powercut.check.judge import judge
-from powercut.core.dmlog import open_log
-from powercut.core.selection import select
+from powercut.core.log.dmlog import open_log
+from powercut.core.states.selection import select
 from powercut.errors import PowercutError
 from powercut.linux import process
 from powercut.linux.loopdev import LoopDevice

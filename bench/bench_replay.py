@@ -20,10 +20,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from powercut.core.crashstate import CrashState
-from powercut.core.dmlog import FUA, LogIndex, open_log
-from powercut.core.dmlog_writer import LogWriter
-from powercut.core.models import enumerate_states
+from powercut.core.log.dmlog import FUA, LogIndex, open_log
+from powercut.core.log.dmlog_writer import LogWriter
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.models import enumerate_states
 from powercut.errors import PowercutError
 from powercut.linux.dm import dm_available as dm_supported
 from powercut.linux.imageio import probe_reflink

@@ -91,10 +91,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from powercut.core.dmlog import END_MARK, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, open_log
-from powercut.core.dmlog_writer import LogWriter
-from powercut.core.models import MODELS, CrashSpace
-from powercut.core.selection import (
+from powercut.core.log.dmlog import END_MARK, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, open_log
+from powercut.core.log.dmlog_writer import LogWriter
+from powercut.core.states.models import MODELS, CrashSpace
+from powercut.core.states.selection import (
     SelectionSpec,  # `powercut check` uses its default models
     select,
     spread,

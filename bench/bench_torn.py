@@ -9,7 +9,7 @@ and their ratios (the least of the runs of each: the machine may be shared).
 
 Presets: ``check`` (the check command's and the library's selection: bound 10, samples 64) and
 ``run`` (the quick default campaign's: bound 4, samples 8).  The states judged are chosen by pure
-code (core/selection.py) before any is judged, so the state counts -- and their ratio -- are the same
+code (core/states/selection.py) before any is judged, so the state counts -- and their ratio -- are the same
 whether the check runs on the host or in checker VMs; ``--check-in vm`` measures the time ratio there
 too (slow under TCG).
 

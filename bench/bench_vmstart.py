@@ -37,8 +37,8 @@ from unittest import mock
 from powercut.check.context import LogSource, context_for
 from powercut.check.vm import CheckerVm, VmCheckSpec
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.core.dmlog import open_log
-from powercut.core.selection import select
+from powercut.core.log.dmlog import open_log
+from powercut.core.states.selection import select
 from powercut.linux import filesystems
 from powercut.record.recording import load as load_recording
 from powercut.record.vm import RecordSpec, record

@@ -18,8 +18,8 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-from powercut.core.dmlog import FLUSH, FUA, METADATA, open_log
-from powercut.core.dmlog_writer import LogWriter
+from powercut.core.log.dmlog import FLUSH, FUA, METADATA, open_log
+from powercut.core.log.dmlog_writer import LogWriter
 from powercut.errors import BadLog
 
 INTERESTING = [0, 1, 2, 7, 8, 16, 31, 32, 255, 256, 511, 512, 4096, 65536, 2**31, 2**32 - 1, 2**32, 2**55,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""How many late flushes (core/markorder.late_writes: the in-flight note) the system-call trace
-clears (core/latetrace.quiet), on recordings already made: no VM, no judging.
+"""How many late flushes (core/log/markorder.late_writes: the in-flight note) the system-call trace
+clears (core/trace/latetrace.quiet), on recordings already made: no VM, no judging.
 
     python bench/late_cleared.py RECORDING...
 
@@ -14,10 +14,10 @@ import gzip
 import sys
 from pathlib import Path
 
-from powercut.core import syscalls as sc
-from powercut.core.dmlog import MARK, open_log
-from powercut.core.latetrace import quiet, why_kept
-from powercut.core.markorder import late_writes
+from powercut.core.log.dmlog import MARK, open_log
+from powercut.core.log.markorder import late_writes
+from powercut.core.trace import syscalls as sc
+from powercut.core.trace.latetrace import quiet, why_kept
 
 ROOT = "/run/powercut/mnt"
 

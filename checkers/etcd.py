@@ -10,7 +10,7 @@ the members die with it).  Runs on the host in host mode, as root.
 * detected -- etcd refused: a member exited with an error (its node and etcd's own log line), or no
   linearizable read within the workload's ``recover_timeout`` (30 s; the host is fast: a recovering
   cluster reads in 1-2 s) -- etcd cannot recover from a power cut of every
-  node, the mildest finding under a power-loss model (core/verdict.py);
+  node, the mildest finding under a power-loss model (core/judging/verdict.py);
 * pass -- otherwise; and a cut before ``ack:up`` (every member healthy once), without starting etcd: a
   bootstrap cut short promises nothing -- and the cluster model would combine, within that one
   instant, a node before its first WAL write with peers that already know it bootstrapped, which no

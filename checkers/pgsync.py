@@ -34,7 +34,7 @@ from powercut.workloads.pgserver import chown, read_pidfile, started_by
 
 DEFAULTS = {"dir": "pgdata"}
 ROLES = ("primary", "standby, promoted")
-# worst last (a subset of core/verdict.SEVERITY: what the postgres checker answers)
+# worst last (a subset of core/judging/verdict.SEVERITY: what the postgres checker answers)
 ORDER = ("pass", "detected", "fail", "lost-ack", "corrupt-data", "silent-corruption", "checker-crashed")
 PRIMARY_OPTIONS = ("-c", "synchronous_standby_names=")
 # hot_standby off: no connections before the promotion, so "ready" in postmaster.pid means promoted

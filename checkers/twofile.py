@@ -8,7 +8,7 @@ workloads -- the unit tests pin the two together).
 * lost-ack -- an acked record's block is zeros, or the file is too short for it;
 * corrupt-data -- an acked record's block is neither its record nor zeros; any begun record's
   block that is neither its record nor zeros (an overwrite in place is never torn inside a 4 KiB
-  unit, ARCHITECTURE.md); a block past the begun records that is not zeros;
+  unit: docs/crash-models.md, torn-4k); a block past the begun records that is not zeros;
 * pass -- otherwise (begun records may be there or not)."""
 from __future__ import annotations
 

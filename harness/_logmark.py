@@ -10,7 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from powercut.core.marknames import ORDER_BEGIN, ORDER_END
+from powercut.core.log.marknames import ORDER_BEGIN, ORDER_END
 from powercut.linux import dm, environ
 from powercut.linux.dm import DM_CONTROL
 
@@ -63,7 +63,7 @@ def cluster_nodes(spec: str) -> list[tuple[str, str]]:
 def insert_cluster(text: str, spec: str, lock: str = CLUSTER_LOCK) -> None:
     """A cluster recording's mark: on every node's log in node order (each ordered after that
     node's completed writes), all of them under one lock (an flock held across processes), so
-    every log has the same sequence of marks (core/disks.py)."""
+    every log has the same sequence of marks (core/states/disks.py)."""
     nodes = cluster_nodes(spec)
     if not nodes:
         raise MarkError(0, f"{CLUSTER_ENV} names no node")

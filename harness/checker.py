@@ -21,7 +21,7 @@ The protocol is strict (#37):
   ``{"verdict": "pass|lost-ack|corrupt-data|detected|silent-corruption|fail|checker-crashed", "reasons": [...]}``
   (``fail``: a failure of no named kind; ``detected``: the program noticed damage -- refused to open,
   reported a checksum or I/O error, repaired from a redundant copy; ``silent-corruption``: it served
-  data that differs from what was acked or written, with no error (core/verdict.py says what each
+  data that differs from what was acked or written, with no error (core/judging/verdict.py says what each
   means under a lying-disk and a power-loss model); ``reasons`` optional, a list of strings).  It wins over the
   exit code.  The lines before it are progress (the checker's own, or a child's such as ``pg_ctl``
   or ``sqlite3`` that shares its stdout): kept after its reasons as ``output: ...``, never read.
@@ -33,7 +33,7 @@ The protocol is strict (#37):
   with a ``"verdict"`` key; an unknown verdict; ``reasons`` that are not a list of strings.
 * **Without an answer** the exit code decides: 0 pass, 1 the generic ``fail`` (the output lines are
   the reasons; their words are never parsed for a verdict), anything else (or the timeout)
-  ``checker-crashed``, its reason the crash's own message where stderr has one (core/crashwords.py: a
+  ``checker-crashed``, its reason the crash's own message where stderr has one (core/judging/crashwords.py: a
   Rust or Go panic, a Python or Java exception), else stderr's last line; an exit 1 with no output
   says that message too.  Exit 0 is no pass when stderr shows a crash (``crash_line``): a Python
   traceback (``Traceback (most recent call last):``) or ``Fatal Python error:``, the shell's
@@ -62,9 +62,9 @@ from typing import Any
 
 from powercut import registry
 from powercut._pycall import FunctionRef, assertion_reason
-from powercut.core.crashwords import TRACEBACK, crash_message
-from powercut.core.stateid import LIE_MODELS
-from powercut.core.verdict import CHECKER_VERDICTS, VERDICTS
+from powercut.core.judging.crashwords import TRACEBACK, crash_message
+from powercut.core.judging.verdict import CHECKER_VERDICTS, VERDICTS
+from powercut.core.states.stateid import LIE_MODELS
 from powercut.errors import CheckerError, UsageError
 from powercut.linux import process
 
@@ -90,7 +90,7 @@ class CheckInput:
     state: str = ""
     mounts: tuple[str, ...] = ()   # a cluster state: every node's mount, node 0 first (``mount`` is node 0's)
 
-    def __post_init__(self) -> None:  # a state's acks may be a KeyPrefix (core/crashstate): checkers get tuples
+    def __post_init__(self) -> None:  # a state's acks may be a KeyPrefix (core/states/crashstate): checkers get tuples
         for name in ("acked", "begun"):
             if type(getattr(self, name)) is not tuple:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
@@ -101,7 +101,7 @@ class CheckInput:
 
     @property
     def lying_disk(self) -> bool:
-        """The state is a lying disk's (core/lies.py): the question is whether the program noticed."""
+        """The state is a lying disk's (core/crashmodels/lies.py): the question is whether the program noticed."""
         return self.state.partition("@")[0] in LIE_MODELS
 
     @property

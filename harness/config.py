@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 import tomli_w
 
-from powercut.core import syncdelay
-from powercut.core.latency import DiskLatency, DisksLatency, LatencyError
-from powercut.core.nodefaults import DisksFaults, FaultsError
+from powercut.core.recording import syncdelay
+from powercut.core.recording.latency import DiskLatency, DisksLatency, LatencyError
+from powercut.core.recording.nodefaults import DisksFaults, FaultsError
 from powercut.errors import UsageError
 from powercut.linux import environ, filesystems
 
@@ -154,9 +154,9 @@ class WorkloadSpec:
     cmd: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = WORKLOAD_TIMEOUT_S
-    fault: str = ""                  # the recording's fault plan(s) (core/nodefaults.DisksFaults), canonical text
-    trace: bool = True               # trace its durability-relevant system calls (core/syscalls.py) with strace
-    delay_sync: tuple[str, ...] = ()  # GLOB=TIME rules: those files' syncs held (core/syncdelay.py), canonical
+    fault: str = ""                  # the recording's fault plan(s) (core/recording/nodefaults.DisksFaults), canonical text
+    trace: bool = True               # trace its durability-relevant system calls (core/trace/syscalls.py) with strace
+    delay_sync: tuple[str, ...] = ()  # GLOB=TIME rules: those files' syncs held (core/recording/syncdelay.py), canonical
 
     def __post_init__(self) -> None:
         if bool(self.name) == bool(self.cmd):
@@ -175,13 +175,13 @@ class WorkloadSpec:
 
 DEFAULT_SHRINK = 3   # failure groups minimized and blamed (CLI, library and pytest plugin alike)
 DEFAULT_SHRINK_BUDGET = 60   # judgments one minimization may take (a cluster's nodes share them)
-# the recording's data-disk latency (core/latency.py): none, a preset, or write=...,flush=... -- the one
+# the recording's data-disk latency (core/recording/latency.py): none, a preset, or write=...,flush=... -- the one
 # default of record/run's --disk-latency, the pytest marker's disk_latency and a matrix row's disk_latency
 DEFAULT_DISK_LATENCY = DisksLatency()
 
 
 def disk_latency(text: str | DiskLatency | DisksLatency, where: str = "--disk-latency") -> DisksLatency:
-    """A latency setting read as a user gave it (one for every disk, or per node: core/latency.DisksLatency):
+    """A latency setting read as a user gave it (one for every disk, or per node: core/recording/latency.DisksLatency):
     a bad one is one UsageError line naming ``where``."""
     if isinstance(text, DisksLatency):
         return text
@@ -194,7 +194,7 @@ def disk_latency(text: str | DiskLatency | DisksLatency, where: str = "--disk-la
 
 
 def fault_for(text: str, disks: int, where: str = "--fault ") -> str:
-    """A fault setting (a plan, or per node: core/nodefaults.DisksFaults) for a recording of ``disks``
+    """A fault setting (a plan, or per node: core/recording/nodefaults.DisksFaults) for a recording of ``disks``
     data disks, canonical; a bad one, a node beyond them or a cluster's plan without a node is one
     UsageError line naming ``where``."""
     try:

@@ -14,7 +14,7 @@ never reaches the log and every crash state stays one the disk could hold:
   gives a file's ranges (FIEMAP; its blocks must be allocated: preallocate, then fsync).
 * ``recover()`` -- the plain linear table again (a transient error is over).
 
-Each switch is an ordered mark in the log (core/faultwindows.py): ``powercut-fault:on:...`` before the
+Each switch is an ordered mark in the log (core/log/faultwindows.py): ``powercut-fault:on:...`` before the
 swap, ``powercut-fault:off`` after the swap back.
 
 **The recording's fault plan** (``--fault`` on record and run, ``fault=`` in the pytest marker;
@@ -25,11 +25,11 @@ execs ``powercut-fault hook TEXT`` when TEXT matches $POWERCUT_FAULT_MARKS and t
 spent), so the fault is on before the mark's caller goes on; write-count, time and start triggers
 run in the recording job (guest/record.py).
 
-**A cluster recording** (``--fault 1=PLAN``: core/nodefaults.DisksFaults) has a fault layer per node,
+**A cluster recording** (``--fault 1=PLAN``: core/recording/nodefaults.DisksFaults) has a fault layer per node,
 each named in $POWERCUT_FAULT_NODES (node order); ``fault(kind, node=i)`` and ``recover(node=i)``
 (``powercut-fault --node I on ...``) switch node i's, and its ``powercut-fault:`` marks go to node
 i's log only, under the cluster's mark lock (the other logs' marks stay in step: a fault mark is not
-a key mark, core/disks.py).  $POWERCUT_FAULT_PLAN then holds the per-node setting and
+a key mark, core/states/disks.py).  $POWERCUT_FAULT_PLAN then holds the per-node setting and
 $POWERCUT_FAULT_STATE names the state file of which each node's is a sibling (``node_state``): each
 node's plan runs on its own (its trigger, its state, its window)."""
 from __future__ import annotations
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from powercut._logmark import CLUSTER_ENV, TIMING_ENV, MarkError, cluster_nodes, insert, insert_cluster
-from powercut.core.faultwindows import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
-from powercut.core.nodefaults import DisksFaults
+from powercut.core.log.faultwindows import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
+from powercut.core.recording.nodefaults import DisksFaults
 from powercut.linux import dm, environ
 
 FAULT_ENV = environ.FAULT_DEV

@@ -5,7 +5,7 @@ no dmsetup; the ioctl itself is ``dm.message``).  ``powercut.mark("ack:7")`` fro
 The target is named by $POWERCUT_DM_NAME, which the recording job sets for the workload.
 
 **Ordered marks.**  dm-log-writes logs a completed plain write only at the next flush but a mark at
-once, so a mark could precede writes that completed before it (a false lost-ack; core/models.py,
+once, so a mark could precede writes that completed before it (a false lost-ack; core/states/models.py,
 blind spot (c), has the kernel's lines).  With $POWERCUT_ORDER_DEV set (the recording job sets it to
 a linear device over the log-writes target), a mark first inserts ``powercut-order-begin``, fsyncs
 that device (one empty flush through the target: every completed write is logged), inserts
@@ -13,7 +13,7 @@ that device (one empty flush through the target: every completed write is logged
 flush already under way included), then inserts the mark.  The models treat that flush as an
 ordering point, never as a durability barrier.
 
-**Cluster recordings** (core/disks.py): with $POWERCUT_CLUSTER set (``name=order,...``, one per
+**Cluster recordings** (core/states/disks.py): with $POWERCUT_CLUSTER set (``name=order,...``, one per
 node), a mark goes to every node's log in node order, each ordered as above, all under one flock
 (``_logmark.insert_cluster``), so every node's log holds the same sequence of marks.
 

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from powercut.config import cache_root, dumps_toml, loads_toml
-from powercut.core.syncdelay import SUPERVISOR
+from powercut.core.recording.syncdelay import SUPERVISOR
 from powercut.errors import CommandFailed, EnvironmentNotReady, ImageError, UsageError
 from powercut.images.cpio import CpioWriter
 from powercut.linux import process
@@ -402,7 +402,7 @@ def _build_mark_tool(source: bytes, bindir: Path) -> None:
 
 
 def _build_supervisor(source: bytes, bindir: Path) -> None:
-    """Compile the --delay-sync supervisor (core/syncdelay.py), which runs the workload and holds its
+    """Compile the --delay-sync supervisor (core/recording/syncdelay.py), which runs the workload and holds its
     syncs.  Without a C compiler there is none, and a recording that asks for --delay-sync is refused."""
     src = bindir / "powercut_holdsync.c"
     src.write_bytes(source)

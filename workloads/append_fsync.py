@@ -11,7 +11,7 @@ that ack before the next record, so acks stay in order.  On an instant disk the 
 returns before the ack is marked and every crash state passes; on a slow one (``--disk-latency
 hdd``) the ack lands while the flush is in flight and a state after the ack lacks the record.
 
-``fault_at=K`` (K >= 0) meets an injected I/O error (powercut.fault, core/faultwindows.py): the file is
+``fault_at=K`` (K >= 0) meets an injected I/O error (powercut.fault, core/log/faultwindows.py): the file is
 preallocated beyond its end (``fallocate`` with KEEP_SIZE, so appends keep their meaning) and
 fsynced first; record K's write goes to sectors that fail with EIO (``eio-range`` over the file), so
 its fsync fails.  ``on_error=retry`` fsyncs again once the device is back and acks (fsyncgate: the

@@ -26,7 +26,7 @@ checker knows every position's expected byte and tells an unwritten (zero) byte 
 **Creation** (truncate, with ``prealloc=true`` zeros over the whole ``total``, fsync of the file and
 of its directory) is durable before the first commit, whatever the mode.
 
-**Expected verdicts** (ext4, data=ordered; see ARCHITECTURE.md on the crash models):
+**Expected verdicts** (ext4, data=ordered; the crash models: docs/crash-models.md):
 
 * o_sync, o_dsync: pass under every model (no-cache, flush, write-cache, torn).
 * buffered: lost-ack under every model, no-cache included: at the ack the data is only in memory;
@@ -38,7 +38,7 @@ of its directory) is durable before the first commit, whatever the mode.
   the cache off.
 * o_direct, ``prealloc=true`` (overwrites of allocated, written blocks: no metadata the data
   needs): on real hardware durable with the cache off, lost with it on.  Write-cache catches it
-  (lost-ack); no-cache and flush pass, because marks are ordered (core/markorder.py): without that,
+  (lost-ack); no-cache and flush pass, because marks are ordered (core/log/markorder.py): without that,
   dm-log-writes would log each plain write only at the next flush, after the ack that followed it,
   a false lost-ack."""
 from __future__ import annotations

@@ -14,7 +14,7 @@ EXTRA (default FULL), ``n`` (12), ``seed`` (0), ``file`` ("app.db"), ``fault_at`
 
 ``fault_at=K`` (rollback-journal modes): the database file is preallocated beyond its end
 (``fallocate`` KEEP_SIZE, fsynced) so its sectors are known, and they fail with EIO (``eio-range``,
-core/faultwindows.py) during txn K's COMMIT: the journal is written and synced, the database's own sync
+core/log/faultwindows.py) during txn K's COMMIT: the journal is written and synced, the database's own sync
 fails, COMMIT raises.  SQLite documents that an I/O error may roll the transaction back
 (sqlite.org/lang_transaction.html: SQLITE_IOERR is among the errors that "can cause an automatic
 rollback"; the hot journal rolls it back at the next open).  The workload then lets the device

@@ -56,7 +56,7 @@ Variants, and the crash model expected to catch each (the verdict matrix confirm
 * ``checkpoint-early``: the checkpoint rewrites wal.ctl and unlinks the old segments before it
   fsyncs data.db: a crash then leaves acked txns in neither (lost-ack, from the flush model up).
 
-Coverage is relative to log order (ARCHITECTURE.md): a 4 KiB unit is never torn inside."""
+Coverage is relative to log order (docs/crash-models.md): a 4 KiB unit is never torn inside."""
 from __future__ import annotations
 
 import errno
@@ -343,7 +343,7 @@ class Writer:
 
     def commit_through_error(self, sectors: list[tuple[int, int]]) -> bool:
         """The commit of the group holding txn ``fault_at``: the segment's sectors fail (an injected
-        EIO, core/faultwindows.py) before its fsync.  ``retry`` fsyncs again once the device is back and
+        EIO, core/log/faultwindows.py) before its fsync.  ``retry`` fsyncs again once the device is back and
         acks -- the fsyncgate bug: the kernel marked the failed pages clean, so the second fsync
         reports success for data that never reached the disk.  ``stop`` acks nothing more (what
         PostgreSQL does since 2018: PANIC, then recovery from its own log).  True: ack the group."""

@@ -1,7 +1,7 @@
 """Runs that stitch the stages together (host).
 
 * ``run`` -- the check campaign of one disk or N (select, judge, triage, summarize);
-* ``latecleared`` -- the late flushes each disk's trace clears from its coverage notes (core/latetrace);
+* ``latecleared`` -- the late flushes each disk's trace clears from its coverage notes (core/trace/latetrace);
 * ``phases`` -- a campaign's phases after its selection, for one disk or N: judge, group, minimize, confirm,
   explain, bundle;
 * ``retries`` -- more judgments of a state whose confirmation disagreed (N > 1 disks: nondeterministic recovery);

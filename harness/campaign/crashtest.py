@@ -25,11 +25,11 @@ from powercut.check.host import require_root
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency_for, fault_for
-from powercut.core import syncdelay
-from powercut.core.coverage import requirement
-from powercut.core.disks import MAX_NODES
-from powercut.core.selection import SelectionSpec
-from powercut.core.verdict import FINDINGS, Verdict
+from powercut.core.judging.verdict import FINDINGS, Verdict
+from powercut.core.recording import syncdelay
+from powercut.core.states.coverage import requirement
+from powercut.core.states.disks import MAX_NODES
+from powercut.core.states.selection import SelectionSpec
 from powercut.debug.cause import group_lines
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
@@ -64,10 +64,10 @@ class CrashTest:
     #                                         does not meet expect="pass"; "all": nor one short anywhere
     workload_timeout_s: float = 600.0
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
-    fault: str = ""                         # the recording's fault plan (--fault; per node: core/nodefaults.py)
-    disk_latency: str = str(DEFAULT_DISK_LATENCY)   # the data disk's latency while recording (core/latency.py)
+    fault: str = ""                         # the recording's fault plan (--fault; per node: core/recording/nodefaults.py)
+    disk_latency: str = str(DEFAULT_DISK_LATENCY)   # the data disk's latency while recording (core/recording/latency.py)
     nodes: int = 1                          # > 1: a cluster (docs/clusters.md): the workload sees mounts n0, n1, ...
-    delay_sync: tuple[str, ...] = ()        # GLOB=TIME rules: those files' syncs held while recording (core/syncdelay.py)
+    delay_sync: tuple[str, ...] = ()        # GLOB=TIME rules: those files' syncs held (core/recording/syncdelay.py)
 
     @classmethod
     def of(cls, name: str, workload_cmd: str, **settings: Any) -> CrashTest:

@@ -18,7 +18,7 @@ from powercut.bench.results import BenchResults
 from powercut.campaign.matrix import MatrixRun, Timing, measure, run_rows
 from powercut.check.place import Place
 from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN
-from powercut.core.selection import DEMO_SELECTION, SelectionSpec
+from powercut.core.states.selection import DEMO_SELECTION, SelectionSpec
 from powercut.errors import PowercutError
 from powercut.report import cost, html, matrix, seeds
 from powercut.report.matrix import Cell, Row
@@ -87,7 +87,7 @@ def run_demo(spec: DemoSpec, on_row: Any = None) -> DemoResult:
 def workload_lines(rows: list[Row], cells: list[Cell], lines: list[cost.Line]) -> list[str]:
     """Per workload: which configurations survived every judged state, which did not, how and why
     (the rule their failures' cause names), and the price of each: its flushes and block writes
-    per commit (core/anatomy.py) and its commits/s with the cache on (and off)."""
+    per commit (core/trace/anatomy.py) and its commits/s with the cache on (and off)."""
     by_row: dict[str, list[Cell]] = {}
     for c in cells:
         by_row.setdefault(c.row, []).append(c)

@@ -3,7 +3,7 @@
 A recording is one schedule.  A race between a reply and one file's sync shows only when that
 sync is slow and the others are not (docs/races.md): a disk-wide latency slows every flush alike
 and can leave the reply behind the sync it races.  So: record once with the syscall trace and
-judge it; from its trace list every file the program synced before an ack (core/races.py); then
+judge it; from its trace list every file the program synced before an ack (core/recording/races.py); then
 record once per such file, most synced first, with only that file's syncs held
 (``--delay-sync FILE=DELAY``), and judge every recording.  Several --disk-latency settings are
 several starting schedules: each is explored the same way on its own disk (a held file on a slow
@@ -22,10 +22,10 @@ from typing import Any
 
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Outcome, Schedule, run_one
-from powercut.core.races import SyncedFile, commit_seconds, glob_for, synced_files
-from powercut.core.syncdelay import EXPLORE_BUDGET as DEFAULT_BUDGET
-from powercut.core.syncdelay import EXPLORE_CEILING, EXPLORE_COMMITS, EXPLORE_FLOOR, SyncDelay
-from powercut.core.syncdelay import EXPLORE_DELAY as DEFAULT_DELAY
+from powercut.core.recording.races import SyncedFile, commit_seconds, glob_for, synced_files
+from powercut.core.recording.syncdelay import EXPLORE_BUDGET as DEFAULT_BUDGET
+from powercut.core.recording.syncdelay import EXPLORE_CEILING, EXPLORE_COMMITS, EXPLORE_FLOOR, SyncDelay
+from powercut.core.recording.syncdelay import EXPLORE_DELAY as DEFAULT_DELAY
 from powercut.debug.cause import ROOT, load_trace
 from powercut.errors import UsageError
 from powercut.record import recording

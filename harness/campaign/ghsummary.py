@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.campaign.ghreport import STATUS_WORDS, TESTS, Case, Merged, markdown, page
-from powercut.core.shard import Shard
+from powercut.core.states.shard import Shard
 from powercut.errors import UsageError
 
 SHARD_JSON = "shard.json"

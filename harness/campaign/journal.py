@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.errors import UsageError
 from powercut.linux.jsonlines import JsonLines, read_lines, repair
 

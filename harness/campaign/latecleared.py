@@ -1,16 +1,16 @@
 """The late flushes each disk's log may drop from its coverage notes (thin adapter): the recording's
 system-call trace read once (debug/cause.load_trace), a cluster's split per node
-(core/nodetrace.node_trace), judged by core/latetrace.quiet.  Without a trace (``--no-trace``,
+(core/cause/nodetrace.node_trace), judged by core/trace/latetrace.quiet.  Without a trace (``--no-trace``,
 strace missing, unreadable) nothing is cleared: every note stays."""
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 
-from powercut.core.dmlog import LogIndex
-from powercut.core.latetrace import quiet
-from powercut.core.markorder import late_writes
-from powercut.core.nodetrace import node_root, node_trace
+from powercut.core.cause.nodetrace import node_root, node_trace
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.log.markorder import late_writes
+from powercut.core.trace.latetrace import quiet
 from powercut.debug.cause import ROOT, load_trace
 from powercut.record.recording import Recording
 
@@ -20,7 +20,7 @@ __all__ = ["cleared_by_trace"]
 
 
 def cleared_by_trace(rec: Recording, logs: Sequence[LogIndex]) -> list[frozenset[int]]:
-    """Per disk, the late flushes and FUA writes its log's notes leave out (core/latetrace.py)."""
+    """Per disk, the late flushes and FUA writes its log's notes leave out (core/trace/latetrace.py)."""
     late = [late_writes(lg.entries) for lg in logs]
     if not any(late):
         return [frozenset() for _ in logs]

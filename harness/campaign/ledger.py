@@ -8,7 +8,7 @@ samples of one (bench/bench_ledger.py measures it).  A failing state is never re
 judged again, and fails again, every night.
 
 One JSON file, small enough for a CI cache: per log (its sha256, so a new recording starts afresh)
-the keys (core/imagekey.state_key, 16 hex digits) of the distinct states that passed, and how many
+the keys (core/states/imagekey.state_key, 16 hex digits) of the distinct states that passed, and how many
 runs added to it; at most ``MAX_LOGS`` logs (the most recently used).  Written atomically (a temp
 file, then rename): a run stopped midway loses only its own additions."""
 from __future__ import annotations

@@ -21,10 +21,10 @@ from powercut.check.context import LogSource, context_for
 from powercut.check.place import Place
 from powercut.check.vmpool import VmPool
 from powercut.config import DEFAULT_ACCEL, BenchItem, FsSpec, RunSet, WorkloadSpec, disk_latency
-from powercut.core.disks import Disks
-from powercut.core.dmlog import open_log
-from powercut.core.selection import SelectionSpec
-from powercut.core.stateid import TORN_MODELS
+from powercut.core.log.dmlog import open_log
+from powercut.core.states.disks import Disks
+from powercut.core.states.selection import SelectionSpec
+from powercut.core.states.stateid import TORN_MODELS
 from powercut.debug.triage import diagnose_at
 from powercut.errors import PowercutError
 from powercut.linux import filesystems

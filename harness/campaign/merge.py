@@ -21,11 +21,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from powercut.campaign.journal import SETTINGS
-from powercut.core import coverage
-from powercut.core.coverage import Coverage, requirement
-from powercut.core.dmlog import open_log
-from powercut.core.shard import Shard
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import open_log
+from powercut.core.states import coverage
+from powercut.core.states.coverage import Coverage, requirement
+from powercut.core.states.shard import Shard
 from powercut.debug import triage
 from powercut.errors import PowercutError, UsageError
 from powercut.linux.jsonlines import read_lines

@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from powercut.core.shard import Shard
+from powercut.core.states.shard import Shard
 from powercut.errors import UsageError
 
 

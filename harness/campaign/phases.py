@@ -10,7 +10,7 @@ check runs), and confirmation judges in fresh kernels.  What differs with the nu
 only that the recovery of several disks may be nondeterministic, so a disagreeing second verdict
 is judged a few more times there (campaign/retries.py).
 
-Confirmation (core/confirm.py): failing states are judged a second time, alone (a fresh clone, a
+Confirmation (core/judging/confirm.py): failing states are judged a second time, alone (a fresh clone, a
 fresh mount point, nothing else from that recording mounted: one host worker, or fresh checker
 VMs): the same verdict makes it a confirmed finding; a different one makes it ``flaky`` -- a
 harness problem, reported with both verdicts, never counted as a finding of the program under test.
@@ -30,11 +30,11 @@ from typing import Any
 from powercut.campaign import retries
 from powercut.campaign.journal import Journal
 from powercut.check.context import CheckContext, LogSource
-from powercut.core import confirm as confirming
-from powercut.core.disks import Disks
-from powercut.core.dmlog import LogIndex
-from powercut.core.models import CrashSpace
-from powercut.core.verdict import Verdict
+from powercut.core.judging import confirm as confirming
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.disks import Disks
+from powercut.core.states.models import CrashSpace
 from powercut.debug import cause, triage, verify
 from powercut.debug.triage import Group
 from powercut.errors import CheckerError, PowercutError
@@ -154,7 +154,7 @@ class CampaignRun:
         self.proofs.record(got, time.monotonic() - t0)
 
     def confirm(self) -> None:
-        """Judge the unconfirmed failures again, alone, by group (core/confirm.py): the whole of a
+        """Judge the unconfirmed failures again, alone, by group (core/judging/confirm.py): the whole of a
         small group, a sample of a large one, and each diagnosed group's minimized state, all in one
         lone phase; then state by state every group whose sample or minimized state disagreed."""
         by_id = {s.id: s for s in self.sel.states}

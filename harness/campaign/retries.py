@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.campaign.journal import Journal
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.linux import interrupt
 
 RETRIES = 3   # more judgments of a state whose second verdict disagreed with its first

@@ -1,5 +1,5 @@
 """A check campaign over one recording of one disk or of N (host side): select the distinct states
-(core/selection.py: each distinct disk image -- or set of N images -- is judged once; the journal
+(core/states/selection.py: each distinct disk image -- or set of N images -- is judged once; the journal
 lists the others as its aliases), judge them where the place says, then group, minimize, confirm,
 explain and bundle the failures (campaign/phases.py), journal, summarize.  ``powercut check`` and
 ``powercut run`` call ``run_campaign``, for a one-disk recording and a cluster recording alike."""
@@ -26,18 +26,18 @@ from powercut.check.context import CheckContext, context_for, with_node_faults
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
 from powercut.config import DEFAULT_CONFIRM_MODE, DEFAULT_SHRINK, DEFAULT_SHRINK_BUDGET
-from powercut.core import confirm as confirming
-from powercut.core.coverage import Coverage, judged_only
 from powercut.core.crashmodels.target import NO_TARGET, LieTarget
-from powercut.core.disks import DEFAULT_CLUSTER_BOUND, Disks
-from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.imagekey import key_name, state_key
-from powercut.core.markorder import unordered_acks
-from powercut.core.models import CrashSpace
-from powercut.core.selection import SEED_AUTO, DisksSelection, Selection, SelectionSpec, select, select_disks
-from powercut.core.shard import Shard
-from powercut.core.stateid import LIE_MODELS
-from powercut.core.verdict import Verdict
+from powercut.core.judging import confirm as confirming
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex, open_log
+from powercut.core.log.markorder import unordered_acks
+from powercut.core.states.coverage import Coverage, judged_only
+from powercut.core.states.disks import DEFAULT_CLUSTER_BOUND, Disks
+from powercut.core.states.imagekey import key_name, state_key
+from powercut.core.states.models import CrashSpace
+from powercut.core.states.selection import SEED_AUTO, DisksSelection, Selection, SelectionSpec, select, select_disks
+from powercut.core.states.shard import Shard
+from powercut.core.states.stateid import LIE_MODELS
 from powercut.debug import cause
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.linux import runlock
@@ -197,7 +197,7 @@ def lie_target_of(rec: recording.Recording, sectorsize: int, lie_file: str = "",
 
 
 def disk_latency_of(manifest: dict[str, Any]) -> str:
-    """The recording's data-disk latency setting (core/latency.py); ``none`` for recordings made before it."""
+    """The recording's data-disk latency setting (core/recording/latency.py); ``none`` for recordings made before it."""
     return str(manifest.get("latency", {}).get("setting", "none"))
 
 

@@ -1,5 +1,5 @@
 """Schedules, not one schedule (host): the same workload recorded under several disk latencies
-(core/latency.py) and, with ``repeat``, several times under each -- each repeat with its own sampling
+(core/recording/latency.py) and, with ``repeat``, several times under each -- each repeat with its own sampling
 seed (the randomness powercut controls) -- every recording judged by its own check campaign, then
 one table: per setting, the recordings' verdicts and their crash states' verdicts, and what differs
 from the first setting.  ``powercut run --disk-latency none,hdd --repeat N`` and the nightly
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.core.latency import DisksLatency
-from powercut.core.selection import SEED_AUTO
+from powercut.core.recording.latency import DisksLatency
+from powercut.core.states.selection import SEED_AUTO
 from powercut.errors import PowercutError
 from powercut.record.vm import RecordSpec, record
 
@@ -35,7 +35,7 @@ ERROR = "error"   # a schedule whose recording or check did not finish
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """One recording of the set: its disk latency, which repeat it is, its sampling seed, and the
-    files whose syncs it holds (``--delay-sync`` rules, core/syncdelay.py; run --explore-races)."""
+    files whose syncs it holds (``--delay-sync`` rules, core/recording/syncdelay.py; run --explore-races)."""
     latency: DisksLatency
     repeat: int = 0
     seed: int = 0

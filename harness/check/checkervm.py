@@ -21,8 +21,8 @@ from powercut.check.context import CheckContext, LogSource
 from powercut.check.hosts import CheckHost, Staged
 from powercut.check.vmprogress import Outcome, Progress
 from powercut.config import DEFAULT_ACCEL, STATE_TIMEOUT_S, DiskSpec, ShareSpec, VmSpec
-from powercut.core.dmlog import open_log
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import open_log
 from powercut.errors import PowercutError, UsageError, VmError
 from powercut.images.build import build_image, tools_dir
 from powercut.linux import filesystems, interrupt, process

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from powercut import checker as checkers
 from powercut import workload as workloads
 from powercut.checker import DEFAULT_TIMEOUT_S, CheckerSpec
-from powercut.core.faultwindows import Faults
+from powercut.core.log.faultwindows import Faults
 from powercut.errors import UsageError
 from powercut.linux import filesystems
 from powercut.linux.filesystems import Filesystem
 
 if TYPE_CHECKING:   # the checker VM's agent never loads a recording: it does not import that module
-    from powercut.core.dmlog import LogIndex
+    from powercut.core.log.dmlog import LogIndex
     from powercut.record import recording
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""``--check-in host`` (host, root): judge states of N >= 1 disks (core/disks.DisksState; one disk's
+"""``--check-in host`` (host, root): judge states of N >= 1 disks (core/states/disks.DisksState; one disk's
 plain CrashState too) on this machine over loop devices, ``jobs`` incremental walks in parallel.
 For trusted, disposable machines: a corrupt image meets the host kernel.
 
@@ -32,10 +32,10 @@ from typing import TypeVar
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.judge import judge_disks
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import DisksState
-from powercut.core.dmlog import LogIndex
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import DisksState
 from powercut.errors import EnvironmentNotReady
 from powercut.linux import interrupt, loopcache
 from powercut.linux.loopcache import ensure_write_cache

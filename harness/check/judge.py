@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from powercut.check.context import CheckContext
 from powercut.check.readtrace import ReadTracer
 from powercut.checker import CheckInput, CheckResult
-from powercut.core.crashstate import CrashState
-from powercut.core.lies import unreadable_of
-from powercut.core.verdict import Verdict, lie_verdict
+from powercut.core.crashmodels.lies import unreadable_of
+from powercut.core.judging.verdict import Verdict, lie_verdict
+from powercut.core.states.crashstate import CrashState
 from powercut.errors import CheckerError
 from powercut.linux import process
 from powercut.linux.badsector import unreadable
@@ -51,7 +51,7 @@ def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdic
 def judge_disks(ctx: CheckContext, devices: Sequence[str], states: Sequence[CrashState], mnts: Sequence[str], *,
                 sid: str, model: str, at: int, t0: float | None = None) -> Verdict:
     """The verdict for one state of N >= 1 disks (one disk's, or each node's of a cluster state:
-    core/disks.DisksState) whose images are the block devices ``devices``, mounted at ``mnts``.
+    core/states/disks.DisksState) whose images are the block devices ``devices``, mounted at ``mnts``.
     ``sid``, ``model``: the state's; ``at``: where it lies (one disk: its cut; a cluster: its
     instant); ``t0``: when its judging began (default: now).
 
@@ -61,7 +61,7 @@ def judge_disks(ctx: CheckContext, devices: Sequence[str], states: Sequence[Cras
     for several disks, the first as ``mount``); a failure of a recording with injected I/O errors
     is judged again with the acks made before the first error (``after_error``); every disk is
     unmounted and fsck'd read-only, and a disk's fsck error makes a passing state ``fsck-error``.
-    A lying-disk state (core/lies.py) is judged over its unreadable sector's EIO layer, if it has
+    A lying-disk state (core/crashmodels/lies.py) is judged over its unreadable sector's EIO layer, if it has
     one, and its verdict read as "noticed or served" (verdict.lie_verdict).  With several disks
     each reason about one disk names it (``node i: ``).  With ``ctx.trace_reads`` the verdict's
     ``read`` says what the checker opened and read (check/readtrace.py; its first run, not
@@ -169,7 +169,7 @@ def unmount(mnt: str) -> None:
 
 def after_error(ctx: CheckContext, state: CrashState, given: CheckInput, result: CheckResult) -> CheckResult:
     """A failing state of a recording with injected I/O errors, judged again (same mount) with only
-    the acks a program that stops at its first error could have made (core/faultwindows.py; a
+    the acks a program that stops at its first error could have made (core/log/faultwindows.py; a
     cluster's: at the first error any node's disk gave, CheckContext.trusted_acks): passing then, it
     fails because of acks made after an error -- ``acked-after-error``, naming the node(s) whose
     device failed.  Otherwise the failure stands as the checker said."""

@@ -18,10 +18,10 @@ from powercut.check.host import check_host, require_root
 from powercut.check.hosts import validate_uri
 from powercut.check.vm import WarmVms, check_vm
 from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import DisksState
-from powercut.core.dmlog import LogIndex
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import DisksState
 from powercut.errors import UsageError
 
 PLACES = ("vm", "host")

@@ -1,5 +1,5 @@
 """What a state's checker opened and read (host and guest; ``CheckContext.trace_reads``, said by
-core/recoveryread.py): the size of every file under the mounts before the checker runs, then the
+core/judging/recoveryread.py): the size of every file under the mounts before the checker runs, then the
 checker run traced -- a command under strace (``strace -f -y``, its output parsed by
 recoveryread.parse), an in-process one (a registered checker, a checker function) watched through
 Python's audit events (``open``, ``os.listdir``, ``os.scandir``, ``mmap.__new__``,
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from powercut.checker import CheckerSpec, CheckInput, CheckResult
-from powercut.core import recoveryread
-from powercut.core.recoveryread import Accesses, ReadFile
+from powercut.core.judging import recoveryread
+from powercut.core.judging.recoveryread import Accesses, ReadFile
 from powercut.linux import process
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """``--check-in vm`` (the default; host side): checker VMs judge the states, so corrupt images never
 touch the host kernel.  ``jobs`` VMs run side by side on each host (this machine, or each
 ``--check-uri``), each over its own contiguous chunk of the walk order (one kernel each, so clones
-of one filesystem never meet in one kernel).  States of N > 1 disks (core/disks.DisksState) come in
+of one filesystem never meet in one kernel).  States of N > 1 disks (core/states/disks.DisksState) come in
 product order and are cut into contiguous chunks too (a node's state changes rarely inside one, so
 its walks stay few); the VM rebuilds every disk of a state (guest/check.py).
 
@@ -29,10 +29,10 @@ from typing import Any, TypeVar
 from powercut.check.checkervm import CheckerVm, Sink, VmCheckSpec
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import chunks, split_by_base
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import DisksState
-from powercut.core.dmlog import LogIndex
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import DisksState
 from powercut.errors import GuestHang, GuestPanic, PowercutError, VmError, VmKilled
 from powercut.linux import interrupt
 from powercut.vm import guestjob

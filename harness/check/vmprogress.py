@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.errors import VmError
 from powercut.linux.jsonlines import read_lines
 

@@ -43,7 +43,7 @@ def shell_words(text: str) -> tuple[str, ...]:
 
 def shard(text: str):
     """An argparse type: i/n, 1 <= i <= n (a bad value exits 2)."""
-    from powercut.core.shard import Shard
+    from powercut.core.states.shard import Shard
     from powercut.errors import UsageError
     try:
         return Shard.parse(text)

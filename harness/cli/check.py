@@ -19,7 +19,7 @@ def campaign_spec(args: argparse.Namespace, preset: str = "check") -> Any:
     from powercut.campaign.run import CampaignSpec
     from powercut.check.place import Place
     from powercut.cli.parser import selection_from
-    from powercut.core.shard import Shard
+    from powercut.core.states.shard import Shard
 
     place = Place(args.check_in, args.accel, state_timeout_s=args.state_timeout, uris=tuple(args.check_uris),
                   jobs=args.jobs)
@@ -219,7 +219,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from powercut.campaign.matrix import MatrixRun, run_rows
     from powercut.check.place import Place
     from powercut.cli.parser import selection_from
-    from powercut.core.shard import Shard
+    from powercut.core.states.shard import Shard
     from powercut.report import matrix
 
     chosen = matrix.choose(matrix.load(args.file or None), args.rows, ci=args.ci)

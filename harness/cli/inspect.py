@@ -15,7 +15,7 @@ log = logging.getLogger("powercut")
 
 
 def _open(path: str):
-    from powercut.core.dmlog import open_log
+    from powercut.core.log.dmlog import open_log
     from powercut.record.recording import load
 
     p = Path(path)
@@ -27,7 +27,7 @@ def _open(path: str):
 
 
 def print_stats(path: str, as_json: bool = False) -> None:
-    from powercut.core.dmlog import stats
+    from powercut.core.log.dmlog import stats
 
     with _open(path) as index:
         s = stats(index)
@@ -60,8 +60,8 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 def cmd_states(args: argparse.Namespace) -> int:
     from powercut.cli.parser import selection_from
-    from powercut.core.crashstate import state_to_json
-    from powercut.core.models import CrashSpace, describe
+    from powercut.core.states.crashstate import state_to_json
+    from powercut.core.states.models import CrashSpace, describe
 
     with _open(args.path) as index:   # streamed: a log of 10^6 entries has millions of states
         how = selection_from(args, "check").with_(models=(args.model,)).resolved()

@@ -12,9 +12,9 @@ import argparse
 from powercut import config
 from powercut.checker import DEFAULT_TIMEOUT_S as CHECKER_TIMEOUT_S
 from powercut.cli.argtypes import at_least, non_negative_float, positive_float, seed, shard, shell_words
-from powercut.core import syncdelay
-from powercut.core.confirm import DEFAULT_SAMPLE as CONFIRM_SAMPLE
-from powercut.core.disks import DEFAULT_CLUSTER_BOUND
+from powercut.core.judging.confirm import DEFAULT_SAMPLE as CONFIRM_SAMPLE
+from powercut.core.recording import syncdelay
+from powercut.core.states.disks import DEFAULT_CLUSTER_BOUND
 from powercut.linux import filesystems
 
 MAIN_DEFAULT_OUT = "runs/latest"
@@ -46,7 +46,7 @@ def accel_option(g: argparse.ArgumentParser | argparse._ArgumentGroup, what: str
 
 
 def _preset(command: str):   # -> SelectionSpec
-    from powercut.core.selection import DEMO_SELECTION, RUN_SELECTION, SelectionSpec
+    from powercut.core.states.selection import DEMO_SELECTION, RUN_SELECTION, SelectionSpec
     return {"run": RUN_SELECTION, "demo": DEMO_SELECTION}.get(command, SelectionSpec())
 
 

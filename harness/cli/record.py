@@ -12,8 +12,8 @@ from typing import Any
 from powercut.cli.check import cmd_check
 from powercut.cli.inspect import print_stats
 from powercut.cli.parser import MAIN_DEFAULT_OUT, RUN_COMMITS
-from powercut.core.latency import recorded_phrase
-from powercut.core.syncdelay import held_phrase
+from powercut.core.recording.latency import recorded_phrase
+from powercut.core.recording.syncdelay import held_phrase
 from powercut.errors import OptionError, PowercutError, UsageError
 from powercut.linux import interrupt
 
@@ -134,7 +134,7 @@ def _schedules(args: argparse.Namespace) -> list[Any]:
     """The run's schedules (campaign/schedules.py): one unless --disk-latency names several or --repeat > 1."""
     from powercut.campaign.schedules import plan
     from powercut.cli.parser import selection_from
-    from powercut.core.latency import LatencyError, parse_schedules
+    from powercut.core.recording.latency import LatencyError, parse_schedules
 
     try:
         latencies = parse_schedules(args.disk_latency)

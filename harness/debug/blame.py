@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from powercut.core.crashstate import CrashState
-from powercut.core.dmlog import FLUSH, FUA
-from powercut.core.models import CrashSpace
+from powercut.core.log.dmlog import FLUSH, FUA
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.models import CrashSpace
 from powercut.debug import btrfsmap
 from powercut.errors import PowercutError
 from powercut.linux import process

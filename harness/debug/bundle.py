@@ -9,7 +9,7 @@ The number of disks is a value of the one format, which has two layouts: one dis
 ``log.bin`` and bundle.json's ``log`` (its file, sha256 and entries); several (a cluster's nodes)
 write ``log0.bin``, ``log1.bin``, ..., bundle.json's ``kind: "cluster"``, ``nodes`` and ``logs``
 (one pin per node, node 0 first), each node's log cut just after the key mark that ends the state's
-instant (core/disksshrink.bundle_cuts: every cut log keeps the same key marks, so the logs still
+instant (core/judging/disksshrink.bundle_cuts: every cut log keeps the same key marks, so the logs still
 make one cluster and the node ids keep their meaning), with the instant, the cause naming the nodes
 and the blame per node.  Both layouts are read by ``load``; tests/unit/debug/bundles/ holds one of
 each as the writers before the one format wrote them."""
@@ -27,14 +27,14 @@ from typing import Any
 
 from powercut.checker import CheckerSpec
 from powercut.checker import get as get_checker
-from powercut.core.dmlog_writer import trim_log
+from powercut.core.log.dmlog_writer import trim_log
 from powercut.errors import UsageError
 
 FORMAT = 1
 LOG = "log.bin"          # one disk's log
 MANIFEST = "bundle.json"
 KIND = "cluster"         # bundle.json's kind with several disks (one disk's has none)
-TRACE = "syscalls.txt.gz"   # the recording's system-call trace (core/syscalls.py), when it has one
+TRACE = "syscalls.txt.gz"   # the recording's system-call trace (core/trace/syscalls.py), when it has one
 
 
 def log_name(node: int, nodes: int) -> str:

@@ -1,7 +1,7 @@
 """The cause of each failure group in the program's terms (host): the recording's system-call trace
-(core/syscalls.py) read once, the durability rule each group's state broke (core/causes.py),
+(core/trace/syscalls.py) read once, the durability rule each group's state broke (core/cause/causes.py),
 checked against the group's block-level blame; and the recording's commit anatomy
-(core/anatomy.py) for the summary."""
+(core/trace/anatomy.py) for the summary."""
 from __future__ import annotations
 
 import gzip
@@ -11,15 +11,17 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from powercut.core import anatomy, causes, nodetrace, races, syscalls
-from powercut.core.causewords import held_suffix
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import Disks
-from powercut.core.dmlog import LogIndex
-from powercut.core.markorder import ordering_flushes
-from powercut.core.models import space
-from powercut.core.stateid import LIE_MODELS
-from powercut.core.syncdelay import Hold, held_note, holds
+from powercut.core.cause import causes, nodetrace
+from powercut.core.cause.causewords import held_suffix
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.log.markorder import ordering_flushes
+from powercut.core.recording import races
+from powercut.core.recording.syncdelay import Hold, held_note, holds
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import Disks
+from powercut.core.states.models import space
+from powercut.core.states.stateid import LIE_MODELS
+from powercut.core.trace import anatomy, syscalls
 from powercut.errors import PowercutError
 from powercut.vm.guestjob import GUEST_MNT
 
@@ -130,7 +132,7 @@ def state_why(trace: syscalls.Trace | None, index: LogIndex, st: CrashState, roo
 
 def node_why(trace: syscalls.Trace | None, indexes: Sequence[LogIndex], states: Sequence[CrashState], verdict: str,
              reasons: list[str], culprits: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
-    """A cluster state's cause: each node it is about (core/nodetrace.cause_nodes) judged alone --
+    """A cluster state's cause: each node it is about (core/cause/nodetrace.cause_nodes) judged alone --
     its part of the trace against its own log, its cut, its blame -- the first that broke a rule
     leading (``node i: ...``), the others' sentences after it; a node chosen by blame alone keeps
     a broken rule only when the blame is about the rule's file (else it says nothing).  None when

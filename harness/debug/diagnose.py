@@ -1,5 +1,5 @@
 """From a failing state of N >= 1 disks to its cause (host and guest): minimize it by judging
-candidate states for real (core/disksshrink.py chooses them a disk at a time, core/shrink.py for
+candidate states for real (core/judging/disksshrink.py chooses them a disk at a time, core/judging/shrink.py for
 each disk; this module materializes and judges), then blame each disk's minimized state
 (debug/blame.py) on the recovered image of its cut; for the verdict matrix, whether a failing torn
 state of one disk needs its tear (``without_tear``: its twin without the tear fails alike -- the
@@ -22,13 +22,13 @@ from typing import Any
 
 from powercut.check.context import CheckContext
 from powercut.check.judge import judge_disks
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import Disks, DisksState
-from powercut.core.disksshrink import minimize_disks
-from powercut.core.dmlog import LogIndex
-from powercut.core.models import CrashSpace
-from powercut.core.shrink import Judged, reason_class
-from powercut.core.verdict import Verdict
+from powercut.core.judging.disksshrink import minimize_disks
+from powercut.core.judging.shrink import Judged, reason_class
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.models import CrashSpace
 from powercut.debug.blame import Culprit, blame, writes_that_matter
 from powercut.debug.diagnosis import Diagnosis, cause_of
 from powercut.errors import UsageError

@@ -5,7 +5,7 @@ possibly corrupt image never meets the host kernel, or ``--check-in host``), opt
 each disk's image (``--keep-image``) or opening a shell in a checker VM on the recovered, mounted
 state (``--shell``).
 
-The state is a core/disks.DisksState of the target's disks whatever N, judged by
+The state is a core/states/disks.DisksState of the target's disks whatever N, judged by
 check/place.Place.judge (host or checker VM, as every check's) -- or through the ``judge``
 callback a caller gives (``JudgeStates``)."""
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 from powercut.check.context import CheckContext, LogSource, context_for, with_node_faults
 from powercut.check.place import Place
 from powercut.check.vm import shell_vm
-from powercut.core import causes
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import Disks, DisksState
-from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.verdict import Verdict
+from powercut.core.cause import causes
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex, open_log
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import Disks, DisksState
 from powercut.debug import bundle
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.linux import filesystems

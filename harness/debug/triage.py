@@ -22,13 +22,13 @@ from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import cleanup_stale
 from powercut.check.place import Place
 from powercut.check.vm import diagnose_vm
-from powercut.core.confirm import group_key, order
-from powercut.core.disks import Disks
-from powercut.core.disksshrink import bundle_cuts as instant_cuts
-from powercut.core.disksshrink import nodes_named, nodes_note
-from powercut.core.dmlog import LogIndex
-from powercut.core.stateid import parse_id
-from powercut.core.verdict import SEVERITY, Verdict
+from powercut.core.judging.confirm import group_key, order
+from powercut.core.judging.disksshrink import bundle_cuts as instant_cuts
+from powercut.core.judging.disksshrink import nodes_named, nodes_note
+from powercut.core.judging.verdict import SEVERITY, Verdict
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.disks import Disks
+from powercut.core.states.stateid import parse_id
 from powercut.debug import bundle
 from powercut.debug.blame import lines as blame_lines
 from powercut.debug.diagnose import Workspace, diagnose, without_tear
@@ -140,7 +140,7 @@ def write_bundles(outdir: Path, groups: list[Group], rec: Recording, ctx: CheckC
 def bundle_cuts(disks: Disks, first: Verdict, d: Diagnosis | None) -> list[int]:
     """Per disk, how many of its log's entries a bundle keeps.  One disk's: up to the last entry
     its states need (the first state's cut, the minimized cut, the blamed writes).  Several disks'
-    logs: up to the key mark that ends the state's instant (core/disksshrink.bundle_cuts), so that
+    logs: up to the key mark that ends the state's instant (core/judging/disksshrink.bundle_cuts), so that
     every cut log keeps the same key marks and the logs still make one cluster."""
     if len(disks) > 1:
         return instant_cuts(disks, first.cut)

@@ -1,12 +1,12 @@
 """A cause proven by its counterfactual (host; issue 52).
 
 For each failure group of one disk (the first ``MAX_GROUPS``): the rules its (minimized, else first)
-state's trace says the program broke, in the order a cause is picked (core/causes.candidates); each
+state's trace says the program broke, in the order a cause is picked (core/cause/causes.candidates); each
 one's what-if state -- the failing state with the writes that rule says were missing made durable,
-and nothing else of the program's (the rule's plan, core/rules/; made a state by
-core/counterfactual.py) -- and the group's kill-equivalent state (every write durable at the first
+and nothing else of the program's (the rule's plan, core/cause/rules/; made a state by
+core/cause/counterfactual.py) -- and the group's kill-equivalent state (every write durable at the first
 point at or after the cut where the program had synced all it wrote: what a process kill there
-leaves, core/counterfactual.kill_point), all judged in one batch where the check runs, with the
+leaves, core/cause/counterfactual.kill_point), all judged in one batch where the check runs, with the
 group's state itself judged again traced -- what recovery read (``prepare``: the targets;
 ``plan``; the campaign judges the targets and ``states`` with ``CheckContext.trace_reads``;
 ``traced``, ``record``; ``plan`` again adds what the reads reveal, judged in a second batch only
@@ -40,18 +40,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from powercut.core import causes, syscalls
-from powercut.core import counterfactual as cf
-from powercut.core.crashstate import CrashState
-from powercut.core.dmlog import LogIndex
-from powercut.core.models import space
-from powercut.core.recoveryread import ReadFile, complete, read_paths, words
-from powercut.core.rules import registry
-from powercut.core.rules.base import Plan, PlanInput
-from powercut.core.rules.outcomes import LIED, RECOVERY, RecoveryFails
-from powercut.core.stateid import LIE_MODELS
-from powercut.core.tracefacts import written_by
-from powercut.core.verdict import Verdict
+from powercut.core.cause import causes
+from powercut.core.cause import counterfactual as cf
+from powercut.core.cause.rules import registry
+from powercut.core.cause.rules.base import Plan, PlanInput
+from powercut.core.cause.rules.outcomes import LIED, RECOVERY, RecoveryFails
+from powercut.core.judging.recoveryread import ReadFile, complete, read_paths, words
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.models import space
+from powercut.core.states.stateid import LIE_MODELS
+from powercut.core.trace import syscalls
+from powercut.core.trace.tracefacts import written_by
 from powercut.debug.cause import ROOT, excerpt, load_trace
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ class Tried:
 
 @dataclass(slots=True)
 class Killed:
-    """One group's kill-equivalent state (core/counterfactual.kill_point): where, the state, its verdict."""
+    """One group's kill-equivalent state (core/cause/counterfactual.kill_point): where, the state, its verdict."""
 
     kill: cf.Kill
     state: CrashState
@@ -282,7 +283,7 @@ def mixed(t: Tried, reads: Sequence[ReadFile]) -> frozenset[str]:
 
 def read_words(reads: Sequence[ReadFile], trace: syscalls.Trace, index: LogIndex, cut: int) -> str:
     """What recovery read in a state cut at ``cut``, with the bytes the program had written to each
-    file it found empty or missing (core/tracefacts.written_by) -- "0 of 41 bytes present"."""
+    file it found empty or missing (core/trace/tracefacts.written_by) -- "0 of 41 bytes present"."""
     wrote = written_by(trace, syscalls.align(trace, index.marks()), cut, ROOT)
     empty = {r.path: wrote[r.path] for r in reads if r.size <= 0 and wrote.get(r.path, 0) > 0}
     partial = "" if complete(reads) else " (as Python's audit events show it: a C library's own opens are not seen)"

@@ -4,7 +4,7 @@ rebuilds its states with dm-snapshot over a pristine replayed incrementally insi
 scratch disk, and writes one progress line before and one after each step, so the host can
 attribute a panic or a hang to its state.
 
-``check`` and ``shell`` take states of N >= 1 disks (core/disks.DisksState; one disk is N = 1): per
+``check`` and ``shell`` take states of N >= 1 disks (core/states/disks.DisksState; one disk is N = 1): per
 disk a pristine walked forward over a *run* of its states whose positions never decrease
 (replay/walk.NodeImages), a dm-snapshot clone per state, and every disk judged at once by
 check/judge.judge_disks (every disk mounted, the checker given every mount, every disk fsck'd).
@@ -25,9 +25,9 @@ from typing import Any
 from powercut import registry
 from powercut.check.context import CheckContext, with_node_faults
 from powercut.check.judge import judge_disks
-from powercut.core.disks import Disks, DisksState
-from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex, open_log
+from powercut.core.states.disks import Disks, DisksState
 from powercut.linux import filesystems, process
 from powercut.linux.blockdev import find_disk
 from powercut.linux.jsonlines import JsonLines
@@ -57,7 +57,7 @@ class _Session:
 
 @dataclass(slots=True)
 class _Disks:
-    """The disks of a check or shell job: the judging context, the states (core/disks.DisksState,
+    """The disks of a check or shell job: the judging context, the states (core/states/disks.DisksState,
     one disk's too), each disk's images (replay/walk.NodeImages: a pristine walked forward over the
     disk's states, a dm-snapshot clone per state), the mount points -- one disk's at ``MNT``, node
     i's at ``MNT/n<i>`` -- and the progress file."""

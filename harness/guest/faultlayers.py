@@ -1,13 +1,13 @@
 """The fault layers of a recording's disks (guest; ``--fault PLAN`` for one disk, ``--fault 1=PLAN``
-per node of a cluster, core/nodefaults.py).
+per node of a cluster, core/recording/nodefaults.py).
 
 Each disk's stack has a fault layer: the filesystem's ``<name>-fs`` linear map (guest/stack.py),
 whose table a fault swaps (faults.py).  A disk with a plan runs it on its own: its state file, its
 job-side trigger polling its own device (``PlanTrigger``), its mark trigger moved by every mark
 the workload inserts (faults.plan_mark).  Its ``powercut-fault:on/off`` marks go to **its log
-only**: the fault windows a log holds are its own disk's (core/faultwindows.py reads them per
+only**: the fault windows a log holds are its own disk's (core/log/faultwindows.py reads them per
 log), while the key marks of a cluster stay the same sequence in every log (a fault mark is not a
-key mark, core/disks.py).
+key mark, core/states/disks.py).
 
 What the workload is told differs by the number of disks, as its contract does (docs/workloads.md):
 one disk's layer is $POWERCUT_FAULT_DEV and its plan's state file is ``PLAN_STATE``; a cluster's
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from powercut.core.nodefaults import DisksFaults
+from powercut.core.recording.nodefaults import DisksFaults
 from powercut.faults import FAULT_ENV, NODES_ENV, FaultError, PlanRun, Target, node_state, plan_env
 from powercut.guest.stack import FS_SUFFIX, DiskStack
 

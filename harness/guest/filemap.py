@@ -1,5 +1,5 @@
 """Where the program's files lie on a recorded data disk at the end (the recording's file map, guest
-side): what the lying-disk models target first (core/lies.py, core/crashmodels/target.py)."""
+side): what the lying-disk models target first (core/crashmodels/lies.py, core/crashmodels/target.py)."""
 from __future__ import annotations
 
 import fcntl
@@ -30,7 +30,7 @@ def file_map(data: str, fs: filesystems.Filesystem, jobdir: Path, mnt: str, out:
     """Where the program's files lie on the data device at the end (FIEMAP over a read-only mount at
     ``mnt`` of the final, cleanly unmounted filesystem: nothing is written, the log is already
     closed), as 512-byte sector ranges per file, written to ``out`` in the job directory -- what the
-    lying-disk models target first (core/lies.py).
+    lying-disk models target first (core/crashmodels/lies.py).
     A filesystem whose extents are not the device's (btrfs) or a mount that fails: no map, why."""
     if fs.name == "btrfs":
         return {"file_map_error": "btrfs extents are logical addresses, not the device's sectors"}

@@ -9,7 +9,7 @@ device's, each disk's file map (guest/filemap.py).
 
 The unmount comes before the log-writes target goes: it writes back what the page cache still
 held -- stores through a shared mapping never msynced among it -- into the log, after the last
-mark, where a counterfactual finds them (core/counterfactual.py); no sync of the recording's own
+mark, where a counterfactual finds them (core/cause/counterfactual.py); no sync of the recording's own
 is needed for that.  What the program dropped before its exit (a mapped file it truncated or
 removed with its pages dirty) never reaches any disk: no writeback at the end can log it.
 
@@ -36,8 +36,8 @@ from typing import Any
 from powercut._logmark import close as close_marks
 from powercut._logmark import insert_cluster
 from powercut.config import WorkloadSpec
-from powercut.core import syncdelay
-from powercut.core.latency import DisksLatency
+from powercut.core.recording import syncdelay
+from powercut.core.recording.latency import DisksLatency
 from powercut.errors import PowercutError
 from powercut.guest.faultlayers import DiskFaults
 from powercut.guest.filemap import FILE_MAP, file_map
@@ -153,7 +153,7 @@ def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_en
 
 
 def held(argv: list[str], job: RecordJob) -> list[str]:
-    """``argv`` under the --delay-sync supervisor (core/syncdelay.py), its log made empty; ``argv``
+    """``argv`` under the --delay-sync supervisor (core/recording/syncdelay.py), its log made empty; ``argv``
     without rules.  An image built without the supervisor (no C compiler then) cannot hold a sync: a
     recording that asks is refused rather than made without the hold."""
     if not job.workload.delay_sync:

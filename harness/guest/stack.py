@@ -3,7 +3,7 @@ single disk, one per node of a cluster).
 
 From the bottom: the dm-log-writes target over the data and log disks (``<name>``); above it the
 disk's latency layer (``<name>-delay``, dm-delay, only when its latency is not none: loaded after
-mkfs, so mkfs is not delayed; core/latency.py); above that the ``<name>-fs`` linear map where the
+mkfs, so mkfs is not delayed; core/recording/latency.py); above that the ``<name>-fs`` linear map where the
 filesystem lives and whose table a fault swaps (faults.py); beside it, over the target, the
 ``<name>-order`` map that marks flush to order the log (marks.py)."""
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from powercut.core.faultwindows import FAULT_OFF
-from powercut.core.latency import FALLBACK_HZ, DiskLatency, snap_hz
+from powercut.core.log.faultwindows import FAULT_OFF
+from powercut.core.recording.latency import FALLBACK_HZ, DiskLatency, snap_hz
 from powercut.faults import table as fault_table
 from powercut.linux import dm
 from powercut.linux.blockdev import find_disk, sectors
@@ -26,7 +26,7 @@ log = logging.getLogger("powercut.guest")
 
 FS_SUFFIX = "-fs"        # the linear map over the log-writes target that holds the recorded filesystem
 ORDER_SUFFIX = "-order"  # the linear map beside it that marks flush (marks.py)
-DELAY_SUFFIX = "-delay"  # the disk latency layer (dm-delay, core/latency.py) between the fs map and log-writes
+DELAY_SUFFIX = "-delay"  # the disk latency layer (dm-delay, core/recording/latency.py) between the fs map and log-writes
 
 
 def log_writes_status(name: str) -> dict[str, Any]:

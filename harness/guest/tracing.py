@@ -1,6 +1,6 @@
 """The recording's syscall trace in the guest: strace around the workload (one disk's, or a
 cluster's client and the nodes it starts, its children), kept gzipped in the job directory for
-core/syscalls.py to read on the host."""
+core/trace/syscalls.py to read on the host."""
 from __future__ import annotations
 
 import gzip
@@ -10,13 +10,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from powercut.core import syscalls
+from powercut.core.trace import syscalls
 from powercut.vm import guestjob
 
 log = logging.getLogger("powercut.guest")
 
 TRACE_TMP = "/tmp/powercut-syscalls.txt"   # strace writes here (the guest's tmpfs), copied to the job share after
-TRACE_FILE = "syscalls.txt.gz"             # in the job directory: the recording's trace (core/syscalls.py)
+TRACE_FILE = "syscalls.txt.gz"             # in the job directory: the recording's trace (core/trace/syscalls.py)
 
 
 def strace_argv(out: str, holding: bool = False) -> list[str]:

@@ -1,7 +1,7 @@
 """Unreadable sectors at check time (host and guest, root): a device-mapper layer over a replayed
 image whose table maps every sector through (``linear``) but the bad ones, which are ``error``
 segments -- every read or write there fails with EIO, as on a disk with a sector it cannot read.
-The unreadable-sector model's states (core/lies.py) are judged on it (check/judge.py); the host
+The unreadable-sector model's states (core/crashmodels/lies.py) are judged on it (check/judge.py); the host
 puts it over the state's loop device, the checker VM over its dm-snapshot clone."""
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.config import dumps_toml, loads_toml
-from powercut.core.dmlog import END_MARK, LogIndex, open_log
+from powercut.core.log.dmlog import END_MARK, LogIndex, open_log
 from powercut.errors import BadLog, BadRecording, UsageError
 
 FORMAT_VERSION = 1
@@ -53,13 +53,13 @@ class Recording:
 
     @property
     def trace_path(self) -> Path | None:
-        """The workload's system-call trace (core/syscalls.py), if the recording took one."""
+        """The workload's system-call trace (core/trace/syscalls.py), if the recording took one."""
         f = self.manifest.get("trace", {}).get("file")
         return self.dir / f if f and (self.dir / f).is_file() else None
 
     @property
     def delay_log(self) -> Path | None:
-        """The --delay-sync supervisor's log (core/syncdelay.holds: where each held sync was called), if
+        """The --delay-sync supervisor's log (core/recording/syncdelay.holds: where each held sync was called), if
         the recording held syncs and kept it."""
         f = (self.manifest.get("result", {}).get("delay_sync") or {}).get("log")
         return self.dir / "job" / f if f and (self.dir / "job" / f).is_file() else None

@@ -37,12 +37,12 @@ from powercut.config import (
     fault_for,
     to_dict,
 )
-from powercut.core import syncdelay
-from powercut.core.disks import MAX_NODES
-from powercut.core.dmlog import open_log
-from powercut.core.faultwindows import Faults
-from powercut.core.latency import DiskLatency, DisksLatency, LatencyError
-from powercut.core.markorder import mark_order
+from powercut.core.log.dmlog import open_log
+from powercut.core.log.faultwindows import Faults
+from powercut.core.log.markorder import mark_order
+from powercut.core.recording import syncdelay
+from powercut.core.recording.latency import DiskLatency, DisksLatency, LatencyError
+from powercut.core.states.disks import MAX_NODES
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import filesystems, process, runlock
@@ -72,7 +72,7 @@ class RecordSpec:
     backend: str = DEFAULT_BACKEND
     libvirt_uri: str = DEFAULT_LIBVIRT_URI
     image: dict[str, Any] = field(default_factory=dict)
-    latency: DisksLatency = DEFAULT_DISK_LATENCY   # the data disks' write and flush latency (core/latency.py)
+    latency: DisksLatency = DEFAULT_DISK_LATENCY   # the data disks' write and flush latency (core/recording/latency.py)
 
     def __post_init__(self) -> None:
         if isinstance(self.latency, DiskLatency):   # one setting for every disk, as the library took it before
@@ -86,7 +86,7 @@ class RecordSpec:
             raise UsageError(f"--disk-latency: {e}") from None
 
     def workload_for(self, disks: int) -> WorkloadSpec:
-        """The workload with its fault setting for ``disks`` data disks (core/nodefaults.DisksFaults);
+        """The workload with its fault setting for ``disks`` data disks (core/recording/nodefaults.DisksFaults);
         UsageError if it names a node beyond them or gives a cluster a plan without a node."""
         return dataclasses.replace(self.workload, fault=fault_for(self.workload.fault, disks))
 
@@ -210,7 +210,7 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, nodes: int = 1, force: b
     a cluster's nodes, in one VM) into the directory ``out``.  On any failure (or an interrupt) the
     directory is kept with a manifest whose status says what happened, and the error is raised.
 
-    Why one VM for a cluster: the marks that define a cluster crash instant (core/disks.py) must
+    Why one VM for a cluster: the marks that define a cluster crash instant (core/states/disks.py) must
     reach every node's log in the same order, under one lock.  In one guest that lock is an flock
     and the order is the order of a few ioctls; with one VM per node it would be a network round
     trip per mark and per node, and the logs would share no clock.  One VM also costs one boot, not
@@ -362,13 +362,13 @@ def finishing(out: Path, manifest: dict[str, Any]) -> Iterator[None]:
 
 def marks_of(path: Path) -> dict[str, Any]:
     """The manifest's [marks]: how many key marks the log orders after every write completed before
-    them (core/models.py, blind spot (c)); ``ordered`` false means the old false alarm is possible."""
+    them (core/states/models.py, blind spot (c)); ``ordered`` false means the old false alarm is possible."""
     with open_log(path) as index:
         return mark_order(index.entries)
 
 
 def _faults(path: Path) -> Faults:
-    """The log's fault windows (core/faultwindows.py); none when the log cannot be read."""
+    """The log's fault windows (core/log/faultwindows.py); none when the log cannot be read."""
     try:
         with open_log(path) as index:
             return Faults.from_marks(index.marks())

@@ -10,7 +10,7 @@ data entry the state keeps in full -- plus a few *extra* writes after it:
   when nothing is dropped), extras = the kept data entries in [base, cut) (durable FUA writes and
   the kept volatile ones);
 * torn: base = the torn entry, extra = its persisted sectors only;
-* lying disks (core/lies.py): a lost or misdirected write is a dropped entry (a misdirected one's
+* lying disks (core/crashmodels/lies.py): a lost or misdirected write is a dropped entry (a misdirected one's
   copy an extra at its new place, in log order); a corrupt sector's bits are flipped last.
 
 States are processed sorted by base, so the walk is monotone; per state the work is one clone
@@ -31,11 +31,11 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from powercut.core.crashstate import CrashState, DeviceChanges
-from powercut.core.dmlog import Entry, LogIndex, open_log
-from powercut.core.lies import flip_of, with_lie
-from powercut.core.models import durable_entries, state_from_id
-from powercut.core.stateid import runs
+from powercut.core.crashmodels.lies import flip_of, with_lie
+from powercut.core.log.dmlog import Entry, LogIndex, open_log
+from powercut.core.states.crashstate import CrashState, DeviceChanges
+from powercut.core.states.models import durable_entries, state_from_id
+from powercut.core.states.stateid import runs
 from powercut.errors import BadRecording, PowercutError, UsageError
 from powercut.linux.imageio import pwrite_all, sparse_copy_fd, zero_range
 from powercut.record.recording import load as load_recording
@@ -84,7 +84,7 @@ def plan(index: LogIndex | Sequence[Entry], state: CrashState) -> Plan:
         raise UsageError(f"state {state.id}: cut {state.cut} is past the log's {len(entries)} entries")
     base = state.base
     extras = tuple((entries[i], torn) for i, torn in state.kept(DeviceChanges(entries), base))  # CrashState's rule
-    return Plan(state, base, tuple(with_lie(state, entries, extras)))  # a misdirected write's copy (core/lies)
+    return Plan(state, base, tuple(with_lie(state, entries, extras)))  # a misdirected write's copy (core/crashmodels/lies)
 
 
 def check_extents(index: LogIndex, size: int, upto: int | None = None) -> None:
@@ -138,7 +138,7 @@ class _Writer:
             return
         self.zeros = False
         if sectors is None:
-            data = self.index.data(self.index.entries[e.index])   # e may be a misdirected copy (core/lies)
+            data = self.index.data(self.index.entries[e.index])   # e may be a misdirected copy (core/crashmodels/lies)
             pwrite_all(self.fd, data, off)
             self.bytes += len(data)
             return
@@ -271,7 +271,7 @@ def _apply_extras(index: LogIndex, img: Path, extras: Sequence[Extra], block: bo
 
 
 def flip_bits(fd: int, offset: int, bits: Sequence[int], sectorsize: int) -> None:
-    """A corrupt-sector state's rot (core/lies.py): flip ``bits`` of the sector at byte ``offset``."""
+    """A corrupt-sector state's rot (core/crashmodels/lies.py): flip ``bits`` of the sector at byte ``offset``."""
     buf = bytearray(os.pread(fd, sectorsize, offset).ljust(sectorsize, b"\0"))
     for b in bits:
         buf[b // 8] ^= 1 << (b % 8)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from pathlib import Path
 
-from powercut.core.crashstate import CrashState
-from powercut.core.dmlog import LogIndex
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.crashstate import CrashState
 from powercut.replay.materialize import ReplayStats, materialize, plan
 from powercut.replay.snapshot import Provider
 from powercut.replay.zeros import ZeroRuns

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 
-from powercut.core.dmlog import LogIndex
+from powercut.core.log.dmlog import LogIndex
 
 __all__ = ["Written", "ZeroRuns", "zero_writes"]
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from powercut.core.disks import Disks, key_events
-from powercut.core.dmlog import LogIndex
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.disks import Disks, key_events
 from powercut.errors import UsageError
 
 WIDTH = 1200

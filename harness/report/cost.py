@@ -15,7 +15,7 @@ from typing import Any
 from rich.table import Table
 
 from powercut.bench.results import BenchEntry, BenchResults
-from powercut.core.anatomy import short as short_anatomy
+from powercut.core.trace.anatomy import short as short_anatomy
 from powercut.errors import UsageError
 from powercut.report import html
 from powercut.report.bench import fmt_us
@@ -32,7 +32,7 @@ class Line:
     cells: tuple[dict[str, Any], ...]
     on: BenchEntry | None
     off: BenchEntry | None
-    anatomy: str = ""     # what a commit costs in block writes and flushes (core/anatomy.py), from matrix.json
+    anatomy: str = ""     # what a commit costs in block writes and flushes (core/trace/anatomy.py), from matrix.json
 
     def verdicts(self) -> str:
         """Per model: ``pass/judged``, or the failing states by verdict out of those judged."""

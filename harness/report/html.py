@@ -25,12 +25,12 @@ from typing import Any
 
 import jinja2
 
-from powercut.core.anatomy import short as short_anatomy
-from powercut.core.dmlog import LogIndex
-from powercut.core.latency import recorded_phrase
-from powercut.core.stateid import LIE_MODELS, MODELS
-from powercut.core.syncdelay import held_phrase
-from powercut.core.verdict import SEVERITY
+from powercut.core.judging.verdict import SEVERITY
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.recording.latency import recorded_phrase
+from powercut.core.recording.syncdelay import held_phrase
+from powercut.core.states.stateid import LIE_MODELS, MODELS
+from powercut.core.trace.anatomy import short as short_anatomy
 from powercut.record import recording as rec_mod
 from powercut.report import bench, clustertimeline, seeds, timeline
 from powercut.report.summary import Summary, group_confirmation
@@ -93,12 +93,12 @@ def _environment(recording: Path) -> list[tuple[str, str]]:
 
 
 def _latency(lat: dict[str, Any] | None) -> str:
-    """The data disks' latency while recording (core/latency.py) and what each delay layer gave."""
+    """The data disks' latency while recording (core/recording/latency.py) and what each delay layer gave."""
     return recorded_phrase(lat)
 
 
 def _marks(m: dict[str, Any] | None) -> str:
-    """How the recording's key marks are ordered (core/markorder.py)."""
+    """How the recording's key marks are ordered (core/log/markorder.py)."""
     if not m:
         return "recorded before ordered marks: an ack may precede writes that completed before it (README, blind spot (c))"
     if m.get("ordered"):

@@ -19,13 +19,13 @@ from typing import Any
 from rich.table import Table
 
 from powercut.config import DEFAULT_DISK_LATENCY, disk_latency_for, fault_for
-from powercut.core import syncdelay
-from powercut.core.causes import RULES
-from powercut.core.confirm import group_key
-from powercut.core.coverage import ALL, COMMITS, Coverage, requirement
-from powercut.core.disks import MAX_NODES
-from powercut.core.stateid import MODELS
-from powercut.core.verdict import FINDINGS
+from powercut.core.cause.causes import RULES
+from powercut.core.judging.confirm import group_key
+from powercut.core.judging.verdict import FINDINGS
+from powercut.core.recording import syncdelay
+from powercut.core.states.coverage import ALL, COMMITS, Coverage, requirement
+from powercut.core.states.disks import MAX_NODES
+from powercut.core.states.stateid import MODELS
 from powercut.errors import PowercutError, UsageError
 from powercut.report import html
 from powercut.report.summary import models_of
@@ -54,12 +54,12 @@ class Row:
     notes: dict[str, str] = field(default_factory=dict)   # model -> why this cell
     claim: str = ""                           # the program's documented claim for this configuration
     max_states: int = 0                       # judge at most this many states of this row (0: as the run says)
-    cause: dict[str, str] = field(default_factory=dict)   # model -> the rule its failures' cause names (core/causes.py)
-    disk_latency: str = "none"                # the data disk's latency while recording (core/latency.py)
+    cause: dict[str, str] = field(default_factory=dict)   # model -> the rule its failures' cause names (core/cause/causes.py)
+    disk_latency: str = "none"                # the data disk's latency while recording (core/recording/latency.py)
     lie_file: str = ""                        # the lying-disk models lie about this file of the program only
     nodes: int = 1                            # a cluster row: the workload runs on this many nodes (docs/clusters.md)
     fault: str = ""                           # the recording's fault plan (--fault; a cluster's per node: 1=PLAN)
-    delay_sync: tuple[str, ...] = ()          # GLOB=TIME: those files' syncs held while recording (core/syncdelay.py)
+    delay_sync: tuple[str, ...] = ()          # GLOB=TIME: those files' syncs held while recording (core/recording/syncdelay.py)
 
     @property
     def id(self) -> str:
@@ -171,13 +171,13 @@ class Cell:
     tear_free: int = 0                                      # failing torn states that fail alike untorn
     tear_free_example: str = ""
     coverage: str = ""              # the model's coverage phrase ("" exhaustive, or unknown: see covered)
-    covered: str = "exhaustive"     # the model's worst coverage word (core/coverage: exhaustive .. weakened)
+    covered: str = "exhaustive"     # the model's worst coverage word (core/states/coverage: exhaustive .. weakened)
     require_exhaustive: str | bool = ""   # "commits"/True: a pass expected and seen on commit windows short of
     #                                       exhaustive is not ok; "all": nor on a space short of exhaustive anywhere
-    cause: str = ""                 # the rule the cause of its failures names (core/causes.py; "" unknown)
+    cause: str = ""                 # the rule the cause of its failures names (core/cause/causes.py; "" unknown)
     cause_text: str = ""            # that cause's sentence
     expected_cause: str = ""        # the row's expectation of it ("" none)
-    commits: str = ""               # the worst coverage word of its commit windows (core/coverage; "": as ``covered``)
+    commits: str = ""               # the worst coverage word of its commit windows (core/states/coverage; "": as ``covered``)
 
     @property
     def cause_ok(self) -> bool:
@@ -311,7 +311,7 @@ def cells(row: Row, summary: Any, untorn: dict[str, str] | None = None, require_
 
 def _cause(groups: list[dict[str, Any]], model: str, first: Any) -> tuple[str, str]:
     """(rule, sentence) of the cause of a model's failures: that of the failure group its first
-    failing state belongs to (core/confirm.group_key: verdict and reason class); ("", "") when that
+    failing state belongs to (core/judging/confirm.group_key: verdict and reason class); ("", "") when that
     group has no cause (no trace) or there is no failure."""
     if first is None:
         return "", ""

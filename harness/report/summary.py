@@ -20,11 +20,11 @@ from typing import Any
 
 from rich.table import Table
 
-from powercut.core.causes import Cause
-from powercut.core.confirm import group_key
-from powercut.core.coverage import ALL, Coverage, requirement
-from powercut.core.markorder import UnorderedAck, possibly_false
-from powercut.core.verdict import SEVERITY, Verdict, worst
+from powercut.core.cause.causes import Cause
+from powercut.core.judging.confirm import group_key
+from powercut.core.judging.verdict import SEVERITY, Verdict, worst
+from powercut.core.log.markorder import UnorderedAck, possibly_false
+from powercut.core.states.coverage import ALL, Coverage, requirement
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,21 +51,21 @@ class Summary:
     missing_shards: tuple[str, ...] = ()      # a merge without them is not complete
     covered: dict[str, dict[str, int]] = field(default_factory=dict)  # model -> verdict -> its distinct
     #   states judged, directly or as the alias of an earlier model's state with the same image
-    confirm_mode: str = "group"               # group | all | off (core/confirm.py)
+    confirm_mode: str = "group"               # group | all | off (core/judging/confirm.py)
     confirm_sample: int = 0                   # states judged alone per large group
     escalated: int = 0                        # groups confirmed state by state after their sample disagreed
-    coverage: Coverage | None = None          # what was covered (core/coverage); None: not recorded (old output)
+    coverage: Coverage | None = None          # what was covered (core/states/coverage); None: not recorded (old output)
     require_exhaustive: str = ""              # "commits": a pass whose commit windows are not exhaustive is not
     #                                           ok (--require-exhaustive); "all": nor one short of exhaustive anywhere
-    anatomy: dict[str, Any] = field(default_factory=dict)   # commit anatomy (core/anatomy.py), {} if unknown
+    anatomy: dict[str, Any] = field(default_factory=dict)   # commit anatomy (core/trace/anatomy.py), {} if unknown
     trace_note: str = ""                      # why there is no cause in the program's terms ("" with a trace)
-    disk_latency: str = ""                    # the recording's data-disk latency (core/latency.py; "" unknown)
+    disk_latency: str = ""                    # the recording's data-disk latency (core/recording/latency.py; "" unknown)
     nodes: int = 1                            # disks judged together (> 1: a cluster recording's nodes)
     disks: dict[str, Any] = field(default_factory=dict)   # N > 1: the instants and each disk's distinct states
-    delay_sync: tuple[str, ...] = ()          # the recording's --delay-sync rules (core/syncdelay.py; () none)
+    delay_sync: tuple[str, ...] = ()          # the recording's --delay-sync rules (core/recording/syncdelay.py; () none)
     proofs: dict[str, Any] = field(default_factory=dict)   # the causes' counterfactuals (debug/verify.Stats)
     doubtful: dict[str, str] = field(default_factory=dict)   # failing state -> why it is possibly a false alarm
-    #   (its cut lies after an ack the log cannot order: core/markorder.unordered_acks); still a failure
+    #   (its cut lies after an ack the log cannot order: core/log/markorder.unordered_acks); still a failure
 
     @property
     def no_acks(self) -> bool:
@@ -88,7 +88,7 @@ class Summary:
         return self.coverage is not None and self.coverage.meets(requirement(self.require_exhaustive))
 
     def coverage_phrase(self) -> str:
-        """What the verdict stands on, in the words every output uses (core/coverage.Coverage.phrase)."""
+        """What the verdict stands on, in the words every output uses (core/states/coverage.Coverage.phrase)."""
         if self.coverage is None:
             return "coverage not recorded"
         return self.coverage.phrase() or f"exhaustive: all {self.coverage.judged} distinct states judged"
@@ -213,7 +213,7 @@ def summarize(verdicts: list[Verdict], *, recording: str, fstype: str, workload:
 
 
 def _disks_of(selection: Any) -> dict[str, Any]:
-    """What a selection of N > 1 disks' states says per disk (core/selection.DisksSelection): the
+    """What a selection of N > 1 disks' states says per disk (core/states/selection.DisksSelection): the
     instants and each disk's distinct states per model."""
     return {"instants": int(getattr(selection, "instants", 0)),
             "node_states": [dict(n) for n in getattr(selection, "node_states", ())]}
@@ -306,7 +306,7 @@ def write_junit(summary: Summary, verdicts: list[Verdict], path: Path) -> None:
         for v in sorted(mine, key=lambda v: (v.cut, v.state)):
             case = ET.SubElement(suite, "testcase", classname=f"{summary.workload}.{summary.fstype}.{model}",
                                  name=v.state, time=f"{v.seconds:.3f}")
-            if not v.failed:   # a pass, or detected under a lying disk (core/verdict.is_pass)
+            if not v.failed:   # a pass, or detected under a lying disk (core/judging/verdict.is_pass)
                 if v.verdict != "pass":
                     ET.SubElement(case, "system-out").text = f"{v.verdict}: " + "; ".join(v.reasons[:3]) + "\n"
                 continue

@@ -10,8 +10,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.markorder import ordering_flushes
+from powercut.core.log.dmlog import LogIndex, open_log
+from powercut.core.log.markorder import ordering_flushes
 
 WIDTH = 1200          # SVG user units across
 LANES = (("write", "data writes", "#6b8fb3"), ("flush", "FLUSH", "#333333"), ("fua", "FUA", "#8a5cb8"),

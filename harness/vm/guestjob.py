@@ -60,7 +60,7 @@ class RecordJob:
     fs: FsSpec
     workload: WorkloadSpec
     tools_dir: str = ""
-    latency: str = "none"          # the data disk's latency (core/latency.DiskLatency, canonical text)
+    latency: str = "none"          # the data disk's latency (core/recording/latency.DiskLatency, canonical text)
     nodes: int = 1                 # data disks (> 1: a cluster, each node's disks named by record_roles)
 
 
@@ -98,7 +98,7 @@ class StateSource:
 @dataclass(frozen=True, slots=True)
 class CheckJob:
     """Judge these states, one progress line before and one verdict after each: states of one disk
-    (``src.log``), or of N > 1 disks (core/disks.py ids) whose logs are ``logs`` (node 0 first,
+    (``src.log``), or of N > 1 disks (core/states/disks.py ids) whose logs are ``logs`` (node 0 first,
     paths in the guest; ``src.log`` is node 0's), every disk's image rebuilt from its own log and
     all mounted at once."""
     kind: ClassVar[str] = "check"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from powercut.core.dmlog import LogIndex
+from powercut.core.log.dmlog import LogIndex
 from tests.unit.replay.test_materialize import LOGS, build
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.dmlog_writer import LogWriter
+from powercut.core.log.dmlog import LogIndex, open_log
+from powercut.core.log.dmlog_writer import LogWriter
 
 
 def build_log(path: Path, ops: list[tuple], ss: int = 512) -> LogIndex:  # type: ignore[type-arg]

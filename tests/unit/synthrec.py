@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from powercut.core.dmlog_writer import LogWriter
+from powercut.core.log.dmlog_writer import LogWriter
 from powercut.linux.loopdev import LoopDevice
 from powercut.linux.mounts import mount, umount
 from powercut.record import recording
@@ -31,7 +31,7 @@ def _blocks(path: Path) -> dict[int, bytes]:
 
 def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0) -> Path:
     """``d``/rec: ext4 and ``commits`` acked commits (keys 1..commits, the line ``commit K``).
-    ``fault_at`` K: commit K is made in a fault window (core/faultwindows: the device failed every
+    ``fault_at`` K: commit K is made in a fault window (core/log/faultwindows: the device failed every
     write) and acked anyway -- none of its writes is logged, the next commit's carry its line."""
     d.mkdir(parents=True, exist_ok=True)
     img = d / "fs.img"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from powercut.checker import MAX_REASONS, CheckerSpec, CheckInput, CheckResult
-from powercut.core.verdict import SEVERITY, Verdict, check_name, worst
+from powercut.core.judging.verdict import SEVERITY, Verdict, check_name, worst
 from powercut.errors import CheckerError, UsageError
 
 

@@ -1,4 +1,4 @@
-"""Fault windows in the log and the commits acked after one (core/faultwindows.py), the fault layer's
+"""Fault windows in the log and the commits acked after one (core/log/faultwindows.py), the fault layer's
 device-mapper tables (faults.table), and the judge's acked-after-error rule (check/judge.after_error)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from powercut.check.context import CheckContext
 from powercut.check.judge import after_error
 from powercut.checker import CheckInput, CheckResult
-from powercut.core.crashstate import CrashState
-from powercut.core.faultwindows import FAULT_OFF, Faults, Window, on_mark, parse_on
+from powercut.core.log.faultwindows import FAULT_OFF, Faults, Window, on_mark, parse_on
+from powercut.core.states.crashstate import CrashState
 from powercut.faults import table
 from powercut.linux import filesystems
 

@@ -1,8 +1,9 @@
-"""The import contract (ARCHITECTURE.md "Boundaries", LAYOUT.md 2.2), read from the source with ast;
-imports inside functions count too:
+"""The import contract (docs/internals.md "Layers"), read from the source with ast; imports inside
+functions count too:
 
 * each part sits in one layer and imports only its own part and parts of lower layers (two parts of
-  one layer never import each other);
+  one layer never import each other); inside ``core/`` each domain likewise (``CORE_LAYERS``: the
+  crash states and the crash models are one layer, they use each other);
 * outside ``record/`` only ``record.recording`` (the format) is imported, and ``record.vm`` (the VM driver) only by
   ``campaign/`` and ``cli/``; ``guest/`` imports ``vm.guestjob`` and no other part of ``vm/``;
 * third-party packages only where the table allows them;
@@ -10,7 +11,7 @@ imports inside functions count too:
 * imports inside functions only in ``cli/`` and ``guest/`` (start-up cost) and for the optional
   dependencies (libvirt, matplotlib);
 * absolute imports only; every module has a docstring (no size cap: a module is sized by its idea); each package's
-  ``__init__`` docstring names every module of the package;
+  ``__init__`` docstring names every module and subpackage of the package;
 * ``workloads/`` and ``checkers/`` import only powercut's public API (``powercut.__all__``) and their own
   package; a checker may also import ``workloads/`` (workloads/pgserver.py runs PostgreSQL for both);
 * no ``_private`` name of one module is imported by another (a name used across modules is public).
@@ -35,6 +36,9 @@ LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 THIRD_PARTY = {"tomli_w": {"config"}, "rich": {"report", "cli"}, "matplotlib": {"report"}, "libvirt": {"vm"},
                "pytest": {"pytest_plugin"},
                "jinja2": {"report"}}
+# core/'s domains, lowest first: a domain imports its own modules and lower domains' (core/__init__.py)
+CORE_LAYERS = ({"log"}, {"trace"}, {"recording"}, {"states", "crashmodels"}, {"judging"}, {"cause"})
+CORE_LAYER = {d: i for i, ds in enumerate(CORE_LAYERS) for d in ds}
 OPTIONAL = {"libvirt", "matplotlib"}          # may be imported inside a function anywhere they are allowed
 LAZY_PARTS = {"cli", "guest", "pytest_plugin"}   # start-up cost: imports inside functions allowed
 LAZY_RULE = True
@@ -49,7 +53,7 @@ class Imp:
 
 
 def part_of(module: str) -> str | None:
-    """The part of a powercut module name: 'core' for powercut.core.models, 'config' for
+    """The part of a powercut module name: 'core' for powercut.core.states.models, 'config' for
     powercut.config, '' for the package root; None for workloads/checkers."""
     if module == "powercut":
         return ""
@@ -212,9 +216,9 @@ def test_the_tree_keeps_the_contract() -> None:
 def test_the_checker_catches_deliberate_bad_imports() -> None:
     assert violations("powercut.replay.materialize", "from powercut.record.vm import record\n")
     assert violations("powercut.check.judge", "def f():\n    from powercut.record.vm import record\n")
-    assert violations("powercut.core.models", "import numpy\n")
-    assert violations("powercut.core.models", "from powercut.replay.materialize import plan\n")
-    assert violations("powercut.core.stateid", "from powercut.linux import process\n")   # same layer
+    assert violations("powercut.core.states.models", "import numpy\n")
+    assert violations("powercut.core.states.models", "from powercut.replay.materialize import plan\n")
+    assert violations("powercut.core.states.stateid", "from powercut.linux import process\n")   # same layer
     assert violations("powercut.vm.accel", "from powercut.images.build import cache_root\n")
     assert violations("powercut.check.judge", "from powercut.bench import parse\n")      # same layer
     assert violations("powercut.report.summary", "from powercut.campaign.phases import flaky\n")
@@ -227,8 +231,8 @@ def test_the_checker_catches_deliberate_bad_imports() -> None:
     assert violations("powercut.workloads.wal", "from powercut.check.judge import judge\n")
     assert violations("powercut.checkers.wal", "from powercut.linux import process\n")
     # and lets the allowed ones through
-    assert not violations("powercut.core.models", "from powercut.errors import UsageError\n"
-                                                  "from powercut.core.dmlog import Entry\nimport re\n")
+    assert not violations("powercut.core.states.models", "from powercut.errors import UsageError\n"
+                                                  "from powercut.core.log.dmlog import Entry\nimport re\n")
     assert not violations("powercut.workloads.wal", "import powercut\nfrom powercut import ack, begin\n")
     assert not violations("powercut.checkers.pgsync", "from powercut.workloads.pgserver import bindir\n")
     assert violations("powercut.workloads.pgsync", "from powercut.checkers.postgres import Server\n")
@@ -262,12 +266,54 @@ def test_every_module_has_a_docstring() -> None:
 
 def test_each_package_init_names_its_modules() -> None:
     missing = []
-    for init in sorted(HARNESS.glob("*/__init__.py")):
+    for init in sorted(HARNESS.glob("*/**/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
-        for p in sorted(init.parent.glob("*.py")):
-            if p.name != "__init__.py" and f"``{p.stem}``" not in doc and p.stem not in doc.split():
-                missing.append(f"{init.parent.name}/__init__.py does not name {p.stem}")
+        where = init.parent.relative_to(HARNESS)
+        subpackages = [d / "__init__.py" for d in init.parent.iterdir() if (d / "__init__.py").is_file()]
+        for p in sorted(init.parent.glob("*.py")) + sorted(subpackages):
+            stem = p.parent.name if p.name == "__init__.py" else p.stem
+            if p != init and f"``{stem}``" not in doc and stem not in doc.split():
+                missing.append(f"{where}/__init__.py does not name {stem}")
     assert not missing, "\n".join(missing)
+
+
+def core_domain(module: str) -> str | None:
+    """The domain of a core module (``states`` for powercut.core.states.models); None outside core/
+    or for core's own ``__init__``."""
+    bits = module.removesuffix(".__init__").split(".")
+    if bits[:2] != ["powercut", "core"] or len(bits) < 3:
+        return None
+    return bits[2]
+
+
+def core_violations(g: dict[str, set[str]]) -> list[str]:
+    """The imports of ``g`` (``graph``) by which a core domain reaches a higher one or an unlisted one."""
+    out = []
+    for me, deps in sorted(g.items()):
+        mine = core_domain(me)
+        if mine is None:
+            continue
+        if mine not in CORE_LAYER:
+            out.append(f"{me}: core domain {mine!r} is in no layer of CORE_LAYERS")
+            continue
+        for d in sorted(deps):
+            theirs = core_domain(d)
+            if theirs is not None and theirs in CORE_LAYER and CORE_LAYER[theirs] > CORE_LAYER[mine]:
+                out.append(f"{me} imports {d}: {theirs} is above {mine}")
+    return out
+
+
+def test_core_domains_import_only_their_own_and_lower_ones() -> None:
+    assert not core_violations(graph()), "\n".join(core_violations(graph()))
+
+
+def test_the_core_domain_check_catches_an_upward_import_and_an_unlisted_domain() -> None:
+    g = {"powercut.core.log.dmlog": {"powercut.core.states.crashstate"},
+         "powercut.core.states.models": {"powercut.core.crashmodels.registry", "powercut.core.log.dmlog"},
+         "powercut.core.crashmodels.registry": {"powercut.core.states.coverage"},
+         "powercut.core.misc.x": set()}
+    assert core_violations(g) == ["powercut.core.log.dmlog imports powercut.core.states.crashstate: states is above log",
+                                  "powercut.core.misc.x: core domain 'misc' is in no layer of CORE_LAYERS"]
 
 
 def private_imports(module: str, source: str) -> list[str]:

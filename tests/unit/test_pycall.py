@@ -193,7 +193,7 @@ def test_workload_exit_status_and_bad_reference(user, tmp_path) -> None:
 def test_function_checker_judges_a_real_mount(user, tmp_path) -> None:
     """The whole path on a real ext4 image: mount, the function reads state.mount, fsck."""
     from powercut.check.context import CheckContext
-    from powercut.core.crashstate import CrashState
+    from powercut.core.states.crashstate import CrashState
     from powercut.linux import filesystems, loopdev, process
     from powercut.linux.mounts import mount, umount
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from powercut.campaign import crashtest as ct
-from powercut.core.coverage import Coverage, ModelCoverage
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.states.coverage import Coverage, ModelCoverage
 from powercut.report.summary import summarize
 
 pytest_plugins = ["pytester"]

@@ -7,7 +7,7 @@
 * every source, test or script path the pages name in backticks exists;
 * README.md stays short (at most 250 lines) and every docs page is linked from docs/index.md;
 * every code symbol docs/internals.md names in backticks (``Judging.run``, ``split_by_base``,
-  ``powercut.core.dmlog``) is a module, class, function or attribute of the source (#49)."""
+  ``powercut.core.log.dmlog``) is a module, class, function or attribute of the source (#49)."""
 from __future__ import annotations
 
 import argparse
@@ -168,7 +168,7 @@ _NAMED = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|sh|toml|j2|c|txt|yml|fio|md)
 
 
 def test_named_paths_exist() -> None:
-    """``core/models.py``, ``tests/unit/report/test_html.py``, ``ci/setup.sh``, ``templates/report.html.j2``:
+    """``core/states/models.py``, ``tests/unit/report/test_html.py``, ``ci/setup.sh``, ``templates/report.html.j2``:
     each resolves from the repository's root, ``harness/`` or ``harness/report/``."""
     stale = []
     for page in _pages():
@@ -242,3 +242,24 @@ def test_internals_names_only_symbols_that_exist() -> None:
     # the check itself: a renamed class is caught, a file name or a stdlib call is not a symbol
     assert unknown_symbols("`_Judging.run` and `Judging.run`", names, mods) == ["_Judging.run"]
     assert unknown_symbols("`summary.json`, `os.pwrite`, `flaky`", names, mods) == []
+
+
+OUTSIDE = re.compile("|".join(("ARCHITECTURE" + r"\.md", "LAYOUT" + r"\.md", "FIELD-" + "NOTES", r"\.\./" + "shared/")))
+
+
+def outside_citations(text: str) -> list[int]:
+    """The lines of ``text`` that cite a document outside the repository."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
+
+
+def test_no_file_cites_a_document_outside_the_repository() -> None:
+    """The repository explains itself: what its code and docs rely on lives in docs/ (issue 62)."""
+    found = []
+    for base in ("harness", "vm-images", "workloads", "checkers", "tests", "docs", "ci", "bench"):
+        for p in sorted((ROOT / base).rglob("*")):
+            if p.suffix in (".py", ".md", ".sh", ".j2", ".toml") and p.is_file():
+                found += [f"{p.relative_to(ROOT)}:{n}" for n in outside_citations(p.read_text(errors="replace"))]
+    found += [f"README.md:{n}" for n in outside_citations((ROOT / "README.md").read_text())]
+    assert not found, found
+    assert outside_citations("see ARCHITECTURE" + ".md, Conventions\nfine") == [1]
+

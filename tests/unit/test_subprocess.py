@@ -1,4 +1,4 @@
-"""Every subprocess goes through the one runner, linux/process.py (ARCHITECTURE.md, Conventions):
+"""Every subprocess goes through the one runner, linux/process.py (docs/internals.md, Conventions):
 no other module of the tree (harness/, vm-images/, workloads/, checkers/, ci/, bench/) imports
 ``subprocess`` or ``pty``, or calls ``os.system``, ``os.popen``, ``os.exec*``, ``os.spawn*``,
 ``os.fork*`` or ``asyncio.create_subprocess_*`` -- except the modules of ``ALLOWED``, each with the
@@ -15,7 +15,7 @@ MODULES = {"subprocess", "pty"}
 OS_CALLS = ("system", "popen", "exec", "spawn", "fork", "posix_spawn")
 
 # the exceptions, each with its reason (a path relative to the repository)
-PLUGIN = ("a plug-in: workloads/ and checkers/ import only powercut's public API (ARCHITECTURE.md), "
+PLUGIN = ("a plug-in: workloads/ and checkers/ import only powercut's public API (docs/plugins.md), "
           "and the runner (powercut.linux.process) is not part of it")
 ALLOWED = {
     "workloads/postgres.py": PLUGIN,

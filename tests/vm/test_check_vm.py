@@ -81,8 +81,8 @@ def test_a_flaky_checker_is_reported_as_flaky_not_as_a_finding(good: Path, tmp_p
 
 
 def test_panic_and_hang_in_the_checker_vm_are_findings(good: Path, tmp_path: Path) -> None:
-    from powercut.core.dmlog import open_log
-    from powercut.core.selection import select
+    from powercut.core.log.dmlog import open_log
+    from powercut.core.states.selection import select
     from powercut.record.recording import load
     with open_log(load(good).log_path) as index:
         ids = [s.id for s in select(index, ["flush"]).states]

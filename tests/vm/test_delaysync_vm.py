@@ -1,4 +1,4 @@
-"""``--delay-sync GLOB=TIME`` in a recording VM (core/syncdelay.py, vm-images/powercut_holdsync.c):
+"""``--delay-sync GLOB=TIME`` in a recording VM (core/recording/syncdelay.py, vm-images/powercut_holdsync.c):
 only the matching file's syncs are held -- each for at least TIME, seen from inside the program, in
 a child thread too, the others not -- with the syscall trace on; the manifest says what was held;
 rules that hold nothing fail the recording in one line naming the files the program did sync."""

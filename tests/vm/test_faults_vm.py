@@ -1,4 +1,4 @@
-"""Injected I/O errors end to end (core/faultwindows.py, powercut.faults): the wal workload meets an EIO on
+"""Injected I/O errors end to end (core/log/faultwindows.py, powercut.faults): the wal workload meets an EIO on
 its segment's sectors before a commit's fsync.  Retrying the fsync and acking (fsyncgate) is caught
 as acked-after-error -- in a checker VM and on the host alike, verdict for verdict; stopping without
 the ack (PostgreSQL's PANIC) passes, and its non-zero exit after the fault is recorded, not refused."""

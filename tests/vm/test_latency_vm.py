@@ -1,8 +1,8 @@
-"""The disk latency layer (core/latency.py, guest/record.py) times what it promises: in the guest,
+"""The disk latency layer (core/recording/latency.py, guest/record.py) times what it promises: in the guest,
 under each preset, an fsync of an overwritten block takes at least the layer's write + flush wait
 and an O_DIRECT write at least its write wait -- lower bounds only, which dm-delay guarantees (a bio
 waits more than jiffies(ms) - 1 ticks); never an upper bound.  A figure below one tick is not
-delayed (core/latency.py), and the manifest says so.  The figures are
+delayed (core/recording/latency.py), and the manifest says so.  The figures are
 printed (-s) and the manifest records what the layer gave."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import shlex
 import pytest
 
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.core.latency import PRESETS, DiskLatency
+from powercut.core.recording.latency import PRESETS, DiskLatency
 from powercut.record.vm import RecordSpec, record
 
 pytestmark = pytest.mark.vm

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest
 
 from powercut.config import FsSpec, ShareSpec, VmSpec, WorkloadSpec
-from powercut.core.dmlog import open_log
+from powercut.core.log.dmlog import open_log
 from powercut.errors import VmError
 from powercut.linux import process
 from powercut.record.vm import RecordSpec, record

@@ -12,7 +12,7 @@ import pytest
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Schedule, run_one
 from powercut.config import WorkloadSpec
-from powercut.core.latency import DisksLatency
+from powercut.core.recording.latency import DisksLatency
 from powercut.record import recording
 from powercut.record.vm import RecordSpec
 

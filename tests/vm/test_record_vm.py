@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.core.dmlog import open_log
-from powercut.core.models import CrashSpace
+from powercut.core.log.dmlog import open_log
+from powercut.core.states.models import CrashSpace
 from powercut.errors import GuestPanic, ImageError, LogDeviceFull, UsageError, WorkloadFailed
 from powercut.record.recording import load_recording
 from powercut.record.vm import RecordSpec, record

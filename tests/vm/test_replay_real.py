@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.core.crashstate import CrashState
-from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.models import enumerate_states, state_from_id
+from powercut.core.log.dmlog import LogIndex, open_log
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.models import enumerate_states, state_from_id
 from powercut.errors import WorkloadFailed
 from powercut.linux import process
 from powercut.record.recording import Recording

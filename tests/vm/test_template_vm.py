@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.core.dmlog import open_log
-from powercut.core.selection import select
+from powercut.core.log.dmlog import open_log
+from powercut.core.states.selection import select
 from powercut.record.recording import load
 from powercut.vmstart import template
 from tests.vm.vmcheckers import panic_or_hang

@@ -10,10 +10,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from powercut.core.coverage import Tally
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState, Torn
-from powercut.core.idparts import StateId, format_ranges, resolve
+from powercut.core.states.coverage import Tally
+from powercut.core.states.crashstate import CrashState, Torn
+from powercut.core.states.idparts import StateId, format_ranges, resolve
 from powercut.errors import UsageError
 
 IdPart = Literal["none", "subset", "tear", "lie", "own"]
@@ -42,10 +42,10 @@ class CrashModel:
     """One crash model.  A family module subclasses it (the enumeration, and what differs from the
     write-cache rule of ``refusal``) and declares one instance per model.
 
-    ``lie``: a lying-disk model (core/lies.py) rather than power loss on an honest disk.
+    ``lie``: a lying-disk model (core/crashmodels/lies.py) rather than power loss on an honest disk.
     ``unit_bytes``: a torn model's atomic unit in bytes (0: a log sector); None for a model that
     tears no write.  ``prefix``: every state keeps everything before its cut (drops and tears
-    nothing; shrink bisects its cuts).  ``id_part``: the ``/`` part of its ids (core/stateid.py):
+    nothing; shrink bisects its cuts).  ``id_part``: the ``/`` part of its ids (core/states/stateid.py):
     none, a write-cache subset, a tear (alone or combined with a subset), a lie's own text, or the
     model's own text (``own``: its ``from_id`` parses it).  ``hypothetical``: not a state a disk
     can produce (what-if states, core/crashmodels/whatif.py): registered so that its ids rebuild,

@@ -9,10 +9,10 @@ import functools
 import heapq
 from collections.abc import Callable, Iterable, Iterator
 
-from powercut.core.coverage import SPACE_CAP
 from powercut.core.crashmodels.base import CrashModel
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState, Torn
+from powercut.core.states.coverage import SPACE_CAP
+from powercut.core.states.crashstate import CrashState, Torn
 
 
 class _Seen(dict[int, set[object]]):

@@ -1,17 +1,17 @@
 """The corrupt-sector model (pure; host and guest): ``corrupt-sector@C/wE:sO:bB,..`` -- sector O of
 write E (one E still holds at C; seeded) has the bits B (offsets in the sector, ``CORRUPT_BITS``
 seeded ones) flipped: rot at rest, after E completed.  Its windows are always sampled (the bits are
-seeded) (core/lies.py)."""
+seeded) (core/crashmodels/lies.py)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from powercut.core.crashmodels.lies import NUM, RANGES, PerWriteLie, lie_state, offset_in, pick_bits_in
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState, Lie
-from powercut.core.idparts import format_ranges, parse_ranges
-from powercut.core.lies import NUM, RANGES, PerWriteLie, lie_state, offset_in, pick_bits_in
+from powercut.core.states.crashstate import CrashState, Lie
+from powercut.core.states.idparts import format_ranges, parse_ranges
 
 
 @dataclass(frozen=True)

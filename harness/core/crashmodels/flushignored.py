@@ -4,19 +4,19 @@ write-cache's: ``d``, ``k`` ranges or ``rSEED.N``) -- the disk acked the last ba
 C may be lost (write-cache subsets across that barrier), at write-cache's cut points; only states no
 honest write-cache state equals are generated (the others lose nothing a flush promised).  It
 enumerates like write-cache (``exhaustive_bound``, structured picks, ``samples`` seeded)
-(core/lies.py)."""
+(core/crashmodels/lies.py)."""
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from powercut.core.coverage import SPACE_CAP, Tally
 from powercut.core.crashmodels.base import Bounds
+from powercut.core.crashmodels.lies import NUM, RANGES, LieModel, floor_of, lie_state
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState
-from powercut.core.idparts import format_id, format_ranges, parse_ranges, pick_bits, shake_bits, subset_picks
-from powercut.core.lies import NUM, RANGES, LieModel, floor_of, lie_state
+from powercut.core.states.coverage import SPACE_CAP, Tally
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.idparts import format_id, format_ranges, parse_ranges, pick_bits, shake_bits, subset_picks
 from powercut.errors import UsageError
 
 

@@ -1,14 +1,14 @@
 """The lost-write model (pure; host and guest): ``lost-write@C/wE`` -- the disk acked write E
-(plain, flushed or FUA) and never stored it; C is the cut of E's commit (core/lies.py)."""
+(plain, flushed or FUA) and never stored it; C is the cut of E's commit (core/crashmodels/lies.py)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from powercut.core.crashmodels.lies import NUM, PerWriteLie, lie_state
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState
-from powercut.core.lies import NUM, PerWriteLie, lie_state
+from powercut.core.states.crashstate import CrashState
 
 
 @dataclass(frozen=True)

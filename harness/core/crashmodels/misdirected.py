@@ -3,7 +3,7 @@ data landed at device sector T instead of its own (its own sectors keep the old 
 sector of the nearest earlier write of the same size (after the floor), and of the nearest later one
 before the cut, whose sectors E does not overlap: a program's own block of the same size, where a
 misplaced block looks valid.  A misdirected write never reaches a block the log never wrote, nor a
-block of another size or alignment (core/lies.py)."""
+block of another size or alignment (core/crashmodels/lies.py)."""
 from __future__ import annotations
 
 import bisect
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from powercut.core.crashmodels.lies import NUM, PerWriteLie, floor_of, lie_state, reach
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState, Lie
-from powercut.core.dmlog import Entry
-from powercut.core.lies import NUM, PerWriteLie, floor_of, lie_state, reach
+from powercut.core.log.dmlog import Entry
+from powercut.core.states.crashstate import CrashState, Lie
 from powercut.errors import UsageError
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from powercut.core.coverage import Tally
 from powercut.core.crashmodels.base import Bounds, CrashModel, tears_nothing
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState, Torn
+from powercut.core.states.coverage import Tally
+from powercut.core.states.crashstate import CrashState, Torn
 
 
 @dataclass(frozen=True)

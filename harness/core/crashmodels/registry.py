@@ -44,7 +44,7 @@ class Derived:
     by_name: Mapping[str, CrashModel]   # every registered model, hypothetical ones too (what-if)
     models: tuple[str, ...]          # every model, in registry order
     honest: tuple[str, ...]          # power loss on a disk that keeps its word
-    lies: tuple[str, ...]            # the lying-disk models (core/lies.py)
+    lies: tuple[str, ...]            # the lying-disk models (core/crashmodels/lies.py)
     torn: tuple[str, ...]            # the models that tear a write
     prefix: tuple[str, ...]          # the models whose states are prefixes (drop and tear nothing)
     unit_bytes: Mapping[str, int]    # a torn model's atomic unit (0: a log sector)

@@ -2,7 +2,7 @@
 ``SpaceTables`` -- per cut, the last barrier FLUSH, the epoch, the data entries so far and the key
 version; the acks and begun keys before a cut; the droppable entries, the write-cache cut points,
 the canonical (cut, dropped) of a state; and the state built from checked parts.  Built once per
-log; core/models.CrashSpace adds the models (enumeration, ids, refusals) on top.  Thread-safe: the
+log; core/states/models.CrashSpace adds the models (enumeration, ids, refusals) on top.  Thread-safe: the
 tables are immutable; the cache of (acks, begun) tuples is locked."""
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ import threading
 from collections.abc import Sequence
 
 from powercut.core.crashmodels.target import NO_TARGET, LieTarget
-from powercut.core.crashstate import CrashState, KeyPrefix, Torn, is_key_mark, sector_units
-from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex
-from powercut.core.idparts import format_id
-from powercut.core.markorder import (
+from powercut.core.log.dmlog import FLUSH, FUA, Entry, LogIndex, is_key_mark
+from powercut.core.log.markorder import (
     AmbiguousWindow,
     LateWrites,
     ambiguous_windows,
@@ -22,6 +20,8 @@ from powercut.core.markorder import (
     late_writes,
     ordering_flushes,
 )
+from powercut.core.states.crashstate import CrashState, KeyPrefix, Torn, sector_units
+from powercut.core.states.idparts import format_id
 from powercut.errors import UsageError
 
 
@@ -33,11 +33,11 @@ def entries_of(x: SpaceTables | LogIndex | Sequence[Entry]) -> Sequence[Entry]:
 class SpaceTables:
     """The tables of one log.  ``lie_target``: the program's blocks the lying-disk models aim at
     (target.LieTarget; none by default); ``cleared``: the late flushes (markorder.late_writes) the
-    system-call trace cleared (core/latetrace.quiet), left out of the notes."""
+    system-call trace cleared (core/trace/latetrace.quiet), left out of the notes."""
 
     def __init__(self, entries: LogIndex | Sequence[Entry], *, lie_target: LieTarget = NO_TARGET,
                  cleared: frozenset[int] = frozenset()) -> None:
-        self.cleared = cleared   # late flushes the system-call trace cleared (core/latetrace.py)
+        self.cleared = cleared   # late flushes the system-call trace cleared (core/trace/latetrace.py)
         self.sectorsize = int(getattr(entries, "sectorsize", 512) or 512)
         self.entries: tuple[Entry, ...] = tuple(entries_of(entries))
         self.lie_target = lie_target

@@ -1,7 +1,7 @@
 """The lying-disk models' targets as a value (pure; host and guest): ``LieTarget``, where the
 program's files lie on the device (the recording's file map, guest/record.file_map), in the log's
 sectors.  Given to a CrashSpace when it is made (campaign/run.py); the per-write lying-disk models
-(core/lies.py) pick writes and sectors inside it first, or only (``only``: ``--lie-file``)."""
+(core/crashmodels/lies.py) pick writes and sectors inside it first, or only (``only``: ``--lie-file``)."""
 from __future__ import annotations
 
 import bisect

@@ -7,7 +7,7 @@ write those atomically; what the matrix uses).
 subset of its units: first half, second half, all but the last, only the first, ``torn_samples``
 seeded (every proper subset if no more).  (2) At every write-cache cut point, each droppable write
 of several units with its first half persisted and the other droppable entries all kept, or all
-lost; blind spot (b)'s picks (core/models.py); ``torn_samples`` seeded picks of (write, units, lost
+lost; blind spot (b)'s picks (core/states/models.py); ``torn_samples`` seeded picks of (write, units, lost
 subset).  States with the same durable data (torn sectors included) and key marks before the cut
 are one (the earlier cut wins).  Order: cut, id."""
 from __future__ import annotations
@@ -16,13 +16,13 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from powercut.core.coverage import SPACE_CAP, Tally
 from powercut.core.crashmodels.base import Bounds, CrashModel, lost_refusal
 from powercut.core.crashmodels.batch import Batch, by_cut, pow2
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState, Torn, sector_units, unit_count, unit_sectors
-from powercut.core.dmlog import Entry
-from powercut.core.idparts import (
+from powercut.core.log.dmlog import Entry
+from powercut.core.states.coverage import SPACE_CAP, Tally
+from powercut.core.states.crashstate import CrashState, Torn, sector_units, unit_count, unit_sectors
+from powercut.core.states.idparts import (
     Pick,
     StateId,
     not_under,

@@ -1,16 +1,16 @@
 """The unreadable-sector model (pure; host and guest): ``unreadable-sector@C/wE:sO`` -- sector O of
 write E (seeded among those E still holds at C) fails every read with EIO at recovery: the image is
 the honest one, the check puts a device-mapper ``error`` segment over the sector
-(linux/badsector.py, check/judge.py).  Writes there fail too (core/lies.py)."""
+(linux/badsector.py, check/judge.py).  Writes there fail too (core/crashmodels/lies.py)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from powercut.core.crashmodels.lies import NUM, PerWriteLie, lie_state, offset_in
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState, Lie
-from powercut.core.lies import NUM, PerWriteLie, lie_state, offset_in
+from powercut.core.states.crashstate import CrashState, Lie
 
 
 @dataclass(frozen=True)

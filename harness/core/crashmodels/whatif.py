@@ -19,11 +19,11 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from powercut.core.coverage import Tally
 from powercut.core.crashmodels.base import Bounds, CrashModel
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState, Torn
-from powercut.core.idparts import StateId, format_ranges, parse_ranges
+from powercut.core.states.coverage import Tally
+from powercut.core.states.crashstate import CrashState, Torn
+from powercut.core.states.idparts import StateId, format_ranges, parse_ranges
 from powercut.errors import UsageError
 
 NAME = "what-if"

@@ -2,7 +2,7 @@
 For cut c let f be the last barrier FLUSH before c: durable are every data entry before f, f's own
 data only if f is also FUA, every FUA entry in (f, c); any subset of the other data entries of
 [f, c) (``SpaceTables.droppable``) may be lost.  Cuts: the write-cache cut points
-(``SpaceTables.cut_points``; why they cover every cut: core/models.py).  With k droppable entries:
+(``SpaceTables.cut_points``; why they cover every cut: core/states/models.py).  With k droppable entries:
 all 2**k subsets if k <= ``exhaustive_bound``, else the structured picks (keep all, drop all, drop
 each, keep each) and ``samples`` seeded ones (``write-cache@CUT/rSEED.N``; a set-up window, before
 the first key mark: ``Bounds.setup_samples`` if set)."""
@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from powercut.core.coverage import Tally
 from powercut.core.crashmodels.base import Bounds, CrashModel
 from powercut.core.crashmodels.batch import Batch, by_cut, pow2
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState
-from powercut.core.idparts import pick_bits, subset_picks, wc_sample
+from powercut.core.states.coverage import Tally
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.idparts import pick_bits, subset_picks, wc_sample
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from powercut.campaign.phases import CampaignRun
 from powercut.campaign.run import CampaignSpec
 from powercut.check.place import Place
 from powercut.checker import CheckerSpec
-from powercut.core.disks import Disks, DisksState
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.states.disks import Disks, DisksState
 from powercut.debug import bundle, diagnose, repro, triage
 from powercut.errors import UsageError
 from powercut.linux import interrupt

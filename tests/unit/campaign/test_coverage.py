@@ -14,7 +14,7 @@ import pytest
 
 from powercut.campaign.merge import merge
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.core.shard import Shard
+from powercut.core.states.shard import Shard
 from powercut.errors import UsageError
 from tests.unit.campaign.test_run import CHECKER, STRICT, synthetic  # noqa: F401  (the fixture)
 

@@ -14,7 +14,7 @@ from powercut.campaign import explore as ex_mod
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Outcome, Schedule
 from powercut.config import FsSpec, WorkloadSpec, disk_latency
-from powercut.core.races import SyncedFile
+from powercut.core.recording.races import SyncedFile
 from powercut.errors import UsageError
 from powercut.record.vm import RecordSpec
 

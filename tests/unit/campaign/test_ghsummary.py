@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from powercut.campaign import ghsummary as gh
-from powercut.core.shard import Shard
+from powercut.core.states.shard import Shard
 
 
 def shard_out(d: Path, shard: str, *, accel: str = "kvm", pytest_status: int = 0) -> Path:

@@ -12,7 +12,7 @@ import pytest
 
 from powercut.campaign import journal
 from powercut.campaign.journal import Journal
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.errors import UsageError
 from powercut.linux.jsonlines import JsonLines, read_lines
 

@@ -13,7 +13,7 @@ import pytest
 from powercut.campaign.merge import merge
 from powercut.campaign.run import CampaignSpec, run_campaign
 from powercut.cli import main
-from powercut.core.shard import Shard
+from powercut.core.states.shard import Shard
 from powercut.errors import UsageError
 from tests.unit.campaign.test_run import STRICT, synthetic  # noqa: F401  (the fixture)
 
@@ -136,7 +136,7 @@ def _matrix_shard(d: Path, shard: str, rows: list, chosen: list[str], file: str 
 
 def test_matrix_shards_merge_in_row_order_and_refuse_mixtures(tmp_path) -> None:
     from powercut.campaign.merge import is_matrix, merge_matrix
-    from powercut.core.shard import Shard as S
+    from powercut.core.states.shard import Shard as S
     from powercut.report import matrix
 
     chosen = matrix.choose(matrix.load(), ["wal/*"])[:5]

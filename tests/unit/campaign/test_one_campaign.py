@@ -17,12 +17,12 @@ import tomli_w
 
 from powercut.campaign.merge import merge
 from powercut.campaign.run import CampaignSpec, lie_target_of, run_campaign
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import DisksState
-from powercut.core.dmlog import END_MARK
-from powercut.core.selection import SelectionSpec
-from powercut.core.shard import Shard
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import END_MARK
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import DisksState
+from powercut.core.states.selection import SelectionSpec
+from powercut.core.states.shard import Shard
 from powercut.debug import diagnose, triage
 from powercut.errors import UsageError
 from powercut.record.recording import load as load_recording

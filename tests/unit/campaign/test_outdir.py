@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from powercut.campaign.outdir import check_outdir, prepare_out
-from powercut.core.shard import Shard
+from powercut.core.states.shard import Shard
 from powercut.errors import UsageError
 
 

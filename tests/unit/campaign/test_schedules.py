@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from powercut.campaign.schedules import ERROR, Outcome, Schedule, compare, failed, markdown, plan, write
-from powercut.core.latency import DiskLatency, parse_schedules
-from powercut.core.selection import SEED_AUTO
+from powercut.core.recording.latency import DiskLatency, parse_schedules
+from powercut.core.states.selection import SEED_AUTO
 
 NONE, HDD = DiskLatency(), DiskLatency.parse("hdd")
 

@@ -10,8 +10,8 @@ import pytest
 from powercut.check.context import CheckContext, with_faults, with_node_faults
 from powercut.check.judge import after_error
 from powercut.checker import CheckInput, CheckResult
-from powercut.core.crashstate import CrashState
-from powercut.core.faultwindows import FAULT_OFF, on_mark
+from powercut.core.log.faultwindows import FAULT_OFF, on_mark
+from powercut.core.states.crashstate import CrashState
 from powercut.errors import UsageError
 from powercut.linux import filesystems
 

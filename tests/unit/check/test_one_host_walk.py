@@ -26,12 +26,12 @@ import pytest
 from powercut.check.context import CheckContext, LogSource, context_for, with_faults, with_node_faults
 from powercut.check.host import check_host, cleanup_stale, require_root
 from powercut.check.judge import judge, judge_disks
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import Disks, DisksState
-from powercut.core.dmlog import LogIndex, open_log
-from powercut.core.selection import SelectionSpec, select, select_disks
-from powercut.core.stateid import MODELS
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex, open_log
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.selection import SelectionSpec, select, select_disks
+from powercut.core.states.stateid import MODELS
 from powercut.linux import interrupt
 from powercut.linux.loopdev import LoopDevice
 from powercut.linux.mounts import mounts_under

@@ -19,8 +19,8 @@ from powercut.check import readtrace
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.readtrace import ReadTracer, sizes_under
 from powercut.checker import CheckerSpec, CheckInput, CheckResult
-from powercut.core.recoveryread import ReadFile, words
-from powercut.core.verdict import Verdict
+from powercut.core.judging.recoveryread import ReadFile, words
+from powercut.core.judging.verdict import Verdict
 from powercut.errors import CheckerError
 from powercut.linux import filesystems
 from powercut.vm import guestjob
@@ -280,7 +280,7 @@ def test_the_guest_judges_with_the_jobs_flag(tmp_path: Path, monkeypatch: pytest
 @needs_strace
 def test_the_judge_traces_a_real_mount(tmp_path: Path) -> None:
     from powercut.check.judge import judge, judge_disks
-    from powercut.core.crashstate import CrashState
+    from powercut.core.states.crashstate import CrashState
     from powercut.linux import loopdev, process
     from powercut.linux.mounts import mount, umount
 

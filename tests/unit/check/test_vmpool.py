@@ -18,7 +18,7 @@ from powercut.check.place import Place
 from powercut.check.vm import WarmVms, check_vm
 from powercut.check.vmpool import VmPool
 from powercut.checker import CheckerSpec
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.linux import filesystems
 from powercut.vm import guestjob
 from tests.unit.guest.test_warm_vms import ProcessHost

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from powercut.checker import CheckerSpec
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.debug import bundle
 from tests.unit.logops import build_log
 

@@ -12,7 +12,7 @@ from powercut.campaign.schedules import Outcome, Schedule
 from powercut.cli import main
 from powercut.cli import record as record_cmd
 from powercut.config import disk_latency
-from powercut.core.races import SyncedFile
+from powercut.core.recording.races import SyncedFile
 
 LONG = ("--delay-sync store.log=200ms held no sync call, and the shim saw none at all: the program syncs without libc "
         "(Go, a static binary) or not at all; see the syscall trace")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from powercut.cli import main
-from powercut.core.dmlog_writer import LogWriter
+from powercut.core.log.dmlog_writer import LogWriter
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -23,7 +23,7 @@ from powercut.campaign.run import CampaignSpec
 from powercut.check.place import Place
 from powercut.cli import parser as cliparser
 from powercut.config import FsSpec, WorkloadSpec
-from powercut.core import syncdelay
+from powercut.core.recording import syncdelay
 from powercut.images.build import ImageSpec
 from powercut.record.vm import RecordSpec
 

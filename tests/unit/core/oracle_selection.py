@@ -10,12 +10,12 @@ import math
 from collections.abc import Collection, Hashable, Iterator, Sequence
 from typing import Any
 
-from powercut.core.coverage import SPACE_CAP, Tally, build
-from powercut.core.crashstate import CrashState
-from powercut.core.imagekey import image_key
-from powercut.core.models import CrashSpace
-from powercut.core.selection import ModelCounts, SelectionSpec, fair_shares, log_notes, spread
-from powercut.core.stateid import shake_bits
+from powercut.core.states.coverage import SPACE_CAP, Tally, build
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.imagekey import image_key
+from powercut.core.states.models import CrashSpace
+from powercut.core.states.selection import ModelCounts, SelectionSpec, fair_shares, log_notes, spread
+from powercut.core.states.stateid import shake_bits
 
 LATE_MARKS = ("marks reach the nodes' logs in turn, node 0 first: a node's write or flush completed between an "
               "ack and that node's mark counts as before the ack, so a window shorter than the marking path is "

@@ -1,8 +1,8 @@
-"""core/anatomy.py: each commit's block writes, flushes and FUAs (ordering flushes not counted), and
+"""core/trace/anatomy.py: each commit's block writes, flushes and FUAs (ordering flushes not counted), and
 its traced calls."""
-from powercut.core import anatomy
-from powercut.core import syscalls as sc
-from powercut.core.dmlog import FUA
+from powercut.core.log.dmlog import FUA
+from powercut.core.trace import anatomy
+from powercut.core.trace import syscalls as sc
 from tests.unit.core.test_causes import T
 from tests.unit.logops import build_log
 

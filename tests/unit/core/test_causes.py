@@ -1,8 +1,8 @@
-"""core/causes.py: the durability rule a failing state's program broke, from its trace."""
+"""core/cause/causes.py: the durability rule a failing state's program broke, from its trace."""
 import pytest
 
-from powercut.core import causes
-from powercut.core import syscalls as sc
+from powercut.core.cause import causes
+from powercut.core.trace import syscalls as sc
 from tests.unit.core.test_syscalls import mark_line
 
 MNT = "/run/powercut/mnt"
@@ -265,8 +265,8 @@ def test_a_lying_disk_state_is_explained_by_what_the_disk_did():
 def test_an_ack_sent_while_its_files_sync_was_held_is_that_race():
     """--delay-sync's log places the held fdatasync where the program called it: before the ack, in
     another thread -- the rule is ack-before-sync-returned, said as the hold, not no-fsync."""
-    from powercut.core.races import with_holds
-    from powercut.core.syncdelay import holds
+    from powercut.core.recording.races import with_holds
+    from powercut.core.recording.syncdelay import holds
     t = T().open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4).fsync_dir().mark("begin:1").write("log", fd=4)
     called = t.t + 0.001
     t.mark("ack:1", pid=2)

@@ -1,4 +1,4 @@
-"""core/causes.py, pinned: every rule's cause, sentence, evidence and subject over small synthetic
+"""core/cause/causes.py, pinned: every rule's cause, sentence, evidence and subject over small synthetic
 traces, compared whole with what the code produced when this test was written (causes_golden.json).
 
 A change of wording shows here as a diff of one case.  To record the outputs again after a change
@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from powercut.core import causes
-from powercut.core import syscalls as sc
-from powercut.core.counterfactual import Kill
-from powercut.core.rules import registry
-from powercut.core.rules.outcomes import RecoveryFails
-from powercut.core.syscalls import Op
+from powercut.core.cause import causes
+from powercut.core.cause.counterfactual import Kill
+from powercut.core.cause.rules import registry
+from powercut.core.cause.rules.outcomes import RecoveryFails
+from powercut.core.trace import syscalls as sc
+from powercut.core.trace.syscalls import Op
 from tests.unit.core.test_causes import MNT, T, kv, pointer, race
 
 GOLDEN = Path(__file__).with_name("causes_golden.json")
@@ -123,9 +123,9 @@ def _stores_through_mappings(msync_mem: bool) -> T:
 
 def _held(called_before_ack: bool) -> Any:
     """--delay-sync: the log's fdatasync held 200 ms, called (by thread 1) before or after thread
-    2's ack; placed where the program called it (core/races.with_holds)."""
-    from powercut.core.races import with_holds
-    from powercut.core.syncdelay import holds
+    2's ack; placed where the program called it (core/recording/races.with_holds)."""
+    from powercut.core.recording.races import with_holds
+    from powercut.core.recording.syncdelay import holds
     t = T().open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4).fsync_dir().mark("begin:1").write("log", fd=4)
     called = t.t + (0.001 if called_before_ack else 0.011)
     t.mark("ack:1", pid=2)

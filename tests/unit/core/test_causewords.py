@@ -1,10 +1,9 @@
-"""core/causewords.py: the sentences of the cause rules' findings, on findings built by hand (no
+"""core/cause/causewords.py: the sentences of the cause rules' findings, on findings built by hand (no
 trace): each names the ack, the file and the calls its facts hold, and nothing they do not."""
 import pytest
 
-from powercut.core import causewords as cw
-from powercut.core import syscalls as sc
-from powercut.core.rules import (
+from powercut.core.cause import causewords as cw
+from powercut.core.cause.rules import (
     acked_after_error,
     no_dir_fsync,
     no_fsync,
@@ -15,7 +14,8 @@ from powercut.core.rules import (
     unchecked_tear,
     unordered_writes,
 )
-from powercut.core.syscalls import Op
+from powercut.core.trace import syscalls as sc
+from powercut.core.trace.syscalls import Op
 
 
 def op(seq: int, kind: str, path: str = "", *, pid: int = 1, time: float = 1.0, start: float = -1.0, **kw) -> Op:

@@ -13,17 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.disks import (
+from powercut.core.log.dmlog import FLUSH, FUA, LogIndex
+from powercut.core.states.disks import (
     FALLBACK_MODEL,
     Disks,
     format_disks_id,
     key_events,
     parse_disks_id,
 )
-from powercut.core.dmlog import FLUSH, FUA, LogIndex
-from powercut.core.imagekey import image_key
-from powercut.core.models import CrashSpace, enumerate_states
-from powercut.core.selection import SelectionSpec, select_disks
+from powercut.core.states.imagekey import image_key
+from powercut.core.states.models import CrashSpace, enumerate_states
+from powercut.core.states.selection import SelectionSpec, select_disks
 from powercut.errors import UsageError
 from tests.unit.logops import build_log
 
@@ -215,7 +215,7 @@ def test_torn_falls_back_to_flush_on_nodes_without_a_tearable_write(tmp_path: Pa
 
 def test_single_node_cluster_matches_the_disk(tmp_path: Path) -> None:
     """One node: the cluster states are the disk's own distinct states (same images)."""
-    from powercut.core.selection import select
+    from powercut.core.states.selection import select
     idx = build_log(tmp_path / "l.bin", [("m", "mkfs"), ("w", 0, 2, 0, 1), ("m", "begin:1"), ("w", 4, 1, 0, 2),
                                          ("f",), ("m", "ack:1"), ("w", 6, 1, 0, 3)])
     cs = Disks([idx])

@@ -1,4 +1,4 @@
-"""core/confirm.py: the confirmation sample of a failure group and what a sample's second verdicts
+"""core/judging/confirm.py: the confirmation sample of a failure group and what a sample's second verdicts
 decide -- pure, every branch."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from powercut.core import confirm
-from powercut.core.verdict import Verdict
+from powercut.core.judging import confirm
+from powercut.core.judging.verdict import Verdict
 
 
 def v(state: str, cut: int, verdict: str = "lost-ack", reason: str = "key 3 lost") -> Verdict:
@@ -127,8 +127,8 @@ def test_settle_a_disagreeing_minimized_state_escalates_its_group() -> None:
 
 
 def test_under_a_lying_disk_what_the_disk_did_is_part_of_the_group():
-    from powercut.core.confirm import group_key
-    from powercut.core.verdict import Verdict
+    from powercut.core.judging.confirm import group_key
+    from powercut.core.judging.verdict import Verdict
     lost = Verdict("lost-write@9/w3", "lost-write", 9, "lost-ack", ("acked txn(s) 2 lost",), 2, 0, 0.1)
     moved = Verdict("misdirected-write@9/w3:s40", "misdirected-write", 9, "lost-ack", ("acked txn(s) 2 lost",), 2, 0, 0.1)
     honest = Verdict("flush@9", "flush", 9, "lost-ack", ("acked txn(s) 2 lost",), 2, 0, 0.1)

@@ -1,4 +1,4 @@
-"""core/counterfactual.py: which file a write belongs to (the file map), what each rule says was
+"""core/cause/counterfactual.py: which file a write belongs to (the file map), what each rule says was
 missing (plan: the file's data and the metadata up to its next sync, the metadata up to a
 directory's fsync, the lost writes of the commit in flight), and the what-if state that makes
 exactly that durable."""
@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from powercut.core import causes
-from powercut.core import counterfactual as cf
-from powercut.core import syscalls as sc
-from powercut.core.models import space
-from powercut.core.rules import registry
-from powercut.core.rules.base import Plan, PlanInput
+from powercut.core.cause import causes
+from powercut.core.cause import counterfactual as cf
+from powercut.core.cause.rules import registry
+from powercut.core.cause.rules.base import Plan, PlanInput
+from powercut.core.states.models import space
+from powercut.core.trace import syscalls as sc
 from tests.unit.core.test_causes import MNT, T
 from tests.unit.logops import build_log
 
 
 def plan(f, trace, aligned, cut: int, n: int) -> Plan | None:
-    """The rule's plan (core/rules/) for a state cut at ``cut`` of a log of ``n`` entries."""
+    """The rule's plan (core/cause/rules/) for a state cut at ``cut`` of a log of ``n`` entries."""
     return registry.plan(f, PlanInput(trace, aligned, MNT, cut, n))
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.coverage import COMMITS, SETUP, Coverage, ModelCoverage, Part
-from powercut.core.models import CrashSpace
-from powercut.core.selection import SelectionSpec, select
-from powercut.core.stateid import HONEST_MODELS
+from powercut.core.states.coverage import COMMITS, SETUP, Coverage, ModelCoverage, Part
+from powercut.core.states.models import CrashSpace
+from powercut.core.states.selection import SelectionSpec, select
+from powercut.core.states.stateid import HONEST_MODELS
 from tests.unit.core.test_selection import OPS, build
 
 SPEC = st.builds(
@@ -136,14 +136,14 @@ def test_a_note_of_both_parts_is_said_once_for_the_commits():
 
 
 def test_a_complete_run_keeps_its_parts_a_partial_one_claims_nothing_more():
-    from powercut.core.coverage import judged_only
+    from powercut.core.states.coverage import judged_only
     c = cov(Part("write-cache", 30, 30, 3, 3, 330, 2 ** 62, (LATE,)), Part("write-cache", 412, 412, 40), (LATE,))
     assert judged_only(c, {"write-cache": 442}) == c and c.commits_exhaustive
     part = judged_only(c, {"write-cache": 400})
     assert not part.split and not part.commits_exhaustive and part.phrase().startswith("capped: 400 of 442")
     assert Coverage.from_json(part.to_json()) == part
     other = judged_only(c, {"write-cache": 42})
-    from powercut.core.coverage import merge
+    from powercut.core.states.coverage import merge
     assert merge([part, other]) == c and merge([part]).phrase().startswith("capped: 400 of 442")
 
 

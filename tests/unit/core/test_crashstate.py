@@ -1,11 +1,11 @@
-"""core/crashstate.py: the one rule of what a crash state keeps, against a direct reading of the
-definition (ARCHITECTURE.md: a state is (cut, kept); dropped entries lost, torn ones in part)."""
+"""core/states/crashstate.py: the one rule of what a crash state keeps, against a direct reading of the
+definition (docs/crash-models.md: a state is (cut, kept); dropped entries lost, torn ones in part)."""
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from powercut.core.crashstate import CrashState
+from powercut.core.states.crashstate import CrashState
 
 
 def state(cut: int, dropped: tuple[int, ...] = (), torn: tuple = ()) -> CrashState:

@@ -1,4 +1,4 @@
-"""What a crashed program said (core/crashwords.py): a Rust panic's message (both formats), a Go
+"""What a crashed program said (core/judging/crashwords.py): a Rust panic's message (both formats), a Go
 panic with the first frame in the program, a Java exception's root cause, a Python traceback's
 exception -- never Rust's RUST_BACKTRACE note; None for stderr without a crash.  And a checker
 command that crashes so is judged by that message (checker.run_command)."""
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from powercut.checker import CheckerSpec, CheckInput
-from powercut.core.crashwords import crash_message
+from powercut.core.judging.crashwords import crash_message
 
 RUST = """\
 opening the store

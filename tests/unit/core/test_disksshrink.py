@@ -1,8 +1,8 @@
-"""The minimization of N >= 1 disks' states (core/disksshrink.py).  On synthetic 3-node logs, node by
+"""The minimization of N >= 1 disks' states (core/judging/disksshrink.py).  On synthetic 3-node logs, node by
 node: a failure that needs one lost write of one node is minimized to exactly that (the other nodes
 lose nothing, every cut walked back within the instant), the id rebuilds, the budget is shared and
 honoured, candidates never leave the instant.  At N = 1, a Hypothesis property over random logs,
-every honest model, random failures, budgets and floors: the result is core/shrink.minimize's, field
+every honest model, random failures, budgets and floors: the result is core/judging/shrink.minimize's, field
 for field (one disk's minimization as it always was).  And the pure helpers (nodes named, cause
 line, bundle cuts)."""
 from __future__ import annotations
@@ -16,8 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.disks import Disks, DisksState
-from powercut.core.disksshrink import (
+from powercut.core.judging.disksshrink import (
     DisksShrunk,
     InstantSpace,
     bundle_cuts,
@@ -27,8 +26,9 @@ from powercut.core.disksshrink import (
     nodes_named,
     nodes_note,
 )
-from powercut.core.shrink import Outcome, minimize
-from powercut.core.stateid import HONEST_MODELS
+from powercut.core.judging.shrink import Outcome, minimize
+from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.stateid import HONEST_MODELS
 from powercut.errors import UsageError
 from tests.unit.core.test_shrink import OP, PASS, concrete, mixed
 from tests.unit.logops import build_log

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from powercut.core.dmlog import DISCARD, FLUSH, FUA, MARK, METADATA, Entry, open_log, stats
-from powercut.core.dmlog_writer import LogWriter
+from powercut.core.log.dmlog import DISCARD, FLUSH, FUA, MARK, METADATA, Entry, open_log, stats
+from powercut.core.log.dmlog_writer import LogWriter
 from powercut.errors import BadLog
 
 MAGIC = 0x6A736677736872

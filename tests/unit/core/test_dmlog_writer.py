@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from powercut.core.dmlog import DISCARD, FLUSH, FUA, MARK, METADATA, open_log
-from powercut.core.dmlog_writer import LogWriter
+from powercut.core.log.dmlog import DISCARD, FLUSH, FUA, MARK, METADATA, open_log
+from powercut.core.log.dmlog_writer import LogWriter
 
 MAGIC = 0x6A736677736872
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from powercut import faults
 from powercut.campaign.crashtest import CrashTest
 from powercut.config import WorkloadSpec
-from powercut.core.faultwindows import FaultPlan, PlanState
+from powercut.core.log.faultwindows import FaultPlan, PlanState
 from powercut.errors import UsageError
 
 

@@ -1,9 +1,9 @@
-"""core/latency.py: the settings' grammar and the dm-delay values that guarantee a lower bound."""
+"""core/recording/latency.py: the settings' grammar and the dm-delay values that guarantee a lower bound."""
 from __future__ import annotations
 
 import pytest
 
-from powercut.core.latency import (
+from powercut.core.recording.latency import (
     FALLBACK_HZ,
     KNOWN_HZ,
     NONE,

@@ -1,4 +1,4 @@
-"""core/latetrace.py: a late flush is cleared only where the trace proves that no write of the
+"""core/trace/latetrace.py: a late flush is cleared only where the trace proves that no write of the
 program's was in flight while it ran: the program had nothing unsynced and changed nothing from
 before the flush was issued until after it completed, or the flush is a data sync's own (the k-th
 flush between two marks, the k-th of as many sync calls with data, nothing else unsynced)."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core import syscalls as sc
-from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry
-from powercut.core.latetrace import quiet
-from powercut.core.markorder import late_writes
+from powercut.core.log.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry
+from powercut.core.log.markorder import late_writes
+from powercut.core.trace import syscalls as sc
+from powercut.core.trace.latetrace import quiet
 from tests.unit.core.test_syscalls import mark_line
 
 MNT = "/run/powercut/mnt"
@@ -226,8 +226,8 @@ def test_cleared_flushes_leave_the_note_and_are_counted():
 
 
 def test_a_space_told_what_the_trace_cleared_drops_the_note_for_every_model():
-    from powercut.core.models import CrashSpace
-    from powercut.core.selection import log_notes
+    from powercut.core.states.models import CrashSpace
+    from powercut.core.states.selection import log_notes
     late = late_writes(LOG)
     assert any("in flight" in n for n in log_notes(CrashSpace(LOG), "write-cache"))
     quiet_space = CrashSpace(LOG, cleared=frozenset((*late.flushes, *late.fuas)))
@@ -237,8 +237,8 @@ def test_a_space_told_what_the_trace_cleared_drops_the_note_for_every_model():
 def test_late_flushes_are_split_into_setup_and_commit_parts():
     """A late flush bounded by the first key mark keeps out set-up states only; the one after ack:0
     may reach a commit window: two notes, the first the space's set-up note."""
-    from powercut.core.markorder import late_parts
-    from powercut.core.models import CrashSpace
+    from powercut.core.log.markorder import late_parts
+    from powercut.core.states.models import CrashSpace
     both = log(*(["mkfs", "w", "F", "w"] + [e.mark or {0: "w", FLUSH: "F", FUA: "U"}[e.flags & (FLUSH | FUA)]
                                              for e in LOG[2:]]))
     setup, commits = late_parts(both)

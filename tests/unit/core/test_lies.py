@@ -1,4 +1,4 @@
-"""Lying-disk models (core/lies.py): exact states on a hand-checked log; on random logs each model's
+"""Lying-disk models (core/crashmodels/lies.py): exact states on a hand-checked log; on random logs each model's
 states are exactly a brute-force oracle's (none missing, none extra, no duplicate image); ids round
 trip; sampled windows keep the program's data writes first and are seeded; images built by replay
 (the incremental walk and the from-scratch baseline) equal an image computed here directly from the
@@ -13,16 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.coverage import Tally
 from powercut.core.crashmodels.flushignored import canon, ignored_pool
+from powercut.core.crashmodels.lies import CORRUPT_BITS, unreadable_of, windows
 from powercut.core.crashmodels.target import LieTarget
-from powercut.core.crashstate import Lie
-from powercut.core.dmlog import FUA, METADATA, LogIndex
-from powercut.core.imagekey import image_key
-from powercut.core.lies import CORRUPT_BITS, unreadable_of, windows
-from powercut.core.models import CrashSpace
-from powercut.core.selection import select
-from powercut.core.stateid import LIE_MODELS
+from powercut.core.log.dmlog import FUA, METADATA, LogIndex
+from powercut.core.states.coverage import Tally
+from powercut.core.states.crashstate import Lie
+from powercut.core.states.imagekey import image_key
+from powercut.core.states.models import CrashSpace
+from powercut.core.states.selection import select
+from powercut.core.states.stateid import LIE_MODELS
 from powercut.errors import UsageError
 from powercut.replay.materialize import materialize, reference_image
 from tests.unit.logops import build_log

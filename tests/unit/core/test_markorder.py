@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from powercut.core.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
-from powercut.core.markorder import (
+from powercut.core.log.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex
+from powercut.core.log.markorder import (
     FLUSH_INSIDE,
     ORPHAN_BEGIN,
     AmbiguousWindow,
@@ -20,7 +20,7 @@ from powercut.core.markorder import (
     late_writes,
     mark_order,
 )
-from powercut.core.models import CrashSpace
+from powercut.core.states.models import CrashSpace
 from tests.unit.dmlw_sim import Block, Sim, history
 from tests.unit.logops import build_log
 

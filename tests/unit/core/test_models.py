@@ -16,13 +16,20 @@ from hypothesis import assume, given, settings
 from hypothesis import example as hyp_example
 from hypothesis import strategies as st
 
-from powercut.core.coverage import SPACE_CAP, Tally
-from powercut.core.crashstate import CrashState, state_to_json
-from powercut.core.dmlog import FLUSH, FUA, Entry, LogIndex, open_log
-from powercut.core.dmlog_writer import LogWriter
-from powercut.core.models import CrashSpace, describe, durable_entries, enumerate_states, make_state, state_from_id
-from powercut.core.stateid import HONEST_MODELS as MODELS  # the power-loss models (lies: test_lies.py)
-from powercut.core.stateid import format_ranges, tear_picks
+from powercut.core.log.dmlog import FLUSH, FUA, Entry, LogIndex, open_log
+from powercut.core.log.dmlog_writer import LogWriter
+from powercut.core.states.coverage import SPACE_CAP, Tally
+from powercut.core.states.crashstate import CrashState, state_to_json
+from powercut.core.states.models import (
+    CrashSpace,
+    describe,
+    durable_entries,
+    enumerate_states,
+    make_state,
+    state_from_id,
+)
+from powercut.core.states.stateid import HONEST_MODELS as MODELS  # the power-loss models (lies: test_lies.py)
+from powercut.core.states.stateid import format_ranges, tear_picks
 from powercut.errors import UsageError
 from tests.unit.logops import build_log
 
@@ -490,7 +497,7 @@ def test_notes_add_no_states(ops: list, where: list[int], bound: int) -> None:  
 
 # -- the CrashSpace ---------------------------------------------------------------------------------------
 def test_no_hidden_cache_and_a_space_is_reusable(example: LogIndex) -> None:
-    import powercut.core.models as models
+    import powercut.core.states.models as models
     assert not any(isinstance(v, (list, dict)) and not k.startswith("__") and k not in ("__all__",)
                    for k, v in vars(models).items()), "module-level mutable state"
     sp = CrashSpace(example)

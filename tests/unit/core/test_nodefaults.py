@@ -1,4 +1,4 @@
-"""``--fault`` per node of a cluster recording: the setting's grammar (core/nodefaults.DisksFaults),
+"""``--fault`` per node of a cluster recording: the setting's grammar (core/recording/nodefaults.DisksFaults),
 each node's plan moved by the marks and switching its own layer (faults.py), each node's fault
 windows read from its own log, the judge's ``acked-after-error`` naming the node (check/context.py,
 check/judge.py), and the host's reading of a cluster's result (record/vm.py)."""
@@ -14,9 +14,9 @@ from powercut.check.context import CheckContext, with_node_faults
 from powercut.check.judge import after_error
 from powercut.checker import CheckInput, CheckResult
 from powercut.config import fault_for
-from powercut.core.crashstate import CrashState
-from powercut.core.faultwindows import FAULT_OFF, FaultPlan, on_mark
-from powercut.core.nodefaults import DisksFaults, FaultsError
+from powercut.core.log.faultwindows import FAULT_OFF, FaultPlan, on_mark
+from powercut.core.recording.nodefaults import DisksFaults, FaultsError
+from powercut.core.states.crashstate import CrashState
 from powercut.errors import UsageError, WorkloadFailed
 from powercut.linux import filesystems
 from powercut.record import vm as record_vm

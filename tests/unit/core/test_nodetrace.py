@@ -1,9 +1,9 @@
-"""core/nodetrace.py: a node's part of a cluster's trace (its marks by device, its files, sync), the
+"""core/cause/nodetrace.py: a node's part of a cluster's trace (its marks by device, its files, sync), the
 rules judged node by node against that node's log, and which nodes a cluster cause names."""
 from __future__ import annotations
 
-from powercut.core import causes, nodetrace
-from powercut.core import syscalls as sc
+from powercut.core.cause import causes, nodetrace
+from powercut.core.trace import syscalls as sc
 
 ROOT = "/run/powercut/mnt"
 

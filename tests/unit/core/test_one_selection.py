@@ -1,4 +1,4 @@
-"""One selection algorithm for N >= 1 disks (core/selection.select_disks), proven against the two it
+"""One selection algorithm for N >= 1 disks (core/states/selection.select_disks), proven against the two it
 replaced (tests/unit/core/oracle_selection.py, their logic verbatim):
 
 * **one disk** (N = 1), over random logs, every crash model (the lying-disk ones too), random seeds,
@@ -23,12 +23,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.disks import Disks
-from powercut.core.imagekey import state_key
-from powercut.core.models import CrashSpace
-from powercut.core.pools import after_floor
-from powercut.core.selection import SelectionSpec, select, select_disks
-from powercut.core.stateid import HONEST_MODELS, LIE_MODELS, MODELS
+from powercut.core.states.disks import Disks
+from powercut.core.states.imagekey import state_key
+from powercut.core.states.models import CrashSpace
+from powercut.core.states.pools import after_floor
+from powercut.core.states.selection import SelectionSpec, select, select_disks
+from powercut.core.states.stateid import HONEST_MODELS, LIE_MODELS, MODELS
 from tests.unit.core.oracle_selection import old_select, old_select_cluster
 from tests.unit.core.test_cluster import CLUSTER
 from tests.unit.core.test_cluster import build as build_cluster
@@ -51,7 +51,7 @@ def whole(cov: dict) -> dict:  # type: ignore[type-arg]
 
 
 def today(sel: object) -> dict[str, object]:
-    from powercut.core.selection import Selection
+    from powercut.core.states.selection import Selection
     assert isinstance(sel, Selection)
     return {"ids": [s.id for s in sel.states], "aliases": sel.aliases,
             "counts": {m: {k: v for k, v in c.to_json().items() if not k.startswith("setup_")}
@@ -138,7 +138,7 @@ def test_a_cluster_judges_exactly_what_the_cluster_algorithm_judged(cluster: lis
 def test_no_node_of_the_model_is_no_state_of_it(tmp_path: Path) -> None:
     """torn alone on three nodes whose writes are single sectors: nothing tears anywhere, so no
     torn state (before: every instant's flush combinations, labelled torn)."""
-    from powercut.core.dmlog import FLUSH
+    from powercut.core.log.dmlog import FLUSH
     from tests.unit.core.test_cluster import GLOBAL
     one_sector = [[("w", 1, 1, FLUSH, 0)] for _ in range(len(GLOBAL) + 1)]
     logs = build_cluster(tmp_path, [one_sector] * 3)

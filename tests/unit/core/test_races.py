@@ -1,11 +1,11 @@
-"""The files a race exploration holds (core/races.py), read from a trace: synced before an ack,
+"""The files a race exploration holds (core/recording/races.py), read from a trace: synced before an ack,
 most synced first, with their time inside the kernel; the commits' median; an exact glob."""
 from __future__ import annotations
 
 import fnmatch
 
-from powercut.core.races import commit_seconds, glob_for, synced_files
-from powercut.core.syscalls import parse
+from powercut.core.recording.races import commit_seconds, glob_for, synced_files
+from powercut.core.trace.syscalls import parse
 
 MNT = "/run/powercut/mnt"
 
@@ -58,8 +58,8 @@ HELD_TRACE = [
 
 
 def test_a_held_sync_is_placed_where_the_program_called_it() -> None:
-    from powercut.core.races import with_holds
-    from powercut.core.syncdelay import holds
+    from powercut.core.recording.races import with_holds
+    from powercut.core.recording.syncdelay import holds
     log = (f"fdatasync\t200000000\t8\t1.030000\t{MNT}/store.log\n"
            f"fdatasync\t0\t8\t1.2985\t{MNT}/store.log\n")
     tr = with_holds(parse(HELD_TRACE, MNT), holds(log))
@@ -74,8 +74,8 @@ def test_a_held_sync_is_placed_where_the_program_called_it() -> None:
 
 
 def test_a_hold_matches_the_first_sync_its_thread_entered_after_the_call() -> None:
-    from powercut.core.races import with_holds
-    from powercut.core.syncdelay import holds
+    from powercut.core.recording.races import with_holds
+    from powercut.core.recording.syncdelay import holds
     # called at 1.26: the sync that entered the kernel at 1.249 was an earlier one
     tr = with_holds(parse(HELD_TRACE, MNT), holds(f"fdatasync\t1000000\t8\t1.26\t{MNT}/store.log\n"))
     assert [o.held for o in tr.ops if o.kind == "fdatasync"] == [0.0, 0.001]
@@ -94,8 +94,8 @@ SUPERVISED = [
 def test_the_supervisors_hold_keeps_the_call_where_strace_saw_it_enter() -> None:
     """The supervisor is notified after strace's entry stop: its time is a little later than the
     trace's, and the call has not returned then; the trace's entry stays the call's start."""
-    from powercut.core.races import with_holds
-    from powercut.core.syncdelay import holds
+    from powercut.core.recording.races import with_holds
+    from powercut.core.recording.syncdelay import holds
     log = (f"fdatasync\t200000000\t8\t1.030150\t{MNT}/store.log\n"
            f"fdatasync\t200000000\t8\t1.240120\t{MNT}/store.log\n")
     tr = with_holds(parse(SUPERVISED, MNT), holds(log))

@@ -1,4 +1,4 @@
-"""What recovery read (core/recoveryread.py): strace's text read into the files a checker opened, in
+"""What recovery read (core/judging/recoveryread.py): strace's text read into the files a checker opened, in
 the order first opened, with their sizes before it ran, the bytes read and failed opens -- with
 ``-y`` paths and without them (descriptors followed through dup, close, fork and exec), several
 processes, split calls, relative and absolute names, paths outside the mounts left out -- and the
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from powercut.core.recoveryread import (
+from powercut.core.judging.recoveryread import (
     Accesses,
     ReadFile,
     call_of,
@@ -359,7 +359,7 @@ def test_a_file_only_looked_up_and_not_found_is_looked_for() -> None:
 
 
 def test_only_a_trace_that_counts_bytes_is_complete() -> None:
-    from powercut.core.recoveryread import complete
+    from powercut.core.judging.recoveryread import complete
 
     assert complete((ReadFile("a", 3, 3), ReadFile("b", -1, -1, "ENOENT")))
     assert not complete((ReadFile("a", 3, -1),)) and not complete(())

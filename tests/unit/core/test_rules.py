@@ -1,14 +1,12 @@
-"""core/causerules.py and core/tracefacts.py: each cause rule's facts on small synthetic traces --
+"""core/causerules.py and core/trace/tracefacts.py: each cause rule's facts on small synthetic traces --
 which file, which calls, which ack, how long a sync ran -- with no sentence involved."""
 import dataclasses
 import sys
 
 import pytest
 
-from powercut.core import causes
-from powercut.core import syscalls as sc
-from powercut.core import tracefacts as tf
-from powercut.core.rules import (
+from powercut.core.cause import causes
+from powercut.core.cause.rules import (
     acked_after_error,
     no_dir_fsync,
     no_fsync,
@@ -19,12 +17,14 @@ from powercut.core.rules import (
     unchecked_tear,
     unordered_writes,
 )
-from powercut.core.syscalls import Op
+from powercut.core.trace import syscalls as sc
+from powercut.core.trace import tracefacts as tf
+from powercut.core.trace.syscalls import Op
 from tests.unit.core.test_causes import MNT, T, kv, race
 
 
 def at_ack(t: T, key: str) -> tf.AtAck:
-    """The facts at the ack of ``key``: the trace walked up to it, as core/causes.commits does."""
+    """The facts at the ack of ``key``: the trace walked up to it, as core/cause/causes.commits does."""
     trace = t.trace()
     pending = tf.Pending(MNT)
     splits, seqs = tf.split_syncs(trace)
@@ -187,7 +187,7 @@ def test_pending_follows_renames_and_directory_fsyncs():
 
 
 def test_pointer_before_data_needs_the_pointers_bytes_to_name_an_unsynced_file():
-    from powercut.core.rules import pointer_before_data as pbd
+    from powercut.core.cause.rules import pointer_before_data as pbd
     from tests.unit.core.test_causes import pointer
 
     def window(t: T) -> tf.InFlight:

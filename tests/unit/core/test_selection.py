@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.crashstate import CrashState
-from powercut.core.dmlog import FLUSH, FUA, LogIndex
-from powercut.core.imagekey import image_key
-from powercut.core.lies import with_lie
-from powercut.core.models import CrashSpace, durable_entries, enumerate_states
-from powercut.core.selection import Selection, fair_shares, select, spread
-from powercut.core.shard import Shard
-from powercut.core.stateid import MODELS
-from powercut.core.statelist import StateList
+from powercut.core.crashmodels.lies import with_lie
+from powercut.core.log.dmlog import FLUSH, FUA, LogIndex
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.imagekey import image_key
+from powercut.core.states.models import CrashSpace, durable_entries, enumerate_states
+from powercut.core.states.selection import Selection, fair_shares, select, spread
+from powercut.core.states.shard import Shard
+from powercut.core.states.stateid import MODELS
+from powercut.core.states.statelist import StateList
 from powercut.errors import UsageError
 from powercut.replay.materialize import materialize, reference_image
 from tests.unit.logops import build_log

@@ -1,4 +1,4 @@
-"""Shards (core/shard.py): the split is a partition (disjoint, complete), deterministic, balanced,
+"""Shards (core/states/shard.py): the split is a partition (disjoint, complete), deterministic, balanced,
 and the grammar refuses what is not i/n."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from powercut.core.shard import Shard
+from powercut.core.states.shard import Shard
 from powercut.errors import UsageError
 
 

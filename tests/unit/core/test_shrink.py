@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.crashstate import CrashState
-from powercut.core.dmlog import FLUSH, FUA
-from powercut.core.imagekey import image_key
-from powercut.core.models import CrashSpace
-from powercut.core.shrink import Outcome, find_integer, minimize, reason_class, signature
-from powercut.core.stateid import HONEST_MODELS as MODELS  # shrink minimizes power-loss states
-from powercut.core.stateid import parse_id
+from powercut.core.judging.shrink import Outcome, find_integer, minimize, reason_class, signature
+from powercut.core.log.dmlog import FLUSH, FUA
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.imagekey import image_key
+from powercut.core.states.models import CrashSpace
+from powercut.core.states.stateid import HONEST_MODELS as MODELS  # shrink minimizes power-loss states
+from powercut.core.states.stateid import parse_id
 from powercut.errors import UsageError
 from tests.unit.logops import build_log
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.stateid import (
+from powercut.core.states.stateid import (
     MODELS,
     Pick,
     StateId,
@@ -174,6 +174,6 @@ def test_resolve() -> None:
             res(bad)
     assert MODELS == ("no-cache", "flush", "write-cache", "torn", "torn-4k", "lost-write", "misdirected-write",
                       "corrupt-sector", "flush-ignored", "unreadable-sector")
-    assert parse_id("lost-write@8/w5") == StateId("lost-write", 8, lie="w5")   # the lie's part: core/lies.py
+    assert parse_id("lost-write@8/w5") == StateId("lost-write", 8, lie="w5")   # the lie's part: core/crashmodels/lies.py
     assert parse_id("flush-ignored@8/r0.2").text() == "flush-ignored@8/r0.2"
     assert parse_id("torn-4k@8/t5:s1").model == "torn-4k" and parse_id("torn@8/s1").model == "torn"

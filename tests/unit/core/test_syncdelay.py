@@ -1,4 +1,4 @@
-"""--delay-sync GLOB=TIME (core/syncdelay.py): the rules, their canonical text, the supervisor's
+"""--delay-sync GLOB=TIME (core/recording/syncdelay.py): the rules, their canonical text, the supervisor's
 command line, and what its log says -- and one line, exit 2, for a bad rule on the command line."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from powercut.config import WorkloadSpec
-from powercut.core.syncdelay import (
+from powercut.core.recording.syncdelay import (
     SyncDelay,
     canonical,
     held_note,
@@ -95,7 +95,7 @@ def test_a_cause_about_a_held_file_says_what_the_trace_cannot_see() -> None:
 
 
 def test_the_hold_log_says_thread_and_time_and_old_logs_still_read() -> None:
-    from powercut.core.syncdelay import Hold, holds
+    from powercut.core.recording.syncdelay import Hold, holds
     log = "fdatasync\t200000000\t41\t1795842642.350226\t/m/a\tb\nfsync\t0\t/m/old\nfsync\tx\t1\t2\t/m/bad\n"
     assert holds(log) == [Hold("fdatasync", 200000000, 41, 1795842642.350226, "/m/a\tb"),
                           Hold("fsync", 0, 0, -1.0, "/m/old")]

@@ -1,5 +1,5 @@
-"""core/syscalls.py: strace -f -y lines -> operations, and the trace aligned with the log's marks."""
-from powercut.core import syscalls as sc
+"""core/trace/syscalls.py: strace -f -y lines -> operations, and the trace aligned with the log's marks."""
+from powercut.core.trace import syscalls as sc
 
 MNT = "/run/powercut/mnt"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.dmlog import FLUSH, MARK, ORDER_BEGIN, ORDER_END, Entry
-from powercut.core.markorder import mark_order, possibly_false, unordered_acks
-from powercut.core.models import CrashSpace
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import FLUSH, MARK, ORDER_BEGIN, ORDER_END, Entry
+from powercut.core.log.markorder import mark_order, possibly_false, unordered_acks
+from powercut.core.states.models import CrashSpace
 from powercut.report.summary import summarize
 
 

@@ -1,12 +1,12 @@
-"""The verdict vocabulary (core/verdict.py): ``detected`` and ``silent-corruption``; what a verdict
+"""The verdict vocabulary (core/judging/verdict.py): ``detected`` and ``silent-corruption``; what a verdict
 means under a lying-disk model (detected passes, the filesystem's noticing is detected, unflagged
 wrong data is silent-corruption) and under a power-loss model (detected is a finding)."""
 from __future__ import annotations
 
 import pytest
 
-from powercut.core.stateid import HONEST_MODELS, LIE_MODELS
-from powercut.core.verdict import CHECKER_VERDICTS, FINDINGS, SEVERITY, Verdict, is_pass, lie_verdict, worst
+from powercut.core.judging.verdict import CHECKER_VERDICTS, FINDINGS, SEVERITY, Verdict, is_pass, lie_verdict, worst
+from powercut.core.states.stateid import HONEST_MODELS, LIE_MODELS
 
 
 def v(verdict: str, model: str) -> Verdict:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from powercut.checker import CheckerSpec
-from powercut.core.disks import Disks
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.states.disks import Disks
 from powercut.debug.diagnosis import Diagnosis
 from tests.unit.core.test_disksshrink import OPS as CLUSTER_OPS
 from tests.unit.logops import build_log

@@ -21,13 +21,13 @@ from typing import Any
 from powercut.check.context import CheckContext
 from powercut.check.host import cleanup_stale
 from powercut.check.judge import judge
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import Disks, DisksState
-from powercut.core.disksshrink import InstantSpace, NodeShrunk, cause_line, node_floor
-from powercut.core.dmlog import LogIndex
-from powercut.core.models import CrashSpace
-from powercut.core.shrink import Judged, Outcome, minimize, reason_class, signature
-from powercut.core.verdict import Verdict
+from powercut.core.judging.disksshrink import InstantSpace, NodeShrunk, cause_line, node_floor
+from powercut.core.judging.shrink import Judged, Outcome, minimize, reason_class, signature
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.models import CrashSpace
 from powercut.debug.blame import Culprit, blame, writes_that_matter
 from powercut.debug.diagnose import settled
 from powercut.errors import PowercutError, UsageError

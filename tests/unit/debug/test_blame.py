@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from powercut.core.models import CrashSpace
+from powercut.core.states.models import CrashSpace
 from powercut.debug import blame
 from tests.unit.logops import build_log
 

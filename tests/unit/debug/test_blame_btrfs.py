@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from powercut.core.models import CrashSpace
+from powercut.core.states.models import CrashSpace
 from powercut.debug import blame, btrfsmap
 from powercut.linux import process
 from tests.unit.logops import build_log

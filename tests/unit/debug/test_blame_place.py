@@ -12,9 +12,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.crashstate import CrashState
-from powercut.core.dmlog import DISCARD, FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry
-from powercut.core.models import CrashSpace
+from powercut.core.log.dmlog import DISCARD, FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.models import CrashSpace
 from powercut.debug import blame
 from tests.unit.logops import build_log
 

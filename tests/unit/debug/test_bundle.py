@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from powercut.checker import CheckerSpec
-from powercut.core.dmlog import open_log
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import open_log
 from powercut.debug import bundle, repro
 from powercut.errors import UsageError
 from tests.unit.logops import build_log

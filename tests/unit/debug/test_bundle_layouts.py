@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from powercut.check.place import Place
-from powercut.core.disks import DisksState
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.states.disks import DisksState
 from powercut.debug import bundle, repro
 from powercut.errors import UsageError
 from powercut.replay.materialize import replay_state

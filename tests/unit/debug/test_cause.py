@@ -1,5 +1,5 @@
 """debug/cause.py: each failure group's cause from the recording's trace -- one disk exactly as
-core/causes.py explains its state, a cluster node by node (core/nodetrace.py), naming the node
+core/cause/causes.py explains its state, a cluster node by node (core/cause/nodetrace.py), naming the node
 and never blaming a rule another node broke."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from powercut.core import causes
-from powercut.core import syscalls as sc
-from powercut.core.disks import Disks
-from powercut.core.dmlog import LogIndex
-from powercut.core.models import space
-from powercut.core.verdict import Verdict
+from powercut.core.cause import causes
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.disks import Disks
+from powercut.core.states.models import space
+from powercut.core.trace import syscalls as sc
 from powercut.debug import cause
 from powercut.debug.triage import Group
 from tests.unit.core.test_causes import kv

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from powercut.check.context import CheckContext
-from powercut.core.disks import Disks
-from powercut.core.dmlog import FLUSH, FUA
-from powercut.core.models import CrashSpace
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import FLUSH, FUA
+from powercut.core.states.disks import Disks
+from powercut.core.states.models import CrashSpace
 from powercut.debug import diagnose
 from powercut.debug.blame import writes_that_matter
 from powercut.debug.diagnose import Workspace, settled

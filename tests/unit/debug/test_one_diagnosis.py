@@ -25,11 +25,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from powercut.check.context import CheckContext
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import Disks, DisksState
-from powercut.core.shrink import Outcome
-from powercut.core.stateid import HONEST_MODELS, parse_id
-from powercut.core.verdict import Verdict
+from powercut.core.judging.shrink import Outcome
+from powercut.core.judging.verdict import Verdict
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.stateid import HONEST_MODELS, parse_id
 from powercut.debug import diagnose, triage
 from powercut.debug.blame import Culprit, writes_that_matter
 from powercut.debug.diagnosis import Diagnosis

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from powercut.check.context import with_faults, with_node_faults
-from powercut.core.crashstate import CrashState
-from powercut.core.disks import Disks, DisksState
-from powercut.core.dmlog import LogIndex, open_log
+from powercut.core.log.dmlog import LogIndex, open_log
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.disks import Disks, DisksState
 from powercut.debug import repro
 from tests.unit.debug import bundleinputs as inputs
 

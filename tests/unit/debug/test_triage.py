@@ -1,7 +1,7 @@
 """triage.py: failures grouped by how they fail (verdict + reason class), worst and largest first."""
 from __future__ import annotations
 
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.debug import triage
 
 

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from powercut.core import causes
-from powercut.core.crashstate import CrashState
-from powercut.core.models import space
-from powercut.core.recoveryread import ReadFile
-from powercut.core.rules import no_fsync
-from powercut.core.rules.base import Plan
-from powercut.core.syscalls import Op
-from powercut.core.verdict import Verdict
+from powercut.core.cause import causes
+from powercut.core.cause.rules import no_fsync
+from powercut.core.cause.rules.base import Plan
+from powercut.core.judging.recoveryread import ReadFile
+from powercut.core.judging.verdict import Verdict
+from powercut.core.states.crashstate import CrashState
+from powercut.core.states.models import space
+from powercut.core.trace.syscalls import Op
 from powercut.debug import cause, verify
 from powercut.debug.triage import Group
 from tests.unit.core.test_causes import MNT, T

@@ -15,7 +15,7 @@ from powercut.check.context import CheckContext, LogSource
 from powercut.check.hosts import CheckHost
 from powercut.check.vm import CheckerVm, VmCheckSpec, WarmVms
 from powercut.checker import CheckerSpec
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.errors import GuestHang, PowercutError
 from powercut.linux import filesystems
 from powercut.vm import guestjob

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from powercut.core import syncdelay
+from powercut.core.recording import syncdelay
 
 SOURCE = Path(__file__).resolve().parents[3] / "vm-images" / "powercut_holdsync.c"
 HOLD_NS = 150_000_000

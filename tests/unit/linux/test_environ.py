@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from powercut.core.selection import DEMO_SELECTION, RUN_SELECTION, SelectionSpec
+from powercut.core.states.selection import DEMO_SELECTION, RUN_SELECTION, SelectionSpec
 from powercut.errors import UsageError
 from powercut.linux import environ
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.core.dmlog import END_MARK, open_log
-from powercut.core.dmlog_writer import LogWriter
+from powercut.core.log.dmlog import END_MARK, open_log
+from powercut.core.log.dmlog_writer import LogWriter
 from powercut.errors import BadRecording, UsageError
 from powercut.record import recording
 

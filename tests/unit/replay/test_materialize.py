@@ -17,11 +17,11 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from powercut.core.dmlog import FUA, LogIndex, open_log
-from powercut.core.dmlog_writer import LogWriter
-from powercut.core.lies import with_lie
-from powercut.core.models import durable_entries, enumerate_states, state_from_id
-from powercut.core.stateid import HONEST_MODELS, MODELS
+from powercut.core.crashmodels.lies import with_lie
+from powercut.core.log.dmlog import FUA, LogIndex, open_log
+from powercut.core.log.dmlog_writer import LogWriter
+from powercut.core.states.models import durable_entries, enumerate_states, state_from_id
+from powercut.core.states.stateid import HONEST_MODELS, MODELS
 from powercut.errors import BadLog, BadRecording, PowercutError, UsageError
 from powercut.linux import process
 from powercut.linux.imageio import data_extents

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from powercut.core.dmlog import LogIndex
-from powercut.core.models import enumerate_states
+from powercut.core.log.dmlog import LogIndex
+from powercut.core.states.models import enumerate_states
 from powercut.errors import EnvironmentNotReady, UsageError
 from powercut.linux import dm, mounts
 from powercut.linux.imageio import data_extents, new_image, probe_reflink, punch_hole, pwrite_all, sparse_copy_fd

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from powercut.core.models import CrashSpace
+from powercut.core.states.models import CrashSpace
 from powercut.replay.materialize import replay_into
 from powercut.replay.snapshot import CopyProvider
 from powercut.replay.walk import NodeImages, runs

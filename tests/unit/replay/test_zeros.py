@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from powercut.core.dmlog import open_log
-from powercut.core.dmlog_writer import LogWriter
-from powercut.core.models import enumerate_states
-from powercut.core.stateid import HONEST_MODELS
+from powercut.core.log.dmlog import open_log
+from powercut.core.log.dmlog_writer import LogWriter
+from powercut.core.states.models import enumerate_states
+from powercut.core.states.stateid import HONEST_MODELS
 from powercut.replay.materialize import ReplayStats, materialize, reference_image
 from powercut.replay.zeros import Written, zero_writes
 from tests.unit.replay.test_materialize import NSECT, sha

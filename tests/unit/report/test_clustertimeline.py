@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from powercut.core.disks import Disks
-from powercut.core.dmlog import FLUSH
-from powercut.core.selection import SelectionSpec, select_disks
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog import FLUSH
+from powercut.core.states.disks import Disks
+from powercut.core.states.selection import SelectionSpec, select_disks
 from powercut.report import clustertimeline
 from tests.unit.logops import build_log
 

@@ -10,8 +10,8 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
-from powercut.core.dmlog_writer import LogWriter
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
+from powercut.core.log.dmlog_writer import LogWriter
 from powercut.report import timeline
 from tests.unit.campaign.test_merge import campaigns  # noqa: F401  (the fixture)
 from tests.unit.campaign.test_run import synthetic  # noqa: F401  (the fixture)
@@ -165,7 +165,7 @@ def test_the_matrix_sentence_counts_the_passes_on_sampled_commit_windows() -> No
 
 
 def test_a_groups_cause_says_not_proven_first_and_what_recovery_read() -> None:
-    from powercut.core.causes import Cause
+    from powercut.core.cause.causes import Cause
     from powercut.report.html import _ENV
 
     cause = _ENV.get_template("cause.html.j2")

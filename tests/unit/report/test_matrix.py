@@ -8,7 +8,7 @@ import pytest
 
 from powercut import workload as workloads
 from powercut.cli import main
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.errors import UsageError
 from powercut.report import matrix
 from powercut.report.summary import summarize
@@ -136,7 +136,7 @@ def test_matrix_cli_lists_rows_and_refuses_bad_input(capsys: pytest.CaptureFixtu
 def test_a_model_whose_states_are_all_aliases_is_judged_through_them() -> None:
     """no-cache before flush: every flush state has a no-cache state's image, so flush owns none;
     its cell counts the verdicts of its aliases (judged, failing, first failing state by its own id)."""
-    from powercut.core.verdict import Verdict
+    from powercut.core.judging.verdict import Verdict
     from powercut.report.summary import summarize
     row = matrix.Row("osync", "v", {}, "ext4", {"no-cache": "pass", "flush": "lost-ack"}, "why")
     vs = [Verdict("no-cache@5", "no-cache", 5, "pass", (), 1, 0, 0.1, aliases=("flush@5",)),
@@ -233,7 +233,7 @@ def test_a_torn_failure_is_excused_only_by_a_twin_that_fails_alike(monkeypatch: 
 def test_a_pass_on_a_space_short_of_exhaustive_says_so_and_can_be_a_surprise(tmp_path: Path) -> None:
     """#37: a cell expecting pass whose states were capped says 'capped' in its description, is marked
     'ok?' (not silently ok), and with --require-exhaustive is a surprise; a failure found needs no proof."""
-    from powercut.core.coverage import Coverage, ModelCoverage
+    from powercut.core.states.coverage import Coverage, ModelCoverage
     p = tmp_path / "m.toml"
     p.write_text(ROW)
     (row,) = matrix.load(p)
@@ -313,7 +313,7 @@ def test_a_pass_whose_commit_windows_are_exhaustive_reads_ok(tmp_path: Path) -> 
     """#52: a durable row whose commit windows were all judged, with only its set-up windows (before
     the first key mark) sampled and weakened, reads ``ok`` -- and meets --require-exhaustive, not
     --require-exhaustive=all; its description leads with the commits."""
-    from powercut.core.coverage import Coverage, ModelCoverage, Part
+    from powercut.core.states.coverage import Coverage, ModelCoverage, Part
     p = tmp_path / "m.toml"
     p.write_text(ROW.replace('write-cache = "lost-ack"', 'write-cache = "pass"'))
     (row,) = matrix.load(p)

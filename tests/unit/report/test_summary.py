@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from powercut.campaign.phases import flaky
-from powercut.core.verdict import Verdict
+from powercut.core.judging.verdict import Verdict
 from powercut.report.summary import summarize, table, write_outputs
 
 
@@ -84,7 +84,7 @@ def test_an_interrupted_or_ackless_campaign_is_never_green(tmp_path: Path) -> No
 
 
 def test_junit_says_each_failures_cause_as_the_console_does(tmp_path: Path) -> None:
-    from powercut.core.causes import Cause
+    from powercut.core.cause.causes import Cause
 
     lost = v("flush@2", "lost-ack", cut=2)
     s = summarize([v("flush@1"), lost], recording="/r", fstype="ext4", workload="w", check_in="host", seconds=1.0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from powercut.core.dmlog import FUA
-from powercut.core.models import CrashSpace
+from powercut.core.log.dmlog import FUA
+from powercut.core.states.models import CrashSpace
 from powercut.replay.materialize import reference_image
 from tests.unit import benchscripts
 from tests.unit.logops import build_log

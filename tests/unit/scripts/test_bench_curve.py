@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tomli_w
 
-from powercut.core.dmlog import END_MARK, FUA, open_log
+from powercut.core.log.dmlog import END_MARK, FUA, open_log
 from powercut.record.recording import load, verify_log
 from tests.unit import benchscripts
 from tests.unit.logops import build_log

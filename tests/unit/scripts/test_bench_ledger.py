@@ -9,9 +9,9 @@ def test_three_capped_nights(tmp_path, capsys) -> None:
     bl = benchscripts.load("bench_ledger")
     log = tmp_path / "log.bin"
     bl.synthetic_log(log, 600)
-    from powercut.core.dmlog import open_log
-    from powercut.core.models import CrashSpace
-    from powercut.core.selection import SelectionSpec
+    from powercut.core.log.dmlog import open_log
+    from powercut.core.states.models import CrashSpace
+    from powercut.core.states.selection import SelectionSpec
     with open_log(log) as index:
         sp = CrashSpace(index)
         spec = SelectionSpec(models=("write-cache",), bound=4, samples=8, max_states=50)

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from powercut.core.dmlog import END_MARK, open_log
+from powercut.core.log.dmlog import END_MARK, open_log
 from tests.unit import benchscripts
 
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import pytest
 
 import powercut.core.crashmodels as crashmodels
-from powercut.core import models, stateid
-from powercut.core.coverage import Tally
 from powercut.core.crashmodels.base import Bounds, CrashModel
 from powercut.core.crashmodels.registry import REGISTERED, REGISTRY, derive, registered
 from powercut.core.crashmodels.tables import SpaceTables
-from powercut.core.crashstate import CrashState
+from powercut.core.states import models, stateid
+from powercut.core.states.coverage import Tally
+from powercut.core.states.crashstate import CrashState
 
 DOCUMENTED = ("no-cache", "flush", "write-cache", "torn", "torn-4k",
               "lost-write", "misdirected-write", "corrupt-sector", "flush-ignored", "unreadable-sector")

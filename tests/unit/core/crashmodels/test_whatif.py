@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from powercut.core.crashmodels.whatif import WHAT_IF, what_if_id
-from powercut.core.models import space
+from powercut.core.states.models import space
 from powercut.errors import UsageError
 from tests.unit.logops import build_log
 
