@@ -26,7 +26,7 @@ CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
 
 # Defaults written once: the value classes here, the specs that copy them (record/vm's RecordSpec,
 # bench/run's BenchVmSpec and BenchRequest, check/place's Place, the campaigns) and the command line's
-# options (cli/parser.py) all read these (tests/unit/cli/test_defaults.py holds the parser to them).
+# options (cli/parser.py) all read these (tests/unit/cli/test_parser.py holds the parser to them).
 DEFAULT_ACCEL: Accel = "auto"       # probe KVM once (cached), else TCG
 DEFAULT_MEMORY_MB = 1024            # a recording or bench VM (a checker VM: check.place.Place's memory_mb)
 DEFAULT_CPUS = 1

@@ -4,7 +4,7 @@ a value out of its range, so a bad value exits 2 like a bad option, before anyth
 
 A default the library has too is read from the one place it is written (config, checker, core, the
 filesystems table), never repeated here; the defaults that are the parser's own are named in
-tests/unit/cli/test_defaults.py, which holds every option to one or the other."""
+tests/unit/cli/test_parser.py, which holds every option to one or the other."""
 from __future__ import annotations
 
 import argparse
