@@ -14,6 +14,7 @@ block the log wrote.  With ``replay_log`` (a path to fstests' own ``src/log-writ
 built by you from fstests' sources) each step runs that tool instead of this re-implementation,
 as the test's shell does (a ``--find`` and a ``--replay`` process per state).  This project does
 not carry fstests code: this module is written from the tool's documented behaviour."""
+
 from __future__ import annotations
 
 import fcntl
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SUPER = struct.Struct("<QQQI")        # magic, version, nr_entries, sectorsize
-ENTRY = struct.Struct("<QQQQ")        # sector, nr_sectors, flags, data_len
+SUPER = struct.Struct("<QQQI")  # magic, version, nr_entries, sectorsize
+ENTRY = struct.Struct("<QQQQ")  # sector, nr_sectors, flags, data_len
 FUA, DISCARD, MARK = 2, 4, 8
 BLKDISCARD = 0x1277
 
@@ -36,7 +37,7 @@ BLKDISCARD = 0x1277
 class Result:
     states: int
     seconds: float
-    tool: str                          # "python re-implementation" or the replay-log path
+    tool: str  # "python re-implementation" or the replay-log path
 
     @property
     def rate(self) -> float:
@@ -61,7 +62,9 @@ def entries(log: Path) -> tuple[int, int, list[tuple[int, str]]]:
             text = ""
             if flags & MARK:
                 text = f.read(data_len).decode("utf-8", "replace")
-            pos += ss if flags & (MARK | DISCARD) else ss + nr_sectors * ss   # a discard carries no data
+            pos += (
+                ss if flags & (MARK | DISCARD) else ss + nr_sectors * ss
+            )  # a discard carries no data
             out.append((flags, text))
     return ss, nr, out
 
@@ -84,10 +87,13 @@ def replay(log: Path, dev: str, limit: int, verbose: int) -> None:
         _, _, nr, ss = SUPER.unpack(head)
         os.lseek(lfd, ss, os.SEEK_SET)
         for n in range(min(limit, nr)):
-            raw = os.read(lfd, ss)                       # the entry's header sector
+            raw = os.read(lfd, ss)  # the entry's header sector
             sector, nr_sectors, flags, _ = ENTRY.unpack_from(raw)
             size = nr_sectors * ss
-            os.write(verbose, f"replaying {n}@{n}: sector {sector}, size {size}, flags 0x{flags:x}\n".encode())
+            os.write(
+                verbose,
+                f"replaying {n}@{n}: sector {sector}, size {size}, flags 0x{flags:x}\n".encode(),
+            )
             if not size:
                 continue
             if flags & DISCARD:
@@ -103,8 +109,16 @@ def replay(log: Path, dev: str, limit: int, verbose: int) -> None:
         os.close(lfd)
 
 
-def run(log: Path, dev: str, fstype: str, mnt: Path, points: Sequence[int], *, replay_log: str = "",
-        verbose_out: Path | None = None) -> Result:
+def run(
+    log: Path,
+    dev: str,
+    fstype: str,
+    mnt: Path,
+    points: Sequence[int],
+    *,
+    replay_log: str = "",
+    verbose_out: Path | None = None,
+) -> Result:
     """generic/482's loop over ``points`` onto ``dev`` (a block device holding nothing that matters)."""
     mnt.mkdir(parents=True, exist_ok=True)
     out = verbose_out or mnt.parent / "seqres.full"
@@ -113,12 +127,37 @@ def run(log: Path, dev: str, fstype: str, mnt: Path, points: Sequence[int], *, r
     try:
         prev = None
         for cur in points:
-            if replay_log:   # the shell's two processes per state: --find, then --replay
+            if replay_log:  # the shell's two processes per state: --find, then --replay
                 start = 0 if prev is None else prev + 1
-                subprocess.run([replay_log, "--find", "--log", str(log), "--next-fua", "--start-entry", str(start)],
-                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                subprocess.run([replay_log, "-vv", "--log", str(log), "--replay", dev, "--limit", str(cur + 1)],
-                               check=True, stdout=vfd, stderr=vfd)
+                subprocess.run(
+                    [
+                        replay_log,
+                        "--find",
+                        "--log",
+                        str(log),
+                        "--next-fua",
+                        "--start-entry",
+                        str(start),
+                    ],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                subprocess.run(
+                    [
+                        replay_log,
+                        "-vv",
+                        "--log",
+                        str(log),
+                        "--replay",
+                        dev,
+                        "--limit",
+                        str(cur + 1),
+                    ],
+                    check=True,
+                    stdout=vfd,
+                    stderr=vfd,
+                )
             else:
                 replay(log, dev, cur + 1, vfd)
             subprocess.run(["mount", "-t", fstype, dev, str(mnt)], check=True)
@@ -136,8 +175,13 @@ def run_on_scratch(rec: Any, work: Path, points: Sequence[int], replay_log: str 
     img = work / "scratch.img"
     with open(img, "wb") as f:
         f.truncate(rec.data_size)
-    dev = subprocess.run(["losetup", "--find", "--show", str(img)], check=True, capture_output=True, text=True,
-                         timeout=60).stdout.strip()
+    dev = subprocess.run(
+        ["losetup", "--find", "--show", str(img)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
     try:
         return run(rec.log_path, dev, rec.fstype, work / "mnt", points, replay_log=replay_log)
     finally:

@@ -21,6 +21,7 @@ checker, umount, fsck: O(1)): ``fixed + states x marginal``.
 
 Needs root.  Prints a table (entries, states, ms per state for each procedure, the ratio) and draws
 ``curve.png`` in ``--out`` (log-log, ms per state against entries).  Figures, not assertions."""
+
 from __future__ import annotations
 
 import argparse
@@ -63,28 +64,42 @@ def tiled_recording(rec, entries: int, out: Path) -> Path:
 def baseline(rec, work: Path, states: int, replay_log: str = "") -> baseline482.Result:
     points = baseline482.fua_points(rec.log_path)
     step = max(1, len(points) // states)
-    points = points[step - 1::step][:states]
+    points = points[step - 1 :: step][:states]
     return baseline482.run_on_scratch(rec, work, points, replay_log)
 
 
 def powercut(rec_dir: Path, work: Path, states: int) -> tuple[int, float]:
     t = time.perf_counter()
     accept = f"{Path(baseline482.__file__).resolve()}::accept"
-    res, _ = run_campaign(rec_dir, CampaignSpec.of(models=("flush",), check_in="host", jobs=1, shrink=0,
-                                                   max_states=states, checker_function=accept), work)
+    res, _ = run_campaign(
+        rec_dir,
+        CampaignSpec.of(
+            models=("flush",),
+            check_in="host",
+            jobs=1,
+            shrink=0,
+            max_states=states,
+            checker_function=accept,
+        ),
+        work,
+    )
     return res.total, time.perf_counter() - t
 
 
 def plot(rows: list[dict], out: Path) -> Path:
     import matplotlib  # noqa: PLC0415 - optional dependency (the bench extra)
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
+
     fig, ax = plt.subplots(figsize=(8, 5))
     xs = [r["entries"] for r in rows]
-    for key, label, style in (("fstests_py_ms", "generic/482 procedure (bench/baseline482.py)", "o-"),
-                              ("fstests_tool_ms", "generic/482 with fstests' replay-log", "s--"),
-                              ("powercut_ms", "powercut host mode, -j 1 (campaign time / states)", "^-"),
-                              ("powercut_marginal_ms", "powercut host mode, marginal cost per state", "v:")):
+    for key, label, style in (
+        ("fstests_py_ms", "generic/482 procedure (bench/baseline482.py)", "o-"),
+        ("fstests_tool_ms", "generic/482 with fstests' replay-log", "s--"),
+        ("powercut_ms", "powercut host mode, -j 1 (campaign time / states)", "^-"),
+        ("powercut_marginal_ms", "powercut host mode, marginal cost per state", "v:"),
+    ):
         if all(r.get(key) for r in rows):
             ax.plot(xs, [r[key] for r in rows], style, label=label)
     ax.set_xscale("log")
@@ -101,21 +116,37 @@ def plot(rows: list[dict], out: Path) -> Path:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--recording", help="the recording to tile (default: record append-fsync n=120)")
-    ap.add_argument("--sizes", default="1000,10000,100000", help="log lengths in entries (default 10^3..10^5)")
-    ap.add_argument("--states", type=int, default=40, help="states per procedure and size (default 40)")
-    ap.add_argument("--replay-log", metavar="PATH", default="",
-                    help="fstests' replay-log binary: also run the procedure with the real tool")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--recording", help="the recording to tile (default: record append-fsync n=120)"
+    )
+    ap.add_argument(
+        "--sizes", default="1000,10000,100000", help="log lengths in entries (default 10^3..10^5)"
+    )
+    ap.add_argument(
+        "--states", type=int, default=40, help="states per procedure and size (default 40)"
+    )
+    ap.add_argument(
+        "--replay-log",
+        metavar="PATH",
+        default="",
+        help="fstests' replay-log binary: also run the procedure with the real tool",
+    )
     ap.add_argument("--out", default="bench-curve", help="directory for curve.png and results.json")
-    ap.add_argument("--from-results", metavar="FILE", help="draw the plot and print the table of an earlier run")
+    ap.add_argument(
+        "--from-results", metavar="FILE", help="draw the plot and print the table of an earlier run"
+    )
     args = ap.parse_args()
     if args.from_results:
         rows = json.loads(Path(args.from_results).read_text())["rows"]
         for r in rows:
-            print(f"{r['entries']:8d} {r['fstests_py_ms']:13.1f} {r['fstests_tool_ms'] or 0:11.1f} {r['powercut_ms']:9.1f} "
-                  f"{r['ratio']:6.1f}x   {r['powercut_fixed_s']:.2f} s + {r['powercut_states']} x "
-                  f"{r['powercut_marginal_ms']:.1f} ms")
+            print(
+                f"{r['entries']:8d} {r['fstests_py_ms']:13.1f} {r['fstests_tool_ms'] or 0:11.1f} {r['powercut_ms']:9.1f} "
+                f"{r['ratio']:6.1f}x   {r['powercut_fixed_s']:.2f} s + {r['powercut_states']} x "
+                f"{r['powercut_marginal_ms']:.1f} ms"
+            )
         print(f"plot: {plot(rows, Path(args.out))}")
         return 0
     if os.geteuid() != 0:
@@ -124,7 +155,10 @@ def main() -> int:
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
     except ValueError:
-        print(f"bench_curve: --sizes wants comma-separated entry counts, not {args.sizes!r}", file=sys.stderr)
+        print(
+            f"bench_curve: --sizes wants comma-separated entry counts, not {args.sizes!r}",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -134,38 +168,61 @@ def main() -> int:
         if args.recording:
             src = load_recording(args.recording)
         else:
-            src = record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(name="append-fsync",
-                                                                                params={"n": 120})), tmp / "src")
-        print(f"source: {src.dir} ({src.manifest['workload'].get('name')}, {src.fstype}, "
-              f"{src.data_size >> 20} MiB); baseline: fstests generic/482 procedure"
-              f"{' and fstests replay-log ' + args.replay_log if args.replay_log else ''}; {args.states} states each")
-        print(f"{'entries':>8} {'482 ms/state':>13} {'replay-log':>11} {'powercut':>9} {'ratio':>7}   "
-              f"powercut = fixed + states x marginal")
+            src = record(
+                RecordSpec(
+                    fs=FsSpec(size_mb=64),
+                    workload=WorkloadSpec(name="append-fsync", params={"n": 120}),
+                ),
+                tmp / "src",
+            )
+        print(
+            f"source: {src.dir} ({src.manifest['workload'].get('name')}, {src.fstype}, "
+            f"{src.data_size >> 20} MiB); baseline: fstests generic/482 procedure"
+            f"{' and fstests replay-log ' + args.replay_log if args.replay_log else ''}; {args.states} states each"
+        )
+        print(
+            f"{'entries':>8} {'482 ms/state':>13} {'replay-log':>11} {'powercut':>9} {'ratio':>7}   "
+            f"powercut = fixed + states x marginal"
+        )
         for n in sizes:
             d = tmp / f"n{n}"
             rec = load_recording(tiled_recording(src, n, d / "rec"))
             (d / "base").mkdir()
             b = baseline(rec, d / "base", args.states)
-            real = baseline(rec, d / "base", args.states, args.replay_log) if args.replay_log else None
+            real = (
+                baseline(rec, d / "base", args.states, args.replay_log) if args.replay_log else None
+            )
             total, secs = powercut(rec.dir, d / "pc", args.states)
             total2, secs2 = powercut(rec.dir, d / "pc2", 2 * args.states)
             marginal = max(0.0, (secs2 - secs) / max(1, total2 - total))
-            row = {"entries": n, "fstests_states": b.states, "fstests_py_ms": 1000 * b.seconds / b.states,
-                   "fstests_tool_ms": 1000 * real.seconds / real.states if real else None,
-                   "powercut_states": total, "powercut_ms": 1000 * secs / total,
-                   "powercut_marginal_ms": 1000 * marginal, "powercut_fixed_s": secs - total * marginal}
+            row = {
+                "entries": n,
+                "fstests_states": b.states,
+                "fstests_py_ms": 1000 * b.seconds / b.states,
+                "fstests_tool_ms": 1000 * real.seconds / real.states if real else None,
+                "powercut_states": total,
+                "powercut_ms": 1000 * secs / total,
+                "powercut_marginal_ms": 1000 * marginal,
+                "powercut_fixed_s": secs - total * marginal,
+            }
             row["ratio"] = row["fstests_py_ms"] / row["powercut_ms"]
             rows.append(row)
             tool = f"{row['fstests_tool_ms']:11.1f}" if real else f"{'-':>11}"
-            print(f"{n:8d} {row['fstests_py_ms']:13.1f} {tool} {row['powercut_ms']:9.1f} {row['ratio']:6.1f}x   "
-                  f"{row['powercut_fixed_s']:.2f} s + {total} x {row['powercut_marginal_ms']:.1f} ms", flush=True)
+            print(
+                f"{n:8d} {row['fstests_py_ms']:13.1f} {tool} {row['powercut_ms']:9.1f} {row['ratio']:6.1f}x   "
+                f"{row['powercut_fixed_s']:.2f} s + {total} x {row['powercut_marginal_ms']:.1f} ms",
+                flush=True,
+            )
             shutil.rmtree(d, ignore_errors=True)
-        (out / "results.json").write_text(json.dumps({"source": str(src.dir), "states": args.states, "rows": rows},
-                                                     indent=1))
+        (out / "results.json").write_text(
+            json.dumps({"source": str(src.dir), "states": args.states, "rows": rows}, indent=1)
+        )
         try:
             print(f"plot: {plot(rows, out)}")
         except ImportError:
-            print("plot: matplotlib is not installed (pip install 'powercut[bench]'); results.json written")
+            print(
+                "plot: matplotlib is not installed (pip install 'powercut[bench]'); results.json written"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

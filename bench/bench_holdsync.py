@@ -24,6 +24,7 @@ device over a file in /var/tmp (the disk's sync time dominates, and varies).
 
 Needs root (mount, losetup, a seccomp filter), cc, strace and the tree at git commit cdea912 (the
 shim's source)."""
+
 from __future__ import annotations
 
 import argparse
@@ -47,10 +48,17 @@ REPO = Path(__file__).resolve().parents[1]
 SHIM_COMMIT = "cdea912"
 SHIM_SOURCE = "vm-images/powercut_delaysync.c"
 SUPERVISOR_SOURCE = REPO / "vm-images" / "powercut_holdsync.c"
-MODES = ("bare", "shim", "seccomp", "strace-bpf", "strace-ptrace", "seccomp+strace-ptrace",
-         "seccomp+strace-bpf")
+MODES = (
+    "bare",
+    "shim",
+    "seccomp",
+    "strace-bpf",
+    "strace-ptrace",
+    "seccomp+strace-ptrace",
+    "seccomp+strace-bpf",
+)
 HOLD_MODES = ("shim", "seccomp", "seccomp+strace-ptrace", "seccomp+strace-bpf")
-NOTHING = (1000, "nomatch.file")   # a rule that holds nothing the program syncs
+NOTHING = (1000, "nomatch.file")  # a rule that holds nothing the program syncs
 HOLD_NS = 50_000_000
 RUN_TIMEOUT = 300.0
 SYNC_CALL = re.compile(r"^(\d+)\s+\S+\s+(fsync|fdatasync)\(\d+<([^>]*)>(.*)$")
@@ -244,21 +252,22 @@ class Tools:
     shim: Path
     supervisor: Path
     strace: str
-    programs: dict[str, Path]   # "C", "Go" -> the workload binary
+    programs: dict[str, Path]  # "C", "Go" -> the workload binary
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
     """One run of the workload in one mode."""
+
     a_ns: int
     a_syncs: int
     b_iters: int
     b_ns: int
-    a_sync_ns: tuple[int, ...]      # each of A's fdatasync calls as the program timed it
-    traced: int | None              # sync calls in the strace trace (None: no trace)
-    traced_a_ns: tuple[int, ...]    # the trace's -T of A's fdatasync calls
-    logged: int | None              # sync calls the shim or the supervisor logged (None: neither)
-    held: int | None                # of which held (a non-zero hold)
+    a_sync_ns: tuple[int, ...]  # each of A's fdatasync calls as the program timed it
+    traced: int | None  # sync calls in the strace trace (None: no trace)
+    traced_a_ns: tuple[int, ...]  # the trace's -T of A's fdatasync calls
+    logged: int | None  # sync calls the shim or the supervisor logged (None: neither)
+    held: int | None  # of which held (a non-zero hold)
     wall_s: float
 
     @property
@@ -271,7 +280,9 @@ class Run:
 
 def build_shim(out: Path) -> Path:
     src = out / "powercut_delaysync.c"
-    shown = process.run(["git", "-C", str(REPO), "show", f"{SHIM_COMMIT}:{SHIM_SOURCE}"], timeout=60)
+    shown = process.run(
+        ["git", "-C", str(REPO), "show", f"{SHIM_COMMIT}:{SHIM_SOURCE}"], timeout=60
+    )
     src.write_text(shown.stdout)
     lib = out / "libpowercut-delaysync.so"
     process.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], timeout=120)
@@ -309,7 +320,9 @@ def build(out: Path) -> Tools:
         programs["Go"] = build_go(out)
     else:
         print("note: `go` is not on PATH: no Go rows")
-    return Tools(build_shim(out), build_supervisor(out), process.require("strace", "strace"), programs)
+    return Tools(
+        build_shim(out), build_supervisor(out), process.require("strace", "strace"), programs
+    )
 
 
 # ---- one run --------------------------------------------------------------------------------------
@@ -324,16 +337,31 @@ def strace_argv(strace: str, out: Path, bpf: bool) -> list[str]:
 
 
 def supervisor_argv(tools: Tools, log: Path, mount: Path, rule: tuple[int, str]) -> list[str]:
-    return [str(tools.supervisor), "-l", str(log), "-m", str(mount), "-r", f"{rule[0]}:{rule[1]}", "--"]
+    return [
+        str(tools.supervisor),
+        "-l",
+        str(log),
+        "-m",
+        str(mount),
+        "-r",
+        f"{rule[0]}:{rule[1]}",
+        "--",
+    ]
 
 
 def shim_env(tools: Tools, log: Path, mount: Path, rule: tuple[int, str]) -> dict[str, str]:
-    return {**os.environ, "LD_PRELOAD": str(tools.shim), "POWERCUT_DELAY_SYNC": f"{rule[0]}\t{rule[1]}",
-            "POWERCUT_MOUNT": str(mount), "POWERCUT_DELAY_SYNC_LOG": str(log)}
+    return {
+        **os.environ,
+        "LD_PRELOAD": str(tools.shim),
+        "POWERCUT_DELAY_SYNC": f"{rule[0]}\t{rule[1]}",
+        "POWERCUT_MOUNT": str(mount),
+        "POWERCUT_DELAY_SYNC_LOG": str(log),
+    }
 
 
-def command(mode: str, tools: Tools, program: list[str], files: Path, mount: Path,
-            rule: tuple[int, str]) -> tuple[list[str], dict[str, str] | None]:
+def command(
+    mode: str, tools: Tools, program: list[str], files: Path, mount: Path, rule: tuple[int, str]
+) -> tuple[list[str], dict[str, str] | None]:
     """The argv and the environment (None: this one) of ``program`` in ``mode``."""
     trace = files / "trace.txt"
     log = files / "sync.log"
@@ -357,7 +385,7 @@ def trace_syncs(trace: Path) -> tuple[int, tuple[int, ...]]:
     -T (ns) of those on a.log."""
     count = 0
     durations: list[int] = []
-    pending: dict[str, str] = {}   # pid -> the path of its unfinished sync call
+    pending: dict[str, str] = {}  # pid -> the path of its unfinished sync call
     for line in trace.read_text(errors="replace").splitlines():
         call = SYNC_CALL.match(line)
         resumed = None if call else SYNC_RESUMED.match(line)
@@ -387,8 +415,9 @@ def log_counts(log: Path) -> tuple[int, int]:
     return len(lines), sum(1 for f in lines if len(f) > 1 and f[1] != "0")
 
 
-def run_once(mode: str, tools: Tools, lang: str, workdir: Path, files: Path, n: int,
-             rule: tuple[int, str]) -> Run:
+def run_once(
+    mode: str, tools: Tools, lang: str, workdir: Path, files: Path, n: int, rule: tuple[int, str]
+) -> Run:
     for stale in files.iterdir():
         stale.unlink()
     program = [str(tools.programs[lang]), str(workdir), str(n)]
@@ -398,14 +427,23 @@ def run_once(mode: str, tools: Tools, lang: str, workdir: Path, files: Path, n: 
     traced, traced_a = trace_syncs(files / "trace.txt") if "strace" in mode else (None, ())
     logs = mode == "shim" or mode.startswith("seccomp")
     logged, held = log_counts(files / "sync.log") if logs else (None, None)
-    return Run(int(got["a_ns"]), int(got["a_syncs"]), int(got["b_iters"]), int(got["b_ns"]),
-               tuple(int(x) for x in got["a_sync_ns"].split(",") if x), traced, traced_a, logged, held,
-               res.duration_s)
+    return Run(
+        int(got["a_ns"]),
+        int(got["a_syncs"]),
+        int(got["b_iters"]),
+        int(got["b_ns"]),
+        tuple(int(x) for x in got["a_sync_ns"].split(",") if x),
+        traced,
+        traced_a,
+        logged,
+        held,
+        res.duration_s,
+    )
 
 
 # ---- rounds ---------------------------------------------------------------------------------------
 
-Key = tuple[str, str]   # (program, mode)
+Key = tuple[str, str]  # (program, mode)
 
 
 @dataclasses.dataclass
@@ -414,21 +452,31 @@ class Measured:
     failed: dict[Key, str] = dataclasses.field(default_factory=dict)
 
 
-def one_round(modes: tuple[str, ...], tools: Tools, workdir: Path, files: Path, n: int,
-              rule: tuple[int, str], into: Measured) -> None:
+def one_round(
+    modes: tuple[str, ...],
+    tools: Tools,
+    workdir: Path,
+    files: Path,
+    n: int,
+    rule: tuple[int, str],
+    into: Measured,
+) -> None:
     for lang in tools.programs:
         for mode in modes:
             key = (lang, mode)
             if key in into.failed:
                 continue
             try:
-                into.runs.setdefault(key, []).append(run_once(mode, tools, lang, workdir, files, n, rule))
+                into.runs.setdefault(key, []).append(
+                    run_once(mode, tools, lang, workdir, files, n, rule)
+                )
             except (CommandFailed, StopIteration, KeyError, ValueError) as e:
                 into.failed[key] = f"{type(e).__name__}: {e}"
 
 
-def measure(tools: Tools, workdir: Path, files: Path, n: int, args: argparse.Namespace,
-            label: str) -> tuple[Measured, Measured]:
+def measure(
+    tools: Tools, workdir: Path, files: Path, n: int, args: argparse.Namespace, label: str
+) -> tuple[Measured, Measured]:
     """Every mode --rounds times with the rule that holds nothing, then with a.log held."""
     overhead = Measured()
     held = Measured()
@@ -462,8 +510,10 @@ def ms3(ns: list[int]) -> str:
     return f"{min(ns) / 1e6:.2f}/{statistics.median(ns) / 1e6:.2f}/{max(ns) / 1e6:.2f}"
 
 
-OVERHEAD_HEAD = (f"{'mode':22} {'A ms/commit':>11} {'A xbare':>8} {'B it/s':>9} {'B xbare':>8} "
-                 f"{'syncs made':>10} {'in trace':>9} {'logged':>7} {'held':>5} {'run s':>6}")
+OVERHEAD_HEAD = (
+    f"{'mode':22} {'A ms/commit':>11} {'A xbare':>8} {'B it/s':>9} {'B xbare':>8} "
+    f"{'syncs made':>10} {'in trace':>9} {'logged':>7} {'held':>5} {'run s':>6}"
+)
 
 
 def overhead_row(mode: str, base: list[Run], runs: list[Run]) -> str:
@@ -473,12 +523,16 @@ def overhead_row(mode: str, base: list[Run], runs: list[Run]) -> str:
     b0 = statistics.median(b_rate(r) for r in base)
     wall = statistics.median(r.wall_s for r in runs)
     made = sum(r.made for r in runs)
-    return (f"{mode:22} {a:11.4f} {a / a0:8.2f} {b:9.0f} {b / b0 if b0 else 0:8.2f} {made:10d} "
-            f"{total(runs, 'traced'):>9} {total(runs, 'logged'):>7} {total(runs, 'held'):>5} {wall:6.2f}")
+    return (
+        f"{mode:22} {a:11.4f} {a / a0:8.2f} {b:9.0f} {b / b0 if b0 else 0:8.2f} {made:10d} "
+        f"{total(runs, 'traced'):>9} {total(runs, 'logged'):>7} {total(runs, 'held'):>5} {wall:6.2f}"
+    )
 
 
-HOLD_HEAD = (f"{'mode':22} {'A held/made':>11} {'A sync ms min/med/max (program)':>32} "
-             f"{'A sync ms in trace (-T)':>24} {'syncs in trace/made':>19}")
+HOLD_HEAD = (
+    f"{'mode':22} {'A held/made':>11} {'A sync ms min/med/max (program)':>32} "
+    f"{'A sync ms in trace (-T)':>24} {'syncs in trace/made':>19}"
+)
 
 
 def hold_row(mode: str, runs: list[Run]) -> str:
@@ -488,27 +542,36 @@ def hold_row(mode: str, runs: list[Run]) -> str:
     in_trace = [ns for r in runs for ns in r.traced_a_ns]
     traced = total(runs, "traced")
     seen = "-" if traced == "-" else f"{traced}/{sum(r.made for r in runs)}"
-    return f"{mode:22} {held + '/' + str(a_made):>11} {ms3(timed):>32} {ms3(in_trace):>24} {seen:>19}"
+    return (
+        f"{mode:22} {held + '/' + str(a_made):>11} {ms3(timed):>32} {ms3(in_trace):>24} {seen:>19}"
+    )
 
 
-def print_tables(title: str, tools: Tools, n: int, measured: tuple[Measured, Measured],
-                 args: argparse.Namespace) -> None:
+def print_tables(
+    title: str, tools: Tools, n: int, measured: tuple[Measured, Measured], args: argparse.Namespace
+) -> None:
     overhead, held = measured
     for lang in tools.programs:
-        print(f"\n{title}, {lang}: A {n} commits a run, medians of {args.rounds} rounds "
-              f"(x: against bare; counts: sums over the rounds; rule {NOTHING[0]}:{NOTHING[1]})")
+        print(
+            f"\n{title}, {lang}: A {n} commits a run, medians of {args.rounds} rounds "
+            f"(x: against bare; counts: sums over the rounds; rule {NOTHING[0]}:{NOTHING[1]})"
+        )
         print(OVERHEAD_HEAD)
         base = overhead.runs.get((lang, "bare"), [])
         for mode in MODES:
             print(row_or_failure(mode, lang, overhead, functools.partial(overhead_row, mode, base)))
-        print(f"\n{title}, {lang}: a.log held {HOLD_NS // 1_000_000} ms (-r {HOLD_NS}:a.log), "
-              f"A {args.hold_n} commits a run, {args.rounds} rounds pooled")
+        print(
+            f"\n{title}, {lang}: a.log held {HOLD_NS // 1_000_000} ms (-r {HOLD_NS}:a.log), "
+            f"A {args.hold_n} commits a run, {args.rounds} rounds pooled"
+        )
         print(HOLD_HEAD)
         for mode in HOLD_MODES:
             print(row_or_failure(mode, lang, held, functools.partial(hold_row, mode)))
 
 
-def row_or_failure(mode: str, lang: str, measured: Measured, row: Callable[[list[Run]], str]) -> str:
+def row_or_failure(
+    mode: str, lang: str, measured: Measured, row: Callable[[list[Run]], str]
+) -> str:
     key = (lang, mode)
     if key in measured.failed:
         return f"{mode:22} FAILED: {measured.failed[key]}"
@@ -567,7 +630,9 @@ def describe(mnt: Path) -> str:
     return "?"
 
 
-def bench_on(title: str, mnt: Path, tools: Tools, files: Path, n: int, args: argparse.Namespace) -> None:
+def bench_on(
+    title: str, mnt: Path, tools: Tools, files: Path, n: int, args: argparse.Namespace
+) -> None:
     workdir = mnt / "work"
     workdir.mkdir()
     print(f"{title}: {mnt}, {describe(mnt)}", flush=True)
@@ -577,20 +642,35 @@ def bench_on(title: str, mnt: Path, tools: Tools, files: Path, n: int, args: arg
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=200, help="A's commits a run on ext4 (default 200)")
-    ap.add_argument("--tmpfs-n", type=int, default=20000,
-                    help="A's commits a run on the tmpfs, where a sync is ~free (default 20000)")
-    ap.add_argument("--hold-n", type=int, default=10,
-                    help="A's commits a run with a.log held 50 ms (default 10)")
-    ap.add_argument("--rounds", type=int, default=3, help="repetitions; the figures are medians (default 3)")
+    ap.add_argument(
+        "--tmpfs-n",
+        type=int,
+        default=20000,
+        help="A's commits a run on the tmpfs, where a sync is ~free (default 20000)",
+    )
+    ap.add_argument(
+        "--hold-n",
+        type=int,
+        default=10,
+        help="A's commits a run with a.log held 50 ms (default 10)",
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="repetitions; the figures are medians (default 3)"
+    )
     ap.add_argument("--only-tmpfs", action="store_true", help="skip the ext4 on a loop device")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (mount, losetup)")
         return 2
-    print(f"kernel {platform.release()}, {platform.machine()}, {os.cpu_count()} CPUs; "
-          f"{'; '.join(k + ' ' + v for k, v in versions().items())}", flush=True)
+    print(
+        f"kernel {platform.release()}, {platform.machine()}, {os.cpu_count()} CPUs; "
+        f"{'; '.join(k + ' ' + v for k, v in versions().items())}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="powercut-bench-holdsync-") as tmp:
         root = Path(tmp)
         bin_dir = root / "bin"

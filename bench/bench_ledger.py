@@ -18,6 +18,7 @@ N`` each night judges at most N states, and the ledger sends the cap to new stat
 
 The log: ``--recording DIR`` / ``--log FILE``, else bench_scale's synthetic filesystem-shaped log
 (a FLUSH every 20-30 writes: write-cache windows above the default bound, so they are sampled)."""
+
 from __future__ import annotations
 
 import argparse
@@ -35,13 +36,19 @@ from powercut.core.states.models import CrashSpace
 from powercut.core.states.selection import SelectionSpec, select
 
 
-def nights(sp: CrashSpace, spec: SelectionSpec, n: int, *, auto: bool, ledger: bool) -> list[tuple[int, int]]:
+def nights(
+    sp: CrashSpace, spec: SelectionSpec, n: int, *, auto: bool, ledger: bool
+) -> list[tuple[int, int]]:
     """Per night: (states judged that night, distinct states judged so far)."""
     union: set[str] = set()
     passed: set[str] = set()
     out = []
     for night in range(1, n + 1):
-        sel = select(sp, spec.with_(seed=night if auto else 0), earlier=frozenset(passed) if ledger else frozenset())
+        sel = select(
+            sp,
+            spec.with_(seed=night if auto else 0),
+            earlier=frozenset(passed) if ledger else frozenset(),
+        )
         keys = {state_key(sp, s) for s in sel.states}
         union |= keys
         passed |= keys
@@ -60,26 +67,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-states", type=int, default=0, help="per night (0: all)")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        log = Path(a.log) if a.log else Path(a.recording) / "log.bin" if a.recording else Path(tmp) / "log.bin"
+        log = (
+            Path(a.log)
+            if a.log
+            else Path(a.recording) / "log.bin"
+            if a.recording
+            else Path(tmp) / "log.bin"
+        )
         if not a.log and not a.recording:
             synthetic_log(log, a.entries)
-        spec = SelectionSpec(models=("write-cache",), bound=a.bound, samples=a.samples, max_states=a.max_states)
+        spec = SelectionSpec(
+            models=("write-cache",), bound=a.bound, samples=a.samples, max_states=a.max_states
+        )
         with open_log(log) as index:
             sp = CrashSpace(index)
-            runs = {"fixed seed": nights(sp, spec, a.nights, auto=False, ledger=False),
-                    "seed auto": nights(sp, spec, a.nights, auto=True, ledger=False),
-                    "seed auto+ledger": nights(sp, spec, a.nights, auto=True, ledger=True)}
-            print(f"log: {log if a.log or a.recording else f'synthetic, {a.entries} entries'} "
-                  f"({len(index.entries)} entries); write-cache, bound {a.bound}, samples {a.samples}, "
-                  f"max-states {a.max_states or 'all'} per night; judging simulated (every state passes)")
+            runs = {
+                "fixed seed": nights(sp, spec, a.nights, auto=False, ledger=False),
+                "seed auto": nights(sp, spec, a.nights, auto=True, ledger=False),
+                "seed auto+ledger": nights(sp, spec, a.nights, auto=True, ledger=True),
+            }
+            print(
+                f"log: {log if a.log or a.recording else f'synthetic, {a.entries} entries'} "
+                f"({len(index.entries)} entries); write-cache, bound {a.bound}, samples {a.samples}, "
+                f"max-states {a.max_states or 'all'} per night; judging simulated (every state passes)"
+            )
     print(f"{'night':>5} " + " ".join(f"{name + ' judged/total':>30}" for name in runs))
     for k in range(a.nights):
-        print(f"{k + 1:>5} " + " ".join(f"{runs[name][k][0]:>14} / {runs[name][k][1]:<13}" for name in runs))
+        print(
+            f"{k + 1:>5} "
+            + " ".join(f"{runs[name][k][0]:>14} / {runs[name][k][1]:<13}" for name in runs)
+        )
     for name, r in runs.items():
         one, last = r[0][1], r[-1][1]
         judged = sum(x for x, _ in r)
-        print(f"{name:>17}: {last} distinct states after {a.nights} nights = {last / one:.2f}x one night's {one}; "
-              f"{judged} judgings, {judged - last} of them repeats")
+        print(
+            f"{name:>17}: {last} distinct states after {a.nights} nights = {last / one:.2f}x one night's {one}; "
+            f"{judged} judgings, {judged - last} of them repeats"
+        )
     return 0
 
 

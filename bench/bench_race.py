@@ -12,6 +12,7 @@ the setting (the least of 5 each).  The recordings go through campaign/schedules
 
 Needs what `powercut record` needs (root, QEMU, the guest image) and a host that can mount loop
 devices (host-mode checks).  Absolute times on a TCG guest say little about real machines."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ from powercut.core.recording.latency import parse_schedules
 from powercut.record.vm import RecordSpec, record
 
 SETTINGS = "none,nvme,sata-ssd,hdd"
-PROBE = (Path(__file__).resolve().parents[1] / "tests" / "vm" / "test_latency_vm.py")
+PROBE = Path(__file__).resolve().parents[1] / "tests" / "vm" / "test_latency_vm.py"
 
 
 def catch_rates(outcomes: list[Outcome]) -> dict[str, tuple[int, int, float]]:
@@ -46,9 +47,15 @@ def probe_script() -> str:
 
 
 def probe(setting: str, tmp: Path) -> dict[str, float]:
-    rec = record(RecordSpec(fs=FsSpec(fstype="ext4", size_mb=256), latency=parse_schedules(setting)[0],
-                            workload=WorkloadSpec(cmd=f"python3 -c {shlex.quote(probe_script())}", trace=False)),
-                 tmp / f"probe-{setting}", force=True)
+    rec = record(
+        RecordSpec(
+            fs=FsSpec(fstype="ext4", size_mb=256),
+            latency=parse_schedules(setting)[0],
+            workload=WorkloadSpec(cmd=f"python3 -c {shlex.quote(probe_script())}", trace=False),
+        ),
+        tmp / f"probe-{setting}",
+        force=True,
+    )
     return dict(json.loads((rec.dir / "job" / "workload.out").read_text().strip().splitlines()[-1]))
 
 
@@ -57,24 +64,39 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--settings", default=SETTINGS)
     ap.add_argument("--n", type=int, default=8, help="records per recording (default 8)")
-    ap.add_argument("--probe", action="store_true", help="also time fsync and an O_DIRECT write in the guest")
+    ap.add_argument(
+        "--probe", action="store_true", help="also time fsync and an O_DIRECT write in the guest"
+    )
     args = ap.parse_args()
     latencies = parse_schedules(args.settings)
-    rspec = RecordSpec(fs=FsSpec(fstype="ext4", size_mb=256),
-                       workload=WorkloadSpec(name="append-fsync", params={"n": args.n, "ack_on_issue": True}))
+    rspec = RecordSpec(
+        fs=FsSpec(fstype="ext4", size_mb=256),
+        workload=WorkloadSpec(name="append-fsync", params={"n": args.n, "ack_on_issue": True}),
+    )
     cspec = CampaignSpec.of(models=("flush",), check_in="host", jobs=1, shrink=0, confirm=False)
     with tempfile.TemporaryDirectory(prefix="bench-race-") as tmp:
         probes = {str(lat): probe(str(lat), Path(tmp)) for lat in latencies} if args.probe else {}
-        outcomes, _ = run_schedules(plan(latencies, args.rounds, 0), rspec, cspec, Path(tmp) / "runs",
-                                    lambda o: print(f"  {o.schedule.setting} #{o.schedule.repeat + 1}: {o.verdict}"
-                                                    f" ({o.record_s:.1f} s){' ' + o.error if o.error else ''}",
-                                                    flush=True))
-    print(f"\n{'disk latency':<14} {'caught (lost-ack)':>18} {'catch rate':>11} {'mean recording s':>17}"
-          + (f" {'fsync ms':>9} {'write ms':>9}" if probes else ""))
+        outcomes, _ = run_schedules(
+            plan(latencies, args.rounds, 0),
+            rspec,
+            cspec,
+            Path(tmp) / "runs",
+            lambda o: print(
+                f"  {o.schedule.setting} #{o.schedule.repeat + 1}: {o.verdict}"
+                f" ({o.record_s:.1f} s){' ' + o.error if o.error else ''}",
+                flush=True,
+            ),
+        )
+    print(
+        f"\n{'disk latency':<14} {'caught (lost-ack)':>18} {'catch rate':>11} {'mean recording s':>17}"
+        + (f" {'fsync ms':>9} {'write ms':>9}" if probes else "")
+    )
     for setting, (caught, n, mean) in catch_rates(outcomes).items():
         p = probes.get(setting, {})
-        print(f"{setting:<14} {f'{caught} of {n}':>18} {caught / n:>10.0%} {mean:>17.1f}"
-              + (f" {p.get('fsync_ms', 0):>9.2f} {p.get('write_ms', 0):>9.2f}" if probes else ""))
+        print(
+            f"{setting:<14} {f'{caught} of {n}':>18} {caught / n:>10.0%} {mean:>17.1f}"
+            + (f" {p.get('fsync_ms', 0):>9.2f} {p.get('write_ms', 0):>9.2f}" if probes else "")
+        )
     return 0
 
 

@@ -18,6 +18,7 @@ Needs root and tracefs.  Prints per model: states, how many the rule would have 
 mismatches.  On append-fsync n=120 (ext4) it found 0 of 490 flush states and 1,668 of 5,974
 write-cache states (28 %), with no mismatch: each flush state adds a journal block that recovery
 reads (it probes the block after the journal's end, and reads ahead), so prefixes never match."""
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,10 @@ class Reads:
         if not (TRACEFS / "instances").is_dir():
             process.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], timeout=60, check=False)
         if not (TRACEFS / "events/block/block_rq_issue").is_dir():
-            raise SystemExit("bench_readset: no tracefs with block:block_rq_issue here (mount -t tracefs nodev "
-                             f"{TRACEFS}; a kernel with CONFIG_BLK_DEV_IO_TRACE)")
+            raise SystemExit(
+                "bench_readset: no tracefs with block:block_rq_issue here (mount -t tracefs nodev "
+                f"{TRACEFS}; a kernel with CONFIG_BLK_DEV_IO_TRACE)"
+            )
         self.dir = TRACEFS / "instances" / f"powercut-readset-{os.getpid()}"
         self.dir.mkdir()
         self.device = dev
@@ -77,7 +80,7 @@ class Reads:
         out = []
         for m in EVENT.finditer(b"".join(chunks).decode(errors="replace")):
             if (int(m.group(1)), int(m.group(2))) == (self.major, self.minor) and "R" in m.group(3):
-                out.append((int(m.group(4)), int(m.group(4)) + int(m.group(5))))   # 512-byte sectors
+                out.append((int(m.group(4)), int(m.group(4)) + int(m.group(5))))  # 512-byte sectors
         return out
 
     def close(self) -> None:
@@ -88,14 +91,18 @@ class Reads:
 
 def touches(reads: list[tuple[int, int]], lo: int, hi: int) -> bool:
     k = bisect.bisect_left(reads, (hi, hi))
-    return any(a < hi and lo < b for a, b in reads[max(0, k - 64):k])
+    return any(a < hi and lo < b for a, b in reads[max(0, k - 64) : k])
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("recording")
     ap.add_argument("--models", default="flush,write-cache")
-    ap.add_argument("--lookback", type=int, default=64, help="earlier judged states compared with (default 64)")
+    ap.add_argument(
+        "--lookback", type=int, default=64, help="earlier judged states compared with (default 64)"
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench_readset: needs root (loop devices, mount, tracefs)", file=sys.stderr)
@@ -112,12 +119,12 @@ def main() -> int:
             dummy = ws / "dummy.img"
             dummy.write_bytes(bytes(4096))
             with LoopDevice(dummy) as first:
-                reads = Reads(first)   # tracing from before any state's image is bound
+                reads = Reads(first)  # tracing from before any state's image is bound
             reads.take()
             es, unit = index.entries, index.sectorsize // 512
             changes = [e.changes_device for e in es]
 
-            def kept(st) -> frozenset:   # the (entry, torn sectors) a state keeps: CrashState's rule
+            def kept(st) -> frozenset:  # the (entry, torn sectors) a state keeps: CrashState's rule
                 return frozenset(st.kept(changes))
 
             for model in args.models.split(","):
@@ -129,19 +136,26 @@ def main() -> int:
                 walk = materialize(index, src.initial, src.size, states, ws / model)
                 with contextlib.closing(walk):
                     for st, img in walk:
-                        with LoopDevice(img) as dev:   # as check/host judges a state
-                            if dev != reads.device:   # another device than the last: trace the new one
-                                reads.close()         # (from before this state's judge: nothing reads it before)
+                        with LoopDevice(img) as dev:  # as check/host judges a state
+                            if (
+                                dev != reads.device
+                            ):  # another device than the last: trace the new one
+                                reads.close()  # (from before this state's judge: nothing reads it before)
                                 reads = Reads(dev)
                             v = judge(ctx, dev, st, str(ws / "mnt"))
                         r = sorted(reads.take())
                         ks = kept(st)
                         key = (tuple(st.acks), st.begun)
                         match = None
-                        for j_key, j_kept, j_reads, j_verdict in reversed(judged[-args.lookback:]):
+                        for j_key, j_kept, j_reads, j_verdict in reversed(judged[-args.lookback :]):
                             if j_key == key and not any(
-                                    touches(j_reads, es[i].sector * unit, (es[i].sector + es[i].nr_sectors) * unit)
-                                    for i, _ in ks ^ j_kept):
+                                touches(
+                                    j_reads,
+                                    es[i].sector * unit,
+                                    (es[i].sector + es[i].nr_sectors) * unit,
+                                )
+                                for i, _ in ks ^ j_kept
+                            ):
                                 match = j_verdict
                                 break
                         if match is not None:
@@ -151,9 +165,11 @@ def main() -> int:
                             judged.append((key, ks, r, v.verdict))
                 dt = time.perf_counter() - t0
                 share = 100 * skipped / max(1, len(states))
-                print(f"{model:12s} {len(states):6d} states: the rule would skip {skipped} ({share:.0f} %), "
-                      f"verdict mismatches {mismatched}; {1000 * dt / max(1, len(states)):.1f} ms per state with tracing",
-                      flush=True)
+                print(
+                    f"{model:12s} {len(states):6d} states: the rule would skip {skipped} ({share:.0f} %), "
+                    f"verdict mismatches {mismatched}; {1000 * dt / max(1, len(states)):.1f} ms per state with tracing",
+                    flush=True,
+                )
             reads.close()
     finally:
         shutil.rmtree(ws, ignore_errors=True)

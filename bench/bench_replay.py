@@ -7,6 +7,7 @@ entry 0 (fstests generic/482 style) on the same states.
 
 Goals reported against: replay >= 1 GB/s; cost per state independent of the log length (shown as
 the per-state cost for states early vs late in the log, and for two synthetic log lengths)."""
+
 from __future__ import annotations
 
 import argparse
@@ -74,7 +75,9 @@ def pick_states(idx: LogIndex, n: int) -> list[CrashState]:
     return flush + wc + torn
 
 
-def run_provider(idx: LogIndex, size: int, states: list[CrashState], ws: Path, name: str) -> ReplayStats | str:
+def run_provider(
+    idx: LogIndex, size: int, states: list[CrashState], ws: Path, name: str
+) -> ReplayStats | str:
     try:
         prov = choose_provider(ws, name, image_bytes=2 * size + 256 * MB)
     except PowercutError as e:
@@ -95,14 +98,20 @@ def state_cost(st: ReplayStats) -> float:
     return (st.clone_s + st.extras_s + st.release_s) / max(st.states, 1)
 
 
-def bench_log(label: str, log_path: Path, size: int, ws: Path, nstates: int, nref: int, providers: list[str]) -> dict:
-    print(f"\n== {label}: {log_path} ({os.path.getsize(log_path) / MB:.1f} MiB file), data device {size / MB:.0f} MiB")
+def bench_log(
+    label: str, log_path: Path, size: int, ws: Path, nstates: int, nref: int, providers: list[str]
+) -> dict:
+    print(
+        f"\n== {label}: {log_path} ({os.path.getsize(log_path) / MB:.1f} MiB file), data device {size / MB:.0f} MiB"
+    )
     t = time.perf_counter()
     idx = open_log(log_path)
     dt = time.perf_counter() - t
     scanned = idx.stop_offset
-    print(f"log read:   {len(idx)} entries in {dt * 1e3:.1f} ms = {len(idx) / dt:,.0f} entries/s, "
-          f"{scanned / MB / dt:,.0f} MB/s of log")
+    print(
+        f"log read:   {len(idx)} entries in {dt * 1e3:.1f} ms = {len(idx) / dt:,.0f} entries/s, "
+        f"{scanned / MB / dt:,.0f} MB/s of log"
+    )
     out: dict = {"entries": len(idx)}
     with idx:
         # the pristine walk alone (one state at the end of the log), best of 3 after a sync: fresh
@@ -125,10 +134,12 @@ def bench_log(label: str, log_path: Path, size: int, ws: Path, nstates: int, nre
             finally:
                 prov.close()
         for name, st in best.items():
-            print(f"walk ({name:4}): {st.walk_bytes / MB:.1f} MiB over {st.walk_entries} entries in "
-                  f"{st.walk_s * 1e3:.1f} ms = {st.walk_bytes / MB / st.walk_s:,.0f} MB/s (goal >= 1000; "
-                  f"{'dense pristine, written back' if name != 'copy' else 'sparse pristine, page cache'}); "
-                  f"pristine setup {st.setup_s * 1e3:.0f} ms")
+            print(
+                f"walk ({name:4}): {st.walk_bytes / MB:.1f} MiB over {st.walk_entries} entries in "
+                f"{st.walk_s * 1e3:.1f} ms = {st.walk_bytes / MB / st.walk_s:,.0f} MB/s (goal >= 1000; "
+                f"{'dense pristine, written back' if name != 'copy' else 'sparse pristine, page cache'}); "
+                f"pristine setup {st.setup_s * 1e3:.0f} ms"
+            )
             out[f"walk_mbs_{name}"] = st.walk_bytes / MB / st.walk_s
         states = pick_states(idx, nstates)
         half = len(idx) // 2
@@ -145,19 +156,28 @@ def bench_log(label: str, log_path: Path, size: int, ws: Path, nstates: int, nre
             order = _walk_order(idx, states)
             early_c = [c for s, c in zip(order, per) if s.id in early]
             late_c = [c for s, c in zip(order, per) if s.id not in early]
-            print(f"{name:12} {res.states} states in {total:.3f} s ({total / res.states * 1e3:.2f} ms/state incl. "
-                  f"walk); per state beyond the walk {costs * 1e3:.2f} ms (clone {res.clone_s / res.states * 1e3:.2f}, "
-                  f"extras {res.extras_s / res.states * 1e3:.2f}, release {res.release_s / res.states * 1e3:.2f}); "
-                  f"median state {statistics.median(per) * 1e3:.2f} ms: early half {_med(early_c)}, "
-                  f"late half {_med(late_c)}; walk in this run {res.walk_s:.3f} s for {res.walk_bytes / MB:.0f} MiB "
-                  f"({res.walk_bytes / MB / max(res.walk_s, 1e-9):,.0f} MB/s)   [{res.provider_reason}]")
-            out[name] = {"total_s": total, "states": res.states, "per_state_ms": costs * 1e3,
-                         "median_ms": statistics.median(per) * 1e3}
+            print(
+                f"{name:12} {res.states} states in {total:.3f} s ({total / res.states * 1e3:.2f} ms/state incl. "
+                f"walk); per state beyond the walk {costs * 1e3:.2f} ms (clone {res.clone_s / res.states * 1e3:.2f}, "
+                f"extras {res.extras_s / res.states * 1e3:.2f}, release {res.release_s / res.states * 1e3:.2f}); "
+                f"median state {statistics.median(per) * 1e3:.2f} ms: early half {_med(early_c)}, "
+                f"late half {_med(late_c)}; walk in this run {res.walk_s:.3f} s for {res.walk_bytes / MB:.0f} MiB "
+                f"({res.walk_bytes / MB / max(res.walk_s, 1e-9):,.0f} MB/s)   [{res.provider_reason}]"
+            )
+            out[name] = {
+                "total_s": total,
+                "states": res.states,
+                "per_state_ms": costs * 1e3,
+                "median_ms": statistics.median(per) * 1e3,
+            }
         # replay from scratch on a subset of the same states: the plain reference (zeros written
         # for discards, like replay-log without discard support) and the same fast path as the walk
         sub = spread(sorted(states, key=lambda s: s.cut), nref)
         ref = ws / "ref.img"
-        for what, fn in (("plain reference", reference_image), ("fast path", lambda *a: replay_into(*a, fsync=False))):
+        for what, fn in (
+            ("plain reference", reference_image),
+            ("fast path", lambda *a: replay_into(*a, fsync=False)),
+        ):
             times = []
             for s in sub:
                 t = time.perf_counter()
@@ -165,18 +185,23 @@ def bench_log(label: str, log_path: Path, size: int, ws: Path, nstates: int, nre
                 times.append(time.perf_counter() - t)
                 ref.unlink()
             per_s = statistics.mean(times)
-            print(f"from scratch, {what} ({len(sub)} states spread over the log): {per_s * 1e3:.1f} ms/state "
-                  f"(earliest cut {times[0] * 1e3:.1f} ms, latest {times[-1] * 1e3:.1f} ms)")
+            print(
+                f"from scratch, {what} ({len(sub)} states spread over the log): {per_s * 1e3:.1f} ms/state "
+                f"(earliest cut {times[0] * 1e3:.1f} ms, latest {times[-1] * 1e3:.1f} ms)"
+            )
             out[f"ref_ms_{what}"] = per_s * 1e3
             for name in providers:
                 if name in out:
                     inc = out[name]["total_s"] / out[name]["states"]
-                    print(f"  ratio from-scratch ({what}) / incremental ({name}, walk included): {per_s / inc:,.1f}x")
+                    print(
+                        f"  ratio from-scratch ({what}) / incremental ({name}, walk included): {per_s / inc:,.1f}x"
+                    )
     return out
 
 
 def _walk_order(idx: LogIndex, states: list[CrashState]) -> list[CrashState]:
     from powercut.replay.materialize import plan
+
     return [p.state for p in sorted((plan(idx, s) for s in states), key=lambda p: p.base)]
 
 
@@ -185,45 +210,80 @@ def _med(xs: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--recording", type=Path, help="a recording directory")
-    src.add_argument("--synthetic-mb", type=int, help="data MiB of a synthetic log (and a 4x longer one)")
+    src.add_argument(
+        "--synthetic-mb", type=int, help="data MiB of a synthetic log (and a 4x longer one)"
+    )
     ap.add_argument("--workspace", type=Path, default=Path(tempfile.gettempdir()))
     ap.add_argument("--states", type=int, default=200, help="states per provider run")
-    ap.add_argument("--ref-states", type=int, default=12, help="states rebuilt from scratch for the ratio")
+    ap.add_argument(
+        "--ref-states", type=int, default=12, help="states rebuilt from scratch for the ratio"
+    )
     ap.add_argument("--device-mb", type=int, default=1024, help="synthetic data device size")
     ap.add_argument("--providers", default="reflink,xfs,copy,dm-snapshot")
     a = ap.parse_args(argv)
     ws = a.workspace
-    print(f"workspace {ws}: filesystem {fs_type(ws)}, reflink: "
-          f"{'yes' if probe_reflink(ws) is None else 'no'}; root: {os.geteuid() == 0}; "
-          f"device-mapper: {dm_supported()}; cpus {os.cpu_count()}")
+    print(
+        f"workspace {ws}: filesystem {fs_type(ws)}, reflink: "
+        f"{'yes' if probe_reflink(ws) is None else 'no'}; root: {os.geteuid() == 0}; "
+        f"device-mapper: {dm_supported()}; cpus {os.cpu_count()}"
+    )
     providers = [p for p in a.providers.split(",") if p]
     if "reflink" in providers and "xfs" in providers and probe_reflink(ws) is not None:
-        providers.remove("reflink")  # without native reflink, 'reflink' would set up the XFS workspace again
+        providers.remove(
+            "reflink"
+        )  # without native reflink, 'reflink' would set up the XFS workspace again
     try:
         if a.recording:
             rec = load_recording(a.recording)
-            bench_log(f"recording ({rec.manifest['fs']['fstype']})", rec.log_path, rec.data_size, ws, a.states,
-                      a.ref_states, providers)
+            bench_log(
+                f"recording ({rec.manifest['fs']['fstype']})",
+                rec.log_path,
+                rec.data_size,
+                ws,
+                a.states,
+                a.ref_states,
+                providers,
+            )
         else:
             with tempfile.TemporaryDirectory(dir=ws) as d:
                 results = []
                 for mult in (1, 4):
                     p = Path(d) / f"synthetic-{mult}.log"
                     synthetic_log(p, a.synthetic_mb * mult, a.device_mb << 20)
-                    results.append(bench_log(f"synthetic {a.synthetic_mb * mult} MiB", p, a.device_mb << 20, ws,
-                                             a.states, a.ref_states, providers))
+                    results.append(
+                        bench_log(
+                            f"synthetic {a.synthetic_mb * mult} MiB",
+                            p,
+                            a.device_mb << 20,
+                            ws,
+                            a.states,
+                            a.ref_states,
+                            providers,
+                        )
+                    )
                     p.unlink()
                 print("\n== cost per state vs log length (beyond the walk)")
                 for name in providers:
                     if all(name in r for r in results):
-                        print(f"{name:12} " + "  vs  ".join(f"{r['entries']} entries: {r[name]['per_state_ms']:.2f} ms"
-                                                            for r in results))
+                        print(
+                            f"{name:12} "
+                            + "  vs  ".join(
+                                f"{r['entries']} entries: {r[name]['per_state_ms']:.2f} ms"
+                                for r in results
+                            )
+                        )
                 for what in ("plain reference", "fast path"):
-                    print(f"from scratch ({what}) " + "  vs  ".join(
-                        f"{r['entries']} entries: {r[f'ref_ms_{what}']:.1f} ms" for r in results))
+                    print(
+                        f"from scratch ({what}) "
+                        + "  vs  ".join(
+                            f"{r['entries']} entries: {r[f'ref_ms_{what}']:.1f} ms" for r in results
+                        )
+                    )
     except PowercutError as e:
         print(f"error: {e.one_line()}", file=sys.stderr)
         return 1

@@ -76,6 +76,7 @@ states of different key versions are never one image) and keeps its representati
 is rebuilt from its id when judged).  The states a campaign still has to judge are objects again
 (``--max-states`` caps them; a campaign over 3-7.6 M states would take days anyway).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,7 +92,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from powercut.core.log.dmlog import END_MARK, HEADER, MAGIC, MARK, METADATA, SUPER, VERSION, open_log
+from powercut.core.log.dmlog import (
+    END_MARK,
+    HEADER,
+    MAGIC,
+    MARK,
+    METADATA,
+    SUPER,
+    VERSION,
+    open_log,
+)
 from powercut.core.log.dmlog_writer import LogWriter
 from powercut.core.states.models import MODELS, CrashSpace
 from powercut.core.states.selection import (
@@ -104,7 +114,9 @@ from powercut.linux.imageio import probe_reflink
 from powercut.replay.materialize import ReplayStats, materialize
 
 SIZES = (10**3, 10**4, 10**5, 10**6)
-ENUM_MODELS = tuple(m for m in ("no-cache", "flush", "write-cache", "torn", "torn-4k") if m in MODELS)
+ENUM_MODELS = tuple(
+    m for m in ("no-cache", "flush", "write-cache", "torn", "torn-4k") if m in MODELS
+)
 PHASES = ("read", *(f"enum:{m}" for m in ENUM_MODELS), "select", "walk")
 DEVICE_BYTES = 256 << 20
 MIB = 1 << 20
@@ -129,7 +141,9 @@ def _fs_ops(r: random.Random, units: int):  # noqa: ANN202 - an endless iterator
     yield lambda w: w.mark("begin:0")
     while True:
         x = r.random()
-        if since >= gap:   # a commit: the flush, the FUA commit block, its ack, the next commit begins
+        if (
+            since >= gap
+        ):  # a commit: the flush, the FUA commit block, its ack, the next commit begins
             at, key = r.randrange(units) * 8, k
             yield lambda w: w.flush()
             yield lambda w: w.fua(at, blocks[key % 64], METADATA)
@@ -144,7 +158,10 @@ def _fs_ops(r: random.Random, units: int):  # noqa: ANN202 - an endless iterator
             yield lambda w: w.fua(at, data)
         else:
             nb = 1 if x < 0.9 else r.choice((2, 4))
-            at, data = r.randrange(units - 4) * 8, b"".join(blocks[r.randrange(64)] for _ in range(nb))
+            at, data = (
+                r.randrange(units - 4) * 8,
+                b"".join(blocks[r.randrange(64)] for _ in range(nb)),
+            )
             yield lambda w: w.write(at, data)
             since += 1
 
@@ -157,7 +174,10 @@ def tile_log(src: Path, dst: Path, n: int) -> dict[str, int]:
         es = idx.entries
         ss = idx.sectorsize
         body = [e for e in es if e.mark != END_MARK]
-        start = next((i for i, e in enumerate(body) if e.ack_key is not None or e.begin_key is not None), None)
+        start = next(
+            (i for i, e in enumerate(body) if e.ack_key is not None or e.begin_key is not None),
+            None,
+        )
         if start is None or start == len(body):
             raise SystemExit(f"{src}: no ack:/begin: mark to tile from")
         prefix, unit = body[:start], body[start:]
@@ -170,19 +190,26 @@ def tile_log(src: Path, dst: Path, n: int) -> dict[str, int]:
                 txt = (text if text is not None else e.mark).encode()
                 out.write((HEADER.pack(e.sector, 0, MARK, len(txt)) + txt).ljust(ss, b"\0"))
             else:
-                out.write(os.pread(raw.fileno(), ss, e.data_offset - ss))  # the header as logged (data_len too)
+                out.write(
+                    os.pread(raw.fileno(), ss, e.data_offset - ss)
+                )  # the header as logged (data_len too)
                 if not e.is_discard and e.nr_sectors:
                     out.write(idx.data(e))
             count += 1
 
-        for e in prefix[:n - 1]:
+        for e in prefix[: n - 1]:
             put(e)
         while count < n - 1:
             for e in unit:
                 if count >= n - 1:
                     break
                 key = e.ack_key if e.ack_key is not None else e.begin_key
-                put(e, None if key is None or tile == 0 else f"{e.mark[:len(e.mark) - len(key)]}{tile}.{key}")
+                put(
+                    e,
+                    None
+                    if key is None or tile == 0
+                    else f"{e.mark[: len(e.mark) - len(key)]}{tile}.{key}",
+                )
             tile += 1
         out.write((HEADER.pack(0, 0, MARK, len(END_MARK)) + END_MARK.encode()).ljust(ss, b"\0"))
         count += 1
@@ -193,7 +220,17 @@ def tile_log(src: Path, dst: Path, n: int) -> dict[str, int]:
 
 def record_real(out: Path, n: int = 200, timeout: float = 900) -> Path:
     """Record append-fsync (n commits) on ext4 with the project's CLI; returns the log path."""
-    argv = ["powercut", "record", "--workload", "append-fsync", "--param", f"n={n}", "-o", str(out), "--force"]
+    argv = [
+        "powercut",
+        "record",
+        "--workload",
+        "append-fsync",
+        "--param",
+        f"n={n}",
+        "-o",
+        str(out),
+        "--force",
+    ]
     print("recording a real log: " + " ".join(argv), flush=True)
     process.run(argv, timeout=timeout)
     return out / "log.bin"
@@ -204,6 +241,7 @@ def data_size(log_path: Path) -> int:
     manifest = log_path.parent / "manifest.toml"
     if manifest.is_file():
         from powercut.record.recording import load  # noqa: PLC0415 - only for real recordings
+
         try:
             return load(log_path.parent).data_size
         except Exception:  # noqa: BLE001 - a bare log next to an unrelated file
@@ -212,7 +250,9 @@ def data_size(log_path: Path) -> int:
 
 
 # -- children: one phase of one log ---------------------------------------------------------------
-def child(phase: str, log_path: Path, ids_path: Path, workspace: Path, size: int, walk_states: int) -> dict:
+def child(
+    phase: str, log_path: Path, ids_path: Path, workspace: Path, size: int, walk_states: int
+) -> dict:
     if phase == "baseline":
         return {"seconds": 0.0}
     if phase == "read":
@@ -225,7 +265,7 @@ def child(phase: str, log_path: Path, ids_path: Path, workspace: Path, size: int
         t = time.perf_counter()
         sp = CrashSpace(idx)
         t_space = time.perf_counter() - t
-        count = sum(1 for _ in sp.iter_states(phase[5:]))   # streamed: what select consumes
+        count = sum(1 for _ in sp.iter_states(phase[5:]))  # streamed: what select consumes
         dt = time.perf_counter() - t
         return {"seconds": dt, "space_s": t_space, "entries": len(idx), "states": count, **_rss()}
     if phase == "select":
@@ -234,8 +274,13 @@ def child(phase: str, log_path: Path, ids_path: Path, workspace: Path, size: int
         dt = time.perf_counter() - t
         sample = [sel.states[i].id for i in spread(len(sel.states), walk_states)]
         ids_path.write_text(json.dumps(sample))
-        return {"seconds": dt, "entries": len(idx), "states": len(sel.states),
-                "aliases": sum(map(len, sel.aliases.values())), **_rss()}
+        return {
+            "seconds": dt,
+            "entries": len(idx),
+            "states": len(sel.states),
+            "aliases": sum(map(len, sel.aliases.values())),
+            **_rss(),
+        }
     if phase == "walk":
         sp = CrashSpace(idx)
         states = [sp.state_from_id(i) for i in json.loads(ids_path.read_text())]
@@ -247,8 +292,16 @@ def child(phase: str, log_path: Path, ids_path: Path, workspace: Path, size: int
             pass
         dt = time.perf_counter() - t
         per = (st.clone_s + st.extras_s + st.release_s) / max(st.states, 1)
-        return {"seconds": dt, "entries": len(idx), "states": st.states, "provider": st.provider,
-                "walk_s": st.walk_s, "walk_mib": st.walk_bytes / MIB, "per_state_ms": per * 1e3, **_rss()}
+        return {
+            "seconds": dt,
+            "entries": len(idx),
+            "states": st.states,
+            "provider": st.provider,
+            "walk_s": st.walk_s,
+            "walk_mib": st.walk_bytes / MIB,
+            "per_state_ms": per * 1e3,
+            **_rss(),
+        }
     raise SystemExit(f"unknown phase {phase!r}")
 
 
@@ -268,14 +321,29 @@ class Run:
     """What the parent got from one child."""
 
     seconds: float
-    peak_mib: float           # ru_maxrss of the child minus the baseline child's
+    peak_mib: float  # ru_maxrss of the child minus the baseline child's
     data: dict = field(default_factory=dict)
 
 
-def run_child(phase: str, log_path: Path, a: argparse.Namespace, size: int, baseline_mib: float) -> Run:
-    argv = [sys.executable, os.path.abspath(__file__), "--child", phase, "--log", str(log_path),
-            "--ids", str(log_path.with_suffix(".ids.json")), "--workspace", str(a.workspace),
-            "--size", str(size), "--walk-states", str(a.walk_states)]
+def run_child(
+    phase: str, log_path: Path, a: argparse.Namespace, size: int, baseline_mib: float
+) -> Run:
+    argv = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        phase,
+        "--log",
+        str(log_path),
+        "--ids",
+        str(log_path.with_suffix(".ids.json")),
+        "--workspace",
+        str(a.workspace),
+        "--size",
+        str(size),
+        "--walk-states",
+        str(a.walk_states),
+    ]
     # not the runner: the peak memory is os.wait4's rusage of this very child, which process.run does not give
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, env={**os.environ, "PYTHONHASHSEED": "0"})
     timer = threading.Timer(a.timeout, p.kill)
@@ -289,7 +357,9 @@ def run_child(phase: str, log_path: Path, a: argparse.Namespace, size: int, base
         if p.stdout:
             p.stdout.close()
     if p.returncode != 0:
-        raise RuntimeError(f"phase {phase} on {log_path.name} failed (exit {p.returncode}; timeout {a.timeout:g} s)")
+        raise RuntimeError(
+            f"phase {phase} on {log_path.name} failed (exit {p.returncode}; timeout {a.timeout:g} s)"
+        )
     data = json.loads(out.decode().strip().splitlines()[-1])
     return Run(data["seconds"], ru.ru_maxrss / 1024 - baseline_mib, data)
 
@@ -319,8 +389,10 @@ def verdicts(results: dict, source: str) -> dict[str, str]:
         if t is None or m is None:
             continue
         bad = [what for what, (g, _, _) in (("time", t), ("memory", m)) if g > SUPERLINEAR]
-        out[phase] = (f"{'SUPERLINEAR (' + ' and '.join(bad) + ')' if bad else 'linear'}: per entry, time x{t[0]:.2f}, "
-                      f"memory x{m[0]:.2f} from {t[1]:,} to {t[2]:,} entries")
+        out[phase] = (
+            f"{'SUPERLINEAR (' + ' and '.join(bad) + ')' if bad else 'linear'}: per entry, time x{t[0]:.2f}, "
+            f"memory x{m[0]:.2f} from {t[1]:,} to {t[2]:,} entries"
+        )
     return out
 
 
@@ -329,40 +401,63 @@ def table(results: dict) -> str:
     for source, runs in results.items():
         sizes = sorted(int(n) for n in runs)
         base = str(sizes[0])
-        lines.append(f"\n== {source} log (ratios: per entry, against the {sizes[0]:,}-entry run; ~1 = linear)")
-        lines.append(f"{'phase':17} {'entries':>9} {'seconds':>9} {'MiB':>8} {'entries/s':>11} {'states':>9} "
-                     f"{'B/state':>8} {'t/entry ratio':>13} {'MiB/entry ratio':>15}")
+        lines.append(
+            f"\n== {source} log (ratios: per entry, against the {sizes[0]:,}-entry run; ~1 = linear)"
+        )
+        lines.append(
+            f"{'phase':17} {'entries':>9} {'seconds':>9} {'MiB':>8} {'entries/s':>11} {'states':>9} "
+            f"{'B/state':>8} {'t/entry ratio':>13} {'MiB/entry ratio':>15}"
+        )
         for phase in PHASES:
             for n in sizes:
                 r = runs[str(n)].get(phase)
                 if r is None:
                     continue
                 b = runs[base][phase]
-                tr = (r["seconds"] / n) / (b["seconds"] / sizes[0]) if b["seconds"] > 0 else float("nan")
-                mr = (r["peak_mib"] / n) / (b["peak_mib"] / sizes[0]) if b["peak_mib"] > 0.5 else float("nan")
+                tr = (
+                    (r["seconds"] / n) / (b["seconds"] / sizes[0])
+                    if b["seconds"] > 0
+                    else float("nan")
+                )
+                mr = (
+                    (r["peak_mib"] / n) / (b["peak_mib"] / sizes[0])
+                    if b["peak_mib"] > 0.5
+                    else float("nan")
+                )
                 eps = n / r["seconds"] if r["seconds"] > 0 else float("inf")
                 states = r.get("states", 0)
-                bps = f"{r['peak_mib'] * MIB / states:8.0f}" if states and phase != "walk" else f"{'-':>8}"
-                lines.append(f"{phase:17} {n:>9,} {r['seconds']:>9.3f} {r['peak_mib']:>8.1f} {eps:>11,.0f} "
-                             f"{states:>9,} {bps} {tr:>13.2f} {mr:>15.2f}")
+                bps = (
+                    f"{r['peak_mib'] * MIB / states:8.0f}"
+                    if states and phase != "walk"
+                    else f"{'-':>8}"
+                )
+                lines.append(
+                    f"{phase:17} {n:>9,} {r['seconds']:>9.3f} {r['peak_mib']:>8.1f} {eps:>11,.0f} "
+                    f"{states:>9,} {bps} {tr:>13.2f} {mr:>15.2f}"
+                )
             if phase == "walk":
                 for n in sizes:
                     r = runs[str(n)].get(phase)
                     if r:
-                        lines.append(f"{'':17} {n:>9,} pristine walk {r['walk_s']:.3f} s for {r['walk_mib']:,.0f} "
-                                     f"MiB; {r['states']} states ({r['provider']}): {r['per_state_ms']:.2f} ms/state "
-                                     f"beyond the walk")
+                        lines.append(
+                            f"{'':17} {n:>9,} pristine walk {r['walk_s']:.3f} s for {r['walk_mib']:,.0f} "
+                            f"MiB; {r['states']} states ({r['provider']}): {r['per_state_ms']:.2f} ms/state "
+                            f"beyond the walk"
+                        )
         for phase, v in verdicts(results, source).items():
             lines.append(f"  {phase:17} {v}")
         top = runs[str(sizes[-1])]
-        lines.append(f"  peak memory at {sizes[-1]:,} entries (MiB above an import-only child): "
-                     + ", ".join(f"{ph} {r['peak_mib']:.0f}" for ph, r in top.items())
-                     + f"; over 1 GiB: {', '.join(ph for ph, r in top.items() if r['peak_mib'] > 1024) or 'none'}")
+        lines.append(
+            f"  peak memory at {sizes[-1]:,} entries (MiB above an import-only child): "
+            + ", ".join(f"{ph} {r['peak_mib']:.0f}" for ph, r in top.items())
+            + f"; over 1 GiB: {', '.join(ph for ph, r in top.items() if r['peak_mib'] > 1024) or 'none'}"
+        )
     return "\n".join(lines)
 
 
 def plot(results: dict, out: Path) -> list[Path]:
     import matplotlib  # noqa: PLC0415 - optional dependency, only for the plot
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
@@ -371,19 +466,28 @@ def plot(results: dict, out: Path) -> list[Path]:
     for row, source in enumerate(sources):
         runs = results[source]
         sizes = sorted(int(n) for n in runs)
-        for col, (key, label) in enumerate((("seconds", "seconds"), ("peak_mib", "peak RSS above baseline (MiB)"))):
+        for col, (key, label) in enumerate(
+            (("seconds", "seconds"), ("peak_mib", "peak RSS above baseline (MiB)"))
+        ):
             ax = axes[row][col]
             tops = []
             for phase in PHASES:
                 xs = [n for n in sizes if phase in runs[str(n)] and runs[str(n)][phase][key] > 0]
                 ys = [runs[str(n)][phase][key] for n in xs]
                 if xs:
-                    ax.plot(xs, ys, marker="o", ls="-" if phase.startswith(("read", "select", "walk")) else "-.",
-                            label=phase)
+                    ax.plot(
+                        xs,
+                        ys,
+                        marker="o",
+                        ls="-" if phase.startswith(("read", "select", "walk")) else "-.",
+                        label=phase,
+                    )
                     tops.append(ys[-1] / xs[-1])
-            if tops and len(sizes) > 1:   # through the top phase's point at the largest size
+            if tops and len(sizes) > 1:  # through the top phase's point at the largest size
                 k = max(tops)
-                ax.plot(sizes, [k * n for n in sizes], "k--", lw=1, alpha=0.6, label="linear (slope 1)")
+                ax.plot(
+                    sizes, [k * n for n in sizes], "k--", lw=1, alpha=0.6, label="linear (slope 1)"
+                )
             if key == "peak_mib":
                 ax.axhline(1024, color="r", lw=1, ls=":", label="1 GiB")
             ax.set_xscale("log")
@@ -412,25 +516,40 @@ def make_log(source: str, n: int, logs: Path, real_src: Path | None) -> Path:
         assert real_src is not None
         got = tile_log(real_src, p, n)
         info = f" ({got['prefix']} prefix entries + {got['tiles']} tiles of {got['unit']})"
-    print(f"  {source} log of {n:,} entries: {p.stat().st_size / MIB:,.0f} MiB{info}, made in "
-          f"{time.perf_counter() - t:.1f} s", flush=True)
+    print(
+        f"  {source} log of {n:,} entries: {p.stat().st_size / MIB:,.0f} MiB{info}, made in "
+        f"{time.perf_counter() - t:.1f} s",
+        flush=True,
+    )
     return p
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--max", type=int, default=SIZES[-1], help="largest log size (entries), default 10^6")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--max", type=int, default=SIZES[-1], help="largest log size (entries), default 10^6"
+    )
     ap.add_argument("--quick", action="store_true", help="10^3 and 10^4 only")
-    ap.add_argument("--sources", default="synthetic,real", help="synthetic, real or both (comma separated)")
+    ap.add_argument(
+        "--sources", default="synthetic,real", help="synthetic, real or both (comma separated)"
+    )
     ap.add_argument("--real-recording", type=Path, help="a recording directory whose log to tile")
-    ap.add_argument("--real-log", type=Path, help="a log file to tile (default: record one with the CLI)")
+    ap.add_argument(
+        "--real-log", type=Path, help="a log file to tile (default: record one with the CLI)"
+    )
     ap.add_argument("--phases", default=",".join(PHASES), help="subset of the phases")
-    ap.add_argument("--walk-states", type=int, default=64, help="states the walk phase replays (spread)")
+    ap.add_argument(
+        "--walk-states", type=int, default=64, help="states the walk phase replays (spread)"
+    )
     ap.add_argument("--out", type=Path, help="output directory (default: a new temporary one)")
     ap.add_argument("--workspace", type=Path, help="replay workspace (default: OUT/ws)")
     ap.add_argument("--keep-logs", action="store_true", help="keep the generated logs in OUT/logs")
     ap.add_argument("--timeout", type=float, default=3600, help="per child, seconds")
-    ap.add_argument("--from-results", type=Path, help="only print the table and plot of an earlier results.json")
+    ap.add_argument(
+        "--from-results", type=Path, help="only print the table and plot of an earlier results.json"
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--log", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--ids", type=Path, help=argparse.SUPPRESS)
@@ -457,8 +576,11 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     a.workspace = a.workspace or out / "ws"
     a.workspace.mkdir(parents=True, exist_ok=True)
-    print(f"bench_scale: sizes {', '.join(f'{n:,}' for n in sizes)}; sources {', '.join(sources)}; "
-          f"cpus {os.cpu_count()}; python {sys.version.split()[0]}; out {out}", flush=True)
+    print(
+        f"bench_scale: sizes {', '.join(f'{n:,}' for n in sizes)}; sources {', '.join(sources)}; "
+        f"cpus {os.cpu_count()}; python {sys.version.split()[0]}; out {out}",
+        flush=True,
+    )
     real_src = None
     if "real" in sources:
         real_src = a.real_log or (a.real_recording / "log.bin" if a.real_recording else None)
@@ -476,9 +598,13 @@ def main(argv: list[str] | None = None) -> int:
             for phase in phases:
                 r = run_child(phase, p, a, size, baseline)
                 got[phase] = {"seconds": r.seconds, "peak_mib": r.peak_mib, **r.data}
-                print(f"    {phase:17} {r.seconds:9.3f} s  {r.peak_mib:8.1f} MiB  {r.data.get('states', 0):>9,} states",
-                      flush=True)
-            (out / "results.json").write_text(json.dumps({"baseline_mib": baseline, "results": results}, indent=1))
+                print(
+                    f"    {phase:17} {r.seconds:9.3f} s  {r.peak_mib:8.1f} MiB  {r.data.get('states', 0):>9,} states",
+                    flush=True,
+                )
+            (out / "results.json").write_text(
+                json.dumps({"baseline_mib": baseline, "results": results}, indent=1)
+            )
             if not a.keep_logs:
                 p.unlink()
                 p.with_suffix(".ids.json").unlink(missing_ok=True)

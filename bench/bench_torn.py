@@ -15,6 +15,7 @@ too (slow under TCG).
 
 Needs root (host mode: loop devices, mount).  Absolute times depend on the machine (and under TCG on
 the emulation); the ratios carry over."""
+
 from __future__ import annotations
 
 import argparse
@@ -45,10 +46,15 @@ def record(workload: str, dest: Path) -> None:
         pass
     t = time.perf_counter()
     process.run(CLI + ["record", "--workload", workload, "-o", str(dest), "--force"], timeout=1800)
-    print(f"recorded {workload} (its default parameters) on ext4 in {time.perf_counter() - t:.0f} s", flush=True)
+    print(
+        f"recorded {workload} (its default parameters) on ext4 in {time.perf_counter() - t:.0f} s",
+        flush=True,
+    )
 
 
-def check(rec: Path, out: Path, models: list[str] | None, extra: list[str], where: str, jobs: int) -> dict:
+def check(
+    rec: Path, out: Path, models: list[str] | None, extra: list[str], where: str, jobs: int
+) -> dict:
     """One check campaign; its distinct states judged, seconds and per-model counts (summary.json)."""
     argv = CLI + ["check", str(rec), "-o", str(out), "--force", "--check-in", where, *extra]
     argv += ["-j", str(jobs)] if jobs else []
@@ -58,18 +64,28 @@ def check(rec: Path, out: Path, models: list[str] | None, extra: list[str], wher
     r = process.run(argv, timeout=6 * 3600, check=False)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - ru.ru_utime) + (after.ru_stime - ru.ru_stime)   # the check and what it waited for
+    cpu = (after.ru_utime - ru.ru_utime) + (
+        after.ru_stime - ru.ru_stime
+    )  # the check and what it waited for
     try:
         s = json.loads((out / "summary.json").read_text())
         used = json.loads((out / "campaign.json").read_text())["models"]
     except (OSError, ValueError, KeyError) as e:
-        raise SystemExit(f"bench_torn: {' '.join(argv)} exited {r.returncode} without a summary:\n{r.stderr[-2000:]}") from e
+        raise SystemExit(
+            f"bench_torn: {' '.join(argv)} exited {r.returncode} without a summary:\n{r.stderr[-2000:]}"
+        ) from e
     if s.get("status") != "complete":
         raise SystemExit(f"bench_torn: {' '.join(argv)}: campaign {s.get('status')}")
-    return {"models": used, "states": int(s["total"]), "seconds": float(s["seconds"]), "wall": wall, "cpu": cpu,
-            "verdict": s.get("verdict", ""),
-            "per_model": {m: c.get("distinct", 0) for m, c in s.get("states", {}).items()},
-            "owned": {m: c.get("owned", 0) for m, c in s.get("states", {}).items()}}
+    return {
+        "models": used,
+        "states": int(s["total"]),
+        "seconds": float(s["seconds"]),
+        "wall": wall,
+        "cpu": cpu,
+        "verdict": s.get("verdict", ""),
+        "per_model": {m: c.get("distinct", 0) for m, c in s.get("states", {}).items()},
+        "owned": {m: c.get("owned", 0) for m, c in s.get("states", {}).items()},
+    }
 
 
 def one(rec: Path, tmp: Path, extra: list[str], where: str, jobs: int, repeat: int) -> dict:
@@ -82,28 +98,60 @@ def one(rec: Path, tmp: Path, extra: list[str], where: str, jobs: int, repeat: i
         torn.append(check(rec, tmp / f"torn{k}", models, extra, where, jobs))
     b, t = min(base, key=lambda r: r["wall"]), min(torn, key=lambda r: r["wall"])
     cpu = (min(r["cpu"] for r in base), min(r["cpu"] for r in torn))
-    return {"defaults": b["models"], "states": (b["states"], t["states"]), "wall": (b["wall"], t["wall"]), "cpu": cpu,
-            "seconds": (b["seconds"], t["seconds"]), "verdicts": (b["verdict"], t["verdict"]),
-            "torn_distinct": t["per_model"].get(TORN, 0), "torn_owned": t["owned"].get(TORN, 0),
-            "walls": ([round(r["wall"], 1) for r in base], [round(r["wall"], 1) for r in torn])}
+    return {
+        "defaults": b["models"],
+        "states": (b["states"], t["states"]),
+        "wall": (b["wall"], t["wall"]),
+        "cpu": cpu,
+        "seconds": (b["seconds"], t["seconds"]),
+        "verdicts": (b["verdict"], t["verdict"]),
+        "torn_distinct": t["per_model"].get(TORN, 0),
+        "torn_owned": t["owned"].get(TORN, 0),
+        "walls": ([round(r["wall"], 1) for r in base], [round(r["wall"], 1) for r in torn]),
+    }
 
 
 def _line(workload: str, preset: str, *pairs: tuple[float, float]) -> str:
     (sb, st), (wb, wt), (cb, ct) = pairs
-    return (f"{workload:<12} {preset:<6} {sb:>7} {st:>7} {st / sb:>5.2f}   {wb:>7.1f} {wt:>7.1f} {wt / wb:>5.2f}"
-            f"   {cb:>7.1f} {ct:>7.1f} {ct / cb:>5.2f}")
+    return (
+        f"{workload:<12} {preset:<6} {sb:>7} {st:>7} {st / sb:>5.2f}   {wb:>7.1f} {wt:>7.1f} {wt / wb:>5.2f}"
+        f"   {cb:>7.1f} {ct:>7.1f} {ct / cb:>5.2f}"
+    )
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated (default: the three named)")
-    ap.add_argument("--recordings", default="", help="a directory holding (or to hold) one recording per workload")
-    ap.add_argument("--presets", default="check,run", help="comma-separated: check, run (default both)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help="comma-separated (default: the three named)",
+    )
+    ap.add_argument(
+        "--recordings",
+        default="",
+        help="a directory holding (or to hold) one recording per workload",
+    )
+    ap.add_argument(
+        "--presets", default="check,run", help="comma-separated: check, run (default both)"
+    )
     ap.add_argument("--check-in", choices=("host", "vm"), default="host")
-    ap.add_argument("-j", "--jobs", type=int, default=0, help="as check's -j (default: one per core)")
-    ap.add_argument("--torn-samples", type=int, default=None,
-                    help="check's --torn-samples in every run (default: the preset's): what fewer tears save")
-    ap.add_argument("--repeat", type=int, default=2, help="runs of each configuration (default 2; the fastest counts)")
+    ap.add_argument(
+        "-j", "--jobs", type=int, default=0, help="as check's -j (default: one per core)"
+    )
+    ap.add_argument(
+        "--torn-samples",
+        type=int,
+        default=None,
+        help="check's --torn-samples in every run (default: the preset's): what fewer tears save",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="runs of each configuration (default 2; the fastest counts)",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench_torn: needs root (loop devices, mount)", file=sys.stderr)
@@ -116,28 +164,47 @@ def main() -> int:
         for w in args.workloads.split(","):
             record(w, recs / w)
             for preset in args.presets.split(","):
-                r = one(recs / w, tmp / w / preset, PRESETS[preset] + torn_samples, args.check_in, args.jobs,
-                        max(1, args.repeat))
+                r = one(
+                    recs / w,
+                    tmp / w / preset,
+                    PRESETS[preset] + torn_samples,
+                    args.check_in,
+                    args.jobs,
+                    max(1, args.repeat),
+                )
                 r.update(workload=w, preset=preset)
                 rows.append(r)
                 (sb, st), (wb, wt), (cb, ct) = r["states"], r["wall"], r["cpu"]
-                print(f"{w:<12} {preset:<6} {'+'.join(r['defaults'])}: {sb} states, {wb:.1f} s wall, "
-                      f"{cb:.1f} s CPU; +{TORN}: {st} states ({r['torn_distinct']} distinct torn-4k, "
-                      f"{r['torn_owned']} its own), {wt:.1f} s wall, {ct:.1f} s CPU; states x{st / sb:.2f}, "
-                      f"wall x{wt / wb:.2f}, CPU x{ct / cb:.2f}  (walls {r['walls']})", flush=True)
+                print(
+                    f"{w:<12} {preset:<6} {'+'.join(r['defaults'])}: {sb} states, {wb:.1f} s wall, "
+                    f"{cb:.1f} s CPU; +{TORN}: {st} states ({r['torn_distinct']} distinct torn-4k, "
+                    f"{r['torn_owned']} its own), {wt:.1f} s wall, {ct:.1f} s CPU; states x{st / sb:.2f}, "
+                    f"wall x{wt / wb:.2f}, CPU x{ct / cb:.2f}  (walls {r['walls']})",
+                    flush=True,
+                )
         print()
-        print(f"{'workload':<12} {'preset':<6} {'states':>7} {'+torn':>7} {'x':>5}   {'wall s':>7} {'+torn':>7} "
-              f"{'x':>5}   {'CPU s':>7} {'+torn':>7} {'x':>5}   verdicts ({args.check_in})")
+        print(
+            f"{'workload':<12} {'preset':<6} {'states':>7} {'+torn':>7} {'x':>5}   {'wall s':>7} {'+torn':>7} "
+            f"{'x':>5}   {'CPU s':>7} {'+torn':>7} {'x':>5}   verdicts ({args.check_in})"
+        )
         for r in rows:
-            print(_line(r["workload"], r["preset"], r["states"], r["wall"], r["cpu"])
-                  + f"   {r['verdicts'][0]} / {r['verdicts'][1]}")
+            print(
+                _line(r["workload"], r["preset"], r["states"], r["wall"], r["cpu"])
+                + f"   {r['verdicts'][0]} / {r['verdicts'][1]}"
+            )
         for preset in dict.fromkeys(r["preset"] for r in rows):
             mine = [r for r in rows if r["preset"] == preset]
-            total = [tuple(sum(r[k][i] for r in mine) for i in (0, 1)) for k in ("states", "wall", "cpu")]
+            total = [
+                tuple(sum(r[k][i] for r in mine) for i in (0, 1)) for k in ("states", "wall", "cpu")
+            ]
             worst = {k: max(r[k][1] / r[k][0] for r in mine) for k in ("states", "wall", "cpu")}
-            print(_line("all", preset, *total) + "   worst workload: " + ", ".join(
-                f"{k} x{v:.2f}" for k, v in worst.items()) + f"; at most 1.5x (states and CPU): "
-                f"{'yes' if max(worst['states'], worst['cpu']) <= 1.5 else 'no'}")
+            print(
+                _line("all", preset, *total)
+                + "   worst workload: "
+                + ", ".join(f"{k} x{v:.2f}" for k, v in worst.items())
+                + f"; at most 1.5x (states and CPU): "
+                f"{'yes' if max(worst['states'], worst['cpu']) <= 1.5 else 'no'}"
+            )
         print(json.dumps(rows))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -9,6 +9,7 @@ time (VM boot included) per setting, and their ratios with/without, measured in 
 
 Needs what `powercut record` needs (root, QEMU, the guest image).  Absolute times on a TCG guest
 say nothing about real machines: read the ratios."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,20 +21,33 @@ from pathlib import Path
 
 from powercut.linux import process
 
-RECORD_TIMEOUT_S = 3600.0   # one recording, TCG included
+RECORD_TIMEOUT_S = 3600.0  # one recording, TCG included
 NAMED = (("append-fsync", []), ("wal", ["variant=correct"]), ("filestorage", ["fsync=2"]))
 
 
 def record(workload: str, params: list[str], trace: bool, out: Path) -> tuple[float, float, int]:
-    argv = [sys.executable, "-m", "powercut.cli", "record", "--workload", workload, "-o", str(out), "--force"]
+    argv = [
+        sys.executable,
+        "-m",
+        "powercut.cli",
+        "record",
+        "--workload",
+        workload,
+        "-o",
+        str(out),
+        "--force",
+    ]
     for p in params:
         argv += ["--param", p]
     if not trace:
         argv.append("--no-trace")
     process.run(argv, timeout=RECORD_TIMEOUT_S)
     m = tomllib.loads((out / "manifest.toml").read_text())
-    return (float(m["result"]["workload_s"]), float(m["recording"]["wall_s"]),
-            int(m.get("trace", {}).get("bytes", 0)))
+    return (
+        float(m["result"]["workload_s"]),
+        float(m["recording"]["wall_s"]),
+        int(m.get("trace", {}).get("bytes", 0)),
+    )
 
 
 def main() -> int:
@@ -43,7 +57,9 @@ def main() -> int:
     ap.add_argument("--param", action="append", default=[])
     args = ap.parse_args()
     cases = [(args.workload, args.param)] if args.workload else list(NAMED)
-    print(f"{'workload':<28} {'workload s (no trace / trace)':>30} {'x':>6} {'recording s':>22} {'x':>6} {'trace KiB':>10}")
+    print(
+        f"{'workload':<28} {'workload s (no trace / trace)':>30} {'x':>6} {'recording s':>22} {'x':>6} {'trace KiB':>10}"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-trace-") as tmp:
         for name, params in cases:
             times: dict[bool, list[tuple[float, float, int]]] = {False: [], True: []}
@@ -54,8 +70,10 @@ def main() -> int:
             r = {t: statistics.median(x[1] for x in times[t]) for t in times}
             kib = max(x[2] for x in times[True]) >> 10
             label = name + (" " + " ".join(params) if params else "")
-            print(f"{label:<28} {w[False]:>13.2f} / {w[True]:<14.2f} {w[True] / w[False]:>6.2f} "
-                  f"{r[False]:>9.2f} / {r[True]:<10.2f} {r[True] / r[False]:>6.2f} {kib:>10}")
+            print(
+                f"{label:<28} {w[False]:>13.2f} / {w[True]:<14.2f} {w[True] / w[False]:>6.2f} "
+                f"{r[False]:>9.2f} / {r[True]:<10.2f} {r[True] / r[False]:>6.2f} {kib:>10}"
+            )
     return 0
 
 

@@ -5,6 +5,7 @@ any other exception, or an index whose entries point outside the file, is a fail
 
     python bench/fuzz_log.py --inputs 20000 --seed 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,29 @@ from powercut.core.log.dmlog import FLUSH, FUA, METADATA, open_log
 from powercut.core.log.dmlog_writer import LogWriter
 from powercut.errors import BadLog
 
-INTERESTING = [0, 1, 2, 7, 8, 16, 31, 32, 255, 256, 511, 512, 4096, 65536, 2**31, 2**32 - 1, 2**32, 2**55,
-               2**63 - 1, 2**63, 2**64 - 1]
+INTERESTING = [
+    0,
+    1,
+    2,
+    7,
+    8,
+    16,
+    31,
+    32,
+    255,
+    256,
+    511,
+    512,
+    4096,
+    65536,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**55,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+]
 
 
 def base_log(rng: random.Random, path: Path) -> tuple[int, list[int]]:
@@ -37,8 +59,11 @@ def base_log(rng: random.Random, path: Path) -> tuple[int, list[int]]:
             kind = rng.random()
             if kind < 0.5:
                 nr = rng.randint(1, 4)
-                w.write(rng.randrange(2**20), bytes([rng.randrange(256)]) * (nr * ss),
-                        rng.choice([0, 0, FUA, FLUSH, FLUSH | FUA, METADATA]))
+                w.write(
+                    rng.randrange(2**20),
+                    bytes([rng.randrange(256)]) * (nr * ss),
+                    rng.choice([0, 0, FUA, FLUSH, FLUSH | FUA, METADATA]),
+                )
                 pos += ss * (nr + 1)
                 continue
             if kind < 0.65:
@@ -46,7 +71,11 @@ def base_log(rng: random.Random, path: Path) -> tuple[int, list[int]]:
             elif kind < 0.75:
                 w.discard(rng.randrange(2**20), rng.randint(1, 4096))
             else:
-                w.mark(rng.choice(["mkfs", "ack:" + str(rng.randrange(100)), "begin:x", "dm-log-writes-end"]))
+                w.mark(
+                    rng.choice(
+                        ["mkfs", "ack:" + str(rng.randrange(100)), "begin:x", "dm-log-writes-end"]
+                    )
+                )
             pos += ss
         w.close(stale_super=rng.random() < 0.3)
     return ss, headers
@@ -55,7 +84,7 @@ def base_log(rng: random.Random, path: Path) -> tuple[int, list[int]]:
 def mutate(rng: random.Random, data: bytearray, ss: int, headers: list[int]) -> tuple[str, bytes]:
     how = rng.choice(["truncate", "flip", "header", "super", "zero", "shift", "garbage", "empty"])
     if how == "truncate":
-        return how, bytes(data[:rng.randrange(len(data) + 1)])
+        return how, bytes(data[: rng.randrange(len(data) + 1)])
     if how == "flip":
         for _ in range(rng.randint(1, 8)):
             at = rng.randrange(len(data))
@@ -70,11 +99,11 @@ def mutate(rng: random.Random, data: bytearray, ss: int, headers: list[int]) -> 
     elif how == "zero":
         at = rng.randrange(len(data))
         n = min(rng.randint(1, 2 * ss), len(data) - at)
-        data[at:at + n] = bytes(n)
+        data[at : at + n] = bytes(n)
     elif how == "shift":
         at = rng.randrange(len(data))
         if rng.random() < 0.5:
-            del data[at:at + rng.randint(1, 64)]
+            del data[at : at + rng.randint(1, 64)]
         else:
             data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
     elif how == "garbage":
@@ -94,7 +123,9 @@ def check(path: Path, size: int) -> str:
         for i, e in enumerate(idx.entries):
             assert e.index == i, f"entry {i} has index {e.index}"
             if e.is_write:
-                assert e.data_offset + e.nr_sectors * idx.sectorsize <= size, f"entry {i} data past EOF"
+                assert e.data_offset + e.nr_sectors * idx.sectorsize <= size, (
+                    f"entry {i} data past EOF"
+                )
                 assert len(idx.data(e)) == e.nr_sectors * idx.sectorsize
         clean = idx.clean
     try:
@@ -107,10 +138,14 @@ def check(path: Path, size: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--inputs", type=int, default=2000, help="number of mutated logs to run (default 2000)")
+    ap.add_argument(
+        "--inputs", type=int, default=2000, help="number of mutated logs to run (default 2000)"
+    )
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     args = ap.parse_args(argv)
-    logging.getLogger("powercut").setLevel(logging.ERROR)  # early-stop warnings are the expected outcome
+    logging.getLogger("powercut").setLevel(
+        logging.ERROR
+    )  # early-stop warnings are the expected outcome
     rng = random.Random(args.seed)
     outcomes: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -134,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"input {n} ({how}) raised; saved as {keep}:", file=sys.stderr)
                 traceback.print_exc()
     took = time.monotonic() - start
-    print(f"ran {args.inputs} inputs (seed {args.seed}) in {took:.1f} s: BadLog {outcomes['badlog']}, "
-          f"stopped early {outcomes['early']}, clean {outcomes['clean']}, other exceptions {failures}")
+    print(
+        f"ran {args.inputs} inputs (seed {args.seed}) in {took:.1f} s: BadLog {outcomes['badlog']}, "
+        f"stopped early {outcomes['early']}, clean {outcomes['clean']}, other exceptions {failures}"
+    )
     print("mutations: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
     return 1 if failures else 0
 

@@ -6,6 +6,7 @@ clears (core/trace/latetrace.quiet), on recordings already made: no VM, no judgi
 
 Per recording (one disk, with its trace): the late flushes and FUA writes after ``mkfs``, how many
 the trace cleared, and why each other one is kept; then the totals."""
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,10 @@ def main(argv: list[str]) -> int:
         if not (log.is_file() and trace.is_file()):
             print(f"{d}: no log.bin or no trace: skipped")
             continue
-        with open_log(log, quiet=True) as idx, gzip.open(trace, "rt", errors="surrogateescape") as fh:
+        with (
+            open_log(log, quiet=True) as idx,
+            gzip.open(trace, "rt", errors="surrogateescape") as fh,
+        ):
             es = idx.entries
             tr = sc.parse(fh, ROOT)
             floor = next((e.index for e in es if e.flags & MARK and e.mark == "mkfs"), -1)
@@ -43,8 +47,10 @@ def main(argv: list[str]) -> int:
             mine["cleared"] = sum(f > floor for f in got.cleared)
         total.update(mine)
         print(f"{d}: " + ", ".join(f"{n} {k}" for k, n in sorted(mine.items())))
-    print(f"all: {sum(total.values())} late flushes after mkfs: "
-          + ", ".join(f"{n} {k}" for k, n in sorted(total.items())))
+    print(
+        f"all: {sum(total.values())} late flushes after mkfs: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(total.items()))
+    )
     return 0
 
 

@@ -19,6 +19,7 @@ of the lengths of records 0..i-1.
 * lost-ack -- an acked record missing or partly missing (zeros, the file too short, no file) with
   nothing later intact: a plain tail loss.
 * pass -- otherwise; zeros after the records (a size that grew before the data) are fine."""
+
 from __future__ import annotations
 
 import bisect
@@ -40,7 +41,9 @@ def payload(seed: int, i: int, size: int) -> bytes:
     return random.Random(f"{seed}:{i}").randbytes(size)
 
 
-@functools.lru_cache(maxsize=8192)   # every state rebuilds the records it expects: ~1.5 ms of a ~10 ms host state
+@functools.lru_cache(
+    maxsize=8192
+)  # every state rebuilds the records it expects: ~1.5 ms of a ~10 ms host state
 def record(seed: int, i: int, size: int) -> bytes:
     body = payload(seed, i, size)
     return b"PCREC1 %d %d %08x\n" % (i, size, zlib.crc32(body)) + body
@@ -86,7 +89,7 @@ def compare(data: bytes, lay: Layout, lo: int, hi: int) -> Diff:
     missing = -1
     for i in range(lo, hi + 1):
         start, want = lay.starts[i], lay.records[i]
-        got = data[start:start + len(want)]
+        got = data[start : start + len(want)]
         if got == want:
             continue
         if missing < 0:
@@ -102,7 +105,7 @@ def describe(data: bytes, lay: Layout, off: int, what: str) -> str:
     i = lay.index_at(off)
     start = lay.starts[i]
     where = f"{what} record {i} at byte {start}"
-    line = data[start:start + HEADER_MAX].split(b"\n", 1)[0].split()
+    line = data[start : start + HEADER_MAX].split(b"\n", 1)[0].split()
     if off - start < len(lay.records[i]) - lay.size and len(line) == 4 and line[0] == MAGIC.strip():
         idx, size = line[1].decode(errors="replace"), line[2].decode(errors="replace")
         if idx != str(i):
@@ -119,11 +122,11 @@ def later_intact(data: bytes, lay: Layout, after: int, than: int) -> list[tuple[
     found = []
     hit = data.find(MAGIC, after)
     while hit >= 0:
-        parts = data[hit:hit + HEADER_MAX].split(b"\n", 1)[0].split()
+        parts = data[hit : hit + HEADER_MAX].split(b"\n", 1)[0].split()
         if len(parts) == 4 and parts[1].isdigit() and int(parts[1]) > than:
             idx = int(parts[1])
             want = record(lay.seed, idx, lay.size)
-            if data[hit:hit + len(want)] == want:
+            if data[hit : hit + len(want)] == want:
                 found.append((idx, hit))
         hit = data.find(MAGIC, hit + 1)
     return found
@@ -132,7 +135,7 @@ def later_intact(data: bytes, lay: Layout, after: int, than: int) -> list[tuple[
 def lost(data: bytes, lay: Layout, off: int, acked: list[int]) -> tuple[str, str]:
     """(verdict, reason) for acked bytes missing from ``off``: ordering or a plain tail loss."""
     k = lay.index_at(off)
-    gone = [i for i in acked if i >= k and data[lay.starts[i]:lay.end(i)] != lay.records[i]]
+    gone = [i for i in acked if i >= k and data[lay.starts[i] : lay.end(i)] != lay.records[i]]
     how = f"the file ends at byte {len(data)}" if off >= len(data) else "zeros"
     what = f"acked record(s) {gone[:10]} missing (record {k} from byte {off}: {how})"
     later = later_intact(data, lay, lay.starts[k], k)
@@ -151,15 +154,23 @@ def judge(data: bytes, acked: list[int], begun: list[int], seed: int, size: int)
     if sure.wrong >= 0:
         bad.append(describe(data, lay, sure.wrong, "acked"))
     if maybe.wrong >= 0:
-        bad.append(describe(data, lay, maybe.wrong, "begun (not acked)") + " (not an interrupted append)")
+        bad.append(
+            describe(data, lay, maybe.wrong, "begun (not acked)") + " (not an interrupted append)"
+        )
     end = lay.end(last)
     tail = data[end:]
     if tail.strip(b"\0"):
         off = end + len(tail) - len(tail.lstrip(b"\0"))
         after = f"record {last}, the last begun" if last >= 0 else "the start: no record begun"
         header = later_intact(data, lay, off, last)
-        seen = f" (record {header[0][0]} intact there: never begun)" if header and header[0][1] == off else ""
-        bad.append(f"non-zero bytes at byte {off}, after {after}{seen}: not a begun record's interrupted tail")
+        seen = (
+            f" (record {header[0][0]} intact there: never begun)"
+            if header and header[0][1] == off
+            else ""
+        )
+        bad.append(
+            f"non-zero bytes at byte {off}, after {after}{seen}: not a begun record's interrupted tail"
+        )
     if sure.missing >= 0 and sure.missing != sure.wrong:  # missing bytes before any wrong one
         verdict, why = lost(data, lay, sure.missing, acked)
         if verdict != "lost-ack" or not bad:
@@ -169,8 +180,13 @@ def judge(data: bytes, acked: list[int], begun: list[int], seed: int, size: int)
         return CheckResult("corrupt-data", tuple(bad))
     ok = f"records 0..{last_acked} intact" if last_acked >= 0 else "no record acked"
     if last > last_acked:
-        have = ("whole" if maybe.missing < 0 else
-                "partial" if data[lay.end(last_acked):end].strip(b"\0") else "absent")
+        have = (
+            "whole"
+            if maybe.missing < 0
+            else "partial"
+            if data[lay.end(last_acked) : end].strip(b"\0")
+            else "absent"
+        )
         ok += f"; begun record(s) {last_acked + 1}..{last} {have} (an interrupted, unacked append)"
     return CheckResult("pass", (ok,))
 
@@ -185,11 +201,17 @@ def check(inp: CheckInput) -> CheckResult:
             data = f.read()
     except FileNotFoundError:
         if acked:
-            return CheckResult("lost-ack", (f"{path} is missing but {len(acked)} records were acked",))
+            return CheckResult(
+                "lost-ack", (f"{path} is missing but {len(acked)} records were acked",)
+            )
         return CheckResult("pass", ("no record acked, no file: fine",))
     return judge(data, acked, begun, int(p["seed"]), int(p["size"]))
 
 
-CHECKER = Checker(name="append-fsync", description="records 0..n-1 in order, each byte-exact; no garbage after "
-                                                   "the last begun one; a later record durable before an acked "
-                                                   "one is an ordering failure", check=check)
+CHECKER = Checker(
+    name="append-fsync",
+    description="records 0..n-1 in order, each byte-exact; no garbage after "
+    "the last begun one; a later record durable before an acked "
+    "one is an ordering failure",
+    check=check,
+)

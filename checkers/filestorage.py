@@ -18,6 +18,7 @@ workload's writer; the unit tests pin the two together):
   is what ``fsync=2`` prevents), or a file header that is neither ``FS21`` nor unwritten;
 * lost-ack -- an acked transaction outside the recovered prefix;
 * pass -- otherwise: a begun-not-acked transaction is either recovered byte-exact or absent."""
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,7 @@ from typing import Any
 from powercut import Checker, CheckInput, CheckResult
 
 MAGIC = b"FS21"
-TXN_HDR = struct.Struct(">QQcHHH")   # tid, tl (record length - 8), status, ulen, dlen, elen
+TXN_HDR = struct.Struct(">QQcHHH")  # tid, tl (record length - 8), status, ulen, dlen, elen
 DATA_HDR = struct.Struct(">QQQQHQ")  # oid, tid, prev, tloc, vlen, plen
 U64 = struct.Struct(">Q")
 USER = b"powercut"
@@ -79,10 +80,15 @@ def recover(data: bytes) -> Recovery:
     """FileStorage's scan on open over the file's bytes."""
     if not data:
         return Recovery((), Stop(0, "end", "empty file (a new database)"))
-    if data[:len(MAGIC)] != MAGIC:
-        head = data[:len(MAGIC)]
+    if data[: len(MAGIC)] != MAGIC:
+        head = data[: len(MAGIC)]
         unwritten = len(data) < len(MAGIC) and MAGIC.startswith(head) or not head.strip(b"\0")
-        return Recovery((), Stop(0, "truncated" if unwritten else "damaged", f"file header {head!r}, not {MAGIC!r}"))
+        return Recovery(
+            (),
+            Stop(
+                0, "truncated" if unwritten else "damaged", f"file header {head!r}, not {MAGIC!r}"
+            ),
+        )
     txns: list[Txn] = []
     pos = len(MAGIC)
     while True:
@@ -94,20 +100,30 @@ def recover(data: bytes) -> Recovery:
 
 
 def read_txn(data: bytes, pos: int) -> Txn | Stop:
-    head = data[pos:pos + TXN_HDR.size]
+    head = data[pos : pos + TXN_HDR.size]
     if not head:
         return Stop(pos, "end", "end of file")
     if len(head) < TXN_HDR.size:
-        return Stop(pos, "truncated", f"an incomplete transaction header ({len(head)} of {TXN_HDR.size} bytes)")
+        return Stop(
+            pos,
+            "truncated",
+            f"an incomplete transaction header ({len(head)} of {TXN_HDR.size} bytes)",
+        )
     if not head.strip(b"\0"):
-        return Stop(pos, "end", "zeros where the next transaction header would be (unused preallocated space)")
+        return Stop(
+            pos,
+            "end",
+            "zeros where the next transaction header would be (unused preallocated space)",
+        )
     tid, tl, status, ulen, dlen, elen = TXN_HDR.unpack(head)
 
     def stop(kind: str, why: str) -> Stop:
         return Stop(pos, kind, why, tid, status)
 
     if pos + tl + 8 > len(data):
-        return stop("truncated", f"its length {tl} runs past the end of the file ({len(data)} bytes)")
+        return stop(
+            "truncated", f"its length {tl} runs past the end of the file ({len(data)} bytes)"
+        )
     if status == b"c":
         return stop("truncated", "status 'c': voted, never finished")
     hlen = TXN_HDR.size + ulen + dlen + elen
@@ -145,12 +161,15 @@ def _records_problem(data: bytes, tpos: int, pos: int, tend: int) -> str:
         if tloc != tpos:
             return f"the data record at byte {pos} (oid {oid}) points to a transaction at {tloc}, not {tpos}"
         if pos + size > tend:
-            return f"the data record at byte {pos} (oid {oid}, {plen} bytes) exceeds its transaction"
+            return (
+                f"the data record at byte {pos} (oid {oid}, {plen} bytes) exceeds its transaction"
+            )
         pos += size
     return ""
 
 
 # -- what was written: rebuilt from the parameters ---------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class Layout:
@@ -162,7 +181,14 @@ class Layout:
         return len(MAGIC) + (tid - 1) * self.txn_bytes
 
     def sizes(self, tid: int) -> list[int]:
-        fixed = TXN_HDR.size + len(USER) + len(_descr(tid)) + len(EXTENSION) + self.records * DATA_HDR.size + 8
+        fixed = (
+            TXN_HDR.size
+            + len(USER)
+            + len(_descr(tid))
+            + len(EXTENSION)
+            + self.records * DATA_HDR.size
+            + 8
+        )
         base, extra = divmod(self.txn_bytes - fixed, self.records)
         if base < 1:
             raise ValueError(f"txn_bytes={self.txn_bytes} is too small for {self.records} records")
@@ -182,7 +208,12 @@ class Layout:
     def transaction(self, tid: int) -> bytes:
         """Transaction ``tid`` as committed (status ' ')."""
         tl, descr = self.txn_bytes - 8, _descr(tid)
-        out = bytearray(TXN_HDR.pack(tid, tl, b" ", len(USER), len(descr), len(EXTENSION)) + USER + descr + EXTENSION)
+        out = bytearray(
+            TXN_HDR.pack(tid, tl, b" ", len(USER), len(descr), len(EXTENSION))
+            + USER
+            + descr
+            + EXTENSION
+        )
         for j, size in enumerate(self.sizes(tid)):
             out += DATA_HDR.pack(self.oid(tid, j), tid, self.prev(tid, j), self.pos(tid), 0, size)
             out += random.Random(f"{self.seed}:{tid}:{j}").randbytes(size)
@@ -216,7 +247,7 @@ def difference(got: bytes, lay: Layout, tid: int) -> str:
         rpos = lay.record_pos(tid, j) - base
         if at >= rpos:
             part = "header" if at < rpos + DATA_HDR.size else "data"
-            body = got[rpos + DATA_HDR.size:rpos + DATA_HDR.size + lay.sizes(tid)[j]]
+            body = got[rpos + DATA_HDR.size : rpos + DATA_HDR.size + lay.sizes(tid)[j]]
             zeros = "" if body.strip(b"\0") else " (zeros)"
             return f"data record {j} (oid {lay.oid(tid, j)}): its {part} differs from byte {at - rpos}{zeros}"
     return f"its user/description/extension differ at byte {at}"
@@ -224,7 +255,10 @@ def difference(got: bytes, lay: Layout, tid: int) -> str:
 
 # -- the verdict -------------------------------------------------------------------------------
 
-def corruption(data: bytes, rec: Recovery, lay: Layout, acked: set[int], begun: set[int]) -> list[str]:
+
+def corruption(
+    data: bytes, rec: Recovery, lay: Layout, acked: set[int], begun: set[int]
+) -> list[str]:
     out: list[str] = []
     for k, txn in enumerate(rec.txns):
         tid = k + 1
@@ -233,16 +267,20 @@ def corruption(data: bytes, rec: Recovery, lay: Layout, acked: set[int], begun: 
             break
         state = "acked" if tid in acked else "begun, not acked" if tid in begun else "never begun"
         if state == "never begun":
-            out.append(f"txn {tid} is committed on disk (status {txn.status.decode('latin-1')!r}) but was never begun")
+            out.append(
+                f"txn {tid} is committed on disk (status {txn.status.decode('latin-1')!r}) but was never begun"
+            )
             continue
-        diff = difference(data[txn.pos:txn.end], lay, tid)
+        diff = difference(data[txn.pos : txn.end], lay, tid)
         if diff:
             out.append(f"txn {tid} ({state}) recovered as committed but not as written: {diff}")
     s = rec.stop
     if s.kind == "damaged":
         if s.status == b" ":
-            out.append(f"txn {s.tid} has status ' ' (committed) on disk but {s.why} (byte {s.pos}): the status "
-                       "byte reached the disk before the rest of the record; FileStorage refuses to open this file")
+            out.append(
+                f"txn {s.tid} has status ' ' (committed) on disk but {s.why} (byte {s.pos}): the status "
+                "byte reached the disk before the rest of the record; FileStorage refuses to open this file"
+            )
         else:
             out.append(f"damaged log at {s.describe()}; FileStorage refuses to open this file")
     return out
@@ -256,7 +294,9 @@ def check(inp: CheckInput) -> CheckResult:
             data = f.read()
     except FileNotFoundError:
         if acked:
-            return CheckResult("lost-ack", (f"{path} is missing but txn(s) {_tids(acked)} were acked",))
+            return CheckResult(
+                "lost-ack", (f"{path} is missing but txn(s) {_tids(acked)} were acked",)
+            )
         return CheckResult("pass", ("no commit acked, no file: fine",))
     rec = recover(data)
     bad = corruption(data, rec, layout(inp.params), acked, begun)
@@ -276,5 +316,9 @@ def _tids(tids: set[int]) -> str:
     return ", ".join(map(str, sorted(tids)[:10])) + (" ..." if len(tids) > 10 else "")
 
 
-CHECKER = Checker(name="filestorage", description="FileStorage's recovery, then every acked transaction byte-exact, "
-                                                  "begun ones all or nothing", check=check)
+CHECKER = Checker(
+    name="filestorage",
+    description="FileStorage's recovery, then every acked transaction byte-exact, "
+    "begun ones all or nothing",
+    check=check,
+)

@@ -12,6 +12,7 @@ What was written is rebuilt from the parameters (workloads/leveldb.py): put ``i`
 * lost-ack -- an acked key absent (or the database absent while something was acked);
 * pass -- otherwise (a begun-not-acked key may be there or not); also a database that does not open
   when no put has begun (a crash while it was being created: nothing was promised yet)."""
+
 from __future__ import annotations
 
 import os
@@ -33,19 +34,29 @@ def _ids(keys: list[int]) -> str:
 
 def check(inp: CheckInput) -> CheckResult:
     import plyvel  # noqa: PLC0415 -- only this checker needs it (pip install 'powercut[apps]')
+
     p = {**DEFAULTS, **inp.params}
     path = os.path.join(inp.mount, str(p["dir"]))
     acked, begun = sorted(int(k) for k in inp.acked), {int(k) for k in inp.begun}
     if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "CURRENT")):
         if acked:
-            return CheckResult("lost-ack", (f"{p['dir']} is missing but put(s) {_ids(acked)} were acked",))
+            return CheckResult(
+                "lost-ack", (f"{p['dir']} is missing but put(s) {_ids(acked)} were acked",)
+            )
         return CheckResult("pass", ("no database and nothing acked",))
     try:
         db = plyvel.DB(path, create_if_missing=False, paranoid_checks=bool(p["paranoid"]))
     except (plyvel.Error, OSError) as e:
-        if not acked and not begun:   # a crash while the database was being created: nothing promised yet
-            return CheckResult("pass", (f"LevelDB does not open ({e}), but no put has begun: its creation "
-                                        "need not be durable yet",))
+        if (
+            not acked and not begun
+        ):  # a crash while the database was being created: nothing promised yet
+            return CheckResult(
+                "pass",
+                (
+                    f"LevelDB does not open ({e}), but no put has begun: its creation "
+                    "need not be durable yet",
+                ),
+            )
         return CheckResult(inp.noticed, (f"LevelDB does not open: {type(e).__name__}: {e}",))
     try:
         seen: dict[int, bytes] = {}
@@ -54,7 +65,9 @@ def check(inp: CheckInput) -> CheckResult:
                 return CheckResult("corrupt-data", (f"a key never written: {k[:40]!r}",))
             seen[int(k[1:])] = v
     except (plyvel.Error, OSError) as e:
-        return CheckResult(inp.noticed, (f"LevelDB cannot read its tables: {type(e).__name__}: {e}",))
+        return CheckResult(
+            inp.noticed, (f"LevelDB cannot read its tables: {type(e).__name__}: {e}",)
+        )
     finally:
         db.close()
     size, seed = int(p["value_bytes"]), int(p["seed"])
@@ -63,16 +76,24 @@ def check(inp: CheckInput) -> CheckResult:
         if i not in begun and i not in set(acked):
             return CheckResult("corrupt-data", (f"key {i} is there, but put {i} never began",))
         if v != _value(seed, i, size):
-            at = next((j for j, (a, b) in enumerate(zip(v, _value(seed, i, size))) if a != b), min(len(v), size))
+            at = next(
+                (j for j, (a, b) in enumerate(zip(v, _value(seed, i, size))) if a != b),
+                min(len(v), size),
+            )
             bad.append(f"put {i}: its value differs from byte {at} ({len(v)} bytes)")
     if bad:
         return CheckResult("corrupt-data", tuple(bad[:5]))
     lost = [i for i in acked if i not in seen]
     if lost:
-        return CheckResult("lost-ack", (f"acked put(s) {_ids(lost)} lost: the database holds "
-                                        f"{len(seen)} key(s)",))
+        return CheckResult(
+            "lost-ack", (f"acked put(s) {_ids(lost)} lost: the database holds {len(seen)} key(s)",)
+        )
     return CheckResult("pass", (f"{len(acked)} acked put(s) there, byte-exact",))
 
 
-CHECKER = Checker(name="leveldb", description="LevelDB's recovery (paranoid checks), every acked put there and "
-                                              "byte-exact, no key never begun", check=check)
+CHECKER = Checker(
+    name="leveldb",
+    description="LevelDB's recovery (paranoid checks), every acked put there and "
+    "byte-exact, no key never begun",
+    check=check,
+)

@@ -14,6 +14,7 @@ groups writes under the key of the group's last write); a begun-not-acked key i 
   zeros after it, e.g. preallocated space, are fine).
 
 Reasons name the first bad write index and its file offset."""
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,10 @@ CHUNK = 64 * 1024
 
 def content(seed: int, size: int) -> bytes:
     """Bytes [0, size) of the file as the workload writes them."""
-    blocks = (random.Random(f"osync:{seed}:{b}").randbytes(CONTENT_BLOCK) for b in range(-(-size // CONTENT_BLOCK)))
+    blocks = (
+        random.Random(f"osync:{seed}:{b}").randbytes(CONTENT_BLOCK)
+        for b in range(-(-size // CONTENT_BLOCK))
+    )
     return b"".join(blocks)[:size].translate(NONZERO)
 
 
@@ -72,14 +76,18 @@ def _end(bs: int, total: int, key: int) -> int:
 
 
 def _bad_byte(data: bytes, want: bytes, off: int, bs: int, what: str) -> str:
-    return (f"{what} write {off // bs} at offset {off}: byte {data[off]:#04x}, "
-            f"written {want[off]:#04x}")
+    return (
+        f"{what} write {off // bs} at offset {off}: byte {data[off]:#04x}, written {want[off]:#04x}"
+    )
 
 
 def _lost(data: bytes, want: bytes, off: int, bs: int, last_acked: int) -> str:
     i = off // bs
-    how = (f"the file ends at {len(data)}" if off >= len(data) else
-           f"zero where {want[off]:#04x} was written")
+    how = (
+        f"the file ends at {len(data)}"
+        if off >= len(data)
+        else f"zero where {want[off]:#04x} was written"
+    )
     return f"acked write {i} lost at offset {off}: {how} (acked through write {last_acked})"
 
 
@@ -93,12 +101,20 @@ def judge(data: bytes, acked: int, begun: int, p: dict[str, Any]) -> CheckResult
     if sure.wrong >= 0:
         bad.append(_bad_byte(data, want, sure.wrong, bs, "acked"))
     if maybe.wrong >= 0:
-        bad.append(_bad_byte(data, want, maybe.wrong, bs, "begun (not acked)") + ", not zero either")
+        bad.append(
+            _bad_byte(data, want, maybe.wrong, bs, "begun (not acked)") + ", not zero either"
+        )
     tail = data[begun_end:]
     if tail.strip(b"\0"):
         off = begun_end + len(tail) - len(tail.lstrip(b"\0"))
-        last = f"the last begun write {max(acked, begun)}" if max(acked, begun) >= 0 else "the start: nothing begun"
-        bad.append(f"garbage: byte {data[off]:#04x} at offset {off}, past {last} (ends at {begun_end})")
+        last = (
+            f"the last begun write {max(acked, begun)}"
+            if max(acked, begun) >= 0
+            else "the start: nothing begun"
+        )
+        bad.append(
+            f"garbage: byte {data[off]:#04x} at offset {off}, past {last} (ends at {begun_end})"
+        )
     if bad:
         if sure.missing >= 0 and sure.missing != sure.wrong:  # zeros before the first wrong byte
             bad.append(_lost(data, want, sure.missing, bs, acked))
@@ -107,8 +123,13 @@ def judge(data: bytes, acked: int, begun: int, p: dict[str, Any]) -> CheckResult
         return CheckResult("lost-ack", (_lost(data, want, sure.missing, bs, acked),))
     ok = f"writes 0..{acked} intact ({acked_end} bytes)" if acked >= 0 else "nothing acked"
     if begun > acked:
-        have = ("whole" if maybe.missing < 0 else "partial" if data[acked_end:begun_end].strip(b"\0") else
-                "absent")
+        have = (
+            "whole"
+            if maybe.missing < 0
+            else "partial"
+            if data[acked_end:begun_end].strip(b"\0")
+            else "absent"
+        )
         ok += f"; begun writes {acked + 1}..{begun} {have}"
     return CheckResult("pass", (ok,))
 
@@ -127,5 +148,8 @@ def check(inp: CheckInput) -> CheckResult:
     return judge(data, acked, begun, p)
 
 
-CHECKER = Checker(name="osync", description="every byte of every acked write as written, no garbage after the "
-                                            "last begun write", check=check)
+CHECKER = Checker(
+    name="osync",
+    description="every byte of every acked write as written, no garbage after the last begun write",
+    check=check,
+)

@@ -16,6 +16,7 @@ records do: any crash leaves each session a prefix.
 * lost-ack -- an acked transaction absent (its row and its session row's count both);
 * pass -- otherwise: each session holds transactions 1..last_s, each whole.  A state before the first
   ``begin`` (the cluster being set up) passes without starting the server."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,10 @@ from powercut.checkers import postgres as pgc
 from powercut.workloads.pgserver import MISSING, bindir
 
 DEFAULTS = {"sessions": 4, "seed": 0, "row_bytes": 200, "dir": "pgdata"}
-QUERY = ("SELECT 'row', session, seq, encode(payload, 'hex'), NULL::integer FROM gc_rows UNION ALL "
-         "SELECT 'session', session, last, encode(digest, 'hex'), count FROM gc_sessions")
+QUERY = (
+    "SELECT 'row', session, seq, encode(payload, 'hex'), NULL::integer FROM gc_rows UNION ALL "
+    "SELECT 'session', session, last, encode(digest, 'hex'), count FROM gc_sessions"
+)
 
 
 def payload(seed: int, s: int, j: int, size: int) -> bytes:
@@ -71,8 +74,17 @@ def _keys(keys: set[tuple[int, int]]) -> str:
     return ", ".join(f"{s}.{j}" for s, j in sorted(keys)[:10]) + (" ..." if len(keys) > 10 else "")
 
 
-def judge(found: Found, sessions: int, seed: int, size: int, acked: set[tuple[int, int]],
-          begun: set[tuple[int, int]], *, amcheck: Sequence[str] = (), note: str = "") -> CheckResult:
+def judge(
+    found: Found,
+    sessions: int,
+    seed: int,
+    size: int,
+    acked: set[tuple[int, int]],
+    begun: set[tuple[int, int]],
+    *,
+    amcheck: Sequence[str] = (),
+    note: str = "",
+) -> CheckResult:
     """The verdict (the module docstring says which) for what the server answered against the marks."""
     corrupt = [f"pg_amcheck: {line}" for line in amcheck[:3]]
     known = acked | begun
@@ -87,7 +99,9 @@ def judge(found: Found, sessions: int, seed: int, size: int, acked: set[tuple[in
             continue
         want = hashlib.sha256(payload(seed, s, last, size)).digest() if last else b""
         if (count, digest) != (last, want):
-            corrupt.append(f"session {s}'s row (count={count}, last={last}) is not what txn {s}.{last} wrote")
+            corrupt.append(
+                f"session {s}'s row (count={count}, last={last}) is not what txn {s}.{last} wrote"
+            )
         lasts[s] = last
     extra = set(found.sessions) - set(range(1, sessions + 1))
     if extra:
@@ -100,37 +114,82 @@ def judge(found: Found, sessions: int, seed: int, size: int, acked: set[tuple[in
     for s, last in sorted(lasts.items()):
         have = {j for (t, j) in found.rows if t == s}
         if have - set(range(1, last + 1)):
-            corrupt.append(f"session {s}: row(s) {_keys({(s, j) for j in have if j > last})} present but its row "
-                           f"stops at txn {s}.{last}: an INSERT without its UPDATE")
+            corrupt.append(
+                f"session {s}: row(s) {_keys({(s, j) for j in have if j > last})} present but its row "
+                f"stops at txn {s}.{last}: an INSERT without its UPDATE"
+            )
         if set(range(1, last + 1)) - have:
-            corrupt.append(f"session {s}: its row counts txns 1..{last} but row(s) "
-                           f"{_keys({(s, j) for j in range(1, last + 1) if j not in have})} are missing")
+            corrupt.append(
+                f"session {s}: its row counts txns 1..{last} but row(s) "
+                f"{_keys({(s, j) for j in range(1, last + 1) if j not in have})} are missing"
+            )
     lost = {k for k in acked if k not in found.rows}
-    held = ", ".join(f"{s}: 1..{last}" if last else f"{s}: none" for s, last in sorted(lasts.items()))
-    lost_line = f"acked txn(s) {_keys(lost)} lost: the sessions hold {held or 'nothing readable'}" if lost else ""
+    held = ", ".join(
+        f"{s}: 1..{last}" if last else f"{s}: none" for s, last in sorted(lasts.items())
+    )
+    lost_line = (
+        f"acked txn(s) {_keys(lost)} lost: the sessions hold {held or 'nothing readable'}"
+        if lost
+        else ""
+    )
     if corrupt:
         return CheckResult("corrupt-data", tuple(corrupt + ([lost_line] if lost_line else [])))
     if lost:
         return CheckResult("lost-ack", (lost_line, note) if note else (lost_line,))
     gone = begun - set(found.rows)
-    line = (f"{len(acked)} acked txn(s) of {sessions} sessions intact; pg_amcheck clean; the sessions hold {held}"
-            + (f"; begun, not acked, absent: {_keys(gone)}" if gone else ""))
+    line = (
+        f"{len(acked)} acked txn(s) of {sessions} sessions intact; pg_amcheck clean; the sessions hold {held}"
+        + (f"; begun, not acked, absent: {_keys(gone)}" if gone else "")
+    )
     return CheckResult("pass", (line, note) if note else (line,))
 
 
-def examine(srv: pgc.Server, inp: CheckInput, acked: set[tuple[int, int]], begun: set[tuple[int, int]]) -> CheckResult:
+def examine(
+    srv: pgc.Server, inp: CheckInput, acked: set[tuple[int, int]], begun: set[tuple[int, int]]
+) -> CheckResult:
     """Read both tables, run pg_amcheck, judge."""
-    res = srv.run("psql", "-X", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-c", QUERY,
-                  options=pgc.SCAN_OPTIONS)
+    res = srv.run(
+        "psql",
+        "-X",
+        "-A",
+        "-t",
+        "-F",
+        "|",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-d",
+        "postgres",
+        "-c",
+        QUERY,
+        options=pgc.SCAN_OPTIONS,
+    )
     if res.returncode != 0:
-        return CheckResult(inp.noticed, tuple(f"reading the tables: {ln}"
-                                             for ln in pgc.error_lines(res.stderr or res.stdout, res.returncode)))
+        return CheckResult(
+            inp.noticed,
+            tuple(
+                f"reading the tables: {ln}"
+                for ln in pgc.error_lines(res.stderr or res.stdout, res.returncode)
+            ),
+        )
     amc = srv.run("pg_amcheck", "-d", "postgres", "--heapallindexed", "--install-missing")
-    problems = [] if amc.returncode == 0 else pgc.amcheck_problems(amc.stdout + "\n" + amc.stderr, amc.returncode)
-    got = judge(parse(res.stdout), int(inp.params.get("sessions", DEFAULTS["sessions"])),
-                int(inp.params.get("seed", DEFAULTS["seed"])), int(inp.params.get("row_bytes", DEFAULTS["row_bytes"])),
-                acked, begun, amcheck=problems, note=pgc.recovery_note(srv.log()))
-    if problems and got.verdict == "corrupt-data" and inp.noticed != "corrupt-data":   # pg_amcheck noticed
+    problems = (
+        []
+        if amc.returncode == 0
+        else pgc.amcheck_problems(amc.stdout + "\n" + amc.stderr, amc.returncode)
+    )
+    got = judge(
+        parse(res.stdout),
+        int(inp.params.get("sessions", DEFAULTS["sessions"])),
+        int(inp.params.get("seed", DEFAULTS["seed"])),
+        int(inp.params.get("row_bytes", DEFAULTS["row_bytes"])),
+        acked,
+        begun,
+        amcheck=problems,
+        note=pgc.recovery_note(srv.log()),
+    )
+    if (
+        problems and got.verdict == "corrupt-data" and inp.noticed != "corrupt-data"
+    ):  # pg_amcheck noticed
         return CheckResult(inp.noticed, got.reasons)
     return got
 
@@ -152,9 +211,14 @@ def check(inp: CheckInput) -> CheckResult:
         with pgc.Server(bin_dir, datadir) as srv:
             return examine(srv, inp, acked, begun)
     except pgc.StartFailed as e:
-        return CheckResult(inp.noticed, ("the server does not start on the recovered data directory", *e.lines))
+        return CheckResult(
+            inp.noticed, ("the server does not start on the recovered data directory", *e.lines)
+        )
 
 
-CHECKER = Checker(name="pggroup", description="PostgreSQL's crash recovery, pg_amcheck, every acked transaction of "
-                                              "every session whole and byte-exact, each session a prefix",
-                  check=check)
+CHECKER = Checker(
+    name="pggroup",
+    description="PostgreSQL's crash recovery, pg_amcheck, every acked transaction of "
+    "every session whole and byte-exact, each session a prefix",
+    check=check,
+)

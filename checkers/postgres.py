@@ -23,6 +23,7 @@ transaction ``i`` inserts row ``i`` (``row_bytes`` from (seed, i)) and sets the 
 * pass -- otherwise: the database holds transactions 1..last, each whole; a begun-not-acked one is
   there whole or absent whole.  A state before the first ``begin`` (the cluster being unpacked)
   passes without starting the server: nothing was promised yet."""
+
 from __future__ import annotations
 
 import hashlib
@@ -53,13 +54,23 @@ DEFAULTS: dict[str, Any] = {"seed": 0, "row_bytes": 1000, "dir": "pgdata"}
 START_TIMEOUT_S = 240.0
 QUERY_TIMEOUT_S = 300.0
 # A seq scan of both tables (no index involved: amcheck checks the indexes against the heap)
-QUERY = ("SELECT 'row', id, encode(payload, 'hex'), NULL::integer, NULL::integer FROM rows UNION ALL "
-         "SELECT 'summary', id, encode(digest, 'hex'), count, last FROM summary")
+QUERY = (
+    "SELECT 'row', id, encode(payload, 'hex'), NULL::integer, NULL::integer FROM rows UNION ALL "
+    "SELECT 'summary', id, encode(digest, 'hex'), count, last FROM summary"
+)
 SCAN_OPTIONS = "-c enable_indexscan=off -c enable_bitmapscan=off -c enable_indexonlyscan=off"
 # Start-up failures that are this machine's problem, not the recovered state's
-HARNESS_PROBLEMS = ("lock file", "could not bind", "could not create listen socket", "shared memory",
-                    "cannot be run as root", "could not change directory", "out of memory",
-                    "could not create semaphores", "Permission denied")
+HARNESS_PROBLEMS = (
+    "lock file",
+    "could not bind",
+    "could not create listen socket",
+    "shared memory",
+    "cannot be run as root",
+    "could not change directory",
+    "out of memory",
+    "could not create semaphores",
+    "Permission denied",
+)
 
 
 def payload(seed: int, i: int, size: int) -> bytes:
@@ -83,6 +94,7 @@ def _first_difference(got: bytes, want: bytes) -> str:
 
 
 # -- what the server answered -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class Found:
@@ -122,7 +134,7 @@ def _strip_prefix(line: str) -> str:
     for level in ("PANIC:", "FATAL:", "ERROR:", "LOG:", "WARNING:", "DETAIL:", "HINT:", "CONTEXT:"):
         at = line.find(level)
         if at >= 0:
-            return level + " " + line[at + len(level):].strip()
+            return level + " " + line[at + len(level) :].strip()
     return line
 
 
@@ -144,7 +156,9 @@ class Judge:
         self.corrupt: list[str] = []
 
     def state(self, i: int) -> str:
-        return "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
+        return (
+            "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
+        )
 
     def run(self, found: Found, *, amcheck: Sequence[str] = (), note: str = "") -> CheckResult:
         self.corrupt.extend(f"pg_amcheck: {line}" for line in amcheck[:3])
@@ -153,10 +167,18 @@ class Judge:
         if last is not None:
             self.check_pairs(set(found.rows), last)
         lost = self.acked - set(found.rows)
-        held = f"rows {_keys(set(found.rows)) or 'none'}" if last is None else f"txns 1..{last}" if last else "no txn"
+        held = (
+            f"rows {_keys(set(found.rows)) or 'none'}"
+            if last is None
+            else f"txns 1..{last}"
+            if last
+            else "no txn"
+        )
         lost_line = f"acked txn(s) {_keys(lost)} lost: the database holds {held}" if lost else ""
         if self.corrupt:
-            return CheckResult("corrupt-data", tuple(self.corrupt + ([lost_line] if lost_line else [])))
+            return CheckResult(
+                "corrupt-data", tuple(self.corrupt + ([lost_line] if lost_line else []))
+            )
         if lost:
             return CheckResult("lost-ack", (lost_line, note) if note else (lost_line,))
         absent = self.begun - set(found.rows)
@@ -167,7 +189,9 @@ class Judge:
     def check_summary(self, sums: tuple[tuple[int, int, int, bytes], ...]) -> int | None:
         """The summary row against what its writer wrote; the ``last`` it names (None: not a txn)."""
         if len(sums) != 1 or sums[0][0] != 1:
-            self.corrupt.append(f"the summary table holds {len(sums)} row(s) {[s[0] for s in sums]}, not just row 1")
+            self.corrupt.append(
+                f"the summary table holds {len(sums)} row(s) {[s[0] for s in sums]}, not just row 1"
+            )
             if not sums:
                 return None
         _, count, last, digest = sums[0]
@@ -175,8 +199,10 @@ class Judge:
             self.corrupt.append(f"the summary row names txn {last}, which was never begun")
             return None
         if (count, last, digest) != summary(self.seed, last, self.size):
-            self.corrupt.append(f"the summary row (count={count}, last={last}) is not what txn {last} wrote"
-                                + (" (its digest differs)" if count == last else ""))
+            self.corrupt.append(
+                f"the summary row (count={count}, last={last}) is not what txn {last} wrote"
+                + (" (its digest differs)" if count == last else "")
+            )
         return last
 
     def check_rows(self, rows: dict[int, bytes]) -> None:
@@ -186,21 +212,28 @@ class Judge:
             if state == "never begun":
                 self.corrupt.append(f"row {i} is committed but was never begun")
             elif data != want:
-                self.corrupt.append(f"row {i} ({state}): its payload {_first_difference(data, want)}")
+                self.corrupt.append(
+                    f"row {i} ({state}): its payload {_first_difference(data, want)}"
+                )
 
     def check_pairs(self, ids: set[int], last: int) -> None:
         """Each transaction all or nothing: rows 1..last exactly, as the summary counts them."""
         extra = {i for i in ids if not 1 <= i <= last}
         missing = set(range(1, last + 1)) - ids
         if extra:
-            self.corrupt.append(f"row(s) {_keys(extra)} present but the summary stops at txn {last}: an INSERT "
-                                "without its UPDATE")
+            self.corrupt.append(
+                f"row(s) {_keys(extra)} present but the summary stops at txn {last}: an INSERT "
+                "without its UPDATE"
+            )
         if missing:
-            self.corrupt.append(f"the summary counts txns 1..{last} but row(s) {_keys(missing)} are missing: "
-                                "an UPDATE without its INSERT")
+            self.corrupt.append(
+                f"the summary counts txns 1..{last} but row(s) {_keys(missing)} are missing: "
+                "an UPDATE without its INSERT"
+            )
 
 
 # -- the server on the recovered data directory ------------------------------------------------------
+
 
 class StartFailed(Exception):
     """The server did not start on the recovered data directory (a finding): its telling log lines."""
@@ -217,7 +250,7 @@ class Server:
     def __init__(self, bin_dir: str, datadir: str, options: Sequence[str] = ()) -> None:
         self.bin = bin_dir
         self.datadir = datadir
-        self.options = tuple(options)   # more ``-c name=value``, after the checker's own
+        self.options = tuple(options)  # more ``-c name=value``, after the checker's own
         self.sock = tempfile.mkdtemp(prefix="powercut-pgcheck-")
         self.log_path = os.path.join(self.sock, "server.log")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -249,21 +282,47 @@ class Server:
         if os.path.exists(pidfile):
             os.unlink(pidfile)  # the crashed run's: its pids are the guest's
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
-        options = ("-c", "fsync=off", "-c", "logging_collector=off", "-c", "autovacuum=off", *self.options)
-        argv = [setpriv, f"--reuid={USER}", f"--regid={USER}", "--clear-groups", "--inh-caps=+dac_read_search",
-                "--ambient-caps=+dac_read_search", "--", *server_argv(self.bin, self.datadir, self.sock, options)]
+        options = (
+            "-c",
+            "fsync=off",
+            "-c",
+            "logging_collector=off",
+            "-c",
+            "autovacuum=off",
+            *self.options,
+        )
+        argv = [
+            setpriv,
+            f"--reuid={USER}",
+            f"--regid={USER}",
+            "--clear-groups",
+            "--inh-caps=+dac_read_search",
+            "--ambient-caps=+dac_read_search",
+            "--",
+            *server_argv(self.bin, self.datadir, self.sock, options),
+        ]
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=self.env,
+                start_new_session=True,
+            )
         outcome = wait_ready(self.proc, self._ready, START_TIMEOUT_S, interval=0.05)
         if outcome == "exited":
             harness, lines = startup_failure(self.log())
             if harness:
-                raise RuntimeError(f"postgres did not start (not the state's fault?): {'; '.join(lines)}")
+                raise RuntimeError(
+                    f"postgres did not start (not the state's fault?): {'; '.join(lines)}"
+                )
             raise StartFailed(lines)
         if outcome == "timeout":
-            raise RuntimeError(f"postgres: recovery did not finish in {START_TIMEOUT_S:g} s: "
-                               f"{'; '.join(startup_failure(self.log())[1])}")
+            raise RuntimeError(
+                f"postgres: recovery did not finish in {START_TIMEOUT_S:g} s: "
+                f"{'; '.join(startup_failure(self.log())[1])}"
+            )
 
     def _ready(self) -> bool:
         """Does the server accept connections yet (its lock file says ``ready``)?"""
@@ -274,8 +333,15 @@ class Server:
         captured as text; never raises for an exit status."""
         argv = client_argv(self.bin, tool, self.sock, *args)
         env = self.env | ({"PGOPTIONS": options} if options else {})
-        return subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env,
-                              timeout=QUERY_TIMEOUT_S, check=False)
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=env,
+            timeout=QUERY_TIMEOUT_S,
+            check=False,
+        )
 
     def stop(self) -> None:
         """Immediate shutdown, then nothing of its process group left; the socket directory removed."""
@@ -288,7 +354,9 @@ class Server:
                 except subprocess.TimeoutExpired:
                     pass
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # backends, and the postmaster if it is still there
+                os.killpg(
+                    proc.pid, signal.SIGKILL
+                )  # backends, and the postmaster if it is still there
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
@@ -315,7 +383,11 @@ def amcheck_problems(text: str, returncode: int) -> list[str]:
     for ln in text.splitlines():
         if not ln.strip() or ln.lstrip().startswith("NOTICE:"):
             continue
-        if out and out[-1].endswith(":") and (ln[:1].isspace() or ln.startswith(("ERROR:", "DETAIL:"))):
+        if (
+            out
+            and out[-1].endswith(":")
+            and (ln[:1].isspace() or ln.startswith(("ERROR:", "DETAIL:")))
+        ):
             out[-1] += " " + " ".join(ln.split())
         else:
             out.append(" ".join(ln.split()))
@@ -325,16 +397,42 @@ def amcheck_problems(text: str, returncode: int) -> list[str]:
 def examine(srv: Server, judge: Judge, noticed: str = "corrupt-data") -> CheckResult:
     """Read both tables, run pg_amcheck, judge.  ``noticed``: the verdict when the server reports the
     damage itself (CheckInput.noticed: ``detected`` under a lying disk)."""
-    res = srv.run("psql", "-X", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-c", QUERY,
-                  options=SCAN_OPTIONS)
-    if res.returncode != 0:   # e.g. "invalid page in block ...", "page verification failed, calculated checksum"
-        return CheckResult(noticed, tuple(f"reading the tables: {ln}"
-                                                 for ln in error_lines(res.stderr or res.stdout, res.returncode)))
+    res = srv.run(
+        "psql",
+        "-X",
+        "-A",
+        "-t",
+        "-F",
+        "|",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-d",
+        "postgres",
+        "-c",
+        QUERY,
+        options=SCAN_OPTIONS,
+    )
+    if (
+        res.returncode != 0
+    ):  # e.g. "invalid page in block ...", "page verification failed, calculated checksum"
+        return CheckResult(
+            noticed,
+            tuple(
+                f"reading the tables: {ln}"
+                for ln in error_lines(res.stderr or res.stdout, res.returncode)
+            ),
+        )
     found = parse(res.stdout)
     amc = srv.run("pg_amcheck", "-d", "postgres", "--heapallindexed", "--install-missing")
-    problems = [] if amc.returncode == 0 else amcheck_problems(amc.stdout + "\n" + amc.stderr, amc.returncode)
+    problems = (
+        []
+        if amc.returncode == 0
+        else amcheck_problems(amc.stdout + "\n" + amc.stderr, amc.returncode)
+    )
     got = judge.run(found, amcheck=problems, note=recovery_note(srv.log()))
-    if problems and got.verdict == "corrupt-data" and noticed != "corrupt-data":   # pg_amcheck noticed
+    if (
+        problems and got.verdict == "corrupt-data" and noticed != "corrupt-data"
+    ):  # pg_amcheck noticed
         return CheckResult(noticed, got.reasons)
     return got
 
@@ -355,11 +453,14 @@ def no_datadir(datadir: str, acked: str) -> CheckResult | None:
     name = os.path.basename(datadir)
     if acked:
         return CheckResult("lost-ack", (f"no data directory {name} but txn(s) {acked} were acked",))
-    return CheckResult("corrupt-data", (f"no data directory {name}, made durable before the first begin",))
+    return CheckResult(
+        "corrupt-data", (f"no data directory {name}, made durable before the first begin",)
+    )
 
 
-def judge_datadir(datadir: str, inp: CheckInput,
-                  server: Callable[[str, str], Server] = Server) -> CheckResult:
+def judge_datadir(
+    datadir: str, inp: CheckInput, server: Callable[[str, str], Server] = Server
+) -> CheckResult:
     """The verdict for the data directory ``datadir`` against ``inp``'s marks: its server (made by
     ``server(bindir, datadir)``) started, the tables read, pg_amcheck; a server that does not start
     is ``inp.noticed``."""
@@ -371,15 +472,24 @@ def judge_datadir(datadir: str, inp: CheckInput,
     bin_dir = bindir()
     if bin_dir is None:
         raise RuntimeError(MISSING)
-    judge = Judge(int(inp.params.get("seed", DEFAULTS["seed"])),
-                  int(inp.params.get("row_bytes", DEFAULTS["row_bytes"])), acked, begun)
+    judge = Judge(
+        int(inp.params.get("seed", DEFAULTS["seed"])),
+        int(inp.params.get("row_bytes", DEFAULTS["row_bytes"])),
+        acked,
+        begun,
+    )
     try:
         with server(bin_dir, datadir) as srv:
             return examine(srv, judge, inp.noticed)
     except StartFailed as e:
-        return CheckResult(inp.noticed, ("the server does not start on the recovered data directory",
-                                            *e.lines))
+        return CheckResult(
+            inp.noticed, ("the server does not start on the recovered data directory", *e.lines)
+        )
 
 
-CHECKER = Checker(name="postgres", description="PostgreSQL's crash recovery, pg_amcheck, every acked transaction "
-                                               "whole and byte-exact, begun ones all or nothing", check=check)
+CHECKER = Checker(
+    name="postgres",
+    description="PostgreSQL's crash recovery, pg_amcheck, every acked transaction "
+    "whole and byte-exact, begun ones all or nothing",
+    check=check,
+)

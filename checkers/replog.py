@@ -11,6 +11,7 @@ that was never sent (begun).  The mounts come in ``CheckInput.mounts``, node 0 f
 A node whose file cannot be read (EIO, or ext4's EBADMSG: the filesystem noticed a bad block, as
 under a lying disk) holds no record as far as the log is concerned: a quorum log recovers from the
 other nodes, so it counts as holding none, and the reason says the read failed."""
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,7 @@ def read_node(path: str, seed: int, size: int, limit: int) -> tuple[int, str]:
     pos = i = 0
     while pos < len(data):
         want = record(seed, i, size)
-        chunk = data[pos:pos + len(want)]
+        chunk = data[pos : pos + len(want)]
         if chunk == want:
             if i > limit:
                 return i, f"record {i} is on disk but was never sent"
@@ -45,7 +46,7 @@ def read_node(path: str, seed: int, size: int, limit: int) -> tuple[int, str]:
             i += 1
             continue
         bad = next((k for k, b in enumerate(chunk) if b != want[k] and b != 0), None)
-        rest = data[pos + len(want):]
+        rest = data[pos + len(want) :]
         if bad is not None or rest.strip(b"\0"):
             where = pos + (bad if bad is not None else len(want))
             return i, f"byte {where} is neither record {i}'s nor zero"
@@ -63,9 +64,11 @@ def check(inp: CheckInput) -> CheckResult:
     for n, m in enumerate(mounts):
         try:
             have, why = read_node(os.path.join(m, p["file"]), p["seed"], p["size"], sent)
-        except OSError as e:   # noticed by the filesystem: this node serves nothing
+        except OSError as e:  # noticed by the filesystem: this node serves nothing
             have, why = 0, ""
-            unread.append(f"node {n}: {p['file']} cannot be read ({e.strerror or e}): counted as holding no record")
+            unread.append(
+                f"node {n}: {p['file']} cannot be read ({e.strerror or e}): counted as holding no record"
+            )
         counts.append(have)
         if why:
             bad.append(f"node {n}: {why}")
@@ -74,9 +77,15 @@ def check(inp: CheckInput) -> CheckResult:
     majority = len(mounts) // 2 + 1
     lost = [k for k in acked if sum(c > k for c in counts) < majority]
     if lost:
-        return CheckResult("lost-ack", (f"acked record {lost[0]} is intact on {sum(c > lost[0] for c in counts)} of "
-                                        f"{len(mounts)} nodes, a majority is {majority} (records per node: {counts})"
-                                        + (f"; {len(lost)} acked records lost" if len(lost) > 1 else ""), *unread))
+        return CheckResult(
+            "lost-ack",
+            (
+                f"acked record {lost[0]} is intact on {sum(c > lost[0] for c in counts)} of "
+                f"{len(mounts)} nodes, a majority is {majority} (records per node: {counts})"
+                + (f"; {len(lost)} acked records lost" if len(lost) > 1 else ""),
+                *unread,
+            ),
+        )
     return CheckResult("pass", tuple(unread))
 
 

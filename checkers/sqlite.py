@@ -22,6 +22,7 @@ transaction ``i`` inserts row ``i`` (1000 bytes from (seed, i)) and sets the sum
   schema, while something was acked;
 * pass -- otherwise: the database holds transactions 1..last, each whole; a begun-not-acked one is
   there whole or absent whole."""
+
 from __future__ import annotations
 
 import hashlib
@@ -63,46 +64,76 @@ def _first_difference(got: object, want: bytes) -> str:
 class Judge:
     """One open database against what the marks promise."""
 
-    def __init__(self, con: sqlite3.Connection, seed: int, acked: set[int], begun: set[int],
-                 noticed: str = "corrupt-data") -> None:
+    def __init__(
+        self,
+        con: sqlite3.Connection,
+        seed: int,
+        acked: set[int],
+        begun: set[int],
+        noticed: str = "corrupt-data",
+    ) -> None:
         self.con, self.seed, self.acked, self.begun, self.noticed = con, seed, acked, begun, noticed
         self.corrupt: list[str] = []
 
     def state(self, i: int) -> str:
-        return "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
+        return (
+            "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
+        )
 
     def run(self) -> CheckResult:
         lines = [str(r[0]) for r in self.con.execute("PRAGMA integrity_check")]
         if lines != ["ok"]:
             more = f" (+{len(lines) - 3} more)" if len(lines) > 3 else ""
-            return CheckResult(self.noticed, (f"PRAGMA integrity_check: {'; '.join(lines[:3])}{more}",))
-        tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            return CheckResult(
+                self.noticed, (f"PRAGMA integrity_check: {'; '.join(lines[:3])}{more}",)
+            )
+        tables = {
+            r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
         if not tables & TABLES:
             if self.acked:
-                return CheckResult("lost-ack", (f"no schema (tables: {sorted(tables)}) but txn(s) "
-                                                f"{_keys(self.acked)} were acked",))
+                return CheckResult(
+                    "lost-ack",
+                    (
+                        f"no schema (tables: {sorted(tables)}) but txn(s) "
+                        f"{_keys(self.acked)} were acked",
+                    ),
+                )
             return CheckResult("pass", ("no schema yet and nothing acked",))
         if not TABLES <= tables:
-            return CheckResult("corrupt-data", (f"half a schema: tables {sorted(tables)}, created together",))
+            return CheckResult(
+                "corrupt-data", (f"half a schema: tables {sorted(tables)}, created together",)
+            )
         rows = {int(i): data for i, data in self.con.execute("SELECT id, payload FROM rows")}
         found = self.con.execute("SELECT count, last, digest FROM summary WHERE id = 1").fetchall()
         if len(found) != 1:
-            return CheckResult("corrupt-data", ("the summary row (created with the schema) is missing",))
+            return CheckResult(
+                "corrupt-data", ("the summary row (created with the schema) is missing",)
+            )
         last = self.check_summary(tuple(found[0]))
         self.check_rows(rows)
         if last is not None:
             self.check_pairs(set(rows), last)
         lost = self.acked - set(rows)
-        held = (f"rows {_keys(set(rows))}" if last is None else f"txns 1..{last}" if last else "no txn")
+        held = (
+            f"rows {_keys(set(rows))}" if last is None else f"txns 1..{last}" if last else "no txn"
+        )
         lost_line = f"acked txn(s) {_keys(lost)} lost: the database holds {held}" if lost else ""
         if self.corrupt:
-            return CheckResult("corrupt-data", tuple(self.corrupt + ([lost_line] if lost_line else [])))
+            return CheckResult(
+                "corrupt-data", tuple(self.corrupt + ([lost_line] if lost_line else []))
+            )
         if lost:
             return CheckResult("lost-ack", (lost_line,))
         absent = self.begun - set(rows)
         note = f"; begun, not acked, absent: {_keys(absent)}" if absent else ""
-        return CheckResult("pass", (f"{len(self.acked)} acked txn(s) intact; integrity_check ok; "
-                                    f"the database holds {held}{note}",))
+        return CheckResult(
+            "pass",
+            (
+                f"{len(self.acked)} acked txn(s) intact; integrity_check ok; "
+                f"the database holds {held}{note}",
+            ),
+        )
 
     def check_summary(self, got: tuple[Any, ...]) -> int | None:
         """The summary row against what its writer wrote; the ``last`` it names (None: not a txn)."""
@@ -111,8 +142,10 @@ class Judge:
             self.corrupt.append(f"the summary row names txn {last!r}, which was never begun")
             return None
         if got != summary(self.seed, last):
-            self.corrupt.append(f"the summary row (count={got[0]!r}, last={got[1]!r}) is not what txn {last} "
-                                "wrote" + (" (its digest differs)" if got[:2] == (last, last) else ""))
+            self.corrupt.append(
+                f"the summary row (count={got[0]!r}, last={got[1]!r}) is not what txn {last} "
+                "wrote" + (" (its digest differs)" if got[:2] == (last, last) else "")
+            )
         return last
 
     def check_rows(self, rows: dict[int, Any]) -> None:
@@ -121,18 +154,24 @@ class Judge:
             if state == "never begun":
                 self.corrupt.append(f"row {i} is committed but was never begun")
             elif data != payload(self.seed, i):
-                self.corrupt.append(f"row {i} ({state}): its payload {_first_difference(data, payload(self.seed, i))}")
+                self.corrupt.append(
+                    f"row {i} ({state}): its payload {_first_difference(data, payload(self.seed, i))}"
+                )
 
     def check_pairs(self, ids: set[int], last: int) -> None:
         """Each transaction all or nothing: rows 1..last exactly, as the summary counts them."""
         extra = {i for i in ids if not 1 <= i <= last}
         missing = set(range(1, last + 1)) - ids
         if extra:
-            self.corrupt.append(f"row(s) {_keys(extra)} present but the summary stops at txn {last}: an INSERT "
-                                "without its UPDATE")
+            self.corrupt.append(
+                f"row(s) {_keys(extra)} present but the summary stops at txn {last}: an INSERT "
+                "without its UPDATE"
+            )
         if missing:
-            self.corrupt.append(f"the summary counts txns 1..{last} but row(s) {_keys(missing)} are missing: "
-                                "an UPDATE without its INSERT")
+            self.corrupt.append(
+                f"the summary counts txns 1..{last} but row(s) {_keys(missing)} are missing: "
+                "an UPDATE without its INSERT"
+            )
 
 
 def check(inp: CheckInput) -> CheckResult:
@@ -141,17 +180,29 @@ def check(inp: CheckInput) -> CheckResult:
     acked, begun = {int(k) for k in inp.acked}, {int(k) for k in inp.begun}
     if not os.path.exists(path):
         if acked:
-            return CheckResult("lost-ack", (f"{name} is missing but txn(s) {_keys(acked)} were acked",))
+            return CheckResult(
+                "lost-ack", (f"{name} is missing but txn(s) {_keys(acked)} were acked",)
+            )
         return CheckResult("pass", ("no database and nothing acked",))
     try:
-        con = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=rw", uri=True, isolation_level=None)
+        con = sqlite3.connect(
+            f"file:{urllib.parse.quote(path)}?mode=rw", uri=True, isolation_level=None
+        )
         try:
-            return Judge(con, int(inp.params.get("seed", DEFAULTS["seed"])), acked, begun, inp.noticed).run()
+            return Judge(
+                con, int(inp.params.get("seed", DEFAULTS["seed"])), acked, begun, inp.noticed
+            ).run()
         finally:
             con.close()
-    except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed", "disk I/O error"
+    except (
+        sqlite3.DatabaseError
+    ) as e:  # "file is not a database", "database disk image is malformed", "disk I/O error"
         return CheckResult(inp.noticed, (f"{name}: sqlite: {e}",))
 
 
-CHECKER = Checker(name="sqlite", description="SQLite's recovery, integrity_check, every acked transaction "
-                                             "whole and byte-exact, begun ones all or nothing", check=check)
+CHECKER = Checker(
+    name="sqlite",
+    description="SQLite's recovery, integrity_check, every acked transaction "
+    "whole and byte-exact, begun ones all or nothing",
+    check=check,
+)

@@ -10,6 +10,7 @@ workloads -- the unit tests pin the two together).
   block that is neither its record nor zeros (an overwrite in place is never torn inside a 4 KiB
   unit: docs/crash-models.md, torn-4k); a block past the begun records that is not zeros;
 * pass -- otherwise (begun records may be there or not)."""
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,7 @@ def judge(data: bytes, acked: list[int], begun: list[int], seed: int, size: int)
     lost, bad = [], []
     last = max([*acked, *begun], default=-1)
     for i in range(max(last + 1, len(data) // BLOCK)):
-        block = data[i * BLOCK:(i + 1) * BLOCK].ljust(BLOCK, b"\0")
+        block = data[i * BLOCK : (i + 1) * BLOCK].ljust(BLOCK, b"\0")
         if i > last:
             if block != ZERO:
                 bad.append(f"block {i}, past the last begun record {last}, is not zeros")
@@ -48,12 +49,19 @@ def judge(data: bytes, acked: list[int], begun: list[int], seed: int, size: int)
             if i in acked:
                 lost.append(i)
             continue
-        bad.append(f"record {i}{' (acked)' if i in acked else ''}: its block is neither the record nor zeros")
+        bad.append(
+            f"record {i}{' (acked)' if i in acked else ''}: its block is neither the record nor zeros"
+        )
     if bad:
         return CheckResult("corrupt-data", tuple(bad[:8]))
     if lost:
-        return CheckResult("lost-ack", (f"acked record {lost[0]} is not in store.log (its block is zeros)"
-                                        + (f"; {len(lost) - 1} more acked records lost" if len(lost) > 1 else ""),))
+        return CheckResult(
+            "lost-ack",
+            (
+                f"acked record {lost[0]} is not in store.log (its block is zeros)"
+                + (f"; {len(lost) - 1} more acked records lost" if len(lost) > 1 else ""),
+            ),
+        )
     return CheckResult("pass", (f"{len(acked)} acked records intact",))
 
 
@@ -67,9 +75,13 @@ def check(inp: CheckInput) -> CheckResult:
             data = f.read()
     except FileNotFoundError:
         if acked:
-            return CheckResult("lost-ack", (f"{path} is missing but {len(acked)} records were acked",))
+            return CheckResult(
+                "lost-ack", (f"{path} is missing but {len(acked)} records were acked",)
+            )
         return CheckResult("pass", ("no record acked, no file: fine",))
     return judge(data, acked, begun, int(p["seed"]), int(p["size"]))
 
 
-CHECKER = Checker(name="twofile", description="every acked record intact in its block of store.log", check=check)
+CHECKER = Checker(
+    name="twofile", description="every acked record intact in its block of store.log", check=check
+)

@@ -30,6 +30,7 @@ CRC is *not* noticing: that is how this WAL (like SQLite's and PostgreSQL's) fin
 log after a crash, so acked txns behind a damaged record are dropped without a word -- ``lost-ack``.
 The CRC's worth shows against ``no-crc``, which has no such check and replays a damaged record as
 data: ``corrupt-data``, read as ``silent-corruption`` under a lying disk."""
+
 from __future__ import annotations
 
 import os
@@ -40,20 +41,39 @@ from typing import Any
 
 from powercut import Checker, CheckInput, CheckResult
 
-DEFAULTS: dict[str, Any] = {"variant": "correct", "n": 12, "group": 1, "page_bytes": 4096, "npages": 8,
-                            "segment_bytes": 16384, "checkpoint_every": 5, "seed": 0, "dir": "wal",
-                            "fault_at": 0, "on_error": "stop"}
+DEFAULTS: dict[str, Any] = {
+    "variant": "correct",
+    "n": 12,
+    "group": 1,
+    "page_bytes": 4096,
+    "npages": 8,
+    "segment_bytes": 16384,
+    "checkpoint_every": 5,
+    "seed": 0,
+    "dir": "wal",
+    "fault_at": 0,
+    "on_error": "stop",
+}
 BLOCK = 4096
-REC = struct.Struct("<IQII")          # length, lsn, type, crc32c
-PAGE = struct.Struct("<QII")          # txn, page, 0 (then the image)
-COMMIT = struct.Struct("<QII")        # txn, records, txn crc32c
-SWITCH = struct.Struct("<II")         # next segno, 0
-SEG = struct.Struct("<8sIQI")         # magic, segno, start lsn, crc32c
-CTL = struct.Struct("<8sQQQQII")      # magic, ckpt lsn, ckpt txn, committed lsn, committed txn, ckpt seg, crc
-IMG = struct.Struct("<4sIQ")          # b"WALP", page, txn
+REC = struct.Struct("<IQII")  # length, lsn, type, crc32c
+PAGE = struct.Struct("<QII")  # txn, page, 0 (then the image)
+COMMIT = struct.Struct("<QII")  # txn, records, txn crc32c
+SWITCH = struct.Struct("<II")  # next segno, 0
+SEG = struct.Struct("<8sIQI")  # magic, segno, start lsn, crc32c
+CTL = struct.Struct(
+    "<8sQQQQII"
+)  # magic, ckpt lsn, ckpt txn, committed lsn, committed txn, ckpt seg, crc
+IMG = struct.Struct("<4sIQ")  # b"WALP", page, txn
 T_PAGE, T_COMMIT, T_FILL, T_SWITCH = 1, 2, 3, 4
 NAMES = {T_PAGE: "PAGE", T_COMMIT: "COMMIT", T_FILL: "FILL", T_SWITCH: "SWITCH"}
-VARIANTS = ("correct", "no-fsync", "no-crc", "commit-before-data", "no-dir-fsync", "checkpoint-early")
+VARIANTS = (
+    "correct",
+    "no-fsync",
+    "no-crc",
+    "commit-before-data",
+    "no-dir-fsync",
+    "checkpoint-early",
+)
 
 
 def _table() -> tuple[int, ...]:
@@ -112,10 +132,17 @@ class Layout:
 
     @staticmethod
     def of(params: dict[str, Any]) -> Layout:
-        v = {k: params.get(k, DEFAULTS[k]) for k in ("variant", "page_bytes", "npages", "seed", "dir")}
-        lay = Layout(str(v["variant"]), int(v["page_bytes"]), int(v["npages"]), int(v["seed"]), str(v["dir"]))
+        v = {
+            k: params.get(k, DEFAULTS[k])
+            for k in ("variant", "page_bytes", "npages", "seed", "dir")
+        }
+        lay = Layout(
+            str(v["variant"]), int(v["page_bytes"]), int(v["npages"]), int(v["seed"]), str(v["dir"])
+        )
         if lay.variant not in VARIANTS:
-            raise ValueError(f"wal: variant must be one of {', '.join(VARIANTS)}, not {lay.variant!r}")
+            raise ValueError(
+                f"wal: variant must be one of {', '.join(VARIANTS)}, not {lay.variant!r}"
+            )
         return lay
 
     @property
@@ -136,7 +163,9 @@ class Layout:
 
     def previous(self, t: int, page: int) -> int:
         """The last txn before t that wrote ``page`` (0: none, the page was zeros)."""
-        return next((s for s in range(t - 1, max(0, t - self.npages - 1), -1) if page in self.pages(s)), 0)
+        return next(
+            (s for s in range(t - 1, max(0, t - self.npages - 1), -1) if page in self.pages(s)), 0
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,30 +181,36 @@ class Control:
 class Segment:
     segno: int
     start: int
-    data: bytes               # readable contents (up to the first unreadable block)
-    unreadable: int | None    # file offset of the first unreadable block
+    data: bytes  # readable contents (up to the first unreadable block)
+    unreadable: int | None  # file offset of the first unreadable block
 
 
 @dataclass(frozen=True, slots=True)
 class Rec:
     rtype: int
     payload: bytes
-    raw: bytes                # the whole record with its padding
-    end: int                  # file offset after it
+    raw: bytes  # the whole record with its padding
+    end: int  # file offset after it
 
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
     pages: tuple[bytes | None, ...]
     ctl: Control
-    last: int                 # the last txn redone (ckpt_txn if none)
-    stop: str                 # where and why redo stopped
+    last: int  # the last txn redone (ckpt_txn if none)
+    stop: str  # where and why redo stopped
 
     def summary(self) -> str:
         c = self.ctl
-        redone = f"redid txns {c.ckpt_txn + 1}..{self.last}" if self.last > c.ckpt_txn else "redid nothing"
-        return (f"recovery: checkpoint after txn {c.ckpt_txn} (LSN {c.ckpt_lsn}, segment {c.ckpt_seg}), "
-                f"{redone}, stopped: {self.stop}")
+        redone = (
+            f"redid txns {c.ckpt_txn + 1}..{self.last}"
+            if self.last > c.ckpt_txn
+            else "redid nothing"
+        )
+        return (
+            f"recovery: checkpoint after txn {c.ckpt_txn} (LSN {c.ckpt_lsn}, segment {c.ckpt_seg}), "
+            f"{redone}, stopped: {self.stop}"
+        )
 
 
 def read_units(path: str, unit: int) -> list[bytes | None]:
@@ -199,10 +234,14 @@ def read_ctl(root: str) -> Control:
         raise Absent(f"{path} is missing")
     raw = (read_units(path, CTL.size) or [b""])[0]
     if raw is None or len(raw) < CTL.size:
-        raise CannotOpen(f"wal.ctl is {'unreadable' if raw is None else f'{len(raw)} bytes, not {CTL.size}'}")
+        raise CannotOpen(
+            f"wal.ctl is {'unreadable' if raw is None else f'{len(raw)} bytes, not {CTL.size}'}"
+        )
     magic, *fields, crc = CTL.unpack(raw)
     if magic != b"PCWALCTL" or crc != crc32c(raw[:-4]):
-        raise CannotOpen(f"wal.ctl is damaged ({'magic ' + repr(magic) if magic != b'PCWALCTL' else 'CRC mismatch'})")
+        raise CannotOpen(
+            f"wal.ctl is damaged ({'magic ' + repr(magic) if magic != b'PCWALCTL' else 'CRC mismatch'})"
+        )
     return Control(*fields)
 
 
@@ -212,7 +251,9 @@ def read_data(root: str, lay: Layout) -> list[bytes | None]:
         raise CannotOpen("data.db is missing")
     pages = read_units(path, lay.page_bytes)
     if len(pages) != lay.npages or any(p is not None and len(p) != lay.page_bytes for p in pages):
-        raise CannotOpen(f"data.db is {os.path.getsize(path)} bytes, not {lay.npages * lay.page_bytes}")
+        raise CannotOpen(
+            f"data.db is {os.path.getsize(path)} bytes, not {lay.npages * lay.page_bytes}"
+        )
     return pages
 
 
@@ -227,7 +268,7 @@ def open_segment(root: str, segno: int, start: int | None) -> Segment | str:
     if len(data) < SEG.size:
         return f"segment {segno} has no complete header ({len(data)} bytes readable)"
     magic, no, st, crc = SEG.unpack_from(data)
-    if magic != b"PCWALSEG" or crc != crc32c(data[:SEG.size - 4]):
+    if magic != b"PCWALSEG" or crc != crc32c(data[: SEG.size - 4]):
         return f"segment {segno} has a damaged header"
     if no != segno or start is not None and st != start:
         return f"segment {segno}'s header names segment {no} at LSN {st} (expected LSN {start})"
@@ -239,19 +280,25 @@ def parse(seg: Segment, off: int, lay: Layout) -> Rec | str:
     data, where = seg.data, f"segment {seg.segno} offset {off} (LSN {seg.start + off})"
     io = "" if seg.unreadable is None else f", unreadable (I/O error) from offset {seg.unreadable}"
     if off + REC.size > len(data):
-        return f"end of the log at {where}" + (f" ({len(data) - off} stray bytes)" if off < len(data) else "") + io
+        return (
+            f"end of the log at {where}"
+            + (f" ({len(data) - off} stray bytes)" if off < len(data) else "")
+            + io
+        )
     length, lsn, rtype, crc = REC.unpack_from(data, off)
-    if not data[off:off + REC.size].strip(b"\0"):
+    if not data[off : off + REC.size].strip(b"\0"):
         return f"zeros at {where} (end of the log)"
     if rtype not in NAMES:
         return f"unknown record type {rtype} at {where}"
     name = NAMES[rtype]
-    want = {T_PAGE: PAGE.size + lay.page_bytes, T_COMMIT: COMMIT.size, T_SWITCH: SWITCH.size}.get(rtype)
+    want = {T_PAGE: PAGE.size + lay.page_bytes, T_COMMIT: COMMIT.size, T_SWITCH: SWITCH.size}.get(
+        rtype
+    )
     if lsn != seg.start + off or length != (want if want is not None else min(length, BLOCK)):
         return f"{name} record at {where} has LSN {lsn} and length {length}: not the record expected there"
     if off + REC.size + length > len(data):
         return f"{name} record at {where} runs past the end of the readable segment ({len(data)} bytes){io}"
-    payload = data[off + REC.size:off + REC.size + length]
+    payload = data[off + REC.size : off + REC.size + length]
     if lay.crc and crc != crc32c(REC.pack(length, lsn, rtype, 0) + payload):
         return f"{name} record at {where} fails its CRC"
     end = off + -(-(REC.size + length) // 8) * 8
@@ -265,11 +312,16 @@ def redo(root: str, lay: Layout, ctl: Control, pages: list[bytes | None]) -> tup
         return ctl.ckpt_txn, seg
     off, last, pending = ctl.ckpt_lsn - seg.start, ctl.ckpt_txn, []
     if off < SEG.size:
-        return last, f"checkpoint LSN {ctl.ckpt_lsn} is not inside segment {seg.segno} (it starts at LSN {seg.start})"
+        return (
+            last,
+            f"checkpoint LSN {ctl.ckpt_lsn} is not inside segment {seg.segno} (it starts at LSN {seg.start})",
+        )
     limit = ctl.committed_lsn if lay.variant == "commit-before-data" else None
     while True:
         if limit is not None and seg.start + off >= limit:
-            return last, f"wal.ctl's committed LSN {limit}" + (" (inside a record)" if seg.start + off > limit else "")
+            return last, f"wal.ctl's committed LSN {limit}" + (
+                " (inside a record)" if seg.start + off > limit else ""
+            )
         if BLOCK - off % BLOCK < REC.size:
             off += BLOCK - off % BLOCK
         rec = parse(seg, off, lay)
@@ -285,15 +337,23 @@ def redo(root: str, lay: Layout, ctl: Control, pages: list[bytes | None]) -> tup
         elif rec.rtype == T_PAGE:
             txn, page, _ = PAGE.unpack_from(rec.payload)
             if txn != last + 1 or page >= lay.npages:
-                return last, f"a PAGE record for txn {txn} page {page} at {where}, expected txn {last + 1}"
-            pending.append((page, rec.payload[PAGE.size:], rec.raw))
+                return (
+                    last,
+                    f"a PAGE record for txn {txn} page {page} at {where}, expected txn {last + 1}",
+                )
+            pending.append((page, rec.payload[PAGE.size :], rec.raw))
         elif rec.rtype == T_COMMIT:
             txn, count, tcrc = COMMIT.unpack(rec.payload)
             if txn != last + 1 or count != len(pending):
-                return last, (f"a COMMIT for txn {txn} of {count} record(s) at {where}, expected txn {last + 1} "
-                              f"of {len(pending)}")
+                return last, (
+                    f"a COMMIT for txn {txn} of {count} record(s) at {where}, expected txn {last + 1} "
+                    f"of {len(pending)}"
+                )
             if lay.txn_crc and tcrc != crc32c(b"".join(raw for _p, _i, raw in pending)):
-                return last, f"txn {txn}'s COMMIT at {where}: the txn CRC does not match its records"
+                return (
+                    last,
+                    f"txn {txn}'s COMMIT at {where}: the txn CRC does not match its records",
+                )
             for page, img, _raw in pending:
                 pages[page] = img
             last, pending = txn, []
@@ -306,12 +366,15 @@ def recover(root: str, lay: Layout) -> Recovery:
     pages = read_data(root, lay)
     last, stop = redo(root, lay, ctl, pages)
     if lay.variant == "commit-before-data" and last != ctl.committed_txn:
-        raise CannotOpen(f"wal.ctl says txns through {ctl.committed_txn} are committed (LSN {ctl.committed_lsn}) "
-                         f"but the log yields txns only through {last}: {stop}")
+        raise CannotOpen(
+            f"wal.ctl says txns through {ctl.committed_txn} are committed (LSN {ctl.committed_lsn}) "
+            f"but the log yields txns only through {last}: {stop}"
+        )
     return Recovery(tuple(pages), ctl, last, stop)
 
 
 # -- the verdict -------------------------------------------------------------------------------
+
 
 def identify(lay: Layout, page: int, content: bytes | None) -> tuple[int | None, str]:
     """(txn whose image ``page`` holds, 0 for zeros, None for anything else; what it holds)."""
@@ -327,11 +390,18 @@ def identify(lay: Layout, page: int, content: bytes | None) -> tuple[int | None,
     if content == want:
         return t, f"txn {t}'s image"
     lo = next(i for i, (a, b) in enumerate(zip(content, want)) if a != b)
-    hi = len(want) - next(i for i, (a, b) in enumerate(zip(reversed(content), reversed(want))) if a != b)
+    hi = len(want) - next(
+        i for i, (a, b) in enumerate(zip(reversed(content), reversed(want))) if a != b
+    )
     prev = lay.previous(t, page)
     part = content[lo:hi]
-    kind = ("zeros" if not part.strip(b"\0") else f"txn {prev}'s image" if prev and part == lay.image(prev, page)[lo:hi]
-            else "other bytes")
+    kind = (
+        "zeros"
+        if not part.strip(b"\0")
+        else f"txn {prev}'s image"
+        if prev and part == lay.image(prev, page)[lo:hi]
+        else "other bytes"
+    )
     return None, f"txn {t}'s image except bytes {lo}..{hi - 1}, which hold {kind}"
 
 
@@ -359,24 +429,44 @@ def judge(rec: Recovery, lay: Layout, acked: set[int], begun: set[int]) -> Check
                 missing.setdefault(t, []).append(page)
     torn = sorted(t for t in missing if t not in acked)
     if torn:
-        out = [_hole(lay, t, missing[t], what, m, newest, "begun, not acked" if t in begun else "never begun")
-               for t in torn[:5]]
+        out = [
+            _hole(
+                lay,
+                t,
+                missing[t],
+                what,
+                m,
+                newest,
+                "begun, not acked" if t in begun else "never begun",
+            )
+            for t in torn[:5]
+        ]
         return CheckResult("corrupt-data", tuple(out) + (rec.summary(),))
     lost = sorted(t for t in acked if t > m or t in missing)
     if lost:
-        out = [f"acked txn {t}'s page {p} lost: the page holds {what[p]}" for t in lost if t in missing
-               for p in missing[t]][:5]
+        out = [
+            f"acked txn {t}'s page {p} lost: the page holds {what[p]}"
+            for t in lost
+            if t in missing
+            for p in missing[t]
+        ][:5]
         after = [t for t in lost if t > m]
         if after:
-            out.append(f"acked txn(s) {_txns(after)} lost: " + (f"the newest txn visible is {m}" if m else
-                                                                 "no txn is visible"))
+            out.append(
+                f"acked txn(s) {_txns(after)} lost: "
+                + (f"the newest txn visible is {m}" if m else "no txn is visible")
+            )
         return CheckResult("lost-ack", tuple(out) + (rec.summary(),))
     gone = sorted(t for t in begun if t > m)
     note = f"; begun, not acked, absent: {_txns(gone)}" if gone else ""
-    return CheckResult("pass", (f"the state after txn {m}: acked txns through {top} visible{note}", rec.summary()))
+    return CheckResult(
+        "pass", (f"the state after txn {m}: acked txns through {top} visible{note}", rec.summary())
+    )
 
 
-def _hole(lay: Layout, t: int, pages: list[int], what: list[str], m: int, newest: int, state: str) -> str:
+def _hole(
+    lay: Layout, t: int, pages: list[int], what: list[str], m: int, newest: int, state: str
+) -> str:
     seen = [p for p in lay.pages(t) if p not in pages]
     lacks = ", ".join(f"page {p} holds {what[p]}" for p in pages)
     if seen:
@@ -400,11 +490,19 @@ def check(inp: CheckInput) -> CheckResult:
         return CheckResult("pass", (f"{e}; nothing acked",))
     except CannotOpen as e:
         if not acked and not begun:
-            return CheckResult("pass", (f"{e}, but no txn has begun: initialisation need not be durable yet",))
+            return CheckResult(
+                "pass", (f"{e}, but no txn has begun: initialisation need not be durable yet",)
+            )
         return CheckResult(inp.noticed, (f"the database cannot open: {e}",))
     got = judge(rec, lay, acked, begun)
-    if inp.lying_disk and got.verdict != "pass" and any(w in " ".join(got.reasons) for w in NOTICES):
-        return CheckResult("detected", (f"the WAL's recovery noticed the damage: {rec.stop}", *got.reasons))
+    if (
+        inp.lying_disk
+        and got.verdict != "pass"
+        and any(w in " ".join(got.reasons) for w in NOTICES)
+    ):
+        return CheckResult(
+            "detected", (f"the WAL's recovery noticed the damage: {rec.stop}", *got.reasons)
+        )
     return got
 
 
@@ -412,5 +510,9 @@ def check(inp: CheckInput) -> CheckResult:
 NOTICES = ("I/O error",)
 
 
-CHECKER = Checker(name="wal", description="the WAL's recovery (redo from the checkpoint, stop at the first bad "
-                                          "record), then every acked txn visible and no torn txn", check=check)
+CHECKER = Checker(
+    name="wal",
+    description="the WAL's recovery (redo from the checkpoint, stop at the first bad "
+    "record), then every acked txn visible and no torn txn",
+    check=check,
+)

@@ -24,6 +24,7 @@ Steps, each a verdict of its own:
 
 Needs ZODB.  Without it ``check`` raises ``RuntimeError`` with one line, which the harness turns
 into a ``checker-crashed`` verdict for each state naming it: a missing dependency is no finding."""
+
 from __future__ import annotations
 
 import logging
@@ -67,7 +68,11 @@ class _Capture(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage().splitlines()[0].replace(self.path, os.path.basename(self.path))[:200])
+        self.lines.append(
+            record.getMessage()
+            .splitlines()[0]
+            .replace(self.path, os.path.basename(self.path))[:200]
+        )
 
 
 @dataclass(slots=True)
@@ -79,7 +84,9 @@ class Expect:
     notes: list[str] = field(default_factory=list)
 
     def state(self, i: int) -> str:
-        return "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
+        return (
+            "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
+        )
 
     def value(self, i: int) -> bytes:
         return value(self.seed, i, self.size)
@@ -107,7 +114,9 @@ def recover(zodb: Any, path: str) -> list[str]:
     try:
         zodb.FileStorage.FileStorage(path, read_only=False).close()
     except Exception as e:
-        raise Corrupt(f"FileStorage refuses to open {os.path.basename(path)}: {_err(e, path)}") from None
+        raise Corrupt(
+            f"FileStorage refuses to open {os.path.basename(path)}: {_err(e, path)}"
+        ) from None
     finally:
         logger.removeHandler(capture)
     return [f"FileStorage: {line}" for line in capture.lines]
@@ -124,8 +133,10 @@ def transactions(zodb: Any, storage: Any) -> list[tuple[bytes, str]]:
                     try:
                         zodb.serialize.referencesf(rec.data)
                     except Exception as e:
-                        raise Corrupt(f"transaction {descr!r}: the record of oid {zodb.utils.u64(rec.oid)} does "
-                                      f"not unpickle: {_err(e)}") from None
+                        raise Corrupt(
+                            f"transaction {descr!r}: the record of oid {zodb.utils.u64(rec.oid)} does "
+                            f"not unpickle: {_err(e)}"
+                        ) from None
             out.append((txn.tid, descr))
     except Corrupt:
         raise
@@ -145,8 +156,10 @@ def walk(zodb: Any, storage: Any, conn: Any) -> int:
             refs = zodb.serialize.referencesf(data)
             conn.get(oid)._p_activate()
         except zodb.POSException.POSKeyError:
-            raise Corrupt(f"oid {u64(oid)}, referenced by oid {u64(parent)}, is missing (a dangling "
-                          "reference)") from None
+            raise Corrupt(
+                f"oid {u64(oid)}, referenced by oid {u64(parent)}, is missing (a dangling "
+                "reference)"
+            ) from None
         except Exception as e:
             raise Corrupt(f"oid {u64(oid)} does not load: {_err(e)}") from None
         for ref in refs:
@@ -158,6 +171,7 @@ def walk(zodb: Any, storage: Any, conn: Any) -> int:
 
 def tree_items(tree: Any, where: str) -> dict[Any, Any]:
     import BTrees.check
+
     try:
         tree._check()
         BTrees.check.check(tree)
@@ -173,9 +187,11 @@ def keyed(txns: list[tuple[bytes, str]], exp: Expect) -> list[tuple[bytes, int]]
         if not descr.startswith(PREFIX) or descr == SETUP:
             continue
         try:
-            i = int(descr[len(PREFIX):])
+            i = int(descr[len(PREFIX) :])
         except ValueError:
-            raise Corrupt(f"a transaction described {descr!r}, which the workload never writes") from None
+            raise Corrupt(
+                f"a transaction described {descr!r}, which the workload never writes"
+            ) from None
         if out and i <= out[-1][1]:
             raise Corrupt(f"transaction {i!r} comes after transaction {out[-1][1]} in the file")
         out.append((tid, i))
@@ -188,17 +204,25 @@ def compare(items: dict[Any, Any], want: set[int], exp: Expect, where: str) -> N
         state = exp.state(i) if isinstance(i, int) else "never begun"
         if state == "never begun":
             raise Corrupt(f"key {i!r} is in the tree {where} but was never begun")
-        raise Corrupt(f"key {i} ({state}) is in the tree {where} without its transaction 'powercut {i}': "
-                      "half a commit")
+        raise Corrupt(
+            f"key {i} ({state}) is in the tree {where} without its transaction 'powercut {i}': "
+            "half a commit"
+        )
     for i in sorted(want):
         if i not in items:
-            raise Corrupt(f"transaction 'powercut {i}' is in the file but key {i} is not in the tree {where}: "
-                          "half a commit")
+            raise Corrupt(
+                f"transaction 'powercut {i}' is in the file but key {i} is not in the tree {where}: "
+                "half a commit"
+            )
         got = items[i]
         if got != exp.value(i):
-            what = (f"{len(got)} bytes, {exp.size} written" if isinstance(got, bytes) and len(got) != exp.size
-                    else f"a {type(got).__name__}" if not isinstance(got, bytes)
-                    else f"differs from byte {next(k for k, (a, b) in enumerate(zip(got, exp.value(i))) if a != b)}")
+            what = (
+                f"{len(got)} bytes, {exp.size} written"
+                if isinstance(got, bytes) and len(got) != exp.size
+                else f"a {type(got).__name__}"
+                if not isinstance(got, bytes)
+                else f"differs from byte {next(k for k, (a, b) in enumerate(zip(got, exp.value(i))) if a != b)}"
+            )
             raise Corrupt(f"key {i} ({exp.state(i)}) {where}: its value {what}")
 
 
@@ -225,8 +249,12 @@ def judge(zodb: Any, storage: Any, exp: Expect) -> CheckResult:
         for n, (tid, i) in enumerate(keys):
             then = db.open(at=tid)
             try:
-                compare(tree_items(then.root()[TREE], f"as of txn {i}"), {k for _, k in keys[:n + 1]}, exp,
-                        f"as of txn {i}")
+                compare(
+                    tree_items(then.root()[TREE], f"as of txn {i}"),
+                    {k for _, k in keys[: n + 1]},
+                    exp,
+                    f"as of txn {i}",
+                )
             finally:
                 then.close()
         conn.close()
@@ -235,17 +263,30 @@ def judge(zodb: Any, storage: Any, exp: Expect) -> CheckResult:
     present = set(items)
     lost = exp.acked - present
     if lost:
-        return CheckResult("lost-ack", (f"acked key(s) {_keys(lost)} lost: the tree holds {_keys(present) or 'none'}",
-                                        *exp.notes))
+        return CheckResult(
+            "lost-ack",
+            (
+                f"acked key(s) {_keys(lost)} lost: the tree holds {_keys(present) or 'none'}",
+                *exp.notes,
+            ),
+        )
     absent = exp.begun - present
     note = f"; begun, not acked, absent: {_keys(absent)}" if absent else ""
-    return CheckResult("pass", (f"{len(exp.acked)} acked key(s) intact; {len(txns)} transactions, {count} "
-                                f"objects, fstest ok{note}", *exp.notes))
+    return CheckResult(
+        "pass",
+        (
+            f"{len(exp.acked)} acked key(s) intact; {len(txns)} transactions, {count} "
+            f"objects, fstest ok{note}",
+            *exp.notes,
+        ),
+    )
 
 
 def _nothing(exp: Expect, what: str) -> CheckResult:
     if exp.acked:
-        return CheckResult("lost-ack", (f"{what} but key(s) {_keys(exp.acked)} were acked", *exp.notes))
+        return CheckResult(
+            "lost-ack", (f"{what} but key(s) {_keys(exp.acked)} were acked", *exp.notes)
+        )
     return CheckResult("pass", (f"{what} and nothing acked", *exp.notes))
 
 
@@ -253,8 +294,12 @@ def check(inp: CheckInput) -> CheckResult:
     zodb = _zodb()
     name = str(inp.params.get("file", DEFAULTS["file"]))
     path = os.path.join(inp.mount, name)
-    exp = Expect(int(inp.params.get("seed", DEFAULTS["seed"])), int(inp.params.get("value_bytes",
-                 DEFAULTS["value_bytes"])), {int(k) for k in inp.acked}, {int(k) for k in inp.begun})
+    exp = Expect(
+        int(inp.params.get("seed", DEFAULTS["seed"])),
+        int(inp.params.get("value_bytes", DEFAULTS["value_bytes"])),
+        {int(k) for k in inp.acked},
+        {int(k) for k in inp.begun},
+    )
     if not os.path.exists(path):
         return _nothing(exp, f"{name} is missing")
     try:
@@ -276,5 +321,9 @@ def check(inp: CheckInput) -> CheckResult:
         return CheckResult("corrupt-data", (str(e), *exp.notes))
 
 
-CHECKER = Checker(name="zodb", description="FileStorage's recovery, fstest, every object loaded, every acked key "
-                                           "byte-exact (now and in history), begun ones all or nothing", check=check)
+CHECKER = Checker(
+    name="zodb",
+    description="FileStorage's recovery, fstest, every object loaded, every acked key "
+    "byte-exact (now and in history), begun ones all or nothing",
+    check=check,
+)

@@ -8,6 +8,7 @@
 ci/test.sh writes the JUnit file of every run (runs/tests/junit.xml) and prints this at its end, so
 the next change can see what it costs.  Times are this machine's: compare runs of one machine
 (a ratio carries over, an absolute figure does not)."""
+
 from __future__ import annotations
 
 import argparse
@@ -50,16 +51,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("junit", type=Path)
     ap.add_argument("--before", type=Path, help="an earlier run's JUnit XML to compare with")
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--budget", type=float, default=0, help="exit 1 when the tests took longer (seconds)")
+    ap.add_argument(
+        "--budget", type=float, default=0, help="exit 1 when the tests took longer (seconds)"
+    )
     args = ap.parse_args(argv)
     times, outcome, wall = load(args.junit)
     total = sum(times.values())
     counts: dict[str, int] = defaultdict(int)
     for kind in outcome.values():
         counts[kind] += 1
-    print(f"suite: {len(times)} tests ({', '.join(f'{n} {k}' for k, n in sorted(counts.items()))}) "
-          f"in {fmt(wall or total)} (tests alone {fmt(total)})")
-    slow = sorted(times.items(), key=lambda kv: -kv[1])[:args.top]
+    print(
+        f"suite: {len(times)} tests ({', '.join(f'{n} {k}' for k, n in sorted(counts.items()))}) "
+        f"in {fmt(wall or total)} (tests alone {fmt(total)})"
+    )
+    slow = sorted(times.items(), key=lambda kv: -kv[1])[: args.top]
     share = sum(t for _, t in slow) / total if total else 0
     print(f"the {len(slow)} slowest ({100 * share:.0f} % of the tests' time):")
     for name, t in slow:
@@ -73,19 +78,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.before:
         old, _, old_wall = load(args.before)
         old_total = sum(old.values())
-        print(f"against {args.before}: {fmt(old_wall or old_total)} -> {fmt(wall or total)} "
-              f"({(wall or total) / (old_wall or old_total or 1):.2f}x)")
+        print(
+            f"against {args.before}: {fmt(old_wall or old_total)} -> {fmt(wall or total)} "
+            f"({(wall or total) / (old_wall or old_total or 1):.2f}x)"
+        )
         gone = sorted(set(old) - set(times), key=lambda n: -old[n])
-        moved = sorted(((n, times.get(n, 0.0) - old[n]) for n in old if n in times), key=lambda kv: kv[1])
+        moved = sorted(
+            ((n, times.get(n, 0.0) - old[n]) for n in old if n in times), key=lambda kv: kv[1]
+        )
         for name, d in moved[:10]:
             if d < -1:
                 print(f"  {d:+8.1f} s  {name}")
         for name in gone[:10]:
             print(f"  {-old[name]:+8.1f} s  {name} (not in this run)")
-        for name, t in sorted(((n, t) for n, t in times.items() if n not in old), key=lambda kv: -kv[1])[:5]:
+        for name, t in sorted(
+            ((n, t) for n, t in times.items() if n not in old), key=lambda kv: -kv[1]
+        )[:5]:
             print(f"  {t:+8.1f} s  {name} (new)")
     if args.budget and (wall or total) > args.budget:
-        print(f"suite_times: {fmt(wall or total)} is over the budget of {fmt(args.budget)}", file=sys.stderr)
+        print(
+            f"suite_times: {fmt(wall or total)} is over the budget of {fmt(args.budget)}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -13,19 +13,38 @@ The public API, for workloads and checkers (theirs and the built-in ones alike):
 
 The names load on first use (PEP 562), so that importing a submodule -- the pytest plugin, which
 pytest loads in every session of a project that has powercut installed -- costs nothing else."""
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-__all__ = ["mark", "ack", "begin", "fault", "recover", "file_sectors", "Workload", "Checker", "CheckInput",
-           "CheckResult"]
+__all__ = [
+    "mark",
+    "ack",
+    "begin",
+    "fault",
+    "recover",
+    "file_sectors",
+    "Workload",
+    "Checker",
+    "CheckInput",
+    "CheckResult",
+]
 __version__ = "0.2.0"
 
-_HOME = {"mark": "powercut.marks", "ack": "powercut.marks", "begin": "powercut.marks",
-         "fault": "powercut.faults", "recover": "powercut.faults", "file_sectors": "powercut.faults",
-         "Workload": "powercut.workload", "Checker": "powercut.checker", "CheckInput": "powercut.checker",
-         "CheckResult": "powercut.checker"}
+_HOME = {
+    "mark": "powercut.marks",
+    "ack": "powercut.marks",
+    "begin": "powercut.marks",
+    "fault": "powercut.faults",
+    "recover": "powercut.faults",
+    "file_sectors": "powercut.faults",
+    "Workload": "powercut.workload",
+    "Checker": "powercut.checker",
+    "CheckInput": "powercut.checker",
+    "CheckResult": "powercut.checker",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -5,6 +5,7 @@ of marks.py, which has the why): the DM_TARGET_MSG ioctl, and before it the orde
 
 Below both marks.py (the public ``powercut.mark``, which then moves the recording's fault plan) and
 faults.py (whose switches are marks but must not move the plan)."""
+
 from __future__ import annotations
 
 import fcntl
@@ -14,11 +15,13 @@ from powercut.core.log.marknames import ORDER_BEGIN, ORDER_END
 from powercut.linux import dm, environ
 from powercut.linux.dm import DM_CONTROL
 
-TIMING_ENV = environ.TIMING      # timing mode: marks are timestamps in this file (marks.py)
+TIMING_ENV = environ.TIMING  # timing mode: marks are timestamps in this file (marks.py)
 ORDER_ENV = environ.ORDER_DEV
 DM_NAME_ENV = environ.DM_NAME
 CLUSTER_ENV = environ.CLUSTER
-CLUSTER_LOCK = "/run/powercut/cluster-marks.lock"   # guest-local: every marking process of the VM takes it
+CLUSTER_LOCK = (
+    "/run/powercut/cluster-marks.lock"  # guest-local: every marking process of the VM takes it
+)
 
 _order: dict[str, int] = {}  # order device path -> its open descriptor
 
@@ -31,8 +34,11 @@ def _control() -> int:
     try:
         return dm.control()
     except dm.DmError as e:
-        raise MarkError(e.errno, f"cannot open {DM_CONTROL}: {os.strerror(e.errno) if e.errno else e} "
-                                 "(marks work only inside a powercut recording, as root)") from None
+        raise MarkError(
+            e.errno,
+            f"cannot open {DM_CONTROL}: {os.strerror(e.errno) if e.errno else e} "
+            "(marks work only inside a powercut recording, as root)",
+        ) from None
 
 
 def insert(text: str, dm_name: str | None = None, order_dev: str | None = None) -> None:
@@ -76,7 +82,7 @@ def insert_cluster(text: str, spec: str, lock: str = CLUSTER_LOCK) -> None:
         for name, order in nodes:
             insert(text, name, order)
     finally:
-        os.close(fd)   # releases the lock
+        os.close(fd)  # releases the lock
 
 
 def _ordering(dm_name: str, order_dev: str) -> None:
@@ -86,7 +92,9 @@ def _ordering(dm_name: str, order_dev: str) -> None:
         try:
             fd = _order[order_dev] = os.open(order_dev, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
-            raise MarkError(e.errno, f"${ORDER_ENV}={order_dev}: cannot open it: {e.strerror}") from None
+            raise MarkError(
+                e.errno, f"${ORDER_ENV}={order_dev}: cannot open it: {e.strerror}"
+            ) from None
     dm.message(dm_name, f"mark {ORDER_BEGIN}")
     try:
         os.fsync(fd)

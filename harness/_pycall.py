@@ -10,6 +10,7 @@ shape), plus the ``sys.path`` entries the file's own imports need.  The pytest p
   its answer (``checker.py``).
 
 Only module-level functions can be named: a lambda or a nested function is a UsageError."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,8 +37,8 @@ _lock = threading.Lock()
 
 @dataclass(frozen=True, slots=True)
 class FunctionRef:
-    file: str        # absolute path of the module's source
-    qualname: str    # a module-level name (dotted for a class's static method)
+    file: str  # absolute path of the module's source
+    qualname: str  # a module-level name (dotted for a class's static method)
 
     @property
     def text(self) -> str:
@@ -60,8 +61,10 @@ class FunctionRef:
         if not callable(fn) or not name:
             raise UsageError(f"the {role} must be a function, not {fn!r}")
         if "<lambda>" in name or "<locals>" in name:
-            raise UsageError(f"the {role} {name} must be defined at the top level of its module (it runs in "
-                             "another process, which imports it by name), not as a lambda or inside a function")
+            raise UsageError(
+                f"the {role} {name} must be defined at the top level of its module (it runs in "
+                "another process, which imports it by name), not as a lambda or inside a function"
+            )
         if not file or not file.endswith(".py"):
             raise UsageError(f"the {role} {name} must come from a .py file (its module has none)")
         return FunctionRef(os.path.abspath(file), name)
@@ -85,7 +88,9 @@ class FunctionRef:
 
 def _import(file: str) -> ModuleType:
     if not os.path.isfile(file):
-        raise CheckerError(f"{file}: no such file (the function's module must be readable where it runs)")
+        raise CheckerError(
+            f"{file}: no such file (the function's module must be readable where it runs)"
+        )
     name = f"powercut_user_{Path(file).stem}"
     spec = importlib.util.spec_from_file_location(name, file)
     if spec is None or spec.loader is None:
@@ -122,8 +127,10 @@ def workload_command(ref: FunctionRef, path: tuple[str, ...], python: str = sys.
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write(f"usage: python -m powercut._pycall FILE{SEP}FUNCTION   (params as JSON in "
-                         "$POWERCUT_PARAMS; runs in the mount)\n")
+        sys.stderr.write(
+            f"usage: python -m powercut._pycall FILE{SEP}FUNCTION   (params as JSON in "
+            "$POWERCUT_PARAMS; runs in the mount)\n"
+        )
         return 2
     try:
         fn = FunctionRef.parse(args[0]).load()
@@ -137,4 +144,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from powercut._pycall import main as _main  # one module object, as powercut.workload does
+
     sys.exit(_main())

@@ -48,6 +48,7 @@ A broken checker is the harness's error (CheckerError, exit 1), never a finding 
 under test: a command the shell cannot find or run (exit 127/126), an answer that breaks the
 protocol.  ``CheckerSpec.validate`` finds a missing command before the campaign.  Its output is
 capped at MAX_REASONS lines of MAX_REASON_CHARS characters."""
+
 from __future__ import annotations
 
 import errno
@@ -73,12 +74,14 @@ GROUP = "powercut.checkers"
 # noticed damage: under a lying-disk model such an uncaught error is ``detected``, not a crash
 NOTICED_ERRNOS = frozenset({errno.EIO, errno.EBADMSG, errno.EUCLEAN})
 DEFAULT_TIMEOUT_S = 120.0
-MAX_REASONS = 40            # lines of a checker's answer kept as reasons
+MAX_REASONS = 40  # lines of a checker's answer kept as reasons
 MAX_REASON_CHARS = 400
-MAX_QUOTED_CHARS = 120      # of an offending line quoted in a protocol error
-SHELL_WORDS = frozenset("cd exec env test [ true false echo printf export set if for while until case command eval "
-                        "exit return read wait trap ulimit umask shift unset alias type hash kill pwd readonly "
-                        "source . : time nice timeout sudo".split())
+MAX_QUOTED_CHARS = 120  # of an offending line quoted in a protocol error
+SHELL_WORDS = frozenset(
+    "cd exec env test [ true false echo printf export set if for while until case command eval "
+    "exit return read wait trap ulimit umask shift unset alias type hash kill pwd readonly "
+    "source . : time nice timeout sudo".split()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +91,26 @@ class CheckInput:
     begun: tuple[str, ...]
     params: dict[str, Any] = field(default_factory=dict)
     state: str = ""
-    mounts: tuple[str, ...] = ()   # a cluster state: every node's mount, node 0 first (``mount`` is node 0's)
+    mounts: tuple[
+        str, ...
+    ] = ()  # a cluster state: every node's mount, node 0 first (``mount`` is node 0's)
 
-    def __post_init__(self) -> None:  # a state's acks may be a KeyPrefix (core/states/crashstate): checkers get tuples
+    def __post_init__(
+        self,
+    ) -> None:  # a state's acks may be a KeyPrefix (core/states/crashstate): checkers get tuples
         for name in ("acked", "begun"):
             if type(getattr(self, name)) is not tuple:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def to_json(self) -> dict[str, Any]:
-        return {"mount": self.mount, "acked": list(self.acked), "begun": list(self.begun), "params": self.params,
-                "state": self.state, **({"mounts": list(self.mounts)} if self.mounts else {})}
+        return {
+            "mount": self.mount,
+            "acked": list(self.acked),
+            "begun": list(self.begun),
+            "params": self.params,
+            "state": self.state,
+            **({"mounts": list(self.mounts)} if self.mounts else {}),
+        }
 
     @property
     def lying_disk(self) -> bool:
@@ -135,8 +148,13 @@ class Checker:
 
 
 def get(name: str) -> Checker:
-    return registry.load(GROUP, name, Checker, "no checker registered for workload {name!r} (known: {known}); "
-                                               "give one with --checker 'COMMAND'")
+    return registry.load(
+        GROUP,
+        name,
+        Checker,
+        "no checker registered for workload {name!r} (known: {known}); "
+        "give one with --checker 'COMMAND'",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +185,10 @@ class CheckerSpec:
         elif self.command:
             program = first_program(self.command)
             if program and not _runnable(program):
-                raise UsageError(f"--checker {self.command!r}: {program} is not an executable "
-                                 f"{'file' if '/' in program else 'command on PATH'}")
+                raise UsageError(
+                    f"--checker {self.command!r}: {program} is not an executable "
+                    f"{'file' if '/' in program else 'command on PATH'}"
+                )
 
     def run(self, inp: CheckInput, wrap: Sequence[str] = ()) -> CheckResult:
         """The checker's verdict on one state; ``wrap``: the argv a command checker's shell runs
@@ -178,11 +198,18 @@ class CheckerSpec:
                 return get(self.name).check(inp)
             if self.function:
                 return call_function(self.function, self.path, inp)
-        except OSError as e:   # the storage stack refused to serve the data: noticed (a lying disk's question)
+        except (
+            OSError
+        ) as e:  # the storage stack refused to serve the data: noticed (a lying disk's question)
             if not (inp.lying_disk and e.errno in NOTICED_ERRNOS):
                 raise
-            return CheckResult("detected", (f"reading failed with {errno.errorcode[e.errno]} ({e.strerror}): "
-                                            f"{e.filename or ''}",))
+            return CheckResult(
+                "detected",
+                (
+                    f"reading failed with {errno.errorcode[e.errno]} ({e.strerror}): "
+                    f"{e.filename or ''}",
+                ),
+            )
         if self.command:
             return run_command(self.command, inp, self.timeout_s, wrap)
         return CheckResult("pass", ("no checker: recovery mount and fsck only",))
@@ -195,18 +222,24 @@ def call_function(ref: str, path: tuple[str, ...], inp: CheckInput) -> CheckResu
     try:
         value = fn(inp)
     except AssertionError as e:
-        return CheckResult("fail", _capped(assertion_reason(e).splitlines() or ["assertion failed"]))
+        return CheckResult(
+            "fail", _capped(assertion_reason(e).splitlines() or ["assertion failed"])
+        )
     if value is None or value is True:
         return CheckResult("pass")
     if value is False:
         return CheckResult("fail", (f"{name} returned False",))
     if isinstance(value, CheckResult):
         if value.verdict not in CHECKER_VERDICTS:
-            raise CheckerError(f"the checker {name} answered verdict {value.verdict!r}, which is the harness's, "
-                               f"not one of {', '.join(CHECKER_VERDICTS)}: fix the checker")
+            raise CheckerError(
+                f"the checker {name} answered verdict {value.verdict!r}, which is the harness's, "
+                f"not one of {', '.join(CHECKER_VERDICTS)}: fix the checker"
+            )
         return CheckResult(value.verdict, _capped(list(value.reasons)))
-    raise CheckerError(f"the checker {name} returned {type(value).__name__}: return None or True (pass), False "
-                       "(fail) or a powercut.CheckResult, or raise AssertionError")
+    raise CheckerError(
+        f"the checker {name} returned {type(value).__name__}: return None or True (pass), False "
+        "(fail) or a powercut.CheckResult, or raise AssertionError"
+    )
 
 
 def first_program(command: str) -> str:
@@ -230,42 +263,64 @@ def _runnable(program: str) -> bool:
 
 
 def _capped(lines: list[str]) -> tuple[str, ...]:
-    out = [line if len(line) <= MAX_REASON_CHARS else line[:MAX_REASON_CHARS] + " [...]"
-           for line in lines[:MAX_REASONS]]
+    out = [
+        line if len(line) <= MAX_REASON_CHARS else line[:MAX_REASON_CHARS] + " [...]"
+        for line in lines[:MAX_REASONS]
+    ]
     if len(lines) > MAX_REASONS:
         out.append(f"[{len(lines) - MAX_REASONS} more lines of checker output not kept]")
     return tuple(out)
 
 
-def run_command(command: str, inp: CheckInput, timeout: float, wrap: Sequence[str] = ()) -> CheckResult:
+def run_command(
+    command: str, inp: CheckInput, timeout: float, wrap: Sequence[str] = ()
+) -> CheckResult:
     """A checker command's verdict on one state (the protocol: the module's docstring); ``wrap``:
     what its shell runs under (CheckerSpec.run)."""
-    res = process.run_shell(command, timeout=timeout, input=json.dumps(inp.to_json()), cwd=inp.mount, wrap=wrap)
+    res = process.run_shell(
+        command, timeout=timeout, input=json.dumps(inp.to_json()), cwd=inp.mount, wrap=wrap
+    )
     if res.timed_out:
-        return CheckResult("checker-crashed", (f"checker command timed out after {timeout:g} s (process group "
-                                               "killed)",))
-    if res.returncode in (126, 127):   # the shell could not find or run it: the harness's input is wrong
+        return CheckResult(
+            "checker-crashed",
+            (f"checker command timed out after {timeout:g} s (process group killed)",),
+        )
+    if res.returncode in (
+        126,
+        127,
+    ):  # the shell could not find or run it: the harness's input is wrong
         tail = (res.stderr.strip().splitlines() or [""])[-1]
         raise CheckerError(f"--checker {command!r} cannot run (exit {res.returncode}): {tail}")
     raw = [line for line in res.stdout.splitlines() if line.strip()]
     answer = json_answer(raw, inp.state)
     if answer is not None:
-        return CheckResult(answer.verdict, _capped([*answer.reasons, *(f"output: {line}" for line in raw[:-1])]))
+        return CheckResult(
+            answer.verdict, _capped([*answer.reasons, *(f"output: {line}" for line in raw[:-1])])
+        )
     if res.returncode == 0:
         crash = crash_line(res.stderr)
         if crash is None:
             return CheckResult("pass", _capped(raw))
-        return CheckResult("checker-crashed", _capped([
-            f"checker command exited 0, but its stderr shows a crash: {crash} (a pipeline without "
-            "`set -o pipefail` passes on its last command's exit status)", *raw]))
+        return CheckResult(
+            "checker-crashed",
+            _capped(
+                [
+                    f"checker command exited 0, but its stderr shows a crash: {crash} (a pipeline without "
+                    "`set -o pipefail` passes on its last command's exit status)",
+                    *raw,
+                ]
+            ),
+        )
     said = crash_message(res.stderr)
     if res.returncode == 1:
-        return CheckResult("fail", _capped(raw) or (f"checker command exited 1{': ' + said if said else ''}",))
+        return CheckResult(
+            "fail", _capped(raw) or (f"checker command exited 1{': ' + said if said else ''}",)
+        )
     tail = said or (res.stderr.strip().splitlines() or [""])[-1]
     return CheckResult("checker-crashed", (f"checker command exited {res.returncode}: {tail}",))
 
 
-_VERDICT_KEY = re.compile(r'^\{?\s*"verdict"\s*:')    # a line of an answer printed over several lines
+_VERDICT_KEY = re.compile(r'^\{?\s*"verdict"\s*:')  # a line of an answer printed over several lines
 
 
 def json_answer(lines: list[str], state: str = "") -> CheckResult | None:
@@ -274,27 +329,45 @@ def json_answer(lines: list[str], state: str = "") -> CheckResult | None:
     n = len(lines)
     for i, line in enumerate(lines[:-1], 1):
         if _opens_verdict(line):
-            raise _violation(state, f"stdout line {i} of {n} is a JSON verdict, but not the last line: "
-                                    f"{_quoted(line)}, followed by {_quoted(lines[-1])}")
+            raise _violation(
+                state,
+                f"stdout line {i} of {n} is a JSON verdict, but not the last line: "
+                f"{_quoted(line)}, followed by {_quoted(lines[-1])}",
+            )
         if _VERDICT_KEY.match(line.strip()):
-            raise _violation(state, f"its answer is printed over several lines (line {i} of {n}: {_quoted(line)})")
+            raise _violation(
+                state,
+                f"its answer is printed over several lines (line {i} of {n}: {_quoted(line)})",
+            )
     last = lines[-1].strip() if lines else ""
     if not last.startswith("{"):
         if _VERDICT_KEY.match(last):
-            raise _violation(state, f"its answer is printed over several lines (the last: {_quoted(last)})")
+            raise _violation(
+                state, f"its answer is printed over several lines (the last: {_quoted(last)})"
+            )
         return None
     try:
         obj = json.loads(last)
     except ValueError as e:
-        raise _violation(state, f"its last stdout line starts like a JSON answer but is not JSON ({e}): "
-                                f"{_quoted(last)}") from None
+        raise _violation(
+            state,
+            f"its last stdout line starts like a JSON answer but is not JSON ({e}): "
+            f"{_quoted(last)}",
+        ) from None
     if not isinstance(obj, dict) or "verdict" not in obj:
-        raise _violation(state, f'its last stdout line is a JSON object with no "verdict" key: {_quoted(last)}')
+        raise _violation(
+            state, f'its last stdout line is a JSON object with no "verdict" key: {_quoted(last)}'
+        )
     verdict, reasons = obj["verdict"], obj.get("reasons", [])
     if not isinstance(verdict, str) or verdict not in CHECKER_VERDICTS:
-        raise _violation(state, f"it answered verdict {verdict!r}, which is none of {', '.join(CHECKER_VERDICTS)}")
+        raise _violation(
+            state,
+            f"it answered verdict {verdict!r}, which is none of {', '.join(CHECKER_VERDICTS)}",
+        )
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
-        raise _violation(state, f"its reasons must be a list of strings, not {_quoted(json.dumps(reasons))}")
+        raise _violation(
+            state, f"its reasons must be a list of strings, not {_quoted(json.dumps(reasons))}"
+        )
     return CheckResult(verdict, tuple(reasons))
 
 
@@ -317,17 +390,25 @@ def _quoted(line: str) -> str:
 
 def _violation(state: str, what: str) -> CheckerError:
     where = f" on state {state}" if state else ""
-    return CheckerError(f"checker protocol error{where}: {what}; the answer is one JSON object "
-                        '{"verdict": ..., "reasons": [...]} alone on the last non-empty stdout line, progress '
-                        "before it: fix the checker")
+    return CheckerError(
+        f"checker protocol error{where}: {what}; the answer is one JSON object "
+        '{"verdict": ..., "reasons": [...]} alone on the last non-empty stdout line, progress '
+        "before it: fix the checker"
+    )
 
 
-_SIGNALS = r"(?:Segmentation fault|Killed|Aborted|Bus error|Illegal instruction|Floating point exception)"
+_SIGNALS = (
+    r"(?:Segmentation fault|Killed|Aborted|Bus error|Illegal instruction|Floating point exception)"
+)
 # dash: "/bin/sh: 1: x: not found"; bash: "bash: line 1: x: command not found"; busybox: "sh: x: not found"
-_SHELL_FAILED = re.compile(r"^(?:\S*/)?(?:sh|bash|dash|ash|busybox|zsh)(?:: line \d+|: \d+)?: .+: "
-                           r"(?:command not found|not found|Permission denied)$")
+_SHELL_FAILED = re.compile(
+    r"^(?:\S*/)?(?:sh|bash|dash|ash|busybox|zsh)(?:: line \d+|: \d+)?: .+: "
+    r"(?:command not found|not found|Permission denied)$"
+)
 # dash: "Segmentation fault (core dumped)"; bash: "bash: line 1: 4242 Aborted   (core dumped) ./check"
-_SIGNALLED = re.compile(rf"^(?:(?:\S+: )?(?:line \d+: )?\d+ +{_SIGNALS}(?: .*)?|{_SIGNALS}(?: +\(core dumped\))?)$")
+_SIGNALLED = re.compile(
+    rf"^(?:(?:\S+: )?(?:line \d+: )?\d+ +{_SIGNALS}(?: .*)?|{_SIGNALS}(?: +\(core dumped\))?)$"
+)
 
 
 def crash_line(stderr: str) -> str | None:
@@ -338,8 +419,16 @@ def crash_line(stderr: str) -> str | None:
     for i in range(len(lines) - 1, -1, -1):
         line = lines[i]
         if line == TRACEBACK:
-            after = [text for text, r in zip(lines[i + 1:], raw[i + 1:]) if text and not r[:1].isspace()]
+            after = [
+                text
+                for text, r in zip(lines[i + 1 :], raw[i + 1 :])
+                if text and not r[:1].isspace()
+            ]
             return after[0] if after else TRACEBACK
-        if line.startswith("Fatal Python error:") or _SHELL_FAILED.match(line) or _SIGNALLED.match(line):
+        if (
+            line.startswith("Fatal Python error:")
+            or _SHELL_FAILED.match(line)
+            or _SIGNALLED.match(line)
+        ):
             return line
     return None

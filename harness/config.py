@@ -1,6 +1,7 @@
 """Frozen value types for everything a run is made of, with TOML in/out.
 
 VmSpec describes one VM independent of the backend (QEMU argv or libvirt domain XML)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,21 +28,21 @@ CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
 # Defaults written once: the value classes here, the specs that copy them (record/vm's RecordSpec,
 # bench/run's BenchVmSpec and BenchRequest, check/place's Place, the campaigns) and the command line's
 # options (cli/parser.py) all read these (tests/unit/cli/test_parser.py holds the parser to them).
-DEFAULT_ACCEL: Accel = "auto"       # probe KVM once (cached), else TCG
-DEFAULT_MEMORY_MB = 1024            # a recording or bench VM (a checker VM: check.place.Place's memory_mb)
+DEFAULT_ACCEL: Accel = "auto"  # probe KVM once (cached), else TCG
+DEFAULT_MEMORY_MB = 1024  # a recording or bench VM (a checker VM: check.place.Place's memory_mb)
 DEFAULT_CPUS = 1
 DEFAULT_BUS: Bus = "virtio"
 DEFAULT_TRANSPORT: Transport = "9p"
-DEFAULT_BACKEND = "qemu"            # or libvirt (--backend)
+DEFAULT_BACKEND = "qemu"  # or libvirt (--backend)
 DEFAULT_LIBVIRT_URI = "qemu:///system"
-RECORD_TIMEOUT_S = 900.0            # a recording VM is killed after this long (--vm-timeout)
-WORKLOAD_TIMEOUT_S = 300.0          # the workload in it (--workload-timeout)
-DEFAULT_CHECK_IN = "vm"             # where states are judged: checker VMs (or host)
-STATE_TIMEOUT_S = 300.0             # one state's limit in a checker VM (--state-timeout)
-DEFAULT_CONFIRM_MODE = "group"      # failing states judged again: a sample of each group (or all)
-BENCH_QEMU_CACHE = "none"           # the bench disk's QEMU cache mode: it honours the guest's flushes
-BENCH_SUITE = "guarantees"          # the bench suite run when no suite, profile or workload is given
-BENCH_OUT = "runs/bench"            # where bench run directories go
+RECORD_TIMEOUT_S = 900.0  # a recording VM is killed after this long (--vm-timeout)
+WORKLOAD_TIMEOUT_S = 300.0  # the workload in it (--workload-timeout)
+DEFAULT_CHECK_IN = "vm"  # where states are judged: checker VMs (or host)
+STATE_TIMEOUT_S = 300.0  # one state's limit in a checker VM (--state-timeout)
+DEFAULT_CONFIRM_MODE = "group"  # failing states judged again: a sample of each group (or all)
+BENCH_QEMU_CACHE = "none"  # the bench disk's QEMU cache mode: it honours the guest's flushes
+BENCH_SUITE = "guarantees"  # the bench suite run when no suite, profile or workload is given
+BENCH_OUT = "runs/bench"  # where bench run directories go
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,9 @@ class DiskSpec:
         if self.bus not in ("virtio", "ahci"):
             raise UsageError(f"disk bus must be virtio or ahci, not {self.bus!r}")
         if self.cache not in CACHE_MODES:
-            raise UsageError(f"disk cache must be one of {', '.join(CACHE_MODES)}, not {self.cache!r}")
+            raise UsageError(
+                f"disk cache must be one of {', '.join(CACHE_MODES)}, not {self.cache!r}"
+            )
         if not self.serial.isalnum() or len(self.serial) > 20:
             raise UsageError(f"disk serial must be alphanumeric, at most 20 chars: {self.serial!r}")
 
@@ -96,9 +99,13 @@ class VmSpec:
     # module groups the guest needs beyond the basics (e.g. the filesystem: "ext4"); empty = load
     # every module of the image.  The runner adds the transport, "pci" and "ahci" as needed.
     modules: tuple[str, ...] = ()
-    interactive: bool = False     # the serial console on this terminal (stdin/stdout), logged to console_path
-    restore: str = ""             # start from this saved VM (a template's state, vmstart/template.py), not a boot
-    qmp: str = ""                 # a QMP socket here (vm/qmp.py), for saving a template
+    interactive: bool = (
+        False  # the serial console on this terminal (stdin/stdout), logged to console_path
+    )
+    restore: str = (
+        ""  # start from this saved VM (a template's state, vmstart/template.py), not a boot
+    )
+    qmp: str = ""  # a QMP socket here (vm/qmp.py), for saving a template
 
     def __post_init__(self) -> None:
         if self.memory_mb < 128:
@@ -135,7 +142,7 @@ class FsSpec:
     fstype: str = filesystems.DEFAULT_FS
     mkfs_opts: tuple[str, ...] = ()
     mount_opts: str = ""
-    size_mb: int = 0              # 0: the filesystem's default size
+    size_mb: int = 0  # 0: the filesystem's default size
 
     def __post_init__(self) -> None:
         fs = filesystems.get(self.fstype)
@@ -143,7 +150,9 @@ class FsSpec:
             object.__setattr__(self, "size_mb", fs.default_mb)
         minimum = fs.min_mb
         if self.size_mb < minimum:
-            raise UsageError(f"{self.fstype} needs a data disk of at least {minimum} MiB, not {self.size_mb}")
+            raise UsageError(
+                f"{self.fstype} needs a data disk of at least {minimum} MiB, not {self.size_mb}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,13 +163,21 @@ class WorkloadSpec:
     cmd: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = WORKLOAD_TIMEOUT_S
-    fault: str = ""                  # the recording's fault plan(s) (core/recording/nodefaults.DisksFaults), canonical text
-    trace: bool = True               # trace its durability-relevant system calls (core/trace/syscalls.py) with strace
-    delay_sync: tuple[str, ...] = ()  # GLOB=TIME rules: those files' syncs held (core/recording/syncdelay.py), canonical
+    fault: str = (
+        ""  # the recording's fault plan(s) (core/recording/nodefaults.DisksFaults), canonical text
+    )
+    trace: bool = (
+        True  # trace its durability-relevant system calls (core/trace/syscalls.py) with strace
+    )
+    delay_sync: tuple[
+        str, ...
+    ] = ()  # GLOB=TIME rules: those files' syncs held (core/recording/syncdelay.py), canonical
 
     def __post_init__(self) -> None:
         if bool(self.name) == bool(self.cmd):
-            raise UsageError("give exactly one of a workload name (--workload) or a command (--cmd)")
+            raise UsageError(
+                "give exactly one of a workload name (--workload) or a command (--cmd)"
+            )
         if self.fault:
             try:
                 object.__setattr__(self, "fault", str(DisksFaults.parse(self.fault)))
@@ -173,14 +190,16 @@ class WorkloadSpec:
         return self.name or "cmd"
 
 
-DEFAULT_SHRINK = 3   # failure groups minimized and blamed (CLI, library and pytest plugin alike)
-DEFAULT_SHRINK_BUDGET = 60   # judgments one minimization may take (a cluster's nodes share them)
+DEFAULT_SHRINK = 3  # failure groups minimized and blamed (CLI, library and pytest plugin alike)
+DEFAULT_SHRINK_BUDGET = 60  # judgments one minimization may take (a cluster's nodes share them)
 # the recording's data-disk latency (core/recording/latency.py): none, a preset, or write=...,flush=... -- the one
 # default of record/run's --disk-latency, the pytest marker's disk_latency and a matrix row's disk_latency
 DEFAULT_DISK_LATENCY = DisksLatency()
 
 
-def disk_latency(text: str | DiskLatency | DisksLatency, where: str = "--disk-latency") -> DisksLatency:
+def disk_latency(
+    text: str | DiskLatency | DisksLatency, where: str = "--disk-latency"
+) -> DisksLatency:
     """A latency setting read as a user gave it (one for every disk, or per node: core/recording/latency.DisksLatency):
     a bad one is one UsageError line naming ``where``."""
     if isinstance(text, DisksLatency):
@@ -203,7 +222,9 @@ def fault_for(text: str, disks: int, where: str = "--fault ") -> str:
         raise UsageError(f"{where}{text}: {e}") from None
 
 
-def disk_latency_for(text: str | DiskLatency | DisksLatency, disks: int, where: str = "--disk-latency") -> DisksLatency:
+def disk_latency_for(
+    text: str | DiskLatency | DisksLatency, disks: int, where: str = "--disk-latency"
+) -> DisksLatency:
     """``disk_latency`` for a recording of ``disks`` data disks, in its canonical form; a node it
     names beyond them is one UsageError line naming ``where``."""
     lat = disk_latency(text, where)
@@ -216,8 +237,11 @@ def disk_latency_for(text: str | DiskLatency | DisksLatency, disks: int, where: 
 def to_dict(obj: Any) -> Any:
     """Dataclasses to plain TOML-able values (tuples to lists, None dropped)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if getattr(obj, f.name) is not None}
+        return {
+            f.name: to_dict(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if getattr(obj, f.name) is not None
+        }
     if isinstance(obj, (list, tuple)):
         return [to_dict(x) for x in obj]
     if isinstance(obj, dict):
@@ -258,6 +282,7 @@ def dumps_toml(sections: dict[str, Any]) -> str:
 
 def loads_toml(text: str, source: str = "<toml>") -> dict[str, Any]:
     import tomllib
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -266,7 +291,8 @@ def loads_toml(text: str, source: str = "<toml>") -> dict[str, Any]:
 
 def cache_root() -> Path:
     root = environ.text(environ.CACHE) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "powercut")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "powercut"
+    )
     return Path(root)
 
 
@@ -276,20 +302,22 @@ TARGETS = ("disk", "log-writes")
 
 @dataclass(frozen=True, slots=True)
 class BenchItem:
-    kind: str                   # fio | workload | pg_test_fsync
-    name: str                   # a profile, a workload name, or "pg_test_fsync"
+    kind: str  # fio | workload | pg_test_fsync
+    name: str  # a profile, a workload name, or "pg_test_fsync"
     suite: str = ""
-    size_bytes: int = 0         # fio: bytes to write
-    runtime_s: int = 0          # fio: time cap (0: none); pg_test_fsync: seconds per test
-    params: dict[str, Any] = field(default_factory=dict)   # a workload's parameters
-    label: str = ""             # how results name it (default: name)
-    note: str = ""              # said next to its figures (e.g. TLPI's scaling)
-    scale_to: int = 0           # tlpi: scale the time to this many bytes
+    size_bytes: int = 0  # fio: bytes to write
+    runtime_s: int = 0  # fio: time cap (0: none); pg_test_fsync: seconds per test
+    params: dict[str, Any] = field(default_factory=dict)  # a workload's parameters
+    label: str = ""  # how results name it (default: name)
+    note: str = ""  # said next to its figures (e.g. TLPI's scaling)
+    scale_to: int = 0  # tlpi: scale the time to this many bytes
     timeout_s: float = 900.0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise UsageError(f"bench item kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+            raise UsageError(
+                f"bench item kind must be one of {', '.join(KINDS)}, not {self.kind!r}"
+            )
         if not self.label:
             object.__setattr__(self, "label", self.name)
 
@@ -297,16 +325,21 @@ class BenchItem:
 @dataclass(frozen=True, slots=True)
 class RunSet:
     """Items timed on one fresh filesystem with the disk write cache ``write_cache``."""
+
     write_cache: bool
     items: tuple[BenchItem, ...]
-    target: str = "disk"        # disk | log-writes
+    target: str = "disk"  # disk | log-writes
     mount_opts: str = ""
-    group: str = ""             # items of another group never share this filesystem (a fresh mkfs)
+    group: str = ""  # items of another group never share this filesystem (a fresh mkfs)
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
-            raise UsageError(f"bench target must be one of {', '.join(TARGETS)}, not {self.target!r}")
-        items = tuple(i if isinstance(i, BenchItem) else from_dict(BenchItem, i) for i in self.items)
+            raise UsageError(
+                f"bench target must be one of {', '.join(TARGETS)}, not {self.target!r}"
+            )
+        items = tuple(
+            i if isinstance(i, BenchItem) else from_dict(BenchItem, i) for i in self.items
+        )
         object.__setattr__(self, "items", items)
 
     @property

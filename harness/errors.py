@@ -1,5 +1,6 @@
 """One hierarchy of errors.  Every error a user can cause or meet carries a one-line message
 (``str(err)``) that the CLI prints as is; nothing below should need a traceback to be understood."""
+
 from __future__ import annotations
 
 import shlex
@@ -46,11 +47,19 @@ class BadRecording(PowercutError):
 class CommandFailed(PowercutError):
     """A subprocess exited non-zero or timed out."""
 
-    def __init__(self, argv: list[str], returncode: int | None, stderr_tail: str, timed_out: bool = False,
-                 timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        returncode: int | None,
+        stderr_tail: str,
+        timed_out: bool = False,
+        timeout: float | None = None,
+    ) -> None:
         what = f"timed out after {timeout:g} s" if timed_out else f"exited {returncode}"
         tail = stderr_tail.strip().splitlines()[-1] if stderr_tail.strip() else ""
-        super().__init__(f"{argv[0]} {what}" + (f": {tail}" if tail else "") + f"  (argv: {shlex.join(argv)})")
+        super().__init__(
+            f"{argv[0]} {what}" + (f": {tail}" if tail else "") + f"  (argv: {shlex.join(argv)})"
+        )
         self.argv = argv
         self.returncode = returncode
         self.stderr_tail = stderr_tail
@@ -62,7 +71,9 @@ class VmError(PowercutError):
 
     kind = "vm-error"
 
-    def __init__(self, message: str, console_path: str | None = None, console_tail: str = "") -> None:
+    def __init__(
+        self, message: str, console_path: str | None = None, console_tail: str = ""
+    ) -> None:
         super().__init__(message + (f" (console: {console_path})" if console_path else ""))
         self.console_path = console_path
         self.console_tail = console_tail
@@ -74,8 +85,13 @@ class GuestPanic(VmError):
 
     kind = "kernel-panic"
 
-    def __init__(self, message: str, console_path: str | None = None, console_tail: str = "",
-                 panic_line: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        console_path: str | None = None,
+        console_tail: str = "",
+        panic_line: str = "",
+    ) -> None:
         super().__init__(message, console_path, console_tail)
         self.panic_line = panic_line
 
@@ -109,6 +125,7 @@ class Interrupted(KeyboardInterrupt):
 
     def __init__(self, signum: int) -> None:
         import signal
+
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
         self.signum = signum
 

@@ -32,6 +32,7 @@ i's log only, under the cluster's mark lock (the other logs' marks stay in step:
 a key mark, core/states/disks.py).  $POWERCUT_FAULT_PLAN then holds the per-node setting and
 $POWERCUT_FAULT_STATE names the state file of which each node's is a sibling (``node_state``): each
 node's plan runs on its own (its trigger, its state, its window)."""
+
 from __future__ import annotations
 
 import fcntl
@@ -43,7 +44,14 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from powercut._logmark import CLUSTER_ENV, TIMING_ENV, MarkError, cluster_nodes, insert, insert_cluster
+from powercut._logmark import (
+    CLUSTER_ENV,
+    TIMING_ENV,
+    MarkError,
+    cluster_nodes,
+    insert,
+    insert_cluster,
+)
 from powercut.core.log.faultwindows import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
 from powercut.core.recording.nodefaults import DisksFaults
 from powercut.linux import dm, environ
@@ -51,13 +59,15 @@ from powercut.linux import dm, environ
 FAULT_ENV = environ.FAULT_DEV
 PLAN_ENV = environ.FAULT_PLAN
 PLAN_STATE_ENV = environ.FAULT_STATE
-PLAN_MARKS_ENV = environ.FAULT_MARKS   # the globs that may move the plan, one per line (C prefilter)
-NODES_ENV = environ.FAULT_NODES        # a cluster: every node's fault layer (Target.spec), comma separated
+PLAN_MARKS_ENV = environ.FAULT_MARKS  # the globs that may move the plan, one per line (C prefilter)
+NODES_ENV = (
+    environ.FAULT_NODES
+)  # a cluster: every node's fault layer (Target.spec), comma separated
 FS_IOC_FIEMAP = 0xC020660B
 FIEMAP_EXTENT_LAST = 0x1
-FIEMAP_UNUSABLE = 0x2 | 0x4 | 0x8 | 0x80 | 0x100   # unknown, delalloc, encoded, not aligned, inline
-EXTENT = struct.Struct("=QQQ2QI3I")                 # struct fiemap_extent, 56 bytes
-HEADER = struct.Struct("=QQIIII")                   # struct fiemap, 32 bytes
+FIEMAP_UNUSABLE = 0x2 | 0x4 | 0x8 | 0x80 | 0x100  # unknown, delalloc, encoded, not aligned, inline
+EXTENT = struct.Struct("=QQQ2QI3I")  # struct fiemap_extent, 56 bytes
+HEADER = struct.Struct("=QQIIII")  # struct fiemap, 32 bytes
 
 
 class FaultError(OSError):
@@ -69,6 +79,7 @@ class Target:
     """The fault layer: its dm name, the device under it, its size (sectors); the log-writes target's
     name and order device for the switch marks (None: from the workload's environment); ``node``: a
     cluster's node (its marks go to its log only, under the cluster's mark lock), -1 for one disk."""
+
     name: str
     lower: str
     size: int
@@ -81,12 +92,13 @@ class Target:
         name, _, rest = spec.partition(":")
         lower, _, size = rest.rpartition(":")
         if not name or not lower or not size.isdigit():
-            raise FaultError(0, f"${FAULT_ENV} is not set: faults work only inside a powercut recording")
+            raise FaultError(
+                0, f"${FAULT_ENV} is not set: faults work only inside a powercut recording"
+            )
         return Target(name, lower, int(size), **kw)
 
     def spec(self) -> str:
         return f"{self.name}:{self.lower}:{self.size}"
-
 
     def mark(self, text: str) -> None:
         """A switch mark into this layer's log (a cluster node's: its log alone, under the mark lock)."""
@@ -100,8 +112,11 @@ def _device(node: int | None = None) -> Target:
     if node is not None and (node != 0 or environ.text(NODES_ENV)):
         return node_target(node)
     if not environ.text(FAULT_ENV) and environ.text(NODES_ENV):
-        raise FaultError(0, "a cluster recording has a fault layer per node: name it (powercut.fault(kind, "
-                            "node=1); powercut-fault --node 1 on ...)")
+        raise FaultError(
+            0,
+            "a cluster recording has a fault layer per node: name it (powercut.fault(kind, "
+            "node=1); powercut-fault --node 1 on ...)",
+        )
     return Target.parse(environ.text(FAULT_ENV))
 
 
@@ -117,7 +132,9 @@ def node_target(node: int) -> Target:
     return Target.parse(specs[node], dm_name=name, order_dev=order, node=node)
 
 
-def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] = ()) -> list[tuple[int, int, str, str]]:
+def table(
+    kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] = ()
+) -> list[tuple[int, int, str, str]]:
     """The device-mapper table of the fault layer for ``kind`` ("" for none: plain linear)."""
     if not kind:
         return [(0, size, "linear", f"{lower} 0")]
@@ -128,7 +145,9 @@ def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] 
     out, pos = [], 0
     for start, n in sorted(ranges):
         if start < pos or start + n > size or n <= 0:
-            raise ValueError(f"sector range {start}+{n} overlaps another or is outside the device ({size} sectors)")
+            raise ValueError(
+                f"sector range {start}+{n} overlaps another or is outside the device ({size} sectors)"
+            )
         if start > pos:
             out.append((pos, start - pos, "linear", f"{lower} {pos}"))
         out.append((start, n, "error", ""))
@@ -138,8 +157,13 @@ def table(kind: str, lower: str, size: int, ranges: tuple[tuple[int, int], ...] 
     return out
 
 
-def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...] = (), *,
-          target: Target | None = None, node: int | None = None) -> None:
+def fault(
+    kind: str,
+    ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...] = (),
+    *,
+    target: Target | None = None,
+    node: int | None = None,
+) -> None:
     """From now on the workload's device (a cluster's: node ``node``'s) fails I/O as ``kind`` says
     (see the module docstring).  In timing mode ($POWERCUT_TIMING: ``powercut bench --workload``)
     nothing fails: a no-op."""
@@ -147,7 +171,7 @@ def fault(kind: str, ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...]
         return
     t = target or _device(node)
     rng = tuple((int(s), int(n)) for s, n in ranges)
-    new = table(kind, t.lower, t.size, rng)   # validated before anything is marked
+    new = table(kind, t.lower, t.size, rng)  # validated before anything is marked
     t.mark(on_mark(kind, rng))
     try:
         dm.reload(t.name, new)
@@ -185,7 +209,9 @@ def node_state(state_path: str, node: int) -> str:
 class PlanRun:
     """A plan and its state file, locked for each step (marks may come from many processes)."""
 
-    def __init__(self, plan: FaultPlan, state_path: str, target: Target | None = None, mount: str = ".") -> None:
+    def __init__(
+        self, plan: FaultPlan, state_path: str, target: Target | None = None, mount: str = "."
+    ) -> None:
         self.plan, self.path, self.target, self.mount = plan, state_path, target, mount
 
     @staticmethod
@@ -203,8 +229,19 @@ class PlanRun:
             return [one] if one is not None else []
         text, path = environ.text(PLAN_ENV), environ.text(PLAN_STATE_ENV)
         mounts = environ.text(environ.MOUNTS).split(":")
-        return [PlanRun(plan, node_state(path, node), node_target(node), mounts[node] if node < len(mounts) else ".")
-                for node, plan in DisksFaults.parse(text).nodes] if text and path else []
+        return (
+            [
+                PlanRun(
+                    plan,
+                    node_state(path, node),
+                    node_target(node),
+                    mounts[node] if node < len(mounts) else ".",
+                )
+                for node, plan in DisksFaults.parse(text).nodes
+            ]
+            if text and path
+            else []
+        )
 
     def state(self) -> PlanState:
         try:
@@ -227,9 +264,14 @@ class PlanRun:
                 elif action == "off":
                     recover(target=self.target)
             except (FaultError, MarkError, ValueError, OSError) as e:
-                why = (f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename and e.strerror
-                       else str(e))
-                after = PlanState(after.matches, before.on, before.off, f"fault plan '{self.plan}': {why}")
+                why = (
+                    f"{e.filename}: {e.strerror}"
+                    if isinstance(e, OSError) and e.filename and e.strerror
+                    else str(e)
+                )
+                after = PlanState(
+                    after.matches, before.on, before.off, f"fault plan '{self.plan}': {why}"
+                )
                 self._save(after)
                 raise FaultError(getattr(e, "errno", 0) or 0, after.error) from None
             self._save(after)
@@ -260,7 +302,9 @@ class PlanRun:
 
     def fire(self) -> str:
         """A job-side trigger (start, writes, after) is met: switch on unless already on."""
-        return self._locked(lambda st: (st, "") if st.on else (PlanState(st.matches, True, False), "on"))
+        return self._locked(
+            lambda st: (st, "") if st.on else (PlanState(st.matches, True, False), "on")
+        )
 
 
 def plan_mark(text: str) -> None:
@@ -272,7 +316,7 @@ def plan_mark(text: str) -> None:
     if not any(fnmatch.fnmatchcase(text, g) for g in globs):
         return
     failed: FaultError | None = None
-    for run in PlanRun.all_from_env():   # a cluster's nodes each move their own plan
+    for run in PlanRun.all_from_env():  # a cluster's nodes each move their own plan
         if os.path.exists(run.path + ".done"):
             continue
         try:
@@ -292,19 +336,26 @@ def file_sectors(path: str) -> list[tuple[int, int]]:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if _is_btrfs(os.path.realpath(path)):
-            raise FaultError(0, f"{path}: btrfs extents are logical addresses, not the device's sectors")
+            raise FaultError(
+                0, f"{path}: btrfs extents are logical addresses, not the device's sectors"
+            )
         start, count = 0, 64
         while True:
             buf = bytearray(HEADER.size + count * EXTENT.size)
-            HEADER.pack_into(buf, 0, start, 2 ** 64 - 1 - start, 0, 0, count, 0)
+            HEADER.pack_into(buf, 0, start, 2**64 - 1 - start, 0, 0, count, 0)
             fcntl.ioctl(fd, FS_IOC_FIEMAP, buf, True)
             mapped = HEADER.unpack_from(buf, 0)[3]
             last = False
             for i in range(mapped):
-                logical, physical, length, _r1, _r2, flags, *_ = EXTENT.unpack_from(buf, HEADER.size + i * EXTENT.size)
+                logical, physical, length, _r1, _r2, flags, *_ = EXTENT.unpack_from(
+                    buf, HEADER.size + i * EXTENT.size
+                )
                 if flags & FIEMAP_UNUSABLE:
-                    raise FaultError(0, f"{path}: an extent at byte {logical} has no fixed place on the device "
-                                        f"(FIEMAP flags {flags:#x}): preallocate and fsync the file first")
+                    raise FaultError(
+                        0,
+                        f"{path}: an extent at byte {logical} has no fixed place on the device "
+                        f"(FIEMAP flags {flags:#x}): preallocate and fsync the file first",
+                    )
                 out.append((physical // 512, (length + 511) // 512))
                 start = logical + length
                 last = bool(flags & FIEMAP_EXTENT_LAST)
@@ -317,7 +368,10 @@ def file_sectors(path: str) -> list[tuple[int, int]]:
 def _is_btrfs(path: str) -> bool:
     try:
         with open("/proc/self/mountinfo") as f:
-            best = max((line.split() for line in f), key=lambda p: len(p[4]) if path.startswith(p[4]) else -1)
+            best = max(
+                (line.split() for line in f),
+                key=lambda p: len(p[4]) if path.startswith(p[4]) else -1,
+            )
         return best[best.index("-") + 1] == "btrfs"
     except (OSError, ValueError):
         return False
@@ -325,9 +379,11 @@ def _is_btrfs(path: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    usage = ("usage: powercut-fault [--node I] on eio-writes | on eio-range (FILE | START+SECTORS) ... | off\n"
-             f"  (inside a powercut recording: needs ${FAULT_ENV}, or a cluster's --node I; 'powercut-fault\n"
-             "  hook MARK' is the C powercut-mark's call into the recording's fault plan)")
+    usage = (
+        "usage: powercut-fault [--node I] on eio-writes | on eio-range (FILE | START+SECTORS) ... | off\n"
+        f"  (inside a powercut recording: needs ${FAULT_ENV}, or a cluster's --node I; 'powercut-fault\n"
+        "  hook MARK' is the C powercut-mark's call into the recording's fault plan)"
+    )
     if not args or args[0] in ("-h", "--help"):
         print(usage, file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
@@ -346,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
             ranges: list[tuple[int, int]] = []
             for a in args[2:]:
                 s, plus, n = a.partition("+")
-                ranges += [(int(s), int(n))] if plus and s.isdigit() and n.isdigit() else file_sectors(a)
+                ranges += (
+                    [(int(s), int(n))] if plus and s.isdigit() and n.isdigit() else file_sectors(a)
+                )
             fault(args[1], ranges, node=node)
         else:
             print(usage, file=sys.stderr)

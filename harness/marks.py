@@ -21,6 +21,7 @@ node), a mark goes to every node's log in node order, each ordered as above, all
 no ioctl and needs no target; it appends ``<CLOCK_MONOTONIC ns> <text>`` to that file instead (one
 ``write(2)`` on a descriptor opened once, no fsync), so any workload that acks can be timed:
 commits/s and per-commit latency = its ack's time minus its begin's (bench.parse_timing)."""
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,9 @@ from powercut import _logmark as logmark
 from powercut._logmark import ORDER_ENV, TIMING_ENV, MarkError
 from powercut.linux import environ
 
-PLAN_ENV = environ.FAULT_PLAN   # faults.py's (imported only when a plan is set: marks run in the program)
+PLAN_ENV = (
+    environ.FAULT_PLAN
+)  # faults.py's (imported only when a plan is set: marks run in the program)
 
 __all__ = ["mark", "ack", "begin", "close", "MarkError", "ORDER_ENV", "TIMING_ENV", "MAX_MARK"]
 
@@ -53,12 +56,13 @@ def mark(text: str, dm_name: str | None = None, *, order_dev: str | None = None)
         _time(timing, text)
         return
     cluster = environ.text(logmark.CLUSTER_ENV) if dm_name is None else ""
-    if cluster:   # a cluster recording: the mark goes to every node's log, under one lock
+    if cluster:  # a cluster recording: the mark goes to every node's log, under one lock
         logmark.insert_cluster(text, cluster)
     else:
         logmark.insert(text, dm_name, order_dev)
     if environ.text(PLAN_ENV) and not text.startswith("powercut-"):
         from powercut.faults import plan_mark
+
         plan_mark(text)
 
 
@@ -75,9 +79,13 @@ def _time(path: str, text: str) -> None:
     fd = _timing.get(path)
     if fd is None:
         try:
-            fd = _timing[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            fd = _timing[path] = os.open(
+                path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+            )
         except OSError as e:
-            raise MarkError(e.errno, f"${TIMING_ENV}={path}: cannot open it: {e.strerror}") from None
+            raise MarkError(
+                e.errno, f"${TIMING_ENV}={path}: cannot open it: {e.strerror}"
+            ) from None
     os.write(fd, f"{time.monotonic_ns()} {text}\n".encode())
 
 
@@ -92,9 +100,11 @@ def begin(key: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: powercut-mark TEXT   (e.g. powercut-mark ack:42; needs $POWERCUT_DM_NAME, "
-              f"or ${TIMING_ENV}=FILE to time instead)",
-              file=sys.stderr if len(args) != 1 else sys.stdout)
+        print(
+            "usage: powercut-mark TEXT   (e.g. powercut-mark ack:42; needs $POWERCUT_DM_NAME, "
+            f"or ${TIMING_ENV}=FILE to time instead)",
+            file=sys.stderr if len(args) != 1 else sys.stdout,
+        )
         return 0 if args and args[0] in ("-h", "--help") else 2
     try:
         mark(args[0])

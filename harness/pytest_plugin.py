@@ -36,6 +36,7 @@ workload) over N runners.
 
 Only the standard library and pytest are imported here; the harness loads when a crash test runs
 (pytest loads this module in every session of a project that has powercut installed)."""
+
 from __future__ import annotations
 
 import os
@@ -48,11 +49,35 @@ from typing import Any
 import pytest
 
 MARKER = "powercut"
-SETTINGS = ("fs", "size_mb", "mkfs_opts", "mount_opts", "models", "params", "max_states", "expect", "shrink",
-            "seed", "bound", "samples", "setup_samples", "torn_samples", "allow_no_acks", "require_exhaustive",
-            "workload_timeout_s", "checker_timeout_s", "jobs", "check_in", "accel", "fault",
-            "disk_latency", "lie_file", "nodes", "delay_sync")   # campaign/crashtest.CrashTest.of's words
-_ran: list[tuple[str, str]] = []    # (node id, headline) of each crash test of this session
+SETTINGS = (
+    "fs",
+    "size_mb",
+    "mkfs_opts",
+    "mount_opts",
+    "models",
+    "params",
+    "max_states",
+    "expect",
+    "shrink",
+    "seed",
+    "bound",
+    "samples",
+    "setup_samples",
+    "torn_samples",
+    "allow_no_acks",
+    "require_exhaustive",
+    "workload_timeout_s",
+    "checker_timeout_s",
+    "jobs",
+    "check_in",
+    "accel",
+    "fault",
+    "disk_latency",
+    "lie_file",
+    "nodes",
+    "delay_sync",
+)  # campaign/crashtest.CrashTest.of's words
+_ran: list[tuple[str, str]] = []  # (node id, headline) of each crash test of this session
 
 
 class CrashTestFailed(AssertionError):
@@ -65,42 +90,96 @@ class CrashTestFailed(AssertionError):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("powercut", "powercut crash tests")
-    g.addoption("--powercut-check-in", choices=("vm", "host"), default=None,
-                help="judge crash states in checker VMs (default) or on this host (root, loop devices)")
-    g.addoption("--powercut-models", default=None, metavar="M[,M...]",
-                help="crash models for every crash test (overrides the marker; default flush,write-cache,torn-4k)")
-    g.addoption("--powercut-max-states", type=int, default=None, metavar="N",
-                help="judge at most N distinct states per model (0: all)")
-    g.addoption("--powercut-jobs", type=int, default=None, metavar="N",
-                help="checker VMs (or host workers) per crash test (0: one per core)")
-    g.addoption("--powercut-seed", default=None, metavar="N|auto",
-                help="seed of the sampled crash states for every crash test; auto: a new one each run (printed "
-                     "in each test's outcome), so a nightly's coverage grows night after night")
-    g.addoption("--powercut-require-exhaustive", action="store_true", default=False,
-                help="a crash test expected to pass fails when its check was not exhaustive (sampled, capped, "
-                     "weakened)")
-    g.addoption("--powercut-accel", choices=("auto", "kvm", "tcg"), default=None,
-                help="VM acceleration (auto: KVM when it works, else TCG)")
-    g.addoption("--powercut-out", default=None, metavar="DIR",
-                help="keep each crash test's recording, journal and repro bundles under DIR/<test> "
-                     "(default: pytest's tmp_path)")
-    g.addoption("--powercut-disk-latency", default=None, metavar="SETTING",
-                help="record every crash test's workload on a disk this slow: none, nvme, sata-ssd, hdd or "
-                     "write=TIME,flush=TIME (overrides the marker's disk_latency; docs/races.md)")
-    g.addoption("--powercut-delay-sync", action="append", default=None, metavar="GLOB=TIME",
-                help="hold every sync of the files matching GLOB for TIME while recording each crash test "
-                     "(repeatable; overrides the marker's delay_sync; docs/races.md)")
-    g.addoption("--powercut-shard", default=None, metavar="I/N",
-                help="run only shard I of N of the crash tests (1-based, round-robin over their sorted ids; the "
-                     "other tests run in shard 1): split a nightly's crash tests over N CI runners")
-    g.addoption("--powercut-skip-missing", action="store_true", default=False,
-                help="skip crash tests when QEMU, the guest image or root is missing (default: error); "
-                     "'powercut doctor' says what is missing, 'powercut setup' installs it")
+    g.addoption(
+        "--powercut-check-in",
+        choices=("vm", "host"),
+        default=None,
+        help="judge crash states in checker VMs (default) or on this host (root, loop devices)",
+    )
+    g.addoption(
+        "--powercut-models",
+        default=None,
+        metavar="M[,M...]",
+        help="crash models for every crash test (overrides the marker; default flush,write-cache,torn-4k)",
+    )
+    g.addoption(
+        "--powercut-max-states",
+        type=int,
+        default=None,
+        metavar="N",
+        help="judge at most N distinct states per model (0: all)",
+    )
+    g.addoption(
+        "--powercut-jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="checker VMs (or host workers) per crash test (0: one per core)",
+    )
+    g.addoption(
+        "--powercut-seed",
+        default=None,
+        metavar="N|auto",
+        help="seed of the sampled crash states for every crash test; auto: a new one each run (printed "
+        "in each test's outcome), so a nightly's coverage grows night after night",
+    )
+    g.addoption(
+        "--powercut-require-exhaustive",
+        action="store_true",
+        default=False,
+        help="a crash test expected to pass fails when its check was not exhaustive (sampled, capped, "
+        "weakened)",
+    )
+    g.addoption(
+        "--powercut-accel",
+        choices=("auto", "kvm", "tcg"),
+        default=None,
+        help="VM acceleration (auto: KVM when it works, else TCG)",
+    )
+    g.addoption(
+        "--powercut-out",
+        default=None,
+        metavar="DIR",
+        help="keep each crash test's recording, journal and repro bundles under DIR/<test> "
+        "(default: pytest's tmp_path)",
+    )
+    g.addoption(
+        "--powercut-disk-latency",
+        default=None,
+        metavar="SETTING",
+        help="record every crash test's workload on a disk this slow: none, nvme, sata-ssd, hdd or "
+        "write=TIME,flush=TIME (overrides the marker's disk_latency; docs/races.md)",
+    )
+    g.addoption(
+        "--powercut-delay-sync",
+        action="append",
+        default=None,
+        metavar="GLOB=TIME",
+        help="hold every sync of the files matching GLOB for TIME while recording each crash test "
+        "(repeatable; overrides the marker's delay_sync; docs/races.md)",
+    )
+    g.addoption(
+        "--powercut-shard",
+        default=None,
+        metavar="I/N",
+        help="run only shard I of N of the crash tests (1-based, round-robin over their sorted ids; the "
+        "other tests run in shard 1): split a nightly's crash tests over N CI runners",
+    )
+    g.addoption(
+        "--powercut-skip-missing",
+        action="store_true",
+        default=False,
+        help="skip crash tests when QEMU, the guest image or root is missing (default: error); "
+        "'powercut doctor' says what is missing, 'powercut setup' installs it",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARKER}(**settings): crash-test settings for the crashtest fixture "
-                                       f"({', '.join(SETTINGS)})")
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(**settings): crash-test settings for the crashtest fixture "
+        f"({', '.join(SETTINGS)})",
+    )
 
 
 def _shard(config: pytest.Config) -> tuple[int, int] | None:
@@ -109,7 +188,9 @@ def _shard(config: pytest.Config) -> tuple[int, int] | None:
         return None
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
     if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
-        raise pytest.UsageError(f"--powercut-shard wants I/N with 1 <= I <= N (e.g. 2/4), not {text!r}")
+        raise pytest.UsageError(
+            f"--powercut-shard wants I/N with 1 <= I <= N (e.g. 2/4), not {text!r}"
+        )
     return int(m.group(1)), int(m.group(2))
 
 
@@ -121,8 +202,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if shard is None:
         return
     index, total = shard
-    crash = sorted(item.nodeid for item in items if "crashtest" in getattr(item, "fixturenames", ()))
-    mine = set(crash[index - 1::total])
+    crash = sorted(
+        item.nodeid for item in items if "crashtest" in getattr(item, "fixturenames", ())
+    )
+    mine = set(crash[index - 1 :: total])
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
@@ -141,8 +224,12 @@ def _options(config: pytest.Config) -> dict[str, Any]:
     models = config.getoption("powercut_models")
     if models:
         out["models"] = tuple(m.strip() for m in models.split(",") if m.strip())
-    for opt, key in (("powercut_max_states", "max_states"), ("powercut_jobs", "jobs"),
-                     ("powercut_accel", "accel"), ("powercut_disk_latency", "disk_latency")):
+    for opt, key in (
+        ("powercut_max_states", "max_states"),
+        ("powercut_jobs", "jobs"),
+        ("powercut_accel", "accel"),
+        ("powercut_disk_latency", "disk_latency"),
+    ):
         if config.getoption(opt) is not None:
             out[key] = config.getoption(opt)
     if config.getoption("powercut_delay_sync"):
@@ -151,7 +238,7 @@ def _options(config: pytest.Config) -> dict[str, Any]:
     if seed is not None:
         if seed != "auto" and not seed.isdigit():
             raise pytest.UsageError(f"--powercut-seed wants a whole number or auto, not {seed!r}")
-        out["seed"] = -1 if seed == "auto" else int(seed)   # -1: core.selection.SEED_AUTO
+        out["seed"] = -1 if seed == "auto" else int(seed)  # -1: core.selection.SEED_AUTO
     if config.getoption("powercut_require_exhaustive"):
         out["require_exhaustive"] = True
     return out
@@ -167,14 +254,20 @@ class CrashTester:
     def __init__(self, request: pytest.FixtureRequest, out: Path) -> None:
         self.request, self.out = request, out
         self.marker: dict[str, Any] = {}
-        for mark in reversed(list(request.node.iter_markers(MARKER))):   # the closest marker wins
+        for mark in reversed(list(request.node.iter_markers(MARKER))):  # the closest marker wins
             if mark.args:
-                _fail(f"powercut: @pytest.mark.{MARKER} takes keywords only ({', '.join(SETTINGS)})")
+                _fail(
+                    f"powercut: @pytest.mark.{MARKER} takes keywords only ({', '.join(SETTINGS)})"
+                )
             self.marker.update(mark.kwargs)
         self.runs = 0
 
-    def __call__(self, workload: Callable[..., Any] | str, checker: Callable[..., Any] | str | None = None,
-                 **settings: Any) -> Any:
+    def __call__(
+        self,
+        workload: Callable[..., Any] | str,
+        checker: Callable[..., Any] | str | None = None,
+        **settings: Any,
+    ) -> Any:
         """Record ``workload``, judge its crash states with ``checker``; the Outcome, or the test
         fails when it is not as expected."""
         # imported when a crash test runs, not at the top: pytest loads this plugin in every session
@@ -187,7 +280,9 @@ class CrashTester:
         merged = {**self.marker, **settings, **_options(config)}
         unknown = sorted(set(merged) - set(SETTINGS))
         if unknown:
-            _fail(f"powercut: unknown crash-test setting(s) {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
+            _fail(
+                f"powercut: unknown crash-test setting(s) {', '.join(unknown)}; known: {', '.join(SETTINGS)}"
+            )
         path = tuple(p for p in sys.path if p and os.path.isdir(p))
         error: PowercutError | None
         try:
@@ -221,10 +316,14 @@ class CrashTester:
             error = e
         else:
             error = None
-        if error is not None:   # failed outside the except block: no "during handling" chain in the report
+        if (
+            error is not None
+        ):  # failed outside the except block: no "during handling" chain in the report
             _ran.append((self.request.node.nodeid, f"error: {error.one_line()}"))
-            _fail(f"powercut could not finish the crash test: {type(error).__name__}: {error.one_line()}\n"
-                  f"artifacts: {out}")
+            _fail(
+                f"powercut could not finish the crash test: {type(error).__name__}: {error.one_line()}\n"
+                f"artifacts: {out}"
+            )
         _ran.append((self.request.node.nodeid, outcome.headline()))
         for name, value in outcome.properties():
             self.request.node.user_properties.append((name, value))
@@ -234,8 +333,12 @@ class CrashTester:
 
 
 def _missing(config: pytest.Config, lacking: list[str]) -> None:
-    text = ("powercut: cannot run crash tests here: " + "; ".join(lacking) + ". 'powercut doctor' says what this "
-            "machine lacks and the command that fixes each; 'powercut setup' installs and builds it")
+    text = (
+        "powercut: cannot run crash tests here: "
+        + "; ".join(lacking)
+        + ". 'powercut doctor' says what this "
+        "machine lacks and the command that fixes each; 'powercut setup' installs and builds it"
+    )
     if config.getoption("powercut_skip_missing"):
         pytest.skip(text)
     _fail(text + " (or pass --powercut-skip-missing to skip crash tests where they cannot run)")
@@ -277,12 +380,18 @@ class _FailureText:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     report = (yield).get_result()
-    if call.excinfo is not None and isinstance(call.excinfo.value, CrashTestFailed) and report.failed:
+    if (
+        call.excinfo is not None
+        and isinstance(call.excinfo.value, CrashTestFailed)
+        and report.failed
+    ):
         path, line, _ = item.location
         lineno = (line or 0) + 1
         text = str(call.excinfo.value)
-        report.longrepr = _FailureText(f"{text}\n({path}:{lineno}: crash test {item.name})",
-                                       _Crash(path, lineno, text.splitlines()[0]))
+        report.longrepr = _FailureText(
+            f"{text}\n({path}:{lineno}: crash test {item.name})",
+            _Crash(path, lineno, text.splitlines()[0]),
+        )
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -1,4 +1,5 @@
 """Plug-ins by entry point: the harness finds workloads and checkers by name, never by module."""
+
 from __future__ import annotations
 
 import importlib
@@ -11,7 +12,10 @@ T = TypeVar("T")
 
 
 def entry_points(group: str) -> Any:
-    from importlib.metadata import entry_points as eps  # here: importlib.metadata alone costs a TCG guest 0.15 s
+    from importlib.metadata import (
+        entry_points as eps,
+    )  # here: importlib.metadata alone costs a TCG guest 0.15 s
+
     return eps(group=group)
 
 
@@ -72,11 +76,13 @@ def _load(group: str, name: str, cls: type[T], unknown: str) -> T:
             if isinstance(obj, cls):
                 return obj
         except (ImportError, AttributeError):
-            pass   # not where the host found it: look it up as usual
+            pass  # not where the host found it: look it up as usual
     eps = {ep.name: ep for ep in entry_points(group=group)}
     if name not in eps:
         raise UsageError(unknown.format(name=name, known=", ".join(sorted(eps)) or "none"))
     obj = eps[name].load()
     if not isinstance(obj, cls):
-        raise UsageError(f"entry point {name!r} in {group} is not a {cls.__module__}.{cls.__name__}")
+        raise UsageError(
+            f"entry point {name!r} in {group} is not a {cls.__module__}.{cls.__name__}"
+        )
     return obj

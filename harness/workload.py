@@ -9,6 +9,7 @@ Parameters are typed by their defaults and checked before anything runs: a boole
 true/false, yes/no, on/off, 1/0 (``fsync=maybe`` is an error, never False: a mistyped flag must
 not record a program without its fsync and report its lost acks as findings); a number has a
 minimum (``minimum``, else 0); ``choices`` lists the values a parameter may take."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,12 @@ class Workload:
     description: str
     main: Callable[[dict[str, Any]], int]
     defaults: dict[str, Any] = field(default_factory=dict)
-    choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)   # parameter -> the values it may take
-    minimum: dict[str, float] = field(default_factory=dict)             # numeric parameter -> least value (else 0)
+    choices: dict[str, tuple[Any, ...]] = field(
+        default_factory=dict
+    )  # parameter -> the values it may take
+    minimum: dict[str, float] = field(
+        default_factory=dict
+    )  # numeric parameter -> least value (else 0)
 
     def params(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """Defaults overlaid with ``given``; unknown keys, values of the wrong type, out of range or
@@ -49,8 +54,10 @@ class Workload:
         given = dict(given or {})
         unknown = set(given) - set(self.defaults)
         if unknown:
-            raise UsageError(f"workload {self.name}: unknown parameter(s) {', '.join(sorted(unknown))}; "
-                             f"known: {', '.join(sorted(self.defaults)) or 'none'}")
+            raise UsageError(
+                f"workload {self.name}: unknown parameter(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(sorted(self.defaults)) or 'none'}"
+            )
         out = dict(self.defaults)
         for key, value in given.items():
             try:
@@ -67,13 +74,21 @@ class Workload:
             v = value
         else:
             try:
-                v = want(float(value)) if want is int and str(value).strip().endswith(".0") else want(value)
+                v = (
+                    want(float(value))
+                    if want is int and str(value).strip().endswith(".0")
+                    else want(value)
+                )
             except (TypeError, ValueError):
-                raise ValueError(f"wants {'an' if want is int else 'a'} {want.__name__}, not {value!r}") from None
+                raise ValueError(
+                    f"wants {'an' if want is int else 'a'} {want.__name__}, not {value!r}"
+                ) from None
         if key in self.choices:
             by_text = {str(c).lower(): c for c in self.choices[key]}
             if str(v).lower() not in by_text:
-                raise ValueError(f"must be one of {', '.join(map(str, self.choices[key]))}, not {value!r}")
+                raise ValueError(
+                    f"must be one of {', '.join(map(str, self.choices[key]))}, not {value!r}"
+                )
             v = by_text[str(v).lower()]
         elif want in (int, float) and v < self.minimum.get(key, 0):
             raise ValueError(f"must be at least {self.minimum.get(key, 0):g}, not {value!r}")
@@ -85,8 +100,12 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Workload:
-    return registry.load(GROUP, name, Workload, "unknown workload {name!r}; known: {known} "
-                                                "(or give any command with --cmd)")
+    return registry.load(
+        GROUP,
+        name,
+        Workload,
+        "unknown workload {name!r}; known: {known} (or give any command with --cmd)",
+    )
 
 
 def parse_params(items: list[str]) -> dict[str, str]:
@@ -103,7 +122,9 @@ def parse_params(items: list[str]) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -m powercut.workload NAME   (params as JSON in $POWERCUT_PARAMS)\n")
+        sys.stderr.write(
+            "usage: python -m powercut.workload NAME   (params as JSON in $POWERCUT_PARAMS)\n"
+        )
         return 2
     workload = get(args[0])
     params = workload.params(json.loads(environ.text(environ.PARAMS, "{}")))
@@ -113,4 +134,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     # Run through the package's own module object, so isinstance checks see one Workload class.
     from powercut.workload import main as _main
+
     sys.exit(_main())

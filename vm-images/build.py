@@ -4,6 +4,7 @@ table it walks (mounts.txt, checked here, as /etc/powercut/mounts).
 
 Images are cached by content hash under ``<cache>/images/<hash>/``; kernel packages are fetched with
 ``apt-get download`` and unpacked with ``dpkg-deb -x`` under ``<cache>/kernels/<package>/``."""
+
 from __future__ import annotations
 
 import functools
@@ -46,7 +47,9 @@ class ImageSpec:
 
     def __post_init__(self) -> None:
         if bool(self.kernel) != bool(self.modules_dir):
-            raise UsageError("--kernel and --modules go together (a kernel image and its lib/modules/<release>)")
+            raise UsageError(
+                "--kernel and --modules go together (a kernel image and its lib/modules/<release>)"
+            )
         if self.kernel and self.kernel_package:
             raise UsageError("give either --kernel-package or --kernel/--modules, not both")
 
@@ -65,12 +68,21 @@ class Image:
     extra: dict = field(default_factory=dict)
 
     def info(self) -> dict:
-        return {"hash": self.hash, "dir": self.dir, "kernel": self.kernel, "initrd": self.initrd,
-                "kernel_release": self.kernel_release, "source": self.source, "initrd_bytes": self.initrd_bytes,
-                "built_at": self.built_at, "modules": list(self.modules)}
+        return {
+            "hash": self.hash,
+            "dir": self.dir,
+            "kernel": self.kernel,
+            "initrd": self.initrd,
+            "kernel_release": self.kernel_release,
+            "source": self.source,
+            "initrd_bytes": self.initrd_bytes,
+            "built_at": self.built_at,
+            "modules": list(self.modules),
+        }
 
 
 # ---------------------------------------------------------------- kernel packages
+
 
 @functools.cache
 def resolve_kernel_package() -> str:
@@ -84,11 +96,15 @@ def resolve_kernel_package() -> str:
         if cached:
             log.warning("apt-cache failed (%s); using cached %s", e, cached[-1].name)
             return cached[-1].name
-        raise EnvironmentNotReady(f"cannot resolve {META_PACKAGE} with apt-cache ({e}); "
-                                  "run 'apt-get update' or give --kernel-package") from None
+        raise EnvironmentNotReady(
+            f"cannot resolve {META_PACKAGE} with apt-cache ({e}); "
+            "run 'apt-get update' or give --kernel-package"
+        ) from None
     m = re.search(r"Depends:\s*(linux-image-[0-9][^\s]*)", out)
     if not m:
-        raise EnvironmentNotReady(f"apt-cache depends {META_PACKAGE} names no kernel package; run 'apt-get update'")
+        raise EnvironmentNotReady(
+            f"apt-cache depends {META_PACKAGE} names no kernel package; run 'apt-get update'"
+        )
     return m.group(1)
 
 
@@ -105,8 +121,10 @@ def fetch_kernel_package(package: str) -> Path:
         try:
             process.run(["apt-get", "download", package], timeout=900, cwd=tmp)
         except CommandFailed as e:
-            raise EnvironmentNotReady(f"cannot download {package} with apt-get ({e.one_line()}); "
-                                      "run 'apt-get update' or pin another --kernel-package") from None
+            raise EnvironmentNotReady(
+                f"cannot download {package} with apt-get ({e.one_line()}); "
+                "run 'apt-get update' or pin another --kernel-package"
+            ) from None
         debs = list(Path(tmp).glob("*.deb"))
         if not debs:
             raise EnvironmentNotReady(f"apt-get download {package} produced no .deb")
@@ -124,7 +142,7 @@ def _package_kernel_and_modules(root: Path) -> tuple[Path, Path]:
     kernels = sorted((root / "boot").glob("vmlinuz-*"))
     if not kernels:
         raise ImageError(f"{root}: the kernel package has no boot/vmlinuz-*")
-    release = kernels[-1].name[len("vmlinuz-"):]
+    release = kernels[-1].name[len("vmlinuz-") :]
     for base in (root / "lib" / "modules", root / "usr" / "lib" / "modules"):
         if (base / release).is_dir():
             moddir = base / release
@@ -139,6 +157,7 @@ def _package_kernel_and_modules(root: Path) -> tuple[Path, Path]:
 
 
 # ---------------------------------------------------------------- module resolution
+
 
 def _norm(name: str) -> str:
     return re.sub(r"\.ko(\.(xz|zst|gz))?$", "", os.path.basename(name)).replace("-", "_")
@@ -157,8 +176,9 @@ def wanted_modules(extra: tuple[str, ...] = ()) -> list[tuple[str, bool, str]]:
     return out + [(m, False, "*") for m in extra]
 
 
-def resolve_modules(modules_dep: str, builtin: str,
-                    wanted: list[tuple[str, bool, str]]) -> list[tuple[str, bool, str]]:
+def resolve_modules(
+    modules_dep: str, builtin: str, wanted: list[tuple[str, bool, str]]
+) -> list[tuple[str, bool, str]]:
     """(relative module path, optional, groups) in load order: each module after its dependencies,
     once.  ``groups`` is '*' when an always-loaded module needs it, else the comma-joined groups of
     the modules that need it.  A wanted module built into the kernel is skipped; one neither built
@@ -196,9 +216,13 @@ def resolve_modules(modules_dep: str, builtin: str,
         elif not opt:
             missing.append(name)
     if missing:
-        raise ImageError(f"kernel module{'s' if len(missing) > 1 else ''} not found in this kernel: "
-                         f"{', '.join(missing)} (neither in modules.dep nor built in)")
-    return [(p, optional[p], "*" if "*" in groups[p] else ",".join(sorted(groups[p]))) for p in order]
+        raise ImageError(
+            f"kernel module{'s' if len(missing) > 1 else ''} not found in this kernel: "
+            f"{', '.join(missing)} (neither in modules.dep nor built in)"
+        )
+    return [
+        (p, optional[p], "*" if "*" in groups[p] else ",".join(sorted(groups[p]))) for p in order
+    ]
 
 
 def _read_module(path: Path) -> bytes:
@@ -209,6 +233,7 @@ def _read_module(path: Path) -> bytes:
         return process.run(["zstd", "-dc", str(path)], timeout=60, text=False).stdout  # type: ignore[return-value]
     if path.name.endswith(".gz"):
         import gzip
+
         return gzip.decompress(data)
     return data
 
@@ -226,7 +251,12 @@ def extract_vmlinux(bzimage: bytes) -> bytes | None:
     compression is not one we can undo here or the ELF has no PVH note (then boot the bzImage)."""
     import gzip
     import zlib
-    for magic, kind in ((b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x1f\x8b\x08", "gzip")):
+
+    for magic, kind in (
+        (b"\xfd7zXZ\x00", "xz"),
+        (b"\x28\xb5\x2f\xfd", "zstd"),
+        (b"\x1f\x8b\x08", "gzip"),
+    ):
         start = bzimage.find(magic)
         while start != -1:
             try:
@@ -236,7 +266,13 @@ def extract_vmlinux(bzimage: bytes) -> bytes | None:
                     out = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(bzimage[start:])
                 else:
                     out = _zstd(bzimage[start:])
-            except (lzma.LZMAError, zlib.error, gzip.BadGzipFile, CommandFailed, EnvironmentNotReady):
+            except (
+                lzma.LZMAError,
+                zlib.error,
+                gzip.BadGzipFile,
+                CommandFailed,
+                EnvironmentNotReady,
+            ):
                 out = b""
             if out[:4] == b"\x7fELF":
                 return out if _has_pvh_note(out) else None
@@ -254,9 +290,10 @@ def _zstd(data: bytes) -> bytes:
 def _has_pvh_note(elf: bytes) -> bool:
     """Does this 64-bit little-endian ELF carry a Xen PHYS32_ENTRY note (the PVH entry point)?"""
     import struct
+
     if elf[4] != 2 or elf[5] != 1:
         return False
-    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    (phoff,) = struct.unpack_from("<Q", elf, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
     for i in range(phnum):
         ptype, _, offset, _, _, filesz = struct.unpack_from("<IIQQQQ", elf, phoff + i * phentsize)
@@ -265,7 +302,7 @@ def _has_pvh_note(elf: bytes) -> bool:
         pos, end = offset, offset + filesz
         while pos + 12 <= end:
             namesz, descsz, ntype = struct.unpack_from("<III", elf, pos)
-            name = elf[pos + 12:pos + 12 + namesz].rstrip(b"\0")
+            name = elf[pos + 12 : pos + 12 + namesz].rstrip(b"\0")
             if name == b"Xen" and ntype == XEN_ELFNOTE_PHYS32_ENTRY:
                 return True
             pos += 12 + ((namesz + 3) & ~3) + ((descsz + 3) & ~3)
@@ -274,9 +311,11 @@ def _has_pvh_note(elf: bytes) -> bool:
 
 # ---------------------------------------------------------------- building
 
+
 @dataclass(frozen=True, slots=True)
 class _Inputs:
     """Everything an image is built from, and the content hash that names it in the cache."""
+
     kernel: Path
     release: str
     source: str
@@ -284,7 +323,7 @@ class _Inputs:
     init: bytes
     mount_table: bytes
     mark_src: bytes
-    hold_src: bytes                 # the --delay-sync supervisor (powercut_holdsync.c)
+    hold_src: bytes  # the --delay-sync supervisor (powercut_holdsync.c)
     modules: list[tuple[str, bool, str, bytes]]
     digest: str
 
@@ -296,7 +335,9 @@ def _inputs(spec: ImageSpec, fetch: bool = True) -> _Inputs | None:
         if not kernel.is_file():
             raise UsageError(f"--kernel {kernel}: no such file")
         if not (moddir / "modules.dep").is_file():
-            raise UsageError(f"--modules {moddir}: no modules.dep there (run depmod for that kernel)")
+            raise UsageError(
+                f"--modules {moddir}: no modules.dep there (run depmod for that kernel)"
+            )
         source = f"kernel {kernel}, modules {moddir}"
     else:
         package = spec.kernel_package or resolve_kernel_package()
@@ -307,13 +348,19 @@ def _inputs(spec: ImageSpec, fetch: bool = True) -> _Inputs | None:
     release = moddir.name
     busybox = Path(spec.busybox)
     if not busybox.is_file():
-        raise EnvironmentNotReady(f"{busybox} not found (install the Debian package busybox-static: powercut setup)")
+        raise EnvironmentNotReady(
+            f"{busybox} not found (install the Debian package busybox-static: powercut setup)"
+        )
     wanted = wanted_modules(spec.extra_modules)
-    builtin = (moddir / "modules.builtin").read_text() if (moddir / "modules.builtin").exists() else ""
+    builtin = (
+        (moddir / "modules.builtin").read_text() if (moddir / "modules.builtin").exists() else ""
+    )
     order = resolve_modules((moddir / "modules.dep").read_text(), builtin, wanted)
     init = resources.files("powercut.images").joinpath("init.sh").read_bytes()
     mount_table = resources.files("powercut.images").joinpath("mounts.txt").read_bytes()
-    parse_guest_table(mount_table.decode())    # a bad line is an ImageError naming it, not a guest that stops
+    parse_guest_table(
+        mount_table.decode()
+    )  # a bad line is an ImageError naming it, not a guest that stops
     mark_src = resources.files("powercut.images").joinpath("powercut_mark.c").read_bytes()
     hold_src = resources.files("powercut.images").joinpath("powercut_holdsync.c").read_bytes()
     busybox_bytes = busybox.read_bytes()
@@ -324,8 +371,18 @@ def _inputs(spec: ImageSpec, fetch: bool = True) -> _Inputs | None:
     modules = [(rel, opt, group, _read_module(moddir / rel)) for rel, opt, group in order]
     for rel, opt, group, data in modules:
         h.update(f"{rel}:{opt}:{group}:".encode() + hashlib.sha256(data).digest())
-    return _Inputs(kernel, release, source, busybox_bytes, init, mount_table, mark_src, hold_src, modules,
-                   h.hexdigest()[:16])
+    return _Inputs(
+        kernel,
+        release,
+        source,
+        busybox_bytes,
+        init,
+        mount_table,
+        mark_src,
+        hold_src,
+        modules,
+        h.hexdigest()[:16],
+    )
 
 
 def find_image(spec: ImageSpec = ImageSpec()) -> Image | None:
@@ -341,13 +398,23 @@ def find_image(spec: ImageSpec = ImageSpec()) -> Image | None:
 def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
     inputs = _inputs(spec)
     assert inputs is not None
-    kernel, release, source, modules, digest = inputs.kernel, inputs.release, inputs.source, inputs.modules, inputs.digest
+    kernel, release, source, modules, digest = (
+        inputs.kernel,
+        inputs.release,
+        inputs.source,
+        inputs.modules,
+        inputs.digest,
+    )
     init, mount_table, mark_src = inputs.init, inputs.mount_table, inputs.mark_src
     out = cache_root() / "images" / digest
     if (out / "image.toml").exists() and not force:
         return load_image(out)
 
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent if out.parent.exists() else _mk(out.parent)))
+    tmp = Path(
+        tempfile.mkdtemp(
+            prefix=".build-", dir=out.parent if out.parent.exists() else _mk(out.parent)
+        )
+    )
     try:
         shutil.copyfile(kernel, tmp / "vmlinuz")
         vmlinux = extract_vmlinux(kernel.read_bytes())
@@ -355,8 +422,19 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
             (tmp / "vmlinux").write_bytes(vmlinux)
         with open(tmp / "initrd.cpio", "wb") as f:
             w = CpioWriter(f)
-            for d in ("bin", "sbin", "dev", "proc", "sys", "tmp", "newroot", "etc", "etc/powercut", "lib",
-                      f"lib/modules/{release}"):
+            for d in (
+                "bin",
+                "sbin",
+                "dev",
+                "proc",
+                "sys",
+                "tmp",
+                "newroot",
+                "etc",
+                "etc/powercut",
+                "lib",
+                f"lib/modules/{release}",
+            ):
                 w.dir(d)
             w.chardev("dev/console", 5, 1)
             w.chardev("dev/null", 1, 3)
@@ -374,10 +452,17 @@ def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
         _build_mark_tool(mark_src, tmp / "bin")
         _build_supervisor(inputs.hold_src, tmp / "bin")
         boot = "vmlinux" if vmlinux else "vmlinuz"
-        image = Image(dir=str(out), kernel=str(out / boot), initrd=str(out / "initrd.cpio"),
-                      kernel_release=release, source=source, modules=tuple(_norm(r) for r, _, _, _ in modules),
-                      hash=digest, initrd_bytes=(tmp / "initrd.cpio").stat().st_size,
-                      built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        image = Image(
+            dir=str(out),
+            kernel=str(out / boot),
+            initrd=str(out / "initrd.cpio"),
+            kernel_release=release,
+            source=source,
+            modules=tuple(_norm(r) for r, _, _, _ in modules),
+            hash=digest,
+            initrd_bytes=(tmp / "initrd.cpio").stat().st_size,
+            built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
         (tmp / "image.toml").write_text(dumps_toml({"image": image.info()}))
         if out.exists():
             shutil.rmtree(out)
@@ -397,7 +482,10 @@ def _build_mark_tool(source: bytes, bindir: Path) -> None:
     try:
         process.run(["cc", "-O2", "-o", str(bindir / "powercut-mark"), str(src)], timeout=120)
     except (CommandFailed, EnvironmentNotReady) as e:
-        log.warning("cannot compile the C powercut-mark (%s); workloads use the slower Python one", e.one_line())
+        log.warning(
+            "cannot compile the C powercut-mark (%s); workloads use the slower Python one",
+            e.one_line(),
+        )
     src.unlink()
 
 
@@ -409,8 +497,10 @@ def _build_supervisor(source: bytes, bindir: Path) -> None:
     try:
         process.run(["cc", "-O2", "-o", str(bindir / SUPERVISOR), str(src)], timeout=120)
     except (CommandFailed, EnvironmentNotReady) as e:
-        log.warning("cannot compile the --delay-sync supervisor (%s): recordings cannot hold one file's syncs",
-                    e.one_line())
+        log.warning(
+            "cannot compile the --delay-sync supervisor (%s): recordings cannot hold one file's syncs",
+            e.one_line(),
+        )
     src.unlink()
 
 
@@ -429,9 +519,19 @@ def load_image(path: Path | str) -> Image:
     path = Path(path)
     meta = path / "image.toml"
     if not meta.is_file():
-        raise ImageError(f"{path}: not a powercut image (no image.toml); run 'powercut image build'")
+        raise ImageError(
+            f"{path}: not a powercut image (no image.toml); run 'powercut image build'"
+        )
     d = loads_toml(meta.read_text(), str(meta))["image"]
     boot = "vmlinux" if (path / "vmlinux").exists() else "vmlinuz"
-    return Image(dir=str(path), kernel=str(path / boot), initrd=str(path / "initrd.cpio"),
-                 kernel_release=d["kernel_release"], source=d["source"], modules=tuple(d["modules"]),
-                 hash=d["hash"], initrd_bytes=d.get("initrd_bytes", 0), built_at=d.get("built_at", ""))
+    return Image(
+        dir=str(path),
+        kernel=str(path / boot),
+        initrd=str(path / "initrd.cpio"),
+        kernel_release=d["kernel_release"],
+        source=d["source"],
+        modules=tuple(d["modules"]),
+        hash=d["hash"],
+        initrd_bytes=d.get("initrd_bytes", 0),
+        built_at=d.get("built_at", ""),
+    )

@@ -1,6 +1,7 @@
 """A minimal writer of the newc cpio format the kernel unpacks as initramfs (no root, no cpio binary).
 
 The kernel does not create missing parent directories: every entry is preceded by its parents."""
+
 from __future__ import annotations
 
 import stat
@@ -13,10 +14,31 @@ class CpioWriter:
         self.ino = 1
         self.dirs: set[str] = set()
 
-    def _entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0), nlink: int = 1,
-               mtime: int = 0) -> None:
+    def _entry(
+        self,
+        name: str,
+        mode: int,
+        data: bytes = b"",
+        rdev: tuple[int, int] = (0, 0),
+        nlink: int = 1,
+        mtime: int = 0,
+    ) -> None:
         namez = name.encode() + b"\0"
-        fields = (self.ino, mode, 0, 0, nlink, mtime, len(data), 0, 0, rdev[0], rdev[1], len(namez), 0)
+        fields = (
+            self.ino,
+            mode,
+            0,
+            0,
+            nlink,
+            mtime,
+            len(data),
+            0,
+            0,
+            rdev[0],
+            rdev[1],
+            len(namez),
+            0,
+        )
         header = b"070701" + b"".join(b"%08X" % v for v in fields)
         self.ino += 1
         self.f.write(header + namez)

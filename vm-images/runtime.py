@@ -6,6 +6,7 @@ to the image's initramfs for a checker VM's template (check/template.py, guest/t
 Each file keeps its host path, so imports, ``sys.executable`` and the dynamic loader find the same
 names in the template's root as in the host root it chroots into once restored.  A symbolic link
 on the way (``/lib64``, ``bin/python``) is kept as the link, and its target added too."""
+
 from __future__ import annotations
 
 import hashlib
@@ -49,9 +50,9 @@ print(json.dumps({{"files": sorted(files), "dirs": dirs, "executable": sys.execu
 @dataclass(frozen=True, slots=True)
 class Runtime:
     executable: str
-    files: tuple[str, ...]        # absolute host paths, as the agent refers to them
-    dirs: tuple[str, ...]         # sys.path directories (they must exist for the import system)
-    boot: str                     # the template's boot.py
+    files: tuple[str, ...]  # absolute host paths, as the agent refers to them
+    dirs: tuple[str, ...]  # sys.path directories (they must exist for the import system)
+    boot: str  # the template's boot.py
 
     def key(self) -> str:
         """Changes whenever a file of the runtime does (path, size, mtime) or the boot script."""
@@ -75,16 +76,16 @@ def elf_interpreter(path: str) -> str | None:
             if head[:4] != b"\x7fELF" or head[4] != 2:
                 return None
             end = "<" if head[5] == 1 else ">"
-            phoff, = struct.unpack(end + "Q", head[32:40])
+            (phoff,) = struct.unpack(end + "Q", head[32:40])
             phentsize, phnum = struct.unpack(end + "HH", head[54:58])
             for i in range(phnum):
                 f.seek(phoff + i * phentsize)
-                ptype, = struct.unpack(end + "I", f.read(4))
+                (ptype,) = struct.unpack(end + "I", f.read(4))
                 if ptype == 3:
                     f.seek(phoff + i * phentsize + 8)
-                    off, = struct.unpack(end + "Q", f.read(8))
+                    (off,) = struct.unpack(end + "Q", f.read(8))
                     f.seek(phoff + i * phentsize + 32)
-                    size, = struct.unpack(end + "Q", f.read(8))
+                    (size,) = struct.unpack(end + "Q", f.read(8))
                     f.seek(off)
                     return f.read(size).rstrip(b"\0").decode()
     except (OSError, struct.error, UnicodeDecodeError):
@@ -92,17 +93,25 @@ def elf_interpreter(path: str) -> str | None:
     return None
 
 
-def probe(preload: tuple[str, ...], boot: str, env: dict[str, str], extra: tuple[str, ...] = ()) -> Runtime:
+def probe(
+    preload: tuple[str, ...], boot: str, env: dict[str, str], extra: tuple[str, ...] = ()
+) -> Runtime:
     """What the template agent needs, asked of this Python started as the guest starts it: ``boot``
     (the template's boot.py) up to its ``bind()`` (its finder and site paths), in environment
     ``env``, then importing ``preload``.  ``extra``: more files to take (packages' ``__init__``)."""
     bootstrap = boot.split("if not bind():")[0] + "bind()\n"
     try:
-        out = process.run([sys.executable, "-S", "-c", bootstrap + PROBE.format(preload=preload)],
-                          env=env, timeout=120, cwd="/").stdout
+        out = process.run(
+            [sys.executable, "-S", "-c", bootstrap + PROBE.format(preload=preload)],
+            env=env,
+            timeout=120,
+            cwd="/",
+        ).stdout
         found = json.loads(out)
     except (PowercutError, ValueError) as e:
-        raise EnvironmentNotReady(f"cannot list the guest agent's files with {sys.executable}: {e}") from None
+        raise EnvironmentNotReady(
+            f"cannot list the guest agent's files with {sys.executable}: {e}"
+        ) from None
     files = set(found["files"]) | set(extra)
     interp = elf_interpreter(os.path.realpath(found["executable"]))
     if interp:
@@ -162,7 +171,7 @@ class _Tree:
                 self.w.file(PREFIX + real, f.read(), stat.S_IMODE(st.st_mode), int(st.st_mtime))
 
 
-def write_archive(rt: Runtime, out) -> None:   # out: a binary file
+def write_archive(rt: Runtime, out) -> None:  # out: a binary file
     """The runtime as a newc cpio archive (to be appended to the image's initramfs)."""
     w = CpioWriter(out)
     tree = _Tree(w)

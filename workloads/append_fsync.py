@@ -17,6 +17,7 @@ fsynced first; record K's write goes to sectors that fail with EIO (``eio-range`
 its fsync fails.  ``on_error=retry`` fsyncs again once the device is back and acks (fsyncgate: the
 failed pages were marked clean, the second fsync reports success); ``stop`` exits 3 without the
 ack."""
+
 from __future__ import annotations
 
 import ctypes
@@ -66,7 +67,7 @@ def fsync_through_error(fd: int, sectors: list[tuple[int, int]], retry: bool) ->
             raise
         powercut.recover()
     if retry:
-        os.fsync(fd)   # succeeds: the error was reported once and the pages are clean
+        os.fsync(fd)  # succeeds: the error was reported once and the pages are clean
         return True
     return False
 
@@ -86,7 +87,7 @@ class Acker:
         while (i := self.todo.get()) is not None:
             try:
                 powercut.ack(i)
-            except BaseException as e:   # noqa: BLE001 -- handed to the main thread
+            except BaseException as e:  # noqa: BLE001 -- handed to the main thread
                 self.error = e
             with self.done:
                 self.acked = i
@@ -123,11 +124,13 @@ def main(params: dict[str, Any]) -> int:
                 powercut.ack(i)
             if i == fault_at:
                 if not fsync_through_error(fd, sectors, params["on_error"] == "retry"):
-                    print(f"append-fsync: fsync of record {i} failed (EIO): stopping without acking it",
-                          file=sys.stderr)
+                    print(
+                        f"append-fsync: fsync of record {i} failed (EIO): stopping without acking it",
+                        file=sys.stderr,
+                    )
                     return 3
             elif acker is not None:
-                acker.todo.put(i)     # the fsync is issued: the reply thread may go (the race)
+                acker.todo.put(i)  # the fsync is issued: the reply thread may go (the race)
                 os.fsync(fd)
                 acker.wait(i)
                 continue
@@ -146,9 +149,17 @@ WORKLOAD = Workload(
     name="append-fsync",
     description="N appends to one file, each followed by fsync and ack:<i>",
     main=main,
-    defaults={"n": 20, "size": 4000, "seed": 0, "file": "append.log", "fsync": True, "ack_early": False,
-              "ack_on_issue": False,
-              "fault_at": -1, "on_error": "stop"},
+    defaults={
+        "n": 20,
+        "size": 4000,
+        "seed": 0,
+        "file": "append.log",
+        "fsync": True,
+        "ack_early": False,
+        "ack_on_issue": False,
+        "fault_at": -1,
+        "on_error": "stop",
+    },
     choices={"on_error": ("stop", "retry")},
     minimum={"n": 1, "size": 1, "fault_at": -1},
 )

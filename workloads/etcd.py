@@ -27,6 +27,7 @@ Params: ``n`` (20), ``size`` (100), ``seed`` (0), ``fsync`` (true), ``port`` (23
 (200), ``election_ms`` (2000: generous, the recording VM runs under TCG), ``start_timeout`` (300 s),
 ``put_timeout`` (120 s), ``dir`` ("etcd"), ``etcd`` (the pinned binary); for the checker,
 ``recover_timeout`` (30 s: the recovery's wait for a leader and a read)."""
+
 from __future__ import annotations
 
 import argparse
@@ -59,17 +60,28 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 """
-RECOVER_TIMEOUT_S = 30.0   # for a leader and a read: ~1-2 s on the host when etcd recovers
-UP = "up"   # the key acked once every member is healthy: from then on the cluster must come back
+RECOVER_TIMEOUT_S = 30.0  # for a leader and a read: ~1-2 s on the host when etcd recovers
+UP = "up"  # the key acked once every member is healthy: from then on the cluster must come back
 
 
 def binary(cache: str = CACHE) -> str:
     return os.path.join(cache, f"etcd-{VERSION}")
 
 
-DEFAULTS: dict[str, Any] = {"n": 20, "size": 100, "seed": 0, "fsync": True, "port": 2379, "heartbeat_ms": 200,
-                            "election_ms": 2000, "start_timeout": 300.0, "put_timeout": 120.0, "dir": "etcd",
-                            "etcd": binary(), "recover_timeout": RECOVER_TIMEOUT_S}
+DEFAULTS: dict[str, Any] = {
+    "n": 20,
+    "size": 100,
+    "seed": 0,
+    "fsync": True,
+    "port": 2379,
+    "heartbeat_ms": 200,
+    "election_ms": 2000,
+    "start_timeout": 300.0,
+    "put_timeout": 120.0,
+    "dir": "etcd",
+    "etcd": binary(),
+    "recover_timeout": RECOVER_TIMEOUT_S,
+}
 
 
 def key(i: int) -> bytes:
@@ -82,12 +94,21 @@ def value(seed: int, i: int, size: int) -> bytes:
 
 def node_mounts(cwd: str = ".") -> list[str]:
     """A cluster recording's node mounts in the workload's cwd: n0, n1, ... in node order."""
-    return sorted((d for d in os.listdir(cwd) if d[:1] == "n" and d[1:].isdigit()), key=lambda d: int(d[1:]))
+    return sorted(
+        (d for d in os.listdir(cwd) if d[:1] == "n" and d[1:].isdigit()), key=lambda d: int(d[1:])
+    )
 
 
 def cluster(data_dirs: Sequence[str], logs: str, p: dict[str, Any], *, fsync: bool) -> Cluster:
-    return Cluster(p["etcd"], data_dirs, logs, port=p["port"], fsync=fsync, heartbeat_ms=p["heartbeat_ms"],
-                   election_ms=p["election_ms"])
+    return Cluster(
+        p["etcd"],
+        data_dirs,
+        logs,
+        port=p["port"],
+        fsync=fsync,
+        heartbeat_ms=p["heartbeat_ms"],
+        election_ms=p["election_ms"],
+    )
 
 
 def failures(cl: Cluster) -> list[str]:
@@ -105,52 +126,82 @@ def put_retrying(cl: Cluster, k: bytes, v: bytes, timeout: float) -> None:
             except EtcdError as e:
                 err = str(e)
         time.sleep(0.5)
-    raise SystemExit(f"etcd: put {k.decode()} not answered (timeout {timeout:g} s): {err}; " + "; ".join(failures(cl)))
+    raise SystemExit(
+        f"etcd: put {k.decode()} not answered (timeout {timeout:g} s): {err}; "
+        + "; ".join(failures(cl))
+    )
 
 
 def main(params: dict[str, Any]) -> int:
     mounts = node_mounts()
     if not mounts:
-        raise SystemExit("etcd: needs a cluster recording (record --nodes N: node mounts n0, n1, ... in its cwd)")
+        raise SystemExit(
+            "etcd: needs a cluster recording (record --nodes N: node mounts n0, n1, ... in its cwd)"
+        )
     if not os.access(params["etcd"], os.X_OK):
-        raise SystemExit(f"etcd: no etcd binary at {params['etcd']}: build it on the host first "
-                         f"(python -m powercut.workloads.etcd --build)")
-    logs = tempfile.mkdtemp(prefix="powercut-etcd-")   # the guest's /tmp: no member log on a recorded disk
-    cl = cluster([os.path.join(m, params["dir"]) for m in mounts], logs, params, fsync=params["fsync"])
+        raise SystemExit(
+            f"etcd: no etcd binary at {params['etcd']}: build it on the host first "
+            f"(python -m powercut.workloads.etcd --build)"
+        )
+    logs = tempfile.mkdtemp(
+        prefix="powercut-etcd-"
+    )  # the guest's /tmp: no member log on a recorded disk
+    cl = cluster(
+        [os.path.join(m, params["dir"]) for m in mounts], logs, params, fsync=params["fsync"]
+    )
     t0 = time.monotonic()
     try:
         powercut.begin(UP)
         cl.start()
         if not cl.wait_ready(params["start_timeout"]):
-            raise SystemExit(f"etcd: no healthy cluster within {params['start_timeout']:g} s: "
-                             + ("; ".join(failures(cl)) or "no member exited"))
-        os.sync()   # the bootstrap on disk, as on a cluster up for longer than the writeback delay (30 s)
+            raise SystemExit(
+                f"etcd: no healthy cluster within {params['start_timeout']:g} s: "
+                + ("; ".join(failures(cl)) or "no member exited")
+            )
+        os.sync()  # the bootstrap on disk, as on a cluster up for longer than the writeback delay (30 s)
         powercut.ack(UP)
         t1 = time.monotonic()
         sys.stderr.write(f"etcd: {len(mounts)} members healthy in {t1 - t0:.1f} s\n")
         for i in range(params["n"]):
             powercut.begin(i)
-            put_retrying(cl, key(i), value(params["seed"], i, params["size"]), params["put_timeout"])
+            put_retrying(
+                cl, key(i), value(params["seed"], i, params["size"]), params["put_timeout"]
+            )
             powercut.ack(i)
         sys.stderr.write(f"etcd: {params['n']} puts acked in {time.monotonic() - t1:.1f} s\n")
-    finally:   # SIGTERM; the leader, its followers gone, waits out a leadership transfer: SIGKILL after 3 s
+    finally:  # SIGTERM; the leader, its followers gone, waits out a leadership transfer: SIGKILL after 3 s
         cl.stop(grace=3.0)
         shutil.rmtree(logs, ignore_errors=True)
     return 0
 
 
-WORKLOAD = Workload("etcd", "an etcd cluster, a member per node: n puts, each acked once etcd answered",
-                    main, DEFAULTS, minimum={"n": 1, "size": 1, "port": 1024, "heartbeat_ms": 10, "election_ms": 50,
-                                             "start_timeout": 1, "put_timeout": 1,
-                                             "recover_timeout": 1})
+WORKLOAD = Workload(
+    "etcd",
+    "an etcd cluster, a member per node: n puts, each acked once etcd answered",
+    main,
+    DEFAULTS,
+    minimum={
+        "n": 1,
+        "size": 1,
+        "port": 1024,
+        "heartbeat_ms": 10,
+        "election_ms": 50,
+        "start_timeout": 1,
+        "put_timeout": 1,
+        "recover_timeout": 1,
+    },
+)
 
 
 # -- the checker's recovery (host, in a network namespace of its own) -----------------------------
 
-def recover(mounts: Sequence[str], params: dict[str, Any], timeout: float = RECOVER_TIMEOUT_S) -> dict[str, Any]:
+
+def recover(
+    mounts: Sequence[str], params: dict[str, Any], timeout: float = RECOVER_TIMEOUT_S
+) -> dict[str, Any]:
     """Start the members on ``mounts`` (node order), read every key once a majority runs and a
     leader answers, stop them.  What ``--recover`` prints."""
-    p = WORKLOAD.params(params)   # typed: params from a manifest or a command line are strings
+    p = WORKLOAD.params(params)  # typed: params from a manifest or a command line are strings
     logs = tempfile.mkdtemp(prefix="powercut-etcd-check-")
     cl = cluster([os.path.join(m, p["dir"]) for m in mounts], logs, p, fsync=True)
     t0 = time.monotonic()
@@ -169,26 +220,41 @@ def recover(mounts: Sequence[str], params: dict[str, Any], timeout: float = RECO
                     err = str(e)
             else:
                 time.sleep(0.3)
-        failed = [{"node": i, "code": rc, "line": cl.last_error(i)} for i, rc in sorted(cl.exited().items())]
+        failed = [
+            {"node": i, "code": rc, "line": cl.last_error(i)}
+            for i, rc in sorted(cl.exited().items())
+        ]
         if kvs is None:
-            err = (f"a majority of members exited ({len(failed)} of {len(mounts)})" if len(failed) > len(mounts) // 2
-                   else f"no linearizable read within {timeout:g} s ({err or 'no answer'}); "
-                   + "; ".join(f"node {i}: {cl.raft_state(i)}" for i in range(len(mounts)) if i not in cl.exited()))
+            err = (
+                f"a majority of members exited ({len(failed)} of {len(mounts)})"
+                if len(failed) > len(mounts) // 2
+                else f"no linearizable read within {timeout:g} s ({err or 'no answer'}); "
+                + "; ".join(
+                    f"node {i}: {cl.raft_state(i)}"
+                    for i in range(len(mounts))
+                    if i not in cl.exited()
+                )
+            )
     finally:
-        cl.stop(sig=signal.SIGKILL)   # read already; the image is a disposable copy
+        cl.stop(sig=signal.SIGKILL)  # read already; the image is a disposable copy
         shutil.rmtree(logs, ignore_errors=True)
-    return {"kvs": None if kvs is None else {b64(k): b64(v) for k, v in kvs.items()},
-            "failed": failed, "error": "" if kvs is not None else err, "seconds": round(time.monotonic() - t0, 3)}
+    return {
+        "kvs": None if kvs is None else {b64(k): b64(v) for k, v in kvs.items()},
+        "failed": failed,
+        "error": "" if kvs is not None else err,
+        "seconds": round(time.monotonic() - t0, 3),
+    }
 
 
 # -- the pinned build (host) -----------------------------------------------------------------------
+
 
 def build(cache: str = CACHE, *, go: str | None = None, say: Callable[[str], None] = print) -> str:
     """The pinned etcd's path, built from the Go module proxy first if it is not there (BuildError)."""
     target = binary(cache)
     if os.access(target, os.X_OK):
         return target
-    go = toolchain(f"etcd {VERSION}", go, find_go)   # find_go looked up here: tests replace it
+    go = toolchain(f"etcd {VERSION}", go, find_go)  # find_go looked up here: tests replace it
     os.makedirs(cache, exist_ok=True)
     say(f"building etcd {VERSION} ({MODULE}) with {go}")
     env = {**os.environ, "GOTOOLCHAIN": "auto", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
@@ -196,8 +262,13 @@ def build(cache: str = CACHE, *, go: str | None = None, say: Callable[[str], Non
         with open(os.path.join(src, "main.go"), "w") as f:
             f.write(MAIN_GO)
         tmp = f"{target}.tmp{os.getpid()}"
-        steps = ([go, "mod", "init", "powercut.invalid/etcd"], [go, "get", f"{MODULE}@{VERSION}"],
-                 [go, "mod", "tidy"], [go, "build", "-trimpath", "-o", tmp, "."], [tmp, "--version"])
+        steps = (
+            [go, "mod", "init", "powercut.invalid/etcd"],
+            [go, "get", f"{MODULE}@{VERSION}"],
+            [go, "mod", "tidy"],
+            [go, "build", "-trimpath", "-o", tmp, "."],
+            [tmp, "--version"],
+        )
         for argv in steps:
             r = step(f"etcd {VERSION}", argv, src, env, timeout=1800)
         if f"etcd Version: {VERSION.lstrip('v')}" not in r.stdout:
@@ -208,11 +279,17 @@ def build(cache: str = CACHE, *, go: str | None = None, say: Callable[[str], Non
 
 def cli(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m powercut.workloads.etcd")
-    ap.add_argument("--build", action="store_true", help=f"build the pinned etcd {VERSION} (host; once)")
+    ap.add_argument(
+        "--build", action="store_true", help=f"build the pinned etcd {VERSION} (host; once)"
+    )
     ap.add_argument("--cache", default=CACHE, help=f"where the binary goes (default {CACHE})")
-    ap.add_argument("--recover", action="store_true", help="the checker's recovery: start, read every key, stop")
+    ap.add_argument(
+        "--recover", action="store_true", help="the checker's recovery: start, read every key, stop"
+    )
     ap.add_argument("--params", default="{}", help="--recover: the workload's params as JSON")
-    ap.add_argument("--timeout", type=float, default=RECOVER_TIMEOUT_S, help="--recover: seconds for a leader")
+    ap.add_argument(
+        "--timeout", type=float, default=RECOVER_TIMEOUT_S, help="--recover: seconds for a leader"
+    )
     ap.add_argument("mounts", nargs="*", help="--recover: every node's mount, node 0 first")
     a = ap.parse_args(argv)
     if a.build == a.recover:
@@ -230,7 +307,10 @@ def cli(argv: Sequence[str]) -> int:
         print(f"etcd: --params: {e}", file=sys.stderr)
         return 2
     if not os.access(p["etcd"], os.X_OK):
-        print(f"etcd: no etcd binary at {p['etcd']} (python -m powercut.workloads.etcd --build)", file=sys.stderr)
+        print(
+            f"etcd: no etcd binary at {p['etcd']} (python -m powercut.workloads.etcd --build)",
+            file=sys.stderr,
+        )
         return 1
     lo_up()
     print(json.dumps(recover(a.mounts, json.loads(a.params), a.timeout)))

@@ -6,6 +6,7 @@ base64 keys and values, stdlib urllib, no etcdctl), stopping them.
 No stray members, ever: each member runs in its own process group (``stop`` signals the group) and
 dies with the process that started it (``PR_SET_PDEATHSIG``: SIGKILL when its parent exits, however
 it exits).  A member's output goes to ``<logs>/m<i>.log``; ``last_error`` quotes etcd's own words."""
+
 from __future__ import annotations
 
 import base64
@@ -27,8 +28,13 @@ from typing import Any
 
 TOKEN = "powercut-etcd"
 PR_SET_PDEATHSIG = 1
-NOISE = ("single port", "simple token is not cryptographically signed")   # warnings every member logs
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # loopback: never through a proxy
+NOISE = (
+    "single port",
+    "simple token is not cryptographically signed",
+)  # warnings every member logs
+_OPENER = urllib.request.build_opener(
+    urllib.request.ProxyHandler({})
+)  # loopback: never through a proxy
 
 
 class EtcdError(Exception):
@@ -59,17 +65,44 @@ def members(count: int, port: int) -> tuple[Member, ...]:
     return tuple(Member(i, port + 2 * i, port + 2 * i + 1) for i in range(count))
 
 
-def member_argv(binary: str, me: Member, cluster: Sequence[Member], data_dir: str, *, fsync: bool,
-                heartbeat_ms: int, election_ms: int) -> list[str]:
+def member_argv(
+    binary: str,
+    me: Member,
+    cluster: Sequence[Member],
+    data_dir: str,
+    *,
+    fsync: bool,
+    heartbeat_ms: int,
+    election_ms: int,
+) -> list[str]:
     """One member's command line.  The same ``--initial-cluster`` and token on every start: a member
     whose data dir is empty (a crash state before etcd made it) bootstraps with the member and
     cluster ids the recording had; one with a data dir ignores them (its WAL knows the cluster)."""
-    argv = [binary, "--name", me.name, "--data-dir", data_dir,
-            "--listen-client-urls", me.client_url, "--advertise-client-urls", me.client_url,
-            "--listen-peer-urls", me.peer_url, "--initial-advertise-peer-urls", me.peer_url,
-            "--initial-cluster", ",".join(f"{m.name}={m.peer_url}" for m in cluster),
-            "--initial-cluster-token", TOKEN, "--initial-cluster-state", "new",
-            "--heartbeat-interval", str(heartbeat_ms), "--election-timeout", str(election_ms)]
+    argv = [
+        binary,
+        "--name",
+        me.name,
+        "--data-dir",
+        data_dir,
+        "--listen-client-urls",
+        me.client_url,
+        "--advertise-client-urls",
+        me.client_url,
+        "--listen-peer-urls",
+        me.peer_url,
+        "--initial-advertise-peer-urls",
+        me.peer_url,
+        "--initial-cluster",
+        ",".join(f"{m.name}={m.peer_url}" for m in cluster),
+        "--initial-cluster-token",
+        TOKEN,
+        "--initial-cluster-state",
+        "new",
+        "--heartbeat-interval",
+        str(heartbeat_ms),
+        "--election-timeout",
+        str(election_ms),
+    ]
     return argv if fsync else [*argv, "--unsafe-no-fsync"]
 
 
@@ -80,7 +113,9 @@ def b64(data: bytes) -> str:
 def call(url: str, path: str, body: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
     """POST ``body`` as JSON (GET without one) to a member; its JSON answer, or EtcdError."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=data, headers={"Content-Type": "application/json"}
+    )
     try:
         with _OPENER.open(req, timeout=timeout) as r:
             out: dict[str, Any] = json.load(r)
@@ -90,7 +125,7 @@ def call(url: str, path: str, body: dict[str, Any] | None, timeout: float) -> di
         with contextlib.suppress(ValueError):
             text = json.loads(text).get("message") or text
         raise EtcdError(f"{url}{path}: HTTP {e.code}: {text.strip()[:300]}") from None
-    except (OSError, ValueError) as e:   # refused, reset, timed out; a torn answer
+    except (OSError, ValueError) as e:  # refused, reset, timed out; a torn answer
         raise EtcdError(f"{url}{path}: {e}") from None
 
 
@@ -103,7 +138,10 @@ def put(url: str, key: bytes, value: bytes, timeout: float) -> int:
 def range_all(url: str, timeout: float) -> dict[bytes, bytes]:
     """Every key and value: a linearizable range read (the gateway's default, ``serializable`` off)."""
     out = call(url, "/v3/kv/range", {"key": b64(b"\0"), "range_end": b64(b"\0")}, timeout)
-    return {base64.b64decode(kv["key"]): base64.b64decode(kv.get("value", "")) for kv in out.get("kvs", ())}
+    return {
+        base64.b64decode(kv["key"]): base64.b64decode(kv.get("value", ""))
+        for kv in out.get("kvs", ())
+    }
 
 
 def healthy(url: str, timeout: float) -> bool:
@@ -142,7 +180,7 @@ def last_error(log_text: str) -> str:
     errors = [r for r in records if r.get("level") == "error"]
     if fatal:
         return words(fatal[-1])
-    if crashes:   # Go's own: "panic: ..." or "fatal error: fault" and its "[signal SIGBUS ...]"
+    if crashes:  # Go's own: "panic: ..." or "fatal error: fault" and its "[signal SIGBUS ...]"
         i = crashes[-1]
         sig = lines[i + 1] if i + 1 < len(lines) and lines[i + 1].startswith("[signal") else ""
         return f"{lines[i]} {sig}".strip()[:300]
@@ -169,11 +207,30 @@ def raft_state(log_text: str) -> str:
 class Cluster:
     """The members, started on ``data_dirs`` (one a member), their logs in ``logs``."""
 
-    def __init__(self, binary: str, data_dirs: Sequence[str], logs: str, *, port: int, fsync: bool,
-                 heartbeat_ms: int, election_ms: int) -> None:
+    def __init__(
+        self,
+        binary: str,
+        data_dirs: Sequence[str],
+        logs: str,
+        *,
+        port: int,
+        fsync: bool,
+        heartbeat_ms: int,
+        election_ms: int,
+    ) -> None:
         self.members = members(len(data_dirs), port)
-        self.argvs = [member_argv(binary, m, self.members, d, fsync=fsync, heartbeat_ms=heartbeat_ms,
-                                  election_ms=election_ms) for m, d in zip(self.members, data_dirs)]
+        self.argvs = [
+            member_argv(
+                binary,
+                m,
+                self.members,
+                d,
+                fsync=fsync,
+                heartbeat_ms=heartbeat_ms,
+                election_ms=election_ms,
+            )
+            for m, d in zip(self.members, data_dirs)
+        ]
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -188,8 +245,16 @@ class Cluster:
 
         for i, argv in enumerate(self.argvs):
             with open(self.log_path(i), "wb") as log:
-                self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                                   start_new_session=True, preexec_fn=die_with_parent))
+                self.procs.append(
+                    subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=die_with_parent,
+                    )
+                )
 
     def exited(self) -> dict[int, int]:
         """member -> exit code, for the members that have exited."""

@@ -25,6 +25,7 @@ overwrites that one status byte with ``' '`` in place; ``fsync>=1`` fsyncs; then
 ``prealloc=true`` first fills the file with zeros (made durable) and then overwrites in place, as a
 database that preallocates does, instead of appending.  Creating the file (header, preallocation,
 directory entry) is made durable before the first commit whatever the policy."""
+
 from __future__ import annotations
 
 import os
@@ -38,16 +39,23 @@ import powercut
 from powercut import Workload
 
 MAGIC = b"FS21"
-TXN_HDR = struct.Struct(">QQcHHH")   # tid, tl, status, ulen, dlen, elen
+TXN_HDR = struct.Struct(">QQcHHH")  # tid, tl, status, ulen, dlen, elen
 DATA_HDR = struct.Struct(">QQQQHQ")  # oid, tid, prev, tloc, vlen, plen
 U64 = struct.Struct(">Q")
-STATUS_AT = 16                       # the status byte's offset in a transaction header
+STATUS_AT = 16  # the status byte's offset in a transaction header
 USER = b"powercut"
 EXTENSION = b""
 PREALLOC_CHUNK = 64 * 1024
 
-DEFAULTS: dict[str, Any] = {"n": 8, "txn_bytes": 2048, "records": 4, "fsync": 1, "prealloc": False, "seed": 0,
-                            "file": "Data.fs"}
+DEFAULTS: dict[str, Any] = {
+    "n": 8,
+    "txn_bytes": 2048,
+    "records": 4,
+    "fsync": 1,
+    "prealloc": False,
+    "seed": 0,
+    "file": "Data.fs",
+}
 
 
 def _mark(kind: str, tid: int) -> None:
@@ -74,7 +82,9 @@ class Params:
         if p.fsync not in (0, 1, 2):
             raise ValueError(f"filestorage: fsync must be 0, 1 or 2, not {p.fsync!r}")
         if p.n < 0 or p.records < 1:
-            raise ValueError(f"filestorage: n >= 0 and records >= 1 (got n={p.n}, records={p.records})")
+            raise ValueError(
+                f"filestorage: n >= 0 and records >= 1 (got n={p.n}, records={p.records})"
+            )
         payload_sizes(p, p.n or 1)  # txn_bytes large enough
         return p
 
@@ -93,11 +103,20 @@ def oid_of(p: Params, tid: int, j: int) -> int:
 
 def payload_sizes(p: Params, tid: int) -> list[int]:
     """Data lengths of ``tid``'s records: what is left of ``txn_bytes`` after the fixed parts."""
-    fixed = TXN_HDR.size + len(USER) + len(description(tid)) + len(EXTENSION) + p.records * DATA_HDR.size + 8
+    fixed = (
+        TXN_HDR.size
+        + len(USER)
+        + len(description(tid))
+        + len(EXTENSION)
+        + p.records * DATA_HDR.size
+        + 8
+    )
     room = p.txn_bytes - fixed
     if room < p.records:
-        raise ValueError(f"filestorage: txn_bytes={p.txn_bytes} is too small for {p.records} records "
-                         f"(at least {fixed + p.records})")
+        raise ValueError(
+            f"filestorage: txn_bytes={p.txn_bytes} is too small for {p.records} records "
+            f"(at least {fixed + p.records})"
+        )
     base, extra = divmod(room, p.records)
     return [base + (j < extra) for j in range(p.records)]
 
@@ -125,7 +144,12 @@ def transaction(p: Params, tid: int, status: bytes) -> bytes:
     """Transaction ``tid``'s whole record with the given status byte."""
     tpos, descr = txn_pos(p, tid), description(tid)
     tl = p.txn_bytes - 8
-    parts = [TXN_HDR.pack(tid, tl, status, len(USER), len(descr), len(EXTENSION)), USER, descr, EXTENSION]
+    parts = [
+        TXN_HDR.pack(tid, tl, status, len(USER), len(descr), len(EXTENSION)),
+        USER,
+        descr,
+        EXTENSION,
+    ]
     for j, size in enumerate(payload_sizes(p, tid)):
         parts.append(DATA_HDR.pack(oid_of(p, tid, j), tid, prev_pointer(p, tid, j), tpos, 0, size))
         parts.append(payload(p, tid, j, size))
@@ -191,7 +215,7 @@ def main(params: dict[str, Any]) -> int:
 WORKLOAD = Workload(
     name="filestorage",
     description="a ZODB FileStorage-shaped transaction log: vote writes the record with status 'c', finish "
-                "sets it to ' ' in place; fsync=0|1|2, prealloc",
+    "sets it to ' ' in place; fsync=0|1|2, prealloc",
     main=main,
     defaults=dict(DEFAULTS),
     choices={"fsync": (0, 1, 2)},

@@ -18,6 +18,7 @@ names the source: a changed program is a missing binary, never a stale one.
 
 Params: twofile's ``n`` (12), ``size`` (1000), ``seed`` (0), ``reply_on`` (both); ``binary`` (the
 built program's path)."""
+
 from __future__ import annotations
 
 import argparse
@@ -58,11 +59,17 @@ def write_records(path: str, n: int, seed: int, size: int) -> None:
 def main(params: dict[str, Any]) -> int:
     program = params["binary"]
     if not os.access(program, os.X_OK):
-        raise SystemExit(f"gotwofile: no program at {program}: build it on the host first ({BUILD_HINT})")
-    with tempfile.TemporaryDirectory(prefix="powercut-gotwofile-") as tmp:   # the guest's /tmp: not recorded
+        raise SystemExit(
+            f"gotwofile: no program at {program}: build it on the host first ({BUILD_HINT})"
+        )
+    with tempfile.TemporaryDirectory(
+        prefix="powercut-gotwofile-"
+    ) as tmp:  # the guest's /tmp: not recorded
         records = os.path.join(tmp, "records")
         write_records(records, params["n"], params["seed"], params["size"])
-        rc = subprocess.run([program, "-records", records, "-reply-on", params["reply_on"]]).returncode
+        rc = subprocess.run(
+            [program, "-records", records, "-reply-on", params["reply_on"]]
+        ).returncode
     if rc:
         raise SystemExit(f"gotwofile: {program} exited with status {rc}")
     return 0
@@ -71,7 +78,7 @@ def main(params: dict[str, Any]) -> int:
 WORKLOAD = Workload(
     name="gotwofile",
     description="twofile's store as a static Go program (raw syscalls, a goroutine per sync); "
-                "reply_on=index replies before the log's sync returns",
+    "reply_on=index replies before the log's sync returns",
     main=main,
     defaults={"n": 12, "size": 1000, "seed": 0, "reply_on": "both", "binary": binary()},
     choices={"reply_on": ("both", "index")},
@@ -80,6 +87,7 @@ WORKLOAD = Workload(
 
 
 # -- the build (host) -------------------------------------------------------------------------------
+
 
 def build_argv(go: str, out: str, source: str = SOURCE) -> list[str]:
     return [go, "build", "-trimpath", "-o", out, source]
@@ -101,7 +109,7 @@ def build(cache: str = CACHE, *, go: str | None = None, say: Callable[[str], Non
     target = binary(cache)
     if os.access(target, os.X_OK):
         return target
-    go = toolchain("gotwofile", go, find_go)   # find_go looked up here: tests replace it
+    go = toolchain("gotwofile", go, find_go)  # find_go looked up here: tests replace it
     os.makedirs(cache, exist_ok=True)
     say(f"building gotwofile ({SOURCE}) with {go}")
     tmp = f"{target}.tmp{os.getpid()}"
@@ -113,7 +121,9 @@ def build(cache: str = CACHE, *, go: str | None = None, say: Callable[[str], Non
 
 def cli(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m powercut.workloads.gotwofile")
-    ap.add_argument("--build", action="store_true", help="build the Go program (host; once per source)")
+    ap.add_argument(
+        "--build", action="store_true", help="build the Go program (host; once per source)"
+    )
     ap.add_argument("--cache", default=CACHE, help=f"where the binary goes (default {CACHE})")
     a = ap.parse_args(argv)
     if not a.build:

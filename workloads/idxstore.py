@@ -22,6 +22,7 @@ old one:
   ``CURRENT`` naming an index whose contents never reached the disk.
 
 Record i: ``PCIX`` | i u32 | length u32 | crc32 u32 | ``size`` payload bytes from (seed, i)."""
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ from typing import Any
 import powercut
 from powercut import Workload
 
-HEADER = struct.Struct("<4sIII")   # magic, key, payload length, crc32 of the payload
+HEADER = struct.Struct("<4sIII")  # magic, key, payload length, crc32 of the payload
 MAGIC = b"PCIX"
 
 
@@ -101,7 +102,7 @@ def main(params: dict[str, Any]) -> int:
                 if how == "rename-away" and os.path.exists("store.idx"):
                     os.rename("store.idx", "store.bak")
                 fd = _write_all("store.idx", index, os.O_CREAT | os.O_TRUNC)
-                os.fsync(dat)     # the bug: this commits the journal with the new, still empty index
+                os.fsync(dat)  # the bug: this commits the journal with the new, still empty index
                 os.fsync(fd)
             os.close(fd)
             _fsync_dir()
@@ -114,8 +115,8 @@ def main(params: dict[str, Any]) -> int:
 WORKLOAD = Workload(
     name="idxstore",
     description="a data file and an index recovery reads alone; replace=rename-away|truncate rewrites the index "
-                "in place, a sync of the data file first; replace=current-first names a new index in CURRENT "
-                "before the index is synced",
+    "in place, a sync of the data file first; replace=current-first names a new index in CURRENT "
+    "before the index is synced",
     main=main,
     defaults={"n": 8, "size": 300, "seed": 0, "replace": "tmp-rename"},
     choices={"replace": ("tmp-rename", "rename-away", "truncate", "current", "current-first")},

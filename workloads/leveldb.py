@@ -11,6 +11,7 @@ detects an internal corruption").
 Params: ``n`` (12), ``seed`` (0), ``dir`` ("app.ldb"), ``value_bytes`` (1000), ``sync`` (true: the
 durable configuration; false: a write returns once it is in the OS's page cache), ``paranoid``
 (true: ``paranoid_checks``, in the workload and in its checker)."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,14 @@ from typing import Any
 import powercut
 from powercut import Workload
 
-DEFAULTS: dict[str, Any] = {"n": 12, "seed": 0, "dir": "app.ldb", "value_bytes": 1000, "sync": True, "paranoid": True}
+DEFAULTS: dict[str, Any] = {
+    "n": 12,
+    "seed": 0,
+    "dir": "app.ldb",
+    "value_bytes": 1000,
+    "sync": True,
+    "paranoid": True,
+}
 
 
 def key(i: int) -> bytes:
@@ -34,6 +42,7 @@ def value(seed: int, i: int, size: int) -> bytes:
 
 def main(params: dict[str, Any]) -> int:
     import plyvel  # noqa: PLC0415 -- only this workload needs it (pip install 'powercut[apps]')
+
     p = {**DEFAULTS, **params}
     path = str(p["dir"])
     if os.path.exists(path):
@@ -42,7 +51,7 @@ def main(params: dict[str, Any]) -> int:
     try:
         dirfd = os.open(".", os.O_RDONLY)
         try:
-            os.fsync(dirfd)   # the database directory's entry: part of the first commit
+            os.fsync(dirfd)  # the database directory's entry: part of the first commit
         finally:
             os.close(dirfd)
         for i in range(1, int(p["n"]) + 1):

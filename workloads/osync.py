@@ -41,6 +41,7 @@ of its directory) is durable before the first commit, whatever the mode.
   (lost-ack); no-cache and flush pass, because marks are ordered (core/log/markorder.py): without that,
   dm-log-writes would log each plain write only at the next flush, after the ack that followed it,
   a false lost-ack."""
+
 from __future__ import annotations
 
 import mmap
@@ -53,16 +54,29 @@ from typing import Any
 import powercut
 from powercut import Workload
 
-MODES: dict[str, int] = {"o_sync": os.O_SYNC, "o_dsync": os.O_DSYNC, "o_direct": getattr(os, "O_DIRECT", 0),
-                         "buffered": 0}
+MODES: dict[str, int] = {
+    "o_sync": os.O_SYNC,
+    "o_dsync": os.O_DSYNC,
+    "o_direct": getattr(os, "O_DIRECT", 0),
+    "buffered": 0,
+}
 DIRECT_ALIGN = 4096
 MAX_COMMITS = 65536
-CONTENT_BLOCK = 4096  # content is generated per 4096-byte block of the file: byte j depends on (seed, j) only
+CONTENT_BLOCK = (
+    4096  # content is generated per 4096-byte block of the file: byte j depends on (seed, j) only
+)
 NONZERO = bytes(x or 0xA5 for x in range(256))  # a translate table: 0 -> 0xA5, the rest unchanged
 PREALLOC_CHUNK = 64 * 1024
 
-DEFAULTS: dict[str, Any] = {"mode": "o_sync", "bs": 4096, "total": 64 * 1024, "ack_every": 1, "prealloc": False,
-                            "seed": 0, "file": "osync.dat"}
+DEFAULTS: dict[str, Any] = {
+    "mode": "o_sync",
+    "bs": 4096,
+    "total": 64 * 1024,
+    "ack_every": 1,
+    "prealloc": False,
+    "seed": 0,
+    "file": "osync.dat",
+}
 
 
 def _mark(kind: str, key: int) -> None:
@@ -89,14 +103,20 @@ class Params:
         if p.mode not in MODES:
             raise ValueError(f"osync: mode must be one of {', '.join(MODES)}, not {p.mode!r}")
         if p.bs < 1 or p.total < 1 or p.ack_every < 1:
-            raise ValueError(f"osync: bs, total and ack_every must be >= 1 (got bs={p.bs}, total={p.total}, "
-                             f"ack_every={p.ack_every})")
+            raise ValueError(
+                f"osync: bs, total and ack_every must be >= 1 (got bs={p.bs}, total={p.total}, "
+                f"ack_every={p.ack_every})"
+            )
         if p.mode == "o_direct" and (p.bs % DIRECT_ALIGN or p.total % DIRECT_ALIGN):
-            raise ValueError(f"osync: mode o_direct needs bs and total to be multiples of {DIRECT_ALIGN} "
-                             f"(got bs={p.bs}, total={p.total})")
+            raise ValueError(
+                f"osync: mode o_direct needs bs and total to be multiples of {DIRECT_ALIGN} "
+                f"(got bs={p.bs}, total={p.total})"
+            )
         if p.commits > MAX_COMMITS:
-            raise ValueError(f"osync: {p.writes} writes with ack_every={p.ack_every} are {p.commits} commits, "
-                             f"more than {MAX_COMMITS}; use ack_every >= {-(-p.writes // MAX_COMMITS)}")
+            raise ValueError(
+                f"osync: {p.writes} writes with ack_every={p.ack_every} are {p.commits} commits, "
+                f"more than {MAX_COMMITS}; use ack_every >= {-(-p.writes // MAX_COMMITS)}"
+            )
         return p
 
     @property
@@ -119,7 +139,10 @@ class Params:
 
 def content(seed: int, size: int) -> bytes:
     """Bytes [0, size) of the file: a keyed PRNG stream per 4096-byte block, zeros mapped to 0xA5."""
-    blocks = (random.Random(f"osync:{seed}:{b}").randbytes(CONTENT_BLOCK) for b in range(-(-size // CONTENT_BLOCK)))
+    blocks = (
+        random.Random(f"osync:{seed}:{b}").randbytes(CONTENT_BLOCK)
+        for b in range(-(-size // CONTENT_BLOCK))
+    )
     return b"".join(blocks)[:size].translate(NONZERO)
 
 
@@ -159,7 +182,9 @@ def write_all(fd: int, p: Params, data: bytes) -> None:
                     view[:n] = data[start:end]
                     done = os.write(fd, view[:n])
                     if done != n:
-                        raise OSError(f"osync: short write {i}: {done} of {n} bytes at offset {start}")
+                        raise OSError(
+                            f"osync: short write {i}: {done} of {n} bytes at offset {start}"
+                        )
                 MARK("ack", key)
     finally:
         buf.close()
@@ -180,7 +205,7 @@ def main(params: dict[str, Any]) -> int:
 WORKLOAD = Workload(
     name="osync",
     description="TLPI 13-3: total bytes in bs-byte write(2)s to a new file opened o_sync|o_dsync|o_direct|buffered, "
-                "ack after each write (or each ack_every writes)",
+    "ack after each write (or each ack_every writes)",
     main=main,
     defaults=dict(DEFAULTS),
     choices={"mode": tuple(MODES)},

@@ -30,6 +30,7 @@ PostgreSQL's documented claim (postgresql.org/docs/15/wal-async-commit.html, run
 with synchronous_commit=on a commit is durable once COMMIT returns, group-committed or not;
 synchronous_commit=off may lose the most recent commits (up to 3 x wal_writer_delay) after a crash but
 never leaves the database inconsistent."""
+
 from __future__ import annotations
 
 import hashlib
@@ -46,15 +47,39 @@ from typing import Any
 from powercut import Workload
 from powercut.workloads import postgres as pg
 from powercut.workloads.pgmarks import Marker
-from powercut.workloads.pgserver import MISSING, append_conf, bindir, chown_tree, psql, query, start, stop
+from powercut.workloads.pgserver import (
+    MISSING,
+    append_conf,
+    bindir,
+    chown_tree,
+    psql,
+    query,
+    start,
+    stop,
+)
 
-DEFAULTS: dict[str, Any] = {"sessions": 4, "n": 4, "synchronous_commit": "on", "fsync": True, "commit_delay": 10000,
-                            "commit_siblings": 1, "think_ms": 20, "row_bytes": 200, "seed": 0, "dir": "pgdata",
-                            "data_checksums": True, "cache": pg.CACHE}
-MAX_SESSIONS = 8   # the prepared cluster's max_connections is 10: the setup's and the checker's psql too
-TABLES = ("CREATE TABLE gc_rows (session integer, seq integer, payload bytea NOT NULL, PRIMARY KEY (session, seq));\n"
-          "CREATE TABLE gc_sessions (session integer PRIMARY KEY, count integer NOT NULL, last integer NOT NULL, "
-          "digest bytea NOT NULL);\n")
+DEFAULTS: dict[str, Any] = {
+    "sessions": 4,
+    "n": 4,
+    "synchronous_commit": "on",
+    "fsync": True,
+    "commit_delay": 10000,
+    "commit_siblings": 1,
+    "think_ms": 20,
+    "row_bytes": 200,
+    "seed": 0,
+    "dir": "pgdata",
+    "data_checksums": True,
+    "cache": pg.CACHE,
+}
+MAX_SESSIONS = (
+    8  # the prepared cluster's max_connections is 10: the setup's and the checker's psql too
+)
+TABLES = (
+    "CREATE TABLE gc_rows (session integer, seq integer, payload bytea NOT NULL, PRIMARY KEY (session, seq));\n"
+    "CREATE TABLE gc_sessions (session integer PRIMARY KEY, count integer NOT NULL, last integer NOT NULL, "
+    "digest bytea NOT NULL);\n"
+)
 # How many WAL writes and flushes the server made so far (fewer flushes than commits: group commit)
 WAL_QUERY = "SELECT wal_write, wal_sync FROM pg_stat_wal"
 
@@ -83,18 +108,34 @@ class Params:
         p = Params(**{k: given.get(k, v) for k, v in DEFAULTS.items()})
         if not 1 <= p.sessions <= MAX_SESSIONS:
             raise ValueError(f"pggroup: sessions must be 1..{MAX_SESSIONS}, not {p.sessions}")
-        if not 0 <= p.commit_delay <= 100000 or not 0 <= p.commit_siblings <= 1000 or not 0 <= p.think_ms <= 60000:
-            raise ValueError(f"pggroup: commit_delay must be 0..100000 (us), commit_siblings 0..1000 and think_ms "
-                             f"0..60000 (got {p.commit_delay}, {p.commit_siblings}, {p.think_ms})")
-        pg.Params.of(postgres_params(p))   # the shared ones (n, synchronous_commit, dir, ...) checked there
+        if (
+            not 0 <= p.commit_delay <= 100000
+            or not 0 <= p.commit_siblings <= 1000
+            or not 0 <= p.think_ms <= 60000
+        ):
+            raise ValueError(
+                f"pggroup: commit_delay must be 0..100000 (us), commit_siblings 0..1000 and think_ms "
+                f"0..60000 (got {p.commit_delay}, {p.commit_siblings}, {p.think_ms})"
+            )
+        pg.Params.of(
+            postgres_params(p)
+        )  # the shared ones (n, synchronous_commit, dir, ...) checked there
         return p
 
 
 def postgres_params(p: Params) -> dict[str, Any]:
     """The postgres workload's parameters for the shared part (the cluster, its base settings)."""
-    return {"n": p.n, "synchronous_commit": p.synchronous_commit, "fsync": p.fsync, "row_bytes": p.row_bytes,
-            "seed": p.seed, "dir": p.dir, "data_checksums": p.data_checksums, "cache": p.cache,
-            "checkpoint_every": 0}
+    return {
+        "n": p.n,
+        "synchronous_commit": p.synchronous_commit,
+        "fsync": p.fsync,
+        "row_bytes": p.row_bytes,
+        "seed": p.seed,
+        "dir": p.dir,
+        "data_checksums": p.data_checksums,
+        "cache": p.cache,
+        "checkpoint_every": 0,
+    }
 
 
 def settings(p: Params) -> dict[str, str]:
@@ -120,14 +161,16 @@ def setup_sql(p: Params) -> str:
 
 def session_script(p: Params, s: int, mark: str) -> str:
     """Session ``s``'s psql input: its n transactions, each between its begin and ack marks."""
-    parts = ["\\set ON_ERROR_STOP 1\n\\o /dev/null\n"]   # pg_sleep's rows
+    parts = ["\\set ON_ERROR_STOP 1\n\\o /dev/null\n"]  # pg_sleep's rows
     think = f"SELECT pg_sleep({p.think_ms / 1000:g});\n" if p.think_ms else ""
     for j in range(1, p.n + 1):
         data = payload(p.seed, s, j, p.row_bytes)
-        parts.append(f"\\! {mark} begin:{key(s, j)}\nBEGIN;\n"
-                     f"INSERT INTO gc_rows VALUES ({s}, {j}, '\\x{data.hex()}');\n"
-                     f"UPDATE gc_sessions SET count = {j}, last = {j}, digest = '\\x{hashlib.sha256(data).hexdigest()}' "
-                     f"WHERE session = {s};\n{think}COMMIT;\n\\! {mark} ack:{key(s, j)}\n")
+        parts.append(
+            f"\\! {mark} begin:{key(s, j)}\nBEGIN;\n"
+            f"INSERT INTO gc_rows VALUES ({s}, {j}, '\\x{data.hex()}');\n"
+            f"UPDATE gc_sessions SET count = {j}, last = {j}, digest = '\\x{hashlib.sha256(data).hexdigest()}' "
+            f"WHERE session = {s};\n{think}COMMIT;\n\\! {mark} ack:{key(s, j)}\n"
+        )
     return "".join(parts)
 
 
@@ -137,24 +180,39 @@ def run_sessions(p: Params, bin_dir: str, sockdir: str) -> list[str]:
     marker.start()
     try:
         with ThreadPoolExecutor(p.sessions) as pool:
-            runs = {s: pool.submit(psql, bin_dir, sockdir, session_script(p, s, marker.command(s)), check=False,
-                                   pass_fds=marker.fds(s)) for s in range(1, p.sessions + 1)}
+            runs = {
+                s: pool.submit(
+                    psql,
+                    bin_dir,
+                    sockdir,
+                    session_script(p, s, marker.command(s)),
+                    check=False,
+                    pass_fds=marker.fds(s),
+                )
+                for s in range(1, p.sessions + 1)
+            }
             codes = {s: f.result().returncode for s, f in runs.items()}
     finally:
         marker.close_client_ends()
         marker.join(60)
     problems = [f"pggroup: a mark failed: {marker.error}"] if marker.error is not None else []
-    return problems + [f"pggroup: session {s}'s psql exited {rc}" + (" (killed: a mark's handshake failed)"
-                                                                      if rc < 0 else "")
-                       for s, rc in codes.items() if rc]
+    return problems + [
+        f"pggroup: session {s}'s psql exited {rc}"
+        + (" (killed: a mark's handshake failed)" if rc < 0 else "")
+        for s, rc in codes.items()
+        if rc
+    ]
 
 
 def wal_counts(bin_dir: str, sockdir: str) -> tuple[int, int] | None:
     """pg_stat_wal's (wal_write, wal_sync) now; None when it cannot be read (a note, not the run's failure)."""
     res = query(bin_dir, sockdir, WAL_QUERY, timeout=120)
     words = res.stdout.split()
-    return (int(words[0]), int(words[1])) if res.returncode == 0 and len(words) == 2 and \
-        all(w.isdigit() for w in words) else None
+    return (
+        (int(words[0]), int(words[1]))
+        if res.returncode == 0 and len(words) == 2 and all(w.isdigit() for w in words)
+        else None
+    )
 
 
 def main(params: dict[str, Any]) -> int:
@@ -172,9 +230,11 @@ def main(params: dict[str, Any]) -> int:
     pg.install(tar_path, datadir, pp)
     append_conf(datadir, settings(p))
     os.sync()
-    sys.stderr.write(f"pggroup: {origin}; unpacked into {p.dir} in {time.monotonic() - began:.1f} s; "
-                     f"{p.sessions} sessions x {p.n} txns, synchronous_commit = {pg.settings(pp)['synchronous_commit']}"
-                     f", commit_delay = {p.commit_delay} us, commit_siblings = {p.commit_siblings}\n")
+    sys.stderr.write(
+        f"pggroup: {origin}; unpacked into {p.dir} in {time.monotonic() - began:.1f} s; "
+        f"{p.sessions} sessions x {p.n} txns, synchronous_commit = {pg.settings(pp)['synchronous_commit']}"
+        f", commit_delay = {p.commit_delay} us, commit_siblings = {p.commit_siblings}\n"
+    )
     sys.stderr.flush()
     sockdir = tempfile.mkdtemp(prefix="powercut-pggroup-")
     chown_tree(sockdir)
@@ -186,8 +246,10 @@ def main(params: dict[str, Any]) -> int:
         problems = run_sessions(p, bin_dir, sockdir)
         after = wal_counts(bin_dir, sockdir)
         if before and after:
-            sys.stderr.write(f"pggroup: {p.sessions * p.n} commits, {after[1] - before[1]} WAL flushes by the server "
-                             f"({after[0] - before[0]} WAL writes)\n")
+            sys.stderr.write(
+                f"pggroup: {p.sessions * p.n} commits, {after[1] - before[1]} WAL flushes by the server "
+                f"({after[0] - before[0]} WAL writes)\n"
+            )
     finally:
         rc = stop(server)
         shutil.rmtree(sockdir, ignore_errors=True)
@@ -204,6 +266,6 @@ WORKLOAD = Workload(
     defaults=dict(DEFAULTS),
     minimum={"sessions": 1, "n": 1, "row_bytes": 1},
     description="PostgreSQL group commit: several psql sessions committing at once (INSERT a row + UPDATE its "
-                "session's row); synchronous_commit, fsync, commit_delay, commit_siblings",
+    "session's row); synchronous_commit, fsync, commit_delay, commit_siblings",
     choices={"synchronous_commit": pg.SYNC_COMMIT, "sessions": tuple(range(1, MAX_SESSIONS + 1))},
 )

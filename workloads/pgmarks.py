@@ -3,6 +3,7 @@ writes ``<session> <mark>`` on a pipe and waits for ``ok`` on its session's own 
 the workload makes each mark (powercut.mark) and answers.  Anything but ``ok`` kills that psql (the
 shell's $PPID), which stops the session.  pgsync (one session) and pggroup (several at once) mark
 this way: a mark is made before the shell returns, so an ack follows its COMMIT's return."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,10 @@ import powercut
 def mark_command(req: int, resp: int, s: int) -> str:
     """Session ``s``'s ``\\!`` command taking the mark as its last word: ``<s> <mark>`` on fd ``req``,
     then ``ok`` awaited on fd ``resp``; anything else kills psql (its $PPID), which stops the session."""
-    return (f'pcm() {{ echo "{s} $1" >/proc/self/fd/{req} && read -r pcm_r </proc/self/fd/{resp} && '
-            '[ "$pcm_r" = ok ] || kill $PPID; }; pcm')
+    return (
+        f'pcm() {{ echo "{s} $1" >/proc/self/fd/{req} && read -r pcm_r </proc/self/fd/{resp} && '
+        '[ "$pcm_r" = ok ] || kill $PPID; }; pcm'
+    )
 
 
 class Marker(threading.Thread):
@@ -24,7 +27,7 @@ class Marker(threading.Thread):
     def __init__(self, sessions: int) -> None:
         super().__init__(name="pg-marker", daemon=True)
         self.req_r, self.req_w = os.pipe()
-        self.resp = {s: os.pipe() for s in range(1, sessions + 1)}   # s -> (read end, write end)
+        self.resp = {s: os.pipe() for s in range(1, sessions + 1)}  # s -> (read end, write end)
         self.error: BaseException | None = None
         self.made: list[str] = []
 

@@ -23,6 +23,7 @@ setpriv, in its own session, with ``fsync=off``, and always goes down immediatel
 Runs wherever its callers run: in the guest (the workloads), on the host (``python -m
 powercut.workloads.postgres --prepare``) and where checks run (the checkers).  Standard library only,
 so that a checker may import it without the workloads' dependencies."""
+
 from __future__ import annotations
 
 import contextlib
@@ -47,6 +48,7 @@ READY = "ready"
 
 # -- the binaries and the user ------------------------------------------------------------------------
 
+
 def bindir() -> str | None:
     """Debian's /usr/lib/postgresql/<major>/bin with a postgres binary, the newest major; None if
     there is none (or no ``postgres`` user)."""
@@ -54,7 +56,9 @@ def bindir() -> str | None:
         pwd.getpwnam(USER)
     except KeyError:
         return None
-    found = [d for d in glob.glob("/usr/lib/postgresql/*/bin/postgres") if d.split("/")[4].isdigit()]
+    found = [
+        d for d in glob.glob("/usr/lib/postgresql/*/bin/postgres") if d.split("/")[4].isdigit()
+    ]
     if not found:
         return None
     return os.path.dirname(max(found, key=lambda d: int(d.split("/")[4])))
@@ -87,6 +91,7 @@ def chown_tree(path: str) -> None:
 
 # -- the settings file ---------------------------------------------------------------------------------
 
+
 def render_conf(values: dict[str, str]) -> str:
     """A block for postgresql.conf (later lines win over the defaults initdb wrote)."""
     return CONF_HEADER + "".join(f"{k} = {v}\n" for k, v in values.items())
@@ -100,11 +105,20 @@ def append_conf(datadir: str, values: dict[str, str]) -> None:
 
 # -- the server ------------------------------------------------------------------------------------------
 
+
 def server_argv(bin_dir: str, datadir: str, sockdir: str, options: Sequence[str] = ()) -> list[str]:
     """The postmaster's command line: its socket in ``sockdir``, no TCP; ``options``: more argv
     (``-c name=value`` pairs, which win over the ones before them)."""
-    return [os.path.join(bin_dir, "postgres"), "-D", datadir, "-c", "listen_addresses=",
-            "-c", f"unix_socket_directories={sockdir}", *options]
+    return [
+        os.path.join(bin_dir, "postgres"),
+        "-D",
+        datadir,
+        "-c",
+        "listen_addresses=",
+        "-c",
+        f"unix_socket_directories={sockdir}",
+        *options,
+    ]
 
 
 def read_pidfile(datadir: str) -> list[str]:
@@ -128,8 +142,9 @@ def is_ready(lines: Sequence[str], pid: int) -> bool:
     return started_by(lines, pid) and len(lines) > 7 and lines[7] == READY
 
 
-def wait_ready(proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float,
-               interval: float = 0.1) -> str:
+def wait_ready(
+    proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float, interval: float = 0.1
+) -> str:
     """Poll ``ready()`` every ``interval`` s for at most ``timeout`` s: ``"ready"``, ``"exited"``
     (``proc`` ended first) or ``"timeout"``."""
     deadline = time.monotonic() + timeout
@@ -142,14 +157,19 @@ def wait_ready(proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout
     return "timeout"
 
 
-def start(bin_dir: str, datadir: str, sockdir: str, log: Any,
-          *, options: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+def start(
+    bin_dir: str, datadir: str, sockdir: str, log: Any, *, options: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
     """A workload's postmaster, as ``postgres`` (in this process group, its output on ``log``), once
     it accepts connections; ``options``: more argv.  A RuntimeError if it exits or takes longer than
     START_TIMEOUT_S (then it is stopped)."""
     argv = server_argv(bin_dir, datadir, sockdir, options)
-    server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **as_postgres())
-    outcome = wait_ready(server, lambda: is_ready(read_pidfile(datadir), server.pid), START_TIMEOUT_S)
+    server = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **as_postgres()
+    )
+    outcome = wait_ready(
+        server, lambda: is_ready(read_pidfile(datadir), server.pid), START_TIMEOUT_S
+    )
     if outcome == "exited":
         raise RuntimeError(f"postgres: the server exited {server.returncode} while starting")
     if outcome == "timeout":
@@ -178,30 +198,50 @@ def stop(server: subprocess.Popen[bytes], *, fast: bool = True) -> int | None:
 
 # -- the clients -----------------------------------------------------------------------------------------
 
+
 def client_argv(bin_dir: str, program: str, sockdir: str, *args: str) -> list[str]:
     """A client program of ``bin_dir`` (psql, pg_isready, pg_amcheck, ...) connecting over the socket
     in ``sockdir`` as the postgres user; ``args`` follow."""
     return [os.path.join(bin_dir, program), "-h", sockdir, "-U", USER, *args]
 
 
-def psql(bin_dir: str, sockdir: str, text: str, *, timeout: float = 3600.0, check: bool = True,
-         pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[bytes]:
+def psql(
+    bin_dir: str,
+    sockdir: str,
+    text: str,
+    *,
+    timeout: float = 3600.0,
+    check: bool = True,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.CompletedProcess[bytes]:
     """Run ``text`` through one psql session as root (its ``\\!`` marks need root); its output goes to
     our stdout, what it said on stderr on to ours; with ``check``, a RuntimeError when it exits
     non-zero (naming its last three lines)."""
-    argv = client_argv(bin_dir, "psql", sockdir, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-f", "-")
-    res = subprocess.run(argv, input=text.encode(), stdout=sys.stdout.buffer, stderr=subprocess.PIPE,
-                         timeout=timeout, check=False, pass_fds=tuple(pass_fds))
+    argv = client_argv(
+        bin_dir, "psql", sockdir, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-f", "-"
+    )
+    res = subprocess.run(
+        argv,
+        input=text.encode(),
+        stdout=sys.stdout.buffer,
+        stderr=subprocess.PIPE,
+        timeout=timeout,
+        check=False,
+        pass_fds=tuple(pass_fds),
+    )
     said = res.stderr.decode(errors="replace")
     sys.stderr.write(said)
     sys.stderr.flush()
     if check and res.returncode != 0:
-        raise RuntimeError(f"postgres: psql exited {res.returncode}: {' | '.join(said.strip().splitlines()[-3:])}")
+        raise RuntimeError(
+            f"postgres: psql exited {res.returncode}: {' | '.join(said.strip().splitlines()[-3:])}"
+        )
     return res
 
 
-def query(bin_dir: str, sockdir: str, sql: str, *, timeout: float,
-          check: bool = False) -> subprocess.CompletedProcess[str]:
+def query(
+    bin_dir: str, sockdir: str, sql: str, *, timeout: float, check: bool = False
+) -> subprocess.CompletedProcess[str]:
     """One statement through psql: its rows on stdout, unaligned, without headers, fields separated by
     a space; with ``check``, CalledProcessError when psql fails."""
     argv = client_argv(bin_dir, "psql", sockdir, "-XAt", "-F", " ", "-d", "postgres", "-c", sql)

@@ -42,6 +42,7 @@ PostgreSQL's documented claims (postgresql.org/docs/15/ runtime-config-wal, wal-
   has been lost".  Seen (Linux 6.1, ext4, 15.18): off -- PANIC, crash restarts until the fault is off, redo:
   every crash state passes; on -- ERROR (summary), ERROR (rows), then a checkpoint completes without rows
   4-6, acked before the fault: every later state is corrupt-data or lost-ack."""
+
 from __future__ import annotations
 
 import hashlib
@@ -93,14 +94,18 @@ DEFAULTS: dict[str, Any] = {
     "data_sync_retry": False,
     "fault_at": 0,
 }
-SCHEMA = ("CREATE TABLE rows (id integer PRIMARY KEY, payload bytea NOT NULL);\n"
-          "CREATE TABLE summary (id integer PRIMARY KEY CHECK (id = 1), count integer NOT NULL, "
-          "last integer NOT NULL, digest bytea NOT NULL);\n"
-          "INSERT INTO summary VALUES (1, 0, 0, '\\x');\n"
-          "CREATE EXTENSION amcheck;\n")
+SCHEMA = (
+    "CREATE TABLE rows (id integer PRIMARY KEY, payload bytea NOT NULL);\n"
+    "CREATE TABLE summary (id integer PRIMARY KEY CHECK (id = 1), count integer NOT NULL, "
+    "last integer NOT NULL, digest bytea NOT NULL);\n"
+    "INSERT INTO summary VALUES (1, 0, 0, '\\x');\n"
+    "CREATE EXTENSION amcheck;\n"
+)
 # Only the database the workload uses stays: fewer files to copy into the filesystem under test
-TRIM = ("ALTER DATABASE template0 IS_TEMPLATE false;\nDROP DATABASE template0;\n"
-        "ALTER DATABASE template1 IS_TEMPLATE false;\nDROP DATABASE template1;\n")
+TRIM = (
+    "ALTER DATABASE template0 IS_TEMPLATE false;\nDROP DATABASE template0;\n"
+    "ALTER DATABASE template1 IS_TEMPLATE false;\nDROP DATABASE template1;\n"
+)
 INITDB = ("-A", "trust", "-U", USER, "-E", "UTF8", "--locale=C", "--wal-segsize=1", "--no-sync")
 # Settings every run gets (a small, quiet server; checkpoints only when asked for)
 BASE_SETTINGS: dict[str, str] = {
@@ -119,8 +124,10 @@ BASE_SETTINGS: dict[str, str] = {
 # The mark and fault commands psql runs (``\\!``); tests point them at stand-ins.
 MARK_CMD = "powercut-mark"
 FAULT_CMD = "powercut-fault"
-FAULT_FILES_QUERY = ("SELECT pg_relation_filepath('rows'), pg_relation_filepath('summary'), "
-                     "pg_relation_filepath(NULLIF(reltoastrelid, 0)) FROM pg_class WHERE oid = 'rows'::regclass")
+FAULT_FILES_QUERY = (
+    "SELECT pg_relation_filepath('rows'), pg_relation_filepath('summary'), "
+    "pg_relation_filepath(NULLIF(reltoastrelid, 0)) FROM pg_class WHERE oid = 'rows'::regclass"
+)
 # The exit status when psql died in a run with a fault (the server crashed)
 STOPPED_AFTER_FAULT = 3
 # The server's runtime files, left out of the prepared cluster
@@ -159,19 +166,27 @@ class Params:
         workload cannot run with."""
         p = Params(**{k: given.get(k, v) for k, v in DEFAULTS.items()})
         if str(p.synchronous_commit).lower() not in SYNC_COMMIT:
-            raise ValueError(f"postgres: synchronous_commit must be one of {', '.join(SYNC_COMMIT)}, "
-                             f"not {p.synchronous_commit!r}")
+            raise ValueError(
+                f"postgres: synchronous_commit must be one of {', '.join(SYNC_COMMIT)}, "
+                f"not {p.synchronous_commit!r}"
+            )
         if min(p.n, p.row_bytes, p.checkpoint_every, p.fault_at) < 0:
-            raise ValueError(f"postgres: n, row_bytes, checkpoint_every and fault_at must be >= 0 (got n={p.n}, "
-                             f"row_bytes={p.row_bytes}, checkpoint_every={p.checkpoint_every}, fault_at={p.fault_at})")
+            raise ValueError(
+                f"postgres: n, row_bytes, checkpoint_every and fault_at must be >= 0 (got n={p.n}, "
+                f"row_bytes={p.row_bytes}, checkpoint_every={p.checkpoint_every}, fault_at={p.fault_at})"
+            )
         if not p.dir or os.path.isabs(p.dir) or ".." in p.dir.split("/"):
-            raise ValueError(f"postgres: dir must be a relative path inside the mount, not {p.dir!r}")
+            raise ValueError(
+                f"postgres: dir must be a relative path inside the mount, not {p.dir!r}"
+            )
         made = checkpoints(p)
         if p.fault_at and not 1 <= p.fault_at <= made:
             allowed = f"0 or 1..{made}" if made else "0"
-            raise ValueError(f"postgres: fault_at={p.fault_at} names no CHECKPOINT of the script: with n={p.n} and "
-                             f"checkpoint_every={p.checkpoint_every} it makes {made or 'none'} "
-                             f"(fault_at must be {allowed})")
+            raise ValueError(
+                f"postgres: fault_at={p.fault_at} names no CHECKPOINT of the script: with n={p.n} and "
+                f"checkpoint_every={p.checkpoint_every} it makes {made or 'none'} "
+                f"(fault_at must be {allowed})"
+            )
         return p
 
 
@@ -208,22 +223,26 @@ def transaction(p: Params, i: int, mark: str = "") -> str:
     """Transaction ``i`` as psql input, with its marks (``mark``: a command taking the mark, else MARK_CMD)."""
     count, last, digest = summary(p.seed, i, p.row_bytes)
     mark = mark or MARK_CMD
-    return (f"\\! {mark} begin:{i}\n"
-            "BEGIN;\n"
-            f"INSERT INTO rows (id, payload) VALUES ({i}, '\\x{payload(p.seed, i, p.row_bytes).hex()}');\n"
-            f"UPDATE summary SET count = {count}, last = {last}, digest = '\\x{digest.hex()}' WHERE id = 1;\n"
-            "COMMIT;\n"
-            f"\\! {mark} ack:{i}\n")
+    return (
+        f"\\! {mark} begin:{i}\n"
+        "BEGIN;\n"
+        f"INSERT INTO rows (id, payload) VALUES ({i}, '\\x{payload(p.seed, i, p.row_bytes).hex()}');\n"
+        f"UPDATE summary SET count = {count}, last = {last}, digest = '\\x{digest.hex()}' WHERE id = 1;\n"
+        "COMMIT;\n"
+        f"\\! {mark} ack:{i}\n"
+    )
 
 
 def faulty_checkpoint(files: Sequence[str]) -> str:
     """The ``fault_at``-th CHECKPOINT under the fault, then retried (the module docstring says how).  A
     fault that cannot be switched kills psql ($PPID of the ``\\!`` shell): psql goes on after a failed
     ``\\!`` command."""
-    return (f"\\! {FAULT_CMD} on eio-range {' '.join(shlex.quote(f) for f in files)} || kill $PPID\n"
-            f"\\set ON_ERROR_STOP 0\nCHECKPOINT;\n\\! {FAULT_CMD} off || kill $PPID\nCHECKPOINT;\n"
-            + "\\if :ERROR\nCHECKPOINT;\n\\endif\n" * (len(files) - 1)
-            + "\\set ON_ERROR_STOP 1\n\\if :ERROR\nCHECKPOINT;\n\\endif\n")
+    return (
+        f"\\! {FAULT_CMD} on eio-range {' '.join(shlex.quote(f) for f in files)} || kill $PPID\n"
+        f"\\set ON_ERROR_STOP 0\nCHECKPOINT;\n\\! {FAULT_CMD} off || kill $PPID\nCHECKPOINT;\n"
+        + "\\if :ERROR\nCHECKPOINT;\n\\endif\n" * (len(files) - 1)
+        + "\\set ON_ERROR_STOP 1\n\\if :ERROR\nCHECKPOINT;\n\\endif\n"
+    )
 
 
 def script(p: Params, fault_files: Sequence[str] = (), *, mark: str = "") -> str:
@@ -232,7 +251,7 @@ def script(p: Params, fault_files: Sequence[str] = (), *, mark: str = "") -> str
     if p.fault_at and not fault_files:
         raise ValueError("postgres: fault_at needs the files to fail")
     parts = ["\\set ON_ERROR_STOP 1\n"]
-    k = 0   # the CHECKPOINTs so far
+    k = 0  # the CHECKPOINTs so far
     for i in range(1, p.n + 1):
         parts.append(transaction(p, i, mark))
         if p.checkpoint_every and i % p.checkpoint_every == 0 and i < p.n:
@@ -243,15 +262,19 @@ def script(p: Params, fault_files: Sequence[str] = (), *, mark: str = "") -> str
 
 # -- the run ---------------------------------------------------------------------------------------------
 
+
 def fault_files(p: Params, bin_dir: str, sockdir: str, datadir: str) -> list[str]:
     """The absolute paths of the files fault_at fails (rows, summary, rows' TOAST if any), said on stderr."""
     rel = query(bin_dir, sockdir, FAULT_FILES_QUERY, timeout=600, check=True).stdout.split()
-    sys.stderr.write(f"postgres: CHECKPOINT {p.fault_at} of {checkpoints(p)} runs with {', '.join(rel)} (rows, "
-                     f"summary, rows' TOAST) failing with EIO; data_sync_retry = {settings(p)['data_sync_retry']}\n")
+    sys.stderr.write(
+        f"postgres: CHECKPOINT {p.fault_at} of {checkpoints(p)} runs with {', '.join(rel)} (rows, "
+        f"summary, rows' TOAST) failing with EIO; data_sync_retry = {settings(p)['data_sync_retry']}\n"
+    )
     return [os.path.join(datadir, r) for r in rel]
 
 
 # -- the prepared cluster ---------------------------------------------------------------------------
+
 
 def prepared_name(bin_dir: str, checksums: bool) -> str:
     """The prepared cluster's file name: the major version and a hash of the recipe."""
@@ -266,7 +289,9 @@ def prepare(bin_dir: str, out_tar: str, *, checksums: bool, log: Any) -> None:
         os.chmod(work, 0o755)
         datadir = os.path.join(work, "pgdata")
         chown_tree(work)
-        initdb = [os.path.join(bin_dir, "initdb"), "-D", datadir, *INITDB] + (["-k"] if checksums else [])
+        initdb = [os.path.join(bin_dir, "initdb"), "-D", datadir, *INITDB] + (
+            ["-k"] if checksums else []
+        )
         subprocess.run(initdb, stdout=log, stderr=log, check=True, timeout=1800, **as_postgres())
         append_conf(datadir, BASE_SETTINGS)
         server = start(bin_dir, datadir, work, log)
@@ -294,8 +319,14 @@ def without_runtime_files(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 def drop_spare_wal(bin_dir: str, datadir: str) -> None:
     """After a clean shutdown only the segment of the shutdown checkpoint is needed; the others are
     recycled segments kept for later (the server makes new ones when it needs them)."""
-    out = subprocess.run([os.path.join(bin_dir, "pg_controldata"), datadir], capture_output=True, text=True,
-                         check=True, timeout=60, env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"}).stdout
+    out = subprocess.run(
+        [os.path.join(bin_dir, "pg_controldata"), datadir],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"},
+    ).stdout
     fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
     if fields.get("Database cluster state", "").strip() != "shut down":
         raise RuntimeError(f"postgres: the prepared cluster is not shut down cleanly: {out[:200]}")
@@ -316,8 +347,10 @@ def cluster_tar(p: Params, bin_dir: str) -> tuple[str, str]:
     began = time.monotonic()
     prepare(bin_dir, made, checksums=p.data_checksums, log=sys.stderr)
     took = time.monotonic() - began
-    return made, (f"no prepared cluster in {p.cache}: made one here in {took:.1f} s "
-                  "(python -m powercut.workloads.postgres --prepare on the host spares that)")
+    return made, (
+        f"no prepared cluster in {p.cache}: made one here in {took:.1f} s "
+        "(python -m powercut.workloads.postgres --prepare on the host spares that)"
+    )
 
 
 def install(tar_path: str, datadir: str, p: Params) -> None:
@@ -349,12 +382,14 @@ def main(params: dict[str, Any]) -> int:
     tar_path, origin = cluster_tar(p, bin_dir)
     datadir = os.path.abspath(p.dir)
     install(tar_path, datadir, p)
-    sys.stderr.write(f"postgres: {origin}; unpacked into {p.dir} in {time.monotonic() - began:.1f} s\n")
+    sys.stderr.write(
+        f"postgres: {origin}; unpacked into {p.dir} in {time.monotonic() - began:.1f} s\n"
+    )
     sys.stderr.flush()
     sockdir = tempfile.mkdtemp(prefix="powercut-pg-")
     chown_tree(sockdir)
     server = start(bin_dir, datadir, sockdir, sys.stderr)
-    stopped = ""   # why the run stopped early, one line
+    stopped = ""  # why the run stopped early, one line
     status = 0
     try:
         files = fault_files(p, bin_dir, sockdir, datadir) if p.fault_at else []
@@ -373,19 +408,31 @@ def main(params: dict[str, Any]) -> int:
     return status
 
 
-def after_psql_died(res: subprocess.CompletedProcess[bytes], k: int, bin_dir: str, sockdir: str,
-                    server: subprocess.Popen[bytes]) -> tuple[str, int]:
+def after_psql_died(
+    res: subprocess.CompletedProcess[bytes],
+    k: int,
+    bin_dir: str,
+    sockdir: str,
+    server: subprocess.Popen[bytes],
+) -> tuple[str, int]:
     """psql died in a run with a fault (the server crashed, or the fault could not be switched): the fault
     off, the server's crash recovery awaited; one line, and the exit status (1: the fault never went on)."""
-    said = [ln.strip() for ln in res.stderr.decode(errors="replace").splitlines() if ln.strip()] or ["-"]
-    off = ""   # what became of the fault, when it was not simply switched off
+    said = [
+        ln.strip() for ln in res.stderr.decode(errors="replace").splitlines() if ln.strip()
+    ] or ["-"]
+    off = ""  # what became of the fault, when it was not simply switched off
     try:
         RECOVER()
     except Exception as x:  # noqa: BLE001 -- whatever it was, the server must still be shut down
         off = "" if "no fault" in str(x) else f"could NOT be switched off ({type(x).__name__}: {x})"
-    if res.returncode == -signal.SIGTERM:  # the script's ``|| kill $PPID``: FAULT_CMD failed, and said why
-        return (f"postgres: could not switch the fault around CHECKPOINT {k} (psql killed): {said[-1]}"
-                + (off and f"; the fault {off}"), 1)
+    if (
+        res.returncode == -signal.SIGTERM
+    ):  # the script's ``|| kill $PPID``: FAULT_CMD failed, and said why
+        return (
+            f"postgres: could not switch the fault around CHECKPOINT {k} (psql killed): {said[-1]}"
+            + (off and f"; the fault {off}"),
+            1,
+        )
     # the server refuses connections until its crash recovery is over
     back = "the server is not back"
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -394,9 +441,11 @@ def after_psql_died(res: subprocess.CompletedProcess[bytes], k: int, bin_dir: st
             back = "the server accepts connections again"
             break
         time.sleep(0.2)
-    return (f"postgres: psql stopped in a run whose CHECKPOINT {k} ran under an injected EIO (exit {res.returncode}: "
-            f"{said[-1]}); the fault {off or 'switched off'}, {back}; the script's later transactions did not run",
-            STOPPED_AFTER_FAULT)
+    return (
+        f"postgres: psql stopped in a run whose CHECKPOINT {k} ran under an injected EIO (exit {res.returncode}: "
+        f"{said[-1]}); the fault {off or 'switched off'}, {back}; the script's later transactions did not run",
+        STOPPED_AFTER_FAULT,
+    )
 
 
 def prepare_main(argv: list[str]) -> int:
@@ -428,12 +477,14 @@ WORKLOAD = Workload(
     defaults=dict(DEFAULTS),
     minimum={"n": 1, "row_bytes": 1},
     description="PostgreSQL transactions (INSERT a row + UPDATE a summary row) from one psql session; "
-                "synchronous_commit=on|off, fsync, full_page_writes; data_sync_retry under an EIO",
+    "synchronous_commit=on|off, fsync, full_page_writes; data_sync_retry under an EIO",
     choices={"synchronous_commit": SYNC_COMMIT},
 )
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["--prepare"]:
-        sys.stderr.write("usage: python -m powercut.workloads.postgres --prepare [--no-checksums] [DIR]\n")
+        sys.stderr.write(
+            "usage: python -m powercut.workloads.postgres --prepare [--no-checksums] [DIR]\n"
+        )
         sys.exit(2)
     sys.exit(prepare_main(sys.argv[2:]))

@@ -9,6 +9,7 @@ Marks: ``begin:i`` before sending, ``ack:i`` after the majority (both reach ever
 
 Record i is ``RLOG1 <i> <size> <crc32>\\n`` then ``size`` payload bytes from (seed, i), the same on
 every node; the checker (checkers/replog.py) wants each acked record intact on a majority of nodes."""
+
 from __future__ import annotations
 
 import os
@@ -30,11 +31,13 @@ def record(seed: int, i: int, size: int) -> bytes:
 class Replica(threading.Thread):
     """One node: appends what it is sent, answers on ``answers`` after the append (and its fsync)."""
 
-    def __init__(self, path: str, fsync: bool, answers: queue.Queue[tuple[int, BaseException | None]]) -> None:
+    def __init__(
+        self, path: str, fsync: bool, answers: queue.Queue[tuple[int, BaseException | None]]
+    ) -> None:
         super().__init__(name=f"replica:{path}", daemon=True)
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         dirfd = os.open(os.path.dirname(path), os.O_RDONLY)
-        os.fsync(dirfd)   # the file's directory entry is durable before any record
+        os.fsync(dirfd)  # the file's directory entry is durable before any record
         os.close(dirfd)
         self.fsync, self.answers = fsync, answers
         self.inbox: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
@@ -54,9 +57,13 @@ class Replica(threading.Thread):
 
 def main(params: dict[str, Any]) -> int:
     # a cluster recording's cwd holds the node mounts n0, n1, ... (docs/clusters.md)
-    mounts = sorted((d for d in os.listdir(".") if d[:1] == "n" and d[1:].isdigit()), key=lambda d: int(d[1:]))
+    mounts = sorted(
+        (d for d in os.listdir(".") if d[:1] == "n" and d[1:].isdigit()), key=lambda d: int(d[1:])
+    )
     if len(mounts) < 2:
-        raise SystemExit("replog: needs a cluster recording (record --nodes N: node mounts n0, n1, ... in its cwd)")
+        raise SystemExit(
+            "replog: needs a cluster recording (record --nodes N: node mounts n0, n1, ... in its cwd)"
+        )
     answers: queue.Queue[tuple[int, BaseException | None]] = queue.Queue()
     nodes = [Replica(os.path.join(m, params["file"]), params["fsync"], answers) for m in mounts]
     for r in nodes:
@@ -83,6 +90,10 @@ def main(params: dict[str, Any]) -> int:
     return 0
 
 
-WORKLOAD = Workload("replog", "a replicated log: each record to every node, acked after a majority answered",
-                    main, {"n": 40, "size": 1000, "seed": 0, "file": "replog.log", "fsync": True},
-                    minimum={"n": 1, "size": 1})
+WORKLOAD = Workload(
+    "replog",
+    "a replicated log: each record to every node, acked after a majority answered",
+    main,
+    {"n": 40, "size": 1000, "seed": 0, "file": "replog.log", "fsync": True},
+    minimum={"n": 1, "size": 1},
+)

@@ -28,6 +28,7 @@ SQLite's documented claims per configuration (sqlite.org/pragma.html#pragma_sync
   DELETE + EXTRA, TRUNCATE + FULL or EXTRA: a commit is durable once COMMIT returns.
   DELETE or TRUNCATE + NORMAL: consistent on modern filesystems (tiny corruption risk on old ones).
   OFF, any journal mode: may lose commits and may corrupt the database after a power loss."""
+
 from __future__ import annotations
 
 import hashlib
@@ -46,13 +47,21 @@ from powercut.workloads.append_fsync import preallocate
 JOURNAL_MODES = ("DELETE", "TRUNCATE", "WAL")
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 PAYLOAD_BYTES = 1000
-DEFAULTS: dict[str, Any] = {"journal_mode": "WAL", "synchronous": "FULL", "n": 12, "seed": 0, "file": "app.db",
-                            "fault_at": 0}
+DEFAULTS: dict[str, Any] = {
+    "journal_mode": "WAL",
+    "synchronous": "FULL",
+    "n": 12,
+    "seed": 0,
+    "file": "app.db",
+    "fault_at": 0,
+}
 PREALLOC_BYTES = 4 << 20
-SCHEMA = ("CREATE TABLE rows (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)",
-          "CREATE TABLE summary (id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL, "
-          "last INTEGER NOT NULL, digest BLOB NOT NULL)",
-          "INSERT INTO summary VALUES (1, 0, 0, x'')")
+SCHEMA = (
+    "CREATE TABLE rows (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)",
+    "CREATE TABLE summary (id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL, "
+    "last INTEGER NOT NULL, digest BLOB NOT NULL)",
+    "INSERT INTO summary VALUES (1, 0, 0, x'')",
+)
 
 
 def _mark(kind: str, i: int) -> None:
@@ -75,15 +84,27 @@ class Params:
     @staticmethod
     def of(given: dict[str, Any]) -> Params:
         p = Params(**{k: given.get(k, v) for k, v in DEFAULTS.items()})
-        p = Params(str(p.journal_mode).upper(), str(p.synchronous).upper(), int(p.n), int(p.seed), str(p.file),
-                   int(p.fault_at))
+        p = Params(
+            str(p.journal_mode).upper(),
+            str(p.synchronous).upper(),
+            int(p.n),
+            int(p.seed),
+            str(p.file),
+            int(p.fault_at),
+        )
         if p.fault_at and p.journal_mode == "WAL":
-            raise ValueError("sqlite: fault_at needs a rollback-journal mode (DELETE or TRUNCATE): a WAL commit "
-                             "appends to the -wal file, whose sectors are not known before the write")
+            raise ValueError(
+                "sqlite: fault_at needs a rollback-journal mode (DELETE or TRUNCATE): a WAL commit "
+                "appends to the -wal file, whose sectors are not known before the write"
+            )
         if p.journal_mode not in JOURNAL_MODES:
-            raise ValueError(f"sqlite: journal_mode must be one of {', '.join(JOURNAL_MODES)}, not {p.journal_mode!r}")
+            raise ValueError(
+                f"sqlite: journal_mode must be one of {', '.join(JOURNAL_MODES)}, not {p.journal_mode!r}"
+            )
         if p.synchronous not in SYNCHRONOUS:
-            raise ValueError(f"sqlite: synchronous must be one of {', '.join(SYNCHRONOUS)}, not {p.synchronous!r}")
+            raise ValueError(
+                f"sqlite: synchronous must be one of {', '.join(SYNCHRONOUS)}, not {p.synchronous!r}"
+            )
         if p.n < 0:
             raise ValueError(f"sqlite: n must be >= 0, not {p.n}")
         return p
@@ -124,7 +145,9 @@ def create(con: sqlite3.Connection, p: Params) -> None:
         con.execute(sql)
     con.execute("COMMIT")
     _fsync_path(p.file)
-    _fsync_path(".")  # the database's (and journal's or WAL's) directory entries, a journal's unlink
+    _fsync_path(
+        "."
+    )  # the database's (and journal's or WAL's) directory entries, a journal's unlink
     con.execute(f"PRAGMA synchronous = {p.synchronous}")
 
 
@@ -134,7 +157,9 @@ def commit(con: sqlite3.Connection, p: Params, i: int) -> None:
     MARK("begin", i)
     con.execute("BEGIN IMMEDIATE")
     con.execute("INSERT INTO rows (id, payload) VALUES (?, ?)", (i, data))
-    con.execute("UPDATE summary SET count = ?, last = ?, digest = ? WHERE id = 1", (count, last, digest))
+    con.execute(
+        "UPDATE summary SET count = ?, last = ?, digest = ? WHERE id = 1", (count, last, digest)
+    )
     con.execute("COMMIT")
     MARK("ack", i)
 
@@ -147,7 +172,9 @@ def commit_through_error(con: sqlite3.Connection, p: Params, i: int) -> int:
     con.execute("BEGIN IMMEDIATE")
     con.execute("INSERT INTO rows (id, payload) VALUES (?, ?)", (i, payload(p.seed, i)))
     count, last, digest = summary(p.seed, i)
-    con.execute("UPDATE summary SET count = ?, last = ?, digest = ? WHERE id = 1", (count, last, digest))
+    con.execute(
+        "UPDATE summary SET count = ?, last = ?, digest = ? WHERE id = 1", (count, last, digest)
+    )
     powercut.fault("eio-range", sectors)
     try:
         con.execute("COMMIT")
@@ -157,7 +184,10 @@ def commit_through_error(con: sqlite3.Connection, p: Params, i: int) -> int:
     finally:
         powercut.recover()
     if not error:
-        print(f"sqlite: COMMIT of txn {i} succeeded although the database's sectors failed", file=sys.stderr)
+        print(
+            f"sqlite: COMMIT of txn {i} succeeded although the database's sectors failed",
+            file=sys.stderr,
+        )
         MARK("ack", i)
         return 0
     con.close()
@@ -168,9 +198,16 @@ def commit_through_error(con: sqlite3.Connection, p: Params, i: int) -> int:
         integrity = after.execute("PRAGMA integrity_check").fetchone()[0]
     finally:
         after.close()
-    outcome = "rolled back" if seen == i - 1 and rows == 0 else f"NOT rolled back (summary count {seen}, row {i}: {rows})"
-    print(f"sqlite: COMMIT of txn {i} failed ({error}); reopened after the device came back: {outcome}; "
-          f"integrity_check: {integrity}; stopping without acking it", file=sys.stderr)
+    outcome = (
+        "rolled back"
+        if seen == i - 1 and rows == 0
+        else f"NOT rolled back (summary count {seen}, row {i}: {rows})"
+    )
+    print(
+        f"sqlite: COMMIT of txn {i} failed ({error}); reopened after the device came back: {outcome}; "
+        f"integrity_check: {integrity}; stopping without acking it",
+        file=sys.stderr,
+    )
     return 3
 
 
@@ -201,7 +238,7 @@ def main(params: dict[str, Any]) -> int:
 WORKLOAD = Workload(
     name="sqlite",
     description="SQLite transactions (INSERT a row + UPDATE a summary row) through Python's sqlite3; "
-                "journal_mode=DELETE|TRUNCATE|WAL, synchronous=OFF|NORMAL|FULL|EXTRA",
+    "journal_mode=DELETE|TRUNCATE|WAL, synchronous=OFF|NORMAL|FULL|EXTRA",
     main=main,
     defaults=dict(DEFAULTS),
     choices={"journal_mode": JOURNAL_MODES, "synchronous": SYNCHRONOUS},

@@ -26,6 +26,7 @@ index is -- the cause rule ``no-msync``).
 Record i (one 4 KiB block at offset i * 4096): ``PCTF`` | i u32 | length u32 | crc32 u32 | payload
 (``size`` bytes from (seed, i)), zeros after.  The index is advisory (recovery rebuilds it from the
 log): the checker reads only the log."""
+
 from __future__ import annotations
 
 import functools
@@ -41,9 +42,9 @@ import powercut
 from powercut import Workload
 
 BLOCK = 4096
-HEADER = struct.Struct("<4sIII")   # magic, index, payload length, crc32 of the payload
+HEADER = struct.Struct("<4sIII")  # magic, index, payload length, crc32 of the payload
 MAGIC = b"PCTF"
-ENTRY = 64                          # index bytes per record
+ENTRY = 64  # index bytes per record
 
 
 def record(seed: int, i: int, size: int) -> bytes:
@@ -57,8 +58,9 @@ def _in_thread(call: Any, fd: int) -> tuple[threading.Thread, list[BaseException
     def run() -> None:
         try:
             call(fd)
-        except BaseException as e:   # noqa: BLE001 -- handed to the committing thread
+        except BaseException as e:  # noqa: BLE001 -- handed to the committing thread
             errors.append(e)
+
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, errors
@@ -85,7 +87,7 @@ def main(params: dict[str, Any]) -> int:
     idx = os.open("store.idx", os.O_RDWR | os.O_CREAT, 0o644)
     mapped: mmap.mmap | None = None
     try:
-        os.pwrite(log, b"\0" * (BLOCK * n), 0)       # allocated before the first commit: overwrites only
+        os.pwrite(log, b"\0" * (BLOCK * n), 0)  # allocated before the first commit: overwrites only
         os.pwrite(idx, b"\0" * max(BLOCK, ENTRY * n), 0)
         os.fsync(log)
         os.fsync(idx)
@@ -100,14 +102,14 @@ def main(params: dict[str, Any]) -> int:
                 os.pwrite(log, record(seed, i, size), i * BLOCK)
                 sync_log: Any = os.fdatasync
             else:
-                mapped[i * BLOCK:(i + 1) * BLOCK] = record(seed, i, size)
+                mapped[i * BLOCK : (i + 1) * BLOCK] = record(seed, i, size)
                 sync_log = functools.partial(_msync, mapped, i) if via == "mmap" else _nothing
             os.pwrite(idx, f"{i} {i * BLOCK}".encode().ljust(ENTRY, b" "), i * ENTRY)
             log_sync = _in_thread(sync_log, log)
             idx_sync = _in_thread(os.fsync, idx)
             _joined(*idx_sync)
             if params["reply_on"] == "index":
-                powercut.ack(i)          # the bug: the log's sync may still be running
+                powercut.ack(i)  # the bug: the log's sync may still be running
                 _joined(*log_sync)
             else:
                 _joined(*log_sync)

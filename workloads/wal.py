@@ -57,6 +57,7 @@ Variants, and the crash model expected to catch each (the verdict matrix confirm
   fsyncs data.db: a crash then leaves acked txns in neither (lost-ack, from the flush model up).
 
 Coverage is relative to log order (docs/crash-models.md): a 4 KiB unit is never torn inside."""
+
 from __future__ import annotations
 
 import errno
@@ -71,19 +72,38 @@ from typing import Any
 import powercut
 from powercut import Workload
 
-VARIANTS = ("correct", "no-fsync", "no-crc", "commit-before-data", "no-dir-fsync", "checkpoint-early")
-DEFAULTS: dict[str, Any] = {"variant": "correct", "n": 12, "group": 1, "page_bytes": 4096, "npages": 8,
-                            "segment_bytes": 16384, "checkpoint_every": 5, "seed": 0, "dir": "wal",
-                            "fault_at": 0, "on_error": "stop"}
+VARIANTS = (
+    "correct",
+    "no-fsync",
+    "no-crc",
+    "commit-before-data",
+    "no-dir-fsync",
+    "checkpoint-early",
+)
+DEFAULTS: dict[str, Any] = {
+    "variant": "correct",
+    "n": 12,
+    "group": 1,
+    "page_bytes": 4096,
+    "npages": 8,
+    "segment_bytes": 16384,
+    "checkpoint_every": 5,
+    "seed": 0,
+    "dir": "wal",
+    "fault_at": 0,
+    "on_error": "stop",
+}
 ON_ERROR = ("stop", "retry")
 BLOCK = 4096
-REC = struct.Struct("<IQII")          # length, lsn, type, crc32c
-PAGE = struct.Struct("<QII")          # txn, page, 0 (then the image)
-COMMIT = struct.Struct("<QII")        # txn, records, txn crc32c
-SWITCH = struct.Struct("<II")         # next segno, 0
-SEG = struct.Struct("<8sIQI")         # magic, segno, start lsn, crc32c
-CTL = struct.Struct("<8sQQQQII")      # magic, ckpt lsn, ckpt txn, committed lsn, committed txn, ckpt seg, crc
-IMG = struct.Struct("<4sIQ")          # b"WALP", page, txn
+REC = struct.Struct("<IQII")  # length, lsn, type, crc32c
+PAGE = struct.Struct("<QII")  # txn, page, 0 (then the image)
+COMMIT = struct.Struct("<QII")  # txn, records, txn crc32c
+SWITCH = struct.Struct("<II")  # next segno, 0
+SEG = struct.Struct("<8sIQI")  # magic, segno, start lsn, crc32c
+CTL = struct.Struct(
+    "<8sQQQQII"
+)  # magic, ckpt lsn, ckpt txn, committed lsn, committed txn, ckpt seg, crc
+IMG = struct.Struct("<4sIQ")  # b"WALP", page, txn
 T_PAGE, T_COMMIT, T_FILL, T_SWITCH = 1, 2, 3, 4
 CTL_NAME, DATA_NAME = "wal.ctl", "data.db"
 
@@ -146,9 +166,11 @@ class Params:
         if self.variant not in VARIANTS:
             return f"variant must be one of {', '.join(VARIANTS)}, not {self.variant!r}"
         if self.n < 0 or self.group < 1 or self.npages < 1 or self.checkpoint_every < 0:
-            return (f"n >= 0, group >= 1, npages >= 1 and checkpoint_every >= 0 (0: never) are required "
-                    f"(got n={self.n}, group={self.group}, npages={self.npages}, "
-                    f"checkpoint_every={self.checkpoint_every})")
+            return (
+                f"n >= 0, group >= 1, npages >= 1 and checkpoint_every >= 0 (0: never) are required "
+                f"(got n={self.n}, group={self.group}, npages={self.npages}, "
+                f"checkpoint_every={self.checkpoint_every})"
+            )
         if self.page_bytes % 512 or not 512 <= self.page_bytes <= 1 << 20:
             return f"page_bytes must be a multiple of 512 from 512 to 1 MiB, not {self.page_bytes}"
         if self.segment_bytes < BLOCK:
@@ -175,7 +197,9 @@ def txn_pages(t: int, npages: int) -> list[int]:
 
 
 def image(seed: int, t: int, page: int, page_bytes: int) -> bytes:
-    return IMG.pack(b"WALP", page, t) + random.Random(f"{seed}:{t}:{page}").randbytes(page_bytes - IMG.size)
+    return IMG.pack(b"WALP", page, t) + random.Random(f"{seed}:{t}:{page}").randbytes(
+        page_bytes - IMG.size
+    )
 
 
 def record(lsn: int, rtype: int, payload: bytes, with_crc: bool) -> bytes:
@@ -199,8 +223,14 @@ def group_bytes(p: Params, group: range) -> int:
     """At most what a group appends, a SWITCH after it included (and the block-tail skips, or in
     commit-before-data one FILL per txn)."""
     fill = p.variant == "commit-before-data"
-    return (sum(txn_size(p, t) + (BLOCK if fill else REC.size * (len(txn_pages(t, p.npages)) + 1)) for t in group)
-            + rec_size(SWITCH.size) + REC.size)
+    return (
+        sum(
+            txn_size(p, t) + (BLOCK if fill else REC.size * (len(txn_pages(t, p.npages)) + 1))
+            for t in group
+        )
+        + rec_size(SWITCH.size)
+        + REC.size
+    )
 
 
 def segment_size(p: Params) -> int:
@@ -245,8 +275,8 @@ class Writer:
         self.pages = [bytes(p.page_bytes)] * p.npages
         self.dirty: set[int] = set()
         self.segno, self.oldest, self.seg_start, self.off = 1, 1, 0, SEG.size
-        self.end_lsn, self.last = SEG.size, 0     # after the last commit record; the last txn written
-        self.ckpt = (SEG.size, 0, 1)              # lsn, txn, segno
+        self.end_lsn, self.last = SEG.size, 0  # after the last commit record; the last txn written
+        self.ckpt = (SEG.size, 0, 1)  # lsn, txn, segno
         os.mkdir(p.dir)
         self.fsync_dir(".", always=True)
         self.data_fd = _create(self.path(DATA_NAME), bytes(p.npages * p.page_bytes))
@@ -284,7 +314,9 @@ class Writer:
         if self.p.variant not in ("no-fsync", "commit-before-data"):
             os.fsync(fd)
 
-    def lay(self, buf: bytearray, start: int, rtype: int, payload: bytes, crc: bool) -> tuple[bytes, int]:
+    def lay(
+        self, buf: bytearray, start: int, rtype: int, payload: bytes, crc: bool
+    ) -> tuple[bytes, int]:
         """Append one record at self.off (skipping a block tail too short for a header) to buf,
         which starts at file offset ``start``; the record and the (possibly moved) start."""
         gap = BLOCK - self.off % BLOCK
@@ -314,7 +346,12 @@ class Writer:
         _rec, start = self.lay(buf, start, T_COMMIT, COMMIT.pack(t, len(recs), txn_crc), p.crc)
         self.end_lsn, self.last = self.seg_start + self.off, t
         gap = BLOCK - self.off % BLOCK
-        if self.sync_all and gap >= REC.size and txn_size(p, t + 1) > gap and txn_size(p, t + 1) <= BLOCK - SEG.size:
+        if (
+            self.sync_all
+            and gap >= REC.size
+            and txn_size(p, t + 1) > gap
+            and txn_size(p, t + 1) <= BLOCK - SEG.size
+        ):
             self.lay(buf, start, T_FILL, bytes(gap - REC.size), p.crc)
         _pwrite_all(self.seg_fd, bytes(buf), start)
 
@@ -336,7 +373,9 @@ class Writer:
     def commit(self) -> None:
         """Make the group written since the last commit durable."""
         if self.sync_all:
-            _pwrite_all(self.ctl_fd, control(*self.ckpt[:2], self.end_lsn, self.last, self.ckpt[2]), 0)
+            _pwrite_all(
+                self.ctl_fd, control(*self.ckpt[:2], self.end_lsn, self.last, self.ckpt[2]), 0
+            )
             os.sync()
         else:
             self.fsync_log(self.seg_fd)
@@ -368,7 +407,9 @@ class Writer:
         if p.variant != "checkpoint-early":
             self.durable(self.data_fd)
         self.ckpt = (self.end_lsn, self.last, self.segno)
-        _pwrite_all(self.ctl_fd, control(self.end_lsn, self.last, self.end_lsn, self.last, self.segno), 0)
+        _pwrite_all(
+            self.ctl_fd, control(self.end_lsn, self.last, self.end_lsn, self.last, self.segno), 0
+        )
         self.durable(self.ctl_fd)
         for segno in range(self.oldest, self.segno):
             os.unlink(self.path(seg_name(segno)))
@@ -404,8 +445,11 @@ def main(params: dict[str, Any]) -> int:
                 w.write_txn(u)
             if faulty:
                 if not w.commit_through_error(sectors):
-                    print(f"wal: fsync of segment {w.segno} failed (EIO) for txns {list(group)}: stopping without "
-                          "acking them", file=sys.stderr)
+                    print(
+                        f"wal: fsync of segment {w.segno} failed (EIO) for txns {list(group)}: stopping without "
+                        "acking them",
+                        file=sys.stderr,
+                    )
                     return 3
             else:
                 w.commit()
@@ -423,7 +467,7 @@ def main(params: dict[str, Any]) -> int:
 WORKLOAD = Workload(
     name="wal",
     description="a write-ahead log: full page images with LSN and CRC32C, group commit, checkpoints into a "
-                "fixed-page data file, segment rotation; variants " + ", ".join(VARIANTS),
+    "fixed-page data file, segment rotation; variants " + ", ".join(VARIANTS),
     main=main,
     defaults=dict(DEFAULTS),
     choices={"variant": VARIANTS, "on_error": ON_ERROR},

@@ -16,6 +16,7 @@ ZODB's documented claim:
 
 Needs ZODB (``pip install 'powercut[apps]'``); without it the workload writes that one line to
 stderr and exits 1, before touching the filesystem."""
+
 from __future__ import annotations
 
 import os
@@ -52,7 +53,9 @@ class Params:
     def of(given: dict[str, Any]) -> Params:
         p = Params(**{k: type(v)(given.get(k, v)) for k, v in DEFAULTS.items()})
         if p.n < 0 or p.value_bytes < 0:
-            raise ValueError(f"zodb: n and value_bytes must be >= 0 (got n={p.n}, value_bytes={p.value_bytes})")
+            raise ValueError(
+                f"zodb: n and value_bytes must be >= 0 (got n={p.n}, value_bytes={p.value_bytes})"
+            )
         return p
 
 
@@ -124,7 +127,7 @@ def main(params: dict[str, Any]) -> int:
 WORKLOAD = Workload(
     name="zodb",
     description="ZODB FileStorage: t[i] = value of value_bytes; transaction.commit() into an IOBTree "
-                "(needs powercut[apps])",
+    "(needs powercut[apps])",
     main=main,
     defaults=dict(DEFAULTS),
     minimum={"n": 1, "value_bytes": 1},

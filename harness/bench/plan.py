@@ -18,6 +18,7 @@ Suites (the seeds' tables, ratios only here):
 * ``workload``: ``--workload NAME --param k=v`` in timing mode.
 
 Every suite runs with the write cache on and off, except ``overhead`` (on: what a recording sees)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,25 +35,39 @@ SUITES = ("guarantees", "tlpi", "zodb-fsync", "commit", "flush-cost", "pg", "ove
 @dataclass(frozen=True, slots=True)
 class Sizing:
     """How much each item writes: ``--quick`` keeps every run to seconds under TCG."""
+
     max_writes: int = 1000
     max_bytes: int = 16 << 20
     runtime_s: int = 20
     tlpi_writes: int = bench.TLPI_MAX_WRITES
-    commits: int = 300          # zodb-fsync transactions
+    commits: int = 300  # zodb-fsync transactions
     pg_seconds: int = 3
-    repeats: int = 3            # pg and overhead: interleaved repetitions (their tables take medians)
+    repeats: int = 3  # pg and overhead: interleaved repetitions (their tables take medians)
 
     @staticmethod
     def for_run(quick: bool) -> Sizing:
         if quick:
-            return Sizing(max_writes=48, max_bytes=256 << 10, runtime_s=5, tlpi_writes=100, commits=16, pg_seconds=1,
-                          repeats=1)
+            return Sizing(
+                max_writes=48,
+                max_bytes=256 << 10,
+                runtime_s=5,
+                tlpi_writes=100,
+                commits=16,
+                pg_seconds=1,
+                repeats=1,
+            )
         return Sizing()
 
 
 def fio_item(profile: fioprofiles.Profile, suite: str, sizing: Sizing, **kw: Any) -> BenchItem:
-    writes = max(min(sizing.max_writes, sizing.max_bytes // profile.block_size), 2 * profile.sync_every + 1, 2)
-    return BenchItem("fio", profile.name, suite, writes * profile.block_size, sizing.runtime_s, **kw)
+    writes = max(
+        min(sizing.max_writes, sizing.max_bytes // profile.block_size),
+        2 * profile.sync_every + 1,
+        2,
+    )
+    return BenchItem(
+        "fio", profile.name, suite, writes * profile.block_size, sizing.runtime_s, **kw
+    )
 
 
 def _guarantees(quick: bool, sizing: Sizing) -> list[BenchItem]:
@@ -64,30 +79,58 @@ def _tlpi(sizing: Sizing, guarantee: str) -> list[BenchItem]:
     for bs in bench.TLPI_BUFFERS:
         written, _, note = bench.tlpi_scale(bs, max_writes=sizing.tlpi_writes)
         profile = fioprofiles.by_name(f"{guarantee}-{fioprofiles.size_label(bs)}")
-        out.append(BenchItem("fio", profile.name, "tlpi", written, sizing.runtime_s, note=note,
-                             scale_to=bench.TLPI_TOTAL_BYTES))
+        out.append(
+            BenchItem(
+                "fio",
+                profile.name,
+                "tlpi",
+                written,
+                sizing.runtime_s,
+                note=note,
+                scale_to=bench.TLPI_TOTAL_BYTES,
+            )
+        )
     return out
 
 
 def _zodb(sizing: Sizing) -> list[BenchItem]:
-    return [BenchItem("workload", "filestorage", "zodb-fsync", params={"n": sizing.commits, "fsync": f},
-                      label=f"filestorage fsync={f}") for f in (0, 1, 2)]
+    return [
+        BenchItem(
+            "workload",
+            "filestorage",
+            "zodb-fsync",
+            params={"n": sizing.commits, "fsync": f},
+            label=f"filestorage fsync={f}",
+        )
+        for f in (0, 1, 2)
+    ]
 
 
 def _commit(quick: bool, sizing: Sizing) -> list[BenchItem]:
     groups = (8,) if quick else fioprofiles.GROUP_COMMIT_N
     base = fioprofiles.by_name(f"fsync-{fioprofiles.size_label(fioprofiles.GROUP_COMMIT_BLOCK)}")
-    return [fio_item(base, "commit", sizing)] + [fio_item(fioprofiles.group_commit(n), "commit", sizing)
-                                                 for n in groups]
+    return [fio_item(base, "commit", sizing)] + [
+        fio_item(fioprofiles.group_commit(n), "commit", sizing) for n in groups
+    ]
 
 
 def _pg(sizing: Sizing) -> list[BenchItem]:
     """pg_test_fsync, then ours, ``repeats`` times interleaved: a shared host disk's load drifts, and
     the comparison takes each side's median."""
     # our side runs as long as pg_test_fsync's own test does: a runtime cap on a large write budget
-    ours = [BenchItem("fio", fioprofiles.rewrite(m).name, "pg", fioprofiles.PG_BLOCK * 1_000_000, sizing.pg_seconds)
-            for m in fioprofiles.PG_METHODS]
-    return ([BenchItem("pg_test_fsync", "pg_test_fsync", "pg", runtime_s=sizing.pg_seconds)] + ours) * sizing.repeats
+    ours = [
+        BenchItem(
+            "fio",
+            fioprofiles.rewrite(m).name,
+            "pg",
+            fioprofiles.PG_BLOCK * 1_000_000,
+            sizing.pg_seconds,
+        )
+        for m in fioprofiles.PG_METHODS
+    ]
+    return (
+        [BenchItem("pg_test_fsync", "pg_test_fsync", "pg", runtime_s=sizing.pg_seconds)] + ours
+    ) * sizing.repeats
 
 
 def _flush_cost(sizing: Sizing) -> list[BenchItem]:
@@ -95,12 +138,21 @@ def _flush_cost(sizing: Sizing) -> list[BenchItem]:
 
 
 def _overhead(sizing: Sizing) -> list[BenchItem]:
-    return [fio_item(fioprofiles.by_name(n), "overhead", sizing) for n in ("fsync-4k", "odirect-4k")]
+    return [
+        fio_item(fioprofiles.by_name(n), "overhead", sizing) for n in ("fsync-4k", "odirect-4k")
+    ]
 
 
-def plan(suites: tuple[str, ...], *, quick: bool = False, fstype: str = "ext4", profiles: tuple[str, ...] = (),
-         workload: str = "", params: dict[str, Any] | None = None,
-         caches: tuple[bool, ...] = (True, False)) -> tuple[RunSet, ...]:
+def plan(
+    suites: tuple[str, ...],
+    *,
+    quick: bool = False,
+    fstype: str = "ext4",
+    profiles: tuple[str, ...] = (),
+    workload: str = "",
+    params: dict[str, Any] | None = None,
+    caches: tuple[bool, ...] = (True, False),
+) -> tuple[RunSet, ...]:
     """The run sets of ``suites`` (plus ``profiles`` by name, plus ``workload`` timed with
     ``params``), items of one (cache, target, mount options) merged into one run set."""
     sizing = Sizing.for_run(quick)
@@ -112,15 +164,22 @@ def plan(suites: tuple[str, ...], *, quick: bool = False, fstype: str = "ext4", 
     # (group, write_cache, target, mount_opts) -> items, in first-use order
     sets: dict[tuple[str, bool, str, str], list[BenchItem]] = {}
 
-    def add(items: list[BenchItem], caches_: tuple[bool, ...], target: str = "disk", opts: str = "",
-            group: str = "") -> None:
+    def add(
+        items: list[BenchItem],
+        caches_: tuple[bool, ...],
+        target: str = "disk",
+        opts: str = "",
+        group: str = "",
+    ) -> None:
         for wc in caches_:
             sets.setdefault((group, wc, target, opts), []).extend(items)
 
     for suite in suites:
         if suite == "guarantees":
             add(_guarantees(quick, sizing), caches)
-        elif suite == "tlpi":   # buffered writes, timed, never reach the disk: once, with the cache on if asked
+        elif (
+            suite == "tlpi"
+        ):  # buffered writes, timed, never reach the disk: once, with the cache on if asked
             add(_tlpi(sizing, "buffered"), (True,) if True in caches else caches[:1])
             add(_tlpi(sizing, "osync"), caches)
         elif suite == "zodb-fsync":
@@ -131,20 +190,36 @@ def plan(suites: tuple[str, ...], *, quick: bool = False, fstype: str = "ext4", 
             add(_pg(sizing), caches)
         elif suite == "flush-cost":
             add(_flush_cost(sizing), caches)
-            if fstype == "ext4" and True in caches:   # fsync without the flush: what a plain macOS fsync does
+            if (
+                fstype == "ext4" and True in caches
+            ):  # fsync without the flush: what a plain macOS fsync does
                 add(_flush_cost(sizing), (True,), opts="nobarrier")
-        elif suite == "overhead":   # bare then logged, each on a fresh filesystem, repeated
+        elif suite == "overhead":  # bare then logged, each on a fresh filesystem, repeated
             for k in range(1, sizing.repeats + 1):
                 add(_overhead(sizing), (True,), group=f"overhead-{k}")
                 add(_overhead(sizing), (True,), target="log-writes", group=f"overhead-{k}")
     if profiles:
         add([fio_item(fioprofiles.by_name(n), "profiles", sizing) for n in profiles], caches)
     if workload:
-        add([BenchItem("workload", workload, "workload", params=dict(params or {}),
-                       label=workload + "".join(f" {k}={v}" for k, v in sorted((params or {}).items())))], caches)
+        add(
+            [
+                BenchItem(
+                    "workload",
+                    workload,
+                    "workload",
+                    params=dict(params or {}),
+                    label=workload
+                    + "".join(f" {k}={v}" for k, v in sorted((params or {}).items())),
+                )
+            ],
+            caches,
+        )
     if not sets:
         raise UsageError("bench: nothing to run (give --suite, --profile or --workload)")
-    return tuple(RunSet(wc, tuple(items), target, opts, group) for (group, wc, target, opts), items in sets.items())
+    return tuple(
+        RunSet(wc, tuple(items), target, opts, group)
+        for (group, wc, target, opts), items in sets.items()
+    )
 
 
 def needs_log_disk(runsets: tuple[RunSet, ...]) -> bool:

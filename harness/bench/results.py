@@ -7,6 +7,7 @@ Entries come from the guest agent's result (``from_guest``) or from host mode (s
 Every latency is per operation as the workload sees it: for fio a *commit* (the write(s) plus the
 sync that makes them durable; the write alone for buffered and O_DIRECT), for a timed workload
 ack - begin, for pg_test_fsync the mean (it reports nothing else)."""
+
 from __future__ import annotations
 
 import json
@@ -19,23 +20,25 @@ from powercut.config import BenchItem, RunSet
 from powercut.errors import UsageError
 
 FORMAT = 1
-TCG_NOTE = ("figures from an emulated disk under TCG (software emulation): absolute times say nothing "
-            "about real disks; compare ratios only")
+TCG_NOTE = (
+    "figures from an emulated disk under TCG (software emulation): absolute times say nothing "
+    "about real disks; compare ratios only"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class BenchMeta:
-    mode: str                   # vm | host
-    accel: str                  # kvm | tcg | host
-    qemu_cache: str             # QEMU's cache= for the bench disk ("" on the host)
-    backing: str                # the host file and device behind the disk (or the host target)
+    mode: str  # vm | host
+    accel: str  # kvm | tcg | host
+    qemu_cache: str  # QEMU's cache= for the bench disk ("" on the host)
+    backing: str  # the host file and device behind the disk (or the host target)
     guest_kernel: str
     fs: str
-    bus: str                    # ahci (vm) | the host disk's transport
+    bus: str  # ahci (vm) | the host disk's transport
     quick: bool
     date: str
     suites: tuple[str, ...] = ()
-    device: str = ""            # the guest's (or host's) block device timed
+    device: str = ""  # the guest's (or host's) block device timed
     note: str = ""
     version: str = ""
 
@@ -43,10 +46,10 @@ class BenchMeta:
 @dataclass(frozen=True, slots=True)
 class BenchEntry:
     suite: str
-    name: str                   # the item's label (a profile, "filestorage fsync=1", "pg_test_fsync fsync")
-    kind: str                   # fio | workload | pg_test_fsync
-    write_cache: bool | None    # None: left as it was (host mode without --toggle-write-cache)
-    target: str = "disk"        # disk | log-writes | a host path
+    name: str  # the item's label (a profile, "filestorage fsync=1", "pg_test_fsync fsync")
+    kind: str  # fio | workload | pg_test_fsync
+    write_cache: bool | None  # None: left as it was (host mode without --toggle-write-cache)
+    target: str = "disk"  # disk | log-writes | a host path
     mount_opts: str = ""
     ops_per_s: float | None = None
     mb_per_s: float | None = None
@@ -67,7 +70,9 @@ class BenchEntry:
     @property
     def setting(self) -> str:
         """The conditions besides the cache (for grouping): target and mount options."""
-        return ", ".join(x for x in (self.target if self.target != "disk" else "", self.mount_opts) if x)
+        return ", ".join(
+            x for x in (self.target if self.target != "disk" else "", self.mount_opts) if x
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,25 +82,43 @@ class BenchResults:
     checks: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "meta": asdict(self.meta), "entries": [asdict(e) for e in self.entries],
-                "checks": list(self.checks)}
+        return {
+            "format": FORMAT,
+            "meta": asdict(self.meta),
+            "entries": [asdict(e) for e in self.entries],
+            "checks": list(self.checks),
+        }
 
-    def find_all(self, name: str, write_cache: bool | None, *, suite: str = "",
-                 setting: str = "") -> list[BenchEntry]:
+    def find_all(
+        self, name: str, write_cache: bool | None, *, suite: str = "", setting: str = ""
+    ) -> list[BenchEntry]:
         """Every successful entry of this item under these conditions (repeated suites run it more
         than once), in run order."""
-        return [e for e in self.entries if e.name == name and e.write_cache == write_cache and not e.error
-                and (not suite or e.suite == suite) and e.setting == setting]
+        return [
+            e
+            for e in self.entries
+            if e.name == name
+            and e.write_cache == write_cache
+            and not e.error
+            and (not suite or e.suite == suite)
+            and e.setting == setting
+        ]
 
-    def find(self, name: str, write_cache: bool | None, *, suite: str = "", setting: str = "") -> BenchEntry | None:
+    def find(
+        self, name: str, write_cache: bool | None, *, suite: str = "", setting: str = ""
+    ) -> BenchEntry | None:
         found = self.find_all(name, write_cache, suite=suite, setting=setting)
         return found[0] if found else None
 
-    def median(self, attr: str, name: str, write_cache: bool | None, *, suite: str = "",
-               setting: str = "") -> float | None:
+    def median(
+        self, attr: str, name: str, write_cache: bool | None, *, suite: str = "", setting: str = ""
+    ) -> float | None:
         """The median of ``attr`` over the repetitions of an item (None if it never ran)."""
-        values = sorted(v for e in self.find_all(name, write_cache, suite=suite, setting=setting)
-                        if (v := getattr(e, attr)) is not None)
+        values = sorted(
+            v
+            for e in self.find_all(name, write_cache, suite=suite, setting=setting)
+            if (v := getattr(e, attr)) is not None
+        )
         if not values:
             return None
         mid = len(values) // 2
@@ -114,8 +137,11 @@ def from_json(d: dict[str, Any], source: str = "results") -> BenchResults:
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise UsageError(f"{source}: not a powercut bench results file (format {FORMAT})")
     try:
-        return BenchResults(_build(BenchMeta, d["meta"]), tuple(_build(BenchEntry, e) for e in d["entries"]),
-                            tuple(d.get("checks", ())))
+        return BenchResults(
+            _build(BenchMeta, d["meta"]),
+            tuple(_build(BenchEntry, e) for e in d["entries"]),
+            tuple(d.get("checks", ())),
+        )
     except (KeyError, TypeError) as e:
         raise UsageError(f"{source}: malformed bench results ({e})") from None
 
@@ -138,11 +164,24 @@ def load(path: str | os.PathLike[str]) -> BenchResults:
 
 # --- from what an item produced ----------------------------------------------------------------------
 
-def entries_for(item: BenchItem, outcome: dict[str, Any], *, write_cache: bool | None, target: str,
-                mount_opts: str) -> list[BenchEntry]:
+
+def entries_for(
+    item: BenchItem,
+    outcome: dict[str, Any],
+    *,
+    write_cache: bool | None,
+    target: str,
+    mount_opts: str,
+) -> list[BenchEntry]:
     """One item's outcome (``{"ok", "result"|"error"}``, as benchguest returns it) -> its entries."""
-    base: dict[str, Any] = dict(suite=item.suite, kind=item.kind, write_cache=write_cache, target=target, mount_opts=mount_opts,
-                note=item.note)
+    base: dict[str, Any] = dict(
+        suite=item.suite,
+        kind=item.kind,
+        write_cache=write_cache,
+        target=target,
+        mount_opts=mount_opts,
+        note=item.note,
+    )
     if not outcome.get("ok"):
         return [BenchEntry(name=item.label, error=str(outcome.get("error", "failed")), **base)]
     r = outcome["result"]
@@ -151,20 +190,52 @@ def entries_for(item: BenchItem, outcome: dict[str, Any], *, write_cache: bool |
         if item.scale_to:  # tlpi: the time to write scale_to bytes at the measured rate
             detail["scaled_seconds"] = r["seconds"] * item.scale_to / r["bytes"]
             detail["scaled_to_bytes"] = item.scale_to
-        return [BenchEntry(name=item.label, ops_per_s=r["iops"], mb_per_s=r["bw_bytes_s"] / 1e6,
-                           commits_per_s=r["commits_per_s"], p50_us=r["commit_p50_us"], p99_us=r["commit_p99_us"],
-                           p999_us=r["commit_p999_us"], mean_us=r["commit_mean_us"], seconds=r["seconds"],
-                           detail=detail, **base)]
+        return [
+            BenchEntry(
+                name=item.label,
+                ops_per_s=r["iops"],
+                mb_per_s=r["bw_bytes_s"] / 1e6,
+                commits_per_s=r["commits_per_s"],
+                p50_us=r["commit_p50_us"],
+                p99_us=r["commit_p99_us"],
+                p999_us=r["commit_p999_us"],
+                mean_us=r["commit_mean_us"],
+                seconds=r["seconds"],
+                detail=detail,
+                **base,
+            )
+        ]
     if item.kind == "workload":
-        return [BenchEntry(name=item.label, ops_per_s=r["commits_per_s"], commits_per_s=r["commits_per_s"],
-                           p50_us=r["p50_us"], p99_us=r["p99_us"], p999_us=r["p999_us"], mean_us=r["mean_us"],
-                           seconds=r["seconds"], detail={**r, "params": item.params}, **base)]
-    return [BenchEntry(name=f"pg_test_fsync {method}", ops_per_s=ops, commits_per_s=ops, mean_us=1e6 / ops,
-                       detail={"binary": r.get("binary", "")}, **base)
-            for method, ops in r["ops_per_s"].items()]
+        return [
+            BenchEntry(
+                name=item.label,
+                ops_per_s=r["commits_per_s"],
+                commits_per_s=r["commits_per_s"],
+                p50_us=r["p50_us"],
+                p99_us=r["p99_us"],
+                p999_us=r["p999_us"],
+                mean_us=r["mean_us"],
+                seconds=r["seconds"],
+                detail={**r, "params": item.params},
+                **base,
+            )
+        ]
+    return [
+        BenchEntry(
+            name=f"pg_test_fsync {method}",
+            ops_per_s=ops,
+            commits_per_s=ops,
+            mean_us=1e6 / ops,
+            detail={"binary": r.get("binary", "")},
+            **base,
+        )
+        for method, ops in r["ops_per_s"].items()
+    ]
 
 
-def from_sets(runsets: tuple[RunSet, ...], sets: list[dict[str, Any]]) -> tuple[list[BenchEntry], list[dict]]:
+def from_sets(
+    runsets: tuple[RunSet, ...], sets: list[dict[str, Any]]
+) -> tuple[list[BenchEntry], list[dict]]:
     """The guest's per-run-set results, in ``runsets`` order -> entries and write-cache checks."""
     if len(sets) != len(runsets):
         raise UsageError(f"the guest returned {len(sets)} run sets for {len(runsets)} planned")
@@ -173,9 +244,20 @@ def from_sets(runsets: tuple[RunSet, ...], sets: list[dict[str, Any]]) -> tuple[
     for rs, got in zip(runsets, sets, strict=True):
         checks += [{**c, "set": rs.label} for c in got.get("checks", [])]
         if len(got["items"]) != len(rs.items):
-            raise UsageError(f"{rs.label}: the guest returned {len(got['items'])} results for {len(rs.items)} items")
+            raise UsageError(
+                f"{rs.label}: the guest returned {len(got['items'])} results for {len(rs.items)} items"
+            )
         for item, outcome in zip(rs.items, got["items"], strict=True):
-            checks += [{**outcome["check"], "set": rs.label, "item": item.label}] if outcome.get("check") else []
-            entries += entries_for(item, outcome, write_cache=rs.write_cache, target=rs.target,
-                                   mount_opts=rs.mount_opts)
+            checks += (
+                [{**outcome["check"], "set": rs.label, "item": item.label}]
+                if outcome.get("check")
+                else []
+            )
+            entries += entries_for(
+                item,
+                outcome,
+                write_cache=rs.write_cache,
+                target=rs.target,
+                mount_opts=rs.mount_opts,
+            )
     return entries, checks

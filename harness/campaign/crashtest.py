@@ -9,6 +9,7 @@ says whether the expectation held (``expect``: ``pass``, ``fail`` for any findin
 and, when it did not, ``explain()`` gives the verdict, the failing states out of the judged ones,
 the first failing state, each failure group with its minimized state, its blame and the
 ``powercut repro`` command, and where the artifacts are."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,14 @@ from powercut.campaign.run import CampaignSpec, run_campaign, split_settings
 from powercut.check.host import require_root
 from powercut.check.place import Place
 from powercut.checker import DEFAULT_TIMEOUT_S
-from powercut.config import DEFAULT_DISK_LATENCY, DEFAULT_SHRINK, FsSpec, WorkloadSpec, disk_latency_for, fault_for
+from powercut.config import (
+    DEFAULT_DISK_LATENCY,
+    DEFAULT_SHRINK,
+    FsSpec,
+    WorkloadSpec,
+    disk_latency_for,
+    fault_for,
+)
 from powercut.core.judging.verdict import FINDINGS, Verdict
 from powercut.core.recording import syncdelay
 from powercut.core.states.coverage import requirement
@@ -45,29 +53,35 @@ PARAM_TYPES = (str, int, float, bool)
 
 @dataclass(frozen=True, slots=True)
 class CrashTest:
-    name: str                               # the test's id, for labels
-    workload_cmd: str                       # the shell command the guest runs (_pycall.workload_command for a function)
-    checker_cmd: str = ""                   # a checker command, or
-    checker_function: str = ""              # a Python checker, FILE::NAME
-    path: tuple[str, ...] = ()              # sys.path entries the functions' imports need
+    name: str  # the test's id, for labels
+    workload_cmd: str  # the shell command the guest runs (_pycall.workload_command for a function)
+    checker_cmd: str = ""  # a checker command, or
+    checker_function: str = ""  # a Python checker, FILE::NAME
+    path: tuple[str, ...] = ()  # sys.path entries the functions' imports need
     params: dict[str, Any] = field(default_factory=dict)
     fs: str = "ext4"
-    size_mb: int = 0                        # 0: the filesystem's default size
+    size_mb: int = 0  # 0: the filesystem's default size
     mkfs_opts: tuple[str, ...] = ()
     mount_opts: str = ""
     selection: SelectionSpec = SelectionSpec()
     place: Place = Place()
-    shrink: int = DEFAULT_SHRINK            # minimize + blame the first K failure groups
+    shrink: int = DEFAULT_SHRINK  # minimize + blame the first K failure groups
     expect: str = "pass"
     allow_no_acks: bool = False
-    require_exhaustive: str | bool = False  # True/"commits": a pass whose commit windows are short of exhaustive
+    require_exhaustive: str | bool = (
+        False  # True/"commits": a pass whose commit windows are short of exhaustive
+    )
     #                                         does not meet expect="pass"; "all": nor one short anywhere
     workload_timeout_s: float = 600.0
     checker_timeout_s: float = DEFAULT_TIMEOUT_S
-    fault: str = ""                         # the recording's fault plan (--fault; per node: core/recording/nodefaults.py)
-    disk_latency: str = str(DEFAULT_DISK_LATENCY)   # the data disk's latency while recording (core/recording/latency.py)
-    nodes: int = 1                          # > 1: a cluster (docs/clusters.md): the workload sees mounts n0, n1, ...
-    delay_sync: tuple[str, ...] = ()        # GLOB=TIME rules: those files' syncs held (core/recording/syncdelay.py)
+    fault: str = ""  # the recording's fault plan (--fault; per node: core/recording/nodefaults.py)
+    disk_latency: str = str(
+        DEFAULT_DISK_LATENCY
+    )  # the data disk's latency while recording (core/recording/latency.py)
+    nodes: int = 1  # > 1: a cluster (docs/clusters.md): the workload sees mounts n0, n1, ...
+    delay_sync: tuple[
+        str, ...
+    ] = ()  # GLOB=TIME rules: those files' syncs held (core/recording/syncdelay.py)
 
     @classmethod
     def of(cls, name: str, workload_cmd: str, **settings: Any) -> CrashTest:
@@ -83,26 +97,40 @@ class CrashTest:
 
     def __post_init__(self) -> None:
         if not self.workload_cmd:
-            raise UsageError(f"{self.name}: the crash test needs a workload (a function or a shell command)")
+            raise UsageError(
+                f"{self.name}: the crash test needs a workload (a function or a shell command)"
+            )
         filesystems.get(self.fs)
         if self.expect not in EXPECT:
             raise UsageError(f"{self.name}: expect={self.expect!r}: one of {', '.join(EXPECT)}")
         for key, value in self.params.items():
             if not key.isidentifier() or not isinstance(value, PARAM_TYPES):
-                raise UsageError(f"{self.name}: workload parameter {key}={value!r}: names are identifiers, values "
-                                 "str, int, float or bool (they travel as JSON into the guest)")
+                raise UsageError(
+                    f"{self.name}: workload parameter {key}={value!r}: names are identifiers, values "
+                    "str, int, float or bool (they travel as JSON into the guest)"
+                )
         if self.size_mb and self.size_mb < 16:
-            raise UsageError(f"{self.name}: size_mb={self.size_mb}: 0 (the filesystem's default) or at least 16 MiB")
-        self.campaign()   # validates timeouts, shrink
-        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
-            raise UsageError(f"{self.name}: nodes={self.nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}")
+            raise UsageError(
+                f"{self.name}: size_mb={self.size_mb}: 0 (the filesystem's default) or at least 16 MiB"
+            )
+        self.campaign()  # validates timeouts, shrink
+        if (
+            isinstance(self.nodes, bool)
+            or not isinstance(self.nodes, int)
+            or not 1 <= self.nodes <= MAX_NODES
+        ):
+            raise UsageError(
+                f"{self.name}: nodes={self.nodes!r}: a whole number from 1 (one disk) to {MAX_NODES}"
+            )
         disk_latency_for(self.disk_latency, self.nodes, f"{self.name}: disk_latency")
         fault_for(self.fault, self.nodes, f"{self.name}: fault=")
         rules = (self.delay_sync,) if isinstance(self.delay_sync, str) else self.delay_sync
         try:
             object.__setattr__(self, "delay_sync", syncdelay.canonical(rules))
         except (UsageError, TypeError) as e:
-            why = e.one_line() if isinstance(e, UsageError) else "a GLOB=TIME rule or a list of them"
+            why = (
+                e.one_line() if isinstance(e, UsageError) else "a GLOB=TIME rule or a list of them"
+            )
             raise UsageError(f"{self.name}: delay_sync={self.delay_sync!r}: {why}") from None
 
     @property
@@ -119,18 +147,38 @@ class CrashTest:
         return out
 
     def recording(self) -> RecordSpec:
-        return RecordSpec(fs=FsSpec(fstype=self.fs, mkfs_opts=self.mkfs_opts, mount_opts=self.mount_opts,
-                                    size_mb=self.size_mb),
-                          workload=WorkloadSpec(name="", cmd=self.workload_cmd, params=dict(self.params),
-                                                timeout_s=self.workload_timeout_s, fault=self.fault,
-                                                delay_sync=self.delay_sync),
-                          accel=self.place.accel, latency=disk_latency_for(self.disk_latency, self.nodes))
+        return RecordSpec(
+            fs=FsSpec(
+                fstype=self.fs,
+                mkfs_opts=self.mkfs_opts,
+                mount_opts=self.mount_opts,
+                size_mb=self.size_mb,
+            ),
+            workload=WorkloadSpec(
+                name="",
+                cmd=self.workload_cmd,
+                params=dict(self.params),
+                timeout_s=self.workload_timeout_s,
+                fault=self.fault,
+                delay_sync=self.delay_sync,
+            ),
+            accel=self.place.accel,
+            latency=disk_latency_for(self.disk_latency, self.nodes),
+        )
 
     def campaign(self) -> CampaignSpec:
-        return CampaignSpec(selection=self.selection, place=self.place, checker_command=self.checker_cmd,
-                            checker_function=self.checker_function, checker_path=self.path,
-                            checker_timeout_s=self.checker_timeout_s, shrink=self.shrink,
-                            allow_no_acks=self.allow_no_acks, force=True, label=self.name)
+        return CampaignSpec(
+            selection=self.selection,
+            place=self.place,
+            checker_command=self.checker_cmd,
+            checker_function=self.checker_function,
+            checker_path=self.path,
+            checker_timeout_s=self.checker_timeout_s,
+            shrink=self.shrink,
+            allow_no_acks=self.allow_no_acks,
+            force=True,
+            label=self.name,
+        )
 
 
 def missing(test: CrashTest) -> list[str]:
@@ -143,7 +191,9 @@ def missing(test: CrashTest) -> list[str]:
     fs = filesystems.get(test.fs)
     for tool in {fs.mkfs[0]: 0, fs.fsck[0]: 0}:
         try:
-            process.require(tool, {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs"}.get(test.fs))
+            process.require(
+                tool, {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs"}.get(test.fs)
+            )
         except PowercutError as e:
             out.append(e.one_line())
     if test.place.on_host:
@@ -153,7 +203,9 @@ def missing(test: CrashTest) -> list[str]:
             out.append(e.one_line())
     if not out:
         try:
-            build_image(ImageSpec())   # the guest kernel and initramfs: built once, then found in the cache
+            build_image(
+                ImageSpec()
+            )  # the guest kernel and initramfs: built once, then found in the cache
         except PowercutError as e:
             out.append(f"no guest image: {e.one_line()} (powercut setup builds it)")
     return out
@@ -174,10 +226,13 @@ class Outcome:
     def as_expected(self) -> bool:
         s, want = self.summary, self.test.expect
         if s.status != "complete" or s.flaky or s.no_acks:
-            return False            # never an expectation met by a run that proves nothing
+            return False  # never an expectation met by a run that proves nothing
         if want == "pass":
-            return not s.failures and (s.coverage is not None and s.coverage.meets(requirement(self.test.require_exhaustive))
-                                       or not self.test.require_exhaustive)
+            return not s.failures and (
+                s.coverage is not None
+                and s.coverage.meets(requirement(self.test.require_exhaustive))
+                or not self.test.require_exhaustive
+            )
         if want == "fail":
             return bool(s.failures)
         return any(f.verdict == want for f in s.failures)
@@ -188,13 +243,21 @@ class Outcome:
         if s.status != "complete" or s.no_acks:
             return f"powercut: {s.verdict}: {s.notes()[0] if s.notes() else s.status} ({where})"
         if n:
-            said = (f", {s.confirmed} confirmed alone" + (f", {s.by_group} by their group's sample" if s.by_group else "")
-                    if s.rejudged else "")
-            return (f"powercut: {s.verdict}: {n} of {s.total} distinct crash states fail ({where}){said}; "
-                    f"{s.coverage_phrase()}")
+            said = (
+                f", {s.confirmed} confirmed alone"
+                + (f", {s.by_group} by their group's sample" if s.by_group else "")
+                if s.rejudged
+                else ""
+            )
+            return (
+                f"powercut: {s.verdict}: {n} of {s.total} distinct crash states fail ({where}){said}; "
+                f"{s.coverage_phrase()}"
+            )
         if s.flaky:
-            return (f"powercut: flaky: {len(s.flaky)} of {s.total} distinct crash states gave two verdicts, a harness "
-                    f"problem ({where})")
+            return (
+                f"powercut: flaky: {len(s.flaky)} of {s.total} distinct crash states gave two verdicts, a harness "
+                f"problem ({where})"
+            )
         if not s.exhaustive:
             return f"powercut: pass ({s.coverage_phrase()}): all {s.total} judged crash states pass ({where})"
         return f"powercut: pass (exhaustive): all {s.total} distinct crash states pass ({where})"
@@ -204,10 +267,19 @@ class Outcome:
         s = self.summary
         lines = [self.headline()]
         if self.test.expect != "pass" and not s.failures and s.status == "complete":
-            lines.append(f"expected {self.test.expect}: the crash test was expected to find "
-                         f"{'a failure' if self.test.expect == 'fail' else self.test.expect}, and found none")
-        elif (self.test.expect == "pass" and not s.failures and self.test.require_exhaustive
-              and not (s.coverage is not None and s.coverage.meets(requirement(self.test.require_exhaustive)))):
+            lines.append(
+                f"expected {self.test.expect}: the crash test was expected to find "
+                f"{'a failure' if self.test.expect == 'fail' else self.test.expect}, and found none"
+            )
+        elif (
+            self.test.expect == "pass"
+            and not s.failures
+            and self.test.require_exhaustive
+            and not (
+                s.coverage is not None
+                and s.coverage.meets(requirement(self.test.require_exhaustive))
+            )
+        ):
             lines.append(f"require_exhaustive: the pass is not exhaustive ({s.coverage_phrase()})")
         elif self.test.expect not in ("pass", "fail") and s.failures:
             seen = sorted({f.verdict for f in s.failures})
@@ -216,21 +288,35 @@ class Outcome:
             lines.append(f"note: {s.trace_note}")
         if s.failures and not s.groups:
             first = min(s.failures, key=lambda v: (v.cut, v.state))
-            lines.append(f"first failing state: {first.state}: {first.verdict}: "
-                         f"{first.reasons[0] if first.reasons else ''}")
-        for k, g in enumerate(s.groups[:5], 1):   # the causes lead, each with its minimized state and repro
-            lines.extend(group_lines(f"group {k}", g))   # the cause in the program's terms leads
+            lines.append(
+                f"first failing state: {first.state}: {first.verdict}: "
+                f"{first.reasons[0] if first.reasons else ''}"
+            )
+        for k, g in enumerate(
+            s.groups[:5], 1
+        ):  # the causes lead, each with its minimized state and repro
+            lines.extend(group_lines(f"group {k}", g))  # the cause in the program's terms leads
             if "confirmed_alone" in g:
-                by = f", {g['confirmed_by_group']} by the group's sample" if g["confirmed_by_group"] else ""
-                esc = "; its sample disagreed: confirmed state by state" if g.get("escalated") else ""
+                by = (
+                    f", {g['confirmed_by_group']} by the group's sample"
+                    if g["confirmed_by_group"]
+                    else ""
+                )
+                esc = (
+                    "; its sample disagreed: confirmed state by state" if g.get("escalated") else ""
+                )
                 lines.append(f"  confirmed: {g['confirmed_alone']} alone{by}{esc}")
             if g.get("minimized"):
                 calls = g["shrink_calls"]
-                lines.append(f"  minimized: {g['first']} -> {g['minimized']} ({calls} check{'' if calls == 1 else 's'})")
+                lines.append(
+                    f"  minimized: {g['first']} -> {g['minimized']} ({calls} check{'' if calls == 1 else 's'})"
+                )
             else:
                 first_v = next((f for f in s.failures if f.state == g["first"]), None)
-                lines.append(f"  first state: {g['first']}" + (f": {first_v.reasons[0]}" if first_v and first_v.reasons
-                                                               else ""))
+                lines.append(
+                    f"  first state: {g['first']}"
+                    + (f": {first_v.reasons[0]}" if first_v and first_v.reasons else "")
+                )
             lines.extend(f"  blame: {_short(c)}" for c in g.get("culprits", [])[:4])
             if g.get("bundle"):
                 lines.append(f"  repro: powercut repro {shlex.quote(g['bundle'])}")
@@ -239,7 +325,9 @@ class Outcome:
         for f in s.flaky[:3]:
             lines.append(f"flaky {f.state}: {f.reasons[0] if f.reasons else ''}")
         lines.extend(f"note: {n}" for n in s.notes()[1:])
-        lines.append(f"artifacts: {self.out} (journal {self.paths['summary'].parent / 'journal.jsonl'})")
+        lines.append(
+            f"artifacts: {self.out} (journal {self.paths['summary'].parent / 'journal.jsonl'})"
+        )
         if self.paths.get("html"):
             lines.append(f"report: {self.paths['html']}")
         return "\n".join(lines)
@@ -247,10 +335,14 @@ class Outcome:
     def properties(self) -> list[tuple[str, str]]:
         """For JUnit (pytest's record_property): what a CI page shows beside the test."""
         s = self.summary
-        props = [("powercut_verdict", s.verdict), ("powercut_coverage", s.coverage_phrase()),
-                 ("powercut_states", str(s.total)),
-                 ("powercut_failed", str(len(s.failures))), ("powercut_flaky", str(len(s.flaky))),
-                 ("powercut_artifacts", str(self.out))]
+        props = [
+            ("powercut_verdict", s.verdict),
+            ("powercut_coverage", s.coverage_phrase()),
+            ("powercut_states", str(s.total)),
+            ("powercut_failed", str(len(s.failures))),
+            ("powercut_flaky", str(len(s.flaky))),
+            ("powercut_artifacts", str(self.out)),
+        ]
         if self.paths.get("html"):
             props.append(("powercut_report", str(self.paths["html"])))
         if s.groups and s.groups[0].get("bundle"):
@@ -259,7 +351,7 @@ class Outcome:
 
 
 def _short(text: str, limit: int = 220) -> str:
-    return text if len(text) <= limit else text[:limit - 5] + " [...]"
+    return text if len(text) <= limit else text[: limit - 5] + " [...]"
 
 
 def run(test: CrashTest, out: Path, on_verdict: Callable[[Verdict], None] | None = None) -> Outcome:
@@ -267,12 +359,24 @@ def run(test: CrashTest, out: Path, on_verdict: Callable[[Verdict], None] | None
     out = Path(out).absolute()
     if out.exists():
         if not (out / "crashtest.json").exists() and any(out.iterdir()):
-            raise UsageError(f"{out} exists and is not a powercut crash test's output: refusing to replace it")
+            raise UsageError(
+                f"{out} exists and is not a powercut crash test's output: refusing to replace it"
+            )
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    (out / "crashtest.json").write_text(json.dumps({"test": test.name, "workload": test.workload_cmd,
-                                                    "checker": test.checker_function or test.checker_cmd,
-                                                    "params": test.params, "pid": os.getpid()}, indent=1) + "\n")
+    (out / "crashtest.json").write_text(
+        json.dumps(
+            {
+                "test": test.name,
+                "workload": test.workload_cmd,
+                "checker": test.checker_function or test.checker_cmd,
+                "params": test.params,
+                "pid": os.getpid(),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     # the guests import the test's functions from its files and sys.path: keep those visible there
     keep_visible([*test.path, *(os.path.dirname(f.split("::")[0]) for f in test.functions())])
     rec = record(test.recording(), out / "recording", nodes=test.nodes)

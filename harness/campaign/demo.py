@@ -6,6 +6,7 @@ and the quick TLPI suite beside them in one bench VM; one ``report.html`` with t
 durability-vs-cost table and the seeds' figures; one sentence per workload saying what survived and
 what it costs.  Exit status (cli): 0 when every cell is as expected (a broken configuration caught
 is expected), 3 when one surprised."""
+
 from __future__ import annotations
 
 import logging
@@ -35,9 +36,11 @@ class DemoSpec:
     out: Path
     check_in: str = DEFAULT_CHECK_IN
     jobs: int = 0
-    selection: SelectionSpec = DEMO_SELECTION   # per row (its max_states spread over the row's models)
+    selection: SelectionSpec = (
+        DEMO_SELECTION  # per row (its max_states spread over the row's models)
+    )
     accel: str = DEFAULT_ACCEL
-    cost: bool = True             # time the rows and the TLPI suite (one bench VM)
+    cost: bool = True  # time the rows and the TLPI suite (one bench VM)
     rows_file: Path | None = None
 
 
@@ -45,7 +48,7 @@ class DemoSpec:
 class DemoResult:
     rows: list[Row]
     cells: list[Cell]
-    lines: list[str]                  # one per workload: what survived, what it costs
+    lines: list[str]  # one per workload: what survived, what it costs
     paths: dict[str, Path] = field(default_factory=dict)
     cost_error: str = ""
 
@@ -56,31 +59,47 @@ class DemoResult:
 
 def run_demo(spec: DemoSpec, on_row: Any = None) -> DemoResult:
     rows = matrix.load(spec.rows_file or showcase_path())
-    how = MatrixRun(out=spec.out, check_in=spec.check_in, selection=spec.selection,
-                    place=Place(spec.check_in, spec.accel, jobs=spec.jobs))
+    how = MatrixRun(
+        out=spec.out,
+        check_in=spec.check_in,
+        selection=spec.selection,
+        place=Place(spec.check_in, spec.accel, jobs=spec.jobs),
+    )
     timing = Timing(quick=True, accel=spec.accel, suites=("tlpi",))
     done = run_rows(rows, how, on_row, then=(lambda: timing.prewarm(rows)) if spec.cost else None)
     cells = [c for cs, _ in done for c in cs]
     infos = [i for _, i in done]
-    paths = matrix.write_results(spec.out, rows, cells, infos, file=str(spec.rows_file or showcase_path()))
+    paths = matrix.write_results(
+        spec.out, rows, cells, infos, file=str(spec.rows_file or showcase_path())
+    )
     benches: list[BenchResults] = []
     cost_error = ""
     if spec.cost:
         try:
             benches = measure(rows, spec.out / "cost", timing)
-        except (PowercutError, OSError) as e:   # the verdicts stand without their price
+        except (PowercutError, OSError) as e:  # the verdicts stand without their price
             cost_error = matrix.one_line(e)
             log.warning("timing the rows failed: %s", cost_error)
-    doc = {"cells": [c.to_json() for c in cells], "rows": infos}   # the rows carry their commit anatomy
+    doc = {
+        "cells": [c.to_json() for c in cells],
+        "rows": infos,
+    }  # the rows carry their commit anatomy
     lines = cost.join(rows, doc, benches)
     meta = cost.where(benches)
     plots = cost.plot(lines, spec.out) if benches else []
     svg = next((p for p in plots if p.suffix == ".svg"), None)
     sentences = workload_lines(rows, cells, lines)
     paths["html"] = html.write_matrix(
-        spec.out, rows, cells, infos, cost=cost.view(lines, meta, svg) if benches else None,
+        spec.out,
+        rows,
+        cells,
+        infos,
+        cost=cost.view(lines, meta, svg) if benches else None,
         summary_lines=sentences + ([f"cost not measured: {cost_error}"] if cost_error else []),
-        seeds=seeds.tlpi_text(benches), title="three workloads, durable and broken", kind="main job")
+        seeds=seeds.tlpi_text(benches),
+        title="three workloads, durable and broken",
+        kind="main job",
+    )
     return DemoResult(rows, cells, sentences, paths, cost_error)
 
 
@@ -100,12 +119,21 @@ def workload_lines(rows: list[Row], cells: list[Cell], lines: list[cost.Line]) -
             if any(c.error for c in cs):
                 what = "could not be checked (" + next(c.error for c in cs if c.error) + ")"
             elif all(not c.failing for c in cs):
-                what = "survived every crash state judged (" + ", ".join(
-                    f"{c.judged} {c.model}" + (f", {c.short_coverage}" if c.short_coverage else "") for c in cs) + ")"
+                what = (
+                    "survived every crash state judged ("
+                    + ", ".join(
+                        f"{c.judged} {c.model}"
+                        + (f", {c.short_coverage}" if c.short_coverage else "")
+                        for c in cs
+                    )
+                    + ")"
+                )
             else:
                 what = "failed: " + ", ".join(
                     f"{' and '.join(f'{n} {v}' for v, n in sorted(c.failing.items()))} of {c.judged} {c.model} states"
-                    for c in cs if c.failing)
+                    for c in cs
+                    if c.failing
+                )
                 causes = list(dict.fromkeys(c.cause for c in cs if c.failing and c.cause))
                 if causes:
                     what += f" ({', '.join(causes)})"

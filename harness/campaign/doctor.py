@@ -11,6 +11,7 @@ xfsprogs, TCG without KVM).  Nothing is built or installed by looking, except th
 
 ``setup()`` installs the missing Debian packages (linux/packages.py: the one list, which
 ci/setup.sh uses too), builds the guest image, and probes KVM once."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -36,10 +37,10 @@ FS_PACKAGE = {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs"}
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    status: str      # ok | missing | warn
+    status: str  # ok | missing | warn
     what: str
     detail: str
-    fix: str = ""    # the command that fixes it (empty when there is nothing to fix)
+    fix: str = ""  # the command that fixes it (empty when there is nothing to fix)
 
     def line(self) -> str:
         text = f"{self.status:<8} {self.what}: {self.detail}"
@@ -55,23 +56,33 @@ def ready(found: list[Check]) -> bool:
 
 
 def _which(tool: str) -> str | None:
-    return shutil.which(tool) or next((p for p in (f"/usr/sbin/{tool}", f"/sbin/{tool}") if os.access(p, os.X_OK)),
-                                      None)
+    return shutil.which(tool) or next(
+        (p for p in (f"/usr/sbin/{tool}", f"/sbin/{tool}") if os.access(p, os.X_OK)), None
+    )
 
 
 def check_root() -> Check:
     if os.geteuid() == 0:
         return Check(OK, "root", "running as root (host mode, loop devices, powercut setup)")
-    return Check(WARN, "root", "not root: host mode (--check-in host) and powercut setup need root, and a VM reads "
-                               "the host's files with this user's rights (crash tests are run as root)",
-                 "sudo powercut doctor")
+    return Check(
+        WARN,
+        "root",
+        "not root: host mode (--check-in host) and powercut setup need root, and a VM reads "
+        "the host's files with this user's rights (crash tests are run as root)",
+        "sudo powercut doctor",
+    )
 
 
 def check_qemu() -> Check:
     qemu = _which(QEMU)
     if qemu:
         return Check(OK, "QEMU", qemu)
-    return Check(MISSING, "QEMU", f"{QEMU} not found (Debian package qemu-system-x86): no VM can start", SETUP)
+    return Check(
+        MISSING,
+        "QEMU",
+        f"{QEMU} not found (Debian package qemu-system-x86): no VM can start",
+        SETUP,
+    )
 
 
 def check_filesystems() -> list[Check]:
@@ -82,12 +93,25 @@ def check_filesystems() -> list[Check]:
         lacking = [t for t in tools if not _which(t)]
         what = f"{name} tools"
         if not lacking:
-            static = f" (and {fs.fsck_static}: a faster fsck)" if fs.fsck_static and _which(fs.fsck_static) else ""
+            static = (
+                f" (and {fs.fsck_static}: a faster fsck)"
+                if fs.fsck_static and _which(fs.fsck_static)
+                else ""
+            )
             out.append(Check(OK, what, " and ".join(tools) + static))
         else:
-            status = MISSING if name == filesystems.DEFAULT_FS else WARN   # without its tools no crash test runs
-            out.append(Check(status, what, f"{', '.join(lacking)} not found (Debian package {FS_PACKAGE.get(name, '?')}):"
-                                           f" no crash test on {name}", SETUP))
+            status = (
+                MISSING if name == filesystems.DEFAULT_FS else WARN
+            )  # without its tools no crash test runs
+            out.append(
+                Check(
+                    status,
+                    what,
+                    f"{', '.join(lacking)} not found (Debian package {FS_PACKAGE.get(name, '?')}):"
+                    f" no crash test on {name}",
+                    SETUP,
+                )
+            )
     return out
 
 
@@ -95,15 +119,31 @@ def check_tools() -> list[Check]:
     """The tools a crash test runs better with, or a part of powercut needs."""
     out = []
     cc = _which("cc")
-    out.append(Check(OK, "C compiler", f"{cc} (the C powercut-mark)") if cc else
-               Check(WARN, "C compiler", "no cc: workloads mark with the Python powercut-mark, ~1000x slower a mark "
-                                         "in a TCG guest", SETUP))
+    out.append(
+        Check(OK, "C compiler", f"{cc} (the C powercut-mark)")
+        if cc
+        else Check(
+            WARN,
+            "C compiler",
+            "no cc: workloads mark with the Python powercut-mark, ~1000x slower a mark "
+            "in a TCG guest",
+            SETUP,
+        )
+    )
     strace = _which("strace")
-    out.append(Check(OK, "strace", strace) if strace else
-               Check(WARN, "strace", "not found: no syscall traces of the workload in the guest", SETUP))
+    out.append(
+        Check(OK, "strace", strace)
+        if strace
+        else Check(
+            WARN, "strace", "not found: no syscall traces of the workload in the guest", SETUP
+        )
+    )
     fio = _which("fio")
-    out.append(Check(OK, "fio", f"{fio} (powercut bench)") if fio else
-               Check(WARN, "fio", "not found: powercut bench cannot time fio profiles", SETUP))
+    out.append(
+        Check(OK, "fio", f"{fio} (powercut bench)")
+        if fio
+        else Check(WARN, "fio", "not found: powercut bench cannot time fio profiles", SETUP)
+    )
     return out
 
 
@@ -114,39 +154,90 @@ def check_image() -> tuple[list[Check], Image | None]:
     except PowercutError as e:
         return [Check(MISSING, "guest image", f"cannot tell: {e.one_line()}", SETUP)], None
     if image is None:
-        return [Check(MISSING, "guest image", "not built (a Debian kernel and an initramfs, cached; a few minutes "
-                                              "the first time)", "powercut image build"),
-                Check(MISSING, "dm-log-writes", "unknown until the guest image is built", "powercut image build")], None
-    found = [Check(OK, "guest image", f"{image.hash}: {image.source}, kernel {image.kernel_release}, "
-                                      f"{len(image.modules)} modules ({image.dir})")]
+        return [
+            Check(
+                MISSING,
+                "guest image",
+                "not built (a Debian kernel and an initramfs, cached; a few minutes "
+                "the first time)",
+                "powercut image build",
+            ),
+            Check(
+                MISSING,
+                "dm-log-writes",
+                "unknown until the guest image is built",
+                "powercut image build",
+            ),
+        ], None
+    found = [
+        Check(
+            OK,
+            "guest image",
+            f"{image.hash}: {image.source}, kernel {image.kernel_release}, "
+            f"{len(image.modules)} modules ({image.dir})",
+        )
+    ]
     # modules.txt requires dm-log-writes: an image is built only from a kernel that has it, as a
     # module (then in the image's list) or built in (then resolve_modules skipped it)
     where = "module" if LOG_WRITES in image.modules else "built into the kernel,"
-    found.append(Check(OK, "dm-log-writes", f"{where} {LOG_WRITES} in the guest kernel {image.kernel_release}"))
+    found.append(
+        Check(
+            OK, "dm-log-writes", f"{where} {LOG_WRITES} in the guest kernel {image.kernel_release}"
+        )
+    )
     return found, image
 
 
 def check_kvm(image: Image | None, probe: bool = True) -> list[Check]:
     """/dev/kvm, and whether a KVM guest boots (the accel probe VMs use, cached)."""
     if not os.path.exists("/dev/kvm"):
-        return [Check(WARN, "KVM", "no /dev/kvm: VMs run under TCG (software emulation, several times slower)",
-                      "modprobe kvm_intel (or kvm_amd); on a VM, enable nested virtualization")]
+        return [
+            Check(
+                WARN,
+                "KVM",
+                "no /dev/kvm: VMs run under TCG (software emulation, several times slower)",
+                "modprobe kvm_intel (or kvm_amd); on a VM, enable nested virtualization",
+            )
+        ]
     if not accel.kvm_usable_device():
-        return [Check(WARN, "KVM", "/dev/kvm is not accessible to this user: VMs run under TCG", "sudo powercut doctor")]
+        return [
+            Check(
+                WARN,
+                "KVM",
+                "/dev/kvm is not accessible to this user: VMs run under TCG",
+                "sudo powercut doctor",
+            )
+        ]
     qemu = _which(QEMU)
     if image is None or qemu is None or not probe:
-        return [Check(WARN, "KVM", "/dev/kvm is there; whether a KVM guest boots is probed once the guest image is "
-                                   "built", SETUP)]
+        return [
+            Check(
+                WARN,
+                "KVM",
+                "/dev/kvm is there; whether a KVM guest boots is probed once the guest image is "
+                "built",
+                SETUP,
+            )
+        ]
     key = accel.local_key(qemu, image.kernel)
     try:
-        verdict = accel.cached_probe(key, lambda: accel.probe_kvm(qemu, image.kernel, image.initrd), where="local")
+        verdict = accel.cached_probe(
+            key, lambda: accel.probe_kvm(qemu, image.kernel, image.initrd), where="local"
+        )
     except (PowercutError, OSError) as e:
         return [Check(WARN, "KVM", f"the KVM probe failed ({e}): VMs run under TCG")]
     reason = accel.cached_verdicts().get(key, {}).get("reason", "")
     if verdict == "kvm":
         return [Check(OK, "KVM", f"works: {reason}" if reason else "works")]
-    return [Check(WARN, "KVM", f"/dev/kvm is there but a KVM guest does not boot ({reason}): VMs run under TCG, "
-                               "several times slower", "dmesg | grep -i kvm (on a VM: enable nested virtualization)")]
+    return [
+        Check(
+            WARN,
+            "KVM",
+            f"/dev/kvm is there but a KVM guest does not boot ({reason}): VMs run under TCG, "
+            "several times slower",
+            "dmesg | grep -i kvm (on a VM: enable nested virtualization)",
+        )
+    ]
 
 
 def check_templates() -> Check:
@@ -158,34 +249,71 @@ def check_templates() -> Check:
     saved = sorted(p.parent.name for p in tdir.glob("*/state")) if tdir.is_dir() else []
     probe = root if root.exists() else root.parent
     if probe.exists() and not os.access(probe, os.W_OK):
-        return Check(MISSING, "template cache", f"{root} is not writable: no image, template or KVM verdict can be "
-                                                "cached", f"export {environ.CACHE}=/a/writable/dir")
+        return Check(
+            MISSING,
+            "template cache",
+            f"{root} is not writable: no image, template or KVM verdict can be cached",
+            f"export {environ.CACHE}=/a/writable/dir",
+        )
     if saved:
-        return Check(OK, "template cache", f"{len(saved)} checker-VM template{'s' * (len(saved) != 1)} in {tdir}")
-    return Check(OK, "template cache", f"none yet in {tdir}: the first checker VM saves one (seconds, once per "
-                                       "VM shape)")
+        return Check(
+            OK,
+            "template cache",
+            f"{len(saved)} checker-VM template{'s' * (len(saved) != 1)} in {tdir}",
+        )
+    return Check(
+        OK,
+        "template cache",
+        f"none yet in {tdir}: the first checker VM saves one (seconds, once per VM shape)",
+    )
 
 
 def check_pytest_plugin() -> Check:
     if importlib.util.find_spec("pytest") is None:
-        return Check(WARN, "pytest plugin", "pytest is not installed for this Python: no crash tests in pytest",
-                     f"{sys.executable} -m pip install pytest")
-    eps = [e for e in importlib.metadata.entry_points(group="pytest11") if e.value == "powercut.pytest_plugin"]
+        return Check(
+            WARN,
+            "pytest plugin",
+            "pytest is not installed for this Python: no crash tests in pytest",
+            f"{sys.executable} -m pip install pytest",
+        )
+    eps = [
+        e
+        for e in importlib.metadata.entry_points(group="pytest11")
+        if e.value == "powercut.pytest_plugin"
+    ]
     if not eps:
-        return Check(WARN, "pytest plugin", "powercut's pytest11 entry point is not registered (powercut is not "
-                                            "installed, only importable)", f"{sys.executable} -m pip install powercut")
+        return Check(
+            WARN,
+            "pytest plugin",
+            "powercut's pytest11 entry point is not registered (powercut is not "
+            "installed, only importable)",
+            f"{sys.executable} -m pip install powercut",
+        )
     return Check(OK, "pytest plugin", f"registered ({eps[0].name} = {eps[0].value})")
 
 
 def checks(probe_kvm: bool = True) -> list[Check]:
     """Every check, in the order doctor prints them."""
     image_checks, image = check_image()
-    return [check_root(), check_qemu(), *image_checks, *check_kvm(image, probe_kvm), *check_filesystems(),
-            *check_tools(), check_templates(), check_pytest_plugin()]
+    return [
+        check_root(),
+        check_qemu(),
+        *image_checks,
+        *check_kvm(image, probe_kvm),
+        *check_filesystems(),
+        *check_tools(),
+        check_templates(),
+        check_pytest_plugin(),
+    ]
 
 
-def setup(*, dev: bool = False, image: bool = True, dry_run: bool = False,
-          say: Callable[[str], None] = print) -> None:
+def setup(
+    *,
+    dev: bool = False,
+    image: bool = True,
+    dry_run: bool = False,
+    say: Callable[[str], None] = print,
+) -> None:
     """Install the missing Debian packages, then (``image``) build the guest image and probe KVM."""
     wanted = packages.names(packages.GROUPS if dev else packages.DEFAULT_GROUPS)
     try:
@@ -193,7 +321,10 @@ def setup(*, dev: bool = False, image: bool = True, dry_run: bool = False,
     except packages.InstallError as e:
         raise EnvironmentNotReady(str(e)) from None
     verb = "would install" if dry_run else "installed"
-    say(f"Debian packages: {len(wanted)} wanted, " + (f"{verb} {' '.join(done)}" if done else "all installed"))
+    say(
+        f"Debian packages: {len(wanted)} wanted, "
+        + (f"{verb} {' '.join(done)}" if done else "all installed")
+    )
     if not image:
         return
     if dry_run:
@@ -202,10 +333,15 @@ def setup(*, dev: bool = False, image: bool = True, dry_run: bool = False,
         except PowercutError as e:
             found = None
             say(f"guest image: cannot tell yet ({e.one_line()})")
-        say(f"guest image: {found.hash}, built already" if found else "guest image: would build it (powercut image "
-                                                                       "build)")
+        say(
+            f"guest image: {found.hash}, built already"
+            if found
+            else "guest image: would build it (powercut image build)"
+        )
         return
     built = build_image(ImageSpec())
-    say(f"guest image: {built.hash}: {built.source}, kernel {built.kernel_release}, {len(built.modules)} modules")
+    say(
+        f"guest image: {built.hash}: {built.source}, kernel {built.kernel_release}, {len(built.modules)} modules"
+    )
     for c in check_kvm(built):
         say(f"{c.what}: {c.detail}")

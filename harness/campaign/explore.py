@@ -11,6 +11,7 @@ disk is another schedule than on a fast one).  ``budget`` caps the held recordin
 schedule; the files left out are said, as a coverage note is.  Each schedule is an ordinary recording directory
 (its manifest names the held file), so a finding's repro bundle replays the recording that
 exposed it.  Layout: ``OUT/<schedule>/`` per recording, ``OUT/explore.json`` and ``.md``."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,7 +25,12 @@ from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Outcome, Schedule, run_one
 from powercut.core.recording.races import SyncedFile, commit_seconds, glob_for, synced_files
 from powercut.core.recording.syncdelay import EXPLORE_BUDGET as DEFAULT_BUDGET
-from powercut.core.recording.syncdelay import EXPLORE_CEILING, EXPLORE_COMMITS, EXPLORE_FLOOR, SyncDelay
+from powercut.core.recording.syncdelay import (
+    EXPLORE_CEILING,
+    EXPLORE_COMMITS,
+    EXPLORE_FLOOR,
+    SyncDelay,
+)
 from powercut.core.recording.syncdelay import EXPLORE_DELAY as DEFAULT_DELAY
 from powercut.debug.cause import ROOT, load_trace
 from powercut.errors import UsageError
@@ -39,11 +45,11 @@ class Leg:
 
     base: Outcome
     budget: int
-    delay: SyncDelay        # how long its schedules hold a file's syncs (auto: from its commits)
+    delay: SyncDelay  # how long its schedules hold a file's syncs (auto: from its commits)
     files: list[SyncedFile] = field(default_factory=list)
     commit_s: float = 0.0
     outcomes: list[Outcome] = field(default_factory=list)
-    note: str = ""           # why nothing was explored from it ("" when its files were)
+    note: str = ""  # why nothing was explored from it ("" when its files were)
 
     @property
     def runs(self) -> list[Outcome]:
@@ -51,38 +57,54 @@ class Leg:
 
     @property
     def explored(self) -> list[str]:
-        return [f.path for f in self.files[:self.budget]]
+        return [f.path for f in self.files[: self.budget]]
 
     @property
     def left_out(self) -> list[str]:
-        return [f.path for f in self.files[self.budget:]]
+        return [f.path for f in self.files[self.budget :]]
 
     def coverage(self, auto: bool = False) -> str:
         if self.note:
             return self.note
         if not self.files:
             return "no file was synced inside the commits: no schedule to explore"
-        ratio = f" ({self.delay.seconds / self.commit_s:.2g}x a commit's median {self.commit_s * 1e3:.1f} ms" \
-            f"{'; --explore-delay auto' if auto else ''})" if self.commit_s > 0 else ""
-        out = (f"explored {len(self.explored)} of {len(self.files)} files synced inside the commits, each one's "
-               f"syncs held {self.delay.seconds * 1e3:g} ms{ratio}")
-        return out + (f"; not explored (--budget {self.budget}): {', '.join(self.left_out)}" if self.left_out else "")
+        ratio = (
+            f" ({self.delay.seconds / self.commit_s:.2g}x a commit's median {self.commit_s * 1e3:.1f} ms"
+            f"{'; --explore-delay auto' if auto else ''})"
+            if self.commit_s > 0
+            else ""
+        )
+        out = (
+            f"explored {len(self.explored)} of {len(self.files)} files synced inside the commits, each one's "
+            f"syncs held {self.delay.seconds * 1e3:g} ms{ratio}"
+        )
+        return out + (
+            f"; not explored (--budget {self.budget}): {', '.join(self.left_out)}"
+            if self.left_out
+            else ""
+        )
 
     def to_json(self, auto: bool = False) -> dict[str, Any]:
-        return {"setting": self.base.schedule.setting, "commit_median_s": round(self.commit_s, 6),
-                "delay": self.delay.when, "coverage": self.coverage(auto), "files": [f.to_json() for f in self.files],
-                "explored": self.explored, "left_out": self.left_out,
-                "schedules": [o.to_json() for o in self.runs]}
+        return {
+            "setting": self.base.schedule.setting,
+            "commit_median_s": round(self.commit_s, 6),
+            "delay": self.delay.when,
+            "coverage": self.coverage(auto),
+            "files": [f.to_json() for f in self.files],
+            "explored": self.explored,
+            "left_out": self.left_out,
+            "schedules": [o.to_json() for o in self.runs],
+        }
 
 
 @dataclass(slots=True)
 class Exploration:
     """Every starting schedule's leg (one per --disk-latency setting, in the order given)."""
 
-    delay: SyncDelay | None   # the hold asked for (None: auto, each leg's from its commits)
+    delay: SyncDelay | None  # the hold asked for (None: auto, each leg's from its commits)
     budget: int
     legs: list[Leg] = field(default_factory=list)
-    planned: int = 1         # starting schedules asked for (a leg not begun yet is not explored)
+    planned: int = 1  # starting schedules asked for (a leg not begun yet is not explored)
 
     @property
     def runs(self) -> list[Outcome]:
@@ -111,18 +133,29 @@ class Exploration:
     def coverage(self) -> str:
         if len(self.legs) == 1 and self.planned == 1:
             return self.legs[0].coverage(self.delay is None)
-        out = "; ".join(f"{leg.base.schedule.setting}: {leg.coverage(self.delay is None)}" for leg in self.legs)
-        return out + (f"; {self.planned - len(self.legs)} starting schedule(s) not run" if not self.legs or
-                      len(self.legs) < self.planned else "")
+        out = "; ".join(
+            f"{leg.base.schedule.setting}: {leg.coverage(self.delay is None)}" for leg in self.legs
+        )
+        return out + (
+            f"; {self.planned - len(self.legs)} starting schedule(s) not run"
+            if not self.legs or len(self.legs) < self.planned
+            else ""
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "complete": self.complete, "delay": self.delay.when if self.delay else "auto",
-                "budget": self.budget,
-                "commit_median_s": round(self.legs[0].commit_s, 6) if self.legs else 0.0,
-                "coverage": self.coverage(),
-                "files": [f.to_json() for f in self.legs[0].files] if self.legs else [],
-                "explored": self.explored, "left_out": self.left_out,
-                "schedules": [o.to_json() for o in self.runs], "legs": [leg.to_json(self.delay is None) for leg in self.legs]}
+        return {
+            "ok": self.ok,
+            "complete": self.complete,
+            "delay": self.delay.when if self.delay else "auto",
+            "budget": self.budget,
+            "commit_median_s": round(self.legs[0].commit_s, 6) if self.legs else 0.0,
+            "coverage": self.coverage(),
+            "files": [f.to_json() for f in self.legs[0].files] if self.legs else [],
+            "explored": self.explored,
+            "left_out": self.left_out,
+            "schedules": [o.to_json() for o in self.runs],
+            "legs": [leg.to_json(self.delay is None) for leg in self.legs],
+        }
 
 
 def delay_of(text: str) -> SyncDelay | None:
@@ -132,21 +165,34 @@ def delay_of(text: str) -> SyncDelay | None:
     try:
         return SyncDelay.parse(f"x={text}")
     except UsageError as e:
-        raise UsageError(str(e).replace("--delay-sync x=", "--explore-delay ") + ", or auto") from None
+        raise UsageError(
+            str(e).replace("--delay-sync x=", "--explore-delay ") + ", or auto"
+        ) from None
 
 
 def auto_delay(commit_s: float) -> SyncDelay:
     """--explore-delay auto: long against one commit -- EXPLORE_COMMITS times the base recording's
     median commit, rounded up to 10 ms, at least EXPLORE_FLOOR and at most EXPLORE_CEILING."""
-    floor, ceiling = SyncDelay.parse(f"x={EXPLORE_FLOOR}").ns, SyncDelay.parse(f"x={EXPLORE_CEILING}").ns
+    floor, ceiling = (
+        SyncDelay.parse(f"x={EXPLORE_FLOOR}").ns,
+        SyncDelay.parse(f"x={EXPLORE_CEILING}").ns,
+    )
     step = 10_000_000
     want = -(-int(commit_s * EXPLORE_COMMITS * 1e9) // step) * step
     return SyncDelay("x", min(max(want, floor), ceiling))
 
 
-def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, out: Path, *,
-            delay: str = DEFAULT_DELAY, budget: int = DEFAULT_BUDGET,
-            on_done: Callable[[Outcome], None] | None = None, nodes: int = 1) -> Exploration:
+def explore(
+    bases: Sequence[Schedule],
+    rspec: RecordSpec,
+    cspec: CampaignSpec,
+    out: Path,
+    *,
+    delay: str = DEFAULT_DELAY,
+    budget: int = DEFAULT_BUDGET,
+    on_done: Callable[[Outcome], None] | None = None,
+    nodes: int = 1,
+) -> Exploration:
     """Each starting schedule (a --disk-latency setting, with its own disk latency), then one per
     file its trace synced before an ack with only that file's syncs held on top of it (at most
     ``budget`` per starting schedule); every recording on ``nodes`` disks (a cluster's files are
@@ -154,7 +200,9 @@ def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, o
     if budget < 0:
         raise UsageError(f"--budget must be 0 or more, not {budget}")
     if not rspec.workload.trace:
-        raise UsageError("--explore-races reads the files to hold from the syscall trace: drop --no-trace")
+        raise UsageError(
+            "--explore-races reads the files to hold from the syscall trace: drop --no-trace"
+        )
     if not bases:
         raise UsageError("--explore-races needs a schedule to start from")
     ex = Exploration(delay_of(delay), budget, planned=len(bases))
@@ -162,7 +210,7 @@ def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, o
     for base in bases:
         leg = _leg(ex, base, rspec, cspec, out, on_done, nodes)
         for f in leg.files[:budget]:
-            rule = f"{glob_for(ROOT if f.path == '.' else f.path)}={leg.delay.when}"   # . : the mount itself
+            rule = f"{glob_for(ROOT if f.path == '.' else f.path)}={leg.delay.when}"  # . : the mount itself
             o = run_one(dataclasses.replace(base, delay_sync=(rule,)), rspec, cspec, out, nodes)
             leg.outcomes.append(o)
             write(out, ex)
@@ -171,8 +219,15 @@ def explore(bases: Sequence[Schedule], rspec: RecordSpec, cspec: CampaignSpec, o
     return ex
 
 
-def _leg(ex: Exploration, base: Schedule, rspec: RecordSpec, cspec: CampaignSpec, out: Path,
-         on_done: Callable[[Outcome], None] | None, nodes: int) -> Leg:
+def _leg(
+    ex: Exploration,
+    base: Schedule,
+    rspec: RecordSpec,
+    cspec: CampaignSpec,
+    out: Path,
+    on_done: Callable[[Outcome], None] | None,
+    nodes: int,
+) -> Leg:
     """The starting schedule run and judged, and the files its trace synced before an ack."""
     leg = Leg(run_one(base, rspec, cspec, out, nodes), ex.budget, ex.delay or auto_delay(0.0))
     ex.legs.append(leg)
@@ -204,7 +259,9 @@ def table(ex: Exploration) -> tuple[list[tuple[str, ...]], list[str]]:
         if not verdicts and o.error:
             notes.append(f"({len(notes) + 1}) {o.schedule.setting}: {o.error}")
             verdicts = f"{o.verdict} ({len(notes)})"
-        rows.append((o.schedule.setting, str(o.total), verdicts or "-", o.first or "-", o.cause or "-"))
+        rows.append(
+            (o.schedule.setting, str(o.total), verdicts or "-", o.first or "-", o.cause or "-")
+        )
     return rows, notes
 
 

@@ -13,6 +13,7 @@ bundles), ``report.html``, ``summary.md`` (the job summary: verdict, tests, fail
 their repro commands, artifacts) and ``summary.json``.  Exit status, of both: 0 every test passed,
 3 a test failed, 1 an error (a missing shard, a pytest that did not finish, TCG where KVM was asked
 for), 2 a bad argument."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,7 @@ from powercut.core.states.shard import Shard
 from powercut.errors import UsageError
 
 SHARD_JSON = "shard.json"
-BIG = ("log.bin", "data-final.img")   # a recording's disk and log: large, and no repro needs them
+BIG = ("log.bin", "data-final.img")  # a recording's disk and log: large, and no repro needs them
 
 
 def annotate(level: str, text: str) -> None:
@@ -43,6 +44,7 @@ def annotate(level: str, text: str) -> None:
 
 
 # ---------------------------------------------------------------- one shard
+
 
 def recording_accels(tests_dir: Path) -> dict[str, str]:
     """{test slug: the acceleration its recording VM ran under} for every crash test in ``tests_dir``."""
@@ -66,11 +68,17 @@ def shard_status(pytest_status: int) -> tuple[int, str]:
         return 0, "no test in this shard"
     if pytest_status == 1:
         return 3, "a test failed"
-    words = {2: "interrupted", 3: "an internal error", 4: "a usage error (pytest refused its arguments)"}
+    words = {
+        2: "interrupted",
+        3: "an internal error",
+        4: "a usage error (pytest refused its arguments)",
+    }
     return 1, f"pytest ended with {words.get(pytest_status, f'exit status {pytest_status}')}"
 
 
-def finish_shard(out: Path, shard: Shard, accel: str, pytest_status: int, *, prune: bool = True) -> dict[str, Any]:
+def finish_shard(
+    out: Path, shard: Shard, accel: str, pytest_status: int, *, prune: bool = True
+) -> dict[str, Any]:
     """Write ``out/shard.json`` for a finished pytest shard; drop the recordings' disk and log files
     (``prune``)."""
     if accel not in ("auto", "kvm", "tcg"):
@@ -86,9 +94,11 @@ def finish_shard(out: Path, shard: Shard, accel: str, pytest_status: int, *, pru
         status = 1
     tcg = sorted(t for t, a in accels.items() if a != "kvm")
     if accel == "kvm" and tcg:
-        problems.append(f"shard {shard}: KVM was asked for, but {len(tcg)} of {len(accels)} crash test(s) ran their "
-                        f"VM under {'/'.join(sorted({accels[t] for t in tcg}))} ({', '.join(tcg[:3])}"
-                        f"{', ...' if len(tcg) > 3 else ''}): the runner has no working /dev/kvm")
+        problems.append(
+            f"shard {shard}: KVM was asked for, but {len(tcg)} of {len(accels)} crash test(s) ran their "
+            f"VM under {'/'.join(sorted({accels[t] for t in tcg}))} ({', '.join(tcg[:3])}"
+            f"{', ...' if len(tcg) > 3 else ''}): the runner has no working /dev/kvm"
+        )
         status = 1
     if status == 1 and not problems:
         problems.append(f"shard {shard}: {meaning}")
@@ -96,13 +106,22 @@ def finish_shard(out: Path, shard: Shard, accel: str, pytest_status: int, *, pru
         for name in BIG:
             for f in tests_dir.glob(f"*/recording/{name}"):
                 f.unlink()
-    doc = {"shard": str(shard), "pytest_status": pytest_status, "status": status, "meaning": meaning,
-           "accel_asked": accel, "accels": accels, "problems": problems, "tests_dir": str(tests_dir.absolute())}
+    doc = {
+        "shard": str(shard),
+        "pytest_status": pytest_status,
+        "status": status,
+        "meaning": meaning,
+        "accel_asked": accel,
+        "accels": accels,
+        "problems": problems,
+        "tests_dir": str(tests_dir.absolute()),
+    }
     (out / SHARD_JSON).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 
 
 # ---------------------------------------------------------------- the merge
+
 
 def _load_shard(path: Path) -> dict[str, Any]:
     if not (path / SHARD_JSON).is_file():
@@ -122,7 +141,7 @@ def _nodeid(case: ET.Element) -> str:
     """pytest's node id back from a JUnit case (classname a.b.test_x, name test_y -> a/b/test_x.py::test_y)."""
     cls, name = case.get("classname", ""), case.get("name", "")
     parts = cls.split(".")
-    for k in range(len(parts), 0, -1):   # the module is the longest prefix; the rest are classes
+    for k in range(len(parts), 0, -1):  # the module is the longest prefix; the rest are classes
         if parts[k - 1].startswith("test") or k == 1:
             return "::".join(["/".join(parts[:k]) + ".py", *parts[k:], name])
     return f"{cls}::{name}"
@@ -155,11 +174,18 @@ def _cases(doc: dict[str, Any], into: ET.Element) -> list[Case]:
             bad = el.find(tag)
             if bad is not None:
                 result = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
-                message = (bad.get("message") or bad.text or "").strip().splitlines()[0] if (
-                    bad.get("message") or bad.text) else tag
+                message = (
+                    (bad.get("message") or bad.text or "").strip().splitlines()[0]
+                    if (bad.get("message") or bad.text)
+                    else tag
+                )
                 break
         artifacts = props.get("powercut_artifacts", "")
-        slug = artifacts.removeprefix(TESTS + "/").split("/")[0] if artifacts.startswith(TESTS + "/") else ""
+        slug = (
+            artifacts.removeprefix(TESTS + "/").split("/")[0]
+            if artifacts.startswith(TESTS + "/")
+            else ""
+        )
         out.append(Case(_nodeid(el), str(doc["_shard"]), result, message, props, slug))
         into.append(el)
     return out
@@ -175,12 +201,19 @@ def _groups(check: Path) -> list[dict[str, Any]]:
     for g in summary.get("groups", []):
         bundle = str(g.get("bundle") or "")
         m = re.search(r"/check/bundles/([^/]+)$", bundle)
-        out.append({"verdict": g.get("verdict", "?"), "count": g.get("count", 0),
-                    "cause": str(g.get("cause") or g.get("reason_class") or "").removeprefix(
-                        f"{g.get('verdict')}: "),
-                    "first": g.get("first", ""), "minimized": g.get("minimized", ""),
-                    "blame": [str(c) for c in g.get("culprits", [])[:2]],
-                    "bundle": f"{TESTS}/{check.parent.name}/check/bundles/{m.group(1)}" if m else ""})
+        out.append(
+            {
+                "verdict": g.get("verdict", "?"),
+                "count": g.get("count", 0),
+                "cause": str(g.get("cause") or g.get("reason_class") or "").removeprefix(
+                    f"{g.get('verdict')}: "
+                ),
+                "first": g.get("first", ""),
+                "minimized": g.get("minimized", ""),
+                "blame": [str(c) for c in g.get("culprits", [])[:2]],
+                "bundle": f"{TESTS}/{check.parent.name}/check/bundles/{m.group(1)}" if m else "",
+            }
+        )
     return out
 
 
@@ -197,10 +230,14 @@ def merge(paths: list[str | Path], out: str | Path, *, artifact_prefix: str = "p
     seen: dict[int, Path] = {}
     for d in docs:
         if d["_shard"].total != total:
-            raise UsageError(f"{docs[0]['_dir']} is shard {docs[0]['_shard']}, {d['_dir']} is shard {d['_shard']}: "
-                             "different shard counts cannot be merged")
+            raise UsageError(
+                f"{docs[0]['_dir']} is shard {docs[0]['_shard']}, {d['_dir']} is shard {d['_shard']}: "
+                "different shard counts cannot be merged"
+            )
         if d["_shard"].index in seen:
-            raise UsageError(f"{seen[d['_shard'].index]} and {d['_dir']} are both shard {d['_shard']}: give each once")
+            raise UsageError(
+                f"{seen[d['_shard'].index]} and {d['_dir']} are both shard {d['_shard']}: give each once"
+            )
         seen[d["_shard"].index] = d["_dir"]
     outdir = Path(out)
     if any(outdir.resolve() == d["_dir"].resolve() for d in docs):
@@ -211,7 +248,10 @@ def merge(paths: list[str | Path], out: str | Path, *, artifact_prefix: str = "p
         shutil.rmtree(outdir)
     (outdir / TESTS).mkdir(parents=True)
     missing = [f"{i}/{total}" for i in range(1, total + 1) if i not in seen]
-    problems = [f"shard {m}: missing (its job did not upload an output: see that job's log)" for m in missing]
+    problems = [
+        f"shard {m}: missing (its job did not upload an output: see that job's log)"
+        for m in missing
+    ]
     suite = ET.Element("testsuite", name="powercut crash tests")
     cases: list[Case] = []
     for d in docs:
@@ -221,13 +261,14 @@ def merge(paths: list[str | Path], out: str | Path, *, artifact_prefix: str = "p
         if src.is_dir():
             for t in sorted(src.iterdir()):
                 if t.is_dir() and not (outdir / TESTS / t.name).exists():
-                    shutil.copytree(t, outdir / TESTS / t.name,
-                                    ignore=_recording_files)
+                    shutil.copytree(t, outdir / TESTS / t.name, ignore=_recording_files)
     for c in cases:
         if c.slug:
             c.groups = _groups(outdir / TESTS / c.slug / "check")
-            try:   # the test's own node id (JUnit's classname only guesses at the file's path)
-                c.nodeid = str(json.loads((outdir / TESTS / c.slug / "crashtest.json").read_text())["test"])
+            try:  # the test's own node id (JUnit's classname only guesses at the file's path)
+                c.nodeid = str(
+                    json.loads((outdir / TESTS / c.slug / "crashtest.json").read_text())["test"]
+                )
             except (OSError, ValueError, KeyError):
                 pass
     _write_junit(suite, cases, outdir / "junit.xml")
@@ -238,8 +279,15 @@ def merge(paths: list[str | Path], out: str | Path, *, artifact_prefix: str = "p
         status = 3
     else:
         status = 0
-    merged = Merged(cases, [str(d["_shard"]) for d in docs], missing, problems, status, "",
-                    [f"{artifact_prefix}-shard-{d['_shard'].index}-of-{total}" for d in docs])
+    merged = Merged(
+        cases,
+        [str(d["_shard"]) for d in docs],
+        missing,
+        problems,
+        status,
+        "",
+        [f"{artifact_prefix}-shard-{d['_shard'].index}-of-{total}" for d in docs],
+    )
     merged.headline = _headline(merged, total)
     (outdir / "summary.json").write_text(json.dumps(merged.to_json(), indent=1) + "\n")
     (outdir / "summary.md").write_text(markdown(merged, artifact_prefix=artifact_prefix))
@@ -248,14 +296,24 @@ def merge(paths: list[str | Path], out: str | Path, *, artifact_prefix: str = "p
 
 
 def _write_junit(suite: ET.Element, cases: list[Case], path: Path) -> None:
-    counts = {"tests": len(cases), "failures": sum(c.result == "failed" for c in cases),
-              "errors": sum(c.result == "error" for c in cases), "skipped": sum(c.result == "skipped" for c in cases)}
+    counts = {
+        "tests": len(cases),
+        "failures": sum(c.result == "failed" for c in cases),
+        "errors": sum(c.result == "error" for c in cases),
+        "skipped": sum(c.result == "skipped" for c in cases),
+    }
     seconds = sum(float(el.get("time") or 0) for el in suite.iter("testcase"))
     for k, v in counts.items():
         suite.set(k, str(v))
     suite.set("time", f"{seconds:.3f}")
-    root = ET.Element("testsuites", {"name": "powercut crash tests", "time": f"{seconds:.3f}",
-                                     **{k: str(v) for k, v in counts.items()}})
+    root = ET.Element(
+        "testsuites",
+        {
+            "name": "powercut crash tests",
+            "time": f"{seconds:.3f}",
+            **{k: str(v) for k, v in counts.items()},
+        },
+    )
     root.append(suite)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
 
@@ -263,13 +321,20 @@ def _write_junit(suite: ET.Element, cases: list[Case], path: Path) -> None:
 def _headline(m: Merged, total: int) -> str:
     crash = [c for c in m.cases if c.crash]
     failed = [c for c in m.cases if c.result in ("failed", "error")]
-    parts = [f"{len(crash)} crash test{'s' * (len(crash) != 1)}"
-             + (f" and {len(m.cases) - len(crash)} other test{'s' * (len(m.cases) - len(crash) != 1)}"
-                if len(m.cases) > len(crash) else "")
-             + f" in {len(m.shards)} of {total} shard{'s' * (total != 1)}"]
+    parts = [
+        f"{len(crash)} crash test{'s' * (len(crash) != 1)}"
+        + (
+            f" and {len(m.cases) - len(crash)} other test{'s' * (len(m.cases) - len(crash) != 1)}"
+            if len(m.cases) > len(crash)
+            else ""
+        )
+        + f" in {len(m.shards)} of {total} shard{'s' * (total != 1)}"
+    ]
     if failed:
-        parts.append(f"{len(failed)} failed ({', '.join(c.nodeid for c in failed[:3])}"
-                     f"{', ...' if len(failed) > 3 else ''})")
+        parts.append(
+            f"{len(failed)} failed ({', '.join(c.nodeid for c in failed[:3])}"
+            f"{', ...' if len(failed) > 3 else ''})"
+        )
     else:
         passed = sum(c.result == "passed" for c in m.cases)
         skipped = sum(c.result == "skipped" for c in m.cases)
@@ -283,21 +348,36 @@ def _headline(m: Merged, total: int) -> str:
 
 # ---------------------------------------------------------------- command line
 
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m powercut.campaign.ghsummary",
-                                description="the powercut GitHub Action's shard and merge steps")
+    p = argparse.ArgumentParser(
+        prog="python -m powercut.campaign.ghsummary",
+        description="the powercut GitHub Action's shard and merge steps",
+    )
     sub = p.add_subparsers(dest="step", required=True)
-    s = sub.add_parser("shard", help="after one pytest shard: write OUT/shard.json, check the VMs' acceleration")
-    s.add_argument("out", help="the shard's output directory (pytest's --powercut-out is OUT/tests)")
+    s = sub.add_parser(
+        "shard", help="after one pytest shard: write OUT/shard.json, check the VMs' acceleration"
+    )
+    s.add_argument(
+        "out", help="the shard's output directory (pytest's --powercut-out is OUT/tests)"
+    )
     s.add_argument("--shard", required=True, metavar="I/N")
     s.add_argument("--accel", default="auto", help="what the action asked for: auto, kvm or tcg")
     s.add_argument("--pytest-status", type=int, required=True, metavar="RC")
-    s.add_argument("--keep-recordings", action="store_true", help="keep the recordings' disk and log files")
-    m = sub.add_parser("merge", help="merge the shards' outputs into one JUnit, report.html and job summary")
+    s.add_argument(
+        "--keep-recordings", action="store_true", help="keep the recordings' disk and log files"
+    )
+    m = sub.add_parser(
+        "merge", help="merge the shards' outputs into one JUnit, report.html and job summary"
+    )
     m.add_argument("shards", nargs="+", metavar="SHARD_OUT")
     m.add_argument("-o", "--out", required=True, metavar="DIR")
-    m.add_argument("--step-summary", default="", metavar="FILE", help="append summary.md to FILE "
-                   "($GITHUB_STEP_SUMMARY)")
+    m.add_argument(
+        "--step-summary",
+        default="",
+        metavar="FILE",
+        help="append summary.md to FILE ($GITHUB_STEP_SUMMARY)",
+    )
     m.add_argument("--artifact-prefix", default="powercut", metavar="NAME")
     return p
 
@@ -307,11 +387,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.step == "shard":
             shard = Shard.parse(args.shard)
-            doc = finish_shard(Path(args.out), shard, args.accel, args.pytest_status, prune=not args.keep_recordings)
+            doc = finish_shard(
+                Path(args.out),
+                shard,
+                args.accel,
+                args.pytest_status,
+                prune=not args.keep_recordings,
+            )
             for p in doc["problems"]:
                 annotate("error", p)
-            print(f"powercut: shard {doc['shard']}: {STATUS_WORDS[doc['status']]} ({doc['meaning']}; "
-                  f"VMs: {', '.join(sorted(set(doc['accels'].values()))) or 'none'})")
+            print(
+                f"powercut: shard {doc['shard']}: {STATUS_WORDS[doc['status']]} ({doc['meaning']}; "
+                f"VMs: {', '.join(sorted(set(doc['accels'].values()))) or 'none'})"
+            )
             return int(doc["status"])
         merged = merge(args.shards, args.out, artifact_prefix=args.artifact_prefix)
         if args.step_summary:

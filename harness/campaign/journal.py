@@ -2,6 +2,7 @@
 verdict, appended as each one comes in and made durable within ``SYNC_S`` -- and the settings it
 was made with (``campaign.json``): ``--resume`` with other settings would mix verdicts of two
 campaigns, so it is refused, naming what differs."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from powercut.linux.jsonlines import JsonLines, read_lines, repair
 log = logging.getLogger(__name__)
 
 SETTINGS = "campaign.json"
-SYNC_S = 0.5   # a verdict is on disk at most this long after it was written
+SYNC_S = 0.5  # a verdict is on disk at most this long after it was written
 
 
 def pinned_settings(outdir: Path) -> dict[str, Any]:
@@ -38,14 +39,18 @@ def pin_settings(outdir: Path, settings: dict[str, Any], resume: bool) -> None:
         try:
             before = json.loads(path.read_text())
         except (OSError, ValueError):
-            raise UsageError(f"{path} is unreadable: cannot tell which settings the journal was made with; "
-                             "check again without --resume into another --out") from None
+            raise UsageError(
+                f"{path} is unreadable: cannot tell which settings the journal was made with; "
+                "check again without --resume into another --out"
+            ) from None
         diff = [k for k in sorted(set(before) | set(settings)) if before.get(k) != settings.get(k)]
         if diff:
             k = diff[0]
-            raise UsageError(f"--resume with other settings would mix two campaigns' verdicts: {k} was "
-                             f"{before.get(k)!r}, now {settings.get(k)!r}" + (f" (and {len(diff) - 1} more)"
-                                                                              if len(diff) > 1 else ""))
+            raise UsageError(
+                f"--resume with other settings would mix two campaigns' verdicts: {k} was "
+                f"{before.get(k)!r}, now {settings.get(k)!r}"
+                + (f" (and {len(diff) - 1} more)" if len(diff) > 1 else "")
+            )
         return
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(settings, indent=1, sort_keys=True) + "\n")
@@ -67,7 +72,9 @@ class Journal:
         self.done: dict[str, Verdict] = {}
         if self.path.exists():
             if not resume:
-                raise UsageError(f"{self.path} exists: use --resume to continue that campaign, or another output")
+                raise UsageError(
+                    f"{self.path} exists: use --resume to continue that campaign, or another output"
+                )
             repair(self.path)
             for obj in read_lines(self.path)[0]:
                 try:
@@ -77,9 +84,9 @@ class Journal:
                     continue
                 self.done[v.state] = v
         self._out = JsonLines(self.path, durable=False)
-        self._sync_fd = os.dup(self._out.fd)   # the flusher's own: close() may close the writer's
-        self._fd_lock = threading.Lock()        # held while fsyncing or closing _sync_fd
-        self._lock = threading.Lock()           # guards _timer (never held across an fsync)
+        self._sync_fd = os.dup(self._out.fd)  # the flusher's own: close() may close the writer's
+        self._fd_lock = threading.Lock()  # held while fsyncing or closing _sync_fd
+        self._lock = threading.Lock()  # guards _timer (never held across an fsync)
         self._timer: threading.Timer | None = None
         self._closed = False
 
@@ -94,7 +101,7 @@ class Journal:
 
     def _sync(self) -> None:
         with self._lock:
-            self._timer = None   # a verdict written from now on schedules the next fsync
+            self._timer = None  # a verdict written from now on schedules the next fsync
         with self._fd_lock:
             if self._sync_fd >= 0:
                 self._fsync(self._sync_fd)

@@ -2,6 +2,7 @@
 system-call trace read once (debug/cause.load_trace), a cluster's split per node
 (core/cause/nodetrace.node_trace), judged by core/trace/latetrace.quiet.  Without a trace (``--no-trace``,
 strace missing, unreadable) nothing is cleared: every note stays."""
+
 from __future__ import annotations
 
 import logging
@@ -30,9 +31,15 @@ def cleared_by_trace(rec: Recording, logs: Sequence[LogIndex]) -> list[frozenset
         if trace is None or not lw:
             out.append(frozenset())
             continue
-        tr, root = (trace, ROOT) if len(logs) == 1 else (node_trace(trace, i, ROOT), node_root(ROOT, i))
+        tr, root = (
+            (trace, ROOT) if len(logs) == 1 else (node_trace(trace, i, ROOT), node_root(ROOT, i))
+        )
         got = quiet(lg.entries, lw, tr, root)
-        log.debug("disk %d: %d of %d late flushes cleared by the trace", i, len(got.cleared),
-                  len(got.cleared) + len(got.kept))
+        log.debug(
+            "disk %d: %d of %d late flushes cleared by the trace",
+            i,
+            len(got.cleared),
+            len(got.cleared) + len(got.kept),
+        )
         out.append(got.cleared)
     return out

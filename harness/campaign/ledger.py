@@ -11,6 +11,7 @@ One JSON file, small enough for a CI cache: per log (its sha256, so a new record
 the keys (core/states/imagekey.state_key, 16 hex digits) of the distinct states that passed, and how many
 runs added to it; at most ``MAX_LOGS`` logs (the most recently used).  Written atomically (a temp
 file, then rename): a run stopped midway loses only its own additions."""
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,17 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise UsageError(f"--ledger {path}: not a powercut ledger ({e}); give a new file or remove it") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("logs"), dict):
-        raise UsageError(f"--ledger {path}: not a powercut ledger (format {FORMAT}); give a new file or remove it")
+        raise UsageError(
+            f"--ledger {path}: not a powercut ledger ({e}); give a new file or remove it"
+        ) from None
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != FORMAT
+        or not isinstance(data.get("logs"), dict)
+    ):
+        raise UsageError(
+            f"--ledger {path}: not a powercut ledger (format {FORMAT}); give a new file or remove it"
+        )
     return data
 
 
@@ -52,7 +61,10 @@ def add(path: str | os.PathLike[str], log_sha256: str, keys: Iterable[str]) -> i
     logs: dict[str, Any] = data["logs"]
     entry = logs.pop(log_sha256, None) or {"passed": [], "runs": 0}
     passed = sorted(set(entry["passed"]) | set(keys))
-    logs[log_sha256] = {"passed": passed, "runs": int(entry.get("runs", 0)) + 1}   # last: most recently used
+    logs[log_sha256] = {
+        "passed": passed,
+        "runs": int(entry.get("runs", 0)) + 1,
+    }  # last: most recently used
     for old in list(logs)[:-MAX_LOGS]:
         del logs[old]
     tmp = p.with_name(p.name + ".tmp")

@@ -9,6 +9,7 @@ are refused with one line.  A missing shard does not fail the merge: the result 
 missing and is never a pass.  The failures are regrouped over all shards (debug.triage's grouping);
 a group keeps the minimization, blame and repro bundle of the shard that holds its first state, when
 that shard diagnosed it."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,20 @@ from powercut.report.summary import Summary, summarize, write_outputs
 
 log = logging.getLogger(__name__)
 
-DIAGNOSED = ("cause", "minimized", "culprits", "shrink_calls", "one_at_a_time", "minimized_confirmed",
-             "minimized_alone", "why", "node_shrink", "node_culprits", "shrink_exhausted", "blame_note")
+DIAGNOSED = (
+    "cause",
+    "minimized",
+    "culprits",
+    "shrink_calls",
+    "one_at_a_time",
+    "minimized_confirmed",
+    "minimized_alone",
+    "why",
+    "node_shrink",
+    "node_culprits",
+    "shrink_exhausted",
+    "blame_note",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,17 +72,21 @@ def load(path: str | Path) -> ShardOut:
         settings = json.loads((d / SETTINGS).read_text())
         summary = json.loads((d / "summary.json").read_text())
     except FileNotFoundError as e:
-        raise UsageError(f"{d}: no {Path(e.filename).name}: not a complete check output; check it again with "
-                         "--resume") from None
+        raise UsageError(
+            f"{d}: no {Path(e.filename).name}: not a complete check output; check it again with "
+            "--resume"
+        ) from None
     except ValueError as e:
         raise UsageError(f"{d}: unreadable campaign.json or summary.json ({e})") from None
     shard = Shard.parse(str(settings.get("shard", "1/1")))
     verdicts: dict[str, Verdict] = {}
-    for obj in read_lines(d / "journal.jsonl")[0]:   # the later line for a state wins, as on resume
+    for obj in read_lines(d / "journal.jsonl")[0]:  # the later line for a state wins, as on resume
         try:
             v = Verdict.from_json(obj)
         except (KeyError, TypeError, ValueError):
-            raise UsageError(f"{d}/journal.jsonl: an unreadable verdict line; the shard's output is damaged") from None
+            raise UsageError(
+                f"{d}/journal.jsonl: an unreadable verdict line; the shard's output is damaged"
+            ) from None
         verdicts[v.state] = v
     try:
         groups = json.loads((d / "diagnoses.json").read_text()).get("groups", [])
@@ -86,15 +103,25 @@ def _same_campaign(outs: list[ShardOut]) -> None:
         diff = [k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)]
         if diff:
             k = diff[0]
-            what = "recordings" if k in ("log_sha256", "logs_sha256") else f"settings ({k}: {want.get(k)!r} vs {have.get(k)!r})"
-            raise UsageError(f"{first.dir} and {o.dir} are shards of different {what}: they cannot be merged")
+            what = (
+                "recordings"
+                if k in ("log_sha256", "logs_sha256")
+                else f"settings ({k}: {want.get(k)!r} vs {have.get(k)!r})"
+            )
+            raise UsageError(
+                f"{first.dir} and {o.dir} are shards of different {what}: they cannot be merged"
+            )
         if o.shard.total != first.shard.total:
-            raise UsageError(f"{first.dir} is shard {first.shard}, {o.dir} is shard {o.shard}: different shard "
-                             "counts cannot be merged")
+            raise UsageError(
+                f"{first.dir} is shard {first.shard}, {o.dir} is shard {o.shard}: different shard "
+                "counts cannot be merged"
+            )
     seen: dict[int, Path] = {}
     for o in outs:
         if o.shard.index in seen:
-            raise UsageError(f"{seen[o.shard.index]} and {o.dir} are both shard {o.shard}: give each shard once")
+            raise UsageError(
+                f"{seen[o.shard.index]} and {o.dir} are both shard {o.shard}: give each shard once"
+            )
         seen[o.shard.index] = o.dir
 
 
@@ -113,11 +140,15 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
     for o in outs:
         for sid, v in o.verdicts.items():
             if sid in verdicts and verdicts[sid] != v:
-                raise UsageError(f"state {sid} was judged in {where[sid]} ({verdicts[sid].verdict}) and in {o.dir} "
-                                 f"({v.verdict}): not shards of one campaign")
+                raise UsageError(
+                    f"state {sid} was judged in {where[sid]} ({verdicts[sid].verdict}) and in {o.dir} "
+                    f"({v.verdict}): not shards of one campaign"
+                )
             verdicts[sid], where[sid] = v, o.dir
     total = outs[0].shard.total
-    missing = tuple(f"{i}/{total}" for i in range(1, total + 1) if i not in {o.shard.index for o in outs})
+    missing = tuple(
+        f"{i}/{total}" for i in range(1, total + 1) if i not in {o.shard.index for o in outs}
+    )
     statuses = [o.summary.get("status", "complete") for o in outs]
     status = next((s for s in statuses if s != "complete"), "partial" if missing else "complete")
     base = outs[0].summary
@@ -127,34 +158,68 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
     judged = list(verdicts.values())
     nodes = int(base.get("nodes", 1))
     groups = _groups(judged, outs, outdir, nodes)
-    selection = SimpleNamespace(counts=base.get("states", {}), states=range(sum(o.summary.get("planned", 0)
-                                                                               for o in outs)))
-    summary = summarize(judged, recording=base["recording"], fstype=base["fstype"], workload=base["workload"],
-                        check_in=base["check_in"], seconds=max(o.summary.get("seconds", 0.0) for o in outs),
-                        selection=selection, status=status,
-                        confirm_s=sum(o.summary.get("confirmation", {}).get("seconds", 0.0) for o in outs),
-                        rejudged=sum(o.summary.get("confirmation", {}).get("rejudged", 0) for o in outs),
-                        groups=groups, triage_s=sum(o.summary.get("triage_seconds", 0.0) for o in outs),
-                        acks=int(base.get("acks", -1)), allow_no_acks=bool(base.get("allow_no_acks", False)),
-                        missing_shards=missing,
-                        confirm_mode=str(base.get("confirmation", {}).get("mode", "all")),
-                        confirm_sample=int(base.get("confirmation", {}).get("sample", 0)),
-                        escalated=sum(int(o.summary.get("confirmation", {}).get("escalated_groups", 0)) for o in outs),
-                        coverage=_coverage(outs), require_exhaustive=requirement(base.get("require_exhaustive", "")),
-                        anatomy=base.get("anatomy") or {}, trace_note=str(base.get("trace_note", "")),
-                        disk_latency=str(base.get("disk_latency", "")), nodes=nodes,
-                        delay_sync=tuple(str(r) for r in base.get("delay_sync") or ()),
-                        disks=dict(base.get("disks") or {}))
+    selection = SimpleNamespace(
+        counts=base.get("states", {}), states=range(sum(o.summary.get("planned", 0) for o in outs))
+    )
+    summary = summarize(
+        judged,
+        recording=base["recording"],
+        fstype=base["fstype"],
+        workload=base["workload"],
+        check_in=base["check_in"],
+        seconds=max(o.summary.get("seconds", 0.0) for o in outs),
+        selection=selection,
+        status=status,
+        confirm_s=sum(o.summary.get("confirmation", {}).get("seconds", 0.0) for o in outs),
+        rejudged=sum(o.summary.get("confirmation", {}).get("rejudged", 0) for o in outs),
+        groups=groups,
+        triage_s=sum(o.summary.get("triage_seconds", 0.0) for o in outs),
+        acks=int(base.get("acks", -1)),
+        allow_no_acks=bool(base.get("allow_no_acks", False)),
+        missing_shards=missing,
+        confirm_mode=str(base.get("confirmation", {}).get("mode", "all")),
+        confirm_sample=int(base.get("confirmation", {}).get("sample", 0)),
+        escalated=sum(
+            int(o.summary.get("confirmation", {}).get("escalated_groups", 0)) for o in outs
+        ),
+        coverage=_coverage(outs),
+        require_exhaustive=requirement(base.get("require_exhaustive", "")),
+        anatomy=base.get("anatomy") or {},
+        trace_note=str(base.get("trace_note", "")),
+        disk_latency=str(base.get("disk_latency", "")),
+        nodes=nodes,
+        delay_sync=tuple(str(r) for r in base.get("delay_sync") or ()),
+        disks=dict(base.get("disks") or {}),
+    )
     with open(outdir / "journal.jsonl", "w") as f:
         for v in sorted(judged, key=lambda v: (v.model, v.cut, v.state)):
             f.write(json.dumps(v.to_json()) + "\n")
-    (outdir / SETTINGS).write_text(json.dumps({k: v for k, v in outs[0].settings.items() if k != "shard"},
-                                              indent=1, sort_keys=True) + "\n")
-    (outdir / "merge.json").write_text(json.dumps(
-        {"shards": [{"shard": str(o.shard), "dir": str(o.dir), "states": len(o.verdicts),
-                     "status": o.summary.get("status"), "seconds": o.summary.get("seconds")} for o in outs],
-         "missing": list(missing), "shard_seconds_sum": round(sum(o.summary.get("seconds", 0.0) for o in outs), 3)},
-        indent=1) + "\n")
+    (outdir / SETTINGS).write_text(
+        json.dumps(
+            {k: v for k, v in outs[0].settings.items() if k != "shard"}, indent=1, sort_keys=True
+        )
+        + "\n"
+    )
+    (outdir / "merge.json").write_text(
+        json.dumps(
+            {
+                "shards": [
+                    {
+                        "shard": str(o.shard),
+                        "dir": str(o.dir),
+                        "states": len(o.verdicts),
+                        "status": o.summary.get("status"),
+                        "seconds": o.summary.get("seconds"),
+                    }
+                    for o in outs
+                ],
+                "missing": list(missing),
+                "shard_seconds_sum": round(sum(o.summary.get("seconds", 0.0) for o in outs), 3),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     if groups:
         (outdir / "diagnoses.json").write_text(json.dumps({"groups": groups}, indent=1) + "\n")
     written = write_outputs(summary, judged, outdir)
@@ -170,7 +235,7 @@ def _html(summary: Summary, outdir: Path, judged: list[Verdict]) -> Path:
             with contextlib.ExitStack() as stack:
                 logs = [stack.enter_context(open_log(p, quiet=True)) for p in rec.node_logs]
                 return html.write(summary, outdir, judged, logs)
-        except (PowercutError, OSError) as e:   # the merge stands with the page of one disk's form
+        except (PowercutError, OSError) as e:  # the merge stands with the page of one disk's form
             log.warning("report.html of the merge without the cluster timeline: %s", e)
     return html.write(summary, outdir, judged)
 
@@ -182,14 +247,23 @@ def _coverage(outs: list[ShardOut]) -> Coverage | None:
     return coverage.merge([Coverage.from_json(p) for p in got]) if len(got) == len(parts) else None
 
 
-def _groups(judged: list[Verdict], outs: list[ShardOut], outdir: Path, nodes: int) -> list[dict[str, Any]]:
+def _groups(
+    judged: list[Verdict], outs: list[ShardOut], outdir: Path, nodes: int
+) -> list[dict[str, Any]]:
     """The failure groups over all shards; each keeps its first state's shard's diagnosis and bundle."""
     diagnosed = {g.get("first"): (o, g) for o in outs for g in o.groups}
     out = []
     for k, g in enumerate(triage.group([v for v in judged if v.finding]), 1):
-        doc = {**g.to_json(), **triage.group_extras(g, None, nodes)}   # with N > 1: what its states say of the nodes
-        doc["escalated"] = any(theirs.get("escalated") and (theirs.get("verdict"), theirs.get("reason_class")) ==
-                               (g.verdict, g.reason_class) for o in outs for theirs in o.groups)
+        doc = {
+            **g.to_json(),
+            **triage.group_extras(g, None, nodes),
+        }  # with N > 1: what its states say of the nodes
+        doc["escalated"] = any(
+            theirs.get("escalated")
+            and (theirs.get("verdict"), theirs.get("reason_class")) == (g.verdict, g.reason_class)
+            for o in outs
+            for theirs in o.groups
+        )
         found = diagnosed.get(doc["first"])
         if found:
             o, theirs = found
@@ -208,8 +282,9 @@ def is_matrix(paths: list[str | Path]) -> bool:
     return bool(paths) and all((Path(p) / "matrix.json").is_file() for p in paths)
 
 
-def merge_matrix(paths: list[str | Path], out: str | Path
-                 ) -> tuple[list[matrix.Row], list[matrix.Cell], dict[str, Path], tuple[str, ...]]:
+def merge_matrix(
+    paths: list[str | Path], out: str | Path
+) -> tuple[list[matrix.Row], list[matrix.Cell], dict[str, Path], tuple[str, ...]]:
     """The matrix shards (``matrix --shard i/n``) as one matrix: rows in the unsharded order."""
     docs = []
     for p in paths:
@@ -222,14 +297,20 @@ def merge_matrix(paths: list[str | Path], out: str | Path
     total = 0
     for d, doc in docs:
         if doc.get("chosen") != first.get("chosen") or doc.get("file") != first.get("file"):
-            raise UsageError(f"{first_dir} and {d} are shards of different matrix runs (other rows or matrix file): "
-                             "they cannot be merged")
+            raise UsageError(
+                f"{first_dir} and {d} are shards of different matrix runs (other rows or matrix file): "
+                "they cannot be merged"
+            )
         s = Shard.parse(doc.get("shard") or "1/1")
         if total and s.total != total:
-            raise UsageError(f"{first_dir} and {d} have different shard counts: they cannot be merged")
+            raise UsageError(
+                f"{first_dir} and {d} have different shard counts: they cannot be merged"
+            )
         total = s.total
         if s.index in shards:
-            raise UsageError(f"{shards[s.index]} and {d} are both matrix shard {s}: give each shard once")
+            raise UsageError(
+                f"{shards[s.index]} and {d} are both matrix shard {s}: give each shard once"
+            )
         shards[s.index] = d
     outdir = Path(out)
     if any(outdir.resolve() == d.resolve() for d, _ in docs):
@@ -239,7 +320,9 @@ def merge_matrix(paths: list[str | Path], out: str | Path
     every = {r.id: r for r in matrix.load(first.get("file") or None)}
     unknown = [rid for rid in first.get("chosen", []) if rid not in every]
     if unknown:
-        raise UsageError(f"the matrix file has no row {unknown[0]}: the shards ran another matrix file")
+        raise UsageError(
+            f"the matrix file has no row {unknown[0]}: the shards ran another matrix file"
+        )
     rows = [every[rid] for rid in first.get("chosen", [])]
     results = [matrix.Cell.from_json(c) for _, doc in docs for c in doc.get("cells", [])]
     order = {r.id: k for k, r in enumerate(rows)}
@@ -249,9 +332,17 @@ def merge_matrix(paths: list[str | Path], out: str | Path
     if outdir.exists():
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True)
-    (outdir / "merge.json").write_text(json.dumps({"matrix_shards": [str(d) for d, _ in docs],
-                                                   "missing": list(missing)}, indent=1) + "\n")
-    paths_out = matrix.write_results(outdir, [r for r in rows if r.id in done], results,
-                                     [i for _, doc in docs for i in doc.get("rows", [])], chosen=[r.id for r in rows],
-                                     file=first.get("file", ""), missing=missing)
+    (outdir / "merge.json").write_text(
+        json.dumps({"matrix_shards": [str(d) for d, _ in docs], "missing": list(missing)}, indent=1)
+        + "\n"
+    )
+    paths_out = matrix.write_results(
+        outdir,
+        [r for r in rows if r.id in done],
+        results,
+        [i for _, doc in docs for i in doc.get("rows", [])],
+        chosen=[r.id for r in rows],
+        file=first.get("file", ""),
+        missing=missing,
+    )
     return rows, results, paths_out, missing

@@ -3,6 +3,7 @@ shard) and made ready for a run -- refused when it holds something else or an ea
 neither ``--resume`` nor ``--force`` allows.  While a run works in it, it holds the directory's
 run lock (linux/runlock), so a second run on the same host is refused before it touches anything,
 and the stale-run cleanup under it only meets what a dead run left."""
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,9 @@ def prepare_out(outdir: Path, resume: bool, force: bool = False) -> None:
             raise UsageError(f"{outdir} exists and is not a check output; choose another --out")
         if journal.exists() and not force:
             n = sum(1 for line in journal.read_text(errors="replace").splitlines() if line.strip())
-            raise UsageError(f"{outdir} holds an earlier check ({n} verdicts): --resume to go on with it, --force "
-                             "to replace it, or another --out")
+            raise UsageError(
+                f"{outdir} holds an earlier check ({n} verdicts): --resume to go on with it, --force "
+                "to replace it, or another --out"
+            )
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True, exist_ok=True)

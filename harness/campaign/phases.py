@@ -18,6 +18,7 @@ By default confirmation goes by failure group: a small group is judged again who
 deterministic sample (its first, its last, its minimized state, seeded others, ``confirm_sample`` in
 all), and any disagreement confirms the group state by state; ``confirm_mode="all"`` judges every
 failing state again."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,27 +44,42 @@ from powercut.record import recording
 
 log = logging.getLogger(__name__)
 
-BROKEN_AFTER = 3   # a checker that crashes on each of the first states judged is broken, not a finding
+BROKEN_AFTER = (
+    3  # a checker that crashes on each of the first states judged is broken, not a finding
+)
 
 
 class CampaignRun:
     """One campaign's moving parts: its disks (``logs``, opened; ``space``: one disk's CrashSpace or
     N disks' Disks, each giving ``state_from_id``), the selection, the journal, the callbacks."""
 
-    def __init__(self, spec: Any, rec: recording.Recording, ctx: CheckContext, outdir: Path, logs: Sequence[LogIndex],
-                 space: CrashSpace | Disks, sel: Any, journal: Journal,
-                 on_verdict: Callable[[Verdict], None] | None) -> None:
+    def __init__(
+        self,
+        spec: Any,
+        rec: recording.Recording,
+        ctx: CheckContext,
+        outdir: Path,
+        logs: Sequence[LogIndex],
+        space: CrashSpace | Disks,
+        sel: Any,
+        journal: Journal,
+        on_verdict: Callable[[Verdict], None] | None,
+    ) -> None:
         self.spec, self.rec, self.ctx, self.outdir = spec, rec, ctx, outdir
         self.logs, self.space = list(logs), space
         self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
         self.place, self.src = spec.place.with_warm_vms(), LogSource.of(rec)
-        self.first: list[str] = []   # the first verdicts of this run: a checker broken on all is an error
+        self.first: list[
+            str
+        ] = []  # the first verdicts of this run: a checker broken on all is an error
         self.confirm_s = 0.0
         self.confirmed = 0
         self.groups: list[Group] = []
         self.triage_s = 0.0
-        self.escalated: set[tuple[str, str]] = set()   # groups confirmed state by state after a disagreement
-        self.proofs = verify.Verification()   # the causes' counterfactuals (debug/verify.py)
+        self.escalated: set[tuple[str, str]] = (
+            set()
+        )  # groups confirmed state by state after a disagreement
+        self.proofs = verify.Verification()  # the causes' counterfactuals (debug/verify.py)
 
     @property
     def disks(self) -> int:
@@ -77,16 +93,20 @@ class CampaignRun:
     def sink(self, v: Verdict) -> None:
         self.first.append(v.verdict)
         if len(self.first) == BROKEN_AFTER and set(self.first) == {"checker-crashed"}:
-            raise CheckerError(f"the checker failed on each of the first {BROKEN_AFTER} states, e.g. {v.state}: "
-                               f"{v.reasons[0] if v.reasons else 'no reason'}; fix the checker (or its timeout, "
-                               "--checker-timeout) and check again with --resume")
+            raise CheckerError(
+                f"the checker failed on each of the first {BROKEN_AFTER} states, e.g. {v.state}: "
+                f"{v.reasons[0] if v.reasons else 'no reason'}; fix the checker (or its timeout, "
+                "--checker-timeout) and check again with --resume"
+            )
         aliases = tuple(self.sel.aliases.get(v.state, ()))
         v = dataclasses.replace(v, aliases=aliases)
         self.journal.add(v)
         if self.on_verdict:
             self.on_verdict(v)
 
-    def judge(self, states: Sequence[Any], sink: Callable[[Verdict], None], work: Path, jobs: int) -> None:
+    def judge(
+        self, states: Sequence[Any], sink: Callable[[Verdict], None], work: Path, jobs: int
+    ) -> None:
         self.place.judge(self.ctx, self.src, self.logs, states, sink, work, jobs=jobs)
 
     def triage(self) -> list[Group]:
@@ -94,30 +114,38 @@ class CampaignRun:
         groups where the check runs; confirm by group (``confirm``); a repro bundle for every group."""
         t0 = time.monotonic()
         self.groups = self._findings()
-        todo = self.groups[:self.spec.shrink]
+        todo = self.groups[: self.spec.shrink]
         if todo and not interrupt.stopping():
             try:
                 found = self._diagnose(todo)
-            except PowercutError as e:   # e.g. a state that panics the kernel panics the diagnosing VM too:
-                log.warning("diagnosis failed, the groups are reported without it: %s", e.one_line())   # the
-                found = {}                                                     # verdicts stand, the check goes on
+            except (
+                PowercutError
+            ) as e:  # e.g. a state that panics the kernel panics the diagnosing VM too:
+                log.warning(
+                    "diagnosis failed, the groups are reported without it: %s", e.one_line()
+                )  # the
+                found = {}  # verdicts stand, the check goes on
                 for g in todo:
                     g.diagnosis_error = e.one_line()
             for g in todo:
                 g.diagnosis = found.get(g.first.state, g.diagnosis)
         if self.groups and not interrupt.stopping():
-            self._prove(self.groups[:verify.MAX_GROUPS])
-        self.place = self.place.fresh()   # confirmation judges in fresh kernels
+            self._prove(self.groups[: verify.MAX_GROUPS])
+        self.place = self.place.fresh()  # confirmation judges in fresh kernels
         self.triage_s = time.monotonic() - t0
         if self.spec.confirm and not interrupt.stopping():
             self.confirm()
-            kept = {(g.verdict, g.reason_class): (g.diagnosis, g.diagnosis_error) for g in self.groups}
-            self.groups = self._findings()   # confirmation may have made states flaky, or whole groups
+            kept = {
+                (g.verdict, g.reason_class): (g.diagnosis, g.diagnosis_error) for g in self.groups
+            }
+            self.groups = (
+                self._findings()
+            )  # confirmation may have made states flaky, or whole groups
             for g in self.groups:
                 g.diagnosis, g.diagnosis_error = kept.get((g.verdict, g.reason_class), (None, ""))
         t1 = time.monotonic()
         if self.groups:
-            try:   # per node for N disks: the trace's calls on that node's files, against its log
+            try:  # per node for N disks: the trace's calls on that node's files, against its log
                 cause.explain_groups(self.rec, self.logs, self.groups)
                 self.proofs.apply(self.rec, self.logs[0], self.groups)
             except Exception as e:  # noqa: BLE001 -- a cause is an explanation: the verdicts stand without it
@@ -139,17 +167,35 @@ class CampaignRun:
         verify.plan(self.proofs, self.rec, self.logs, groups)
         traced = dataclasses.replace(self.ctx, trace_reads=True)
         try:
-            self.place.judge(traced, self.src, self.logs, [*self.proofs.targets.values(), *self.proofs.states],
-                             lambda v: got.__setitem__(v.state, v), self.outdir / "verify", jobs=self.spec.workers())
+            self.place.judge(
+                traced,
+                self.src,
+                self.logs,
+                [*self.proofs.targets.values(), *self.proofs.states],
+                lambda v: got.__setitem__(v.state, v),
+                self.outdir / "verify",
+                jobs=self.spec.workers(),
+            )
             self.proofs.traced(got)
             self.proofs.record(got, 0.0)
-            verify.plan(self.proofs, self.rec, self.logs, groups)   # the rules what recovery read adds
+            verify.plan(
+                self.proofs, self.rec, self.logs, groups
+            )  # the rules what recovery read adds
             more = self.proofs.states
             got.clear()
-            if more and not interrupt.stopping():   # its own directory: the first batch's VMs are parked warm
-                self.place.judge(self.ctx, self.src, self.logs, more, lambda v: got.__setitem__(v.state, v),
-                                 self.outdir / "verify-read", jobs=self.spec.workers())
-        except PowercutError as e:   # the causes stay as the trace gives them, said not proven
+            if (
+                more and not interrupt.stopping()
+            ):  # its own directory: the first batch's VMs are parked warm
+                self.place.judge(
+                    self.ctx,
+                    self.src,
+                    self.logs,
+                    more,
+                    lambda v: got.__setitem__(v.state, v),
+                    self.outdir / "verify-read",
+                    jobs=self.spec.workers(),
+                )
+        except PowercutError as e:  # the causes stay as the trace gives them, said not proven
             log.warning("the causes' counterfactuals could not be judged: %s", e.one_line())
         self.proofs.record(got, time.monotonic() - t0)
 
@@ -159,30 +205,50 @@ class CampaignRun:
         lone phase; then state by state every group whose sample or minimized state disagreed."""
         by_id = {s.id: s for s in self.sel.states}
         mine = [v for sid, v in self.journal.done.items() if sid in by_id]
-        firsts = [v for v in mine if v.failed and not v.confirmed and not v.by_group and v.verdict != "flaky"]
-        named = {(g.verdict, g.reason_class): g.diagnosis["minimized"] for g in self.groups
-                 if g.diagnosis and g.diagnosis.get("minimized")}
-        minimized = {key: m for key, m in named.items() if m not in by_id}   # not a judged state: judged here
+        firsts = [
+            v
+            for v in mine
+            if v.failed and not v.confirmed and not v.by_group and v.verdict != "flaky"
+        ]
+        named = {
+            (g.verdict, g.reason_class): g.diagnosis["minimized"]
+            for g in self.groups
+            if g.diagnosis and g.diagnosis.get("minimized")
+        }
+        minimized = {
+            key: m for key, m in named.items() if m not in by_id
+        }  # not a judged state: judged here
         if not firsts and not minimized:
             return
         t0 = time.monotonic()
-        plans = confirming.plan(firsts, mode=self.spec.confirm_mode, k=self.spec.confirm_sample,
-                                seed=self.spec.selection.seed,
-                                settled=[v for v in mine if v.verdict == "flaky" or v.confirmed],
-                                always=set(named.values()))
+        plans = confirming.plan(
+            firsts,
+            mode=self.spec.confirm_mode,
+            k=self.spec.confirm_sample,
+            seed=self.spec.selection.seed,
+            settled=[v for v in mine if v.verdict == "flaky" or v.confirmed],
+            always=set(named.values()),
+        )
         sampled = [v for p in plans for v in p.sample]
         extra = {key: self.space.state_from_id(m) for key, m in minimized.items()}
-        seconds = self._alone(sampled, [by_id[v.state] for v in sampled]
-                              + list({st.id: st for st in extra.values()}.values()))
+        seconds = self._alone(
+            sampled,
+            [by_id[v.state] for v in sampled] + list({st.id: st for st in extra.values()}.values()),
+        )
         disagreeing = set()
-        for g in self.groups:   # the repro the report leads with must fail the same way alone
+        for g in self.groups:  # the repro the report leads with must fail the same way alone
             m = named.get((g.verdict, g.reason_class))
-            if m is None or (m not in seconds and m in by_id):   # a judged state not judged again: not in a sample
+            if m is None or (
+                m not in seconds and m in by_id
+            ):  # a judged state not judged again: not in a sample
                 continue
             v2 = seconds.get(m)
             same = v2 is not None and v2.verdict == g.verdict
-            g.diagnosis = dict(g.diagnosis or {}, minimized_confirmed=same,
-                               minimized_alone=v2.verdict if v2 is not None else "not judged")
+            g.diagnosis = dict(
+                g.diagnosis or {},
+                minimized_confirmed=same,
+                minimized_alone=v2.verdict if v2 is not None else "not judged",
+            )
             if not same:
                 disagreeing.add((g.verdict, g.reason_class))
         by_group, escalate = confirming.settle(plans, seconds, disagreeing)
@@ -191,7 +257,9 @@ class CampaignRun:
         if escalate and not interrupt.stopping():
             self.escalated |= {confirming.group_key(v) for v in escalate}
             self._alone(escalate, [by_id[v.state] for v in escalate])
-        if self.disks > 1 and not interrupt.stopping():   # a cluster's recovery may be nondeterministic
+        if (
+            self.disks > 1 and not interrupt.stopping()
+        ):  # a cluster's recovery may be nondeterministic
             retries.retry_disagreeing(by_id, self.journal, self.judge, self.outdir / "confirm")
         self.confirm_s += time.monotonic() - t0
 
@@ -206,8 +274,11 @@ class CampaignRun:
             v1 = want.get(v2.state)
             if v1 is None:
                 return
-            self.journal.add(dataclasses.replace(v1, confirmed=True, by_group=False) if confirming.agrees(v1, v2)
-                             else flaky(v1, v2))
+            self.journal.add(
+                dataclasses.replace(v1, confirmed=True, by_group=False)
+                if confirming.agrees(v1, v2)
+                else flaky(v1, v2)
+            )
             self.confirmed += 1
 
         self.judge(states, second, self.outdir / "confirm", self.place.alone(self.spec.workers()))
@@ -215,7 +286,9 @@ class CampaignRun:
 
     def _findings(self) -> list[Group]:
         wanted = {s.id for s in self.sel.states}
-        groups = triage.group([v for sid, v in self.journal.done.items() if sid in wanted and v.finding])
+        groups = triage.group(
+            [v for sid, v in self.journal.done.items() if sid in wanted and v.finding]
+        )
         for g in groups:
             g.escalated = (g.verdict, g.reason_class) in self.escalated
         return groups
@@ -223,13 +296,31 @@ class CampaignRun:
     def _diagnose(self, groups: list[Group]) -> dict[str, dict[str, Any]]:
         """Each group's first state minimized and blamed where the check runs (the run's checker VM
         kept warm, or the host): state id -> diagnosis."""
-        found = triage.diagnose_at(self.place, self.ctx, self.src, self.logs, self.all_disks, [g.first for g in groups],
-                                   self.outdir / "diagnose", floors=self.sel.floors, budget=self.spec.shrink_budget)
+        found = triage.diagnose_at(
+            self.place,
+            self.ctx,
+            self.src,
+            self.logs,
+            self.all_disks,
+            [g.first for g in groups],
+            self.outdir / "diagnose",
+            floors=self.sel.floors,
+            budget=self.spec.shrink_budget,
+        )
         return {d["state"]: d for d in found}
 
 
 def flaky(v1: Verdict, v2: Verdict) -> Verdict:
-    reasons = (f"judged twice with different verdicts: {v1.verdict}, then alone {v2.verdict} -- a harness "
-               "problem, not a finding", *(f"first: {r}" for r in v1.reasons), *(f"second: {r}" for r in v2.reasons))
-    return dataclasses.replace(v1, verdict="flaky", reasons=reasons, first=(v1.verdict, *v1.reasons),
-                               seconds=round(v1.seconds + v2.seconds, 3))
+    reasons = (
+        f"judged twice with different verdicts: {v1.verdict}, then alone {v2.verdict} -- a harness "
+        "problem, not a finding",
+        *(f"first: {r}" for r in v1.reasons),
+        *(f"second: {r}" for r in v2.reasons),
+    )
+    return dataclasses.replace(
+        v1,
+        verdict="flaky",
+        reasons=reasons,
+        first=(v1.verdict, *v1.reasons),
+        seconds=round(v1.seconds + v2.seconds, 3),
+    )

@@ -3,6 +3,7 @@ libvirt hosts it may boot on) and ``CheckerVm``, which boots a VM on one job -- 
 diagnosis, a shell -- and follows its progress stream, handing each verdict on as it arrives; a
 *serving* VM stays booted after its job and takes the next one (check/vm.WarmVms keeps one between a
 run's phases).  What runs the jobs and blames a panic or a hang on a state is check/vm.py."""
+
 from __future__ import annotations
 
 import atexit
@@ -33,7 +34,7 @@ from powercut.vmstart import template
 
 log = logging.getLogger(__name__)
 
-CHECKER_MEMORY_MB = 768   # one checker VM's memory (check.place.Place, VmCheckSpec)
+CHECKER_MEMORY_MB = 768  # one checker VM's memory (check.place.Place, VmCheckSpec)
 SCRATCH_FS = "ext4"  # the guest agent's work filesystem (guest.check)
 Sink = Callable[[Verdict], None]
 
@@ -46,20 +47,30 @@ class VmCheckSpec:
     memory_mb: int = CHECKER_MEMORY_MB
     state_timeout_s: float = STATE_TIMEOUT_S
     tools_dir: str = ""
-    uris: tuple[str, ...] = ()     # libvirt hosts the VMs boot on (--check-uri); none: QEMU here
+    uris: tuple[str, ...] = ()  # libvirt hosts the VMs boot on (--check-uri); none: QEMU here
 
     @staticmethod
-    def default(*, accel: str = DEFAULT_ACCEL, memory_mb: int = CHECKER_MEMORY_MB,
-                state_timeout_s: float = STATE_TIMEOUT_S,
-                uris: tuple[str, ...] = ()) -> "VmCheckSpec":
+    def default(
+        *,
+        accel: str = DEFAULT_ACCEL,
+        memory_mb: int = CHECKER_MEMORY_MB,
+        state_timeout_s: float = STATE_TIMEOUT_S,
+        uris: tuple[str, ...] = (),
+    ) -> "VmCheckSpec":
         """The checker VM on the default guest image (built, or found cached)."""
         image = build_image()
-        return VmCheckSpec(image.kernel, image.initrd, accel=accel, memory_mb=memory_mb,
-                           state_timeout_s=state_timeout_s, tools_dir=tools_dir(image) or "", uris=uris)
+        return VmCheckSpec(
+            image.kernel,
+            image.initrd,
+            accel=accel,
+            memory_mb=memory_mb,
+            state_timeout_s=state_timeout_s,
+            tools_dir=tools_dir(image) or "",
+            uris=uris,
+        )
 
     def hosts(self) -> list[CheckHost]:
         return [CheckHost(u) for u in self.uris] or [CheckHost()]
-
 
 
 def shared_under(root: Path, src: LogSource) -> bool:
@@ -85,23 +96,43 @@ def _zeros_of(p: Path) -> ZeroRuns:
 
 
 @functools.lru_cache(maxsize=64)
-def _zeros(p: Path, size: int, mtime_ns: int) -> ZeroRuns:   # size and mtime: a rewritten log is read again
+def _zeros(
+    p: Path, size: int, mtime_ns: int
+) -> ZeroRuns:  # size and mtime: a rewritten log is read again
     with open_log(p) as index:
         return zero_writes(index)
 
 
-def checker_vm(spec: VmCheckSpec, fs: filesystems.Filesystem, staged: Staged, d: str, *, timeout_s: float,
-               name: str, interactive: bool = False) -> VmSpec:
+def checker_vm(
+    spec: VmCheckSpec,
+    fs: filesystems.Filesystem,
+    staged: Staged,
+    d: str,
+    *,
+    timeout_s: float,
+    name: str,
+    interactive: bool = False,
+) -> VmSpec:
     """A checker VM judging ``fs``, ``d`` being the run directory on the host that boots it."""
-    return VmSpec(kernel=staged.kernel, initrd=staged.initrd, memory_mb=spec.memory_mb,
-                  disks=(DiskSpec(f"{d}/scratch.img", "pcscratch", cache="unsafe"),),
-                  shares=(ShareSpec("hostroot", "/"), ShareSpec("job", f"{d}/job", readonly=False),
-                          ShareSpec("rec", staged.rec_dir)),
-                  accel=spec.accel,  # type: ignore[arg-type]
-                  timeout_s=timeout_s, console_path=f"{d}/console.log", name=f"powercut-check-{os.getpid()}-{name}",
-                  # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
-                  modules=tuple(dict.fromkeys((fs.module_group, SCRATCH_FS))),
-                  cmdline=("powercut.mount=rec",), interactive=interactive)
+    return VmSpec(
+        kernel=staged.kernel,
+        initrd=staged.initrd,
+        memory_mb=spec.memory_mb,
+        disks=(DiskSpec(f"{d}/scratch.img", "pcscratch", cache="unsafe"),),
+        shares=(
+            ShareSpec("hostroot", "/"),
+            ShareSpec("job", f"{d}/job", readonly=False),
+            ShareSpec("rec", staged.rec_dir),
+        ),
+        accel=spec.accel,  # type: ignore[arg-type]
+        timeout_s=timeout_s,
+        console_path=f"{d}/console.log",
+        name=f"powercut-check-{os.getpid()}-{name}",
+        # the scratch disk holding the pristine and the COWs is ext4, whatever is judged
+        modules=tuple(dict.fromkeys((fs.module_group, SCRATCH_FS))),
+        cmdline=("powercut.mount=rec",),
+        interactive=interactive,
+    )
 
 
 def scratch_need(disks: int, size: int) -> int:
@@ -116,16 +147,23 @@ def prewarm(spec: VmCheckSpec, fs: filesystems.Filesystem, data_bytes: int) -> t
     the main job: the first row's recording, which keeps one core busy): on a fresh machine the
     first check then starts at once instead of after the template's ~8 s boot under TCG.  A
     template that exists already, or cannot be built here, costs nothing more than asking."""
+
     def build() -> None:
-        d = Path(tempfile.mkdtemp(prefix="powercut-prewarm-"))   # never in an output directory
+        d = Path(tempfile.mkdtemp(prefix="powercut-prewarm-"))  # never in an output directory
         try:
-            with open(d / "scratch.img", "wb") as f:   # sparse: the template's key has its size only
+            with open(d / "scratch.img", "wb") as f:  # sparse: the template's key has its size only
                 f.truncate(template.scratch_bytes(scratch_need(1, data_bytes)))
-            vm = checker_vm(spec, fs, Staged(spec.kernel, spec.initrd, spec.tools_dir, str(d)), str(d),
-                            timeout_s=STATE_TIMEOUT_S, name="prewarm")
+            vm = checker_vm(
+                spec,
+                fs,
+                Staged(spec.kernel, spec.initrd, spec.tools_dir, str(d)),
+                str(d),
+                timeout_s=STATE_TIMEOUT_S,
+                name="prewarm",
+            )
             if not spec.uris and template.eligible(vm):
                 template.template_for(vm)
-        except (PowercutError, OSError) as e:   # the check builds it (or boots) and says why
+        except (PowercutError, OSError) as e:  # the check builds it (or boots) and says why
             log.debug("checker VM template not built ahead: %s", e)
         finally:
             shutil.rmtree(d, ignore_errors=True)
@@ -143,16 +181,27 @@ class CheckerVm:
     """Boots a checker VM on one job and follows its progress stream: each verdict goes to
     ``on_verdict`` as it arrives; a state that runs past the per-state timeout ends the VM."""
 
-    def __init__(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path,
-                 host: CheckHost | None = None, *, serve: bool = False, scratch_bytes: int = 0,
-                 rec_root: Path | None = None) -> None:
+    def __init__(
+        self,
+        ctx: CheckContext,
+        src: LogSource,
+        spec: VmCheckSpec,
+        workdir: Path,
+        host: CheckHost | None = None,
+        *,
+        serve: bool = False,
+        scratch_bytes: int = 0,
+        rec_root: Path | None = None,
+    ) -> None:
         self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
         # the pristine and the COWs: one disk's, or a pristine and COW files per disk
         self.scratch_bytes = scratch_bytes or scratch_need(src.disks, src.size)
         self.host = host or CheckHost()
-        template.enabled()   # a bad POWERCUT_VM_START is one line here, not a dead boot thread later
-        keep_visible(ctx.checker.host_paths())   # a checker function's file and sys.path, even under /tmp
-        self.kept = host_paths_to_keep()          # what its guests see under /tmp (fixed at its boot)
+        template.enabled()  # a bad POWERCUT_VM_START is one line here, not a dead boot thread later
+        keep_visible(
+            ctx.checker.host_paths()
+        )  # a checker function's file and sys.path, even under /tmp
+        self.kept = host_paths_to_keep()  # what its guests see under /tmp (fixed at its boot)
         self.boots = 0
         # serve: the VM stays booted after a job and takes the next one (QEMU on this machine only:
         # a remote host's files are mirrored, not shared)
@@ -204,9 +253,16 @@ class CheckerVm:
     def staged(self) -> Staged:
         """The image, tools and recording as the booting host sees them (shipped there once)."""
         if self.rec_root is not None:
-            return Staged(self.spec.kernel, self.spec.initrd, self.spec.tools_dir, str(self.rec_root))
-        return self.host.stage(self.src, self.spec.kernel, self.spec.initrd, self.spec.tools_dir,
-                               self.ctx.checker.host_paths())
+            return Staged(
+                self.spec.kernel, self.spec.initrd, self.spec.tools_dir, str(self.rec_root)
+            )
+        return self.host.stage(
+            self.src,
+            self.spec.kernel,
+            self.spec.initrd,
+            self.spec.tools_dir,
+            self.ctx.checker.host_paths(),
+        )
 
     def guest_path(self, log: Path) -> str:
         """Where the guest reads one of the source's logs (in the recording share)."""
@@ -214,13 +270,20 @@ class CheckerVm:
         return f"{guestjob.GUEST_REC_DIR}/{name}"
 
     def source(self) -> guestjob.StateSource:
-        return guestjob.StateSource(log=self.guest_path(self.src.path), size=self.src.size,
-                                    fstype=self.ctx.fs.name, mount_opts=self.ctx.mount_opts,
-                                    checker=self.ctx.checker, disks={"scratch": "pcscratch"},
-                                    params=self.ctx.params,
-                                    entries=guestjob.StateSource.entries_for(self.ctx.checker),
-                                    fsck=filesystems.fsck_program(self.ctx.fs), scratch_ready=not self.host.remote,
-                                    zeros=log_zeros(self.src), trace_reads=self.ctx.trace_reads)
+        return guestjob.StateSource(
+            log=self.guest_path(self.src.path),
+            size=self.src.size,
+            fstype=self.ctx.fs.name,
+            mount_opts=self.ctx.mount_opts,
+            checker=self.ctx.checker,
+            disks={"scratch": "pcscratch"},
+            params=self.ctx.params,
+            entries=guestjob.StateSource.entries_for(self.ctx.checker),
+            fsck=filesystems.fsck_program(self.ctx.fs),
+            scratch_ready=not self.host.remote,
+            zeros=log_zeros(self.src),
+            trace_reads=self.ctx.trace_reads,
+        )
 
     def guest_logs(self) -> tuple[str, ...]:
         """Every disk's log as the guest sees it (the recording share) when there are several; none
@@ -229,10 +292,18 @@ class CheckerVm:
 
     def check_job(self, ids: tuple[str, ...]) -> guestjob.Job:
         """The job that judges the states ``ids`` of the source's disks."""
-        return guestjob.CheckJob(self.source(), ids, tools_dir=self.staged().tools_dir, logs=self.guest_logs())
+        return guestjob.CheckJob(
+            self.source(), ids, tools_dir=self.staged().tools_dir, logs=self.guest_logs()
+        )
 
-    def run(self, job: guestjob.Job, *, steps: int, on_verdict: Sink = lambda v: None,
-            interactive: bool = False) -> Outcome:
+    def run(
+        self,
+        job: guestjob.Job,
+        *,
+        steps: int,
+        on_verdict: Sink = lambda v: None,
+        interactive: bool = False,
+    ) -> Outcome:
         """One boot on ``job`` (serving: the booted VM's next job, or a boot that stays up after it);
         ``steps``: how many per-state timeouts the whole job may take."""
         if self.serve and not interactive:
@@ -253,17 +324,25 @@ class CheckerVm:
         failure: VmError | None = None
         try:
             if interactive and self.host.remote:
-                raise UsageError("an interactive shell needs a checker VM on this machine, not on a --check-uri host")
+                raise UsageError(
+                    "an interactive shell needs a checker VM on this machine, not on a --check-uri host"
+                )
             timeout = 24 * 3600 if interactive else 60 + self.spec.state_timeout_s * steps
-            self.host.boot(lambda d: self._vm_spec(staged, d, timeout, interactive), run,
-                           self.scratch_bytes, watchdog)
+            self.host.boot(
+                lambda d: self._vm_spec(staged, d, timeout, interactive),
+                run,
+                self.scratch_bytes,
+                watchdog,
+            )
         except VmError as e:
             failure = e
         drain()
         if failure is None:
             result = guestjob.read_result(jobdir)
             if not result.ok:
-                raise PowercutError(f"the checker VM failed: {result.error} (see {jobdir}/agent.log)")
+                raise PowercutError(
+                    f"the checker VM failed: {result.error} (see {jobdir}/agent.log)"
+                )
         return Outcome(failure, progress.current, progress.since, progress.diagnoses)
 
     def _new_run(self, job: guestjob.Job, *, serve: bool) -> tuple[Path, Path]:
@@ -276,10 +355,19 @@ class CheckerVm:
         guestjob.write(jobdir, job, seq=1, serve=serve)
         return run, jobdir
 
-    def _vm_spec(self, staged: Staged, d: str, timeout_s: float, interactive: bool = False) -> VmSpec:
+    def _vm_spec(
+        self, staged: Staged, d: str, timeout_s: float, interactive: bool = False
+    ) -> VmSpec:
         """The VM, ``d`` being the run directory on the host that boots it."""
-        return checker_vm(self.spec, self.ctx.fs, staged, d, timeout_s=timeout_s, name=self.workdir.name,
-                          interactive=interactive)
+        return checker_vm(
+            self.spec,
+            self.ctx.fs,
+            staged,
+            d,
+            timeout_s=timeout_s,
+            name=self.workdir.name,
+            interactive=interactive,
+        )
 
     def _serve(self, job: guestjob.Job, on_verdict: Sink, limit_s: float) -> Outcome:
         """``run`` for a serving VM: hand ``job`` to the booted VM, or boot one on it that stays up
@@ -299,18 +387,26 @@ class CheckerVm:
                 now = time.monotonic()
                 if now > live.kill_after:
                     return "stopped by the host"
-                if now > live.job_deadline and not live.answered():   # waiting for a next job: no limit
+                if (
+                    now > live.job_deadline and not live.answered()
+                ):  # waiting for a next job: no limit
                     return f"job {live.seq} did not finish within {live.job_limit_s:g} s"
                 return live.progress.overdue(self.spec.state_timeout_s)
 
             def boot() -> None:
-                try:   # the VM's own limit: its idle agent ends itself; hangs are the watchdog's
-                    self.host.boot(lambda d: self._vm_spec(staged, d, guestjob.IDLE_S + 24 * 3600), run,
-                                   self.scratch_bytes, watchdog)
+                try:  # the VM's own limit: its idle agent ends itself; hangs are the watchdog's
+                    self.host.boot(
+                        lambda d: self._vm_spec(staged, d, guestjob.IDLE_S + 24 * 3600),
+                        run,
+                        self.scratch_bytes,
+                        watchdog,
+                    )
                 except VmError as e:
                     live.failure = e
 
-            live.thread = threading.Thread(target=boot, name=f"powercut-{self.workdir.name}", daemon=True)
+            live.thread = threading.Thread(
+                target=boot, name=f"powercut-{self.workdir.name}", daemon=True
+            )
             live.thread.start()
             self._live = live
         while True:
@@ -322,9 +418,11 @@ class CheckerVm:
                     self._live = None
                     if live.failure is not None:
                         return live.outcome(live.failure)
-                result = guestjob.read_result(live.jobdir, live.seq)   # failed, or none for this job
+                result = guestjob.read_result(live.jobdir, live.seq)  # failed, or none for this job
                 if not result.ok:
-                    raise PowercutError(f"the checker VM failed: {result.error} (see {live.jobdir}/agent.log)")
+                    raise PowercutError(
+                        f"the checker VM failed: {result.error} (see {live.jobdir}/agent.log)"
+                    )
                 return live.outcome(None)
             if interrupt.stopping():
                 self.close(force=True)

@@ -1,6 +1,7 @@
 """What a state is judged against (host and guest): the frozen CheckContext (filesystem, checker,
 params, mount options, timeouts), built once for a recording, its checker, and the LogSource (log,
 data size, initial image) the states are rebuilt from."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +19,7 @@ from powercut.errors import UsageError
 from powercut.linux import filesystems
 from powercut.linux.filesystems import Filesystem
 
-if TYPE_CHECKING:   # the checker VM's agent never loads a recording: it does not import that module
+if TYPE_CHECKING:  # the checker VM's agent never loads a recording: it does not import that module
     from powercut.core.log.dmlog import LogIndex
     from powercut.record import recording
 
@@ -32,12 +33,16 @@ class CheckContext:
     fs: Filesystem
     checker: CheckerSpec = CheckerSpec()
     params: dict[str, Any] = field(default_factory=dict)
-    mount_opts: str = ""          # the recording's own mount options
+    mount_opts: str = ""  # the recording's own mount options
     mount_timeout_s: float = 120.0
     fsck_timeout_s: float = 300.0
-    faults: Faults = Faults()     # injected I/O errors in the log (set where the log is opened)
-    node_faults: tuple[Faults, ...] = ()   # a cluster's: each node's log's, node order (with_node_faults)
-    trace_reads: bool = False     # each verdict says what its checker opened and read (check/readtrace.py)
+    faults: Faults = Faults()  # injected I/O errors in the log (set where the log is opened)
+    node_faults: tuple[
+        Faults, ...
+    ] = ()  # a cluster's: each node's log's, node order (with_node_faults)
+    trace_reads: bool = (
+        False  # each verdict says what its checker opened and read (check/readtrace.py)
+    )
 
     @property
     def state_mount_opts(self) -> str:
@@ -52,16 +57,23 @@ class CheckContext:
             trusted = self.faults.trusted(acks)
             if trusted is None:
                 return None
-            return trusted, "the device", (self.faults.why or {}).get(acks[len(trusted)], "a fault window")
+            return (
+                trusted,
+                "the device",
+                (self.faults.why or {}).get(acks[len(trusted)], "a fault window"),
+            )
         cuts = [len(t) for f in self.node_faults if (t := f.trusted(acks)) is not None]
         if not cuts:
             return None
         key = acks[min(cuts)]
         hit = [(i, f.why[key]) for i, f in enumerate(self.node_faults) if f.why and key in f.why]
-        who = (f"node {hit[0][0]}'s device" if len(hit) == 1 else
-               "the devices of nodes " + ", ".join(str(i) for i, _ in hit))
+        who = (
+            f"node {hit[0][0]}'s device"
+            if len(hit) == 1
+            else "the devices of nodes " + ", ".join(str(i) for i, _ in hit)
+        )
         why = hit[0][1] if len(hit) == 1 else "; ".join(f"node {i}: {w}" for i, w in hit)
-        return tuple(acks[:min(cuts)]), who, why
+        return tuple(acks[: min(cuts)]), who, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +89,13 @@ class LogSource:
     nodes: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.nodes and (self.nodes[0] != self.path or any(p.parent != self.path.parent for p in self.nodes)):
-            raise UsageError(f"{self.path.parent}: every disk's log must be a file of one directory, the first "
-                             "disk's first")
+        if self.nodes and (
+            self.nodes[0] != self.path or any(p.parent != self.path.parent for p in self.nodes)
+        ):
+            raise UsageError(
+                f"{self.path.parent}: every disk's log must be a file of one directory, the first "
+                "disk's first"
+            )
 
     @staticmethod
     def of(rec: recording.Recording) -> "LogSource":
@@ -96,8 +112,13 @@ class LogSource:
         return len(self.logs)
 
 
-def checker_for(workload: dict[str, Any], command: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
-                function: str = "", path: tuple[str, ...] = ()) -> tuple[CheckerSpec, dict[str, Any]]:
+def checker_for(
+    workload: dict[str, Any],
+    command: str = "",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    function: str = "",
+    path: tuple[str, ...] = (),
+) -> tuple[CheckerSpec, dict[str, Any]]:
     """The checker of a recording's workload (or ``command``, or the Python ``function``) and its
     parameters (typed for a named workload; as recorded for a command)."""
     params: dict[str, Any] = dict(workload.get("params") or {})
@@ -106,8 +127,10 @@ def checker_for(workload: dict[str, Any], command: str = "", timeout_s: float = 
     if command and function:
         raise UsageError("give a checker command or a checker function, not both")
     if command or function:
-        spec = CheckerSpec(command=command, timeout_s=timeout_s, function=function, path=tuple(path))
-        spec.validate()   # a checker that cannot start is a usage error now, not every state's finding
+        spec = CheckerSpec(
+            command=command, timeout_s=timeout_s, function=function, path=tuple(path)
+        )
+        spec.validate()  # a checker that cannot start is a usage error now, not every state's finding
         return spec, params
     if workload.get("name"):
         checkers.get(workload["name"])  # a missing checker is a usage error now, not per state
@@ -140,8 +163,13 @@ def with_node_faults(ctx: CheckContext, indexes: Sequence[LogIndex]) -> CheckCon
     return dataclasses.replace(ctx, node_faults=tuple(nodes)) if any(nodes) else ctx
 
 
-def context_for(rec: recording.Recording, command: str = "", checker_timeout_s: float = DEFAULT_TIMEOUT_S,
-                function: str = "", path: tuple[str, ...] = ()) -> CheckContext:
+def context_for(
+    rec: recording.Recording,
+    command: str = "",
+    checker_timeout_s: float = DEFAULT_TIMEOUT_S,
+    function: str = "",
+    path: tuple[str, ...] = (),
+) -> CheckContext:
     """How a recording's states are judged: its filesystem, mount options, checker and parameters."""
     checker, params = checker_for(rec.workload, command, checker_timeout_s, function, path)
     return CheckContext(filesystems.get(rec.fstype), checker, params, rec.mount_opts)

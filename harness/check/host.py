@@ -17,6 +17,7 @@ and fsck.  One disk's verdict lies at its cut, a cluster's at its instant.
 Clones of one filesystem share its UUID/fsid; what lets them be judged side by side comes from the
 filesystem table (``nouuid`` for xfs), and a filesystem whose clones cannot be mounted together in
 one kernel (btrfs before temp-fsid) has its mounts serialized -- the walks still run in parallel."""
+
 from __future__ import annotations
 
 import contextlib
@@ -54,8 +55,10 @@ T = TypeVar("T")
 
 def require_root(what: str = "--check-in host") -> None:
     if os.geteuid() != 0:
-        raise EnvironmentNotReady(f"{what} needs root (loop devices and mount): run it as root, or check in "
-                                  "the VM (--check-in vm, the default)")
+        raise EnvironmentNotReady(
+            f"{what} needs root (loop devices and mount): run it as root, or check in "
+            "the VM (--check-in vm, the default)"
+        )
 
 
 def split_by_base(index: LogIndex, states: Sequence[S], parts: int) -> list[list[S]]:
@@ -67,7 +70,7 @@ def split_by_base(index: LogIndex, states: Sequence[S], parts: int) -> list[list
     chunks, pos = [], 0
     for i in range(parts):
         n = size + (1 if i < extra else 0)
-        chunks.append(ordered[pos:pos + n])
+        chunks.append(ordered[pos : pos + n])
         pos += n
     return [c for c in chunks if c]
 
@@ -75,7 +78,9 @@ def split_by_base(index: LogIndex, states: Sequence[S], parts: int) -> list[list
 def chunks(states: Sequence[T], n: int) -> list[list[T]]:
     """``states`` cut into at most ``n`` contiguous chunks whose sizes differ by at most one."""
     n = max(1, min(n, len(states)))
-    return [list(states[k * len(states) // n:(k + 1) * len(states) // n]) for k in range(n) if states]
+    return [
+        list(states[k * len(states) // n : (k + 1) * len(states) // n]) for k in range(n) if states
+    ]
 
 
 def walk_chunks(logs: Sequence[LogIndex], states: Sequence[S], parts: int) -> list[list[S]]:
@@ -113,9 +118,16 @@ def cleanup_stale(workspace: str | os.PathLike[str]) -> None:
     detach_under(root)
 
 
-def check_host(ctx: CheckContext, src: LogSource, logs: Sequence[LogIndex],
-               states: Sequence[CrashState] | Sequence[DisksState], sink: Sink, workspace: Path, *,
-               jobs: int = 1) -> None:
+def check_host(
+    ctx: CheckContext,
+    src: LogSource,
+    logs: Sequence[LogIndex],
+    states: Sequence[CrashState] | Sequence[DisksState],
+    sink: Sink,
+    workspace: Path,
+    *,
+    jobs: int = 1,
+) -> None:
     """Judge ``states`` of the disks whose opened logs are ``logs`` (``src``'s, disk 0 first; ``ctx``
     knowing their fault windows: check/context.with_faults, with_node_faults) here, in at most
     ``jobs`` parallel walks; each verdict goes to ``sink`` (called under a lock, in walk order per
@@ -125,10 +137,14 @@ def check_host(ctx: CheckContext, src: LogSource, logs: Sequence[LogIndex],
     lock = threading.Lock()
     serial = threading.Lock() if not ctx.fs.clones_mount_together else None
     failed = threading.Event()
-    initial = src.initial if len(logs) == 1 else None   # a cluster's disks start from zeros (record/)
+    initial = (
+        src.initial if len(logs) == 1 else None
+    )  # a cluster's disks start from zeros (record/)
 
     def worker(wid: int, chunk: list[CrashState | DisksState]) -> None:
-        with contextlib.closing(HostDisks(logs, src.size, initial, chunk, workspace / f"w{wid}")) as disks:
+        with contextlib.closing(
+            HostDisks(logs, src.size, initial, chunk, workspace / f"w{wid}")
+        ) as disks:
             for state in chunk:
                 if interrupt.stopping() or failed.is_set():
                     return
@@ -161,8 +177,14 @@ class HostDisks:
     workspace's own (choose_provider), and the mount points (``ws/mnt``; node i's ``ws/mnt/n<i>``).
     ``close`` ends the walks and removes the providers."""
 
-    def __init__(self, logs: Sequence[LogIndex], size: int, initial: Path | None,
-                 states: Sequence[CrashState | DisksState], ws: Path) -> None:
+    def __init__(
+        self,
+        logs: Sequence[LogIndex],
+        size: int,
+        initial: Path | None,
+        states: Sequence[CrashState | DisksState],
+        ws: Path,
+    ) -> None:
         one = len(logs) == 1
         with contextlib.ExitStack() as stack:
             self.nodes: list[NodeImages] = []
@@ -170,14 +192,23 @@ class HostDisks:
                 where = ws if one else ws / f"n{i}"
                 where.mkdir(parents=True, exist_ok=True)
                 prov = choose_provider(where, image_bytes=2 * size + (256 << 20))
-                stack.callback(prov.close)   # NodeImages.close closes it too (closing twice is nothing)
-                self.nodes.append(NodeImages(index, size, [_disks(s)[0][i] for s in states], where, prov,
-                                             initial=initial))
+                stack.callback(
+                    prov.close
+                )  # NodeImages.close closes it too (closing twice is nothing)
+                self.nodes.append(
+                    NodeImages(
+                        index, size, [_disks(s)[0][i] for s in states], where, prov, initial=initial
+                    )
+                )
                 stack.callback(self.nodes[-1].close)
             self._close = stack.pop_all()
-        self.mnts = [str(ws / "mnt")] if one else [str(ws / "mnt" / f"n{i}") for i in range(len(logs))]
+        self.mnts = (
+            [str(ws / "mnt")] if one else [str(ws / "mnt" / f"n{i}") for i in range(len(logs))]
+        )
 
-    def judge(self, ctx: CheckContext, state: CrashState | DisksState, serial: threading.Lock | None) -> Verdict:
+    def judge(
+        self, ctx: CheckContext, state: CrashState | DisksState, serial: threading.Lock | None
+    ) -> Verdict:
         """The next state's verdict: every disk's image built and attached, then judged (under
         ``serial``, if given).  Its seconds count building and judging, not waiting for ``serial``."""
         t0 = time.monotonic()
@@ -187,8 +218,16 @@ class HostDisks:
             devs = [_attached(img, loops) for img in imgs]
             built = time.monotonic() - t0
             with serial or contextlib.nullcontext():
-                return judge_disks(ctx, devs, nodes, self.mnts, sid=state.id, model=state.model, at=at,
-                                   t0=time.monotonic() - built)
+                return judge_disks(
+                    ctx,
+                    devs,
+                    nodes,
+                    self.mnts,
+                    sid=state.id,
+                    model=state.model,
+                    at=at,
+                    t0=time.monotonic() - built,
+                )
 
     def close(self) -> None:
         self._close.close()

@@ -7,6 +7,7 @@ the checker VM over dm-snapshots (the guest agent, check/vm.py).  A mount
 that fails carries the kernel's own words about it (its /dev/kmsg lines), so an unmountable state
 can be told from a harness problem.  A lying-disk state with an unreadable sector is judged over a
 device-mapper layer that fails reads there (linux/badsector.py)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,17 +40,30 @@ def fsck(ctx: CheckContext, device: str) -> tuple[bool, str]:
     if res.returncode in ctx.fs.fsck_clean:
         return True, "clean"
     text = (res.stdout + res.stderr).strip().splitlines()
-    return False, f"{ctx.fs.fsck[0]} {ctx.fs.explain_fsck(res.returncode)}: " + " | ".join(text[-3:])
+    return False, f"{ctx.fs.fsck[0]} {ctx.fs.explain_fsck(res.returncode)}: " + " | ".join(
+        text[-3:]
+    )
 
 
 def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdict:
     """The verdict for one disk's state whose image is the block device ``device`` (``judge_disks``
     of one disk)."""
-    return judge_disks(ctx, (device,), (state,), (mnt,), sid=state.id, model=state.model, at=state.cut)
+    return judge_disks(
+        ctx, (device,), (state,), (mnt,), sid=state.id, model=state.model, at=state.cut
+    )
 
 
-def judge_disks(ctx: CheckContext, devices: Sequence[str], states: Sequence[CrashState], mnts: Sequence[str], *,
-                sid: str, model: str, at: int, t0: float | None = None) -> Verdict:
+def judge_disks(
+    ctx: CheckContext,
+    devices: Sequence[str],
+    states: Sequence[CrashState],
+    mnts: Sequence[str],
+    *,
+    sid: str,
+    model: str,
+    at: int,
+    t0: float | None = None,
+) -> Verdict:
     """The verdict for one state of N >= 1 disks (one disk's, or each node's of a cluster state:
     core/states/disks.DisksState) whose images are the block devices ``devices``, mounted at ``mnts``.
     ``sid``, ``model``: the state's; ``at``: where it lies (one disk: its cut; a cluster: its
@@ -68,18 +82,31 @@ def judge_disks(ctx: CheckContext, devices: Sequence[str], states: Sequence[Cras
     ``after_error``'s), the same verdict all the same."""
     t0 = time.monotonic() if t0 is None else t0
     with contextlib.ExitStack() as layers:
-        devs = [layers.enter_context(unreadable(dev, unreadable_of(s))) for dev, s in zip(devices, states)]
+        devs = [
+            layers.enter_context(unreadable(dev, unreadable_of(s)))
+            for dev, s in zip(devices, states)
+        ]
         v = _judge(ctx, devs, states, mnts, sid, model, at, t0)
     seen = lie_verdict(v.verdict, model)
     if seen == v.verdict:
         return v
-    return dataclasses.replace(v, verdict=seen, reasons=(*v.reasons, f"({v.verdict} under a lying disk is {seen})"))
+    return dataclasses.replace(
+        v, verdict=seen, reasons=(*v.reasons, f"({v.verdict} under a lying disk is {seen})")
+    )
 
 
-def _judge(ctx: CheckContext, devs: Sequence[str], states: Sequence[CrashState], mnts: Sequence[str], sid: str,
-           model: str, at: int, t0: float) -> Verdict:
+def _judge(
+    ctx: CheckContext,
+    devs: Sequence[str],
+    states: Sequence[CrashState],
+    mnts: Sequence[str],
+    sid: str,
+    model: str,
+    at: int,
+    t0: float,
+) -> Verdict:
     reasons: list[str] = []
-    first = states[0]   # every disk's state tells the same keys (one instant)
+    first = states[0]  # every disk's state tells the same keys (one instant)
     several = len(devs) > 1
 
     def node(i: int) -> str:
@@ -88,8 +115,17 @@ def _judge(ctx: CheckContext, devs: Sequence[str], states: Sequence[CrashState],
     tracer: ReadTracer | None = None
 
     def done(verdict: str) -> Verdict:
-        return Verdict(sid, model, at, verdict, tuple(reasons), len(first.acks), len(first.begun),
-                       round(time.monotonic() - t0, 3), read=tracer.files() if tracer is not None else ())
+        return Verdict(
+            sid,
+            model,
+            at,
+            verdict,
+            tuple(reasons),
+            len(first.acks),
+            len(first.begun),
+            round(time.monotonic() - t0, 3),
+            read=tracer.files() if tracer is not None else (),
+        )
 
     mounted: list[str] = []
     t_mount = time.monotonic()
@@ -101,7 +137,9 @@ def _judge(ctx: CheckContext, devs: Sequence[str], states: Sequence[CrashState],
                 mount(dev, mnt, ctx.fs.name, ctx.state_mount_opts)
             except MountError as e:
                 reasons.append(f"{node(i)}mount failed: {e.one_line()}")
-                reasons.extend(f"{node(i)}kernel: {line}" for line in kmsg.lines_about(dev, ctx.fs.name))
+                reasons.extend(
+                    f"{node(i)}kernel: {line}" for line in kmsg.lines_about(dev, ctx.fs.name)
+                )
                 for m in reversed(mounted):
                     unmount(m)
                 mounted = []
@@ -114,16 +152,22 @@ def _judge(ctx: CheckContext, devs: Sequence[str], states: Sequence[CrashState],
         t_checker = time.monotonic()
         try:
             # CheckInput makes a KeyPrefix (state.acks) a tuple
-            given = CheckInput(mnts[0], first.acks, first.begun, ctx.params, sid,  # type: ignore[arg-type]
-                               mounts=tuple(mnts) if several else ())
-            if ctx.trace_reads:   # the files under the mounts sized now, then the checker traced
+            given = CheckInput(
+                mnts[0],
+                first.acks,  # type: ignore[arg-type]
+                first.begun,
+                ctx.params,
+                sid,
+                mounts=tuple(mnts) if several else (),
+            )
+            if ctx.trace_reads:  # the files under the mounts sized now, then the checker traced
                 tracer = ReadTracer(ctx.checker, mnts)
                 result = tracer.run(given)
             else:
                 result = ctx.checker.run(given)
             if result.verdict in AFTER_ERROR_FROM:
                 result = after_error(ctx, first, given, result)
-        except CheckerError:    # the checker cannot run or answers no verdict: the harness's error
+        except CheckerError:  # the checker cannot run or answers no verdict: the harness's error
             raise
         except Exception as e:  # a checker's bug is that state's finding, not the campaign's end
             log.exception("checker crashed on %s", sid)
@@ -140,8 +184,14 @@ def _judge(ctx: CheckContext, devs: Sequence[str], states: Sequence[CrashState],
         if not ok:
             reasons.append(f"{node(i)}fsck: {report}")
             verdict = verdict if verdict != "pass" else "fsck-error"
-    log.debug("%s: mount %.3f checker %.3f umount %.3f fsck %.3f s", sid, t_checker - t_mount,
-              t_umount - t_checker, t_fsck - t_umount, time.monotonic() - t_fsck)
+    log.debug(
+        "%s: mount %.3f checker %.3f umount %.3f fsck %.3f s",
+        sid,
+        t_checker - t_mount,
+        t_umount - t_checker,
+        t_fsck - t_umount,
+        time.monotonic() - t_fsck,
+    )
     return done(verdict)
 
 
@@ -167,7 +217,9 @@ def unmount(mnt: str) -> None:
     umount(mnt)
 
 
-def after_error(ctx: CheckContext, state: CrashState, given: CheckInput, result: CheckResult) -> CheckResult:
+def after_error(
+    ctx: CheckContext, state: CrashState, given: CheckInput, result: CheckResult
+) -> CheckResult:
     """A failing state of a recording with injected I/O errors, judged again (same mount) with only
     the acks a program that stops at its first error could have made (core/log/faultwindows.py; a
     cluster's: at the first error any node's disk gave, CheckContext.trusted_acks): passing then, it
@@ -177,16 +229,20 @@ def after_error(ctx: CheckContext, state: CrashState, given: CheckInput, result:
     if found is None:
         return result
     trusted, who, why = found
-    dropped = state.acks[len(trusted):]
+    dropped = state.acks[len(trusted) :]
     begun = tuple(dict.fromkeys((*state.begun, *dropped)))
     again = ctx.checker.run(dataclasses.replace(given, acked=trusted, begun=begun))
     if again.verdict != "pass":
         return result
     key = dropped[0]
-    return CheckResult("acked-after-error", (
-        f"commit {key} was acked after {who} failed I/O during it ({why}); with only the "
-        f"{len(trusted)} ack(s) before it the state passes: acks {list(dropped[:8])} are the program's "
-        f"after an I/O error, and {result.verdict}: " + "; ".join(result.reasons[:2]),))
+    return CheckResult(
+        "acked-after-error",
+        (
+            f"commit {key} was acked after {who} failed I/O during it ({why}); with only the "
+            f"{len(trusted)} ack(s) before it the state passes: acks {list(dropped[:8])} are the program's "
+            f"after an I/O error, and {result.verdict}: " + "; ".join(result.reasons[:2]),
+        ),
+    )
 
 
 class KernelLog:

@@ -3,6 +3,7 @@ checker VM's settings, and the one dispatch over the two, for states of one disk
 Campaigns, confirmation, a cluster's minimization, repro and the matrix's tear checks all judge
 through ``Place.judge``; diagnoses go through
 ``debug.triage.diagnose_at``, which takes the same value."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,10 +35,12 @@ class Place:
 
     check_in: str = DEFAULT_CHECK_IN
     accel: str = DEFAULT_ACCEL
-    memory_mb: int = CHECKER_MEMORY_MB   # per checker VM
+    memory_mb: int = CHECKER_MEMORY_MB  # per checker VM
     state_timeout_s: float = STATE_TIMEOUT_S
-    uris: tuple[str, ...] = ()     # --check-uri: libvirt hosts the checker VMs boot on (none: QEMU here)
-    jobs: int = 0                  # parallel walks (host) or checker VMs (vm, on each URI); 0: one per core
+    uris: tuple[
+        str, ...
+    ] = ()  # --check-uri: libvirt hosts the checker VMs boot on (none: QEMU here)
+    jobs: int = 0  # parallel walks (host) or checker VMs (vm, on each URI); 0: one per core
     # one run's checker VMs kept booted between its phases (check -> diagnosis); None: every phase boots
     warm: WarmVms | None = field(default=None, compare=False, repr=False)
 
@@ -45,11 +48,15 @@ class Place:
         if self.jobs < 0:
             raise UsageError(f"-j must be 0 (one per core) or more, not {self.jobs}")
         if self.state_timeout_s <= 0:
-            raise UsageError(f"the state timeout must be more than 0 s, not {self.state_timeout_s:g}")
+            raise UsageError(
+                f"the state timeout must be more than 0 s, not {self.state_timeout_s:g}"
+            )
         if self.check_in not in PLACES:
             raise UsageError(f"--check-in must be vm or host, not {self.check_in!r}")
         if self.uris and self.on_host:
-            raise UsageError("--check-uri boots checker VMs on libvirt hosts: it needs --check-in vm, not host")
+            raise UsageError(
+                "--check-uri boots checker VMs on libvirt hosts: it needs --check-in vm, not host"
+            )
         if len(set(self.uris)) != len(self.uris):
             raise UsageError("--check-uri: a host given twice (use -j for more VMs on one host)")
         for uri in self.uris:
@@ -70,17 +77,29 @@ class Place:
 
     def vm(self) -> VmCheckSpec:
         """The checker VM on the default guest image (built, or found cached)."""
-        return VmCheckSpec.default(accel=self.accel, memory_mb=self.memory_mb, state_timeout_s=self.state_timeout_s,
-                                   uris=self.uris)
+        return VmCheckSpec.default(
+            accel=self.accel,
+            memory_mb=self.memory_mb,
+            state_timeout_s=self.state_timeout_s,
+            uris=self.uris,
+        )
 
     def alone(self, jobs: int) -> int:
         """How many workers judge states that must be judged alone (confirmation): one host worker
         (one kernel); every checker VM is a kernel of its own (``jobs`` on each --check-uri host)."""
         return 1 if self.on_host else jobs
 
-    def judge(self, ctx: CheckContext, src: LogSource, index: LogIndex | Sequence[LogIndex],
-              states: Sequence[CrashState] | Sequence[DisksState], sink: Callable[[Verdict], None], work: Path, *,
-              jobs: int = 1) -> None:
+    def judge(
+        self,
+        ctx: CheckContext,
+        src: LogSource,
+        index: LogIndex | Sequence[LogIndex],
+        states: Sequence[CrashState] | Sequence[DisksState],
+        sink: Callable[[Verdict], None],
+        work: Path,
+        *,
+        jobs: int = 1,
+    ) -> None:
         """Judge ``states`` of the disks whose logs are ``src`` (opened: ``index``, one disk's log or
         every disk's); each verdict goes to ``sink``."""
         if not states:
@@ -90,10 +109,21 @@ class Place:
             raise ValueError(f"{len(logs)} opened logs for a source of {src.disks} disks")
         if self.on_host:
             check_host(ctx, src, logs, states, sink, work, jobs=jobs)
-            shutil.rmtree(work, ignore_errors=True)   # only after a clean end: nothing is mounted under it
+            shutil.rmtree(
+                work, ignore_errors=True
+            )  # only after a clean end: nothing is mounted under it
         else:
-            check_vm(ctx, src, logs[0] if src.disks == 1 else None, states, sink, work, self.vm(), jobs=jobs,
-                     warm=self.warm)
+            check_vm(
+                ctx,
+                src,
+                logs[0] if src.disks == 1 else None,
+                states,
+                sink,
+                work,
+                self.vm(),
+                jobs=jobs,
+                warm=self.warm,
+            )
 
     def with_warm_vms(self) -> "Place":
         """This place keeping a run's checker VMs booted between phases (close_warm ends them); one

@@ -14,6 +14,7 @@ and the reads are empty; nothing here fails the judge.
 Python's audit hooks cannot be removed: the one hook is installed at the first traced judge and
 records only while a judge traces, only paths under that judge's mounts (several judges trace side
 by side, each its own mounts: a checker thread of its own is seen too)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -43,7 +44,7 @@ PROBE_TIMEOUT_S = 20.0
 @dataclass(frozen=True, slots=True)
 class Strace:
     path: str
-    seccomp: bool     # --seccomp-bpf works here (only the traced calls stop)
+    seccomp: bool  # --seccomp-bpf works here (only the traced calls stop)
 
     def argv(self, out: str) -> tuple[str, ...]:
         return (self.path, *recoveryread.strace_args(out, self.seccomp))
@@ -53,17 +54,22 @@ class Strace:
 def strace_tool() -> Strace | None:
     """strace, if it can trace here (probed once: installed, ptrace allowed; with --seccomp-bpf
     if that works too), else None (said once in the log)."""
-    path = shutil.which("strace") or next((p for p in ("/usr/bin/strace", "/bin/strace") if os.access(p, os.X_OK)),
-                                          None)
+    path = shutil.which("strace") or next(
+        (p for p in ("/usr/bin/strace", "/bin/strace") if os.access(p, os.X_OK)), None
+    )
     if path is None:
-        log.warning("strace is not installed: recovery's reads are not traced (apt-get install strace)")
+        log.warning(
+            "strace is not installed: recovery's reads are not traced (apt-get install strace)"
+        )
         return None
     why = ""
     for seccomp in (True, False):
         tool = Strace(path, seccomp)
         try:
-            res = process.run([*tool.argv(os.devnull), "/bin/true"], timeout=PROBE_TIMEOUT_S, check=False)
-        except Exception as e:   # noqa: BLE001 -- any failure to start it: no tracing, never the judge's end
+            res = process.run(
+                [*tool.argv(os.devnull), "/bin/true"], timeout=PROBE_TIMEOUT_S, check=False
+            )
+        except Exception as e:  # noqa: BLE001 -- any failure to start it: no tracing, never the judge's end
             why = str(e)
             continue
         if res.ok:
@@ -103,7 +109,7 @@ class ReadTracer:
         self.mounts = tuple(os.path.realpath(m) for m in mounts)
         try:
             self.sizes = sizes_under(self.mounts)
-        except Exception:   # noqa: BLE001 -- a trace is an extra: it never ends the judge
+        except Exception:  # noqa: BLE001 -- a trace is an extra: it never ends the judge
             log.exception("sizes under %s not read", self.mounts)
             self.sizes = {}
         self._files: tuple[ReadFile, ...] = ()
@@ -145,7 +151,7 @@ class ReadTracer:
 def _safely(fn: Callable[[], tuple[ReadFile, ...]]) -> tuple[ReadFile, ...]:
     try:
         return fn()
-    except Exception:   # noqa: BLE001 -- a trace is an extra: it never ends the judge
+    except Exception:  # noqa: BLE001 -- a trace is an extra: it never ends the judge
         log.exception("the checker's reads could not be read")
         return ()
 
@@ -153,7 +159,7 @@ def _safely(fn: Callable[[], tuple[ReadFile, ...]]) -> tuple[ReadFile, ...]:
 # -- the audit hook ---------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class _Watch:
-    prefixes: tuple[tuple[str, str], ...]   # (a mount as given, as the kernel names it)
+    prefixes: tuple[tuple[str, str], ...]  # (a mount as given, as the kernel names it)
     acc: Accesses
     lock: threading.Lock
 
@@ -187,7 +193,7 @@ def _owner(path: str) -> tuple[_Watch, str] | None:
         for given, real in w.prefixes:
             for prefix in (given, real):
                 if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
-                    return w, real + path[len(prefix):]
+                    return w, real + path[len(prefix) :]
     return None
 
 
@@ -196,7 +202,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         return
     try:
         _seen(event, args)
-    except Exception:   # noqa: BLE001 -- an audit hook that raises would fail the checker's own call
+    except Exception:  # noqa: BLE001 -- an audit hook that raises would fail the checker's own call
         pass
 
 
@@ -238,7 +244,9 @@ def _open(acc: Accesses, real: str, path: str, args: tuple[Any, ...]) -> None:
     """An ``open`` event (path, mode, flags): io.open's mode ("r", "wb"...), os.open's flags."""
     mode = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
     flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-    write = any(c in mode for c in "wax+") or bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
+    write = any(c in mode for c in "wax+") or bool(
+        flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    )
     create = any(c in mode for c in "wax") or bool(flags & os.O_CREAT)
     try:
         directory = stat.S_ISDIR(os.stat(path).st_mode)

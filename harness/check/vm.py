@@ -15,6 +15,7 @@ check/checkervm.CheckerVm boots one VM on a job and follows its progress; its th
 are ``check_vm`` (judge states, restarting after a panic or hang), ``diagnose_vm`` (minimize and
 blame in the guest) and ``shell_vm`` (``repro --shell``).  ``WarmVms`` keeps a run's last VM booted
 for its next phase (check/vmpool.VmPool, a matrix's VMs across its rows)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,18 @@ MAX_FAILED_BOOTS = 2
 T = TypeVar("T")
 
 
-def check_vm(ctx: CheckContext, src: LogSource, index: LogIndex | None, states: Sequence[Any], sink: Sink,
-             workdir: Path, spec: VmCheckSpec, *, jobs: int = 1, warm: "WarmVms | None" = None) -> None:
+def check_vm(
+    ctx: CheckContext,
+    src: LogSource,
+    index: LogIndex | None,
+    states: Sequence[Any],
+    sink: Sink,
+    workdir: Path,
+    spec: VmCheckSpec,
+    *,
+    jobs: int = 1,
+    warm: "WarmVms | None" = None,
+) -> None:
     """Judge ``states`` in ``jobs`` checker VMs on each of the spec's hosts (contiguous chunks of the
     walk order, dealt to the hosts in turn); every verdict goes to ``sink`` (under a lock).  ``index``:
     one disk's opened log (its states are chunked by the pristine they need); None for N > 1 disks.
@@ -55,13 +66,20 @@ def check_vm(ctx: CheckContext, src: LogSource, index: LogIndex | None, states: 
     hosts = spec.hosts()
     locked = locked_sink(sink)
     n = jobs * len(hosts)
-    parts = split_by_base(index, list(states), n) if index is not None and src.disks == 1 else chunks(states, n)
+    parts = (
+        split_by_base(index, list(states), n)
+        if index is not None and src.disks == 1
+        else chunks(states, n)
+    )
 
     def one(i: int, chunk: list[Any]) -> None:
         host = hosts[i % len(hosts)]
         taken = warm.lend(ctx, src, spec, host, lone=len(parts) == 1) if warm is not None else None
-        vm = taken or (warm.boot(ctx, src, spec, workdir / f"vm{i}", host) if warm is not None
-                       else CheckerVm(ctx, src, spec, workdir / f"vm{i}", host))
+        vm = taken or (
+            warm.boot(ctx, src, spec, workdir / f"vm{i}", host)
+            if warm is not None
+            else CheckerVm(ctx, src, spec, workdir / f"vm{i}", host)
+        )
         try:
             Judging(vm, chunk, locked).run()
         except BaseException:
@@ -80,6 +98,7 @@ def locked_sink(sink: Sink) -> Sink:
     def locked(v: Verdict) -> None:
         with lock:
             sink(v)
+
     return locked
 
 
@@ -100,19 +119,23 @@ class WarmVms:
     fresh kernels.  ``close`` (the run's end, or before confirmation) stops the ones left.
     (check/vmpool.VmPool keeps them across the runs of a matrix.)"""
 
-    KEEP = 1      # the diagnosis runs in one VM
-    shared = False   # True: not the run's own (its owner closes it; Place.close_warm leaves it)
+    KEEP = 1  # the diagnosis runs in one VM
+    shared = False  # True: not the run's own (its owner closes it; Place.close_warm leaves it)
 
     def __init__(self) -> None:
         self._vms: list[CheckerVm] = []
         self._lock = threading.Lock()
         self.closed = False
 
-    def lend(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, host: Any, *, lone: bool) -> "CheckerVm | None":
+    def lend(
+        self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, host: Any, *, lone: bool
+    ) -> "CheckerVm | None":
         """A booted VM for one chunk of a check: the run's last one, for a lone chunk on this machine."""
         return self.take(ctx, src, spec) if lone and not host.uri else None
 
-    def boot(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path, host: Any) -> CheckerVm:
+    def boot(
+        self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path, host: Any
+    ) -> CheckerVm:
         """A new serving VM for one chunk of a check (parked here after it)."""
         return CheckerVm(ctx, src, spec, workdir, host, serve=True)
 
@@ -139,7 +162,7 @@ class WarmVms:
         with self._lock:
             self.closed = True
             vms, self._vms = self._vms, []
-        for vm in vms:   # all told to stop first: they power off side by side
+        for vm in vms:  # all told to stop first: they power off side by side
             vm.close(force=force, wait=False)
         for vm in vms:
             vm.wait()
@@ -161,21 +184,31 @@ class Judging:
         while todo := [s for s in self.states if s.id not in self.done]:
             interrupt.raise_if_stopping()
             before = len(self.done)
-            out = self.vm.run(self.job(tuple(s.id for s in todo)), steps=len(todo) + 1, on_verdict=self._verdict)
+            out = self.vm.run(
+                self.job(tuple(s.id for s in todo)), steps=len(todo) + 1, on_verdict=self._verdict
+            )
             interrupt.raise_if_stopping()
             if out.failure is None:
                 left = [s.id for s in todo if s.id not in self.done]
                 if left:
-                    raise PowercutError(f"the checker VM ended without judging {len(left)} state(s), e.g. {left[0]} "
-                                        f"(see {self.vm.workdir}/run{self.vm.boots}/job/agent.log)")
+                    raise PowercutError(
+                        f"the checker VM ended without judging {len(left)} state(s), e.g. {left[0]} "
+                        f"(see {self.vm.workdir}/run{self.vm.boots}/job/agent.log)"
+                    )
                 return
             # a VM killed from outside (or one that failed before any state) blames no state: it
             # boots again on the states left, as long as each boot makes progress
-            if isinstance(out.failure, VmKilled) or out.current is None or out.current not in self.by_id:
+            if (
+                isinstance(out.failure, VmKilled)
+                or out.current is None
+                or out.current not in self.by_id
+            ):
                 failed_boots = 0 if len(self.done) > before else failed_boots + 1
                 if failed_boots >= MAX_FAILED_BOOTS:
-                    raise PowercutError(f"the checker VM failed {MAX_FAILED_BOOTS} times before judging any state: "
-                                        f"{out.failure.one_line()}")
+                    raise PowercutError(
+                        f"the checker VM failed {MAX_FAILED_BOOTS} times before judging any state: "
+                        f"{out.failure.one_line()}"
+                    )
                 continue
             self._blame(self.by_id[out.current], out.failure, out.since)
 
@@ -191,41 +224,75 @@ class Judging:
             detail = [failure.panic_line, *lines[1:3]]
         else:
             detail = lines[-3:]
-        cut = s.cut if isinstance(s, CrashState) else s.instant   # a cluster state's "cut" is its instant
-        v = Verdict(s.id, s.model, cut, kind, (failure.one_line(), *detail), len(s.acks), len(s.begun),
-                    round(time.monotonic() - since, 3))
+        cut = (
+            s.cut if isinstance(s, CrashState) else s.instant
+        )  # a cluster state's "cut" is its instant
+        v = Verdict(
+            s.id,
+            s.model,
+            cut,
+            kind,
+            (failure.one_line(), *detail),
+            len(s.acks),
+            len(s.begun),
+            round(time.monotonic() - since, 3),
+        )
         self.done.add(s.id)
         self.sink(v)
         log.warning("state %s: %s; restarting its checker VM", s.id, kind)
 
 
-def diagnose_vm(ctx: CheckContext, src: LogSource, firsts: list[Verdict], workdir: Path, spec: VmCheckSpec, *,
-                floors: Sequence[int | None], budget: int, tear_only: bool = False,
-                warm: WarmVms | None = None) -> list[dict[str, Any]]:
+def diagnose_vm(
+    ctx: CheckContext,
+    src: LogSource,
+    firsts: list[Verdict],
+    workdir: Path,
+    spec: VmCheckSpec,
+    *,
+    floors: Sequence[int | None],
+    budget: int,
+    tear_only: bool = False,
+    warm: WarmVms | None = None,
+) -> list[dict[str, Any]]:
     """Minimize and blame failing states of the source's disks in one checker VM (debug.diagnose
     runs in the guest; ``floors``: each disk's floor entry): the run's check VM still booted in
     ``warm``, or a new one; ``tear_only``: only find out whether each (torn) failure needs its tear."""
     vm = (warm.take(ctx, src, spec) if warm else None) or CheckerVm(ctx, src, spec, workdir)
-    job = guestjob.DiagnoseJob(vm.source(), tuple(v.to_json() for v in firsts),
-                               floors=tuple(-1 if f is None else f for f in floors), budget=budget,
-                               tear_only=tear_only, tools_dir=vm.staged().tools_dir, logs=vm.guest_logs())
+    job = guestjob.DiagnoseJob(
+        vm.source(),
+        tuple(v.to_json() for v in firsts),
+        floors=tuple(-1 if f is None else f for f in floors),
+        budget=budget,
+        tear_only=tear_only,
+        tools_dir=vm.staged().tools_dir,
+        logs=vm.guest_logs(),
+    )
     try:
         out = vm.run(job, steps=1 + budget * len(firsts) // 10)
     finally:
         vm.close()
     if out.failure is not None:
-        raise PowercutError(f"the checker VM diagnosing {len(firsts)} failure(s) failed: {out.failure.one_line()}")
+        raise PowercutError(
+            f"the checker VM diagnosing {len(firsts)} failure(s) failed: {out.failure.one_line()}"
+        )
     return out.diagnoses
 
 
-def shell_vm(ctx: CheckContext, src: LogSource, state: CrashState | DisksState, workdir: Path,
-             spec: VmCheckSpec) -> Verdict | None:
+def shell_vm(
+    ctx: CheckContext,
+    src: LogSource,
+    state: CrashState | DisksState,
+    workdir: Path,
+    spec: VmCheckSpec,
+) -> Verdict | None:
     """Judge one state in a checker VM, then open an interactive shell in it on the recovered, mounted
     state, on this terminal (``powercut repro --shell``): one disk's, or every disk's of ``src``
     rebuilt and mounted as the check job judges them (guest/check.py)."""
     got: list[Verdict] = []
     vm = CheckerVm(ctx, src, spec, workdir)
-    job = guestjob.ShellJob(vm.source(), state.id, tools_dir=vm.staged().tools_dir, logs=vm.guest_logs())
+    job = guestjob.ShellJob(
+        vm.source(), state.id, tools_dir=vm.staged().tools_dir, logs=vm.guest_logs()
+    )
     out = vm.run(job, steps=2, on_verdict=got.append, interactive=True)
     if out.failure is not None:
         raise PowercutError(f"the shell's checker VM failed: {out.failure.one_line()}")

@@ -13,6 +13,7 @@ an image, or a --check-uri host gets a VM of its own, closed after its check as 
 What stays per run: confirmation judges in fresh kernels (the campaign judges it without the pool,
 check/place.Place.fresh), and a run's end leaves the pool open (Place.close_warm); the matrix
 closes it when its last row is checked."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,15 +35,20 @@ class VmPool(WarmVms):
         super().__init__()
         self.root, self.workdir, self.KEEP = Path(root).resolve(), Path(workdir), max(1, keep)
         self.booted = 0
-        self.lent = 0   # how many chunks took a booted VM (the saving, for the timeline and tests)
+        self.lent = 0  # how many chunks took a booted VM (the saving, for the timeline and tests)
 
     def fits(self, vm: CheckerVm, ctx: CheckContext, src: LogSource, spec: VmCheckSpec) -> bool:
         """Whether booted ``vm`` is the VM a check of ``src`` with ``ctx`` and ``spec`` would boot."""
-        keep_visible(ctx.checker.host_paths())   # as CheckerVm does for a new VM
-        return (vm.live() and vm.rec_root is not None and vm.spec == spec and vm.can_read(src)
-                and vm.ctx.fs.module_group == ctx.fs.module_group
-                and vm.scratch_bytes >= scratch_need(src.disks, src.size)
-                and vm.kept == host_paths_to_keep())
+        keep_visible(ctx.checker.host_paths())  # as CheckerVm does for a new VM
+        return (
+            vm.live()
+            and vm.rec_root is not None
+            and vm.spec == spec
+            and vm.can_read(src)
+            and vm.ctx.fs.module_group == ctx.fs.module_group
+            and vm.scratch_bytes >= scratch_need(src.disks, src.size)
+            and vm.kept == host_paths_to_keep()
+        )
 
     def take(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec) -> CheckerVm | None:
         with self._lock:
@@ -54,16 +60,22 @@ class VmPool(WarmVms):
         vm.rebind(ctx, src)
         return vm
 
-    def lend(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, host: Any, *, lone: bool) -> CheckerVm | None:
+    def lend(
+        self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, host: Any, *, lone: bool
+    ) -> CheckerVm | None:
         return None if host.uri else self.take(ctx, src, spec)
 
-    def boot(self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path, host: Any) -> CheckerVm:
+    def boot(
+        self, ctx: CheckContext, src: LogSource, spec: VmCheckSpec, workdir: Path, host: Any
+    ) -> CheckerVm:
         if host.uri or not shared_under(self.root, src):
-            return super().boot(ctx, src, spec, workdir, host)   # a VM of its own: park closes it
+            return super().boot(ctx, src, spec, workdir, host)  # a VM of its own: park closes it
         with self._lock:
             self.booted += 1
             n = self.booted
-        return CheckerVm(ctx, src, spec, self.workdir / f"vm{n}", host, serve=True, rec_root=self.root)
+        return CheckerVm(
+            ctx, src, spec, self.workdir / f"vm{n}", host, serve=True, rec_root=self.root
+        )
 
     def park(self, vm: CheckerVm) -> None:
         if vm.rec_root is None:

@@ -1,6 +1,7 @@
 """A checker VM's progress as the host follows it (host side): the agent's ``progress.jsonl`` in the
 job share (a "begin" line before each state, its verdict after it, diagnoses), and how one boot
 went (``Outcome``): the state in progress when it ended is the one a panic or a hang is blamed on."""
+
 from __future__ import annotations
 
 import time
@@ -46,7 +47,7 @@ class Progress:
 class Outcome:
     """How one boot of a checker VM went."""
 
-    failure: VmError | None        # a panic, hang or crash of the VM (None: it ended normally)
-    current: str | None            # the state in progress when it ended
-    since: float                   # when that state began (monotonic)
+    failure: VmError | None  # a panic, hang or crash of the VM (None: it ended normally)
+    current: str | None  # the state in progress when it ended
+    since: float  # when that state began (monotonic)
     diagnoses: list[dict[str, Any]]

@@ -6,6 +6,7 @@ Each command imports what it needs when it runs (imports inside its function, th
 exception to imports at module top): ``import powercut.cli`` takes 108 ms, against 230 ms with every
 command's modules imported (python alone: 33 ms; the least of 15 runs each, this 2-core machine,
 2026-11-27), and every ``--help``, every one-line error and every completion pays it."""
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,6 @@ from powercut.linux import interrupt
 log = logging.getLogger("powercut")
 
 
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -36,16 +36,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupt.handled():
             return COMMANDS[args.command](args)
-    except OptionError as e:   # a bad option value, told after parsing: exit 2 like the parser's
-        print(f"powercut: error: {e.one_line()} (see 'powercut {args.command} --help')", file=sys.stderr)
+    except OptionError as e:  # a bad option value, told after parsing: exit 2 like the parser's
+        print(
+            f"powercut: error: {e.one_line()} (see 'powercut {args.command} --help')",
+            file=sys.stderr,
+        )
         return 2
     except PowercutError as e:
         print(f"powercut: error: {e.one_line()}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
-        again = ("; the verdicts so far are kept: run the same command with --resume to finish"
-                 if args.command in ("check", "run", "matrix") else "")
-        print(f"powercut: {interrupt.note(e)}; stopped every VM and cleaned up{again}", file=sys.stderr)
+        again = (
+            "; the verdicts so far are kept: run the same command with --resume to finish"
+            if args.command in ("check", "run", "matrix")
+            else ""
+        )
+        print(
+            f"powercut: {interrupt.note(e)}; stopped every VM and cleaned up{again}",
+            file=sys.stderr,
+        )
         return interrupt.exit_status(e)
     except BrokenPipeError:  # output piped into head & co. (before OSError, its base class)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -64,9 +73,24 @@ def os_error(e: OSError) -> str:
     return f"{where}: {what}{hint}" if where else f"{what}{hint}"
 
 
-COMMANDS = {"run": cmd_run, "check": cmd_check, "record": cmd_record, "image": cmd_image, "log": cmd_log, "states": cmd_states, "matrix": cmd_matrix, "repro": cmd_repro, "report": cmd_report,
-            "replay": cmd_replay, "workloads": cmd_workloads, "bench": cmd_bench, "merge": cmd_merge,
-            "demo": cmd_demo, "setup": cmd_setup, "doctor": cmd_doctor}
+COMMANDS = {
+    "run": cmd_run,
+    "check": cmd_check,
+    "record": cmd_record,
+    "image": cmd_image,
+    "log": cmd_log,
+    "states": cmd_states,
+    "matrix": cmd_matrix,
+    "repro": cmd_repro,
+    "report": cmd_report,
+    "replay": cmd_replay,
+    "workloads": cmd_workloads,
+    "bench": cmd_bench,
+    "merge": cmd_merge,
+    "demo": cmd_demo,
+    "setup": cmd_setup,
+    "doctor": cmd_doctor,
+}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,5 @@
 """``python -m powercut.cli``: the same as the ``powercut`` command."""
+
 import sys
 
 from powercut.cli import main

@@ -1,5 +1,6 @@
 """The command line's value types (host): each refuses a value out of its range with one line, so a
 bad value exits 2 like a bad option, before anything runs (cli/parser.py uses them)."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,6 +12,7 @@ __all__ = ["at_least", "non_negative_float", "positive_float", "seed", "shard", 
 
 def at_least(least: int) -> Callable[[str], int]:
     """An argparse type: a whole number >= ``least`` (a bad value exits 2 before anything runs)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -19,6 +21,7 @@ def at_least(least: int) -> Callable[[str], int]:
         if value < least:
             raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
         return value
+
     parse.__name__ = f"integer >= {least}"
     return parse
 
@@ -29,7 +32,9 @@ def _float(text: str, positive: bool) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"wants a number, not {text!r}") from None
     if value != value or value < 0 or (positive and value == 0):
-        raise argparse.ArgumentTypeError(f"must be {'more than' if positive else 'at least'} 0, not {text}")
+        raise argparse.ArgumentTypeError(
+            f"must be {'more than' if positive else 'at least'} 0, not {text}"
+        )
     return value
 
 
@@ -45,6 +50,7 @@ def shard(text: str):
     """An argparse type: i/n, 1 <= i <= n (a bad value exits 2)."""
     from powercut.core.states.shard import Shard
     from powercut.errors import UsageError
+
     try:
         return Shard.parse(text)
     except UsageError as e:
@@ -54,7 +60,7 @@ def shard(text: str):
 def seed(text: str) -> int:
     """An argparse type: a seed (a whole number >= 0) or ``auto`` (a new one each run, printed)."""
     if text == "auto":
-        return -1   # core.selection.SEED_AUTO (the parser does not import the core at start-up)
+        return -1  # core.selection.SEED_AUTO (the parser does not import the core at start-up)
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"wants a whole number or auto, not {text!r}")
     return int(text)

@@ -1,6 +1,7 @@
 """The command line's later commands (host): ``matrix``, ``report``, ``repro`` and ``bench`` -- they
 print like cli.py (which dispatches to them; the grammar is in cliargs.py), kept apart to keep each
 module small.  Every error is one line on stderr, raised as a PowercutError and printed by cli.main."""
+
 from __future__ import annotations
 
 import argparse
@@ -41,11 +42,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     (out / "report.md").write_text(costreport.markdown(lines, meta))
     plots = costreport.plot(lines, out)
     from powercut.report import html
+
     cells = [matrix.Cell.from_json(c) for c in doc.get("cells", [])]
     svg = next((p for p in plots if p.suffix == ".svg"), None)
-    page = html.write_matrix(out, rows, cells, list(doc.get("rows", [])), cost=costreport.view(lines, meta, svg),
-                             title="durability vs cost", kind="durability vs cost report",
-                             rows_dir=mdir if mdir.is_dir() else mdir.parent)
+    page = html.write_matrix(
+        out,
+        rows,
+        cells,
+        list(doc.get("rows", [])),
+        cost=costreport.view(lines, meta, svg),
+        title="durability vs cost",
+        kind="durability vs cost report",
+        rows_dir=mdir if mdir.is_dir() else mdir.parent,
+    )
     print(f"report: {page}; {out / 'report.md'}" + "".join(f", {p}" for p in plots))
     return 0
 
@@ -61,16 +70,39 @@ def _bench_request(args: argparse.Namespace):
     if args.dry_run and args.on_host:
         raise UsageError("--dry-run shows the VM's QEMU argv; --on-host runs no VM")
     if (args.toggle_write_cache or args.raw) and not args.on_host:
-        raise UsageError("--toggle-write-cache and --raw go with --on-host (the VM mode always toggles the cache)")
-    fs = FsSpec(fstype=args.fs, mkfs_opts=tuple(args.mkfs_opts), mount_opts=args.mount_opts,
-                size_mb=args.size)
-    vm = BenchVmSpec(fs=fs, qemu_cache=args.qemu_cache, accel=args.accel, memory_mb=args.memory,
-                     timeout_s=args.vm_timeout, disk_dir=args.disk_dir, image={"kernel_package": args.kernel_package})
+        raise UsageError(
+            "--toggle-write-cache and --raw go with --on-host (the VM mode always toggles the cache)"
+        )
+    fs = FsSpec(
+        fstype=args.fs,
+        mkfs_opts=tuple(args.mkfs_opts),
+        mount_opts=args.mount_opts,
+        size_mb=args.size,
+    )
+    vm = BenchVmSpec(
+        fs=fs,
+        qemu_cache=args.qemu_cache,
+        accel=args.accel,
+        memory_mb=args.memory,
+        timeout_s=args.vm_timeout,
+        disk_dir=args.disk_dir,
+        image={"kernel_package": args.kernel_package},
+    )
     caches = {"both": (True, False), "on": (True,), "off": (False,)}[args.cache]
-    return BenchRequest(suites=suites, profiles=tuple(args.profile), workload=args.workload,
-                        params=parse_params(args.param), quick=args.quick, caches=caches, vm=vm,
-                        on_host=args.on_host, toggle=args.toggle_write_cache, raw_ok=args.raw, out=args.out,
-                        plots=not args.no_plot)
+    return BenchRequest(
+        suites=suites,
+        profiles=tuple(args.profile),
+        workload=args.workload,
+        params=parse_params(args.param),
+        quick=args.quick,
+        caches=caches,
+        vm=vm,
+        on_host=args.on_host,
+        toggle=args.toggle_write_cache,
+        raw_ok=args.raw,
+        out=args.out,
+        plots=not args.no_plot,
+    )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -85,17 +117,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.list:
         from powercut.bench.plan import __doc__ as suites_doc
         from powercut.bench.profiles import profiles
+
         print((suites_doc or "").split("Suites", 1)[-1].split("\n\n", 1)[-1].strip())
-        print("\nfio profiles: " + " ".join(p.name for p in profiles()) + "\n(--quick: "
-              + " ".join(p.name for p in profiles(quick=True)) + "; also group-commit-N-SIZE, pg-METHOD-8k)")
+        print(
+            "\nfio profiles: "
+            + " ".join(p.name for p in profiles())
+            + "\n(--quick: "
+            + " ".join(p.name for p in profiles(quick=True))
+            + "; also group-commit-N-SIZE, pg-METHOD-8k)"
+        )
         return 0
     req = _bench_request(args)
     if args.dry_run:
-        with tempfile.TemporaryDirectory(prefix="powercut-dry-run-") as tmp:   # nothing left behind
+        with tempfile.TemporaryDirectory(prefix="powercut-dry-run-") as tmp:  # nothing left behind
             print(shlex.join(dry_run_argv(req.vm, plan_request(req), Path(tmp) / "run")))
         return 0
-    with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as progress:
+    with Progress(
+        TextColumn("[bold]bench"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
         task = progress.add_task("bench", total=None, info="planning")
 
         def on_progress(done: int, total: int, label: str) -> None:
@@ -119,9 +164,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"powercut: warning: {w}", file=sys.stderr)
     plots = [p for p in (out / "latency.png", out / "latency.svg") if p.exists()]
     from powercut.report import html
+
     page = html.write_bench(results, out)
-    print(f"results: {out / 'results.json'}" + (f"\nplots: {', '.join(map(str, plots))}" if plots else "")
-          + f"\nreport: {page}", file=sys.stderr if args.json else sys.stdout)
+    print(
+        f"results: {out / 'results.json'}"
+        + (f"\nplots: {', '.join(map(str, plots))}" if plots else "")
+        + f"\nreport: {page}",
+        file=sys.stderr if args.json else sys.stdout,
+    )
     failed = [e for e in results.entries if e.error]
     for e in failed[:10]:
         print(f"FAILED {e.name} (cache {e.cache}): {e.error}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """The commands that judge (host): ``check`` (and its summary and failure groups), ``repro`` and
 ``matrix``."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,20 +22,42 @@ def campaign_spec(args: argparse.Namespace, preset: str = "check") -> Any:
     from powercut.cli.parser import selection_from
     from powercut.core.states.shard import Shard
 
-    place = Place(args.check_in, args.accel, state_timeout_s=args.state_timeout, uris=tuple(args.check_uris),
-                  jobs=args.jobs)
-    return CampaignSpec(selection=selection_from(args, preset), place=place, checker_command=args.checker,
-                        resume=args.resume, confirm=not args.no_confirm,
-                        confirm_mode=args.confirm_mode, confirm_sample=args.confirm_sample, shrink=args.shrink,
-                        shrink_budget=args.shrink_budget, checker_timeout_s=args.checker_timeout,
-                        allow_no_acks=args.allow_no_acks, force=args.force, shard=args.shard or Shard(),
-                        require_exhaustive=args.require_exhaustive or "", ledger=args.ledger,
-                        **({"cluster_bound": args.cluster_bound} if getattr(args, "cluster_bound", None) else {}))
+    place = Place(
+        args.check_in,
+        args.accel,
+        state_timeout_s=args.state_timeout,
+        uris=tuple(args.check_uris),
+        jobs=args.jobs,
+    )
+    return CampaignSpec(
+        selection=selection_from(args, preset),
+        place=place,
+        checker_command=args.checker,
+        resume=args.resume,
+        confirm=not args.no_confirm,
+        confirm_mode=args.confirm_mode,
+        confirm_sample=args.confirm_sample,
+        shrink=args.shrink,
+        shrink_budget=args.shrink_budget,
+        checker_timeout_s=args.checker_timeout,
+        allow_no_acks=args.allow_no_acks,
+        force=args.force,
+        shard=args.shard or Shard(),
+        require_exhaustive=args.require_exhaustive or "",
+        ledger=args.ledger,
+        **({"cluster_bound": args.cluster_bound} if getattr(args, "cluster_bound", None) else {}),
+    )
 
 
 def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     from powercut.campaign.run import run_campaign
 
@@ -42,10 +65,17 @@ def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
     console = Console(stderr=True)
     failed = 0
     # the bar appears once judging starts: a refusal before it is one line, with no bar around it
-    progress = Progress(TextColumn("[bold]checking"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=console, transient=True)
+    progress = Progress(
+        TextColumn("[bold]checking"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
     task = progress.add_task("check", total=None, info="")
-    started: list[bool] = []   # rich's stop() writes a newline even when the bar never started
+    started: list[bool] = []  # rich's stop() writes a newline even when the bar never started
 
     def on_start(total: int, done: int) -> None:
         started.append(True)
@@ -58,7 +88,9 @@ def cmd_check(args: argparse.Namespace, preset: str = "check") -> int:
         progress.update(task, advance=1, info=f"{failed} failing" if failed else "")
 
     try:
-        summary, paths = run_campaign(args.path, spec, args.out, on_start=on_start, on_verdict=on_verdict)
+        summary, paths = run_campaign(
+            args.path, spec, args.out, on_start=on_start, on_verdict=on_verdict
+        )
     finally:
         if started:
             progress.stop()
@@ -83,13 +115,19 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if is_matrix(args.shards):
         rows, results, paths, missing = merge_matrix(args.shards, args.out)
         from powercut.report import matrix
+
         Console().print(matrix.table(rows, results))
         bad = [c for c in results if not c.ok]
-        print(f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}")
+        print(
+            f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}"
+        )
         print(f"report: {paths['html']}")
         if missing:
-            print(f"powercut: matrix shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing from the "
-                  "merge: not a pass", file=sys.stderr)
+            print(
+                f"powercut: matrix shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing from the "
+                "merge: not a pass",
+                file=sys.stderr,
+            )
         return 3 if bad else (1 if missing else 0)
     summary, paths = merge(args.shards, args.out)
     return _finish(summary, paths)
@@ -103,17 +141,26 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
     from powercut.report.summary import repro, table
 
     Console().print(table(summary))
-    if summary.disks.get("node_states"):   # N > 1 disks: what each node contributes to the instants
-        print(f"over {summary.disks.get('instants', '?')} instants; distinct states per node: " + "; ".join(
-            f"node {n}: " + ", ".join(f"{m} {k}" for m, k in per.items())
-            for n, per in enumerate(summary.disks["node_states"])))
+    if summary.disks.get("node_states"):  # N > 1 disks: what each node contributes to the instants
+        print(
+            f"over {summary.disks.get('instants', '?')} instants; distinct states per node: "
+            + "; ".join(
+                f"node {n}: " + ", ".join(f"{m} {k}" for m, k in per.items())
+                for n, per in enumerate(summary.disks["node_states"])
+            )
+        )
     left = {m: c.get("left_out", 0) for m, c in summary.counts.items() if c.get("left_out")}
     if left:
-        print("--max-states left out " + ", ".join(f"{n} distinct {m} states" for m, n in left.items()))
-    for note in (summary.coverage.notes if summary.coverage is not None else ()):
+        print(
+            "--max-states left out "
+            + ", ".join(f"{n} distinct {m} states" for m, n in left.items())
+        )
+    for note in summary.coverage.notes if summary.coverage is not None else ():
         print(f"weakened: {note}")
     if summary.anatomy.get("commits"):
-        print(f"what a commit costs: {summary.anatomy['phrase']}, over {summary.anatomy['commits']} acked commits")
+        print(
+            f"what a commit costs: {summary.anatomy['phrase']}, over {summary.anatomy['commits']} acked commits"
+        )
     if summary.failures and summary.trace_note:
         print(f"note: {summary.trace_note}")
     _print_groups(summary)
@@ -124,12 +171,18 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
         print(f"FLAKY {f.state}: {f.reasons[0]}")
     shown = 3 if summary.groups else 10
     for f in summary.failures[:shown]:
-        print(f"FAIL {f.state}: {f.verdict} ({f.confirmation}): {f.reasons[0] if f.reasons else ''}\n"
-              + (f"  {summary.doubtful[f.state]}\n" if f.state in summary.doubtful else "")
-              + f"  repro: {repro(summary.recording, f)}")
+        print(
+            f"FAIL {f.state}: {f.verdict} ({f.confirmation}): {f.reasons[0] if f.reasons else ''}\n"
+            + (f"  {summary.doubtful[f.state]}\n" if f.state in summary.doubtful else "")
+            + f"  repro: {repro(summary.recording, f)}"
+        )
     if len(summary.failures) > shown:
-        print(f"... and {len(summary.failures) - shown} more failing states (see {paths['summary']})")
-    print(f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}")
+        print(
+            f"... and {len(summary.failures) - shown} more failing states (see {paths['summary']})"
+        )
+    print(
+        f"verdicts: {paths['summary'].parent / 'journal.jsonl'}\nsummary: {paths['summary']}\njunit: {paths['junit']}"
+    )
     if paths.get("html"):
         print(f"report: {paths['html']}")
 
@@ -153,10 +206,12 @@ def _print_groups(summary: Any) -> None:
 
     if not summary.groups:
         return
-    print(f"{len(summary.failures)} failing states in {len(summary.groups)} group(s) by cause"
-          f" (triage {summary.triage_s:.1f} s){proofs_words(summary.proofs)}:")
+    print(
+        f"{len(summary.failures)} failing states in {len(summary.groups)} group(s) by cause"
+        f" (triage {summary.triage_s:.1f} s){proofs_words(summary.proofs)}:"
+    )
     for k, g in enumerate(summary.groups, 1):
-        print("\n".join(group_lines(f"GROUP {k}", g)))   # the cause in the program's terms leads
+        print("\n".join(group_lines(f"GROUP {k}", g)))  # the cause in the program's terms leads
         conf = group_confirmation(g)
         if conf:
             print(f"  {conf}")
@@ -165,8 +220,10 @@ def _print_groups(summary: Any) -> None:
         if g.get("minimized") and g.get("nodes"):
             _print_node_shrink(g)
         elif g.get("minimized"):
-            print(f"  minimized: {g['first']} -> {g['minimized']} ({g['shrink_calls']} checks; one write at a "
-                  f"time: at least {g['one_at_a_time']})")
+            print(
+                f"  minimized: {g['first']} -> {g['minimized']} ({g['shrink_calls']} checks; one write at a "
+                f"time: at least {g['one_at_a_time']})"
+            )
             for c in g.get("culprits", [])[:6]:
                 print(f"  {c}")
         else:
@@ -174,18 +231,28 @@ def _print_groups(summary: Any) -> None:
         if g.get("bundle"):
             print(f"  repro: powercut repro {shlex.quote(g['bundle'])}")
         else:
-            print(f"  repro: powercut repro {shlex.quote(summary.recording)} --state {shlex.quote(g['first'])}")
+            print(
+                f"  repro: powercut repro {shlex.quote(summary.recording)} --state {shlex.quote(g['first'])}"
+            )
 
 
 def _print_node_shrink(g: dict[str, Any]) -> None:
     """A group of N > 1 disks' states, minimized node by node: each node's cut and lost writes
     before and after, and its blamed writes."""
-    same = " (already minimal: no node's state fails alike with less)" if g["minimized"] == g["first"] else ""
-    print(f"  minimized: {g['first']} -> {g['minimized']}{same} ({g['shrink_calls']} checks over "
-          f"{g['nodes']} nodes{', budget exhausted' if g.get('shrink_exhausted') else ''})")
+    same = (
+        " (already minimal: no node's state fails alike with less)"
+        if g["minimized"] == g["first"]
+        else ""
+    )
+    print(
+        f"  minimized: {g['first']} -> {g['minimized']}{same} ({g['shrink_calls']} checks over "
+        f"{g['nodes']} nodes{', budget exhausted' if g.get('shrink_exhausted') else ''})"
+    )
     for n, (sh, blamed) in enumerate(zip(g.get("node_shrink", []), g.get("node_culprits", []))):
-        print(f"    node {n}: cut {sh['cut'][0]} -> {sh['cut'][1]}, lost writes {sh['lost'][0]} -> "
-              f"{sh['lost'][1]}" + ("" if blamed or g.get("blame_note") else " (no write blamed)"))
+        print(
+            f"    node {n}: cut {sh['cut'][0]} -> {sh['cut'][1]}, lost writes {sh['lost'][0]} -> "
+            f"{sh['lost'][1]}" + ("" if blamed or g.get("blame_note") else " (no write blamed)")
+        )
         for c in blamed[:3]:
             print(f"      {c}")
 
@@ -197,8 +264,10 @@ def cmd_repro(args: argparse.Namespace) -> int:
     target = repro.resolve(args.path, args.state)
     place = Place("vm" if args.shell else args.check_in, args.accel)
     if args.shell:
-        print(f"booting a checker VM on {target.state}: a shell opens on the recovered state; exit powers it off",
-              file=sys.stderr)
+        print(
+            f"booting a checker VM on {target.state}: a shell opens on the recovered state; exit powers it off",
+            file=sys.stderr,
+        )
         shell_v = repro.shell(target, place)
         if shell_v is None:
             raise UsageError(f"state {target.state} was not judged")
@@ -208,8 +277,11 @@ def cmd_repro(args: argparse.Namespace) -> int:
     print("\n".join(repro.describe(target, v)))
     if args.keep_image:
         kept = repro.image_paths(args.keep_image, target.nodes)
-        print(f"image (as the crash left it, before recovery): {kept[0]}" if len(kept) == 1 else
-              f"images, one per node (as the crash left them, before recovery): {', '.join(kept)}")
+        print(
+            f"image (as the crash left it, before recovery): {kept[0]}"
+            if len(kept) == 1
+            else f"images, one per node (as the crash left them, before recovery): {', '.join(kept)}"
+        )
     return repro.exit_status(v)
 
 
@@ -226,7 +298,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     shard = args.shard or Shard()
     rows = list(shard.take(chosen))
     if not rows:
-        raise UsageError(f"matrix shard {shard} is empty: {len(chosen)} rows for {shard.total} shards")
+        raise UsageError(
+            f"matrix shard {shard} is empty: {len(chosen)} rows for {shard.total} shards"
+        )
     if args.list:
         for r in rows:
             cells = ", ".join(f"{m} {r.expect[m]}" for m in r.models)
@@ -235,8 +309,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     # refused before any row is recorded, not once per row
     place = Place(args.check_in or "vm", args.accel, uris=tuple(args.check_uris), jobs=args.jobs)
     out = Path(args.out)
-    how = MatrixRun(out=out, check_in=args.check_in or "", selection=selection_from(args, "matrix"), place=place,
-                    resume=args.resume, require_exhaustive=args.require_exhaustive or "")
+    how = MatrixRun(
+        out=out,
+        check_in=args.check_in or "",
+        selection=selection_from(args, "matrix"),
+        place=place,
+        resume=args.resume,
+        require_exhaustive=args.require_exhaustive or "",
+    )
     console = Console(stderr=True)
     results, infos = [], []
 
@@ -244,16 +324,30 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         results.extend(cells)
         infos.append(info)
         for c in cells:
-            print(f"{c.mark:4} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}", flush=True)
+            print(
+                f"{c.mark:4} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}",
+                flush=True,
+            )
 
-    with console.status(f"{len(rows)} rows: each recorded in a VM (the next while this one is checked), "
-                        "then checked"):
+    with console.status(
+        f"{len(rows)} rows: each recorded in a VM (the next while this one is checked), "
+        "then checked"
+    ):
         run_rows(rows, how, done)
-    paths = matrix.write_results(out, rows, results, infos, shard="" if shard.whole else str(shard),
-                                 chosen=[r.id for r in chosen], file=str(Path(args.file).absolute()) if args.file else "")
+    paths = matrix.write_results(
+        out,
+        rows,
+        results,
+        infos,
+        shard="" if shard.whole else str(shard),
+        chosen=[r.id for r in chosen],
+        file=str(Path(args.file).absolute()) if args.file else "",
+    )
     Console().print(matrix.table(rows, results))
     bad = [c for c in results if not c.ok]
-    print(f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}")
+    print(
+        f"{len(results) - len(bad)} of {len(results)} cells as expected; results: {paths['json']}, {paths['md']}"
+    )
     print(f"report: {paths['html']}")
     return 3 if bad else 0
 
@@ -266,15 +360,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     def done(row: matrix.Row, cells: list[matrix.Cell], info: dict) -> None:
         for c in cells:
-            print(f"{c.mark:4} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}", flush=True)
+            print(
+                f"{c.mark:4} {row.id} {c.model}: expected {c.expected}, seen {c.describe()}",
+                flush=True,
+            )
 
-    res = run_demo(DemoSpec(out=Path(args.out), check_in=args.check_in, jobs=args.jobs,
-                            selection=selection_from(args, "demo"), accel=args.accel, cost=not args.no_cost), done)
+    res = run_demo(
+        DemoSpec(
+            out=Path(args.out),
+            check_in=args.check_in,
+            jobs=args.jobs,
+            selection=selection_from(args, "demo"),
+            accel=args.accel,
+            cost=not args.no_cost,
+        ),
+        done,
+    )
     print()
     for line in res.lines:
         print(line)
     bad = res.surprises
-    print(f"{len(res.cells) - len(bad)} of {len(res.cells)} cells as expected"
-          + (f"; surprises: {', '.join(f'{c.row} {c.model}' for c in bad)}" if bad else ""))
+    print(
+        f"{len(res.cells) - len(bad)} of {len(res.cells)} cells as expected"
+        + (f"; surprises: {', '.join(f'{c.row} {c.model}' for c in bad)}" if bad else "")
+    )
     print(f"report: {res.paths['html']}")
     return 3 if bad else 0

@@ -1,5 +1,6 @@
 """The commands that look inside a recording (host): ``log stats|show``, ``states``, ``replay`` and
 ``workloads``."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,15 @@ def print_stats(path: str, as_json: bool = False) -> None:
     if as_json:
         print(json.dumps(s.to_dict()))
         return
-    print(f"  log: {s.entries} entries: {s.writes} writes ({s.bytes_written / 1e6:.1f} MB), {s.flushes} flushes, "
-          f"{s.fuas} FUAs, {s.discards} discards, {s.marks} marks ({s.acks} acks)")
+    print(
+        f"  log: {s.entries} entries: {s.writes} writes ({s.bytes_written / 1e6:.1f} MB), {s.flushes} flushes, "
+        f"{s.fuas} FUAs, {s.discards} discards, {s.marks} marks ({s.acks} acks)"
+    )
     if not index.clean or s.stale_super:
-        print(f"  scan: {s.stop_reason}" + (f"; super says {s.super_nr_entries} entries" if s.stale_super else ""))
+        print(
+            f"  scan: {s.stop_reason}"
+            + (f"; super says {s.super_nr_entries} entries" if s.stale_super else "")
+        )
 
 
 def cmd_log(args: argparse.Namespace) -> int:
@@ -50,8 +56,18 @@ def cmd_log(args: argparse.Namespace) -> int:
                 if args.marks_only and not (e.is_mark or e.is_flush or e.is_fua):
                     continue
                 if args.json:
-                    print(json.dumps({"index": e.index, "flags": e.flags, "sector": e.sector,
-                                      "nr_sectors": e.nr_sectors, "mark": e.mark, "data_offset": e.data_offset}))
+                    print(
+                        json.dumps(
+                            {
+                                "index": e.index,
+                                "flags": e.flags,
+                                "sector": e.sector,
+                                "nr_sectors": e.nr_sectors,
+                                "mark": e.mark,
+                                "data_offset": e.data_offset,
+                            }
+                        )
+                    )
                 else:
                     print(e.describe())
         return 0
@@ -63,13 +79,18 @@ def cmd_states(args: argparse.Namespace) -> int:
     from powercut.core.states.crashstate import state_to_json
     from powercut.core.states.models import CrashSpace, describe
 
-    with _open(args.path) as index:   # streamed: a log of 10^6 entries has millions of states
+    with _open(args.path) as index:  # streamed: a log of 10^6 entries has millions of states
         how = selection_from(args, "check").with_(models=(args.model,)).resolved()
         if how.seed != args.seed:
             print(f"seed {how.seed}", file=sys.stderr)
-        states = CrashSpace(index).iter_states(args.model, seed=how.seed, exhaustive_bound=how.bound,
-                                               samples=how.samples, torn_samples=how.torn_samples,
-                                               setup_samples=how.setup_samples)
+        states = CrashSpace(index).iter_states(
+            args.model,
+            seed=how.seed,
+            exhaustive_bound=how.bound,
+            samples=how.samples,
+            torn_samples=how.torn_samples,
+            setup_samples=how.setup_samples,
+        )
         if args.json:
             for s in states:
                 print(json.dumps(state_to_json(s)))
@@ -80,11 +101,15 @@ def cmd_states(args: argparse.Namespace) -> int:
 
 
 def _describe_text(model: str, d: dict[str, Any]) -> str:
-    lines = [f"{model}: {d.get('total')} crash states at {d.get('cuts')} cuts ({d.get('sampled', 0)} sampled)",
-             f"  {'epoch':>5} {'cuts':>11} {'states':>7} {'sampled':>7} {'max dropped':>11}"]
+    lines = [
+        f"{model}: {d.get('total')} crash states at {d.get('cuts')} cuts ({d.get('sampled', 0)} sampled)",
+        f"  {'epoch':>5} {'cuts':>11} {'states':>7} {'sampled':>7} {'max dropped':>11}",
+    ]
     for e in d.get("epochs", []):
-        lines.append(f"  {e['epoch']:>5} {str(e['first_cut']) + '..' + str(e['last_cut']):>11} {e['states']:>7} "
-                     f"{e['sampled']:>7} {e['max_dropped']:>11}")
+        lines.append(
+            f"  {e['epoch']:>5} {str(e['first_cut']) + '..' + str(e['last_cut']):>11} {e['states']:>7} "
+            f"{e['sampled']:>7} {e['max_dropped']:>11}"
+        )
     return "\n".join(lines)
 
 
@@ -109,5 +134,8 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
     for name in names():
         w = get(name)
-        print(f"{name:16} {w.description}\n{'':16} params: " + ", ".join(f"{k}={v}" for k, v in w.defaults.items()))
+        print(
+            f"{name:16} {w.description}\n{'':16} params: "
+            + ", ".join(f"{k}={v}" for k, v in w.defaults.items())
+        )
     return 0

@@ -12,6 +12,7 @@ through the chunk tree's physical-to-logical mapping (debug/btrfsmap.py: files f
 file extents, tree blocks by their owner -- root, extent, chunk, dev, fs, csum, log ... tree -- and
 an fs or log tree leaf by the files its items are about).  Other filesystems: not mapped, and it
 says so."""
+
 from __future__ import annotations
 
 import logging
@@ -30,10 +31,10 @@ from powercut.linux import process
 log = logging.getLogger(__name__)
 
 SECTOR = 512
-ICHECK_BATCH = 64          # blocks per debugfs icheck (its -R argument list is limited)
-BLOCKS_PER_WRITE = 32      # a large write is mapped at this many evenly spaced blocks
-LATE = "not yet durable at the cut"   # a write after the cut: it never reached the disk before it
-KINDS_NAMED = 3            # a page-cache line names this many kinds of object (and how many more)
+ICHECK_BATCH = 64  # blocks per debugfs icheck (its -R argument list is limited)
+BLOCKS_PER_WRITE = 32  # a large write is mapped at this many evenly spaced blocks
+LATE = "not yet durable at the cut"  # a write after the cut: it never reached the disk before it
+KINDS_NAMED = 3  # a page-cache line names this many kinds of object (and how many more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,21 +44,32 @@ class Culprit:
     entry: int
     sector: int
     nr_sectors: int
-    how: str                      # lost | torn | not yet durable | durable (the last before the cut)
-    what: str                     # file data | directory | inode table | journal | allocation metadata | ...
+    how: str  # lost | torn | not yet durable | durable (the last before the cut)
+    what: str  # file data | directory | inode table | journal | allocation metadata | ...
     path: str = ""
     place: str = ""
-    note: str = ""                # why a mapping could not be made, or what more is known
+    note: str = ""  # why a mapping could not be made, or what more is known
 
     def describe(self) -> str:
         obj = f"{self.what} of {self.path}" if self.path else self.what
-        return (f"{self.how}: {obj} (entry #{self.entry}, sectors {self.sector}+{self.nr_sectors})"
-                + (f", {self.place}" if self.place else "") + (f" [{self.note}]" if self.note else ""))
+        return (
+            f"{self.how}: {obj} (entry #{self.entry}, sectors {self.sector}+{self.nr_sectors})"
+            + (f", {self.place}" if self.place else "")
+            + (f" [{self.note}]" if self.note else "")
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"entry": self.entry, "sector": self.sector, "nr_sectors": self.nr_sectors, "how": self.how,
-                "what": self.what, "path": self.path, "place": self.place, "note": self.note,
-                "text": self.describe()}
+        return {
+            "entry": self.entry,
+            "sector": self.sector,
+            "nr_sectors": self.nr_sectors,
+            "how": self.how,
+            "what": self.what,
+            "path": self.path,
+            "place": self.place,
+            "note": self.note,
+            "text": self.describe(),
+        }
 
 
 def writes_that_matter(sp: CrashSpace, state: CrashState) -> list[tuple[int, str]]:
@@ -65,13 +77,16 @@ def writes_that_matter(sp: CrashSpace, state: CrashState) -> list[tuple[int, str
     state (nothing lost), the writes after its cut up to the flush that would have made them
     durable -- what the cut came too early for."""
     out = [(i, "lost") for i in state.dropped]
-    out += [(i, f"torn ({len(s)} of {sp.entries[i].nr_sectors} sectors persisted)") for i, s in state.torn]
+    out += [
+        (i, f"torn ({len(s)} of {sp.entries[i].nr_sectors} sectors persisted)")
+        for i, s in state.torn
+    ]
     if out:
         return sorted(out)
-    last = next((e for e in reversed(sp.entries[:state.cut]) if e.changes_device), None)
+    last = next((e for e in reversed(sp.entries[: state.cut]) if e.changes_device), None)
     if last is not None:
         out.append((last.index, "durable, the last write before the cut"))
-    for e in sp.entries[state.cut:]:
+    for e in sp.entries[state.cut :]:
         if e.changes_device:
             out.append((e.index, LATE))
         if (e.flags & FLUSH and e.index not in sp.ordering) or (e.flags & FUA and e.changes_device):
@@ -88,15 +103,22 @@ def place(sp: CrashSpace, entry: int, state: CrashState) -> str:
     the flush at #F"), or none ("never flushed").  A flush named is followed by the first ack mark
     after it, "(before ack:N)", or by nothing when no ack follows it."""
     es = sp.entries
-    before = next((e for e in reversed(es[:entry]) if e.ack_key is not None or e.begin_key is not None), None)
-    where = (f"written after {before.mark}" if before is not None else "written before the first commit")
-    barrier = next((e for e in es[entry + 1:] if sp.is_barrier(e.index)), None)
+    before = next(
+        (e for e in reversed(es[:entry]) if e.ack_key is not None or e.begin_key is not None), None
+    )
+    where = (
+        f"written after {before.mark}" if before is not None else "written before the first commit"
+    )
+    barrier = next((e for e in es[entry + 1 :] if sp.is_barrier(e.index)), None)
     w = es[entry]
-    if w.is_fua and w.changes_device:   # durable when done: no later flush needed
-        return f"{where}; a FUA write" + (", done before the cut" if entry < state.cut else
-                                          f", the crash came before it{_next_ack(sp, entry)}")
+    if w.is_fua and w.changes_device:  # durable when done: no later flush needed
+        return f"{where}; a FUA write" + (
+            ", done before the cut"
+            if entry < state.cut
+            else f", the crash came before it{_next_ack(sp, entry)}"
+        )
     if entry < state.cut:
-        ack = next((e for e in es[entry + 1:state.cut] if e.ack_key is not None), None)
+        ack = next((e for e in es[entry + 1 : state.cut] if e.ack_key is not None), None)
         if ack is not None and (barrier is None or ack.index < barrier.index):
             return f"{where}, not yet flushed when {ack.mark} was given"
         if barrier is not None and barrier.index < state.cut:
@@ -108,12 +130,17 @@ def place(sp: CrashSpace, entry: int, state: CrashState) -> str:
 
 def _next_ack(sp: CrashSpace, i: int) -> str:
     """`` (before ack:N)`` for the first ack mark after entry ``i``; "" when none follows."""
-    ack = next((e for e in sp.entries[i + 1:] if e.ack_key is not None), None)
+    ack = next((e for e in sp.entries[i + 1 :] if e.ack_key is not None), None)
     return f" (before {ack.mark})" if ack is not None else ""
 
 
-def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
-          run: Callable[..., Any] = process.run) -> list[Culprit]:
+def blame(
+    sp: CrashSpace,
+    state: CrashState,
+    fstype: str,
+    device: str,
+    run: Callable[..., Any] = process.run,
+) -> list[Culprit]:
     """The culprits of ``state``; ``device`` holds the recovered image of its cut with every write kept."""
     mapper = MAPPERS.get(fstype)
     out = []
@@ -131,7 +158,11 @@ def blame(sp: CrashSpace, state: CrashState, fstype: str, device: str,
     for i, how in items:
         e = sp.entries[i]
         if mapper is None:
-            what, path, note = "unmapped", "", f"{fstype}: blocks are not mapped to files (see harness/debug/blame.py)"
+            what, path, note = (
+                "unmapped",
+                "",
+                f"{fstype}: blocks are not mapped to files (see harness/debug/blame.py)",
+            )
         elif not size:
             what, path, note = "unmapped", "", "the filesystem's tool could not read the image"
         else:
@@ -153,14 +184,24 @@ def lines(culprits: Sequence[dict[str, Any]]) -> list[str]:
         return [str(c.get("text", "")) for c in culprits]
     kept = [str(c.get("text", "")) for c in culprits if c not in missing]
     n = len(missing)
-    files_first = sorted(missing, key=lambda c: (not c.get("path"), c.get("what") != "data block"))   # stable
-    kinds = list(dict.fromkeys(f"{c.get('what', '')} of {c['path']}" if c.get("path") else str(c.get("what", ""))
-                               for c in files_first))
+    files_first = sorted(
+        missing, key=lambda c: (not c.get("path"), c.get("what") != "data block")
+    )  # stable
+    kinds = list(
+        dict.fromkeys(
+            f"{c.get('what', '')} of {c['path']}" if c.get("path") else str(c.get("what", ""))
+            for c in files_first
+        )
+    )
     more = f" (+{len(kinds) - KINDS_NAMED} more)" if len(kinds) > KINDS_NAMED else ""
     entries = _ranges(sorted(int(c["entry"]) for c in missing))
-    return kept + [f"{n} write{'s' if n > 1 else ''} never reached the disk before the cut (page-cache "
-                   f"write{'s' if n > 1 else ''}, entr{'ies' if n > 1 else 'y'} {entries}): "
-                   + "; ".join(kinds[:KINDS_NAMED]) + more + _where(missing)]
+    return kept + [
+        f"{n} write{'s' if n > 1 else ''} never reached the disk before the cut (page-cache "
+        f"write{'s' if n > 1 else ''}, entr{'ies' if n > 1 else 'y'} {entries}): "
+        + "; ".join(kinds[:KINDS_NAMED])
+        + more
+        + _where(missing)
+    ]
 
 
 def _ranges(entries: list[int]) -> str:
@@ -187,8 +228,10 @@ def _where(culprits: Sequence[dict[str, Any]]) -> str:
     if all(split) and len({m.group(2) for m in split if m}) == 1:
         first, last = split[0], split[-1]
         assert first is not None and last is not None
-        return (f"; {first.group(1)} (the first) to {last.group(1).removeprefix('written ')} (the last)"
-                f"{first.group(2)}")
+        return (
+            f"; {first.group(1)} (the first) to {last.group(1).removeprefix('written ')} (the last)"
+            f"{first.group(2)}"
+        )
     return f"; the first {places[0]} | the last {places[-1]}"
 
 
@@ -216,16 +259,23 @@ def _merge(found: list[tuple[str, str, str]]) -> tuple[str, str, str]:
 
 
 # -- ext4 --------------------------------------------------------------------------------------------
-ROOT_INODE = 2   # ext4's root directory
-_LAYOUT = re.compile(r"(Primary superblock|Backup superblock|Group descriptors|Reserved GDT blocks|Block bitmap|"
-                     r"Inode bitmap|Inode table) at (\d+)(?:-(\d+))?")
+ROOT_INODE = 2  # ext4's root directory
+_LAYOUT = re.compile(
+    r"(Primary superblock|Backup superblock|Group descriptors|Reserved GDT blocks|Block bitmap|"
+    r"Inode bitmap|Inode table) at (\d+)(?:-(\d+))?"
+)
 _GROUP = re.compile(r"^Group (\d+):", re.M)
 
 
-def _ext4(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int, dict[int, tuple[str, str, str]]]:
+def _ext4(
+    device: str, entries: list[Any], run: Callable[..., Any]
+) -> tuple[int, dict[int, tuple[str, str, str]]]:
     stats = run(["debugfs", "-R", "stats", device], timeout=120).stdout
     size = int(_field(stats, "Block size") or 0)
-    ipg, isize = int(_field(stats, "Inodes per group") or 0), int(_field(stats, "Inode size") or 256)
+    ipg, isize = (
+        int(_field(stats, "Inodes per group") or 0),
+        int(_field(stats, "Inode size") or 256),
+    )
     journal = int(_field(stats, "Journal inode") or 8)
     if not size:
         return 0, {}
@@ -233,7 +283,7 @@ def _ext4(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int
     out: dict[int, tuple[str, str, str]] = {}
     inode_of = _icheck(run, device, wanted)
     paths = _ncheck(run, device, sorted({i for i in inode_of.values() if i != journal}))
-    if ROOT_INODE in inode_of.values():   # ncheck names no path for the root directory itself
+    if ROOT_INODE in inode_of.values():  # ncheck names no path for the root directory itself
         paths[ROOT_INODE] = ("/", "directory")
     for b, ino in inode_of.items():
         if ino == journal:
@@ -264,8 +314,10 @@ def _field(text: str, name: str) -> str | None:
 def _icheck(run: Callable[..., Any], device: str, blocks: list[int]) -> dict[int, int]:
     out: dict[int, int] = {}
     for k in range(0, len(blocks), ICHECK_BATCH):  # debugfs -R takes a limited argument list
-        text = run(["debugfs", "-R", "icheck " + " ".join(map(str, blocks[k:k + ICHECK_BATCH])), device],
-                   timeout=120).stdout
+        text = run(
+            ["debugfs", "-R", "icheck " + " ".join(map(str, blocks[k : k + ICHECK_BATCH])), device],
+            timeout=120,
+        ).stdout
         for line in text.splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
@@ -279,8 +331,10 @@ def _ncheck(run: Callable[..., Any], device: str, inodes: list[int]) -> dict[int
     if not inodes:
         return out
     for k in range(0, len(inodes), ICHECK_BATCH):
-        text = run(["debugfs", "-R", "ncheck " + " ".join(map(str, inodes[k:k + ICHECK_BATCH])), device],
-                   timeout=120).stdout
+        text = run(
+            ["debugfs", "-R", "ncheck " + " ".join(map(str, inodes[k : k + ICHECK_BATCH])), device],
+            timeout=120,
+        ).stdout
         for line in text.splitlines():
             parts = line.split(None, 1)
             if len(parts) == 2 and parts[0].isdigit():
@@ -308,15 +362,23 @@ def _ext4_meta(b: int, layout: str, size: int, ipg: int, isize: int) -> tuple[st
                 if kind in ("Block bitmap", "Inode bitmap"):
                     return "allocation metadata", "", f"{kind.lower()} of group {g}"
                 return "superblock/group descriptors", "", f"{kind.lower()} (group {g})"
-    return "free block", "", "not in use at the cut: allocated later, or freed (e.g. a deleted file)"
+    return (
+        "free block",
+        "",
+        "not in use at the cut: allocated later, or freed (e.g. a deleted file)",
+    )
 
 
 # -- xfs ---------------------------------------------------------------------------------------------
 _XFS_USE = re.compile(r"block (\d+) \((\d+)/(\d+)\) type (\S+)(?: inode (\d+))?(?: (\S+))?")
 
 
-def _xfs(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int, dict[int, tuple[str, str, str]]]:
-    sb = run(["xfs_db", "-r", "-c", "sb 0", "-c", "p blocksize agblocks", device], timeout=120).stdout
+def _xfs(
+    device: str, entries: list[Any], run: Callable[..., Any]
+) -> tuple[int, dict[int, tuple[str, str, str]]]:
+    sb = run(
+        ["xfs_db", "-r", "-c", "sb 0", "-c", "p blocksize agblocks", device], timeout=120
+    ).stdout
     size = int(_field(sb.replace(" = ", ": "), "blocksize") or 0)
     agblocks = int(_field(sb.replace(" = ", ": "), "agblocks") or 0)
     if not size or not agblocks:
@@ -332,16 +394,28 @@ def _xfs(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int,
     uses = [m for m in _XFS_USE.finditer(text)]
     for b, m in zip(wanted, uses):
         kind, path = m.group(4), m.group(6) or ""
-        what = {"data": "data block", "dir": "directory block", "log": "journal", "inode": "inode table",
-                "free1": "free block", "free2": "free block", "bmap": "allocation metadata"}.get(kind, kind)
+        what = {
+            "data": "data block",
+            "dir": "directory block",
+            "log": "journal",
+            "inode": "inode table",
+            "free1": "free block",
+            "free2": "free block",
+            "bmap": "allocation metadata",
+        }.get(kind, kind)
         out[b] = (what, path, "" if path or what != "data block" else f"inode {m.group(5)}")
     return size, out
 
 
 # -- btrfs (debug/btrfsmap.py) -----------------------------------------------------------------------
 
-def _btrfs(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[int, dict[int, tuple[str, str, str]]]:
-    sb = btrfsmap.super_fields(run(["btrfs", "inspect-internal", "dump-super", device], timeout=120).stdout)
+
+def _btrfs(
+    device: str, entries: list[Any], run: Callable[..., Any]
+) -> tuple[int, dict[int, tuple[str, str, str]]]:
+    sb = btrfsmap.super_fields(
+        run(["btrfs", "inspect-internal", "dump-super", device], timeout=120).stdout
+    )
     size = int(sb.get("sectorsize", "0") or 0)
     if not size or not sb.get("nodesize"):
         return 0, {}
@@ -355,5 +429,8 @@ def _btrfs(device: str, entries: list[Any], run: Callable[..., Any]) -> tuple[in
     return size, btrfsmap.map_blocks(device, wanted, size, sb, run, read)
 
 
-MAPPERS: dict[str, Callable[..., tuple[int, dict[int, tuple[str, str, str]]]]] = {"ext4": _ext4, "xfs": _xfs,
-                                                                                 "btrfs": _btrfs}
+MAPPERS: dict[str, Callable[..., tuple[int, dict[int, tuple[str, str, str]]]]] = {
+    "ext4": _ext4,
+    "xfs": _xfs,
+    "btrfs": _btrfs,
+}

@@ -17,6 +17,7 @@ device has) turns a physical block into a logical address and the kind of chunk 
   node or leaf, and for an fs, subvolume or log tree leaf the files its items are about.
 
 Returns the same shape as the ext4 and xfs mappers: block -> (what, path, note)."""
+
 from __future__ import annotations
 
 import bisect
@@ -30,18 +31,44 @@ Found = tuple[str, str, str]
 
 SUPERBLOCKS = ((65536, "primary"), (64 << 20, "mirror 1"), (256 << 30, "mirror 2"))
 SUPER_BYTES = 4096
-RESERVED = 1 << 20           # btrfs allocates no chunk in the device's first MiB
-HEADER = 101                 # struct btrfs_header: csum 32, fsid 16, bytenr 8, ... owner 8, nritems 4, level 1
-FILES_NAMED = 4              # a leaf names this many files (ext4's inode table names as many)
+RESERVED = 1 << 20  # btrfs allocates no chunk in the device's first MiB
+HEADER = 101  # struct btrfs_header: csum 32, fsid 16, bytenr 8, ... owner 8, nritems 4, level 1
+FILES_NAMED = 4  # a leaf names this many files (ext4's inode table names as many)
 FS_TREE = "FS_TREE"
-TREES = {"ROOT_TREE": "root tree", "EXTENT_TREE": "extent tree", "CHUNK_TREE": "chunk tree", "DEV_TREE": "dev tree",
-         FS_TREE: "fs tree", "CSUM_TREE": "csum tree", "TREE_LOG": "log tree", "QUOTA_TREE": "quota tree",
-         "UUID_TREE": "uuid tree", "FREE_SPACE_TREE": "free space tree", "DATA_RELOC_TREE": "data reloc tree",
-         "TREE_RELOC": "reloc tree", "BLOCK_GROUP_TREE": "block group tree", "RAID_STRIPE_TREE": "raid stripe tree"}
-ROOT_IDS = {1: "ROOT_TREE", 2: "EXTENT_TREE", 3: "CHUNK_TREE", 4: "DEV_TREE", 5: FS_TREE, 7: "CSUM_TREE",
-            8: "QUOTA_TREE", 9: "UUID_TREE", 10: "FREE_SPACE_TREE", 11: "BLOCK_GROUP_TREE", 12: "RAID_STRIPE_TREE",
-            2**64 - 6: "TREE_LOG", 2**64 - 7: "TREE_LOG_FIXUP", 2**64 - 8: "TREE_RELOC", 2**64 - 9: "DATA_RELOC_TREE"}
-FILE_TREES = (FS_TREE, "TREE_LOG")   # trees whose leaves' items are keyed by the fs tree's inodes
+TREES = {
+    "ROOT_TREE": "root tree",
+    "EXTENT_TREE": "extent tree",
+    "CHUNK_TREE": "chunk tree",
+    "DEV_TREE": "dev tree",
+    FS_TREE: "fs tree",
+    "CSUM_TREE": "csum tree",
+    "TREE_LOG": "log tree",
+    "QUOTA_TREE": "quota tree",
+    "UUID_TREE": "uuid tree",
+    "FREE_SPACE_TREE": "free space tree",
+    "DATA_RELOC_TREE": "data reloc tree",
+    "TREE_RELOC": "reloc tree",
+    "BLOCK_GROUP_TREE": "block group tree",
+    "RAID_STRIPE_TREE": "raid stripe tree",
+}
+ROOT_IDS = {
+    1: "ROOT_TREE",
+    2: "EXTENT_TREE",
+    3: "CHUNK_TREE",
+    4: "DEV_TREE",
+    5: FS_TREE,
+    7: "CSUM_TREE",
+    8: "QUOTA_TREE",
+    9: "UUID_TREE",
+    10: "FREE_SPACE_TREE",
+    11: "BLOCK_GROUP_TREE",
+    12: "RAID_STRIPE_TREE",
+    2**64 - 6: "TREE_LOG",
+    2**64 - 7: "TREE_LOG_FIXUP",
+    2**64 - 8: "TREE_RELOC",
+    2**64 - 9: "DATA_RELOC_TREE",
+}
+FILE_TREES = (FS_TREE, "TREE_LOG")  # trees whose leaves' items are keyed by the fs tree's inodes
 
 _KEY = re.compile(r"^\s*item \d+ key \((\S+) (\S+) (\S+)\)")
 _CHUNK = re.compile(r"^\s*length (\d+) owner \d+ stripe_len \d+ type (\S+)")
@@ -66,8 +93,8 @@ class Spans:
 class Chunk:
     logical: int
     length: int
-    kind: str                          # DATA | METADATA | SYSTEM | DATA|METADATA (mixed)
-    stripes: tuple[int, ...]           # this device's physical offsets of the chunk's copies
+    kind: str  # DATA | METADATA | SYSTEM | DATA|METADATA (mixed)
+    stripes: tuple[int, ...]  # this device's physical offsets of the chunk's copies
 
 
 @dataclass(slots=True)
@@ -76,7 +103,7 @@ class Files:
 
     refs: dict[int, tuple[int, str]] = field(default_factory=dict)
     dirs: set[int] = field(default_factory=set)
-    extents: Spans = field(default_factory=Spans)   # disk extents: (start, end, inode)
+    extents: Spans = field(default_factory=Spans)  # disk extents: (start, end, inode)
 
     def path(self, ino: int) -> str:
         parts: list[str] = []
@@ -85,7 +112,7 @@ class Files:
             seen.add(ino)
             ino, name = self.refs[ino]
             parts.append(name)
-        if ino == 256:   # the root directory
+        if ino == 256:  # the root directory
             return "/" + "/".join(reversed(parts))
         return f"inode {ino}" + "".join(f"/{p}" for p in reversed(parts))
 
@@ -112,8 +139,11 @@ def chunks(text: str, devid: int) -> list[Chunk]:
         if m := _KEY.match(line):
             if cur is not None and cur["length"]:
                 out.append(Chunk(cur["logical"], cur["length"], cur["kind"], tuple(cur["stripes"])))
-            cur = {"logical": int(m.group(3)), "length": 0, "kind": "", "stripes": []} \
-                if m.group(2) == "CHUNK_ITEM" else None
+            cur = (
+                {"logical": int(m.group(3)), "length": 0, "kind": "", "stripes": []}
+                if m.group(2) == "CHUNK_ITEM"
+                else None
+            )
         elif cur is not None and (c := _CHUNK.match(line)):
             kinds = [k for k in ("DATA", "METADATA", "SYSTEM") if k in c.group(2).split("|")]
             cur["length"], cur["kind"] = int(c.group(1)), "|".join(kinds)
@@ -136,14 +166,20 @@ def files(text: str) -> Files:
         if key is None or not key[0].isdigit():
             continue
         ino = int(key[0])
-        if key[1] == "INODE_REF" and ino not in out.refs and (n := re.search(r"\bname: (.*)$", line)):
+        if (
+            key[1] == "INODE_REF"
+            and ino not in out.refs
+            and (n := re.search(r"\bname: (.*)$", line))
+        ):
             out.refs[ino] = (int(key[2]), n.group(1))
         elif key[1] == "INODE_ITEM" and (mode := re.search(r"\bmode (\d+)", line)):
             if mode.group(1).startswith("40"):
                 out.dirs.add(ino)
-        elif key[1] == "EXTENT_DATA" and (x := re.search(r"extent data disk byte (\d+) nr (\d+)", line)):
+        elif key[1] == "EXTENT_DATA" and (
+            x := re.search(r"extent data disk byte (\d+) nr (\d+)", line)
+        ):
             start, nr = int(x.group(1)), int(x.group(2))
-            if start:   # 0: a hole
+            if start:  # 0: a hole
                 spans.append((start, start + nr, ino))
     out.extents = Spans(spans)
     return out
@@ -185,14 +221,20 @@ def extents(text: str, nodesize: int) -> Extents:
             elif kind == "TREE_BLOCK_REF" and bytenr in trees and not trees[bytenr][1]:
                 trees[bytenr][1] = _root(off)
             continue
-        if "flags TREE_BLOCK" in line and bytenr in data:   # a tree block without skinny metadata
+        if "flags TREE_BLOCK" in line and bytenr in data:  # a tree block without skinny metadata
             trees[bytenr] = [data.pop(bytenr)[0], ""]
-        elif (t := re.search(r"tree block backref root (\S+)", line)) and bytenr in trees and not trees[bytenr][1]:
+        elif (
+            (t := re.search(r"tree block backref root (\S+)", line))
+            and bytenr in trees
+            and not trees[bytenr][1]
+        ):
             trees[bytenr][1] = _root(t.group(1))
         elif (d := _DATA_REF.search(line)) and bytenr in data:
             data[bytenr][1].append((_root(d.group(1)), int(d.group(2))))
-    return Extents(Spans((lo, hi, owner) for lo, (hi, owner) in trees.items()),
-                   Spans((lo, hi, refs) for lo, (hi, refs) in data.items()))
+    return Extents(
+        Spans((lo, hi, owner) for lo, (hi, owner) in trees.items()),
+        Spans((lo, hi, refs) for lo, (hi, refs) in data.items()),
+    )
 
 
 def _root(text: str) -> str:
@@ -240,11 +282,16 @@ def describe_block(block: Block, names: Files, in_use: bool) -> Found:
     if block.kind == "leaf" and block.owner in FILE_TREES:
         inos = sorted({i for i in block.objectids if i >= 256})
         paths = list(dict.fromkeys(names.path(i) for i in inos))
-        path = ", ".join(paths[:FILES_NAMED]) + (f" (+{len(paths) - FILES_NAMED} more)" if len(paths) > FILES_NAMED
-                                                 else "")
-    note = ("the fsync log: log trees have no extent items; replayed at the next mount, then freed"
-            if block.owner == "TREE_LOG" else "" if in_use else
-            "not in use on the recovered image: copied on write since (the recovery mount commits too), or freed")
+        path = ", ".join(paths[:FILES_NAMED]) + (
+            f" (+{len(paths) - FILES_NAMED} more)" if len(paths) > FILES_NAMED else ""
+        )
+    note = (
+        "the fsync log: log trees have no extent items; replayed at the next mount, then freed"
+        if block.owner == "TREE_LOG"
+        else ""
+        if in_use
+        else "not in use on the recovered image: copied on write since (the recovery mount commits too), or freed"
+    )
     return what, path, note
 
 
@@ -258,8 +305,15 @@ def physical(b: int, size: int, table: Iterable[Chunk]) -> tuple[Chunk, int, int
     return None
 
 
-def header_start(read: Callable[[int, int], bytes], chunk: Chunk, stripe: int, logical: int, fsid: bytes,
-                 size: int, nodesize: int) -> int | None:
+def header_start(
+    read: Callable[[int, int], bytes],
+    chunk: Chunk,
+    stripe: int,
+    logical: int,
+    fsid: bytes,
+    size: int,
+    nodesize: int,
+) -> int | None:
     """The start of the tree block that holds ``logical`` from the blocks' own headers (a block
     freed since the cut has no extent item): the nearest start at or below it, a sector at a time,
     whose header names this filesystem and that start."""
@@ -268,13 +322,23 @@ def header_start(read: Callable[[int, int], bytes], chunk: Chunk, stripe: int, l
         if start < chunk.logical:
             break
         head = read(stripe + start - chunk.logical, HEADER)
-        if len(head) == HEADER and head[32:48] == fsid and int.from_bytes(head[48:56], "little") == start:
+        if (
+            len(head) == HEADER
+            and head[32:48] == fsid
+            and int.from_bytes(head[48:56], "little") == start
+        ):
             return start
     return None
 
 
-def map_blocks(device: str, wanted: list[int], size: int, sb: dict[str, str], run: Callable[..., Any],
-               read: Callable[[int, int], bytes]) -> dict[int, Found]:
+def map_blocks(
+    device: str,
+    wanted: list[int],
+    size: int,
+    sb: dict[str, str],
+    run: Callable[..., Any],
+    read: Callable[[int, int], bytes],
+) -> dict[int, Found]:
     """Each wanted device block (of ``size`` bytes) -> (what, path, note); ``sb``: dump-super's
     fields; ``read(offset, n)``: n bytes of the device."""
     nodesize = int(sb.get("nodesize", "0") or 0)
@@ -282,14 +346,18 @@ def map_blocks(device: str, wanted: list[int], size: int, sb: dict[str, str], ru
     fsid = uuid.UUID(sb.get("metadata_uuid") or sb.get("fsid", "")).bytes
 
     def dump(*args: str, check: bool = True) -> str:
-        return str(run(["btrfs", "inspect-internal", "dump-tree", *args, device], timeout=300, check=check).stdout)
+        return str(
+            run(
+                ["btrfs", "inspect-internal", "dump-tree", *args, device], timeout=300, check=check
+            ).stdout
+        )
 
     # a tree it cannot read raises (CommandFailed): blame then says the tool could not read the image
     table = chunks(dump("-t", "chunk"), devid)
     names = files(dump("-t", "fs"))
     used = extents(dump("-t", "extent"), nodesize)
     out: dict[int, Found] = {}
-    starts: dict[int, tuple[int, bool]] = {}   # block -> (its tree block's start, in use)
+    starts: dict[int, tuple[int, bool]] = {}  # block -> (its tree block's start, in use)
     for b in wanted:
         sup = next((n for at, n in SUPERBLOCKS if at <= b * size < at + SUPER_BYTES), None)
         found = physical(b, size, table)
@@ -297,30 +365,47 @@ def map_blocks(device: str, wanted: list[int], size: int, sb: dict[str, str], ru
             out[b] = ("superblock", "", f"the {sup} copy")
             continue
         if found is None:
-            out[b] = (("reserved area", "", "the first MiB: no chunk, no filesystem data") if b * size < RESERVED
-                      else ("free block", "", "in no chunk at the cut: unallocated space"))
+            out[b] = (
+                ("reserved area", "", "the first MiB: no chunk, no filesystem data")
+                if b * size < RESERVED
+                else ("free block", "", "in no chunk at the cut: unallocated space")
+            )
             continue
         chunk, logical, stripe = found
         tree = used.tree_at(logical) if chunk.kind != "DATA" else None
         if tree is not None:
             starts[b] = (tree[0], True)
-        elif "DATA" in chunk.kind and (chunk.kind == "DATA" or used.data_at(logical) is not None
-                                       or names.file_at(logical) is not None):
+        elif "DATA" in chunk.kind and (
+            chunk.kind == "DATA"
+            or used.data_at(logical) is not None
+            or names.file_at(logical) is not None
+        ):
             out[b] = _data(logical, names, used)
-        elif (start := header_start(read, chunk, stripe, logical, fsid, size, nodesize)) is not None:
+        elif (
+            start := header_start(read, chunk, stripe, logical, fsid, size, nodesize)
+        ) is not None:
             starts[b] = (start, False)
         else:
-            out[b] = ("free block", "", f"in a {chunk.kind.lower()} chunk, no tree block there: never used")
+            out[b] = (
+                "free block",
+                "",
+                f"in a {chunk.kind.lower()} chunk, no tree block there: never used",
+            )
     wanted_starts = sorted({s for s, _ in starts.values()})
     batch = [a for s in wanted_starts for a in ("-b", str(s))]
     blocks = tree_blocks(dump(*batch, check=False)) if wanted_starts else {}
-    for s in wanted_starts:   # one block it cannot read stops a whole batch: those left, one at a time
+    for (
+        s
+    ) in wanted_starts:  # one block it cannot read stops a whole batch: those left, one at a time
         if s not in blocks:
             blocks.update(tree_blocks(dump("-b", str(s), check=False)))
     for b, (start, in_use) in starts.items():
         blk = blocks.get(start)
-        out[b] = (describe_block(blk, names, in_use) if blk is not None else
-                  ("tree block", "", f"at logical {start}: dump-tree could not read it"))
+        out[b] = (
+            describe_block(blk, names, in_use)
+            if blk is not None
+            else ("tree block", "", f"at logical {start}: dump-tree could not read it")
+        )
     return out
 
 
@@ -329,9 +414,13 @@ def _data(logical: int, names: Files, used: Extents) -> Found:
     if ino is not None:
         return ("directory block" if ino in names.dirs else "data block"), names.path(ino), ""
     refs = used.data_at(logical)
-    if refs:   # another tree's file (a subvolume's)
+    if refs:  # another tree's file (a subvolume's)
         root, ino = refs[0]
         return "data block", "", f"inode {ino} of the {tree_name(root)}"
     if refs is not None:
         return "data block", "", "an extent with shared backrefs only (a snapshot's)"
-    return "free block", "", "not in use on the recovered image: allocated later, or freed (e.g. a deleted file)"
+    return (
+        "free block",
+        "",
+        "not in use on the recovered image: allocated later, or freed (e.g. a deleted file)",
+    )

@@ -13,6 +13,7 @@ instant (core/judging/disksshrink.bundle_cuts: every cut log keeps the same key 
 make one cluster and the node ids keep their meaning), with the instant, the cause naming the nodes
 and the blame per node.  Both layouts are read by ``load``; tests/unit/debug/bundles/ holds one of
 each as the writers before the one format wrote them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,10 +32,12 @@ from powercut.core.log.dmlog_writer import trim_log
 from powercut.errors import UsageError
 
 FORMAT = 1
-LOG = "log.bin"          # one disk's log
+LOG = "log.bin"  # one disk's log
 MANIFEST = "bundle.json"
-KIND = "cluster"         # bundle.json's kind with several disks (one disk's has none)
-TRACE = "syscalls.txt.gz"   # the recording's system-call trace (core/trace/syscalls.py), when it has one
+KIND = "cluster"  # bundle.json's kind with several disks (one disk's has none)
+TRACE = (
+    "syscalls.txt.gz"  # the recording's system-call trace (core/trace/syscalls.py), when it has one
+)
 
 
 def log_name(node: int, nodes: int) -> str:
@@ -81,9 +84,13 @@ class Bundle:
     @property
     def checker(self) -> CheckerSpec:
         c = self.doc.get("checker", {})
-        return CheckerSpec(name=str(c.get("name", "")), command=str(c.get("command", "")),
-                           timeout_s=float(c.get("timeout_s", 120.0)), function=str(c.get("function", "")),
-                           path=tuple(str(p) for p in c.get("path", ())))
+        return CheckerSpec(
+            name=str(c.get("name", "")),
+            command=str(c.get("command", "")),
+            timeout_s=float(c.get("timeout_s", 120.0)),
+            function=str(c.get("function", "")),
+            path=tuple(str(p) for p in c.get("path", ())),
+        )
 
 
 def is_cluster(doc: object) -> bool:
@@ -91,10 +98,25 @@ def is_cluster(doc: object) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == KIND
 
 
-def write(dest: Path, *, recording: str, data_size: int, fstype: str, mount_opts: str, checker: CheckerSpec,
-          params: dict[str, Any], workload: dict[str, Any], verdict: Any, diagnosis: Any = None,
-          logs: Sequence[Path] = (), cuts: Sequence[int] = (), log_path: Path | None = None, cut: int = 0,
-          trace: Path | None = None, why: dict[str, Any] | None = None) -> Path:
+def write(
+    dest: Path,
+    *,
+    recording: str,
+    data_size: int,
+    fstype: str,
+    mount_opts: str,
+    checker: CheckerSpec,
+    params: dict[str, Any],
+    workload: dict[str, Any],
+    verdict: Any,
+    diagnosis: Any = None,
+    logs: Sequence[Path] = (),
+    cuts: Sequence[int] = (),
+    log_path: Path | None = None,
+    cut: int = 0,
+    trace: Path | None = None,
+    why: dict[str, Any] | None = None,
+) -> Path:
     """Write a bundle for ``verdict`` (and its ``diagnosis``, debug/diagnosis.Diagnosis) into the new
     directory ``dest``.  ``logs``:
     every disk's log, node 0 first, ``cuts``: per disk how many entries it keeps (0: all);
@@ -102,7 +124,9 @@ def write(dest: Path, *, recording: str, data_size: int, fstype: str, mount_opts
     copied in; ``why``: the group's cause in the program's terms."""
     if log_path is not None:
         if logs:
-            raise UsageError("a bundle's logs are log_path (one disk) or logs (one per disk), not both")
+            raise UsageError(
+                "a bundle's logs are log_path (one disk) or logs (one per disk), not both"
+            )
         logs, cuts = [log_path], [cut]
     if len(logs) != len(cuts) or len(logs) < 1:
         raise UsageError(f"a bundle has one log cut per disk: {len(logs)} logs, {len(cuts)} cuts")
@@ -118,8 +142,18 @@ def write(dest: Path, *, recording: str, data_size: int, fstype: str, mount_opts
             name = log_name(i, n)
             entries = trim_log(src, tmp / name, c)
             pins.append({"file": name, "sha256": sha256(tmp / name), "entries": entries})
-        doc = _manifest(pins, recording=recording, data_size=data_size, fstype=fstype, mount_opts=mount_opts,
-                        checker=checker, params=params, workload=workload, verdict=verdict, diagnosis=diagnosis)
+        doc = _manifest(
+            pins,
+            recording=recording,
+            data_size=data_size,
+            fstype=fstype,
+            mount_opts=mount_opts,
+            checker=checker,
+            params=params,
+            workload=workload,
+            verdict=verdict,
+            diagnosis=diagnosis,
+        )
         if why:
             doc["why"] = why
         if trace is not None and trace.is_file():
@@ -133,34 +167,71 @@ def write(dest: Path, *, recording: str, data_size: int, fstype: str, mount_opts
     return dest
 
 
-def _manifest(pins: list[dict[str, Any]], *, recording: str, data_size: int, fstype: str, mount_opts: str,
-              checker: CheckerSpec, params: dict[str, Any], workload: dict[str, Any], verdict: Any,
-              diagnosis: Any) -> dict[str, Any]:
+def _manifest(
+    pins: list[dict[str, Any]],
+    *,
+    recording: str,
+    data_size: int,
+    fstype: str,
+    mount_opts: str,
+    checker: CheckerSpec,
+    params: dict[str, Any],
+    workload: dict[str, Any],
+    verdict: Any,
+    diagnosis: Any,
+) -> dict[str, Any]:
     """bundle.json's keys, in the order (and with the keys) of each layout."""
     n, d = len(pins), diagnosis
     several = n > 1
-    return {"format": FORMAT, **({"kind": KIND, "nodes": n} if several else {}),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "recording": recording,
-            **({"logs": pins} if several else {"log": pins[0]}),
-            "data_size": data_size, "fstype": fstype, "mount_opts": mount_opts,
-            "checker": {"name": checker.name, "command": checker.command, "timeout_s": checker.timeout_s,
-                        **({"function": checker.function, "path": list(checker.path)} if checker.function else {})},
-            "params": params, "workload": workload, "state": verdict.state,
-            **({"instant": verdict.cut} if several else {}),
-            "verdict": verdict.verdict, "reasons": list(verdict.reasons),
-            "minimized": d.minimized if d is not None else "",
-            **({"minimized_reasons": list(d.minimized_reasons) if d is not None else [],
+    return {
+        "format": FORMAT,
+        **({"kind": KIND, "nodes": n} if several else {}),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "recording": recording,
+        **({"logs": pins} if several else {"log": pins[0]}),
+        "data_size": data_size,
+        "fstype": fstype,
+        "mount_opts": mount_opts,
+        "checker": {
+            "name": checker.name,
+            "command": checker.command,
+            "timeout_s": checker.timeout_s,
+            **(
+                {"function": checker.function, "path": list(checker.path)}
+                if checker.function
+                else {}
+            ),
+        },
+        "params": params,
+        "workload": workload,
+        "state": verdict.state,
+        **({"instant": verdict.cut} if several else {}),
+        "verdict": verdict.verdict,
+        "reasons": list(verdict.reasons),
+        "minimized": d.minimized if d is not None else "",
+        **(
+            {
+                "minimized_reasons": list(d.minimized_reasons) if d is not None else [],
                 "cause": d.cause if d is not None else "",
-                "blame": [[c.get("text", "") for c in d.culprits(i)] for i in range(n)] if d is not None else []}
-               if several else {}),
-            "diagnosis": d.to_json() if d is not None else None}
+                "blame": [[c.get("text", "") for c in d.culprits(i)] for i in range(n)]
+                if d is not None
+                else [],
+            }
+            if several
+            else {}
+        ),
+        "diagnosis": d.to_json() if d is not None else None,
+    }
 
 
 def validate(doc: dict[str, Any], where: str) -> None:
     """The keys every bundle has, with their types: one UsageError naming the first that is wrong."""
+
     def bad(key: str, want: str) -> UsageError:
-        return UsageError(f"{where}: {key} is {doc.get(key)!r}, not {want}; the bundle is damaged: write it again "
-                          "with powercut check")
+        return UsageError(
+            f"{where}: {key} is {doc.get(key)!r}, not {want}; the bundle is damaged: write it again "
+            "with powercut check"
+        )
 
     if not isinstance(doc.get("fstype"), str) or not doc["fstype"]:
         raise bad("fstype", "a filesystem name")
@@ -172,23 +243,37 @@ def validate(doc: dict[str, Any], where: str) -> None:
             raise bad(key, f"a JSON {'string' if kind is str else 'object'}")
     checker = doc.get("checker") or {}
     if checker.get("name"):
-        get_checker(str(checker["name"]))   # an unknown checker name is one UsageError line
+        get_checker(str(checker["name"]))  # an unknown checker name is one UsageError line
 
 
 def _validate_logs(doc: dict[str, Any], where: str) -> None:
     """The log pins of the bundle's layout: one UsageError if they are not what it needs."""
     if not is_cluster(doc):
         if not isinstance(doc.get("log"), dict) or not isinstance(doc["log"].get("sha256"), str):
-            raise UsageError(f"{where}: log is {doc.get('log')!r}, not an object with the log's sha256; the bundle "
-                             "is damaged: write it again with powercut check")
+            raise UsageError(
+                f"{where}: log is {doc.get('log')!r}, not an object with the log's sha256; the bundle "
+                "is damaged: write it again with powercut check"
+            )
         return
     nodes, logs = doc.get("nodes"), doc.get("logs")
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or not isinstance(logs, list) \
-            or len(logs) != nodes or not all(isinstance(x, dict) and isinstance(x.get("file"), str)
-                                             and isinstance(x.get("sha256"), str) for x in logs):
-        raise UsageError(f"{where}: nodes is {nodes!r} with {len(logs) if isinstance(logs, list) else 'no'} logs, "
-                         "not one log (file and sha256) per node; the bundle is damaged: write it again with "
-                         "powercut check")
+    if (
+        not isinstance(nodes, int)
+        or isinstance(nodes, bool)
+        or nodes < 1
+        or not isinstance(logs, list)
+        or len(logs) != nodes
+        or not all(
+            isinstance(x, dict)
+            and isinstance(x.get("file"), str)
+            and isinstance(x.get("sha256"), str)
+            for x in logs
+        )
+    ):
+        raise UsageError(
+            f"{where}: nodes is {nodes!r} with {len(logs) if isinstance(logs, list) else 'no'} logs, "
+            "not one log (file and sha256) per node; the bundle is damaged: write it again with "
+            "powercut check"
+        )
 
 
 def sha256(path: Path) -> str:
@@ -220,10 +305,14 @@ def load(path: str | Path) -> Bundle:
     for n, (p, pin) in enumerate(zip(b.logs, b.pins)):
         what = f"node {n}'s log {pin['file']}" if several else LOG
         if p.parent != d or not p.is_file():
-            raise UsageError(f"bundle {path}: {what} is missing (the bundle cannot rebuild its "
-                             f"{'cluster ' if several else ''}state without it)")
+            raise UsageError(
+                f"bundle {path}: {what} is missing (the bundle cannot rebuild its "
+                f"{'cluster ' if several else ''}state without it)"
+            )
         got = sha256(p)
         if got != pin["sha256"]:
-            raise UsageError(f"bundle {path}: {what} was altered (sha256 {got[:12]}..., the bundle says "
-                             f"{pin['sha256'][:12]}...)")
+            raise UsageError(
+                f"bundle {path}: {what} was altered (sha256 {got[:12]}..., the bundle says "
+                f"{pin['sha256'][:12]}...)"
+            )
     return b

@@ -2,6 +2,7 @@
 (core/trace/syscalls.py) read once, the durability rule each group's state broke (core/cause/causes.py),
 checked against the group's block-level blame; and the recording's commit anatomy
 (core/trace/anatomy.py) for the summary."""
+
 from __future__ import annotations
 
 import gzip
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ROOT = GUEST_MNT    # where the recording mounted the filesystem under test (trace paths start here)
+ROOT = GUEST_MNT  # where the recording mounted the filesystem under test (trace paths start here)
 _cache: dict[tuple[str, float, str, float], syscalls.Trace] = {}
 
 
@@ -49,7 +50,9 @@ def load_trace(rec: Recording) -> syscalls.Trace | None:
                 _cache.clear()
                 _cache[key] = races.with_holds(syscalls.parse(fh, ROOT), _holds(rec))
         except (OSError, EOFError, zlib.error, UnicodeError) as e:
-            log.warning("the trace %s cannot be read (%s): causes are given in blocks only", path, e)
+            log.warning(
+                "the trace %s cannot be read (%s): causes are given in blocks only", path, e
+            )
             return None
     return _cache[key]
 
@@ -62,8 +65,12 @@ def _holds(rec: Recording) -> list[Hold]:
     try:
         return holds(path.read_text(errors="replace"))
     except OSError as e:
-        log.warning("the --delay-sync log %s cannot be read (%s): held syncs are placed where they entered "
-                    "the kernel", path, e)
+        log.warning(
+            "the --delay-sync log %s cannot be read (%s): held syncs are placed where they entered "
+            "the kernel",
+            path,
+            e,
+        )
         return []
 
 
@@ -76,7 +83,9 @@ def _shim_blind(rec: Recording, trace: syscalls.Trace | None) -> bool:
     return trace is None or not any(o.held > 0 for o in trace.ops)
 
 
-def explain_groups(rec: Recording, logs: LogIndex | Sequence[LogIndex], groups: list[Group]) -> None:
+def explain_groups(
+    rec: Recording, logs: LogIndex | Sequence[LogIndex], groups: list[Group]
+) -> None:
     """Set each group's ``why`` (a causes.Cause as JSON) from its minimized state, else its first.
     ``logs``: the recording's log, or a cluster's node logs (node 0 first): a cluster's cause is
     node by node (``node_why``), naming the node; one log is the case N = 1, unchanged."""
@@ -93,16 +102,27 @@ def explain_groups(rec: Recording, logs: LogIndex | Sequence[LogIndex], groups: 
             log.warning("no cause for %s: %s", sid, e.one_line())
             continue
         if len(indexes) == 1:
-            g.why = state_why(trace, indexes[0], st[0], ROOT, g.verdict, reasons, d.get("culprits") or [])
+            g.why = state_why(
+                trace, indexes[0], st[0], ROOT, g.verdict, reasons, d.get("culprits") or []
+            )
         else:
-            g.why = node_why(trace, indexes, st, g.verdict, reasons,
-                             [list(n.get("culprits", ())) for n in d.get("nodes", ())])
+            g.why = node_why(
+                trace,
+                indexes,
+                st,
+                g.verdict,
+                reasons,
+                [list(n.get("culprits", ())) for n in d.get("nodes", ())],
+            )
         held = tuple(rec.workload.get("delay_sync") or ())
         if not held or not _shim_blind(rec, trace) or not isinstance(g.why, dict):
             continue
         note = held_note(held, str(g.why.get("subject", "")))
         if note:
-            g.why["blind"] = [*g.why.get("blind", []), note]   # what the trace cannot see of a held sync
+            g.why["blind"] = [
+                *g.why.get("blind", []),
+                note,
+            ]  # what the trace cannot see of a held sync
 
 
 def _node_states(indexes: Sequence[LogIndex]) -> Callable[[str], tuple[CrashState, ...]]:
@@ -114,24 +134,45 @@ def _node_states(indexes: Sequence[LogIndex]) -> Callable[[str], tuple[CrashStat
     return lambda sid: disks.state_from_id(sid).nodes
 
 
-def state_why(trace: syscalls.Trace | None, index: LogIndex, st: CrashState, root: str, verdict: str, reasons: list[str],
-              culprits: list[dict[str, Any]],
-              keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = causes.lost_keys) -> dict[str, Any] | None:
+def state_why(
+    trace: syscalls.Trace | None,
+    index: LogIndex,
+    st: CrashState,
+    root: str,
+    verdict: str,
+    reasons: list[str],
+    culprits: list[dict[str, Any]],
+    keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = causes.lost_keys,
+) -> dict[str, Any] | None:
     """One disk's state's cause as JSON (with its excerpt), or None without a trace: ``root``: where
     its filesystem was mounted; ``culprits``: its block-level blame."""
-    if st.model in LIE_MODELS:   # no rule broken: whether the program noticed (needs no trace)
+    if st.model in LIE_MODELS:  # no rule broken: whether the program noticed (needs no trace)
         return lie_cause_of(st, index, verdict, reasons).to_json()
     if trace is None:
         return None
-    cause = causes.explain(trace, index.marks(), st.cut, root, reasons=reasons, verdict=verdict,
-                           torn=[i for i, _ in st.torn], keys_of=keys_of)
+    cause = causes.explain(
+        trace,
+        index.marks(),
+        st.cut,
+        root,
+        reasons=reasons,
+        verdict=verdict,
+        torn=[i for i, _ in st.torn],
+        keys_of=keys_of,
+    )
     why = causes.with_blame(cause, culprits, root).to_json()
     why["excerpt"] = excerpt(trace, index, why)
     return why
 
 
-def node_why(trace: syscalls.Trace | None, indexes: Sequence[LogIndex], states: Sequence[CrashState], verdict: str,
-             reasons: list[str], culprits: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
+def node_why(
+    trace: syscalls.Trace | None,
+    indexes: Sequence[LogIndex],
+    states: Sequence[CrashState],
+    verdict: str,
+    reasons: list[str],
+    culprits: list[list[dict[str, Any]]],
+) -> dict[str, Any] | None:
     """A cluster state's cause: each node it is about (core/cause/nodetrace.cause_nodes) judged alone --
     its part of the trace against its own log, its cut, its blame -- the first that broke a rule
     leading (``node i: ...``), the others' sentences after it; a node chosen by blame alone keeps
@@ -143,16 +184,32 @@ def node_why(trace: syscalls.Trace | None, indexes: Sequence[LogIndex], states: 
     found: list[tuple[int, dict[str, Any]]] = []
     for n in chosen:
         view = None if trace is None else nodetrace.node_trace(trace, n, ROOT)
-        why = state_why(view, indexes[n], states[n], nodetrace.node_root(ROOT, n), verdict, reasons, culprits[n],
-                        keys_of=nodetrace.node_keys)
-        if why is not None and how == nodetrace.BLAME and why["rule"] not in (causes.BEYOND, causes.UNSEEN) \
-                and not why["blame"].startswith("blame agrees"):
-            why = None   # a rule about files the node's missing writes are not of: not shown to be why
+        why = state_why(
+            view,
+            indexes[n],
+            states[n],
+            nodetrace.node_root(ROOT, n),
+            verdict,
+            reasons,
+            culprits[n],
+            keys_of=nodetrace.node_keys,
+        )
+        if (
+            why is not None
+            and how == nodetrace.BLAME
+            and why["rule"] not in (causes.BEYOND, causes.UNSEEN)
+            and not why["blame"].startswith("blame agrees")
+        ):
+            why = (
+                None  # a rule about files the node's missing writes are not of: not shown to be why
+            )
         if why is not None:
             found.append((n, why))
     if not found:
         return None
-    lead = next(((n, w) for n, w in found if w["rule"] not in (causes.BEYOND, causes.UNSEEN)), found[0])
+    lead = next(
+        ((n, w) for n, w in found if w["rule"] not in (causes.BEYOND, causes.UNSEEN)), found[0]
+    )
     n, why = lead
     why = dict(why, node=n, nodes_by=how, sentence=f"node {n}: {why['sentence']}")
     why["others"] = [f"node {m}: {w['sentence']}" for m, w in found if m != n] + list(why["others"])
@@ -165,48 +222,88 @@ def lie_cause_of(st: Any, index: LogIndex, verdict: str, reasons: list[str]) -> 
     ss = index.sectorsize
     if lie is not None:
         e = index.entries[lie.entry]
-        return causes.lie_cause(st.model, lie.entry, e.sector, dest=lie.sector * lie.sectorsize // ss,
-                                bits=len(lie.bits), verdict=verdict, reasons=reasons)
-    if st.dropped:   # lost-write (one entry) or flush-ignored (several)
+        return causes.lie_cause(
+            st.model,
+            lie.entry,
+            e.sector,
+            dest=lie.sector * lie.sectorsize // ss,
+            bits=len(lie.bits),
+            verdict=verdict,
+            reasons=reasons,
+        )
+    if st.dropped:  # lost-write (one entry) or flush-ignored (several)
         e = index.entries[st.dropped[0]]
-        return causes.lie_cause(st.model, st.dropped[0], e.sector, dropped=st.dropped, verdict=verdict,
-                                reasons=reasons)
+        return causes.lie_cause(
+            st.model, st.dropped[0], e.sector, dropped=st.dropped, verdict=verdict, reasons=reasons
+        )
     return causes.lie_cause(st.model, -1, -1, verdict=verdict, reasons=reasons)
 
 
-def excerpt(trace: syscalls.Trace, index: LogIndex, why: dict[str, Any], margin: int = 3,
-            limit: int = 40) -> list[dict[str, Any]]:
+def excerpt(
+    trace: syscalls.Trace, index: LogIndex, why: dict[str, Any], margin: int = 3, limit: int = 40
+) -> list[dict[str, Any]]:
     """The trace around a cause for report.html: the program's calls on the filesystem under test
     and its marks from a few calls before the first evidence line to a few after the last, each
     mark followed by what the block log holds until the next mark (writes, FLUSHes, FUAs)."""
-    wanted = {int(m.group(1)) for e in why.get("evidence", ()) if (m := re.match(r"line (\d+),", e))}
+    wanted = {
+        int(m.group(1)) for e in why.get("evidence", ()) if (m := re.match(r"line (\d+),", e))
+    }
     if not wanted:
         return []
     prefix = ROOT + "/"
-    ops = [o for o in trace.ops if (o.kind == syscalls.MARK and not o.text.startswith("powercut-order-"))
-           or o.path.startswith(prefix) or o.kind == syscalls.SYNC]
+    ops = [
+        o
+        for o in trace.ops
+        if (o.kind == syscalls.MARK and not o.text.startswith("powercut-order-"))
+        or o.path.startswith(prefix)
+        or o.kind == syscalls.SYNC
+    ]
     at = [k for k, o in enumerate(ops) if o.line in wanted]
-    window = ops[max(0, at[0] - margin):at[-1] + margin + 1][:limit]
+    window = ops[max(0, at[0] - margin) : at[-1] + margin + 1][:limit]
     aligned = syscalls.align(trace, index.marks())
     ordering = ordering_flushes(index.entries)[0]
     starts = sorted(aligned.values())
     rows: list[dict[str, Any]] = []
     for o in window:
-        kind = ("mark" if o.kind == syscalls.MARK else
-                "sync" if o.kind in (syscalls.FSYNC, syscalls.FDATASYNC, syscalls.SYNC, syscalls.SYNCFS, syscalls.MSYNC)
-                else "call")
-        rows.append({"kind": kind, "line": o.line, "pid": o.pid, "evidence": o.line in wanted,
-                     "text": f"mark {o.text}" if kind == "mark" else o.text.replace(prefix, "/") + held_suffix(o)})
+        kind = (
+            "mark"
+            if o.kind == syscalls.MARK
+            else "sync"
+            if o.kind
+            in (syscalls.FSYNC, syscalls.FDATASYNC, syscalls.SYNC, syscalls.SYNCFS, syscalls.MSYNC)
+            else "call"
+        )
+        rows.append(
+            {
+                "kind": kind,
+                "line": o.line,
+                "pid": o.pid,
+                "evidence": o.line in wanted,
+                "text": f"mark {o.text}"
+                if kind == "mark"
+                else o.text.replace(prefix, "/") + held_suffix(o),
+            }
+        )
         if o.seq in aligned:
             e = aligned[o.seq]
             nxt = next((x for x in starts if x > e), len(index.entries))
-            span = index.entries[e + 1:nxt]
+            span = index.entries[e + 1 : nxt]
             w = sum(1 for x in span if x.changes_device)
             f = sum(1 for x in span if x.is_flush and x.index not in ordering)
             u = sum(1 for x in span if x.is_fua and x.changes_device)
-            rows.append({"kind": "log", "line": e, "pid": 0, "evidence": False,
-                         "text": (f"log #{e + 1}..#{nxt - 1} until the next mark: {w} block writes, {f} FLUSH, {u} FUA"
-                                  if nxt - 1 > e else "log: nothing before the next mark")})
+            rows.append(
+                {
+                    "kind": "log",
+                    "line": e,
+                    "pid": 0,
+                    "evidence": False,
+                    "text": (
+                        f"log #{e + 1}..#{nxt - 1} until the next mark: {w} block writes, {f} FLUSH, {u} FUA"
+                        if nxt - 1 > e
+                        else "log: nothing before the next mark"
+                    ),
+                }
+            )
     return rows
 
 

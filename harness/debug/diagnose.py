@@ -7,6 +7,7 @@ same verdict and the same reason kinds, ``fails_alike``/``reason_kind``).  Runs 
 runs: on the host over loop devices, or inside the checker VM over dm-snapshots (``provider``);
 one disk's images and mount point are ``workdir``'s own, node i's under ``n<i>``
 (``Workspace.where``)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -68,23 +69,51 @@ class Workspace:
         return self.workdir / what if len(self.disks) == 1 else self.workdir / what / f"n{node}"
 
 
-def diagnose(ctx: CheckContext, ws: Workspace, state: DisksState, first: Verdict, *,
-             budget: int = DEFAULT_BUDGET) -> Diagnosis:
+def diagnose(
+    ctx: CheckContext,
+    ws: Workspace,
+    state: DisksState,
+    first: Verdict,
+    *,
+    budget: int = DEFAULT_BUDGET,
+) -> Diagnosis:
     """Minimize ``state`` (judged ``first``; ``budget`` judge calls shared by the disks) and blame
     what is left on each disk.  Each disk's blame reaches the commit after its culprits
     (``blame_state``'s ``settle``): with several disks always, as the cluster's blame always did;
     with one, on the filesystems of ``SETTLE_FS`` (all three)."""
     t0 = time.monotonic()
     several = len(ws.disks) > 1
-    shrunk = minimize_disks(ws.disks, state, lambda cand: judge_state(ctx, ws, cand), budget=budget,
-                            expected=first, floors=ws.floors)
+    shrunk = minimize_disks(
+        ws.disks,
+        state,
+        lambda cand: judge_state(ctx, ws, cand),
+        budget=budget,
+        expected=first,
+        floors=ws.floors,
+    )
     nodes = []
     for n, node_state in enumerate(shrunk.minimized.nodes):
         culprits = blame_state(ctx, ws, n, node_state, settle=several or ctx.fs.name in SETTLE_FS)
-        nodes.append({**(shrunk.nodes[n].to_json() if several else {}), "culprits": [c.to_json() for c in culprits]})
+        nodes.append(
+            {
+                **(shrunk.nodes[n].to_json() if several else {}),
+                "culprits": [c.to_json() for c in culprits],
+            }
+        )
     cause = cause_of(first.verdict, shrunk.signature[1], [node["culprits"] for node in nodes])
-    return Diagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1], shrunk.calls,
-                     shrunk.exhausted, tuple(nodes), cause, round(time.monotonic() - t0, 2), shrunk.one_at_a_time)
+    return Diagnosis(
+        state.id,
+        first.verdict,
+        shrunk.minimized.id,
+        shrunk.reasons,
+        shrunk.signature[1],
+        shrunk.calls,
+        shrunk.exhausted,
+        tuple(nodes),
+        cause,
+        round(time.monotonic() - t0, 2),
+        shrunk.one_at_a_time,
+    )
 
 
 def judge_state(ctx: CheckContext, ws: Workspace, state: DisksState) -> Verdict:
@@ -97,7 +126,9 @@ def judge_state(ctx: CheckContext, ws: Workspace, state: DisksState) -> Verdict:
         return judge_disks(ctx, devs, state.nodes, mnts, sid=state.id, model=state.model, at=at)
 
 
-def blame_state(ctx: CheckContext, ws: Workspace, node: int, state: CrashState, *, settle: bool = False) -> list[Culprit]:
+def blame_state(
+    ctx: CheckContext, ws: Workspace, node: int, state: CrashState, *, settle: bool = False
+) -> list[Culprit]:
     """Blame disk ``node``'s ``state`` on the image of its cut with every write kept (for a prefix
     state: up to the flush its cut came too early for), recovered by a mount; with ``settle`` up to
     the commit that follows the culprits (``settled``: delayed allocation writes a file's data
@@ -105,7 +136,9 @@ def blame_state(ctx: CheckContext, ws: Workspace, node: int, state: CrashState, 
     points at them, so on the image without it the data blocks read as free)."""
     sp = ws.disks.nodes[node]
     items = writes_that_matter(sp, state)
-    cut = max([state.cut] + [i + 1 for i, _ in items])  # for a prefix state: up to the flush it came before
+    cut = max(
+        [state.cut] + [i + 1 for i, _ in items]
+    )  # for a prefix state: up to the flush it came before
     cut = settled(sp, cut) if settle else cut
     kept = sp.make_state("no-cache", min(cut, sp.n))
     mnt = ws.where("mnt", node)
@@ -122,7 +155,7 @@ def blame_state(ctx: CheckContext, ws: Workspace, node: int, state: CrashState, 
 def settled(sp: CrashSpace, cut: int) -> int:
     """``cut`` moved past the next barrier flush at or after it and the FUA writes right after that
     flush (a journal's commit block): the image where the writes before ``cut`` are mapped."""
-    b = next((e.index for e in sp.entries[max(cut - 1, 0):] if sp.is_barrier(e.index)), None)
+    b = next((e.index for e in sp.entries[max(cut - 1, 0) :] if sp.is_barrier(e.index)), None)
     if b is None:
         return min(cut, sp.n)
     j = b + 1
@@ -136,7 +169,9 @@ def _image(ws: Workspace, node: int, state: CrashState) -> Iterator[str]:
     """Disk ``node``'s image of ``state`` as a block device (a loop device over a file image), while inside."""
     where = ws.where("diag", node)
     where.mkdir(parents=True, exist_ok=True)
-    walk = materialize(ws.indexes[node], ws.initial if node == 0 else None, ws.size, [state], where, ws.provider)
+    walk = materialize(
+        ws.indexes[node], ws.initial if node == 0 else None, ws.size, [state], where, ws.provider
+    )
     with contextlib.closing(walk):
         for _, img in walk:
             if stat.S_ISBLK(os.stat(img).st_mode):
@@ -201,7 +236,12 @@ def reason_kind(reason: str) -> str:
     depth = 0
     for i, c in enumerate(text):
         depth += (c in "([{") - (c in ")]}")
-        if c == ":" and depth <= 0 and (i + 1 == len(text) or text[i + 1].isspace()) and text[:i].strip():
+        if (
+            c == ":"
+            and depth <= 0
+            and (i + 1 == len(text) or text[i + 1].isspace())
+            and text[:i].strip()
+        ):
             return text[:i].strip()
     return text.strip()
 
@@ -214,5 +254,8 @@ def fails_alike(twin: Judged, torn: Judged) -> bool:
     """The torn-cell rule: a failing torn state's twin without its tear fails the same way -- the
     same verdict and the same set of reason kinds (a kind the tear adds, or one it takes away, is
     the tear's).  A verdict or CheckResult each."""
-    return (twin.verdict == torn.verdict and twin.verdict != "pass"
-            and reason_kinds(twin.reasons) == reason_kinds(torn.reasons))
+    return (
+        twin.verdict == torn.verdict
+        and twin.verdict != "pass"
+        and reason_kinds(twin.reasons) == reason_kinds(torn.reasons)
+    )

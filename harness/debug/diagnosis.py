@@ -8,6 +8,7 @@ Its JSON has one layout per number of disks, each what it always was: one disk's
 ``nodes``, per node its minimization (core/judging/disksshrink.NodeShrunk) and its ``culprits``.  The cause
 line is one disk's sentence (its blamed objects, alphabetical) or names each node
 (core/judging/disksshrink.cause_line)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -40,26 +41,56 @@ class Diagnosis:
         return list(self.nodes[node].get("culprits", ()))
 
     def to_json(self) -> dict[str, Any]:
-        head = {"state": self.state, "verdict": self.verdict, "minimized": self.minimized,
-                "minimized_reasons": list(self.minimized_reasons), "reason_class": self.reason_class,
-                "calls": self.calls}
-        if len(self.nodes) == 1:   # one disk's layout
-            return {**head, "one_at_a_time": self.one_at_a_time, "exhausted": self.exhausted,
-                    "culprits": self.culprits(0), "cause": self.cause, "seconds": self.seconds}
-        return {**head, "exhausted": self.exhausted, "nodes": [dict(n) for n in self.nodes], "cause": self.cause,
-                "seconds": self.seconds}
+        head = {
+            "state": self.state,
+            "verdict": self.verdict,
+            "minimized": self.minimized,
+            "minimized_reasons": list(self.minimized_reasons),
+            "reason_class": self.reason_class,
+            "calls": self.calls,
+        }
+        if len(self.nodes) == 1:  # one disk's layout
+            return {
+                **head,
+                "one_at_a_time": self.one_at_a_time,
+                "exhausted": self.exhausted,
+                "culprits": self.culprits(0),
+                "cause": self.cause,
+                "seconds": self.seconds,
+            }
+        return {
+            **head,
+            "exhausted": self.exhausted,
+            "nodes": [dict(n) for n in self.nodes],
+            "cause": self.cause,
+            "seconds": self.seconds,
+        }
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Diagnosis:
         """Either layout (a JSON with ``nodes`` is several disks')."""
-        nodes = (tuple(dict(n) for n in d["nodes"]) if "nodes" in d
-                 else ({"culprits": [dict(c) for c in d.get("culprits", ())]},))
+        nodes = (
+            tuple(dict(n) for n in d["nodes"])
+            if "nodes" in d
+            else ({"culprits": [dict(c) for c in d.get("culprits", ())]},)
+        )
         culprits = [list(n.get("culprits", ())) for n in nodes]
-        return Diagnosis(str(d["state"]), str(d["verdict"]), str(d["minimized"]), tuple(d.get("minimized_reasons", ())),
-                         str(d.get("reason_class", "")), int(d.get("calls", 0)), bool(d.get("exhausted", False)),
-                         nodes, str(d.get("cause") or cause_of(str(d["verdict"]), str(d.get("reason_class", "")),
-                                                               culprits)),
-                         float(d.get("seconds", 0.0)), int(d.get("one_at_a_time", 0)))
+        return Diagnosis(
+            str(d["state"]),
+            str(d["verdict"]),
+            str(d["minimized"]),
+            tuple(d.get("minimized_reasons", ())),
+            str(d.get("reason_class", "")),
+            int(d.get("calls", 0)),
+            bool(d.get("exhausted", False)),
+            nodes,
+            str(
+                d.get("cause")
+                or cause_of(str(d["verdict"]), str(d.get("reason_class", "")), culprits)
+            ),
+            float(d.get("seconds", 0.0)),
+            int(d.get("one_at_a_time", 0)),
+        )
 
 
 def cause_of(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str, Any]]]) -> str:

@@ -8,6 +8,7 @@ state (``--shell``).
 The state is a core/states/disks.DisksState of the target's disks whatever N, judged by
 check/place.Place.judge (host or checker VM, as every check's) -- or through the ``judge``
 callback a caller gives (``JudgeStates``)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -32,21 +33,28 @@ from powercut.linux import filesystems
 from powercut.record import recording
 from powercut.replay.materialize import replay_state
 
-CHECKER_SAID = ("lost-ack", "corrupt-data", "fail", "checker-crashed")   # verdicts only a checker gives
-JudgeStates = Callable[[Sequence[DisksState], Callable[[Verdict], None], Path], None]   # judge these into the sink
+CHECKER_SAID = (
+    "lost-ack",
+    "corrupt-data",
+    "fail",
+    "checker-crashed",
+)  # verdicts only a checker gives
+JudgeStates = Callable[
+    [Sequence[DisksState], Callable[[Verdict], None], Path], None
+]  # judge these into the sink
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
     """What a repro rebuilds (each disk's log source and the state), how it is judged, and what was seen before."""
 
-    disks: tuple[LogSource, ...]   # node 0 first; one disk: its log, size and initial image
+    disks: tuple[LogSource, ...]  # node 0 first; one disk: its log, size and initial image
     ctx: CheckContext
     state: str
-    before: str = ""              # the verdict the bundle recorded ("" for a recording)
+    before: str = ""  # the verdict the bundle recorded ("" for a recording)
     source: str = ""
-    why: dict[str, Any] | None = None   # the bundle's cause in the program's terms (debug/cause.py)
-    cause: str = ""               # a cluster bundle's cause line, naming the nodes
+    why: dict[str, Any] | None = None  # the bundle's cause in the program's terms (debug/cause.py)
+    cause: str = ""  # a cluster bundle's cause line, naming the nodes
 
     @property
     def src(self) -> LogSource:
@@ -75,30 +83,48 @@ def resolve(path: str, state: str = "") -> Target:
     if (p / bundle.MANIFEST).exists():
         b = bundle.load(p)
         fs = filesystems.get(str(b.doc["fstype"]))
-        ctx = CheckContext(fs, b.checker, dict(b.doc.get("params") or {}), str(b.doc.get("mount_opts", "")))
+        ctx = CheckContext(
+            fs, b.checker, dict(b.doc.get("params") or {}), str(b.doc.get("mount_opts", ""))
+        )
         before = str(b.doc.get("verdict", ""))
-        if before in CHECKER_SAID and not (b.checker.name or b.checker.command or b.checker.function):
-            raise UsageError(f"bundle {p} names no checker, but its verdict {before} came from one: judged without "
-                             "it the state would seem to pass; write the bundle again with powercut check")
-        b.checker.validate()   # a command this machine cannot run is refused here, not judged as "no longer fails"
+        if before in CHECKER_SAID and not (
+            b.checker.name or b.checker.command or b.checker.function
+        ):
+            raise UsageError(
+                f"bundle {p} names no checker, but its verdict {before} came from one: judged without "
+                "it the state would seem to pass; write the bundle again with powercut check"
+            )
+        b.checker.validate()  # a command this machine cannot run is refused here, not judged as "no longer fails"
         size = int(b.doc["data_size"])
-        return Target(tuple(LogSource(log, size) for log in b.logs), ctx, state or b.state, before, f"bundle {p}",
-                      b.doc.get("why") or None, b.cause)
+        return Target(
+            tuple(LogSource(log, size) for log in b.logs),
+            ctx,
+            state or b.state,
+            before,
+            f"bundle {p}",
+            b.doc.get("why") or None,
+            b.cause,
+        )
     if (p / recording.MANIFEST).exists():
         return _from_recording(p, state)
-    raise UsageError(f"{path}: neither a repro bundle ({bundle.MANIFEST}) nor a recording ({recording.MANIFEST})")
+    raise UsageError(
+        f"{path}: neither a repro bundle ({bundle.MANIFEST}) nor a recording ({recording.MANIFEST})"
+    )
 
 
 def _from_recording(p: Path, state: str) -> Target:
     try:
         rec: recording.Recording | None = recording.load(p)
     except BadRecording:
-        rec = None   # said below, once the state is there
+        rec = None  # said below, once the state is there
     nodes = rec.nodes if rec is not None else 1
     if not state:
-        raise UsageError(f"{p} is a recording: give the state to rebuild with --state ID" if nodes == 1 else
-                         f"{p} is a cluster recording: give the cluster state to rebuild with --state "
-                         "MODEL~ID0+ID1+... (one state id per node)")
+        raise UsageError(
+            f"{p} is a recording: give the state to rebuild with --state ID"
+            if nodes == 1
+            else f"{p} is a cluster recording: give the cluster state to rebuild with --state "
+            "MODEL~ID0+ID1+... (one state id per node)"
+        )
     rec = (rec or recording.load(p)).require_ok()
     disks: tuple[LogSource, ...]
     if nodes == 1:
@@ -123,6 +149,7 @@ def judge_for(target: Target, place: Place, indexes: Sequence[LogIndex]) -> Judg
 
     def judge(states: Sequence[DisksState], sink: Callable[[Verdict], None], work: Path) -> None:
         place.judge(ctx, src, indexes, placed(states), sink, work)
+
     return judge
 
 
@@ -139,13 +166,17 @@ def _opened(target: Target) -> Any:
     """The target's logs opened and its state rebuilt: (indexes, state)."""
     with contextlib.ExitStack() as stack:
         try:
-            indexes = [stack.enter_context(open_log(log, quiet=target.nodes > 1)) for log in target.logs]
+            indexes = [
+                stack.enter_context(open_log(log, quiet=target.nodes > 1)) for log in target.logs
+            ]
         except BadLog as e:
             raise UsageError(f"{target.source}: {e.one_line()}") from None
         yield indexes, Disks(indexes).state_from_id(target.state)
 
 
-def run(target: Target, place: Place, *, keep_image: str = "", judge: JudgeStates | None = None) -> Verdict:
+def run(
+    target: Target, place: Place, *, keep_image: str = "", judge: JudgeStates | None = None
+) -> Verdict:
     """Judge the target's state once where ``place`` says (or through ``judge``); ``keep_image``:
     also write each disk's (unrecovered) image there (image_paths)."""
     got: list[Verdict] = []
@@ -179,17 +210,22 @@ def shell(target: Target, place: Place) -> Verdict | None:
 
 def describe(target: Target, v: Verdict) -> list[str]:
     lines = []
-    if target.why and v.failed:   # the cause in the program's terms leads, as in the check that found it
+    if (
+        target.why and v.failed
+    ):  # the cause in the program's terms leads, as in the check that found it
         c = causes.Cause.from_json(target.why)
         lines += [c.head(), *(f"  | {e}" for e in c.evidence[-4:])]
-    if target.cause and v.failed:   # a cluster's cause line, naming the nodes
+    if target.cause and v.failed:  # a cluster's cause line, naming the nodes
         lines.append(f"cause: {target.cause}")
     nodes = f", {target.nodes} nodes" if target.nodes > 1 else ""
     lines.append(f"{target.state} ({target.source}{nodes}): {v.verdict}")
     lines += [f"  {r}" for r in v.reasons[:8]]
     if target.before:
-        same = "the same verdict as in the bundle" if v.verdict == target.before else \
-            f"the bundle recorded {target.before}"
+        same = (
+            "the same verdict as in the bundle"
+            if v.verdict == target.before
+            else f"the bundle recorded {target.before}"
+        )
         lines.append(f"  {'still fails' if v.failed else 'no longer fails'}: {same}")
     return lines
 
@@ -199,5 +235,10 @@ def exit_status(v: Verdict) -> int:
 
 
 def info(target: Target) -> dict[str, Any]:
-    return {"log": str(target.src.path), "size": target.src.size, "state": target.state, "fstype": target.ctx.fs.name,
-            **({"logs": [str(log) for log in target.logs]} if target.nodes > 1 else {})}
+    return {
+        "log": str(target.src.path),
+        "size": target.src.size,
+        "state": target.state,
+        "fstype": target.ctx.fs.name,
+        **({"logs": [str(log) for log in target.logs]} if target.nodes > 1 else {}),
+    }

@@ -6,6 +6,7 @@ the campaign's check.place.Place); save each as a repro bundle (``write_bundles`
 group of several disks says beyond one disk's (``group_extras``: the nodes it names, the
 minimization and blame per node).  Writes ``diagnoses.json`` and ``bundles/`` into the campaign's
 output directory."""
+
 from __future__ import annotations
 
 import json
@@ -50,10 +51,16 @@ class Group:
     states: list[Verdict] = field(default_factory=list)
     diagnosis: dict[str, Any] | None = None
     bundle: str = ""
-    escalated: bool = False     # its confirmation sample disagreed: confirmed state by state
-    diagnosis_error: str = ""   # why its diagnosis could not be made (the diagnosing VM panicked, ...)
-    why: dict[str, Any] | None = None   # its cause in the program's terms (debug/cause.py), with a trace
-    extra: dict[str, Any] = field(default_factory=dict)   # N > 1 disks: the nodes it names, per-node blame (group_extras)
+    escalated: bool = False  # its confirmation sample disagreed: confirmed state by state
+    diagnosis_error: str = (
+        ""  # why its diagnosis could not be made (the diagnosing VM panicked, ...)
+    )
+    why: dict[str, Any] | None = (
+        None  # its cause in the program's terms (debug/cause.py), with a trace
+    )
+    extra: dict[str, Any] = field(
+        default_factory=dict
+    )  # N > 1 disks: the nodes it names, per-node blame (group_extras)
 
     @property
     def first(self) -> Verdict:
@@ -61,20 +68,34 @@ class Group:
 
     def to_json(self) -> dict[str, Any]:
         d = self.diagnosis or {}
-        return {"verdict": self.verdict, "reason_class": self.reason_class, "count": len(self.states),
-                "first": self.first.state, "states": [v.state for v in self.states[:20]],
-                "cause": d.get("cause", ""), "minimized": d.get("minimized", ""),
-                "culprits": blame_lines(list(d.get("culprits", ()))),
-                "shrink_calls": d.get("calls"), "one_at_a_time": d.get("one_at_a_time"), "bundle": self.bundle,
-                "confirmed_alone": sum(v.confirmed for v in self.states),
-                "confirmed_by_group": sum(v.by_group for v in self.states),
-                "unconfirmed": sum(not v.confirmed and not v.by_group for v in self.states),
-                "escalated": self.escalated,
-                **({"diagnosis_error": self.diagnosis_error} if self.diagnosis_error else {}),
-                **({"why": self.why} if self.why else {}),
-                **({"minimized_confirmed": d["minimized_confirmed"], "minimized_alone": d.get("minimized_alone", "")}
-                   if "minimized_confirmed" in d else {}),
-                **self.extra}
+        return {
+            "verdict": self.verdict,
+            "reason_class": self.reason_class,
+            "count": len(self.states),
+            "first": self.first.state,
+            "states": [v.state for v in self.states[:20]],
+            "cause": d.get("cause", ""),
+            "minimized": d.get("minimized", ""),
+            "culprits": blame_lines(list(d.get("culprits", ()))),
+            "shrink_calls": d.get("calls"),
+            "one_at_a_time": d.get("one_at_a_time"),
+            "bundle": self.bundle,
+            "confirmed_alone": sum(v.confirmed for v in self.states),
+            "confirmed_by_group": sum(v.by_group for v in self.states),
+            "unconfirmed": sum(not v.confirmed and not v.by_group for v in self.states),
+            "escalated": self.escalated,
+            **({"diagnosis_error": self.diagnosis_error} if self.diagnosis_error else {}),
+            **({"why": self.why} if self.why else {}),
+            **(
+                {
+                    "minimized_confirmed": d["minimized_confirmed"],
+                    "minimized_alone": d.get("minimized_alone", ""),
+                }
+                if "minimized_confirmed" in d
+                else {}
+            ),
+            **self.extra,
+        }
 
 
 def group(failures: list[Verdict]) -> list[Group]:
@@ -83,27 +104,56 @@ def group(failures: list[Verdict]) -> list[Group]:
     for v in failures:
         key = group_key(v)
         groups.setdefault(key, Group(*key)).states.append(v)
-    return sorted(groups.values(), key=lambda g: (-SEVERITY.index(g.verdict), -len(g.states), g.reason_class))
+    return sorted(
+        groups.values(), key=lambda g: (-SEVERITY.index(g.verdict), -len(g.states), g.reason_class)
+    )
 
 
-def diagnose_at(place: Place, ctx: CheckContext, src: LogSource, indexes: Sequence[LogIndex], disks: Disks,
-                firsts: list[Verdict], work: Path, *, floors: Sequence[int | None], budget: int,
-                tear_only: bool = False) -> list[dict[str, Any]]:
+def diagnose_at(
+    place: Place,
+    ctx: CheckContext,
+    src: LogSource,
+    indexes: Sequence[LogIndex],
+    disks: Disks,
+    firsts: list[Verdict],
+    work: Path,
+    *,
+    floors: Sequence[int | None],
+    budget: int,
+    tear_only: bool = False,
+) -> list[dict[str, Any]]:
     """Diagnose failing states of N >= 1 disks (``indexes``: their opened logs, node 0 first;
     ``floors``: each disk's floor entry) where ``place`` judges: each a debug/diagnosis.Diagnosis
     as JSON, or with ``tear_only`` (one disk's torn states) ``{"state", "without_tear"}``
     (debug.diagnose.without_tear)."""
     try:
         if not place.on_host:
-            return diagnose_vm(ctx, src, firsts, work, place.vm(), floors=floors, budget=budget, tear_only=tear_only,
-                               warm=place.warm)
+            return diagnose_vm(
+                ctx,
+                src,
+                firsts,
+                work,
+                place.vm(),
+                floors=floors,
+                budget=budget,
+                tear_only=tear_only,
+                warm=place.warm,
+            )
         work.mkdir(parents=True, exist_ok=True)
         cleanup_stale(work)
         ws = Workspace(disks, tuple(indexes), src.size, work, src.initial, "auto", tuple(floors))
         if tear_only:
-            return [{"state": v.state, "without_tear": without_tear(ctx, ws, disks.state_from_id(v.state).nodes[0], v)}
-                    for v in firsts]
-        return [diagnose(ctx, ws, disks.state_from_id(v.state), v, budget=budget).to_json() for v in firsts]
+            return [
+                {
+                    "state": v.state,
+                    "without_tear": without_tear(ctx, ws, disks.state_from_id(v.state).nodes[0], v),
+                }
+                for v in firsts
+            ]
+        return [
+            diagnose(ctx, ws, disks.state_from_id(v.state), v, budget=budget).to_json()
+            for v in firsts
+        ]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -118,7 +168,9 @@ def save(outdir: Path, groups: list[Group]) -> Path:
     return path
 
 
-def write_bundles(outdir: Path, groups: list[Group], rec: Recording, ctx: CheckContext, disks: Disks) -> None:
+def write_bundles(
+    outdir: Path, groups: list[Group], rec: Recording, ctx: CheckContext, disks: Disks
+) -> None:
     """A bundle per group of N >= 1 disks' states: its first state with its diagnosis when it has
     one (debug/bundle.py, every disk's log cut by ``bundle_cuts``), and the group's words beyond
     one disk's (``group_extras``)."""
@@ -127,10 +179,22 @@ def write_bundles(outdir: Path, groups: list[Group], rec: Recording, ctx: CheckC
         first = g.first
         dest = outdir / "bundles" / f"{k:02d}-{slug(first.state)}"
         try:
-            bundle.write(dest, recording=str(rec.dir), logs=rec.node_logs, cuts=bundle_cuts(disks, first, d),
-                         data_size=rec.data_size, fstype=rec.fstype, mount_opts=rec.mount_opts, checker=ctx.checker,
-                         params=ctx.params, workload=dict(rec.workload), verdict=first, diagnosis=d,
-                         trace=rec.trace_path, why=g.why)
+            bundle.write(
+                dest,
+                recording=str(rec.dir),
+                logs=rec.node_logs,
+                cuts=bundle_cuts(disks, first, d),
+                data_size=rec.data_size,
+                fstype=rec.fstype,
+                mount_opts=rec.mount_opts,
+                checker=ctx.checker,
+                params=ctx.params,
+                workload=dict(rec.workload),
+                verdict=first,
+                diagnosis=d,
+                trace=rec.trace_path,
+                why=g.why,
+            )
             g.bundle = str(dest)
         except (OSError, PowercutError) as e:
             log.warning("cannot write the repro bundle %s: %s", dest, e)
@@ -144,7 +208,11 @@ def bundle_cuts(disks: Disks, first: Verdict, d: Diagnosis | None) -> list[int]:
     every cut log keeps the same key marks and the logs still make one cluster."""
     if len(disks) > 1:
         return instant_cuts(disks, first.cut)
-    need = [parse_id(d.minimized).cut] + [int(c["entry"]) + 1 for c in d.culprits(0)] if d is not None else []
+    need = (
+        [parse_id(d.minimized).cut] + [int(c["entry"]) + 1 for c in d.culprits(0)]
+        if d is not None
+        else []
+    )
     return [max([first.cut] + need) + 1]
 
 
@@ -155,16 +223,27 @@ def group_extras(g: Group, d: Diagnosis | None, nodes: int) -> dict[str, Any]:
     if nodes == 1:
         return {}
     named: Counter[int] = Counter(n for v in g.states for n in nodes_named(v.reasons))
-    out: dict[str, Any] = {"culprits": [], "nodes": nodes, "named_nodes": {str(n): c for n, c in sorted(named.items())},
-                           "nodes_note": nodes_note(dict(named), len(g.states))}
+    out: dict[str, Any] = {
+        "culprits": [],
+        "nodes": nodes,
+        "named_nodes": {str(n): c for n, c in sorted(named.items())},
+        "nodes_note": nodes_note(dict(named), len(g.states)),
+    }
     if d is not None:
-        out["node_shrink"] = [{k: n[k] for k in ("node", "original", "minimized", "calls", "cut", "lost", "torn")}
-                              for n in d.nodes]
-        out["node_culprits"] = [blame_lines(sorted(d.culprits(n), key=_first_files)) for n in range(len(d.nodes))]
+        out["node_shrink"] = [
+            {k: n[k] for k in ("node", "original", "minimized", "calls", "cut", "lost", "torn")}
+            for n in d.nodes
+        ]
+        out["node_culprits"] = [
+            blame_lines(sorted(d.culprits(n), key=_first_files)) for n in range(len(d.nodes))
+        ]
         out["shrink_exhausted"] = d.exhausted
     return out
 
 
 def _first_files(c: dict[str, Any]) -> tuple[bool, int]:
     """A node's culprits in the order a reader wants them: the program's files first, then by entry."""
-    return not c.get("path") or str(c.get("what", "")) not in ("data block", "directory block"), int(c.get("entry", 0))
+    return not c.get("path") or str(c.get("what", "")) not in (
+        "data block",
+        "directory block",
+    ), int(c.get("entry", 0))

@@ -32,6 +32,7 @@ then).  What recovery read orders the rules (``in_read_order``) and is said unde
 
 ``Stats`` says what it cost (states judged, seconds) and what it changed (verified, replaced,
 recovery, unproven), per campaign (summary.json ``cause_proofs``)."""
+
 from __future__ import annotations
 
 import json
@@ -61,10 +62,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ERROR_VERDICT = "acked-after-error"   # the judge's verdict (check/judge.after_error): its own counterfactual passed
-COSTLY = ("timeout", "kernel-panic")   # verdicts whose states are not judged again to prove a cause
-MAX_PLANNED = 8   # the rules of a state whose counterfactuals are judged before what recovery read is known
-MAX_GROUPS = 8   # the groups whose causes are proven, first first (each costs a few states judged)
+ERROR_VERDICT = "acked-after-error"  # the judge's verdict (check/judge.after_error): its own counterfactual passed
+COSTLY = ("timeout", "kernel-panic")  # verdicts whose states are not judged again to prove a cause
+MAX_PLANNED = (
+    8  # the rules of a state whose counterfactuals are judged before what recovery read is known
+)
+MAX_GROUPS = 8  # the groups whose causes are proven, first first (each costs a few states judged)
 
 
 @dataclass(slots=True)
@@ -75,10 +78,14 @@ class Tried:
     plan: Plan | None
     state: CrashState | None
     verdict: Verdict | None = None
-    unlogged: frozenset[str] = frozenset()   # the plan's files no log entry writes (counterfactual.unlogged)
-    unread: bool = False                     # its file is one recovery never read (traced)
-    by_judge: bool = False                   # proven by the judge's own counterfactual (acked-after-error)
-    mixed: frozenset[str] = frozenset()      # files removed after the cut whose writes it may have added too
+    unlogged: frozenset[str] = (
+        frozenset()
+    )  # the plan's files no log entry writes (counterfactual.unlogged)
+    unread: bool = False  # its file is one recovery never read (traced)
+    by_judge: bool = False  # proven by the judge's own counterfactual (acked-after-error)
+    mixed: frozenset[str] = (
+        frozenset()
+    )  # files removed after the cut whose writes it may have added too
 
     @property
     def judged(self) -> bool:
@@ -95,41 +102,58 @@ class Tried:
             return "pass"
         if self.plan is None:
             return "untried"
-        if self.state is None:   # its writes are all durable in the failing state already: it fails as it is
+        if (
+            self.state is None
+        ):  # its writes are all durable in the failing state already: it fails as it is
             return "untried" if self.unlogged else "fail"
         if self.verdict is None or not self.judged:
             return "untried"
         if self.verdict.verdict == "pass":
-            return "untried" if self.mixed else "pass"   # it may have made another file durable too
-        return "untried" if self.unlogged else "fail"   # its data is not in the log: the failure proves nothing
+            return "untried" if self.mixed else "pass"  # it may have made another file durable too
+        return (
+            "untried" if self.unlogged else "fail"
+        )  # its data is not in the log: the failure proves nothing
 
     def words(self) -> str:
         """What judging it showed, after the rule's name."""
         if self.by_judge:
-            return ("with only the acks given before the I/O error, this state passes (the judge's own "
-                    "counterfactual: every ack after the error left out)")
+            return (
+                "with only the acks given before the I/O error, this state passes (the judge's own "
+                "counterfactual: every ack after the error left out)"
+            )
         if self.plan is None:
             return "nothing to make durable (the failed call's data is not in the log)"
         if self.unlogged and self.outcome() == "untried" and (self.state is None or self.judged):
             names = ", ".join("/" + f for f in sorted(self.unlogged))
-            return (f"not provable from this recording: no write in the log is {names}'s (the file map at the end "
-                    "has no blocks of it: the program truncated, removed or renamed it; stores through a mapping "
-                    "dropped that way never reach the disk), so no what-if state can make its data durable")
+            return (
+                f"not provable from this recording: no write in the log is {names}'s (the file map at the end "
+                "has no blocks of it: the program truncated, removed or renamed it; stores through a mapping "
+                "dropped that way never reach the disk), so no what-if state can make its data durable"
+            )
         if self.state is None:
             return f"{self.plan.words()} are all durable in this state already, and it fails"
         made = f"with {self.plan.words()} made durable ({self.state.id})"
-        if self.mixed and self.verdict is not None and self.verdict.verdict == "pass" and self.plan.sync is None:
+        if (
+            self.mixed
+            and self.verdict is not None
+            and self.verdict.verdict == "pass"
+            and self.plan.sync is None
+        ):
             names = ", ".join("/" + f for f in sorted(self.mixed))
-            return (f"{made} this state passes, but that is not proof of this rule alone: the metadata to the end "
-                    f"of the recording also removed, truncated or renamed {names} (after the cut; recovery read it, "
-                    "or what recovery read is not known in whole), so the state judged is not the cut's world with "
-                    "the rule kept")
+            return (
+                f"{made} this state passes, but that is not proof of this rule alone: the metadata to the end "
+                f"of the recording also removed, truncated or renamed {names} (after the cut; recovery read it, "
+                "or what recovery read is not known in whole), so the state judged is not the cut's world with "
+                "the rule kept"
+            )
         if self.mixed and self.verdict is not None and self.verdict.verdict == "pass":
             names = ", ".join("/" + f for f in sorted(self.mixed))
-            return (f"{made} this state passes, but that is not proof of this rule alone: {names} (removed or "
-                    "truncated after that sync, so still there in this state; recovery read it, or what recovery "
-                    "read is not known in whole) owns no block in the file map at the end, so its writes cannot be "
-                    "told from the filesystem's metadata and may have been made durable too")
+            return (
+                f"{made} this state passes, but that is not proof of this rule alone: {names} (removed or "
+                "truncated after that sync, so still there in this state; recovery read it, or what recovery "
+                "read is not known in whole) owns no block in the file map at the end, so its writes cannot be "
+                "told from the filesystem's metadata and may have been made durable too"
+            )
         if self.outcome() == "untried":
             return f"its counterfactual {self.state.id} was not judged ({self.verdict.verdict if self.verdict else 'no verdict'})"
         if self.outcome() == "pass":
@@ -170,34 +194,49 @@ def _first(v: Verdict | None) -> str:
 
 @dataclass(slots=True)
 class Stats:
-    groups: int = 0          # groups whose cause was checked
-    states: int = 0          # what-if states judged
+    groups: int = 0  # groups whose cause was checked
+    states: int = 0  # what-if states judged
     seconds: float = 0.0
-    verified: int = 0        # the first rule's counterfactual passed
-    replaced: int = 0        # a later rule's passed: the cause changed to it
-    recovery: int = 0        # no rule's passed and the kill-equivalent state failed: a recovery bug
-    unproven: int = 0        # none passed, or some could not be judged: not proven, said first
-    untried: int = 0         # could not be checked at all (no file map, a cluster: said in the proof)
+    verified: int = 0  # the first rule's counterfactual passed
+    replaced: int = 0  # a later rule's passed: the cause changed to it
+    recovery: int = 0  # no rule's passed and the kill-equivalent state failed: a recovery bug
+    unproven: int = 0  # none passed, or some could not be judged: not proven, said first
+    untried: int = 0  # could not be checked at all (no file map, a cluster: said in the proof)
 
     def to_json(self) -> dict[str, Any]:
-        return {"groups": self.groups, "states": self.states, "seconds": round(self.seconds, 3),
-                "verified": self.verified, "replaced": self.replaced, "recovery": self.recovery,
-                "unproven": self.unproven, "untried": self.untried}
+        return {
+            "groups": self.groups,
+            "states": self.states,
+            "seconds": round(self.seconds, 3),
+            "verified": self.verified,
+            "replaced": self.replaced,
+            "recovery": self.recovery,
+            "unproven": self.unproven,
+            "untried": self.untried,
+        }
 
 
 @dataclass(slots=True)
 class Verification:
     """The counterfactuals of a campaign's failure groups, by the id of the state each explains."""
 
-    targets: dict[str, CrashState] = field(default_factory=dict)   # the groups' states, judged again traced
-    reads: dict[str, tuple[ReadFile, ...]] = field(default_factory=dict)   # what recovery read in each
+    targets: dict[str, CrashState] = field(
+        default_factory=dict
+    )  # the groups' states, judged again traced
+    reads: dict[str, tuple[ReadFile, ...]] = field(
+        default_factory=dict
+    )  # what recovery read in each
     tried: dict[str, list[Tried]] = field(default_factory=dict)
     kills: dict[str, Killed] = field(default_factory=dict)
     # state id -> its candidates' (rule, subject) in the order a cause is picked, as last planned (with
     # what recovery was seen to read: a pointer it followed ranks as its rule does, though found late)
     order: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)   # state id -> why its cause is not checked
-    judged: dict[str, Verdict] = field(default_factory=dict)   # counterfactual state id -> its verdict
+    skipped: dict[str, str] = field(
+        default_factory=dict
+    )  # state id -> why its cause is not checked
+    judged: dict[str, Verdict] = field(
+        default_factory=dict
+    )  # counterfactual state id -> its verdict
     stats: Stats = field(default_factory=Stats)
 
     @property
@@ -224,7 +263,12 @@ class Verification:
     @property
     def states(self) -> list[CrashState]:
         """Every counterfactual state not judged yet, once each."""
-        judged = {t.state.id for ts in self.tried.values() for t in ts if t.state is not None and t.verdict is not None}
+        judged = {
+            t.state.id
+            for ts in self.tried.values()
+            for t in ts
+            if t.state is not None and t.verdict is not None
+        }
         judged |= {k.state.id for k in self.kills.values() if k.verdict is not None}
         return [s for s in self.counterfactuals if s.id not in judged]
 
@@ -264,7 +308,7 @@ class Verification:
             reads = self.reads.get(sid, ())
             ts = in_order(ts or [], self.order.get(sid, []))
             ts = self.tried[sid] = in_read_order(ts, read_paths(reads) if complete(reads) else ())
-            for t in ts:   # the judge passed the state with the acks before the error alone
+            for t in ts:  # the judge passed the state with the acks before the error alone
                 t.by_judge = g.verdict == ERROR_VERDICT and t.finding.rule == causes.ERROR
                 t.mixed = mixed(t, reads)
             g.why = _proven(g.why, ts, self.kills.get(sid), trace, index, self.stats, culprits)
@@ -286,7 +330,11 @@ def read_words(reads: Sequence[ReadFile], trace: syscalls.Trace, index: LogIndex
     file it found empty or missing (core/trace/tracefacts.written_by) -- "0 of 41 bytes present"."""
     wrote = written_by(trace, syscalls.align(trace, index.marks()), cut, ROOT)
     empty = {r.path: wrote[r.path] for r in reads if r.size <= 0 and wrote.get(r.path, 0) > 0}
-    partial = "" if complete(reads) else " (as Python's audit events show it: a C library's own opens are not seen)"
+    partial = (
+        ""
+        if complete(reads)
+        else " (as Python's audit events show it: a C library's own opens are not seen)"
+    )
     return words(reads, empty) + partial
 
 
@@ -294,8 +342,12 @@ def unproven(why: dict[str, Any], proof: str, candidates: Sequence[str] = ()) ->
     """A cause no counterfactual proved: its sentence says so first, then the ``candidates`` tried,
     then what the trace shows -- never an unproven rule standing as the cause."""
     listed = f"; candidates: {', '.join(candidates)}" if candidates else ""
-    return {**why, "proven": False, "proof": proof,
-            "sentence": f"{causes.NOT_PROVEN}{listed}; the trace shows: {why.get('sentence', '')}"}
+    return {
+        **why,
+        "proven": False,
+        "proof": proof,
+        "sentence": f"{causes.NOT_PROVEN}{listed}; the trace shows: {why.get('sentence', '')}",
+    }
 
 
 def _state_of(g: Group) -> str:
@@ -310,7 +362,9 @@ def file_owners(rec: Recording, index: LogIndex) -> tuple[str | None, ...] | Non
         return None
     try:
         doc = json.loads(path.read_text())
-        return cf.owners(index.entries, doc["files"], index.sectorsize, int(doc.get("sector_bytes", 512)))
+        return cf.owners(
+            index.entries, doc["files"], index.sectorsize, int(doc.get("sector_bytes", 512))
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         log.warning("%s: the file map cannot be read (%s): causes are not proven", path, e)
         return None
@@ -324,7 +378,9 @@ def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -
         return ver
     if len(logs) > 1:
         for g in groups:
-            ver.skipped[_state_of(g)] = "a cluster's causes are not checked by counterfactual yet (one disk's are)"
+            ver.skipped[_state_of(g)] = (
+                "a cluster's causes are not checked by counterfactual yet (one disk's are)"
+            )
         return ver
     if load_trace(rec) is None:
         return ver
@@ -337,14 +393,20 @@ def prepare(rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -
             ver.skipped[sid] = f"its state does not rebuild ({e})"
             continue
         if g.verdict in COSTLY:
-            ver.skipped[sid] = (f"a state whose judge ended in {g.verdict} is not judged again to prove a cause (each "
-                                "judge of it costs its whole timeout or a checker VM)")
-        elif st.model not in LIE_MODELS:   # a lying disk's: what the disk did is the cause, nothing to prove
+            ver.skipped[sid] = (
+                f"a state whose judge ended in {g.verdict} is not judged again to prove a cause (each "
+                "judge of it costs its whole timeout or a checker VM)"
+            )
+        elif (
+            st.model not in LIE_MODELS
+        ):  # a lying disk's: what the disk did is the cause, nothing to prove
             ver.targets[sid] = st
     return ver
 
 
-def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]) -> None:
+def plan(
+    ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Sequence[Group]
+) -> None:
     """Each target's counterfactuals (``states`` to judge): its kill-equivalent state, and the
     what-if state of the rules its trace says it broke -- up to ``MAX_PLANNED`` before what recovery
     read is known (they are judged with it, in one batch); called again once it is known, it adds
@@ -367,16 +429,30 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
         if k is not None and sid not in ver.kills:
             ver.kills[sid] = Killed(k, cf.kill_equivalent(sp, st, k))
         if owned is None:
-            continue   # no rule's writes can be told from other files': only the kill-equivalent is judged
+            continue  # no rule's writes can be told from other files': only the kill-equivalent is judged
         reasons = list((g.diagnosis or {}).get("minimized_reasons") or g.first.reasons)
         reads = ver.reads.get(sid, ())
-        seen = read_paths(reads)   # a pointer recovery was seen to follow is one, even in a partial trace
-        read = seen if complete(reads) else ()   # but only a whole trace can rank by what was not read
-        found = causes.candidates(trace, index.marks(), st.cut, ROOT, reasons=reasons, torn=[i for i, _ in st.torn],
-                                  limit=None, read=seen)
+        seen = read_paths(
+            reads
+        )  # a pointer recovery was seen to follow is one, even in a partial trace
+        read = (
+            seen if complete(reads) else ()
+        )  # but only a whole trace can rank by what was not read
+        found = causes.candidates(
+            trace,
+            index.marks(),
+            st.cut,
+            ROOT,
+            reasons=reasons,
+            torn=[i for i, _ in st.torn],
+            limit=None,
+            read=seen,
+        )
         ver.order[sid] = [(f.rule, f.subject) for f in found]
-        at_cut = cf.as_of(owned, trace, aligned, ROOT, st.cut)   # named as at the cut
-        mine = cf.as_blamed(at_cut, (g.diagnosis or {}).get("culprits") or [])   # as of the cut, where blamed
+        at_cut = cf.as_of(owned, trace, aligned, ROOT, st.cut)  # named as at the cut
+        mine = cf.as_blamed(
+            at_cut, (g.diagnosis or {}).get("culprits") or []
+        )  # as of the cut, where blamed
         removed = cf.removed_after(trace, aligned, ROOT, st.cut)
         inp = PlanInput(trace, aligned, ROOT, st.cut, len(index.entries))
         tried = ver.tried.setdefault(sid, [])
@@ -389,9 +465,16 @@ def plan(ver: Verification, rec: Recording, logs: Sequence[LogIndex], groups: Se
                 tried.append(Tried(f, p, None))
                 continue
             state = cf.what_if(sp, st, mine, p)
-            tried.append(Tried(f, p, state, unlogged=cf.unlogged(mine, p),
-                               mixed=cf.mixed_in(p, removed, trace, aligned, ROOT, st.cut),
-                               verdict=None if state is None else ver.judged.get(state.id)))
+            tried.append(
+                Tried(
+                    f,
+                    p,
+                    state,
+                    unlogged=cf.unlogged(mine, p),
+                    mixed=cf.mixed_in(p, removed, trace, aligned, ROOT, st.cut),
+                    verdict=None if state is None else ver.judged.get(state.id),
+                )
+            )
 
 
 def in_order(ts: Sequence[Tried], order: Sequence[tuple[str, str]]) -> list[Tried]:
@@ -406,7 +489,9 @@ def in_read_order(ts: Sequence[Tried], read: Sequence[str]) -> list[Tried]:
     by = {id(t.finding): t for t in ts}
     out = [by[id(f)] for f in ranked([t.finding for t in ts], read, len(ts))]
     for t in out:
-        t.unread = bool(read) and is_file(t.finding.subject) and t.finding.subject.lstrip("/") not in read
+        t.unread = (
+            bool(read) and is_file(t.finding.subject) and t.finding.subject.lstrip("/") not in read
+        )
     return out
 
 
@@ -415,7 +500,9 @@ def is_file(subject: str) -> bool:
     return subject.startswith("/") and subject != "/" and "," not in subject
 
 
-def ranked(found: Sequence[causes.Finding], read: Sequence[str], limit: int) -> list[causes.Finding]:
+def ranked(
+    found: Sequence[causes.Finding], read: Sequence[str], limit: int
+) -> list[causes.Finding]:
     """The candidates in the order they are tried: every rule about a file recovery read (``read``:
     its files, relative to the mount, in the order it first opened them), then the others in the
     order the trace gives them (a rule about a directory or several files before one about a file
@@ -423,46 +510,83 @@ def ranked(found: Sequence[causes.Finding], read: Sequence[str], limit: int) -> 
     if not read:
         return list(found)[:limit]
     order = {p: i for i, p in enumerate(read)}
-    of_read = sorted((f for f in found if is_file(f.subject) and f.subject.lstrip("/") in order),
-                     key=lambda f: order[f.subject.lstrip("/")])
+    of_read = sorted(
+        (f for f in found if is_file(f.subject) and f.subject.lstrip("/") in order),
+        key=lambda f: order[f.subject.lstrip("/")],
+    )
     rest = [f for f in found if f not in of_read]
-    rest.sort(key=lambda f: is_file(f.subject))   # stable: directories and lists first, unread files last
-    return of_read + rest[:max(0, limit - len(of_read))]
+    rest.sort(
+        key=lambda f: is_file(f.subject)
+    )  # stable: directories and lists first, unread files last
+    return of_read + rest[: max(0, limit - len(of_read))]
 
 
 NO_MAP = "the recording has no file map (btrfs, or recorded before maps): a rule's writes cannot be told from other files'"
 
 
-def _proven(why: dict[str, Any], ts: list[Tried], killed: Killed | None, trace: syscalls.Trace, index: LogIndex,
-            stats: Stats, culprits: list[dict[str, Any]]) -> dict[str, Any]:
+def _proven(
+    why: dict[str, Any],
+    ts: list[Tried],
+    killed: Killed | None,
+    trace: syscalls.Trace,
+    index: LogIndex,
+    stats: Stats,
+    culprits: list[dict[str, Any]],
+) -> dict[str, Any]:
     """The cause ``why`` as its counterfactuals and its kill-equivalent state showed it."""
     won = next((t for t in ts if t.outcome() == "pass"), None)
-    refuted = [f"{t.label}: {t.words()}" for t in ts if t.outcome() == "fail" and t is not won
-               and (won is None or ts.index(t) < ts.index(won))]
+    refuted = [
+        f"{t.label}: {t.words()}"
+        for t in ts
+        if t.outcome() == "fail" and t is not won and (won is None or ts.index(t) < ts.index(won))
+    ]
     kill_failed = killed is not None and killed.outcome() == "fail"
     if won is not None:
         top = (why.get("rule"), why.get("subject"))
         if top != (won.finding.rule, won.finding.subject):
             stats.replaced += 1
             others = [t.label for t in ts if t is not won]
-            new = causes.with_blame(causes.cause_of(trace, won.finding, others=others), culprits, ROOT).to_json()
+            new = causes.with_blame(
+                causes.cause_of(trace, won.finding, others=others), culprits, ROOT
+            ).to_json()
             new["excerpt"] = excerpt(trace, index, new)
             why = {**why, **new}
         else:
             stats.verified += 1
-        skipped = [f"{t.label} could not be tried: {t.words()}" for t in ts[:ts.index(won)] if t.outcome() == "untried"]
-        also = [f"{killed.words()}: the program's recovery also fails on a state it made itself"] \
-            if killed is not None and kill_failed else []
-        return {**why, "proven": True, "proof": f"verified: {won.words()}" + "".join(f"; {x}" for x in skipped),
-                "refuted": refuted, "others": [*also, *why.get("others", [])]}
+        skipped = [
+            f"{t.label} could not be tried: {t.words()}"
+            for t in ts[: ts.index(won)]
+            if t.outcome() == "untried"
+        ]
+        also = (
+            [f"{killed.words()}: the program's recovery also fails on a state it made itself"]
+            if killed is not None and kill_failed
+            else []
+        )
+        return {
+            **why,
+            "proven": True,
+            "proof": f"verified: {won.words()}" + "".join(f"; {x}" for x in skipped),
+            "refuted": refuted,
+            "others": [*also, *why.get("others", [])],
+        }
     if kill_failed and killed is not None and killed.verdict is not None:
         stats.recovery += 1
         v = killed.verdict
-        found = RecoveryFails(killed.state.id, v.verdict, v.reasons[0] if v.reasons else "", killed.kill.words())
+        found = RecoveryFails(
+            killed.state.id, v.verdict, v.reasons[0] if v.reasons else "", killed.kill.words()
+        )
         shown = [f"{why.get('rule')}: {why.get('sentence')}"] if why.get("rule") else []
-        return {**why, "rule": RECOVERY, "subject": "", "sentence": registry.sentence(found), "proven": True,
-                "proof": f"verified: {killed.words()}", "refuted": refuted,
-                "others": [*shown, *why.get("others", [])][:4]}
+        return {
+            **why,
+            "rule": RECOVERY,
+            "subject": "",
+            "sentence": registry.sentence(found),
+            "proven": True,
+            "proof": f"verified: {killed.words()}",
+            "refuted": refuted,
+            "others": [*shown, *why.get("others", [])][:4],
+        }
     stats.unproven += 1
     proof = "; ".join(f"{t.label}: {t.words()}" for t in ts) if ts else NO_MAP
     if killed is not None:

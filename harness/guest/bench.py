@@ -9,6 +9,7 @@ comparison), mount it, and time each item: a fio profile, a workload in timing m
 ``hdparm -W`` and ``/sys/block/<dev>/queue/write_cache`` (bench.verify_write_cache): a run whose
 setting did not take is refused, never timed.  Raw fio JSON / timing files / pg_test_fsync output go
 to the job share; ``progress.jsonl`` gets one line per item for the host's progress bar."""
+
 from __future__ import annotations
 
 import logging
@@ -57,7 +58,7 @@ def set_write_cache(dev: str, on: bool) -> bench.WriteCacheCheck:
     try:
         return read_write_cache(dev, on)
     except EnvironmentNotReady:
-        rescan = (SYS_BLOCK / os.path.basename(dev) / "device" / "rescan")
+        rescan = SYS_BLOCK / os.path.basename(dev) / "device" / "rescan"
         if not rescan.exists():
             raise
         log.info("%s: queue/write_cache lags hdparm -W%d; rescanning the disk", dev, int(on))
@@ -70,9 +71,19 @@ def _check_dict(c: bench.WriteCacheCheck) -> dict[str, Any]:
 
 
 def guest_where(job: BenchJob, dev: str) -> ItemTarget:
-    return ItemTarget(MNT, {"PATH": guestjob.guest_path(job.tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8",
-                       "PYTHONDONTWRITEBYTECODE": "1", environ.DEVICE: dev, environ.MOUNT: MNT,
-                       environ.FSTYPE: job.fs.fstype}, fork=True)
+    return ItemTarget(
+        MNT,
+        {
+            "PATH": guestjob.guest_path(job.tools_dir),
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            environ.DEVICE: dev,
+            environ.MOUNT: MNT,
+            environ.FSTYPE: job.fs.fstype,
+        },
+        fork=True,
+    )
 
 
 def _prepare(job: BenchJob, rs: RunSet, data: str, logdev: str | None) -> str:
@@ -85,8 +96,14 @@ def _prepare(job: BenchJob, rs: RunSet, data: str, logdev: str | None) -> str:
     return dm.create(job.dm_name, [(0, sectors, "log-writes", f"{data} {logdev}")])
 
 
-def run_set(job: BenchJob, rs: RunSet, index: int, devs: tuple[str, str | None], jobdir: Path,
-            progress: JsonLines) -> dict[str, Any]:
+def run_set(
+    job: BenchJob,
+    rs: RunSet,
+    index: int,
+    devs: tuple[str, str | None],
+    jobdir: Path,
+    progress: JsonLines,
+) -> dict[str, Any]:
     data, logdev = devs
     fs = filesystems.get(job.fs.fstype)
     checks = [_check_dict(set_write_cache(data, rs.write_cache))]
@@ -97,23 +114,43 @@ def run_set(job: BenchJob, rs: RunSet, index: int, devs: tuple[str, str | None],
     results: list[dict[str, Any]] = []
     try:
         process.run(fs.eager_mkfs_argv(dev, job.fs.mkfs_opts), timeout=600)
-        mount(dev, MNT, fs.name, filesystems.join_opts(fs.mount_opts, job.fs.mount_opts, rs.mount_opts))
+        mount(
+            dev,
+            MNT,
+            fs.name,
+            filesystems.join_opts(fs.mount_opts, job.fs.mount_opts, rs.mount_opts),
+        )
         mkfs_s = round(time.monotonic() - t0, 3)
         try:
             for k, item in enumerate(rs.items):
-                results.append(_run_item(item, guest_where(job, dev), jobdir / "raw" / f"s{index}-i{k}", data, rs))
-                progress.add({"set": index, "item": k, "label": item.label, "ok": results[-1]["ok"]})
+                results.append(
+                    _run_item(
+                        item, guest_where(job, dev), jobdir / "raw" / f"s{index}-i{k}", data, rs
+                    )
+                )
+                progress.add(
+                    {"set": index, "item": k, "label": item.label, "ok": results[-1]["ok"]}
+                )
         finally:
             umount(MNT, lazy_fallback=False)
     finally:
         if rs.target == "log-writes":
             dm.remove(job.dm_name)
-    return {"write_cache": rs.write_cache, "target": rs.target, "mount_opts": rs.mount_opts, "device": dev,
-            "mkfs_s": mkfs_s, "checks": checks, "items": results}
+    return {
+        "write_cache": rs.write_cache,
+        "target": rs.target,
+        "mount_opts": rs.mount_opts,
+        "device": dev,
+        "mkfs_s": mkfs_s,
+        "checks": checks,
+        "items": results,
+    }
 
 
-def _run_item(item: BenchItem, where: ItemTarget, out: Path, data: str, rs: RunSet) -> dict[str, Any]:
-    check = read_write_cache(data, rs.write_cache)   # refuses (raises) if the setting did not hold
+def _run_item(
+    item: BenchItem, where: ItemTarget, out: Path, data: str, rs: RunSet
+) -> dict[str, Any]:
+    check = read_write_cache(data, rs.write_cache)  # refuses (raises) if the setting did not hold
     outcome = run_item(item, where, out)
     return {**outcome, "check": _check_dict(check)}
 
@@ -124,9 +161,13 @@ def bench_job(job: BenchJob, jobdir: Path) -> dict[str, Any]:
     logdev = find_disk(job.disks["log"]) if "log" in job.disks else None
     (jobdir / "raw").mkdir(exist_ok=True)
     os.makedirs(MNT, exist_ok=True)
-    model = (SYS_BLOCK / os.path.basename(data) / "device" / "model")
-    out: dict[str, Any] = {"kernel": os.uname().release, "device": data,
-                           "model": model.read_text().strip() if model.exists() else "", "sets": []}
+    model = SYS_BLOCK / os.path.basename(data) / "device" / "model"
+    out: dict[str, Any] = {
+        "kernel": os.uname().release,
+        "device": data,
+        "model": model.read_text().strip() if model.exists() else "",
+        "sets": [],
+    }
     with JsonLines(jobdir / "progress.jsonl", durable=False) as progress:
         for i, rs in enumerate(job.runsets):
             out["sets"].append(run_set(job, rs, i, (data, logdev), jobdir, progress))

@@ -11,6 +11,7 @@ check/judge.judge_disks (every disk mounted, the checker given every mount, ever
 One disk's states are first put in walk order (one run: the incremental replay they always had),
 mounted at ``MNT``, judged against the log's fault windows; the states of several come in product
 order (the last node changes fastest: per node one walk per wrap), node i mounted at ``MNT/n<i>``."""
+
 from __future__ import annotations
 
 import contextlib
@@ -36,7 +37,15 @@ from powercut.replay.dmsnapshot import DmSnapshotProvider
 from powercut.replay.materialize import plan
 from powercut.replay.walk import NodeImages
 from powercut.vm.guestjob import GUEST_MNT as MNT
-from powercut.vm.guestjob import SCRATCH_MKFS, SHELL_READY, CheckJob, DiagnoseJob, ShellJob, StateSource, uptime
+from powercut.vm.guestjob import (
+    SCRATCH_MKFS,
+    SHELL_READY,
+    CheckJob,
+    DiagnoseJob,
+    ShellJob,
+    StateSource,
+    uptime,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +76,33 @@ class _Disks:
     nodes: list[NodeImages]
     mnts: list[str]
     progress: JsonLines
-    ready: float | None = None      # when the first state began (uptime)
+    ready: float | None = None  # when the first state began (uptime)
 
     @staticmethod
-    def of(ctx: CheckContext, indexes: Sequence[LogIndex], size: int, states: list[DisksState], progress: JsonLines,
-           stack: contextlib.ExitStack, zeros: Sequence[tuple[tuple[int, int], ...]] = ()) -> _Disks:
+    def of(
+        ctx: CheckContext,
+        indexes: Sequence[LogIndex],
+        size: int,
+        states: list[DisksState],
+        progress: JsonLines,
+        stack: contextlib.ExitStack,
+        zeros: Sequence[tuple[tuple[int, int], ...]] = (),
+    ) -> _Disks:
         one = len(indexes) == 1
         nodes = []
         for i, index in enumerate(indexes):
             where = Path(WORK) if one else Path(WORK) / f"n{i}"
             where.mkdir(parents=True, exist_ok=True)
-            nodes.append(NodeImages(index, size, [s.nodes[i] for s in states], where, DmSnapshotProvider(where),
-                                    known_zero=zeros[i] if i < len(zeros) else ()))
+            nodes.append(
+                NodeImages(
+                    index,
+                    size,
+                    [s.nodes[i] for s in states],
+                    where,
+                    DmSnapshotProvider(where),
+                    known_zero=zeros[i] if i < len(zeros) else (),
+                )
+            )
             stack.callback(nodes[-1].close)
         mnts = [MNT] if one else [f"{MNT}/n{i}" for i in range(len(indexes))]
         for m in mnts:
@@ -87,23 +111,36 @@ class _Disks:
 
     def judge(self, state: DisksState) -> tuple[Verdict, list[str]]:
         """One state judged (one progress line before, one after): its verdict and its disks' devices."""
-        if self.ready is None:   # the boot timeline: kernel start -> this VM judges its first state
+        if self.ready is None:  # the boot timeline: kernel start -> this VM judges its first state
             self.ready = uptime()
             log.info("first state begins %.2f s after the kernel", self.ready)
         self.progress.add({"begin": state.id})
         t0 = time.monotonic()
         devs = [str(node.next_image()) for node in self.nodes]
         log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t0)
-        at = state.nodes[0].cut if len(self.nodes) == 1 else state.instant   # one disk's verdict: its cut
-        v = judge_disks(self.ctx, devs, state.nodes, self.mnts, sid=state.id, model=state.model, at=at, t0=t0)
+        at = (
+            state.nodes[0].cut if len(self.nodes) == 1 else state.instant
+        )  # one disk's verdict: its cut
+        v = judge_disks(
+            self.ctx, devs, state.nodes, self.mnts, sid=state.id, model=state.model, at=at, t0=t0
+        )
         self.progress.add({"verdict": v.to_json()})
         return v, devs
 
     def walks(self) -> list[dict[str, Any]]:
         """Per disk, its walks and what they cost."""
-        return [{"walks": n.walks, "walk_entries": n.stats.walk_entries, "walk_mb": n.stats.walk_bytes >> 20,
-                 **{k: round(getattr(n.stats, k), 2) for k in ("walk_s", "setup_s", "clone_s", "extras_s", "release_s")}}
-                for n in self.nodes]
+        return [
+            {
+                "walks": n.walks,
+                "walk_entries": n.stats.walk_entries,
+                "walk_mb": n.stats.walk_bytes >> 20,
+                **{
+                    k: round(getattr(n.stats, k), 2)
+                    for k in ("walk_s", "setup_s", "clone_s", "extras_s", "release_s")
+                },
+            }
+            for n in self.nodes
+        ]
 
 
 @contextlib.contextmanager
@@ -120,8 +157,13 @@ def prepared(src: StateSource) -> Iterator[CheckContext]:
         process.run([*SCRATCH_MKFS, scratch], timeout=300)
     mount(scratch, WORK, "ext4", "noatime")
     try:
-        yield CheckContext(filesystems.get(src.fstype), src.checker, dict(src.params), src.mount_opts,
-                           trace_reads=src.trace_reads)
+        yield CheckContext(
+            filesystems.get(src.fstype),
+            src.checker,
+            dict(src.params),
+            src.mount_opts,
+            trace_reads=src.trace_reads,
+        )
     finally:
         umount(WORK)
 
@@ -132,11 +174,15 @@ def _session(src: StateSource, logs: Sequence[str], jobdir: Path) -> Iterator[_S
     with prepared(src) as ctx, contextlib.ExitStack() as stack:
         indexes = tuple(stack.enter_context(open_log(p)) for p in (tuple(logs) or (src.log,)))
         progress = stack.enter_context(JsonLines(jobdir / "progress.jsonl", durable=False))
-        yield _Session(with_node_faults(ctx, indexes), indexes, Disks(indexes), Path(WORK), progress)
+        yield _Session(
+            with_node_faults(ctx, indexes), indexes, Disks(indexes), Path(WORK), progress
+        )
 
 
 @contextlib.contextmanager
-def _disks(src: StateSource, logs: Sequence[str], ids: Sequence[str], jobdir: Path) -> Iterator[_Disks]:
+def _disks(
+    src: StateSource, logs: Sequence[str], ids: Sequence[str], jobdir: Path
+) -> Iterator[_Disks]:
     """A check or shell job's disks: one (``src.log``; ``logs`` empty) or N (``logs``)."""
     paths = tuple(logs) or (src.log,)
     with prepared(src) as ctx, contextlib.ExitStack() as stack:
@@ -144,9 +190,11 @@ def _disks(src: StateSource, logs: Sequence[str], ids: Sequence[str], jobdir: Pa
         progress = stack.enter_context(JsonLines(jobdir / "progress.jsonl", durable=False))
         disks = Disks(indexes)
         states = [disks.state_from_id(i) for i in ids]
-        if len(indexes) == 1:   # in walk order (materialize's): one forward walk of the pristine
+        if len(indexes) == 1:  # in walk order (materialize's): one forward walk of the pristine
             states.sort(key=lambda s: plan(indexes[0], s.nodes[0]).base)
-        yield _Disks.of(with_node_faults(ctx, indexes), indexes, src.size, states, progress, stack, src.zeros)
+        yield _Disks.of(
+            with_node_faults(ctx, indexes), indexes, src.size, states, progress, stack, src.zeros
+        )
 
 
 def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
@@ -156,7 +204,11 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
         for state in d.states:
             d.judge(state)
             n += 1
-    return {"judged": n, "first_state_s": d.ready, **({"nodes": d.walks()} if len(d.nodes) > 1 else {})}
+    return {
+        "judged": n,
+        "first_state_s": d.ready,
+        **({"nodes": d.walks()} if len(d.nodes) > 1 else {}),
+    }
 
 
 def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
@@ -165,17 +217,32 @@ def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
     # only this job needs them, and every checker VM imports this module: under TCG an import costs
     # 10-50x what it does natively, paid at each VM's start
     from powercut.debug.diagnose import Workspace, diagnose, without_tear
+
     with _session(job.src, job.logs, jobdir) as s:
-        ws = Workspace(s.disks, s.indexes, job.src.size, s.work / "diagnose", provider="dm-snapshot",
-                       floors=tuple(f if f >= 0 else None for f in job.floors))
+        ws = Workspace(
+            s.disks,
+            s.indexes,
+            job.src.size,
+            s.work / "diagnose",
+            provider="dm-snapshot",
+            floors=tuple(f if f >= 0 else None for f in job.floors),
+        )
         for first in map(Verdict.from_json, job.failures):
             s.progress.add({"begin-diagnosis": first.state})
             state = s.disks.state_from_id(first.state)
-            if job.tear_only:   # one disk's torn state
-                s.progress.add({"diagnosis": {"state": first.state,
-                                              "without_tear": without_tear(s.ctx, ws, state.nodes[0], first)}})
+            if job.tear_only:  # one disk's torn state
+                s.progress.add(
+                    {
+                        "diagnosis": {
+                            "state": first.state,
+                            "without_tear": without_tear(s.ctx, ws, state.nodes[0], first),
+                        }
+                    }
+                )
                 continue
-            s.progress.add({"diagnosis": diagnose(s.ctx, ws, state, first, budget=job.budget).to_json()})
+            s.progress.add(
+                {"diagnosis": diagnose(s.ctx, ws, state, first, budget=job.budget).to_json()}
+            )
     return {"diagnosed": len(job.failures)}
 
 
@@ -190,8 +257,14 @@ def shell(job: ShellJob, jobdir: Path) -> dict[str, Any]:
     return {"judged": 1}
 
 
-def shell_on(ctx: CheckContext, mounts: Sequence[tuple[str, str]], sid: str, acks: Sequence[str], v: Verdict,
-             cwd: str) -> None:
+def shell_on(
+    ctx: CheckContext,
+    mounts: Sequence[tuple[str, str]],
+    sid: str,
+    acks: Sequence[str],
+    v: Verdict,
+    cwd: str,
+) -> None:
     """Mount each (device, mount point) -- the kernel replays its journal -- and run an interactive
     shell in ``cwd`` on the console (``shell``: one disk's mount, or every node's)."""
     done: list[str] = []
@@ -200,13 +273,23 @@ def shell_on(ctx: CheckContext, mounts: Sequence[tuple[str, str]], sid: str, ack
             os.makedirs(mnt, exist_ok=True)
             mount(device, mnt, ctx.fs.name, ctx.state_mount_opts)
             done.append(mnt)
-        where = f"{cwd} (your shell's cwd)" if done == [cwd] else f"{', '.join(done)} (your shell's cwd: {cwd})"
+        where = (
+            f"{cwd} (your shell's cwd)"
+            if done == [cwd]
+            else f"{', '.join(done)} (your shell's cwd: {cwd})"
+        )
         with open("/dev/console", "r+b", buffering=0) as tty:
-            tty.write((f"\n=== {sid}: {v.verdict}: {v.reasons[0] if v.reasons else ''}\n"
-                       f"{SHELL_READY.decode()} {where}; acked: {', '.join(acks) or '-'}"
-                       "; exit (or Ctrl-D) powers the VM off\n").encode())
+            tty.write(
+                (
+                    f"\n=== {sid}: {v.verdict}: {v.reasons[0] if v.reasons else ''}\n"
+                    f"{SHELL_READY.decode()} {where}; acked: {', '.join(acks) or '-'}"
+                    "; exit (or Ctrl-D) powers the VM off\n"
+                ).encode()
+            )
             env = dict(os.environ, PS1=f"powercut {sid}# ", HOME="/tmp")
-            with process.Spawned(["/bin/sh", "-i"], stdin=tty, stdout=tty, stderr=tty, cwd=cwd, env=env) as sh:
+            with process.Spawned(
+                ["/bin/sh", "-i"], stdin=tty, stdout=tty, stderr=tty, cwd=cwd, env=env
+            ) as sh:
                 sh.wait(None)
     finally:
         os.chdir("/")

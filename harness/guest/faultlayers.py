@@ -14,6 +14,7 @@ one disk's layer is $POWERCUT_FAULT_DEV and its plan's state file is ``PLAN_STAT
 layers are $POWERCUT_FAULT_NODES (``powercut.fault(kind, node=i)``), node i's state file
 ``faults.node_state(PLAN_STATE, i)``, and its layers' switch marks go under the cluster's mark
 lock."""
+
 from __future__ import annotations
 
 import logging
@@ -31,7 +32,7 @@ from powercut.guest.stack import FS_SUFFIX, DiskStack
 
 log = logging.getLogger("powercut.guest")
 
-PLAN_STATE = "/run/powercut/fault-plan.json"   # the fault plan's state (faults.PlanRun), guest-local
+PLAN_STATE = "/run/powercut/fault-plan.json"  # the fault plan's state (faults.PlanRun), guest-local
 PLAN_POLL_S = 0.002
 
 
@@ -47,7 +48,7 @@ class PlanTrigger:
         self.error = ""
 
     def writes(self) -> int:
-        return int(Path(self.stat).read_text().split()[4])   # writes completed
+        return int(Path(self.stat).read_text().split()[4])  # writes completed
 
     def start(self) -> None:
         if self.plan.trigger == "start":
@@ -59,8 +60,11 @@ class PlanTrigger:
 
     def _poll(self) -> None:
         while not self.stop.wait(PLAN_POLL_S):
-            met = (self.writes() - self.base >= self.plan.writes if self.plan.trigger == "writes"
-                   else time.monotonic() - self.t0 >= self.plan.after)
+            met = (
+                self.writes() - self.base >= self.plan.writes
+                if self.plan.trigger == "writes"
+                else time.monotonic() - self.t0 >= self.plan.after
+            )
             if met:
                 self._fire()
                 return
@@ -82,7 +86,7 @@ class PlanTrigger:
 class DiskFaults:
     """Every disk's fault layer (disk order) and the plans of the disks that have one."""
 
-    text: str                             # the --fault setting as the job gave it
+    text: str  # the --fault setting as the job gave it
     setting: DisksFaults
     stacks: Sequence[DiskStack]
     triggers: list[tuple[int, PlanTrigger]] = field(default_factory=list)
@@ -98,7 +102,14 @@ class DiskFaults:
     def target(self, i: int) -> Target:
         """Disk i's fault layer over what its filesystem map sits on (its delay layer or its target)."""
         s = self.stacks[i]
-        return Target(s.name + FS_SUFFIX, s.lower, s.size, s.name, s.order, **({"node": i} if self.several else {}))
+        return Target(
+            s.name + FS_SUFFIX,
+            s.lower,
+            s.size,
+            s.name,
+            s.order,
+            **({"node": i} if self.several else {}),
+        )
 
     def state_path(self, i: int) -> str:
         return node_state(PLAN_STATE, i) if self.several else PLAN_STATE
@@ -109,12 +120,17 @@ class DiskFaults:
             out = {NODES_ENV: ",".join(self.target(i).spec() for i in range(len(self.stacks)))}
             return {**out, **plan_env(self.setting, PLAN_STATE)} if self.setting else out
         plan = self.setting.of(0)
-        return {FAULT_ENV: self.target(0).spec(), **(plan_env(plan, PLAN_STATE) if plan is not None else {})}
+        return {
+            FAULT_ENV: self.target(0).spec(),
+            **(plan_env(plan, PLAN_STATE) if plan is not None else {}),
+        }
 
     def start(self) -> None:
         """Each planned disk's trigger: ``start`` fires now (before the workload), ``writes``/``after``
         poll from a thread of their own."""
-        for i in range(len(self.stacks)):   # a bare plan is one disk's (DisksFaults.of(0)), a cluster's per node
+        for i in range(
+            len(self.stacks)
+        ):  # a bare plan is one disk's (DisksFaults.of(0)), a cluster's per node
             plan = self.setting.of(i)
             if plan is None:
                 continue
@@ -122,7 +138,9 @@ class DiskFaults:
             for leftover in (path, path + ".done"):
                 if os.path.exists(leftover):
                     os.unlink(leftover)
-            trigger = PlanTrigger(PlanRun(plan, path, self.target(i), self.stacks[i].mount), self.stacks[i].dev)
+            trigger = PlanTrigger(
+                PlanRun(plan, path, self.target(i), self.stacks[i].mount), self.stacks[i].dev
+            )
             trigger.start()
             self.triggers.append((i, trigger))
 
@@ -132,8 +150,11 @@ class DiskFaults:
         for i, trigger in self.triggers:
             trigger.finish()
             st = trigger.run.state()
-            plans[i] = {"plan": str(trigger.plan) if self.several else self.text, **st.to_json(),
-                        "error": st.error or trigger.error}
+            plans[i] = {
+                "plan": str(trigger.plan) if self.several else self.text,
+                **st.to_json(),
+                "error": st.error or trigger.error,
+            }
         return plans
 
     def end(self) -> list[bool]:

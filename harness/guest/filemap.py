@@ -1,5 +1,6 @@
 """Where the program's files lie on a recorded data disk at the end (the recording's file map, guest
 side): what the lying-disk models target first (core/crashmodels/lies.py, core/crashmodels/target.py)."""
+
 from __future__ import annotations
 
 import fcntl
@@ -15,7 +16,7 @@ from powercut.linux import filesystems
 from powercut.linux.mounts import mount, umount
 
 FILE_MAP = "files.json"
-FILE_MAP_LIMIT = 20000   # files; a program with more is mapped in part (said in the map)
+FILE_MAP_LIMIT = 20000  # files; a program with more is mapped in part (said in the map)
 BLKROSET = 0x125D
 
 
@@ -26,7 +27,9 @@ def _writable(fd: int) -> None:
         os.close(fd)
 
 
-def file_map(data: str, fs: filesystems.Filesystem, jobdir: Path, mnt: str, out: str = FILE_MAP) -> dict[str, Any]:
+def file_map(
+    data: str, fs: filesystems.Filesystem, jobdir: Path, mnt: str, out: str = FILE_MAP
+) -> dict[str, Any]:
     """Where the program's files lie on the data device at the end (FIEMAP over a read-only mount at
     ``mnt`` of the final, cleanly unmounted filesystem: nothing is written, the log is already
     closed), as 512-byte sector ranges per file, written to ``out`` in the job directory -- what the

@@ -1,5 +1,6 @@
 """The guest's mark-bench job: what one mark costs on a real log-writes target -- the ioctl from
 Python, unordered and ordered, and running powercut-mark (C and Python), unordered and ordered."""
+
 from __future__ import annotations
 
 import os

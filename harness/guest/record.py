@@ -23,6 +23,7 @@ order device: the C powercut-mark writes to it directly); a cluster's node i is 
 The result has what is common at its top and, under ``disks``, one dict per disk in disk order:
 its target's write cache and last status, its latency as loaded, its fault plan's outcome,
 whether the workload left its fault on, its file map (record/vm.py turns it into the manifest)."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,10 @@ from powercut.vm.guestjob import RecordJob
 log = logging.getLogger("powercut.guest")
 
 MNT = guestjob.GUEST_MNT
-DELAY_LOG = "/run/powercut/delay-sync.log"   # guest-local: the --delay-sync supervisor's line per sync call
-DELAY_LOG_FILE = "delay-sync.log"           # in the job directory: the supervisor's log, kept
+DELAY_LOG = (
+    "/run/powercut/delay-sync.log"  # guest-local: the --delay-sync supervisor's line per sync call
+)
+DELAY_LOG_FILE = "delay-sync.log"  # in the job directory: the supervisor's log, kept
 
 
 def disk_name(dm_name: str, i: int, disks: int) -> str:
@@ -79,15 +82,20 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     stacks = []
     for i in range(n):
         data_role, log_role = guestjob.record_roles(i, n)
-        s = DiskStack.make(disk_name(job.dm_name, i, n), job.disks[data_role], job.disks[log_role],
-                           latencies.of(i), disk_mount(i, n))
+        s = DiskStack.make(
+            disk_name(job.dm_name, i, n),
+            job.disks[data_role],
+            job.disks[log_role],
+            latencies.of(i),
+            disk_mount(i, n),
+        )
         process.run(fs.eager_mkfs_argv(s.dev, job.fs.mkfs_opts), timeout=600)
         stacks.append(s)
     res["mkfs_s"] = round(time.monotonic() - t0, 3)
     if n == 1:
         mark("mkfs", stacks[0].name)
     else:
-        insert_cluster("mkfs", cluster_spec(stacks))   # the one lock, from the agent too
+        insert_cluster("mkfs", cluster_spec(stacks))  # the one lock, from the agent too
     disks: list[dict[str, Any]] = [{**s.info, "latency": s.slow()} for s in stacks]
     for s in stacks:
         os.makedirs(s.mount, exist_ok=True)
@@ -101,7 +109,7 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     finally:
         for i, plan in faults.finish().items():
             disks[i]["fault_plan"] = plan
-    close_marks()   # the order devices' descriptors, before the devices go
+    close_marks()  # the order devices' descriptors, before the devices go
     for s in stacks:
         s.resume_if_suspended()
     for d, left in zip(disks, faults.end()):
@@ -119,18 +127,35 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
 def workload_env(job: RecordJob, stacks: list[DiskStack]) -> dict[str, str]:
     """The workload's environment (its contract, docs/workloads.md): one disk's target, or every node."""
     wl = job.workload
-    env = {"HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", environ.MOUNT: MNT,
-           environ.FSTYPE: job.fs.fstype, environ.PARAMS: json.dumps(wl.params or {})}
+    env = {
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        environ.MOUNT: MNT,
+        environ.FSTYPE: job.fs.fstype,
+        environ.PARAMS: json.dumps(wl.params or {}),
+    }
     if len(stacks) == 1:
         s = stacks[0]
-        return {**env, "PATH": guestjob.guest_path(job.tools_dir), environ.DM_NAME: s.name, environ.DEVICE: s.dev,
-                ORDER_ENV: s.order}
+        return {
+            **env,
+            "PATH": guestjob.guest_path(job.tools_dir),
+            environ.DM_NAME: s.name,
+            environ.DEVICE: s.dev,
+            ORDER_ENV: s.order,
+        }
     # PATH without the image's C powercut-mark: it knows one log; the Python one sends to every node
-    return {**env, "PATH": guestjob.guest_path(""), environ.CLUSTER: cluster_spec(stacks),
-            environ.MOUNTS: ":".join(s.mount for s in stacks)}
+    return {
+        **env,
+        "PATH": guestjob.guest_path(""),
+        environ.CLUSTER: cluster_spec(stacks),
+        environ.MOUNTS: ":".join(s.mount for s in stacks),
+    }
 
 
-def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_env: dict[str, str]) -> dict[str, Any]:
+def run_workload(
+    job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_env: dict[str, str]
+) -> dict[str, Any]:
     """Run the workload in ``MNT`` with its environment and the disks' fault layers (``fault_env``),
     under strace when asked (-f: a cluster's nodes are the client's children), and under the
     --delay-sync supervisor when rules hold syncs (outside strace: strace traces only the workload)."""
@@ -145,7 +170,9 @@ def run_workload(job: RecordJob, jobdir: Path, stacks: list[DiskStack], fault_en
         with process.Spawned(argv, cwd=MNT, env=env, stdout=out, stderr=err) as proc:
             rc = proc.wait(wl.timeout_s)
             # leaving the block kills the whole group: its leftovers must not keep the filesystem busy
-    res.update(workload_rc=rc, workload_timed_out=rc is None, workload_s=round(time.monotonic() - start, 3))
+    res.update(
+        workload_rc=rc, workload_timed_out=rc is None, workload_s=round(time.monotonic() - start, 3)
+    )
     kept_trace(wl.trace, jobdir, res)
     if wl.delay_sync:
         res["delay_sync"] = held_result(job, jobdir, stacks)
@@ -160,8 +187,10 @@ def held(argv: list[str], job: RecordJob) -> list[str]:
         return argv
     supervisor = os.path.join(job.tools_dir, syncdelay.SUPERVISOR) if job.tools_dir else ""
     if not supervisor or not os.path.exists(supervisor):
-        raise PowercutError(f"--delay-sync needs the image's {syncdelay.SUPERVISOR}, which was not built (no C "
-                            "compiler when the image was made: apt-get install gcc, then powercut image build --force)")
+        raise PowercutError(
+            f"--delay-sync needs the image's {syncdelay.SUPERVISOR}, which was not built (no C "
+            "compiler when the image was made: apt-get install gcc, then powercut image build --force)"
+        )
     rules = [syncdelay.SyncDelay.parse(r) for r in job.workload.delay_sync]
     os.makedirs(os.path.dirname(DELAY_LOG), exist_ok=True)
     Path(DELAY_LOG).write_text("")
@@ -177,9 +206,14 @@ def held_result(job: RecordJob, jobdir: Path, stacks: list[DiskStack]) -> dict[s
         text = Path(DELAY_LOG).read_text(errors="replace")
     except FileNotFoundError:
         text = ""
-    marks = {os.path.realpath(s.order) for s in stacks}   # powercut's own: each mark's flush (marks.py)
-    out = {"rules": list(job.workload.delay_sync), "by": "seccomp",
-           **syncdelay.held_summary(text, MNT, ignore=marks)}
+    marks = {
+        os.path.realpath(s.order) for s in stacks
+    }  # powercut's own: each mark's flush (marks.py)
+    out = {
+        "rules": list(job.workload.delay_sync),
+        "by": "seccomp",
+        **syncdelay.held_summary(text, MNT, ignore=marks),
+    }
     (jobdir / DELAY_LOG_FILE).write_text(text)
     out["log"] = DELAY_LOG_FILE
     return out

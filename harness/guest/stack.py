@@ -6,6 +6,7 @@ disk's latency layer (``<name>-delay``, dm-delay, only when its latency is not n
 mkfs, so mkfs is not delayed; core/recording/latency.py); above that the ``<name>-fs`` linear map where the
 filesystem lives and whose table a fault swaps (faults.py); beside it, over the target, the
 ``<name>-order`` map that marks flush to order the log (marks.py)."""
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,7 @@ from powercut.marks import mark
 
 log = logging.getLogger("powercut.guest")
 
-FS_SUFFIX = "-fs"        # the linear map over the log-writes target that holds the recorded filesystem
+FS_SUFFIX = "-fs"  # the linear map over the log-writes target that holds the recorded filesystem
 ORDER_SUFFIX = "-order"  # the linear map beside it that marks flush (marks.py)
 DELAY_SUFFIX = "-delay"  # the disk latency layer (dm-delay, core/recording/latency.py) between the fs map and log-writes
 
@@ -32,8 +33,11 @@ DELAY_SUFFIX = "-delay"  # the disk latency layer (dm-delay, core/recording/late
 def log_writes_status(name: str) -> dict[str, Any]:
     # "<start> <len> log-writes <logged_entries> <highest_sector> [logging_disabled]" per target
     out = dm.status(name)[0].split()
-    return {"logged_entries": int(out[3]), "highest_sector": int(out[4]),
-            "logging_disabled": "logging_disabled" in out[5:]}
+    return {
+        "logged_entries": int(out[3]),
+        "highest_sector": int(out[4]),
+        "logging_disabled": "logging_disabled" in out[5:],
+    }
 
 
 def stack(dm_name: str, dev: str, size: int, fs_lower: str = "") -> tuple[str, str, dict[str, Any]]:
@@ -82,12 +86,14 @@ def unstack(dm_name: str) -> None:
 def measure_hz(wait_s: float = 0.25) -> int:
     """The guest kernel's tick rate (CONFIG_HZ): jiffies counted over ``wait_s`` (/proc/timer_list),
     snapped to a configurable value; FALLBACK_HZ (the coarsest) when it cannot be read."""
+
     def jiffies() -> tuple[int, float]:
         with open("/proc/timer_list") as f:
             for line in f:
                 if line.startswith("jiffies:"):
                     return int(line.split()[1]), time.monotonic()
         raise ValueError("no jiffies: line")
+
     try:
         j0, t0 = jiffies()
         time.sleep(wait_s)
@@ -104,31 +110,43 @@ def slow_down(dm_name: str, target: str, size: int, latency: DiskLatency) -> dic
     hz = measure_hz()
     table = latency.table(target, size, hz)
     dm.reload(dm_name + DELAY_SUFFIX, table)
-    return {**latency.to_json(), **latency.realized(hz), "layer": "dm-delay above dm-log-writes",
-            "table": table[0][3] if table[0][2] == "delay" else ""}
+    return {
+        **latency.to_json(),
+        **latency.realized(hz),
+        "layer": "dm-delay above dm-log-writes",
+        "table": table[0][3] if table[0][2] == "delay" else "",
+    }
 
 
 @dataclass(slots=True)
 class DiskStack:
     """One recorded disk's stack, made (``make``), slowed after mkfs (``slow``), torn down (``teardown``)."""
 
-    name: str             # the log-writes target's device-mapper name (marks go to it)
-    data: str             # the data disk's device
-    target: str           # the log-writes target's device
-    lower: str            # what the fs map sits on: the delay layer, or the target
-    dev: str              # the filesystem's device (the fs map)
-    order: str            # the order device (marks.py)
-    size: int             # 512-byte sectors
-    mount: str            # where the recorded filesystem is mounted
+    name: str  # the log-writes target's device-mapper name (marks go to it)
+    data: str  # the data disk's device
+    target: str  # the log-writes target's device
+    lower: str  # what the fs map sits on: the delay layer, or the target
+    dev: str  # the filesystem's device (the fs map)
+    order: str  # the order device (marks.py)
+    size: int  # 512-byte sectors
+    mount: str  # where the recorded filesystem is mounted
     latency: DiskLatency
-    info: dict[str, Any] = field(default_factory=dict)   # what the target's queue says (its write cache)
+    info: dict[str, Any] = field(
+        default_factory=dict
+    )  # what the target's queue says (its write cache)
 
     @staticmethod
-    def make(name: str, data_serial: str, log_serial: str, latency: DiskLatency, mount: str) -> DiskStack:
+    def make(
+        name: str, data_serial: str, log_serial: str, latency: DiskLatency, mount: str
+    ) -> DiskStack:
         data, logdev = find_disk(data_serial), find_disk(log_serial)
         size = sectors(data)
         target = dm.create(name, [(0, size, "log-writes", f"{data} {logdev}")])
-        lower = target if latency.none else dm.create(name + DELAY_SUFFIX, [(0, size, "linear", f"{target} 0")])
+        lower = (
+            target
+            if latency.none
+            else dm.create(name + DELAY_SUFFIX, [(0, size, "linear", f"{target} 0")])
+        )
         dev, order, info = stack(name, target, size, lower)
         return DiskStack(name, data, target, lower, dev, order, size, mount, latency, info)
 
@@ -139,7 +157,7 @@ class DiskStack:
         return slow_down(self.name, self.target, self.size, self.latency)
 
     def resume_if_suspended(self) -> None:
-        if dm.info(self.name).suspended:   # a marker killed between its suspend and resume
+        if dm.info(self.name).suspended:  # a marker killed between its suspend and resume
             log.warning("%s was left suspended by a mark; resuming it", self.name)
             dm.resume(self.name)
 

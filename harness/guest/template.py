@@ -18,6 +18,7 @@ refuses to save a VM that has a 9p share mounted.  So until it is restored it mo
    read before step 3 from where init.sh copied it), chroots into the host root, says
    ``powercut-restored``, takes the environment and ``sys.path`` the job's boot would have given
    it (``start.json`` in the job share), and runs the agent's serve loop (guest/__main__)."""
+
 from __future__ import annotations
 
 import fcntl
@@ -30,11 +31,20 @@ import time
 
 from powercut.linux.blockdev import find_disk
 from powercut.linux.mounts import GuestMount, MountError, guest_mounts, mount
-from powercut.vm.guestjob import CONTROL_SERIAL, GO_BLOCK, TEMPLATE_PRELOAD, TEMPLATE_READY, TEMPLATE_RESTORED, parse_go
+from powercut.vm.guestjob import (
+    CONTROL_SERIAL,
+    GO_BLOCK,
+    TEMPLATE_PRELOAD,
+    TEMPLATE_READY,
+    TEMPLATE_RESTORED,
+    parse_go,
+)
 
 BLKFLSBUF = 0x1261
-HOST = "/.powercut/host"           # where the host root is mounted (inside this root), then chrooted into
-TABLE = "/.powercut/mounts"        # the image's mount table (vm-images/mounts.txt), copied here by init.sh
+HOST = "/.powercut/host"  # where the host root is mounted (inside this root), then chrooted into
+TABLE = (
+    "/.powercut/mounts"  # the image's mount table (vm-images/mounts.txt), copied here by init.sh
+)
 
 
 def say(line: str) -> None:
@@ -104,7 +114,7 @@ def mount_host(plan: list[GuestMount]) -> None:
         try:
             os.makedirs(m.target, exist_ok=True)
         except OSError:
-            pass          # on a read-only parent: the mount says what is wrong
+            pass  # on a read-only parent: the mount says what is wrong
         mount(m.source, m.target, m.fstype, m.options)
 
 
@@ -116,7 +126,9 @@ def restored(go: dict, plan: list[GuestMount]) -> int:
     mount_host(plan)
     os.chroot(HOST)
     os.chdir("/")
-    say(TEMPLATE_RESTORED)   # from here on, what fails is the job's (before: the host boots a VM instead)
+    say(
+        TEMPLATE_RESTORED
+    )  # from here on, what fails is the job's (before: the host boots a VM instead)
     job = "/run/powercut/job"
     with open(f"{job}/start.json") as f:
         start = json.load(f)
@@ -124,6 +136,7 @@ def restored(go: dict, plan: list[GuestMount]) -> int:
     os.environ.update(start["env"])
     if start["full_site"]:
         import site
+
         site.main()
     else:
         sys.path.extend(p for p in start["site_paths"] if p not in sys.path)
@@ -132,6 +145,7 @@ def restored(go: dict, plan: list[GuestMount]) -> int:
     # imported here, not at the top: the agent's modules resolve only on the sys.path set just above
     # (the restored VM's, from start.json), not on the template's
     from powercut.guest.__main__ import main as agent
+
     return agent([f"{job}/job.json"])
 
 

@@ -1,6 +1,7 @@
 """The recording's syscall trace in the guest: strace around the workload (one disk's, or a
 cluster's client and the nodes it starts, its children), kept gzipped in the job directory for
 core/trace/syscalls.py to read on the host."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,8 +16,10 @@ from powercut.vm import guestjob
 
 log = logging.getLogger("powercut.guest")
 
-TRACE_TMP = "/tmp/powercut-syscalls.txt"   # strace writes here (the guest's tmpfs), copied to the job share after
-TRACE_FILE = "syscalls.txt.gz"             # in the job directory: the recording's trace (core/trace/syscalls.py)
+TRACE_TMP = "/tmp/powercut-syscalls.txt"  # strace writes here (the guest's tmpfs), copied to the job share after
+TRACE_FILE = (
+    "syscalls.txt.gz"  # in the job directory: the recording's trace (core/trace/syscalls.py)
+)
 
 
 def strace_argv(out: str, holding: bool = False) -> list[str]:
@@ -28,18 +31,40 @@ def strace_argv(out: str, holding: bool = False) -> list[str]:
     each call before seccomp sees it, so a held call shows where the program made it, the hold
     inside its -T (docs/races.md has what each mode costs)."""
     seccomp = [] if holding else ["--seccomp-bpf"]
-    return ["strace", "-f", "-y", "-T", "-qq", "-ttt", "-s", "512", *seccomp, "-e", "abbrev=none",
-            "-e", "signal=none", "-e", "trace=" + ",".join(syscalls.TRACED), "-o", out, "--"]
+    return [
+        "strace",
+        "-f",
+        "-y",
+        "-T",
+        "-qq",
+        "-ttt",
+        "-s",
+        "512",
+        *seccomp,
+        "-e",
+        "abbrev=none",
+        "-e",
+        "signal=none",
+        "-e",
+        "trace=" + ",".join(syscalls.TRACED),
+        "-o",
+        out,
+        "--",
+    ]
 
 
-def traced(argv: list[str], trace: bool, tools_dir: str, res: dict[str, Any], holding: bool = False) -> list[str]:
+def traced(
+    argv: list[str], trace: bool, tools_dir: str, res: dict[str, Any], holding: bool = False
+) -> list[str]:
     """``argv`` under strace when ``trace`` is asked for (in the mode a hold needs when ``holding``);
     without strace in the image, ``argv`` as it is and ``res["trace_error"]``."""
     if not trace:
         return argv
     strace = shutil.which("strace", path=guestjob.guest_path(tools_dir))
     if not strace:
-        res["trace_error"] = "strace is not installed (apt-get install strace): recorded without a trace"
+        res["trace_error"] = (
+            "strace is not installed (apt-get install strace): recorded without a trace"
+        )
         log.warning("%s", res["trace_error"])
         return argv
     if os.path.exists(TRACE_TMP):

@@ -3,6 +3,7 @@ image whose table maps every sector through (``linear``) but the bad ones, which
 segments -- every read or write there fails with EIO, as on a disk with a sector it cannot read.
 The unreadable-sector model's states (core/crashmodels/lies.py) are judged on it (check/judge.py); the host
 puts it over the state's loop device, the checker VM over its dm-snapshot clone."""
+
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +19,9 @@ log = logging.getLogger(__name__)
 _count = itertools.count()
 
 
-def error_table(lower: str, size: int, bad: Sequence[tuple[int, int]]) -> list[tuple[int, int, str, str]]:
+def error_table(
+    lower: str, size: int, bad: Sequence[tuple[int, int]]
+) -> list[tuple[int, int, str, str]]:
     """The table of ``lower`` (``size`` 512-byte sectors) with ``error`` over the ``bad`` ranges
     (start, count), clipped to the device; ValueError for overlapping ranges."""
     out: list[tuple[int, int, str, str]] = []

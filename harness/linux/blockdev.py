@@ -1,4 +1,5 @@
 """Block devices by what they are (guest): find a disk by its serial, its size in sectors."""
+
 from __future__ import annotations
 
 import logging
@@ -21,7 +22,9 @@ def find_disk(serial: str) -> str:
             text = raw[4:] if candidate.name == "vpd_pg80" else raw
             if text.decode(errors="replace").strip().strip("\0") == serial:
                 return f"/dev/{blk.name}"
-    raise PowercutError(f"no disk with serial {serial} in the guest ({', '.join(os.listdir('/sys/block'))})")
+    raise PowercutError(
+        f"no disk with serial {serial} in the guest ({', '.join(os.listdir('/sys/block'))})"
+    )
 
 
 def sectors(dev: str) -> int:

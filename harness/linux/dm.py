@@ -6,6 +6,7 @@ device-mapper; everything but the packing helpers needs root.  A mark runs it in
 program's own process, so it imports logging and powercut's process runner only where it uses them
 (~0.9 s of each Python workload's recording under TCG and strace).  The guest has no udev: ``create``
 returns a device node that exists (udev's /dev/mapper/NAME, devtmpfs' /dev/dm-N, or one it makes)."""
+
 from __future__ import annotations
 
 import errno as _errno
@@ -37,16 +38,32 @@ HEADER = struct.Struct("<3I I I I i I I I Q")  # version, data_size, data_start,
 SPEC = struct.Struct("<Q Q i I 16s")  # sector_start, length, status, next, target_type
 NAME_LIST = struct.Struct("<Q I")  # dev, next (then the name)
 
-CMDS = {"VERSION": 0, "REMOVE_ALL": 1, "LIST_DEVICES": 2, "DEV_CREATE": 3, "DEV_REMOVE": 4, "DEV_RENAME": 5,
-        "DEV_SUSPEND": 6, "DEV_STATUS": 7, "DEV_WAIT": 8, "TABLE_LOAD": 9, "TABLE_CLEAR": 10, "TABLE_DEPS": 11,
-        "TABLE_STATUS": 12, "LIST_VERSIONS": 13, "TARGET_MSG": 14}
+CMDS = {
+    "VERSION": 0,
+    "REMOVE_ALL": 1,
+    "LIST_DEVICES": 2,
+    "DEV_CREATE": 3,
+    "DEV_REMOVE": 4,
+    "DEV_RENAME": 5,
+    "DEV_SUSPEND": 6,
+    "DEV_STATUS": 7,
+    "DEV_WAIT": 8,
+    "TABLE_LOAD": 9,
+    "TABLE_CLEAR": 10,
+    "TABLE_DEPS": 11,
+    "TABLE_STATUS": 12,
+    "LIST_VERSIONS": 13,
+    "TARGET_MSG": 14,
+}
 READONLY_FLAG = 1 << 0
 SUSPEND_FLAG = 1 << 1
 STATUS_TABLE_FLAG = 1 << 4
 SKIP_LOCKFS_FLAG = 1 << 10
 BUFFER_FULL_FLAG = 1 << 8
 
-Table = Sequence[tuple[int, int, str, str]]  # (start sector, length in sectors, target type, params)
+Table = Sequence[
+    tuple[int, int, str, str]
+]  # (start sector, length in sectors, target type, params)
 
 
 def ioctl_number(cmd: int) -> int:
@@ -90,6 +107,7 @@ class DmDevice:
 
 def _log() -> "logging.Logger":
     import logging
+
     return logging.getLogger(__name__)
 
 
@@ -105,8 +123,14 @@ def _name(name: str) -> bytes:
     return raw
 
 
-def header(name: str | None, *, payload: int = 0, target_count: int = 0, flags: int = 0,
-           size: int | None = None) -> bytearray:
+def header(
+    name: str | None,
+    *,
+    payload: int = 0,
+    target_count: int = 0,
+    flags: int = 0,
+    size: int | None = None,
+) -> bytearray:
     """A zeroed struct dm_ioctl for ``name`` (None: no name, e.g. to list devices) followed by room
     for ``payload`` bytes (or ``size`` bytes in all, for commands the kernel answers with data)."""
     total = _align8(DM_IOCTL_SIZE + payload) if size is None else max(size, DM_IOCTL_SIZE + payload)
@@ -114,7 +138,7 @@ def header(name: str | None, *, payload: int = 0, target_count: int = 0, flags: 
     HEADER.pack_into(buf, 0, *DM_VERSION, total, DM_IOCTL_SIZE, target_count, 0, flags, 0, 0, 0)
     if name is not None:
         raw = _name(name)
-        buf[48:48 + len(raw)] = raw
+        buf[48 : 48 + len(raw)] = raw
     return buf
 
 
@@ -130,10 +154,14 @@ def table_buffer(name: str, table: Table, *, readonly: bool = False) -> bytearra
             raise UsageError(f"bad device-mapper target type {ttype!r}")
         body = params.encode() + b"\0"
         size = _align8(SPEC_SIZE + len(body))
-        specs.append(SPEC.pack(start, length, 0, size, kind) + body + bytes(size - SPEC_SIZE - len(body)))
+        specs.append(
+            SPEC.pack(start, length, 0, size, kind) + body + bytes(size - SPEC_SIZE - len(body))
+        )
     payload = b"".join(specs)
-    buf = header(name, payload=len(payload), target_count=len(specs), flags=READONLY_FLAG if readonly else 0)
-    buf[DM_IOCTL_SIZE:DM_IOCTL_SIZE + len(payload)] = payload
+    buf = header(
+        name, payload=len(payload), target_count=len(specs), flags=READONLY_FLAG if readonly else 0
+    )
+    buf[DM_IOCTL_SIZE : DM_IOCTL_SIZE + len(payload)] = payload
     return buf
 
 
@@ -141,7 +169,7 @@ def message_buffer(name: str, text: str, sector: int = 0) -> bytearray:
     """DM_TARGET_MSG: the header, then struct dm_target_msg {u64 sector; char message[]}."""
     payload = struct.pack("<Q", sector) + text.encode() + b"\0"
     buf = header(name, payload=len(payload))
-    buf[DM_IOCTL_SIZE:DM_IOCTL_SIZE + len(payload)] = payload
+    buf[DM_IOCTL_SIZE : DM_IOCTL_SIZE + len(payload)] = payload
     return buf
 
 
@@ -152,7 +180,7 @@ def decode_dev(dev: int) -> tuple[int, int]:
 
 def _cstr(buf: bytes | bytearray, start: int, end: int | None = None) -> str:
     stop = buf.find(b"\0", start, end)
-    return bytes(buf[start:stop if stop >= 0 else end]).decode(errors="replace")
+    return bytes(buf[start : stop if stop >= 0 else end]).decode(errors="replace")
 
 
 def parse_status(buf: bytes | bytearray) -> list[str]:
@@ -186,7 +214,9 @@ def parse_name_list(buf: bytes | bytearray) -> list[DmDevice]:
 # -- the control device -------------------------------------------------------------------------------------
 _fd: int | None = None
 _lock = threading.Lock()
-_made_nodes: dict[str, str] = {}  # name -> a node create() made (no udev, no devtmpfs): remove() drops it
+_made_nodes: dict[
+    str, str
+] = {}  # name -> a node create() made (no udev, no devtmpfs): remove() drops it
 
 
 def control() -> int:
@@ -211,7 +241,10 @@ def _open_control() -> int:
 
 def _make_control() -> None:
     """dmsetup's trick: no node but a kernel with device-mapper (misc minor in /proc/misc)."""
-    minor = next((int(line.split()[0]) for line in _misc().splitlines() if line.endswith(" device-mapper")), None)
+    minor = next(
+        (int(line.split()[0]) for line in _misc().splitlines() if line.endswith(" device-mapper")),
+        None,
+    )
     if minor is None:
         raise DmError(f"cannot open {DM_CONTROL}: this kernel has no device-mapper", _errno.ENOENT)
     try:
@@ -236,6 +269,7 @@ def dm_available(modules: Sequence[str] = ("dm-mod",)) -> bool:
     when the kernel lacks it); as root, ``modprobe`` each of ``modules`` first when it is missing."""
     if "device-mapper" not in _misc() and os.geteuid() == 0:
         from powercut.linux import process
+
         for mod in modules:
             process.run(["modprobe", mod], timeout=60, check=False)
     return "device-mapper" in _misc()
@@ -246,7 +280,9 @@ def require_dm(what: str, modules: Sequence[str] = ("dm-mod",)) -> None:
     if os.geteuid() != 0:
         raise EnvironmentNotReady(f"{what} needs root (device-mapper)")
     if not dm_available(modules):
-        raise EnvironmentNotReady(f"{what} needs device-mapper, which this kernel lacks (use it inside the guest VM)")
+        raise EnvironmentNotReady(
+            f"{what} needs device-mapper, which this kernel lacks (use it inside the guest VM)"
+        )
 
 
 def _call(cmd: str, buf: bytearray, what: str) -> bytearray:
@@ -254,7 +290,9 @@ def _call(cmd: str, buf: bytearray, what: str) -> bytearray:
         fcntl.ioctl(control(), ioctl_number(CMDS[cmd]), buf, True)
     except OSError as e:
         name = _errno.errorcode.get(e.errno or 0, str(e.errno))
-        raise DmError(f"device-mapper {cmd} on {what}: {name} ({e.strerror})", e.errno or 0) from None
+        raise DmError(
+            f"device-mapper {cmd} on {what}: {name} ({e.strerror})", e.errno or 0
+        ) from None
     return buf
 
 
@@ -275,7 +313,9 @@ def create(name: str, table: Table, *, readonly: bool = False) -> str:
     major, minor = decode_dev(HEADER.unpack_from(buf, 0)[10])  # dev
     try:
         _call("TABLE_LOAD", table_buffer(name, table, readonly=readonly), name)
-        _call("DEV_SUSPEND", header(name), name)  # without SUSPEND_FLAG: resume (activate the table)
+        _call(
+            "DEV_SUSPEND", header(name), name
+        )  # without SUSPEND_FLAG: resume (activate the table)
         return _node(name, major, minor)
     except BaseException:
         try:
@@ -306,7 +346,10 @@ def _node(name: str, major: int, minor: int) -> str:
             os.unlink(path)  # a stale node of an earlier device of that name
         os.mknod(path, 0o600 | stat.S_IFBLK, rdev)
     except OSError as e:
-        raise DmError(f"device-mapper {name} ({major}:{minor}): cannot make {path}: {e.strerror}", e.errno or 0) from None
+        raise DmError(
+            f"device-mapper {name} ({major}:{minor}): cannot make {path}: {e.strerror}",
+            e.errno or 0,
+        ) from None
     _made_nodes[name] = path
     return path
 
@@ -321,8 +364,10 @@ def remove(name: str, *, retries: int = 12) -> None:
         except DmError as e:
             if e.errno != _errno.EBUSY or attempt == retries:
                 raise
-            _log().debug("%s busy: removing it again in %.0f ms", name, 1000 * min(0.02 * 2 ** attempt, 0.5))
-            time.sleep(min(0.02 * 2 ** attempt, 0.5))
+            _log().debug(
+                "%s busy: removing it again in %.0f ms", name, 1000 * min(0.02 * 2**attempt, 0.5)
+            )
+            time.sleep(min(0.02 * 2**attempt, 0.5))
     made = _made_nodes.pop(name, None)
     if made is not None:
         try:
@@ -334,7 +379,9 @@ def remove(name: str, *, retries: int = 12) -> None:
 def suspend(name: str, *, lockfs: bool = False) -> None:
     """DM_DEV_SUSPEND: block new I/O and wait for every bio in flight to complete; without
     ``lockfs`` the filesystem on it is not frozen (nothing is written back)."""
-    _call("DEV_SUSPEND", header(name, flags=SUSPEND_FLAG | (0 if lockfs else SKIP_LOCKFS_FLAG)), name)
+    _call(
+        "DEV_SUSPEND", header(name, flags=SUSPEND_FLAG | (0 if lockfs else SKIP_LOCKFS_FLAG)), name
+    )
 
 
 def resume(name: str) -> None:

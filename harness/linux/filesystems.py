@@ -2,6 +2,7 @@
 read-only and what its checker's exit codes mean, its minimum and default size, its default mount
 options, what clones of one filesystem need to be mounted side by side in one kernel, and which
 module group the guest loads for it.  record, check, the guest agent and the CLI all read it here."""
+
 from __future__ import annotations
 
 import functools
@@ -14,21 +15,23 @@ from dataclasses import dataclass
 from powercut.errors import PowercutError, UsageError
 from powercut.linux import process
 
-EAGER_INIT = {"ext4": ("-E", "lazy_itable_init=0,lazy_journal_init=0")}   # Filesystem.eager_mkfs_argv
+EAGER_INIT = {
+    "ext4": ("-E", "lazy_itable_init=0,lazy_journal_init=0")
+}  # Filesystem.eager_mkfs_argv
 
 
 @dataclass(frozen=True, slots=True)
 class Filesystem:
     name: str
-    mkfs: tuple[str, ...]               # argv; the device is appended
-    fsck: tuple[str, ...]               # read-only check argv; the device is appended
-    fsck_clean: frozenset[int]          # exit codes that mean "no problem found"
-    fsck_meaning: dict[int, str]        # what the other exit codes mean (for reasons)
+    mkfs: tuple[str, ...]  # argv; the device is appended
+    fsck: tuple[str, ...]  # read-only check argv; the device is appended
+    fsck_clean: frozenset[int]  # exit codes that mean "no problem found"
+    fsck_meaning: dict[int, str]  # what the other exit codes mean (for reasons)
     min_mb: int
     default_mb: int
-    mount_opts: str = ""                # options every mount of this filesystem gets
+    mount_opts: str = ""  # options every mount of this filesystem gets
     # Clones of one filesystem (every crash state of a recording is one) carry the same UUID/fsid.
-    clone_mount_opts: str = ""          # what lets two clones be mounted at once in one kernel
+    clone_mount_opts: str = ""  # what lets two clones be mounted at once in one kernel
     clones_mount_together: bool = True  # False: no two clones mounted together in one kernel
     module_group: str = ""
     # the same checker statically linked (Debian's e2fsck-static), used when it is there and reports
@@ -86,29 +89,58 @@ def join_opts(*parts: str) -> str:
     return ",".join(seen)
 
 
-DEFAULT_FS = "ext4"   # the filesystem under test when none is given (--fs, FsSpec), the one doctor insists on
+DEFAULT_FS = (
+    "ext4"  # the filesystem under test when none is given (--fs, FsSpec), the one doctor insists on
+)
 
 FILESYSTEMS: dict[str, Filesystem] = {
     "ext4": Filesystem(
-        "ext4", ("mkfs.ext4", "-F", "-q"), ("e2fsck", "-fn"), frozenset({0}),
-        {1: "errors corrected", 2: "errors corrected, reboot", 4: "errors left uncorrected",
-         8: "operational error", 12: "interrupted", 16: "usage error"},
-        min_mb=16, default_mb=256, module_group="ext4", fsck_static="e2fsck.static",
+        "ext4",
+        ("mkfs.ext4", "-F", "-q"),
+        ("e2fsck", "-fn"),
+        frozenset({0}),
+        {
+            1: "errors corrected",
+            2: "errors corrected, reboot",
+            4: "errors left uncorrected",
+            8: "operational error",
+            12: "interrupted",
+            16: "usage error",
+        },
+        min_mb=16,
+        default_mb=256,
+        module_group="ext4",
+        fsck_static="e2fsck.static",
         # ext4lazyinit starts 0-5 s (at random) after a mount: it zeroes inode tables mkfs left lazy,
         # and (5.13 and later) reads every block bitmap, and one that disagrees with its group
         # descriptor marks the group corrupt and takes its free blocks off the count written at
         # umount -- so a damaged state's fsck summary and kernel lines would depend on the timer
-        settle_opts=(((2, 6), "noinit_itable"), ((5, 13), "no_prefetch_block_bitmaps"))),
+        settle_opts=(((2, 6), "noinit_itable"), ((5, 13), "no_prefetch_block_bitmaps")),
+    ),
     "xfs": Filesystem(
-        "xfs", ("mkfs.xfs", "-f", "-q"), ("xfs_repair", "-n"), frozenset({0}),
+        "xfs",
+        ("mkfs.xfs", "-f", "-q"),
+        ("xfs_repair", "-n"),
+        frozenset({0}),
         {1: "corruption found", 2: "dirty log (needs a mount to replay it)"},
-        min_mb=300, default_mb=300, clone_mount_opts="nouuid", module_group="xfs"),
+        min_mb=300,
+        default_mb=300,
+        clone_mount_opts="nouuid",
+        module_group="xfs",
+    ),
     "btrfs": Filesystem(
-        "btrfs", ("mkfs.btrfs", "-f", "-q"), ("btrfs", "check", "--readonly"), frozenset({0}),
+        "btrfs",
+        ("mkfs.btrfs", "-f", "-q"),
+        ("btrfs", "check", "--readonly"),
+        frozenset({0}),
         {1: "errors found"},
         # kernels before temp-fsid support (6.7; Debian 12's 6.1) refuse a second device with a
         # mounted fsid: clones are judged one at a time per kernel
-        min_mb=128, default_mb=256, clones_mount_together=False, module_group="btrfs"),
+        min_mb=128,
+        default_mb=256,
+        clones_mount_together=False,
+        module_group="btrfs",
+    ),
 }
 
 
@@ -116,7 +148,9 @@ def get(name: str) -> Filesystem:
     try:
         return FILESYSTEMS[name]
     except KeyError:
-        raise UsageError(f"unknown filesystem {name!r}: choose one of {', '.join(FILESYSTEMS)}") from None
+        raise UsageError(
+            f"unknown filesystem {name!r}: choose one of {', '.join(FILESYSTEMS)}"
+        ) from None
 
 
 def names() -> tuple[str, ...]:
@@ -129,8 +163,12 @@ _fsck_lock = threading.Lock()
 
 def _version(program: str) -> str:
     try:
-        res = process.run([program, "-V"], timeout=30, check=False,
-                          env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C"})
+        res = process.run(
+            [program, "-V"],
+            timeout=30,
+            check=False,
+            env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C"},
+        )
     except PowercutError:
         return ""
     first = (res.stderr or res.stdout).strip().splitlines()
@@ -158,6 +196,11 @@ def preset_fsck(name: str, argv: tuple[str, ...]) -> None:
     """The fsck argv the host chose (fsck_program) for a guest that runs the host's userspace: the
     guest skips the version check, and keeps the table's program if the chosen one is not there."""
     fs = get(name)
-    if argv and tuple(argv[1:]) == fs.fsck[1:] and argv[0] in (fs.fsck[0], fs.fsck_static) and shutil.which(argv[0]):
+    if (
+        argv
+        and tuple(argv[1:]) == fs.fsck[1:]
+        and argv[0] in (fs.fsck[0], fs.fsck_static)
+        and shutil.which(argv[0])
+    ):
         with _fsck_lock:
             _fsck[name] = tuple(argv)

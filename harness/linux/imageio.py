@@ -3,6 +3,7 @@ sparse copies (SEEK_DATA/SEEK_HOLE + copy_file_range), FICLONE and its probe, pa
 and new image files (sparse or dense).  Plain file-descriptor work, no devices, no subprocesses.
 
 Runs on the host and in the guest (wherever states are materialized)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -71,7 +72,13 @@ def _copy_range(src: int, dst: int, offset: int, length: int) -> None:
         try:
             n = os.copy_file_range(src, dst, end - offset, offset, offset)
         except OSError as e:
-            if e.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF):
+            if e.errno not in (
+                errno.EXDEV,
+                errno.EINVAL,
+                errno.ENOSYS,
+                errno.EOPNOTSUPP,
+                errno.EBADF,
+            ):
                 raise
             n = 0
         if n == 0:  # not supported here (or a racing truncate): plain copy
@@ -106,8 +113,12 @@ def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
-def sparse_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str], size: int | None = None,
-                mode: int = 0o600) -> int:
+def sparse_copy(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    size: int | None = None,
+    mode: int = 0o600,
+) -> int:
     """``sparse_copy_fd`` between paths: ``dst`` made (or truncated) with ``mode``; ``size`` defaults
     to the source's.  Returns the number of data bytes copied."""
     s = os.open(src, os.O_RDONLY | os.O_CLOEXEC)

@@ -6,6 +6,7 @@ the child processes they wait on are killed at once (their results would be disc
 
 A second signal while unwinding kills every registered child group and exits at once (128+signum):
 a second Ctrl-C never hangs."""
+
 from __future__ import annotations
 
 import logging
@@ -41,7 +42,10 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if _stop.is_set():
         n = process.kill_all()
         try:
-            os.write(2, f"powercut: {signal.Signals(signum).name} again: killed {n} child group(s), exiting\n".encode())
+            os.write(
+                2,
+                f"powercut: {signal.Signals(signum).name} again: killed {n} child group(s), exiting\n".encode(),
+            )
         finally:
             os._exit(128 + signum)
     _first.append(signum)

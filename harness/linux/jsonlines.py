@@ -1,5 +1,6 @@
 """The one fsync'd JSON-lines file (host and guest): append a record and make it durable, read what is
 there from an offset, repair a torn last line."""
+
 from __future__ import annotations
 
 import json

@@ -20,6 +20,7 @@ pristines), and restores the cache before it lets go.  For a run killed before i
   cleanup), and only those: a live run's devices are never touched.
 
 ``GUARD = False`` (set by the guest agent: a VM's devices die with it) skips the guardian."""
+
 from __future__ import annotations
 
 import contextlib
@@ -65,7 +66,7 @@ def ensure_write_cache(dev: str) -> None:
     try:
         if not has_write_cache(dev):
             set_write_cache(dev, True)
-    except OSError:   # refused where there is no cache to turn on (a backing file without fsync)
+    except OSError:  # refused where there is no cache to turn on (a backing file without fsync)
         pass
 
 
@@ -91,7 +92,7 @@ def start_time(pid: int) -> str:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return ""
-    fields = raw[raw.rfind(")") + 2:].split()
+    fields = raw[raw.rfind(")") + 2 :].split()
     return "" if fields[0] in ("Z", "X") else fields[19]
 
 
@@ -101,7 +102,9 @@ def claim(dev: str, backing: str) -> None:
     me = os.getpid()
     with _locked() as reg:
         _restore_orphans(reg)
-        (reg / os.path.basename(dev)).write_text(json.dumps({"pid": me, "start": start_time(me), "backing": backing}))
+        (reg / os.path.basename(dev)).write_text(
+            json.dumps({"pid": me, "start": start_time(me), "backing": backing})
+        )
     if GUARD:
         _start_guardian()
 
@@ -137,12 +140,15 @@ def _restore_orphans(reg: Path, dead_pid: int = 0) -> list[str]:
         rec = _read(path)
         pid = int(rec.get("pid", 0)) if rec else 0
         if rec is not None and pid != dead_pid and start_time(pid) == rec.get("start") != "":
-            continue   # a live run's
+            continue  # a live run's
         dev = f"/dev/{path.name}"
         ensure_write_cache(dev)
         path.unlink(missing_ok=True)
-        log.warning("%s: write cache turned back on (left write-through by powercut pid %s, which died)",
-                    dev, pid or "?")
+        log.warning(
+            "%s: write cache turned back on (left write-through by powercut pid %s, which died)",
+            dev,
+            pid or "?",
+        )
         done.append(dev)
     return done
 
@@ -152,8 +158,11 @@ def _start_guardian() -> None:
     with _guardian_lock:
         if _guardian is not None and _guardian.poll() is None:
             return
-        _guardian = process.Spawned([sys.executable, "-m", "powercut.linux.loopcache", str(os.getpid())],
-                                    stdin=process.PIPE, survives_interrupt=True)
+        _guardian = process.Spawned(
+            [sys.executable, "-m", "powercut.linux.loopcache", str(os.getpid())],
+            stdin=process.PIPE,
+            survives_interrupt=True,
+        )
 
 
 def main(argv: list[str]) -> int:

@@ -5,6 +5,7 @@ write cache, and who may hold it off, is linux/loopcache's.
 
 Runs on the host (host-mode checks, the XFS workspace, stale-run cleanup) and in the guest
 (dm-snapshot's pristine and COW devices); needs root and /dev/loop-control."""
+
 from __future__ import annotations
 
 import errno
@@ -32,7 +33,9 @@ LO_NAME_SIZE = 64
 # struct loop_info64: device, inode, rdevice, offset, sizelimit; number, encrypt_type,
 # encrypt_key_size, flags; file_name[64], crypt_name[64], encrypt_key[32]; init[2]
 LOOP_INFO64 = struct.Struct("<5Q 4I 64s 64s 32s 2Q")
-LOOP_CONFIG_SIZE = 8 + LOOP_INFO64.size + 64  # struct loop_config: fd, block_size, info, reserved[8]
+LOOP_CONFIG_SIZE = (
+    8 + LOOP_INFO64.size + 64
+)  # struct loop_config: fd, block_size, info, reserved[8]
 
 
 class LoopError(PowercutError):
@@ -45,7 +48,9 @@ class LoopError(PowercutError):
 
 def loop_info(backing: str, flags: int) -> bytes:
     """struct loop_info64 carrying ``flags`` and (as losetup does) the backing file's name."""
-    return LOOP_INFO64.pack(0, 0, 0, 0, 0, 0, 0, 0, flags, os.fsencode(backing)[:LO_NAME_SIZE - 1], b"", b"", 0, 0)
+    return LOOP_INFO64.pack(
+        0, 0, 0, 0, 0, 0, 0, 0, flags, os.fsencode(backing)[: LO_NAME_SIZE - 1], b"", b"", 0, 0
+    )
 
 
 def loop_config(fd: int, backing: str, flags: int) -> bytes:
@@ -70,8 +75,15 @@ class LoopDevice:
     detaches; a run killed before that has its guardian, or the next run, restore it.  A device
     attached with the default finds its write cache on even if a dead run left it off."""
 
-    def __init__(self, backing: str | os.PathLike[str], *, readonly: bool = False, autoclear: bool = True,
-                 attempts: int = 20, write_cache: bool | None = True) -> None:
+    def __init__(
+        self,
+        backing: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        autoclear: bool = True,
+        attempts: int = 20,
+        write_cache: bool | None = True,
+    ) -> None:
         self.path = ""
         self.fd = -1
         self.write_through = False
@@ -81,31 +93,40 @@ class LoopDevice:
         try:
             ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
         except OSError as e:
-            raise LoopError(f"cannot attach a loop device to {self.backing}: /dev/loop-control: {e.strerror}",
-                            e.errno or 0) from None
+            raise LoopError(
+                f"cannot attach a loop device to {self.backing}: /dev/loop-control: {e.strerror}",
+                e.errno or 0,
+            ) from None
         try:
             try:
                 backing_fd = os.open(self.backing, mode | os.O_CLOEXEC)
             except OSError as e:
-                raise LoopError(f"cannot attach a loop device to {self.backing}: {e.strerror}", e.errno or 0) from None
+                raise LoopError(
+                    f"cannot attach a loop device to {self.backing}: {e.strerror}", e.errno or 0
+                ) from None
             try:
                 self._attach(ctl, backing_fd, mode, flags, attempts)
             finally:
                 os.close(backing_fd)
         finally:
             os.close(ctl)
-        if readonly or write_cache is None:   # None: the device's setting as it is
+        if readonly or write_cache is None:  # None: the device's setting as it is
             return
         if write_cache:
-            ensure_write_cache(self.path)   # a killed run may have left it off
+            ensure_write_cache(self.path)  # a killed run may have left it off
             return
         try:
             loopcache.claim(self.path, self.backing)
             loopcache.set_write_cache(self.path, False)
             self.write_through = True
-        except OSError as e:   # a read-only /sys: slower, not wrong
+        except OSError as e:  # a read-only /sys: slower, not wrong
             loopcache.release(self.path)
-            log.info("%s stays write-back (%s): its flushes fsync %s", self.path, e.strerror, self.backing)
+            log.info(
+                "%s stays write-back (%s): its flushes fsync %s",
+                self.path,
+                e.strerror,
+                self.backing,
+            )
         except BaseException:
             self.close()
             raise
@@ -121,7 +142,9 @@ class LoopDevice:
                 if e.errno in (errno.ENXIO, errno.ENOENT) and attempt + 1 < attempts:
                     time.sleep(0.002 * (attempt + 1))
                     continue
-                raise LoopError(f"cannot open {path} for {self.backing}: {e.strerror}", e.errno or 0) from None
+                raise LoopError(
+                    f"cannot open {path} for {self.backing}: {e.strerror}", e.errno or 0
+                ) from None
             try:
                 _configure(fd, backing_fd, self.backing, flags)
             except OSError as e:
@@ -132,14 +155,18 @@ class LoopDevice:
                     if attempt:
                         time.sleep(0.001 * attempt)
                     continue
-                raise LoopError(f"cannot attach {path} to {self.backing}: {e.strerror}", e.errno or 0) from None
+                raise LoopError(
+                    f"cannot attach {path} to {self.backing}: {e.strerror}", e.errno or 0
+                ) from None
             self.path, self.fd = path, fd
             return
 
     def close(self) -> None:
         if self.fd >= 0:
             try:
-                if self.write_through:   # given back while held: a free device is never write-through
+                if (
+                    self.write_through
+                ):  # given back while held: a free device is never write-through
                     self.write_through = False
                     ensure_write_cache(self.path)
                     loopcache.release(self.path)

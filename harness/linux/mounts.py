@@ -9,6 +9,7 @@ Also the guest's mount table (vm-images/mounts.txt, in the initramfs as /etc/pow
 ``guest_mounts`` turns it into the mounts a guest makes under its root, exactly as init.sh's
 ``mount_table`` walks it; the template agent (guest/template.py) mounts those, the image builder
 checks the table with ``parse_guest_table``."""
+
 from __future__ import annotations
 
 import ctypes
@@ -33,29 +34,50 @@ MNT_DETACH = 2
 
 # option word -> (flag, set it?) -- the words mount(8) turns into MS_* flags
 FLAG_WORDS: dict[str, tuple[int, bool]] = {
-    "ro": (MS_RDONLY, True), "rw": (MS_RDONLY, False),
-    "nosuid": (MS_NOSUID, True), "suid": (MS_NOSUID, False),
-    "nodev": (MS_NODEV, True), "dev": (MS_NODEV, False),
-    "noexec": (MS_NOEXEC, True), "exec": (MS_NOEXEC, False),
-    "sync": (MS_SYNCHRONOUS, True), "async": (MS_SYNCHRONOUS, False),
+    "ro": (MS_RDONLY, True),
+    "rw": (MS_RDONLY, False),
+    "nosuid": (MS_NOSUID, True),
+    "suid": (MS_NOSUID, False),
+    "nodev": (MS_NODEV, True),
+    "dev": (MS_NODEV, False),
+    "noexec": (MS_NOEXEC, True),
+    "exec": (MS_NOEXEC, False),
+    "sync": (MS_SYNCHRONOUS, True),
+    "async": (MS_SYNCHRONOUS, False),
     "dirsync": (MS_DIRSYNC, True),
-    "mand": (MS_MANDLOCK, True), "nomand": (MS_MANDLOCK, False),
-    "nosymfollow": (MS_NOSYMFOLLOW, True), "symfollow": (MS_NOSYMFOLLOW, False),
-    "noatime": (MS_NOATIME, True), "atime": (MS_NOATIME, False),
-    "nodiratime": (MS_NODIRATIME, True), "diratime": (MS_NODIRATIME, False),
-    "relatime": (MS_RELATIME, True), "norelatime": (MS_RELATIME, False),
-    "strictatime": (MS_STRICTATIME, True), "nostrictatime": (MS_STRICTATIME, False),
-    "lazytime": (MS_LAZYTIME, True), "nolazytime": (MS_LAZYTIME, False),
-    "iversion": (MS_I_VERSION, True), "noiversion": (MS_I_VERSION, False),
-    "silent": (MS_SILENT, True), "loud": (MS_SILENT, False),
+    "mand": (MS_MANDLOCK, True),
+    "nomand": (MS_MANDLOCK, False),
+    "nosymfollow": (MS_NOSYMFOLLOW, True),
+    "symfollow": (MS_NOSYMFOLLOW, False),
+    "noatime": (MS_NOATIME, True),
+    "atime": (MS_NOATIME, False),
+    "nodiratime": (MS_NODIRATIME, True),
+    "diratime": (MS_NODIRATIME, False),
+    "relatime": (MS_RELATIME, True),
+    "norelatime": (MS_RELATIME, False),
+    "strictatime": (MS_STRICTATIME, True),
+    "nostrictatime": (MS_STRICTATIME, False),
+    "lazytime": (MS_LAZYTIME, True),
+    "nolazytime": (MS_LAZYTIME, False),
+    "iversion": (MS_I_VERSION, True),
+    "noiversion": (MS_I_VERSION, False),
+    "silent": (MS_SILENT, True),
+    "loud": (MS_SILENT, False),
     "bind": (MS_BIND, True),
 }
 # fstab-only words that mount(8) drops before the kernel sees them
-USERSPACE_WORDS = frozenset({"defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group",
-                             "nofail", "_netdev"})
+USERSPACE_WORDS = frozenset(
+    {"defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail", "_netdev"}
+)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+_libc.mount.argtypes = (
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_char_p,
+)
 _libc.mount.restype = ctypes.c_int
 _libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 _libc.umount2.restype = ctypes.c_int
@@ -111,8 +133,10 @@ def parse_options(options: str, *, readonly: bool = False) -> tuple[int, str]:
             bit, on = FLAG_WORDS[word]
             flags = flags | bit if on else flags & ~bit
         elif word == "loop" or word.startswith("loop="):
-            raise UsageError(f"mount option {word!r} is mount(8)'s: attach a loop device (powercut.loopdev) "
-                             "and mount that")
+            raise UsageError(
+                f"mount option {word!r} is mount(8)'s: attach a loop device (powercut.loopdev) "
+                "and mount that"
+            )
         elif word in USERSPACE_WORDS or word.startswith(("x-", "comment=")):
             continue
         else:
@@ -120,12 +144,20 @@ def parse_options(options: str, *, readonly: bool = False) -> tuple[int, str]:
     return flags, ",".join(data)
 
 
-def mount(device: str | os.PathLike[str], target: str | os.PathLike[str], fstype: str, options: str = "", *,
-          readonly: bool = False) -> None:
+def mount(
+    device: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    fstype: str,
+    options: str = "",
+    *,
+    readonly: bool = False,
+) -> None:
     """mount(2) ``device`` as ``fstype`` on ``target``; MountError names all four and the reason."""
     flags, data = parse_options(options, readonly=readonly)
     dev, tgt = os.fspath(device), os.fspath(target)
-    if _libc.mount(os.fsencode(dev), os.fsencode(tgt), fstype.encode(), flags, data.encode() if data else None):
+    if _libc.mount(
+        os.fsencode(dev), os.fsencode(tgt), fstype.encode(), flags, data.encode() if data else None
+    ):
         err = ctypes.get_errno()
         shown = ",".join(filter(None, ["ro" if readonly else "", options]))
         opts = f" (-o {shown})" if shown else ""
@@ -133,8 +165,13 @@ def mount(device: str | os.PathLike[str], target: str | os.PathLike[str], fstype
     log.debug("mounted %s (%s) on %s flags=%#x data=%r", dev, fstype, tgt, flags, data)
 
 
-def umount(target: str | os.PathLike[str], *, attempts: int = 5, lazy_fallback: bool = True,
-           missing_ok: bool = False) -> str:
+def umount(
+    target: str | os.PathLike[str],
+    *,
+    attempts: int = 5,
+    lazy_fallback: bool = True,
+    missing_ok: bool = False,
+) -> str:
     """umount(2) ``target``: EBUSY is retried ``attempts`` times with backoff (0.1 s doubling, at
     most 1 s), then, with ``lazy_fallback``, detached lazily (MNT_DETACH: gone from the namespace,
     torn down when its last user leaves).  Returns "unmounted", "detached", or -- only with
@@ -151,14 +188,19 @@ def umount(target: str | os.PathLike[str], *, attempts: int = 5, lazy_fallback: 
         if err != errno.EBUSY:
             raise MountError(f"umount(2) of {tgt}: {os.strerror(err)}", err)
         if attempt + 1 < attempts:
-            time.sleep(min(0.1 * 2 ** attempt, 1.0))
+            time.sleep(min(0.1 * 2**attempt, 1.0))
     if not lazy_fallback:
-        raise MountError(f"umount(2) of {tgt}: {os.strerror(errno.EBUSY)} (after {attempts} attempts)", errno.EBUSY)
+        raise MountError(
+            f"umount(2) of {tgt}: {os.strerror(errno.EBUSY)} (after {attempts} attempts)",
+            errno.EBUSY,
+        )
     if _libc.umount2(raw, MNT_DETACH) == 0:
         log.warning("%s was busy: detached lazily", tgt)
         return "detached"
     err = ctypes.get_errno()
-    raise MountError(f"umount(2) of {tgt} (lazy, after {attempts} busy attempts): {os.strerror(err)}", err)
+    raise MountError(
+        f"umount(2) of {tgt} (lazy, after {attempts} busy attempts): {os.strerror(err)}", err
+    )
 
 
 # -- /proc/self/mountinfo ----------------------------------------------------------------------------------
@@ -177,9 +219,19 @@ def parse_mountinfo(data: bytes) -> list[Mount]:
         f = line.split(b" ")
         try:
             sep = f.index(b"-", 6)
-            out.append(Mount(int(f[0]), int(f[1]), f[2].decode(), unescape(f[3]), unescape(f[4]), f[5].decode(),
-                             unescape(f[sep + 1]), unescape(f[sep + 2]),
-                             f[sep + 3].decode(errors="replace") if len(f) > sep + 3 else ""))
+            out.append(
+                Mount(
+                    int(f[0]),
+                    int(f[1]),
+                    f[2].decode(),
+                    unescape(f[3]),
+                    unescape(f[4]),
+                    f[5].decode(),
+                    unescape(f[sep + 1]),
+                    unescape(f[sep + 2]),
+                    f[sep + 3].decode(errors="replace") if len(f) > sep + 3 else "",
+                )
+            )
         except (ValueError, IndexError):
             log.debug("unparsable mountinfo line %r", line)
     return out
@@ -255,12 +307,16 @@ def parse_guest_table(text: str) -> tuple[str, tuple[TableRow, ...]]:
             ninep = words[1]
             continue
         if len(words) != 5 or words[0] not in GUEST_WHEN:
-            raise ImageError(f"mount table line {n}: {line.strip()!r} is not 'WHEN SOURCE TARGET FSTYPE OPTIONS' "
-                             f"(WHEN one of {', '.join(GUEST_WHEN)}; '9p-options OPTIONS' before any mount)")
+            raise ImageError(
+                f"mount table line {n}: {line.strip()!r} is not 'WHEN SOURCE TARGET FSTYPE OPTIONS' "
+                f"(WHEN one of {', '.join(GUEST_WHEN)}; '9p-options OPTIONS' before any mount)"
+            )
         row = TableRow(*words)
         if not row.target.startswith("/") or (row.fstype == "9p" and not ninep):
-            raise ImageError(f"mount table line {n}: the target must be absolute, and a 9p share comes after "
-                             "the 9p-options line")
+            raise ImageError(
+                f"mount table line {n}: the target must be absolute, and a 9p share comes after "
+                "the 9p-options line"
+            )
         rows.append(row)
     return ninep, tuple(rows)
 
@@ -275,7 +331,9 @@ def guest_mounts(text: str, root: str, args: Mapping[str, str]) -> list[GuestMou
     words ``args`` (transport, keep, mount): what init.sh's ``mount_table`` does, step by step."""
     ninep, rows = parse_guest_table(text)
     virtiofs = args.get("powercut.transport") == "virtiofs"
-    kept = [p[len("/tmp"):] for p in args.get("powercut.keep", "").split(",") if p.startswith("/tmp/")]
+    kept = [
+        p[len("/tmp") :] for p in args.get("powercut.keep", "").split(",") if p.startswith("/tmp/")
+    ]
     shares = [t for t in args.get("powercut.mount", "").split(",") if t]
     out: list[GuestMount] = []
     for row in rows:

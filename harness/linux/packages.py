@@ -12,6 +12,7 @@ Run as a script from a checkout, it needs the standard library only: ``powercut`
 checkout's harness/ directory, loaded by path (its ``__init__``, ``errors`` and ``linux/process``
 import nothing else), so dpkg-query and apt-get go through the one runner, linux/process.py, either
 way.  ``plan`` is pure, ``install`` the adapter that runs dpkg-query and apt-get."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ def checkout_package() -> None:
     if __package__ or "powercut" in sys.modules:
         return
     harness = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("powercut", os.path.join(harness, "__init__.py"),
-                                                  submodule_search_locations=[harness])
+    spec = importlib.util.spec_from_file_location(
+        "powercut", os.path.join(harness, "__init__.py"), submodule_search_locations=[harness]
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"no powercut package at {harness}")
     sys.modules["powercut"] = module = importlib.util.module_from_spec(spec)
@@ -66,11 +68,15 @@ PACKAGES = (
     Package("zstd", "crash", "the guest kernel's compressed modules"),
     Package("util-linux", "crash", "mount and the other tools a workload's script may use"),
     Package("gcc", "crash", "the C powercut-mark (without it: the slower Python one)"),
-    Package("strace", "crash", "syscall traces of the workload in the guest, and of what a checker read"),
+    Package(
+        "strace", "crash", "syscall traces of the workload in the guest, and of what a checker read"
+    ),
     Package("fio", "bench", "powercut bench's profiles"),
     Package("hdparm", "bench", "powercut bench: the disk write cache on and off"),
     Package("qemu-utils", "dev", "qemu-img, to look at a disk image by hand"),
-    Package("dmsetup", "dev", "device-mapper tables by hand and in tests (powercut itself uses ioctls)"),
+    Package(
+        "dmsetup", "dev", "device-mapper tables by hand and in tests (powercut itself uses ioctls)"
+    ),
     Package("cpio", "dev", "tests: reading the guest image"),
     Package("libvirt-daemon-system", "dev", "the libvirt backend and its tests"),
     Package("libvirt-dev", "dev", "building libvirt-python"),
@@ -82,8 +88,8 @@ PACKAGES = (
 )
 
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
-APT_TIMEOUT_S = 3600.0      # one apt-get update or install (a fresh machine downloads a few hundred MB)
-QUERY_TIMEOUT_S = 60.0      # dpkg-query
+APT_TIMEOUT_S = 3600.0  # one apt-get update or install (a fresh machine downloads a few hundred MB)
+QUERY_TIMEOUT_S = 60.0  # dpkg-query
 INSTALL = ("apt-get", "install", "-y", "-q", "--no-install-recommends")
 UPDATE = ("apt-get", "update", "-q")
 
@@ -93,7 +99,9 @@ def names(groups: Iterable[str] = DEFAULT_GROUPS) -> list[str]:
     want = set(groups)
     unknown = want - set(GROUPS)
     if unknown:
-        raise ValueError(f"unknown package group(s) {', '.join(sorted(unknown))}: {', '.join(GROUPS)}")
+        raise ValueError(
+            f"unknown package group(s) {', '.join(sorted(unknown))}: {', '.join(GROUPS)}"
+        )
     return [p.name for p in PACKAGES if p.group in want]
 
 
@@ -122,13 +130,19 @@ def installed(wanted: list[str]) -> set[str]:
     """Which of ``wanted`` dpkg says are installed (empty where there is no dpkg)."""
     if not shutil.which("dpkg-query") or not wanted:
         return set()
-    r = process.run(["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *wanted], timeout=QUERY_TIMEOUT_S,
-                    check=False)
+    r = process.run(
+        ["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *wanted],
+        timeout=QUERY_TIMEOUT_S,
+        check=False,
+    )
     return parse_dpkg_query(r.stdout)
 
 
 def have_lists(lists_dir: str = "/var/lib/apt/lists") -> bool:
-    return bool(glob.glob(os.path.join(lists_dir, "*_Packages")) or glob.glob(os.path.join(lists_dir, "*_Packages.*")))
+    return bool(
+        glob.glob(os.path.join(lists_dir, "*_Packages"))
+        or glob.glob(os.path.join(lists_dir, "*_Packages.*"))
+    )
 
 
 class InstallError(Exception):
@@ -138,10 +152,14 @@ class InstallError(Exception):
 def apt_ready() -> None:
     """InstallError unless apt-get can run here (Debian/Ubuntu, as root)."""
     if not shutil.which("apt-get") or not shutil.which("dpkg-query"):
-        raise InstallError("no apt-get here: powercut setup installs Debian/Ubuntu packages; install the "
-                           f"equivalents of {' '.join(names())} with this system's package manager")
+        raise InstallError(
+            "no apt-get here: powercut setup installs Debian/Ubuntu packages; install the "
+            f"equivalents of {' '.join(names())} with this system's package manager"
+        )
     if os.geteuid() != 0:
-        raise InstallError("installing Debian packages needs root (apt-get): run it as root, or with sudo")
+        raise InstallError(
+            "installing Debian packages needs root (apt-get): run it as root, or with sudo"
+        )
 
 
 def _run(argv: tuple[str, ...]) -> None:
@@ -152,7 +170,9 @@ def _run(argv: tuple[str, ...]) -> None:
         raise InstallError(f"{' '.join(argv[:2])} {how}:\n{tail}")
 
 
-def install(wanted: list[str], *, dry_run: bool = False, say: Callable[[str], None] = print) -> list[str]:
+def install(
+    wanted: list[str], *, dry_run: bool = False, say: Callable[[str], None] = print
+) -> list[str]:
     """Install what of ``wanted`` is missing; the packages installed (or, with ``dry_run``, that
     would be).  An install that fails is tried once more after ``apt-get update`` (stale lists)."""
     if dry_run and not shutil.which("dpkg-query"):
@@ -168,8 +188,15 @@ def install(wanted: list[str], *, dry_run: bool = False, say: Callable[[str], No
             say("would run: " + " ".join(step))
         return missing
     for step in steps:
-        say("running: " + " ".join(step[:2]) + (f" ({len(missing)} packages: {' '.join(missing)})"
-                                                 if step[:2] == INSTALL[:2] else ""))
+        say(
+            "running: "
+            + " ".join(step[:2])
+            + (
+                f" ({len(missing)} packages: {' '.join(missing)})"
+                if step[:2] == INSTALL[:2]
+                else ""
+            )
+        )
         try:
             _run(step)
         except InstallError:
@@ -181,8 +208,11 @@ def install(wanted: list[str], *, dry_run: bool = False, say: Callable[[str], No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="packages.py", description="install the Debian packages powercut needs "
-                                "(what 'powercut setup' installs, before powercut itself is installed)")
+    p = argparse.ArgumentParser(
+        prog="packages.py",
+        description="install the Debian packages powercut needs "
+        "(what 'powercut setup' installs, before powercut itself is installed)",
+    )
     p.add_argument("--dev", action="store_true", help="also powercut's own test suite's packages")
     p.add_argument("--dry-run", action="store_true", help="print the apt-get commands, run nothing")
     p.add_argument("--list", action="store_true", help="print the package names and stop")
@@ -197,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"packages: error: {e}", file=sys.stderr)
         return 1
     if not args.dry_run:
-        print(f"packages: {len(wanted)} Debian packages there" + (f" ({len(done)} installed now)" if done else ""))
+        print(
+            f"packages: {len(wanted)} Debian packages there"
+            + (f" ({len(done)} installed now)" if done else "")
+        )
     return 0
 
 

@@ -5,6 +5,7 @@ argv (``shlex.join``), the exit code and the stderr tail.
 
 Every live child group is registered, so an interrupt handler can kill them all at once
 (``kill_all``) even while the thread that started them is blocked."""
+
 from __future__ import annotations
 
 import logging
@@ -26,7 +27,9 @@ from powercut.errors import CommandFailed, EnvironmentNotReady
 log = logging.getLogger(__name__)
 
 TAIL_CHARS = 4000
-PIPE = subprocess.PIPE   # a Spawned child's stdin/stdout as a pipe (its callers import no subprocess)
+PIPE = (
+    subprocess.PIPE
+)  # a Spawned child's stdin/stdout as a pipe (its callers import no subprocess)
 SHELL = "/bin/sh"
 
 _live: set[int] = set()
@@ -36,7 +39,7 @@ _live_lock = threading.Lock()
 @dataclass(frozen=True, slots=True)
 class Result:
     argv: tuple[str, ...]
-    returncode: int | None    # None: killed by its timeout
+    returncode: int | None  # None: killed by its timeout
     stdout: str
     stderr: str
     duration_s: float = 0.0
@@ -50,8 +53,18 @@ class Result:
 def require(tool: str, package: str | None = None) -> str:
     """Absolute path of ``tool`` or EnvironmentNotReady naming the package that provides it."""
     path = shutil.which(tool) or next(
-        (p for p in (f"/usr/sbin/{tool}", f"/sbin/{tool}", f"/usr/lib/qemu/{tool}", f"/usr/libexec/{tool}")
-         if os.access(p, os.X_OK)), None)
+        (
+            p
+            for p in (
+                f"/usr/sbin/{tool}",
+                f"/sbin/{tool}",
+                f"/usr/lib/qemu/{tool}",
+                f"/usr/libexec/{tool}",
+            )
+            if os.access(p, os.X_OK)
+        ),
+        None,
+    )
     if not path:
         hint = f" (install the Debian package {package}: powercut setup)" if package else ""
         raise EnvironmentNotReady(f"{tool} not found{hint}")
@@ -98,7 +111,7 @@ class _Popen(subprocess.Popen):
             return super().wait(timeout)
         try:
             fd = os.pidfd_open(self.pid)
-        except (AttributeError, OSError):   # no pidfd (Linux < 5.3), or already reaped
+        except (AttributeError, OSError):  # no pidfd (Linux < 5.3), or already reaped
             return super().wait(timeout)
         try:
             p = select.poll()
@@ -108,11 +121,19 @@ class _Popen(subprocess.Popen):
             os.close(fd)
         if not ready:
             raise subprocess.TimeoutExpired(self.args, timeout)
-        return super().wait()   # it has exited: reaped at once
+        return super().wait()  # it has exited: reaped at once
 
 
-def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str | bytes | None = None,
-        env: Mapping[str, str] | None = None, cwd: str | None = None, text: bool = True) -> Result:
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    check: bool = True,
+    input: str | bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    text: bool = True,
+) -> Result:
     """Run ``argv`` to completion in its own process group; on timeout kill the whole group.
     ``check``: a non-zero exit or a timeout raises CommandFailed; else both are in the Result."""
     argv = [str(a) for a in argv]
@@ -122,9 +143,16 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
         code, out, err, timed_out = _run_lean(argv, env, timeout, text)
         return _result(argv, code, out, err, start, timed_out, check, timeout)
     try:
-        proc = _Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env) if env else None,
-                      cwd=cwd, text=text, start_new_session=True)
+        proc = _Popen(
+            argv,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env else None,
+            cwd=cwd,
+            text=text,
+            start_new_session=True,
+        )
     except FileNotFoundError as e:
         raise EnvironmentNotReady(f"{argv[0]} not found") from e
     except (NotADirectoryError, PermissionError) as e:
@@ -150,10 +178,24 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
     return _result(argv, proc.returncode, out, err, start, timed_out, check, timeout)
 
 
-def _result(argv: list[str], code: int | None, out: str | bytes, err: str | bytes, start: float, timed_out: bool,
-            check: bool, timeout: float) -> Result:
-    res = Result(tuple(argv), None if timed_out else code, out, err,  # type: ignore[arg-type]
-                 round(time.monotonic() - start, 3), timed_out)
+def _result(
+    argv: list[str],
+    code: int | None,
+    out: str | bytes,
+    err: str | bytes,
+    start: float,
+    timed_out: bool,
+    check: bool,
+    timeout: float,
+) -> Result:
+    res = Result(
+        tuple(argv),
+        None if timed_out else code,
+        out,  # type: ignore[arg-type]
+        err,  # type: ignore[arg-type]
+        round(time.monotonic() - start, 3),
+        timed_out,
+    )
     if check and timed_out:
         raise CommandFailed(argv, None, _tail(err), timed_out=True, timeout=timeout)
     if check and code != 0:
@@ -164,25 +206,41 @@ def _result(argv: list[str], code: int | None, out: str | bytes, err: str | byte
 _lean = [hasattr(os, "pidfd_open") and hasattr(os, "memfd_create") and hasattr(os, "posix_spawn")]
 
 
-def _run_lean(argv: list[str], env: Mapping[str, str] | None, timeout: float,
-              text: bool) -> tuple[int | None, str | bytes, str | bytes, bool]:
+def _run_lean(
+    argv: list[str], env: Mapping[str, str] | None, timeout: float, text: bool
+) -> tuple[int | None, str | bytes, str | bytes, bool]:
     """``run`` without stdin data or a working directory, with the least Python between the call
     and the exit: posix_spawn (vfork and exec) into a new session, stdout and stderr into two
     anonymous files, the exit waited for on a pidfd.  In a TCG guest, Popen with pipes and
     ``communicate`` costs ~7 ms of Python per call on top of the child's own (~30 ms for any exec):
     the fsck of every crash state pays it.  Same guarantees as Popen's path: the group is killed
     after the exit or the timeout, the child is registered for ``kill_all``."""
-    outs = [os.memfd_create("powercut-stdout", os.MFD_CLOEXEC), os.memfd_create("powercut-stderr", os.MFD_CLOEXEC)]
+    outs = [
+        os.memfd_create("powercut-stdout", os.MFD_CLOEXEC),
+        os.memfd_create("powercut-stderr", os.MFD_CLOEXEC),
+    ]
     try:
         environ = dict(env) if env else os.environ
         # found on the child's PATH, as Popen finds it (posix_spawnp would search this process's)
-        exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=environ.get("PATH", os.defpath))
+        exe = (
+            argv[0]
+            if "/" in argv[0]
+            else shutil.which(argv[0], path=environ.get("PATH", os.defpath))
+        )
         if exe is None:
             raise EnvironmentNotReady(f"{argv[0]} not found")
         try:
-            pid = os.posix_spawn(exe, argv, environ, setsid=True, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, outs[0], 1), (os.POSIX_SPAWN_DUP2, outs[1], 2)])
+            pid = os.posix_spawn(
+                exe,
+                argv,
+                environ,
+                setsid=True,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, outs[0], 1),
+                    (os.POSIX_SPAWN_DUP2, outs[1], 2),
+                ],
+            )
         except FileNotFoundError as e:
             raise EnvironmentNotReady(f"{argv[0]} not found") from e
         except (NotADirectoryError, PermissionError) as e:
@@ -198,15 +256,15 @@ def _run_lean(argv: list[str], env: Mapping[str, str] | None, timeout: float,
             os.waitpid(pid, 0)
             raise
         finally:
-            _kill_group(pid)   # the leader has exited (or was killed): its leftovers must not linger
+            _kill_group(pid)  # the leader has exited (or was killed): its leftovers must not linger
             _unregister(pid)
         got = [_drain(f) for f in outs]
     finally:
         for f in outs:
             os.close(f)
     code = os.waitstatus_to_exitcode(status)
-    if text:   # as Popen's text mode gives them: universal newlines
-        return code, *(_text(b) for b in got), not ready   # type: ignore[return-value]
+    if text:  # as Popen's text mode gives them: universal newlines
+        return code, *(_text(b) for b in got), not ready  # type: ignore[return-value]
     return code, got[0], got[1], not ready
 
 
@@ -243,8 +301,9 @@ def _drain(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def run_shell(command: str, *, timeout: float, check: bool = False, wrap: Sequence[str] = (),
-              **kwargs: object) -> Result:
+def run_shell(
+    command: str, *, timeout: float, check: bool = False, wrap: Sequence[str] = (), **kwargs: object
+) -> Result:
     """A user's command string, explicitly through ``/bin/sh -c`` (same guarantees as ``run``);
     ``wrap``: an argv the shell runs under (a tracer that exits as its command does)."""
     return run([*wrap, SHELL, "-c", command], timeout=timeout, check=check, **kwargs)  # type: ignore[arg-type]
@@ -264,17 +323,31 @@ class Spawned:
     ``survives_interrupt``: not among the groups an interrupt kills (``kill_all``): a guardian that
     must outlive its run (linux/loopcache)."""
 
-    def __init__(self, argv: Sequence[str], *, stdout: IO | int | None = None, stderr: IO | int | None = None,
-                 env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = (), cwd: str | None = None,
-                 stdin: IO | int | None = None, survives_interrupt: bool = False) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        stdout: IO | int | None = None,
+        stderr: IO | int | None = None,
+        env: Mapping[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
+        cwd: str | None = None,
+        stdin: IO | int | None = None,
+        survives_interrupt: bool = False,
+    ) -> None:
         self.argv = [str(a) for a in argv]
         log.debug("spawn %s", self.argv)
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                                         stdout=stdout if stdout is not None else subprocess.DEVNULL,
-                                         stderr=stderr if stderr is not None else subprocess.DEVNULL,
-                                         env=dict(env) if env else None, start_new_session=True,
-                                         pass_fds=tuple(pass_fds), cwd=cwd)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=stdout if stdout is not None else subprocess.DEVNULL,
+                stderr=stderr if stderr is not None else subprocess.DEVNULL,
+                env=dict(env) if env else None,
+                start_new_session=True,
+                pass_fds=tuple(pass_fds),
+                cwd=cwd,
+            )
         except FileNotFoundError as e:
             raise EnvironmentNotReady(f"{self.argv[0]} not found") from e
         if not survives_interrupt:
@@ -314,26 +387,28 @@ class Forked:
     the child runs was imported by the parent).  The child's exit code is ``fn``'s return value (an
     uncaught exception: its traceback on stderr, exit 1)."""
 
-    def __init__(self, fn: Callable[[], int], *, stdout: IO, stderr: IO, env: Mapping[str, str], cwd: str) -> None:
+    def __init__(
+        self, fn: Callable[[], int], *, stdout: IO, stderr: IO, env: Mapping[str, str], cwd: str
+    ) -> None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         pid = os.fork()
-        if pid == 0:   # the child: never returns
+        if pid == 0:  # the child: never returns
             code = 1
             try:
                 os.setsid()
                 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
                 os.dup2(stdout.fileno(), 1)
                 os.dup2(stderr.fileno(), 2)
-                sys.stdout = open(1, "w", closefd=False)   # noqa: SIM115 -- the child's own streams, whatever
-                sys.stderr = open(2, "w", closefd=False)   # noqa: SIM115    the parent had replaced them with
+                sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 -- the child's own streams, whatever
+                sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115    the parent had replaced them with
                 os.chdir(cwd)
                 os.environ.clear()
                 os.environ.update(env)
                 code = int(fn() or 0)
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 1
-            except BaseException:   # noqa: BLE001 -- the child reports whatever ended it, like an interpreter
+            except BaseException:  # noqa: BLE001 -- the child reports whatever ended it, like an interpreter
                 traceback.print_exc()
             finally:
                 for stream in (sys.stdout, sys.stderr):

@@ -2,6 +2,7 @@
 state the whole host shares -- output-directory locks (linux/runlock), the write-through loop
 devices they hold (linux/loopcache).  A tmpfs, emptied at boot, as is what it describes.  Where
 /run is not writable (not root) it is a directory of the user's in the temporary directory."""
+
 from __future__ import annotations
 
 import errno
@@ -27,6 +28,8 @@ def run_dir(sub: str) -> Path:
             return path
         except OSError as e:
             if base != top or e.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
-                raise UsageError(f"cannot use {path} for powercut's run state: {e.strerror}") from None
+                raise UsageError(
+                    f"cannot use {path} for powercut's run state: {e.strerror}"
+                ) from None
             log.debug("%s: %s; run state goes to the temporary directory", path, e.strerror)
     raise AssertionError("unreachable")

@@ -8,6 +8,7 @@ directory existing or being replaced (``--force`` removes and recreates it).  Th
 lock when its process dies, by any signal: a lock that nothing holds is a dead run's, and the next
 run takes it; stale-run cleanup (check/host.cleanup_stale) runs only under it, so it only ever
 touches what a dead run left.  The file holds the holder's pid, for the one-line refusal."""
+
 from __future__ import annotations
 
 import contextlib
@@ -22,6 +23,7 @@ from powercut.errors import UsageError
 from powercut.linux.rundir import run_dir
 
 log = logging.getLogger(__name__)
+
 
 def lock_path(directory: str | os.PathLike[str]) -> Path:
     key = os.path.realpath(directory)
@@ -69,8 +71,10 @@ def hold(directory: str | os.PathLike[str], what: str = "output directory") -> I
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pid = _pid_in(fd)
-            raise UsageError(f"{directory} is in use by another powercut run (pid {pid or '?'}): wait for it, "
-                             f"or choose another {what}") from None
+            raise UsageError(
+                f"{directory} is in use by another powercut run (pid {pid or '?'}): wait for it, "
+                f"or choose another {what}"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {key}\n".encode(), 0)
         _held.add(key)
@@ -80,7 +84,7 @@ def hold(directory: str | os.PathLike[str], what: str = "output directory") -> I
             _held.discard(key)
             os.ftruncate(fd, 0)
     finally:
-        os.close(fd)   # drops the lock; the file stays (removing it would race a waiting taker)
+        os.close(fd)  # drops the lock; the file stays (removing it would race a waiting taker)
 
 
 _held: set[str] = set()

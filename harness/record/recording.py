@@ -16,6 +16,7 @@ whatever judges states first calls ``verify_log``: a log that was cut short, dam
 another recording's is refused in one line, never judged (a cut log has fewer acks, and its states
 would pass).  Recordings made before the pin are still checked against the guest's own count
 (``[result] logged_entries``) and the teardown mark."""
+
 from __future__ import annotations
 
 import os
@@ -131,8 +132,11 @@ class Recording:
     def require_ok(self) -> "Recording":
         if not self.ok:
             error = self.manifest["recording"].get("error", "")
-            raise UsageError(f"{self.dir}: the recording did not finish ({self.status}"
-                             + (f": {error}" if error else "") + "); record again")
+            raise UsageError(
+                f"{self.dir}: the recording did not finish ({self.status}"
+                + (f": {error}" if error else "")
+                + "); record again"
+            )
         return self
 
 
@@ -163,7 +167,9 @@ def validate(m: dict[str, Any], source: str) -> None:
                 raise BadRecording(f"{source}: [{section}] has no {key!r}")
     fmt = m["recording"]["format"]
     if fmt != FORMAT_VERSION:
-        raise BadRecording(f"{source}: recording format {fmt!r}, this powercut reads {FORMAT_VERSION}")
+        raise BadRecording(
+            f"{source}: recording format {fmt!r}, this powercut reads {FORMAT_VERSION}"
+        )
     try:
         size = int(m["data"]["size_bytes"])
     except (TypeError, ValueError):
@@ -181,6 +187,7 @@ def write(directory: Path, manifest: dict[str, Any]) -> None:
 
 def _sha256(path: Path, nbytes: int) -> str:
     import hashlib  # here: hashlib loads OpenSSL, ~0.15 s of a TCG checker VM's start, which never hashes
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         left = nbytes
@@ -209,7 +216,7 @@ def verify_log(rec: Recording, index: LogIndex | None = None) -> None:
         raise BadRecording(f"{path}: the recording's log is missing")
     if index is None:
         try:
-            index = open_log(path, quiet=True)   # an early stop is reported below, as the refusal
+            index = open_log(path, quiet=True)  # an early stop is reported below, as the refusal
         except BadLog as e:
             raise BadRecording(f"{rec.dir}: the log is not usable: {e.one_line()}") from None
         with index:
@@ -226,16 +233,24 @@ def _verify_index(rec: Recording, index: LogIndex) -> None:
     want = pin.get("entries", logged + 1 if isinstance(logged, int) else None)
     where = f"{rec.dir}: the log {path.name}"
     if not clean:
-        raise BadRecording(f"{where} is damaged: its scan stops after {n} entries ({reason}); record again")
+        raise BadRecording(
+            f"{where} is damaged: its scan stops after {n} entries ({reason}); record again"
+        )
     if want is not None and n != want:
-        raise BadRecording(f"{where} holds {n} entries, the recording logged {want}: it was cut short or "
-                           "replaced; record again")
+        raise BadRecording(
+            f"{where} holds {n} entries, the recording logged {want}: it was cut short or "
+            "replaced; record again"
+        )
     if not ended:
-        raise BadRecording(f"{where} does not end with dm-log-writes' teardown mark {END_MARK!r}: it was cut "
-                           "short; record again")
+        raise BadRecording(
+            f"{where} does not end with dm-log-writes' teardown mark {END_MARK!r}: it was cut "
+            "short; record again"
+        )
     if "sha256" in pin and (used != pin.get("used_bytes") or _sha256(path, used) != pin["sha256"]):
-        raise BadRecording(f"{where} is not the log this recording made (its sha256 differs from the "
-                           "manifest's): a damaged copy or another recording's log; record again")
+        raise BadRecording(
+            f"{where} is not the log this recording made (its sha256 differs from the "
+            "manifest's): a damaged copy or another recording's log; record again"
+        )
 
 
 # the name the rest of the code knew it by
@@ -247,8 +262,13 @@ def verify_node_logs(rec: Recording) -> None:
     each node); BadRecording naming the node."""
     for i, node in enumerate(rec.manifest["cluster"]["node"]):
         view = dict(rec.manifest)
-        view["log"] = {"file": node["log"], **{k: node[k] for k in ("entries", "used_bytes", "sha256") if k in node}}
-        view["result"] = {"logged_entries": node["logged_entries"]} if "logged_entries" in node else {}
+        view["log"] = {
+            "file": node["log"],
+            **{k: node[k] for k in ("entries", "used_bytes", "sha256") if k in node},
+        }
+        view["result"] = (
+            {"logged_entries": node["logged_entries"]} if "logged_entries" in node else {}
+        )
         try:
             verify_log(Recording(rec.dir, view))
         except BadRecording as e:

@@ -5,6 +5,7 @@ prepare the disks and the job share, boot the VM, collect the logs into a record
 The initial data-disk state is all zeros (mkfs runs through the log), recorded as such.  An
 interrupt (SIGINT/SIGTERM/SIGHUP) kills the VM on the way out and leaves the manifest with status
 ``interrupted``."""
+
 from __future__ import annotations
 
 import contextlib
@@ -62,7 +63,7 @@ DM_NAME = "powercut-rec"
 class RecordSpec:
     fs: FsSpec = field(default_factory=FsSpec)
     workload: WorkloadSpec = WorkloadSpec(name="append-fsync")
-    log_size_mb: int = 0          # 0: sized from the data disk
+    log_size_mb: int = 0  # 0: sized from the data disk
     memory_mb: int = DEFAULT_MEMORY_MB
     cpus: int = DEFAULT_CPUS
     bus: str = DEFAULT_BUS
@@ -72,10 +73,14 @@ class RecordSpec:
     backend: str = DEFAULT_BACKEND
     libvirt_uri: str = DEFAULT_LIBVIRT_URI
     image: dict[str, Any] = field(default_factory=dict)
-    latency: DisksLatency = DEFAULT_DISK_LATENCY   # the data disks' write and flush latency (core/recording/latency.py)
+    latency: DisksLatency = (
+        DEFAULT_DISK_LATENCY  # the data disks' write and flush latency (core/recording/latency.py)
+    )
 
     def __post_init__(self) -> None:
-        if isinstance(self.latency, DiskLatency):   # one setting for every disk, as the library took it before
+        if isinstance(
+            self.latency, DiskLatency
+        ):  # one setting for every disk, as the library took it before
             object.__setattr__(self, "latency", DisksLatency(self.latency))
 
     def latency_for(self, disks: int) -> DisksLatency:
@@ -103,7 +108,9 @@ def _sparse(path: Path, size: int) -> None:
 def disk_files(i: int, disks: int) -> tuple[str, str]:
     """(log, final data image) file names of data disk i: ``log.bin`` and ``data-final.img`` for one
     disk, ``log-n<i>.bin`` and ``data-n<i>-final.img`` for a cluster's node i."""
-    return ("log.bin", "data-final.img") if disks == 1 else (f"log-n{i}.bin", f"data-n{i}-final.img")
+    return (
+        ("log.bin", "data-final.img") if disks == 1 else (f"log-n{i}.bin", f"data-n{i}-final.img")
+    )
 
 
 def disk_serials(i: int, disks: int) -> tuple[str, str]:
@@ -111,26 +118,41 @@ def disk_serials(i: int, disks: int) -> tuple[str, str]:
     return ("pcdata", "pclog") if disks == 1 else (f"pcdata{i}", f"pclog{i}")
 
 
-def vm_disks(spec: RecordSpec, out: Path, nodes: int) -> tuple[tuple[DiskSpec, ...], dict[str, str]]:
+def vm_disks(
+    spec: RecordSpec, out: Path, nodes: int
+) -> tuple[tuple[DiskSpec, ...], dict[str, str]]:
     """The recording VM's disks (each data disk's image, then its log) and the guest job's roles of them."""
     disks: list[DiskSpec] = []
     roles: dict[str, str] = {}
     for i in range(nodes):
         (logf, final), serials = disk_files(i, nodes), disk_serials(i, nodes)
-        disks += [DiskSpec(str(out / final), serials[0], bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
-                  DiskSpec(str(out / logf), serials[1], bus=spec.bus, cache="unsafe", write_cache=True)]  # type: ignore[arg-type]
+        disks += [
+            DiskSpec(str(out / final), serials[0], bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
+            DiskSpec(str(out / logf), serials[1], bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
+        ]
         roles.update(zip(guestjob.record_roles(i, nodes), serials))
     return tuple(disks), roles
 
 
-def vm_spec(spec: RecordSpec, image: Any, out: Path, jobdir: Path, disks: tuple[DiskSpec, ...]) -> VmSpec:
+def vm_spec(
+    spec: RecordSpec, image: Any, out: Path, jobdir: Path, disks: tuple[DiskSpec, ...]
+) -> VmSpec:
     """The recording VM: ``disks`` (each data disk's, then its log's), the host's root and the job
     directory shared."""
-    return VmSpec(kernel=image.kernel, initrd=image.initrd, memory_mb=spec.memory_mb, cpus=spec.cpus, disks=disks,
-                  shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False)),
-                  transport=spec.transport, accel=spec.accel, timeout_s=spec.timeout_s,  # type: ignore[arg-type]
-                  console_path=str(out / "console.log"), name=f"powercut-record-{os.getpid()}",
-                  modules=(filesystems.get(spec.fs.fstype).module_group, "record"))
+    return VmSpec(
+        kernel=image.kernel,
+        initrd=image.initrd,
+        memory_mb=spec.memory_mb,
+        cpus=spec.cpus,
+        disks=disks,
+        shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(jobdir), readonly=False)),
+        transport=spec.transport,  # type: ignore[arg-type]
+        accel=spec.accel,  # type: ignore[arg-type]
+        timeout_s=spec.timeout_s,
+        console_path=str(out / "console.log"),
+        name=f"powercut-record-{os.getpid()}",
+        modules=(filesystems.get(spec.fs.fstype).module_group, "record"),
+    )
 
 
 def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: Path | None):
@@ -145,16 +167,34 @@ def run_job(vmspec: VmSpec, backend: str, uri: str, rundir: Path, start_marker: 
     if start_marker is None:
         return start(vmspec)
     try:
-        return template.run_restored(vmspec, start_marker.parent, start)   # boots it when it is not eligible
+        return template.run_restored(
+            vmspec, start_marker.parent, start
+        )  # boots it when it is not eligible
     finally:
         (start_marker.parent / template.CONTROL.path).unlink(missing_ok=True)
 
 
 # what powercut itself puts in a recording directory (the recording, its check, the matrix's extras)
-OWN_FILES = frozenset({MANIFEST, f".{MANIFEST}.tmp", "log.bin", "data-final.img", "console.log", "job", "check",
-                       "qemu.argv", "qemu.stderr", "domain.xml", "libvirt-qemu.log", "accel-probe-console.log",
-                       "untorn", "diagnose", "report"}
-                      | {f for i in range(MAX_NODES) for f in disk_files(i, MAX_NODES)})   # clusters
+OWN_FILES = frozenset(
+    {
+        MANIFEST,
+        f".{MANIFEST}.tmp",
+        "log.bin",
+        "data-final.img",
+        "console.log",
+        "job",
+        "check",
+        "qemu.argv",
+        "qemu.stderr",
+        "domain.xml",
+        "libvirt-qemu.log",
+        "accel-probe-console.log",
+        "untorn",
+        "diagnose",
+        "report",
+    }
+    | {f for i in range(MAX_NODES) for f in disk_files(i, MAX_NODES)}
+)  # clusters
 
 
 def prepare_outdir(out: Path, force: bool) -> None:
@@ -163,17 +203,24 @@ def prepare_outdir(out: Path, force: bool) -> None:
             raise UsageError(f"{out} exists and is not empty (use --force to replace it)")
         if not (out / MANIFEST).exists() and not (out / "job").exists():
             raise UsageError(f"{out} is not a recording; refusing to delete it even with --force")
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in OWN_FILES and not p.name.startswith("virtiofsd"))
+        foreign = sorted(
+            p.name
+            for p in out.iterdir()
+            if p.name not in OWN_FILES and not p.name.startswith("virtiofsd")
+        )
         if foreign:
-            raise UsageError(f"{out} holds files powercut did not make ({', '.join(foreign[:3])}"
-                             f"{', ...' if len(foreign) > 3 else ''}): refusing to delete them even with --force; "
-                             "move them or choose another --out")
+            raise UsageError(
+                f"{out} holds files powercut did not make ({', '.join(foreign[:3])}"
+                f"{', ...' if len(foreign) > 3 else ''}): refusing to delete them even with --force; "
+                "move them or choose another --out"
+            )
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
 
 
-def run_recording_vm(vmspec: VmSpec, spec: RecordSpec, out: Path, jobdir: Path,
-                     manifest: dict[str, Any]) -> guestjob.GuestResult:
+def run_recording_vm(
+    vmspec: VmSpec, spec: RecordSpec, out: Path, jobdir: Path, manifest: dict[str, Any]
+) -> guestjob.GuestResult:
     """Write the manifest, run the recording VM, note in the manifest how it ran (or why it did
     not: the VmError goes on up) and return the guest job's result (one disk or a cluster)."""
     recording.write(out, manifest)
@@ -182,8 +229,11 @@ def run_recording_vm(vmspec: VmSpec, spec: RecordSpec, out: Path, jobdir: Path,
     except VmError as e:
         manifest["recording"].update(status=e.kind, error=e.one_line())
         raise
-    manifest["recording"].update(accel=res.accel, vm_wall_s=round(res.wall_s, 3),
-                                 boot_to_workload_s=round(res.boot_s, 3) if res.boot_s else None)
+    manifest["recording"].update(
+        accel=res.accel,
+        vm_wall_s=round(res.wall_s, 3),
+        boot_to_workload_s=round(res.boot_s, 3) if res.boot_s else None,
+    )
     return guestjob.read_result(jobdir)
 
 
@@ -192,8 +242,12 @@ def ready(spec: RecordSpec, disks: int) -> tuple[RecordSpec, Any]:
     and its guest image (built, or found cached), once the workload's name and parameters, and QEMU,
     are known good: a bad one fails here, before anything is written."""
     if spec.workload.name:
-        workloads.get(spec.workload.name).params(spec.workload.params)  # unknown names/params fail here
-    spec = dataclasses.replace(spec, latency=spec.latency_for(disks), workload=spec.workload_for(disks))
+        workloads.get(spec.workload.name).params(
+            spec.workload.params
+        )  # unknown names/params fail here
+    spec = dataclasses.replace(
+        spec, latency=spec.latency_for(disks), workload=spec.workload_for(disks)
+    )
     if spec.backend == "qemu":
         process.require(QEMU, "qemu-system-x86")
     return spec, build_image(ImageSpec(**spec.image))
@@ -205,7 +259,9 @@ def check_nodes(nodes: int) -> None:
         raise UsageError(f"--nodes must be 1..{MAX_NODES}, not {nodes!r}")
 
 
-def record(spec: RecordSpec, out: str | os.PathLike, *, nodes: int = 1, force: bool = False) -> Recording:
+def record(
+    spec: RecordSpec, out: str | os.PathLike, *, nodes: int = 1, force: bool = False
+) -> Recording:
     """Record ``spec.workload`` on ``nodes`` data disks (each ``spec.fs``; one: a single disk, more:
     a cluster's nodes, in one VM) into the directory ``out``.  On any failure (or an interrupt) the
     directory is kept with a manifest whose status says what happened, and the error is raised.
@@ -223,44 +279,71 @@ def record(spec: RecordSpec, out: str | os.PathLike, *, nodes: int = 1, force: b
     check_nodes(nodes)
     spec, image = ready(spec, nodes)
     out = Path(out).absolute()
-    with runlock.hold(out, "--out"):   # no other run records into it meanwhile
+    with runlock.hold(out, "--out"):  # no other run records into it meanwhile
         prepare_outdir(out, force)
         data_bytes = spec.fs.size_mb << 20
         need = nodes * (data_bytes + spec.log_bytes())
         free = shutil.disk_usage(out).free
         if free < need:
-            what = (f"data {spec.fs.size_mb} MiB + log {spec.log_bytes() >> 20} MiB" +
-                    (f", per node of {nodes}" if nodes > 1 else ""))
-            raise PowercutError(f"not enough free space in {out}: {free >> 20} MiB free, a recording may need up "
-                                f"to {need >> 20} MiB ({what})")
+            what = f"data {spec.fs.size_mb} MiB + log {spec.log_bytes() >> 20} MiB" + (
+                f", per node of {nodes}" if nodes > 1 else ""
+            )
+            raise PowercutError(
+                f"not enough free space in {out}: {free >> 20} MiB free, a recording may need up "
+                f"to {need >> 20} MiB ({what})"
+            )
         for i in range(nodes):
             for name, size in zip(disk_files(i, nodes), (spec.log_bytes(), data_bytes)):
                 _sparse(out / name, size)
         disks, roles = vm_disks(spec, out, nodes)
         jobdir = out / "job"
-        guestjob.write(jobdir, guestjob.RecordJob(dm_name=DM_NAME, disks=roles, fs=spec.fs, workload=spec.workload,
-                                                  tools_dir=tools_dir(image) or "", nodes=nodes,
-                                                  latency=str(spec.latency)))
+        guestjob.write(
+            jobdir,
+            guestjob.RecordJob(
+                dm_name=DM_NAME,
+                disks=roles,
+                fs=spec.fs,
+                workload=spec.workload,
+                tools_dir=tools_dir(image) or "",
+                nodes=nodes,
+                latency=str(spec.latency),
+            ),
+        )
         vmspec = vm_spec(spec, image, out, jobdir, disks)
         manifest = base_manifest(spec, image, vmspec, data_bytes)
         manifest["log"]["file"], manifest["data"]["final"] = disk_files(0, nodes)
         logs = [disk_files(i, nodes)[0] for i in range(nodes)]
         if nodes > 1:
-            manifest["cluster"] = {"nodes": nodes, "node": [
-                {"log": log, "final": disk_files(i, nodes)[1], "mount": f"n{i}"} for i, log in enumerate(logs)]}
+            manifest["cluster"] = {
+                "nodes": nodes,
+                "node": [
+                    {"log": log, "final": disk_files(i, nodes)[1], "mount": f"n{i}"}
+                    for i, log in enumerate(logs)
+                ],
+            }
         with finishing(out, manifest):
             result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
             per_disk = per_disk_results(result, nodes)
-            manifest["result"] = {"ok": result.ok, **result_section(result, per_disk),
-                                  **({"error": result.error} if result.error else {})}
-            if per_disk and all(isinstance(d.get("latency"), dict) for d in per_disk):   # each delay layer, as made
-                manifest["latency"] = per_disk[0]["latency"] if nodes == 1 else \
-                    {"setting": str(spec.latency), "nodes": [d["latency"] for d in per_disk]}
+            manifest["result"] = {
+                "ok": result.ok,
+                **result_section(result, per_disk),
+                **({"error": result.error} if result.error else {}),
+            }
+            if per_disk and all(
+                isinstance(d.get("latency"), dict) for d in per_disk
+            ):  # each delay layer, as made
+                manifest["latency"] = (
+                    per_disk[0]["latency"]
+                    if nodes == 1
+                    else {"setting": str(spec.latency), "nodes": [d["latency"] for d in per_disk]}
+                )
             judge_result(result, per_disk, manifest, out, logs)
-            note_trace(result, manifest, spec.workload.trace)   # one trace: a cluster's client and every node
+            note_trace(
+                result, manifest, spec.workload.trace
+            )  # one trace: a cluster's client and every node
             note_file_maps(per_disk, manifest)
             for i, log in enumerate(logs):
-                pin = recording.pin_log(out / log)   # what check/replay/repro verify
+                pin = recording.pin_log(out / log)  # what check/replay/repro verify
                 if nodes == 1:
                     manifest["log"].update(pin)
                 else:
@@ -295,9 +378,14 @@ def result_section(result: guestjob.GuestResult, per_disk: list[dict[str, Any]])
         return {**common, **{k: v for k, v in per_disk[0].items() if k != "latency"}}
     plans = [{"node": i, **d["fault_plan"]} for i, d in enumerate(per_disk) if d.get("fault_plan")]
     left = [i for i, d in enumerate(per_disk) if d.get("fault_left_on")]
-    return {**common, "nodes": len(per_disk), "target_write_cache": [d.get("target_write_cache") for d in per_disk],
-            **({"fault_plans": plans} if plans else {}), **({"fault_left_on": left} if left else {}),
-            "logging_disabled": any(d.get("logging_disabled") for d in per_disk)}
+    return {
+        **common,
+        "nodes": len(per_disk),
+        "target_write_cache": [d.get("target_write_cache") for d in per_disk],
+        **({"fault_plans": plans} if plans else {}),
+        **({"fault_left_on": left} if left else {}),
+        "logging_disabled": any(d.get("logging_disabled") for d in per_disk),
+    }
 
 
 def note_file_maps(per_disk: list[dict[str, Any]], manifest: dict[str, Any]) -> None:
@@ -316,7 +404,10 @@ def note_trace(result: guestjob.GuestResult, manifest: dict[str, Any], asked: bo
     """The manifest's ``[trace]``: the trace file in the job directory, or why there is none when
     one was ``asked`` for."""
     if result.get("trace_file"):
-        manifest["trace"] = {"file": f"job/{result.get('trace_file')}", "bytes": int(result.get("trace_bytes") or 0)}
+        manifest["trace"] = {
+            "file": f"job/{result.get('trace_file')}",
+            "bytes": int(result.get("trace_bytes") or 0),
+        }
     elif asked:
         manifest["trace"] = {"error": str(result.get("trace_error") or "no trace")}
 
@@ -327,16 +418,24 @@ def faults_section(log_path: Path, plan: dict[str, Any] | None, left_on: bool) -
     faults = _faults(log_path)
     if not faults:
         return {}
-    return {"windows": [w.describe() for w in faults.windows], "acked_after_error": list(faults.after_error),
-            "left_on": left_on, **({"plan": plan.get("plan")} if plan else {})}
+    return {
+        "windows": [w.describe() for w in faults.windows],
+        "acked_after_error": list(faults.after_error),
+        "left_on": left_on,
+        **({"plan": plan.get("plan")} if plan else {}),
+    }
 
 
-def faults_of(out: Path, logs: list[str], per_disk: list[dict[str, Any]], rc: int) -> dict[str, Any]:
+def faults_of(
+    out: Path, logs: list[str], per_disk: list[dict[str, Any]], rc: int
+) -> dict[str, Any]:
     """The manifest's [faults]: one disk's section, or a cluster's with each faulted node's (its
     ``node``), and the workload's exit status; {} with no window."""
     per_disk = per_disk or [{} for _ in logs]
-    secs = [faults_section(out / name, d.get("fault_plan"), bool(d.get("fault_left_on")))
-            for name, d in zip(logs, per_disk)]
+    secs = [
+        faults_section(out / name, d.get("fault_plan"), bool(d.get("fault_left_on")))
+        for name, d in zip(logs, per_disk)
+    ]
     if len(logs) == 1:
         return {**secs[0], "workload_rc": rc} if secs[0] else {}
     nodes = [{"node": i, **sec} for i, sec in enumerate(secs) if sec]
@@ -378,57 +477,101 @@ def _faults(path: Path) -> Faults:
 
 def base_manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int) -> dict[str, Any]:
     return {
-        "recording": {"format": FORMAT_VERSION, "status": recording.RUNNING,
-                      "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "backend": spec.backend, "image": image.hash,
-                      "kernel_release": image.kernel_release, "image_source": image.source},
-        "fs": to_dict(spec.fs), "workload": to_dict(spec.workload), "latency": spec.latency.to_json(),
-        "vm": {"memory_mb": spec.memory_mb, "cpus": spec.cpus, "bus": spec.bus, "transport": spec.transport,
-               "disk_cache": "unsafe", "write_cache": True, "machine": vmspec.resolved_machine()},
+        "recording": {
+            "format": FORMAT_VERSION,
+            "status": recording.RUNNING,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "backend": spec.backend,
+            "image": image.hash,
+            "kernel_release": image.kernel_release,
+            "image_source": image.source,
+        },
+        "fs": to_dict(spec.fs),
+        "workload": to_dict(spec.workload),
+        "latency": spec.latency.to_json(),
+        "vm": {
+            "memory_mb": spec.memory_mb,
+            "cpus": spec.cpus,
+            "bus": spec.bus,
+            "transport": spec.transport,
+            "disk_cache": "unsafe",
+            "write_cache": True,
+            "machine": vmspec.resolved_machine(),
+        },
         "data": {"initial": "zeros", "size_bytes": data_bytes, "final": "data-final.img"},
         "log": {"file": "log.bin", "device_bytes": spec.log_bytes()},
         "files": {"console": "console.log", "job": "job"},
     }
 
 
-def judge_result(result: guestjob.GuestResult, per_disk: list[dict[str, Any]], manifest: dict[str, Any], out: Path,
-                 logs: list[str]) -> None:
+def judge_result(
+    result: guestjob.GuestResult,
+    per_disk: list[dict[str, Any]],
+    manifest: dict[str, Any],
+    out: Path,
+    logs: list[str],
+) -> None:
     """The recording's status from the guest's result and its disks' (raised on unless ok); ``logs``:
     its log files, whose fault windows excuse a workload that exits after an error."""
     rec = manifest["recording"]
     if not result.ok:
         rec.update(status="guest-error", error=result.error or "guest job failed")
-        raise PowercutError(f"recording failed in the guest: {rec['error']} (see {out}/job/agent.log)")
+        raise PowercutError(
+            f"recording failed in the guest: {rec['error']} (see {out}/job/agent.log)"
+        )
     if any(d.get("logging_disabled") for d in per_disk):
         rec.update(status="log-full", error="dm-log-writes ran out of log space")
-        raise LogDeviceFull(f"the log device filled up: the log is incomplete; record again with a larger "
-                            f"--log-size (now {manifest['log']['device_bytes'] >> 20} MiB)")
+        raise LogDeviceFull(
+            f"the log device filled up: the log is incomplete; record again with a larger "
+            f"--log-size (now {manifest['log']['device_bytes'] >> 20} MiB)"
+        )
     if result.get("workload_timed_out"):
         rec.update(status="workload-timeout", error="workload killed by its timeout")
-        raise WorkloadFailed(f"the workload did not finish within {manifest['workload']['timeout_s']:g} s and "
-                             f"was killed (see {out}/job/workload.err)")
-    for i, d in enumerate(per_disk):   # each planned disk's plan (a cluster's named by its node)
+        raise WorkloadFailed(
+            f"the workload did not finish within {manifest['workload']['timeout_s']:g} s and "
+            f"was killed (see {out}/job/workload.err)"
+        )
+    for i, d in enumerate(per_disk):  # each planned disk's plan (a cluster's named by its node)
         plan = d.get("fault_plan")
         if plan and (plan.get("error") or not plan.get("on")):
             node = f"node {i}: " if len(per_disk) > 1 else ""
-            why = node + (plan.get("error") or (f"the fault plan '{plan['plan']}' never fired" +
-                                                (f" ({plan.get('matches', 0)} marks matched its trigger)"
-                                                 if "mark=" in plan["plan"] or "p=" in plan["plan"] else "") +
-                                                ": nothing was injected, so nothing about errors would be tested"))
+            why = node + (
+                plan.get("error")
+                or (
+                    f"the fault plan '{plan['plan']}' never fired"
+                    + (
+                        f" ({plan.get('matches', 0)} marks matched its trigger)"
+                        if "mark=" in plan["plan"] or "p=" in plan["plan"]
+                        else ""
+                    )
+                    + ": nothing was injected, so nothing about errors would be tested"
+                )
+            )
             rec.update(status="fault-plan-failed", error=why)
             raise WorkloadFailed(f"{why} (see {out}/job/workload.err)")
     delays = result.get("delay_sync")
     if isinstance(delays, dict) and not delays.get("held") and not result.get("workload_rc"):
-        why = syncdelay.unused_note([syncdelay.SyncDelay.parse(r) for r in delays.get("rules", [])], delays)
-        rec.update(status="delay-sync-unused", error=why)   # a recording like any other: nothing new tested
+        why = syncdelay.unused_note(
+            [syncdelay.SyncDelay.parse(r) for r in delays.get("rules", [])], delays
+        )
+        rec.update(
+            status="delay-sync-unused", error=why
+        )  # a recording like any other: nothing new tested
         raise WorkloadFailed(f"{why} (the trace: {out}/job/)")
     if result.get("workload_rc") and any(_faults(out / name) for name in logs):
-        log.info("the workload exited %s after an injected I/O error: recorded", result.get("workload_rc"))
+        log.info(
+            "the workload exited %s after an injected I/O error: recorded",
+            result.get("workload_rc"),
+        )
     elif result.get("workload_rc"):
         rc = result.get("workload_rc")
         tail = _tail(out / "job" / "workload.err")
         rec.update(status="workload-failed", error=f"workload exited {rc}")
-        raise WorkloadFailed(f"the workload exited {rc}" + (f": {tail}" if tail else "") +
-                             f" (see {out}/job/workload.err)")
+        raise WorkloadFailed(
+            f"the workload exited {rc}"
+            + (f": {tail}" if tail else "")
+            + f" (see {out}/job/workload.err)"
+        )
 
 
 def _tail(path: Path) -> str:

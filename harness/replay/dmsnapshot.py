@@ -5,6 +5,7 @@ loop device over a sparse file).  While a clone exists the pristine must not be 
 
 Runs where there is root and device-mapper: in the guest (the checker VM), or a host whose kernel
 has it.  Device-mapper through ``dm`` (ioctls, no dmsetup), loop devices through ``loopdev``."""
+
 from __future__ import annotations
 
 import itertools

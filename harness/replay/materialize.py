@@ -19,6 +19,7 @@ States are processed sorted by base, so the walk is monotone; per state the work
 ``reference_image`` is the plain baseline (replay from entry 0, as fstests generic/482 does);
 ``replay_state`` rebuilds one state by id for ``powercut replay``.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -66,7 +67,7 @@ class ReplayStats:
     states: int = 0
     walk_entries: int = 0
     walk_bytes: int = 0
-    zero_skipped: int = 0   # bytes of all-zero writes not read (known_zero)
+    zero_skipped: int = 0  # bytes of all-zero writes not read (known_zero)
     walk_s: float = 0.0
     clone_s: float = 0.0
     extras_entries: int = 0
@@ -81,10 +82,16 @@ def plan(index: LogIndex | Sequence[Entry], state: CrashState) -> Plan:
     the state's epoch, never the whole log)."""
     entries = index.entries if isinstance(index, LogIndex) else index
     if not 0 <= state.cut <= len(entries):
-        raise UsageError(f"state {state.id}: cut {state.cut} is past the log's {len(entries)} entries")
+        raise UsageError(
+            f"state {state.id}: cut {state.cut} is past the log's {len(entries)} entries"
+        )
     base = state.base
-    extras = tuple((entries[i], torn) for i, torn in state.kept(DeviceChanges(entries), base))  # CrashState's rule
-    return Plan(state, base, tuple(with_lie(state, entries, extras)))  # a misdirected write's copy (core/crashmodels/lies)
+    extras = tuple(
+        (entries[i], torn) for i, torn in state.kept(DeviceChanges(entries), base)
+    )  # CrashState's rule
+    return Plan(
+        state, base, tuple(with_lie(state, entries, extras))
+    )  # a misdirected write's copy (core/crashmodels/lies)
 
 
 def check_extents(index: LogIndex, size: int, upto: int | None = None) -> None:
@@ -95,9 +102,11 @@ def check_extents(index: LogIndex, size: int, upto: int | None = None) -> None:
     limit = size // ss
     for e in index.entries[:upto]:
         if e.changes_device and e.sector + e.nr_sectors > limit:
-            raise UsageError(f"{index.path}: entry {e.index} ({e.describe()}) ends at byte "
-                             f"{(e.sector + e.nr_sectors) * ss}, past the end of the {size}-byte data device "
-                             f"(wrong size, or not this device's log)")
+            raise UsageError(
+                f"{index.path}: entry {e.index} ({e.describe()}) ends at byte "
+                f"{(e.sector + e.nr_sectors) * ss}, past the end of the {size}-byte data device "
+                f"(wrong size, or not this device's log)"
+            )
 
 
 class _Writer:
@@ -107,12 +116,16 @@ class _Writer:
     ``known_zero``: writes whose data is all zeros (``zero_writes``), skipped -- never read -- while
     the image started zeroed and nothing was written where they land."""
 
-    def __init__(self, index: LogIndex, fd: int, punch: bool, zeros: bool = False, known_zero: ZeroRuns = ()) -> None:
+    def __init__(
+        self, index: LogIndex, fd: int, punch: bool, zeros: bool = False, known_zero: ZeroRuns = ()
+    ) -> None:
         self.index, self.fd, self.punch, self.zeros = index, fd, punch, zeros
         self.ss = index.sectorsize
         self.bytes = 0
         self.skipped = 0
-        self.known_zero = tuple((int(lo), int(hi)) for lo, hi in known_zero) if zeros else ()   # JSON: lists
+        self.known_zero = (
+            tuple((int(lo), int(hi)) for lo, hi in known_zero) if zeros else ()
+        )  # JSON: lists
         self.last_zero = max((hi for _, hi in self.known_zero), default=0)
         self.written = Written()
 
@@ -121,7 +134,11 @@ class _Writer:
         if e.index >= self.last_zero:
             return False
         k = bisect.bisect_right(self.known_zero, (e.index, len(self.index.entries))) - 1
-        if k >= 0 and self.known_zero[k][0] <= e.index < self.known_zero[k][1] and not self.written.overlaps(off, off + n):
+        if (
+            k >= 0
+            and self.known_zero[k][0] <= e.index < self.known_zero[k][1]
+            and not self.written.overlaps(off, off + n)
+        ):
             self.skipped += n
             return True
         self.written.add(off, off + n)
@@ -138,13 +155,15 @@ class _Writer:
             return
         self.zeros = False
         if sectors is None:
-            data = self.index.data(self.index.entries[e.index])   # e may be a misdirected copy (core/crashmodels/lies)
+            data = self.index.data(
+                self.index.entries[e.index]
+            )  # e may be a misdirected copy (core/crashmodels/lies)
             pwrite_all(self.fd, data, off)
             self.bytes += len(data)
             return
         data = self.index.data(e)
         for lo, hi in runs(sectors):  # a torn write: only the persisted sectors
-            pwrite_all(self.fd, data[lo * ss:hi * ss], off + lo * ss)
+            pwrite_all(self.fd, data[lo * ss : hi * ss], off + lo * ss)
             self.bytes += (hi - lo) * ss
 
 
@@ -163,9 +182,17 @@ def _check_initial(initial: Path | None, size: int) -> Path | None:
     return p
 
 
-def materialize(index: LogIndex, initial: Path | None, size: int, states: Sequence[CrashState], workspace: Path,
-                provider: str | Provider = "auto", *, stats: ReplayStats | None = None, known_zero: ZeroRuns = ()
-                ) -> Generator[tuple[CrashState, Path], None, None]:
+def materialize(
+    index: LogIndex,
+    initial: Path | None,
+    size: int,
+    states: Sequence[CrashState],
+    workspace: Path,
+    provider: str | Provider = "auto",
+    *,
+    stats: ReplayStats | None = None,
+    known_zero: ZeroRuns = (),
+) -> Generator[tuple[CrashState, Path], None, None]:
     """Yield (state, image) for every state, in walk order (sorted by the pristine position the
     state needs -- not necessarily the order given).
 
@@ -183,18 +210,30 @@ def materialize(index: LogIndex, initial: Path | None, size: int, states: Sequen
     initial = _check_initial(initial, size)
     if isinstance(provider, str) and provider != "auto":
         if provider not in PROVIDERS:
-            raise UsageError(f"unknown snapshot provider {provider!r}; choose auto, {', '.join(PROVIDERS)}")
+            raise UsageError(
+                f"unknown snapshot provider {provider!r}; choose auto, {', '.join(PROVIDERS)}"
+            )
     return _walk(index, initial, size, plans, Path(workspace), provider, st, known_zero)
 
 
-def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], workspace: Path,
-          provider: str | Provider, st: ReplayStats, known_zero: ZeroRuns = ()
-          ) -> Generator[tuple[CrashState, Path], None, None]:
+def _walk(
+    index: LogIndex,
+    initial: Path | None,
+    size: int,
+    plans: list[Plan],
+    workspace: Path,
+    provider: str | Provider,
+    st: ReplayStats,
+    known_zero: ZeroRuns = (),
+) -> Generator[tuple[CrashState, Path], None, None]:
     if not plans:
         return
     t0 = time.perf_counter()
-    prov = choose_provider(workspace, provider, image_bytes=2 * size + (256 << 20)) \
-        if isinstance(provider, str) else provider
+    prov = (
+        choose_provider(workspace, provider, image_bytes=2 * size + (256 << 20))
+        if isinstance(provider, str)
+        else provider
+    )
     st.provider, st.provider_reason = prov.name, prov.reason
     pristine = None
     try:
@@ -202,10 +241,17 @@ def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], w
             pristine = prov.pristine(size, initial)
             pristine.sync()
         except OSError as e:
-            raise PowercutError(f"cannot create the pristine image in {prov.workdir}: {e.strerror}") from None
+            raise PowercutError(
+                f"cannot create the pristine image in {prov.workdir}: {e.strerror}"
+            ) from None
         st.setup_s += time.perf_counter() - t0
-        walker = _Writer(index, pristine.fd, punch=not (pristine.block or prov.dense), zeros=initial is None,
-                         known_zero=known_zero)
+        walker = _Writer(
+            index,
+            pristine.fd,
+            punch=not (pristine.block or prov.dense),
+            zeros=initial is None,
+            known_zero=known_zero,
+        )
         entries = index.entries
         pos = 0
         for p in plans:
@@ -215,7 +261,7 @@ def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], w
                     t = time.perf_counter()
                     before, skipped = walker.bytes, walker.skipped
                     apply = walker.apply
-                    for ent in entries[pos:p.base]:
+                    for ent in entries[pos : p.base]:
                         if ent.changes_device:
                             apply(ent)
                     index.release(pos, p.base)  # the log pages written out: out of the resident set
@@ -250,8 +296,13 @@ def _walk(index: LogIndex, initial: Path | None, size: int, plans: list[Plan], w
             prov.close()
 
 
-def _apply_extras(index: LogIndex, img: Path, extras: Sequence[Extra], block: bool,
-                  flip: tuple[int, tuple[int, ...]] | None = None) -> None:
+def _apply_extras(
+    index: LogIndex,
+    img: Path,
+    extras: Sequence[Extra],
+    block: bool,
+    flip: tuple[int, tuple[int, ...]] | None = None,
+) -> None:
     try:
         fd = os.open(img, os.O_RDWR | os.O_CLOEXEC)
     except OSError as e:
@@ -284,7 +335,9 @@ def _io_error(e: OSError, doing: str) -> PowercutError:
 
 
 # -- the plain baseline ---------------------------------------------------------------------------------
-def reference_image(index: LogIndex, state: CrashState, size: int, out: Path, initial: Path | None = None) -> Path:
+def reference_image(
+    index: LogIndex, state: CrashState, size: int, out: Path, initial: Path | None = None
+) -> Path:
     """Replay the state from entry 0 into ``out`` the straightforward way (generic/482's
     replay-index): start from the initial image (or zeros), write every durable entry in index order,
     zeros for discards, only the persisted sectors of a torn write."""
@@ -313,8 +366,15 @@ def reference_image(index: LogIndex, state: CrashState, size: int, out: Path, in
     return Path(out)
 
 
-def replay_into(index: LogIndex, state: CrashState, size: int, out: Path, initial: Path | None = None, *,
-                fsync: bool = True) -> Path:
+def replay_into(
+    index: LogIndex,
+    state: CrashState,
+    size: int,
+    out: Path,
+    initial: Path | None = None,
+    *,
+    fsync: bool = True,
+) -> Path:
     """Build one state from entry 0 into the new file ``out`` on the walk's fast path (pwrite from
     the mmap, holes for discards).  OSError on I/O errors (the caller cleans up)."""
     fd = os.open(out, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -347,7 +407,9 @@ def _source(source: str | os.PathLike[str], size: int | None) -> tuple[Path, int
         rec = load_recording(src)
         dsize, log_path, initial = rec.data_size, rec.log_path, rec.initial_image
         if size is not None and size != dsize:
-            raise UsageError(f"{src}: the recording's data device has {dsize} bytes; drop --size or give {dsize}")
+            raise UsageError(
+                f"{src}: the recording's data device has {dsize} bytes; drop --size or give {dsize}"
+            )
         if not log_path.is_file():
             raise BadRecording(f"{src}: the log {log_path.name} is missing")
         if initial is not None and not initial.is_file():
@@ -362,8 +424,14 @@ def _source(source: str | os.PathLike[str], size: int | None) -> tuple[Path, int
     return src, size, None
 
 
-def replay_state(source: str | os.PathLike[str], state_id: str, out_path: str | os.PathLike[str], *,
-                 size: int | None = None, initial: str | os.PathLike[str] | None = None) -> Path:
+def replay_state(
+    source: str | os.PathLike[str],
+    state_id: str,
+    out_path: str | os.PathLike[str],
+    *,
+    size: int | None = None,
+    initial: str | os.PathLike[str] | None = None,
+) -> Path:
     """Rebuild the crash state ``state_id`` of a recording (or of a bare log, with ``size``)
     into the image file ``out_path``, bit for bit what ``materialize`` yields for it.  The file is
     written under a temporary name and renamed; on any error nothing is left behind."""
@@ -393,5 +461,13 @@ def replay_state(source: str | os.PathLike[str], state_id: str, out_path: str | 
     return out
 
 
-__all__ = ["Plan", "ReplayStats", "check_extents", "materialize", "plan", "reference_image", "replay_into",
-           "replay_state"]
+__all__ = [
+    "Plan",
+    "ReplayStats",
+    "check_extents",
+    "materialize",
+    "plan",
+    "reference_image",
+    "replay_into",
+    "replay_state",
+]

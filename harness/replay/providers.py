@@ -1,5 +1,6 @@
 """Which snapshot provider a replay uses (host and guest): the catalogue, and the first that works for
 a work directory (reflink, XFS workspace, dm-snapshot, plain copy)."""
+
 from __future__ import annotations
 
 import logging
@@ -18,13 +19,17 @@ PROVIDERS = ("reflink", "xfs", "copy", "dm-snapshot")
 
 
 # -- choosing -----------------------------------------------------------------------------------------------
-def choose_provider(workspace: Path, prefer: str = "auto", *, image_bytes: int = 1 << 30) -> Provider:
+def choose_provider(
+    workspace: Path, prefer: str = "auto", *, image_bytes: int = 1 << 30
+) -> Provider:
     """The best provider for ``workspace``: native reflink, else (root) an XFS workspace image,
     else sparse copy.  ``prefer`` forces one (EnvironmentNotReady if it cannot work here);
     dm-snapshot is only used when asked for (its clones are block devices)."""
     workspace = Path(workspace)
     if prefer not in ("auto", *PROVIDERS):
-        raise UsageError(f"unknown snapshot provider {prefer!r}; choose auto, {', '.join(PROVIDERS)}")
+        raise UsageError(
+            f"unknown snapshot provider {prefer!r}; choose auto, {', '.join(PROVIDERS)}"
+        )
     if not workspace.is_dir():
         raise UsageError(f"workspace {workspace} is not a directory")
     fstype = mounts.fs_type(workspace)
@@ -39,9 +44,14 @@ def choose_provider(workspace: Path, prefer: str = "auto", *, image_bytes: int =
         raise EnvironmentNotReady(f"no reflink: {why_not}; an XFS workspace would need root")
     if prefer in ("auto", "reflink", "xfs"):
         try:
-            return _chosen(XfsWorkspaceProvider(workspace, f"{fstype} workspace has no reflink "
-                                                f"({why_not or 'asked for xfs'}); loop-mounted XFS image",
-                                                image_bytes=image_bytes))
+            return _chosen(
+                XfsWorkspaceProvider(
+                    workspace,
+                    f"{fstype} workspace has no reflink "
+                    f"({why_not or 'asked for xfs'}); loop-mounted XFS image",
+                    image_bytes=image_bytes,
+                )
+            )
         except EnvironmentNotReady as e:
             if prefer != "auto":
                 raise

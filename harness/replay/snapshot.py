@@ -20,6 +20,7 @@ dm-snapshot), ``release(path)`` drops a clone, ``close()`` tears everything down
 This module owns the interface, the file-based providers and ``choose_provider``; image I/O is in
 ``imageio``, loop devices in ``loopdev``, mounts in ``mounts``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -43,8 +44,16 @@ class Pristine:
     """The image the walk writes into.  ``fd`` is open read-write on ``path`` (a file, or the
     block device for dm-snapshot); ``block`` says which."""
 
-    def __init__(self, path: Path, fd: int, block: bool, backing: Path | None = None, writeback: bool = False) -> None:
-        self.path, self.fd, self.block, self.backing, self.writeback = path, fd, block, backing, writeback
+    def __init__(
+        self, path: Path, fd: int, block: bool, backing: Path | None = None, writeback: bool = False
+    ) -> None:
+        self.path, self.fd, self.block, self.backing, self.writeback = (
+            path,
+            fd,
+            block,
+            backing,
+            writeback,
+        )
 
     def sync(self) -> None:
         """Before a clone: make the writes visible below the page cache (dm-snapshot: fsync the
@@ -67,7 +76,9 @@ class Provider:
 
     name = "?"
     block = False
-    dense = False  # keep the pristine fully written (no holes): clones stay O(1) on reflink filesystems
+    dense = (
+        False  # keep the pristine fully written (no holes): clones stay O(1) on reflink filesystems
+    )
 
     def __init__(self, workspace: Path, reason: str = "") -> None:
         self.reason = reason
@@ -89,7 +100,9 @@ class Provider:
 
     def pristine(self, size: int, initial: Path | None) -> Pristine:
         path = self.path("pristine")
-        return Pristine(path, new_image(path, size, initial, self.dense), False, path, writeback=self.dense)
+        return Pristine(
+            path, new_image(path, size, initial, self.dense), False, path, writeback=self.dense
+        )
 
     def drop_pristine(self, p: Pristine) -> None:
         p.close()
@@ -199,10 +212,14 @@ class XfsWorkspaceProvider(ReflinkProvider):
                 raise EnvironmentNotReady(f"the XFS workspace has no reflink: {why}")
         except (CommandFailed, mounts.MountError, LoopError) as e:
             self.close()
-            raise EnvironmentNotReady(f"cannot set up an XFS workspace in {workspace}: {e.one_line()}") from None
+            raise EnvironmentNotReady(
+                f"cannot set up an XFS workspace in {workspace}: {e.one_line()}"
+            ) from None
         except OSError as e:
             self.close()
-            raise EnvironmentNotReady(f"cannot set up an XFS workspace in {workspace}: {e.strerror}") from None
+            raise EnvironmentNotReady(
+                f"cannot set up an XFS workspace in {workspace}: {e.strerror}"
+            ) from None
         except BaseException:
             self.close()
             raise

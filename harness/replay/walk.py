@@ -6,6 +6,7 @@ dm-snapshot in the checker VM, reflink or a sparse copy on the host) and starts 
 entry 0 only when the next state lies behind: per node one walk per wrap of the product, each state
 a clone plus its few extra writes, instead of a replay from entry 0 whenever the node's state
 changes.  One disk's states sorted by that position are one run: materialize's one walk."""
+
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
@@ -37,30 +38,47 @@ class NodeImages:
     call), walked forward run by run (``runs``) from ``initial`` (None: zeros; ``known_zero``: the
     log's all-zero writes, materialize's).  ``close`` ends the walk and the provider."""
 
-    def __init__(self, index: LogIndex, size: int, states: Sequence[CrashState], workspace: Path,
-                 provider: Provider, *, initial: Path | None = None, known_zero: ZeroRuns = ()) -> None:
+    def __init__(
+        self,
+        index: LogIndex,
+        size: int,
+        states: Sequence[CrashState],
+        workspace: Path,
+        provider: Provider,
+        *,
+        initial: Path | None = None,
+        known_zero: ZeroRuns = (),
+    ) -> None:
         self.index, self.size, self.states, self.initial = index, size, list(states), initial
         self.known_zero = known_zero
         self.runs = runs([plan(index, s).base for s in self.states])
         workspace.mkdir(parents=True, exist_ok=True)
         self.provider = provider
         self.walk: Generator[tuple[CrashState, Path], None, None] | None = None
-        self.k = 0        # the next state's position
-        self.run = -1     # the run being walked
+        self.k = 0  # the next state's position
+        self.run = -1  # the run being walked
         self.walks = 0
-        self.stats = ReplayStats()   # summed over the walks
+        self.stats = ReplayStats()  # summed over the walks
 
     def next_image(self) -> Path:
         if self.walk is None or self.k == self.runs[self.run].stop:
             if self.walk is not None:
-                self.walk.close()   # releases the last clone and the pristine
+                self.walk.close()  # releases the last clone and the pristine
             self.run += 1
             r = self.runs[self.run]
-            self.walk = materialize(self.index, self.initial, self.size, self.states[r.start:r.stop], self.provider.workspace,
-                                    self.provider, stats=self.stats, known_zero=self.known_zero)
+            self.walk = materialize(
+                self.index,
+                self.initial,
+                self.size,
+                self.states[r.start : r.stop],
+                self.provider.workspace,
+                self.provider,
+                stats=self.stats,
+                known_zero=self.known_zero,
+            )
             self.walks += 1
         state, img = next(self.walk)
-        if state != self.states[self.k]:   # materialize sorts by base: a run is sorted already
+        if state != self.states[self.k]:  # materialize sorts by base: a run is sorted already
             raise AssertionError(f"node walk out of order: {state.id} for {self.states[self.k].id}")
         self.k += 1
         return img

@@ -5,6 +5,7 @@ checker VM under TCG spent ~2.3 s before its first state reading them over 9p an
 host, where the log is local, finds them (``zero_writes``) and the job carries them
 (vm/guestjob.StateSource.zeros) to replay/materialize's writer, which tracks what it wrote
 (``Written``)."""
+
 from __future__ import annotations
 
 import bisect
@@ -13,7 +14,7 @@ from powercut.core.log.dmlog import LogIndex
 
 __all__ = ["Written", "ZeroRuns", "zero_writes"]
 
-ZeroRuns = tuple[tuple[int, int], ...]   # [lo, hi) runs of entry indices
+ZeroRuns = tuple[tuple[int, int], ...]  # [lo, hi) runs of entry indices
 
 
 def zero_writes(index: LogIndex, upto: int | None = None) -> ZeroRuns:
@@ -51,8 +52,8 @@ class Written:
         return (k >= 0 and self.hi[k] > lo) or (k + 1 < len(self.lo) and self.lo[k + 1] < hi)
 
     def add(self, lo: int, hi: int) -> None:
-        a = bisect.bisect_left(self.hi, lo)    # the first range ending at or after lo
-        b = bisect.bisect_right(self.lo, hi)   # past the last range starting at or before hi
+        a = bisect.bisect_left(self.hi, lo)  # the first range ending at or after lo
+        b = bisect.bisect_right(self.lo, hi)  # past the last range starting at or before hi
         if a < b:
             lo, hi = min(lo, self.lo[a]), max(hi, self.hi[b - 1])
         self.lo[a:b], self.hi[a:b] = [lo], [hi]

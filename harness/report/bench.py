@@ -3,6 +3,7 @@ per-op p50/p99/p99.9, the slowdown against buffered writes of the same size, the
 ratio), the seed comparisons (report/seeds.py) and the plots (matplotlib, optional: the ``bench``
 extra): per-op latency per guarantee, write cache on and off side by side, log scale, as PNG and
 SVG.  Nothing here prints; cli/ does."""
+
 from __future__ import annotations
 
 import logging
@@ -58,7 +59,19 @@ def cache_peer(results: BenchResults, e: BenchEntry) -> BenchEntry | None:
     return results.find(e.name, True, suite=e.suite, setting=e.setting)
 
 
-COLUMNS = ("suite", "item", "cache", "ops/s", "MB/s", "commits/s", "p50", "p99", "p99.9", "vs buffered", "off/on")
+COLUMNS = (
+    "suite",
+    "item",
+    "cache",
+    "ops/s",
+    "MB/s",
+    "commits/s",
+    "p50",
+    "p99",
+    "p99.9",
+    "vs buffered",
+    "off/on",
+)
 
 
 def rows(results: BenchResults) -> list[dict[str, str]]:
@@ -71,11 +84,23 @@ def rows(results: BenchResults) -> list[dict[str, str]]:
         slow = ratio(getattr(buffered_peer(results, e), "ops_per_s", None), e.ops_per_s)
         on = cache_peer(results, e)
         off_on = ratio(on.commits_per_s, e.commits_per_s) if on else None
-        out.append({"suite": e.suite, "item": e.name, "cache": e.cache + (f", {e.setting}" if e.setting else ""),
-                    "ops/s": fmt_num(e.ops_per_s), "MB/s": fmt_num(e.mb_per_s), "commits/s": fmt_num(e.commits_per_s),
-                    "p50": fmt_us(e.p50_us), "p99": fmt_us(e.p99_us), "p99.9": fmt_us(e.p999_us),
-                    "vs buffered": fmt_ratio(slow) if slow and e.name.split("-")[0] != "buffered" else "",
-                    "off/on": fmt_ratio(off_on)})
+        out.append(
+            {
+                "suite": e.suite,
+                "item": e.name,
+                "cache": e.cache + (f", {e.setting}" if e.setting else ""),
+                "ops/s": fmt_num(e.ops_per_s),
+                "MB/s": fmt_num(e.mb_per_s),
+                "commits/s": fmt_num(e.commits_per_s),
+                "p50": fmt_us(e.p50_us),
+                "p99": fmt_us(e.p99_us),
+                "p99.9": fmt_us(e.p999_us),
+                "vs buffered": fmt_ratio(slow)
+                if slow and e.name.split("-")[0] != "buffered"
+                else "",
+                "off/on": fmt_ratio(off_on),
+            }
+        )
     return out
 
 
@@ -103,22 +128,34 @@ def main_table(results: BenchResults) -> Table:
 def describe(results: BenchResults) -> list[str]:
     """The lines that say where the figures come from (every output states them)."""
     m = results.meta
-    lines = [f"where: {m.mode} mode, accel {m.accel}"
-             + (f", QEMU cache={m.qemu_cache} (honours flushes), bus {m.bus}" if m.mode == "vm" else f", {m.bus}"),
-             f"disk: {m.device or '-'} backed by {m.backing}; {m.fs}" + (f", guest kernel {m.guest_kernel}"
-                                                                        if m.guest_kernel else ""),
-             "latency: per commit (write(s) + the sync that makes them durable); timed workloads: ack - begin"]
+    lines = [
+        f"where: {m.mode} mode, accel {m.accel}"
+        + (
+            f", QEMU cache={m.qemu_cache} (honours flushes), bus {m.bus}"
+            if m.mode == "vm"
+            else f", {m.bus}"
+        ),
+        f"disk: {m.device or '-'} backed by {m.backing}; {m.fs}"
+        + (f", guest kernel {m.guest_kernel}" if m.guest_kernel else ""),
+        "latency: per commit (write(s) + the sync that makes them durable); timed workloads: ack - begin",
+    ]
     checked = [c for c in results.checks if "item" in c]
     if checked:
-        ok = all(c.get("hdparm") in (c["wanted"], None) and c.get("sysfs") in (c["wanted"], None) for c in checked)
-        lines.append(f"write cache read back before each of {len(checked)} runs (hdparm -W and queue/write_cache): "
-                     + ("as asked every time" if ok else "MISMATCH"))
+        ok = all(
+            c.get("hdparm") in (c["wanted"], None) and c.get("sysfs") in (c["wanted"], None)
+            for c in checked
+        )
+        lines.append(
+            f"write cache read back before each of {len(checked)} runs (hdparm -W and queue/write_cache): "
+            + ("as asked every time" if ok else "MISMATCH")
+        )
     if m.note:
         lines.append(f"note: {m.note}")
     return lines
 
 
 # --- plots ---------------------------------------------------------------------------------------------
+
 
 def _plottable(results: BenchResults) -> list[str]:
     names: list[str] = []
@@ -133,6 +170,7 @@ def plot(results: BenchResults, out_dir: str | Path, stem: str = "latency") -> l
     side, log scale; commits/s below.  Writes ``stem``.png and ``stem``.svg into ``out_dir``."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -140,8 +178,13 @@ def plot(results: BenchResults, out_dir: str | Path, stem: str = "latency") -> l
     names = _plottable(results)
     if not names:
         raise EnvironmentNotReady("nothing to plot: no entry with latency figures")
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(max(7.0, 0.75 * len(names) + 2), 7.5), sharex=True,
-                                  gridspec_kw={"height_ratios": [3, 2]})
+    fig, (ax, ax2) = plt.subplots(
+        2,
+        1,
+        figsize=(max(7.0, 0.75 * len(names) + 2), 7.5),
+        sharex=True,
+        gridspec_kw={"height_ratios": [3, 2]},
+    )
     width = 0.38
     for k, (wc, color) in enumerate(((True, "#4c72b0"), (False, "#dd8452"), (None, "#55a868"))):
         xs, p50, lo, hi, p999, cps = [], [], [], [], [], []
@@ -158,10 +201,25 @@ def plot(results: BenchResults, out_dir: str | Path, stem: str = "latency") -> l
         if not xs:
             continue
         label = {True: "write cache on", False: "write cache off", None: "cache as is"}[wc]
-        ax.bar(xs, p50, width, color=color, label=f"{label}: p50", yerr=[lo, hi], capsize=3,
-               error_kw={"elinewidth": 1, "ecolor": "#333333"})
-        ax.scatter(xs, p999, marker="_", s=120, color="#222222", zorder=3,
-                   label="p99.9" if k == 0 else None)
+        ax.bar(
+            xs,
+            p50,
+            width,
+            color=color,
+            label=f"{label}: p50",
+            yerr=[lo, hi],
+            capsize=3,
+            error_kw={"elinewidth": 1, "ecolor": "#333333"},
+        )
+        ax.scatter(
+            xs,
+            p999,
+            marker="_",
+            s=120,
+            color="#222222",
+            zorder=3,
+            label="p99.9" if k == 0 else None,
+        )
         ax2.bar(xs, cps, width, color=color, label=label)
     ax.set_yscale("log")
     ax.set_ylabel("per-op latency (µs, log)\nbar p50, whisker p99")
@@ -175,8 +233,12 @@ def plot(results: BenchResults, out_dir: str | Path, stem: str = "latency") -> l
     m = results.meta
     title = f"powercut bench: {m.fs} on {m.device or m.backing} ({m.mode}, {m.accel}"
     title += f", qemu cache={m.qemu_cache})" if m.qemu_cache else ")"
-    ax.set_title("\n".join([title] + textwrap.wrap(f"backed by {m.backing}", 110) + textwrap.wrap(m.note, 110)),
-                 fontsize=9)
+    ax.set_title(
+        "\n".join(
+            [title] + textwrap.wrap(f"backed by {m.backing}", 110) + textwrap.wrap(m.note, 110)
+        ),
+        fontsize=9,
+    )
     fig.tight_layout()
     out = Path(out_dir)
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
@@ -188,7 +250,21 @@ def plot(results: BenchResults, out_dir: str | Path, stem: str = "latency") -> l
 
 def summary_json(results: BenchResults) -> dict[str, Any]:
     """A compact view for --json on stdout: meta plus name/cache/figures per entry."""
-    keep = ("suite", "name", "write_cache", "target", "mount_opts", "ops_per_s", "mb_per_s", "commits_per_s",
-            "p50_us", "p99_us", "p999_us", "error")
-    return {"meta": results.to_json()["meta"],
-            "entries": [{k: getattr(e, k) for k in keep} for e in results.entries]}
+    keep = (
+        "suite",
+        "name",
+        "write_cache",
+        "target",
+        "mount_opts",
+        "ops_per_s",
+        "mb_per_s",
+        "commits_per_s",
+        "p50_us",
+        "p99_us",
+        "p999_us",
+        "error",
+    )
+    return {
+        "meta": results.to_json()["meta"],
+        "entries": [{k: getattr(e, k) for k in keep} for e in results.entries],
+    }

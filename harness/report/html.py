@@ -13,6 +13,7 @@ plot inlined.  ``matrix``, ``merge`` (of matrix shards), ``report`` and ``demo``
 The bench page (``write_bench``, ``templates/bench.html.j2``): every timed item's cost (the terminal
 table's rows), the latency plot inlined, the seeds' tables beside ours, where it was measured.
 ``bench`` writes it beside results.json."""
+
 from __future__ import annotations
 
 import json
@@ -36,22 +37,35 @@ from powercut.report import bench, clustertimeline, seeds, timeline
 from powercut.report.summary import Summary, group_confirmation
 
 log = logging.getLogger(__name__)
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("powercut.report", "templates"),
-                          autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("powercut.report", "templates"),
+    autoescape=jinja2.select_autoescape(["html", "j2"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 
 
 def sentence(s: Summary) -> str:
     """The verdict in one sentence."""
-    disks = f" on {s.nodes} nodes" if s.nodes > 1 else ""   # a cluster's states: each a state of every node
-    where = f"{s.workload}{disks} on {s.fstype}: {s.total} distinct crash states judged in {s.check_in}"
+    disks = (
+        f" on {s.nodes} nodes" if s.nodes > 1 else ""
+    )  # a cluster's states: each a state of every node
+    where = (
+        f"{s.workload}{disks} on {s.fstype}: {s.total} distinct crash states judged in {s.check_in}"
+    )
     if s.shard:
         where += f" (shard {s.shard})"
     if s.failures:
-        conf = (f"{s.confirmed} confirmed alone, {s.by_group} confirmed by their group's sample"
-                if s.rejudged else "unconfirmed")
-        text = (f"{where}; {len(s.failures)} fail in {len(s.groups) or '?'} group{'s' if len(s.groups) != 1 else ''} "
-                f"by cause ({', '.join(sorted({f.verdict for f in s.failures}, key=SEVERITY.index))}), "
-                f"{conf}, {len(s.flaky)} flaky.")
+        conf = (
+            f"{s.confirmed} confirmed alone, {s.by_group} confirmed by their group's sample"
+            if s.rejudged
+            else "unconfirmed"
+        )
+        text = (
+            f"{where}; {len(s.failures)} fail in {len(s.groups) or '?'} group{'s' if len(s.groups) != 1 else ''} "
+            f"by cause ({', '.join(sorted({f.verdict for f in s.failures}, key=SEVERITY.index))}), "
+            f"{conf}, {len(s.flaky)} flaky."
+        )
     elif s.flaky:
         text = f"{where}; none fails, {len(s.flaky)} flaky (judged twice with different verdicts: a harness problem)."
     elif s.exhaustive:
@@ -68,7 +82,9 @@ def _model_coverage(m: Any) -> str:
         return "not recorded"
     parts = []
     if m.sampled_windows:
-        parts.append(f"sampled: {m.sampled_windows} of {m.windows} windows ({m.sampled_generated} states generated)")
+        parts.append(
+            f"sampled: {m.sampled_windows} of {m.windows} windows ({m.sampled_generated} states generated)"
+        )
     if m.left_out:
         parts.append(f"capped: {m.judged} of {m.distinct} judged")
     if m.notes:
@@ -79,17 +95,26 @@ def _model_coverage(m: Any) -> str:
 def _environment(recording: Path) -> list[tuple[str, str]]:
     try:
         m = rec_mod.load(recording).manifest
-    except Exception:   # noqa: BLE001 -- the page still says what it can
+    except Exception:  # noqa: BLE001 -- the page still says what it can
         return [("recording", f"{recording} (not readable here)")]
     r, vm, fs = m.get("recording", {}), m.get("vm", {}), m.get("fs", {})
-    return [("recording", str(recording)), ("VM acceleration", str(r.get("accel", "?"))),
-            ("guest kernel", str(r.get("kernel_release", "?"))), ("QEMU disk cache", str(vm.get("disk_cache", "?"))),
-            ("disk bus", str(vm.get("bus", "?"))), ("guest write cache", "on" if vm.get("write_cache") else "off"),
-            ("filesystem", f"{fs.get('fstype', '?')} {' '.join(fs.get('mkfs_opts', []))} "
-                           f"{fs.get('mount_opts', '')}".strip()),
-            ("disk latency", _latency(m.get("latency"))),
-            ("syncs held (--delay-sync)", held_phrase(m.get("result", {}).get("delay_sync"))),
-            ("marks", _marks(m.get("marks"))), ("recorded", str(r.get("created", "?")))]
+    return [
+        ("recording", str(recording)),
+        ("VM acceleration", str(r.get("accel", "?"))),
+        ("guest kernel", str(r.get("kernel_release", "?"))),
+        ("QEMU disk cache", str(vm.get("disk_cache", "?"))),
+        ("disk bus", str(vm.get("bus", "?"))),
+        ("guest write cache", "on" if vm.get("write_cache") else "off"),
+        (
+            "filesystem",
+            f"{fs.get('fstype', '?')} {' '.join(fs.get('mkfs_opts', []))} "
+            f"{fs.get('mount_opts', '')}".strip(),
+        ),
+        ("disk latency", _latency(m.get("latency"))),
+        ("syncs held (--delay-sync)", held_phrase(m.get("result", {}).get("delay_sync"))),
+        ("marks", _marks(m.get("marks"))),
+        ("recorded", str(r.get("created", "?"))),
+    ]
 
 
 def _latency(lat: dict[str, Any] | None) -> str:
@@ -103,9 +128,15 @@ def _marks(m: dict[str, Any] | None) -> str:
         return "recorded before ordered marks: an ack may precede writes that completed before it (README, blind spot (c))"
     if m.get("ordered"):
         return f"ordered: each of the {m.get('key_marks')} key marks follows every write completed before it"
-    return (f"{m.get('ordered_key_marks')} of {m.get('key_marks')} key marks ordered"
-            + (f", {m.get('ambiguous_windows')} ambiguous windows" if m.get("ambiguous_windows") else "")
-            + ": before the others the log may lack writes that had completed (README, blind spot (c))")
+    return (
+        f"{m.get('ordered_key_marks')} of {m.get('key_marks')} key marks ordered"
+        + (
+            f", {m.get('ambiguous_windows')} ambiguous windows"
+            if m.get("ambiguous_windows")
+            else ""
+        )
+        + ": before the others the log may lack writes that had completed (README, blind spot (c))"
+    )
 
 
 def _groups(s: Summary, outdir: Path) -> list[dict[str, Any]]:
@@ -114,16 +145,31 @@ def _groups(s: Summary, outdir: Path) -> list[dict[str, Any]]:
         first = next((f for f in s.failures if f.state == g.get("first")), None)
         reasons = list(first.reasons) if first else []
         bundle = g.get("bundle") or ""
-        out.append({**g, "k": k, "confirmation": (group_confirmation(g) + ".").lstrip("."), "reasons": [r for r in reasons if not r.startswith("kernel:")][:8],
-                    "kernel": [r.removeprefix("kernel: ") for r in reasons if r.startswith("kernel:")],
-                    "repro": f"powercut repro {shlex.quote(bundle)}" if bundle else
-                    f"powercut repro {shlex.quote(s.recording)} --state {shlex.quote(str(g.get('first', '')))}",
-                    "bundle_rel": os.path.relpath(bundle, outdir) if bundle else ""})
+        out.append(
+            {
+                **g,
+                "k": k,
+                "confirmation": (group_confirmation(g) + ".").lstrip("."),
+                "reasons": [r for r in reasons if not r.startswith("kernel:")][:8],
+                "kernel": [r.removeprefix("kernel: ") for r in reasons if r.startswith("kernel:")],
+                "repro": f"powercut repro {shlex.quote(bundle)}"
+                if bundle
+                else f"powercut repro {shlex.quote(s.recording)} --state {shlex.quote(str(g.get('first', '')))}",
+                "bundle_rel": os.path.relpath(bundle, outdir) if bundle else "",
+            }
+        )
     return out
 
 
-def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | Sequence[LogIndex] | None = None, *,
-          picture: Any = None, nodes: int = 0) -> Path:
+def write(
+    s: Summary,
+    outdir: Path,
+    verdicts: list[Any],
+    index: LogIndex | Sequence[LogIndex] | None = None,
+    *,
+    picture: Any = None,
+    nodes: int = 0,
+) -> Path:
     """Render ``outdir/report.html`` for the summary ``s`` of that output.  ``index``: the recording's
     log, already scanned, or every disk's (node 0 first): N > 1 disks' timeline has one band per
     node (report/clustertimeline.py; left out, with a word, if it cannot be drawn) and their failing
@@ -134,26 +180,58 @@ def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | Seque
         nodes = len(logs)
         try:
             picture = clustertimeline.of_logs(logs, s.failures)
-        except Exception as e:   # noqa: BLE001 -- a report never fails for want of its picture
+        except Exception as e:  # noqa: BLE001 -- a report never fails for want of its picture
             log.warning("report.html without the cluster timeline: %s", e)
     nodes = nodes or (s.nodes if s.nodes > 1 else 0)
-    tl = picture if picture is not None or nodes else (
-        timeline.of_index(logs[0], s.failures) if logs else
-        timeline.from_log(rec / "log.bin", s.failures) if (rec / "log.bin").is_file() else None)
+    tl = (
+        picture
+        if picture is not None or nodes
+        else (
+            timeline.of_index(logs[0], s.failures)
+            if logs
+            else timeline.from_log(rec / "log.bin", s.failures)
+            if (rec / "log.bin").is_file()
+            else None
+        )
+    )
     seen = [v for v in SEVERITY if any(v in c for c in s.by_model.values())]
     cov = {m.model: m for m in (s.coverage.models if s.coverage is not None else ())}
-    models = [{"name": m, "counts": s.counts.get(m, {}), "verdicts": s.by_model.get(m, {}),
-               "coverage": _model_coverage(cov.get(m)), "passes": ("pass", "detected") if m in LIE_MODELS else ("pass",)}
-              for m in dict.fromkeys([*s.counts, *s.by_model])]
+    models = [
+        {
+            "name": m,
+            "counts": s.counts.get(m, {}),
+            "verdicts": s.by_model.get(m, {}),
+            "coverage": _model_coverage(cov.get(m)),
+            "passes": ("pass", "detected") if m in LIE_MODELS else ("pass",),
+        }
+        for m in dict.fromkeys([*s.counts, *s.by_model])
+    ]
     page = _ENV.get_template("report.html.j2").render(
-        s=s, sentence=sentence(s), verdict=s.verdict, ok=s.ok, exhaustive=s.exhaustive,
-        coverage=(s.coverage.phrase(notes=False) or s.coverage_phrase()) if s.coverage is not None
-        else s.coverage_phrase(), weakened=list(s.coverage.notes) if s.coverage is not None else [], seen=seen, models=models, groups=_groups(s, outdir),
-        failures=s.failures[:50], more=max(0, len(s.failures) - 50), flaky=s.flaky[:50],
-        timeline=tl.svg() if tl else "", timeline_entries=tl.entries if tl else 0, nodes=nodes,
-        node_ids={f.state: f.state.partition("~")[2].split("+") for f in s.failures[:50]} if nodes else {},
-        environment=_environment(rec), notes=s.notes(),
-        summary_json=json.dumps(s.to_json().get("states", {})))
+        s=s,
+        sentence=sentence(s),
+        verdict=s.verdict,
+        ok=s.ok,
+        exhaustive=s.exhaustive,
+        coverage=(s.coverage.phrase(notes=False) or s.coverage_phrase())
+        if s.coverage is not None
+        else s.coverage_phrase(),
+        weakened=list(s.coverage.notes) if s.coverage is not None else [],
+        seen=seen,
+        models=models,
+        groups=_groups(s, outdir),
+        failures=s.failures[:50],
+        more=max(0, len(s.failures) - 50),
+        flaky=s.flaky[:50],
+        timeline=tl.svg() if tl else "",
+        timeline_entries=tl.entries if tl else 0,
+        nodes=nodes,
+        node_ids={f.state: f.state.partition("~")[2].split("+") for f in s.failures[:50]}
+        if nodes
+        else {},
+        environment=_environment(rec),
+        notes=s.notes(),
+        summary_json=json.dumps(s.to_json().get("states", {})),
+    )
     path = outdir / "report.html"
     path.write_text(page)
     return path
@@ -162,16 +240,27 @@ def write(s: Summary, outdir: Path, verdicts: list[Any], index: LogIndex | Seque
 # -- the matrix page: matrix, merge of matrix shards, report (with the cost view) ------------------------
 def matrix_sentence(rows: list[Any], results: list[Any], missing: tuple[str, ...] = ()) -> str:
     bad = [c for c in results if not c.ok]
-    text = (f"{len(rows)} configurations, {len(results)} cells (configuration x crash model): "
-            f"{len(results) - len(bad)} as expected, {len(bad)} surprise{'s' if len(bad) != 1 else ''}")
+    text = (
+        f"{len(rows)} configurations, {len(results)} cells (configuration x crash model): "
+        f"{len(results) - len(bad)} as expected, {len(bad)} surprise{'s' if len(bad) != 1 else ''}"
+    )
     if bad:
-        text += " (" + ", ".join(f"{c.row} {c.model}" for c in bad[:4]) + (" ..." if len(bad) > 4 else "") + ")"
+        text += (
+            " ("
+            + ", ".join(f"{c.row} {c.model}" for c in bad[:4])
+            + (" ..." if len(bad) > 4 else "")
+            + ")"
+        )
     text += "."
     unproven = [c for c in results if c.ok and not c.proven]
     if unproven:
-        text += (f" {len(unproven)} of the passes stand{'s' if len(unproven) == 1 else ''} on commit windows that "
-                 "were not exhaustive (sampled, capped or weakened: hover a cell for its coverage).")
-    return text + (f" Shards missing: {', '.join(missing)}: not a complete matrix." if missing else "")
+        text += (
+            f" {len(unproven)} of the passes stand{'s' if len(unproven) == 1 else ''} on commit windows that "
+            "were not exhaustive (sampled, capped or weakened: hover a cell for its coverage)."
+        )
+    return text + (
+        f" Shards missing: {', '.join(missing)}: not a complete matrix." if missing else ""
+    )
 
 
 def _label(c: Any) -> str:
@@ -179,10 +268,21 @@ def _label(c: Any) -> str:
     return "write-cache's only" if c.seen == "pass (untorn)" else str(c.seen)
 
 
-def write_matrix(out: Path, rows: list[Any], results: list[Any], infos: list[dict[str, Any]], *,
-                 shard: str = "", missing: tuple[str, ...] = (), cost: dict[str, Any] | None = None,
-                 summary_lines: list[str] | None = None, seeds: str = "", title: str = "verdict matrix",
-                 kind: str = "verdict matrix", rows_dir: Path | None = None) -> Path:
+def write_matrix(
+    out: Path,
+    rows: list[Any],
+    results: list[Any],
+    infos: list[dict[str, Any]],
+    *,
+    shard: str = "",
+    missing: tuple[str, ...] = (),
+    cost: dict[str, Any] | None = None,
+    summary_lines: list[str] | None = None,
+    seeds: str = "",
+    title: str = "verdict matrix",
+    kind: str = "verdict matrix",
+    rows_dir: Path | None = None,
+) -> Path:
     """Render ``out/report.html``: the matrix grid (expected vs seen), surprises, each row's why,
     optionally the durability-vs-cost view (``cost``: lines, findings, meta, svg) and the seeds.
     ``rows_dir``: where the rows' own outputs are (default ``out``), for the links to their pages."""
@@ -194,29 +294,70 @@ def write_matrix(out: Path, rows: list[Any], results: list[Any], infos: list[dic
     anatomy = {str(i.get("row")): i.get("anatomy") or {} for i in infos}
     for r in rows:
         report = (rows_dir or out) / r.slug / "check" / "report.html"
-        cells = {m: {"ok": c.ok, "proven": c.proven, "seen": _label(c), "expected": c.expected,
-                     "title": f"expected {c.expected}; seen {c.describe()}"
-                              + (f" -- why: {c.cause_text}" if c.cause_text else "")
-                              + (f" -- {' '.join(r.notes[m].split())}" if m in r.notes else "")}
-                 for m, c in by_row.get(r.id, {}).items()}
+        cells = {
+            m: {
+                "ok": c.ok,
+                "proven": c.proven,
+                "seen": _label(c),
+                "expected": c.expected,
+                "title": f"expected {c.expected}; seen {c.describe()}"
+                + (f" -- why: {c.cause_text}" if c.cause_text else "")
+                + (f" -- {' '.join(r.notes[m].split())}" if m in r.notes else ""),
+            }
+            for m, c in by_row.get(r.id, {}).items()
+        }
         workloads.setdefault(r.workload, []).append(
-            {"id": r.id, "slug": r.slug, "cells": cells, "why": " ".join(r.why.split()), "claim": r.claim,
-             "notes": {m: " ".join(n.split()) for m, n in r.notes.items()},
-             "link": os.path.relpath(report, out) if report.is_file() else "",
-             "anatomy": short_anatomy(anatomy.get(r.id, {})), "anatomy_phrase": anatomy.get(r.id, {}).get("phrase", "")})
-    surprises = [{"row": c.row, "model": c.model, "expected": c.expected, "seen": c.seen, "describe": c.describe(),
-                  "first_reason": c.first_reason} for c in results if not c.ok]
+            {
+                "id": r.id,
+                "slug": r.slug,
+                "cells": cells,
+                "why": " ".join(r.why.split()),
+                "claim": r.claim,
+                "notes": {m: " ".join(n.split()) for m, n in r.notes.items()},
+                "link": os.path.relpath(report, out) if report.is_file() else "",
+                "anatomy": short_anatomy(anatomy.get(r.id, {})),
+                "anatomy_phrase": anatomy.get(r.id, {}).get("phrase", ""),
+            }
+        )
+    surprises = [
+        {
+            "row": c.row,
+            "model": c.model,
+            "expected": c.expected,
+            "seen": c.seen,
+            "describe": c.describe(),
+            "first_reason": c.first_reason,
+        }
+        for c in results
+        if not c.ok
+    ]
     recs = [Path(i["recording"]) for i in infos if i.get("recording")]
     env = next((e for p in recs if len(e := _environment(p)) > 1), [])
     env = [(k, v) for k, v in env if k not in ("recording", "filesystem", "recorded", "marks")]
-    env += [("checked in", ", ".join(sorted({str(i["check_in"]) for i in infos if i.get("check_in")})) or "?"),
-            ("rows", str(len(rows)))]
+    env += [
+        (
+            "checked in",
+            ", ".join(sorted({str(i["check_in"]) for i in infos if i.get("check_in")})) or "?",
+        ),
+        ("rows", str(len(rows))),
+    ]
     ok = not surprises and not missing and bool(results)
     page = _ENV.get_template("matrix.html.j2").render(
-        title=title, kind=kind, shard=shard, ok=ok, verdict="AS EXPECTED" if ok else "SURPRISES" if surprises else "INCOMPLETE",
-        sentence=matrix_sentence(rows, results, missing), notes=[], models=used,
-        workloads=[{"name": k, "rows": v} for k, v in workloads.items()], surprises=surprises, cost=cost,
-        seeds=seeds, summary_lines=summary_lines or [], environment=env)
+        title=title,
+        kind=kind,
+        shard=shard,
+        ok=ok,
+        verdict="AS EXPECTED" if ok else "SURPRISES" if surprises else "INCOMPLETE",
+        sentence=matrix_sentence(rows, results, missing),
+        notes=[],
+        models=used,
+        workloads=[{"name": k, "rows": v} for k, v in workloads.items()],
+        surprises=surprises,
+        cost=cost,
+        seeds=seeds,
+        summary_lines=summary_lines or [],
+        environment=env,
+    )
     path = out / "report.html"
     path.write_text(page)
     return path
@@ -228,7 +369,7 @@ def inline_svg(path: Path | None) -> str:
     if path is None or not path.is_file():
         return ""
     raw = path.read_text()
-    return raw[raw.find("<svg"):]
+    return raw[raw.find("<svg") :]
 
 
 def write_bench(results: Any, out: Path) -> Path:
@@ -237,13 +378,26 @@ def write_bench(results: Any, out: Path) -> Path:
     rows = bench.rows(results)
     failed = sum("error" in r for r in rows)
     m = results.meta
-    sentence = (f"{len(rows)} items timed in a {m.mode} ({m.accel}) on {m.fs}"
-                + (", the disk write cache on and off" if {e.write_cache for e in results.entries} >= {True, False} else "")
-                + (f"; {failed} failed." if failed else "; every item ran."))
+    sentence = (
+        f"{len(rows)} items timed in a {m.mode} ({m.accel}) on {m.fs}"
+        + (
+            ", the disk write cache on and off"
+            if {e.write_cache for e in results.entries} >= {True, False}
+            else ""
+        )
+        + (f"; {failed} failed." if failed else "; every item ran.")
+    )
     page = _ENV.get_template("bench.html.j2").render(
-        title=bench.title(results), ok=not failed, verdict="FAILED ITEMS" if failed else "TIMED", sentence=sentence,
-        columns=bench.COLUMNS, rows=rows, svg=inline_svg(out / "latency.svg"),
-        seeds=seeds.as_text(seeds.tables(results)), where=bench.describe(results))
+        title=bench.title(results),
+        ok=not failed,
+        verdict="FAILED ITEMS" if failed else "TIMED",
+        sentence=sentence,
+        columns=bench.COLUMNS,
+        rows=rows,
+        svg=inline_svg(out / "latency.svg"),
+        seeds=seeds.as_text(seeds.tables(results)),
+        where=bench.describe(results),
+    )
     path = out / "report.html"
     path.write_text(page)
     return path

@@ -11,6 +11,7 @@ Two probes, one verdict cache (``<cache_root>/accel.json``, see :mod:`powercut.p
   (:func:`remote_key`).  A paused, failed or silent probe domain means TCG.
 
 Either probe runs once per key."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,12 +30,14 @@ from powercut.linux import environ, process
 
 log = logging.getLogger(__name__)
 
-PROBE_TIMEOUT_S = 15.0   # $POWERCUT_KVM_PROBE_TIMEOUT overrides it (probe_timeout_s)
+PROBE_TIMEOUT_S = 15.0  # $POWERCUT_KVM_PROBE_TIMEOUT overrides it (probe_timeout_s)
 
 
 def probe_timeout_s() -> float:
     """Seconds the KVM probe may take: $POWERCUT_KVM_PROBE_TIMEOUT, else PROBE_TIMEOUT_S."""
     return environ.number(environ.KVM_PROBE_TIMEOUT, PROBE_TIMEOUT_S)
+
+
 PROBE_OK = b"powercut-probe-ok"
 
 
@@ -86,18 +89,40 @@ def kvm_usable_device() -> bool:
     return os.access("/dev/kvm", os.R_OK | os.W_OK)
 
 
-def probe_kvm(qemu: str, kernel: str, initrd: str, timeout: float | None = None) -> tuple[bool, str]:
+def probe_kvm(
+    qemu: str, kernel: str, initrd: str, timeout: float | None = None
+) -> tuple[bool, str]:
     """Boot kernel+initrd under KVM with ``powercut.probe=1``; (ok, reason)."""
     timeout = probe_timeout_s() if timeout is None else timeout
     if not kvm_usable_device():
         return False, "/dev/kvm missing or not accessible"
     with tempfile.TemporaryDirectory(prefix="powercut-probe-") as tmp:
         console = os.path.join(tmp, "console")
-        argv = [qemu, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-                "-machine", "microvm,x-option-roms=off,pit=off,pic=off,rtc=off,isa-serial=on",
-                "-accel", "kvm", "-cpu", "host", "-m", "256", "-kernel", kernel, "-initrd", initrd,
-                "-append", "console=ttyS0 panic=-1 reboot=t rdinit=/init powercut.probe=1 loglevel=1",
-                "-chardev", f"file,id=con,path={console}", "-serial", "chardev:con"]
+        argv = [
+            qemu,
+            "-nodefaults",
+            "-no-user-config",
+            "-nographic",
+            "-no-reboot",
+            "-machine",
+            "microvm,x-option-roms=off,pit=off,pic=off,rtc=off,isa-serial=on",
+            "-accel",
+            "kvm",
+            "-cpu",
+            "host",
+            "-m",
+            "256",
+            "-kernel",
+            kernel,
+            "-initrd",
+            initrd,
+            "-append",
+            "console=ttyS0 panic=-1 reboot=t rdinit=/init powercut.probe=1 loglevel=1",
+            "-chardev",
+            f"file,id=con,path={console}",
+            "-serial",
+            "chardev:con",
+        ]
         start = time.monotonic()
         with process.Spawned(argv, stderr=open(os.path.join(tmp, "err"), "wb")) as vm:
             rc = vm.wait(timeout)
@@ -121,11 +146,19 @@ def resolve_accel(requested: str, kernel: str, initrd: str) -> str:
         if not kvm_usable_device():
             raise EnvironmentNotReady("--accel kvm: /dev/kvm is missing or not accessible")
         return "kvm"
-    return cached_probe(local_key(qemu, kernel), lambda: probe_kvm(qemu, kernel, initrd), where="local")
+    return cached_probe(
+        local_key(qemu, kernel), lambda: probe_kvm(qemu, kernel, initrd), where="local"
+    )
 
 
-def resolve_remote_accel(requested: str, *, uri: str, kernel: str, probe: Callable[[], tuple[bool, str]],
-                         hypervisor_version: int | str = "") -> str:
+def resolve_remote_accel(
+    requested: str,
+    *,
+    uri: str,
+    kernel: str,
+    probe: Callable[[], tuple[bool, str]],
+    hypervisor_version: int | str = "",
+) -> str:
     """'kvm' or 'tcg' for a VM on the hypervisor behind libvirt ``uri``: kvm/tcg as asked (nothing
     here can check the remote /dev/kvm); auto runs ``probe`` (a KVM boot there: (ok, reason)) once per
     :func:`remote_key` and caches its verdict."""

@@ -15,6 +15,7 @@ read-only root in the guest).  So:
   the editable finder would.  Code run by .pth files is what this skips; a job that may need it (a
   checker function of the user's, a record or bench job running the user's programs) gets the full
   ``site`` (``full_site=True``), and so does any guest where the package directory is not there."""
+
 from __future__ import annotations
 
 import functools
@@ -42,6 +43,7 @@ OUTSIDE = ("powercut.checkers", "powercut.workloads", "powercut.images")
 def package_dirs() -> dict[str, str]:
     """Package name -> its directory, for ``powercut`` and each package of OUTSIDE."""
     import importlib
+
     out = {"powercut": os.path.dirname(os.path.realpath(powercut.__file__))}
     for name in OUTSIDE:
         out[name] = os.path.realpath(list(importlib.import_module(name).__path__)[0])
@@ -58,8 +60,11 @@ def compile_package() -> None:
             try:
                 if os.access(d, os.W_OK):
                     import compileall  # host only (the guest imports this module for nothing else)
+
                     compileall.compile_dir(d, quiet=2, workers=1)
-            except Exception as e:   # bytecode is an optimization: the guest compiles what is missing
+            except (
+                Exception
+            ) as e:  # bytecode is an optimization: the guest compiles what is missing
                 log.debug("could not compile %s: %s", d, e)
 
 
@@ -70,8 +75,14 @@ def site_paths(env_path: str) -> tuple[str, ...]:
     Empty if it cannot be asked."""
     probe = "import json, sys; print(json.dumps(sys.path))"
     try:
-        full = json.loads(process.run([sys.executable, "-c", probe], env={"PATH": env_path, "HOME": "/tmp"},
-                                      timeout=60, cwd="/").stdout)
+        full = json.loads(
+            process.run(
+                [sys.executable, "-c", probe],
+                env={"PATH": env_path, "HOME": "/tmp"},
+                timeout=60,
+                cwd="/",
+            ).stdout
+        )
     except (PowercutError, ValueError) as e:
         log.debug("cannot ask %s for its site paths: %s", sys.executable, e)
         return ()
@@ -86,15 +97,20 @@ def workload_entry(group: str, name: str, ref: str) -> str:
     """The lines of a built-in workload's ``workload.py`` (a recording's workload, started without
     site like the agent): the workload loaded from where the host found it (no scan of every
     installed distribution's entry points), then run as ``python -m powercut.workload`` runs it."""
-    return (f"from powercut import registry\n\nregistry.preset({group!r}, {name!r}, {ref!r})\n"
-            "from powercut.workload import main\n\nsys.exit(main(sys.argv[1:]))\n")
+    return (
+        f"from powercut import registry\n\nregistry.preset({group!r}, {name!r}, {ref!r})\n"
+        "from powercut.workload import main\n\nsys.exit(main(sys.argv[1:]))\n"
+    )
 
 
 def start_config(env: dict[str, str], *, full_site: bool) -> dict[str, object]:
     """``start.json``: how a job's agent starts (its environment, ``site`` or the site paths), for
     the template agent of a restored checker VM, which started before the job (guest/template.py)."""
-    return {"env": env, "full_site": bool(full_site or not site_paths(env["PATH"])),
-            "site_paths": list(site_paths(env["PATH"]))}
+    return {
+        "env": env,
+        "full_site": bool(full_site or not site_paths(env["PATH"])),
+        "site_paths": list(site_paths(env["PATH"])),
+    }
 
 
 def boot_script(env_path: str, *, full_site: bool, entry: str = AGENT) -> str:
@@ -102,7 +118,8 @@ def boot_script(env_path: str, *, full_site: bool, entry: str = AGENT) -> str:
     lines that run once powercut is importable (the agent, or the template agent)."""
     compile_package()
     paths = () if full_site else site_paths(env_path)
-    return f'''# written by powercut (vm/agentboot.py): the guest agent, started without site
+    return (
+        f'''# written by powercut (vm/agentboot.py): the guest agent, started without site
 import importlib.util
 import os
 import sys
@@ -135,4 +152,6 @@ def bind():
 if not bind():
     import site
     site.main()
-''' + entry
+'''
+        + entry
+    )

@@ -1,5 +1,6 @@
 """The guest kernel's command line (host): the base parameters every powercut VM gets, the TSC
 frequency to pin, and the host paths under /tmp or /run the guest must keep visible."""
+
 from __future__ import annotations
 
 import logging
@@ -11,9 +12,24 @@ from powercut.config import VmSpec
 log = logging.getLogger(__name__)
 
 
-BASE_CMDLINE = ("console=ttyS0", "panic=-1", "oops=panic", "loglevel=4", "rdinit=/init", "reboot=t",
-                "i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd", "tsc=reliable", "no_timer_check",
-                "cryptomgr.notests", "rcupdate.rcu_expedited=1", "mitigations=off", "random.trust_cpu=on")
+BASE_CMDLINE = (
+    "console=ttyS0",
+    "panic=-1",
+    "oops=panic",
+    "loglevel=4",
+    "rdinit=/init",
+    "reboot=t",
+    "i8042.noaux",
+    "i8042.nomux",
+    "i8042.nopnp",
+    "i8042.dumbkbd",
+    "tsc=reliable",
+    "no_timer_check",
+    "cryptomgr.notests",
+    "rcupdate.rcu_expedited=1",
+    "mitigations=off",
+    "random.trust_cpu=on",
+)
 
 
 def host_tsc_khz() -> int | None:
@@ -37,10 +53,17 @@ def kernel_cmdline(spec: VmSpec) -> str:
     load = (f"powercut.load={','.join(groups)}",) if groups else ()
     keep = host_paths_to_keep()
     keep_arg = (f"powercut.keep={','.join(keep)}",) if keep else ()
-    return " ".join(BASE_CMDLINE + tsc + (f"powercut.transport={spec.transport}",) + load + keep_arg + spec.cmdline)
+    return " ".join(
+        BASE_CMDLINE
+        + tsc
+        + (f"powercut.transport={spec.transport}",)
+        + load
+        + keep_arg
+        + spec.cmdline
+    )
 
 
-_extra_keep: set[str] = set()   # more host paths this process's guests must see (keep_visible)
+_extra_keep: set[str] = set()  # more host paths this process's guests must see (keep_visible)
 
 
 def keep_visible(paths: tuple[str, ...] | list[str]) -> None:
@@ -60,7 +83,12 @@ def host_paths_to_keep() -> tuple[str, ...]:
     wanted = [here, os.path.realpath(sys.prefix), *sorted(_extra_keep)]
     out: list[str] = []
     for p in sorted(dict.fromkeys(wanted), key=len):
-        if p.startswith("/tmp/") and " " not in p and "," not in p and os.path.isdir(p) \
-                and not any(p == k or p.startswith(k + "/") for k in out):
+        if (
+            p.startswith("/tmp/")
+            and " " not in p
+            and "," not in p
+            and os.path.isdir(p)
+            and not any(p == k or p.startswith(k + "/") for k in out)
+        ):
             out.append(p)
     return tuple(sorted(out))

@@ -4,6 +4,7 @@ agent's result (both sides: the host writes jobs and reads results, the guest th
 A job directory (shared into the guest as ``/run/powercut/job``) holds ``job.json`` (one of the
 job types below, with ``version`` and ``kind``), ``job.sh`` (what the guest's init runs: the agent
 under the one guest PATH), ``boot.py`` (how the agent starts: vm/agentboot.py) and, afterwards, ``result.json`` and ``agent.log``."""
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,14 @@ from powercut.workload import GROUP as WORKLOAD_GROUP
 JOB_VERSION = 5
 GUEST_JOB_DIR = "/run/powercut/job"
 GUEST_REC_DIR = "/run/powercut/rec"
-GUEST_MNT = "/run/powercut/mnt"            # where the guest mounts the filesystem under test
+GUEST_MNT = "/run/powercut/mnt"  # where the guest mounts the filesystem under test
 # the checker VM's scratch disk (the pristine and the COWs): ext4 without a journal, whatever is judged;
 # formatted by the host where it can (natively ~30 ms; a dynamically linked mkfs costs a TCG guest ~0.3 s)
 SCRATCH_MKFS = ("mkfs.ext4", "-F", "-q", "-E", "nodiscard", "-O", "^has_journal")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SHELL_READY = b"=== recovered and mounted at"   # the shell job's banner: its shell reads input from now on
+SHELL_READY = (
+    b"=== recovered and mounted at"  # the shell job's banner: its shell reads input from now on
+)
 
 
 def uptime() -> float:
@@ -56,12 +59,14 @@ def guest_path(tools_dir: str = "") -> str:
 class RecordJob:
     kind: ClassVar[str] = "record"
     dm_name: str
-    disks: dict[str, str]          # role (data, log) -> disk serial
+    disks: dict[str, str]  # role (data, log) -> disk serial
     fs: FsSpec
     workload: WorkloadSpec
     tools_dir: str = ""
-    latency: str = "none"          # the data disk's latency (core/recording/latency.DiskLatency, canonical text)
-    nodes: int = 1                 # data disks (> 1: a cluster, each node's disks named by record_roles)
+    latency: str = (
+        "none"  # the data disk's latency (core/recording/latency.DiskLatency, canonical text)
+    )
+    nodes: int = 1  # data disks (> 1: a cluster, each node's disks named by record_roles)
 
 
 def record_roles(i: int, disks: int) -> tuple[str, str]:
@@ -73,19 +78,24 @@ def record_roles(i: int, disks: int) -> tuple[str, str]:
 @dataclass(frozen=True, slots=True)
 class StateSource:
     """What every checker-VM job rebuilds states from and judges them with."""
-    log: str                       # the log's path in the guest
-    size: int                      # data device bytes
+
+    log: str  # the log's path in the guest
+    size: int  # data device bytes
     fstype: str
     mount_opts: str
     checker: CheckerSpec
-    disks: dict[str, str]          # scratch -> serial
+    disks: dict[str, str]  # scratch -> serial
     params: dict[str, Any] = field(default_factory=dict)
-    entries: dict[str, str] = field(default_factory=dict)   # "group/name" -> "module:attr", as the host found them
-    fsck: tuple[str, ...] = ()     # the fsck argv the host chose (filesystems.fsck_program)
-    scratch_ready: bool = False    # the host made the scratch filesystem (SCRATCH_MKFS)
-    zeros: tuple[tuple[tuple[int, int], ...], ...] = ()   # per disk, its log's all-zero writes before its
+    entries: dict[str, str] = field(
+        default_factory=dict
+    )  # "group/name" -> "module:attr", as the host found them
+    fsck: tuple[str, ...] = ()  # the fsck argv the host chose (filesystems.fsck_program)
+    scratch_ready: bool = False  # the host made the scratch filesystem (SCRATCH_MKFS)
+    zeros: tuple[
+        tuple[tuple[int, int], ...], ...
+    ] = ()  # per disk, its log's all-zero writes before its
     #                                                        first mark (replay/materialize.zero_writes)
-    trace_reads: bool = False      # CheckContext.trace_reads (left out of job.json when False: what an
+    trace_reads: bool = False  # CheckContext.trace_reads (left out of job.json when False: what an
     #                                agent before it reads)
 
     @staticmethod
@@ -101,6 +111,7 @@ class CheckJob:
     (``src.log``), or of N > 1 disks (core/states/disks.py ids) whose logs are ``logs`` (node 0 first,
     paths in the guest; ``src.log`` is node 0's), every disk's image rebuilt from its own log and
     all mounted at once."""
+
     kind: ClassVar[str] = "check"
     src: StateSource
     states: tuple[str, ...]
@@ -112,11 +123,12 @@ class CheckJob:
 class DiagnoseJob:
     """Minimize and blame failing states of one disk or of N (``logs`` as CheckJob's), or, with
     ``tear_only``, ask whether each torn one of one disk needs its tear."""
+
     kind: ClassVar[str] = "diagnose"
     src: StateSource
-    failures: tuple[dict[str, Any], ...]   # first verdicts (Verdict.to_json) of the failures
-    floors: tuple[int, ...] = ()           # each disk's floor mark entry (-1: none; empty: none anywhere)
-    budget: int = 60                       # checks per minimization, shared by the disks
+    failures: tuple[dict[str, Any], ...]  # first verdicts (Verdict.to_json) of the failures
+    floors: tuple[int, ...] = ()  # each disk's floor mark entry (-1: none; empty: none anywhere)
+    budget: int = 60  # checks per minimization, shared by the disks
     tear_only: bool = False
     tools_dir: str = ""
     logs: tuple[str, ...] = ()
@@ -126,6 +138,7 @@ class DiagnoseJob:
 class ShellJob:
     """Judge one state, then an interactive shell on it, recovered and mounted (``repro --shell``):
     one disk's at ``GUEST_MNT``, or with ``logs`` (as CheckJob's) every node's at ``GUEST_MNT/n<i>``."""
+
     kind: ClassVar[str] = "shell"
     src: StateSource
     state: str
@@ -146,8 +159,9 @@ class MarkBenchJob:
 class BenchJob:
     """``powercut bench`` in the guest (guest/bench.py): each run set on a fresh filesystem, the disk
     write cache set with ``hdparm -W`` and read back before every item."""
+
     kind: ClassVar[str] = "bench"
-    disks: dict[str, str]          # data (and log, for a dm-log-writes target) -> serial
+    disks: dict[str, str]  # data (and log, for a dm-log-writes target) -> serial
     fs: FsSpec
     runsets: tuple[RunSet, ...]
     dm_name: str = "powercut-bench"
@@ -158,13 +172,19 @@ class BenchJob:
 
 
 Job = RecordJob | CheckJob | DiagnoseJob | ShellJob | MarkBenchJob | BenchJob
-KINDS: dict[str, type[Job]] = {c.kind: c for c in (RecordJob, CheckJob, DiagnoseJob, ShellJob, MarkBenchJob,
-                                                   BenchJob)}
-NESTED: dict[str, type] = {"fs": FsSpec, "workload": WorkloadSpec, "checker": CheckerSpec, "src": StateSource}
+KINDS: dict[str, type[Job]] = {
+    c.kind: c for c in (RecordJob, CheckJob, DiagnoseJob, ShellJob, MarkBenchJob, BenchJob)
+}
+NESTED: dict[str, type] = {
+    "fs": FsSpec,
+    "workload": WorkloadSpec,
+    "checker": CheckerSpec,
+    "src": StateSource,
+}
 
 
-STOP = "stop"           # a file in the job share: a serving agent ends (and the guest powers off)
-IDLE_S = 900.0          # a serving agent given no next job for this long ends by itself
+STOP = "stop"  # a file in the job share: a serving agent ends (and the guest powers off)
+IDLE_S = 900.0  # a serving agent given no next job for this long ends by itself
 
 
 def to_json(job: Job, *, seq: int = 1, serve: bool = False) -> dict[str, Any]:
@@ -194,8 +214,10 @@ def peek(path: Path) -> tuple[int, bool]:
 
 def from_json(d: dict[str, Any], source: str = "job.json") -> Job:
     if d.get("version") != JOB_VERSION:
-        raise PowercutError(f"{source}: job version {d.get('version')!r}, this agent reads {JOB_VERSION} "
-                            "(host and guest run different powercut versions)")
+        raise PowercutError(
+            f"{source}: job version {d.get('version')!r}, this agent reads {JOB_VERSION} "
+            "(host and guest run different powercut versions)"
+        )
     cls = KINDS.get(d.get("kind", ""))
     if cls is None:
         raise PowercutError(f"{source}: unknown job kind {d.get('kind')!r}")
@@ -216,25 +238,35 @@ def needs_full_site(job: Job) -> bool:
 
 def agent_env(tools_dir: str = "") -> dict[str, str]:
     """The guest agent's whole environment."""
-    return {"PATH": guest_path(tools_dir), "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    return {
+        "PATH": guest_path(tools_dir),
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 def job_script(tools_dir: str = "") -> str:
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in agent_env(tools_dir).items())
-    return ("#!/bin/sh\n# written by powercut: runs the guest agent in the guest (boot.py: vm/agentboot.py)\n"
-            f"exec /usr/bin/env -i {env} {shlex.quote(sys.executable)} -S {GUEST_JOB_DIR}/boot.py "
-            f"{GUEST_JOB_DIR}/job.json\n")
+    return (
+        "#!/bin/sh\n# written by powercut: runs the guest agent in the guest (boot.py: vm/agentboot.py)\n"
+        f"exec /usr/bin/env -i {env} {shlex.quote(sys.executable)} -S {GUEST_JOB_DIR}/boot.py "
+        f"{GUEST_JOB_DIR}/job.json\n"
+    )
 
 
 def write(jobdir: Path, job: Job, *, seq: int = 1, serve: bool = False) -> None:
     """job.json (replaced atomically: a serving agent polls for it) and, for a VM's first job, job.sh
     and boot.py into a job directory."""
     jobdir.mkdir(parents=True, exist_ok=True)
-    if seq == 1:   # a later job goes to an agent that has started already
+    if seq == 1:  # a later job goes to an agent that has started already
         (jobdir / "job.sh").write_text(job_script(job.tools_dir))
-        (jobdir / "boot.py").write_text(boot_script(guest_path(job.tools_dir), full_site=needs_full_site(job)))
-        (jobdir / "start.json").write_text(json.dumps(start_config(agent_env(job.tools_dir),
-                                                                   full_site=needs_full_site(job))))
+        (jobdir / "boot.py").write_text(
+            boot_script(guest_path(job.tools_dir), full_site=needs_full_site(job))
+        )
+        (jobdir / "start.json").write_text(
+            json.dumps(start_config(agent_env(job.tools_dir), full_site=needs_full_site(job)))
+        )
         if isinstance(job, RecordJob):
             write_workload_boot(jobdir, job)
     tmp = jobdir / ".job.json.tmp"
@@ -258,8 +290,13 @@ def write_workload_boot(jobdir: Path, job: RecordJob) -> None:
         return
     ref = registry.entry_ref(WORKLOAD_GROUP, job.workload.name)
     if ref.startswith(BUILTIN_WORKLOADS):
-        (jobdir / WORKLOAD_BOOT).write_text(boot_script(guest_path(job.tools_dir), full_site=False,
-                                                        entry=workload_entry(WORKLOAD_GROUP, job.workload.name, ref)))
+        (jobdir / WORKLOAD_BOOT).write_text(
+            boot_script(
+                guest_path(job.tools_dir),
+                full_site=False,
+                entry=workload_entry(WORKLOAD_GROUP, job.workload.name, ref),
+            )
+        )
 
 
 def wait_next(jobdir: Path, seq: int, idle_s: float = IDLE_S, poll_s: float = 0.05) -> bool:
@@ -300,13 +337,19 @@ def read_result(jobdir: Path, seq: int | None = None) -> GuestResult:
     try:
         d = json.loads((Path(jobdir) / "result.json").read_text())
     except (OSError, ValueError):
-        return GuestResult(False, f"the guest agent wrote no result (see {jobdir}/agent.log and the console log)")
+        return GuestResult(
+            False, f"the guest agent wrote no result (see {jobdir}/agent.log and the console log)"
+        )
     if not isinstance(d, dict):
         return GuestResult(False, f"{jobdir}/result.json is not an object")
     if seq is not None and d.get("seq", 1) != seq:
-        return GuestResult(False, f"the guest agent wrote no result for job {seq} (see {jobdir}/agent.log)")
+        return GuestResult(
+            False, f"the guest agent wrote no result for job {seq} (see {jobdir}/agent.log)"
+        )
     data = {k: v for k, v in d.items() if k not in ("ok", "error", "stderr_tail", "seq")}
-    return GuestResult(bool(d.get("ok")), str(d.get("error", "")), str(d.get("stderr_tail", "")), data)
+    return GuestResult(
+        bool(d.get("ok")), str(d.get("error", "")), str(d.get("stderr_tail", "")), data
+    )
 
 
 def peek_result_seq(jobdir: Path) -> int | None:
@@ -326,7 +369,7 @@ def write_result(jobdir: Path, result: GuestResult, seq: int = 1) -> None:
         out["stderr_tail"] = result.stderr_tail
     tmp = Path(jobdir) / ".result.json.tmp"
     tmp.write_text(json.dumps(out, indent=1))
-    os.replace(tmp, Path(jobdir) / "result.json")   # whole or not there: the host polls for it
+    os.replace(tmp, Path(jobdir) / "result.json")  # whole or not there: the host polls for it
 
 
 # A checker VM's template (vmstart/template.py on the host, guest/template.py in the guest): the
@@ -334,7 +377,10 @@ def write_result(jobdir: Path, result: GuestResult, seq: int = 1) -> None:
 # RESTORED once restored and in the host root (what fails before that is the restore's).
 TEMPLATE_READY = "powercut-template-ready"
 TEMPLATE_RESTORED = "powercut-restored"
-TEMPLATE_PRELOAD = ("powercut.guest.__main__", "powercut.guest.check")   # what it imports before the save
+TEMPLATE_PRELOAD = (
+    "powercut.guest.__main__",
+    "powercut.guest.check",
+)  # what it imports before the save
 CONTROL_SERIAL = "pcctl"
 GO_MAGIC = b"powercut-go\n"
 GO_BLOCK = 4096
@@ -353,7 +399,11 @@ def parse_go(block: bytes) -> dict[str, Any] | None:
     if not block.startswith(GO_MAGIC):
         return None
     end = block.find(b"\0")
-    go = json.loads(block[len(GO_MAGIC):end if end > 0 else len(block)])
-    if not isinstance(go, dict) or not isinstance(go.get("time"), (int, float)) or not isinstance(go.get("seed"), str):
+    go = json.loads(block[len(GO_MAGIC) : end if end > 0 else len(block)])
+    if (
+        not isinstance(go, dict)
+        or not isinstance(go.get("time"), (int, float))
+        or not isinstance(go.get("seed"), str)
+    ):
         raise ValueError(f"a go block without time and seed: {go!r}")
     return go

@@ -34,6 +34,7 @@ the URI and the accel.  Remote URIs (:func:`is_local_uri`) go to libvirt untouch
 spec is then a path *on the hypervisor host*, and the console and the start marker are read here, so
 they must sit on a filesystem both hosts see at the same path.  ``accel`` auto on a remote URI boots
 the probe guest there as a kvm domain (:func:`powercut.vm.accel.resolve_libvirt_accel`)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,7 +62,10 @@ LOCAL_QEMU_LOG_DIR = Path("/var/log/libvirt/qemu")
 
 _EVENT_LOOP_LOCK = threading.Lock()
 _event_loop_started = False
-BOOT_TIMEOUTS_S = {"kvm": 60.0, "tcg": 300.0}  # to the first powercut line; POWERCUT_BOOT_TIMEOUT overrides
+BOOT_TIMEOUTS_S = {
+    "kvm": 60.0,
+    "tcg": 300.0,
+}  # to the first powercut line; POWERCUT_BOOT_TIMEOUT overrides
 PROBE_CONSOLE = "accel-probe-console.log"
 POLL_S = 0.5  # domain state (paused? gone?) is polled this often
 
@@ -70,8 +74,10 @@ def _import_libvirt():
     try:
         import libvirt
     except ImportError:
-        raise EnvironmentNotReady("the libvirt backend needs libvirt-python: pip install 'powercut[libvirt]' "
-                                  "(and the Debian package libvirt-dev to build it)") from None
+        raise EnvironmentNotReady(
+            "the libvirt backend needs libvirt-python: pip install 'powercut[libvirt]' "
+            "(and the Debian package libvirt-dev to build it)"
+        ) from None
     return libvirt
 
 
@@ -113,7 +119,9 @@ def _connect(libvirt, uri: str):
         return libvirt.open(uri)
     except libvirt.libvirtError as e:
         hint = " (start the local daemon with ci/start-libvirtd.sh)" if is_local_uri(uri) else ""
-        raise EnvironmentNotReady(f"cannot connect to libvirt at {uri}: {_message(e)}{hint}") from None
+        raise EnvironmentNotReady(
+            f"cannot connect to libvirt at {uri}: {_message(e)}{hint}"
+        ) from None
 
 
 def _qemu_log(uri: str, name: str) -> str:
@@ -128,8 +136,11 @@ def _qemu_log(uri: str, name: str) -> str:
 
 def _qemu_stderr(qemu_log: str) -> str:
     """What QEMU itself wrote to stderr, without libvirt's own lines, the argv, and QEMU's warnings."""
-    lines = [line for line in qemu_log.splitlines()
-             if line.startswith("qemu-system") or (line[:4].isdigit() and "Z qemu-system" in line)]
+    lines = [
+        line
+        for line in qemu_log.splitlines()
+        if line.startswith("qemu-system") or (line[:4].isdigit() and "Z qemu-system" in line)
+    ]
     return "\n".join(line for line in lines if ": warning: " not in line)
 
 
@@ -146,6 +157,7 @@ def _last_line(text: str) -> str:
 @dataclass(frozen=True, slots=True)
 class _Domain:
     """What names one domain run in messages: the domain, the URI and the accel it runs with."""
+
     name: str
     uri: str
     accel: str
@@ -169,11 +181,15 @@ class _Watch:
             self.stopped.set()
 
     def reason(self) -> str:
-        names = {self.lv.VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN: "shutdown",
-                 self.lv.VIR_DOMAIN_EVENT_STOPPED_DESTROYED: "destroyed",
-                 self.lv.VIR_DOMAIN_EVENT_STOPPED_CRASHED: "crashed",
-                 self.lv.VIR_DOMAIN_EVENT_STOPPED_FAILED: "failed"}
-        return names.get(self.stop_detail, "unknown") if self.stop_detail is not None else "vanished"
+        names = {
+            self.lv.VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN: "shutdown",
+            self.lv.VIR_DOMAIN_EVENT_STOPPED_DESTROYED: "destroyed",
+            self.lv.VIR_DOMAIN_EVENT_STOPPED_CRASHED: "crashed",
+            self.lv.VIR_DOMAIN_EVENT_STOPPED_FAILED: "failed",
+        }
+        return (
+            names.get(self.stop_detail, "unknown") if self.stop_detail is not None else "vanished"
+        )
 
 
 def domain_state(libvirt, dom) -> tuple[int, int] | None:
@@ -193,7 +209,11 @@ def paused_reason(libvirt, state: tuple[int, int] | None) -> str | None:
     if state is None or state[0] != libvirt.VIR_DOMAIN_PAUSED:
         return None
     prefix = "VIR_DOMAIN_PAUSED_"
-    names = {getattr(libvirt, n): n[len(prefix):].lower().replace("_", "-") for n in dir(libvirt) if n.startswith(prefix)}
+    names = {
+        getattr(libvirt, n): n[len(prefix) :].lower().replace("_", "-")
+        for n in dir(libvirt)
+        if n.startswith(prefix)
+    }
     why = names.get(state[1], f"reason {state[1]}")
     return None if why in ("starting-up", "shutting-down") else why
 
@@ -214,9 +234,17 @@ def create_domain(libvirt, conn, xml: str):
 
 # ---------------------------------------------------------------- running a VmSpec
 
-def run_vm_libvirt(spec: VmSpec, *, uri: str = DEFAULT_LIBVIRT_URI, accel: str | None = None,
-                   rundir: Path | None = None, start_marker: Path | None = None,
-                   watchdog: Callable[[], str | None] | None = None, mirror: Mirror | None = None) -> VmResult:
+
+def run_vm_libvirt(
+    spec: VmSpec,
+    *,
+    uri: str = DEFAULT_LIBVIRT_URI,
+    accel: str | None = None,
+    rundir: Path | None = None,
+    start_marker: Path | None = None,
+    watchdog: Callable[[], str | None] | None = None,
+    mirror: Mirror | None = None,
+) -> VmResult:
     """Boot ``spec`` as a transient libvirt domain and wait for it; return the guest's exit status or
     raise a VmError subclass, exactly like :func:`powercut.vm.qemu.run_vm`.  The domain XML and
     libvirt's QEMU log (local URIs) are kept in ``rundir`` as domain.xml and libvirt-qemu.log.
@@ -233,28 +261,46 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = DEFAULT_LIBVIRT_URI, accel: str |
     callback = dom = None
     qemu_log = ""
     try:
-        accel = accel or resolve_libvirt_accel(libvirt, conn, spec.accel, uri=uri, kernel=spec.kernel,
-                                               initrd=spec.initrd, workdir=rundir, mirror=mirror)
+        accel = accel or resolve_libvirt_accel(
+            libvirt,
+            conn,
+            spec.accel,
+            uri=uri,
+            kernel=spec.kernel,
+            initrd=spec.initrd,
+            workdir=rundir,
+            mirror=mirror,
+        )
         who = _Domain(name, uri, accel)
         xml = domain_xml(spec, accel, name=name)
         (rundir / "domain.xml").write_text(xml)
         if mirror is None:
             Path(spec.console_path).write_bytes(b"")
-        else:   # the domain writes its console there; everything below reads the local copy
+        else:  # the domain writes its console there; everything below reads the local copy
             spec = dataclasses.replace(spec, console_path=str(mirror.local(spec.console_path)))
-        callback = conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, watch.lifecycle, None)
+        callback = conn.domainEventRegisterAny(
+            None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, watch.lifecycle, None
+        )
         start = time.monotonic()
         try:
             dom = create_domain(libvirt, conn, xml)
         except libvirt.libvirtError as e:
-            raise QemuCrashed(f"libvirt could not start {who.where()}: {_message(e)}"
-                              f"  (XML: {rundir / 'domain.xml'})", spec.console_path,
-                              console_tail(spec.console_path)) from None
+            raise QemuCrashed(
+                f"libvirt could not start {who.where()}: {_message(e)}"
+                f"  (XML: {rundir / 'domain.xml'})",
+                spec.console_path,
+                console_tail(spec.console_path),
+            ) from None
         try:
-            timed_out, boot_s = _wait(libvirt, dom, watch, spec, start, start_marker, who, watchdog, mirror)
+            timed_out, boot_s = _wait(
+                libvirt, dom, watch, spec, start, start_marker, who, watchdog, mirror
+            )
         except libvirt.libvirtError as e:  # e.g. libvirtd went away under us
-            raise VmError(f"lost libvirt while waiting for {who.where()}: {_message(e)}",
-                          spec.console_path, console_tail(spec.console_path)) from None
+            raise VmError(
+                f"lost libvirt while waiting for {who.where()}: {_message(e)}",
+                spec.console_path,
+                console_tail(spec.console_path),
+            ) from None
         wall = time.monotonic() - start
     finally:
         if dom is not None:
@@ -273,7 +319,9 @@ def run_vm_libvirt(spec: VmSpec, *, uri: str = DEFAULT_LIBVIRT_URI, accel: str |
         qemu_log = _qemu_log(uri, name)
         if qemu_log:
             (rundir / "libvirt-qemu.log").write_text(qemu_log)
-    status = _exit_status(spec, "timeout" if timed_out else watch.reason(), _qemu_stderr(qemu_log), who)
+    status = _exit_status(
+        spec, "timeout" if timed_out else watch.reason(), _qemu_stderr(qemu_log), who
+    )
     log.info("VM %s (libvirt %s): exit %d in %.1f s (%s)", name, uri, status, wall, accel)
     return VmResult(status, spec.console_path, wall, accel, boot_s=boot_s)
 
@@ -286,19 +334,35 @@ def _exit_status(spec: VmSpec, reason: str, stderr: str, who: _Domain) -> int:
     try:
         return classify_end(console, None if crashed or timed_out else 0, timed_out, spec, stderr)
     except VmError as e:
-        if type(e) is VmError and crashed:  # classify_end's "no exit status" case: the QEMU process died
+        if (
+            type(e) is VmError and crashed
+        ):  # classify_end's "no exit status" case: the QEMU process died
             err = _last_line(stderr)
-            raise QemuCrashed(f"the QEMU process of {who.where()} ended abnormally ({reason})"
-                              + (f": {err}" if err else ""), spec.console_path, e.console_tail) from None
-        if type(e) is VmError:   # "stopped without an exit status": say which domain, where, with which accel
+            raise QemuCrashed(
+                f"the QEMU process of {who.where()} ended abnormally ({reason})"
+                + (f": {err}" if err else ""),
+                spec.console_path,
+                e.console_tail,
+            ) from None
+        if (
+            type(e) is VmError
+        ):  # "stopped without an exit status": say which domain, where, with which accel
             what = str(e).removesuffix(f" (console: {e.console_path})")
             raise VmError(f"{who.where()}: {what}", spec.console_path, e.console_tail) from None
         raise
 
 
-def _wait(libvirt, dom, watch: _Watch, spec: VmSpec, start: float, start_marker: Path | None,
-          who: _Domain, watchdog: Callable[[], str | None] | None = None,
-          mirror: Mirror | None = None) -> tuple[bool, float | None]:
+def _wait(
+    libvirt,
+    dom,
+    watch: _Watch,
+    spec: VmSpec,
+    start: float,
+    start_marker: Path | None,
+    who: _Domain,
+    watchdog: Callable[[], str | None] | None = None,
+    mirror: Mirror | None = None,
+) -> tuple[bool, float | None]:
     """Wait for the domain to stop or the VM timeout: (timed_out, boot-to-job seconds).  A domain
     found paused is an error at once; a guest that shows no powercut line on its console (and has not
     started the job) within the boot timeout is a GuestHang -- never a silent wait; a reason from
@@ -322,12 +386,21 @@ def _wait(libvirt, dom, watch: _Watch, spec: VmSpec, start: float, start_marker:
             if why := paused_reason(libvirt, state):
                 _raise_paused(who, why, spec)
             if watchdog is not None and (reason := watchdog()):
-                raise GuestHang(f"{who.where()}: {reason}", spec.console_path, console_tail(spec.console_path))
+                raise GuestHang(
+                    f"{who.where()}: {reason}", spec.console_path, console_tail(spec.console_path)
+                )
             if boot_s is None and not alive.seen() and now >= boot_deadline:
-                hint = ": KVM may not work on that host (try --accel tcg)" if who.accel == "kvm" else ""
-                raise GuestHang(f"{who.where()} did not reach the guest init within "
-                                f"{boot_deadline - start:g} s (no powercut line on its console){hint}",
-                                spec.console_path, console_tail(spec.console_path))
+                hint = (
+                    ": KVM may not work on that host (try --accel tcg)"
+                    if who.accel == "kvm"
+                    else ""
+                )
+                raise GuestHang(
+                    f"{who.where()} did not reach the guest init within "
+                    f"{boot_deadline - start:g} s (no powercut line on its console){hint}",
+                    spec.console_path,
+                    console_tail(spec.console_path),
+                )
         if now >= deadline:
             return domain_state(libvirt, dom) is not None, boot_s
         fast = start_marker is not None and boot_s is None
@@ -337,15 +410,32 @@ def _wait(libvirt, dom, watch: _Watch, spec: VmSpec, start: float, start_marker:
 
 def _raise_paused(who: _Domain, why: str, spec: VmSpec) -> None:
     err = _last_line(_qemu_stderr(_qemu_log(who.uri, who.name)))
-    hint = "KVM cannot run this guest there (try --accel tcg)" if who.accel == "kvm" else "the guest cannot run"
-    raise VmError(f"{who.where()} is paused ({why}): {hint}" + (f"; QEMU: {err}" if err else ""),
-                  spec.console_path, console_tail(spec.console_path))
+    hint = (
+        "KVM cannot run this guest there (try --accel tcg)"
+        if who.accel == "kvm"
+        else "the guest cannot run"
+    )
+    raise VmError(
+        f"{who.where()} is paused ({why}): {hint}" + (f"; QEMU: {err}" if err else ""),
+        spec.console_path,
+        console_tail(spec.console_path),
+    )
 
 
 # ------------------------------------------------------------ KVM probe through libvirt
 
-def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *, uri: str,
-                      timeout: float | None = None, mirror: Mirror | None = None) -> tuple[bool, str]:
+
+def probe_kvm_libvirt(
+    libvirt,
+    conn,
+    kernel: str,
+    initrd: str,
+    workdir: Path,
+    *,
+    uri: str,
+    timeout: float | None = None,
+    mirror: Mirror | None = None,
+) -> tuple[bool, str]:
     """The probe on the hypervisor behind the libvirt connection ``conn``: kernel+initrd with
     ``powercut.probe=1`` as a transient kvm domain (AUTODESTROY, destroyed at the end), waiting for
     ``powercut-probe-ok`` on its console ``workdir``/accel-probe-console.log (a path both hosts see,
@@ -356,8 +446,15 @@ def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *,
     console = Path(mirror.remote_dir if mirror else workdir) / PROBE_CONSOLE
     if mirror is None:
         console.write_bytes(b"")
-    spec = VmSpec(kernel=kernel, initrd=initrd, memory_mb=256, console_path=str(console), name=name,
-                  cmdline=("powercut.probe=1",), timeout_s=timeout)
+    spec = VmSpec(
+        kernel=kernel,
+        initrd=initrd,
+        memory_mb=256,
+        console_path=str(console),
+        name=name,
+        cmdline=("powercut.probe=1",),
+        timeout_s=timeout,
+    )
     start = time.monotonic()
     try:
         dom = create_domain(libvirt, conn, domain_xml(spec, "kvm", name=name))
@@ -385,8 +482,17 @@ def probe_kvm_libvirt(libvirt, conn, kernel: str, initrd: str, workdir: Path, *,
         destroy_domain(libvirt, dom)
 
 
-def resolve_libvirt_accel(libvirt, conn, requested: str, *, uri: str, kernel: str, initrd: str,
-                          workdir: Path, mirror: Mirror | None = None) -> str:
+def resolve_libvirt_accel(
+    libvirt,
+    conn,
+    requested: str,
+    *,
+    uri: str,
+    kernel: str,
+    initrd: str,
+    workdir: Path,
+    mirror: Mirror | None = None,
+) -> str:
     """kvm/tcg for a domain through the libvirt connection ``conn`` to ``uri``: a local URI
     (powercut.vm.libvirt.is_local_uri) uses the local probe; a remote one boots the probe there."""
     if is_local_uri(uri):
@@ -395,6 +501,12 @@ def resolve_libvirt_accel(libvirt, conn, requested: str, *, uri: str, kernel: st
         version: int | str = conn.getVersion()
     except libvirt.libvirtError:
         version = ""
-    return _accel.resolve_remote_accel(requested, uri=uri, kernel=kernel, hypervisor_version=version,
-                                probe=lambda: probe_kvm_libvirt(libvirt, conn, kernel, initrd, workdir, uri=uri,
-                                                                  mirror=mirror))
+    return _accel.resolve_remote_accel(
+        requested,
+        uri=uri,
+        kernel=kernel,
+        hypervisor_version=version,
+        probe=lambda: probe_kvm_libvirt(
+            libvirt, conn, kernel, initrd, workdir, uri=uri, mirror=mirror
+        ),
+    )

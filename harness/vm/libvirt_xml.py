@@ -1,5 +1,6 @@
 """VmSpec -> libvirt domain XML (host; pure).  The mapping, checked against libvirt 9.0 + QEMU 7.2,
 is described in vm/libvirt.py's docstring; tests/unit/test_libvirt_xml.py holds it to it."""
+
 from __future__ import annotations
 
 import os
@@ -61,12 +62,23 @@ def _disks(dev: ET.Element, spec: VmSpec, mmio: bool) -> None:
     letters = {"virtio": 0, "ahci": 0}
     for i, disk in enumerate(spec.disks):
         d = _sub(dev, "disk", type="file", device="disk")
-        _sub(d, "driver", name="qemu", type="raw", cache=disk.cache, io="threads",
-             discard="unmap" if disk.discard else "ignore")
+        _sub(
+            d,
+            "driver",
+            name="qemu",
+            type="raw",
+            cache=disk.cache,
+            io="threads",
+            discard="unmap" if disk.discard else "ignore",
+        )
         _sub(d, "source", file=os.path.abspath(disk.path))
         prefix = "vd" if disk.bus == "virtio" else "sd"
-        _sub(d, "target", dev=prefix + "abcdefghijklmnopqrstuvwxyz"[letters[disk.bus]],
-             bus="virtio" if disk.bus == "virtio" else "sata")
+        _sub(
+            d,
+            "target",
+            dev=prefix + "abcdefghijklmnopqrstuvwxyz"[letters[disk.bus]],
+            bus="virtio" if disk.bus == "virtio" else "sata",
+        )
         letters[disk.bus] += 1
         _sub(d, "serial", disk.serial)
         if disk.readonly:
@@ -99,9 +111,17 @@ def _qemu_overrides(dom: ET.Element, spec: VmSpec, mmio: bool) -> None:
     if spec.disks:
         override = _sub(dom, f"{{{QEMU_NS}}}override")
         for i, disk in enumerate(spec.disks):
-            frontend = _sub(_sub(override, f"{{{QEMU_NS}}}device", alias=f"ua-disk{i}"), f"{{{QEMU_NS}}}frontend")
-            _sub(frontend, f"{{{QEMU_NS}}}property", name="write-cache", type="string",
-                 value="on" if disk.write_cache else "off")
+            frontend = _sub(
+                _sub(override, f"{{{QEMU_NS}}}device", alias=f"ua-disk{i}"),
+                f"{{{QEMU_NS}}}frontend",
+            )
+            _sub(
+                frontend,
+                f"{{{QEMU_NS}}}property",
+                name="write-cache",
+                type="string",
+                value="on" if disk.write_cache else "off",
+            )
     if mmio:
         # modern (virtio 1.0) MMIO, as in qemu.build_argv: vhost-user-fs refuses legacy devices
         cmdline = _sub(dom, f"{{{QEMU_NS}}}commandline")

@@ -1,5 +1,6 @@
 """A minimal QMP client (host side): one command at a time over QEMU's ``-qmp unix:PATH`` socket,
 asynchronous events skipped.  Used to save a checker VM's template (vmstart/template.py)."""
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ class Qmp:
                     raise QmpError(f"cannot reach QEMU's monitor at {path}: {e}") from None
                 time.sleep(0.05)
         self.buf = b""
-        self._read()   # the greeting
+        self._read()  # the greeting
         self.command("qmp_capabilities")
 
     def _read(self) -> dict[str, Any]:
@@ -46,7 +47,9 @@ class Qmp:
         return json.loads(line)
 
     def command(self, name: str, **args: Any) -> Any:
-        self.sock.sendall(json.dumps({"execute": name, **({"arguments": args} if args else {})}).encode() + b"\n")
+        self.sock.sendall(
+            json.dumps({"execute": name, **({"arguments": args} if args else {})}).encode() + b"\n"
+        )
         while True:
             reply = self._read()
             if "event" in reply:
@@ -71,8 +74,10 @@ def wait_migration(qmp: Qmp, timeout_s: float) -> None:
         if status == "completed":
             return
         if status in ("failed", "cancelled") or time.monotonic() > deadline:
-            raise QmpError(f"saving the VM {status if status != 'active' else 'timed out'}"
-                           + (f": {info['error-desc']}" if info.get("error-desc") else ""))
+            raise QmpError(
+                f"saving the VM {status if status != 'active' else 'timed out'}"
+                + (f": {info['error-desc']}" if info.get("error-desc") else "")
+            )
         time.sleep(0.05)
 
 

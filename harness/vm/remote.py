@@ -12,6 +12,7 @@ Layout on the remote host, under ``root`` (``$POWERCUT_REMOTE_ROOT``, default ``
 * ``recordings/<log sha256>/<log name>`` -- a recording's log, shipped once, found by hash;
 * ``runs/<token>/`` -- one checker VM boot's job directory, scratch disk and console; removed when the
   boot ends (runs left by a killed powercut are swept after a day)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -50,14 +51,23 @@ class SshTarget:
         parts = urlsplit(uri)
         transport = parts.scheme.partition("+")[2]
         if transport not in ("ssh", "libssh", "libssh2"):
-            raise UsageError(f"--check-uri {uri}: a remote checker host is reached over ssh "
-                             f"(qemu+ssh://[user@]host[:port]/system), not {transport or 'a local socket'}")
+            raise UsageError(
+                f"--check-uri {uri}: a remote checker host is reached over ssh "
+                f"(qemu+ssh://[user@]host[:port]/system), not {transport or 'a local socket'}"
+            )
         if not parts.hostname:
             raise UsageError(f"--check-uri {uri}: no host in the URI")
         q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         argv = [unquote(q.get("command", "ssh")), "-o", "BatchMode=yes"]
         _CONTROL_DIR.mkdir(mode=0o700, exist_ok=True)
-        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={_CONTROL_DIR}/%C", "-o", "ControlPersist=60"]
+        argv += [
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={_CONTROL_DIR}/%C",
+            "-o",
+            "ControlPersist=60",
+        ]
         if parts.port:
             argv += ["-p", str(parts.port)]
         if q.get("keyfile"):
@@ -66,24 +76,45 @@ class SshTarget:
             argv += ["-l", unquote(parts.username)]
         return SshTarget(uri, (*argv, parts.hostname), parts.hostname)
 
-    def run(self, script: str, *, stdin: bytes | None = None, timeout: float = SSH_TIMEOUT_S,
-            check: bool = True) -> process.Result:
+    def run(
+        self,
+        script: str,
+        *,
+        stdin: bytes | None = None,
+        timeout: float = SSH_TIMEOUT_S,
+        check: bool = True,
+    ) -> process.Result:
         """``sh -c script`` on the remote host through the process runner (ssh in its own process
         group, killed with it on a timeout or an interrupt); output as bytes.  A failure is one line
         naming the host."""
         try:
-            res = process.run([*self.argv, "sh -c " + shlex.quote(script)], input=stdin, timeout=timeout,
-                              check=False, text=False)
+            res = process.run(
+                [*self.argv, "sh -c " + shlex.quote(script)],
+                input=stdin,
+                timeout=timeout,
+                check=False,
+                text=False,
+            )
         except EnvironmentNotReady:
-            raise EnvironmentNotReady(f"cannot run {self.argv[0]} to reach {self.host}: not found") from None
+            raise EnvironmentNotReady(
+                f"cannot run {self.argv[0]} to reach {self.host}: not found"
+            ) from None
         except OSError as e:
-            raise EnvironmentNotReady(f"cannot run {self.argv[0]} to reach {self.host}: {e.strerror}") from None
+            raise EnvironmentNotReady(
+                f"cannot run {self.argv[0]} to reach {self.host}: {e.strerror}"
+            ) from None
         if res.timed_out:
-            raise EnvironmentNotReady(f"{self.host}: no answer over ssh within {timeout:g} s ({self.uri})")
+            raise EnvironmentNotReady(
+                f"{self.host}: no answer over ssh within {timeout:g} s ({self.uri})"
+            )
         if check and res.returncode != 0:
-            err = " | ".join(line.strip() for line in _text(res.stderr).splitlines() if line.strip())
-            raise EnvironmentNotReady(f"{self.host}: remote command failed (exit {res.returncode}): "
-                                      f"{err[-300:] or 'no message'}")
+            err = " | ".join(
+                line.strip() for line in _text(res.stderr).splitlines() if line.strip()
+            )
+            raise EnvironmentNotReady(
+                f"{self.host}: remote command failed (exit {res.returncode}): "
+                f"{err[-300:] or 'no message'}"
+            )
         return res
 
     def text(self, script: str, **kw) -> str:
@@ -111,7 +142,9 @@ def tree_digest(paths: list[Path], base: Path) -> str:
     """One digest over files (names relative to ``base`` and contents): what 'the same code' means."""
     h = hashlib.sha256()
     for p in sorted(paths):
-        h.update(str(p.relative_to(base)).encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+        h.update(
+            str(p.relative_to(base)).encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest()
+        )
     return h.hexdigest()
 
 
@@ -121,13 +154,17 @@ class Shipper:
 
     target: SshTarget
     root: str = field(default_factory=remote_root)
-    shipped: list[str] = field(default_factory=list)   # what this run had to copy (the rest was found)
+    shipped: list[str] = field(
+        default_factory=list
+    )  # what this run had to copy (the rest was found)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         if not self.root.startswith("/") or self.root.rstrip("/") == "":
-            raise UsageError(f"the remote root must be an absolute directory other than /, not {self.root!r} "
-                             "(POWERCUT_REMOTE_ROOT)")
+            raise UsageError(
+                f"the remote root must be an absolute directory other than /, not {self.root!r} "
+                "(POWERCUT_REMOTE_ROOT)"
+            )
         self.root = self.root.rstrip("/")
 
     def ship_file(self, local: Path, sha256: str = "") -> str:
@@ -149,12 +186,17 @@ class Shipper:
                 remote = f"{d}/{local.name}"
                 with open(local, "rb") as f:
                     data = f.read()
-                got = self.target.text(f"set -e; mkdir -p {shlex.quote(d)}; cat > {shlex.quote(remote)}.part; "
-                                       f"sha256sum {shlex.quote(remote)}.part", stdin=data,
-                                       timeout=SSH_TIMEOUT_S + len(data) / 1e6).split()[:1]
+                got = self.target.text(
+                    f"set -e; mkdir -p {shlex.quote(d)}; cat > {shlex.quote(remote)}.part; "
+                    f"sha256sum {shlex.quote(remote)}.part",
+                    stdin=data,
+                    timeout=SSH_TIMEOUT_S + len(data) / 1e6,
+                ).split()[:1]
                 if got != [sha256]:
-                    raise EnvironmentNotReady(f"{self.target.host}: {local.name} arrived with sha256 {got[:1]}, "
-                                              f"not {sha256[:16]}: the copy is damaged")
+                    raise EnvironmentNotReady(
+                        f"{self.target.host}: {local.name} arrived with sha256 {got[:1]}, "
+                        f"not {sha256[:16]}: the copy is damaged"
+                    )
                 self.target.run(f"mv {shlex.quote(remote)}.part {shlex.quote(remote)}")
                 self.shipped.append(str(local))
             self.target.run(f"touch {shlex.quote(d)}/.complete")
@@ -171,9 +213,12 @@ class Shipper:
                     tar.add(str(local_dir), arcname=".")
                 buf.seek(0)
                 data = buf.read()
-            self.target.run(f"set -e; rm -rf {shlex.quote(d)}; mkdir -p {shlex.quote(d)}; "
-                            f"tar -C {shlex.quote(d)} -xf -; touch {shlex.quote(d)}/.complete", stdin=data,
-                            timeout=SSH_TIMEOUT_S + len(data) / 1e6)
+            self.target.run(
+                f"set -e; rm -rf {shlex.quote(d)}; mkdir -p {shlex.quote(d)}; "
+                f"tar -C {shlex.quote(d)} -xf -; touch {shlex.quote(d)}/.complete",
+                stdin=data,
+                timeout=SSH_TIMEOUT_S + len(data) / 1e6,
+            )
             self.shipped.append(str(local_dir))
         return d
 
@@ -182,14 +227,18 @@ class Shipper:
         files of the given sizes (a scratch disk); runs older than a day (a killed powercut) are swept."""
         runs = f"{self.root}/runs"
         d = f"{runs}/{name}"
-        script = [f"set -e; mkdir -p {shlex.quote(runs)}",
-                  f"find {shlex.quote(runs)} -mindepth 1 -maxdepth 1 -mmin +{SWEEP_AFTER_MIN} -exec rm -rf {{}} + "
-                  "2>/dev/null || true",
-                  f"rm -rf {shlex.quote(d)}; mkdir -p {shlex.quote(d)}"]
+        script = [
+            f"set -e; mkdir -p {shlex.quote(runs)}",
+            f"find {shlex.quote(runs)} -mindepth 1 -maxdepth 1 -mmin +{SWEEP_AFTER_MIN} -exec rm -rf {{}} + "
+            "2>/dev/null || true",
+            f"rm -rf {shlex.quote(d)}; mkdir -p {shlex.quote(d)}",
+        ]
         payload = b""
         for rel, data in files.items():
             p = f"{d}/{rel}"
-            script.append(f"mkdir -p {shlex.quote(os.path.dirname(p))}; head -c {len(data)} > {shlex.quote(p)}")
+            script.append(
+                f"mkdir -p {shlex.quote(os.path.dirname(p))}; head -c {len(data)} > {shlex.quote(p)}"
+            )
             payload += data
         for rel, size in sparse.items():
             script.append(f"truncate -s {size} {shlex.quote(d + '/' + rel)}")
@@ -206,8 +255,14 @@ class Mirror:
     where the last fetch stopped, the others (result, agent log) whole.  ``sync`` is called from the
     VM's wait loop; readers use :meth:`local` paths as if the VM ran here."""
 
-    def __init__(self, target: SshTarget, remote_dir: str, local_dir: Path, appended: tuple[str, ...],
-                 whole: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        target: SshTarget,
+        remote_dir: str,
+        local_dir: Path,
+        appended: tuple[str, ...],
+        whole: tuple[str, ...] = (),
+    ) -> None:
         self.target, self.remote_dir, self.local_dir = target, remote_dir, Path(local_dir)
         self.appended, self.whole = appended, whole
         self.offsets = {rel: 0 for rel in appended}
@@ -228,21 +283,25 @@ class Mirror:
         parts = []
         for rel, off in self.offsets.items():
             f = shlex.quote(f"{self.remote_dir}/{rel}")
-            parts.append(f"s=$(stat -c %s {f} 2>/dev/null || echo 0); [ $s -ge {off} ] || s={off}; "
-                         f"echo \"{rel} $((s-{off}))\"; tail -c +{off + 1} {f} 2>/dev/null | head -c $((s-{off}))")
-        for rel in (self.whole if final else ()):
+            parts.append(
+                f"s=$(stat -c %s {f} 2>/dev/null || echo 0); [ $s -ge {off} ] || s={off}; "
+                f'echo "{rel} $((s-{off}))"; tail -c +{off + 1} {f} 2>/dev/null | head -c $((s-{off}))'
+            )
+        for rel in self.whole if final else ():
             f = shlex.quote(f"{self.remote_dir}/{rel}")
-            parts.append(f"s=$(stat -c %s {f} 2>/dev/null || echo -1); echo \"={rel} $s\"; "
-                         f"[ $s -lt 0 ] || head -c $s {f}")
+            parts.append(
+                f's=$(stat -c %s {f} 2>/dev/null || echo -1); echo "={rel} $s"; '
+                f"[ $s -lt 0 ] || head -c $s {f}"
+            )
         res = self.target.run("; ".join(parts), check=final)
         if res.returncode != 0:
-            return   # a lost round trip: the next one fetches from the same offsets
-        out, pos = cast(bytes, res.stdout), 0   # run with text=False: bytes
+            return  # a lost round trip: the next one fetches from the same offsets
+        out, pos = cast(bytes, res.stdout), 0  # run with text=False: bytes
         while (nl := out.find(b"\n", pos)) >= 0:
             rel, _, n = out[pos:nl].decode().rpartition(" ")
             size = int(n)
             pos = nl + 1
-            data = out[pos:pos + max(size, 0)]
+            data = out[pos : pos + max(size, 0)]
             pos += max(size, 0)
             if rel.startswith("="):
                 if size >= 0:

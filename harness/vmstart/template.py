@@ -26,6 +26,7 @@ file's path, size and mtime), so a change to any of them builds a new one.  A te
 be built, or a restore that fails before the guest says ``powercut-restored``, falls back to a cold
 boot (logged): the start-up path may change how fast a VM is ready, never what it judges.
 ``POWERCUT_VM_START=boot`` turns templates off."""
+
 from __future__ import annotations
 
 import fcntl
@@ -66,9 +67,9 @@ CONTROL = DiskSpec("control.img", guestjob.CONTROL_SERIAL)
 CONTROL_BYTES = 1 << 20
 BUILD_TIMEOUT_S = 300.0
 TSC_RE = re.compile(r"\btsc_early_khz=\d+ ?")
-KEEP = 6                          # templates kept in the cache (the newest)
+KEEP = 6  # templates kept in the cache (the newest)
 
-_failed: set[str] = set()         # template keys that failed to build or restore in this process
+_failed: set[str] = set()  # template keys that failed to build or restore in this process
 _lock = threading.Lock()
 
 
@@ -81,7 +82,13 @@ def enabled() -> bool:
 
 def eligible(spec: VmSpec) -> bool:
     """A VM a template can stand for: 9p shares (vhost-user-fs cannot be saved), not interactive."""
-    return enabled() and spec.transport == "9p" and not spec.interactive and not spec.restore and not spec.qmp
+    return (
+        enabled()
+        and spec.transport == "9p"
+        and not spec.interactive
+        and not spec.restore
+        and not spec.qmp
+    )
 
 
 def scratch_bytes(n: int) -> int:
@@ -99,7 +106,9 @@ def agent_runtime() -> runtime.Runtime:
     compile_package()
     env = guestjob.agent_env()
     boot = boot_script(env["PATH"], full_site=False, entry=TEMPLATE_AGENT)
-    inits = tuple(os.path.join(d, "__init__.py") for d in package_dirs().values())   # the finder checks them
+    inits = tuple(
+        os.path.join(d, "__init__.py") for d in package_dirs().values()
+    )  # the finder checks them
     return runtime.probe(PRELOAD, boot, env, inits)
 
 
@@ -111,13 +120,31 @@ def _identity(path: str) -> str:
 def template_key(spec: VmSpec, accel: str, rt: runtime.Runtime, qemu: str) -> str:
     """Everything the saved state depends on; paths of the run's own files excluded."""
     shape = {
-        "v": 1, "accel": accel, "qemu": _identity(qemu), "kernel": _identity(spec.kernel),
-        "initrd": _identity(spec.initrd), "runtime": rt.key(), "memory": spec.memory_mb, "cpus": spec.cpus,
+        "v": 1,
+        "accel": accel,
+        "qemu": _identity(qemu),
+        "kernel": _identity(spec.kernel),
+        "initrd": _identity(spec.initrd),
+        "runtime": rt.key(),
+        "memory": spec.memory_mb,
+        "cpus": spec.cpus,
         # the guest read its command line at the template's boot; tsc_early_khz comes from the
         # host's current "cpu MHz", which wanders on hosts that scale their clock
-        "machine": spec.machine, "cmdline": TSC_RE.sub("", kernel_cmdline(spec)), "modules": spec.modules,
-        "disks": [(os.path.getsize(d.path), d.serial, d.bus, d.cache, d.write_cache, d.readonly, d.discard)
-                  for d in spec.disks],
+        "machine": spec.machine,
+        "cmdline": TSC_RE.sub("", kernel_cmdline(spec)),
+        "modules": spec.modules,
+        "disks": [
+            (
+                os.path.getsize(d.path),
+                d.serial,
+                d.bus,
+                d.cache,
+                d.write_cache,
+                d.readonly,
+                d.discard,
+            )
+            for d in spec.disks
+        ],
         "shares": [(s.tag, s.readonly, s.path if s.tag == "hostroot" else "") for s in spec.shares],
     }
     return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -126,8 +153,13 @@ def template_key(spec: VmSpec, accel: str, rt: runtime.Runtime, qemu: str) -> st
 def _template_spec(spec: VmSpec, tdir: Path, initrd: str, *, rundir: Path, console: str) -> VmSpec:
     """``spec`` as a template-started VM: the template's initramfs and command line, the control disk
     after the others, files in ``rundir`` (the template's own, or a restored VM's run directory)."""
-    return replace(spec, initrd=initrd, cmdline=spec.cmdline + ("powercut.template=1",),
-                   disks=spec.disks + (replace(CONTROL, path=str(rundir / CONTROL.path)),), console_path=console)
+    return replace(
+        spec,
+        initrd=initrd,
+        cmdline=spec.cmdline + ("powercut.template=1",),
+        disks=spec.disks + (replace(CONTROL, path=str(rundir / CONTROL.path)),),
+        console_path=console,
+    )
 
 
 class Template:
@@ -145,8 +177,10 @@ class Template:
         with open(ctl, "wb") as f:
             f.write(guestjob.go_block(time.time(), secrets.token_hex(64)))
             f.truncate(CONTROL_BYTES)
-        return replace(_template_spec(spec, self.dir, self.initrd, rundir=rundir, console=spec.console_path),
-                       restore=self.state)
+        return replace(
+            _template_spec(spec, self.dir, self.initrd, rundir=rundir, console=spec.console_path),
+            restore=self.state,
+        )
 
     def build(self, spec: VmSpec, accel: str, rt: runtime.Runtime) -> None:
         """Boot the template VM and save it (the caller holds the template's lock)."""
@@ -177,19 +211,34 @@ class Template:
                 s = replace(s, path=str(work / f"share-{s.tag}"))
             shares.append(s)
         qmp_path = str(work / "qmp.sock")
-        vm = replace(_template_spec(replace(spec, disks=tuple(disks), shares=tuple(shares)), tdir, self.initrd,
-                                    rundir=work, console=str(work / "console.log")),
-                     qmp=qmp_path, name=f"powercut-template-{os.getpid()}")
+        vm = replace(
+            _template_spec(
+                replace(spec, disks=tuple(disks), shares=tuple(shares)),
+                tdir,
+                self.initrd,
+                rundir=work,
+                console=str(work / "console.log"),
+            ),
+            qmp=qmp_path,
+            name=f"powercut-template-{os.getpid()}",
+        )
         Path(vm.console_path).write_bytes(b"")
         argv = build_argv(vm, accel, qemu=process.require(QEMU, "qemu-system-x86"))
         (work / "qemu.argv").write_text(shlex.join(argv) + "\n")
         ready = ConsoleWatch(vm.console_path, guestjob.TEMPLATE_READY.encode())
         state_part = tdir / "state.part"
-        with open(work / "qemu.stderr", "wb") as errf, process.Spawned(argv, stdout=errf, stderr=errf) as q:
+        with (
+            open(work / "qemu.stderr", "wb") as errf,
+            process.Spawned(argv, stdout=errf, stderr=errf) as q,
+        ):
             deadline = time.monotonic() + BUILD_TIMEOUT_S
             while not ready.seen():
                 if q.wait(0.05) is not None or time.monotonic() > deadline:
-                    raise VmError("the template VM did not get ready", vm.console_path, console_tail(vm.console_path))
+                    raise VmError(
+                        "the template VM did not get ready",
+                        vm.console_path,
+                        console_tail(vm.console_path),
+                    )
             booted = time.monotonic() - t0
             qmp = Qmp(qmp_path)
             try:
@@ -204,13 +253,26 @@ class Template:
                 q.kill()
         unlink_socket(qmp_path)
         os.replace(state_part, self.state)
-        (tdir / "meta.json").write_text(json.dumps({
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "boot_s": round(booted, 2),
-            "total_s": round(time.monotonic() - t0, 2), "state_bytes": os.path.getsize(self.state),
-            "runtime_files": len(rt.files), "accel": accel}, indent=1))
+        (tdir / "meta.json").write_text(
+            json.dumps(
+                {
+                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "boot_s": round(booted, 2),
+                    "total_s": round(time.monotonic() - t0, 2),
+                    "state_bytes": os.path.getsize(self.state),
+                    "runtime_files": len(rt.files),
+                    "accel": accel,
+                },
+                indent=1,
+            )
+        )
         shutil.rmtree(work, ignore_errors=True)
-        log.info("VM template %s built in %.1f s (state %d MiB)", tdir.name, time.monotonic() - t0,
-                 os.path.getsize(self.state) >> 20)
+        log.info(
+            "VM template %s built in %.1f s (state %d MiB)",
+            tdir.name,
+            time.monotonic() - t0,
+            os.path.getsize(self.state) >> 20,
+        )
 
 
 def template_for(spec: VmSpec) -> Template | None:
@@ -232,21 +294,24 @@ def template_for(spec: VmSpec) -> Template | None:
     root = cache_root() / "templates"
     tmpl = Template(root / key)
     if tmpl.ready():
-        os.utime(tmpl.dir)   # recently used: kept by _prune
+        os.utime(tmpl.dir)  # recently used: kept by _prune
         return tmpl
     tmpl.dir.mkdir(parents=True, exist_ok=True)
     with open(tmpl.dir / "lock", "w") as lockf:
-        fcntl.flock(lockf, fcntl.LOCK_EX)   # one builder; the others wait for its template
+        fcntl.flock(lockf, fcntl.LOCK_EX)  # one builder; the others wait for its template
         if tmpl.ready():
             return tmpl
         try:
-            tmpl.build(replace(spec, accel=accel), accel, rt)   # type: ignore[arg-type]
+            tmpl.build(replace(spec, accel=accel), accel, rt)  # type: ignore[arg-type]
         except (PowercutError, OSError) as e:
-            (tmpl.dir / "state.part").unlink(missing_ok=True)   # a full disk must not stay full
+            (tmpl.dir / "state.part").unlink(missing_ok=True)  # a full disk must not stay full
             with _lock:
                 _failed.add(key)
-            log.warning("VMs boot: the template VM could not be saved: %s (see %s/build)",
-                        e.one_line() if isinstance(e, PowercutError) else e, tmpl.dir)
+            log.warning(
+                "VMs boot: the template VM could not be saved: %s (see %s/build)",
+                e.one_line() if isinstance(e, PowercutError) else e,
+                tmpl.dir,
+            )
             return None
     _prune(root, keep=tmpl.dir)
     return tmpl
@@ -276,7 +341,7 @@ def run_restored(vm: VmSpec, rundir: Path, run: Callable[[VmSpec], T]) -> T:
             why = "" if restored(vm.console_path) else "its guest ended before the job"
         except VmError as e:
             if restored(vm.console_path) or interrupt.stopping():
-                raise   # the job's failure (a panic or hang in a state), not the restore's
+                raise  # the job's failure (a panic or hang in a state), not the restore's
             why = e.one_line()
         if not why:
             return out
@@ -294,11 +359,14 @@ def _prune(root: Path, keep: Path) -> None:
     """Only the KEEP most recently used templates stay (each holds a saved VM of ~100-200 MB), and
     none used in the last hour goes (another run may be about to restore it)."""
     try:
-        dirs = sorted((d for d in root.iterdir() if d.is_dir() and d != keep),
-                      key=lambda d: d.stat().st_mtime, reverse=True)
+        dirs = sorted(
+            (d for d in root.iterdir() if d.is_dir() and d != keep),
+            key=lambda d: d.stat().st_mtime,
+            reverse=True,
+        )
     except OSError:
         return
-    for d in dirs[KEEP - 1:]:
+    for d in dirs[KEEP - 1 :]:
         if time.time() - d.stat().st_mtime < 3600:
             continue
         lockf = open(d / "lock", "a")

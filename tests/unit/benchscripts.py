@@ -1,4 +1,5 @@
 """Load a script of bench/ as a module, for the tests of its pure parts."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -1,5 +1,6 @@
 """Fixtures shared by the replay and snapshot tests: the hand-made and random logs of test_replay at
 both sector sizes."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

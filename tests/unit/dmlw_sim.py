@@ -5,6 +5,7 @@ Events are applied in time order; the simulator keeps what the kernel keeps (the
 list, each in-flight flush's spliced list) and appends to ``log`` in the order the kernel's
 ``logging_blocks`` list would hold the entries.  Each data write gets its own sector, so an entry's
 sector names the write."""
+
 from __future__ import annotations
 
 import random
@@ -27,7 +28,9 @@ class Sim:
     log: list[Block] = field(default_factory=list)
     unflushed: list[Block] = field(default_factory=list)
     inflight: list[Block] = field(default_factory=list)
-    completed_at_mark: dict[str, set[int]] = field(default_factory=dict)  # ack key -> writes completed before its call
+    completed_at_mark: dict[str, set[int]] = field(
+        default_factory=dict
+    )  # ack key -> writes completed before its call
     completed: set[int] = field(default_factory=set)
     next_sector: int = 8
 
@@ -60,7 +63,9 @@ class Sim:
         return [Entry(i, b.flags, b.sector, b.nr, 0, b.mark) for i, b in enumerate(self.log)]
 
 
-def history(seed: int, ordered: bool, steps: int = 40, concurrency: bool = True, quiesce: bool = True) -> Sim:
+def history(
+    seed: int, ordered: bool, steps: int = 40, concurrency: bool = True, quiesce: bool = True
+) -> Sim:
     """A random history: plain and FUA writes, program flushes (empty and with data), completions in
     any order, begin and ack marks (ordered: the marking code's order mark + flush first).
     ``concurrency``: other I/O may complete while the marking code waits for its flush; ``quiesce``:

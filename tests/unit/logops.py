@@ -1,6 +1,7 @@
 """Test helper: build a dm-log-writes log from a list of operations (shared by the model, selection,
 replay and snapshot tests).  ops: ("w", sector, nr, flags, fill) | ("f",) | ("d", sector, nr) |
 ("m", text); each written sector gets distinct data derived from ``fill``."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,11 @@ def build_log(path: Path, ops: list[tuple], ss: int = 512) -> LogIndex:  # type:
     with LogWriter(path, ss) as w:
         for op in ops:
             if op[0] == "w":
-                w.write(op[1], b"".join(bytes([(op[4] + k) % 251 + 1]) * ss for k in range(op[2])), op[3])
+                w.write(
+                    op[1],
+                    b"".join(bytes([(op[4] + k) % 251 + 1]) * ss for k in range(op[2])),
+                    op[3],
+                )
             elif op[0] == "f":
                 w.flush()
             elif op[0] == "d":

@@ -3,6 +3,7 @@
 flushed, the mkfs mark, then commits -- each appends a line to the file ``data`` through a real
 mount, its changed blocks are logged in one flush window, then an informational mark and the ack.
 ``CHECKER`` is a checker command for it: an acked commit whose line is missing is a lost ack."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,7 +27,7 @@ print(json.dumps({"verdict": "lost-ack" if lost else "pass", "reasons": [f"key {
 
 def _blocks(path: Path) -> dict[int, bytes]:
     data = path.read_bytes()
-    return {i // BS: data[i:i + BS] for i in range(0, len(data), BS)}
+    return {i // BS: data[i : i + BS] for i in range(0, len(data), BS)}
 
 
 def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0) -> Path:
@@ -37,7 +38,11 @@ def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0) -> Path:
     img = d / "fs.img"
     with open(img, "wb") as f:
         f.truncate(SIZE)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-b", str(BS), "-O", "^has_journal", str(img)], check=True, timeout=120)
+    subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-b", str(BS), "-O", "^has_journal", str(img)],
+        check=True,
+        timeout=120,
+    )
     snaps = [_blocks(img)]
     mnt = d / "mnt"
     mnt.mkdir(exist_ok=True)
@@ -57,10 +62,10 @@ def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0) -> Path:
                 w.write(n * (BS // 512), blk)
         w.flush()
         w.mark("mkfs")
-        logged = snaps[0]   # what the log holds so far
+        logged = snaps[0]  # what the log holds so far
         for k in range(1, commits + 1):
             w.mark(f"begin:{k}")
-            if k == fault_at:   # the device failed its writes and its flush: none reached the log
+            if k == fault_at:  # the device failed its writes and its flush: none reached the log
                 w.mark("powercut-fault:on:eio-writes")
                 w.mark("powercut-fault:off")
             else:
@@ -71,11 +76,15 @@ def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0) -> Path:
                 w.flush()
             w.mark("note:informational")
             w.mark(f"ack:{k}")
-        w.mark("dm-log-writes-end")   # the teardown mark every real recording ends with
+        w.mark("dm-log-writes-end")  # the teardown mark every real recording ends with
     img.unlink()
-    manifest = {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
-                "data": {"size_bytes": SIZE, "final": "data-final.img", "initial": "zeros"},
-                "fs": {"fstype": "ext4"}, "workload": {"cmd": "synthetic"}}
+    manifest = {
+        "recording": {"format": 1, "status": "ok"},
+        "log": {"file": "log.bin"},
+        "data": {"size_bytes": SIZE, "final": "data-final.img", "initial": "zeros"},
+        "fs": {"fstype": "ext4"},
+        "workload": {"cmd": "synthetic"},
+    }
     manifest["log"].update(recording.pin_log(rec / "log.bin"))
     recording.write(rec, manifest)
     return rec

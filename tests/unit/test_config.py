@@ -1,4 +1,5 @@
 """config.py: value types validate on construction and round-trip through TOML."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,15 @@ from powercut.errors import UsageError
 
 
 def test_vmspec_round_trips_through_toml() -> None:
-    spec = VmSpec(kernel="/k", initrd="/i", memory_mb=512, disks=(DiskSpec("/d.img", "pcdata", bus="ahci"),),
-                  shares=(ShareSpec("job", "/j", readonly=False),), cmdline=("a=b",), modules=("xfs",))
+    spec = VmSpec(
+        kernel="/k",
+        initrd="/i",
+        memory_mb=512,
+        disks=(DiskSpec("/d.img", "pcdata", bus="ahci"),),
+        shares=(ShareSpec("job", "/j", readonly=False),),
+        cmdline=("a=b",),
+        modules=("xfs",),
+    )
     back = from_dict(VmSpec, loads_toml(dumps_toml({"vm": spec}))["vm"])
     assert back == spec and isinstance(back.disks[0], DiskSpec) and back.resolved_machine() == "q35"
     assert "ahci" in back.module_groups() and "pci" in back.module_groups()
@@ -31,9 +39,16 @@ def test_microvm_unless_ahci() -> None:
     assert VmSpec(kernel="/k", initrd="/i").module_groups() == ()  # no groups: load everything
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(memory_mb=64), "at least 128"), (dict(cpus=0), "cpus"), (dict(transport="nfs"), "transport"),
-    (dict(accel="hvf"), "accel"), (dict(timeout_s=0), "timeout")])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(memory_mb=64), "at least 128"),
+        (dict(cpus=0), "cpus"),
+        (dict(transport="nfs"), "transport"),
+        (dict(accel="hvf"), "accel"),
+        (dict(timeout_s=0), "timeout"),
+    ],
+)
 def test_vmspec_rejects(kwargs: dict, match: str) -> None:
     with pytest.raises(UsageError, match=match):
         VmSpec(kernel="/k", initrd="/i", **kwargs)

@@ -16,6 +16,7 @@ functions count too:
   package; a checker may also import ``workloads/`` (workloads/pgserver.py runs PostgreSQL for both);
 * no ``_private`` name of one module is imported by another (a name used across modules is public).
 """
+
 from __future__ import annotations
 
 import ast
@@ -29,24 +30,43 @@ ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "harness"
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
-LAYERS = ({"errors"}, {"core", "linux"}, {"config", "registry", "_pycall", "_logmark"}, {"faults"}, {"marks", "workload", "checker"}, {""},
-          {"vm", "images"}, {"vmstart"}, {"record"}, {"replay"}, {"check", "bench"}, {"debug"}, {"report"},
-          {"campaign"}, {"guest", "cli", "pytest_plugin"})
+LAYERS = (
+    {"errors"},
+    {"core", "linux"},
+    {"config", "registry", "_pycall", "_logmark"},
+    {"faults"},
+    {"marks", "workload", "checker"},
+    {""},
+    {"vm", "images"},
+    {"vmstart"},
+    {"record"},
+    {"replay"},
+    {"check", "bench"},
+    {"debug"},
+    {"report"},
+    {"campaign"},
+    {"guest", "cli", "pytest_plugin"},
+)
 LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
-THIRD_PARTY = {"tomli_w": {"config"}, "rich": {"report", "cli"}, "matplotlib": {"report"}, "libvirt": {"vm"},
-               "pytest": {"pytest_plugin"},
-               "jinja2": {"report"}}
+THIRD_PARTY = {
+    "tomli_w": {"config"},
+    "rich": {"report", "cli"},
+    "matplotlib": {"report"},
+    "libvirt": {"vm"},
+    "pytest": {"pytest_plugin"},
+    "jinja2": {"report"},
+}
 # core/'s domains, lowest first: a domain imports its own modules and lower domains' (core/__init__.py)
 CORE_LAYERS = ({"log"}, {"trace"}, {"recording"}, {"states", "crashmodels"}, {"judging"}, {"cause"})
 CORE_LAYER = {d: i for i, ds in enumerate(CORE_LAYERS) for d in ds}
-OPTIONAL = {"libvirt", "matplotlib"}          # may be imported inside a function anywhere they are allowed
-LAZY_PARTS = {"cli", "guest", "pytest_plugin"}   # start-up cost: imports inside functions allowed
+OPTIONAL = {"libvirt", "matplotlib"}  # may be imported inside a function anywhere they are allowed
+LAZY_PARTS = {"cli", "guest", "pytest_plugin"}  # start-up cost: imports inside functions allowed
 LAZY_RULE = True
 
 
 @dataclass(frozen=True)
 class Imp:
-    name: str          # absolute module (or module.attr) name
+    name: str  # absolute module (or module.attr) name
     line: int
     in_function: bool
     relative: bool
@@ -68,8 +88,13 @@ def part_of(module: str) -> str | None:
 def imports(source: str, module: str) -> list[Imp]:
     """Every import of a source, with relative ones resolved against ``module``'s package."""
     tree = ast.parse(source)
-    funcs = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-             for n in ast.walk(f) if n is not f}
+    funcs = {
+        id(n)
+        for f in ast.walk(tree)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for n in ast.walk(f)
+        if n is not f
+    }
     is_pkg = module.endswith(".__init__")
     module = module.removesuffix(".__init__")
     out: list[Imp] = []
@@ -80,7 +105,7 @@ def imports(source: str, module: str) -> list[Imp]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = module.split(".")
-                base = base[:len(base) - node.level + (1 if is_pkg else 0)]
+                base = base[: len(base) - node.level + (1 if is_pkg else 0)]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
@@ -88,7 +113,9 @@ def imports(source: str, module: str) -> list[Imp]:
                 full = f"{mod}.{a.name}"
                 if mod == "powercut" and a.name in powercut.__all__:
                     full = "powercut"
-                out.append(Imp(full if _is_module(full) else mod, node.lineno, inside, bool(node.level)))
+                out.append(
+                    Imp(full if _is_module(full) else mod, node.lineno, inside, bool(node.level))
+                )
     return out
 
 
@@ -97,7 +124,11 @@ def _is_module(name: str) -> bool:
     if not name.startswith("powercut."):
         return False
     bits = name.split(".")[1:]
-    base = {"images": ROOT / "vm-images", "workloads": ROOT / "workloads", "checkers": ROOT / "checkers"}
+    base = {
+        "images": ROOT / "vm-images",
+        "workloads": ROOT / "workloads",
+        "checkers": ROOT / "checkers",
+    }
     top = base.get(bits[0], HARNESS / bits[0])
     path = top if bits[0] in base else HARNESS.joinpath(*bits)
     if bits[0] in base:
@@ -120,7 +151,9 @@ def violations(module: str, source: str, *, lazy: bool | None = None) -> list[st
             bad.append(f"{where} imports {imp.name} relatively (imports are absolute)")
         if plugin:
             # its own package; a checker also the workloads' (the program it checks: how it is run)
-            own = (me.rsplit(".", 1)[0],) + (("powercut.workloads",) if me.startswith("powercut.checkers") else ())
+            own = (me.rsplit(".", 1)[0],) + (
+                ("powercut.workloads",) if me.startswith("powercut.checkers") else ()
+            )
             if top == "powercut" and imp.name != "powercut" and not imp.name.startswith(own):
                 bad.append(f"{where} imports {imp.name}, not powercut's public API")
             continue
@@ -133,24 +166,41 @@ def violations(module: str, source: str, *, lazy: bool | None = None) -> list[st
                 bad.append(f"{where}: {imp.name} or {me} is in no layer")
                 continue
             if theirs != mine and LAYER[theirs] >= LAYER[mine]:
-                bad.append(f"{where}: {mine or 'powercut'}/ (layer {LAYER[mine]}) imports {imp.name} "
-                           f"(layer {LAYER[theirs]})")
+                bad.append(
+                    f"{where}: {mine or 'powercut'}/ (layer {LAYER[mine]}) imports {imp.name} "
+                    f"(layer {LAYER[theirs]})"
+                )
             if theirs == "record" and mine != "record":
-                drivers = ("powercut.record.vm",)   # the VM driver (one disk or a cluster)
-                if imp.name not in ("powercut.record.recording",) and not imp.name.startswith(drivers):
+                drivers = ("powercut.record.vm",)  # the VM driver (one disk or a cluster)
+                if imp.name not in ("powercut.record.recording",) and not imp.name.startswith(
+                    drivers
+                ):
                     bad.append(f"{where} imports {imp.name}: outside record/ only record.recording")
                 if imp.name.startswith(drivers) and mine not in ("campaign", "cli"):
-                    bad.append(f"{where} imports {imp.name}: record.vm is for campaign/ and cli/ only")
-            if mine == "guest" and theirs in ("vm", "images") and imp.name != "powercut.vm.guestjob":
+                    bad.append(
+                        f"{where} imports {imp.name}: record.vm is for campaign/ and cli/ only"
+                    )
+            if (
+                mine == "guest"
+                and theirs in ("vm", "images")
+                and imp.name != "powercut.vm.guestjob"
+            ):
                 bad.append(f"{where} imports {imp.name}: the guest uses vm.guestjob only")
         elif top not in STDLIB:
             allowed = THIRD_PARTY.get(top)
             if allowed is None or mine not in allowed:
                 bad.append(f"{where} imports third-party {imp.name}")
-        if lazy and imp.in_function and mine not in LAZY_PARTS and top not in OPTIONAL | STDLIB \
-                and me not in LATE_IMPORTS:   # (LATE_IMPORTS: a measured reason, in the recorded program)
-            bad.append(f"{where} imports {imp.name} inside a function (only cli/, guest/ and optional "
-                       f"dependencies do)")
+        if (
+            lazy
+            and imp.in_function
+            and mine not in LAZY_PARTS
+            and top not in OPTIONAL | STDLIB
+            and me not in LATE_IMPORTS
+        ):  # (LATE_IMPORTS: a measured reason, in the recorded program)
+            bad.append(
+                f"{where} imports {imp.name} inside a function (only cli/, guest/ and optional "
+                f"dependencies do)"
+            )
     return bad
 
 
@@ -159,8 +209,11 @@ def modules() -> list[tuple[str, Path]]:
     for p in sorted(HARNESS.rglob("*.py")):
         rel = p.relative_to(HARNESS).with_suffix("")
         out.append((".".join(("powercut",) + rel.parts), p))
-    for base, pkg in ((ROOT / "vm-images", "images"), (ROOT / "workloads", "workloads"),
-                      (ROOT / "checkers", "checkers")):
+    for base, pkg in (
+        (ROOT / "vm-images", "images"),
+        (ROOT / "workloads", "workloads"),
+        (ROOT / "checkers", "checkers"),
+    ):
         for p in sorted(base.rglob("*.py")):
             rel = p.relative_to(base).with_suffix("")
             out.append((".".join(("powercut", pkg) + rel.parts), p))
@@ -195,7 +248,7 @@ def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for d in sorted(g.get(n, ())):
             if state.get(d) == 1:
-                return stack[stack.index(d):] + [d]
+                return stack[stack.index(d) :] + [d]
             if d not in state and (c := visit(d)):
                 return c
         stack.pop()
@@ -215,32 +268,56 @@ def test_the_tree_keeps_the_contract() -> None:
 
 def test_the_checker_catches_deliberate_bad_imports() -> None:
     assert violations("powercut.replay.materialize", "from powercut.record.vm import record\n")
-    assert violations("powercut.check.judge", "def f():\n    from powercut.record.vm import record\n")
+    assert violations(
+        "powercut.check.judge", "def f():\n    from powercut.record.vm import record\n"
+    )
     assert violations("powercut.core.states.models", "import numpy\n")
-    assert violations("powercut.core.states.models", "from powercut.replay.materialize import plan\n")
-    assert violations("powercut.core.states.stateid", "from powercut.linux import process\n")   # same layer
+    assert violations(
+        "powercut.core.states.models", "from powercut.replay.materialize import plan\n"
+    )
+    assert violations(
+        "powercut.core.states.stateid", "from powercut.linux import process\n"
+    )  # same layer
     assert violations("powercut.vm.accel", "from powercut.images.build import cache_root\n")
-    assert violations("powercut.check.judge", "from powercut.bench import parse\n")      # same layer
+    assert violations("powercut.check.judge", "from powercut.bench import parse\n")  # same layer
     assert violations("powercut.report.summary", "from powercut.campaign.phases import flaky\n")
     assert violations("powercut.guest.check", "from powercut.vm.qemu import run_vm\n")
-    assert violations("powercut.debug.triage", "from . import bundle\n")                 # relative
+    assert violations("powercut.debug.triage", "from . import bundle\n")  # relative
     assert violations("powercut.check.vm", "def f():\n    from powercut.debug import blame\n")
-    assert violations("powercut.check.host", "def f():\n    from powercut.replay import snapshot\n", lazy=True)
+    assert violations(
+        "powercut.check.host", "def f():\n    from powercut.replay import snapshot\n", lazy=True
+    )
     assert violations("powercut.debug.bundle", "def f():\n    import rich\n", lazy=True)
     assert violations("powercut.report.summary", "import libvirt\n")
     assert violations("powercut.workloads.wal", "from powercut.check.judge import judge\n")
     assert violations("powercut.checkers.wal", "from powercut.linux import process\n")
     # and lets the allowed ones through
-    assert not violations("powercut.core.states.models", "from powercut.errors import UsageError\n"
-                                                  "from powercut.core.log.dmlog import Entry\nimport re\n")
-    assert not violations("powercut.workloads.wal", "import powercut\nfrom powercut import ack, begin\n")
-    assert not violations("powercut.checkers.pgsync", "from powercut.workloads.pgserver import bindir\n")
-    assert violations("powercut.workloads.pgsync", "from powercut.checkers.postgres import Server\n")
-    assert not violations("powercut.replay.materialize", "from powercut.record.recording import load\n")
-    assert not violations("powercut.cli.check", "def f():\n    from powercut.campaign.run import run_campaign\n",
-                          lazy=True)
+    assert not violations(
+        "powercut.core.states.models",
+        "from powercut.errors import UsageError\n"
+        "from powercut.core.log.dmlog import Entry\nimport re\n",
+    )
+    assert not violations(
+        "powercut.workloads.wal", "import powercut\nfrom powercut import ack, begin\n"
+    )
+    assert not violations(
+        "powercut.checkers.pgsync", "from powercut.workloads.pgserver import bindir\n"
+    )
+    assert violations(
+        "powercut.workloads.pgsync", "from powercut.checkers.postgres import Server\n"
+    )
+    assert not violations(
+        "powercut.replay.materialize", "from powercut.record.recording import load\n"
+    )
+    assert not violations(
+        "powercut.cli.check",
+        "def f():\n    from powercut.campaign.run import run_campaign\n",
+        lazy=True,
+    )
     assert not violations("powercut.vm.libvirt", "def f():\n    import libvirt\n", lazy=True)
-    assert not violations("powercut.report.bench", "def plot():\n    import matplotlib\n", lazy=True)
+    assert not violations(
+        "powercut.report.bench", "def plot():\n    import matplotlib\n", lazy=True
+    )
     assert not violations("powercut.check.host", "def f():\n    import json\n", lazy=True)
 
 
@@ -250,7 +327,9 @@ def test_no_import_cycle() -> None:
 
 def test_the_cycle_check_finds_a_deliberate_cycle() -> None:
     g = graph()
-    assert find_cycle({**g, "powercut.linux.dm": g["powercut.linux.dm"] | {"powercut.replay.dmsnapshot"}})
+    assert find_cycle(
+        {**g, "powercut.linux.dm": g["powercut.linux.dm"] | {"powercut.replay.dmsnapshot"}}
+    )
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
@@ -269,7 +348,9 @@ def test_each_package_init_names_its_modules() -> None:
     for init in sorted(HARNESS.glob("*/**/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         where = init.parent.relative_to(HARNESS)
-        subpackages = [d / "__init__.py" for d in init.parent.iterdir() if (d / "__init__.py").is_file()]
+        subpackages = [
+            d / "__init__.py" for d in init.parent.iterdir() if (d / "__init__.py").is_file()
+        ]
         for p in sorted(init.parent.glob("*.py")) + sorted(subpackages):
             stem = p.parent.name if p.name == "__init__.py" else p.stem
             if p != init and f"``{stem}``" not in doc and stem not in doc.split():
@@ -298,7 +379,11 @@ def core_violations(g: dict[str, set[str]]) -> list[str]:
             continue
         for d in sorted(deps):
             theirs = core_domain(d)
-            if theirs is not None and theirs in CORE_LAYER and CORE_LAYER[theirs] > CORE_LAYER[mine]:
+            if (
+                theirs is not None
+                and theirs in CORE_LAYER
+                and CORE_LAYER[theirs] > CORE_LAYER[mine]
+            ):
                 out.append(f"{me} imports {d}: {theirs} is above {mine}")
     return out
 
@@ -308,12 +393,19 @@ def test_core_domains_import_only_their_own_and_lower_ones() -> None:
 
 
 def test_the_core_domain_check_catches_an_upward_import_and_an_unlisted_domain() -> None:
-    g = {"powercut.core.log.dmlog": {"powercut.core.states.crashstate"},
-         "powercut.core.states.models": {"powercut.core.crashmodels.registry", "powercut.core.log.dmlog"},
-         "powercut.core.crashmodels.registry": {"powercut.core.states.coverage"},
-         "powercut.core.misc.x": set()}
-    assert core_violations(g) == ["powercut.core.log.dmlog imports powercut.core.states.crashstate: states is above log",
-                                  "powercut.core.misc.x: core domain 'misc' is in no layer of CORE_LAYERS"]
+    g = {
+        "powercut.core.log.dmlog": {"powercut.core.states.crashstate"},
+        "powercut.core.states.models": {
+            "powercut.core.crashmodels.registry",
+            "powercut.core.log.dmlog",
+        },
+        "powercut.core.crashmodels.registry": {"powercut.core.states.coverage"},
+        "powercut.core.misc.x": set(),
+    }
+    assert core_violations(g) == [
+        "powercut.core.log.dmlog imports powercut.core.states.crashstate: states is above log",
+        "powercut.core.misc.x: core domain 'misc' is in no layer of CORE_LAYERS",
+    ]
 
 
 def private_imports(module: str, source: str) -> list[str]:
@@ -322,11 +414,24 @@ def private_imports(module: str, source: str) -> list[str]:
     me = module.removesuffix(".__init__")
     bad = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("powercut"):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and (node.module or "").startswith("powercut")
+        ):
             for a in node.names:
-                dunder = a.name.startswith("__") and a.name.endswith("__")   # __doc__, __version__: public
-                if a.name.startswith("_") and not dunder and node.module != me and not _is_module(f"{node.module}.{a.name}"):
-                    bad.append(f"{module}:{node.lineno} imports {node.module}.{a.name}, a private name")
+                dunder = a.name.startswith("__") and a.name.endswith(
+                    "__"
+                )  # __doc__, __version__: public
+                if (
+                    a.name.startswith("_")
+                    and not dunder
+                    and node.module != me
+                    and not _is_module(f"{node.module}.{a.name}")
+                ):
+                    bad.append(
+                        f"{module}:{node.lineno} imports {node.module}.{a.name}, a private name"
+                    )
     return bad
 
 
@@ -336,9 +441,15 @@ def test_no_private_name_is_imported_across_modules() -> None:
 
 
 def test_the_private_name_check_catches_one() -> None:
-    assert private_imports("powercut.campaign.matrix", "from powercut.record.vm import _judge as judge\n")
-    assert not private_imports("powercut.marks", "from powercut import _logmark as logmark\n")   # a module
-    assert not private_imports("powercut.campaign.matrix", "from powercut.record.vm import judge_result\n")
+    assert private_imports(
+        "powercut.campaign.matrix", "from powercut.record.vm import _judge as judge\n"
+    )
+    assert not private_imports(
+        "powercut.marks", "from powercut import _logmark as logmark\n"
+    )  # a module
+    assert not private_imports(
+        "powercut.campaign.matrix", "from powercut.record.vm import judge_result\n"
+    )
 
 
 # -- imports at module top ------------------------------------------------------------------------
@@ -355,9 +466,9 @@ LATE_IMPORTS = {
     "powercut.guest.check": "every checker VM imports it, under TCG at 10-50x the cost; one job needs them",
     "powercut.guest.template": "the agent resolves only on the sys.path a restored VM sets at that point",
     "powercut.linux.dm": "a mark runs it in the recorded program: its imports were 12 of marks' 26 ms natively, "
-                         "~0.9 s of a recording under TCG and strace (modprobe's runner only where used)",
+    "~0.9 s of a recording under TCG and strace (modprobe's runner only where used)",
     "powercut.marks": "the recorded program imports it: the fault plan's modules (4.7 ms natively) only when a "
-                      "recording has a plan",
+    "recording has a plan",
 }
 
 
@@ -367,18 +478,32 @@ def late_imports(source: str) -> list[int]:
     for fn in ast.walk(ast.parse(source)):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(fn):
-                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
-                    [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else ([a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                )
                 if any(n == "powercut" or n.startswith("powercut.") for n in names):
                     out.append(node.lineno)
     return sorted(set(out))
 
 
 def test_powercut_is_imported_at_module_top_but_where_a_reason_is_written() -> None:
-    bad = [f"{mod}:{line}" for mod, path in modules() if mod not in LATE_IMPORTS
-           for line in late_imports(path.read_text())]
-    assert not bad, "import at module top, or add the module to LATE_IMPORTS with its measured reason:\n" + "\n".join(bad)
-    stale = [mod for mod in LATE_IMPORTS if not any(m == mod and late_imports(p.read_text()) for m, p in modules())]
+    bad = [
+        f"{mod}:{line}"
+        for mod, path in modules()
+        if mod not in LATE_IMPORTS
+        for line in late_imports(path.read_text())
+    ]
+    assert not bad, (
+        "import at module top, or add the module to LATE_IMPORTS with its measured reason:\n"
+        + "\n".join(bad)
+    )
+    stale = [
+        mod
+        for mod in LATE_IMPORTS
+        if not any(m == mod and late_imports(p.read_text()) for m, p in modules())
+    ]
     assert not stale, f"no late import left in {stale}: remove them from LATE_IMPORTS"
 
 

@@ -2,6 +2,7 @@
 and data file of the package (harness/, vm-images/, workloads/, checkers/), so nothing a user's
 install needs is left behind in a checkout.  tests/vm/test_install_vm.py builds the wheel from it,
 installs it in a fresh venv and runs crash tests with it."""
+
 from __future__ import annotations
 
 import subprocess
@@ -10,19 +11,29 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("harness", "vm-images", "workloads", "checkers")   # pyproject.toml's package-dir
+SOURCES = ("harness", "vm-images", "workloads", "checkers")  # pyproject.toml's package-dir
 
 
 def build_sdist(dest: Path) -> Path:
     """The sdist, by setuptools' PEP 517 hook (what ``python -m build --sdist`` calls)."""
     code = f"from setuptools import build_meta; print(build_meta.build_sdist({str(dest)!r}))"
-    name = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip().splitlines()[-1]
+    name = (
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return dest / name
 
 
 def package_files() -> list[Path]:
-    return [f for src in SOURCES for f in (ROOT / src).rglob("*") if f.is_file() and "__pycache__" not in f.parts]
+    return [
+        f
+        for src in SOURCES
+        for f in (ROOT / src).rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts
+    ]
 
 
 def test_the_sdist_holds_every_file_of_the_package(tmp_path: Path) -> None:

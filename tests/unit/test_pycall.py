@@ -1,5 +1,6 @@
 """A user's Python functions as workload and checker (powercut/_pycall.py, checker.call_function):
 references, imports by file, the answers a checker function gives, and the workload runner."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from powercut.check.judge import judge
 from powercut.checker import CheckerSpec, CheckInput, CheckResult
 from powercut.errors import CheckerError, UsageError
 
-USER = '''
+USER = """
 import json, os
 from pathlib import Path
 from powercut import CheckResult
@@ -72,7 +73,7 @@ def workload(mount, n=1, tag="x"):
 
 def failing_workload(mount):
     return 3
-'''
+"""
 
 
 @pytest.fixture
@@ -89,16 +90,24 @@ def spec(user: tuple[Path, tuple[str, ...]], name: str) -> CheckerSpec:
     return CheckerSpec(function=f"{user[0]}::{name}", path=user[1])
 
 
-HOST_PATH = tuple(p for p in sys.path if p and os.path.isdir(p))   # what the plugin passes: this process's path
+HOST_PATH = tuple(
+    p for p in sys.path if p and os.path.isdir(p)
+)  # what the plugin passes: this process's path
 INP = CheckInput("/nonexistent", ("1", "2"), ("3",), {"n": 2}, "flush@7")
 
 
-@pytest.mark.parametrize("name, verdict, reason", [
-    ("passes", "pass", None), ("says_true", "pass", None), ("says_false", "fail", "says_false returned False"),
-    ("asserts_with_message", "fail", "acked ('1', '2') lost"),
-    ("asserts_bare", "fail", "assert len(state.acked) == 7 (test_user_mod.py:"),
-    ("lost", "lost-ack", "key 1 missing"), ("Checks.nested_name", "corrupt-data", "from a class"),
-])
+@pytest.mark.parametrize(
+    "name, verdict, reason",
+    [
+        ("passes", "pass", None),
+        ("says_true", "pass", None),
+        ("says_false", "fail", "says_false returned False"),
+        ("asserts_with_message", "fail", "acked ('1', '2') lost"),
+        ("asserts_bare", "fail", "assert len(state.acked) == 7 (test_user_mod.py:"),
+        ("lost", "lost-ack", "key 1 missing"),
+        ("Checks.nested_name", "corrupt-data", "from a class"),
+    ],
+)
 def test_checker_function_answers(user, name, verdict, reason) -> None:
     res = spec(user, name).run(INP)
     assert res.verdict == verdict
@@ -111,7 +120,9 @@ def test_checker_function_prints_are_never_its_answer(user, capfd) -> None:
     output, never read (checker.call_function captures nothing)."""
     assert spec(user, "prints_a_verdict").run(INP) == CheckResult("pass")
     assert spec(user, "prints_pass_returns_lost").run(INP) == CheckResult("lost-ack", ("returned",))
-    assert '"verdict": "lost-ack"' in capfd.readouterr().out   # it did print, to this process's stdout
+    assert (
+        '"verdict": "lost-ack"' in capfd.readouterr().out
+    )  # it did print, to this process's stdout
 
 
 def test_checker_function_output_is_capped(user) -> None:
@@ -119,7 +130,9 @@ def test_checker_function_output_is_capped(user) -> None:
     assert res.verdict == "fail" and len(res.reasons) == 41 and "60 more lines" in res.reasons[-1]
 
 
-@pytest.mark.parametrize("name, words", [("wrong_type", "returned str"), ("harness_verdict", "mount-failed")])
+@pytest.mark.parametrize(
+    "name, words", [("wrong_type", "returned str"), ("harness_verdict", "mount-failed")]
+)
 def test_checker_function_that_answers_nonsense_is_the_harness_error(user, name, words) -> None:
     with pytest.raises(CheckerError, match=words):
         spec(user, name).run(INP)
@@ -132,9 +145,13 @@ def test_checker_function_exception_reaches_judge(user, tmp_path) -> None:
         spec(user, "crashes").run(INP)
 
 
-@pytest.mark.parametrize("ref, words", [
-    ("{dir}/missing.py::f", "no such file"), ("{mod}::not_there", "has no not_there"),
-])
+@pytest.mark.parametrize(
+    "ref, words",
+    [
+        ("{dir}/missing.py::f", "no such file"),
+        ("{mod}::not_there", "has no not_there"),
+    ],
+)
 def test_validate_finds_a_checker_that_cannot_load(user, ref, words) -> None:
     text = ref.format(dir=user[0].parent, mod=user[0])
     with pytest.raises(CheckerError, match=words):
@@ -156,10 +173,11 @@ def test_reference_round_trip_and_refusals(tmp_path) -> None:
 
     def inner(state):
         return None
+
     with pytest.raises(UsageError, match="top level"):
         FunctionRef.of(inner, "workload")
     with pytest.raises(UsageError, match="must be a function"):
-        FunctionRef.of(42, "checker")   # type: ignore[arg-type]
+        FunctionRef.of(42, "checker")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="FILE::NAME"):
         FunctionRef.parse("no-separator")
 
@@ -173,7 +191,9 @@ def test_workload_runs_with_mount_params_and_path(user, tmp_path) -> None:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     cmd = workload_command(FunctionRef(str(user[0]), "workload"), (*user[1], *HOST_PATH))
-    env = dict(os.environ, POWERCUT_PARAMS=json.dumps({"n": 3, "tag": "t"}), POWERCUT_MOUNT=str(mnt))
+    env = dict(
+        os.environ, POWERCUT_PARAMS=json.dumps({"n": 3, "tag": "t"}), POWERCUT_MOUNT=str(mnt)
+    )
     subprocess.run(["/bin/sh", "-c", cmd], cwd=mnt, env=env, check=True, timeout=60)
     got = json.loads((mnt / "out.json").read_text())
     assert got == {"cwd": str(mnt), "n": 3, "tag": "t"}
@@ -183,9 +203,14 @@ def test_workload_exit_status_and_bad_reference(user, tmp_path) -> None:
     cmd = workload_command(FunctionRef(str(user[0]), "failing_workload"), (*user[1], *HOST_PATH))
     res = subprocess.run(["/bin/sh", "-c", cmd], cwd=tmp_path, capture_output=True, timeout=60)
     assert res.returncode == 3
-    res = subprocess.run([sys.executable, "-m", "powercut._pycall", f"{tmp_path}/nope.py::w"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=":".join(HOST_PATH)))
+    res = subprocess.run(
+        [sys.executable, "-m", "powercut._pycall", f"{tmp_path}/nope.py::w"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=":".join(HOST_PATH)),
+    )
     assert res.returncode == 2 and "no such file" in res.stderr and "Traceback" not in res.stderr
 
 

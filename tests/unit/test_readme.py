@@ -8,6 +8,7 @@
 * README.md stays short (at most 250 lines) and every docs page is linked from docs/index.md;
 * every code symbol docs/internals.md names in backticks (``Judging.run``, ``split_by_base``,
   ``powercut.core.log.dmlog``) is a module, class, function or attribute of the source (#49)."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,11 @@ def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser
 
 
 def _options(p: argparse.ArgumentParser) -> set[str]:
-    return {max(a.option_strings, key=len) for a in p._actions if a.option_strings and "--help" not in a.option_strings}
+    return {
+        max(a.option_strings, key=len)
+        for a in p._actions
+        if a.option_strings and "--help" not in a.option_strings
+    }
 
 
 def _named(p: argparse.ArgumentParser, opt: str, text: str) -> bool:
@@ -50,7 +55,9 @@ def _synopsis_block() -> str:
     """The first code block under docs/commands.md's "## Synopsis" heading."""
     text = COMMANDS.read_text()
     m = re.search(r"^## Synopsis\n.*?^```[^\n]*\n(.*?)^```", text, re.S | re.M)
-    assert m, f"{COMMANDS.relative_to(ROOT)} has no '## Synopsis' heading with a code block under it"
+    assert m, (
+        f"{COMMANDS.relative_to(ROOT)} has no '## Synopsis' heading with a code block under it"
+    )
     return m.group(1)
 
 
@@ -80,7 +87,9 @@ def test_every_option_of_every_command_is_in_the_synopsis() -> None:
         if name == "run":
             continue
         assert name in syn, f"docs/commands.md has no synopsis for 'powercut {name}'"
-        missing += [f"powercut {name} {opt}" for opt in sorted(_options(p)) if not _named(p, opt, syn[name])]
+        missing += [
+            f"powercut {name} {opt}" for opt in sorted(_options(p)) if not _named(p, opt, syn[name])
+        ]
     assert not missing, "docs/commands.md synopses lack: " + ", ".join(missing)
 
 
@@ -91,6 +100,7 @@ def test_run_takes_record_and_check_options() -> None:
 
 
 # -- the pages and their links ---------------------------------------------------------------------
+
 
 def _pages() -> list[Path]:
     return [README, *sorted(DOCS.glob("*.md"))]
@@ -118,7 +128,7 @@ def _anchors(page: Path) -> set[str]:
 
 
 def _links(page: Path) -> list[str]:
-    prose = re.sub(r"`[^`\n]*`", "", _prose(page.read_text()))   # a link inside code is no link
+    prose = re.sub(r"`[^`\n]*`", "", _prose(page.read_text()))  # a link inside code is no link
     return re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", prose)
 
 
@@ -128,7 +138,7 @@ def _target(page: Path, link: str) -> tuple[Path, str]:
 
 
 def _relative(link: str) -> bool:
-    return not re.match(r"[a-z][a-z0-9+.-]*:", link)   # http:, https:, mailto:, ...
+    return not re.match(r"[a-z][a-z0-9+.-]*:", link)  # http:, https:, mailto:, ...
 
 
 def test_the_manual_exists() -> None:
@@ -143,7 +153,9 @@ def test_every_relative_link_resolves() -> None:
             target, anchor = _target(page, link)
             where = f"{page.relative_to(ROOT)}: {link}"
             if not target.exists():
-                broken.append(f"{where}: no file {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}")
+                broken.append(
+                    f"{where}: no file {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}"
+                )
             elif anchor and (target.suffix != ".md" or anchor not in _anchors(target)):
                 broken.append(f"{where}: no heading #{anchor} in {target.relative_to(ROOT)}")
     assert not broken, "broken links:\n" + "\n".join(broken)
@@ -151,16 +163,21 @@ def test_every_relative_link_resolves() -> None:
 
 def test_readme_is_short() -> None:
     n = len(README.read_text().splitlines())
-    assert n <= README_MAX_LINES, (f"README.md has {n} lines (at most {README_MAX_LINES}): move the detail into a "
-                                   "docs/ page and link to it")
+    assert n <= README_MAX_LINES, (
+        f"README.md has {n} lines (at most {README_MAX_LINES}): move the detail into a "
+        "docs/ page and link to it"
+    )
 
 
 def test_every_docs_page_is_linked_from_the_index() -> None:
     linked = {_target(INDEX, link)[0] for link in filter(_relative, _links(INDEX))}
-    missing = [p.name for p in sorted(DOCS.glob("*.md")) if p != INDEX and p.resolve() not in linked]
+    missing = [
+        p.name for p in sorted(DOCS.glob("*.md")) if p != INDEX and p.resolve() not in linked
+    ]
     assert not missing, "docs/index.md does not link: " + ", ".join(missing)
-    assert any(_target(README, link)[0] == INDEX.resolve() for link in filter(_relative, _links(README))), \
-        "README.md does not link docs/index.md"
+    assert any(
+        _target(README, link)[0] == INDEX.resolve() for link in filter(_relative, _links(README))
+    ), "README.md does not link docs/index.md"
 
 
 # a path in backticks that names a file of this repository: a source, test, script, template or config
@@ -173,17 +190,41 @@ def test_named_paths_exist() -> None:
     stale = []
     for page in _pages():
         for name in sorted(set(_NAMED.findall(page.read_text()))):
-            if not any((base / name).exists() for base in (ROOT, ROOT / "harness", ROOT / "harness" / "report")):
+            if not any(
+                (base / name).exists()
+                for base in (ROOT, ROOT / "harness", ROOT / "harness" / "report")
+            ):
                 stale.append(f"{page.relative_to(ROOT)}: {name}")
     assert not stale, "paths named in the manual that do not exist:\n" + "\n".join(stale)
 
 
 # -- docs/internals.md names only what exists ---------------------------------------------------------
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-FILE_EXT = {"json", "jsonl", "py", "html", "j2", "toml", "md", "txt", "img", "bin", "gz", "log", "sh", "yml", "png",
-            "c", "xml"}
-SOURCES = ((ROOT / "harness", "powercut"), (ROOT / "vm-images", "powercut.images"),
-           (ROOT / "workloads", "powercut.workloads"), (ROOT / "checkers", "powercut.checkers"))
+FILE_EXT = {
+    "json",
+    "jsonl",
+    "py",
+    "html",
+    "j2",
+    "toml",
+    "md",
+    "txt",
+    "img",
+    "bin",
+    "gz",
+    "log",
+    "sh",
+    "yml",
+    "png",
+    "c",
+    "xml",
+}
+SOURCES = (
+    (ROOT / "harness", "powercut"),
+    (ROOT / "vm-images", "powercut.images"),
+    (ROOT / "workloads", "powercut.workloads"),
+    (ROOT / "checkers", "powercut.checkers"),
+)
 
 
 def _defined() -> tuple[set[str], set[str]]:
@@ -199,7 +240,13 @@ def _defined() -> tuple[set[str], set[str]]:
             for n in ast.walk(ast.parse(path.read_text())):
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     names.add(n.name)
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+                targets = (
+                    n.targets
+                    if isinstance(n, ast.Assign)
+                    else [n.target]
+                    if isinstance(n, ast.AnnAssign)
+                    else []
+                )
                 for t in targets:
                     if isinstance(t, ast.Name):
                         names.add(t.id)
@@ -219,7 +266,12 @@ def code_symbols(text: str) -> list[str]:
         parts = t.split(".")
         if parts[-1] in FILE_EXT or parts[0] in sys.stdlib_module_names:
             continue
-        if len(parts) > 1 or "_" in t.strip("_") or t.startswith("_") or re.search(r"[a-z][A-Z]|^[A-Z][a-z]+[A-Z]", t):
+        if (
+            len(parts) > 1
+            or "_" in t.strip("_")
+            or t.startswith("_")
+            or re.search(r"[a-z][A-Z]|^[A-Z][a-z]+[A-Z]", t)
+        ):
             out.append(t)
     return out
 
@@ -228,8 +280,10 @@ def unknown_symbols(text: str, names: set[str], mods: set[str]) -> list[str]:
     bad = []
     for t in code_symbols(text):
         parts = t.split(".")
-        known = t in mods or any(".".join(parts[:i]) in mods and all(p in names for p in parts[i:])
-                                 for i in range(1, len(parts)))
+        known = t in mods or any(
+            ".".join(parts[:i]) in mods and all(p in names for p in parts[i:])
+            for i in range(1, len(parts))
+        )
         if not (known or all(p in names or p in mods for p in parts)):
             bad.append(t)
     return sorted(set(bad))
@@ -244,7 +298,11 @@ def test_internals_names_only_symbols_that_exist() -> None:
     assert unknown_symbols("`summary.json`, `os.pwrite`, `flaky`", names, mods) == []
 
 
-OUTSIDE = re.compile("|".join(("ARCHITECTURE" + r"\.md", "LAYOUT" + r"\.md", "FIELD-" + "NOTES", r"\.\./" + "shared/")))
+OUTSIDE = re.compile(
+    "|".join(
+        ("ARCHITECTURE" + r"\.md", "LAYOUT" + r"\.md", "FIELD-" + "NOTES", r"\.\./" + "shared/")
+    )
+)
 
 
 def outside_citations(text: str) -> list[int]:
@@ -258,8 +316,10 @@ def test_no_file_cites_a_document_outside_the_repository() -> None:
     for base in ("harness", "vm-images", "workloads", "checkers", "tests", "docs", "ci", "bench"):
         for p in sorted((ROOT / base).rglob("*")):
             if p.suffix in (".py", ".md", ".sh", ".j2", ".toml") and p.is_file():
-                found += [f"{p.relative_to(ROOT)}:{n}" for n in outside_citations(p.read_text(errors="replace"))]
+                found += [
+                    f"{p.relative_to(ROOT)}:{n}"
+                    for n in outside_citations(p.read_text(errors="replace"))
+                ]
     found += [f"README.md:{n}" for n in outside_citations((ROOT / "README.md").read_text())]
     assert not found, found
     assert outside_citations("see ARCHITECTURE" + ".md, Conventions\nfine") == [1]
-

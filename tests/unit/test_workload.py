@@ -1,4 +1,5 @@
 """The workload registry and parameters."""
+
 from __future__ import annotations
 
 import zlib
@@ -25,29 +26,42 @@ def test_params_are_typed_and_checked() -> None:
         w.params({"n": "many"})
 
 
-@pytest.mark.parametrize("name,key,bad,says", [
-    ("append-fsync", "fsync", "maybe", "true or false"),     # #25: never False for a typo
-    ("append-fsync", "fsync", "ture", "true or false"),
-    ("append-fsync", "n", "-3", "at least 1"),
-    ("append-fsync", "n", "0", "at least 1"),
-    ("append-fsync", "seed", "-1", "at least 0"),
-    ("filestorage", "fsync", "3", "one of 0, 1, 2"),
-    ("osync", "mode", "o_sinc", "one of o_sync"),
-    ("osync", "bs", "0", "at least 1"),
-    ("sqlite", "journal_mode", "wall", "one of DELETE"),
-    ("wal", "variant", "corect", "one of correct"),
-    ("wal", "group", "0", "at least 1"),
-    ("zodb", "n", "x", "wants an int"),
-])
-def test_mistyped_or_out_of_range_params_are_refused(name: str, key: str, bad: str, says: str) -> None:
+@pytest.mark.parametrize(
+    "name,key,bad,says",
+    [
+        ("append-fsync", "fsync", "maybe", "true or false"),  # #25: never False for a typo
+        ("append-fsync", "fsync", "ture", "true or false"),
+        ("append-fsync", "n", "-3", "at least 1"),
+        ("append-fsync", "n", "0", "at least 1"),
+        ("append-fsync", "seed", "-1", "at least 0"),
+        ("filestorage", "fsync", "3", "one of 0, 1, 2"),
+        ("osync", "mode", "o_sinc", "one of o_sync"),
+        ("osync", "bs", "0", "at least 1"),
+        ("sqlite", "journal_mode", "wall", "one of DELETE"),
+        ("wal", "variant", "corect", "one of correct"),
+        ("wal", "group", "0", "at least 1"),
+        ("zodb", "n", "x", "wants an int"),
+    ],
+)
+def test_mistyped_or_out_of_range_params_are_refused(
+    name: str, key: str, bad: str, says: str
+) -> None:
     with pytest.raises(UsageError, match=f"parameter {key} .*{says}"):
         get(name).params({key: bad})
 
 
 def test_params_accept_every_spelling_of_a_boolean_and_normalize_choices() -> None:
     w = get("append-fsync")
-    for text, want in (("true", True), ("YES", True), ("on", True), ("1", True), ("False", False), ("no", False),
-                       ("off", False), ("0", False)):
+    for text, want in (
+        ("true", True),
+        ("YES", True),
+        ("on", True),
+        ("1", True),
+        ("False", False),
+        ("no", False),
+        ("off", False),
+        ("0", False),
+    ):
         assert w.params({"ack_early": text})["ack_early"] is want
     assert get("sqlite").params({"journal_mode": "wal"})["journal_mode"] == "WAL"
     assert get("filestorage").params({"fsync": "2"})["fsync"] == 2

@@ -1,4 +1,5 @@
 """Shared fixtures for the VM tests."""
+
 from __future__ import annotations
 
 import subprocess
@@ -16,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def libvirtd() -> None:
     """A running libvirtd answering on qemu:///system (ci/start-libvirtd.sh starts it if needed)."""
-    out = subprocess.run(["sh", str(ROOT / "ci" / "start-libvirtd.sh")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        ["sh", str(ROOT / "ci" / "start-libvirtd.sh")], capture_output=True, text=True, timeout=120
+    )
     if out.returncode == 77:
         pytest.skip(f"this machine cannot run libvirtd: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
@@ -26,16 +29,24 @@ def libvirtd() -> None:
 # A test must not write into a shared recording: its check goes to its own tmp_path (never the default
 # output directory beside the recording) and a test that alters a recording copies it first.
 
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=900
+    )
 
 
 @pytest.fixture(scope="session")
 def ack_early(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """append-fsync n=3 acking before its fsync (ext4, 64 MiB): every model catches it."""
     out = tmp_path_factory.mktemp("ack-early") / "rec"
-    record(RecordSpec(fs=FsSpec(size_mb=64), workload=WorkloadSpec(
-        name="append-fsync", params={"n": 3, "ack_early": True})), out)
+    record(
+        RecordSpec(
+            fs=FsSpec(size_mb=64),
+            workload=WorkloadSpec(name="append-fsync", params={"n": 3, "ack_early": True}),
+        ),
+        out,
+    )
     return out
 
 
@@ -47,7 +58,22 @@ def replog_unsynced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     machine (CI once) let those commits make every answered write durable before its ack, so that no
     state lost one; with 60 s no commit comes before the unmount, and the bug is in every run."""
     rec = tmp_path_factory.mktemp("replog-unsynced") / "rec"
-    out = _cli("record", "--nodes", "3", "--workload", "replog", "--param", "n=6", "--param", "fsync=false",
-               "--size", "32", "--mount-opts", "commit=60", "-o", str(rec))
+    out = _cli(
+        "record",
+        "--nodes",
+        "3",
+        "--workload",
+        "replog",
+        "--param",
+        "n=6",
+        "--param",
+        "fsync=false",
+        "--size",
+        "32",
+        "--mount-opts",
+        "commit=60",
+        "-o",
+        str(rec),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return rec

@@ -3,6 +3,7 @@ profile with the write cache on and off, the setting read back (hdparm -W and qu
 before each run, a workload timed through its acks (zodb-fsync), and the same fio jobs through
 dm-log-writes (overhead); results JSON, tables and plots written.  Figures are not judged (an
 emulated disk under TCG), only that they exist and say where they come from."""
+
 from __future__ import annotations
 
 import json
@@ -18,15 +19,40 @@ pytestmark = pytest.mark.vm
 
 
 def test_bench_quick_in_a_tcg_vm(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "powercut.cli", "bench", "--quick", "--accel", "tcg",
-                          "--suite", "guarantees", "--suite", "zodb-fsync", "--suite", "overhead",
-                          "-o", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "powercut.cli",
+            "bench",
+            "--quick",
+            "--accel",
+            "tcg",
+            "--suite",
+            "guarantees",
+            "--suite",
+            "zodb-fsync",
+            "--suite",
+            "overhead",
+            "-o",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = tmp_path.iterdir()
     doc = json.loads((run / "results.json").read_text())
     meta = doc["meta"]
-    assert (meta["mode"], meta["accel"], meta["qemu_cache"], meta["bus"], meta["fs"], meta["quick"]) == \
-        ("vm", "tcg", "none", "ahci", "ext4", True)
+    assert (
+        meta["mode"],
+        meta["accel"],
+        meta["qemu_cache"],
+        meta["bus"],
+        meta["fs"],
+        meta["quick"],
+    ) == ("vm", "tcg", "none", "ahci", "ext4", True)
     assert str(run) in meta["backing"] and " on " in meta["backing"] and meta["guest_kernel"]
 
     quick = [p.name for p in profiles(quick=True)]
@@ -41,7 +67,9 @@ def test_bench_quick_in_a_tcg_vm(tmp_path: Path) -> None:
     zodb = [e for e in entries if e["suite"] == "zodb-fsync"]
     assert len(zodb) == 6 and all(e["commits_per_s"] > 0 and e["p99_us"] > 0 for e in zodb)
     logged = [e for e in entries if e["target"] == "log-writes"]
-    assert [e["name"] for e in logged] == ["fsync-4k", "odirect-4k"] and all(e["write_cache"] for e in logged)
+    assert [e["name"] for e in logged] == ["fsync-4k", "odirect-4k"] and all(
+        e["write_cache"] for e in logged
+    )
 
     # the write cache was read back before every single run, and it was what was asked
     per_item = [c for c in doc["checks"] if "item" in c]
@@ -49,9 +77,15 @@ def test_bench_quick_in_a_tcg_vm(tmp_path: Path) -> None:
     assert {c["wanted"] for c in per_item} == {True, False}
     assert all(c["hdparm"] is c["wanted"] and c["sysfs"] is c["wanted"] for c in per_item)
 
-    assert "write cache read back before each of" in out.stdout and "as asked every time" in out.stdout
-    assert "QEMU cache=none" in out.stdout and "accel tcg" in out.stdout and "compare ratios only" in out.stdout
+    assert (
+        "write cache read back before each of" in out.stdout and "as asked every time" in out.stdout
+    )
+    assert (
+        "QEMU cache=none" in out.stdout
+        and "accel tcg" in out.stdout
+        and "compare ratios only" in out.stdout
+    )
     assert "zodb-fsync" in out.stdout and "overhead" in out.stdout
     assert (run / "latency.png").stat().st_size > 10_000 and (run / "latency.svg").exists()
     assert len(list((run / "job" / "raw").glob("*.json"))) >= 2 * len(quick)
-    assert not list(run.glob("bench-*.img"))   # the disk images are gone
+    assert not list(run.glob("bench-*.img"))  # the disk images are gone

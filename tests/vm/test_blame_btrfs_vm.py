@@ -3,6 +3,7 @@ VM, checked and minimized in a checker VM.  The minimized state misses only writ
 (the writeback at unmount, after every ack): its blame says so in one line, naming the data of
 /append.log (the chunk tree's mapping, the fs tree's file extents, on the image up to the commit
 after them) and the flush the crash came before -- with no ack after that flush, none is named."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +19,13 @@ pytestmark = pytest.mark.vm
 
 def test_btrfs_blame_names_the_file_and_the_page_cache(tmp_path: Path) -> None:
     rec = tmp_path / "rec"
-    record(RecordSpec(fs=FsSpec(fstype="btrfs"), workload=WorkloadSpec(
-        name="append-fsync", params={"n": 6, "fsync": False})), rec)
+    record(
+        RecordSpec(
+            fs=FsSpec(fstype="btrfs"),
+            workload=WorkloadSpec(name="append-fsync", params={"n": 6, "fsync": False}),
+        ),
+        rec,
+    )
     spec = CampaignSpec.of(models=("flush",), check_in="vm", jobs=1, shrink=1, shrink_budget=20)
     summary, _ = run_campaign(rec, spec, tmp_path / "check")
     assert summary.failures and summary.groups

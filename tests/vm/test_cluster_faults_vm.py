@@ -9,6 +9,7 @@ that lost record 2 on node 1 fails with every ack and passes with the acks befor
 ``acked-after-error``, the reason naming node 1's device.  Node 0's log holds no fault window
 (the fault marks go to node 1's log only), and the recording's ``[faults]`` names node 1.  The
 mirror that stops at node 1's error (exit 3, recorded: a fault window) passes every state."""
+
 from __future__ import annotations
 
 import json
@@ -81,20 +82,25 @@ def test_stopping_at_node_1s_first_eio_passes(crashtest):
 '''
 
 
-def test_a_fault_on_node_1_is_judged_acked_after_error_naming_node_1(pytester: pytest.Pytester) -> None:
+def test_a_fault_on_node_1_is_judged_acked_after_error_naming_node_1(
+    pytester: pytest.Pytester,
+) -> None:
     if os.geteuid() != 0:
         pytest.skip("host mode needs root")
     pytester.makepyfile(test_mirror=MIRROR)
     out = pytester.path / "pc-out"
-    res = pytester.runpytest_subprocess("--powercut-check-in=host", f"--powercut-out={out}", "-p", "no:cacheprovider",
-                                        timeout=1200)
+    res = pytester.runpytest_subprocess(
+        "--powercut-check-in=host", f"--powercut-out={out}", "-p", "no:cacheprovider", timeout=1200
+    )
     text = res.stdout.str()
     print(text)
     res.assert_outcomes(passed=2)
     out = next(out.glob("*retrying*"))
     manifest = tomllib.loads(next(out.rglob("manifest.toml")).read_text())
     faults = manifest["faults"]
-    assert [n["node"] for n in faults["node"]] == [1] and faults["node"][0]["plan"].startswith("eio-range,file=log")
+    assert [n["node"] for n in faults["node"]] == [1] and faults["node"][0]["plan"].startswith(
+        "eio-range,file=log"
+    )
     assert faults["node"][0]["acked_after_error"] and manifest["recording"]["status"] == "ok"
     journal = next(out.rglob("journal.jsonl")).read_text().splitlines()
     verdicts = [json.loads(line) for line in journal if '"verdict"' in line]

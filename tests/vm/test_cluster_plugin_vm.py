@@ -3,6 +3,7 @@ as two functions in a throwaway project, crash-tested as one power cut of every 
 that fsyncs each node's copy before counting it passes; the one that counts a node's copy as soon as
 it is written is caught (its test expects lost-ack), and the same test without that expectation
 fails with the cluster's words: the cluster state's id names every node's cut."""
+
 from __future__ import annotations
 
 import os
@@ -80,30 +81,44 @@ def test_unsynced_store_fails(crashtest):
 
 
 @pytest.mark.parametrize("check_in", [pytest.param("host", marks=pytest.mark.nightly)])
-def test_a_cluster_crash_test_passes_and_a_broken_one_is_caught(pytester: pytest.Pytester, check_in: str) -> None:
+def test_a_cluster_crash_test_passes_and_a_broken_one_is_caught(
+    pytester: pytest.Pytester, check_in: str
+) -> None:
     if os.geteuid() != 0:
         pytest.skip("host mode needs root")
     pytester.makepyfile(test_store=STORE)
     out = pytester.path / "pc-out"
-    res = pytester.runpytest_subprocess(f"--powercut-check-in={check_in}", "--powercut-max-states=40",
-                                        f"--powercut-out={out}", "-p", "no:cacheprovider", timeout=2400)
+    res = pytester.runpytest_subprocess(
+        f"--powercut-check-in={check_in}",
+        "--powercut-max-states=40",
+        f"--powercut-out={out}",
+        "-p",
+        "no:cacheprovider",
+        timeout=2400,
+    )
     text = res.stdout.str()
     print(text)
     res.assert_outcomes(passed=2, failed=1)
-    res.stdout.fnmatch_lines([
-        f"*powercut: lost-ack: * of * distinct crash states fail (ext4; flush, write-cache; judged in {check_in})*",
-        # the group: its reason, then which of each node's writes were late (blame per node)
-        "group 1: lost-ack x *: node *: ack:* was given after changing /k*no-fsync*",   # the trace's cause, a node
-        "  confirmed: * alone*",
-        "  minimized: *~*+*+* -> *~*+*+* (* check*)",
-        "  repro: powercut repro *",
-        "artifacts: *",
-    ])
+    res.stdout.fnmatch_lines(
+        [
+            f"*powercut: lost-ack: * of * distinct crash states fail (ext4; flush, write-cache; judged in {check_in})*",
+            # the group: its reason, then which of each node's writes were late (blame per node)
+            "group 1: lost-ack x *: node *: ack:* was given after changing /k*no-fsync*",  # the trace's cause, a node
+            "  confirmed: * alone*",
+            "  minimized: *~*+*+* -> *~*+*+* (* check*)",
+            "  repro: powercut repro *",
+            "artifacts: *",
+        ]
+    )
     # the minimized cluster state names one cut per node; its bundle is re-judged alike
     minimized = re.search(r"minimized: \S+ -> (\S+)", text).group(1)
     assert len(minimized.split("~", 1)[1].split("+")) == 3, minimized
     bundle = re.search(r"repro: powercut repro (\S+)", text).group(1)
-    rep = subprocess.run([sys.executable, "-m", "powercut.cli", "repro", bundle, "--check-in", "host"],
-                         capture_output=True, text=True, timeout=600)
+    rep = subprocess.run(
+        [sys.executable, "-m", "powercut.cli", "repro", bundle, "--check-in", "host"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert rep.returncode == 3 and "lost-ack" in rep.stdout, rep.stdout + rep.stderr
     res.stdout.fnmatch_lines(["*powercut crash tests*", "*test_majority_store_survives: pass (*"])

@@ -6,6 +6,7 @@ file's sectors from ``begin:2`` (a mark made with the C ``powercut-mark``, which
 until ``retry:*``.  The variant that retries the failed fsync -- Linux reports the error once, so the
 retry succeeds -- and acks is caught as ``acked-after-error``; the variant that stops at the error
 passes.  A plan that never fires fails the recording with one line."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +20,7 @@ from powercut.record.vm import RecordSpec, record
 pytestmark = pytest.mark.vm
 pytest_plugins = ["pytester"]
 
-PROGRAM = '''
+PROGRAM = """
 import os
 import subprocess
 from pathlib import Path
@@ -68,25 +69,38 @@ def test_retrying_fsync_after_eio_is_caught(crashtest):
 def test_stopping_at_the_first_eio_passes(crashtest):
     out = crashtest(put, check, params={"retry": False})
     assert out.summary.total > 0
-'''
+"""
 
 
-def test_a_plan_in_the_pytest_marker_catches_the_retry_and_passes_the_stop(pytester: pytest.Pytester) -> None:
+def test_a_plan_in_the_pytest_marker_catches_the_retry_and_passes_the_stop(
+    pytester: pytest.Pytester,
+) -> None:
     import os
+
     if os.geteuid() != 0:
         pytest.skip("host mode needs root")
     pytester.makepyfile(test_log=PROGRAM)
-    res = pytester.runpytest_subprocess("--powercut-check-in=host", "--powercut-models=flush,write-cache",
-                                        f"--powercut-out={pytester.path / 'pc-out'}", "-p", "no:cacheprovider",
-                                        timeout=1800)
+    res = pytester.runpytest_subprocess(
+        "--powercut-check-in=host",
+        "--powercut-models=flush,write-cache",
+        f"--powercut-out={pytester.path / 'pc-out'}",
+        "-p",
+        "no:cacheprovider",
+        timeout=1800,
+    )
     print(res.stdout.str())
     res.assert_outcomes(passed=2)
     res.stdout.fnmatch_lines(["*test_retrying_fsync_after_eio_is_caught: acked-after-error*"])
 
 
 def test_a_plan_that_never_fires_fails_the_recording(tmp_path: Path) -> None:
-    spec = RecordSpec(fs=FsSpec(fstype="ext4", size_mb=64), accel="auto", timeout_s=600,
-                      workload=WorkloadSpec(cmd="powercut-mark ack:1 && powercut-mark ack:2",
-                                            fault="eio-writes,mark=ack:*,nth=3"))
+    spec = RecordSpec(
+        fs=FsSpec(fstype="ext4", size_mb=64),
+        accel="auto",
+        timeout_s=600,
+        workload=WorkloadSpec(
+            cmd="powercut-mark ack:1 && powercut-mark ack:2", fault="eio-writes,mark=ack:*,nth=3"
+        ),
+    )
     with pytest.raises(PowercutError, match=r"never fired \(2 marks matched"):
         record(spec, tmp_path / "rec")

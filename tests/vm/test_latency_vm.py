@@ -4,6 +4,7 @@ and an O_DIRECT write at least its write wait -- lower bounds only, which dm-del
 waits more than jiffies(ms) - 1 ticks); never an upper bound.  A figure below one tick is not
 delayed (core/recording/latency.py), and the manifest says so.  The figures are
 printed (-s) and the manifest records what the layer gave."""
+
 from __future__ import annotations
 
 import json
@@ -41,13 +42,22 @@ print(json.dumps({"fsync_ms": least(fsync), "write_ms": least(direct)}))
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_fsync_and_a_write_take_at_least_the_presets_latency(tmp_path, preset):
     lat = DiskLatency.parse(preset)
-    rec = record(RecordSpec(fs=FsSpec(fstype="ext4", size_mb=256), latency=lat,
-                            workload=WorkloadSpec(cmd=f"python3 -c {shlex.quote(PROBE)}", trace=False),
-                            accel="auto", timeout_s=600), tmp_path / preset)
+    rec = record(
+        RecordSpec(
+            fs=FsSpec(fstype="ext4", size_mb=256),
+            latency=lat,
+            workload=WorkloadSpec(cmd=f"python3 -c {shlex.quote(PROBE)}", trace=False),
+            accel="auto",
+            timeout_s=600,
+        ),
+        tmp_path / preset,
+    )
     got = json.loads((rec.dir / "job" / "workload.out").read_text().strip().splitlines()[-1])
     m = rec.manifest["latency"]
-    print(f"{preset}: fsync {got['fsync_ms']:.2f} ms, O_DIRECT write {got['write_ms']:.2f} ms "
-          f"(HZ={m['hz']}, dm-delay write {m['dm_write_ms']} ms, flush {m['dm_flush_ms']} ms)")
+    print(
+        f"{preset}: fsync {got['fsync_ms']:.2f} ms, O_DIRECT write {got['write_ms']:.2f} ms "
+        f"(HZ={m['hz']}, dm-delay write {m['dm_write_ms']} ms, flush {m['dm_flush_ms']} ms)"
+    )
     assert m["setting"] == preset and m["layer"] == "dm-delay above dm-log-writes"
     for cls, stated in (("write", lat.write_ms), ("flush", lat.flush_ms)):
         # a figure of a tick or more is guaranteed by the layer; one below a tick is not delayed

@@ -4,6 +4,7 @@
 hypervisor is this host, so every path stays shared and a recording can be made through it.
 
 Neither fixture skips: a CI machine that cannot run sshd or libvirtd fails these tests."""
+
 from __future__ import annotations
 
 import os
@@ -64,12 +65,27 @@ def _root_locked() -> bool:
 
 def _sshd_config(d: Path, port: int) -> str:
     use_pam = "yes" if _root_locked() and Path("/etc/pam.d/sshd").exists() else "no"
-    return "\n".join([
-        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d}/host_ed25519", f"PidFile {d}/sshd.pid",
-        f"AuthorizedKeysFile {d}/authorized_keys", "PermitRootLogin prohibit-password",
-        "PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-        f"UsePAM {use_pam}", "StrictModes no",  # the key files live under /tmp (mode 1777)
-        "UseDNS no", "PrintMotd no", "X11Forwarding no", "AllowTcpForwarding no", "LogLevel VERBOSE", ""])
+    return "\n".join(
+        [
+            f"Port {port}",
+            "ListenAddress 127.0.0.1",
+            f"HostKey {d}/host_ed25519",
+            f"PidFile {d}/sshd.pid",
+            f"AuthorizedKeysFile {d}/authorized_keys",
+            "PermitRootLogin prohibit-password",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            f"UsePAM {use_pam}",
+            "StrictModes no",  # the key files live under /tmp (mode 1777)
+            "UseDNS no",
+            "PrintMotd no",
+            "X11Forwarding no",
+            "AllowTcpForwarding no",
+            "LogLevel VERBOSE",
+            "",
+        ]
+    )
 
 
 def _client_files(d: Path, port: int) -> Path:
@@ -77,13 +93,25 @@ def _client_files(d: Path, port: int) -> Path:
     nothing from ~/.ssh, strict host key checking against the key the fixture generated."""
     host_key = (d / "host_ed25519.pub").read_text().split()
     (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
-    (d / "ssh_config").write_text("\n".join([
-        "Host *", f"  UserKnownHostsFile {d}/known_hosts", "  GlobalKnownHostsFile /dev/null",
-        "  StrictHostKeyChecking yes", f"  IdentityFile {d}/id_ed25519", "  IdentitiesOnly yes",
-        "  BatchMode yes", "  ConnectTimeout 10", "  LogLevel ERROR", ""]))
+    (d / "ssh_config").write_text(
+        "\n".join(
+            [
+                "Host *",
+                f"  UserKnownHostsFile {d}/known_hosts",
+                "  GlobalKnownHostsFile /dev/null",
+                "  StrictHostKeyChecking yes",
+                f"  IdentityFile {d}/id_ed25519",
+                "  IdentitiesOnly yes",
+                "  BatchMode yes",
+                "  ConnectTimeout 10",
+                "  LogLevel ERROR",
+                "",
+            ]
+        )
+    )
     ssh = shutil.which("ssh") or pytest.fail("ssh not installed (Debian package openssh-client)")
     wrapper = d / "ssh"
-    wrapper.write_text(f"#!/bin/sh\nexec {ssh} -F {d}/ssh_config \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexec {ssh} -F {d}/ssh_config "$@"\n')
     wrapper.chmod(0o755)
     return wrapper
 
@@ -96,16 +124,33 @@ def ssh_uri(libvirtd, tmp_path_factory):
         pytest.fail(f"{SSHD} missing: install openssh-server (ci/setup.sh does)")
     d = tmp_path_factory.mktemp("sshd")
     for key in ("host_ed25519", "id_ed25519"):
-        process.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"powercut-test-{key}", "-f", str(d / key)],
-                    timeout=30)
+        process.run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"powercut-test-{key}",
+                "-f",
+                str(d / key),
+            ],
+            timeout=30,
+        )
     (d / "authorized_keys").write_text((d / "id_ed25519.pub").read_text())
-    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege separation dir (systemd makes it)
+    os.makedirs(
+        "/run/sshd", mode=0o755, exist_ok=True
+    )  # privilege separation dir (systemd makes it)
     port = _free_port()
     (d / "sshd_config").write_text(_sshd_config(d, port))
     process.run([SSHD, "-t", "-f", str(d / "sshd_config")], timeout=30)
     wrapper = _client_files(d, port)
     log = open(d / "sshd.log", "wb")
-    with process.Spawned([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=log, stderr=log) as sshd:
+    with process.Spawned(
+        [SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=log, stderr=log
+    ) as sshd:
         deadline = time.monotonic() + HOST_WAIT
         while True:
             try:
@@ -115,12 +160,18 @@ def ssh_uri(libvirtd, tmp_path_factory):
                 if sshd.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"sshd did not start: {(d / 'sshd.log').read_text()[-500:]}")
                 time.sleep(0.1)
-        probe = process.run([str(wrapper), "-p", str(port), "root@127.0.0.1", "true"], timeout=30, check=False)
+        probe = process.run(
+            [str(wrapper), "-p", str(port), "root@127.0.0.1", "true"], timeout=30, check=False
+        )
         if probe.returncode != 0:
-            pytest.fail(f"ssh to the test sshd failed: {probe.stderr.strip()[-300:]} "
-                        f"(sshd log: {(d / 'sshd.log').read_text()[-300:]})")
-        yield (f"qemu+ssh://root@127.0.0.1:{port}/system?keyfile={quote(str(d / 'id_ed25519'))}"
-               f"&command={quote(str(wrapper))}&no_tty=1")
+            pytest.fail(
+                f"ssh to the test sshd failed: {probe.stderr.strip()[-300:]} "
+                f"(sshd log: {(d / 'sshd.log').read_text()[-300:]})"
+            )
+        yield (
+            f"qemu+ssh://root@127.0.0.1:{port}/system?keyfile={quote(str(d / 'id_ed25519'))}"
+            f"&command={quote(str(wrapper))}&no_tty=1"
+        )
     log.close()
 
 
@@ -139,13 +190,22 @@ def test_record_through_ssh_probes_kvm_there(ssh_uri, tmp_path, monkeypatch):
     QEMU probe), caches its verdict for that URI, and the recording runs with it.  The hypervisor is
     this host, so the verdict must be the local probe's (tcg here: /dev/kvm cannot run a guest)."""
     from powercut.images.build import build_image
+
     image = build_image()
-    expected = accel.resolve_accel("auto", image.kernel, image.initrd)  # the local probe (cached per machine)
+    expected = accel.resolve_accel(
+        "auto", image.kernel, image.initrd
+    )  # the local probe (cached per machine)
     cache = tmp_path / "accel.json"
     monkeypatch.setattr(accel, "_cache_file", lambda: cache)
     monkeypatch.setattr(accel, "probe_kvm", lambda *a, **kw: pytest.fail("the local KVM probe ran"))
-    spec = RecordSpec(fs=FsSpec(fstype="ext4", size_mb=256), workload=WorkloadSpec(name="append-fsync", params={"n": 3}),
-                      backend="libvirt", libvirt_uri=ssh_uri, accel="auto", timeout_s=600)
+    spec = RecordSpec(
+        fs=FsSpec(fstype="ext4", size_mb=256),
+        workload=WorkloadSpec(name="append-fsync", params={"n": 3}),
+        backend="libvirt",
+        libvirt_uri=ssh_uri,
+        accel="auto",
+        timeout_s=600,
+    )
     start = time.monotonic()
     rec = record(spec, tmp_path / "rec")
     wall = time.monotonic() - start
@@ -155,10 +215,16 @@ def test_record_through_ssh_probes_kvm_there(ssh_uri, tmp_path, monkeypatch):
     (verdict,) = accel.cached_verdicts().values()
     # the verdict is the remote probe's, for that URI, whichever way KVM failed or worked there (a domain
     # that pauses, a QEMU that aborts at start, no agent within the timeout): the reason names the URI
-    assert verdict["where"] == ssh_uri and ssh_uri in verdict["reason"] and "\n" not in verdict["reason"]
+    assert (
+        verdict["where"] == ssh_uri
+        and ssh_uri in verdict["reason"]
+        and "\n" not in verdict["reason"]
+    )
     assert rec.manifest["recording"]["accel"] == verdict["accel"] == expected
     assert (rec.dir / "accel-probe-console.log").exists()
-    assert domains(f"powercut-record-{os.getpid()}-") == [] and domains("powercut-accel-probe-") == []
+    assert (
+        domains(f"powercut-record-{os.getpid()}-") == [] and domains("powercut-accel-probe-") == []
+    )
     print(f"\nremote recording: {wall:.1f} s wall ({verdict['reason']})")
 
 
@@ -166,19 +232,28 @@ def test_kvm_domain_that_cannot_run_is_an_error_not_a_hang(ssh_uri, tmp_path, mo
     """--accel kvm where KVM cannot run a guest: a VmError naming the URI and the accel within the
     boot timeout, not a wait for the VM timeout.  (Where KVM works the guest simply runs.)"""
     from powercut.images.build import build_image
+
     image = build_image()
     monkeypatch.setenv("POWERCUT_BOOT_TIMEOUT", "8")
     job = tmp_path / "job"
     job.mkdir()
     (job / "job.sh").write_text("exit 0\n")
-    spec = VmSpec(kernel=image.kernel, initrd=image.initrd, memory_mb=256, name="pctest-kvm",
-                  shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(job), readonly=False)),
-                  console_path=str(tmp_path / "console.log"), timeout_s=600)
+    spec = VmSpec(
+        kernel=image.kernel,
+        initrd=image.initrd,
+        memory_mb=256,
+        name="pctest-kvm",
+        shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(job), readonly=False)),
+        console_path=str(tmp_path / "console.log"),
+        timeout_s=600,
+    )
     start = time.monotonic()
     try:
         res = run_vm_libvirt(spec, uri=ssh_uri, accel="kvm", rundir=tmp_path / "run")
         assert res.exit_status == 0 and res.accel == "kvm"
-    except VmError as e:  # behaviour, not wording: KVM pauses, aborts at start or never boots, by host
+    except (
+        VmError
+    ) as e:  # behaviour, not wording: KVM pauses, aborts at start or never boots, by host
         assert ssh_uri in str(e) and "(accel kvm)" in str(e) and "\n" not in e.one_line()
     assert time.monotonic() - start < 60
     assert domains("pctest-kvm-") == []
@@ -187,6 +262,7 @@ def test_kvm_domain_that_cannot_run_is_an_error_not_a_hang(ssh_uri, tmp_path, mo
 def _wait_gone(name: str, limit: float) -> float:
     """Seconds until the local daemon no longer knows domain ``name`` (polled every 20 ms)."""
     import libvirt
+
     start = time.monotonic()
     conn = libvirt.open(LOCAL)
     try:
@@ -223,7 +299,9 @@ def test_kill_9_of_powercut_leaves_no_domain(via, libvirtd, request, tmp_path):
         deadline = time.monotonic() + 240
         while not ((out / "job" / "started").exists() and domains(prefix)):
             if child.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the recording never started its job: {(tmp_path / 'child.log').read_text()[-500:]}")
+                pytest.fail(
+                    f"the recording never started its job: {(tmp_path / 'child.log').read_text()[-500:]}"
+                )
             time.sleep(0.2)
         (name,) = domains(prefix)
         os.kill(child.pid, signal.SIGKILL)  # that process alone, as `kill -9 <pid>` would
@@ -244,6 +322,7 @@ def test_kill_9_of_powercut_leaves_no_domain(via, libvirtd, request, tmp_path):
 def verdicts(out):
     """Each state's verdict and reasons in a check output's journal."""
     from powercut.campaign.journal import Journal
+
     j = Journal(out / "journal.jsonl", resume=True)
     try:
         return {v.state: (v.verdict, v.reasons) for v in j}
@@ -258,35 +337,51 @@ def test_checker_vms_on_a_remote_host_through_ssh(ssh_uri, tmp_path, monkeypatch
     the verdicts equal the host-mode check of the same states, verdict for verdict, failures included."""
     from powercut.campaign.run import CampaignSpec, run_campaign
     from powercut.vm.remote import sha256_file
-    rec = record(RecordSpec(fs=FsSpec(fstype="ext4", size_mb=256),
-                            workload=WorkloadSpec(name="append-fsync", params={"n": 3, "ack_early": True}),
-                            accel="auto", timeout_s=600), tmp_path / "rec")
+
+    rec = record(
+        RecordSpec(
+            fs=FsSpec(fstype="ext4", size_mb=256),
+            workload=WorkloadSpec(name="append-fsync", params={"n": 3, "ack_early": True}),
+            accel="auto",
+            timeout_s=600,
+        ),
+        tmp_path / "rec",
+    )
     assert rec.ok
     root = tmp_path / "remote-root"
     monkeypatch.setenv("POWERCUT_REMOTE_ROOT", str(root))
     how = dict(models=("flush", "write-cache"), max_states=10, shrink=0, accel="tcg")
     start = time.monotonic()
-    remote, _ = run_campaign(rec.dir, CampaignSpec.of(check_in="vm", jobs=1, check_uris=(ssh_uri,), **how),
-                             tmp_path / "remote-check")
+    remote, _ = run_campaign(
+        rec.dir,
+        CampaignSpec.of(check_in="vm", jobs=1, check_uris=(ssh_uri,), **how),
+        tmp_path / "remote-check",
+    )
     wall = time.monotonic() - start
-    local, _ = run_campaign(rec.dir, CampaignSpec.of(check_in="host", jobs=1, **how), tmp_path / "host-check")
+    local, _ = run_campaign(
+        rec.dir, CampaignSpec.of(check_in="host", jobs=1, **how), tmp_path / "host-check"
+    )
 
     seen, expected = verdicts(tmp_path / "remote-check"), verdicts(tmp_path / "host-check")
     assert len(seen) == remote.total == local.total >= 10
     assert seen == expected
-    assert local.failures and len(remote.failures) == len(local.failures)   # failures, not only passes
+    assert local.failures and len(remote.failures) == len(
+        local.failures
+    )  # failures, not only passes
     sha = sha256_file(rec.log_path)
     assert (root / "recordings" / sha / rec.log_path.name).read_bytes() == rec.log_path.read_bytes()
     assert list((root / "images").glob("*/.complete")), "the image was not shipped"
-    assert list((root / "runs").iterdir()) == []                          # every boot's run removed
+    assert list((root / "runs").iterdir()) == []  # every boot's run removed
     consoles = list((tmp_path / "remote-check").rglob("console.log"))
-    assert consoles and any(b"powercut-" in c.read_bytes() for c in consoles)   # mirrored back here
+    assert consoles and any(b"powercut-" in c.read_bytes() for c in consoles)  # mirrored back here
     assert domains(f"powercut-check-{os.getpid()}-") == []
     print(f"\nremote check of 10 states through ssh: {wall:.1f} s (first boot ships the image)")
 
 
 @pytest.mark.nightly
-def test_cluster_checker_vms_on_a_remote_host_through_ssh(ssh_uri, replog_unsynced, tmp_path, monkeypatch):
+def test_cluster_checker_vms_on_a_remote_host_through_ssh(
+    ssh_uri, replog_unsynced, tmp_path, monkeypatch
+):
     """--check-uri on a cluster recording (the one campaign, issue 49): every node's log is shipped
     into one directory keyed by the logs' hashes, the checker VM there judges every node of each
     state, and the verdicts equal the host-mode check's, failures included."""
@@ -295,6 +390,7 @@ def test_cluster_checker_vms_on_a_remote_host_through_ssh(ssh_uri, replog_unsync
     from powercut.campaign.run import CampaignSpec, run_campaign
     from powercut.record import recording
     from powercut.vm.remote import sha256_file
+
     root = tmp_path / "remote-root"
     monkeypatch.setenv("POWERCUT_REMOTE_ROOT", str(root))
     # A recording's timing differs run to run, so which of its states fail does too; the flush
@@ -302,17 +398,27 @@ def test_cluster_checker_vms_on_a_remote_host_through_ssh(ssh_uri, replog_unsync
     # count picks other states.  Host mode (seconds) finds a count whose picks include a failure.
     for q in range(8, 24):
         how = dict(models=("flush",), max_states=q, seed=0, shrink=0, confirm=False, accel="tcg")
-        local, _ = run_campaign(replog_unsynced, CampaignSpec.of(check_in="host", jobs=1, force=True, **how),
-                                tmp_path / "host-check")
+        local, _ = run_campaign(
+            replog_unsynced,
+            CampaignSpec.of(check_in="host", jobs=1, force=True, **how),
+            tmp_path / "host-check",
+        )
         if local.failures:
             break
-    assert local.failures, "no count in 8..23 picks a failing state of replog fsync=false: the fixture lost its bug"
-    remote, _ = run_campaign(replog_unsynced, CampaignSpec.of(check_in="vm", jobs=1, check_uris=(ssh_uri,), **how),
-                             tmp_path / "remote-check")
+    assert local.failures, (
+        "no count in 8..23 picks a failing state of replog fsync=false: the fixture lost its bug"
+    )
+    remote, _ = run_campaign(
+        replog_unsynced,
+        CampaignSpec.of(check_in="vm", jobs=1, check_uris=(ssh_uri,), **how),
+        tmp_path / "remote-check",
+    )
 
     seen = verdicts(tmp_path / "remote-check")
     assert remote.nodes == 3 and len(seen) == remote.total == local.total and 8 <= local.total <= q
-    assert seen == verdicts(tmp_path / "host-check")   # failures included (the seed was chosen for one)
+    assert seen == verdicts(
+        tmp_path / "host-check"
+    )  # failures included (the seed was chosen for one)
     logs = recording.load(replog_unsynced).node_logs
     key = hashlib.sha256("+".join(sha256_file(p) for p in logs).encode()).hexdigest()
     for p in logs:

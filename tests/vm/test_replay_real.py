@@ -3,6 +3,7 @@ replaying every entry gives data-final.img; states at several cuts (flush and wr
 a torn write) equal the from-scratch reference; the state right after the last ack recovers on a
 host loop mount and passes the read-only fsck with every acked record intact.  The dm-snapshot
 provider, which needs device-mapper (absent from some host kernels), is tested inside a guest."""
+
 from __future__ import annotations
 
 import contextlib
@@ -28,7 +29,11 @@ from powercut.workloads.append_fsync import record as append_record
 pytestmark = pytest.mark.vm
 N = 8
 ROOT = Path(__file__).resolve().parents[2]
-FSCK = {"ext4": ["e2fsck", "-fn"], "xfs": ["xfs_repair", "-n", "-f"], "btrfs": ["btrfs", "check", "--readonly"]}
+FSCK = {
+    "ext4": ["e2fsck", "-fn"],
+    "xfs": ["xfs_repair", "-n", "-f"],
+    "btrfs": ["btrfs", "check", "--readonly"],
+}
 
 
 def sha(path: Path) -> str:
@@ -42,8 +47,11 @@ def sha(path: Path) -> str:
 @pytest.fixture(scope="module", params=["ext4", "xfs", "btrfs"])
 def rec(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Recording:
     fs = request.param
-    spec = RecordSpec(fs=FsSpec(fstype=fs, size_mb=300 if fs == "xfs" else 256),
-                      workload=WorkloadSpec(name="append-fsync", params={"n": N}), accel="auto")
+    spec = RecordSpec(
+        fs=FsSpec(fstype=fs, size_mb=300 if fs == "xfs" else 256),
+        workload=WorkloadSpec(name="append-fsync", params={"n": N}),
+        accel="auto",
+    )
     r = record(spec, tmp_path_factory.mktemp(f"rec-{fs}") / "rec")
     assert r.ok
     return r
@@ -55,7 +63,9 @@ def index(rec: Recording) -> Iterator[LogIndex]:
         yield idx
 
 
-def test_replaying_everything_gives_the_final_image(rec: Recording, index: LogIndex, tmp_path: Path) -> None:
+def test_replaying_everything_gives_the_final_image(
+    rec: Recording, index: LogIndex, tmp_path: Path
+) -> None:
     final = sha(rec.final_image)
     out = replay_state(rec.dir, f"no-cache@{len(index)}", tmp_path / "all.img")
     assert sha(out) == final
@@ -67,15 +77,21 @@ def test_replaying_everything_gives_the_final_image(rec: Recording, index: LogIn
 def sample_states(index: LogIndex) -> list[CrashState]:
     flush = enumerate_states(index, "flush")
     picks = [flush[round(i * (len(flush) - 1) / 5)] for i in range(6)]
-    wc = [s for s in enumerate_states(index, "write-cache", exhaustive_bound=4, samples=4) if s.dropped]
+    wc = [
+        s
+        for s in enumerate_states(index, "write-cache", exhaustive_bound=4, samples=4)
+        if s.dropped
+    ]
     picks += [wc[round(i * (len(wc) - 1) / 3)] for i in range(4)] if wc else []
     torn = enumerate_states(index, "torn", torn_samples=0)
-    picks += torn[len(torn) // 2:len(torn) // 2 + 1]
+    picks += torn[len(torn) // 2 : len(torn) // 2 + 1]
     return picks
 
 
 @pytest.mark.parametrize("provider", ["auto", "copy"])
-def test_cuts_match_the_reference(rec: Recording, index: LogIndex, tmp_path: Path, provider: str) -> None:
+def test_cuts_match_the_reference(
+    rec: Recording, index: LogIndex, tmp_path: Path, provider: str
+) -> None:
     states = sample_states(index)
     assert any(s.model == "write-cache" for s in states) and any(s.model == "flush" for s in states)
     ref = tmp_path / "ref.img"
@@ -105,7 +121,9 @@ def loop_mount(img: Path, fstype: str, mnt: Path) -> Iterator[Path]:
             process.run(["btrfs", "device", "scan", "--forget"], timeout=60, check=False)
 
 
-def test_state_after_last_ack_recovers_and_fscks(rec: Recording, index: LogIndex, tmp_path: Path) -> None:
+def test_state_after_last_ack_recovers_and_fscks(
+    rec: Recording, index: LogIndex, tmp_path: Path
+) -> None:
     fstype = rec.manifest["fs"]["fstype"]
     last_ack = max(i for i, _ in index.acks())
     state = state_from_id(index, f"flush@{last_ack + 1}")
@@ -118,9 +136,13 @@ def test_state_after_last_ack_recovers_and_fscks(rec: Recording, index: LogIndex
     with loop_mount(img, fstype, tmp_path / "mnt") as mnt:
         data = (mnt / params["file"]).read_bytes()
     expect = b"".join(append_record(params["seed"], i, params["size"]) for i in range(N))
-    assert data[:len(expect)] == expect, f"{fstype}: acked records missing or damaged after recovery"
+    assert data[: len(expect)] == expect, (
+        f"{fstype}: acked records missing or damaged after recovery"
+    )
     res = process.run(FSCK[fstype] + [str(img)], timeout=300, check=False)
-    assert res.returncode == 0, f"{' '.join(res.argv)} exited {res.returncode}: {res.stdout[-2000:]}{res.stderr[-2000:]}"
+    assert res.returncode == 0, (
+        f"{' '.join(res.argv)} exited {res.returncode}: {res.stdout[-2000:]}{res.stderr[-2000:]}"
+    )
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -129,7 +151,7 @@ def _copy(src: Path, dst: Path) -> None:
             d.write(chunk)
 
 
-@pytest.mark.nightly   # ~100 s: test_dm.py in a guest; every checker-VM test of the fast suite judges on dm-snapshot
+@pytest.mark.nightly  # ~100 s: test_dm.py in a guest; every checker-VM test of the fast suite judges on dm-snapshot
 def test_dm_snapshot_provider_in_guest(tmp_path: Path) -> None:
     """Device-mapper tests run in a guest (root, device-mapper, loop devices; this host's kernel may
     have none): tests/unit/linux/test_dm.py whole (linear, snapshot and log-writes targets by ioctl), and
@@ -139,16 +161,24 @@ def test_dm_snapshot_provider_in_guest(tmp_path: Path) -> None:
     provider needs it); TCG makes each test slow, hence the small selection."""
     unit = ROOT / "tests" / "unit"
     select = "(dm_snapshot_provider and (hand-ss512 or r3-ss4096)) or clone_release_cost or providers_agree"
-    cmd = (f"{sys.executable} -m pytest -q -p no:cacheprovider -rsP --rootdir={ROOT} {unit / 'linux' / 'test_dm.py'} "
-           f"&& {sys.executable} -m pytest -q -p no:cacheprovider -rsP --rootdir={ROOT} "
-           f"{unit / 'replay' / 'test_snapshot.py'} -k '{select}'")
-    spec = RecordSpec(fs=FsSpec(fstype="xfs", size_mb=300), workload=WorkloadSpec(cmd=cmd, timeout_s=900),
-                      accel="auto", timeout_s=1200)
+    cmd = (
+        f"{sys.executable} -m pytest -q -p no:cacheprovider -rsP --rootdir={ROOT} {unit / 'linux' / 'test_dm.py'} "
+        f"&& {sys.executable} -m pytest -q -p no:cacheprovider -rsP --rootdir={ROOT} "
+        f"{unit / 'replay' / 'test_snapshot.py'} -k '{select}'"
+    )
+    spec = RecordSpec(
+        fs=FsSpec(fstype="xfs", size_mb=300),
+        workload=WorkloadSpec(cmd=cmd, timeout_s=900),
+        accel="auto",
+        timeout_s=1200,
+    )
     out = tmp_path / "rec"
     try:
         record(spec, out)
     except WorkloadFailed:
-        pytest.fail("device-mapper tests failed in the guest:\n" + _tail(out / "job" / "workload.out"))
+        pytest.fail(
+            "device-mapper tests failed in the guest:\n" + _tail(out / "job" / "workload.out")
+        )
     text = (out / "job" / "workload.out").read_text()
     passed = [int(n) for n in re.findall(r"^(\d+) passed", text, re.MULTILINE)]
     assert "skipped" not in text and "failed" not in text and passed == [14, 4], text[-3000:]

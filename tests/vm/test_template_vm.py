@@ -1,5 +1,6 @@
 """Checker VMs restored from a template judge exactly as booted ones: the same verdicts (failures,
 panics and hangs included), and a template that cannot be restored falls back to a boot."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,10 @@ def judged(out: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
     for line in (out / "journal.jsonl").read_text().splitlines():
         v = json.loads(line)
         reasons = tuple(r for r in v.get("reasons", []) if " s" not in r and "[" not in r)
-        got[v["state"]] = (v["verdict"], reasons if v["verdict"] not in ("kernel-panic", "timeout") else ())
+        got[v["state"]] = (
+            v["verdict"],
+            reasons if v["verdict"] not in ("kernel-panic", "timeout") else (),
+        )
     return got
 
 
@@ -32,9 +36,10 @@ def consoles(out: Path) -> list[str]:
     return [p.read_text(errors="replace") for p in sorted(out.rglob("console.log"))]
 
 
-@pytest.mark.nightly   # ~150 s: every state judged twice; every checker-VM test of the fast suite restores templates
-def test_restored_checker_vms_judge_as_booted_ones(ack_early: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.nightly  # ~150 s: every state judged twice; every checker-VM test of the fast suite restores templates
+def test_restored_checker_vms_judge_as_booted_ones(
+    ack_early: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with open_log(load(ack_early).log_path) as index:
         ids = [s.id for s in select(index, ["flush"]).states]
     panic_id, hang_id = ids[1], ids[3]
@@ -42,10 +47,29 @@ def test_restored_checker_vms_judge_as_booted_ones(ack_early: Path, tmp_path: Pa
     runs = {}
     for start in ("boot", "snapshot"):
         monkeypatch.setenv("POWERCUT_VM_START", start)
-        for name, spec in (("builtin", CampaignSpec.of(models=("flush", "write-cache"), check_in="vm", jobs=2, shrink=0,
-                                                    bound=2, samples=2)),
-                           ("faults", CampaignSpec.of(models=("flush",), check_in="vm", checker_command=checker, shrink=0,
-                                                   state_timeout_s=15))):
+        for name, spec in (
+            (
+                "builtin",
+                CampaignSpec.of(
+                    models=("flush", "write-cache"),
+                    check_in="vm",
+                    jobs=2,
+                    shrink=0,
+                    bound=2,
+                    samples=2,
+                ),
+            ),
+            (
+                "faults",
+                CampaignSpec.of(
+                    models=("flush",),
+                    check_in="vm",
+                    checker_command=checker,
+                    shrink=0,
+                    state_timeout_s=15,
+                ),
+            ),
+        ):
             out = tmp_path / f"{start}-{name}"
             run_campaign(ack_early, spec, out)
             runs[start, name] = judged(out)
@@ -57,20 +81,30 @@ def test_restored_checker_vms_judge_as_booted_ones(ack_early: Path, tmp_path: Pa
     for name in ("builtin", "faults"):
         assert runs["snapshot", name] == runs["boot", name], name
     builtin = runs["snapshot", "builtin"]
-    assert any(v == "lost-ack" for v, _ in builtin.values()) and any(v == "pass" for v, _ in builtin.values())
+    assert any(v == "lost-ack" for v, _ in builtin.values()) and any(
+        v == "pass" for v, _ in builtin.values()
+    )
     faults = runs["snapshot", "faults"]
     assert faults[panic_id][0] == "kernel-panic" and faults[hang_id][0] == "timeout"
 
 
-def test_a_template_that_does_not_restore_falls_back_to_a_boot(ack_early: Path, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_a_template_that_does_not_restore_falls_back_to_a_boot(
+    ack_early: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     monkeypatch.delenv("POWERCUT_VM_START", raising=False)
     monkeypatch.setattr(template, "_failed", set())
     spec = CampaignSpec.of(models=("flush",), check_in="vm", jobs=1, shrink=0)
-    first, _ = run_campaign(ack_early, spec, tmp_path / "first")   # builds the template (or finds it)
-    used = {a.split("exec:cat ", 1)[1].split("'")[0].strip() for p in (tmp_path / "first").rglob("qemu.argv")
-            if "exec:cat " in (a := p.read_text())}
+    first, _ = run_campaign(
+        ack_early, spec, tmp_path / "first"
+    )  # builds the template (or finds it)
+    used = {
+        a.split("exec:cat ", 1)[1].split("'")[0].strip()
+        for p in (tmp_path / "first").rglob("qemu.argv")
+        if "exec:cat " in (a := p.read_text())
+    }
     assert len(used) == 1, f"the first run's VMs were not restored from one template: {used}"
     state = Path(used.pop())
     state.write_bytes(b"not a saved VM")
@@ -79,4 +113,4 @@ def test_a_template_that_does_not_restore_falls_back_to_a_boot(ack_early: Path, 
     assert judged(tmp_path / "second") == judged(tmp_path / "first")
     assert any("failed to restore" in r.getMessage() for r in caplog.records)
     assert list((tmp_path / "second").rglob("console-restore.log"))
-    assert not state.exists()   # discarded: the next process builds a new one
+    assert not state.exists()  # discarded: the next process builds a new one

@@ -13,6 +13,7 @@ whose commit broke a rule; else a failed sync before any of them; else a rule ab
 flight at the cut; else beyond the rules.  ``candidates`` lists every rule that may be why, for
 debug/verify.py to prove by counterfactual.  The facts a trace gives are core/trace/tracefacts.py's.
 Pure: no I/O."""
+
 from __future__ import annotations
 
 import posixpath
@@ -48,12 +49,50 @@ from powercut.core.cause.rules.outcomes import (
 from powercut.core.cause.rules.registry import RANK, broken, sentence
 from powercut.core.trace import syscalls as sc
 from powercut.core.trace.syscalls import Op, Trace
-from powercut.core.trace.tracefacts import AtAck, Pending, in_flight, rel, running_syncs, split_syncs
+from powercut.core.trace.tracefacts import (
+    AtAck,
+    Pending,
+    in_flight,
+    rel,
+    running_syncs,
+    split_syncs,
+)
 
-__all__ = ["BEYOND", "EARLY", "ERROR", "EVIDENCE_LINES", "LIED", "MAX_CANDIDATES", "NOT_PROVEN", "NO_DIR_FSYNC",
-           "NO_FSYNC", "NO_MSYNC", "POINTER", "RANK", "RECOVERY", "RENAME", "REPLACED", "RULES", "TORN", "UNORDERED", "UNSEEN",
-           "Cause", "Commit", "Finding", "Violation", "candidates", "cause_of", "commits", "evidence_line", "explain",
-           "lie_cause", "lost_keys", "rel", "unseen_writes", "with_blame"]
+__all__ = [
+    "BEYOND",
+    "EARLY",
+    "ERROR",
+    "EVIDENCE_LINES",
+    "LIED",
+    "MAX_CANDIDATES",
+    "NOT_PROVEN",
+    "NO_DIR_FSYNC",
+    "NO_FSYNC",
+    "NO_MSYNC",
+    "POINTER",
+    "RANK",
+    "RECOVERY",
+    "RENAME",
+    "REPLACED",
+    "RULES",
+    "TORN",
+    "UNORDERED",
+    "UNSEEN",
+    "Cause",
+    "Commit",
+    "Finding",
+    "Violation",
+    "candidates",
+    "cause_of",
+    "commits",
+    "evidence_line",
+    "explain",
+    "lie_cause",
+    "lost_keys",
+    "rel",
+    "unseen_writes",
+    "with_blame",
+]
 
 # the rules' ids, for the code that names one (each rule's own module declares it)
 ERROR = acked_after_error.ID
@@ -66,9 +105,13 @@ REPLACED = replaced_in_place.ID
 POINTER = pointer_before_data.ID
 UNORDERED = unordered_writes.ID
 TORN = unchecked_tear.ID
-NOT_PROVEN = "cause not proven"   # how an unproven cause's sentence starts (debug/verify.unproven)
-RULES = registry.IDS   # every cause's id: the rules strongest first, then the causes that are no broken rule
-Finding = Any          # a rule's finding (core/cause/rules/), or an outcome's (core/cause/rules/outcomes.py)
+NOT_PROVEN = "cause not proven"  # how an unproven cause's sentence starts (debug/verify.unproven)
+RULES = (
+    registry.IDS
+)  # every cause's id: the rules strongest first, then the causes that are no broken rule
+Finding = (
+    Any  # a rule's finding (core/cause/rules/), or an outcome's (core/cause/rules/outcomes.py)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +146,14 @@ class Violation:
         return sentence(self.finding)
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "subject": self.subject, "ack": self.ack.text, "sentence": self.sentence(),
-                "note": self.note, "evidence": [evidence_line(o) for o in self.evidence]}
+        return {
+            "rule": self.rule,
+            "subject": self.subject,
+            "ack": self.ack.text,
+            "sentence": self.sentence(),
+            "note": self.note,
+            "evidence": [evidence_line(o) for o in self.evidence],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,27 +164,44 @@ class Cause:
     rule: str
     sentence: str
     evidence: tuple[str, ...]
-    others: tuple[str, ...] = ()      # the other broken rules' sentences (at most a few)
-    blame: str = ""                   # how the block-level blame agrees or disagrees
-    blind: tuple[str, ...] = ()       # what the trace could not see
-    subject: str = ""                 # the file(s) or directory the rule is about, comma-separated
-    proof: str = ""                   # how its counterfactual was judged (debug/verify.py; "" not tried)
-    refuted: tuple[str, ...] = ()     # the rules whose counterfactual still failed: true, not why
-    read: str = ""                    # what recovery read in the state (core/judging/recoveryread.words; "" not traced)
+    others: tuple[str, ...] = ()  # the other broken rules' sentences (at most a few)
+    blame: str = ""  # how the block-level blame agrees or disagrees
+    blind: tuple[str, ...] = ()  # what the trace could not see
+    subject: str = ""  # the file(s) or directory the rule is about, comma-separated
+    proof: str = ""  # how its counterfactual was judged (debug/verify.py; "" not tried)
+    refuted: tuple[str, ...] = ()  # the rules whose counterfactual still failed: true, not why
+    read: str = (
+        ""  # what recovery read in the state (core/judging/recoveryread.words; "" not traced)
+    )
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "sentence": self.sentence, "evidence": list(self.evidence),
-                "others": list(self.others), "blame": self.blame, "blind": list(self.blind), "subject": self.subject,
-                **({"proof": self.proof} if self.proof else {}),
-                **({"refuted": list(self.refuted)} if self.refuted else {}),
-                **({"read": self.read} if self.read else {})}
+        return {
+            "rule": self.rule,
+            "sentence": self.sentence,
+            "evidence": list(self.evidence),
+            "others": list(self.others),
+            "blame": self.blame,
+            "blind": list(self.blind),
+            "subject": self.subject,
+            **({"proof": self.proof} if self.proof else {}),
+            **({"refuted": list(self.refuted)} if self.refuted else {}),
+            **({"read": self.read} if self.read else {}),
+        }
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Cause":
-        return Cause(str(d.get("rule", "")), str(d.get("sentence", "")), tuple(d.get("evidence", ())),
-                     tuple(d.get("others", ())), str(d.get("blame", "")), tuple(d.get("blind", ())),
-                     str(d.get("subject", "")), str(d.get("proof", "")), tuple(d.get("refuted", ())),
-                     str(d.get("read", "")))
+        return Cause(
+            str(d.get("rule", "")),
+            str(d.get("sentence", "")),
+            tuple(d.get("evidence", ())),
+            tuple(d.get("others", ())),
+            str(d.get("blame", "")),
+            tuple(d.get("blind", ())),
+            str(d.get("subject", "")),
+            str(d.get("proof", "")),
+            tuple(d.get("refuted", ())),
+            str(d.get("read", "")),
+        )
 
     def head(self) -> str:
         """The cause's first line: ``cause (RULE): SENTENCE``; an unproven one's sentence says so
@@ -162,6 +228,7 @@ class Cause:
 
 # -- the rules, ack by ack --------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Commit:
     """One ack in the trace: its op, where its commit began (its begin mark, else the previous ack),
@@ -187,12 +254,14 @@ def commits(trace: Trace, root: str, aligned: dict[int, int] | None = None) -> l
         if o.kind != sc.MARK:
             pending.step(o)
         elif o.text.startswith("begin:"):
-            begun[o.text[len("begin:"):]] = o.seq
+            begun[o.text[len("begin:") :]] = o.seq
         elif o.text.startswith("ack:"):
-            key = o.text[len("ack:"):]
+            key = o.text[len("ack:") :]
             since = begun.pop(key, last_ack)
             at = AtAck(o, since, pending, running_syncs(splits, seqs, o))
-            out.append(Commit(key, o, since, aligned.get(o.seq), tuple(Violation(f) for f in broken(at))))
+            out.append(
+                Commit(key, o, since, aligned.get(o.seq), tuple(Violation(f) for f in broken(at)))
+            )
             last_ack = o.seq
     return out
 
@@ -212,27 +281,54 @@ def lost_keys(reasons: Iterable[str], keys: Iterable[str], *, words: bool = True
     return [k for k in keys if k in named or f"ack:{k}" in text]
 
 
-def lie_cause(model: str, entry: int, sector: int, *, dest: int = -1, bits: int = 0, dropped: Sequence[int] = (),
-              verdict: str = "", reasons: Sequence[str] = ()) -> Cause:
+def lie_cause(
+    model: str,
+    entry: int,
+    sector: int,
+    *,
+    dest: int = -1,
+    bits: int = 0,
+    dropped: Sequence[int] = (),
+    verdict: str = "",
+    reasons: Sequence[str] = (),
+) -> Cause:
     """Why a lying-disk state failed: what the disk did (``model`` to the write at log entry
     ``entry``, its ``sector``), and that the program did not notice; its reasons are the evidence."""
     lie = DiskLie(model, entry, sector, dest, bits, tuple(dropped), verdict)
     return Cause(LIED, sentence(lie), tuple(reasons[:3]))
 
 
-def _cause(f: Finding, blind: tuple[str, ...], *, suffix: str = "",
-           others: tuple[str, ...] = ()) -> Cause:
+def _cause(
+    f: Finding, blind: tuple[str, ...], *, suffix: str = "", others: tuple[str, ...] = ()
+) -> Cause:
     """The cause a rule's finding gives: its sentence (and ``suffix``), its last calls as evidence."""
-    return Cause(f.rule, sentence(f) + suffix, evidence_lines(f.evidence), others, blind=blind, subject=f.subject)
+    return Cause(
+        f.rule,
+        sentence(f) + suffix,
+        evidence_lines(f.evidence),
+        others,
+        blind=blind,
+        subject=f.subject,
+    )
 
 
-MAX_CANDIDATES = 4   # the rules a failing state's cause is checked against, at most (debug/verify.py)
+MAX_CANDIDATES = (
+    4  # the rules a failing state's cause is checked against, at most (debug/verify.py)
+)
 
 
-def candidates(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,
-               reasons: Sequence[str] = (), torn: Sequence[int] = (),
-               keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = lost_keys,
-               limit: int | None = MAX_CANDIDATES, read: Sequence[str] = ()) -> list[Finding]:
+def candidates(
+    trace: Trace,
+    log_marks: Sequence[tuple[int, str]],
+    cut: int,
+    root: str,
+    *,
+    reasons: Sequence[str] = (),
+    torn: Sequence[int] = (),
+    keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = lost_keys,
+    limit: int | None = MAX_CANDIDATES,
+    read: Sequence[str] = (),
+) -> list[Finding]:
     """What the cause of a state cut at ``cut`` may be, in the order ``explain`` would pick it: the
     rules broken at the acks before the cut (the acks whose keys the reasons name, first ack first,
     each ack's rules strongest first), then the rule the commit in flight broke; each (rule, file)
@@ -257,9 +353,17 @@ def cause_of(trace: Trace, f: Finding, others: Sequence[str] = ()) -> Cause:
     return _cause(f, tuple(trace.blind), others=tuple(others))
 
 
-def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: str, *,
-            reasons: Sequence[str] = (), verdict: str = "", torn: Sequence[int] = (),
-            keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = lost_keys) -> Cause:
+def explain(
+    trace: Trace,
+    log_marks: Sequence[tuple[int, str]],
+    cut: int,
+    root: str,
+    *,
+    reasons: Sequence[str] = (),
+    verdict: str = "",
+    torn: Sequence[int] = (),
+    keys_of: Callable[[Iterable[str], Iterable[str]], list[str]] = lost_keys,
+) -> Cause:
     """The cause of a state cut at log entry ``cut`` (that tore the writes at the entries ``torn``)
     which failed with ``reasons`` (``verdict``: kept for the record; every rule here applies to any
     failing verdict); ``keys_of``: the acked keys the reasons name (a cluster's: core/cause/nodetrace.py)."""
@@ -273,8 +377,12 @@ def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: 
     for c in pool:
         if c.violations:
             top, *rest = c.violations
-            others = tuple(dict.fromkeys(v.sentence() for v in rest if v.sentence() != top.sentence()))[:3]
-            n = sum(1 for d in pool if d is not c and d.violations and d.violations[0].rule == top.rule)
+            others = tuple(
+                dict.fromkeys(v.sentence() for v in rest if v.sentence() != top.sentence())
+            )[:3]
+            n = sum(
+                1 for d in pool if d is not c and d.violations and d.violations[0].rule == top.rule
+            )
             return _cause(top.finding, blind, suffix=alike(n), others=others)
     # a failed sync before any ack before the cut: its pages may be gone for good
     for c in before:
@@ -287,7 +395,9 @@ def explain(trace: Trace, log_marks: Sequence[tuple[int, str]], cut: int, root: 
         return Cause(BEYOND, sentence(NoAckBefore()), (), blind=blind)
     unseen = unseen_writes(trace, root)
     kept = RulesKeptUnseen(pool[-1].ack, unseen) if unseen else RulesKept(pool[-1].ack)
-    return Cause(UNSEEN if unseen else BEYOND, sentence(kept), evidence_lines(kept.evidence), blind=blind)
+    return Cause(
+        UNSEEN if unseen else BEYOND, sentence(kept), evidence_lines(kept.evidence), blind=blind
+    )
 
 
 def unseen_writes(trace: Trace, root: str) -> tuple[str, ...]:
@@ -295,8 +405,11 @@ def unseen_writes(trace: Trace, root: str) -> tuple[str, ...]:
     under ``root`` (stores through them), io_uring (its writes are no system calls).  () when the
     trace saw every write: only then may a cause say "beyond the rules"."""
     under = root.rstrip("/") + "/"
-    mapped = dict.fromkeys(rel(o.path, root) for o in trace.ops
-                           if o.kind == sc.MMAP_SHARED and (o.path == root or o.path.startswith(under)))
+    mapped = dict.fromkeys(
+        rel(o.path, root)
+        for o in trace.ops
+        if o.kind == sc.MMAP_SHARED and (o.path == root or o.path.startswith(under))
+    )
     out = [f"stores through its shared mapping of {p}" for p in mapped]
     if any(o.kind == sc.IO_URING for o in trace.ops):
         out.append("io_uring writes")
@@ -304,6 +417,7 @@ def unseen_writes(trace: Trace, root: str) -> tuple[str, ...]:
 
 
 # -- the cause against the block-level blame --------------------------------------------------------
+
 
 def with_blame(cause: Cause, culprits: Sequence[dict[str, Any]], root: str = "") -> Cause:
     """The cause checked against the block-level blame: do the writes blame found lost or not yet
@@ -318,14 +432,21 @@ def with_blame(cause: Cause, culprits: Sequence[dict[str, Any]], root: str = "")
     elif hit:
         note = "blame agrees: " + "; ".join(hit[:2])
     else:
-        note = ("blame names other blocks than the rule's: its writes may not have reached the disk before the cut "
-                "at all (still in the page cache), which is what the rule says")
-    return Cause(cause.rule, cause.sentence, cause.evidence, cause.others, note, cause.blind, cause.subject)
+        note = (
+            "blame names other blocks than the rule's: its writes may not have reached the disk before the cut "
+            "at all (still in the page cache), which is what the rule says"
+        )
+    return Cause(
+        cause.rule, cause.sentence, cause.evidence, cause.others, note, cause.blind, cause.subject
+    )
 
 
 def _touches(culprit: dict[str, Any], subjects: set[str]) -> bool:
     """Whether a blame culprit is about one of the cause's subjects: one of its paths is one, or it
     is a directory's block and a subject sits in that directory."""
     paths = {p.strip() for p in str(culprit.get("path", "")).split(",") if p.strip()}
-    return bool(paths & subjects) or any(posixpath.dirname(s) in paths for s in subjects
-                                         if "directory" in str(culprit.get("what", "")))
+    return bool(paths & subjects) or any(
+        posixpath.dirname(s) in paths
+        for s in subjects
+        if "directory" in str(culprit.get("what", ""))
+    )

@@ -1,6 +1,7 @@
 """The words every cause shares (pure): the lines that list a finding's calls as evidence, what a
 held sync says after its call, and what a cause adds when other acks broke the same rule.  Each
 rule's own sentence is in its module (core/cause/rules/).  Pure: no I/O."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -10,7 +11,7 @@ from powercut.core.trace.syscalls import Op
 
 __all__ = ["EVIDENCE_LINES", "alike", "evidence_line", "evidence_lines", "held_suffix"]
 
-EVIDENCE_LINES = 6   # the calls a cause lists, at most (the last ones)
+EVIDENCE_LINES = 6  # the calls a cause lists, at most (the last ones)
 
 
 def evidence_line(o: Op) -> str:

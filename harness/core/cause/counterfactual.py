@@ -18,6 +18,7 @@ metadata and may be made durable by another file's counterfactual: ``removed_aft
 files, ``mixed_in`` those a plan's what-if may keep while they still exist in it, and
 debug/verify.py credits no what-if that passes while one of them is a file recovery read (or may
 have read) -- said in docs/checking.md."""
+
 from __future__ import annotations
 
 import bisect
@@ -34,17 +35,37 @@ from powercut.core.trace import syscalls as sc
 from powercut.core.trace.syscalls import Op, Trace
 from powercut.core.trace.tracefacts import Pending
 
-__all__ = ["Kill", "as_blamed", "as_of", "changed_after", "kill_equivalent", "kill_point", "mixed_in", "owners", "removed_after",
-           "unlogged", "what_if", "written_back"]
+__all__ = [
+    "Kill",
+    "as_blamed",
+    "as_of",
+    "changed_after",
+    "kill_equivalent",
+    "kill_point",
+    "mixed_in",
+    "owners",
+    "removed_after",
+    "unlogged",
+    "what_if",
+    "written_back",
+]
 
 
-def owners(entries: Sequence[Entry], files: Mapping[str, Sequence[Sequence[int]]], log_sector: int,
-           map_sector: int = 512) -> tuple[str | None, ...]:
+def owners(
+    entries: Sequence[Entry],
+    files: Mapping[str, Sequence[Sequence[int]]],
+    log_sector: int,
+    map_sector: int = 512,
+) -> tuple[str | None, ...]:
     """Per log entry, the file (its path in the map, relative to the mount, no leading slash) whose
     sectors a data write touches; None for an entry that writes no mapped file's sectors (metadata)
     or writes nothing.  ``files``: the file map's ``files`` (sector ranges in ``map_sector`` bytes)."""
-    spans = sorted((int(a) * map_sector, (int(a) + int(n)) * map_sector, path)
-                   for path, extents in files.items() for a, n in extents if int(n) > 0)
+    spans = sorted(
+        (int(a) * map_sector, (int(a) + int(n)) * map_sector, path)
+        for path, extents in files.items()
+        for a, n in extents
+        if int(n) > 0
+    )
     starts = [s for s, _, _ in spans]
     longest = max((e - s for s, e, _ in spans), default=0)
     out: list[str | None] = []
@@ -54,27 +75,45 @@ def owners(entries: Sequence[Entry], files: Mapping[str, Sequence[Sequence[int]]
             continue
         lo, hi = e.sector * log_sector, (e.sector + e.nr_sectors) * log_sector
         first = bisect.bisect_left(starts, lo - longest)
-        hit = next((path for s, end, path in spans[first:bisect.bisect_left(starts, hi)] if s < hi and end > lo), None)
+        hit = next(
+            (
+                path
+                for s, end, path in spans[first : bisect.bisect_left(starts, hi)]
+                if s < hi and end > lo
+            ),
+            None,
+        )
         out.append(hit)
     return tuple(out)
 
 
-def what_if(sp: SpaceTables, failing: CrashState, owned: Sequence[str | None], p: Plan) -> CrashState | None:
+def what_if(
+    sp: SpaceTables, failing: CrashState, owned: Sequence[str | None], p: Plan
+) -> CrashState | None:
     """The failing state with ``p``'s writes made durable, as a what-if state judged against the
     failing state's keys; None when it adds no write (the counterfactual is the failing state)."""
     torn = {i for i, _ in failing.torn}
     gone = set(failing.dropped) | torn
     data = sp.is_data
     kept = {i for i in range(failing.cut) if data[i] and i not in gone}
-    add = [i for i in range(p.until) if data[i] and i not in kept
-           and (p.files is None or owned[i] is None or owned[i] in p.files)]
+    add = [
+        i
+        for i in range(p.until)
+        if data[i]
+        and i not in kept
+        and (p.files is None or owned[i] is None or owned[i] in p.files)
+    ]
     if not add:
         return None
     made = kept | set(add)
-    return WHAT_IF.make(sp, p.until, failing.cut, [i for i in range(p.until) if data[i] and i not in made])
+    return WHAT_IF.make(
+        sp, p.until, failing.cut, [i for i in range(p.until) if data[i] and i not in made]
+    )
 
 
-def as_blamed(owned: Sequence[str | None], culprits: Sequence[Mapping[str, object]]) -> tuple[str | None, ...]:
+def as_blamed(
+    owned: Sequence[str | None], culprits: Sequence[Mapping[str, object]]
+) -> tuple[str | None, ...]:
     """``owned`` (``owners``: the file map at the end of the recording) with the writes the
     diagnosis blamed (debug/blame.py: each write mapped on the image of the state's cut) owned as
     blame found them then: a data block of one file is that file's -- a file deleted, truncated or
@@ -99,13 +138,16 @@ def after_cut(trace: Trace, aligned: Mapping[int, int], cut: int) -> int:
     return max(before) + 1 if before else 0
 
 
-def as_of(owned: Sequence[str | None], trace: Trace, aligned: Mapping[int, int], root: str,
-          cut: int) -> tuple[str | None, ...]:
+def as_of(
+    owned: Sequence[str | None], trace: Trace, aligned: Mapping[int, int], root: str, cut: int
+) -> tuple[str | None, ...]:
     """``owned`` (``owners``: files named as at the end of the recording) with each file named as it
     was at log entry ``cut``: every rename under ``root`` the trace shows after the cut (``after_cut``)
     undone, the last first -- a file renamed into place after the cut keeps its writes under the
     name the rules use for it then (a directory renamed: every file under it)."""
-    renames = [o for o in trace.ops[after_cut(trace, aligned, cut):] if o.kind == sc.RENAME and o.ok]
+    renames = [
+        o for o in trace.ops[after_cut(trace, aligned, cut) :] if o.kind == sc.RENAME and o.ok
+    ]
     if not renames:
         return tuple(owned)
     return tuple(None if o is None else _undo(o, renames, root) for o in owned)
@@ -116,7 +158,7 @@ def _under(path: str, root: str) -> str | None:
     base = root.rstrip("/") + "/"
     if not root or not path.startswith(base):
         return None
-    return path[len(base):] or None
+    return path[len(base) :] or None
 
 
 def _undo(path: str, renames: Sequence[Op], root: str) -> str:
@@ -125,11 +167,11 @@ def _undo(path: str, renames: Sequence[Op], root: str) -> str:
         src = _under(o.path, root)
         dst = _under(o.path2, root)
         if src is None or dst is None:
-            continue   # a name outside the filesystem under test
+            continue  # a name outside the filesystem under test
         if path == dst:
             path = src
         elif path.startswith(dst + "/"):
-            path = src + path[len(dst):]
+            path = src + path[len(dst) :]
     return path
 
 
@@ -167,8 +209,14 @@ def _removes(o: Op, exists: set[str]) -> str | None:
     return None
 
 
-def mixed_in(p: Plan, removed: Mapping[str, int], trace: Trace, aligned: Mapping[int, int], root: str,
-             cut: int) -> frozenset[str]:
+def mixed_in(
+    p: Plan,
+    removed: Mapping[str, int],
+    trace: Trace,
+    aligned: Mapping[int, int],
+    root: str,
+    cut: int,
+) -> frozenset[str]:
     """The files removed after the cut (``removed_after``) whose writes ``p``'s what-if may have made
     durable with its own: removed only after the sync that bounds the plan, so still there in the
     what-if (a removal before that sync is made durable with it: the file is gone there), and with
@@ -180,8 +228,12 @@ def mixed_in(p: Plan, removed: Mapping[str, int], trace: Trace, aligned: Mapping
     if p.files is None:
         return frozenset()
     if p.sync is None:
-        moved = {n for o in trace.ops[after_cut(trace, aligned, cut):] if o.kind == sc.RENAME and o.ok
-                 if (n := _under(o.path, root)) is not None}
+        moved = {
+            n
+            for o in trace.ops[after_cut(trace, aligned, cut) :]
+            if o.kind == sc.RENAME and o.ok
+            if (n := _under(o.path, root)) is not None
+        }
         return frozenset((set(removed) | moved) - p.files)
     late = {f for f, seq in removed.items() if seq > p.sync.seq and f not in p.files}
     if not late:
@@ -189,7 +241,9 @@ def mixed_in(p: Plan, removed: Mapping[str, int], trace: Trace, aligned: Mapping
     return frozenset(late & changed_after(trace, aligned, root, cut, p.sync))
 
 
-def changed_after(trace: Trace, aligned: Mapping[int, int], root: str, cut: int, until: Op) -> set[str]:
+def changed_after(
+    trace: Trace, aligned: Mapping[int, int], root: str, cut: int, until: Op
+) -> set[str]:
     """The files under ``root`` (relative) whose data the log may hold between log entry ``cut`` and
     the call ``until``: unsynced changes or a shared writable mapping at the cut
     (core/trace/tracefacts.Pending), or written, truncated, allocated or mapped after it up to ``until``."""
@@ -198,9 +252,11 @@ def changed_after(trace: Trace, aligned: Mapping[int, int], root: str, cut: int,
     for o in trace.ops[:start]:
         pending.step(o)
     paths = set(pending.dirty) | set(pending.mapped)
-    for o in trace.ops[start:until.seq + 1]:
-        if o.ok and (o.kind in (sc.WRITE, sc.TRUNCATE, sc.ALLOCATE, sc.MMAP_SHARED)
-                     or (o.kind == sc.OPEN and "O_TRUNC" in o.flags)):
+    for o in trace.ops[start : until.seq + 1]:
+        if o.ok and (
+            o.kind in (sc.WRITE, sc.TRUNCATE, sc.ALLOCATE, sc.MMAP_SHARED)
+            or (o.kind == sc.OPEN and "O_TRUNC" in o.flags)
+        ):
             paths.add(o.path)
     return {n for path in paths if (n := _under(path, root)) is not None}
 
@@ -238,14 +294,19 @@ class Kill:
     def words(self) -> str:
         """Where the kill is, as the cause says it."""
         if self.at is None:
-            return ("every write durable at the end of the recording (the program changed nothing after its last "
-                    "mark; the page cache written back)")
-        return (f"every write durable at mark {self.at.text} (trace line {self.at.line}, log entry #{self.until - 1}), "
-                "the first point at or after the cut where the program had synced everything it wrote")
+            return (
+                "every write durable at the end of the recording (the program changed nothing after its last "
+                "mark; the page cache written back)"
+            )
+        return (
+            f"every write durable at mark {self.at.text} (trace line {self.at.line}, log entry #{self.until - 1}), "
+            "the first point at or after the cut where the program had synced everything it wrote"
+        )
 
 
-def kill_point(trace: Trace, aligned: Mapping[int, int], root: str, cut: int, n: int, *,
-               written_back: bool) -> Kill | None:
+def kill_point(
+    trace: Trace, aligned: Mapping[int, int], root: str, cut: int, n: int, *, written_back: bool
+) -> Kill | None:
     """Where a process kill leaves exactly what the disk holds, at or after log entry ``cut``: the
     first mark (of those aligned with the log) at or after it where no file under ``root`` has
     unsynced changes or a shared writable mapping not synced since, and no directory has unsynced
@@ -266,10 +327,10 @@ def kill_point(trace: Trace, aligned: Mapping[int, int], root: str, cut: int, n:
             continue
         last = o.seq
         if pending.failed:
-            return None   # a write or sync failed: the disk lacks what the program wrote, and a kill would not
+            return None  # a write or sync failed: the disk lacks what the program wrote, and a kill would not
         if entry >= cut and not pending.dirty and not pending.mapped and not pending.entries:
             return Kill(cut, min(entry + 1, n), o)
-    after = [o for o in trace.ops[last + 1:] if o.ok and pending.mine(o.path) and _changes(o)]
+    after = [o for o in trace.ops[last + 1 :] if o.ok and pending.mine(o.path) and _changes(o)]
     return Kill(cut, n, None) if written_back and not after and not pending.failed else None
 
 
@@ -277,8 +338,17 @@ def _changes(o: Op) -> bool:
     """Whether a call changes a file or a name (not a read, an open of an existing file, a sync)."""
     if o.kind == sc.OPEN:
         return "O_TRUNC" in o.flags or "O_CREAT" in o.flags
-    return o.kind in (sc.WRITE, sc.TRUNCATE, sc.ALLOCATE, sc.RENAME, sc.LINK, sc.UNLINK, sc.RMDIR, sc.MKDIR,
-                      sc.MMAP_SHARED)
+    return o.kind in (
+        sc.WRITE,
+        sc.TRUNCATE,
+        sc.ALLOCATE,
+        sc.RENAME,
+        sc.LINK,
+        sc.UNLINK,
+        sc.RMDIR,
+        sc.MKDIR,
+        sc.MMAP_SHARED,
+    )
 
 
 def kill_equivalent(sp: SpaceTables, failing: CrashState, k: Kill) -> CrashState:

@@ -16,6 +16,7 @@ Which nodes a failure's cause names (``cause_nodes``), in this order of trust:
 2. the nodes the state's reasons name (``node 1 (standby, promoted): ...``): the checker's word;
 3. else the nodes the per-node blame found missing writes of the program's files (lost, torn or not
    yet durable at the cut), whose rule must then be about one of those files (``blame agrees``)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,10 +29,19 @@ from powercut.core.judging.disksshrink import nodes_named
 from powercut.core.trace import syscalls as sc
 from powercut.core.trace.syscalls import Trace
 
-__all__ = ["BLAME", "LIE", "REASONS", "cause_nodes", "missing_writes", "node_keys", "node_of_target", "node_root",
-           "node_trace"]
+__all__ = [
+    "BLAME",
+    "LIE",
+    "REASONS",
+    "cause_nodes",
+    "missing_writes",
+    "node_keys",
+    "node_of_target",
+    "node_root",
+    "node_trace",
+]
 
-LIE, REASONS, BLAME = "lie", "reasons", "blame"   # why a node was chosen (``cause_nodes``)
+LIE, REASONS, BLAME = "lie", "reasons", "blame"  # why a node was chosen (``cause_nodes``)
 _TARGET = re.compile(r"-n(\d+)$")
 _NODE = re.compile(r"\bnode \d+\b")
 
@@ -60,10 +70,18 @@ def node_trace(trace: Trace, node: int, root: str) -> Trace | None:
         return None
     top = node_root(root, node)
     others = re.compile(re.escape(root.rstrip("/")) + r"/n(\d+)(?:/|\b)")
-    kept = [o for o in trace.ops
-            if (node_of_target(o.target) == node if o.kind == sc.MARK
-                else o.kind in (sc.SYNC, sc.IO_URING) or _under(o.path, top) or _under(o.path2, top))]
-    out = Trace([dataclasses.replace(o, seq=k) for k, o in enumerate(kept)], trace.lines, trace.unparsed)
+    kept = [
+        o
+        for o in trace.ops
+        if (
+            node_of_target(o.target) == node
+            if o.kind == sc.MARK
+            else o.kind in (sc.SYNC, sc.IO_URING) or _under(o.path, top) or _under(o.path2, top)
+        )
+    ]
+    out = Trace(
+        [dataclasses.replace(o, seq=k) for k, o in enumerate(kept)], trace.lines, trace.unparsed
+    )
     out.blind = [b for b in trace.blind if all(int(m.group(1)) == node for m in others.finditer(b))]
     return out
 
@@ -80,11 +98,17 @@ def node_keys(reasons: Iterable[str], keys: Iterable[str]) -> list[str]:
 def missing_writes(culprits: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Of a node's blamed writes (debug/blame.Culprit as JSON) those of the program's files that the
     state did not hold: lost, torn or not yet durable (not "durable, the last write before the cut")."""
-    return [c for c in culprits if c.get("path") and not str(c.get("how", "")).startswith("durable")]
+    return [
+        c for c in culprits if c.get("path") and not str(c.get("how", "")).startswith("durable")
+    ]
 
 
-def cause_nodes(lying: Sequence[int], reasons: Iterable[str], culprits: Sequence[Sequence[dict[str, Any]]],
-                nodes: int) -> tuple[list[int], str]:
+def cause_nodes(
+    lying: Sequence[int],
+    reasons: Iterable[str],
+    culprits: Sequence[Sequence[dict[str, Any]]],
+    nodes: int,
+) -> tuple[list[int], str]:
     """(the nodes a cluster failure's cause is about, in order; why: ``LIE``, ``REASONS`` or
     ``BLAME``), ([], "") when none can be told: ``lying``: the nodes whose state is a lying disk's;
     ``culprits``: per node, its blamed writes (empty without a diagnosis)."""

@@ -3,6 +3,7 @@ declares and core/crashmodels/registry.py lists once -- its name, whether it is 
 the atomic unit it tears between (torn models), whether its states are prefixes, how it enumerates
 a log's states, how it rebuilds one from an id and which states it refuses to produce.
 ``Bounds``: the limits of one enumeration (seed, exhaustive bound, samples, torn samples)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,8 +69,13 @@ class CrashModel:
         it can.  The default is the write-cache rule: no torn write, lost entries droppable at the cut."""
         return tears_nothing(self.name, tears) or lost_refusal(sp, cut, drop)
 
-    def build(self, sp: SpaceTables, cut: int, dropped: Sequence[int] = (),
-              torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
+    def build(
+        self,
+        sp: SpaceTables,
+        cut: int,
+        dropped: Sequence[int] = (),
+        torn: Sequence[tuple[int, Sequence[int]]] = (),
+    ) -> CrashState:
         """Build and validate one state (CrashSpace.make_state); UsageError if the model cannot
         produce it from this log."""
         if not 1 <= cut <= sp.n:
@@ -81,8 +87,15 @@ class CrashModel:
             raise UsageError(why)
         return self.state(sp, cut, drop, tears)
 
-    def state(self, sp: SpaceTables, cut: int, dropped: tuple[int, ...] = (), torn: Torn = (),
-              sid: str | None = None, droppable: Sequence[int] | None = None) -> CrashState:
+    def state(
+        self,
+        sp: SpaceTables,
+        cut: int,
+        dropped: tuple[int, ...] = (),
+        torn: Torn = (),
+        sid: str | None = None,
+        droppable: Sequence[int] | None = None,
+    ) -> CrashState:
         """A state of this model from checked parts (SpaceTables.state)."""
         return sp.state(self.name, cut, dropped, torn, sid, droppable)
 
@@ -101,7 +114,9 @@ def tears_nothing(model: str, tears: Torn) -> str | None:
     return f"model {model} tears no writes" if tears else None
 
 
-def lost_refusal(sp: SpaceTables, cut: int, drop: tuple[int, ...], torn: int | None = None) -> str | None:
+def lost_refusal(
+    sp: SpaceTables, cut: int, drop: tuple[int, ...], torn: int | None = None
+) -> str | None:
     """The refusal for lost entries (``drop``) that cannot be lost at the cut: not droppable there,
     or the ``torn`` write itself."""
     bad = set(drop) - set(sp.droppable(cut))
@@ -109,5 +124,7 @@ def lost_refusal(sp: SpaceTables, cut: int, drop: tuple[int, ...], torn: int | N
         bad |= set(drop) & {torn}
     if not bad:
         return None
-    return (f"entries {format_ranges(sorted(bad))} cannot be lost at cut {cut} (FUA, before the last flush, "
-            f"no data, past the cut, or the torn write)")
+    return (
+        f"entries {format_ranges(sorted(bad))} cannot be lost at cut {cut} (FUA, before the last flush, "
+        f"no data, past the cut, or the torn write)"
+    )

@@ -3,6 +3,7 @@ the write-cache and torn models.  ``by_cut`` walks the cuts in increasing order,
 fills add the cut's states to a ``Batch`` and yields them sorted by id; a state equivalent to one
 already generated (same canonical cut, lost entries and torn write: ``SpaceTables.canon``) is
 skipped, by a memory of an epoch's keys, not the log's."""
+
 from __future__ import annotations
 
 import functools
@@ -24,9 +25,9 @@ class _Seen(dict[int, set[object]]):
     def __init__(self, sp: SpaceTables) -> None:
         super().__init__()
         self.sp = sp
-        self.heap: list[int] = []   # the canonical cuts held
+        self.heap: list[int] = []  # the canonical cuts held
         self.floor = 0
-        self.data_pos = [i for i, d in enumerate(sp.is_data) if d]   # the k-th data entry's index
+        self.data_pos = [i for i, d in enumerate(sp.is_data) if d]  # the k-th data entry's index
 
     def advance(self, cut: int) -> None:
         """Forget the keys below the floor of ``cut`` (cuts come in increasing order)."""
@@ -65,13 +66,17 @@ class Batch:
         """Add the state unless an equivalent one was generated; True if added."""
         if not self.seen.add(self.cut, dropped, torn):
             return False
-        self.states.append(self.model.state(self.sp, self.cut, dropped, torn, sid,
-                                            self.droppable if dropped else ()))
+        self.states.append(
+            self.model.state(
+                self.sp, self.cut, dropped, torn, sid, self.droppable if dropped else ()
+            )
+        )
         return True
 
 
-def by_cut(sp: SpaceTables, model: CrashModel, cuts: Iterable[int],
-           *fills: Callable[[Batch], None]) -> Iterator[CrashState]:
+def by_cut(
+    sp: SpaceTables, model: CrashModel, cuts: Iterable[int], *fills: Callable[[Batch], None]
+) -> Iterator[CrashState]:
     """The states the ``fills`` add at each of ``cuts`` (increasing), each cut's sorted by id."""
     seen = _Seen(sp)
     for cut in cuts:

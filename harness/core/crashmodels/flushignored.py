@@ -5,6 +5,7 @@ C may be lost (write-cache subsets across that barrier), at write-cache's cut po
 honest write-cache state equals are generated (the others lose nothing a flush promised).  It
 enumerates like write-cache (``exhaustive_bound``, structured picks, ``samples`` seeded)
 (core/crashmodels/lies.py)."""
+
 from __future__ import annotations
 
 import re
@@ -16,7 +17,14 @@ from powercut.core.crashmodels.lies import NUM, RANGES, LieModel, floor_of, lie_
 from powercut.core.crashmodels.tables import SpaceTables
 from powercut.core.states.coverage import SPACE_CAP, Tally
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.idparts import format_id, format_ranges, parse_ranges, pick_bits, shake_bits, subset_picks
+from powercut.core.states.idparts import (
+    format_id,
+    format_ranges,
+    parse_ranges,
+    pick_bits,
+    shake_bits,
+    subset_picks,
+)
 from powercut.errors import UsageError
 
 
@@ -58,19 +66,27 @@ class FlushIgnored(LieModel):
             pool = ignored_pool(sp, cut)
             if not pool or pool[-1] < floor:
                 continue
-            if sp.key_version[cut] != version:   # states of different key versions never coincide
+            if sp.key_version[cut] != version:  # states of different key versions never coincide
                 seen = {}
                 version = sp.key_version[cut]
             honest = set(sp.droppable(cut))
             out: list[CrashState] = []
 
-            def add(dropped: tuple[int, ...], sid: str | None = None, cut: int = cut, honest: set[int] = honest,
-                    pool: tuple[int, ...] = pool, out: list[CrashState] = out,
-                    seen: dict[tuple[int, tuple[int, ...]], None] = seen) -> int:
+            def add(
+                dropped: tuple[int, ...],
+                sid: str | None = None,
+                cut: int = cut,
+                honest: set[int] = honest,
+                pool: tuple[int, ...] = pool,
+                out: list[CrashState] = out,
+                seen: dict[tuple[int, tuple[int, ...]], None] = seen,
+            ) -> int:
                 if not set(dropped) - honest:
                     return 0
                 key = canon(sp, cut, dropped)
-                if key in seen or not set(key[1]) - set(sp.droppable(key[0])):   # the same as an honest state
+                if key in seen or not set(key[1]) - set(
+                    sp.droppable(key[0])
+                ):  # the same as an honest state
                     return 0
                 seen[key] = None
                 spec = sid or format_id(self.name, cut, dropped, (), pool).partition("/")[2]
@@ -79,7 +95,9 @@ class FlushIgnored(LieModel):
 
             added = 0
             if len(pool) <= bound:
-                lies = (1 << len(pool)) - (1 << len(set(pool) & honest))   # the subsets that drop a kept entry
+                lies = (1 << len(pool)) - (
+                    1 << len(set(pool) & honest)
+                )  # the subsets that drop a kept entry
                 for mask in range(1 << len(pool)):
                     added += add(pick_bits(pool, mask))
                 tally.window(lies, added, sampled=False, setup=version == 0)
@@ -88,7 +106,11 @@ class FlushIgnored(LieModel):
                     added += add(dropped)
                 for j in range(samples):
                     added += add(fi_sample(pool, seed, cut, j), f"r{seed}.{j}")
-                space = (1 << len(pool)) - (1 << len(set(pool) & honest)) if len(pool) < 62 else SPACE_CAP
+                space = (
+                    (1 << len(pool)) - (1 << len(set(pool) & honest))
+                    if len(pool) < 62
+                    else SPACE_CAP
+                )
                 tally.window(space, added, sampled=True, setup=version == 0)
             yield from sorted(out, key=lambda s: s.id)
 
@@ -102,18 +124,29 @@ class FlushIgnored(LieModel):
             dropped = fi_sample(pool, seed, cut, n)
             spec = f"r{seed}.{n}"
         else:
-            listed = parse_ranges(m.group(1) or m.group(2) or "", pool[-1] + 1, f"state id {whole!r}: entries")
+            listed = parse_ranges(
+                m.group(1) or m.group(2) or "", pool[-1] + 1, f"state id {whole!r}: entries"
+            )
             bad = set(listed) - set(pool)
             if bad:
-                raise UsageError(f"state id {whole!r}: entries {format_ranges(sorted(bad))} cannot be lost at cut {cut}")
-            dropped = listed if m.group(1) is not None else tuple(i for i in pool if i not in set(listed))
+                raise UsageError(
+                    f"state id {whole!r}: entries {format_ranges(sorted(bad))} cannot be lost at cut {cut}"
+                )
+            dropped = (
+                listed if m.group(1) is not None else tuple(i for i in pool if i not in set(listed))
+            )
             spec = format_id(self.name, cut, dropped, (), pool).partition("/")[2]
         c, d = canon(sp, cut, dropped)
         if not set(d) - set(sp.droppable(c)):
-            raise UsageError(f"state id {whole!r}: loses only what an honest write cache may lose "
-                             f"(a write-cache state, not a lie)")
+            raise UsageError(
+                f"state id {whole!r}: loses only what an honest write cache may lose "
+                f"(a write-cache state, not a lie)"
+            )
         return lie_state(sp, self.name, cut, spec, dropped, None)
 
 
-FLUSH_IGNORED = FlushIgnored("flush-ignored", pattern=re.compile(rf"d({RANGES})|k((?:{RANGES})?)|r({NUM})\.({NUM})"),
-                             form="dRANGES|kRANGES|rSEED.N")
+FLUSH_IGNORED = FlushIgnored(
+    "flush-ignored",
+    pattern=re.compile(rf"d({RANGES})|k((?:{RANGES})?)|r({NUM})\.({NUM})"),
+    form="dRANGES|kRANGES|rSEED.N",
+)

@@ -52,6 +52,7 @@ enumeration); each model is its own module under core/crashmodels/ (lostwrite, m
 corruptsector, unreadable, flushignored).  And what replay applies: ``with_lie``, ``flip_of``,
 ``unreadable_of``.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -68,14 +69,28 @@ from powercut.core.states.crashstate import CrashState, Lie
 from powercut.core.states.idparts import StateId, shake_bits
 from powercut.errors import UsageError
 
-__all__ = ["CORRUPT_BITS", "FLOOR_MARK", "LieModel", "PerWriteLie", "flip_of", "lie_state", "unreadable_of",
-           "windows", "with_lie"]
+__all__ = [
+    "CORRUPT_BITS",
+    "FLOOR_MARK",
+    "LieModel",
+    "PerWriteLie",
+    "flip_of",
+    "lie_state",
+    "unreadable_of",
+    "windows",
+    "with_lie",
+]
 
-FLOOR_MARK = "mkfs"   # selection's default floor: no lie about mkfs's own writes
+FLOOR_MARK = "mkfs"  # selection's default floor: no lie about mkfs's own writes
 CORRUPT_BITS = 3
-KINDS = {"misdirected-write": "misdirect", "corrupt-sector": "corrupt", "unreadable-sector": "unreadable"}
+KINDS = {
+    "misdirected-write": "misdirect",
+    "corrupt-sector": "corrupt",
+    "unreadable-sector": "unreadable",
+}
 NUM = r"[0-9]{1,19}"
 RANGES = rf"{NUM}(?:-{NUM})?(?:,{NUM}(?:-{NUM})?)*"
+
 
 # -- which sectors a write still holds at a cut ------------------------------------------------------------
 class _Cover:
@@ -102,8 +117,8 @@ class _Cover:
         return out
 
     def add(self, lo: int, hi: int) -> None:
-        i = bisect.bisect_left(self.hi, lo)          # the first range that ends at or after lo
-        j = bisect.bisect_right(self.lo, hi)          # past the last range that starts at or before hi
+        i = bisect.bisect_left(self.hi, lo)  # the first range that ends at or after lo
+        j = bisect.bisect_right(self.lo, hi)  # past the last range that starts at or before hi
         if i < j:
             lo, hi = min(lo, self.lo[i]), max(hi, self.hi[j - 1])
         self.lo[i:j], self.hi[i:j] = [lo], [hi]
@@ -119,7 +134,7 @@ def windows(sp: SpaceTables) -> list[tuple[int, tuple[int, ...]]]:
     are those after the floor and the previous ack mark, up to its ack (cut: just after it)."""
     out: list[tuple[int, tuple[int, ...]]] = []
     writes: list[int] = []
-    for e in sp.entries[floor_of(sp):]:
+    for e in sp.entries[floor_of(sp) :]:
         if e.is_write:
             writes.append(e.index)
         elif e.ack_key is not None and writes:
@@ -135,7 +150,7 @@ def _sweep(sp: SpaceTables, cut: int, writes: Sequence[int]) -> Iterator[tuple[i
     cover, es = _Cover(), sp.entries
     at = cut
     for w in reversed(writes):
-        for e in es[w + 1:at]:
+        for e in es[w + 1 : at]:
             if e.changes_device:
                 cover.add(e.sector, e.sector + e.nr_sectors)
         at = w + 1
@@ -144,7 +159,11 @@ def _sweep(sp: SpaceTables, cut: int, writes: Sequence[int]) -> Iterator[tuple[i
 
 def _live(e: Entry, cover: _Cover) -> list[int]:
     """The offsets (in e) of the sectors e still holds (not overwritten in the cover)."""
-    return [s - e.sector for lo, hi in cover.holes(e.sector, e.sector + e.nr_sectors) for s in range(lo, hi)]
+    return [
+        s - e.sector
+        for lo, hi in cover.holes(e.sector, e.sector + e.nr_sectors)
+        for s in range(lo, hi)
+    ]
 
 
 # -- seeded choices ----------------------------------------------------------------------------------------
@@ -163,8 +182,9 @@ def pick_bits_in(seed: int, entry: int, sectorsize: int, k: int = CORRUPT_BITS) 
     return tuple(sorted(got))
 
 
-def _choose(cands: Sequence[tuple[int, Any]], sp: SpaceTables, model: str, seed: int, samples: int
-            ) -> list[tuple[int, Any]]:
+def _choose(
+    cands: Sequence[tuple[int, Any]], sp: SpaceTables, model: str, seed: int, samples: int
+) -> list[tuple[int, Any]]:
     """At most ``samples`` of a window's candidates (entry, detail): all if they fit, else the first
     half by priority (writes to the program's files first, when the recording mapped them; then
     data writes newest first, then metadata newest first), the rest seeded."""
@@ -172,11 +192,19 @@ def _choose(cands: Sequence[tuple[int, Any]], sp: SpaceTables, model: str, seed:
         return list(cands)
     es = sp.entries
     touches = sp.lie_target.touches
-    ranked = sorted(cands, key=lambda c: (not touches(es[c[0]].sector, es[c[0]].sector + es[c[0]].nr_sectors),
-                                          es[c[0]].is_metadata, -c[0]))
+    ranked = sorted(
+        cands,
+        key=lambda c: (
+            not touches(es[c[0]].sector, es[c[0]].sector + es[c[0]].nr_sectors),
+            es[c[0]].is_metadata,
+            -c[0],
+        ),
+    )
     head = (samples + 1) // 2
-    rest = sorted(ranked[head:], key=lambda c: shake_bits(f"powercut/{model}/{seed}/{c[0]}/{c[1]}", 64))
-    return ranked[:head] + rest[:samples - head]
+    rest = sorted(
+        ranked[head:], key=lambda c: shake_bits(f"powercut/{model}/{seed}/{c[0]}/{c[1]}", 64)
+    )
+    return ranked[:head] + rest[: samples - head]
 
 
 # -- the models ------------------------------------------------------------------------------------------
@@ -235,8 +263,12 @@ class PerWriteLie(LieModel):
             if self.per_write:
                 space = len(cands)
             if cands:
-                tally.window(min(space, SPACE_CAP), len(chosen), sampled=self.always_sampled or len(chosen) < space,
-                             setup=sp.key_version[cut] == 0)
+                tally.window(
+                    min(space, SPACE_CAP),
+                    len(chosen),
+                    sampled=self.always_sampled or len(chosen) < space,
+                    setup=sp.key_version[cut] == 0,
+                )
             states = [self.make(sp, cut, w, x, bounds.seed) for w, x in chosen]
             yield from sorted(states, key=lambda s: s.id)
 
@@ -249,8 +281,17 @@ class PerWriteLie(LieModel):
         a target (a misdirected write whose own sectors are the program's)."""
         return False
 
-    def candidates(self, sp: SpaceTables, seed: int, w: int, cut: int, live: list[int], mine: list[int],
-                   cover: _Cover, context: Any) -> tuple[list[tuple[int, Any]], int]:
+    def candidates(
+        self,
+        sp: SpaceTables,
+        seed: int,
+        w: int,
+        cut: int,
+        live: list[int],
+        mine: list[int],
+        cover: _Cover,
+        context: Any,
+    ) -> tuple[list[tuple[int, Any]], int]:
         """Write w's candidates (w, detail) and what they add to the window's space; the default:
         one candidate per write that still holds a sector, its detail a seeded surviving sector
         (``mine`` first), the space its surviving sectors (the program's only, with ``only``)."""
@@ -269,7 +310,9 @@ class PerWriteLie(LieModel):
             raise UsageError(f"state id {whole!r}: entry {w} is not a write before the cut")
         return self.rebuild_write(sp, whole, cut, w, m)
 
-    def rebuild_write(self, sp: SpaceTables, whole: str, cut: int, w: int, m: re.Match[str]) -> CrashState:
+    def rebuild_write(
+        self, sp: SpaceTables, whole: str, cut: int, w: int, m: re.Match[str]
+    ) -> CrashState:
         """The state of an id whose write ``w`` (``m.group(1)``) is a write before the cut."""
         raise NotImplementedError(f"{self.name} rebuilds no state")
 
@@ -277,7 +320,9 @@ class PerWriteLie(LieModel):
 def offset_in(whole: str, e: Entry, x: int) -> int:
     """``x``, a sector offset in write e; UsageError past its sectors."""
     if x >= e.nr_sectors:
-        raise UsageError(f"state id {whole!r}: offset {x} is past the write's {e.nr_sectors} sectors")
+        raise UsageError(
+            f"state id {whole!r}: offset {x} is past the write's {e.nr_sectors} sectors"
+        )
     return x
 
 
@@ -286,16 +331,22 @@ def reach(sp: SpaceTables) -> int:
     return max((e.sector + e.nr_sectors for e in sp.entries if e.is_write), default=0)
 
 
-def lie_state(sp: SpaceTables, model: str, cut: int, spec: str, dropped: tuple[int, ...],
-              lie: Lie | None) -> CrashState:
+def lie_state(
+    sp: SpaceTables, model: str, cut: int, spec: str, dropped: tuple[int, ...], lie: Lie | None
+) -> CrashState:
     """A lying-disk state: id ``model@cut/spec``, ``dropped`` lost, ``lie`` told."""
     acks, begun = sp.keys(cut)
-    return CrashState(model, cut, dropped, (), acks, begun, f"{model}@{cut}/{spec}", sp.epoch[cut], lie)
+    return CrashState(
+        model, cut, dropped, (), acks, begun, f"{model}@{cut}/{spec}", sp.epoch[cut], lie
+    )
 
 
 # -- what replay applies -------------------------------------------------------------------------------------
-def with_lie(state: CrashState, entries: Sequence[Entry],
-             items: Iterable[tuple[Entry, tuple[int, ...] | None]]) -> Iterator[tuple[Entry, tuple[int, ...] | None]]:
+def with_lie(
+    state: CrashState,
+    entries: Sequence[Entry],
+    items: Iterable[tuple[Entry, tuple[int, ...] | None]],
+) -> Iterator[tuple[Entry, tuple[int, ...] | None]]:
     """The writes to replay for ``state`` (``items``: its durable entries in log order) with a
     misdirected write's copy at its new place, in log order (later writes there land on top)."""
     lie = state.lie
@@ -317,7 +368,11 @@ def with_lie(state: CrashState, entries: Sequence[Entry],
 def flip_of(state: CrashState) -> tuple[int, tuple[int, ...]] | None:
     """A corrupt-sector state's (byte offset of the sector, bit offsets to flip) on the image; else None."""
     lie = state.lie
-    return (lie.sector * lie.sectorsize, lie.bits) if lie is not None and lie.kind == "corrupt" else None
+    return (
+        (lie.sector * lie.sectorsize, lie.bits)
+        if lie is not None and lie.kind == "corrupt"
+        else None
+    )
 
 
 def unreadable_of(state: CrashState) -> tuple[tuple[int, int], ...]:
@@ -327,4 +382,3 @@ def unreadable_of(state: CrashState) -> tuple[tuple[int, int], ...]:
         return ()
     per = max(1, lie.sectorsize // 512)
     return ((lie.sector * per, per),)
-

@@ -4,6 +4,7 @@ sector of the nearest earlier write of the same size (after the floor), and of t
 before the cut, whose sectors E does not overlap: a program's own block of the same size, where a
 misplaced block looks valid.  A misdirected write never reaches a block the log never wrote, nor a
 block of another size or alignment (core/crashmodels/lies.py)."""
+
 from __future__ import annotations
 
 import bisect
@@ -34,7 +35,7 @@ class MisdirectedWrite(PerWriteLie):
 
     def prepare(self, sp: SpaceTables) -> _Log:
         by_size: dict[int, list[int]] = {}
-        for e in sp.entries[floor_of(sp):]:
+        for e in sp.entries[floor_of(sp) :]:
             if e.is_write:
                 by_size.setdefault(e.nr_sectors, []).append(e.index)
         return _Log(by_size, reach(sp))
@@ -42,25 +43,44 @@ class MisdirectedWrite(PerWriteLie):
     def aims_at_whole_write(self, sp: SpaceTables, e: Entry) -> bool:
         return sp.lie_target.touches(e.sector, e.sector + e.nr_sectors)
 
-    def candidates(self, sp: SpaceTables, seed: int, w: int, cut: int, live: list[int], mine: list[int],
-                   cover: Any, context: Any) -> tuple[list[tuple[int, Any]], int]:
+    def candidates(
+        self,
+        sp: SpaceTables,
+        seed: int,
+        w: int,
+        cut: int,
+        live: list[int],
+        mine: list[int],
+        cover: Any,
+        context: Any,
+    ) -> tuple[list[tuple[int, Any]], int]:
         """(w, T) for each destination T where the misplaced copy or the loss still shows at the cut."""
         e = sp.entries[w]
         out: list[tuple[int, Any]] = []
-        for t in destinations(sp.entries, context.by_size.get(e.nr_sectors, []), w, cut, context.reach):
+        for t in destinations(
+            sp.entries, context.by_size.get(e.nr_sectors, []), w, cut, context.reach
+        ):
             if live or cover.holes(t, t + e.nr_sectors):
                 out.append((w, t))
         return out, 0
 
     def make(self, sp: SpaceTables, cut: int, w: int, x: Any, seed: int) -> CrashState:
-        return lie_state(sp, self.name, cut, f"w{w}:s{x}", (w,), Lie("misdirect", w, x, (), sp.sectorsize))
+        return lie_state(
+            sp, self.name, cut, f"w{w}:s{x}", (w,), Lie("misdirect", w, x, (), sp.sectorsize)
+        )
 
-    def rebuild_write(self, sp: SpaceTables, whole: str, cut: int, w: int, m: re.Match[str]) -> CrashState:
+    def rebuild_write(
+        self, sp: SpaceTables, whole: str, cut: int, w: int, m: re.Match[str]
+    ) -> CrashState:
         e = sp.entries[w]
         x = int(m.group(2))
-        if not (x + e.nr_sectors <= e.sector or e.sector + e.nr_sectors <= x) or x + e.nr_sectors > reach(sp):
-            raise UsageError(f"state id {whole!r}: sector {x} overlaps the write's own sectors or lies past the "
-                             f"sectors the log wrote")
+        if not (
+            x + e.nr_sectors <= e.sector or e.sector + e.nr_sectors <= x
+        ) or x + e.nr_sectors > reach(sp):
+            raise UsageError(
+                f"state id {whole!r}: sector {x} overlaps the write's own sectors or lies past the "
+                f"sectors the log wrote"
+            )
         return self.make(sp, cut, w, x, 0)
 
 
@@ -75,12 +95,17 @@ def destinations(es: Sequence[Entry], same: list[int], w: int, cut: int, reach: 
             o = es[same[j]]
             if step > 0 and o.index >= cut:
                 break
-            if (o.sector + o.nr_sectors <= e.sector or e.sector + e.nr_sectors <= o.sector) \
-                    and o.sector + e.nr_sectors <= reach:
+            if (
+                o.sector + o.nr_sectors <= e.sector or e.sector + e.nr_sectors <= o.sector
+            ) and o.sector + e.nr_sectors <= reach:
                 out.append(o.sector)
                 break
     return sorted(set(out))
 
 
-MISDIRECTED_WRITE = MisdirectedWrite("misdirected-write", pattern=re.compile(rf"w({NUM}):s({NUM})"),
-                                     form="wENTRY:sSECTOR", per_write=True)
+MISDIRECTED_WRITE = MisdirectedWrite(
+    "misdirected-write",
+    pattern=re.compile(rf"w({NUM}):s({NUM})"),
+    form="wENTRY:sSECTOR",
+    per_write=True,
+)

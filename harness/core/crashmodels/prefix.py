@@ -2,6 +2,7 @@
 (``hdparm -W0``): every completed write is durable, a state is every prefix, cut = 1..n, nothing
 dropped -- and ``flush``, the cheap preset: the prefixes that end right after a barrier FLUSH, a FUA
 entry or a key mark (what fstests generic/482 does)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -38,8 +39,10 @@ class Flush(NoCache):
         """A prefix model's refusal, and a cut that is not right after a FLUSH, FUA or key mark."""
         why = super().refusal(sp, cut, drop, tears)
         if why is None and not sp.is_flush_cut(cut - 1):
-            why = (f"the flush model cuts only after FLUSH (not an ordering flush), FUA and ack/begin marks; "
-                   f"entry {cut - 1} is none")
+            why = (
+                f"the flush model cuts only after FLUSH (not an ordering flush), FUA and ack/begin marks; "
+                f"entry {cut - 1} is none"
+            )
         return why
 
 

@@ -4,6 +4,7 @@ version; the acks and begun keys before a cut; the droppable entries, the write-
 the canonical (cut, dropped) of a state; and the state built from checked parts.  Built once per
 log; core/states/models.CrashSpace adds the models (enumeration, ids, refusals) on top.  Thread-safe: the
 tables are immutable; the cache of (acks, begun) tuples is locked."""
+
 from __future__ import annotations
 
 import functools
@@ -35,27 +36,38 @@ class SpaceTables:
     (target.LieTarget; none by default); ``cleared``: the late flushes (markorder.late_writes) the
     system-call trace cleared (core/trace/latetrace.quiet), left out of the notes."""
 
-    def __init__(self, entries: LogIndex | Sequence[Entry], *, lie_target: LieTarget = NO_TARGET,
-                 cleared: frozenset[int] = frozenset()) -> None:
-        self.cleared = cleared   # late flushes the system-call trace cleared (core/trace/latetrace.py)
+    def __init__(
+        self,
+        entries: LogIndex | Sequence[Entry],
+        *,
+        lie_target: LieTarget = NO_TARGET,
+        cleared: frozenset[int] = frozenset(),
+    ) -> None:
+        self.cleared = (
+            cleared  # late flushes the system-call trace cleared (core/trace/latetrace.py)
+        )
         self.sectorsize = int(getattr(entries, "sectorsize", 512) or 512)
         self.entries: tuple[Entry, ...] = tuple(entries_of(entries))
         self.lie_target = lie_target
         n = self.n = len(self.entries)
         last_flush = [-1] * (n + 1)
-        epoch = [0] * (n + 1)      # a run of equal values shares one int object
+        epoch = [0] * (n + 1)  # a run of equal values shares one int object
         ndata = [0] * (n + 1)
         version = [0] * (n + 1)
         self.is_key = tuple(is_key_mark(e) for e in self.entries)
         self.is_data = tuple(e.changes_device for e in self.entries)
         self.ordering, self.order_windows, self.ambiguous_windows = ordering_flushes(self.entries)
-        self._events: list[tuple[bool, str]] = []  # (is an ack, key) of every key mark that adds a key
+        self._events: list[
+            tuple[bool, str]
+        ] = []  # (is an ack, key) of every key mark that adds a key
         acked = set[str]()
         begun = set[str]()
         lf = -1
         for i, e in enumerate(self.entries):
             if e.index != i:
-                raise UsageError(f"entry at position {i} has index {e.index}: not a log's entry list")
+                raise UsageError(
+                    f"entry at position {i} has index {e.index}: not a log's entry list"
+                )
             barrier = bool(e.flags & FLUSH) and i not in self.ordering
             if barrier:
                 lf = i
@@ -71,8 +83,12 @@ class SpaceTables:
         self.last_flush = tuple(last_flush)
         self.epoch = tuple(epoch)
         self.ndata = tuple(ndata)
-        self.key_version = tuple(version)  # a key mark adds a key or changes nothing: same version <=> same keys
-        self._ack_keys = [k for is_ack, k in self._events if is_ack]  # in ack order: the acks before a cut are a prefix
+        self.key_version = tuple(
+            version
+        )  # a key mark adds a key or changes nothing: same version <=> same keys
+        self._ack_keys = [
+            k for is_ack, k in self._events if is_ack
+        ]  # in ack order: the acks before a cut are a prefix
         self._keys: dict[int, tuple[KeyPrefix, tuple[str, ...]]] = {}
         # the running position of ``keys``: after _at events, _nacks acks and these keys begun
         self._at = 0
@@ -100,7 +116,9 @@ class SpaceTables:
     def notes(self) -> tuple[str, ...]:
         """What weakens every model's space of this log, one sentence each (coverage.Coverage.notes):
         each ambiguous window, the late flushes of the set-up windows, those of the commit windows."""
-        return tuple(w.note() for w in self.ambiguous) + tuple(p.note() for p in self.late_parts if p)
+        return tuple(w.note() for w in self.ambiguous) + tuple(
+            p.note() for p in self.late_parts if p
+        )
 
     @property
     def setup_notes(self) -> tuple[str, ...]:
@@ -120,7 +138,7 @@ class SpaceTables:
                     self._at = 0
                     self._nacks = 0
                     self._begun = {}
-                for is_ack, k in self._events[self._at:v]:
+                for is_ack, k in self._events[self._at : v]:
                     if is_ack:
                         self._nacks += 1
                         self._begun.pop(k, None)
@@ -142,15 +160,20 @@ class SpaceTables:
         """Data entries before the cut that a write-back cache may still lose (sorted)."""
         es = self.entries
         data = self.is_data
-        return tuple(i for i in range(max(self.last_flush[cut], 0), cut) if data[i] and not es[i].flags & FUA)
+        return tuple(
+            i for i in range(max(self.last_flush[cut], 0), cut) if data[i] and not es[i].flags & FUA
+        )
 
     def cut_points(self) -> list[int]:
         """The write-cache cut points: just before each key mark, barrier FLUSH, FUA entry with data; the end."""
         es = self.entries
         key = self.is_key
         data = self.is_data
-        return [c for c in range(1, self.n + 1)
-                if c == self.n or key[c] or self.is_barrier(c) or data[c] and es[c].flags & FUA]
+        return [
+            c
+            for c in range(1, self.n + 1)
+            if c == self.n or key[c] or self.is_barrier(c) or data[c] and es[c].flags & FUA
+        ]
 
     def canon(self, cut: int, dropped: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
         """Smallest equivalent (cut, dropped): same durable data, same key marks before the cut.
@@ -165,7 +188,7 @@ class SpaceTables:
                     break
                 j -= 1
             c -= 1
-        return c, dropped[:j + 1]
+        return c, dropped[: j + 1]
 
     def offsets(self, n: int) -> tuple[int, ...]:
         """0, 1, ... (at least n) as shared ints: 8 bytes per sector offset of a torn state, not 36."""
@@ -173,8 +196,16 @@ class SpaceTables:
             self._offs = tuple(range(max(n, 2 * len(self._offs))))
         return self._offs
 
-    def state(self, model: str, cut: int, dropped: tuple[int, ...] = (), torn: Torn = (), sid: str | None = None,
-              droppable: Sequence[int] | None = None, per: int = 1) -> CrashState:
+    def state(
+        self,
+        model: str,
+        cut: int,
+        dropped: tuple[int, ...] = (),
+        torn: Torn = (),
+        sid: str | None = None,
+        droppable: Sequence[int] | None = None,
+        per: int = 1,
+    ) -> CrashState:
         """A state from checked parts (torn parts in sectors; ``per``: sectors per atomic unit of the
         torn model); ``sid`` None: its canonical explicit id."""
         acks, begun = self.keys(cut)

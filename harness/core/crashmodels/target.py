@@ -2,6 +2,7 @@
 program's files lie on the device (the recording's file map, guest/record.file_map), in the log's
 sectors.  Given to a CrashSpace when it is made (campaign/run.py); the per-write lying-disk models
 (core/crashmodels/lies.py) pick writes and sectors inside it first, or only (``only``: ``--lie-file``)."""
+
 from __future__ import annotations
 
 import bisect
@@ -20,13 +21,22 @@ class LieTarget:
     only: bool = False
 
     @classmethod
-    def of(cls, extents: Iterable[tuple[int, int]], sectorsize: int, sector_bytes: int = 512, *,
-           only: bool = False) -> LieTarget:
+    def of(
+        cls,
+        extents: Iterable[tuple[int, int]],
+        sectorsize: int,
+        sector_bytes: int = 512,
+        *,
+        only: bool = False,
+    ) -> LieTarget:
         """The target of the file-map ``extents`` (first sector, count; in ``sector_bytes``) on a
         log of ``sectorsize``-byte sectors: each extent widened to whole log sectors, overlapping or
         touching ones merged."""
-        ivs = sorted((a * sector_bytes // sectorsize, -(-(a + n) * sector_bytes // sectorsize))
-                     for a, n in extents if n > 0)
+        ivs = sorted(
+            (a * sector_bytes // sectorsize, -(-(a + n) * sector_bytes // sectorsize))
+            for a, n in extents
+            if n > 0
+        )
         merged: list[list[int]] = []
         for lo, hi in ivs:
             if merged and lo <= merged[-1][1]:

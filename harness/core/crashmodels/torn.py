@@ -10,6 +10,7 @@ of several units with its first half persisted and the other droppable entries a
 lost; blind spot (b)'s picks (core/states/models.py); ``torn_samples`` seeded picks of (write, units, lost
 subset).  States with the same durable data (torn sectors included) and key marks before the cut
 are one (the earlier cut wins).  Order: cut, id."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,16 +55,27 @@ class TornModel(CrashModel):
         """The sector offsets (in e) of the given units."""
         return unit_sectors(e, self.per(sp), tuple(units), sp.offsets(e.nr_sectors))
 
-    def state(self, sp: SpaceTables, cut: int, dropped: tuple[int, ...] = (), torn: Torn = (),
-              sid: str | None = None, droppable: Sequence[int] | None = None) -> CrashState:
+    def state(
+        self,
+        sp: SpaceTables,
+        cut: int,
+        dropped: tuple[int, ...] = (),
+        torn: Torn = (),
+        sid: str | None = None,
+        droppable: Sequence[int] | None = None,
+    ) -> CrashState:
         return sp.state(self.name, cut, dropped, torn, sid, droppable, self.per(sp))
 
     def iter_states(self, sp: SpaceTables, bounds: Bounds, tally: Tally) -> Iterator[CrashState]:
         alone = {i + 1 for i, e in enumerate(sp.entries) if self.tearable(sp, e)}
         combined = set(sp.cut_points())
-        return by_cut(sp, self, sorted(alone | combined),
-                      lambda b: self._fill_alone(b, bounds.seed, bounds.torn_samples, tally),
-                      lambda b: self._fill_combined(b, bounds.seed, bounds.torn_samples, combined, tally))
+        return by_cut(
+            sp,
+            self,
+            sorted(alone | combined),
+            lambda b: self._fill_alone(b, bounds.seed, bounds.torn_samples, tally),
+            lambda b: self._fill_combined(b, bounds.seed, bounds.torn_samples, combined, tally),
+        )
 
     def refusal(self, sp: SpaceTables, cut: int, drop: tuple[int, ...], tears: Torn) -> str | None:
         """One torn write: a write of several units before the cut, torn at a proper subset of whole
@@ -74,10 +86,19 @@ class TornModel(CrashModel):
         e = sp.entries[t] if 0 <= t < cut else None
         if e is None or not self.tearable(sp, e):
             return f"entry {t} is not a write of several {'sectors' if self.per(sp) == 1 else 'units'} before cut {cut}"
-        if (t != cut - 1 or drop) and t not in sp.droppable(cut):  # combined with the write cache: from the epoch
-            return (f"entry {t} cannot be torn with lost entries or before entry {cut - 1} at cut {cut}: "
-                    f"it is FUA or before the last flush")
-        if not sectors or len(sectors) >= e.nr_sectors or sectors[0] < 0 or sectors[-1] >= e.nr_sectors:
+        if (t != cut - 1 or drop) and t not in sp.droppable(
+            cut
+        ):  # combined with the write cache: from the epoch
+            return (
+                f"entry {t} cannot be torn with lost entries or before entry {cut - 1} at cut {cut}: "
+                f"it is FUA or before the last flush"
+            )
+        if (
+            not sectors
+            or len(sectors) >= e.nr_sectors
+            or sectors[0] < 0
+            or sectors[-1] >= e.nr_sectors
+        ):
             return f"torn sectors must be a proper non-empty subset of 0..{e.nr_sectors - 1}"
         if sector_units(e, self.per(sp), sectors) is None:
             return f"{self.name} tears between {self.unit_bytes}-byte units, not inside one"
@@ -88,8 +109,11 @@ class TornModel(CrashModel):
         if not 1 <= sid.cut <= sp.n:
             raise UsageError(f"state id {state_id!r}: cut {sid.cut} out of range 1..{sp.n}")
         es = sp.entries
-        lost, torn = resolve(sid, sp.droppable(sid.cut) if sid.subset else (),
-                             lambda i: self.units(sp, es[i]) if i < sid.cut and self.tearable(sp, es[i]) else 0)
+        lost, torn = resolve(
+            sid,
+            sp.droppable(sid.cut) if sid.subset else (),
+            lambda i: self.units(sp, es[i]) if i < sid.cut and self.tearable(sp, es[i]) else 0,
+        )
         torn = tuple((t, self.expand(sp, es[t], u)) for t, u in torn)
         state = self.build(sp, sid.cut, lost, torn)
         return dataclasses.replace(state, id=sid.text()) if sid.seeded else state
@@ -113,13 +137,17 @@ class TornModel(CrashModel):
             p = torn_sample(m, seed, b.cut, j)
             if p not in picks:
                 picks[p] = None
-                added += b.add((), ((i, self.expand(sp, e, p)),), f"{self.name}@{b.cut}/r{seed}.{j}")
+                added += b.add(
+                    (), ((i, self.expand(sp, e, p)),), f"{self.name}@{b.cut}/r{seed}.{j}"
+                )
                 got += 1
             j += 1
         space = pow2(m) - 2
         tally.window(space, added, sampled=len(picks) < space, setup=sp.key_version[b.cut] == 0)
 
-    def _fill_combined(self, b: Batch, seed: int, torn_samples: int, cuts: set[int], tally: Tally) -> None:
+    def _fill_combined(
+        self, b: Batch, seed: int, torn_samples: int, cuts: set[int], tally: Tally
+    ) -> None:
         """One window: (tearable write, tear, lost others) of a cut; sampled unless every one was tried."""
         if b.cut not in cuts:
             return
@@ -130,22 +158,40 @@ class TornModel(CrashModel):
         tearable = [t for t in pool if self.tearable(sp, es[t])]
         if not tearable:
             return
-        fua = [u for u in es[max(sp.last_flush[cut], 0):cut] if u.is_fua and u.is_write]
-        picks: list[tuple[tuple[int, ...], int, tuple[int, ...], str | None]] = []   # (lost, torn write, tear, id)
+        fua = [u for u in es[max(sp.last_flush[cut], 0) : cut] if u.is_fua and u.is_write]
+        picks: list[
+            tuple[tuple[int, ...], int, tuple[int, ...], str | None]
+        ] = []  # (lost, torn write, tear, id)
         for t in tearable:
             half = self.expand(sp, es[t], range(self.units(sp, es[t]) // 2))
             picks += [((), t, half, None), (tuple(i for i in pool if i != t), t, half, None)]
-            picks += [((), t, x, None) for x in under_fua(sp, t, fua)
-                      if sector_units(es[t], self.per(sp), x) is not None]
+            picks += [
+                ((), t, x, None)
+                for x in under_fua(sp, t, fua)
+                if sector_units(es[t], self.per(sp), x) is not None
+            ]
         for j in range(torn_samples):  # duplicates of earlier picks are not retried
             t = tearable[seeded_index(len(tearable), seed, cut, j)]
             r = Pick("r", "", seed, j)
-            picks.append((tw_sample([i for i in pool if i != t], seed, cut, t, j), t,
-                          self.expand(sp, es[t], torn_sample(self.units(sp, es[t]), seed, t + 1, j)),
-                          StateId(self.name, cut, r, r, t).text()))
+            picks.append(
+                (
+                    tw_sample([i for i in pool if i != t], seed, cut, t, j),
+                    t,
+                    self.expand(sp, es[t], torn_sample(self.units(sp, es[t]), seed, t + 1, j)),
+                    StateId(self.name, cut, r, r, t).text(),
+                )
+            )
         added = sum(b.add(lost, ((t, tear),), sid) for lost, t, tear, sid in picks)
-        space = min(SPACE_CAP, sum((pow2(self.units(sp, es[t])) - 2) * pow2(len(pool) - 1) for t in tearable))
-        tally.window(space, added, sampled=len({p[:3] for p in picks}) < space, setup=sp.key_version[cut] == 0)
+        space = min(
+            SPACE_CAP,
+            sum((pow2(self.units(sp, es[t])) - 2) * pow2(len(pool) - 1) for t in tearable),
+        )
+        tally.window(
+            space,
+            added,
+            sampled=len({p[:3] for p in picks}) < space,
+            setup=sp.key_version[cut] == 0,
+        )
 
 
 def under_fua(sp: SpaceTables, t: int, fua: Sequence[Entry]) -> Iterator[tuple[int, ...]]:
@@ -153,9 +199,13 @@ def under_fua(sp: SpaceTables, t: int, fua: Sequence[Entry]) -> Iterator[tuple[i
     overlapping it, the sectors of t that persist if U reached the disk after t (all but those
     where U's data would be on top)."""
     w = sp.entries[t]
-    hits = [u for u in fua if u.index < t and u.sector < w.sector + w.nr_sectors and w.sector < u.sector + u.nr_sectors]
+    hits = [
+        u
+        for u in fua
+        if u.index < t and u.sector < w.sector + w.nr_sectors and w.sector < u.sector + u.nr_sectors
+    ]
     for u in hits:
-        later = [(x.sector, x.nr_sectors) for x in sp.entries[u.index + 1:t] if x.changes_device]
+        later = [(x.sector, x.nr_sectors) for x in sp.entries[u.index + 1 : t] if x.changes_device]
         keep = not_under(w.sector, w.nr_sectors, (u.sector, u.nr_sectors), later)
         if keep:
             yield keep

@@ -2,6 +2,7 @@
 write E (seeded among those E still holds at C) fails every read with EIO at recovery: the image is
 the honest one, the check puts a device-mapper ``error`` segment over the sector
 (linux/badsector.py, check/judge.py).  Writes there fail too (core/crashmodels/lies.py)."""
+
 from __future__ import annotations
 
 import re
@@ -21,9 +22,12 @@ class UnreadableSector(PerWriteLie):
         lie = Lie("unreadable", w, sp.entries[w].sector + x, (), sp.sectorsize)
         return lie_state(sp, self.name, cut, f"w{w}:s{x}", (), lie)
 
-    def rebuild_write(self, sp: SpaceTables, whole: str, cut: int, w: int, m: re.Match[str]) -> CrashState:
+    def rebuild_write(
+        self, sp: SpaceTables, whole: str, cut: int, w: int, m: re.Match[str]
+    ) -> CrashState:
         return self.make(sp, cut, w, offset_in(whole, sp.entries[w], int(m.group(2))), 0)
 
 
-UNREADABLE_SECTOR = UnreadableSector("unreadable-sector", pattern=re.compile(rf"w({NUM}):s({NUM})"),
-                                     form="wENTRY:sOFFSET")
+UNREADABLE_SECTOR = UnreadableSector(
+    "unreadable-sector", pattern=re.compile(rf"w({NUM}):s({NUM})"), form="wENTRY:sOFFSET"
+)

@@ -13,6 +13,7 @@ asked of the failing state -- only the disk differs.
 The model is registered (so that an id rebuilds the state wherever a check runs: the host walk or a
 checker VM) but ``hypothetical``: no selection enumerates it, ``--model`` does not take it, and no
 count or coverage ever includes it."""
+
 from __future__ import annotations
 
 import re
@@ -48,12 +49,18 @@ class WhatIf(CrashModel):
         if tears:
             return f"a {NAME} state tears no write"
         bad = [i for i in drop if not (0 <= i < cut and sp.is_data[i])]
-        return f"entries {format_ranges(bad)} are not data entries before cut {cut}" if bad else None
+        return (
+            f"entries {format_ranges(bad)} are not data entries before cut {cut}" if bad else None
+        )
 
-    def make(self, sp: SpaceTables, cut: int, keys_at: int, dropped: Iterable[int] = ()) -> CrashState:
+    def make(
+        self, sp: SpaceTables, cut: int, keys_at: int, dropped: Iterable[int] = ()
+    ) -> CrashState:
         """The what-if state (UsageError if it does not fit the log)."""
         if not 1 <= keys_at <= cut <= sp.n:
-            raise UsageError(f"a {NAME} state needs 1 <= keys' cut ({keys_at}) <= its cut ({cut}) <= {sp.n}")
+            raise UsageError(
+                f"a {NAME} state needs 1 <= keys' cut ({keys_at}) <= its cut ({cut}) <= {sp.n}"
+            )
         drop = tuple(sorted(set(dropped)))
         why = self.refusal(sp, cut, drop, ())
         if why:
@@ -63,13 +70,21 @@ class WhatIf(CrashModel):
         acked = set(acks)
         # what the keys' cut had begun, and every key begun or acked after it up to the cut: begun --
         # their writes may be in the state, which the checker must allow, not require
-        begun = tuple(k for k in dict.fromkeys([*begun, *later_acks[len(acks):], *later_begun]) if k not in acked)
-        return CrashState(NAME, cut, drop, (), acks, begun, what_if_id(cut, keys_at, drop), sp.epoch[keys_at])
+        begun = tuple(
+            k
+            for k in dict.fromkeys([*begun, *later_acks[len(acks) :], *later_begun])
+            if k not in acked
+        )
+        return CrashState(
+            NAME, cut, drop, (), acks, begun, what_if_id(cut, keys_at, drop), sp.epoch[keys_at]
+        )
 
     def from_id(self, sp: SpaceTables, sid: StateId, state_id: str) -> CrashState:
         m = _SPEC.fullmatch(sid.lie or "")
         if m is None:
-            raise UsageError(f"state id {state_id!r}: a {NAME} id is {NAME}@CUT/aKEYS_CUT[/dRANGES]")
+            raise UsageError(
+                f"state id {state_id!r}: a {NAME} id is {NAME}@CUT/aKEYS_CUT[/dRANGES]"
+            )
         try:
             lost = parse_ranges(m.group(2), sid.cut, "lost entries") if m.group(2) else ()
             return self.make(sp, sid.cut, int(m.group(1)), lost)

@@ -6,6 +6,7 @@ data only if f is also FUA, every FUA entry in (f, c); any subset of the other d
 all 2**k subsets if k <= ``exhaustive_bound``, else the structured picks (keep all, drop all, drop
 each, keep each) and ``samples`` seeded ones (``write-cache@CUT/rSEED.N``; a set-up window, before
 the first key mark: ``Bounds.setup_samples`` if set)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -44,7 +45,9 @@ def fill_subsets(b: Batch, bounds: Bounds, tally: Tally) -> None:
     j = 0
     samples = bounds.samples_of(setup)
     while got < samples and j < 4 * samples + 16:
-        got += b.add(wc_sample(pool, bounds.seed, cut, j), (), f"write-cache@{cut}/r{bounds.seed}.{j}")
+        got += b.add(
+            wc_sample(pool, bounds.seed, cut, j), (), f"write-cache@{cut}/r{bounds.seed}.{j}"
+        )
         j += 1
     tally.window(pow2(len(pool)), added + got, sampled=True, setup=setup)
 

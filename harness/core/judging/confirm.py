@@ -19,6 +19,7 @@ and per group:
   same phase (the campaign does that); a different verdict there escalates its group too.
 
 ``mode="all"`` judges every failing state alone (the behaviour before groups)."""
+
 from __future__ import annotations
 
 import random
@@ -31,7 +32,7 @@ from powercut.core.states.stateid import LIE_MODELS
 
 MODES = ("group", "all")
 DEFAULT_SAMPLE = 8
-MIN_SAMPLE = 2           # the first and the last
+MIN_SAMPLE = 2  # the first and the last
 
 
 def group_key(v: Verdict) -> tuple[str, str]:
@@ -67,8 +68,9 @@ class GroupPlan:
         return tuple(v for v in self.members if v.state not in taken)
 
 
-def sample(members: list[Verdict], k: int, seed: int, key: tuple[str, str],
-           always: Collection[str] = ()) -> list[Verdict]:
+def sample(
+    members: list[Verdict], k: int, seed: int, key: tuple[str, str], always: Collection[str] = ()
+) -> list[Verdict]:
     """``k`` of ``members`` (all of them if there are no more): the first, the last, those named in
     ``always`` (the minimized state), and seeded random others -- the same for the same group, seed,
     ``k`` and ``always`` on any machine (in ``order``)."""
@@ -82,16 +84,25 @@ def sample(members: list[Verdict], k: int, seed: int, key: tuple[str, str],
     return [v for i, v in enumerate(ordered) if i in fixed or i in picked]
 
 
-def plan(failures: Iterable[Verdict], *, mode: str = "group", k: int = DEFAULT_SAMPLE, seed: int = 0,
-         settled: Iterable[Verdict] = (), always: Collection[str] = ()) -> list[GroupPlan]:
+def plan(
+    failures: Iterable[Verdict],
+    *,
+    mode: str = "group",
+    k: int = DEFAULT_SAMPLE,
+    seed: int = 0,
+    settled: Iterable[Verdict] = (),
+    always: Collection[str] = (),
+) -> list[GroupPlan]:
     """The groups of the unconfirmed ``failures`` and what to judge alone first.  ``settled``: the
     run's verdicts already confirmed or flaky (a group with a flaky one is judged whole);
     ``always``: states every sample holds when they are members (the minimized ones)."""
     if mode not in MODES:
         raise ValueError(f"confirmation mode must be one of {', '.join(MODES)}, not {mode!r}")
     if k < MIN_SAMPLE:
-        raise ValueError(f"the confirmation sample must be at least {MIN_SAMPLE} states (the first and the last), "
-                         f"not {k}")
+        raise ValueError(
+            f"the confirmation sample must be at least {MIN_SAMPLE} states (the first and the last), "
+            f"not {k}"
+        )
     groups: dict[tuple[str, str], list[Verdict]] = {}
     for v in failures:
         groups.setdefault(group_key(v), []).append(v)
@@ -100,7 +111,13 @@ def plan(failures: Iterable[Verdict], *, mode: str = "group", k: int = DEFAULT_S
     for key, members in sorted(groups.items()):
         ordered = sorted(members, key=order)
         whole = mode == "all" or key in flaky_keys
-        out.append(GroupPlan(key, tuple(ordered), tuple(ordered if whole else sample(ordered, k, seed, key, always))))
+        out.append(
+            GroupPlan(
+                key,
+                tuple(ordered),
+                tuple(ordered if whole else sample(ordered, k, seed, key, always)),
+            )
+        )
     return out
 
 
@@ -109,8 +126,11 @@ def agrees(first: Verdict, second: Verdict) -> bool:
     return first.verdict == second.verdict
 
 
-def settle(plans: list[GroupPlan], seconds: dict[str, Verdict],
-           disagreeing: Collection[tuple[str, str]] = ()) -> tuple[list[Verdict], list[Verdict]]:
+def settle(
+    plans: list[GroupPlan],
+    seconds: dict[str, Verdict],
+    disagreeing: Collection[tuple[str, str]] = (),
+) -> tuple[list[Verdict], list[Verdict]]:
     """After the samples were judged alone (``seconds``: state -> its lone verdict): the members that
     now stand on their group's confirmation (to journal with ``by_group``), and the members still to
     judge alone (the rest of every group whose sample disagreed anywhere, or whose key is in
@@ -123,7 +143,9 @@ def settle(plans: list[GroupPlan], seconds: dict[str, Verdict],
             continue
         missing = [v.state for v in p.sample if v.state not in seconds]
         if missing:
-            raise ValueError(f"group {p.key}: no lone verdict for sampled state(s) {', '.join(missing[:3])}")
+            raise ValueError(
+                f"group {p.key}: no lone verdict for sampled state(s) {', '.join(missing[:3])}"
+            )
         if p.key not in disagreeing and all(agrees(v, seconds[v.state]) for v in p.sample):
             by_group.extend(rest)
         else:

@@ -5,6 +5,7 @@ open is judged by why it crashed, not by the last line it printed (Rust's "note:
 `RUST_BACKTRACE=1` ..."), and its failures group by that.
 
 ``crash_message(stderr)`` is the message, or None when stderr shows none of these."""
+
 from __future__ import annotations
 
 import re
@@ -45,7 +46,7 @@ def _rust(lines: list[str]) -> str | None:
         at = _RUST_AT.match(lines[i])
         if at:
             message = []
-            for line in lines[i + 1:]:
+            for line in lines[i + 1 :]:
                 if not line.strip() or line.startswith((_RUST_NOTE, "stack backtrace:")):
                     break
                 message.append(line.strip())
@@ -79,6 +80,8 @@ def _python(lines: list[str]) -> str | None:
     """The exception line of the last traceback (the first unindented line after it)."""
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].strip() == TRACEBACK:
-            after = [line.strip() for line in lines[i + 1:] if line.strip() and not line[:1].isspace()]
+            after = [
+                line.strip() for line in lines[i + 1 :] if line.strip() and not line[:1].isspace()
+            ]
             return after[0] if after else None
     return None

@@ -18,6 +18,7 @@ spent).  One disk has no other disk to agree with (``node_bounds``): its candida
 state its own space builds above its floor, in one round -- core/judging/shrink's result is already a
 fixpoint of its moves -- which is exactly one disk's minimization (core/judging/shrink.minimize).  The
 minimized state has an id (one disk's own, or ``MODEL~ID0+ID1+...``) that ``state_from_id`` rebuilds."""
+
 from __future__ import annotations
 
 import re
@@ -32,8 +33,19 @@ from powercut.core.states.disks import FALLBACK_MODEL, Disks, DisksState
 from powercut.core.states.models import CrashSpace
 from powercut.errors import UsageError
 
-__all__ = ["DisksShrunk", "InstantSpace", "NodeShrunk", "bundle_cuts", "cause_line", "culprit_phrase", "minimize_disks",
-           "node_bounds", "node_floor", "nodes_named", "nodes_note"]
+__all__ = [
+    "DisksShrunk",
+    "InstantSpace",
+    "NodeShrunk",
+    "bundle_cuts",
+    "cause_line",
+    "culprit_phrase",
+    "minimize_disks",
+    "node_bounds",
+    "node_floor",
+    "nodes_named",
+    "nodes_note",
+]
 
 MAX_ROUNDS = 4
 _NODE = re.compile(r"\bnode (\d+)\b")
@@ -43,16 +55,23 @@ class InstantSpace(CrashSpace):
     """A node's CrashSpace whose ``make_state`` builds only states a state of several disks at
     ``instant`` under model ``model`` may hold: a cut of that instant, the model or ``flush``."""
 
-    def __init__(self, sp: CrashSpace, window: range, model: str) -> None:   # shares sp's tables
+    def __init__(self, sp: CrashSpace, window: range, model: str) -> None:  # shares sp's tables
         self.__dict__.update(vars(sp))
-        self._keys, self._at, self._nacks, self._begun = {}, 0, 0, {}   # its own key cache, not sp's
+        self._keys, self._at, self._nacks, self._begun = {}, 0, 0, {}  # its own key cache, not sp's
         self._lock = threading.Lock()
         self.window, self.cluster_model = window, model
 
-    def make_state(self, model: str, cut: int, dropped: Sequence[int] = (),
-                   torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
+    def make_state(
+        self,
+        model: str,
+        cut: int,
+        dropped: Sequence[int] = (),
+        torn: Sequence[tuple[int, Sequence[int]]] = (),
+    ) -> CrashState:
         if cut not in self.window:
-            raise UsageError(f"cut {cut} is outside the instant's cuts {self.window.start}..{self.window.stop - 1}")
+            raise UsageError(
+                f"cut {cut} is outside the instant's cuts {self.window.start}..{self.window.stop - 1}"
+            )
         if model not in (self.cluster_model, FALLBACK_MODEL):
             raise UsageError(f"a {self.cluster_model} cluster state holds no {model} node state")
         return super().make_state(model, cut, dropped, torn)
@@ -72,9 +91,16 @@ class NodeShrunk:
 
     def to_json(self) -> dict[str, Any]:
         o, m = self.original, self.minimized
-        return {"node": self.node, "original": o.id, "minimized": m.id, "calls": self.calls,
-                "exhausted": self.exhausted, "cut": [o.cut, m.cut], "lost": [len(o.dropped), len(m.dropped)],
-                "torn": [_torn_sectors(o.torn), _torn_sectors(m.torn)]}
+        return {
+            "node": self.node,
+            "original": o.id,
+            "minimized": m.id,
+            "calls": self.calls,
+            "exhausted": self.exhausted,
+            "cut": [o.cut, m.cut],
+            "lost": [len(o.dropped), len(m.dropped)],
+            "torn": [_torn_sectors(o.torn), _torn_sectors(m.torn)],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +122,17 @@ class DisksShrunk:
         return sum(n.one_at_a_time for n in self.nodes)
 
     def to_json(self) -> dict[str, Any]:
-        return {"original": self.original.id, "minimized": self.minimized.id, "verdict": self.signature[0],
-                "reason_class": self.signature[1], "reasons": list(self.reasons), "calls": self.calls,
-                "exhausted": self.exhausted, "rounds": self.rounds, "nodes": [n.to_json() for n in self.nodes]}
+        return {
+            "original": self.original.id,
+            "minimized": self.minimized.id,
+            "verdict": self.signature[0],
+            "reason_class": self.signature[1],
+            "reasons": list(self.reasons),
+            "calls": self.calls,
+            "exhausted": self.exhausted,
+            "rounds": self.rounds,
+            "nodes": [n.to_json() for n in self.nodes],
+        }
 
 
 def _torn_sectors(torn: Torn) -> int:
@@ -114,8 +148,9 @@ def node_floor(sp: CrashSpace, window: range, state: CrashState, floor: int | No
     return mine if mine >= 0 else None
 
 
-def node_bounds(cs: Disks, n: int, state: DisksState, current: CrashState,
-                floor: int | None) -> tuple[CrashSpace, int | None]:
+def node_bounds(
+    cs: Disks, n: int, state: DisksState, current: CrashState, floor: int | None
+) -> tuple[CrashSpace, int | None]:
     """The space disk ``n``'s candidates come from and the floor entry they keep, while the other
     disks hold their states: the cuts of the state's instant under its model or ``flush``
     (InstantSpace), above ``node_floor``.  One disk alone has no other to agree with: its own
@@ -124,12 +159,21 @@ def node_bounds(cs: Disks, n: int, state: DisksState, current: CrashState,
     if len(cs) == 1:
         return cs.nodes[0], floor if floor is not None and floor < current.cut else None
     window = cs.window(n, state.instant)
-    return InstantSpace(cs.nodes[n], window, state.model), node_floor(cs.nodes[n], window, current, floor)
+    return InstantSpace(cs.nodes[n], window, state.model), node_floor(
+        cs.nodes[n], window, current, floor
+    )
 
 
-def minimize_disks(cs: Disks, state: DisksState, judge: Callable[[DisksState], Judged], *,
-                   budget: int, expected: Judged, floors: Sequence[int | None] = (),
-                   classify: Callable[[str], str] = reason_class) -> DisksShrunk:
+def minimize_disks(
+    cs: Disks,
+    state: DisksState,
+    judge: Callable[[DisksState], Judged],
+    *,
+    budget: int,
+    expected: Judged,
+    floors: Sequence[int | None] = (),
+    classify: Callable[[str], str] = reason_class,
+) -> DisksShrunk:
     """Minimize each disk's state of the failing ``state`` in turn, the others fixed, while the
     state of the disks fails like ``expected`` (its known judgement); at most ``budget`` calls of
     ``judge`` over all disks and rounds (one round for one disk: ``node_bounds``).  ``floors``: per
@@ -156,13 +200,22 @@ def minimize_disks(cs: Disks, state: DisksState, judge: Callable[[DisksState], J
             seen: dict[str, Judged] = {}
 
             def judge_node(cand: CrashState, n: int = n, seen: dict[str, Judged] = seen) -> Judged:
-                nodes = [*current[:n], cand, *current[n + 1:]]
-                got = judge(cs.make(state.model if len(cs) > 1 else cand.model, nodes))  # one disk: its own model
+                nodes = [*current[:n], cand, *current[n + 1 :]]
+                got = judge(
+                    cs.make(state.model if len(cs) > 1 else cand.model, nodes)
+                )  # one disk: its own model
                 seen[cand.id] = got
                 return got
 
-            shrunk = minimize(sp, current[n], judge_node, budget=budget - used, expected=last, classify=classify,
-                              floor=floor)
+            shrunk = minimize(
+                sp,
+                current[n],
+                judge_node,
+                budget=budget - used,
+                expected=last,
+                classify=classify,
+                floor=floor,
+            )
             used += shrunk.calls
             calls[n] += shrunk.calls
             naive[n] += shrunk.one_at_a_time
@@ -174,10 +227,20 @@ def minimize_disks(cs: Disks, state: DisksState, judge: Callable[[DisksState], J
         if not changed or cut_short:
             break
     minimized = cs.make(current[0].model if len(cs) == 1 else state.model, current)
-    per_node = tuple(NodeShrunk(n, state.nodes[n], current[n], calls[n], exhausted[n], naive[n])
-                     for n in range(len(cs)))
-    return DisksShrunk(state, minimized, target, tuple(last.reasons), per_node, used, any(exhausted) or cut_short,
-                       rounds)
+    per_node = tuple(
+        NodeShrunk(n, state.nodes[n], current[n], calls[n], exhausted[n], naive[n])
+        for n in range(len(cs))
+    )
+    return DisksShrunk(
+        state,
+        minimized,
+        target,
+        tuple(last.reasons),
+        per_node,
+        used,
+        any(exhausted) or cut_short,
+        rounds,
+    )
 
 
 def nodes_named(reasons: Iterable[str]) -> tuple[int, ...]:
@@ -199,10 +262,14 @@ _SHORT = {"lost": "lost", "torn": "torn", "not": "late", "durable,": "present"}
 def culprit_phrase(c: dict[str, Any]) -> str:
     """A blamed write (debug/blame.Culprit JSON) in a cause line: ``late data block of /replog.log``."""
     how = str(c.get("how", ""))
-    return f"{_SHORT.get(how.split(' ')[0], how)} {c.get('what', '')}" + (f" of {c['path']}" if c.get("path") else "")
+    return f"{_SHORT.get(how.split(' ')[0], how)} {c.get('what', '')}" + (
+        f" of {c['path']}" if c.get("path") else ""
+    )
 
 
-def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str, Any]]], per_node: int = 3) -> str:
+def cause_line(
+    verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str, Any]]], per_node: int = 3
+) -> str:
     """A cluster failure's block-level cause, naming each node: ``lost-ack: <reason class> <- node 0:
     late data block of /replog.log | node 1: ...``; ``culprits``: per node, its blamed writes as
     JSON (debug/blame.Culprit.to_json); per node the program's files first, at most ``per_node``
@@ -210,9 +277,11 @@ def cause_line(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[s
     parts = []
     for n, cs in enumerate(culprits):
         named = {(not c.get("path"), culprit_phrase(c)) for c in cs}
-        objs = [text for _, text in sorted(named)]   # the program's files first
+        objs = [text for _, text in sorted(named)]  # the program's files first
         more = f" (+{len(objs) - per_node} more)" if len(objs) > per_node else ""
-        parts.append(f"node {n}: " + ("; ".join(objs[:per_node]) + more or "no write (the cut alone)"))
+        parts.append(
+            f"node {n}: " + ("; ".join(objs[:per_node]) + more or "no write (the cut alone)")
+        )
     return f"{verdict}: {reason_cls} <- " + " | ".join(parts)
 
 

@@ -17,6 +17,7 @@ pread64, readv, preadv(2), copy_file_range, sendfile and splice returned; a file
 read in a way no call counts, and its bytes are unknown (-1).  An in-process checker's accesses
 come from Python's audit events (check/readtrace.py), fed to the same ``Accesses``, its bytes read
 unknown."""
+
 from __future__ import annotations
 
 import posixpath
@@ -28,29 +29,97 @@ from typing import Any
 from powercut.core.trace.syscalls import fd_path, split_args, unquote
 
 # the calls a traced checker's strace watches (``?``: a call this strace does not know is skipped)
-CALLS = ("open", "openat", "?openat2", "creat", "access", "faccessat", "?faccessat2", "stat", "lstat", "newfstatat",
-         "?statx", "read", "pread64", "readv", "preadv", "?preadv2",
-         "copy_file_range", "sendfile", "splice", "mmap", "close", "?close_range", "dup", "dup2", "dup3", "fcntl",
-         "chdir", "fchdir", "clone", "?clone3", "fork", "vfork", "execve")
-READ_CALLS = {"read": 0, "pread64": 0, "readv": 0, "preadv": 0, "preadv2": 0,
-              "copy_file_range": 0, "sendfile": 1, "splice": 0}   # name -> the argument that is the source fd
-LOOKUPS = {"access": 0, "stat": 0, "lstat": 0, "faccessat": 1, "faccessat2": 1, "newfstatat": 1,
-           "statx": 1}   # name -> the argument that is the path (after a dirfd at 0, for the *at calls)
+CALLS = (
+    "open",
+    "openat",
+    "?openat2",
+    "creat",
+    "access",
+    "faccessat",
+    "?faccessat2",
+    "stat",
+    "lstat",
+    "newfstatat",
+    "?statx",
+    "read",
+    "pread64",
+    "readv",
+    "preadv",
+    "?preadv2",
+    "copy_file_range",
+    "sendfile",
+    "splice",
+    "mmap",
+    "close",
+    "?close_range",
+    "dup",
+    "dup2",
+    "dup3",
+    "fcntl",
+    "chdir",
+    "fchdir",
+    "clone",
+    "?clone3",
+    "fork",
+    "vfork",
+    "execve",
+)
+READ_CALLS = {
+    "read": 0,
+    "pread64": 0,
+    "readv": 0,
+    "preadv": 0,
+    "preadv2": 0,
+    "copy_file_range": 0,
+    "sendfile": 1,
+    "splice": 0,
+}  # name -> the argument that is the source fd
+LOOKUPS = {
+    "access": 0,
+    "stat": 0,
+    "lstat": 0,
+    "faccessat": 1,
+    "faccessat2": 1,
+    "newfstatat": 1,
+    "statx": 1,
+}  # name -> the argument that is the path (after a dirfd at 0, for the *at calls)
 WRITE_FLAGS = frozenset({"O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND"})
-FIRST = 4       # a long list is said as its first FIRST files,
-NOTABLE = 3     # at most NOTABLE notable ones among the rest (a failed open, a file short of its bytes),
+FIRST = 4  # a long list is said as its first FIRST files,
+NOTABLE = (
+    3  # at most NOTABLE notable ones among the rest (a failed open, a file short of its bytes),
+)
 #                 and always the last one; the others as "... N more"
-ERRNO_WORDS = {"ENOENT": "it does not exist", "EACCES": "permission denied (EACCES)", "EIO": "an I/O error (EIO)",
-               "EEXIST": "it exists already (EEXIST)", "ENOTDIR": "a part of its path is not a directory (ENOTDIR)",
-               "EUCLEAN": "the filesystem found it damaged (EUCLEAN)", "EBADMSG": "a bad checksum (EBADMSG)"}
+ERRNO_WORDS = {
+    "ENOENT": "it does not exist",
+    "EACCES": "permission denied (EACCES)",
+    "EIO": "an I/O error (EIO)",
+    "EEXIST": "it exists already (EEXIST)",
+    "ENOTDIR": "a part of its path is not a directory (ENOTDIR)",
+    "EUCLEAN": "the filesystem found it damaged (EUCLEAN)",
+    "EBADMSG": "a bad checksum (EBADMSG)",
+}
 
 
 def strace_args(out: str, seccomp: bool = True) -> tuple[str, ...]:
     """strace's arguments (after its own path, before the command) for a traced checker: every
     thread and child (-f), descriptors with their paths (-y), no strings (-s 0: a file name is
     printed whole all the same), the trace to ``out``; with ``seccomp`` only the traced calls stop."""
-    return ("-f", "-y", "-qq", "-ttt", "-s", "0", *(("--seccomp-bpf",) if seccomp else ()), "-e", "signal=none",
-            "-e", "trace=" + ",".join(CALLS), "-o", out, "--")
+    return (
+        "-f",
+        "-y",
+        "-qq",
+        "-ttt",
+        "-s",
+        "0",
+        *(("--seccomp-bpf",) if seccomp else ()),
+        "-e",
+        "signal=none",
+        "-e",
+        "trace=" + ",".join(CALLS),
+        "-o",
+        out,
+        "--",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,14 +146,29 @@ class ReadFile:
         return self.size < 0 and not self.error
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "read": self.read,
-                **{k: getattr(self, k) for k in ("error", "dir", "write", "mapped", "looked") if getattr(self, k)}}
+        return {
+            "path": self.path,
+            "size": self.size,
+            "read": self.read,
+            **{
+                k: getattr(self, k)
+                for k in ("error", "dir", "write", "mapped", "looked")
+                if getattr(self, k)
+            },
+        }
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "ReadFile":
-        return ReadFile(str(d["path"]), int(d.get("size", -1)), int(d.get("read", -1)), str(d.get("error", "")),
-                        bool(d.get("dir", False)), bool(d.get("write", False)), bool(d.get("mapped", False)),
-                        bool(d.get("looked", False)))
+        return ReadFile(
+            str(d["path"]),
+            int(d.get("size", -1)),
+            int(d.get("read", -1)),
+            str(d.get("error", "")),
+            bool(d.get("dir", False)),
+            bool(d.get("write", False)),
+            bool(d.get("mapped", False)),
+            bool(d.get("looked", False)),
+        )
 
 
 def relative(path: str, mounts: Sequence[str]) -> str | None:
@@ -93,7 +177,7 @@ def relative(path: str, mounts: Sequence[str]) -> str | None:
     if not path.startswith("/"):
         return None
     p = posixpath.normpath(path)
-    for i, m in sorted(enumerate(mounts), key=lambda im: -len(im[1])):   # the deepest mount first
+    for i, m in sorted(enumerate(mounts), key=lambda im: -len(im[1])):  # the deepest mount first
         m = posixpath.normpath(m)
         if p == m or p.startswith(m.rstrip("/") + "/"):
             rel = posixpath.relpath(p, m)
@@ -111,7 +195,7 @@ class _File:
     dir: bool = False
     write: bool = False
     mapped: bool = False
-    looked: bool = False   # only looked up (stat, access) and not found
+    looked: bool = False  # only looked up (stat, access) and not found
 
 
 @dataclass(slots=True)
@@ -126,11 +210,13 @@ class Accesses:
     counted: bool = True
     _files: dict[str, _File] = field(default_factory=dict)
 
-    def _file(self, path: str) -> _File | None:   # the files in the order first seen (a dict's)
+    def _file(self, path: str) -> _File | None:  # the files in the order first seen (a dict's)
         name = relative(path, self.mounts)
         return None if name is None else self._files.setdefault(name, _File())
 
-    def opened(self, path: str, error: str = "", *, directory: bool = False, write: bool = False) -> None:
+    def opened(
+        self, path: str, error: str = "", *, directory: bool = False, write: bool = False
+    ) -> None:
         """An open of ``path``: failed with the errno name ``error``, or succeeded ("")."""
         if (f := self._file(path)) is None:
             return
@@ -144,7 +230,7 @@ class Accesses:
 
     def read(self, path: str, nbytes: int) -> None:
         if (f := self._file(path)) is not None:
-            f.opened = True   # a descriptor it had (inherited, or an open the trace missed)
+            f.opened = True  # a descriptor it had (inherited, or an open the trace missed)
             f.read += max(0, nbytes)
 
     def mapped(self, path: str) -> None:
@@ -152,10 +238,19 @@ class Accesses:
             f.opened = f.mapped = True
 
     def files(self) -> tuple[ReadFile, ...]:
-        return tuple(ReadFile(name, self.sizes.get(name, -1),
-                              f.read if self.counted and not f.mapped else -1,
-                              "" if f.opened else f.error, f.dir, f.write, f.mapped, f.looked and not f.opened)
-                     for name, f in self._files.items())
+        return tuple(
+            ReadFile(
+                name,
+                self.sizes.get(name, -1),
+                f.read if self.counted and not f.mapped else -1,
+                "" if f.opened else f.error,
+                f.dir,
+                f.write,
+                f.mapped,
+                f.looked and not f.opened,
+            )
+            for name, f in self._files.items()
+        )
 
 
 # -- strace's text ----------------------------------------------------------------------------------
@@ -205,16 +300,22 @@ def call_of(pid: int, text: str) -> Call | None:
     end = _close_paren(text, m.end())
     if end < 0:
         return None
-    tail = _RET.match(text[end + 1:])
+    tail = _RET.match(text[end + 1 :])
     if tail is None:
         return None
     raw = tail.group(1)
-    if raw == "?":   # its process ended inside it: nothing completed
+    if raw == "?":  # its process ended inside it: nothing completed
         return None
     ret = int(raw, 0)
     path = fd_path(raw + tail.group(2)) if tail.group(2) else ""
-    return Call(pid, m.group(1), tuple(split_args(text[m.end():end])), ret, path,
-                (tail.group(3) or "") if ret < 0 else "")
+    return Call(
+        pid,
+        m.group(1),
+        tuple(split_args(text[m.end() : end])),
+        ret,
+        path,
+        (tail.group(3) or "") if ret < 0 else "",
+    )
 
 
 def calls_of(lines: Iterable[str]) -> Iterable[Call]:
@@ -229,10 +330,10 @@ def calls_of(lines: Iterable[str]) -> Iterable[Call]:
         if rest.startswith(("---", "+++")):
             continue
         r = _RESUMED.match(rest)
-        if r:   # resumed: its start, or (a vfork child's execve, begun in its parent) a bare name
+        if r:  # resumed: its start, or (a vfork child's execve, begun in its parent) a bare name
             rest = pending.pop((pid, r.group(1)), f"{r.group(1)}(") + r.group(2)
         elif rest.endswith(_UNFINISHED):
-            pending[(pid, rest.split("(", 1)[0])] = rest[:-len(_UNFINISHED)].rstrip() + " "
+            pending[(pid, rest.split("(", 1)[0])] = rest[: -len(_UNFINISHED)].rstrip() + " "
             continue
         c = call_of(pid, rest)
         if c is not None:
@@ -250,7 +351,9 @@ class _Tracer:
 
     def __init__(self, acc: Accesses, cwd: str) -> None:
         self.acc, self.cwd0 = acc, cwd
-        self.tables: dict[int, dict[int, tuple[str, bool]]] = {}   # pid -> fd -> (path, close-on-exec)
+        self.tables: dict[
+            int, dict[int, tuple[str, bool]]
+        ] = {}  # pid -> fd -> (path, close-on-exec)
         self.cwds: dict[int, str] = {}
 
     def table(self, pid: int) -> dict[int, tuple[str, bool]]:
@@ -275,7 +378,7 @@ class _Tracer:
 
     def call(self, c: Call) -> None:
         a, name, pid = c.args, c.name, c.pid
-        for x in a:   # each AT_FDCWD<...> strace prints is the process's working directory then
+        for x in a:  # each AT_FDCWD<...> strace prints is the process's working directory then
             if x.startswith("AT_FDCWD<"):
                 self.cwds[pid] = fd_path(x)
         if name in ("open", "openat", "openat2", "creat"):
@@ -298,8 +401,10 @@ class _Tracer:
             self.table(pid).pop(_int(a[0]) if a else -1, None)
         elif name == "close_range":
             self.close_range(pid, a)
-        elif name in ("dup", "dup2", "dup3") or (name == "fcntl" and len(a) > 1 and "F_DUPFD" in a[1]):
-            if c.ret >= 0 and a:   # dup3's O_CLOEXEC, fcntl's F_DUPFD_CLOEXEC
+        elif name in ("dup", "dup2", "dup3") or (
+            name == "fcntl" and len(a) > 1 and "F_DUPFD" in a[1]
+        ):
+            if c.ret >= 0 and a:  # dup3's O_CLOEXEC, fcntl's F_DUPFD_CLOEXEC
                 flags = a[2] if name == "dup3" and len(a) > 2 else a[1] if name == "fcntl" else ""
                 self.table(pid)[c.ret] = (c.ret_path or self.fd(pid, a[0]), "CLOEXEC" in flags)
         elif name == "fcntl" and len(a) > 2 and a[1] == "F_SETFD" and c.ret == 0:
@@ -307,12 +412,16 @@ class _Tracer:
             if entry:
                 self.table(pid)[_int(a[0])] = (entry[0], "FD_CLOEXEC" in a[2] or _int(a[2], 0) == 1)
         elif name in ("chdir", "fchdir") and c.ret == 0 and a:
-            where = self.fd(pid, a[0]) if name == "fchdir" else self.at(pid, "AT_FDCWD", unquote(a[0]))
+            where = (
+                self.fd(pid, a[0]) if name == "fchdir" else self.at(pid, "AT_FDCWD", unquote(a[0]))
+            )
             if where:
                 self.cwds[pid] = where
         elif name in ("clone", "clone3", "fork", "vfork") and c.ret > 0:
             self.forked(pid, c.ret, shared="CLONE_FILES" in ", ".join(a))
-        elif name == "execve" and c.ret == 0:   # the new program: its own table, without close-on-exec fds
+        elif (
+            name == "execve" and c.ret == 0
+        ):  # the new program: its own table, without close-on-exec fds
             self.tables[pid] = {fd: e for fd, e in self.table(pid).items() if not e[1]}
 
     def open(self, c: Call) -> None:
@@ -328,13 +437,21 @@ class _Tracer:
                 m = re.search(r"flags=([A-Z0-9_|]+)", flags)
                 flags = m.group(1) if m else ""
         words = set(flags.split("|"))
-        path = c.ret_path.removesuffix(" (deleted)") if c.ret >= 0 and c.ret_path else self.at(pid, dirfd, unquote(name))
+        path = (
+            c.ret_path.removesuffix(" (deleted)")
+            if c.ret >= 0 and c.ret_path
+            else self.at(pid, dirfd, unquote(name))
+        )
         if c.ret >= 0:
             self.table(pid)[c.ret] = (path, "O_CLOEXEC" in words)
-        if not path or "O_PATH" in words:   # an O_PATH descriptor names a file, never reads it
+        if not path or "O_PATH" in words:  # an O_PATH descriptor names a file, never reads it
             return
-        self.acc.opened(path, c.error or ("" if c.ret >= 0 else "EUNKNOWN"), directory="O_DIRECTORY" in words,
-                        write=bool(words & WRITE_FLAGS))
+        self.acc.opened(
+            path,
+            c.error or ("" if c.ret >= 0 else "EUNKNOWN"),
+            directory="O_DIRECTORY" in words,
+            write=bool(words & WRITE_FLAGS),
+        )
 
     def close_range(self, pid: int, a: tuple[str, ...]) -> None:
         if len(a) < 2:
@@ -362,8 +479,12 @@ class _Tracer:
             self.cwds[child] = self.cwds[parent]
 
 
-def parse(text: str | Iterable[str], mounts: Sequence[str], sizes: Mapping[str, int] | None = None,
-          cwd: str = "") -> tuple[ReadFile, ...]:
+def parse(
+    text: str | Iterable[str],
+    mounts: Sequence[str],
+    sizes: Mapping[str, int] | None = None,
+    cwd: str = "",
+) -> tuple[ReadFile, ...]:
     """The files under ``mounts`` a traced checker opened (strace's output, ``strace_args``: a string
     or its lines), in the order first opened.  ``sizes``: each file's size before the checker ran (by
     its name, ``relative``); ``cwd``: where the checker started (default: the first mount)."""
@@ -372,7 +493,7 @@ def parse(text: str | Iterable[str], mounts: Sequence[str], sizes: Mapping[str, 
     for c in calls_of(text.splitlines() if isinstance(text, str) else text):
         try:
             tracer.call(c)
-        except (IndexError, ValueError):   # a call printed in a form not foreseen: the next one
+        except (IndexError, ValueError):  # a call printed in a form not foreseen: the next one
             continue
     return acc.files()
 
@@ -400,7 +521,10 @@ def _said(r: ReadFile, written: Mapping[str, int] | None) -> tuple[str, str]:
     present = max(r.size, 0)
     if r.error:
         what = "the top directory" if r.path == "." else r.path + ("/" if r.dir else "")
-        return "looked for" if r.looked else "tried to open", f"{what}: {ERRNO_WORDS.get(r.error, r.error)}"
+        return (
+            "looked for" if r.looked else "tried to open",
+            f"{what}: {ERRNO_WORDS.get(r.error, r.error)}",
+        )
     if r.dir:
         return "listed", "the top directory" if r.path == "." else f"{r.path}/"
     if r.created:
@@ -417,7 +541,7 @@ def _said(r: ReadFile, written: Mapping[str, int] | None) -> tuple[str, str]:
         detail = f"{_bytes(present)}, {r.read:,} read"
     if r.mapped:
         detail = "mapped, " + detail
-    if r.write and r.read <= 0 and not r.mapped:   # nothing read (or, in-process, unknown): written
+    if r.write and r.read <= 0 and not r.mapped:  # nothing read (or, in-process, unknown): written
         return "opened", f"{r.path} for writing ({detail})"
     return "read", f"{r.path} ({detail})"
 
@@ -436,7 +560,11 @@ def words(reads: Sequence[ReadFile], written: Mapping[str, int] | None = None) -
     keep = set(range(n))
     if n > FIRST + 2:
         keep = set(range(FIRST)) | {n - 1}
-        notable = [i for i in range(FIRST, n - 1) if reads[i].error or w.get(reads[i].path, -1) > max(reads[i].size, 0)]
+        notable = [
+            i
+            for i in range(FIRST, n - 1)
+            if reads[i].error or w.get(reads[i].path, -1) > max(reads[i].size, 0)
+        ]
         keep |= set(notable[:NOTABLE])
     parts: list[str] = []
     last_verb, gap = "", 0

@@ -24,6 +24,7 @@ two states that replay the same image and tell the checker the same keys are jud
 most ``budget`` calls of ``judge``; deterministic (no randomness, fixed order).  A lying-disk state
 (core/crashmodels/lies.py) is one lie on an honest prefix: it is its own minimum.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,8 +41,17 @@ from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_BUDGET", "Judged", "Outcome", "Shrunk", "Signature", "find_integer", "minimize",
-           "reason_class", "signature"]
+__all__ = [
+    "DEFAULT_BUDGET",
+    "Judged",
+    "Outcome",
+    "Shrunk",
+    "Signature",
+    "find_integer",
+    "minimize",
+    "reason_class",
+    "signature",
+]
 DEFAULT_BUDGET = 200
 Signature = tuple[str, str]  # (verdict, class of the first reason)
 Build = Callable[[Sequence[int]], CrashState | None]
@@ -98,10 +108,19 @@ class Shrunk:
     one_at_a_time: int
 
     def to_json(self) -> dict[str, object]:
-        return {"original": self.original.id, "minimized": self.minimized.id, "verdict": self.signature[0],
-                "reason_class": self.signature[1], "reasons": list(self.reasons),
-                "dropped": list(self.minimized.dropped), "cut": self.minimized.cut, "calls": self.calls,
-                "cache_hits": self.cache_hits, "exhausted": self.exhausted, "one_at_a_time": self.one_at_a_time}
+        return {
+            "original": self.original.id,
+            "minimized": self.minimized.id,
+            "verdict": self.signature[0],
+            "reason_class": self.signature[1],
+            "reasons": list(self.reasons),
+            "dropped": list(self.minimized.dropped),
+            "cut": self.minimized.cut,
+            "calls": self.calls,
+            "cache_hits": self.cache_hits,
+            "exhausted": self.exhausted,
+            "one_at_a_time": self.one_at_a_time,
+        }
 
 
 def find_integer(f: Callable[[int], bool]) -> int:
@@ -125,8 +144,15 @@ class _Search:
     candidate that failed like the original (every move only tries reductions of the current
     state, so it is the smallest so far)."""
 
-    def __init__(self, sp: CrashSpace, judge: Callable[[CrashState], Judged], classify: Callable[[str], str],
-                 budget: int, floor: int | None, original: CrashState) -> None:
+    def __init__(
+        self,
+        sp: CrashSpace,
+        judge: Callable[[CrashState], Judged],
+        classify: Callable[[str], str],
+        budget: int,
+        floor: int | None,
+        original: CrashState,
+    ) -> None:
         self.sp, self.judge, self.classify, self.budget = sp, judge, classify, budget
         self.floor = -1 if floor is None else floor
         self.cache: dict[Hashable, tuple[Signature, tuple[str, ...]]] = {}
@@ -153,9 +179,15 @@ class _Search:
         self.best = state
         return True
 
-    def build(self, model: str, cut: int, dropped: Sequence[int] = (), torn: Torn = ()) -> CrashState | None:
+    def build(
+        self, model: str, cut: int, dropped: Sequence[int] = (), torn: Torn = ()
+    ) -> CrashState | None:
         """The state, or None if the model cannot produce it or it reaches back to the floor."""
-        if cut <= self.floor or any(i <= self.floor for i in dropped) or any(t <= self.floor for t, _ in torn):
+        if (
+            cut <= self.floor
+            or any(i <= self.floor for i in dropped)
+            or any(t <= self.floor for t, _ in torn)
+        ):
             return None
         try:
             return self.sp.make_state(model, cut, dropped, torn)
@@ -170,8 +202,10 @@ class _Search:
         while i < len(items):
             found: dict[int, CrashState] = {}
 
-            def f(k: int, i: int = i, items: list[int] = items, found: dict[int, CrashState] = found) -> bool:
-                cand = build(items[:i] + items[i + k:]) if i + k <= len(items) else None
+            def f(
+                k: int, i: int = i, items: list[int] = items, found: dict[int, CrashState] = found
+            ) -> bool:
+                cand = build(items[:i] + items[i + k :]) if i + k <= len(items) else None
                 if not self.fails(cand):
                     return False
                 found[k] = cand  # type: ignore[assignment]
@@ -179,12 +213,14 @@ class _Search:
 
             k = find_integer(f)
             if k:
-                items, state = items[:i] + items[i + k:], found[k]
+                items, state = items[:i] + items[i + k :], found[k]
             else:
                 i += 1
         return state
 
-    def gallop(self, cuts: Sequence[int], build: Callable[[int], CrashState | None], state: CrashState) -> CrashState:
+    def gallop(
+        self, cuts: Sequence[int], build: Callable[[int], CrashState | None], state: CrashState
+    ) -> CrashState:
         """Walk back from ``state``'s cut (the last of ``cuts``): the earliest failing cut a
         galloping search finds."""
         found: dict[int, CrashState] = {}
@@ -199,7 +235,9 @@ class _Search:
         k = find_integer(f)
         return found[k] if k else state
 
-    def bisect(self, cuts: Sequence[int], build: Callable[[int], CrashState | None], state: CrashState) -> CrashState:
+    def bisect(
+        self, cuts: Sequence[int], build: Callable[[int], CrashState | None], state: CrashState
+    ) -> CrashState:
         """Binary search over ``cuts`` (the last one ``state``'s, failing) for the earliest failing
         cut, failures assumed monotone; the result was judged failing either way."""
         lo, hi, best = -1, len(cuts) - 1, state
@@ -215,18 +253,26 @@ class _Search:
     # -- one round per kind of state -----------------------------------------------------------------
     def prefix(self, state: CrashState) -> CrashState:
         model = state.model
-        cuts = [s.cut for s in self.sp.states(model) if self.floor < s.cut < state.cut] + [state.cut]
+        cuts = [s.cut for s in self.sp.states(model) if self.floor < s.cut < state.cut] + [
+            state.cut
+        ]
         return self.bisect(cuts, lambda c: self.build(model, c), state)
 
     def round(self, s: CrashState) -> CrashState:
         """One round for a write-cache or torn state: cut, tear, lost writes, lost sectors."""
         model, cut, dropped, torn = s.model, s.cut, s.dropped, s.torn
         lowest = torn[0][0] + 1 if torn else max(self.floor + 1, 1)
-        s = self.gallop(range(lowest, cut + 1),
-                        lambda c: self.build(model, c, [d for d in dropped if d < c], torn), s)
+        s = self.gallop(
+            range(lowest, cut + 1),
+            lambda c: self.build(model, c, [d for d in dropped if d < c], torn),
+            s,
+        )
         if s.torn:
-            (t, _), = s.torn
-            for lost in (s.dropped, tuple(sorted((*s.dropped, t)))):  # the write kept whole, lost whole
+            ((t, _),) = s.torn
+            for lost in (
+                s.dropped,
+                tuple(sorted((*s.dropped, t))),
+            ):  # the write kept whole, lost whole
                 cand = self.build("write-cache", s.cut, lost)
                 if self.fails(cand):
                     s = cand  # type: ignore[assignment]
@@ -234,10 +280,15 @@ class _Search:
         model, cut, torn = s.model, s.cut, s.torn
         s = self.restore(s.dropped, lambda d: self.build(model, cut, d, torn), s)
         if s.torn:
-            (t, kept), = s.torn
+            ((t, kept),) = s.torn
             m, dropped = self.sp.entries[t].nr_sectors, s.dropped
-            s = self.restore([o for o in range(m) if o not in kept], lambda gone: self.build(
-                model, cut, dropped, ((t, tuple(o for o in range(m) if o not in gone)),)), s)
+            s = self.restore(
+                [o for o in range(m) if o not in kept],
+                lambda gone: self.build(
+                    model, cut, dropped, ((t, tuple(o for o in range(m) if o not in gone)),)
+                ),
+                s,
+            )
         return s
 
 
@@ -245,9 +296,16 @@ def _lost_sectors(sp: CrashSpace, state: CrashState) -> int:
     return sum(sp.entries[t].nr_sectors - len(kept) for t, kept in state.torn)
 
 
-def minimize(sp: CrashSpace, state: CrashState, judge: Callable[[CrashState], Judged], *,
-             budget: int = DEFAULT_BUDGET, classify: Callable[[str], str] = reason_class,
-             expected: Judged | None = None, floor: int | None = None) -> Shrunk:
+def minimize(
+    sp: CrashSpace,
+    state: CrashState,
+    judge: Callable[[CrashState], Judged],
+    *,
+    budget: int = DEFAULT_BUDGET,
+    classify: Callable[[str], str] = reason_class,
+    expected: Judged | None = None,
+    floor: int | None = None,
+) -> Shrunk:
     """Minimize a failing ``state`` of ``sp``.  ``judge`` checks a candidate; ``expected``: the
     original's known outcome (None: judge it first, one call of the budget); ``floor``: an entry
     (the floor mark's, ``Selection.floor``) that candidates keep and cut after.  UsageError if the
@@ -256,17 +314,35 @@ def minimize(sp: CrashSpace, state: CrashState, judge: Callable[[CrashState], Ju
         raise UsageError(f"the shrink budget must be a non-negative integer, got {budget!r}")
     if budget == 0 and expected is None:
         raise UsageError("a shrink budget of 0 leaves no check to judge the original state")
-    if state.lie is not None or state.model in LIE_MODELS:   # one lie (core/crashmodels/lies.py): nothing to take away
+    if (
+        state.lie is not None or state.model in LIE_MODELS
+    ):  # one lie (core/crashmodels/lies.py): nothing to take away
         got = expected if expected is not None else judge(state)
         if got.verdict == "pass":
             raise UsageError(f"state {state.id} passes: nothing to minimize")
-        return Shrunk(state, state, signature(got, classify), tuple(got.reasons), int(expected is None), 0, False, 0)
-    sp.make_state(state.model, state.cut, state.dropped, state.torn)  # UsageError if it does not fit
+        return Shrunk(
+            state,
+            state,
+            signature(got, classify),
+            tuple(got.reasons),
+            int(expected is None),
+            0,
+            False,
+            0,
+        )
+    sp.make_state(
+        state.model, state.cut, state.dropped, state.torn
+    )  # UsageError if it does not fit
     search = _Search(sp, judge, classify, budget, floor, state)
     if search.build(state.model, state.cut, state.dropped, state.torn) is None:
-        raise UsageError(f"state {state.id} cuts or loses entries at or before the floor entry {floor}")
+        raise UsageError(
+            f"state {state.id} cuts or loses entries at or before the floor entry {floor}"
+        )
     if expected is not None:
-        search.cache[image_key(sp, state)] = (signature(expected, classify), tuple(expected.reasons))
+        search.cache[image_key(sp, state)] = (
+            signature(expected, classify),
+            tuple(expected.reasons),
+        )
     search.target = search.outcome(state)[0] if expected is None else signature(expected, classify)
     if search.target[0] == "pass":
         raise UsageError(f"state {state.id} passes: nothing to minimize")
@@ -280,10 +356,27 @@ def minimize(sp: CrashSpace, state: CrashState, judge: Callable[[CrashState], Ju
     except _OutOfBudget:
         best, exhausted = search.best, True
     prefix = state.model in PREFIX_MODELS
-    walked = (sum(1 for s in sp.states(state.model) if best.cut <= s.cut < state.cut) if prefix
-              else state.cut - best.cut)
-    out = Shrunk(state, best, search.target, search.cache[image_key(sp, best)][1], search.calls, search.hits,
-                 exhausted, len(state.dropped) + _lost_sectors(sp, state) + max(walked, 0))
-    log.info("shrink %s -> %s: %d checks (%d cache hits)%s", state.id, best.id, out.calls, out.cache_hits,
-             ", budget exhausted" if exhausted else "")
+    walked = (
+        sum(1 for s in sp.states(state.model) if best.cut <= s.cut < state.cut)
+        if prefix
+        else state.cut - best.cut
+    )
+    out = Shrunk(
+        state,
+        best,
+        search.target,
+        search.cache[image_key(sp, best)][1],
+        search.calls,
+        search.hits,
+        exhausted,
+        len(state.dropped) + _lost_sectors(sp, state) + max(walked, 0),
+    )
+    log.info(
+        "shrink %s -> %s: %d checks (%d cache hits)%s",
+        state.id,
+        best.id,
+        out.calls,
+        out.cache_hits,
+        ", budget exhausted" if exhausted else "",
+    )
     return out

@@ -3,6 +3,7 @@
 Severity, worst last.  ``flaky`` is not a finding about the program under test: the state was
 judged twice, alone the second time, and the two verdicts differ -- a harness problem, reported
 apart from confirmed failures."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -11,14 +12,35 @@ from typing import Any
 from powercut.core.judging.recoveryread import ReadFile
 from powercut.core.states.stateid import LIE_MODELS
 
-SEVERITY = ("pass", "detected", "fsck-error", "fail", "lost-ack", "corrupt-data", "silent-corruption",
-            "acked-after-error", "checker-crashed", "mount-failed", "timeout", "kernel-panic", "flaky")
+SEVERITY = (
+    "pass",
+    "detected",
+    "fsck-error",
+    "fail",
+    "lost-ack",
+    "corrupt-data",
+    "silent-corruption",
+    "acked-after-error",
+    "checker-crashed",
+    "mount-failed",
+    "timeout",
+    "kernel-panic",
+    "flaky",
+)
 VERDICTS = frozenset(SEVERITY)
 # what a checker may answer (the harness adds the others).  ``fail``: a checker command that said
 # only "exit 1" -- a failure of a kind it did not name.  ``detected``: the program noticed damage
 # (refused to open, reported a checksum or I/O error, repaired from a redundant copy);
 # ``silent-corruption``: it served data that differs from what was acked or written, with no error.
-CHECKER_VERDICTS = ("pass", "fail", "lost-ack", "corrupt-data", "checker-crashed", "detected", "silent-corruption")
+CHECKER_VERDICTS = (
+    "pass",
+    "fail",
+    "lost-ack",
+    "corrupt-data",
+    "checker-crashed",
+    "detected",
+    "silent-corruption",
+)
 FINDINGS = frozenset(SEVERITY) - {"pass", "flaky"}
 # Under a lying-disk model (core/crashmodels/lies.py) the question is "noticed or served?": ``detected`` is a
 # pass, and what the storage stack noticed on its own -- a mount that fails, an fsck that finds
@@ -75,7 +97,9 @@ class Verdict:
     confirmed: bool = False
     first: tuple[str, ...] = ()
     by_group: bool = False
-    read: tuple[ReadFile, ...] = ()   # judged with trace_reads: what its checker opened (core/judging/recoveryread.py)
+    read: tuple[
+        ReadFile, ...
+    ] = ()  # judged with trace_reads: what its checker opened (core/judging/recoveryread.py)
 
     @property
     def failed(self) -> bool:
@@ -93,7 +117,13 @@ class Verdict:
             return "flaky"
         if not self.failed:
             return ""
-        return "confirmed" if self.confirmed else "confirmed-by-group" if self.by_group else "unconfirmed"
+        return (
+            "confirmed"
+            if self.confirmed
+            else "confirmed-by-group"
+            if self.by_group
+            else "unconfirmed"
+        )
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -113,7 +143,18 @@ class Verdict:
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Verdict":
-        return Verdict(str(d["state"]), str(d["model"]), int(d["cut"]), check_name(d["verdict"]),
-                       tuple(d["reasons"]), int(d["acked"]), int(d["begun"]), float(d["seconds"]),
-                       tuple(d.get("aliases", ())), bool(d.get("confirmed", False)), tuple(d.get("first", ())),
-                       bool(d.get("by_group", False)), tuple(ReadFile.from_json(r) for r in d.get("read", ())))
+        return Verdict(
+            str(d["state"]),
+            str(d["model"]),
+            int(d["cut"]),
+            check_name(d["verdict"]),
+            tuple(d["reasons"]),
+            int(d["acked"]),
+            int(d["begun"]),
+            float(d["seconds"]),
+            tuple(d.get("aliases", ())),
+            bool(d.get("confirmed", False)),
+            tuple(d.get("first", ())),
+            bool(d.get("by_group", False)),
+            tuple(ReadFile.from_json(r) for r in d.get("read", ())),
+        )

@@ -23,6 +23,7 @@ the pages it has read from the process's mapping as it goes (``madvise(MADV_DONT
 in the page cache and fault back in when read again), so a process's resident set does not grow to
 the size of the log; ``LogIndex.release`` does the same for a walk over the entries' data.
 """
+
 from __future__ import annotations
 
 import logging
@@ -106,12 +107,12 @@ class Entry:
     @property
     def ack_key(self) -> str | None:
         m = self.mark
-        return m[len(ACK_PREFIX):] if m is not None and m.startswith(ACK_PREFIX) else None
+        return m[len(ACK_PREFIX) :] if m is not None and m.startswith(ACK_PREFIX) else None
 
     @property
     def begin_key(self) -> str | None:
         m = self.mark
-        return m[len(BEGIN_PREFIX):] if m is not None and m.startswith(BEGIN_PREFIX) else None
+        return m[len(BEGIN_PREFIX) :] if m is not None and m.startswith(BEGIN_PREFIX) else None
 
     @property
     def is_order_mark(self) -> bool:
@@ -127,18 +128,39 @@ class Entry:
         return 0 if self.flags & MARK else self.nr_sectors * sectorsize
 
     def describe(self) -> str:
-        names = [n for bit, n in ((FLUSH, "FLUSH"), (FUA, "FUA"), (DISCARD, "DISCARD"), (MARK, "MARK"),
-                                  (METADATA, "META")) if self.flags & bit]
+        names = [
+            n
+            for bit, n in (
+                (FLUSH, "FLUSH"),
+                (FUA, "FUA"),
+                (DISCARD, "DISCARD"),
+                (MARK, "MARK"),
+                (METADATA, "META"),
+            )
+            if self.flags & bit
+        ]
         if self.is_mark:
             return f"#{self.index} MARK {self.mark!r}"
-        return f"#{self.index} {'|'.join(names) or 'WRITE'} sector={self.sector} nr={self.nr_sectors}"
+        return (
+            f"#{self.index} {'|'.join(names) or 'WRITE'} sector={self.sector} nr={self.nr_sectors}"
+        )
 
 
 class LogIndex:
     """The scanned log.  Holds an mmap of the file: use as a context manager or call close()."""
 
-    def __init__(self, path: str, mm: mmap.mmap | None, size: int, sectorsize: int, super_nr_entries: int,
-                 entries: tuple[Entry, ...], stop_reason: str, stop_offset: int, clean: bool) -> None:
+    def __init__(
+        self,
+        path: str,
+        mm: mmap.mmap | None,
+        size: int,
+        sectorsize: int,
+        super_nr_entries: int,
+        entries: tuple[Entry, ...],
+        stop_reason: str,
+        stop_offset: int,
+        clean: bool,
+    ) -> None:
         self.path = path
         self.size = size
         self.sectorsize = sectorsize
@@ -161,7 +183,9 @@ class LogIndex:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def __len__(self) -> int:
@@ -171,8 +195,10 @@ class LogIndex:
         return iter(self.entries)
 
     def __repr__(self) -> str:
-        return (f"LogIndex({self.path!r}, sectorsize={self.sectorsize}, entries={len(self.entries)}, "
-                f"super_nr_entries={self.super_nr_entries}, stop={self.stop_reason!r})")
+        return (
+            f"LogIndex({self.path!r}, sectorsize={self.sectorsize}, entries={len(self.entries)}, "
+            f"super_nr_entries={self.super_nr_entries}, stop={self.stop_reason!r})"
+        )
 
     @property
     def stale_super(self) -> bool:
@@ -195,10 +221,10 @@ class LogIndex:
         view = self._view()
         if entry.is_mark:
             (n,) = _U64.unpack_from(view, entry.data_offset - 8)
-            return view[entry.data_offset:entry.data_offset + n]
+            return view[entry.data_offset : entry.data_offset + n]
         if not entry.is_write:
             return view[0:0]
-        return view[entry.data_offset:entry.data_offset + entry.nr_sectors * self.sectorsize]
+        return view[entry.data_offset : entry.data_offset + entry.nr_sectors * self.sectorsize]
 
     def sector_data(self, entry: Entry, offset: int) -> memoryview:
         """Zero-copy view of sector ``offset`` (0-based, within the write) of a write's payload."""
@@ -206,7 +232,7 @@ class LogIndex:
         if not entry.is_write or not 0 <= offset < entry.nr_sectors:
             raise ValueError(f"entry {entry.index} has no data sector {offset}")
         start = entry.data_offset + offset * self.sectorsize
-        return self._view()[start:start + self.sectorsize]
+        return self._view()[start : start + self.sectorsize]
 
     def release(self, start: int, stop: int) -> None:
         """Drop the pages of entries[start:stop] from this process's mapping (not from the page
@@ -214,7 +240,9 @@ class LogIndex:
         Reading them again just faults them back in."""
         if self._mm is not None and 0 <= start < stop <= len(self.entries):
             first, last = self.entries[start], self.entries[stop - 1]
-            _release(self._mm, _entry_start(first, self.sectorsize), _entry_end(last, self.sectorsize))
+            _release(
+                self._mm, _entry_start(first, self.sectorsize), _entry_end(last, self.sectorsize)
+            )
 
     # -- marks -----------------------------------------------------------------------------------
     def marks(self) -> list[tuple[int, str]]:
@@ -223,13 +251,19 @@ class LogIndex:
 
     def acks(self) -> list[tuple[int, str]]:
         """(entry index, key) of every ``ack:<key>`` mark, in log order."""
-        return [(e.index, e.mark[len(ACK_PREFIX):]) for e in self.entries
-                if e.mark is not None and e.mark.startswith(ACK_PREFIX)]
+        return [
+            (e.index, e.mark[len(ACK_PREFIX) :])
+            for e in self.entries
+            if e.mark is not None and e.mark.startswith(ACK_PREFIX)
+        ]
 
     def begun(self) -> list[tuple[int, str]]:
         """(entry index, key) of every ``begin:<key>`` mark, in log order."""
-        return [(e.index, e.mark[len(BEGIN_PREFIX):]) for e in self.entries
-                if e.mark is not None and e.mark.startswith(BEGIN_PREFIX)]
+        return [
+            (e.index, e.mark[len(BEGIN_PREFIX) :])
+            for e in self.entries
+            if e.mark is not None and e.mark.startswith(BEGIN_PREFIX)
+        ]
 
     def find_mark(self, text: str) -> int | None:
         """Entry index of the first mark with exactly this text."""
@@ -273,10 +307,20 @@ def stats(index: LogIndex) -> LogStats:
         elif e.nr_sectors:
             writes += 1
             sectors += e.nr_sectors
-    return LogStats(entries=len(index.entries), writes=writes, flushes=flushes, fuas=fuas, discards=discards,
-                    marks=marks, acks=acks, bytes_written=sectors * index.sectorsize,
-                    sectorsize=index.sectorsize, super_nr_entries=index.super_nr_entries,
-                    stale_super=index.stale_super, stop_reason=index.stop_reason)
+    return LogStats(
+        entries=len(index.entries),
+        writes=writes,
+        flushes=flushes,
+        fuas=fuas,
+        discards=discards,
+        marks=marks,
+        acks=acks,
+        bytes_written=sectors * index.sectorsize,
+        sectorsize=index.sectorsize,
+        super_nr_entries=index.super_nr_entries,
+        stale_super=index.stale_super,
+        stop_reason=index.stop_reason,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -319,7 +363,11 @@ def _map(path: str) -> tuple[mmap.mmap, int]:
     try:
         size = os.lseek(fd, 0, os.SEEK_END)  # also right for block devices (st_size is 0 there)
         if size < SUPER.size:
-            raise BadLog(path, 0, "empty file" if size == 0 else f"only {size} bytes: shorter than a log super")
+            raise BadLog(
+                path,
+                0,
+                "empty file" if size == 0 else f"only {size} bytes: shorter than a log super",
+            )
         try:
             return mmap.mmap(fd, size, access=mmap.ACCESS_READ), size
         except (OSError, ValueError, OverflowError) as e:
@@ -337,13 +385,17 @@ def open_log(path: str | os.PathLike[str], strict: bool = False, quiet: bool = F
     try:
         magic, version, nr_entries, sectorsize = SUPER.unpack_from(mm, 0)
         if magic != MAGIC:
-            raise BadLog(spath, 0, f"not a dm-log-writes log (magic {magic:#x}, expected {MAGIC:#x})")
+            raise BadLog(
+                spath, 0, f"not a dm-log-writes log (magic {magic:#x}, expected {MAGIC:#x})"
+            )
         if version != VERSION:
             raise BadLog(spath, 8, f"unsupported log version {version} (expected {VERSION})")
         if not 512 <= sectorsize <= 65536 or sectorsize & (sectorsize - 1):
             raise BadLog(spath, 24, f"sectorsize {sectorsize} is not a power of two in 512..65536")
         if size < sectorsize:
-            raise BadLog(spath, 0, f"only {size} bytes: shorter than the {sectorsize}-byte super sector")
+            raise BadLog(
+                spath, 0, f"only {size} bytes: shorter than the {sectorsize}-byte super sector"
+            )
         entries, reason, offset, clean = _scan(mm, size, sectorsize)
         _release(mm, 0, size)
     except BaseException:
@@ -353,8 +405,9 @@ def open_log(path: str | os.PathLike[str], strict: bool = False, quiet: bool = F
         if strict:
             mm.close()
             raise BadLog(spath, offset, reason.rsplit(" at byte ", 1)[0])
-        (log.debug if quiet else log.warning)("%s: scan stopped early after %d entries: %s", spath, len(entries),
-                                              reason)
+        (log.debug if quiet else log.warning)(
+            "%s: scan stopped early after %d entries: %s", spath, len(entries), reason
+        )
     if len(entries) != nr_entries:
         log.info("%s: super says %d entries, scan found %d", spath, nr_entries, len(entries))
     return LogIndex(spath, mm, size, sectorsize, nr_entries, entries, reason, offset, clean)
@@ -377,7 +430,12 @@ def _scan(mm: mmap.mmap, size: int, ss: int) -> tuple[tuple[Entry, ...], str, in
         if off == size:
             return tuple(entries), "end of file", off, True
         if off + ss > size:
-            return tuple(entries), f"truncated entry header ({size - off} of {ss} bytes) at byte {off}", off, False
+            return (
+                tuple(entries),
+                f"truncated entry header ({size - off} of {ss} bytes) at byte {off}",
+                off,
+                False,
+            )
         sector, nr, flags, dlen = unpack(mm, off)
         why = None
         if not (sector | nr | flags | dlen):
@@ -392,7 +450,7 @@ def _scan(mm: mmap.mmap, size: int, ss: int) -> tuple[tuple[Entry, ...], str, in
             elif dlen > max_mark:
                 why = f"mark length {dlen} exceeds {max_mark}"
             else:
-                raw = mm[off + 32:off + 32 + dlen]
+                raw = mm[off + 32 : off + 32 + dlen]
                 if b"\0" in raw:
                     why = "NUL byte in mark text"
                 else:

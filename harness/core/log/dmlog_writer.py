@@ -7,6 +7,7 @@ mark text inline, zero padded) followed by the data sectors.  The kernel rewrite
 nr_entries only after FUA and MARK entries; ``close(stale_super=True)`` leaves it as the kernel
 would have if the device vanished before teardown.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,13 +56,26 @@ class LogWriter:
         f = self._file()
         pos = f.tell()
         f.seek(0)
-        f.write(SUPER.pack(MAGIC, VERSION, nr_entries, self.sectorsize).ljust(self.sectorsize, b"\0"))
+        f.write(
+            SUPER.pack(MAGIC, VERSION, nr_entries, self.sectorsize).ljust(self.sectorsize, b"\0")
+        )
         f.seek(max(pos, self.sectorsize))
 
-    def _entry(self, sector: int, nr_sectors: int, flags: int, data_len: int = 0, inline: bytes = b"",
-               data: bytes = b"") -> int:
+    def _entry(
+        self,
+        sector: int,
+        nr_sectors: int,
+        flags: int,
+        data_len: int = 0,
+        inline: bytes = b"",
+        data: bytes = b"",
+    ) -> int:
         f = self._file()
-        f.write((HEADER.pack(sector, nr_sectors, flags, data_len) + inline).ljust(self.sectorsize, b"\0"))
+        f.write(
+            (HEADER.pack(sector, nr_sectors, flags, data_len) + inline).ljust(
+                self.sectorsize, b"\0"
+            )
+        )
         f.write(data)
         index = self.count
         self.count += 1
@@ -82,7 +96,9 @@ class LogWriter:
             raise ValueError(f"write() flags {flags:#x}: use discard() or mark() for those")
         data = bytes(data)
         if not data or len(data) % self.sectorsize:
-            raise ValueError(f"write data must be a non-empty multiple of {self.sectorsize} bytes, got {len(data)}")
+            raise ValueError(
+                f"write data must be a non-empty multiple of {self.sectorsize} bytes, got {len(data)}"
+            )
         return self._entry(sector, len(data) // self.sectorsize, flags, data=data)
 
     def fua(self, sector: int, data: bytes, flags: int = 0) -> int:
@@ -103,7 +119,9 @@ class LogWriter:
     def mark(self, text: str) -> int:
         raw = text.encode("utf-8")
         if b"\0" in raw or len(raw) > mark_limit(self.sectorsize):
-            raise ValueError(f"mark text must have no NUL and at most {mark_limit(self.sectorsize)} bytes")
+            raise ValueError(
+                f"mark text must have no NUL and at most {mark_limit(self.sectorsize)} bytes"
+            )
         return self._entry(0, 0, MARK, len(raw), inline=raw)
 
     # -- end --------------------------------------------------------------------------------------
@@ -124,11 +142,14 @@ class LogWriter:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
 # -- copying a prefix of a log ----------------------------------------------------------------
+
 
 def trim_log(src: Path, dst: Path, cut: int) -> int:
     """Copy the log's first ``cut`` entries (0: all) byte for byte, its super saying how many."""
@@ -145,7 +166,7 @@ def trim_log(src: Path, dst: Path, cut: int) -> int:
             out.write(chunk)
             remaining -= len(chunk)
         out.seek(16)
-        out.write(n.to_bytes(8, "little"))   # the super's nr_entries
+        out.write(n.to_bytes(8, "little"))  # the super's nr_entries
     return n
 
 

@@ -22,6 +22,7 @@ anyway, e.g. by retrying fsync, which then reports success for pages the kernel 
 at its first I/O error could have made: the acks before the first such commit.  The judge uses it
 (check/judge.py): a state that fails with every ack but passes with only the trusted ones fails
 *because* of the acks after an error -- verdict ``acked-after-error``."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -37,17 +38,20 @@ ACK_PREFIX, BEGIN_PREFIX = "ack:", "begin:"
 @dataclass(frozen=True, slots=True)
 class Window:
     """Entries ``on`` .. ``off`` of the log (``off`` None: to the end) during which ``kind`` failed."""
+
     on: int
     off: int | None
     kind: str
-    ranges: tuple[tuple[int, int], ...] = ()     # (start sector, sectors) for eio-range
+    ranges: tuple[tuple[int, int], ...] = ()  # (start sector, sectors) for eio-range
 
     def covers(self, first: int, last: int) -> bool:
         """Does the span of entries first..last (inclusive) overlap this window?"""
         return first <= (self.off if self.off is not None else last) and last >= self.on
 
     def describe(self) -> str:
-        where = (" on sectors " + ", ".join(f"{s}+{n}" for s, n in self.ranges)) if self.ranges else ""
+        where = (
+            (" on sectors " + ", ".join(f"{s}+{n}" for s, n in self.ranges)) if self.ranges else ""
+        )
         until = f"entry {self.off}" if self.off is not None else "the end of the log"
         return f"{self.kind}{where} from entry {self.on} to {until}"
 
@@ -56,7 +60,7 @@ def parse_on(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     """``powercut-fault:on:<kind>[:<start>+<n>,...]`` -> (kind, ranges); ValueError if malformed."""
     if not text.startswith(FAULT_ON):
         raise ValueError(f"not a fault mark: {text!r}")
-    kind, _, spec = text[len(FAULT_ON):].partition(":")
+    kind, _, spec = text[len(FAULT_ON) :].partition(":")
     if kind not in KINDS:
         raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(KINDS)})")
     ranges = []
@@ -80,8 +84,8 @@ def on_mark(kind: str, ranges: tuple[tuple[int, int], ...] = ()) -> str:
 @dataclass(frozen=True, slots=True)
 class Faults:
     windows: tuple[Window, ...] = ()
-    after_error: tuple[str, ...] = ()            # keys acked after an error, in ack order
-    why: dict[str, str] | None = None            # key -> the window its commit overlapped
+    after_error: tuple[str, ...] = ()  # keys acked after an error, in ack order
+    why: dict[str, str] | None = None  # key -> the window its commit overlapped
 
     def __bool__(self) -> bool:
         return bool(self.windows)
@@ -94,7 +98,7 @@ class Faults:
         for entry, text in marks:
             if text.startswith(FAULT_ON):
                 kind, ranges = parse_on(text)
-                if open_ is not None:   # a switch to another fault closes the one before
+                if open_ is not None:  # a switch to another fault closes the one before
                     windows.append(Window(open_.on, entry, open_.kind, open_.ranges))
                 open_ = Window(entry, None, kind, ranges)
             elif text == FAULT_OFF and open_ is not None:
@@ -105,12 +109,12 @@ class Faults:
         if not windows:
             return Faults()
         after, why = [], {}
-        begun = {t[len(BEGIN_PREFIX):]: e for e, t in marks if t.startswith(BEGIN_PREFIX)}
+        begun = {t[len(BEGIN_PREFIX) :]: e for e, t in marks if t.startswith(BEGIN_PREFIX)}
         prev_ack = -1
         for entry, text in marks:
             if not text.startswith(ACK_PREFIX):
                 continue
-            key = text[len(ACK_PREFIX):]
+            key = text[len(ACK_PREFIX) :]
             first = min(begun.get(key, prev_ack + 1), prev_ack + 1)
             hit = next((w for w in windows if w.covers(first, entry)), None)
             if hit is not None and key not in why:
@@ -129,17 +133,32 @@ class Faults:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        return {"windows": [{"on": w.on, "off": w.off, "kind": w.kind, "ranges": [list(r) for r in w.ranges]}
-                            for w in self.windows],
-                "after_error": list(self.after_error), "why": dict(self.why or {})}
+        return {
+            "windows": [
+                {"on": w.on, "off": w.off, "kind": w.kind, "ranges": [list(r) for r in w.ranges]}
+                for w in self.windows
+            ],
+            "after_error": list(self.after_error),
+            "why": dict(self.why or {}),
+        }
 
     @staticmethod
     def from_json(d: dict[str, Any] | None) -> "Faults":
         if not d:
             return Faults()
-        return Faults(tuple(Window(int(w["on"]), None if w["off"] is None else int(w["off"]), str(w["kind"]),
-                                   tuple((int(a), int(b)) for a, b in w.get("ranges", []))) for w in d["windows"]),
-                      tuple(d.get("after_error", [])), dict(d.get("why") or {}))
+        return Faults(
+            tuple(
+                Window(
+                    int(w["on"]),
+                    None if w["off"] is None else int(w["off"]),
+                    str(w["kind"]),
+                    tuple((int(a), int(b)) for a, b in w.get("ranges", [])),
+                )
+                for w in d["windows"]
+            ),
+            tuple(d.get("after_error", [])),
+            dict(d.get("why") or {}),
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,6 +189,7 @@ class FaultPlan:
 
     ``until=GLOB``: off again just after the first mark matching GLOB once on (a transient error);
     else it stays on to the end of the workload.  It fires once: one window per recording."""
+
     kind: str
     file: str = ""
     sectors: tuple[tuple[int, int], ...] = ()
@@ -185,13 +205,25 @@ class FaultPlan:
         if self.kind not in KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r} (known: {', '.join(KINDS)})")
         if (self.kind == "eio-range") != bool(self.file or self.sectors):
-            raise ValueError("eio-range needs file=PATH or sectors=START+N, and only eio-range takes them")
+            raise ValueError(
+                "eio-range needs file=PATH or sectors=START+N, and only eio-range takes them"
+            )
         if self.file and self.sectors:
             raise ValueError("give file= or sectors=, not both")
         if self.file.startswith("/") or ".." in self.file.split("/"):
-            raise ValueError(f"file={self.file}: a path relative to the filesystem under test, inside it")
-        triggers = [k for k, v in (("mark", self.mark and not self.p), ("p", self.p), ("writes", self.writes),
-                                   ("after", self.after)) if v]
+            raise ValueError(
+                f"file={self.file}: a path relative to the filesystem under test, inside it"
+            )
+        triggers = [
+            k
+            for k, v in (
+                ("mark", self.mark and not self.p),
+                ("p", self.p),
+                ("writes", self.writes),
+                ("after", self.after),
+            )
+            if v
+        ]
         if len(triggers) > 1:
             raise ValueError(f"one trigger per fault, not {' and '.join(triggers)}")
         if self.nth and not (self.mark and not self.p):
@@ -203,8 +235,12 @@ class FaultPlan:
         if self.seed and not self.p:
             raise ValueError("seed= goes with p=")
         for glob in (self.mark, self.until):
-            if glob and (any(c.isspace() or c == "," for c in glob) or glob.startswith("powercut-")):
-                raise ValueError(f"mark glob {glob!r}: one word without commas, not a powercut- mark")
+            if glob and (
+                any(c.isspace() or c == "," for c in glob) or glob.startswith("powercut-")
+            ):
+                raise ValueError(
+                    f"mark glob {glob!r}: one word without commas, not a powercut- mark"
+                )
 
     @property
     def trigger(self) -> str:
@@ -228,7 +264,9 @@ class FaultPlan:
         for pair in pairs:
             key, eq, value = pair.partition("=")
             if not eq or key not in PLAN_KEYS or not value:
-                raise ValueError(f"{pair!r}: expected key=value with key one of {', '.join(PLAN_KEYS)}")
+                raise ValueError(
+                    f"{pair!r}: expected key=value with key one of {', '.join(PLAN_KEYS)}"
+                )
             if key in kw:
                 raise ValueError(f"{key}= given twice")
             try:
@@ -249,14 +287,23 @@ class FaultPlan:
         for key in PLAN_KEYS:
             value = getattr(self, key)
             if value:
-                out.append(f"{key}=" + (";".join(f"{s}+{n}" for s, n in value) if key == "sectors" else
-                                        f"{value:g}" if isinstance(value, float) else str(value)))
+                out.append(
+                    f"{key}="
+                    + (
+                        ";".join(f"{s}+{n}" for s, n in value)
+                        if key == "sectors"
+                        else f"{value:g}"
+                        if isinstance(value, float)
+                        else str(value)
+                    )
+                )
         return ",".join(out)
 
     def step(self, state: "PlanState", text: str) -> tuple["PlanState", str]:
         """What a user mark ``text`` does: (the new state, ``"on"``, ``"off"`` or ``""``)."""
         import fnmatch
         import random
+
         if state.on and not state.off and self.until and fnmatch.fnmatchcase(text, self.until):
             return PlanState(state.matches, True, True, state.error), "off"
         glob = self.on_glob
@@ -272,17 +319,19 @@ class FaultPlan:
 
 @dataclass(frozen=True, slots=True)
 class PlanState:
-    matches: int = 0          # marks that matched the on glob so far
-    on: bool = False          # the fault went on
-    off: bool = False         # and off again (until=)
-    error: str = ""           # a switch that could not be made
+    matches: int = 0  # marks that matched the on glob so far
+    on: bool = False  # the fault went on
+    off: bool = False  # and off again (until=)
+    error: str = ""  # a switch that could not be made
 
     def to_json(self) -> dict[str, Any]:
         return {"matches": self.matches, "on": self.on, "off": self.off, "error": self.error}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "PlanState":
-        return PlanState(int(d.get("matches", 0)), bool(d.get("on")), bool(d.get("off")), str(d.get("error", "")))
+        return PlanState(
+            int(d.get("matches", 0)), bool(d.get("on")), bool(d.get("off")), str(d.get("error", ""))
+        )
 
 
 def _sector_range(text: str) -> tuple[int, int]:

@@ -59,16 +59,36 @@ reaches the target: blk-core submit_bio_noacct, 746) or with marks sent another 
 message``) stays unordered and (c)'s false alarm remains possible there: ``mark_order(log)`` counts
 the ordered key marks, the manifest and the report show it.
 """
+
 from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from powercut.core.log.dmlog import FLUSH, FUA, MARK, ORDER_BEGIN, ORDER_END, Entry, LogIndex, is_key_mark
+from powercut.core.log.dmlog import (
+    FLUSH,
+    FUA,
+    MARK,
+    ORDER_BEGIN,
+    ORDER_END,
+    Entry,
+    LogIndex,
+    is_key_mark,
+)
 
-__all__ = ["AmbiguousWindow", "LateWrites", "UnorderedAck", "ambiguous_windows", "late_parts", "late_writes",
-           "mark_order", "ordering_flushes", "possibly_false", "unordered_acks"]
+__all__ = [
+    "AmbiguousWindow",
+    "LateWrites",
+    "UnorderedAck",
+    "ambiguous_windows",
+    "late_parts",
+    "late_writes",
+    "mark_order",
+    "ordering_flushes",
+    "possibly_false",
+    "unordered_acks",
+]
 
 FLUSH_INSIDE = "program flush inside"
 ORPHAN_BEGIN = "orphan begin"
@@ -89,13 +109,19 @@ class AmbiguousWindow:
 
     def note(self) -> str:
         """One sentence for coverage.Coverage.notes."""
-        affects = f"affects {self.key_mark}" if self.key_mark is not None else "no key mark after it"
+        affects = (
+            f"affects {self.key_mark}" if self.key_mark is not None else "no key mark after it"
+        )
         if self.why == ORPHAN_BEGIN:
-            return (f"orphan ordering begin mark at entry {self.first} (its marker died; closed at entry "
-                    f"{self.last + 1 if self.key is not None else self.last}): a flush of it counted as a barrier, "
-                    f"write-cache losses across it not generated; {affects}")
-        return (f"ordering window at entries {self.first}-{self.last} (a program flush completed inside it) "
-                f"counted as a barrier: write-cache losses across it not generated; {affects}")
+            return (
+                f"orphan ordering begin mark at entry {self.first} (its marker died; closed at entry "
+                f"{self.last + 1 if self.key is not None else self.last}): a flush of it counted as a barrier, "
+                f"write-cache losses across it not generated; {affects}"
+            )
+        return (
+            f"ordering window at entries {self.first}-{self.last} (a program flush completed inside it) "
+            f"counted as a barrier: write-cache losses across it not generated; {affects}"
+        )
 
 
 def _orphans(entries: Sequence[Entry]) -> list[int]:
@@ -113,7 +139,7 @@ def _scan(entries: Sequence[Entry]) -> tuple[frozenset[int], int, tuple[Ambiguou
     """(ordering flushes, windows, ambiguous windows and orphans in log order)."""
     orphans = _orphans(entries)
     keys = [e.index for e in entries if is_key_mark(e)] if orphans else []
-    spans = []   # each orphan's [begin, first key mark after it) -- or to the end of the log
+    spans = []  # each orphan's [begin, first key mark after it) -- or to the end of the log
     for o in orphans:
         at = bisect.bisect_right(keys, o)
         spans.append([o, keys[at] if at < len(keys) else len(entries)])
@@ -132,7 +158,9 @@ def _scan(entries: Sequence[Entry]) -> tuple[frozenset[int], int, tuple[Ambiguou
             if not depth:
                 windows += 1
                 hit = [sp for sp in spans if sp[0] <= e.index and first < sp[1]]
-                for sp in hit:   # overlaps an orphan's span: its flushes are barriers, the orphan's note says so
+                for sp in (
+                    hit
+                ):  # overlaps an orphan's span: its flushes are barriers, the orphan's note says so
                     sp[1] = max(sp[1], e.index + 1)
                 if not hit and len(flushes) == begins:
                     ordering.update(flushes)
@@ -141,13 +169,19 @@ def _scan(entries: Sequence[Entry]) -> tuple[frozenset[int], int, tuple[Ambiguou
                 begins, flushes = 0, []
         elif depth and e.flags & FLUSH and not e.flags & FUA and not e.nr_sectors:
             flushes.append(e.index)
-    windows += len(orphans)   # no window is left open: every begin left unmatched is an orphan
+    windows += len(orphans)  # no window is left open: every begin left unmatched is an orphan
     keys = keys or ([e.index for e in entries if is_key_mark(e)] if found else [])
     out = []
-    for lo, hi, why in sorted(found + [(o, sp[1] - 1, ORPHAN_BEGIN) for o, sp in zip(orphans, spans)]):
+    for lo, hi, why in sorted(
+        found + [(o, sp[1] - 1, ORPHAN_BEGIN) for o, sp in zip(orphans, spans)]
+    ):
         at = bisect.bisect_right(keys, hi)
         k = entries[keys[at]] if at < len(keys) else None
-        out.append(AmbiguousWindow(lo, hi, why, None if k is None else k.index, None if k is None else k.mark))
+        out.append(
+            AmbiguousWindow(
+                lo, hi, why, None if k is None else k.index, None if k is None else k.mark
+            )
+        )
     return frozenset(ordering), windows, tuple(out)
 
 
@@ -166,10 +200,14 @@ class LateWrites:
     unbounded: int = 0
     keys: tuple[str, ...] = ()
     unordered: bool = False
-    cleared: int = 0   # flushes and FUA writes the system-call trace cleared (core/trace/latetrace.py): not counted above
-    setup_only: bool = False   # every one is bounded by the log's first key mark: the states it keeps from the
+    cleared: int = 0  # flushes and FUA writes the system-call trace cleared (core/trace/latetrace.py): not counted above
+    setup_only: bool = (
+        False  # every one is bounded by the log's first key mark: the states it keeps from the
+    )
     #                            models all lie before it (set-up windows: nothing begun or acknowledged)
-    setup: tuple[int, ...] = field(default=(), compare=False)   # those of them so bounded (set-up alone)
+    setup: tuple[int, ...] = field(
+        default=(), compare=False
+    )  # those of them so bounded (set-up alone)
 
     def __bool__(self) -> bool:
         return bool(self.flushes or self.fuas)
@@ -179,21 +217,38 @@ class LateWrites:
         if not self:
             return ""
         nf, nu = len(self.flushes), len(self.fuas)
-        what = " and ".join(x for x in (f"{nf} flush{'es' * (nf != 1)}" if nf else "",
-                                        f"{nu} FUA write{'s' * (nu != 1)}" if nu else "") if x)
-        keys = ", ".join(self.keys[:3]) + (f" and {len(self.keys) - 3} more" if len(self.keys) > 3 else "")
-        return (("log without ordered marks: writes completing during a flush not bounded; " if self.unordered
-                 else "")
-                + f"writes logged after {what} before the next ordered key mark may have completed while "
-                f"{'it was' if nf + nu == 1 else 'they were'} in flight: states keeping such a write and losing "
-                f"the flush's window (the FUA write) not generated (the log cannot tell them from writes "
-                f"issued after it completed)"
-                + (f"; {self.cleared} more cleared by the system-call trace" if self.cleared else "")
-                + (f"; affects {keys}" if keys else ""))
+        what = " and ".join(
+            x
+            for x in (
+                f"{nf} flush{'es' * (nf != 1)}" if nf else "",
+                f"{nu} FUA write{'s' * (nu != 1)}" if nu else "",
+            )
+            if x
+        )
+        keys = ", ".join(self.keys[:3]) + (
+            f" and {len(self.keys) - 3} more" if len(self.keys) > 3 else ""
+        )
+        return (
+            (
+                "log without ordered marks: writes completing during a flush not bounded; "
+                if self.unordered
+                else ""
+            )
+            + f"writes logged after {what} before the next ordered key mark may have completed while "
+            f"{'it was' if nf + nu == 1 else 'they were'} in flight: states keeping such a write and losing "
+            f"the flush's window (the FUA write) not generated (the log cannot tell them from writes "
+            f"issued after it completed)"
+            + (f"; {self.cleared} more cleared by the system-call trace" if self.cleared else "")
+            + (f"; affects {keys}" if keys else "")
+        )
 
 
-def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None,
-                cleared: frozenset[int] = frozenset(), only: frozenset[int] | None = None) -> LateWrites:
+def late_writes(
+    entries: LogIndex | Sequence[Entry],
+    ordering: frozenset[int] | None = None,
+    cleared: frozenset[int] = frozenset(),
+    only: frozenset[int] | None = None,
+) -> LateWrites:
     """The flushes and FUA writes after which a plain write is logged before the bound (module
     docstring): a barrier FLUSH entry whose window (plain data entries since the barrier before it)
     is not empty, or a FUA write.  ``ordering``: the log's ordering flushes (computed if None);
@@ -203,10 +258,13 @@ def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | 
     if ordering is None:
         ordering = ordering_flushes(es)[0]
     n = len(es)
-    plain = [0] * (n + 1)   # plain (non-FUA) data entries before i
+    plain = [0] * (n + 1)  # plain (non-FUA) data entries before i
     for i, e in enumerate(es):
         plain[i + 1] = plain[i] + bool(e.changes_device and not e.flags & FUA)
-    key_at, begin_at = [n] * (n + 1), [n] * (n + 1)   # the first key mark / order begin mark at or after i
+    key_at, begin_at = (
+        [n] * (n + 1),
+        [n] * (n + 1),
+    )  # the first key mark / order begin mark at or after i
     for i in range(n - 1, -1, -1):
         e = es[i]
         key_at[i] = i if is_key_mark(e) else key_at[i + 1]
@@ -223,7 +281,11 @@ def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | 
         bound = key_at[b + 1] if b < n else n
         if only is not None and i not in only:
             pass
-        elif (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1] and i in cleared:
+        elif (
+            (fua or barrier and plain[i] > plain[window])
+            and plain[bound] > plain[i + 1]
+            and i in cleared
+        ):
             gone += 1
         elif (fua or barrier and plain[i] > plain[window]) and plain[bound] > plain[i + 1]:
             (flushes if barrier else fuas).append(i)
@@ -234,21 +296,36 @@ def late_writes(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | 
                 keys.setdefault(str(es[key_at[i + 1]].mark), None)
         if barrier:
             window = i
-    return LateWrites(tuple(flushes), tuple(fuas), unbounded, tuple(keys), begin_at[0] == n and key_at[0] < n,
-                      gone if flushes or fuas else 0, bool(flushes or fuas) and len(setup) == len(flushes) + len(fuas),
-                      tuple(setup))
+    return LateWrites(
+        tuple(flushes),
+        tuple(fuas),
+        unbounded,
+        tuple(keys),
+        begin_at[0] == n and key_at[0] < n,
+        gone if flushes or fuas else 0,
+        bool(flushes or fuas) and len(setup) == len(flushes) + len(fuas),
+        tuple(setup),
+    )
 
 
-def late_parts(entries: LogIndex | Sequence[Entry], ordering: frozenset[int] | None = None,
-               cleared: frozenset[int] = frozenset()) -> tuple[LateWrites, LateWrites]:
+def late_parts(
+    entries: LogIndex | Sequence[Entry],
+    ordering: frozenset[int] | None = None,
+    cleared: frozenset[int] = frozenset(),
+) -> tuple[LateWrites, LateWrites]:
     """``late_writes`` in two parts: the flushes bounded by the log's first key mark (their states lie
     in the set-up windows alone: ``setup_only``), and the others (they may reach a commit window)."""
     whole = late_writes(entries, ordering, cleared)
     mine = frozenset(whole.setup)
-    everything = frozenset(range(len(entries.entries if isinstance(entries, LogIndex) else entries)))
-    return (late_writes(entries, ordering, cleared, mine) if mine else LateWrites(),
-            late_writes(entries, ordering, cleared, everything - mine) if len(whole.setup) < len(whole.flushes) + len(whole.fuas)
-            else LateWrites())
+    everything = frozenset(
+        range(len(entries.entries if isinstance(entries, LogIndex) else entries))
+    )
+    return (
+        late_writes(entries, ordering, cleared, mine) if mine else LateWrites(),
+        late_writes(entries, ordering, cleared, everything - mine)
+        if len(whole.setup) < len(whole.flushes) + len(whole.fuas)
+        else LateWrites(),
+    )
 
 
 def ordering_flushes(entries: Sequence[Entry]) -> tuple[frozenset[int], int, int]:
@@ -278,8 +355,13 @@ def mark_order(entries: LogIndex | Sequence[Entry]) -> dict[str, int | bool]:
     for _, windowed in _windowed(entries):
         keys += 1
         ordered_keys += windowed
-    return {"key_marks": keys, "ordered_key_marks": ordered_keys, "ordering_flushes": len(ordering),
-            "ambiguous_windows": ambiguous, "ordered": keys > 0 and ordered_keys == keys}
+    return {
+        "key_marks": keys,
+        "ordered_key_marks": ordered_keys,
+        "ordering_flushes": len(ordering),
+        "ambiguous_windows": ambiguous,
+        "ordered": keys > 0 and ordered_keys == keys,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,8 +379,10 @@ class UnorderedAck:
         return self.ack < cut <= self.until
 
     def sentence(self) -> str:
-        return (f"possibly a false alarm: the log cannot order {self.key} (entry {self.ack}, sent without an "
-                f"ordering window) against the writes logged after it before entry {self.until}")
+        return (
+            f"possibly a false alarm: the log cannot order {self.key} (entry {self.ack}, sent without an "
+            f"ordering window) against the writes logged after it before entry {self.until}"
+        )
 
 
 def _windowed(entries: Sequence[Entry]) -> list[tuple[Entry, bool]]:
@@ -326,7 +410,11 @@ def unordered_acks(entries: LogIndex | Sequence[Entry]) -> tuple[UnorderedAck, .
     each with the first barrier flush after it."""
     es = entries.entries if isinstance(entries, LogIndex) else entries
     ordering = ordering_flushes(es)[0]
-    out = [(e.index, str(e.mark)) for e, windowed in _windowed(es) if not windowed and e.ack_key is not None]
+    out = [
+        (e.index, str(e.mark))
+        for e, windowed in _windowed(es)
+        if not windowed and e.ack_key is not None
+    ]
     n = len(es)
     barrier_after = [n] * (n + 1)
     for i in range(n - 1, -1, -1):

@@ -26,6 +26,7 @@ of times slower (every journal write of an fsync waiting 4-8 ms), and the emulat
 faster than such a figure on its own (under TCG here an O_DIRECT write takes ~0.13 ms and an
 fsync ~0.34 ms with no layer).  ``realized`` records which classes that left undelayed.
 Reads are not delayed."""
+
 from __future__ import annotations
 
 import math
@@ -35,7 +36,7 @@ from typing import Any
 
 NONE = "none"
 UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
-FALLBACK_HZ = 100          # the coarsest Linux tick: a guest that cannot tell its HZ waits at least as long
+FALLBACK_HZ = 100  # the coarsest Linux tick: a guest that cannot tell its HZ waits at least as long
 KNOWN_HZ = (100, 250, 300, 1000)
 
 
@@ -47,14 +48,32 @@ class Preset:
     stands_for: str
 
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (
-    Preset("nvme", 0.02, 0.05, "a datacenter NVMe SSD with power-loss protection: a 4 KiB write acked in "
-                               "~20 us, a FLUSH with nothing volatile to write back"),
-    Preset("sata-ssd", 0.05, 2.0, "a consumer SATA SSD without power-loss protection: writes land in its "
-                                  "DRAM cache, a FLUSH programs them into NAND"),
-    Preset("hdd", 0.1, 8.3, "a 7200 rpm SATA disk with its write cache on: writes land in the cache, a FLUSH "
-                            "waits for the platter, one revolution = 60 s / 7200 = 8.3 ms"),
-)}
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            "nvme",
+            0.02,
+            0.05,
+            "a datacenter NVMe SSD with power-loss protection: a 4 KiB write acked in "
+            "~20 us, a FLUSH with nothing volatile to write back",
+        ),
+        Preset(
+            "sata-ssd",
+            0.05,
+            2.0,
+            "a consumer SATA SSD without power-loss protection: writes land in its "
+            "DRAM cache, a FLUSH programs them into NAND",
+        ),
+        Preset(
+            "hdd",
+            0.1,
+            8.3,
+            "a 7200 rpm SATA disk with its write cache on: writes land in the cache, a FLUSH "
+            "waits for the platter, one revolution = 60 s / 7200 = 8.3 ms",
+        ),
+    )
+}
 
 
 class LatencyError(ValueError):
@@ -95,8 +114,10 @@ class DiskLatency:
             p = PRESETS[t]
             return DiskLatency(p.write_ms, p.flush_ms, p.name)
         if "=" not in t:
-            raise LatencyError(f"unknown disk latency {t!r}: none, {', '.join(PRESETS)}, or "
-                               "write=TIME,flush=TIME (e.g. write=0.1ms,flush=8ms)")
+            raise LatencyError(
+                f"unknown disk latency {t!r}: none, {', '.join(PRESETS)}, or "
+                "write=TIME,flush=TIME (e.g. write=0.1ms,flush=8ms)"
+            )
         got: dict[str, float] = {}
         for part in t.split(","):
             key, eq, value = part.partition("=")
@@ -186,8 +207,8 @@ def table_ms(stated_ms: float, hz: int) -> int:
     if stated_ms <= 0 or below_tick(stated_ms, hz):
         return 0
     tick = 1000 / hz
-    need = math.ceil(stated_ms / tick - 1e-9) + 1          # ticks: (need - 1) * tick >= stated
-    ms = (need - 1) * 1000 // hz + 1                        # the least ms whose jiffies() is need
+    need = math.ceil(stated_ms / tick - 1e-9) + 1  # ticks: (need - 1) * tick >= stated
+    ms = (need - 1) * 1000 // hz + 1  # the least ms whose jiffies() is need
     while jiffies(ms, hz) < need:
         ms += 1
     return ms
@@ -199,7 +220,7 @@ def snap_hz(measured: float) -> int:
     return best if abs(best - measured) <= 0.15 * best else FALLBACK_HZ
 
 
-NODE_SEP = "+"   # between the settings of several nodes: ``0=nvme+1=hdd``
+NODE_SEP = "+"  # between the settings of several nodes: ``0=nvme+1=hdd``
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +230,7 @@ class DisksLatency:
     others none; ``nvme+1=hdd``: node 1 hdd, every other nvme).  One disk is node 0."""
 
     every: DiskLatency = DiskLatency()
-    nodes: tuple[tuple[int, DiskLatency], ...] = ()   # (node, its setting), by node, each node once
+    nodes: tuple[tuple[int, DiskLatency], ...] = ()  # (node, its setting), by node, each node once
 
     @staticmethod
     def parse(text: str) -> DisksLatency:
@@ -221,15 +242,19 @@ class DisksLatency:
             m = re.fullmatch(r"\s*([0-9]+)\s*=(.*)", piece, re.S)
             if m is None:
                 if every is not None:
-                    raise LatencyError(f"disk latency {text!r}: two settings for every node; name the node "
-                                       f"of one (NODE=SETTING, e.g. 1=hdd)")
+                    raise LatencyError(
+                        f"disk latency {text!r}: two settings for every node; name the node "
+                        f"of one (NODE=SETTING, e.g. 1=hdd)"
+                    )
                 every = DiskLatency.parse(piece)
                 continue
             node = int(m.group(1))
             if node in nodes:
                 raise LatencyError(f"disk latency {text!r}: node {node} given twice")
             if not m.group(2).strip():
-                raise LatencyError(f"disk latency {text!r}: node {node} has no setting (e.g. {node}=hdd)")
+                raise LatencyError(
+                    f"disk latency {text!r}: node {node} has no setting (e.g. {node}=hdd)"
+                )
             nodes[node] = DiskLatency.parse(m.group(2))
         return DisksLatency(every or DiskLatency(), tuple(sorted(nodes.items())))
 
@@ -244,7 +269,9 @@ class DisksLatency:
         beyond = [node for node, _ in self.nodes if node >= n]
         if beyond:
             have = "node 0 only (one disk)" if n == 1 else f"nodes 0..{n - 1}"
-            raise LatencyError(f"disk latency {self}: node {beyond[0]} named, and the recording has {have}")
+            raise LatencyError(
+                f"disk latency {self}: node {beyond[0]} named, and the recording has {have}"
+            )
         own = tuple((node, lat) for node, lat in self.nodes if lat != self.every)
         if own and len(own) == n and len({lat for _, lat in own}) == 1:
             return DisksLatency(own[0][1])
@@ -275,8 +302,11 @@ class DisksLatency:
         """One setting: DiskLatency.to_json; per node: the setting and each named node's."""
         if not self.nodes:
             return dict(self.every.to_json())
-        return {"setting": str(self), "every": self.every.to_json(),
-                "nodes": {str(node): lat.to_json() for node, lat in self.nodes}}
+        return {
+            "setting": str(self),
+            "every": self.every.to_json(),
+            "nodes": {str(node): lat.to_json() for node, lat in self.nodes},
+        }
 
 
 def parse_schedules(text: str) -> tuple[DisksLatency, ...]:
@@ -287,7 +317,9 @@ def parse_schedules(text: str) -> tuple[DisksLatency, ...]:
     parts = [p for p in (text.split(";") if "=" in text else text.split(","))]
     out = tuple(DisksLatency.parse(p) for p in parts if p.strip())
     if not out:
-        raise LatencyError("give at least one disk latency (none, a preset, or write=...,flush=...)")
+        raise LatencyError(
+            "give at least one disk latency (none, a preset, or write=...,flush=...)"
+        )
     seen: set[str] = set()
     for lat in out:
         if str(lat) in seen:
@@ -304,7 +336,9 @@ def recorded_phrase(lat: dict[str, Any] | None) -> str:
         return "none (no delay layer)"
     nodes = lat.get("nodes")
     if isinstance(nodes, list):
-        return f"{lat['setting']}: " + "; ".join(f"node {i}: {_one_phrase(n)}" for i, n in enumerate(nodes))
+        return f"{lat['setting']}: " + "; ".join(
+            f"node {i}: {_one_phrase(n)}" for i, n in enumerate(nodes)
+        )
     return _one_phrase(lat)
 
 
@@ -312,5 +346,7 @@ def _one_phrase(lat: dict[str, Any]) -> str:
     if lat.get("setting", NONE) == NONE:
         return "none (no delay layer)"
     got = layer_phrase(lat)
-    return (f"{lat['setting']} (write >= {lat.get('write_ms', 0):g} ms, flush >= {lat.get('flush_ms', 0):g} ms)"
-            + (f": {got}" if got else ""))
+    return (
+        f"{lat['setting']} (write >= {lat.get('write_ms', 0):g} ms, flush >= {lat.get('flush_ms', 0):g} ms)"
+        + (f": {got}" if got else "")
+    )

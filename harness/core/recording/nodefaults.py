@@ -17,6 +17,7 @@ the normal case; an identical failure on every disk is not.
 
 A ``+`` starts the next node's plan only where ``NODE=`` follows it: ``sectors=100+8`` keeps its
 ``+``."""
+
 from __future__ import annotations
 
 import re
@@ -52,15 +53,21 @@ class DisksFaults:
             m = _NODE.fullmatch(piece)
             if m is None:
                 if not piece.strip():
-                    raise FaultsError(f"an empty plan between two '+' (NODE=PLAN pieces joined by {NODE_SEP})")
+                    raise FaultsError(
+                        f"an empty plan between two '+' (NODE=PLAN pieces joined by {NODE_SEP})"
+                    )
                 if every is not None or nodes:
-                    raise FaultsError(f"{piece.strip()!r} names no node: with several plans each is NODE=PLAN "
-                                      f"(e.g. 1={piece.strip()})")
+                    raise FaultsError(
+                        f"{piece.strip()!r} names no node: with several plans each is NODE=PLAN "
+                        f"(e.g. 1={piece.strip()})"
+                    )
                 every = _plan(piece, "")
                 continue
             node = int(m.group(1))
             if every is not None:
-                raise FaultsError(f"{str(every)!r} names no node: with several plans each is NODE=PLAN")
+                raise FaultsError(
+                    f"{str(every)!r} names no node: with several plans each is NODE=PLAN"
+                )
             if node in nodes:
                 raise FaultsError(f"node {node} given twice")
             if not m.group(2).strip():
@@ -79,8 +86,10 @@ class DisksFaults:
         if n == 1:
             return DisksFaults(self.every or (self.nodes[0][1] if self.nodes else None))
         if self.every is not None:
-            raise FaultsError(f"a cluster recording: name the node whose disk fails, e.g. 1={self.every} "
-                              f"(every node at once: 0={self.every}{NODE_SEP}1={self.every}...)")
+            raise FaultsError(
+                f"a cluster recording: name the node whose disk fails, e.g. 1={self.every} "
+                f"(every node at once: 0={self.every}{NODE_SEP}1={self.every}...)"
+            )
         return self
 
     def of(self, node: int) -> FaultPlan | None:
@@ -101,6 +110,9 @@ def _plan(text: str, where: str) -> FaultPlan:
     try:
         return FaultPlan.parse(text)
     except ValueError as e:
-        hint = (f" (a '{NODE_SEP}' starts another plan only before its NODE=: 1=PLAN{NODE_SEP}2=PLAN)"
-                if NODE_SEP in text.split(",")[0] else "")
+        hint = (
+            f" (a '{NODE_SEP}' starts another plan only before its NODE=: 1=PLAN{NODE_SEP}2=PLAN)"
+            if NODE_SEP in text.split(",")[0]
+            else ""
+        )
         raise FaultsError(f"{where}{e}{hint}") from None

@@ -6,6 +6,7 @@ that races one file's sync shows only when that sync is slow and the others are 
 reads the trace: every file (or directory) under the recorded filesystem whose fsync, fdatasync,
 sync_file_range, msync or syncfs completed before some ack, how many such calls, how long they
 took (strace -T), and the commits' own duration -- what the exploration's delay is set against."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +15,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from powercut.core.recording.syncdelay import Hold
-from powercut.core.trace.syscalls import FDATASYNC, FSYNC, MARK, MSYNC, RANGE_SYNC, SYNCFS, Op, Trace
+from powercut.core.trace.syscalls import (
+    FDATASYNC,
+    FSYNC,
+    MARK,
+    MSYNC,
+    RANGE_SYNC,
+    SYNCFS,
+    Op,
+    Trace,
+)
 
 SYNC_KINDS = (FSYNC, FDATASYNC, RANGE_SYNC, MSYNC, SYNCFS)
 
@@ -24,20 +34,24 @@ class SyncedFile:
     """A file the program synced before an ack: its path relative to the recorded filesystem."""
 
     path: str
-    calls: int                 # its syncs that completed before the last ack
-    seconds: float             # their time inside the kernel, summed (0 when the trace has no -T)
+    calls: int  # its syncs that completed before the last ack
+    seconds: float  # their time inside the kernel, summed (0 when the trace has no -T)
     longest: float
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "calls": self.calls, "seconds": round(self.seconds, 6),
-                "longest": round(self.longest, 6)}
+        return {
+            "path": self.path,
+            "calls": self.calls,
+            "seconds": round(self.seconds, 6),
+            "longest": round(self.longest, 6),
+        }
 
 
 def _relative(path: str, mount: str) -> str:
     root = mount.rstrip("/") + "/"
     if path == mount.rstrip("/"):
         return "."
-    return path[len(root):] if path.startswith(root) else ""
+    return path[len(root) :] if path.startswith(root) else ""
 
 
 def _acks(ops: Sequence[Op]) -> list[Op]:
@@ -53,7 +67,9 @@ def synced_files(trace: Trace, mount: str) -> list[SyncedFile]:
     if not acks:
         return []
     last = acks[-1].time
-    first = next(o.seq for o in trace.ops if o.kind == MARK and o.text.startswith(("begin:", "ack:")))
+    first = next(
+        o.seq for o in trace.ops if o.kind == MARK and o.text.startswith(("begin:", "ack:"))
+    )
     found: dict[str, list[float]] = {}
     for o in trace.ops:
         if o.kind not in SYNC_KINDS or not o.ok or o.time > last or o.seq < first:
@@ -61,13 +77,22 @@ def synced_files(trace: Trace, mount: str) -> list[SyncedFile]:
         rel = _relative(o.path, mount)
         if rel:
             found.setdefault(rel, []).append(max(o.duration, 0.0))
-    return sorted((SyncedFile(p, len(d), sum(d), max(d)) for p, d in found.items()), key=lambda f: (-f.calls, f.path))
+    return sorted(
+        (SyncedFile(p, len(d), sum(d), max(d)) for p, d in found.items()),
+        key=lambda f: (-f.calls, f.path),
+    )
 
 
 def commit_seconds(trace: Trace) -> float:
     """The median time from ``begin:K`` to ``ack:K`` over the trace's commits (0 when none pairs up)."""
-    begun = {o.text.removeprefix("begin:"): o.time for o in trace.ops if o.kind == MARK and o.text.startswith("begin:")}
-    spans = [o.time - begun[k] for o in _acks(trace.ops) if (k := o.text.removeprefix("ack:")) in begun]
+    begun = {
+        o.text.removeprefix("begin:"): o.time
+        for o in trace.ops
+        if o.kind == MARK and o.text.startswith("begin:")
+    }
+    spans = [
+        o.time - begun[k] for o in _acks(trace.ops) if (k := o.text.removeprefix("ack:")) in begun
+    ]
     return statistics.median(spans) if spans else 0.0
 
 

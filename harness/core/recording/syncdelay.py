@@ -15,6 +15,7 @@ trace where the program made it, the hold inside its duration.
 A glob is matched with fnmatch (``*`` crosses ``/``) against the file's absolute path in the guest
 and its path relative to the recorded filesystem (``app.db``, ``n1/replog.log`` on a cluster).  The
 first rule that matches a file wins."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -28,23 +29,27 @@ from powercut.errors import UsageError
 MAX_DELAY_S = 60.0
 # run --explore-races (campaign/explore.py): written here, which the CLI imports anyway (config
 # does), rather than in core/recording/races.py, whose trace parser would cost every command's start-up
-EXPLORE_DELAY = "auto"    # how long an exploration holds a file's syncs: auto -- long against one commit:
-EXPLORE_FLOOR = "200ms"   # at least this, and at least EXPLORE_COMMITS times the base recording's median
-EXPLORE_COMMITS = 2       # commit (begin to ack), rounded up to 10 ms, at most EXPLORE_CEILING
+EXPLORE_DELAY = (
+    "auto"  # how long an exploration holds a file's syncs: auto -- long against one commit:
+)
+EXPLORE_FLOOR = (
+    "200ms"  # at least this, and at least EXPLORE_COMMITS times the base recording's median
+)
+EXPLORE_COMMITS = 2  # commit (begin to ack), rounded up to 10 ms, at most EXPLORE_CEILING
 EXPLORE_CEILING = "5s"
-EXPLORE_BUDGET = 8        # recordings after the base one
-MAX_RULES = 32          # the supervisor's table
+EXPLORE_BUDGET = 8  # recordings after the base one
+MAX_RULES = 32  # the supervisor's table
 MAX_GLOB_BYTES = 255
 _TIME = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s)\s*")
 _UNIT_NS = {"us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-SUPERVISOR = "powercut-holdsync"      # in the image's tools directory
-LISTENING = "# powercut-holdsync listening"   # its log's first line: the filter is in place
+SUPERVISOR = "powercut-holdsync"  # in the image's tools directory
+LISTENING = "# powercut-holdsync listening"  # its log's first line: the filter is in place
 
 
 @dataclass(frozen=True, slots=True)
 class SyncDelay:
     glob: str
-    ns: int          # the hold, in nanoseconds (exact through the canonical text)
+    ns: int  # the hold, in nanoseconds (exact through the canonical text)
 
     @staticmethod
     def parse(text: str) -> SyncDelay:
@@ -54,10 +59,14 @@ class SyncDelay:
         if not sep or not glob.strip():
             raise UsageError(f"{where}: expected GLOB=TIME, e.g. '*.wal=200ms' or 'db/log.*=1s'")
         if any(c in glob for c in "\t\n\0") or len(glob.encode()) > MAX_GLOB_BYTES:
-            raise UsageError(f"{where}: a glob is one line of at most {MAX_GLOB_BYTES} bytes, without tabs")
+            raise UsageError(
+                f"{where}: a glob is one line of at most {MAX_GLOB_BYTES} bytes, without tabs"
+            )
         m = _TIME.fullmatch(when)
         if m is None:
-            raise UsageError(f"{where}: TIME is a number with its unit (us, ms or s), e.g. 200ms, not {when!r}")
+            raise UsageError(
+                f"{where}: TIME is a number with its unit (us, ms or s), e.g. 200ms, not {when!r}"
+            )
         ns = round(float(m.group(1)) * _UNIT_NS[m.group(2)])
         if not 0 < ns <= MAX_DELAY_S * 1e9:
             raise UsageError(f"{where}: TIME must be more than 0 and at most {MAX_DELAY_S:g} s")
@@ -153,7 +162,7 @@ def held_summary(log_text: str, mount: str = "", ignore: Collection[str] = ()) -
         if mount and path == mount.rstrip("/"):
             path = "."
         elif mount and path.startswith(mount.rstrip("/") + "/"):
-            path = path[len(mount.rstrip("/")) + 1:]
+            path = path[len(mount.rstrip("/")) + 1 :]
         f = files.setdefault(path, {"calls": 0, "held": 0})
         f["calls"] += 1
         calls += 1
@@ -171,8 +180,10 @@ def held_phrase(result: dict[str, Any] | None) -> str:
         return "none"
     held = {f: n["held"] for f, n in result.get("files", {}).items() if n.get("held")}
     per_file = f" ({', '.join(f'{f} {n}' for f, n in sorted(held.items()))})" if held else ""
-    return (f"{', '.join(result['rules'])}: held {result.get('held', 0)} of the {result.get('calls', 0)} sync calls "
-            f"the program made{per_file}")
+    return (
+        f"{', '.join(result['rules'])}: held {result.get('held', 0)} of the {result.get('calls', 0)} sync calls "
+        f"the program made{per_file}"
+    )
 
 
 def held_note(rules: Iterable[str], subject: str) -> str:
@@ -182,13 +193,20 @@ def held_note(rules: Iterable[str], subject: str) -> str:
     trace, only after the hold.  "" when no rule holds any of those files."""
     held = [SyncDelay.parse(r) for r in rules]
     files = [f.strip().lstrip("/") for f in subject.split(",") if f.strip()]
-    hit = [r for r in held if any(fnmatch.fnmatchcase(f, r.glob) or fnmatch.fnmatchcase("/" + f, r.glob)
-                                  for f in files)]
+    hit = [
+        r
+        for r in held
+        if any(
+            fnmatch.fnmatchcase(f, r.glob) or fnmatch.fnmatchcase("/" + f, r.glob) for f in files
+        )
+    ]
     if not hit:
         return ""
-    return (f"a sync the program called before the ack, held by --delay-sync {', '.join(map(str, hit))} in this "
-            "recording, enters the kernel (and the trace) only after the hold: 'no fsync in between' may mean "
-            "its sync was still held -- the reply did not wait for it")
+    return (
+        f"a sync the program called before the ack, held by --delay-sync {', '.join(map(str, hit))} in this "
+        "recording, enters the kernel (and the trace) only after the hold: 'no fsync in between' may mean "
+        "its sync was still held -- the reply did not wait for it"
+    )
 
 
 def unused_note(rules: Iterable[SyncDelay], summary: dict[str, Any]) -> str:
@@ -196,7 +214,11 @@ def unused_note(rules: Iterable[SyncDelay], summary: dict[str, Any]) -> str:
     synced = sorted(summary.get("files", {}), key=lambda p: -summary["files"][p]["calls"])
     which = ", ".join(str(r) for r in rules)
     if not synced:
-        return (f"--delay-sync {which} held no sync call: the program made none (no fsync, fdatasync, "
-                "sync_file_range, msync or syncfs; io_uring's syncs, sync() and O_SYNC writes cannot be held)")
-    return (f"--delay-sync {which} held no sync call: the program synced {', '.join(synced[:6])}"
-            f"{', ...' if len(synced) > 6 else ''} ({summary['calls']} calls); match one of those")
+        return (
+            f"--delay-sync {which} held no sync call: the program made none (no fsync, fdatasync, "
+            "sync_file_range, msync or syncfs; io_uring's syncs, sync() and O_SYNC writes cannot be held)"
+        )
+    return (
+        f"--delay-sync {which} held no sync call: the program synced {', '.join(synced[:6])}"
+        f"{', ...' if len(synced) > 6 else ''} ({summary['calls']} calls); match one of those"
+    )

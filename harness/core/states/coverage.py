@@ -19,19 +19,42 @@ Enumeration fills a :class:`Tally` (one per model) as it generates; :func:`build
 tallies with selection's counts and the campaign's notes into the frozen :class:`Coverage` that the
 summary, JUnit, the HTML report, the plugin, merge and the matrix read.  ``Coverage.phrase`` is the
 one wording every output uses, e.g. ``capped: 3 of 60 distinct states judged``."""
+
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["ALL", "CAPPED", "COMMITS", "EXHAUSTIVE", "SAMPLED", "SETUP", "WEAKENED", "WORDS", "Coverage",
-           "ModelCoverage", "Part", "Tally", "build", "judged_only", "merge", "requirement"]
+__all__ = [
+    "ALL",
+    "CAPPED",
+    "COMMITS",
+    "EXHAUSTIVE",
+    "SAMPLED",
+    "SETUP",
+    "WEAKENED",
+    "WORDS",
+    "Coverage",
+    "ModelCoverage",
+    "Part",
+    "Tally",
+    "build",
+    "judged_only",
+    "merge",
+    "requirement",
+]
 
 EXHAUSTIVE, SAMPLED, CAPPED, WEAKENED = "exhaustive", "sampled", "capped", "weakened"
-ALL, COMMITS, SETUP = "all", "commits", "setup"   # the parts of a check's windows (ModelCoverage.part)
-WORDS = (EXHAUSTIVE, SAMPLED, CAPPED, WEAKENED)   # worst last
-SPACE_CAP = 2 ** 62   # a window's space is counted up to this (2^|window| overflows nothing, but JSON readers)
+ALL, COMMITS, SETUP = (
+    "all",
+    "commits",
+    "setup",
+)  # the parts of a check's windows (ModelCoverage.part)
+WORDS = (EXHAUSTIVE, SAMPLED, CAPPED, WEAKENED)  # worst last
+SPACE_CAP = (
+    2**62
+)  # a window's space is counted up to this (2^|window| overflows nothing, but JSON readers)
 
 
 @dataclass(slots=True)
@@ -46,8 +69,10 @@ class Tally:
     sampled_windows: int = 0
     generated: int = 0
     space: int = 0
-    setup: Tally | None = None     # the same counts of the set-up windows alone (cuts before the first key mark)
-    commits: Tally | None = None   # and of the commit windows (the others)
+    setup: Tally | None = (
+        None  # the same counts of the set-up windows alone (cuts before the first key mark)
+    )
+    commits: Tally | None = None  # and of the commit windows (the others)
 
     def window(self, space: int, generated: int, *, sampled: bool, setup: bool = False) -> None:
         """One window enumerated: ``space`` states possible, ``generated`` of them made; ``setup``:
@@ -95,11 +120,15 @@ class ModelCoverage:
     sampled_windows: int = 0
     sampled_generated: int = 0
     sampled_space: int = 0
-    earlier: int = 0    # distinct states a ledger says passed in earlier runs of the log (not judged again)
-    notes: tuple[str, ...] = ()   # what weakens this model's space or its judging, one sentence each
-    setup: Part | None = None     # the set-up windows' share of the above (None: not told apart, old output)
-    commits: Part | None = None   # the commit windows' share (None: not told apart)
-    partial: bool = False         # a part of the check (a shard, a stopped run): the parts are the whole
+    earlier: int = (
+        0  # distinct states a ledger says passed in earlier runs of the log (not judged again)
+    )
+    notes: tuple[str, ...] = ()  # what weakens this model's space or its judging, one sentence each
+    setup: Part | None = (
+        None  # the set-up windows' share of the above (None: not told apart, old output)
+    )
+    commits: Part | None = None  # the commit windows' share (None: not told apart)
+    partial: bool = False  # a part of the check (a shard, a stopped run): the parts are the whole
     #                               selection's, which of their states this run judged is not counted
 
     @property
@@ -112,13 +141,28 @@ class ModelCoverage:
             return self.setup or Part(self.model)
         if which == COMMITS and self.commits is not None:
             return self.commits
-        return Part(self.model, self.distinct - self.earlier, self.judged, self.windows, self.sampled_windows,
-                    self.sampled_generated, self.sampled_space, self.notes)   # the whole (also the commits untold)
+        return Part(
+            self.model,
+            self.distinct - self.earlier,
+            self.judged,
+            self.windows,
+            self.sampled_windows,
+            self.sampled_generated,
+            self.sampled_space,
+            self.notes,
+        )  # the whole (also the commits untold)
 
     @property
     def words(self) -> tuple[str, ...]:
-        w = tuple(x for x, on in ((SAMPLED, self.sampled_windows > 0), (CAPPED, self.left_out > 0),
-                                  (WEAKENED, bool(self.notes))) if on)
+        w = tuple(
+            x
+            for x, on in (
+                (SAMPLED, self.sampled_windows > 0),
+                (CAPPED, self.left_out > 0),
+                (WEAKENED, bool(self.notes)),
+            )
+            if on
+        )
         return w or (EXHAUSTIVE,)
 
     def phrase(self) -> str:
@@ -126,7 +170,11 @@ class ModelCoverage:
         return Coverage((self,)).phrase()
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"coverage": list(self.words), "distinct": self.distinct, "judged": self.judged}
+        d: dict[str, Any] = {
+            "coverage": list(self.words),
+            "distinct": self.distinct,
+            "judged": self.judged,
+        }
         if self.left_out:
             d["left_out"] = self.left_out
         if self.earlier:
@@ -134,8 +182,12 @@ class ModelCoverage:
         if self.notes:
             d["notes"] = list(self.notes)
         if self.sampled_windows:
-            d["sampled"] = {"windows": self.sampled_windows, "of_windows": self.windows,
-                            "generated": self.sampled_generated, "space": self.sampled_space}
+            d["sampled"] = {
+                "windows": self.sampled_windows,
+                "of_windows": self.windows,
+                "generated": self.sampled_generated,
+                "space": self.sampled_space,
+            }
         if self.setup is not None and self.commits is not None:
             d["commits"] = {"coverage": list(self.commits.words), **self.commits.to_json()}
             d["setup"] = {"coverage": list(self.setup.words), **self.setup.to_json()}
@@ -147,11 +199,20 @@ class ModelCoverage:
     def from_json(cls, model: str, d: Mapping[str, Any]) -> ModelCoverage:
         s = d.get("sampled") or {}
         u, c = d.get("setup"), d.get("commits")
-        return cls(model, int(d["distinct"]), int(d["judged"]), int(s.get("of_windows", 0)),
-                   int(s.get("windows", 0)), int(s.get("generated", 0)), int(s.get("space", 0)),
-                   int(d.get("earlier", 0)), tuple(d.get("notes") or ()),
-                   None if u is None or c is None else Part.from_json(model, u),
-                   None if u is None or c is None else Part.from_json(model, c), bool(d.get("partial", False)))
+        return cls(
+            model,
+            int(d["distinct"]),
+            int(d["judged"]),
+            int(s.get("of_windows", 0)),
+            int(s.get("windows", 0)),
+            int(s.get("generated", 0)),
+            int(s.get("space", 0)),
+            int(d.get("earlier", 0)),
+            tuple(d.get("notes") or ()),
+            None if u is None or c is None else Part.from_json(model, u),
+            None if u is None or c is None else Part.from_json(model, c),
+            bool(d.get("partial", False)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,15 +236,29 @@ class Part:
 
     @property
     def words(self) -> tuple[str, ...]:
-        w = tuple(x for x, on in ((SAMPLED, self.sampled_windows > 0), (CAPPED, self.left_out > 0),
-                                  (WEAKENED, bool(self.notes))) if on)
+        w = tuple(
+            x
+            for x, on in (
+                (SAMPLED, self.sampled_windows > 0),
+                (CAPPED, self.left_out > 0),
+                (WEAKENED, bool(self.notes)),
+            )
+            if on
+        )
         return w or (EXHAUSTIVE,)
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"distinct": self.distinct, "judged": self.judged, "windows": self.windows}
+        d: dict[str, Any] = {
+            "distinct": self.distinct,
+            "judged": self.judged,
+            "windows": self.windows,
+        }
         if self.sampled_windows:
-            d["sampled"] = {"windows": self.sampled_windows, "generated": self.sampled_generated,
-                            "space": self.sampled_space}
+            d["sampled"] = {
+                "windows": self.sampled_windows,
+                "generated": self.sampled_generated,
+                "space": self.sampled_space,
+            }
         if self.notes:
             d["notes"] = list(self.notes)
         return d
@@ -191,9 +266,16 @@ class Part:
     @classmethod
     def from_json(cls, model: str, d: Mapping[str, Any]) -> Part:
         s = d.get("sampled") or {}
-        return cls(model, int(d.get("distinct", 0)), int(d.get("judged", 0)), int(d.get("windows", 0)),
-                   int(s.get("windows", 0)), int(s.get("generated", 0)), int(s.get("space", 0)),
-                   tuple(d.get("notes") or ()))
+        return cls(
+            model,
+            int(d.get("distinct", 0)),
+            int(d.get("judged", 0)),
+            int(d.get("windows", 0)),
+            int(s.get("windows", 0)),
+            int(s.get("generated", 0)),
+            int(s.get("space", 0)),
+            tuple(d.get("notes") or ()),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,15 +293,24 @@ class Coverage:
     def with_note(self, note: str, models: Iterable[str] | None = None) -> Coverage:
         """This coverage with ``note`` on the given models (None: all)."""
         on = None if models is None else set(models)
-        return replace(self, models=tuple(_noted(m, note) if on is None or m.model in on else m for m in self.models))
+        return replace(
+            self,
+            models=tuple(
+                _noted(m, note) if on is None or m.model in on else m for m in self.models
+            ),
+        )
 
     @property
     def split(self) -> bool:
         """Whether the set-up windows are told apart from the commit windows (both have some)."""
-        return (all(m.setup is not None and m.commits is not None and not m.partial for m in self.models)
-                and any(m.part(SETUP).windows or m.part(SETUP).distinct for m in self.models)
-                and any(m.part(COMMITS).windows or m.part(COMMITS).distinct for m in self.models)
-                and not any(m.earlier for m in self.models))
+        return (
+            all(
+                m.setup is not None and m.commits is not None and not m.partial for m in self.models
+            )
+            and any(m.part(SETUP).windows or m.part(SETUP).distinct for m in self.models)
+            and any(m.part(COMMITS).windows or m.part(COMMITS).distinct for m in self.models)
+            and not any(m.earlier for m in self.models)
+        )
 
     def part_words(self, which: str) -> tuple[str, ...]:
         """The words of one part (COMMITS, SETUP) of every model; the whole's when the parts are not
@@ -275,10 +366,16 @@ class Coverage:
         if not self.split:
             return self._phrase(ALL, notes)
         commits = self._phrase(COMMITS, notes)
-        said = {n for m in self.models for n in m.part(COMMITS).notes}   # a note said once, for the commits
+        said = {
+            n for m in self.models for n in m.part(COMMITS).notes
+        }  # a note said once, for the commits
         setup = self._phrase(SETUP, notes, said)
         n = sum(m.part(COMMITS).distinct for m in self.models)
-        head = f"commit windows {commits}" if commits else f"every commit window exhaustive ({n} distinct states)"
+        head = (
+            f"commit windows {commits}"
+            if commits
+            else f"every commit window exhaustive ({n} distinct states)"
+        )
         return f"{head}; set-up windows {setup or 'exhaustive'}"
 
     def _phrase(self, which: str, notes: bool, said_before: Collection[str] = ()) -> str:
@@ -287,24 +384,39 @@ class Coverage:
         earlier = sum(m.earlier for m in self.models) if which == ALL else 0
         judged, distinct = sum(p.judged for p in ps), sum(p.distinct for p in ps) + earlier
         if any(p.left_out for p in ps):
-            parts.append(f"capped: {judged} of {distinct} distinct states judged"
-                         + (f" ({earlier} more passed in earlier runs)" if earlier else ""))
+            parts.append(
+                f"capped: {judged} of {distinct} distinct states judged"
+                + (f" ({earlier} more passed in earlier runs)" if earlier else "")
+            )
         elif earlier:
-            parts.append(f"{earlier} of {distinct} distinct states passed in earlier runs (ledger), "
-                         f"the other {judged} judged now")
+            parts.append(
+                f"{earlier} of {distinct} distinct states passed in earlier runs (ledger), "
+                f"the other {judged} judged now"
+            )
         sampled = [p for p in ps if p.sampled_windows]
         if sampled:
             seed = f" (seed {self.seed})" if self.seed is not None else ""
-            parts.append(f"sampled{seed}: " + ", ".join(
-                f"{p.sampled_windows} of {p.windows} {p.model} windows ({p.sampled_generated} of "
-                f"{_count(p.sampled_space)} states)" for p in sampled))
+            parts.append(
+                f"sampled{seed}: "
+                + ", ".join(
+                    f"{p.sampled_windows} of {p.windows} {p.model} windows ({p.sampled_generated} of "
+                    f"{_count(p.sampled_space)} states)"
+                    for p in sampled
+                )
+            )
         said = tuple(dict.fromkeys(n for p in ps for n in p.notes if n not in said_before))
-        shared = ", and as the commit windows" if any(n in said_before for p in ps for n in p.notes) else ""
-        if said and not notes:   # a page that lists the notes beside it
+        shared = (
+            ", and as the commit windows"
+            if any(n in said_before for p in ps for n in p.notes)
+            else ""
+        )
+        if said and not notes:  # a page that lists the notes beside it
             parts.append(f"weakened ({len(said)} note{'s' * (len(said) != 1)} below){shared}")
-        elif said:   # each note's head and the acks it affects; in full in summary.json and the report
+        elif (
+            said
+        ):  # each note's head and the acks it affects; in full in summary.json and the report
             parts.append("weakened: " + "; ".join(_short(n) for n in said) + shared)
-        elif shared:   # this part's notes all said already, for the commit windows
+        elif shared:  # this part's notes all said already, for the commit windows
             parts.append("weakened as the commit windows")
         return "; ".join(parts)
 
@@ -314,22 +426,33 @@ class Coverage:
         return f"{verdict} ({p})" if p else verdict
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"overall": self.overall, "words": list(self.words),
-                             "models": {m.model: m.to_json() for m in self.models}}
+        d: dict[str, Any] = {
+            "overall": self.overall,
+            "words": list(self.words),
+            "models": {m.model: m.to_json() for m in self.models},
+        }
         if self.notes:
             d["notes"] = list(self.notes)
         if self.seed is not None:
             d["seed"] = self.seed
-        if self.split:   # the commit windows apart from the set-up windows (before the first key mark)
+        if (
+            self.split
+        ):  # the commit windows apart from the set-up windows (before the first key mark)
             for which in (COMMITS, SETUP):
                 ps = [m.part(which) for m in self.models]
-                d[which] = {"words": list(self.part_words(which)), "distinct": sum(p.distinct for p in ps),
-                            "judged": sum(p.judged for p in ps)}
+                d[which] = {
+                    "words": list(self.part_words(which)),
+                    "distinct": sum(p.distinct for p in ps),
+                    "judged": sum(p.judged for p in ps),
+                }
         return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Coverage:
-        return cls(tuple(ModelCoverage.from_json(m, v) for m, v in (d.get("models") or {}).items()), d.get("seed"))
+        return cls(
+            tuple(ModelCoverage.from_json(m, v) for m, v in (d.get("models") or {}).items()),
+            d.get("seed"),
+        )
 
 
 def requirement(value: object) -> str:
@@ -342,9 +465,13 @@ def requirement(value: object) -> str:
 
 def _noted(m: ModelCoverage, note: str) -> ModelCoverage:
     """``m`` with ``note`` on it and on both its parts (a note of the whole check weakens each)."""
+
     def add(p: Part | None) -> Part | None:
         return None if p is None else replace(p, notes=tuple(dict.fromkeys((*p.notes, note))))
-    return replace(m, notes=tuple(dict.fromkeys((*m.notes, note))), setup=add(m.setup), commits=add(m.commits))
+
+    return replace(
+        m, notes=tuple(dict.fromkeys((*m.notes, note))), setup=add(m.setup), commits=add(m.commits)
+    )
 
 
 def _short(note: str) -> str:
@@ -358,9 +485,14 @@ def _count(n: int) -> str:
     return f">= 2^{n.bit_length() - 1}" if n >= SPACE_CAP else str(n)
 
 
-def build(counts: Mapping[str, Any], tallies: Mapping[str, Tally], *,
-          notes: Mapping[str, Iterable[str]] | None = None, seed: int | None = None,
-          setup_only: Iterable[str] = ()) -> Coverage:
+def build(
+    counts: Mapping[str, Any],
+    tallies: Mapping[str, Tally],
+    *,
+    notes: Mapping[str, Iterable[str]] | None = None,
+    seed: int | None = None,
+    setup_only: Iterable[str] = (),
+) -> Coverage:
     """Join selection's per-model counts (``owned`` and ``judged``, and of them ``setup_owned`` and
     ``setup_judged``: selection.ModelCounts) with the enumeration's tallies and the notes that weaken
     each model.  ``setup_only``: the notes that weaken the set-up windows alone; every other note
@@ -373,19 +505,53 @@ def build(counts: Mapping[str, Any], tallies: Mapping[str, Tally], *,
         earlier = c.earlier
         said = tuple(dict.fromkeys(notes.get(m, ())))
         su, co = t.part(SETUP), t.part(COMMITS)
-        setup = Part(m, c.setup_owned, c.setup_judged, su.windows, su.sampled_windows, su.generated, su.space, said)
-        commits = Part(m, c.owned - c.setup_owned, c.judged - c.setup_judged, co.windows, co.sampled_windows,
-                       co.generated, co.space, tuple(n for n in said if n not in only))
-        models.append(ModelCoverage(m, c.owned + earlier, c.judged, t.windows, t.sampled_windows, t.generated,
-                                    t.space, earlier, said, setup, commits))
+        setup = Part(
+            m,
+            c.setup_owned,
+            c.setup_judged,
+            su.windows,
+            su.sampled_windows,
+            su.generated,
+            su.space,
+            said,
+        )
+        commits = Part(
+            m,
+            c.owned - c.setup_owned,
+            c.judged - c.setup_judged,
+            co.windows,
+            co.sampled_windows,
+            co.generated,
+            co.space,
+            tuple(n for n in said if n not in only),
+        )
+        models.append(
+            ModelCoverage(
+                m,
+                c.owned + earlier,
+                c.judged,
+                t.windows,
+                t.sampled_windows,
+                t.generated,
+                t.space,
+                earlier,
+                said,
+                setup,
+                commits,
+            )
+        )
     return Coverage(tuple(models), seed)
 
 
 def judged_only(cov: Coverage, judged: Mapping[str, int]) -> Coverage:
     """The coverage of a part of a check (a shard, an interrupted run): ``judged`` per model is what
     this part really judged; the rest of each model's distinct states count as left out."""
-    return replace(cov, models=tuple(_judged(m, min(m.distinct - m.earlier, judged.get(m.model, 0)))
-                                     for m in cov.models))
+    return replace(
+        cov,
+        models=tuple(
+            _judged(m, min(m.distinct - m.earlier, judged.get(m.model, 0))) for m in cov.models
+        ),
+    )
 
 
 def _judged(m: ModelCoverage, judged: int) -> ModelCoverage:
@@ -408,13 +574,19 @@ def merge(parts: Sequence[Coverage]) -> Coverage:
         for m in p.models:
             judged[m.model] = judged.get(m.model, 0) + m.judged
             notes.setdefault(m.model, {}).update(dict.fromkeys(m.notes))
-    return Coverage(tuple(_whole_again(m, min(m.distinct - m.earlier, judged[m.model]), tuple(notes[m.model]))
-                          for m in first.models), first.seed)
+    return Coverage(
+        tuple(
+            _whole_again(m, min(m.distinct - m.earlier, judged[m.model]), tuple(notes[m.model]))
+            for m in first.models
+        ),
+        first.seed,
+    )
 
 
 def _whole_again(m: ModelCoverage, judged: int, notes: tuple[str, ...]) -> ModelCoverage:
     """A model of merged shards: its parts told apart again when the shards judged every state the
     selection chose (the parts' judged states add up to it), else still ``partial``."""
-    chosen = (m.setup.judged + m.commits.judged) if m.setup is not None and m.commits is not None else -1
+    chosen = (
+        (m.setup.judged + m.commits.judged) if m.setup is not None and m.commits is not None else -1
+    )
     return replace(m, judged=judged, notes=notes, partial=m.partial and judged != chosen)
-

@@ -8,6 +8,7 @@ models (core/states/models), the replay (replay/materialize.plan) and the select
 ``KeyPrefix``: a state's acks as a view of the log's ack keys (shared by every state, so a log with
 k acks costs O(k), not O(k^2)).  A torn write's atomic units (``unit_count``, ``unit_sectors``,
 ``sector_units``): what the torn models tear between."""
+
 from __future__ import annotations
 
 import itertools
@@ -43,26 +44,31 @@ class CrashState:
     cut: int
     dropped: tuple[int, ...]
     torn: Torn
-    acks: Sequence[str]   # a tuple, or a KeyPrefix (compares, hashes and pickles like one)
+    acks: Sequence[str]  # a tuple, or a KeyPrefix (compares, hashes and pickles like one)
     begun: tuple[str, ...]
     id: str
     epoch: int  # number of barrier FLUSH entries before the cut (ordering flushes not counted)
-    lie: Lie | None = None   # a lying-disk state's misdirected write, corrupt or unreadable sector
+    lie: Lie | None = None  # a lying-disk state's misdirected write, corrupt or unreadable sector
 
     # -- what the state keeps: the one rule models, replay and selection use ----------------------
     @property
     def base(self) -> int:
         """The first entry where the state differs from the plain prefix (its first dropped or torn
         entry, else the cut): entries before it are all kept whole."""
-        return min(min(self.dropped, default=self.cut), min((i for i, _ in self.torn), default=self.cut))
+        return min(
+            min(self.dropped, default=self.cut), min((i for i, _ in self.torn), default=self.cut)
+        )
 
-    def kept(self, changes_device: Sequence[bool] | DeviceChanges,
-             start: int = 0) -> tuple[tuple[int, tuple[int, ...] | None], ...]:
+    def kept(
+        self, changes_device: Sequence[bool] | DeviceChanges, start: int = 0
+    ) -> tuple[tuple[int, tuple[int, ...] | None], ...]:
         """The data entries of [start, cut) that persist, in log order: (index, None) whole, or
         (index, sector offsets) torn.  ``changes_device[i]``: entry i writes the device (a write or a
         discard; marks and empty flushes never do)."""
         gone, torn = set(self.dropped), dict(self.torn)
-        return tuple((i, torn.get(i)) for i in range(start, self.cut) if changes_device[i] and i not in gone)
+        return tuple(
+            (i, torn.get(i)) for i in range(start, self.cut) if changes_device[i] and i not in gone
+        )
 
 
 class KeyPrefix(Sequence[str]):
@@ -88,7 +94,7 @@ class KeyPrefix(Sequence[str]):
     def __getitem__(self, i: slice) -> tuple[str, ...]: ...
     def __getitem__(self, i: int | slice) -> str | tuple[str, ...]:
         if isinstance(i, slice):
-            return tuple(self._keys[:self._n][i])
+            return tuple(self._keys[: self._n][i])
         return self._keys[range(self._n)[i]]
 
     def __iter__(self) -> Iterator[str]:
@@ -103,7 +109,9 @@ class KeyPrefix(Sequence[str]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, KeyPrefix):
-            return self._n == other._n and (self._keys is other._keys or tuple(self) == tuple(other))
+            return self._n == other._n and (
+                self._keys is other._keys or tuple(self) == tuple(other)
+            )
         if isinstance(other, tuple):
             return tuple(self) == other
         return NotImplemented
@@ -132,15 +140,25 @@ def unit_count(e: Entry, per: int) -> int:
     return (e.sector + e.nr_sectors - 1) // per - e.sector // per + 1 if e.nr_sectors else 0
 
 
-def unit_sectors(e: Entry, per: int, units: Sequence[int], offs: Sequence[int] | None = None) -> tuple[int, ...]:
+def unit_sectors(
+    e: Entry, per: int, units: Sequence[int], offs: Sequence[int] | None = None
+) -> tuple[int, ...]:
     """The sector offsets (in e) of the given unit indices (in e), made of ``offs``'s int objects
     (0, 1, ... at least e.nr_sectors of them; CrashSpace shares one table)."""
     offs = range(e.nr_sectors) if offs is None else offs
     if per <= 1:
-        return tuple(map(offs.__getitem__, units)) if all(0 <= u < e.nr_sectors for u in units) else tuple(units)
+        return (
+            tuple(map(offs.__getitem__, units))
+            if all(0 <= u < e.nr_sectors for u in units)
+            else tuple(units)
+        )
     lo, hi = e.sector // per, e.sector + e.nr_sectors  # the first unit, the write's end
-    return tuple(itertools.chain.from_iterable(offs[max(e.sector, (lo + k) * per) - e.sector:
-                                                    min(hi, (lo + k + 1) * per) - e.sector] for k in units))
+    return tuple(
+        itertools.chain.from_iterable(
+            offs[max(e.sector, (lo + k) * per) - e.sector : min(hi, (lo + k + 1) * per) - e.sector]
+            for k in units
+        )
+    )
 
 
 def sector_units(e: Entry, per: int, sectors: Sequence[int]) -> tuple[int, ...] | None:
@@ -154,11 +172,28 @@ def sector_units(e: Entry, per: int, sectors: Sequence[int]) -> tuple[int, ...] 
 
 def state_to_json(state: CrashState) -> dict[str, object]:
     """A state as JSON (its id, parts, keys and lie)."""
-    return {"id": state.id, "model": state.model, "cut": state.cut, "epoch": state.epoch,
-            "dropped": list(state.dropped), "torn": [[i, list(s)] for i, s in state.torn],
-            "acks": list(state.acks), "begun": list(state.begun),
-            **({"lie": {"kind": state.lie.kind, "entry": state.lie.entry, "sector": state.lie.sector,
-                        "bits": list(state.lie.bits)}} if state.lie is not None else {})}
+    return {
+        "id": state.id,
+        "model": state.model,
+        "cut": state.cut,
+        "epoch": state.epoch,
+        "dropped": list(state.dropped),
+        "torn": [[i, list(s)] for i, s in state.torn],
+        "acks": list(state.acks),
+        "begun": list(state.begun),
+        **(
+            {
+                "lie": {
+                    "kind": state.lie.kind,
+                    "entry": state.lie.entry,
+                    "sector": state.lie.sector,
+                    "bits": list(state.lie.bits),
+                }
+            }
+            if state.lie is not None
+            else {}
+        ),
+    }
 
 
 class DeviceChanges:
@@ -174,11 +209,11 @@ class DeviceChanges:
 def describe(states: Iterable[CrashState]) -> dict[str, object]:
     """Total count and per-epoch breakdown (epoch = number of barrier FLUSH entries before the cut);
     one pass, so a stream (``CrashSpace.iter_states``) needs no list."""
-    per: dict[int, list[int]] = {}   # epoch -> [states, first cut, last cut, max dropped, sampled]
+    per: dict[int, list[int]] = {}  # epoch -> [states, first cut, last cut, max dropped, sampled]
     cuts: dict[int, set[int]] = {}
     models: Counter[str] = Counter()
     for s in states:
-        sampled = "r" in s.id.partition("@")[2]   # an id with a seeded part
+        sampled = "r" in s.id.partition("@")[2]  # an id with a seeded part
         e = per.get(s.epoch)
         if e is None:
             e = per[s.epoch] = [0, s.cut, s.cut, 0, 0]
@@ -190,8 +225,22 @@ def describe(states: Iterable[CrashState]) -> dict[str, object]:
         e[4] += sampled
         cuts[s.epoch].add(s.cut)
         models[s.model] += 1
-    epochs = [{"epoch": k, "states": e[0], "cuts": len(cuts[k]), "first_cut": e[1], "last_cut": e[2],
-               "max_dropped": e[3], "sampled": e[4]} for k, e in sorted(per.items())]
-    return {"total": sum(e[0] for e in per.values()), "models": dict(models),
-            "cuts": len(set().union(*cuts.values())), "sampled": sum(e[4] for e in per.values()), "epochs": epochs}
-
+    epochs = [
+        {
+            "epoch": k,
+            "states": e[0],
+            "cuts": len(cuts[k]),
+            "first_cut": e[1],
+            "last_cut": e[2],
+            "max_dropped": e[3],
+            "sampled": e[4],
+        }
+        for k, e in sorted(per.items())
+    ]
+    return {
+        "total": sum(e[0] for e in per.values()),
+        "models": dict(models),
+        "cuts": len(set().union(*cuts.values())),
+        "sampled": sum(e[4] for e in per.values()),
+        "epochs": epochs,
+    }

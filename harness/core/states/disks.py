@@ -28,6 +28,7 @@ not name the model.  Each disk's id rebuilds that disk's state exactly (seeded p
 the id alone rebuilds the state of the disks; ``Disks.state_from_id`` refuses an id whose cuts lie
 in two instants.
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
@@ -41,17 +42,34 @@ from powercut.core.states.stateid import check_model
 from powercut.core.states.stateid import parse_id as parse_disk_id
 from powercut.errors import UsageError
 
-__all__ = ["DEFAULT_CLUSTER_BOUND", "Disks", "DisksState", "FALLBACK_MODEL", "ID_SEP", "LATE_MARKS", "MAX_NODES",
-           "NODE_SEP", "format_disks_id", "key_events", "parse_disks_id"]
+__all__ = [
+    "DEFAULT_CLUSTER_BOUND",
+    "Disks",
+    "DisksState",
+    "FALLBACK_MODEL",
+    "ID_SEP",
+    "LATE_MARKS",
+    "MAX_NODES",
+    "NODE_SEP",
+    "format_disks_id",
+    "key_events",
+    "parse_disks_id",
+]
 
-ID_SEP = "~"      # MODEL~ids (several disks)
-NODE_SEP = "+"    # between the disks' ids (no per-disk id contains it)
-FALLBACK_MODEL = "flush"   # what a disk with no state of the model in an instant contributes (several disks)
-DEFAULT_CLUSTER_BOUND = 4096   # combinations of the disks' states taken in full per instant (--cluster-bound)
-MAX_NODES = 8      # disks of one recording (one recording VM's data disks)
-LATE_MARKS = ("marks reach the nodes' logs in turn, node 0 first: a node's write or flush completed between an "
-              "ack and that node's mark counts as before the ack, so a window shorter than the marking path is "
-              "not seen (docs/clusters.md, Known limits); affects every ack")
+ID_SEP = "~"  # MODEL~ids (several disks)
+NODE_SEP = "+"  # between the disks' ids (no per-disk id contains it)
+FALLBACK_MODEL = (
+    "flush"  # what a disk with no state of the model in an instant contributes (several disks)
+)
+DEFAULT_CLUSTER_BOUND = (
+    4096  # combinations of the disks' states taken in full per instant (--cluster-bound)
+)
+MAX_NODES = 8  # disks of one recording (one recording VM's data disks)
+LATE_MARKS = (
+    "marks reach the nodes' logs in turn, node 0 first: a node's write or flush completed between an "
+    "ack and that node's mark counts as before the ack, so a window shorter than the marking path is "
+    "not seen (docs/clusters.md, Known limits); affects every ack"
+)
 
 
 def key_events(sp: CrashSpace) -> tuple[tuple[bool, str, int], ...]:
@@ -77,13 +95,17 @@ def parse_disks_id(text: object, nodes: int) -> tuple[str, tuple[str, ...]]:
     if nodes == 1:
         return parse_disk_id(text).model, (str(text),)
     if not isinstance(text, str) or ID_SEP not in text:
-        raise UsageError(f"cluster state id {text!r}: want MODEL{ID_SEP}ID0{NODE_SEP}ID1{NODE_SEP}... "
-                         f"(one per-disk state id per node)")
+        raise UsageError(
+            f"cluster state id {text!r}: want MODEL{ID_SEP}ID0{NODE_SEP}ID1{NODE_SEP}... "
+            f"(one per-disk state id per node)"
+        )
     model, _, rest = text.partition(ID_SEP)
     check_model(model)
     ids = tuple(rest.split(NODE_SEP))
     if len(ids) != nodes or not all(ids):
-        raise UsageError(f"cluster state id {text!r} names {len(ids)} node state(s); this cluster has {nodes} nodes")
+        raise UsageError(
+            f"cluster state id {text!r} names {len(ids)} node state(s); this cluster has {nodes} nodes"
+        )
     return model, ids
 
 
@@ -106,8 +128,14 @@ class DisksState:
         return self.nodes[0].begun
 
     def to_json(self) -> dict[str, object]:
-        return {"id": self.id, "model": self.model, "instant": self.instant,
-                "nodes": [s.id for s in self.nodes], "acks": list(self.acks), "begun": list(self.begun)}
+        return {
+            "id": self.id,
+            "model": self.model,
+            "instant": self.instant,
+            "nodes": [s.id for s in self.nodes],
+            "acks": list(self.acks),
+            "begun": list(self.begun),
+        }
 
 
 class Disks:
@@ -124,11 +152,16 @@ class Disks:
         for n, ev in enumerate(events[1:], 1):
             mine = [(a, k) for a, k, _ in ev]
             if mine != first:
-                at = next((j for j, (x, y) in enumerate(zip(first, mine)) if x != y), min(len(first), len(mine)))
-                raise UsageError(f"node {n}'s log does not share node 0's key marks: key mark #{at + 1} is "
-                                 f"{_name(mine, at)} on node {n}, {_name(first, at)} on node 0 "
-                                 "(not one cluster recording)")
-        self.instants = len(first) + 1   # versions 0..len(first)
+                at = next(
+                    (j for j, (x, y) in enumerate(zip(first, mine)) if x != y),
+                    min(len(first), len(mine)),
+                )
+                raise UsageError(
+                    f"node {n}'s log does not share node 0's key marks: key mark #{at + 1} is "
+                    f"{_name(mine, at)} on node {n}, {_name(first, at)} on node 0 "
+                    "(not one cluster recording)"
+                )
+        self.instants = len(first) + 1  # versions 0..len(first)
         self.events = first
 
     def __len__(self) -> int:
@@ -149,15 +182,23 @@ class Disks:
         (or, for one disk, if its state is not of ``model``)."""
         check_model(model)
         if len(self.nodes) == 1 and len(states) == 1 and states[0].model != model:
-            raise UsageError(f"state {states[0].id} is a {states[0].model} state, not a {model} one")
+            raise UsageError(
+                f"state {states[0].id} is a {states[0].model} state, not a {model} one"
+            )
         if len(states) != len(self.nodes):
-            raise UsageError(f"a cluster state has one state per node ({len(self.nodes)}), not {len(states)}")
+            raise UsageError(
+                f"a cluster state has one state per node ({len(self.nodes)}), not {len(states)}"
+            )
         at = [self.instant_of(n, s.cut) for n, s in enumerate(states)]
         if len(set(at)) != 1:
             where = ", ".join(f"node {n} at instant {v}" for n, v in enumerate(at))
-            raise UsageError(f"not a consistent cut: {where} (every node's cut must lie between the same two "
-                             "key marks)")
-        return DisksState(model, at[0], tuple(states), format_disks_id(model, [s.id for s in states]))
+            raise UsageError(
+                f"not a consistent cut: {where} (every node's cut must lie between the same two "
+                "key marks)"
+            )
+        return DisksState(
+            model, at[0], tuple(states), format_disks_id(model, [s.id for s in states])
+        )
 
     def state_from_id(self, text: str) -> DisksState:
         """Rebuild the state of the disks an id names; UsageError for a malformed id, a disk's id that
@@ -175,8 +216,10 @@ class Disks:
                 raise UsageError(f"cluster state id {text!r}: node {n}: {e.one_line()}") from None
         bad = [s.model for s in states if s.model not in (model, FALLBACK_MODEL)]
         if bad:
-            raise UsageError(f"cluster state id {text!r}: a {model} cluster state holds {model} or "
-                             f"{FALLBACK_MODEL} node states, not {bad[0]}")
+            raise UsageError(
+                f"cluster state id {text!r}: a {model} cluster state holds {model} or "
+                f"{FALLBACK_MODEL} node states, not {bad[0]}"
+            )
         got = self.make(model, states)
         return DisksState(got.model, got.instant, got.nodes, text)
 
@@ -185,10 +228,10 @@ class Disks:
         return tuple(image_key(sp, s) for sp, s in zip(self.nodes, state.nodes))
 
 
-
-
 def _name(events: Sequence[tuple[bool, str]], at: int) -> str:
-    return f"{'ack' if events[at][0] else 'begin'}:{events[at][1]}" if at < len(events) else "its end"
+    return (
+        f"{'ack' if events[at][0] else 'begin'}:{events[at][1]}" if at < len(events) else "its end"
+    )
 
 
 def _bisect(kv: Sequence[int], v: int, lo: int) -> int:

@@ -7,6 +7,7 @@ model, so the model modules use it without importing the model list (core/crashm
 Seeded picks hash a text key with SHAKE-256, so an id's meaning does not depend on how many samples
 were asked for or on the Python version.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -74,7 +75,7 @@ class StateId:
     subset: Pick | None = None
     tear: Pick | None = None
     entry: int | None = None
-    lie: str | None = None   # a lying-disk model's part, parsed by core/crashmodels/lies.py
+    lie: str | None = None  # a lying-disk model's part, parsed by core/crashmodels/lies.py
 
     @property
     def seeded(self) -> bool:
@@ -101,8 +102,13 @@ def _subset_text(dropped: Sequence[int], droppable: Sequence[int]) -> str:
     return "/k" + format_ranges([i for i in droppable if i not in gone])
 
 
-def format_id(model: str, cut: int, dropped: Sequence[int], torn: Sequence[tuple[int, Sequence[int]]],
-              droppable: Sequence[int]) -> str:
+def format_id(
+    model: str,
+    cut: int,
+    dropped: Sequence[int],
+    torn: Sequence[tuple[int, Sequence[int]]],
+    droppable: Sequence[int],
+) -> str:
     """The canonical explicit id of a state: ``dropped`` and each torn write's sectors sorted,
     ``droppable`` the entries that may be lost at the cut (needed only when something is dropped)."""
     if not torn:
@@ -113,8 +119,9 @@ def format_id(model: str, cut: int, dropped: Sequence[int], torn: Sequence[tuple
     return f"{model}@{cut}/t{t}:s{format_ranges(sectors)}{_subset_text(dropped, [i for i in droppable if i != t])}"
 
 
-def resolve(sid: StateId, droppable: Sequence[int], sectors: Callable[[int], int]
-            ) -> tuple[tuple[int, ...], tuple[tuple[int, tuple[int, ...]], ...]]:
+def resolve(
+    sid: StateId, droppable: Sequence[int], sectors: Callable[[int], int]
+) -> tuple[tuple[int, ...], tuple[tuple[int, tuple[int, ...]], ...]]:
     """What an id names: (lost entries, torn writes), given the entries that may be lost at its cut
     (``droppable``, sorted; needed when the id has a subset part) and ``sectors(entry)``, the number
     of units (sectors, or 4 KiB units for torn-4k) of a write of several units before the cut (0 for
@@ -128,21 +135,39 @@ def resolve(sid: StateId, droppable: Sequence[int], sectors: Callable[[int], int
     if sid.tear is not None:
         m = sectors(t) if 0 <= t < sid.cut else 0
         if m < 2:
-            raise UsageError(f"state id {whole!r}: entry {t} is not a multi-sector write before the cut")
+            raise UsageError(
+                f"state id {whole!r}: entry {t} is not a multi-sector write before the cut"
+            )
         tear = sid.tear
-        torn = ((t, torn_sample(m, tear.seed, t + 1, tear.n) if tear.kind == "r" else
-                 parse_ranges(tear.ranges, m, f"state id {whole!r}:")),)
+        torn = (
+            (
+                t,
+                torn_sample(m, tear.seed, t + 1, tear.n)
+                if tear.kind == "r"
+                else parse_ranges(tear.ranges, m, f"state id {whole!r}:"),
+            ),
+        )
     sub = sid.subset
     if sub is None:
         return (), torn
     if sub.kind == "r":
-        lost = tw_sample(pool, sub.seed, sid.cut, t, sub.n) if torn else wc_sample(pool, sub.seed, sid.cut, sub.n)
+        lost = (
+            tw_sample(pool, sub.seed, sid.cut, t, sub.n)
+            if torn
+            else wc_sample(pool, sub.seed, sid.cut, sub.n)
+        )
         return lost, torn
-    listed = parse_ranges(sub.ranges, pool[-1] + 1 if pool else 0, f"state id {whole!r}: lost entries")
+    listed = parse_ranges(
+        sub.ranges, pool[-1] + 1 if pool else 0, f"state id {whole!r}: lost entries"
+    )
     bad = set(listed) - set(pool)
     if bad:
-        raise UsageError(f"state id {whole!r}: entries {format_ranges(sorted(bad))} cannot be lost at cut {sid.cut}")
-    return (listed if sub.kind == "d" else tuple(i for i in pool if i not in bad.union(listed))), torn
+        raise UsageError(
+            f"state id {whole!r}: entries {format_ranges(sorted(bad))} cannot be lost at cut {sid.cut}"
+        )
+    return (
+        listed if sub.kind == "d" else tuple(i for i in pool if i not in bad.union(listed))
+    ), torn
 
 
 # -- seeded picks (an ``r`` part names one of these) -----------------------------------------------------
@@ -168,7 +193,9 @@ def pick_bits(items: Sequence[int], bits: int) -> tuple[int, ...]:
 
 def wc_sample(droppable: Sequence[int], seed: int, cut: int, n: int) -> tuple[int, ...]:
     """``write-cache@cut/r{seed}.{n}``: the dropped entries."""
-    return pick_bits(droppable, shake_bits(f"powercut/write-cache/{seed}/{cut}/{n}", len(droppable)))
+    return pick_bits(
+        droppable, shake_bits(f"powercut/write-cache/{seed}/{cut}/{n}", len(droppable))
+    )
 
 
 def torn_sample(m: int, seed: int, after: int, n: int) -> tuple[int, ...]:
@@ -196,19 +223,23 @@ def seeded_index(count: int, seed: int, cut: int, n: int) -> int:
 def subset_picks(pool: Sequence[int]) -> list[tuple[int, ...]]:
     """Lost subsets tried when an epoch is too big for all of them: none, all, each one, all but one."""
     p = tuple(pool)
-    return [(), p, *((d,) for d in p), *(p[:i] + p[i + 1:] for i in range(len(p)))]
+    return [(), p, *((d,) for d in p), *(p[:i] + p[i + 1 :] for i in range(len(p)))]
 
 
 def tear_picks(m: int, extra: int) -> list[tuple[int, ...]]:
     """Persisted sectors tried for a write of m > 1 sectors: first half, second half, all but the
     last, only the first -- or every proper subset when there are no more than those plus ``extra``."""
-    picks = dict.fromkeys([tuple(range(m // 2)), tuple(range(m // 2, m)), tuple(range(m - 1)), (0,)])
+    picks = dict.fromkeys(
+        [tuple(range(m // 2)), tuple(range(m // 2, m)), tuple(range(m - 1)), (0,)]
+    )
     if (1 << m) - 2 <= len(picks) + extra:
         return [pick_bits(range(m), x) for x in range(1, (1 << m) - 1)]
     return list(picks)
 
 
-def not_under(lo: int, m: int, top: tuple[int, int], later: Sequence[tuple[int, int]]) -> tuple[int, ...]:
+def not_under(
+    lo: int, m: int, top: tuple[int, int], later: Sequence[tuple[int, int]]
+) -> tuple[int, ...]:
     """Offsets of the write of sectors [lo, lo+m) that stay its own if the write ``top`` (sector,
     count) lands on it, except where a ``later`` write (sector, count) rewrote ``top``'s sectors
     anyway; () if ``top`` would win nowhere or everywhere."""

@@ -18,6 +18,7 @@ that, a few small objects per state that depend on the durable set alone and giv
 keys part is the space's ``key_version`` (the number of key marks that added a key): equal
 versions <=> equal (acks, begun).
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
@@ -43,9 +44,11 @@ def image_key(sp: CrashSpace, state: CrashState) -> Hashable:
         if data[hi - 1]:
             j -= 1
         hi -= 1
-    lost = dropped if j == len(dropped) - 1 else dropped[:j + 1]
+    lost = dropped if j == len(dropped) - 1 else dropped[: j + 1]
     key = sp.ndata[base], sp.ndata[hi], lost, state.torn, sp.key_version[cut]
-    return key if state.lie is None else (*key, state.lie)   # a lying disk's misplaced, flipped or bad sector
+    return (
+        key if state.lie is None else (*key, state.lie)
+    )  # a lying disk's misplaced, flipped or bad sector
 
 
 def key_name(keys: Sequence[Hashable]) -> str:
@@ -55,6 +58,7 @@ def key_name(keys: Sequence[Hashable]) -> str:
     # imported here: every checker VM's check job imports this module (core/states/disks.py) and never names
     # a key; hashlib (with OpenSSL's _hashlib) costs 2.4-2.7 ms natively, measured, 10-50x that under TCG
     import hashlib
+
     return "+".join(hashlib.blake2b(repr(k).encode(), digest_size=8).hexdigest() for k in keys)
 
 

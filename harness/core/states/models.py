@@ -60,6 +60,7 @@ Each model is an object of the crash-model registry (core/crashmodels/registry.p
 its family's module (core/crashmodels/); ``CrashSpace`` is the log's tables
 (crashmodels.tables.SpaceTables) with the registry's models on top.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -74,15 +75,29 @@ from powercut.core.states.crashstate import CrashState, DeviceChanges, describe
 from powercut.core.states.stateid import MODELS, check_model, format_ranges, parse_id, parse_ranges
 from powercut.errors import UsageError
 
-__all__ = ["MODELS", "MAX_EXHAUSTIVE_BOUND", "UNIT_BYTES", "CrashSpace", "LieTarget", "describe", "durable_entries",
-           "enumerate_states", "format_ranges", "make_state", "parse_ranges", "space", "state_from_id"]
+__all__ = [
+    "MODELS",
+    "MAX_EXHAUSTIVE_BOUND",
+    "UNIT_BYTES",
+    "CrashSpace",
+    "LieTarget",
+    "describe",
+    "durable_entries",
+    "enumerate_states",
+    "format_ranges",
+    "make_state",
+    "parse_ranges",
+    "space",
+    "state_from_id",
+]
 
 MAX_EXHAUSTIVE_BOUND = 20
-UNIT_BYTES = REGISTRY.unit_bytes   # a torn model's atomic unit (0: a log sector)
+UNIT_BYTES = REGISTRY.unit_bytes  # a torn model's atomic unit (0: a log sector)
 
 
-def durable_entries(entries: CrashSpace | LogIndex | Sequence[Entry],
-                    state: CrashState) -> Iterator[tuple[Entry, tuple[int, ...] | None]]:
+def durable_entries(
+    entries: CrashSpace | LogIndex | Sequence[Entry], state: CrashState
+) -> Iterator[tuple[Entry, tuple[int, ...] | None]]:
     """What to replay for a state: (entry, None) for fully persisted data entries, (entry, sector
     offsets) for torn ones, in log order."""
     seq = entries_of(entries)
@@ -97,12 +112,22 @@ class CrashSpace(SpaceTables):
     (core/trace/latetrace.py).  Thread-safe: the tables are immutable; the cache of (acks,
     begun) tuples is locked."""
 
-    def __init__(self, entries: LogIndex | Sequence[Entry], *, lie_target: LieTarget = NO_TARGET,
-                 cleared: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        entries: LogIndex | Sequence[Entry],
+        *,
+        lie_target: LieTarget = NO_TARGET,
+        cleared: frozenset[int] = frozenset(),
+    ) -> None:
         super().__init__(entries, lie_target=lie_target, cleared=cleared)
 
-    def make_state(self, model: str, cut: int, dropped: Sequence[int] = (),
-                   torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
+    def make_state(
+        self,
+        model: str,
+        cut: int,
+        dropped: Sequence[int] = (),
+        torn: Sequence[tuple[int, Sequence[int]]] = (),
+    ) -> CrashState:
         """Build and validate one state (e.g. a minimized one); UsageError if the model cannot
         produce it from this log."""
         check_model(model)
@@ -114,24 +139,52 @@ class CrashSpace(SpaceTables):
         return registered(sid.model).from_id(self, sid, state_id)
 
     # -- enumeration ------------------------------------------------------------------------------
-    def states(self, model: str, *, seed: int = 0, exhaustive_bound: int = 10, samples: int = 64,
-               torn_samples: int = 4, tally: Tally | None = None) -> list[CrashState]:
+    def states(
+        self,
+        model: str,
+        *,
+        seed: int = 0,
+        exhaustive_bound: int = 10,
+        samples: int = 64,
+        torn_samples: int = 4,
+        tally: Tally | None = None,
+    ) -> list[CrashState]:
         """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
-        return list(self.iter_states(model, seed=seed, exhaustive_bound=exhaustive_bound, samples=samples,
-                                     torn_samples=torn_samples, tally=tally))
+        return list(
+            self.iter_states(
+                model,
+                seed=seed,
+                exhaustive_bound=exhaustive_bound,
+                samples=samples,
+                torn_samples=torn_samples,
+                tally=tally,
+            )
+        )
 
-    def iter_states(self, model: str, *, seed: int = 0, exhaustive_bound: int = 10, samples: int = 64,
-                    torn_samples: int = 4, tally: Tally | None = None,
-                    setup_samples: int | None = None) -> Iterator[CrashState]:
+    def iter_states(
+        self,
+        model: str,
+        *,
+        seed: int = 0,
+        exhaustive_bound: int = 10,
+        samples: int = 64,
+        torn_samples: int = 4,
+        tally: Tally | None = None,
+        setup_samples: int | None = None,
+    ) -> Iterator[CrashState]:
         """``states()`` one at a time, in order: memory for one cut's states and one epoch's
         equivalence keys, not the model's states (millions at 10^6 entries).  Arguments checked now.
         ``tally``: gets every window the model enumerates (coverage.Tally.window) as it goes.
         ``setup_samples``: the seeded samples of a set-up window (before the first key mark) beyond
         the bound (None: ``samples``)."""
         check_model(model)
-        limits = (("seed", seed, 2**63 - 1), ("exhaustive_bound", exhaustive_bound, MAX_EXHAUSTIVE_BOUND),
-                  ("samples", samples, 10**6), ("torn_samples", torn_samples, 10**4),
-                  ("setup_samples", samples if setup_samples is None else setup_samples, 10**6))
+        limits = (
+            ("seed", seed, 2**63 - 1),
+            ("exhaustive_bound", exhaustive_bound, MAX_EXHAUSTIVE_BOUND),
+            ("samples", samples, 10**6),
+            ("torn_samples", torn_samples, 10**4),
+            ("setup_samples", samples if setup_samples is None else setup_samples, 10**6),
+        )
         for name, value, hi in limits:
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
                 raise UsageError(f"{name} must be an integer in 0..{hi}, got {value!r}")
@@ -145,16 +198,34 @@ def space(index: CrashSpace | LogIndex | Sequence[Entry]) -> CrashSpace:
     return index if isinstance(index, CrashSpace) else CrashSpace(index)
 
 
-def enumerate_states(index: CrashSpace | LogIndex | Sequence[Entry], model: str, *, seed: int = 0,
-                     exhaustive_bound: int = 10, samples: int = 64, torn_samples: int = 4,
-                     tally: Tally | None = None) -> list[CrashState]:
+def enumerate_states(
+    index: CrashSpace | LogIndex | Sequence[Entry],
+    model: str,
+    *,
+    seed: int = 0,
+    exhaustive_bound: int = 10,
+    samples: int = 64,
+    torn_samples: int = 4,
+    tally: Tally | None = None,
+) -> list[CrashState]:
     """All states of a model, ordered by cut then id, without duplicates; deterministic per seed."""
-    return space(index).states(model, seed=seed, exhaustive_bound=exhaustive_bound, samples=samples,
-                               torn_samples=torn_samples, tally=tally)
+    return space(index).states(
+        model,
+        seed=seed,
+        exhaustive_bound=exhaustive_bound,
+        samples=samples,
+        torn_samples=torn_samples,
+        tally=tally,
+    )
 
 
-def make_state(index: CrashSpace | LogIndex | Sequence[Entry], model: str, cut: int, dropped: Sequence[int] = (),
-               torn: Sequence[tuple[int, Sequence[int]]] = ()) -> CrashState:
+def make_state(
+    index: CrashSpace | LogIndex | Sequence[Entry],
+    model: str,
+    cut: int,
+    dropped: Sequence[int] = (),
+    torn: Sequence[tuple[int, Sequence[int]]] = (),
+) -> CrashState:
     """Build and validate one state; UsageError if the model cannot produce it from this log."""
     return space(index).make_state(model, cut, dropped, torn)
 

@@ -7,6 +7,7 @@ says when two states are one).  A model's states are streamed a key version at a
 (``CrashSpace.iter_states``): states of two versions never share an image, so nothing of a
 version is kept once it is taken.
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Sequence
@@ -22,11 +23,17 @@ __all__ = ["Stream", "after_floor"]
 
 def after_floor(state: CrashState, floor: int | None) -> bool:
     """The state cuts after the floor entry and keeps every entry before it whole."""
-    return floor is None or (state.cut > floor and all(d > floor for d in state.dropped)
-                             and all(t > floor for t, _ in state.torn) and (state.lie is None or state.lie.entry > floor))
+    return floor is None or (
+        state.cut > floor
+        and all(d > floor for d in state.dropped)
+        and all(t > floor for t, _ in state.torn)
+        and (state.lie is None or state.lie.entry > floor)
+    )
 
 
-def _windows(states: Iterator[CrashState], version: Sequence[int]) -> Iterator[tuple[int, list[CrashState]]]:
+def _windows(
+    states: Iterator[CrashState], version: Sequence[int]
+) -> Iterator[tuple[int, list[CrashState]]]:
     """A model's states (in cut order) grouped by the key version of their cut (non-decreasing)."""
     group: list[CrashState] = []
     at = -1
@@ -46,16 +53,18 @@ class Stream:
     image key -> the ids of the states with that image after the floor, in the model's order (the
     first is the pool's state, the others its duplicates).  Counts what it took."""
 
-    def __init__(self, sp: CrashSpace, model: str, floor: int | None, tally: Tally, **enumeration: Any) -> None:
+    def __init__(
+        self, sp: CrashSpace, model: str, floor: int | None, tally: Tally, **enumeration: Any
+    ) -> None:
         """``enumeration``: the model's options (``CrashSpace.iter_states``: seed, exhaustive_bound,
         samples, torn_samples)."""
         self.sp, self.floor = sp, floor
         states = sp.iter_states(model, **enumeration, tally=tally)
         self._windows = _windows(states, sp.key_version)
         self._ahead = next(self._windows, None)
-        self.generated = 0   # states after the floor
-        self.below = 0       # states before it
-        self.distinct = 0    # distinct states after it
+        self.generated = 0  # states after the floor
+        self.below = 0  # states before it
+        self.distinct = 0  # distinct states after it
 
     @property
     def next_version(self) -> int | None:

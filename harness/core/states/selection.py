@@ -33,6 +33,7 @@ a fair share of every model.  One algorithm for N >= 1 disks; one disk is N = 1.
   the representatives are kept as ids (core/states/statelist.StateList, ~25 bytes a state), each rebuilt
   from its id when asked for.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,11 +65,25 @@ from powercut.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEMO_SELECTION", "RUN_SELECTION", "SEED_AUTO", "DisksSelection", "ModelCounts", "Selection",
-           "SelectionSpec", "fair_shares", "log_notes", "select", "select_disks", "spread"]
+__all__ = [
+    "DEMO_SELECTION",
+    "RUN_SELECTION",
+    "SEED_AUTO",
+    "DisksSelection",
+    "ModelCounts",
+    "Selection",
+    "SelectionSpec",
+    "fair_shares",
+    "log_notes",
+    "select",
+    "select_disks",
+    "spread",
+]
 
 
-SEED_AUTO = -1   # --seed auto: a new seed per run, chosen when the run starts (SelectionSpec.resolved)
+SEED_AUTO = (
+    -1
+)  # --seed auto: a new seed per run, chosen when the run starts (SelectionSpec.resolved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +95,23 @@ class SelectionSpec:
     campaign.matrix.MatrixRun; the CLI's options and the pytest marker override its fields (``with_``).  ``seed`` SEED_AUTO
     (``--seed auto``) is resolved to a fresh seed when a run starts."""
 
-    models: tuple[str, ...] = ("flush", "write-cache", "torn-4k")   # torn-4k: x1.10 states (docs/measurements.md)
+    models: tuple[str, ...] = (
+        "flush",
+        "write-cache",
+        "torn-4k",
+    )  # torn-4k: x1.10 states (docs/measurements.md)
     seed: int = 0
     bound: int = 10
     samples: int = 64
     torn_samples: int = 4
     max_states: int = 0
-    setup_samples: int | None = None   # write-cache samples of a set-up window (before the first key mark:
+    setup_samples: int | None = (
+        None  # write-cache samples of a set-up window (before the first key mark:
+    )
     #                                    nothing acknowledged yet) beyond the bound; None: ``samples``
-    lie_file: str = ""   # the lying-disk models lie only about this file of the program's (its blocks from
+    lie_file: str = (
+        ""  # the lying-disk models lie only about this file of the program's (its blocks from
+    )
     #                      the recording's file map: campaign/run.lie_target_of); "": anywhere, its blocks first
 
     def __post_init__(self) -> None:
@@ -96,24 +119,34 @@ class SelectionSpec:
             raise UsageError("select at least one crash model")
         unknown = [m for m in self.models if m not in MODELS]
         if unknown:
-            raise UsageError(f"unknown crash model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+            raise UsageError(
+                f"unknown crash model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}"
+            )
         for name in ("bound", "samples", "torn_samples", "max_states", "setup_samples"):
             value = getattr(self, name)
             if value is None and name == "setup_samples":
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise UsageError(f"--{name.replace('_', '-')} must be a whole number >= 0, not {value!r}")
+                raise UsageError(
+                    f"--{name.replace('_', '-')} must be a whole number >= 0, not {value!r}"
+                )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < SEED_AUTO:
             raise UsageError(f"--seed must be a whole number >= 0 or 'auto', not {self.seed!r}")
         if self.lie_file and (self.lie_file.startswith("/") or ".." in self.lie_file.split("/")):
-            raise UsageError(f"--lie-file {self.lie_file}: a path relative to the filesystem under test, inside it")
+            raise UsageError(
+                f"--lie-file {self.lie_file}: a path relative to the filesystem under test, inside it"
+            )
         if self.lie_file and not set(self.models) & set(LIE_MODELS):
-            raise UsageError(f"--lie-file {self.lie_file} restricts the lying-disk models, and none is chosen "
-                             f"(--model {','.join(m for m in LIE_MODELS if m != 'flush-ignored')})")
+            raise UsageError(
+                f"--lie-file {self.lie_file} restricts the lying-disk models, and none is chosen "
+                f"(--model {','.join(m for m in LIE_MODELS if m != 'flush-ignored')})"
+            )
 
     def with_(self, **changes: Any) -> SelectionSpec:
         """This value with the given fields replaced; a None value keeps the field (an option not given)."""
-        given: dict[str, Any] = {k: (tuple(v) if k == "models" else v) for k, v in changes.items() if v is not None}
+        given: dict[str, Any] = {
+            k: (tuple(v) if k == "models" else v) for k, v in changes.items() if v is not None
+        }
         return dataclasses.replace(self, **given) if given else self
 
     def resolved(self) -> SelectionSpec:
@@ -123,10 +156,16 @@ class SelectionSpec:
         return dataclasses.replace(self, seed=int.from_bytes(os.urandom(4), "big"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"models": list(self.models), "seed": self.seed, "bound": self.bound, "samples": self.samples,
-                "torn_samples": self.torn_samples, "max_states": self.max_states,
-                **({"setup_samples": self.setup_samples} if self.setup_samples is not None else {}),
-                **({"lie_file": self.lie_file} if self.lie_file else {})}
+        return {
+            "models": list(self.models),
+            "seed": self.seed,
+            "bound": self.bound,
+            "samples": self.samples,
+            "torn_samples": self.torn_samples,
+            "max_states": self.max_states,
+            **({"setup_samples": self.setup_samples} if self.setup_samples is not None else {}),
+            **({"lie_file": self.lie_file} if self.lie_file else {}),
+        }
 
 
 # the presets: `check` and the library take SelectionSpec(); `run` (the quick default campaign) and
@@ -135,6 +174,8 @@ RUN_SELECTION = SelectionSpec(bound=4, samples=8, torn_samples=1)
 # the demo: every distinct state (a capped demo missed a finding); commit windows of up to 7 droppable
 # writes exhaustive (the durable rows' largest), set-up windows beyond the bound only their picks
 DEMO_SELECTION = SelectionSpec(bound=7, samples=12, setup_samples=0)
+
+
 @dataclass(frozen=True, slots=True)
 class ModelCounts:
     """One model's numbers.  ``generated``: its states after the floor (``below_floor`` more were
@@ -146,21 +187,33 @@ class ModelCounts:
     owned: int
     judged: int
     below_floor: int = 0
-    earlier: int = 0   # distinct states it would own that a ledger says passed in an earlier run (not owned)
-    setup_owned: int = 0    # of ``owned``, those before the program's first key mark (instant 0: set-up)
-    setup_judged: int = 0   # of ``judged``, those
+    earlier: int = (
+        0  # distinct states it would own that a ledger says passed in an earlier run (not owned)
+    )
+    setup_owned: int = (
+        0  # of ``owned``, those before the program's first key mark (instant 0: set-up)
+    )
+    setup_judged: int = 0  # of ``judged``, those
 
     @property
     def left_out(self) -> int:
         return self.owned - self.judged
 
     def to_json(self) -> dict[str, int]:
-        return {"generated": self.generated, "distinct": self.distinct, "owned": self.owned,
-                "judged": self.judged, "left_out": self.left_out, "below_floor": self.below_floor,
-                **({"earlier": self.earlier} if self.earlier else {}),
-                **({"setup_owned": self.setup_owned, "setup_judged": self.setup_judged} if self.setup_owned else {})}
-
-
+        return {
+            "generated": self.generated,
+            "distinct": self.distinct,
+            "owned": self.owned,
+            "judged": self.judged,
+            "left_out": self.left_out,
+            "below_floor": self.below_floor,
+            **({"earlier": self.earlier} if self.earlier else {}),
+            **(
+                {"setup_owned": self.setup_owned, "setup_judged": self.setup_judged}
+                if self.setup_owned
+                else {}
+            ),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,11 +223,13 @@ class Selection:
     image (every representative that has some, judged or left out).  ``floor``: the floor mark's
     entry (None: no floor)."""
 
-    states: Sequence[CrashState]   # a StateList from select(); a tuple once sharded
+    states: Sequence[CrashState]  # a StateList from select(); a tuple once sharded
     aliases: dict[str, tuple[str, ...]]
     counts: dict[str, ModelCounts]
     floor: int | None
-    coverage: Coverage = Coverage(())   # what the chosen states cover (judged = chosen; core/states/coverage)
+    coverage: Coverage = Coverage(
+        ()
+    )  # what the chosen states cover (judged = chosen; core/states/coverage)
 
     @property
     def left_out(self) -> dict[str, int]:
@@ -187,8 +242,12 @@ class Selection:
         return (self.floor,)
 
     def to_json(self) -> dict[str, object]:
-        return {"judged": len(self.states), "floor": self.floor, "aliases": sum(map(len, self.aliases.values())),
-                "models": {m: c.to_json() for m, c in self.counts.items()}}
+        return {
+            "judged": len(self.states),
+            "floor": self.floor,
+            "aliases": sum(map(len, self.aliases.values())),
+            "models": {m: c.to_json() for m, c in self.counts.items()},
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +258,7 @@ class DisksSelection:
     distinct states (``node_states``); ``products``: model -> the sum over instants of the
     product of the disks' pools (one disk: its distinct states)."""
 
-    states: Sequence[DisksState]   # a StateList from select_disks(); a tuple once sharded
+    states: Sequence[DisksState]  # a StateList from select_disks(); a tuple once sharded
     aliases: dict[str, tuple[str, ...]]
     counts: dict[str, ModelCounts]
     coverage: Coverage
@@ -209,9 +268,14 @@ class DisksSelection:
     floors: tuple[int | None, ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        return {"judged": len(self.states), "instants": self.instants, "node_states": list(self.node_states),
-                "products": dict(self.products), "models": {m: c.to_json() for m, c in self.counts.items()},
-                "coverage": self.coverage.to_json()}
+        return {
+            "judged": len(self.states),
+            "instants": self.instants,
+            "node_states": list(self.node_states),
+            "products": dict(self.products),
+            "models": {m: c.to_json() for m, c in self.counts.items()},
+            "coverage": self.coverage.to_json(),
+        }
 
 
 def fair_shares(sizes: Sequence[int], n: int) -> list[int]:
@@ -246,8 +310,9 @@ def spread(count: int, q: int) -> list[int]:
     return [(2 * i * (count - 1) + q - 1) // (2 * (q - 1)) for i in range(q)]
 
 
-def _combos(sizes: Sequence[int], bound: int, seed: int, model: str, v: int,
-            samples: int) -> tuple[list[tuple[int, ...]], bool]:
+def _combos(
+    sizes: Sequence[int], bound: int, seed: int, model: str, v: int, samples: int
+) -> tuple[list[tuple[int, ...]], bool]:
     """Index tuples into the disks' pools: all of them when there is one disk (its pool is its
     model's own choice) or the product is within ``bound``, else the structured picks (every disk at
     its first state, every disk at its last, each state of each disk with every other disk at its
@@ -260,11 +325,15 @@ def _combos(sizes: Sequence[int], bound: int, seed: int, model: str, v: int,
     picks: dict[tuple[int, ...], None] = dict.fromkeys([first, last])
     for n, size in enumerate(sizes):
         for i in range(size):
-            picks[first[:n] + (i,) + first[n + 1:]] = None
-            picks[last[:n] + (i,) + last[n + 1:]] = None
+            picks[first[:n] + (i,) + first[n + 1 :]] = None
+            picks[last[:n] + (i,) + last[n + 1 :]] = None
     for j in range(samples):
-        picks[tuple(shake_bits(f"powercut/cluster/{seed}/{model}/{v}/{j}/{n}", 64) % s
-                    for n, s in enumerate(sizes))] = None
+        picks[
+            tuple(
+                shake_bits(f"powercut/cluster/{seed}/{model}/{v}/{j}/{n}", 64) % s
+                for n, s in enumerate(sizes)
+            )
+        ] = None
     return list(picks), True
 
 
@@ -272,9 +341,14 @@ def _floor_of(sp: CrashSpace, floor_mark: str | None) -> int | None:
     return next((e.index for e in sp.entries if e.mark == floor_mark), None) if floor_mark else None
 
 
-def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "mkfs",
-                 earlier: Collection[str] = frozenset(),
-                 cluster_bound: int = DEFAULT_CLUSTER_BOUND) -> DisksSelection:
+def select_disks(
+    disks: Disks,
+    how: SelectionSpec,
+    *,
+    floor_mark: str | None = "mkfs",
+    earlier: Collection[str] = frozenset(),
+    cluster_bound: int = DEFAULT_CLUSTER_BOUND,
+) -> DisksSelection:
     """The states of the disks to judge: per model, per instant, the combinations of the disks'
     pools (after each disk's floor mark), each distinct image once, at most ``how.max_states`` (0:
     all) spread fairly over the models.  Deterministic per seed; a seed of SEED_AUTO must be
@@ -291,27 +365,52 @@ def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "
     order = list(dict.fromkeys(how.models))
     floors = tuple(_floor_of(sp, floor_mark) for sp in disks.nodes)
     node_tallies = [{m: Tally() for m in order} for _ in disks.nodes]
-    kw = {"seed": how.seed, "exhaustive_bound": how.bound, "samples": how.samples, "torn_samples": how.torn_samples,
-          "setup_samples": how.setup_samples}
-    streams = {m: [Stream(sp, m, floor, node_tallies[n][m], **kw) for n, (sp, floor)
-                   in enumerate(zip(disks.nodes, floors))] for m in order}
-    fallback = None   # several disks: a disk with no state of a model in an instant contributes its flush states
+    kw = {
+        "seed": how.seed,
+        "exhaustive_bound": how.bound,
+        "samples": how.samples,
+        "torn_samples": how.torn_samples,
+        "setup_samples": how.setup_samples,
+    }
+    streams = {
+        m: [
+            Stream(sp, m, floor, node_tallies[n][m], **kw)
+            for n, (sp, floor) in enumerate(zip(disks.nodes, floors))
+        ]
+        for m in order
+    }
+    fallback = None  # several disks: a disk with no state of a model in an instant contributes its flush states
     if several and FALLBACK_MODEL not in streams:
-        fallback = [Stream(sp, FALLBACK_MODEL, floor, Tally(), **kw) for sp, floor in zip(disks.nodes, floors)]
+        fallback = [
+            Stream(sp, FALLBACK_MODEL, floor, Tally(), **kw)
+            for sp, floor in zip(disks.nodes, floors)
+        ]
     owned: dict[str, StateList[DisksState]] = {m: StateList(disks) for m in order}
     aliases: dict[str, list[str]] = {}
-    gen, distinct, before = dict.fromkeys(order, 0), dict.fromkeys(order, 0), dict.fromkeys(order, 0)
-    setup_owned = dict.fromkeys(order, 0)   # owned states of instant 0 (set-up: before the first key mark)
+    gen, distinct, before = (
+        dict.fromkeys(order, 0),
+        dict.fromkeys(order, 0),
+        dict.fromkeys(order, 0),
+    )
+    setup_owned = dict.fromkeys(
+        order, 0
+    )  # owned states of instant 0 (set-up: before the first key mark)
     products = dict.fromkeys(order, 0)
-    combined = {m: Tally() for m in order}   # several disks: one window per instant, its combinations
+    combined = {
+        m: Tally() for m in order
+    }  # several disks: one window per instant, its combinations
     while True:
         ahead = [st.next_version for m in order for st in streams[m]]
         if all(a is None for a in ahead):
             break
         v = min(a for a in ahead if a is not None)
         taken = {m: [st.take(v) for st in streams[m]] for m in order}
-        back = [st.take(v) for st in fallback] if fallback is not None else taken.get(FALLBACK_MODEL)
-        reps: dict[tuple[Hashable, ...], str] = {}   # this instant's images -> their representative's id
+        back = (
+            [st.take(v) for st in fallback] if fallback is not None else taken.get(FALLBACK_MODEL)
+        )
+        reps: dict[
+            tuple[Hashable, ...], str
+        ] = {}  # this instant's images -> their representative's id
         for m in order:
             pools = taken[m]
             if not any(pools):
@@ -340,11 +439,15 @@ def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "
                             owned[m].append_id(sid)
                     else:
                         aliases.setdefault(rep, []).append(sid)
-                    for n, g in enumerate(groups):   # each disk's duplicates, one disk at a time
+                    for n, g in enumerate(groups):  # each disk's duplicates, one disk at a time
                         for dup in g[1:]:
-                            aliases.setdefault(rep, []).append(format_disks_id(m, [*ids[:n], dup, *ids[n + 1:]]))
+                            aliases.setdefault(rep, []).append(
+                                format_disks_id(m, [*ids[:n], dup, *ids[n + 1 :]])
+                            )
                 if several:
-                    combined[m].window(min(SPACE_CAP, math.prod(sizes)), len(combos), sampled=sampled, setup=v == 0)
+                    combined[m].window(
+                        min(SPACE_CAP, math.prod(sizes)), len(combos), sampled=sampled, setup=v == 0
+                    )
             distinct[m] += len(seen)
             if v == 0:
                 setup_owned[m] = len(owned[m])
@@ -361,18 +464,39 @@ def select_disks(disks: Disks, how: SelectionSpec, *, floor_mark: str | None = "
             for i in picked:
                 chosen.append_id(mine.id_at(i))
             setup_judged = sum(i < setup_owned[m] for i in picked)
-        counts[m] = ModelCounts(gen[m], distinct[m], len(mine), q, sum(st.below for st in streams[m]), before[m],
-                                setup_owned[m], setup_judged)
+        counts[m] = ModelCounts(
+            gen[m],
+            distinct[m],
+            len(mine),
+            q,
+            sum(st.below for st in streams[m]),
+            before[m],
+            setup_owned[m],
+            setup_judged,
+        )
         del mine
     tallies = {m: _sum_tallies([combined[m], *(t[m] for t in node_tallies)]) for m in order}
     notes = {m: _notes(disks, m) for m in order}
     setup_only = _setup_notes(disks)
-    log.debug("selected %d of %d distinct states (floors %s): %s", len(chosen),
-              sum(c.owned for c in counts.values()), floors, {m: c.to_json() for m, c in counts.items()})
+    log.debug(
+        "selected %d of %d distinct states (floors %s): %s",
+        len(chosen),
+        sum(c.owned for c in counts.values()),
+        floors,
+        {m: c.to_json() for m, c in counts.items()},
+    )
     cov = build(counts, tallies, notes=notes, seed=how.seed, setup_only=setup_only)
     node_states = tuple({m: streams[m][n].distinct for m in order} for n in range(len(disks)))
-    return DisksSelection(chosen, {k: tuple(x) for k, x in aliases.items()}, counts, cov, node_states,
-                          disks.instants, products, floors)
+    return DisksSelection(
+        chosen,
+        {k: tuple(x) for k, x in aliases.items()},
+        counts,
+        cov,
+        node_states,
+        disks.instants,
+        products,
+        floors,
+    )
 
 
 Pools = list[dict[Hashable, list[str]]]
@@ -386,8 +510,11 @@ def _variants(model: str, pools: Pools, back: Pools | None) -> list[tuple[str, P
     if back is None:
         return [("", pools)]
     if model in LIE_MODELS:
-        return [(f"/lie{n}", [pools[k] if k == n else back[k] for k in range(len(pools))])
-                for n in range(len(pools)) if pools[n]]
+        return [
+            (f"/lie{n}", [pools[k] if k == n else back[k] for k in range(len(pools))])
+            for n in range(len(pools))
+            if pools[n]
+        ]
     return [("", [mine or theirs for mine, theirs in zip(pools, back)])]
 
 
@@ -410,16 +537,26 @@ def _notes(disks: Disks, model: str) -> list[str]:
     several, and then what marking several logs in turn hides (LATE_MARKS)."""
     if len(disks) == 1:
         return log_notes(disks.nodes[0], model)
-    return [f"node {n} -- {x}" for n, sp in enumerate(disks.nodes) for x in log_notes(sp, model)] + [LATE_MARKS]
+    return [
+        f"node {n} -- {x}" for n, sp in enumerate(disks.nodes) for x in log_notes(sp, model)
+    ] + [LATE_MARKS]
 
 
-def select(index_or_entries: CrashSpace | LogIndex | Sequence[Entry], how: SelectionSpec | Sequence[str], *,
-           floor_mark: str | None = "mkfs", earlier: Collection[str] = frozenset(), **fields: Any) -> Selection:
+def select(
+    index_or_entries: CrashSpace | LogIndex | Sequence[Entry],
+    how: SelectionSpec | Sequence[str],
+    *,
+    floor_mark: str | None = "mkfs",
+    earlier: Collection[str] = frozenset(),
+    **fields: Any,
+) -> Selection:
     """One disk's states to judge (``select_disks`` of one disk): after the floor mark (if the log has
     it), one per distinct image, at most ``max_states`` (0: all) spread fairly over the models.
     ``how`` is a SelectionSpec, or the models with any of its other fields as keywords (the rest
     its defaults).  ``earlier``: state keys (core/states/imagekey.state_key) that passed in earlier runs."""
-    spec = how if isinstance(how, SelectionSpec) else SelectionSpec(models=tuple(how)).with_(**fields)
+    spec = (
+        how if isinstance(how, SelectionSpec) else SelectionSpec(models=tuple(how)).with_(**fields)
+    )
     sp = space(index_or_entries)
     got = select_disks(Disks([sp]), spec, floor_mark=floor_mark, earlier=earlier)
     chosen = got.states

@@ -4,6 +4,7 @@ every n-th item of the selection's order starting at the i-th: each shard recomp
 selection from the same log and settings, the shards are disjoint, together they are the whole, and
 their sizes differ by at most one.  Round-robin over the selection's order (model by model, cut by
 cut) also spreads the cheap early cuts and the expensive late ones evenly."""
+
 from __future__ import annotations
 
 import re
@@ -19,7 +20,7 @@ _FORM = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    index: int = 1     # 1-based
+    index: int = 1  # 1-based
     total: int = 1
 
     def __post_init__(self) -> None:
@@ -39,7 +40,7 @@ class Shard:
 
     def take(self, items: Sequence[T]) -> tuple[T, ...]:
         """This shard's items: every ``total``-th, from the ``index``-th."""
-        return tuple(items[self.index - 1::self.total])
+        return tuple(items[self.index - 1 :: self.total])
 
     def __str__(self) -> str:
         return f"{self.index}/{self.total}"

@@ -36,6 +36,7 @@ cut-1 and loses nothing is written in the plain ``tear`` form; seeded ids stay a
 Seeded picks hash a text key with SHAKE-256, so an id's meaning does not depend on how many samples
 were asked for or on the Python version (core/states/idparts.py).
 """
+
 from __future__ import annotations
 
 import re
@@ -61,22 +62,51 @@ from powercut.core.states.idparts import (
 )
 from powercut.errors import UsageError
 
-__all__ = ["HONEST_MODELS", "LIE_MODELS", "MODELS", "PREFIX_MODELS", "TORN_MODELS", "USAGE", "Pick", "StateId", "check_model",
-           "format_id", "format_ranges", "not_under", "parse_id", "parse_ranges", "pick_bits", "resolve", "runs",
-           "seeded_index", "shake_bits", "subset_picks", "tear_picks", "torn_sample", "tw_sample", "wc_sample"]
+__all__ = [
+    "HONEST_MODELS",
+    "LIE_MODELS",
+    "MODELS",
+    "PREFIX_MODELS",
+    "TORN_MODELS",
+    "USAGE",
+    "Pick",
+    "StateId",
+    "check_model",
+    "format_id",
+    "format_ranges",
+    "not_under",
+    "parse_id",
+    "parse_ranges",
+    "pick_bits",
+    "resolve",
+    "runs",
+    "seeded_index",
+    "shake_bits",
+    "subset_picks",
+    "tear_picks",
+    "torn_sample",
+    "tw_sample",
+    "wc_sample",
+]
 
-HONEST_MODELS = REGISTRY.honest   # power loss on a disk that keeps its word
+HONEST_MODELS = REGISTRY.honest  # power loss on a disk that keeps its word
 LIE_MODELS = REGISTRY.lies
 MODELS = REGISTRY.models
 TORN_MODELS = REGISTRY.torn
-PREFIX_MODELS = REGISTRY.prefix   # every state a prefix of the log: nothing lost or torn (shrink bisects cuts)
+PREFIX_MODELS = (
+    REGISTRY.prefix
+)  # every state a prefix of the log: nothing lost or torn (shrink bisects cuts)
 _NUM = r"[0-9]{1,19}"
 _RANGES = rf"{_NUM}(?:-{_NUM})?(?:,{_NUM}(?:-{_NUM})?)*"
-_HEAD = re.compile(rf"({'|'.join(sorted(REGISTRY.by_name, key=len, reverse=True))})@({_NUM})(?:/(.*))?", re.S)
+_HEAD = re.compile(
+    rf"({'|'.join(sorted(REGISTRY.by_name, key=len, reverse=True))})@({_NUM})(?:/(.*))?", re.S
+)
 _PICK = re.compile(rf"(?:([dks])((?:{_RANGES})?)|r({_NUM})\.({_NUM}))")
 _COMBINED = re.compile(rf"t({_NUM}):([^/]*)(?:/(.*))?", re.S)
-USAGE = ("MODEL@CUT[/dRANGES|/kRANGES|/sRANGES|/rSEED.N|/tENTRY:TEAR[/SUBSET]] with MODEL one of "
-         + ", ".join(MODELS))
+USAGE = (
+    "MODEL@CUT[/dRANGES|/kRANGES|/sRANGES|/rSEED.N|/tENTRY:TEAR[/SUBSET]] with MODEL one of "
+    + ", ".join(MODELS)
+)
 
 
 def check_model(model: str) -> None:
@@ -88,8 +118,10 @@ def _pick(text: str, kinds: str, state_id: str, what: str) -> Pick:
     m = _PICK.fullmatch(text)
     kind = "r" if m is not None and m.group(3) is not None else (m.group(1) if m else "")
     if m is None or kind not in kinds:
-        raise UsageError(f"state id {state_id!r}: {what} {text!r} is not one of "
-                         + ", ".join(f"'{k}RANGES'" if k != "r" else "'rSEED.N'" for k in kinds))
+        raise UsageError(
+            f"state id {state_id!r}: {what} {text!r} is not one of "
+            + ", ".join(f"'{k}RANGES'" if k != "r" else "'rSEED.N'" for k in kinds)
+        )
     if kind == "r":
         return Pick("r", "", int(m.group(3)), int(m.group(4)))
     return Pick(kind, m.group(2))
@@ -115,6 +147,6 @@ def parse_id(state_id: object) -> StateId:
     if c is None:
         return StateId(model, cut, tear=_pick(spec, "sr", sid, "torn part"))
     subset = _pick(c.group(3), "dkr", sid, "subset") if c.group(3) is not None else None
-    return StateId(model, cut, subset=subset, tear=_pick(c.group(2), "sr", sid, "tear"), entry=int(c.group(1)))
-
-
+    return StateId(
+        model, cut, subset=subset, tear=_pick(c.group(2), "sr", sid, "tear"), entry=int(c.group(1))
+    )

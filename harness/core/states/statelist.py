@@ -1,6 +1,7 @@
 """Chosen crash states kept as their ids (pure; host): how a selection of millions of states fits in
 memory.  The states are rebuilt from their ids when asked for (an id names one state, equal to the
 enumerated one: core/states/stateid, core/states/disks)."""
+
 from __future__ import annotations
 
 from array import array
@@ -38,7 +39,7 @@ class StateList(Sequence[S], Generic[S]):
     fits in memory."""
 
     __slots__ = ("_sp", "_buf", "_ends", "_mi", "_models", "_model_at")
-    WIDE = 1 << 32   # ids' bytes from which the end offsets take 8 bytes, not 4
+    WIDE = 1 << 32  # ids' bytes from which the end offsets take 8 bytes, not 4
 
     def __init__(self, sp: CrashSpace | Disks, ids: Iterable[str] = ()) -> None:
         self._sp, self._buf, self._ends, self._mi = sp, bytearray(), array("I"), array("B")
@@ -94,7 +95,7 @@ class StateList(Sequence[S], Generic[S]):
 
     def id_at(self, i: int) -> str:
         i = range(len(self._ends))[i]
-        rest = self._buf[self._ends[i - 1] if i else 0:self._ends[i]].decode("ascii")
+        rest = self._buf[self._ends[i - 1] if i else 0 : self._ends[i]].decode("ascii")
         return f"{self._models[self._mi[i]]}@{rest}"
 
     def ids(self) -> Iterator[str]:
@@ -116,7 +117,7 @@ class StateList(Sequence[S], Generic[S]):
         return map(self._state, self.ids())
 
     def _state(self, sid: str) -> S:
-        return cast(S, self._sp.state_from_id(sid))   # S is what the space's ids name
+        return cast(S, self._sp.state_from_id(sid))  # S is what the space's ids name
 
     def __eq__(self, other: object) -> bool:
         """Equal to a StateList of the same log(s) with the same ids, or to a tuple/list of the same states."""
@@ -124,7 +125,11 @@ class StateList(Sequence[S], Generic[S]):
             if not _same_logs(self._sp, other._sp) or len(self) != len(other):
                 return False
             if self._models == other._models:
-                return self._mi == other._mi and self._buf == other._buf and list(self._ends) == list(other._ends)
+                return (
+                    self._mi == other._mi
+                    and self._buf == other._buf
+                    and list(self._ends) == list(other._ends)
+                )
             return all(a == b for a, b in zip(self.ids(), other.ids()))
         if isinstance(other, (tuple, list)):
             return len(other) == len(self) and all(a == b for a, b in zip(self, other))

@@ -6,6 +6,7 @@ commit-before-data: 1").
 
 The marking code's own ordering flushes (core/log/markorder.py) are not the program's and are not
 counted; the writes they log are (they completed before the mark).  Pure: no I/O."""
+
 from __future__ import annotations
 
 import statistics
@@ -22,23 +23,31 @@ from powercut.core.trace.syscalls import Trace
 @dataclass(frozen=True, slots=True)
 class CommitCost:
     key: str
-    writes: int          # block writes (and discards) logged in the commit's window
+    writes: int  # block writes (and discards) logged in the commit's window
     write_bytes: int
-    flushes: int         # the program's FLUSH requests (ordering flushes excluded)
+    flushes: int  # the program's FLUSH requests (ordering flushes excluded)
     fuas: int
-    calls: dict[str, int] | None = None    # traced calls by kind (writes, fsync, ...), None without a trace
-    program_bytes: int | None = None       # bytes the program's write calls passed
+    calls: dict[str, int] | None = (
+        None  # traced calls by kind (writes, fsync, ...), None without a trace
+    )
+    program_bytes: int | None = None  # bytes the program's write calls passed
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"key": self.key, "writes": self.writes, "write_bytes": self.write_bytes,
-                             "flushes": self.flushes, "fuas": self.fuas}
+        d: dict[str, Any] = {
+            "key": self.key,
+            "writes": self.writes,
+            "write_bytes": self.write_bytes,
+            "flushes": self.flushes,
+            "fuas": self.fuas,
+        }
         if self.calls is not None:
             d.update(calls=self.calls, program_bytes=self.program_bytes)
         return d
 
 
-def commit_costs(entries: Sequence[Entry], sectorsize: int = 512, trace: Trace | None = None,
-                 root: str = "") -> list[CommitCost]:
+def commit_costs(
+    entries: Sequence[Entry], sectorsize: int = 512, trace: Trace | None = None, root: str = ""
+) -> list[CommitCost]:
     """One CommitCost per ack in the log, in log order."""
     ordering, _, _ = ordering_flushes(entries)
     by_key: dict[str, dict[str, Any]] = {}
@@ -54,13 +63,22 @@ def commit_costs(entries: Sequence[Entry], sectorsize: int = 512, trace: Trace |
             begun[e.begin_key] = e.index
         elif e.ack_key is not None:
             lo = begun.pop(e.ack_key, start)
-            window = entries[lo + 1:e.index]
+            window = entries[lo + 1 : e.index]
             writes = [w for w in window if w.changes_device]
             flushes = sum(1 for w in window if w.is_flush and w.index not in ordering)
             fuas = sum(1 for w in window if w.is_fua and w.changes_device)
             t = by_key.get(e.ack_key)
-            out.append(CommitCost(e.ack_key, len(writes), sum(w.length(sectorsize) for w in writes), flushes, fuas,
-                                  t["calls"] if t else None, t["bytes"] if t else None))
+            out.append(
+                CommitCost(
+                    e.ack_key,
+                    len(writes),
+                    sum(w.length(sectorsize) for w in writes),
+                    flushes,
+                    fuas,
+                    t["calls"] if t else None,
+                    t["bytes"] if t else None,
+                )
+            )
             start = e.index
     return out
 
@@ -78,8 +96,10 @@ def _trace_windows(trace: Trace, root: str) -> dict[str, dict[str, Any]]:
             lo = begun.pop(o.text[4:], last)
             calls: dict[str, int] = {}
             nbytes = 0
-            for x in trace.ops[lo + 1:o.seq]:
-                if x.kind in (sc.MARK, sc.CHDIR) or not (x.path.startswith(prefix) or x.kind in (sc.SYNC,)):
+            for x in trace.ops[lo + 1 : o.seq]:
+                if x.kind in (sc.MARK, sc.CHDIR) or not (
+                    x.path.startswith(prefix) or x.kind in (sc.SYNC,)
+                ):
                     continue
                 calls[x.kind] = calls.get(x.kind, 0) + 1
                 if x.kind == sc.WRITE:
@@ -106,20 +126,33 @@ class Anatomy:
         """'2 flushes, 3 writes (12 KiB) per commit of 100 bytes' (medians)."""
         if not self.commits:
             return "no acked commits"
-        s = (f"{_n(self.flushes)} flush{'es' if self.flushes != 1 else ''}, {_n(self.fuas)} FUA, "
-             f"{_n(self.writes)} block write{'s' if self.writes != 1 else ''} ({_size(self.write_bytes)}) per commit")
+        s = (
+            f"{_n(self.flushes)} flush{'es' if self.flushes != 1 else ''}, {_n(self.fuas)} FUA, "
+            f"{_n(self.writes)} block write{'s' if self.writes != 1 else ''} ({_size(self.write_bytes)}) per commit"
+        )
         if self.program_bytes is not None:
             s += f" of {_size(self.program_bytes)} written by the program"
             if self.calls:
-                syncs = sum(v for k, v in self.calls.items() if k in (sc.FSYNC, sc.FDATASYNC, sc.SYNC, sc.SYNCFS,
-                                                                       sc.MSYNC))
+                syncs = sum(
+                    v
+                    for k, v in self.calls.items()
+                    if k in (sc.FSYNC, sc.FDATASYNC, sc.SYNC, sc.SYNCFS, sc.MSYNC)
+                )
                 s += f", {_n(syncs)} sync call{'s' if syncs != 1 else ''}"
         return s + " (medians)"
 
     def to_json(self) -> dict[str, Any]:
-        return {"commits": self.commits, "writes": self.writes, "write_bytes": self.write_bytes,
-                "flushes": self.flushes, "fuas": self.fuas, "program_bytes": self.program_bytes,
-                "calls": self.calls, "phrase": self.phrase(), "first_commits": [c.to_json() for c in self.sample]}
+        return {
+            "commits": self.commits,
+            "writes": self.writes,
+            "write_bytes": self.write_bytes,
+            "flushes": self.flushes,
+            "fuas": self.fuas,
+            "program_bytes": self.program_bytes,
+            "calls": self.calls,
+            "phrase": self.phrase(),
+            "first_commits": [c.to_json() for c in self.sample],
+        }
 
 
 def summarize(costs: Sequence[CommitCost], sample: int = 5) -> Anatomy:
@@ -134,10 +167,16 @@ def summarize(costs: Sequence[CommitCost], sample: int = 5) -> Anatomy:
     if traced:
         kinds = sorted({k for c in traced for k in (c.calls or {})})
         calls = {k: med([float((c.calls or {}).get(k, 0)) for c in traced]) for k in kinds}
-    return Anatomy(len(costs), med([c.writes for c in costs]), med([c.write_bytes for c in costs]),
-                   med([c.flushes for c in costs]), med([c.fuas for c in costs]),
-                   med([float(c.program_bytes or 0) for c in traced]) if traced else None, calls,
-                   tuple(costs[:sample]))
+    return Anatomy(
+        len(costs),
+        med([c.writes for c in costs]),
+        med([c.write_bytes for c in costs]),
+        med([c.flushes for c in costs]),
+        med([c.fuas for c in costs]),
+        med([float(c.program_bytes or 0) for c in traced]) if traced else None,
+        calls,
+        tuple(costs[:sample]),
+    )
 
 
 def short(a: dict[str, Any]) -> str:

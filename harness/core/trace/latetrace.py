@@ -52,6 +52,7 @@ where the kernel would not have written them then (background writeback may).  W
 filesystem's own (journal, checkpoint) are not the program's: the filesystem orders them.
 Assumed: the trace holds every process that changes the filesystem under test (strace -f around
 the workload; the recording job's own marks are in the log only)."""
+
 from __future__ import annotations
 
 import bisect
@@ -66,8 +67,18 @@ from powercut.core.trace.tracefacts import Pending
 
 __all__ = ["CHANGES", "CLEARED", "Cleared", "changes_file", "quiet", "why_kept"]
 
-CHANGES = (sc.WRITE, sc.TRUNCATE, sc.ALLOCATE, sc.RENAME, sc.LINK, sc.UNLINK, sc.MKDIR, sc.RMDIR, sc.MMAP_SHARED,
-           sc.IO_URING)
+CHANGES = (
+    sc.WRITE,
+    sc.TRUNCATE,
+    sc.ALLOCATE,
+    sc.RENAME,
+    sc.LINK,
+    sc.UNLINK,
+    sc.MKDIR,
+    sc.RMDIR,
+    sc.MMAP_SHARED,
+    sc.IO_URING,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,24 +136,34 @@ def quiet(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, root:
     """Of ``late``'s flushes and FUA writes, those the trace clears (the module's docstring);
     ``root``: where the filesystem under test was mounted (trace paths start there)."""
     why = why_kept(entries, late, trace, root)
-    return Cleared(frozenset(f for f, w in why.items() if w == CLEARED),
-                   tuple(f for f in sorted(why) if why[f] != CLEARED))
+    return Cleared(
+        frozenset(f for f, w in why.items() if w == CLEARED),
+        tuple(f for f in sorted(why) if why[f] != CLEARED),
+    )
 
 
 CLEARED = "cleared"
 NO_TRACE, BLIND, UNORDERED, DISAGREE, INTERLEAVED = (
-    "no trace", "a blind spot in the trace", "the log's marks are not ordered",
-    "the trace's marks and the log's disagree", "order marks interleave")
+    "no trace",
+    "a blind spot in the trace",
+    "the log's marks are not ordered",
+    "the trace's marks and the log's disagree",
+    "order marks interleave",
+)
 NO_WINDOW = "no ordering window before it (set-up after mkfs, or inside a window)"
 UNSYNCED = "unsynced changes before it"
 CHANGED = "a change between the marks around it"
 RUNNING = "a change still running at the next mark"
 
 
-def why_kept(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, root: str) -> dict[int, str]:
+def why_kept(
+    entries: Sequence[Entry], late: LateWrites, trace: Trace | None, root: str
+) -> dict[int, str]:
     """Each of ``late``'s flushes and FUA writes -> CLEARED, or why the trace cannot clear it."""
     flagged = tuple(sorted((*late.flushes, *late.fuas)))
-    whole = NO_TRACE if trace is None else BLIND if trace.blind else UNORDERED if late.unordered else ""
+    whole = (
+        NO_TRACE if trace is None else BLIND if trace.blind else UNORDERED if late.unordered else ""
+    )
     if not flagged or whole or trace is None:
         return dict.fromkeys(flagged, whole)
     marks = [(e.index, str(e.mark)) for e in entries if e.flags & MARK]
@@ -157,53 +178,90 @@ def why_kept(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, ro
     walk = _walk(trace.ops, root)
     clean, changed = walk.clean, walk.changed
     mark_entries = [e for e, _ in marks]
-    traced = sorted(by_entry)   # the log's marks that are in the trace (a job's own, e.g. the end mark, are not)
+    traced = sorted(
+        by_entry
+    )  # the log's marks that are in the trace (a job's own, e.g. the end mark, are not)
     out: dict[int, str] = {}
     for f in flagged:
         at = bisect.bisect_left(mark_entries, f) - 1
         b = windows.get(mark_entries[at]) if at >= 0 else None
         lo = by_entry.get(b) if b is not None else None
-        nxt = bisect.bisect_right(traced, f)   # the first traced mark after F, else the trace's end
+        nxt = bisect.bisect_right(traced, f)  # the first traced mark after F, else the trace's end
         hi = by_entry[traced[nxt]] if nxt < len(traced) else len(trace.ops)
-        out[f] = (NO_WINDOW if lo is None else UNSYNCED if not clean[lo] else
-                  CHANGED if changed[hi] - changed[lo + 1] else
-                  RUNNING if hi < len(trace.ops) and _running(trace.ops, hi, root) else CLEARED)
-        if lo is not None and out[f] == CHANGED and not (hi < len(trace.ops) and _running(trace.ops, hi, root)) \
-                and _sync_bound(f, entries, (mark_entries, at, lo), by_entry, trace.ops, walk):
-            out[f] = CLEARED   # a change still running at the next mark is not among the window's calls
+        out[f] = (
+            NO_WINDOW
+            if lo is None
+            else UNSYNCED
+            if not clean[lo]
+            else CHANGED
+            if changed[hi] - changed[lo + 1]
+            else RUNNING
+            if hi < len(trace.ops) and _running(trace.ops, hi, root)
+            else CLEARED
+        )
+        if (
+            lo is not None
+            and out[f] == CHANGED
+            and not (hi < len(trace.ops) and _running(trace.ops, hi, root))
+            and _sync_bound(f, entries, (mark_entries, at, lo), by_entry, trace.ops, walk)
+        ):
+            out[f] = (
+                CLEARED  # a change still running at the next mark is not among the window's calls
+            )
     return out
 
 
-def _sync_bound(f: int, entries: Sequence[Entry], where: tuple[Sequence[int], int, int], by_entry: dict[int, int],
-                ops: Sequence[Op], walk: Walk) -> bool:
+def _sync_bound(
+    f: int,
+    entries: Sequence[Entry],
+    where: tuple[Sequence[int], int, int],
+    by_entry: dict[int, int],
+    ops: Sequence[Op],
+    walk: Walk,
+) -> bool:
     """Whether F (entry ``f``: a flush, or the FUA write of a flush's own bio) is the k-th flush
     logged between its mark M and the next mark N and, by the trace, the flush of the k-th call
     between them that synced file data -- in flight only while that call ran, after its writes
     completed, with nothing else of the program's to write (the module's docstring)."""
-    marks, at, lo = where   # the log's mark entries, M's place among them, B's call in the trace
+    marks, at, lo = where  # the log's mark entries, M's place among them, B's call in the trace
     m = marks[at]
     flush = f if entries[f].flags & FLUSH else f - 1
-    if flush != f and not (flush > m and entries[flush].flags & FLUSH and entries[flush].flags & FUA
-                           and entries[flush].sector == entries[f].sector):
-        return False   # a FUA write of its own, not the data of a flush's bio
+    if flush != f and not (
+        flush > m
+        and entries[flush].flags & FLUSH
+        and entries[flush].flags & FUA
+        and entries[flush].sector == entries[f].sector
+    ):
+        return False  # a FUA write of its own, not the data of a flush's bio
     n = marks[at + 1] if at + 1 < len(marks) else len(entries)
     mseq = by_entry.get(m)
-    nseq = by_entry.get(n, len(ops) if not any(x in by_entry for x in marks[at + 1:]) else None)
+    nseq = by_entry.get(n, len(ops) if not any(x in by_entry for x in marks[at + 1 :]) else None)
     if mseq is None or nseq is None or walk.changed[mseq + 1] - walk.changed[lo + 1]:
         return False
-    flushes = [e.index for e in entries[m + 1:n] if e.flags & FLUSH]
+    flushes = [e.index for e in entries[m + 1 : n] if e.flags & FLUSH]
     window = range(mseq + 1, nseq)
     if any(ops[s].kind in (sc.RANGE_SYNC, sc.MSYNC) for s in window):
-        return False   # writes started without a flush after them: one may be in flight
-    pid = {ops[s].pid for s in window if ops[s].kind in SYNCS or walk.changed[s + 1] > walk.changed[s]}
-    data = [s for s in window if ops[s].kind in (sc.FSYNC, sc.FDATASYNC) and ops[s].ok
-            and ops[s].path in walk.dirty_before[s]]
+        return False  # writes started without a flush after them: one may be in flight
+    pid = {
+        ops[s].pid for s in window if ops[s].kind in SYNCS or walk.changed[s + 1] > walk.changed[s]
+    }
+    data = [
+        s
+        for s in window
+        if ops[s].kind in (sc.FSYNC, sc.FDATASYNC)
+        and ops[s].ok
+        and ops[s].path in walk.dirty_before[s]
+    ]
     if len(pid) > 1 or flush not in flushes or len(data) != len(flushes):
-        return False   # another thread's calls, or flushes not each a data sync's own
+        return False  # another thread's calls, or flushes not each a data sync's own
     if any(ops[s].path in walk.dirty_after[p] for p, s in zip(data, data[1:])):
-        return False   # data changed before the previous sync returned: its flush may have covered it
+        return (
+            False  # data changed before the previous sync returned: its flush may have covered it
+        )
     k = data[flushes.index(flush)]
-    return walk.dirty_before[k] <= {ops[k].path}   # nothing else of the program's to write while F ran
+    return walk.dirty_before[k] <= {
+        ops[k].path
+    }  # nothing else of the program's to write while F ran
 
 
 SYNCS = (sc.FSYNC, sc.FDATASYNC, sc.SYNCFS, sc.SYNC)
@@ -242,7 +300,7 @@ def _running(ops: Sequence[Op], hi: int, root: str) -> bool:
     split it: it began before that mark's completion)."""
     t = ops[hi].time
     probe = Pending(root)
-    for o in ops[hi + 1:]:
+    for o in ops[hi + 1 :]:
         if o.time > t + 60:
             break
         if 0 <= o.start < t and changes_file(o, probe):

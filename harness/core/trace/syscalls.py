@@ -13,6 +13,7 @@ with ``-e abbrev=none``), so the trace lines up with the block log at every mark
 What a trace cannot see is named, not guessed over: stores through a shared writable mapping
 (``mmap-shared``: visible only as its ``msync``) and io_uring (``io_uring``: its writes and syncs
 never appear as system calls)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,20 +24,70 @@ from dataclasses import dataclass, field
 
 # the calls the recording traces (strace -e trace=...); ioctl for the marks, mmap/msync/io_uring to
 # say what the trace cannot see, chdir/fchdir for relative paths
-TRACED = ("open", "openat", "openat2", "creat", "write", "pwrite64", "writev", "pwritev", "pwritev2",
-          "copy_file_range", "sendfile", "splice", "truncate", "ftruncate", "fallocate",
-          "rename", "renameat", "renameat2", "link", "linkat", "symlink", "symlinkat", "unlink", "unlinkat",
-          "mkdir", "mkdirat", "rmdir", "fsync", "fdatasync", "sync_file_range", "syncfs", "sync", "msync",
-          "mmap", "ioctl", "chdir", "fchdir", "io_uring_setup")
+TRACED = (
+    "open",
+    "openat",
+    "openat2",
+    "creat",
+    "write",
+    "pwrite64",
+    "writev",
+    "pwritev",
+    "pwritev2",
+    "copy_file_range",
+    "sendfile",
+    "splice",
+    "truncate",
+    "ftruncate",
+    "fallocate",
+    "rename",
+    "renameat",
+    "renameat2",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+    "unlink",
+    "unlinkat",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "fsync",
+    "fdatasync",
+    "sync_file_range",
+    "syncfs",
+    "sync",
+    "msync",
+    "mmap",
+    "ioctl",
+    "chdir",
+    "fchdir",
+    "io_uring_setup",
+)
 
-WRITE_CALLS = {"write": 0, "pwrite64": 0, "writev": 0, "pwritev": 0, "pwritev2": 0,
-               "copy_file_range": 2, "sendfile": 0, "splice": 2}   # name -> the argument that is the target fd
+WRITE_CALLS = {
+    "write": 0,
+    "pwrite64": 0,
+    "writev": 0,
+    "pwritev": 0,
+    "pwritev2": 0,
+    "copy_file_range": 2,
+    "sendfile": 0,
+    "splice": 2,
+}  # name -> the argument that is the target fd
 SYNC_FLAGS = ("O_SYNC", "O_DSYNC")
 
 # Op kinds
 OPEN, WRITE, TRUNCATE, ALLOCATE = "open", "write", "truncate", "allocate"
 RENAME, LINK, UNLINK, MKDIR, RMDIR = "rename", "link", "unlink", "mkdir", "rmdir"
-FSYNC, FDATASYNC, RANGE_SYNC, SYNCFS, SYNC, MSYNC = "fsync", "fdatasync", "sync_file_range", "syncfs", "sync", "msync"
+FSYNC, FDATASYNC, RANGE_SYNC, SYNCFS, SYNC, MSYNC = (
+    "fsync",
+    "fdatasync",
+    "sync_file_range",
+    "syncfs",
+    "sync",
+    "msync",
+)
 MMAP_SHARED, IO_URING, MARK, CHDIR = "mmap-shared", "io_uring", "mark", "chdir"
 
 
@@ -44,36 +95,40 @@ MMAP_SHARED, IO_URING, MARK, CHDIR = "mmap-shared", "io_uring", "mark", "chdir"
 class Call:
     """One completed system call as strace printed it."""
 
-    line: int            # the trace line it completed on (1-based)
+    line: int  # the trace line it completed on (1-based)
     pid: int
     time: float
     name: str
     args: tuple[str, ...]
-    ret: str             # "0", "5</path>", "-1", "?"
-    error: str = ""      # the errno name when it failed
-    start: float = -1.0  # when it began, if strace split it (<unfinished ...>), else -1: at ``time``
-    duration: float = -1.0   # seconds inside the call (strace -T), -1 if the trace does not say
+    ret: str  # "0", "5</path>", "-1", "?"
+    error: str = ""  # the errno name when it failed
+    start: float = (
+        -1.0
+    )  # when it began, if strace split it (<unfinished ...>), else -1: at ``time``
+    duration: float = -1.0  # seconds inside the call (strace -T), -1 if the trace does not say
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
     """One durability-relevant operation, its paths absolute."""
 
-    seq: int             # position in the trace (completion order)
+    seq: int  # position in the trace (completion order)
     line: int
     pid: int
     time: float
     kind: str
-    path: str = ""       # the file (for rename/link: the source)
-    path2: str = ""      # rename/link/symlink: the new name
-    nbytes: int = 0      # write: bytes written; truncate: the new size
-    flags: tuple[str, ...] = ()   # open: its O_ flags; sync_file_range/msync: their flags
+    path: str = ""  # the file (for rename/link: the source)
+    path2: str = ""  # rename/link/symlink: the new name
+    nbytes: int = 0  # write: bytes written; truncate: the new size
+    flags: tuple[str, ...] = ()  # open: its O_ flags; sync_file_range/msync: their flags
     error: str = ""
-    text: str = ""       # a mark's text; otherwise the call as printed (shortened)
+    text: str = ""  # a mark's text; otherwise the call as printed (shortened)
     start: float = -1.0  # when the call began, if another call completed while it ran; else -1
-    target: str = ""     # a mark: the device-mapper device it was sent to (a cluster's node: ``...-n<i>``)
-    duration: float = -1.0   # seconds inside the call (strace -T), -1 if the trace does not say
-    held: float = 0.0    # seconds --delay-sync held it before the kernel (``start``: when the program called it)
+    target: str = (
+        ""  # a mark: the device-mapper device it was sent to (a cluster's node: ``...-n<i>``)
+    )
+    duration: float = -1.0  # seconds inside the call (strace -T), -1 if the trace does not say
+    held: float = 0.0  # seconds --delay-sync held it before the kernel (``start``: when the program called it)
 
     @property
     def ok(self) -> bool:
@@ -92,8 +147,8 @@ class Op:
 class Trace:
     ops: list[Op] = field(default_factory=list)
     lines: int = 0
-    unparsed: int = 0                    # lines that are neither a call nor a signal/exit notice
-    blind: list[str] = field(default_factory=list)   # what the trace could not see, said once each
+    unparsed: int = 0  # lines that are neither a call nor a signal/exit notice
+    blind: list[str] = field(default_factory=list)  # what the trace could not see, said once each
 
     def marks(self) -> list[Op]:
         return [o for o in self.ops if o.kind == MARK]
@@ -103,8 +158,10 @@ class Trace:
 _HEAD = re.compile(r"^(\d+)\s+(\d+(?:\.\d+)?)\s+(.*)$")
 _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>\s?(.*)$")
 _UNFINISHED = " <unfinished ...>"
-_RET = re.compile(r"\)\s+=\s+(-?\d+(?:<(?:[^>\\]|\\.)*>)?|0x[0-9a-fA-F]+|\?)"
-                  r"(?:\s+([A-Z][A-Z0-9_]+)(?:\s+\(.*\))?)?(?:\s+<([\d.]+)>)?\s*$")
+_RET = re.compile(
+    r"\)\s+=\s+(-?\d+(?:<(?:[^>\\]|\\.)*>)?|0x[0-9a-fA-F]+|\?)"
+    r"(?:\s+([A-Z][A-Z0-9_]+)(?:\s+\(.*\))?)?(?:\s+<([\d.]+)>)?\s*$"
+)
 
 
 _RUN = {'"': re.compile(r'"(?:[^"\\]|\\.)*"?', re.S), ">": re.compile(r"<(?:[^>\\]|\\.)*>?", re.S)}
@@ -114,7 +171,7 @@ def _closing(text: str, i: int, close: str) -> int:
     """The index just past the ``close`` that ends the quoted run opening at ``i`` (backslash escapes
     skipped; the end of the text if it never closes)."""
     m = _RUN[close].match(text, i)
-    assert m is not None   # the pattern matches its opening character at least
+    assert m is not None  # the pattern matches its opening character at least
     return m.end()
 
 
@@ -160,7 +217,18 @@ def unquote(s: str) -> str:
 def _unescape(body: str) -> str:
     out = bytearray()
     i, n = 0, len(body)
-    simple = {"n": 10, "t": 9, "r": 13, "v": 11, "f": 12, "\\": 92, '"': 34, "'": 39, "<": 60, ">": 62}
+    simple = {
+        "n": 10,
+        "t": 9,
+        "r": 13,
+        "v": 11,
+        "f": 12,
+        "\\": 92,
+        '"': 34,
+        "'": 39,
+        "<": 60,
+        ">": 62,
+    }
     while i < n:
         c = body[i]
         if c != "\\" or i + 1 == n:
@@ -168,11 +236,11 @@ def _unescape(body: str) -> str:
             i += 1
             continue
         d = body[i + 1]
-        if d == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", body[i + 2:i + 4]):
-            out.append(int(body[i + 2:i + 4], 16))
+        if d == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", body[i + 2 : i + 4]):
+            out.append(int(body[i + 2 : i + 4], 16))
             i += 4
         elif d in "01234567":
-            m = re.match(r"[0-7]{1,3}", body[i + 1:])
+            m = re.match(r"[0-7]{1,3}", body[i + 1 :])
             assert m is not None
             out.append(int(m.group(0), 8) & 0xFF)
             i += 1 + len(m.group(0))
@@ -212,7 +280,7 @@ def parse_lines(lines: Iterable[str]) -> tuple[list[Call], int, int]:
             rest, began = split[0] + r.group(2), split[1]
         elif rest.endswith(_UNFINISHED):
             name = rest.split("(", 1)[0]
-            pending[(pid, name)] = (rest[:-len(_UNFINISHED)], t)
+            pending[(pid, name)] = (rest[: -len(_UNFINISHED)], t)
             continue
         else:
             began = -1.0
@@ -237,7 +305,9 @@ def _mapped(maps: dict[int, tuple[int, str]], addr: int) -> str:
     may name any page of a mapping, not only its start."""
     if addr in maps:
         return maps[addr][1]
-    return next((path for start, (length, path) in maps.items() if start <= addr < start + length), "")
+    return next(
+        (path for start, (length, path) in maps.items() if start <= addr < start + length), ""
+    )
 
 
 def _call(line: int, pid: int, t: float, text: str) -> Call | None:
@@ -246,19 +316,31 @@ def _call(line: int, pid: int, t: float, text: str) -> Call | None:
         return None
     tail = _RET.search(text)
     if tail is None:
-        if text.endswith("= ?"):   # the process exited inside the call
-            return Call(line, pid, t, m.group(1), tuple(split_args(text[m.end():text.rfind(")")])), "?")
+        if text.endswith("= ?"):  # the process exited inside the call
+            return Call(
+                line, pid, t, m.group(1), tuple(split_args(text[m.end() : text.rfind(")")])), "?"
+            )
         return None
-    body = text[m.end():tail.start()]
+    body = text[m.end() : tail.start()]
     ret = tail.group(1)
     error = (tail.group(2) or "") if ret.startswith("-") else ""
-    return Call(line, pid, t, m.group(1), tuple(split_args(body)), ret, error,
-                duration=float(tail.group(3)) if tail.group(3) else -1.0)
+    return Call(
+        line,
+        pid,
+        t,
+        m.group(1),
+        tuple(split_args(body)),
+        ret,
+        error,
+        duration=float(tail.group(3)) if tail.group(3) else -1.0,
+    )
 
 
 # -- calls -> ops ----------------------------------------------------------------------------------
 _MSG = re.compile(r'message="mark ((?:[^"\\]|\\.)*)"')
-_DEV = re.compile(r'\bname="((?:[^"\\]|\\.)*)"')   # the device the message is for (the header's name)
+_DEV = re.compile(
+    r'\bname="((?:[^"\\]|\\.)*)"'
+)  # the device the message is for (the header's name)
 
 
 def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
@@ -266,7 +348,9 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
     ``cwd`` and follows its chdir calls and the ``AT_FDCWD<...>`` strace prints)."""
     tr = Trace()
     cwds: dict[int, str] = {}
-    maps: dict[int, tuple[int, str]] = {}   # a shared writable mapping's address -> (its length, its file)
+    maps: dict[
+        int, tuple[int, str]
+    ] = {}  # a shared writable mapping's address -> (its length, its file)
 
     def here(pid: int) -> str:
         return cwds.get(pid, cwd)
@@ -283,15 +367,41 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
 
     for c in calls:
         a, name, err = c.args, c.name, c.error
-        for x in a:   # each AT_FDCWD<...> strace prints is the process's working directory then
+        for x in a:  # each AT_FDCWD<...> strace prints is the process's working directory then
             if x.startswith("AT_FDCWD<"):
                 cwds[c.pid] = fd_path(x)
-        short = f"{name}({', '.join(_short(x) for x in a)}) = {_short(c.ret)}" + (f" {err}" if err else "")
+        short = f"{name}({', '.join(_short(x) for x in a)}) = {_short(c.ret)}" + (
+            f" {err}" if err else ""
+        )
 
-        def op(kind: str, path: str = "", path2: str = "", nbytes: int = 0, flags: tuple[str, ...] = (),
-               text: str = short, c: Call = c, target: str = "") -> None:
-            tr.ops.append(Op(len(tr.ops), c.line, c.pid, c.time, kind, path, path2, nbytes, flags, c.error, text,
-                             c.start, target, c.duration))
+        def op(
+            kind: str,
+            path: str = "",
+            path2: str = "",
+            nbytes: int = 0,
+            flags: tuple[str, ...] = (),
+            text: str = short,
+            c: Call = c,
+            target: str = "",
+        ) -> None:
+            tr.ops.append(
+                Op(
+                    len(tr.ops),
+                    c.line,
+                    c.pid,
+                    c.time,
+                    kind,
+                    path,
+                    path2,
+                    nbytes,
+                    flags,
+                    c.error,
+                    text,
+                    c.start,
+                    target,
+                    c.duration,
+                )
+            )
 
         try:
             if name in ("open", "creat", "openat", "openat2"):
@@ -303,7 +413,11 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
                     flags = tuple(a[2].split("|"))
                 else:
                     path = fd_path(c.ret) or at(c.pid, "", unquote(a[0]))
-                    flags = ("O_WRONLY", "O_CREAT", "O_TRUNC") if name == "creat" else tuple(a[1].split("|"))
+                    flags = (
+                        ("O_WRONLY", "O_CREAT", "O_TRUNC")
+                        if name == "creat"
+                        else tuple(a[1].split("|"))
+                    )
                 op(OPEN, path, flags=flags)
             elif name in WRITE_CALLS:
                 path = fd_path(a[WRITE_CALLS[name]])
@@ -314,9 +428,17 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
             elif name == "fallocate":
                 op(ALLOCATE, fd_path(a[0]), nbytes=_int(a[3]), flags=tuple(a[1].split("|")))
             elif name in ("rename", "link"):
-                op(RENAME if name == "rename" else LINK, at(c.pid, "", unquote(a[0])), at(c.pid, "", unquote(a[1])))
+                op(
+                    RENAME if name == "rename" else LINK,
+                    at(c.pid, "", unquote(a[0])),
+                    at(c.pid, "", unquote(a[1])),
+                )
             elif name in ("renameat", "renameat2", "linkat"):
-                op(LINK if name == "linkat" else RENAME, at(c.pid, a[0], unquote(a[1])), at(c.pid, a[2], unquote(a[3])))
+                op(
+                    LINK if name == "linkat" else RENAME,
+                    at(c.pid, a[0], unquote(a[1])),
+                    at(c.pid, a[2], unquote(a[3])),
+                )
             elif name == "symlink":
                 op(OPEN, at(c.pid, "", unquote(a[1])), flags=("O_CREAT", "symlink"))
             elif name == "symlinkat":
@@ -336,21 +458,39 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
             elif name == "sync":
                 op(SYNC)
             elif name == "mmap":
-                if len(a) > 4 and "MAP_SHARED" in a[3] and "PROT_WRITE" in a[2] and fd_path(a[4]) and not err:
+                if (
+                    len(a) > 4
+                    and "MAP_SHARED" in a[3]
+                    and "PROT_WRITE" in a[2]
+                    and fd_path(a[4])
+                    and not err
+                ):
                     maps[_number(c.ret)] = (_number(a[1]), fd_path(a[4]))
                     op(MMAP_SHARED, fd_path(a[4]))
-                    blind(f"stores through a shared mapping of {fd_path(a[4])} (mmap MAP_SHARED|PROT_WRITE): "
-                          "the trace sees only its msync calls")
+                    blind(
+                        f"stores through a shared mapping of {fd_path(a[4])} (mmap MAP_SHARED|PROT_WRITE): "
+                        "the trace sees only its msync calls"
+                    )
             elif name == "msync":
-                op(MSYNC, _mapped(maps, _number(a[0])), flags=tuple(a[2].split("|")) if len(a) > 2 else ())
+                op(
+                    MSYNC,
+                    _mapped(maps, _number(a[0])),
+                    flags=tuple(a[2].split("|")) if len(a) > 2 else (),
+                )
             elif name == "ioctl":
                 m = _MSG.search(", ".join(a[2:]))
                 if m and "DM_TARGET_MSG" in a[1] and not err:
                     dev = _DEV.search(a[2]) if len(a) > 2 else None
-                    op(MARK, text=_unescape(m.group(1)), target=_unescape(dev.group(1)) if dev else "")
+                    op(
+                        MARK,
+                        text=_unescape(m.group(1)),
+                        target=_unescape(dev.group(1)) if dev else "",
+                    )
             elif name in ("chdir", "fchdir"):
                 if not err:
-                    cwds[c.pid] = fd_path(a[0]) if name == "fchdir" else at(c.pid, "", unquote(a[0]))
+                    cwds[c.pid] = (
+                        fd_path(a[0]) if name == "fchdir" else at(c.pid, "", unquote(a[0]))
+                    )
                     op(CHDIR, cwds[c.pid])
             elif name == "io_uring_setup" and not err:
                 op(IO_URING)
@@ -368,8 +508,8 @@ def _int(s: str) -> int:
 def _short(s: str, width: int = 60) -> str:
     s = s.strip()
     if s.startswith('"') and len(s) > width:
-        return s[:width - 6] + '"...'
-    return s if len(s) <= width + 40 else s[:width + 36] + "..."
+        return s[: width - 6] + '"...'
+    return s if len(s) <= width + 40 else s[: width + 36] + "..."
 
 
 def parse(text: str | Iterable[str], cwd: str = "/") -> Trace:
@@ -382,6 +522,7 @@ def parse(text: str | Iterable[str], cwd: str = "/") -> Trace:
 
 
 # -- the trace against the block log ---------------------------------------------------------------
+
 
 def align(trace: Trace, log_marks: Sequence[tuple[int, str]]) -> dict[int, int]:
     """Trace mark op seq -> the log entry index of the same mark: the k-th mark of a text in the

@@ -11,6 +11,7 @@ and the first mark at or after it, with the ack that would have closed the commi
 
 Paths are absolute here; ``rel`` gives a path as the program sees it under the filesystem's root.
 Pure: no I/O."""
+
 from __future__ import annotations
 
 import bisect
@@ -21,8 +22,18 @@ from dataclasses import dataclass, field
 from powercut.core.trace import syscalls as sc
 from powercut.core.trace.syscalls import Op, Trace
 
-__all__ = ["BARRIERS", "AtAck", "InFlight", "Pending", "files_of", "in_flight", "rel", "running_syncs",
-           "split_syncs", "written_by"]
+__all__ = [
+    "BARRIERS",
+    "AtAck",
+    "InFlight",
+    "Pending",
+    "files_of",
+    "in_flight",
+    "rel",
+    "running_syncs",
+    "split_syncs",
+    "written_by",
+]
 
 # the calls that make a file's earlier changes durable (sync and syncfs: every file's)
 BARRIERS = (sc.FSYNC, sc.FDATASYNC, sc.SYNC, sc.SYNCFS)
@@ -32,7 +43,7 @@ def rel(path: str, root: str) -> str:
     """``path`` relative to the filesystem's ``root``, with a leading slash (``/wal``); a path
     outside the root (or any path when ``root`` is empty) as it is."""
     if root and (path == root or path.startswith(root.rstrip("/") + "/")):
-        return "/" + path[len(root):].lstrip("/")
+        return "/" + path[len(root) :].lstrip("/")
     return path
 
 
@@ -192,7 +203,7 @@ def running_syncs(splits: list[Op], seqs: list[int], ack: Op) -> dict[str, Op]:
     """Of ``splits`` (``split_syncs``) those that began before ``ack`` and returned after it, by
     path ("" for sync/syncfs).  Only those returning within a minute of the ack are looked at."""
     out: dict[str, Op] = {}
-    for o in splits[bisect.bisect_right(seqs, ack.seq):]:
+    for o in splits[bisect.bisect_right(seqs, ack.seq) :]:
         if o.time > ack.time + 60:
             break
         if o.began < ack.time:
@@ -211,10 +222,14 @@ class InFlight:
     ack: Op | None
     root: str
     earlier: tuple[Op, ...] = ()
-    read: tuple[str, ...] = ()   # the files recovery read in the state, relative to the root, in order (if traced)
+    read: tuple[
+        str, ...
+    ] = ()  # the files recovery read in the state, relative to the root, in order (if traced)
 
 
-def in_flight(trace: Trace, aligned: dict[int, int], cut: int, root: str, read: tuple[str, ...] = ()) -> InFlight:
+def in_flight(
+    trace: Trace, aligned: dict[int, int], cut: int, root: str, read: tuple[str, ...] = ()
+) -> InFlight:
     """The calls between the last mark before log entry ``cut`` and the first mark at or after it
     (``aligned``: trace mark position -> its log entry), and the first ack mark from that next mark
     on."""
@@ -226,8 +241,8 @@ def in_flight(trace: Trace, aligned: dict[int, int], cut: int, root: str, read: 
     def mine(o: Op) -> bool:
         return o.path.startswith(prefix) or o.kind in (sc.SYNC,)
 
-    calls = tuple(o for o in trace.ops[lo + 1:hi] if mine(o))
-    earlier = tuple(o for o in trace.ops[:lo + 1] if mine(o))
+    calls = tuple(o for o in trace.ops[lo + 1 : hi] if mine(o))
+    earlier = tuple(o for o in trace.ops[: lo + 1] if mine(o))
     ack = next((m for m in trace.ops[hi:] if m.kind == sc.MARK and m.text.startswith("ack:")), None)
     return InFlight(calls, ack, root, earlier, read)
 
@@ -243,7 +258,7 @@ def written_by(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> di
     for o in trace.ops[:hi]:
         if not o.ok or not o.path.startswith(prefix):
             continue
-        name = o.path[len(prefix):]
+        name = o.path[len(prefix) :]
         if o.kind == sc.OPEN and "O_TRUNC" in o.flags:
             out[name] = 0
         elif o.kind == sc.TRUNCATE:
@@ -251,7 +266,7 @@ def written_by(trace: Trace, aligned: dict[int, int], cut: int, root: str) -> di
         elif o.kind == sc.WRITE:
             out[name] = out.get(name, 0) + o.nbytes
         elif o.kind == sc.RENAME and name in out and o.path2.startswith(prefix):
-            out[o.path2[len(prefix):]] = out.pop(name)
+            out[o.path2[len(prefix) :]] = out.pop(name)
         elif o.kind == sc.UNLINK:
             out.pop(name, None)
     return out

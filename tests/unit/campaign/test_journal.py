@@ -1,5 +1,6 @@
 """journal.py: JSON lines written at once and fsync'd within SYNC_S and at close; a torn last line
 is dropped on resume; the later verdict for a state wins (confirmation, flaky)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,16 +43,23 @@ def test_journal_resume_drops_a_torn_last_line(tmp_path: Path) -> None:
 def test_later_line_wins_and_fields_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     j = Journal(path, resume=False)
-    first = dataclasses.replace(v("write-cache@5/d3", "lost-ack", "write-cache", 5), aliases=("flush@5",))
+    first = dataclasses.replace(
+        v("write-cache@5/d3", "lost-ack", "write-cache", 5), aliases=("flush@5",)
+    )
     j.add(first)
     j.add(dataclasses.replace(first, confirmed=True))
     j.close()
     back = Journal(path, resume=True).done["write-cache@5/d3"]
-    assert back.confirmed and back.aliases == ("flush@5",) and back == dataclasses.replace(first, confirmed=True)
+    assert (
+        back.confirmed
+        and back.aliases == ("flush@5",)
+        and back == dataclasses.replace(first, confirmed=True)
+    )
 
 
-def test_verdicts_are_written_at_once_and_fsynced_later_in_one_go(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verdicts_are_written_at_once_and_fsynced_later_in_one_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     synced: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
@@ -70,7 +78,7 @@ def test_verdicts_are_written_at_once_and_fsynced_later_in_one_go(tmp_path: Path
     assert len(synced) == 1, "no fsync within SYNC_S of the verdicts"
     monkeypatch.setattr(journal, "SYNC_S", 30.0)
     j.add(v("flush@50"))
-    j.close()   # the last verdict's fsync does not wait for the timer
+    j.close()  # the last verdict's fsync does not wait for the timer
     assert len(synced) == 2
     assert set(Journal(path, resume=True).done) == {f"flush@{i}" for i in range(51)}
 

@@ -1,6 +1,7 @@
 """Shards and merge (campaign/merge.py) on the synthetic recording of test_campaign, in host mode:
 three shards merged equal the unsharded campaign verdict for verdict (summary, JUnit, groups with
 their minimization and bundle), and what cannot be merged is refused with one line.  Needs root."""
+
 from __future__ import annotations
 
 import json
@@ -22,15 +23,25 @@ MODELS = ("flush", "write-cache")
 
 
 def spec(**kw) -> CampaignSpec:
-    return CampaignSpec.of(models=MODELS, check_in="host", jobs=2, checker_command=STRICT, bound=3, samples=4, shrink=1,
-                        **kw)
+    return CampaignSpec.of(
+        models=MODELS,
+        check_in="host",
+        jobs=2,
+        checker_command=STRICT,
+        bound=3,
+        samples=4,
+        shrink=1,
+        **kw,
+    )
 
 
 def junit_cases(path: Path) -> dict[str, str]:
     out = {}
     for case in ET.parse(path).iter("testcase"):
         bad = case.find("failure") if case.find("failure") is not None else case.find("error")
-        out[f"{case.get('classname')}::{case.get('name')}"] = bad.get("type") if bad is not None else "pass"
+        out[f"{case.get('classname')}::{case.get('name')}"] = (
+            bad.get("type") if bad is not None else "pass"
+        )
     return out
 
 
@@ -41,26 +52,56 @@ def campaigns(synthetic: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     for i in (1, 2, 3):
         run_campaign(synthetic, spec(shard=Shard(i, 3)), d / f"shard{i}")
     merged, merged_paths = merge([d / "shard3", d / "shard1", d / "shard2"], d / "merged")
-    return {"dir": d, "whole": whole, "whole_paths": whole_paths, "merged": merged, "merged_paths": merged_paths}
+    return {
+        "dir": d,
+        "whole": whole,
+        "whole_paths": whole_paths,
+        "merged": merged,
+        "merged_paths": merged_paths,
+    }
 
 
 def test_three_shards_merge_to_the_unsharded_campaign(campaigns) -> None:
     whole, merged, d = campaigns["whole"], campaigns["merged"], campaigns["dir"]
     assert whole.failures, "the strict checker makes findings: the comparison must include failures"
-    v1 = {o["state"]: o["verdict"] for o in map(json.loads, (d / "whole" / "journal.jsonl").read_text().splitlines())}
-    v2 = {o["state"]: o["verdict"] for o in map(json.loads, (d / "merged" / "journal.jsonl").read_text().splitlines())}
+    v1 = {
+        o["state"]: o["verdict"]
+        for o in map(json.loads, (d / "whole" / "journal.jsonl").read_text().splitlines())
+    }
+    v2 = {
+        o["state"]: o["verdict"]
+        for o in map(json.loads, (d / "merged" / "journal.jsonl").read_text().splitlines())
+    }
     assert v1 == v2
-    assert (merged.total, merged.by_model, merged.counts, merged.verdict, merged.ok, merged.status) == \
-        (whole.total, whole.by_model, whole.counts, whole.verdict, whole.ok, whole.status)
+    assert (
+        merged.total,
+        merged.by_model,
+        merged.counts,
+        merged.verdict,
+        merged.ok,
+        merged.status,
+    ) == (whole.total, whole.by_model, whole.counts, whole.verdict, whole.ok, whole.status)
     # every failure confirmed in both; alone or by its group's sample may differ (each shard samples its part)
-    assert [(f.state, f.verdict, f.confirmation != "unconfirmed") for f in merged.failures] == \
-        [(f.state, f.verdict, True) for f in whole.failures]
+    assert [(f.state, f.verdict, f.confirmation != "unconfirmed") for f in merged.failures] == [
+        (f.state, f.verdict, True) for f in whole.failures
+    ]
     key = ("verdict", "reason_class", "count", "first")
-    assert [{k: g[k] for k in key} for g in merged.groups] == [{k: g[k] for k in key} for g in whole.groups]
-    assert junit_cases(campaigns["merged_paths"]["junit"]) == junit_cases(campaigns["whole_paths"]["junit"])
+    assert [{k: g[k] for k in key} for g in merged.groups] == [
+        {k: g[k] for k in key} for g in whole.groups
+    ]
+    assert junit_cases(campaigns["merged_paths"]["junit"]) == junit_cases(
+        campaigns["whole_paths"]["junit"]
+    )
     # each shard judged a third, disjoint
-    parts = [set(map(lambda line: json.loads(line)["state"], (d / f"shard{i}" / "journal.jsonl").read_text()
-                     .splitlines())) for i in (1, 2, 3)]
+    parts = [
+        set(
+            map(
+                lambda line: json.loads(line)["state"],
+                (d / f"shard{i}" / "journal.jsonl").read_text().splitlines(),
+            )
+        )
+        for i in (1, 2, 3)
+    ]
     assert not (parts[0] & parts[1] or parts[1] & parts[2] or parts[0] & parts[2])
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
 
@@ -74,7 +115,10 @@ def test_merged_groups_keep_their_diagnosis_and_bundle(campaigns) -> None:
 def test_each_shard_says_it_is_one(campaigns) -> None:
     d = campaigns["dir"]
     s = json.loads((d / "shard2" / "summary.json").read_text())
-    assert s["shard"] == "2/3" and json.loads((d / "shard2" / "campaign.json").read_text())["shard"] == "2/3"
+    assert (
+        s["shard"] == "2/3"
+        and json.loads((d / "shard2" / "campaign.json").read_text())["shard"] == "2/3"
+    )
     assert "shard" not in json.loads((d / "whole" / "campaign.json").read_text())
 
 
@@ -95,12 +139,15 @@ def _copy(src: Path, dest: Path, **settings) -> Path:
     return dest
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"log_sha256": "0" * 64}, "shards of different recordings"),
-    ({"seed": 7}, "different settings (seed: 0 vs 7)"),
-    ({"shard": "2/4"}, "different shard counts"),
-    ({"shard": "1/3"}, "are both shard 1/3"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"log_sha256": "0" * 64}, "shards of different recordings"),
+        ({"seed": 7}, "different settings (seed: 0 vs 7)"),
+        ({"shard": "2/4"}, "different shard counts"),
+        ({"shard": "1/3"}, "are both shard 1/3"),
+    ],
+)
 def test_what_cannot_be_merged_is_refused(campaigns, tmp_path, change, words) -> None:
     d = campaigns["dir"]
     odd = _copy(d / "shard2", tmp_path / "odd", **change)
@@ -111,7 +158,19 @@ def test_what_cannot_be_merged_is_refused(campaigns, tmp_path, change, words) ->
 
 def test_merge_command_line(campaigns, tmp_path, capsys) -> None:
     d = campaigns["dir"]
-    assert main(["merge", str(d / "shard1"), str(d / "shard2"), str(d / "shard3"), "-o", str(tmp_path / "m")]) == 3
+    assert (
+        main(
+            [
+                "merge",
+                str(d / "shard1"),
+                str(d / "shard2"),
+                str(d / "shard3"),
+                "-o",
+                str(tmp_path / "m"),
+            ]
+        )
+        == 3
+    )
     assert "lost-ack" in capsys.readouterr().out
     assert main(["merge", str(tmp_path / "nothing"), "-o", str(tmp_path / "m3")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -129,8 +188,11 @@ def test_bad_shard_option_exits_2(value, capsys) -> None:
 
 def _matrix_shard(d: Path, shard: str, rows: list, chosen: list[str], file: str = "") -> Path:
     from powercut.report import matrix
+
     cells = [matrix.Cell(r.id, m, r.expect[m], judged=4) for r in rows for m in r.models]
-    matrix.write_results(d, rows, cells, [{"row": r.id} for r in rows], shard=shard, chosen=chosen, file=file)
+    matrix.write_results(
+        d, rows, cells, [{"row": r.id} for r in rows], shard=shard, chosen=chosen, file=file
+    )
     return d
 
 
@@ -141,13 +203,17 @@ def test_matrix_shards_merge_in_row_order_and_refuse_mixtures(tmp_path) -> None:
 
     chosen = matrix.choose(matrix.load(), ["wal/*"])[:5]
     ids = [r.id for r in chosen]
-    outs = [_matrix_shard(tmp_path / f"m{i}", f"{i}/2", list(S(i, 2).take(chosen)), ids) for i in (2, 1)]
+    outs = [
+        _matrix_shard(tmp_path / f"m{i}", f"{i}/2", list(S(i, 2).take(chosen)), ids) for i in (2, 1)
+    ]
     assert is_matrix(outs) and not is_matrix([tmp_path])
     rows, cells, paths, missing = merge_matrix(outs, tmp_path / "merged")
     assert [r.id for r in rows] == ids and not missing
     assert list(dict.fromkeys(c.row for c in cells)) == ids
     doc = json.loads(paths["json"].read_text())
-    assert doc["cells_total"] == sum(len(r.models) for r in chosen) and doc["as_expected"] == sum(c.ok for c in cells)
+    assert doc["cells_total"] == sum(len(r.models) for r in chosen) and doc["as_expected"] == sum(
+        c.ok for c in cells
+    )
     _, _, _, missing = merge_matrix(outs[1:], tmp_path / "half")
     assert missing == ("2/2",)
     other = _matrix_shard(tmp_path / "other", "2/2", chosen[1:2], ids[:4])

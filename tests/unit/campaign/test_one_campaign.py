@@ -4,6 +4,7 @@ judging synthetic logs in this process).  At N = 3 the summary is the one Summar
 summary.json, JUnit, report.html), the failures are grouped, minimized node by node, confirmed and
 bundled, the ledger skips what passed before, shards merge into the unsharded result; at N = 1
 summary.json carries no ``nodes`` key, as before."""
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,17 @@ class FakePlace:
     def fresh(self) -> FakePlace:
         return self
 
-    def judge(self, ctx: Any, src: Any, index: Any, states: Sequence[Any], sink: Any, work: Path, *,
-              jobs: int = 1) -> None:
+    def judge(
+        self,
+        ctx: Any,
+        src: Any,
+        index: Any,
+        states: Sequence[Any],
+        sink: Any,
+        work: Path,
+        *,
+        jobs: int = 1,
+    ) -> None:
         assert src.disks == (1 if not isinstance(index, list) else len(index))
         for st in states:
             self.judged.append(st.id)
@@ -77,16 +87,27 @@ class FakePlace:
 
 def verdict(st: CrashState | DisksState, at: int) -> Verdict:
     bad = _bad(st)
-    return Verdict(st.id, st.model, at, "lost-ack" if bad else "pass", ("node 2: acked record 1 lost",) if bad else (),
-                   len(st.acks), len(st.begun), 0.01)
+    return Verdict(
+        st.id,
+        st.model,
+        at,
+        "lost-ack" if bad else "pass",
+        ("node 2: acked record 1 lost",) if bad else (),
+        len(st.acks),
+        len(st.begun),
+        0.01,
+    )
 
 
 @pytest.fixture()
 def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """The diagnosis runs here (debug/diagnose.py, as on the host) over fake images: each candidate
     judged by ``_bad``, no write blamed."""
-    monkeypatch.setattr(diagnose, "judge_state", lambda ctx, ws, st: verdict(
-        st, st.nodes[0].cut if len(st.nodes) == 1 else st.instant))
+    monkeypatch.setattr(
+        diagnose,
+        "judge_state",
+        lambda ctx, ws, st: verdict(st, st.nodes[0].cut if len(st.nodes) == 1 else st.instant),
+    )
     monkeypatch.setattr(diagnose, "blame_state", lambda ctx, ws, node, st, settle=False: [])
     monkeypatch.setattr(triage, "cleanup_stale", lambda work: None)
 
@@ -97,52 +118,97 @@ def recording(d: Path, nodes: int) -> Path:
     names = ["log.bin"] if nodes == 1 else [f"log-n{i}.bin" for i in range(nodes)]
     for name in names:
         build_log(d / name, LOG_OPS).close()
-    manifest: dict[str, Any] = {"recording": {"format": 1, "status": "ok"}, "fs": {"fstype": "ext4"},
-                                "workload": {"cmd": "true"},
-                                "data": {"initial": "zeros", "size_bytes": 1 << 20, "final": "data-final.img"},
-                                "log": {"file": names[0], "device_bytes": 0}, "result": {"ok": True}}
+    manifest: dict[str, Any] = {
+        "recording": {"format": 1, "status": "ok"},
+        "fs": {"fstype": "ext4"},
+        "workload": {"cmd": "true"},
+        "data": {"initial": "zeros", "size_bytes": 1 << 20, "final": "data-final.img"},
+        "log": {"file": names[0], "device_bytes": 0},
+        "result": {"ok": True},
+    }
     if nodes > 1:
-        manifest["cluster"] = {"nodes": nodes, "node": [{"log": n, "final": f"data-n{i}-final.img", "mount": f"n{i}"}
-                                                        for i, n in enumerate(names)]}
+        manifest["cluster"] = {
+            "nodes": nodes,
+            "node": [
+                {"log": n, "final": f"data-n{i}-final.img", "mount": f"n{i}"}
+                for i, n in enumerate(names)
+            ],
+        }
     (d / "manifest.toml").write_text(tomli_w.dumps(manifest))
     return d
 
 
 def spec(place: FakePlace, **kw: Any) -> CampaignSpec:
-    return CampaignSpec(selection=SelectionSpec(models=("flush", "write-cache"), bound=4, samples=0),
-                        place=place, **kw)   # type: ignore[arg-type]
+    return CampaignSpec(
+        selection=SelectionSpec(models=("flush", "write-cache"), bound=4, samples=0),
+        place=place,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("nodes", [1, 3])
-def test_one_call_checks_one_disk_and_a_cluster(tmp_path: Path, nodes: int, in_process: None) -> None:
+def test_one_call_checks_one_disk_and_a_cluster(
+    tmp_path: Path, nodes: int, in_process: None
+) -> None:
     place = FakePlace()
-    summary, paths = run_campaign(recording(tmp_path / "rec", nodes), spec(place, shrink=1), tmp_path / "out")
+    summary, paths = run_campaign(
+        recording(tmp_path / "rec", nodes), spec(place, shrink=1), tmp_path / "out"
+    )
     doc = json.loads(paths["summary"].read_text())
-    assert summary.nodes == nodes and doc.get("nodes", 1) == nodes and ("nodes" in doc) == (nodes > 1)
-    assert ("disks" in doc) == (nodes > 1) and len(doc.get("disks", {}).get("node_states", [])) == (nodes if nodes > 1
-                                                                                                   else 0)
-    assert summary.total == len(set(place.judged) & {v["state"] for v in map(json.loads, (
-        tmp_path / "out" / "journal.jsonl").read_text().splitlines())})
-    assert summary.verdict == "lost-ack" and summary.failures and all(f.confirmed or f.by_group for f in summary.failures)
+    assert (
+        summary.nodes == nodes and doc.get("nodes", 1) == nodes and ("nodes" in doc) == (nodes > 1)
+    )
+    assert ("disks" in doc) == (nodes > 1) and len(doc.get("disks", {}).get("node_states", [])) == (
+        nodes if nodes > 1 else 0
+    )
+    assert summary.total == len(
+        set(place.judged)
+        & {
+            v["state"]
+            for v in map(json.loads, (tmp_path / "out" / "journal.jsonl").read_text().splitlines())
+        }
+    )
+    assert (
+        summary.verdict == "lost-ack"
+        and summary.failures
+        and all(f.confirmed or f.by_group for f in summary.failures)
+    )
     (g,) = summary.groups
-    assert g["bundle"] and Path(g["bundle"], "bundle.json").is_file() and g["minimized"] and g["minimized_confirmed"]
+    assert (
+        g["bundle"]
+        and Path(g["bundle"], "bundle.json").is_file()
+        and g["minimized"]
+        and g["minimized_confirmed"]
+    )
     m = json.loads(Path(g["bundle"], "bundle.json").read_text())["diagnosis"]
     assert m["minimized"] == g["minimized"]
-    if nodes > 1:   # the cluster's words: the node named, the minimization per node
+    if nodes > 1:  # the cluster's words: the node named, the minimization per node
         assert g["nodes"] == 3 and "node 2" in g["nodes_note"] and len(g["node_shrink"]) == 3
-        assert g["minimized"].startswith("write-cache~") and (tmp_path / "out" / "report.html").is_file()
-    else:           # one disk's: its own id, its diagnosis's one-disk layout
+        assert (
+            g["minimized"].startswith("write-cache~")
+            and (tmp_path / "out" / "report.html").is_file()
+        )
+    else:  # one disk's: its own id, its diagnosis's one-disk layout
         assert g["minimized"].startswith("write-cache@") and "nodes" not in g and "culprits" in m
-        assert m["minimized"] == f"write-cache@8/d{W6}"   # the write W6 lost, the cut right after ack:1 (entry 7)
-    assert paths["junit"].is_file() and json.loads((tmp_path / "out" / "diagnoses.json").read_text())["groups"]
+        assert (
+            m["minimized"] == f"write-cache@8/d{W6}"
+        )  # the write W6 lost, the cut right after ack:1 (entry 7)
+    assert (
+        paths["junit"].is_file()
+        and json.loads((tmp_path / "out" / "diagnoses.json").read_text())["groups"]
+    )
 
 
 def test_a_cluster_ledger_skips_what_passed_before(tmp_path: Path) -> None:
     rec = recording(tmp_path / "rec", 3)
     first = FakePlace()
-    s1, _ = run_campaign(rec, spec(first, ledger=str(tmp_path / "ledger.json"), shrink=0), tmp_path / "o1")
+    s1, _ = run_campaign(
+        rec, spec(first, ledger=str(tmp_path / "ledger.json"), shrink=0), tmp_path / "o1"
+    )
     second = FakePlace()
-    s2, _ = run_campaign(rec, spec(second, ledger=str(tmp_path / "ledger.json"), shrink=0), tmp_path / "o2")
+    s2, _ = run_campaign(
+        rec, spec(second, ledger=str(tmp_path / "ledger.json"), shrink=0), tmp_path / "o2"
+    )
     passed = s1.total - len(s1.failures)
     assert passed > 0 and s2.total == s1.total - passed and s2.verdict == "lost-ack"
 
@@ -162,9 +228,13 @@ def test_cluster_shards_merge_into_the_unsharded_check(tmp_path: Path) -> None:
     assert merged.coverage.to_json() == whole.coverage.to_json()
 
 
-def test_a_lie_file_on_a_cluster_without_file_maps_is_one_line_naming_the_node(tmp_path: Path) -> None:
+def test_a_lie_file_on_a_cluster_without_file_maps_is_one_line_naming_the_node(
+    tmp_path: Path,
+) -> None:
     rec = recording(tmp_path / "rec", 3)
-    bad = CampaignSpec(selection=SelectionSpec(models=("lost-write",), lie_file="db"), place=FakePlace())  # type: ignore[arg-type]
+    bad = CampaignSpec(
+        selection=SelectionSpec(models=("lost-write",), lie_file="db"), place=FakePlace()
+    )  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=r"--lie-file db: .* has no file map \(node 0\)"):
         run_campaign(rec, bad, tmp_path / "out")
 
@@ -177,14 +247,24 @@ def test_each_node_aims_its_lies_at_its_own_file_map(tmp_path: Path) -> None:
     (rec_dir / "job").mkdir()
     for i, node in enumerate(doc["cluster"]["node"]):
         files = {"db": [[8 * (i + 1), 8]]} if i < 2 else {"other": [[64, 8]]}
-        (rec_dir / "job" / f"files-n{i}.json").write_text(json.dumps({"sector_bytes": 512, "files": files}))
+        (rec_dir / "job" / f"files-n{i}.json").write_text(
+            json.dumps({"sector_bytes": 512, "files": files})
+        )
         node["file_map"] = f"job/files-n{i}.json"
     (rec_dir / "manifest.toml").write_text(tomli_w.dumps(doc))
     rec = load_recording(rec_dir)
-    assert [p.name if p else None for p in rec.file_maps] == ["files-n0.json", "files-n1.json", "files-n2.json"]
+    assert [p.name if p else None for p in rec.file_maps] == [
+        "files-n0.json",
+        "files-n1.json",
+        "files-n2.json",
+    ]
     t0, t1 = (lie_target_of(rec, 512, "db", i) for i in (0, 1))
     assert t0.only and t0.touches(8, 9) and not t0.touches(16, 17)
     assert t1.touches(16, 17) and not t1.touches(8, 9)
-    with pytest.raises(UsageError, match=r"--lie-file db: not a file of the program .* \(node 2\) .*other"):
+    with pytest.raises(
+        UsageError, match=r"--lie-file db: not a file of the program .* \(node 2\) .*other"
+    ):
         lie_target_of(rec, 512, "db", 2)
-    assert lie_target_of(rec, 512, "", 2).touches(64, 65)   # no --lie-file: the program's blocks first
+    assert lie_target_of(rec, 512, "", 2).touches(
+        64, 65
+    )  # no --lie-file: the program's blocks first

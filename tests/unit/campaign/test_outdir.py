@@ -1,5 +1,6 @@
 """A check's output directory: where it is by default, an earlier check or a foreign directory
 refused unless asked, replaced with --force."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,10 @@ def test_prepare_out_refuses_a_foreign_directory(tmp_path: Path) -> None:
     prepare_out(out, resume=False)
     (out / "journal.jsonl").write_text('{"state": "flush@3"}\n')
     (out / "summary.json").write_text("{}")
-    with pytest.raises(UsageError, match="holds an earlier check .1 verdicts.: --resume .* --force"):
-        prepare_out(out, resume=False)   # #25: an earlier check is not discarded silently
+    with pytest.raises(
+        UsageError, match="holds an earlier check .1 verdicts.: --resume .* --force"
+    ):
+        prepare_out(out, resume=False)  # #25: an earlier check is not discarded silently
     assert (out / "summary.json").exists()
     prepare_out(out, resume=False, force=True)  # replaced only when asked
     assert not (out / "summary.json").exists()

@@ -8,6 +8,7 @@ third commit lies in a fault window (its writes never logged, acked anyway), so 
 lose acks, fail under the lying-disk models and are ``acked-after-error``.  A cluster is three
 copies of that log (every node the same disk: the logs share their key marks).  Root: loop
 devices and mount."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +24,13 @@ from typing import Any
 
 import pytest
 
-from powercut.check.context import CheckContext, LogSource, context_for, with_faults, with_node_faults
+from powercut.check.context import (
+    CheckContext,
+    LogSource,
+    context_for,
+    with_faults,
+    with_node_faults,
+)
 from powercut.check.host import check_host, cleanup_stale, require_root
 from powercut.check.judge import judge, judge_disks
 from powercut.core.judging.verdict import Verdict
@@ -41,10 +48,13 @@ from powercut.replay.providers import choose_provider
 from powercut.replay.walk import NodeImages
 from tests.unit.synthrec import CHECKER, SIZE, ext4_recording
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/loop-control")
-                                or not shutil.which("mkfs.ext4"),
-                                reason="needs root, /dev/loop-control and mkfs.ext4")
-ON_HOST = tuple(m for m in MODELS if m != "unreadable-sector")   # that one needs device-mapper on the host
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/dev/loop-control") or not shutil.which("mkfs.ext4"),
+    reason="needs root, /dev/loop-control and mkfs.ext4",
+)
+ON_HOST = tuple(
+    m for m in MODELS if m != "unreadable-sector"
+)  # that one needs device-mapper on the host
 
 Sink = Callable[[Verdict], None]
 LOOP = re.compile(r"\bloop\d+\b")
@@ -52,7 +62,9 @@ WORKER = re.compile(r"/w\d+/")
 
 
 # -- the oracle: the two walks as they were (check/host.py before issue 49's one walk) ------------------
-def old_split_by_base(index: LogIndex, states: list[CrashState], parts: int) -> list[list[CrashState]]:
+def old_split_by_base(
+    index: LogIndex, states: list[CrashState], parts: int
+) -> list[list[CrashState]]:
     """Contiguous chunks in walk order, one incremental walk each."""
     ordered = sorted(states, key=lambda s: plan(index, s).base)
     parts = max(1, min(parts, len(ordered)))
@@ -60,13 +72,21 @@ def old_split_by_base(index: LogIndex, states: list[CrashState], parts: int) -> 
     chunks, pos = [], 0
     for i in range(parts):
         n = size + (1 if i < extra else 0)
-        chunks.append(ordered[pos:pos + n])
+        chunks.append(ordered[pos : pos + n])
         pos += n
     return [c for c in chunks if c]
 
 
-def old_check_host(ctx: CheckContext, src: LogSource, index: LogIndex, states: list[CrashState], sink: Sink,
-                   workspace: Path, *, jobs: int = 1) -> None:
+def old_check_host(
+    ctx: CheckContext,
+    src: LogSource,
+    index: LogIndex,
+    states: list[CrashState],
+    sink: Sink,
+    workspace: Path,
+    *,
+    jobs: int = 1,
+) -> None:
     require_root()
     cleanup_stale(workspace)
     lock = threading.Lock()
@@ -107,8 +127,14 @@ def old_check_host(ctx: CheckContext, src: LogSource, index: LogIndex, states: l
             raise
 
 
-def old_check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: int, states: Sequence[DisksState],
-                           sink: Sink, workspace: Path) -> None:
+def old_check_cluster_host(
+    ctx: CheckContext,
+    logs: Sequence[LogIndex],
+    size: int,
+    states: Sequence[DisksState],
+    sink: Sink,
+    workspace: Path,
+) -> None:
     require_root()
     cleanup_stale(workspace)
     workspace.mkdir(parents=True, exist_ok=True)
@@ -130,8 +156,16 @@ def old_check_cluster_host(ctx: CheckContext, logs: Sequence[LogIndex], size: in
             imgs = [node.next_image() for node in nodes]
             with contextlib.ExitStack() as loops:
                 devs = [loops.enter_context(LoopDevice(img)) for img in imgs]
-                v = judge_disks(ctx, devs, state.nodes, mnts, sid=state.id, model=state.model, at=state.instant,
-                                t0=t0)
+                v = judge_disks(
+                    ctx,
+                    devs,
+                    state.nodes,
+                    mnts,
+                    sid=state.id,
+                    model=state.model,
+                    at=state.instant,
+                    t0=t0,
+                )
             if interrupt.stopping():
                 return
             sink(v)
@@ -147,39 +181,70 @@ def verdicts(run: Callable[[Sink, Path], None], work: Path) -> dict[str, dict[st
     got: list[Verdict] = []
     run(got.append, work)
     assert not mounts_under(str(work))
+
     def same(v: Verdict) -> list[str]:
         mine = {d for r in v.reasons if "mount failed" in r for d in LOOP.findall(r)}
-        return [WORKER.sub("/wK/", LOOP.sub("loopN", r.replace(str(work), "WORK"))) for r in v.reasons
-                if "kernel: " not in r or set(LOOP.findall(r)) <= mine]
-    out = {v.state: {**{k: x for k, x in v.to_json().items() if k != "seconds"}, "reasons": same(v)} for v in got}
+        return [
+            WORKER.sub("/wK/", LOOP.sub("loopN", r.replace(str(work), "WORK")))
+            for r in v.reasons
+            if "kernel: " not in r or set(LOOP.findall(r)) <= mine
+        ]
+
+    out = {
+        v.state: {**{k: x for k, x in v.to_json().items() if k != "seconds"}, "reasons": same(v)}
+        for v in got
+    }
     assert len(out) == len(got)
     return out
 
 
 @pytest.fixture(scope="module")
 def rec(tmp_path_factory: pytest.TempPathFactory) -> recording.Recording:
-    return recording.load(ext4_recording(tmp_path_factory.mktemp("synthetic"), commits=4, fault_at=3))
+    return recording.load(
+        ext4_recording(tmp_path_factory.mktemp("synthetic"), commits=4, fault_at=3)
+    )
 
 
-def test_one_disk_is_judged_as_the_one_disk_walk_judged_it(rec: recording.Recording, tmp_path: Path) -> None:
+def test_one_disk_is_judged_as_the_one_disk_walk_judged_it(
+    rec: recording.Recording, tmp_path: Path
+) -> None:
     src = LogSource.of(rec)
     with open_log(src.path) as index:
         ctx = with_faults(context_for(rec, CHECKER), index)
         how = SelectionSpec(models=ON_HOST, bound=3, samples=2, torn_samples=1, max_states=60)
         states = list(select(index, how).states)
-        want = verdicts(lambda sink, w: old_check_host(ctx, src, index, states, sink, w, jobs=2), tmp_path / "old")
-        got = verdicts(lambda sink, w: check_host(ctx, src, [index], states, sink, w, jobs=2), tmp_path / "new")
-        assert got == want, [(k, got[k]["reasons"], want[k]["reasons"]) for k in got if got[k] != want[k]][:3]
-        as_disks = [Disks([index]).state_from_id(s.id) for s in states]   # one disk's DisksStates: the same
-        got = verdicts(lambda sink, w: check_host(ctx, src, [index], as_disks, sink, w, jobs=1), tmp_path / "disks")
-        assert got == want, [(k, got[k]["reasons"], want[k]["reasons"]) for k in got if got[k] != want[k]][:3]
+        want = verdicts(
+            lambda sink, w: old_check_host(ctx, src, index, states, sink, w, jobs=2),
+            tmp_path / "old",
+        )
+        got = verdicts(
+            lambda sink, w: check_host(ctx, src, [index], states, sink, w, jobs=2), tmp_path / "new"
+        )
+        assert got == want, [
+            (k, got[k]["reasons"], want[k]["reasons"]) for k in got if got[k] != want[k]
+        ][:3]
+        as_disks = [
+            Disks([index]).state_from_id(s.id) for s in states
+        ]  # one disk's DisksStates: the same
+        got = verdicts(
+            lambda sink, w: check_host(ctx, src, [index], as_disks, sink, w, jobs=1),
+            tmp_path / "disks",
+        )
+        assert got == want, [
+            (k, got[k]["reasons"], want[k]["reasons"]) for k in got if got[k] != want[k]
+        ][:3]
     found = {v["model"] for v in want.values() if v["verdict"] != "pass"}
-    assert len(want) == len(states) >= 50 and {"write-cache", "lost-write", "flush-ignored"} <= found, found
-    assert {"pass", "lost-ack", "acked-after-error", "detected"} <= {v["verdict"] for v in want.values()}
+    assert (
+        len(want) == len(states) >= 50 and {"write-cache", "lost-write", "flush-ignored"} <= found
+    ), found
+    assert {"pass", "lost-ack", "acked-after-error", "detected"} <= {
+        v["verdict"] for v in want.values()
+    }
 
 
 def test_a_cluster_is_judged_as_the_cluster_walk_judged_it_by_any_number_of_workers(
-        rec: recording.Recording, tmp_path: Path) -> None:
+    rec: recording.Recording, tmp_path: Path
+) -> None:
     where = tmp_path / "cluster"
     where.mkdir()
     paths = tuple(where / f"log{i}.bin" for i in range(3))
@@ -189,12 +254,19 @@ def test_a_cluster_is_judged_as_the_cluster_walk_judged_it_by_any_number_of_work
     with contextlib.ExitStack() as stack:
         logs = [stack.enter_context(open_log(p)) for p in paths]
         ctx = with_node_faults(context_for(rec, CHECKER), logs)
-        how = SelectionSpec(models=("flush", "write-cache", "lost-write"), bound=2, samples=2, max_states=30)
+        how = SelectionSpec(
+            models=("flush", "write-cache", "lost-write"), bound=2, samples=2, max_states=30
+        )
         states = list(select_disks(Disks(logs), how).states)
-        want = verdicts(lambda sink, w: old_check_cluster_host(ctx, logs, SIZE, states, sink, w), tmp_path / "old")
+        want = verdicts(
+            lambda sink, w: old_check_cluster_host(ctx, logs, SIZE, states, sink, w),
+            tmp_path / "old",
+        )
         for jobs in (1, 2):
-            got = verdicts(lambda sink, w, j=jobs: check_host(ctx, src, logs, states, sink, w, jobs=j),
-                           tmp_path / f"new{jobs}")
+            got = verdicts(
+                lambda sink, w, j=jobs: check_host(ctx, src, logs, states, sink, w, jobs=j),
+                tmp_path / f"new{jobs}",
+            )
             assert got == want, jobs
     found = {v["verdict"] for v in want.values()}
     assert len(want) == len(states) == 30 and {"pass", "acked-after-error"} <= found, found

@@ -1,6 +1,7 @@
 """The checker protocol end to end (#37): a host-mode campaign on the synthetic recording of
 tests/unit/campaign/test_run.py with command checkers that talk before their JSON answer (or after
 it).  Needs root (loop devices, mount)."""
+
 from __future__ import annotations
 
 import json
@@ -25,28 +26,45 @@ def journal(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
 
 
-def test_progress_then_a_lost_ack_verdict_is_found_in_every_state(synthetic: Path, tmp_path: Path) -> None:
-    s, _ = run_campaign(synthetic, CampaignSpec.of(checker_command=ALWAYS_LOST, **SPEC), tmp_path / "out")
-    assert set(s.by_model["flush"]) == {"lost-ack"}, s.by_model     # was: every state "pass"
+def test_progress_then_a_lost_ack_verdict_is_found_in_every_state(
+    synthetic: Path, tmp_path: Path
+) -> None:
+    s, _ = run_campaign(
+        synthetic, CampaignSpec.of(checker_command=ALWAYS_LOST, **SPEC), tmp_path / "out"
+    )
+    assert set(s.by_model["flush"]) == {"lost-ack"}, s.by_model  # was: every state "pass"
     for v in journal(tmp_path / "out"):
         assert v["verdict"] == "lost-ack"
-        first, progress, child = v["reasons"][:3]   # the answer's reasons, then the output before it
-        assert first == "every key lost, says this checker" and progress.startswith("output: checking ")
+        first, progress, child = v["reasons"][:3]  # the answer's reasons, then the output before it
+        assert first == "every key lost, says this checker" and progress.startswith(
+            "output: checking "
+        )
         assert child == "output: child says hi"
 
 
 def test_a_talking_checker_that_finds_nothing_still_passes(synthetic: Path, tmp_path: Path) -> None:
-    talking = CHECKER.replace("d = json.load(sys.stdin)\n", "d = json.load(sys.stdin)\nprint(\"checking\")\n")
+    talking = CHECKER.replace(
+        "d = json.load(sys.stdin)\n", 'd = json.load(sys.stdin)\nprint("checking")\n'
+    )
     assert talking != CHECKER
-    s, _ = run_campaign(synthetic, CampaignSpec.of(checker_command=talking, **SPEC), tmp_path / "out")
+    s, _ = run_campaign(
+        synthetic, CampaignSpec.of(checker_command=talking, **SPEC), tmp_path / "out"
+    )
     assert set(s.by_model["flush"]) == {"pass"} and s.status == "complete"
 
 
-def test_a_verdict_that_is_not_the_last_line_stops_the_campaign_with_one_line(synthetic: Path,
-                                                                              tmp_path: Path) -> None:
+def test_a_verdict_that_is_not_the_last_line_stops_the_campaign_with_one_line(
+    synthetic: Path, tmp_path: Path
+) -> None:
     trailing = ALWAYS_LOST + "; echo done"
-    with pytest.raises(CheckerError, match=r"state flush@\d+: stdout line 3 of 4 is a JSON verdict.*'done'") as e:
-        run_campaign(synthetic, CampaignSpec.of(checker_command=trailing, **dict(SPEC, jobs=1)), tmp_path / "out")
+    with pytest.raises(
+        CheckerError, match=r"state flush@\d+: stdout line 3 of 4 is a JSON verdict.*'done'"
+    ) as e:
+        run_campaign(
+            synthetic,
+            CampaignSpec.of(checker_command=trailing, **dict(SPEC, jobs=1)),
+            tmp_path / "out",
+        )
     assert "\n" not in str(e.value) and e.value.one_line() == str(e.value)
     done = tmp_path / "out" / "journal.jsonl"
     assert not done.exists() or all(v["verdict"] != "pass" for v in journal(tmp_path / "out"))

@@ -4,6 +4,7 @@ takes the booted VMs (no boot), reads its log under the shared root, and a VM th
 (another filesystem's modules, another spec, a smaller scratch disk, a log outside the root or one
 starting from an image) is never lent; a run's end leaves the pool open, confirmation judges
 without it, and the owner's close stops every VM."""
+
 from __future__ import annotations
 
 import json
@@ -46,11 +47,26 @@ def src(root: Path, row: str, size: int = 1 << 20) -> LogSource:
     return LogSource(root / row / "rec" / "log.bin", size)
 
 
-def check(pool: WarmVms | None, s: LogSource, root: Path, n: int, ctx: CheckContext = EXT4,
-          spec: VmCheckSpec = SPEC) -> list[str]:
+def check(
+    pool: WarmVms | None,
+    s: LogSource,
+    root: Path,
+    n: int,
+    ctx: CheckContext = EXT4,
+    spec: VmCheckSpec = SPEC,
+) -> list[str]:
     got: list[Verdict] = []
-    check_vm(ctx, s, None, [State(f"flush@{i}") for i in range(n)], got.append, root / "work", spec, jobs=2,
-             warm=pool)
+    check_vm(
+        ctx,
+        s,
+        None,
+        [State(f"flush@{i}") for i in range(n)],
+        got.append,
+        root / "work",
+        spec,
+        jobs=2,
+        warm=pool,
+    )
     return sorted(v.state for v in got)
 
 
@@ -59,15 +75,19 @@ def jobs_of(pool: VmPool) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(pool.workdir.glob("vm*/run1/job/job.json"))]
 
 
-def test_the_second_runs_check_takes_the_booted_vms_and_reads_its_log_under_the_root(root: Path) -> None:
+def test_the_second_runs_check_takes_the_booted_vms_and_reads_its_log_under_the_root(
+    root: Path,
+) -> None:
     pool = VmPool(root, root / "checker-vms", keep=2)
     try:
         assert check(pool, src(root, "a"), root, 6) == [f"flush@{i}" for i in range(6)]
         assert ProcessHost.boots == 2 and pool.booted == 2 and pool.lent == 0
         assert check(pool, src(root, "b"), root, 4) == [f"flush@{i}" for i in range(4)]
-        assert ProcessHost.boots == 2 and pool.lent == 2                  # no boot for the second run
+        assert ProcessHost.boots == 2 and pool.lent == 2  # no boot for the second run
         logs = {j["src"]["log"] for j in jobs_of(pool)}
-        assert logs == {f"{guestjob.GUEST_REC_DIR}/b/rec/log.bin"}        # by its path under the shared root
+        assert logs == {
+            f"{guestjob.GUEST_REC_DIR}/b/rec/log.bin"
+        }  # by its path under the shared root
         assert all(j["seq"] == 2 for j in jobs_of(pool))
     finally:
         pool.close()
@@ -76,7 +96,7 @@ def test_the_second_runs_check_takes_the_booted_vms_and_reads_its_log_under_the_
 
 @pytest.mark.parametrize("why", ["xfs", "spec", "bigger disk", "outside", "image start"])
 def test_a_vm_that_would_differ_is_never_lent(root: Path, why: str) -> None:
-    pool = VmPool(root / "a", root / "checker-vms", keep=2)   # the root: row a only
+    pool = VmPool(root / "a", root / "checker-vms", keep=2)  # the root: row a only
     try:
         check(pool, src(root, "a"), root, 4)
         assert ProcessHost.boots == 2
@@ -95,7 +115,7 @@ def test_a_vm_that_would_differ_is_never_lent(root: Path, why: str) -> None:
             assert not pool.fits(vm, ctx, s, spec)
         assert check(pool, s, root, 2, ctx, spec) == ["flush@0", "flush@1"]
         assert ProcessHost.boots == 4 and pool.lent == 0
-        if why in ("outside", "image start"):   # their VMs are their own: closed after the check
+        if why in ("outside", "image start"):  # their VMs are their own: closed after the check
             assert len(pool._vms) == 2 and all(vm.rec_root is not None for vm in pool._vms)
     finally:
         pool.close()
@@ -105,23 +125,25 @@ def test_a_runs_end_leaves_the_pool_open_and_confirmation_judges_without_it(root
     pool = VmPool(root, root / "checker-vms", keep=2)
     place = Place(warm=pool)
     try:
-        assert place.with_warm_vms().warm is pool            # a run keeps the matrix's pool
+        assert place.with_warm_vms().warm is pool  # a run keeps the matrix's pool
         check(pool, src(root, "a"), root, 4)
         place.close_warm()
         assert not pool.closed and len(pool._vms) == 2 and all(vm.live() for vm in pool._vms)
         fresh = place.fresh()
-        assert fresh.warm is None and not pool.closed         # fresh kernels: no VM of the pool
+        assert fresh.warm is None and not pool.closed  # fresh kernels: no VM of the pool
         own = Place().with_warm_vms()
         assert own.warm is not None and not own.warm.shared
         own.fresh()
-        assert own.warm.closed                                # a run's own VMs are closed for confirmation
+        assert own.warm.closed  # a run's own VMs are closed for confirmation
     finally:
         pool.close()
     assert all(not vm.live() for vm in pool._vms)
 
 
 def test_a_rebind_outside_the_share_is_refused(root: Path) -> None:
-    vm = CheckerVm(EXT4, src(root, "a"), SPEC, root / "vm", ProcessHost(), serve=True, rec_root=root / "a")
+    vm = CheckerVm(
+        EXT4, src(root, "a"), SPEC, root / "vm", ProcessHost(), serve=True, rec_root=root / "a"
+    )
     with pytest.raises(ValueError, match="not under the VM's recording root"):
         vm.rebind(EXT4, src(root, "b"))
     assert vm.guest_path(src(root, "a").path) == f"{guestjob.GUEST_REC_DIR}/rec/log.bin"

@@ -1,4 +1,5 @@
 """Shared by the checker tests that run their workload on the host first."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,4 +24,5 @@ def workload_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..
     def run(module: ModuleType, **params: Any) -> list[str]:
         module.main({**module.WORKLOAD.defaults, **params})
         return marks
+
     return run

@@ -2,6 +2,7 @@
 (bodies and header fields against the parameters, no garbage after the last begun record, an
 ordering failure behind a hole) on a file the old CRC-only checker would have passed or called a
 plain loss."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,15 +26,21 @@ def recs(*idx: int) -> bytes:
 
 
 def verdict(mount: str, acked: list[int], begun: list[int] = ()) -> tuple[str, tuple[str, ...]]:
-    r = get("append-fsync").check(CheckInput(mount, tuple(map(str, acked)), tuple(map(str, begun)),
-                                             {"file": "append.log", "size": SIZE, "seed": SEED, "n": 20}))
+    r = get("append-fsync").check(
+        CheckInput(
+            mount,
+            tuple(map(str, acked)),
+            tuple(map(str, begun)),
+            {"file": "append.log", "size": SIZE, "seed": SEED, "n": 20},
+        )
+    )
     return r.verdict, r.reasons
 
 
 def hole(i: int, keep_header: bool = False) -> bytes:
     """Record i's place with its data never written: zeros (after its header, with keep_header)."""
     rec = record(SEED, i, SIZE)
-    head = rec[:rec.index(b"\n") + 1] if keep_header else b""
+    head = rec[: rec.index(b"\n") + 1] if keep_header else b""
     return head + bytes(len(rec) - len(head))
 
 
@@ -50,7 +57,9 @@ def test_all_acked_present(tmp_path: Path) -> None:
 
 def test_begun_record_may_be_missing_or_partial(tmp_path: Path) -> None:
     assert verdict(write(tmp_path, recs(0, 1)), [0, 1], [2])[0] == "pass"
-    assert verdict(write(tmp_path, recs(0, 1) + record(SEED, 2, SIZE)[:100]), [0, 1], [2])[0] == "pass"
+    assert (
+        verdict(write(tmp_path, recs(0, 1) + record(SEED, 2, SIZE)[:100]), [0, 1], [2])[0] == "pass"
+    )
     assert verdict(write(tmp_path, recs(0, 1, 2)), [0, 1], [2])[0] == "pass"
     torn = bytearray(record(SEED, 2, SIZE))
     torn[40:140] = bytes(100)  # a sector of the interrupted append still zeros
@@ -96,7 +105,9 @@ def test_body_is_compared_with_what_seed_and_index_produce(tmp_path: Path) -> No
     other = recs(0) + record(SEED + 1, 1, SIZE)
     v, reasons = verdict(write(tmp_path, other), [0, 1])
     assert v == "corrupt-data" and "acked record 1" in reasons[0]
-    assert verdict(write(tmp_path, other), [0], [1])[0] == "corrupt-data"  # begun: absent or exact only
+    assert (
+        verdict(write(tmp_path, other), [0], [1])[0] == "corrupt-data"
+    )  # begun: absent or exact only
 
 
 def test_header_size_is_checked_against_the_parameters(tmp_path: Path) -> None:
@@ -111,25 +122,36 @@ def test_garbage_after_the_last_record(tmp_path: Path) -> None:
     v, reasons = verdict(write(tmp_path, recs(0, 1) + record(SEED, 2, SIZE)[:100]), [0, 1])
     assert v == "corrupt-data" and "after record 1" in reasons[0]
     # begun, but the tail is not a prefix of the begun record
-    assert verdict(write(tmp_path, recs(0, 1) + record(SEED, 3, SIZE)[:100]), [0, 1], [2])[0] == "corrupt-data"
+    assert (
+        verdict(write(tmp_path, recs(0, 1) + record(SEED, 3, SIZE)[:100]), [0, 1], [2])[0]
+        == "corrupt-data"
+    )
     # the begun record whole, then more
     assert verdict(write(tmp_path, recs(0, 1, 2) + b"\0\0x"), [0, 1], [2])[0] == "corrupt-data"
     # nothing begun at all, yet bytes
     assert verdict(write(tmp_path, b"x"), [])[0] == "corrupt-data"
 
 
-def test_a_later_record_intact_behind_a_lost_acked_one_is_an_ordering_failure(tmp_path: Path) -> None:
+def test_a_later_record_intact_behind_a_lost_acked_one_is_an_ordering_failure(
+    tmp_path: Path,
+) -> None:
     for gap in (hole(1), hole(1, keep_header=True)):
         data = recs(0) + gap + recs(2)
         v, reasons = verdict(write(tmp_path, data), [0, 1, 2])
-        assert v == "corrupt-data" and reasons[0].startswith("ordering: acked record(s) [1] missing")
+        assert v == "corrupt-data" and reasons[0].startswith(
+            "ordering: acked record(s) [1] missing"
+        )
         assert f"record 2 at byte {len(recs(0, 1))} intact" in reasons[0]
         # the later record only begun: still durable before an acked one
         v, reasons = verdict(write(tmp_path, data), [0, 1], [2])
         assert v == "corrupt-data" and reasons[0].startswith("ordering:")
     # resync on the magic finds it where it does not belong too
     v, reasons = verdict(write(tmp_path, recs(0) + bytes(5) + recs(2)), [0, 1], [2])
-    assert v == "corrupt-data" and reasons[0].startswith("ordering:") and "record 2 at byte" in reasons[0]
+    assert (
+        v == "corrupt-data"
+        and reasons[0].startswith("ordering:")
+        and "record 2 at byte" in reasons[0]
+    )
 
 
 def test_no_ack_no_file_is_fine(tmp_path: Path) -> None:
@@ -138,5 +160,6 @@ def test_no_ack_no_file_is_fine(tmp_path: Path) -> None:
 
 def test_unknown_checker() -> None:
     from powercut.errors import UsageError
+
     with pytest.raises(UsageError, match="--checker"):
         get("nope")

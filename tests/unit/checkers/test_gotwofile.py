@@ -3,6 +3,7 @@ records it is handed are twofile's; the build (a fake toolchain: static, local, 
 line without Go; nothing when built); one line when the program is missing; and -- where the
 program is built -- its store equals twofile's byte for byte, its marks are twofile's, a failed
 mark fails it."""
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,8 @@ def test_registered_with_twofiles_params_and_checker() -> None:
     p = w.params({"n": "3", "reply_on": "index"})
     assert p == {"n": 3, "size": 1000, "seed": 0, "reply_on": "index", "binary": wl.binary()}
     assert {k: v for k, v in w.defaults.items() if k != "binary"} == {
-        k: v for k, v in twofile.WORKLOAD.defaults.items() if k != "log_via"}
+        k: v for k, v in twofile.WORKLOAD.defaults.items() if k != "log_via"
+    }
     assert w.choices == {"reply_on": ("both", "index")}
     assert get_checker("gotwofile") is checker.CHECKER
 
@@ -51,29 +53,39 @@ def test_the_binary_is_named_by_its_source() -> None:
     assert wl.SOURCE.endswith("gotwofile.go") and os.path.isfile(wl.SOURCE)
 
 
-def test_the_build_is_static_local_and_downloads_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_build_is_static_local_and_downloads_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen = tmp_path / "seen"
-    go = executable(tmp_path / "go", f"""#!/bin/sh
+    go = executable(
+        tmp_path / "go",
+        f"""#!/bin/sh
 echo "$@" > {seen}
 env > {seen}.env
 while [ "$1" != -o ]; do shift; done
 printf '#!/bin/sh\\n' > "$2" && chmod +x "$2"
-""")
+""",
+    )
     monkeypatch.delenv("HOME", raising=False)
     monkeypatch.delenv("GOCACHE", raising=False)
     built = wl.build(str(tmp_path / "cache"), go=str(go), say=lambda s: None)
     assert built == wl.binary(str(tmp_path / "cache")) and os.access(built, os.X_OK)
     argv = seen.read_text().split()
     assert argv[:2] == ["build", "-trimpath"] and argv[-1] == wl.SOURCE
-    env = dict(line.split("=", 1) for line in Path(f"{seen}.env").read_text().splitlines() if "=" in line)
+    env = dict(
+        line.split("=", 1) for line in Path(f"{seen}.env").read_text().splitlines() if "=" in line
+    )
     assert env["CGO_ENABLED"] == "0" and env["GOTOOLCHAIN"] == "local" and env["GOPROXY"] == "off"
-    assert env["GOCACHE"].startswith(env["HOME"]) and env["HOME"] != ""   # no home: a scratch one
-    assert os.listdir(tmp_path / "cache") == [os.path.basename(built)]     # no temporary left
-    assert wl.build(str(tmp_path / "cache"), say=pytest.fail) == built     # there already: nothing built or said
+    assert env["GOCACHE"].startswith(env["HOME"]) and env["HOME"] != ""  # no home: a scratch one
+    assert os.listdir(tmp_path / "cache") == [os.path.basename(built)]  # no temporary left
+    assert (
+        wl.build(str(tmp_path / "cache"), say=pytest.fail) == built
+    )  # there already: nothing built or said
 
 
-def test_a_failed_build_or_no_go_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failed_build_or_no_go_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = executable(tmp_path / "go", "#!/bin/sh\necho 'main.go:1: syntax error' >&2\nexit 1\n")
     with pytest.raises(wl.BuildError, match=r"exited 1: main.go:1: syntax error$"):
         wl.build(str(tmp_path / "cache"), go=str(bad), say=lambda s: None)
@@ -82,12 +94,18 @@ def test_a_failed_build_or_no_go_is_one_line(tmp_path: Path, monkeypatch: pytest
         wl.build(str(tmp_path / "cache"))
     assert wl.cli(["--build", "--cache", str(tmp_path / "cache")]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("gotwofile: cannot build gotwofile: no Go toolchain") and err.count("\n") == 1
+    assert (
+        err.startswith("gotwofile: cannot build gotwofile: no Go toolchain")
+        and err.count("\n") == 1
+    )
 
 
 def test_no_program_is_one_line_naming_the_build(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match=r"no program at .*/absent: build it on the host first "
-                                         r"\(python -m powercut.workloads.gotwofile --build\)"):
+    with pytest.raises(
+        SystemExit,
+        match=r"no program at .*/absent: build it on the host first "
+        r"\(python -m powercut.workloads.gotwofile --build\)",
+    ):
         wl.main(wl.WORKLOAD.params({"binary": str(tmp_path / "absent")}))
 
 
@@ -97,21 +115,29 @@ def marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ``tmp_path/fail`` exists); the cwd a fresh directory ``tmp_path/mnt``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    executable(bin_dir / "powercut-mark",
-               f"#!/bin/sh\n[ -e {tmp_path}/fail ] && exit 1\necho \"$1\" >> {tmp_path}/marks\n")
+    executable(
+        bin_dir / "powercut-mark",
+        f'#!/bin/sh\n[ -e {tmp_path}/fail ] && exit 1\necho "$1" >> {tmp_path}/marks\n',
+    )
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "mnt").mkdir()
     monkeypatch.chdir(tmp_path / "mnt")
     return tmp_path
 
 
-@pytest.mark.skipif(not HAVE_PROGRAM, reason=f"no program at {wl.binary()}: python -m powercut.workloads.gotwofile "
-                                             "--build (ci/setup.sh does)")
+@pytest.mark.skipif(
+    not HAVE_PROGRAM,
+    reason=f"no program at {wl.binary()}: python -m powercut.workloads.gotwofile "
+    "--build (ci/setup.sh does)",
+)
 @pytest.mark.parametrize("reply_on", ["both", "index"])
-def test_the_programs_store_and_marks_are_twofiles(marked: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   reply_on: str) -> None:
+def test_the_programs_store_and_marks_are_twofiles(
+    marked: Path, monkeypatch: pytest.MonkeyPatch, reply_on: str
+) -> None:
     assert wl.main(wl.WORKLOAD.params({"n": N, "size": SIZE, "seed": 3, "reply_on": reply_on})) == 0
-    assert (marked / "marks").read_text().split() == [m for i in range(N) for m in (f"begin:{i}", f"ack:{i}")]
+    assert (marked / "marks").read_text().split() == [
+        m for i in range(N) for m in (f"begin:{i}", f"ack:{i}")
+    ]
     (marked / "py").mkdir()
     monkeypatch.chdir(marked / "py")
     monkeypatch.setattr(twofile.powercut, "begin", lambda k: None)
@@ -120,7 +146,9 @@ def test_the_programs_store_and_marks_are_twofiles(marked: Path, monkeypatch: py
     for name in ("store.log", "store.idx"):
         assert (marked / "mnt" / name).read_bytes() == (marked / "py" / name).read_bytes(), name
     acked = tuple(map(str, range(N)))
-    r = get_checker("gotwofile").check(CheckInput(str(marked / "mnt"), acked, acked, {"size": SIZE, "seed": 3}))
+    r = get_checker("gotwofile").check(
+        CheckInput(str(marked / "mnt"), acked, acked, {"size": SIZE, "seed": 3})
+    )
     assert r.verdict == "pass"
 
 

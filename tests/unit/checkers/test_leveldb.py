@@ -2,6 +2,7 @@
 what the workload writes is what the checker expects; every marked moment passes with its marks;
 a dropped put is lost-ack; a flipped byte in a table is noticed with paranoid checks (corrupt-data
 under power loss, detected under a lying disk), a wrong value served silently is corrupt-data."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,9 @@ from powercut.checkers import leveldb as lc  # noqa: E402
 from powercut.workloads import leveldb as lw  # noqa: E402
 
 
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **given: Any) -> tuple[Path, list[tuple[str, int]]]:
+def run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **given: Any
+) -> tuple[Path, list[tuple[str, int]]]:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     marks: list[tuple[str, int]] = []
@@ -29,12 +32,23 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **given: Any) -> tuple[
     return mnt, marks
 
 
-def judge(mnt: Path, acked: Any, state: str = "flush@9", begun: Any = (), **given: Any) -> CheckResult:
-    return lc.check(CheckInput(str(mnt), tuple(map(str, acked)), tuple(map(str, begun or ())),
-                               lw.WORKLOAD.params(given), state))
+def judge(
+    mnt: Path, acked: Any, state: str = "flush@9", begun: Any = (), **given: Any
+) -> CheckResult:
+    return lc.check(
+        CheckInput(
+            str(mnt),
+            tuple(map(str, acked)),
+            tuple(map(str, begun or ())),
+            lw.WORKLOAD.params(given),
+            state,
+        )
+    )
 
 
-def test_the_checker_reads_what_the_workload_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_checker_reads_what_the_workload_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mnt, marks = run(tmp_path, monkeypatch, n=6)
     assert marks == [(k, i) for i in range(1, 7) for k in ("begin", "ack")]
     assert lc._value(0, 3, 1000) == lw.value(0, 3, 1000)
@@ -55,10 +69,12 @@ def test_no_database_is_lost_only_when_something_was_acked(tmp_path: Path) -> No
     assert judge(tmp_path / "mnt", []).verdict == "pass"
 
 
-def test_a_rotten_table_is_noticed_with_paranoid_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rotten_table_is_noticed_with_paranoid_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mnt, _ = run(tmp_path, monkeypatch, n=20, value_bytes=4000)
     db = plyvel.DB(str(mnt / "app.ldb"))
-    db.compact_range()   # the log into a table file
+    db.compact_range()  # the log into a table file
     db.close()
     table = max((mnt / "app.ldb").glob("*.ldb"), key=lambda p: p.stat().st_size)
     raw = bytearray(table.read_bytes())
@@ -70,14 +86,17 @@ def test_a_rotten_table_is_noticed_with_paranoid_checks(tmp_path: Path, monkeypa
     assert lie.verdict == "detected" and "Corruption" in lie.reasons[0], lie
     shutil.rmtree(mnt / "app.ldb")
     os.makedirs(mnt / "app.ldb")
-    assert judge(mnt, [1]).verdict == "lost-ack"   # no CURRENT: no database
+    assert judge(mnt, [1]).verdict == "lost-ack"  # no CURRENT: no database
 
 
-def test_a_database_that_does_not_open_before_any_put_is_no_finding(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_database_that_does_not_open_before_any_put_is_no_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mnt, _ = run(tmp_path, monkeypatch, n=2)
     for f in (mnt / "app.ldb").glob("MANIFEST-*"):
-        f.write_bytes(b"")            # a crash while LevelDB wrote its first descriptor
+        f.write_bytes(b"")  # a crash while LevelDB wrote its first descriptor
     assert judge(mnt, []).verdict == "pass"
-    assert judge(mnt, [], begun=[1]).verdict == "corrupt-data"   # a put had begun: the database must open
+    assert (
+        judge(mnt, [], begun=[1]).verdict == "corrupt-data"
+    )  # a put had begun: the database must open
     assert judge(mnt, [1]).verdict == "corrupt-data"

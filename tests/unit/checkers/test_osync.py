@@ -1,6 +1,7 @@
 """The osync workload and its checker, without a VM: the workload runs for real in a tmp dir (the
 mark hook and os.open/os.write recorded); crash states are made by hand at the file level
 (truncation, a write zeroed, a byte flipped, a garbage tail) and judged by the checker."""
+
 from __future__ import annotations
 
 import errno
@@ -55,15 +56,23 @@ def run(tmp_path: Path, name: str = "run", **given: object) -> tuple[bytes, list
     return (where / "osync.dat").read_bytes(), events
 
 
-def judge(tmp_path: Path, data: bytes | None, acked: int = -1, begun: int = -1, **params: object) -> CheckResult:
+def judge(
+    tmp_path: Path, data: bytes | None, acked: int = -1, begun: int = -1, **params: object
+) -> CheckResult:
     """The checker on a file with these bytes (None: no file), writes 0..acked acked, begun key begun."""
     mnt = tmp_path / "mnt"
     mnt.mkdir(exist_ok=True)
     (mnt / "osync.dat").unlink(missing_ok=True)
     if data is not None:
         (mnt / "osync.dat").write_bytes(data)
-    return get("osync").check(CheckInput(str(mnt), (str(acked),) if acked >= 0 else (),
-                                         (str(begun),) if begun >= 0 else (), osw.WORKLOAD.params(params)))
+    return get("osync").check(
+        CheckInput(
+            str(mnt),
+            (str(acked),) if acked >= 0 else (),
+            (str(begun),) if begun >= 0 else (),
+            osw.WORKLOAD.params(params),
+        )
+    )
 
 
 def zeroed(data: bytes, start: int, end: int) -> bytes:
@@ -71,10 +80,11 @@ def zeroed(data: bytes, start: int, end: int) -> bytes:
 
 
 def flipped(data: bytes, off: int) -> bytes:
-    return data[:off] + bytes([data[off] ^ 0xFF or 1]) + data[off + 1:]
+    return data[:off] + bytes([data[off] ^ 0xFF or 1]) + data[off + 1 :]
 
 
 # -- parameters and content ----------------------------------------------------------------------
+
 
 def test_params_defaults_and_validation() -> None:
     p = osw.Params.of(osw.WORKLOAD.params({}))
@@ -82,7 +92,9 @@ def test_params_defaults_and_validation() -> None:
     assert all(osw.DEFAULTS[k] == v for k, v in osc.DEFAULTS.items())
     with pytest.raises(ValueError, match="mode must be one of o_sync, o_dsync, o_direct, buffered"):
         osw.Params.of({"mode": "o_fsync"})
-    with pytest.raises(ValueError, match=r"o_direct needs bs and total to be multiples of 4096 \(got bs=512"):
+    with pytest.raises(
+        ValueError, match=r"o_direct needs bs and total to be multiples of 4096 \(got bs=512"
+    ):
         osw.Params.of({"mode": "o_direct", "bs": 512})
     with pytest.raises(ValueError, match="multiples of 4096"):
         osw.Params.of({"mode": "o_direct", "total": 1_000_000})
@@ -99,7 +111,11 @@ def test_params_defaults_and_validation() -> None:
 def test_tlpi_layout_last_write_is_short() -> None:
     p = osw.Params.of({"bs": 4096, "total": 1_000_000})
     assert p.writes == 245 and p.span(244) == (244 * 4096, 1_000_000)
-    assert osw.Params.of({"total": 10, "bs": 1, "ack_every": 4}).groups() == [(0, 3), (4, 7), (8, 9)]
+    assert osw.Params.of({"total": 10, "bs": 1, "ack_every": 4}).groups() == [
+        (0, 3),
+        (4, 7),
+        (8, 9),
+    ]
 
 
 def test_content_is_per_position_nonzero_and_the_checker_agrees() -> None:
@@ -113,7 +129,9 @@ def test_content_is_per_position_nonzero_and_the_checker_agrees() -> None:
 
 FLAGS = {"o_sync": os.O_SYNC, "o_dsync": os.O_DSYNC, "buffered": 0, "o_direct": os.O_DIRECT}
 # TLPI's buffer sizes; o_direct takes multiples of 4096 only (test_params_defaults_and_validation)
-CASES = [(mode, bs) for mode in FLAGS for bs in (1, 16, 256, 4096) if mode != "o_direct" or bs == 4096]
+CASES = [
+    (mode, bs) for mode in FLAGS for bs in (1, 16, 256, 4096) if mode != "o_direct" or bs == 4096
+]
 
 
 @pytest.mark.parametrize("mode,bs", CASES, ids=[f"{m}-{bs}" for m, bs in CASES])
@@ -126,8 +144,10 @@ def test_writes_with_the_mode_flags_and_acks_each(tmp_path: Path, mode: str, bs:
     mode_bits = os.O_SYNC | os.O_DSYNC | os.O_DIRECT
     assert opens[-1] & mode_bits == flag and all(f & mode_bits == 0 for f in opens[:-1])
     n = -(-total // bs)
-    body = events[events.index(("begin", 0)):]
-    expect = [e for i in range(n) for e in (("begin", i), ("write", min(bs, total - i * bs)), ("ack", i))]
+    body = events[events.index(("begin", 0)) :]
+    expect = [
+        e for i in range(n) for e in (("begin", i), ("write", min(bs, total - i * bs)), ("ack", i))
+    ]
     assert body == expect
     # the file and its directory entry were made durable before the first commit: nothing after it opens
     assert all(e[0] != "open" for e in body)
@@ -146,7 +166,14 @@ def test_prealloc_fills_zeros_durably_before_the_first_commit(tmp_path: Path) ->
     first = events.index(("begin", 0))
     # create (no mode flags) and fill with zeros, fsync the file, open the directory and fsync it,
     # then open O_DIRECT; every data write after begin:0
-    assert events[:first] == [events[0], ("pwrite", 8192), ("fsync",), events[3], ("fsync",), events[5]]
+    assert events[:first] == [
+        events[0],
+        ("pwrite", 8192),
+        ("fsync",),
+        events[3],
+        ("fsync",),
+        events[5],
+    ]
     assert events[5][1] & os.O_DIRECT and not events[0][1] & os.O_DIRECT
     assert [e for e in events[first:] if e[0] not in ("begin", "ack")] == [("write", 4096)] * 2
 
@@ -168,20 +195,30 @@ def test_whole_file_passes(tmp_path: Path, full: bytes) -> None:
 
 
 def test_truncated_file(tmp_path: Path, full: bytes) -> None:
-    cut = full[:5 * BS + 100]  # write 5 half there
+    cut = full[: 5 * BS + 100]  # write 5 half there
     r = judge(tmp_path, cut, 4, 5, bs=BS, total=TOTAL)
     assert r.verdict == "pass" and "partial" in r.reasons[0]
     r = judge(tmp_path, cut, 5, bs=BS, total=TOTAL)
-    assert r.verdict == "lost-ack" and r.reasons[0].startswith(f"acked write 5 lost at offset {5 * BS + 100}: the file ends")
-    assert judge(tmp_path, b"", 0, bs=BS, total=TOTAL).verdict == "lost-ack"  # buffered: nothing written back
+    assert r.verdict == "lost-ack" and r.reasons[0].startswith(
+        f"acked write 5 lost at offset {5 * BS + 100}: the file ends"
+    )
+    assert (
+        judge(tmp_path, b"", 0, bs=BS, total=TOTAL).verdict == "lost-ack"
+    )  # buffered: nothing written back
     assert judge(tmp_path, b"", -1, 0, bs=BS, total=TOTAL).verdict == "pass"
 
 
 def test_zeroed_write(tmp_path: Path, full: bytes) -> None:
     hole = zeroed(full, 3 * BS + 10, 4 * BS)  # a sector of write 3 that did not reach the disk
     r = judge(tmp_path, hole, 15, bs=BS, total=TOTAL)
-    assert r.verdict == "lost-ack" and f"acked write 3 lost at offset {3 * BS + 10}: zero where" in r.reasons[0]
-    assert judge(tmp_path, zeroed(full, 15 * BS, 16 * BS), 14, 15, bs=BS, total=TOTAL).verdict == "pass"
+    assert (
+        r.verdict == "lost-ack"
+        and f"acked write 3 lost at offset {3 * BS + 10}: zero where" in r.reasons[0]
+    )
+    assert (
+        judge(tmp_path, zeroed(full, 15 * BS, 16 * BS), 14, 15, bs=BS, total=TOTAL).verdict
+        == "pass"
+    )
     # o_direct with prealloc: the size is there, the data is not
     r = judge(tmp_path, bytes(TOTAL), 0, bs=BS, total=TOTAL)
     assert r.verdict == "lost-ack" and "acked write 0 lost at offset 0" in r.reasons[0]
@@ -189,8 +226,12 @@ def test_zeroed_write(tmp_path: Path, full: bytes) -> None:
 
 def test_flipped_byte(tmp_path: Path, full: bytes) -> None:
     r = judge(tmp_path, flipped(full, 2 * BS + 7), 15, bs=BS, total=TOTAL)
-    assert r.verdict == "corrupt-data" and r.reasons[0].startswith(f"acked write 2 at offset {2 * BS + 7}: byte")
-    r = judge(tmp_path, flipped(full, 15 * BS), 14, 15, bs=BS, total=TOTAL)  # a begun write: zero or exact only
+    assert r.verdict == "corrupt-data" and r.reasons[0].startswith(
+        f"acked write 2 at offset {2 * BS + 7}: byte"
+    )
+    r = judge(
+        tmp_path, flipped(full, 15 * BS), 14, 15, bs=BS, total=TOTAL
+    )  # a begun write: zero or exact only
     assert r.verdict == "corrupt-data" and "begun (not acked) write 15" in r.reasons[0]
     # a wrong byte after a zeroed one: corrupt, and the loss is named too
     r = judge(tmp_path, flipped(zeroed(full, BS, 2 * BS), 9 * BS), 15, bs=BS, total=TOTAL)
@@ -198,11 +239,13 @@ def test_flipped_byte(tmp_path: Path, full: bytes) -> None:
 
 
 def test_garbage_tail(tmp_path: Path, full: bytes) -> None:
-    r = judge(tmp_path, full[:4 * BS] + b"\0" * 50 + b"x", 3, bs=BS, total=TOTAL)
-    assert r.verdict == "corrupt-data" and r.reasons[0].startswith(f"garbage: byte 0x78 at offset {4 * BS + 50}")
+    r = judge(tmp_path, full[: 4 * BS] + b"\0" * 50 + b"x", 3, bs=BS, total=TOTAL)
+    assert r.verdict == "corrupt-data" and r.reasons[0].startswith(
+        f"garbage: byte 0x78 at offset {4 * BS + 50}"
+    )
     # the next write's bytes, never begun, are garbage too; zeros there are fine
-    assert judge(tmp_path, full[:5 * BS], 3, bs=BS, total=TOTAL).verdict == "corrupt-data"
-    assert judge(tmp_path, full[:4 * BS] + bytes(TOTAL), 3, bs=BS, total=TOTAL).verdict == "pass"
+    assert judge(tmp_path, full[: 5 * BS], 3, bs=BS, total=TOTAL).verdict == "corrupt-data"
+    assert judge(tmp_path, full[: 4 * BS] + bytes(TOTAL), 3, bs=BS, total=TOTAL).verdict == "pass"
     assert judge(tmp_path, full, -1, bs=BS, total=TOTAL).reasons[0].startswith("garbage")
 
 

@@ -5,6 +5,7 @@ workloads/pgserver.py, so that the move is seen to change nothing a server sees.
 
 Needs root and PostgreSQL (as the other real tests); ``POWERCUT_UPDATE_GOLDEN=1`` rewrites the file.
 Temporary paths, the port and the prepared cluster's hash are replaced by placeholders."""
+
 from __future__ import annotations
 
 import json
@@ -29,18 +30,34 @@ from powercut.workloads import postgres as pgw
 GOLDEN = Path(__file__).with_name("pg_commands.json")
 POSTGRES_RUNS: tuple[dict[str, Any], ...] = (
     {"n": 4, "checkpoint_every": 2},
-    {"n": 3, "synchronous_commit": "OFF", "fsync": False, "full_page_writes": False, "checkpoint_every": 0,
-     "data_checksums": False, "row_bytes": 40, "seed": 3},
-    {"n": 7, "synchronous_commit": "remote_apply", "data_sync_retry": True, "fault_at": 2, "checkpoint_every": 2,
-     "dir": "sub/pg"},
+    {
+        "n": 3,
+        "synchronous_commit": "OFF",
+        "fsync": False,
+        "full_page_writes": False,
+        "checkpoint_every": 0,
+        "data_checksums": False,
+        "row_bytes": 40,
+        "seed": 3,
+    },
+    {
+        "n": 7,
+        "synchronous_commit": "remote_apply",
+        "data_sync_retry": True,
+        "fault_at": 2,
+        "checkpoint_every": 2,
+        "dir": "sub/pg",
+    },
 )
 PGSYNC_RUNS: tuple[dict[str, Any], ...] = (
     {"n": 3, "checkpoint_every": 2, "synchronous_commit": "remote_write"},
     {"n": 2, "standby_fsync": False, "fsync": False, "full_page_writes": False},
 )
 
-real = pytest.mark.skipif(os.geteuid() != 0 or pgw.bindir() is None,
-                          reason="needs root and PostgreSQL (apt-get install postgresql)")
+real = pytest.mark.skipif(
+    os.geteuid() != 0 or pgw.bindir() is None,
+    reason="needs root and PostgreSQL (apt-get install postgresql)",
+)
 
 
 class Recorder:
@@ -54,7 +71,7 @@ class Recorder:
 
         def run(argv: Any, *a: Any, **kw: Any) -> Any:
             self.note("run", argv, kw)
-            self.in_run = True   # its Popen is the same call
+            self.in_run = True  # its Popen is the same call
             try:
                 return real_run(argv, *a, **kw)
             finally:
@@ -78,7 +95,7 @@ class Recorder:
             call["input"] = given.decode() if isinstance(given, bytes) else given
         if kw.get("env") is not None and "PGOPTIONS" in kw["env"]:
             call["PGOPTIONS"] = kw["env"]["PGOPTIONS"]
-        if not self.calls or self.calls[-1] != call:   # a poll repeated until it answers: once
+        if not self.calls or self.calls[-1] != call:  # a poll repeated until it answers: once
             self.calls.append(call)
 
 
@@ -102,9 +119,13 @@ def files_of(run: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     for conf in sorted(run.rglob("postgresql.conf")):
         text = conf.read_text()
-        out[str(conf.relative_to(run))] = text[text.index("\n# powercut"):] if "\n# powercut" in text else text
+        out[str(conf.relative_to(run))] = (
+            text[text.index("\n# powercut") :] if "\n# powercut" in text else text
+        )
         for extra in ("standby.signal", "postmaster.pid", "PG_VERSION"):
-            out[str(conf.parent.relative_to(run) / extra)] = "present" if (conf.parent / extra).exists() else "absent"
+            out[str(conf.parent.relative_to(run) / extra)] = (
+                "present" if (conf.parent / extra).exists() else "absent"
+            )
     return out
 
 
@@ -131,7 +152,7 @@ def observed() -> Iterator[dict[str, Any]]:
             m.setattr(pgw, "MARK_CMD", str(mark))
             m.setattr(pgw, "FAULT_CMD", str(fault))
             m.setenv("POWERCUT_TIMING", str(top / "timing"))
-            m.setenv("PGPORT", str(port))   # pgsync sets it; restored afterwards
+            m.setenv("PGPORT", str(port))  # pgsync sets it; restored afterwards
             rec = Recorder(m)
             out["prepare"] = {"rc": pgw.prepare_main([str(top / "cache")]), "calls": rec.calls}
             rec.calls = []
@@ -142,10 +163,17 @@ def observed() -> Iterator[dict[str, Any]]:
                 run.mkdir()
                 m.chdir(run)
                 rc = pgw.WORKLOAD.main(pgw.WORKLOAD.params({**given, "cache": str(top / "cache")}))
-                got: dict[str, Any] = {"given": given, "rc": rc, "calls": rec.calls, "files": files_of(run)}
+                got: dict[str, Any] = {
+                    "given": given,
+                    "rc": rc,
+                    "calls": rec.calls,
+                    "files": files_of(run),
+                }
                 rec.calls = []
                 n = int(given["n"])
-                verdict = pgc.check(CheckInput(str(run), tuple(map(str, range(1, n + 1))), (), given))
+                verdict = pgc.check(
+                    CheckInput(str(run), tuple(map(str, range(1, n + 1))), (), given)
+                )
                 got["check"] = {"verdict": verdict.verdict, "calls": rec.calls}
                 rec.calls = []
                 out[f"postgres {k}"] = got
@@ -154,12 +182,17 @@ def observed() -> Iterator[dict[str, Any]]:
                 for node in ("n0", "n1"):
                     (run / node).mkdir(parents=True)
                 m.chdir(run)
-                rc = psw.WORKLOAD.main(psw.WORKLOAD.params({**given, "cache": str(top / "cache"), "port": port}))
+                rc = psw.WORKLOAD.main(
+                    psw.WORKLOAD.params({**given, "cache": str(top / "cache"), "port": port})
+                )
                 got = {"given": given, "rc": rc, "calls": rec.calls, "files": files_of(run)}
                 rec.calls = []
                 n, mounts = int(given["n"]), (str(run / "n0"), str(run / "n1"))
-                verdict = psc.check(CheckInput(mounts[0], tuple(map(str, range(1, n + 1))), (), given, "s",
-                                               mounts=mounts))
+                verdict = psc.check(
+                    CheckInput(
+                        mounts[0], tuple(map(str, range(1, n + 1))), (), given, "s", mounts=mounts
+                    )
+                )
                 got["check"] = {"verdict": verdict.verdict, "calls": rec.calls}
                 rec.calls = []
                 got["files after check"] = files_of(run)

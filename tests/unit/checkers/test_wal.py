@@ -2,6 +2,7 @@
 hook replaced and fsync/sync/unlink recorded (each with a snapshot of the files); crash states are
 made at the file level -- every prefix of the syscalls, "only what was fsynced", truncated or
 zeroed segments, a wal.ctl ahead of the log, data.db reverted or half written -- and judged."""
+
 from __future__ import annotations
 
 import itertools
@@ -59,7 +60,9 @@ def run(tmp_path: Path, name: str = "run", **given: Any) -> tuple[Files, list[tu
     return snapshot(root), events
 
 
-def judge(tmp_path: Path, files: Files | None, acked: Any = (), begun: Any = (), **params: Any) -> CheckResult:
+def judge(
+    tmp_path: Path, files: Files | None, acked: Any = (), begun: Any = (), **params: Any
+) -> CheckResult:
     mnt = tmp_path / "mnt"
     root = mnt / "wal"
     root.mkdir(parents=True, exist_ok=True)
@@ -69,11 +72,16 @@ def judge(tmp_path: Path, files: Files | None, acked: Any = (), begun: Any = (),
         root.rmdir()
     for name, data in (files or {}).items():
         (root / name).write_bytes(data)
-    return wc.check(CheckInput(str(mnt), tuple(map(str, acked)), tuple(map(str, begun)),
-                               ww.WORKLOAD.params(params)))
+    return wc.check(
+        CheckInput(
+            str(mnt), tuple(map(str, acked)), tuple(map(str, begun)), ww.WORKLOAD.params(params)
+        )
+    )
 
 
-def cuts(events: list[tuple], final: Files, durable_only: bool) -> list[tuple[Files, set[int], set[int]]]:
+def cuts(
+    events: list[tuple], final: Files, durable_only: bool
+) -> list[tuple[Files, set[int], set[int]]]:
     """Crash states at the file level: before every mark and after every fsync, sync and unlink.
     durable_only=False: every syscall so far is durable (a prefix); True: each file as of its last
     fsync (or sync), files never fsynced absent, unlinks immediate."""
@@ -103,22 +111,26 @@ def last_seg(files: Files) -> str:
 def image_at(files: Files, txn: int, page: int, **params: Any) -> int:
     """File offset of txn's image of page in the last segment."""
     p = ww.Params.of(params)
-    pos = files[last_seg(files)].find(ww.image(p.seed, txn, page, p.page_bytes)[:ww.IMG.size])
+    pos = files[last_seg(files)].find(ww.image(p.seed, txn, page, p.page_bytes)[: ww.IMG.size])
     assert pos > 0
     return pos
 
 
 # -- format and workload ------------------------------------------------------------------------
 
+
 def test_the_checkers_remembered_crc_is_the_crc(monkeypatch) -> None:
     import random
+
     monkeypatch.setattr(wc, "MEMO_MAX", 8)
     rng = random.Random(5)
     blobs = [rng.randbytes(rng.randrange(0, 200)) for _ in range(20)]
-    for _ in range(3):   # asked again, after the memo filled and was cleared, and as a memoryview
+    for _ in range(3):  # asked again, after the memo filled and was cleared, and as a memoryview
         for b in blobs:
             for start in (0, 0x1234):
-                assert wc.crc32c(b, start) == wc._crc32c(b, start) == wc.crc32c(memoryview(b), start)
+                assert (
+                    wc.crc32c(b, start) == wc._crc32c(b, start) == wc.crc32c(memoryview(b), start)
+                )
     assert len(wc._MEMO) <= 8
 
 
@@ -132,8 +144,16 @@ def test_crc32c_is_castagnoli_in_both_modules() -> None:
 def test_params_are_typed_and_validated() -> None:
     p = ww.WORKLOAD.params({"variant": "no-crc", "group": "3", "page_bytes": "8192"})
     assert (p["variant"], p["group"], p["page_bytes"], p["n"]) == ("no-crc", 3, 8192, 12)
-    bad = {"variant": "nope", "n": -1, "group": 0, "npages": 0, "checkpoint_every": -1, "page_bytes": 1000,
-           "segment_bytes": 100, "dir": "/abs"}
+    bad = {
+        "variant": "nope",
+        "n": -1,
+        "group": 0,
+        "npages": 0,
+        "checkpoint_every": -1,
+        "page_bytes": 1000,
+        "segment_bytes": 100,
+        "dir": "/abs",
+    }
     for key, value in bad.items():
         with pytest.raises(ValueError, match=r"^wal: .*\S$") as e:
             ww.Params.of({key: value})
@@ -146,7 +166,9 @@ def test_the_files_are_the_documented_format(tmp_path: Path) -> None:
     files, events = run(tmp_path)
     p = ww.Params.of({})
     segs = sorted(n for n in files if n.endswith(".seg"))
-    assert segs == ["00000005.seg", "00000006.seg"] and {len(files[n]) for n in segs} == {16384}  # preallocated
+    assert segs == ["00000005.seg", "00000006.seg"] and {len(files[n]) for n in segs} == {
+        16384
+    }  # preallocated
     # the log: LSN = the segment's start LSN + file offset, CRCs that hold, a SWITCH to the next segment
     lsn_next, txns = None, []
     for name in segs:
@@ -155,10 +177,12 @@ def test_the_files_are_the_documented_format(tmp_path: Path) -> None:
         assert (magic, f"{segno:08d}.seg", crc) == (b"PCWALSEG", name, ww.crc32c(seg[:20]))
         assert lsn_next in (None, start)
         off, rtype = ww.SEG.size, 0
-        while rtype != ww.T_SWITCH and seg[off:off + ww.REC.size].strip(b"\0"):
+        while rtype != ww.T_SWITCH and seg[off : off + ww.REC.size].strip(b"\0"):
             length, lsn, rtype, crc = ww.REC.unpack_from(seg, off)
-            payload = seg[off + ww.REC.size:off + ww.REC.size + length]
-            assert lsn == start + off and crc == ww.crc32c(ww.REC.pack(length, lsn, rtype, 0) + payload)
+            payload = seg[off + ww.REC.size : off + ww.REC.size + length]
+            assert lsn == start + off and crc == ww.crc32c(
+                ww.REC.pack(length, lsn, rtype, 0) + payload
+            )
             txns += [ww.COMMIT.unpack(payload)[0]] if rtype == ww.T_COMMIT else []
             off += -(-(ww.REC.size + length) // 8) * 8
         lsn_next = start + off
@@ -166,7 +190,12 @@ def test_the_files_are_the_documented_format(tmp_path: Path) -> None:
     assert txns == [9, 10, 11, 12]
     # wal.ctl: the second checkpoint, after txn 10, in segment 5
     ctl = ww.CTL.unpack(files["wal.ctl"])
-    assert ctl[0] == b"PCWALCTL" and ctl[2] == 10 and ctl[5] == 5 and ctl[6] == ww.crc32c(files["wal.ctl"][:44])
+    assert (
+        ctl[0] == b"PCWALCTL"
+        and ctl[2] == 10
+        and ctl[5] == 5
+        and ctl[6] == ww.crc32c(files["wal.ctl"][:44])
+    )
     # data.db holds the state after txn 10, as the checker rebuilds it
     lay = wc.Layout.of({})
     want = [bytes(p.page_bytes)] * p.npages
@@ -175,7 +204,9 @@ def test_the_files_are_the_documented_format(tmp_path: Path) -> None:
             want[page] = lay.image(t, page)
     assert files["data.db"] == b"".join(want)
     assert [ww.txn_pages(t, 8) for t in (1, 3, 8, 9)] == [[0], [2, 6], [7], [0, 4]]
-    assert sum(e[0] == "unlink" for e in events) == 4  # segments 1..4 removed by the two checkpoints
+    assert (
+        sum(e[0] == "unlink" for e in events) == 4
+    )  # segments 1..4 removed by the two checkpoints
 
 
 def fsyncs(events: list[tuple], since: int = 0) -> list[str]:
@@ -212,7 +243,9 @@ def test_correct_one_fsync_per_group_then_its_acks(tmp_path: Path, group: int) -
         n = len([k for k in kinds if k == "begin"])
         assert kinds == ["begin", "w"] * n + ["fsync"] + ["ack"] * n, kinds
         assert g[-n - 1][1].endswith(".seg")
-    assert [len([e for e in g if e[0] == "ack"]) for g in groups(events)] == ([1] * 7 if group == 1 else [3, 3, 1])
+    assert [len([e for e in g if e[0] == "ack"]) for g in groups(events)] == (
+        [1] * 7 if group == 1 else [3, 3, 1]
+    )
 
 
 def test_rotation_and_checkpoint_order_per_variant(tmp_path: Path) -> None:
@@ -222,13 +255,26 @@ def test_rotation_and_checkpoint_order_per_variant(tmp_path: Path) -> None:
         first = next(i for i, e in enumerate(events) if e[0] == "begin")
         seq[v] = fsyncs(events, first)
         syncs = sum(e[0] == "sync" for e in events)
-        rotations = sum(e[0] == "pwrite" and e[1].endswith(".seg") and e[2] == 0 for e in events[first:])
+        rotations = sum(
+            e[0] == "pwrite" and e[1].endswith(".seg") and e[2] == 0 for e in events[first:]
+        )
         assert rotations == (7 if v == "commit-before-data" else 5), v
-        assert syncs == (12 + 2 * 3 + rotations if v == "commit-before-data" else 0), v  # commit, checkpoint, rotation
-    rotation = ["00000002.seg", "<dir>"]  # after the old segment's fsync (its SWITCH): the new one, the directory
+        assert syncs == (12 + 2 * 3 + rotations if v == "commit-before-data" else 0), (
+            v
+        )  # commit, checkpoint, rotation
+    rotation = [
+        "00000002.seg",
+        "<dir>",
+    ]  # after the old segment's fsync (its SWITCH): the new one, the directory
     checkpoint = ["data.db", "wal.ctl", "<dir>"]
-    assert seq["correct"][:14] == (["00000001.seg"] * 3 + rotation + ["00000002.seg"] * 3 + ["00000003.seg", "<dir>"]
-                                   + ["00000003.seg"] + checkpoint)
+    assert seq["correct"][:14] == (
+        ["00000001.seg"] * 3
+        + rotation
+        + ["00000002.seg"] * 3
+        + ["00000003.seg", "<dir>"]
+        + ["00000003.seg"]
+        + checkpoint
+    )
     assert seq["correct"].count("<dir>") == 5 + 2  # five rotations, two checkpoints
     assert seq["no-dir-fsync"] == [f for f in seq["correct"] if f != "<dir>"]
     assert seq["no-crc"] == seq["correct"]
@@ -236,7 +282,7 @@ def test_rotation_and_checkpoint_order_per_variant(tmp_path: Path) -> None:
     assert seq["commit-before-data"] == []
     early = seq["checkpoint-early"]
     at = early.index("wal.ctl")
-    assert early[at - 1:at + 3] == ["00000003.seg", "wal.ctl", "<dir>", "data.db"]
+    assert early[at - 1 : at + 3] == ["00000003.seg", "wal.ctl", "<dir>", "data.db"]
     assert sorted(early) == sorted(seq["correct"])
 
 
@@ -244,14 +290,20 @@ def test_commit_before_data_keeps_each_commit_in_one_log_block(tmp_path: Path) -
     files, events = run(tmp_path, variant="commit-before-data", page_bytes=1024, n=30)
     first = next(i for i, e in enumerate(events) if e[0] == "begin")
     writes = [e for e in events[first:] if e[0] == "pwrite" and e[1].endswith(".seg")]
-    created = [e for e in writes if e[2] == 0 and e[3] > 4096]  # a new preallocated segment (its own sync)
+    created = [
+        e for e in writes if e[2] == 0 and e[3] > 4096
+    ]  # a new preallocated segment (its own sync)
     writes = [e for e in writes if e not in created]
     assert len(writes) > 30 and len(created) >= 2
     assert all(e[2] // 4096 == (e[2] + e[3] - 1) // 4096 for e in writes)
-    assert judge(tmp_path, files, range(1, 31), variant="commit-before-data", page_bytes=1024).verdict == "pass"
+    assert (
+        judge(tmp_path, files, range(1, 31), variant="commit-before-data", page_bytes=1024).verdict
+        == "pass"
+    )
 
 
 # -- crash states made by hand ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("variant", ww.VARIANTS)
 @pytest.mark.parametrize("group", [1, 3])
@@ -262,15 +314,24 @@ def test_intact_run_passes(tmp_path: Path, variant: str, group: int) -> None:
 
 
 EXPECT = {  # variant -> verdicts seen over the states "each file as of its last fsync"
-    "correct": {"pass"}, "no-crc": {"pass"}, "no-dir-fsync": {"pass"}, "commit-before-data": {"pass"},
-    "no-fsync": {"pass", "lost-ack"}, "checkpoint-early": {"pass", "lost-ack"},
+    "correct": {"pass"},
+    "no-crc": {"pass"},
+    "no-dir-fsync": {"pass"},
+    "commit-before-data": {"pass"},
+    "no-fsync": {"pass", "lost-ack"},
+    "checkpoint-early": {"pass", "lost-ack"},
 }
 
 
-@pytest.mark.parametrize("variant,group", [(v, 1) for v in ww.VARIANTS] + [("correct", 3), ("no-fsync", 3)])
+@pytest.mark.parametrize(
+    "variant,group", [(v, 1) for v in ww.VARIANTS] + [("correct", 3), ("no-fsync", 3)]
+)
 def test_file_level_crash_states(tmp_path: Path, variant: str, group: int) -> None:
     final, events = run(tmp_path, variant=variant, n=8, group=group, checkpoint_every=3)
-    for states, want in ((cuts(events, final, False), {"pass"}), (cuts(events, final, True), EXPECT[variant])):
+    for states, want in (
+        (cuts(events, final, False), {"pass"}),
+        (cuts(events, final, True), EXPECT[variant]),
+    ):
         seen: dict[str, list] = {}
         judged = set()
         for files, acked, begun in states:
@@ -283,10 +344,16 @@ def test_file_level_crash_states(tmp_path: Path, variant: str, group: int) -> No
         assert set(seen) == want, {k: v[:1] for k, v in seen.items()}
     if variant in ("checkpoint-early", "no-fsync"):
         acked, reasons = seen["lost-ack"][0]
-        first_lost = {("checkpoint-early", 1): [1, 2, 3], ("no-fsync", 1): [1], ("no-fsync", 3): [1]}
+        first_lost = {
+            ("checkpoint-early", 1): [1, 2, 3],
+            ("no-fsync", 1): [1],
+            ("no-fsync", 3): [1],
+        }
         want_lost = first_lost[variant, group]
         assert acked == want_lost, (acked, reasons)
-        assert reasons[0] == f"acked txn(s) {', '.join(map(str, want_lost))} lost: no txn is visible"
+        assert (
+            reasons[0] == f"acked txn(s) {', '.join(map(str, want_lost))} lost: no txn is visible"
+        )
 
 
 @pytest.mark.parametrize("variant", ww.VARIANTS)
@@ -294,12 +361,22 @@ def test_last_segment_truncated_mid_record(tmp_path: Path, variant: str) -> None
     files, _ = run(tmp_path, variant=variant)
     cut = dict(files)
     name = last_seg(files)
-    cut[name] = files[name][:image_at(files, 12, 3) + 1000]  # txn 12 (pages 3, 7) half written
+    cut[name] = files[name][: image_at(files, 12, 3) + 1000]  # txn 12 (pages 3, 7) half written
     r = judge(tmp_path, cut, range(1, 12), [12], variant=variant)
-    if variant == "commit-before-data":  # wal.ctl says txn 12 is committed: the database cannot open
-        assert r.verdict == "corrupt-data" and "cannot open" in r.reasons[0] and "through 12" in r.reasons[0], r
+    if (
+        variant == "commit-before-data"
+    ):  # wal.ctl says txn 12 is committed: the database cannot open
+        assert (
+            r.verdict == "corrupt-data"
+            and "cannot open" in r.reasons[0]
+            and "through 12" in r.reasons[0]
+        ), r
         return
-    assert r.verdict == "pass" and "the state after txn 11" in r.reasons[0] and "absent: 12" in r.reasons[0], r
+    assert (
+        r.verdict == "pass"
+        and "the state after txn 11" in r.reasons[0]
+        and "absent: 12" in r.reasons[0]
+    ), r
     assert "runs past the end" in r.reasons[1], r
     r = judge(tmp_path, cut, range(1, 13), variant=variant)
     assert r.verdict == "lost-ack" and "acked txn(s) 12 lost" in r.reasons[0], r
@@ -315,12 +392,15 @@ def test_middle_unit_of_an_unacked_txn_lost(tmp_path: Path, variant: str) -> Non
     unit = -(-img // 4096) * 4096
     assert unit + 4096 < img + 8192 < len(files[name])
     torn = dict(files)
-    torn[name] = files[name][:unit] + bytes(4096) + files[name][unit + 4096:]
+    torn[name] = files[name][:unit] + bytes(4096) + files[name][unit + 4096 :]
     r = judge(tmp_path, torn, range(1, 11), [11], **params)
     if variant == "no-crc":
         assert r.verdict == "corrupt-data", r
         lo = unit - img
-        assert r.reasons[0] == f"page 2 holds txn 11's image except bytes {lo}..{lo + 4095}, which hold zeros"
+        assert (
+            r.reasons[0]
+            == f"page 2 holds txn 11's image except bytes {lo}..{lo + 4095}, which hold zeros"
+        )
     else:
         assert r.verdict == "pass" and "fails its CRC" in r.reasons[1], r
         assert judge(tmp_path, torn, range(1, 12), **params).verdict == "lost-ack"
@@ -350,7 +430,9 @@ def test_checkpoint_early_data_file_reverted(tmp_path: Path) -> None:
     files, _ = run(tmp_path, variant="checkpoint-early")
     reverted = dict(files, **{"data.db": bytes(8 * 4096)})  # the checkpoint's pages never written
     r = judge(tmp_path, reverted, range(1, 13), variant="checkpoint-early")
-    assert r.verdict == "lost-ack" and "acked txn 1's page 0 lost: the page holds zeros" in r.reasons, r
+    assert (
+        r.verdict == "lost-ack" and "acked txn 1's page 0 lost: the page holds zeros" in r.reasons
+    ), r
     assert "redid txns 11..12" in r.reasons[-1]
 
 
@@ -359,14 +441,18 @@ def test_correct_redo_repairs_a_half_written_data_file(tmp_path: Path) -> None:
     names the first checkpoint, redo rewrites every page dirtied since."""
     _, events = run(tmp_path)
     data_fsyncs = [i for i, e in enumerate(events) if e[:2] == ("fsync", "data.db")]
-    state = next(e[2] for e in reversed(events[:data_fsyncs[2]]) if e[0] in ("begin", "ack"))
-    new = next(e[2] for e in events[data_fsyncs[2]:] if e[0] == "fsync" and e[1] == "data.db")
+    state = next(e[2] for e in reversed(events[: data_fsyncs[2]]) if e[0] in ("begin", "ack"))
+    new = next(e[2] for e in events[data_fsyncs[2] :] if e[0] == "fsync" and e[1] == "data.db")
     for keep in (range(4), range(4, 8), range(0, 8, 2)):
         mixed = bytearray(state["data.db"])
         for page in keep:
-            mixed[page * 4096:(page + 1) * 4096] = new[page * 4096:(page + 1) * 4096]
+            mixed[page * 4096 : (page + 1) * 4096] = new[page * 4096 : (page + 1) * 4096]
         r = judge(tmp_path, dict(state, **{"data.db": bytes(mixed)}), range(1, 11))
-        assert r.verdict == "pass" and "the state after txn 10" in r.reasons[0] and "redid txns 6..10" in r.reasons[1]
+        assert (
+            r.verdict == "pass"
+            and "the state after txn 10" in r.reasons[0]
+            and "redid txns 6..10" in r.reasons[1]
+        )
 
 
 def recovered(pages: list[bytes]) -> wc.Recovery:
@@ -387,21 +473,32 @@ def test_torn_out_of_order_and_never_begun_states() -> None:
     half = state_after(11, lay)
     half[3] = lay.image(12, 3)
     r = wc.judge(recovered(half), lay, set(range(1, 12)), {12})
-    assert r.verdict == "corrupt-data" and r.reasons[0] == \
-        "txn 12 (begun, not acked) is torn: page 3 has its update but page 7 holds txn 8's image", r
+    assert (
+        r.verdict == "corrupt-data"
+        and r.reasons[0]
+        == "txn 12 (begun, not acked) is torn: page 3 has its update but page 7 holds txn 8's image"
+    ), r
     assert wc.judge(recovered(half), lay, set(range(1, 13)), set()).verdict == "lost-ack"
     hole = state_after(12, lay)
     hole[2] = lay.image(3, 2)  # txn 11's update of page 2 missing, txn 12 visible
     r = wc.judge(recovered(hole), lay, set(range(1, 11)), {11, 12})
-    assert r.verdict == "corrupt-data" and "txn 11 (begun, not acked) is absent (page 2 holds txn 3's image) " \
-                                            "while later txn 12 is visible" in r.reasons[0], r
+    assert (
+        r.verdict == "corrupt-data"
+        and "txn 11 (begun, not acked) is absent (page 2 holds txn 3's image) "
+        "while later txn 12 is visible"
+        in r.reasons[0]
+    ), r
     r = wc.judge(recovered(state_after(12, lay)), lay, set(range(1, 11)), {11})
-    assert r.verdict == "corrupt-data" and "txn 12's image, but txn 12 never began" in r.reasons[0], r
+    assert (
+        r.verdict == "corrupt-data" and "txn 12's image, but txn 12 never began" in r.reasons[0]
+    ), r
     mixed = state_after(5, lay)
-    mixed[4] = lay.image(5, 4)[:4096 - 512] + bytes(512)
+    mixed[4] = lay.image(5, 4)[: 4096 - 512] + bytes(512)
     r = wc.judge(recovered(mixed), lay, set(range(1, 5)), {5})
-    assert r.verdict == "corrupt-data" and r.reasons[0] == \
-        "page 4 holds txn 5's image except bytes 3584..4095, which hold zeros", r
+    assert (
+        r.verdict == "corrupt-data"
+        and r.reasons[0] == "page 4 holds txn 5's image except bytes 3584..4095, which hold zeros"
+    ), r
     junk = state_after(2, lay)
     junk[6] = b"\x01" * 4096
     assert wc.judge(recovered(junk), lay, {1, 2}, set()).reasons[0] == "page 6 holds unknown bytes"
@@ -416,7 +513,10 @@ def test_missing_or_damaged_database(tmp_path: Path) -> None:
     bad = dict(files, **{"wal.ctl": files["wal.ctl"][:-1] + b"\0"})
     assert judge(tmp_path, bad).verdict == "pass"  # nothing begun: initialisation may be incomplete
     r = judge(tmp_path, bad, [1], [2])
-    assert r.verdict == "corrupt-data" and r.reasons[0] == "the database cannot open: wal.ctl is damaged (CRC mismatch)"
+    assert (
+        r.verdict == "corrupt-data"
+        and r.reasons[0] == "the database cannot open: wal.ctl is damaged (CRC mismatch)"
+    )
     short = dict(files, **{"data.db": files["data.db"][:4096]})
     r = judge(tmp_path, short, [1, 2])
     assert r.verdict == "corrupt-data" and "data.db is 4096 bytes" in r.reasons[0]
@@ -428,15 +528,23 @@ def test_missing_or_damaged_database(tmp_path: Path) -> None:
 def test_registered_through_the_entry_points() -> None:
     from powercut.checker import get as get_checker
     from powercut.workload import get as get_workload
+
     assert get_workload("wal").main is ww.main and get_checker("wal").check is wc.check
     assert struct.calcsize("<8sQQQQII") == 48 == len(ww.control(1, 2, 3, 4, 5))
 
 
 def lying(tmp_path: Path, files: Files, acked: Any, **params: Any) -> CheckResult:
     """``judge`` of a lying-disk state (CheckInput.noticed is ``detected`` there)."""
-    judge(tmp_path, files, acked, **params)   # writes the files
-    return wc.check(CheckInput(str(tmp_path / "mnt"), tuple(map(str, acked)), (), ww.WORKLOAD.params(params),
-                               "corrupt-sector@9/w3:s0:b1"))
+    judge(tmp_path, files, acked, **params)  # writes the files
+    return wc.check(
+        CheckInput(
+            str(tmp_path / "mnt"),
+            tuple(map(str, acked)),
+            (),
+            ww.WORKLOAD.params(params),
+            "corrupt-sector@9/w3:s0:b1",
+        )
+    )
 
 
 @pytest.mark.parametrize("variant", ["correct", "no-crc"])
@@ -449,13 +557,17 @@ def test_under_a_lying_disk_a_crc_drops_and_no_crc_serves(tmp_path: Path, varian
     files, _ = run(tmp_path, **params)
     name, img = last_seg(files), image_at(files, 11, 2, **params)
     rotten = dict(files)
-    rotten[name] = files[name][:img + 100] + bytes([files[name][img + 100] ^ 4]) + files[name][img + 101:]
+    rotten[name] = (
+        files[name][: img + 100] + bytes([files[name][img + 100] ^ 4]) + files[name][img + 101 :]
+    )
     r = lying(tmp_path, rotten, range(1, 12), **params)
     if variant == "no-crc":
         assert r.verdict == "corrupt-data" and "page 2 holds" in r.reasons[0], r
     else:
         assert r.verdict == "lost-ack" and "fails its CRC" in " ".join(r.reasons), r
-        assert judge(tmp_path, rotten, range(1, 12), **params).verdict == "lost-ack"   # power loss: the same
+        assert (
+            judge(tmp_path, rotten, range(1, 12), **params).verdict == "lost-ack"
+        )  # power loss: the same
     bad = dict(files, **{"wal.ctl": files["wal.ctl"][:-1] + b"\0"})
     r = lying(tmp_path, bad, [1], **params)
     assert r.verdict == "detected" and r.reasons[0].startswith("the database cannot open")

@@ -9,6 +9,7 @@
   two shards, one failing test, merged into one JUnit, report.html and job summary; KVM asked for
   and a VM that ran under TCG fails both the shard and the merge; a missing shard is named; the KVM
   step's answers; bad inputs get one line."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,13 @@ USES = "uses: OWNER/powercut@main"
 
 
 def lint(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([actionlint(), "-no-color", "-shellcheck=", str(path)], capture_output=True, text=True,
-                          timeout=120, cwd=path.parent)
+    return subprocess.run(
+        [actionlint(), "-no-color", "-shellcheck=", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=path.parent,
+    )
 
 
 def action_inputs() -> list[str]:
@@ -48,8 +54,10 @@ def action_as_workflow() -> str:
     steps = text.split("\n  steps:\n", 1)[1]
     inputs = "".join(f"      {name}:\n        type: string\n" for name in action_inputs())
     body = "".join(f"  {line}\n" if line else "\n" for line in steps.splitlines())
-    return (f"name: the action's steps\non:\n  workflow_call:\n    inputs:\n{inputs}"
-            f"jobs:\n  action:\n    runs-on: ubuntu-24.04\n    steps:\n{body}")
+    return (
+        f"name: the action's steps\non:\n  workflow_call:\n    inputs:\n{inputs}"
+        f"jobs:\n  action:\n    runs-on: ubuntu-24.04\n    steps:\n{body}"
+    )
 
 
 def repo_with_local_action(tmp_path: Path, example: str) -> Path:
@@ -84,7 +92,11 @@ def test_the_actions_steps_pass_actionlint(tmp_path: Path) -> None:
     wf.write_text(action_as_workflow())
     res = lint(wf)
     assert res.returncode == 0, res.stdout + res.stderr
-    wf.write_text(action_as_workflow().replace("steps.install.outputs.python", "steps.instal.outputs.python", 1))
+    wf.write_text(
+        action_as_workflow().replace(
+            "steps.install.outputs.python", "steps.instal.outputs.python", 1
+        )
+    )
     assert lint(wf).returncode != 0
 
 
@@ -95,7 +107,11 @@ def test_the_action_runs_its_scripts_and_its_outputs_name_its_steps() -> None:
     ids = set(re.findall(r"^    - id: ([\w-]+)$", text, re.M))
     assert set(re.findall(r"steps\.([\w-]+)\.outputs", text)) <= ids
     assert "99-kvm4all.rules" in (SCRIPTS / "kvm.sh").read_text()
-    for needed in ("actions/cache@v4", "actions/upload-artifact@v4", "actions/download-artifact@v4"):
+    for needed in (
+        "actions/cache@v4",
+        "actions/upload-artifact@v4",
+        "actions/download-artifact@v4",
+    ):
         assert needed in text
 
 
@@ -104,7 +120,7 @@ def test_the_action_runs_its_scripts_and_its_outputs_name_its_steps() -> None:
 # a crash test's outputs as the plugin's crashtest fixture writes them (crashtest.json, the recording's
 # manifest with the acceleration its VM used, the check's summary, report and a repro bundle), without
 # the VMs: FAKE_ACCEL is what the "VM" ran under; a test passes params={"broken": True} to fail
-CONFTEST = '''
+CONFTEST = """
 import json
 import os
 from pathlib import Path
@@ -147,9 +163,9 @@ def crashtest(request, tmp_path):
                         f"  repro: powercut repro {bundle}", pytrace=False)
 
     return run
-'''
+"""
 
-TESTS = '''
+TESTS = """
 import pytest
 
 
@@ -171,7 +187,7 @@ def test_journal_survives(crashtest):
 
 def test_plain_unit_test():
     assert 1 + 1 == 2
-'''
+"""
 
 
 @pytest.fixture
@@ -188,18 +204,37 @@ def step(script: str, cwd: Path, tmp_path: Path, **env: str) -> tuple[int, str, 
     outputs = tmp_path / f"github-output-{script}-{len(list(tmp_path.glob('github-output-*')))}"
     full = {**os.environ, "PYTHON": sys.executable, "GITHUB_OUTPUT": str(outputs), **env}
     full.pop("PYTEST_ADDOPTS", None)
-    res = subprocess.run(["bash", str(SCRIPTS / script)], cwd=cwd, env=full, capture_output=True, text=True,
-                         timeout=300)
-    got = dict(line.split("=", 1) for line in outputs.read_text().splitlines()) if outputs.exists() else {}
+    res = subprocess.run(
+        ["bash", str(SCRIPTS / script)],
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    got = (
+        dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+        if outputs.exists()
+        else {}
+    )
     return res.returncode, res.stdout + res.stderr, got
 
 
-def test_two_shards_merge_into_one_junit_report_and_job_summary(project: Path, tmp_path: Path) -> None:
+def test_two_shards_merge_into_one_junit_report_and_job_summary(
+    project: Path, tmp_path: Path
+) -> None:
     runs = tmp_path / "runs"
     statuses = {}
     for i in (1, 2):
-        rc, text, out = step("shard.sh", project, tmp_path, SHARD=f"{i}/2", ACCEL="kvm", TESTS="tests -q",
-                             OUT=str(runs / "shards" / f"powercut-shard-{i}-of-2"))
+        rc, text, out = step(
+            "shard.sh",
+            project,
+            tmp_path,
+            SHARD=f"{i}/2",
+            ACCEL="kvm",
+            TESTS="tests -q",
+            OUT=str(runs / "shards" / f"powercut-shard-{i}-of-2"),
+        )
         statuses[i] = rc
         assert out.get("status") == str(rc), text
     # 3 crash tests over 2 shards, round-robin over their sorted ids; the plain test runs in shard 1
@@ -208,41 +243,70 @@ def test_two_shards_merge_into_one_junit_report_and_job_summary(project: Path, t
     s1 = runs / "shards" / "powercut-shard-1-of-2"
     doc = json.loads((s1 / "shard.json").read_text())
     assert doc["shard"] == "1/2" and doc["pytest_status"] == 1 and doc["status"] == 3
-    assert doc["accels"] == {"tests_test_store.py_test_store_without_fsync": "kvm",
-                             "tests_test_store.py_test_journal_survives": "kvm"}
+    assert doc["accels"] == {
+        "tests_test_store.py_test_store_without_fsync": "kvm",
+        "tests_test_store.py_test_journal_survives": "kvm",
+    }
     assert list(s1.glob("tests/*/recording/manifest.toml"))
-    assert not list(s1.glob("tests/*/recording/log.bin")), "the recordings' log and disk are dropped"
+    assert not list(s1.glob("tests/*/recording/log.bin")), (
+        "the recordings' log and disk are dropped"
+    )
     assert "1 failed, 2 passed, 1 deselected" in (s1 / "pytest.log").read_text()
 
     summary = tmp_path / "step-summary.md"
-    rc, text, out = step("merge.sh", tmp_path, tmp_path, OUT=str(runs), GITHUB_STEP_SUMMARY=str(summary),
-                         GITHUB_REPOSITORY="me/kv", GITHUB_RUN_ID="42", GITHUB_SERVER_URL="https://github.com")
+    rc, text, out = step(
+        "merge.sh",
+        tmp_path,
+        tmp_path,
+        OUT=str(runs),
+        GITHUB_STEP_SUMMARY=str(summary),
+        GITHUB_REPOSITORY="me/kv",
+        GITHUB_RUN_ID="42",
+        GITHUB_SERVER_URL="https://github.com",
+    )
     assert rc == 3 and out == {"status": "3"}, text
     assert "fail: 3 crash tests and 1 other test in 2 of 2 shards; 1 failed" in text
     merged = runs / "merged"
     md = summary.read_text()
     assert md == (merged / "summary.md").read_text()
     assert md.startswith("## :x: powercut crash tests: fail")
-    for words in ("| `tests/test_store.py::test_store_without_fsync` | 1/2 | failed | lost-ack: 3 of 10 distinct",
-                  "| `tests/test_store.py::test_plain_unit_test` | 1/2 | passed |",
-                  "1. **lost-ack** x 3: acknowledged key k# is lost <- present inode table; minimized: flush@9 -> flush@7",
-                  "   powercut repro tests/tests_test_store.py_test_store_without_fsync/check/bundles/01-flush_9",
-                  "- `powercut-merged`:", "- `powercut-shard-2-of-2`:",
-                  "[The run's artifacts](https://github.com/me/kv/actions/runs/42#artifacts)"):
+    for words in (
+        "| `tests/test_store.py::test_store_without_fsync` | 1/2 | failed | lost-ack: 3 of 10 distinct",
+        "| `tests/test_store.py::test_plain_unit_test` | 1/2 | passed |",
+        "1. **lost-ack** x 3: acknowledged key k# is lost <- present inode table; minimized: flush@9 -> flush@7",
+        "   powercut repro tests/tests_test_store.py_test_store_without_fsync/check/bundles/01-flush_9",
+        "- `powercut-merged`:",
+        "- `powercut-shard-2-of-2`:",
+        "[The run's artifacts](https://github.com/me/kv/actions/runs/42#artifacts)",
+    ):
         assert words in md, words
     # the repro command's path is in the merge, with the bundle's own log
-    bundle = merged / "tests" / "tests_test_store.py_test_store_without_fsync" / "check" / "bundles" / "01-flush_9"
+    bundle = (
+        merged
+        / "tests"
+        / "tests_test_store.py_test_store_without_fsync"
+        / "check"
+        / "bundles"
+        / "01-flush_9"
+    )
     assert (bundle / "log.bin").is_file() and (bundle / "bundle.json").is_file()
     # one JUnit: every shard's cases, their shard a property, the runners' paths relative to the merge
     root = ET.parse(merged / "junit.xml").getroot()
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("4", "1", "0")
     cases = {c.get("name"): c for c in root.iter("testcase")}
-    assert set(cases) == {"test_store_survives", "test_store_without_fsync", "test_journal_survives",
-                          "test_plain_unit_test"}
-    props = {p.get("name"): p.get("value") for p in cases["test_store_without_fsync"].iter("property")}
+    assert set(cases) == {
+        "test_store_survives",
+        "test_store_without_fsync",
+        "test_journal_survives",
+        "test_plain_unit_test",
+    }
+    props = {
+        p.get("name"): p.get("value") for p in cases["test_store_without_fsync"].iter("property")
+    }
     assert props["powercut_shard"] == "1/2"
-    assert props["powercut_repro"] == ("powercut repro tests/tests_test_store.py_test_store_without_fsync/check/"
-                                       "bundles/01-flush_9")
+    assert props["powercut_repro"] == (
+        "powercut repro tests/tests_test_store.py_test_store_without_fsync/check/bundles/01-flush_9"
+    )
     assert str(tmp_path) not in (merged / "junit.xml").read_text()
     # one report.html linking each crash test's own report, which the merge holds
     page = (merged / "report.html").read_text()
@@ -252,45 +316,79 @@ def test_two_shards_merge_into_one_junit_report_and_job_summary(project: Path, t
     assert json.loads((merged / "summary.json").read_text())["verdict"] == "fail"
 
 
-def test_kvm_asked_for_and_tcg_used_fails_the_shard_and_the_merge(project: Path, tmp_path: Path) -> None:
+def test_kvm_asked_for_and_tcg_used_fails_the_shard_and_the_merge(
+    project: Path, tmp_path: Path
+) -> None:
     runs = tmp_path / "runs"
-    rc, text, out = step("shard.sh", project, tmp_path, SHARD="1/1", ACCEL="kvm", TESTS="tests -q -k survives",
-                         OUT=str(runs / "shards" / "s1"), FAKE_ACCEL="tcg", GITHUB_ACTIONS="true")
+    rc, text, out = step(
+        "shard.sh",
+        project,
+        tmp_path,
+        SHARD="1/1",
+        ACCEL="kvm",
+        TESTS="tests -q -k survives",
+        OUT=str(runs / "shards" / "s1"),
+        FAKE_ACCEL="tcg",
+        GITHUB_ACTIONS="true",
+    )
     assert rc == 1 and out == {"status": "1"}, text
-    assert re.search(r"^::error::shard 1/1: KVM was asked for, but 2 of 2 crash test\(s\) ran their VM under tcg",
-                     text, re.M), text
+    assert re.search(
+        r"^::error::shard 1/1: KVM was asked for, but 2 of 2 crash test\(s\) ran their VM under tcg",
+        text,
+        re.M,
+    ), text
     summary = tmp_path / "summary.md"
-    rc, text, _ = step("merge.sh", tmp_path, tmp_path, OUT=str(runs), GITHUB_STEP_SUMMARY=str(summary))
+    rc, text, _ = step(
+        "merge.sh", tmp_path, tmp_path, OUT=str(runs), GITHUB_STEP_SUMMARY=str(summary)
+    )
     assert rc == 1 and "KVM was asked for" in summary.read_text()
     assert summary.read_text().startswith("## :warning: powercut crash tests: error")
     # auto accepts TCG
-    rc, text, _ = step("shard.sh", project, tmp_path, SHARD="1/1", ACCEL="auto", TESTS="tests -q -k survives",
-                       OUT=str(runs / "shards" / "s1"), FAKE_ACCEL="tcg")
+    rc, text, _ = step(
+        "shard.sh",
+        project,
+        tmp_path,
+        SHARD="1/1",
+        ACCEL="auto",
+        TESTS="tests -q -k survives",
+        OUT=str(runs / "shards" / "s1"),
+        FAKE_ACCEL="tcg",
+    )
     assert rc == 0, text
 
 
 def test_a_missing_shard_is_named_and_never_a_pass(project: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    rc, text, _ = step("shard.sh", project, tmp_path, SHARD="1/3", TESTS="tests -q", OUT=str(runs / "shards" / "a"))
+    rc, text, _ = step(
+        "shard.sh", project, tmp_path, SHARD="1/3", TESTS="tests -q", OUT=str(runs / "shards" / "a")
+    )
     assert rc == 0, text
     summary = tmp_path / "summary.md"
-    rc, text, _ = step("merge.sh", tmp_path, tmp_path, OUT=str(runs), GITHUB_STEP_SUMMARY=str(summary))
+    rc, text, _ = step(
+        "merge.sh", tmp_path, tmp_path, OUT=str(runs), GITHUB_STEP_SUMMARY=str(summary)
+    )
     assert rc == 1
     assert "shards 2/3, 3/3 missing" in text and "shard 2/3: missing" in summary.read_text()
     # nothing at all to merge: one line, and the summary says so
     (runs / "shards" / "a" / "shard.json").unlink()
-    rc, text, _ = step("merge.sh", tmp_path, tmp_path, OUT=str(runs), GITHUB_STEP_SUMMARY=str(summary))
+    rc, text, _ = step(
+        "merge.sh", tmp_path, tmp_path, OUT=str(runs), GITHUB_STEP_SUMMARY=str(summary)
+    )
     assert rc == 2 and text.strip().startswith("powercut-action: no shard output under")
 
 
-@pytest.mark.parametrize("env, status, words", [
-    ({"SHARD": "2-of-4"}, 2, "shard wants I/N (e.g. 2/4), not '2-of-4'"),
-    ({"ACCEL": "fast"}, 2, "accel wants auto, kvm or tcg, not 'fast'"),
-    ({"TESTS": "tests -k 'unclosed"}, 2, "tests: not shell words (an unclosed quote?)"),
-    ({"SHARD": "5/4"}, 2, "--powercut-shard wants I/N with 1 <= I <= N"),
-])
-def test_bad_shard_inputs_get_one_line(project: Path, tmp_path: Path, env: dict[str, str], status: int,
-                                       words: str) -> None:
+@pytest.mark.parametrize(
+    "env, status, words",
+    [
+        ({"SHARD": "2-of-4"}, 2, "shard wants I/N (e.g. 2/4), not '2-of-4'"),
+        ({"ACCEL": "fast"}, 2, "accel wants auto, kvm or tcg, not 'fast'"),
+        ({"TESTS": "tests -k 'unclosed"}, 2, "tests: not shell words (an unclosed quote?)"),
+        ({"SHARD": "5/4"}, 2, "--powercut-shard wants I/N with 1 <= I <= N"),
+    ],
+)
+def test_bad_shard_inputs_get_one_line(
+    project: Path, tmp_path: Path, env: dict[str, str], status: int, words: str
+) -> None:
     rc, text, _ = step("shard.sh", project, tmp_path, **{"OUT": str(tmp_path / "o"), **env})
     assert (rc, text.count("Traceback")) in ((status, 0), (1, 0)), text
     assert words in text
@@ -300,9 +398,15 @@ def test_the_kvm_step(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-kvm")
     rc, text, _ = step("kvm.sh", tmp_path, tmp_path, ACCEL="tcg", KVM_DEVICE=missing)
     assert rc == 0 and "TCG" in text
-    rc, text, _ = step("kvm.sh", tmp_path, tmp_path, ACCEL="kvm", KVM_DEVICE=missing, GITHUB_ACTIONS="true")
-    assert rc == 1 and re.search(rf"^::error title=powercut::accel kvm: {missing} is missing", text, re.M), text
-    rc, text, _ = step("kvm.sh", tmp_path, tmp_path, ACCEL="auto", KVM_DEVICE=missing, GITHUB_ACTIONS="true")
+    rc, text, _ = step(
+        "kvm.sh", tmp_path, tmp_path, ACCEL="kvm", KVM_DEVICE=missing, GITHUB_ACTIONS="true"
+    )
+    assert rc == 1 and re.search(
+        rf"^::error title=powercut::accel kvm: {missing} is missing", text, re.M
+    ), text
+    rc, text, _ = step(
+        "kvm.sh", tmp_path, tmp_path, ACCEL="auto", KVM_DEVICE=missing, GITHUB_ACTIONS="true"
+    )
     assert rc == 0 and "::warning title=powercut::accel auto" in text
     rc, text, _ = step("kvm.sh", tmp_path, tmp_path, ACCEL="KVM", KVM_DEVICE=missing)
     assert rc == 2 and text.strip() == "powercut-action: accel wants auto, kvm or tcg, not 'KVM'"
@@ -310,8 +414,11 @@ def test_the_kvm_step(tmp_path: Path) -> None:
 
 def test_the_cache_key_names_the_kernel_package_and_powercut_version(tmp_path: Path) -> None:
     from importlib.metadata import version
+
     rc, text, out = step("cache-key.sh", tmp_path, tmp_path)
     assert rc == 0, text
-    assert re.fullmatch(rf"powercut-guest-(linux-image-\S+|unresolved)-{re.escape(version('powercut'))}-[0-9a-f]{{12}}",
-                        out["key"]), out
+    assert re.fullmatch(
+        rf"powercut-guest-(linux-image-\S+|unresolved)-{re.escape(version('powercut'))}-[0-9a-f]{{12}}",
+        out["key"],
+    ), out
     assert text.strip().splitlines()[-1] == out["key"]

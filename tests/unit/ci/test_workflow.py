@@ -2,6 +2,7 @@
 refuses a broken copy, and every step it runs is a step ci/nightly.sh has (the local run of the same
 campaign is tests/vm/test_nightly_vm.py).  actionlint is installed by ci/setup.sh (a pinned release
 built from the Go module proxy)."""
+
 from __future__ import annotations
 
 import os
@@ -18,15 +19,27 @@ NIGHTLY = ROOT / "ci" / "nightly.sh"
 
 
 def actionlint() -> str:
-    cached = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "powercut" / "bin" / "actionlint"
+    cached = (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "powercut"
+        / "bin"
+        / "actionlint"
+    )
     found = shutil.which("actionlint") or (str(cached) if cached.is_file() else None)
-    assert found, "actionlint is missing: ci/setup.sh installs it (the README's test command runs ci/setup.sh)"
+    assert found, (
+        "actionlint is missing: ci/setup.sh installs it (the README's test command runs ci/setup.sh)"
+    )
     return found
 
 
 def lint(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([actionlint(), "-no-color", "-shellcheck=", str(path)], capture_output=True, text=True,
-                          timeout=120, cwd=path.parent)
+    return subprocess.run(
+        [actionlint(), "-no-color", "-shellcheck=", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=path.parent,
+    )
 
 
 def test_the_workflow_passes_actionlint() -> None:
@@ -34,12 +47,25 @@ def test_the_workflow_passes_actionlint() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-@pytest.mark.parametrize("old, new, words", [
-    ("runs-on: ubuntu-24.04\n    timeout-minutes: 30", "runs-on: ubuntu-24.04\n    timeout-minute: 30", "timeout-minute"),
-    ("${{ fromJSON(needs.rows.outputs.rows) }}", "${{ fromJSON(needs.row.outputs.rows) }}", "needs.row"),
-    ("needs: [rows, check]", "needs: [rows, chekc]", "chekc"),
-])
-def test_actionlint_refuses_a_broken_workflow(tmp_path: Path, old: str, new: str, words: str) -> None:
+@pytest.mark.parametrize(
+    "old, new, words",
+    [
+        (
+            "runs-on: ubuntu-24.04\n    timeout-minutes: 30",
+            "runs-on: ubuntu-24.04\n    timeout-minute: 30",
+            "timeout-minute",
+        ),
+        (
+            "${{ fromJSON(needs.rows.outputs.rows) }}",
+            "${{ fromJSON(needs.row.outputs.rows) }}",
+            "needs.row",
+        ),
+        ("needs: [rows, check]", "needs: [rows, chekc]", "chekc"),
+    ],
+)
+def test_actionlint_refuses_a_broken_workflow(
+    tmp_path: Path, old: str, new: str, words: str
+) -> None:
     text = WORKFLOW.read_text()
     assert old in text
     broken = tmp_path / ".github" / "workflows" / "nightly.yml"
@@ -61,23 +87,42 @@ def test_a_nightly_row_holds_syncs_and_the_exploration_runs_its_row(tmp_path) ->
     fake = tmp_path / "python"
     fake.write_text('#!/bin/sh\necho "$@"\n')
     fake.chmod(0o755)
-    env = dict(os.environ, PYTHON=str(fake), OUT=str(tmp_path / "n"), EXPLORE_ROW="twofile:xfs:n=4,reply_on=index",
-               EXPLORE_BUDGET="3")
-    rec = subprocess.run(["bash", str(NIGHTLY), "record", "twofile:ext4:n=6,delay-sync=store.*=200ms"],
-                         capture_output=True, text=True, env=env, timeout=30)
+    env = dict(
+        os.environ,
+        PYTHON=str(fake),
+        OUT=str(tmp_path / "n"),
+        EXPLORE_ROW="twofile:xfs:n=4,reply_on=index",
+        EXPLORE_BUDGET="3",
+    )
+    rec = subprocess.run(
+        ["bash", str(NIGHTLY), "record", "twofile:ext4:n=6,delay-sync=store.*=200ms"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert rec.returncode == 0, rec.stderr
     assert "--workload twofile --fs ext4 --param n=6 --delay-sync store.*=200ms -o" in rec.stdout
     assert (tmp_path / "n" / "twofile_ext4_n_6_delay-sync_store.__200ms").is_dir()
-    ex = subprocess.run(["bash", str(NIGHTLY), "explore"], capture_output=True, text=True, env=env, timeout=30)
+    ex = subprocess.run(
+        ["bash", str(NIGHTLY), "explore"], capture_output=True, text=True, env=env, timeout=30
+    )
     assert ex.returncode == 0, ex.stderr
-    assert "run --workload twofile --fs xfs --param n=4 --param reply_on=index --explore-races --budget 3" in ex.stdout
+    assert (
+        "run --workload twofile --fs xfs --param n=4 --param reply_on=index --explore-races --budget 3"
+        in ex.stdout
+    )
 
 
 def test_nightly_rows_and_wrong_step() -> None:
     env = dict(os.environ, ROWS="wal:xfs:n=4 osync:ext4")
-    rows = subprocess.run(["bash", str(NIGHTLY), "rows"], capture_output=True, text=True, env=env, timeout=30)
+    rows = subprocess.run(
+        ["bash", str(NIGHTLY), "rows"], capture_output=True, text=True, env=env, timeout=30
+    )
     assert rows.returncode == 0 and rows.stdout.split() == ["wal:xfs:n=4", "osync:ext4"]
-    bad = subprocess.run(["bash", str(NIGHTLY), "shake"], capture_output=True, text=True, timeout=30)
+    bad = subprocess.run(
+        ["bash", str(NIGHTLY), "shake"], capture_output=True, text=True, timeout=30
+    )
     assert bad.returncode == 2 and "unknown step 'shake'" in bad.stderr
 
 
@@ -86,4 +131,6 @@ def test_the_suite_workflow_passes_actionlint_and_runs_everything() -> None:
     res = lint(suite)
     assert res.returncode == 0, res.stdout + res.stderr
     text = suite.read_text()
-    assert "bash ci/test.sh --nightly" in text and "shell: bash" in text   # pipefail: the suite's status, not tee's
+    assert (
+        "bash ci/test.sh --nightly" in text and "shell: bash" in text
+    )  # pipefail: the suite's status, not tee's

@@ -3,6 +3,7 @@ status (2 for a bad option or value, 1 for bad input files), one clear line on s
 wrong, and nothing left behind.  No VM boots: every case fails before one would.  (Damaged logs:
 test_damaged_log.py; lost work: test_lost_work.py; parameters: test_workload.py; checkers:
 test_checker.py and test_campaign.py.)"""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,9 @@ from tests.unit.logops import build_log
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def one_line(p: subprocess.CompletedProcess, *words: str) -> None:
@@ -29,41 +32,91 @@ def one_line(p: subprocess.CompletedProcess, *words: str) -> None:
         assert w in lines[0], (w, lines[0])
 
 
-@pytest.mark.parametrize("argv,names", [
-    (["check", "/nowhere", "-j", "-3"], "-j/--jobs"),
-    (["matrix", "-j", "-3"], "-j/--jobs"),
-    (["check", "/nowhere", "--state-timeout", "0"], "--state-timeout"),
-    (["check", "/nowhere", "--checker-timeout", "-1"], "--checker-timeout"),
-    (["check", "/nowhere", "--max-states", "-1"], "--max-states"),
-    (["check", "/nowhere", "--shrink", "-2"], "--shrink"),
-    (["check", "/nowhere", "--shrink-budget", "0"], "--shrink-budget"),
-    (["check", "/nowhere", "--bound", "x"], "--bound"),
-    (["record", "--workload", "wal", "--size", "-5", "-o", "/tmp/never"], "--size"),
-    (["record", "--workload", "wal", "--memory", "0", "-o", "/tmp/never"], "--memory"),
-    (["bench", "--vm-timeout", "-1"], "--vm-timeout"),
-    (["record", "--workload", "wal", "--disk-latency", "floppy", "-o", "/tmp/never"], "--disk-latency"),
-    (["record", "--workload", "wal", "--disk-latency", "flush=8x", "-o", "/tmp/never"], "--disk-latency"),
-    (["run", "--disk-latency", "none,hdd,none", "-o", "/tmp/never"], "--disk-latency"),
-    (["run", "--repeat", "0", "-o", "/tmp/never"], "--repeat"),
-    (["record", "--workload", "wal", "--fault", "eio-flush", "-o", "/tmp/never"], "--fault"),
-    (["record", "--workload", "wal", "--fault", "1=eio-writes", "-o", "/tmp/never"], "--fault"),
-    (["record", "--workload", "replog", "--nodes", "3", "--fault", "eio-writes", "-o", "/tmp/never"], "name the node"),
-    (["record", "--workload", "replog", "--nodes", "3", "--fault", "3=eio-writes", "-o", "/tmp/never"], "node 3"),
-    (["record", "--workload", "replog", "--nodes", "2", "--fault", "1=eio-writes+1=eio-writes", "-o", "/tmp/never"],
-     "node 1 given twice"),
-])
+@pytest.mark.parametrize(
+    "argv,names",
+    [
+        (["check", "/nowhere", "-j", "-3"], "-j/--jobs"),
+        (["matrix", "-j", "-3"], "-j/--jobs"),
+        (["check", "/nowhere", "--state-timeout", "0"], "--state-timeout"),
+        (["check", "/nowhere", "--checker-timeout", "-1"], "--checker-timeout"),
+        (["check", "/nowhere", "--max-states", "-1"], "--max-states"),
+        (["check", "/nowhere", "--shrink", "-2"], "--shrink"),
+        (["check", "/nowhere", "--shrink-budget", "0"], "--shrink-budget"),
+        (["check", "/nowhere", "--bound", "x"], "--bound"),
+        (["record", "--workload", "wal", "--size", "-5", "-o", "/tmp/never"], "--size"),
+        (["record", "--workload", "wal", "--memory", "0", "-o", "/tmp/never"], "--memory"),
+        (["bench", "--vm-timeout", "-1"], "--vm-timeout"),
+        (
+            ["record", "--workload", "wal", "--disk-latency", "floppy", "-o", "/tmp/never"],
+            "--disk-latency",
+        ),
+        (
+            ["record", "--workload", "wal", "--disk-latency", "flush=8x", "-o", "/tmp/never"],
+            "--disk-latency",
+        ),
+        (["run", "--disk-latency", "none,hdd,none", "-o", "/tmp/never"], "--disk-latency"),
+        (["run", "--repeat", "0", "-o", "/tmp/never"], "--repeat"),
+        (["record", "--workload", "wal", "--fault", "eio-flush", "-o", "/tmp/never"], "--fault"),
+        (["record", "--workload", "wal", "--fault", "1=eio-writes", "-o", "/tmp/never"], "--fault"),
+        (
+            [
+                "record",
+                "--workload",
+                "replog",
+                "--nodes",
+                "3",
+                "--fault",
+                "eio-writes",
+                "-o",
+                "/tmp/never",
+            ],
+            "name the node",
+        ),
+        (
+            [
+                "record",
+                "--workload",
+                "replog",
+                "--nodes",
+                "3",
+                "--fault",
+                "3=eio-writes",
+                "-o",
+                "/tmp/never",
+            ],
+            "node 3",
+        ),
+        (
+            [
+                "record",
+                "--workload",
+                "replog",
+                "--nodes",
+                "2",
+                "--fault",
+                "1=eio-writes+1=eio-writes",
+                "-o",
+                "/tmp/never",
+            ],
+            "node 1 given twice",
+        ),
+    ],
+)
 def test_a_bad_option_value_exits_2_before_anything_runs(argv: list[str], names: str) -> None:
     p = cli(*argv)
     assert p.returncode == 2
     one_line(p, names)
 
 
-@pytest.mark.parametrize("argv", [
-    ["record", "--workload", "wal", "--mkfs-opts", "'x", "-o", "{out}"],
-    ["record", "--workload", "wal", "--mkfs-opts", "'x", "-o", "{out}", "--dry-run"],
-    ["run", "--mkfs-opts", "'x", "-o", "{out}"],
-    ["bench", "--mkfs-opts", "'x", "-o", "{out}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["record", "--workload", "wal", "--mkfs-opts", "'x", "-o", "{out}"],
+        ["record", "--workload", "wal", "--mkfs-opts", "'x", "-o", "{out}", "--dry-run"],
+        ["run", "--mkfs-opts", "'x", "-o", "{out}"],
+        ["bench", "--mkfs-opts", "'x", "-o", "{out}"],
+    ],
+)
 def test_an_unbalanced_quote_in_mkfs_opts_is_one_line(tmp_path: Path, argv: list[str]) -> None:
     p = cli(*[a.format(out=tmp_path / "out") for a in argv])
     assert p.returncode == 2
@@ -71,23 +124,31 @@ def test_an_unbalanced_quote_in_mkfs_opts_is_one_line(tmp_path: Path, argv: list
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("argv", [
-    ["record", "--workload", "append-fsync", "-o", "{out}", "--dry-run"],
-    ["bench", "--quick", "-o", "{out}", "--dry-run"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["record", "--workload", "append-fsync", "-o", "{out}", "--dry-run"],
+        ["bench", "--quick", "-o", "{out}", "--dry-run"],
+    ],
+)
 def test_dry_run_leaves_no_directory(tmp_path: Path, argv: list[str]) -> None:
     p = cli(*[a.format(out=tmp_path / "out") for a in argv])
     assert p.returncode == 0, p.stderr
     assert "qemu-system" in p.stdout and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("param,says", [("fsync=maybe", "true or false"), ("n=-3", "at least 1"),
-                                        ("bogus=1", "unknown parameter")])
+@pytest.mark.parametrize(
+    "param,says",
+    [("fsync=maybe", "true or false"), ("n=-3", "at least 1"), ("bogus=1", "unknown parameter")],
+)
 @pytest.mark.parametrize("dry", [[], ["--dry-run"]])
-def test_a_mistyped_parameter_is_refused_before_recording(tmp_path: Path, param: str, says: str,
-                                                          dry: list[str]) -> None:
+def test_a_mistyped_parameter_is_refused_before_recording(
+    tmp_path: Path, param: str, says: str, dry: list[str]
+) -> None:
     """A bad --param value is a bad option value: exit 2, one line, no QEMU command (--dry-run too)."""
-    p = cli("record", "--workload", "append-fsync", "--param", param, "-o", str(tmp_path / "out"), *dry)
+    p = cli(
+        "record", "--workload", "append-fsync", "--param", param, "-o", str(tmp_path / "out"), *dry
+    )
     assert p.returncode == 2
     one_line(p, param.split("=")[0], says)
     assert "qemu-system" not in p.stdout
@@ -97,21 +158,35 @@ def test_a_mistyped_parameter_is_refused_before_recording(tmp_path: Path, param:
 def _bundle(tmp_path: Path) -> Path:
     log = tmp_path / "rec" / "log.bin"
     log.parent.mkdir()
-    build_log(log, [("m", "mkfs"), ("m", "begin:1"), ("w", 100, 4, 0, 1), ("f",), ("m", "ack:1")]).close()
+    build_log(
+        log, [("m", "mkfs"), ("m", "begin:1"), ("w", 100, 4, 0, 1), ("f",), ("m", "ack:1")]
+    ).close()
     v = Verdict("flush@4", "flush", 4, "lost-ack", ("acked record(s) [1] missing",), 1, 0, 0.1)
-    return bundle.write(tmp_path / "b", recording=str(log.parent), log_path=log, data_size=1 << 20, fstype="ext4",
-                        mount_opts="", checker=CheckerSpec(name="append-fsync"), params={"n": 2},
-                        workload={"name": "append-fsync"}, verdict=v)
+    return bundle.write(
+        tmp_path / "b",
+        recording=str(log.parent),
+        log_path=log,
+        data_size=1 << 20,
+        fstype="ext4",
+        mount_opts="",
+        checker=CheckerSpec(name="append-fsync"),
+        params={"n": 2},
+        workload={"name": "append-fsync"},
+        verdict=v,
+    )
 
 
-@pytest.mark.parametrize("change,names", [
-    (lambda d: d.pop("fstype"), "fstype"),
-    (lambda d: d.pop("data_size"), "data_size"),
-    (lambda d: d.update(data_size="1048576"), "data_size"),
-    (lambda d: d.update(log=["log.bin"]), "log"),
-    (lambda d: d.update(checker={"name": "no-such-checker"}), "no-such-checker"),
-    (lambda d: d.update(params=[1, 2]), "params"),
-])
+@pytest.mark.parametrize(
+    "change,names",
+    [
+        (lambda d: d.pop("fstype"), "fstype"),
+        (lambda d: d.pop("data_size"), "data_size"),
+        (lambda d: d.update(data_size="1048576"), "data_size"),
+        (lambda d: d.update(log=["log.bin"]), "log"),
+        (lambda d: d.update(checker={"name": "no-such-checker"}), "no-such-checker"),
+        (lambda d: d.update(params=[1, 2]), "params"),
+    ],
+)
 def test_a_damaged_bundle_is_one_line(tmp_path: Path, change, names: str) -> None:
     b = _bundle(tmp_path)
     doc = json.loads((b / "bundle.json").read_text())

@@ -1,6 +1,7 @@
 """``powercut bench`` on the command line: --list, every user mistake one line (never a
 traceback), host mode end to end in a temporary directory (the cache left as it is), and the
 results file it writes."""
+
 from __future__ import annotations
 
 import json
@@ -13,33 +14,52 @@ import pytest
 
 
 def run(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "powercut.cli", "bench", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "powercut.cli", "bench", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def test_list_names_the_suites_and_profiles() -> None:
     out = run("--list")
     assert out.returncode == 0
-    for word in ("guarantees", "tlpi", "zodb-fsync", "commit", "flush-cost", "pg", "overhead", "group-commit-8-2k"):
+    for word in (
+        "guarantees",
+        "tlpi",
+        "zodb-fsync",
+        "commit",
+        "flush-cost",
+        "pg",
+        "overhead",
+        "group-commit-8-2k",
+    ):
         assert word in out.stdout
 
 
-@pytest.mark.parametrize("args,match", [
-    (["--qemu-cache", "unsafe"], "drops the guest's flushes"),
-    (["--toggle-write-cache"], "go with --on-host"),
-    (["--suite", "nope"], "unknown bench suite 'nope'"),
-    (["--profile", "fsync-3k"], "unknown fio profile"),
-    (["--workload", "nope"], "unknown workload"),
-    (["--workload", "filestorage", "--param", "fsync"], "key=value"),
-    (["--on-host", "/nonexistent/dir"], "No such file"),
-    (["--on-host", "/tmp", "--dry-run"], "runs no VM"),
-    (["--fs", "ntfs"], "unknown filesystem"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--qemu-cache", "unsafe"], "drops the guest's flushes"),
+        (["--toggle-write-cache"], "go with --on-host"),
+        (["--suite", "nope"], "unknown bench suite 'nope'"),
+        (["--profile", "fsync-3k"], "unknown fio profile"),
+        (["--workload", "nope"], "unknown workload"),
+        (["--workload", "filestorage", "--param", "fsync"], "key=value"),
+        (["--on-host", "/nonexistent/dir"], "No such file"),
+        (["--on-host", "/tmp", "--dry-run"], "runs no VM"),
+        (["--fs", "ntfs"], "unknown filesystem"),
+    ],
+)
 def test_mistakes_are_one_line(args: list[str], match: str, tmp_path: Path) -> None:
     out = run(*args, "-o", str(tmp_path))
     assert out.returncode in (1, 2), out.stderr
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("powercut: error:") and match in lines[0], out.stderr
+    assert len(lines) == 1 and lines[0].startswith("powercut: error:") and match in lines[0], (
+        out.stderr
+    )
     assert "Traceback" not in out.stderr
 
 
@@ -47,8 +67,22 @@ def test_mistakes_are_one_line(args: list[str], match: str, tmp_path: Path) -> N
 def test_host_mode_in_a_directory(tmp_path: Path) -> None:
     target = tmp_path / "target"
     target.mkdir()
-    out = run("--on-host", str(target), "--profile", "buffered-4k", "--profile", "fsync-4k", "--workload",
-              "append-fsync", "--param", "n=4", "--quick", "--no-plot", "-o", str(tmp_path / "out"))
+    out = run(
+        "--on-host",
+        str(target),
+        "--profile",
+        "buffered-4k",
+        "--profile",
+        "fsync-4k",
+        "--workload",
+        "append-fsync",
+        "--param",
+        "n=4",
+        "--quick",
+        "--no-plot",
+        "-o",
+        str(tmp_path / "out"),
+    )
     assert out.returncode == 0, out.stderr
     assert "fsync-4k" in out.stdout and "append-fsync n=4" in out.stdout and "as is" in out.stdout
     assert "write cache left as it was" in out.stdout

@@ -1,5 +1,6 @@
 """#25 item 5: no command loses work silently -- a recording, a user's file in it, an earlier check
 (finished or interrupted) -- and the check options that guard verdicts are there (no VM boots)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -13,12 +14,14 @@ from powercut.record.vm import prepare_outdir
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def _recording_dir(d: Path) -> Path:
     d.mkdir(parents=True)
-    (d / "manifest.toml").write_text("[recording]\nformat = 1\nstatus = \"ok\"\n")
+    (d / "manifest.toml").write_text('[recording]\nformat = 1\nstatus = "ok"\n')
     (d / "log.bin").write_bytes(b"log")
     return d
 
@@ -32,7 +35,7 @@ def test_force_never_deletes_files_powercut_did_not_make(tmp_path: Path) -> None
         prepare_outdir(rec, force=True)
     assert (rec / "my-notes.txt").read_text() == "precious" and (rec / "log.bin").exists()
     (rec / "my-notes.txt").unlink()
-    prepare_outdir(rec, force=True)   # only its own files: replaced when asked
+    prepare_outdir(rec, force=True)  # only its own files: replaced when asked
     assert not (rec / "log.bin").exists()
 
 

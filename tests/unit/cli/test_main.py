@@ -1,4 +1,5 @@
 """The command line: wrong input is one clear line and a non-zero exit, never a traceback."""
+
 from __future__ import annotations
 
 import subprocess
@@ -12,10 +13,14 @@ from powercut.core.log.dmlog_writer import LogWriter
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True
+    )
 
 
-@pytest.mark.parametrize("args", [["record", "--bogus"], ["states", "x", "--model"], ["frobnicate"]])
+@pytest.mark.parametrize(
+    "args", [["record", "--bogus"], ["states", "x", "--model"], ["frobnicate"]]
+)
 def test_wrong_options_are_one_line(args: list[str]) -> None:
     out = run(*args)
     assert out.returncode == 2
@@ -52,6 +57,7 @@ def test_log_stats_and_show(small_log: Path, capsys: pytest.CaptureFixture) -> N
 
 def test_states_json(small_log: Path, capsys: pytest.CaptureFixture) -> None:
     import json
+
     assert main(["states", str(small_log), "--model", "no-cache", "--json"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(lines) == 6 and lines[-1]["acks"] == ["0"]
@@ -96,9 +102,16 @@ def _fake_recording(tmp_path: Path, data: bytes = b"x" * (256 << 10)) -> Path:
         w.flush()
         w.mark("ack:0")
         w.mark("dm-log-writes-end")
-    recording.write(rec, {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
-                          "data": {"size_bytes": 1 << 20, "final": "data-final.img", "initial": "zeros"},
-                          "fs": {"fstype": "ext4"}, "workload": {"name": "append-fsync"}})
+    recording.write(
+        rec,
+        {
+            "recording": {"format": 1, "status": "ok"},
+            "log": {"file": "log.bin"},
+            "data": {"size_bytes": 1 << 20, "final": "data-final.img", "initial": "zeros"},
+            "fs": {"fstype": "ext4"},
+            "workload": {"name": "append-fsync"},
+        },
+    )
     return rec
 
 
@@ -115,9 +128,11 @@ def test_unwritable_output_is_one_line_naming_the_path(tmp_path: Path) -> None:
     assert out.returncode == 1 and "/proc/nope" in one_error_line(out)
 
 
-def test_host_mode_without_root_says_it_needs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture) -> None:
+def test_host_mode_without_root_says_it_needs_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     import os
+
     rec = _fake_recording(tmp_path)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["check", str(rec), "--check-in", "host", "--out", str(tmp_path / "o")]) == 1
@@ -127,6 +142,7 @@ def test_host_mode_without_root_says_it_needs_root(tmp_path: Path, monkeypatch: 
 
 def test_full_disk_is_one_line(tmp_path: Path) -> None:
     import os
+
     if os.geteuid() != 0:
         pytest.skip("needs root to mount a tiny tmpfs (CI runs as root)")
     rec = _fake_recording(tmp_path)
@@ -144,8 +160,9 @@ def test_full_disk_is_one_line(tmp_path: Path) -> None:
 def test_missing_recording_and_bad_state_are_one_line(tmp_path: Path) -> None:
     rec = _fake_recording(tmp_path)
     assert "not a recording" in one_error_line(run("check", str(tmp_path / "nope")))
-    assert "malformed state id" in one_error_line(run("replay", str(rec), "--state", "bogus", "-o",
-                                                      str(tmp_path / "x.img")))
+    assert "malformed state id" in one_error_line(
+        run("replay", str(rec), "--state", "bogus", "-o", str(tmp_path / "x.img"))
+    )
 
 
 def test_output_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
@@ -153,6 +170,10 @@ def test_output_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
     with LogWriter(big) as w:  # far more output than a pipe buffer holds
         for i in range(4000):
             w.mark(f"note:{i}")
-    out = subprocess.run(f"{sys.executable} -m powercut.cli log show {big} | head -1", shell=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        f"{sys.executable} -m powercut.cli log show {big} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+    )
     assert out.stderr == "" and len(out.stdout.splitlines()) == 1

@@ -3,6 +3,7 @@ default either takes it from the one place the library has it (``SOURCES``: a sp
 constant, a function's keyword) or is the parser's own (``OWN``, with why); a help text that quotes
 a default quotes the option's real one.  A deliberately wrong default, a wrong quote and an option
 in neither table are each caught."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,11 @@ from powercut.record.vm import RecordSpec
 
 def field(cls: type, name: str) -> Callable[[], Any]:
     """The default of a dataclass field (read when the test runs)."""
+
     def get() -> Any:
         f = {f.name: f for f in dataclasses.fields(cls)}[name]
         return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+
     return get
 
 
@@ -58,7 +61,9 @@ SOURCES: dict[tuple[tuple[str, ...], str], Callable[[], Any]] = {
     (RECORD + ("bench",), "mkfs_opts"): field(FsSpec, "mkfs_opts"),
     (RECORD + ("bench",), "mount_opts"): field(FsSpec, "mount_opts"),
     (RECORD + ("bench",), "size"): field(FsSpec, "size_mb"),
-    (RECORD + ("bench", "image build", "image info"), "kernel_package"): field(ImageSpec, "kernel_package"),
+    (RECORD + ("bench", "image build", "image info"), "kernel_package"): field(
+        ImageSpec, "kernel_package"
+    ),
     (("image build",), "kernel"): field(ImageSpec, "kernel"),
     (("image build",), "modules"): field(ImageSpec, "modules_dir"),
     (CHECK + ("repro",), "check_in"): field(Place, "check_in"),
@@ -134,9 +139,11 @@ def lookup(table: dict[tuple[tuple[str, ...], str], Any], command: str, dest: st
     return next((v for (cmds, d), v in table.items() if d == dest and command in cmds), None)
 
 
-QUOTES = (re.compile(r"\(default ([^;,()\s]+)[;,)]"),      # (default 120); "default: ..." describes one
-          re.compile(r"[(;] default ([^;,()\s]+)[;,)]"),   # ...; default bar)
-          re.compile(r"'?([\w./:-]+)'? \(default\)"))      # none (default)
+QUOTES = (
+    re.compile(r"\(default ([^;,()\s]+)[;,)]"),  # (default 120); "default: ..." describes one
+    re.compile(r"[(;] default ([^;,()\s]+)[;,)]"),  # ...; default bar)
+    re.compile(r"'?([\w./:-]+)'? \(default\)"),
+)  # none (default)
 
 
 def quoted(text: str) -> list[str]:
@@ -154,8 +161,10 @@ def problems(p: argparse.ArgumentParser) -> list[str]:
                 if value(a) != source():
                     bad.append(f"{name}: default {value(a)!r}, but the one place says {source()!r}")
             elif lookup(OWN, command, a.dest) is None:
-                bad.append(f"{name}: default {a.default!r} is neither read from the one place (SOURCES) "
-                           "nor the parser's own (OWN)")
+                bad.append(
+                    f"{name}: default {a.default!r} is neither read from the one place (SOURCES) "
+                    "nor the parser's own (OWN)"
+                )
         real = shown(a.default) if has_default(a) else None
         for q in quoted(a.help or ""):
             if q != real and not (real is None and not has_default(a)):
@@ -192,7 +201,9 @@ def test_a_default_written_twice_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
     """The parser reading a constant the spec does not (the spec's field kept its own literal)."""
     monkeypatch.setattr(config, "STATE_TIMEOUT_S", 600.0)
     bad = problems(cliparser.build_parser())
-    assert any("check --state-timeout: default 600.0, but the one place says 300.0" in x for x in bad)
+    assert any(
+        "check --state-timeout: default 600.0, but the one place says 300.0" in x for x in bad
+    )
 
 
 def test_a_wrong_quote_is_caught() -> None:
@@ -200,7 +211,9 @@ def test_a_wrong_quote_is_caught() -> None:
     for c, a in options(p):
         if c == "check" and a.dest == "checker_timeout":
             a.help = "the checker's limit per state (default 60)"
-    assert problems(p) == ["check --checker-timeout: help quotes default '60', the option's is '120'"]
+    assert problems(p) == [
+        "check --checker-timeout: help quotes default '60', the option's is '120'"
+    ]
 
 
 def test_an_option_in_neither_table_is_caught() -> None:
@@ -219,9 +232,21 @@ def literal_defaults(source: str) -> list[tuple[str, Any]]:
             kw = {k.arg: k.value for k in node.keywords}
             d = kw.get("default")
             if isinstance(d, ast.Constant) and d.value:
-                names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-                dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else (  # type: ignore[union-attr]
-                    next((n for n in names if n.startswith("--")), names[0] if names else "").lstrip("-").replace("-", "_"))
+                names = [
+                    a.value
+                    for a in node.args
+                    if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                ]
+                dest = (
+                    kw["dest"].value
+                    if isinstance(kw.get("dest"), ast.Constant)
+                    # type: ignore[union-attr]
+                    else (
+                        next((n for n in names if n.startswith("--")), names[0] if names else "")
+                        .lstrip("-")
+                        .replace("-", "_")
+                    )
+                )
                 out.append((dest, d.value))
     return out
 
@@ -236,9 +261,14 @@ def test_the_parser_writes_no_literal_default_but_its_own() -> None:
 
 def test_a_repeated_literal_is_caught() -> None:
     """main's --memory and --cpus before issue 49 step 4: config's 1024 and 1 written again."""
-    snippet = ('g.add_argument("--memory", type=at_least(64), default=1024, metavar="MB")\n'
-               'g.add_argument("--cpus", type=at_least(1), default=1)\n'
-               'g.add_argument("--confirm", default="group", dest="confirm_mode")\n'
-               'p.add_argument("--nodes", type=at_least(1), default=1)\n')
+    snippet = (
+        'g.add_argument("--memory", type=at_least(64), default=1024, metavar="MB")\n'
+        'g.add_argument("--cpus", type=at_least(1), default=1)\n'
+        'g.add_argument("--confirm", default="group", dest="confirm_mode")\n'
+        'p.add_argument("--nodes", type=at_least(1), default=1)\n'
+    )
     assert [(d, v) for d, v in literal_defaults(snippet) if d not in OWN_DESTS] == [
-        ("memory", 1024), ("cpus", 1), ("confirm_mode", "group")]
+        ("memory", 1024),
+        ("cpus", 1),
+        ("confirm_mode", "group"),
+    ]

@@ -1,4 +1,5 @@
 """core/cause/causes.py: the durability rule a failing state's program broke, from its trace."""
+
 import pytest
 
 from powercut.core.cause import causes
@@ -38,14 +39,17 @@ class T:
 
     def fsync_dir(self, name: str = "") -> "T":
         path = f"{MNT}/{name}".rstrip("/")
-        return self.call(f'openat(AT_FDCWD<{MNT}>, "{name or "."}", O_RDONLY|O_DIRECTORY) = 6<{path}>').call(
-            f"fsync(6<{path}>) = 0")
+        return self.call(
+            f'openat(AT_FDCWD<{MNT}>, "{name or "."}", O_RDONLY|O_DIRECTORY) = 6<{path}>'
+        ).call(f"fsync(6<{path}>) = 0")
 
     def trace(self) -> sc.Trace:
         return sc.parse("\n".join(self.lines))
 
     def explain(self, cut: int | None = None, **kw) -> causes.Cause:
-        return causes.explain(self.trace(), self.log, cut if cut is not None else self.log[-1][0] + 1, MNT, **kw)
+        return causes.explain(
+            self.trace(), self.log, cut if cut is not None else self.log[-1][0] + 1, MNT, **kw
+        )
 
 
 def kv(durable: bool, n: int = 2) -> T:
@@ -68,7 +72,9 @@ def test_rename_before_fsync_is_the_cause_of_the_kvstore_without_fsync():
     assert "/store.json.tmp was renamed over /store.json before its data was fsynced" in c.sentence
     assert "ack:0" in c.sentence and "1 more acked commit alike" in c.sentence
     assert any("rename(" in e for e in c.evidence) and c.evidence[-1].endswith("mark ack:0")
-    assert any("no fsync or fdatasync" in o for o in c.others) and any("fsync of the directory" in o for o in c.others)
+    assert any("no fsync or fdatasync" in o for o in c.others) and any(
+        "fsync of the directory" in o for o in c.others
+    )
 
 
 def test_the_durable_kvstore_breaks_no_rule():
@@ -85,10 +91,25 @@ def test_no_fsync_names_the_file_and_what_was_written():
     assert "changing /wal (2 calls, 128 bytes) with no fsync or fdatasync" in c.sentence
 
 
-@pytest.mark.parametrize("flags, rule", [("O_WRONLY|O_SYNC", None), ("O_WRONLY|O_DSYNC", None),
-                                         ("O_WRONLY|O_DIRECT", causes.NO_FSYNC), ("O_WRONLY", causes.NO_FSYNC)])
+@pytest.mark.parametrize(
+    "flags, rule",
+    [
+        ("O_WRONLY|O_SYNC", None),
+        ("O_WRONLY|O_DSYNC", None),
+        ("O_WRONLY|O_DIRECT", causes.NO_FSYNC),
+        ("O_WRONLY", causes.NO_FSYNC),
+    ],
+)
 def test_sync_opens_are_synced_and_o_direct_is_not(flags, rule):
-    t = T().open("f", "O_WRONLY|O_CREAT").fsync_dir().open("f", flags).mark("begin:1").write("f").mark("ack:1")
+    t = (
+        T()
+        .open("f", "O_WRONLY|O_CREAT")
+        .fsync_dir()
+        .open("f", flags)
+        .mark("begin:1")
+        .write("f")
+        .mark("ack:1")
+    )
     violations = causes.commits(t.trace(), MNT)[0].violations
     assert [v.rule for v in violations] == ([rule] if rule else [])
     if "O_DIRECT" in flags:
@@ -97,19 +118,38 @@ def test_sync_opens_are_synced_and_o_direct_is_not(flags, rule):
 
 def test_fdatasync_msync_and_sync_are_barriers_sync_file_range_is_not():
     for barrier in ("fdatasync(5<{m}/f>) = 0", "sync() = 0", "syncfs(5<{m}/f>) = 0"):
-        t = T().open("f", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("f").call(barrier.format(m=MNT))
+        t = (
+            T()
+            .open("f", "O_WRONLY|O_CREAT")
+            .fsync_dir()
+            .mark("begin:1")
+            .write("f")
+            .call(barrier.format(m=MNT))
+        )
         assert not causes.commits(t.mark("ack:1").trace(), MNT)[0].violations, barrier
     t = T().open("f", "O_WRONLY|O_CREAT").fsync_dir().mark("begin:1").write("f")
-    t.call(f"sync_file_range(5<{MNT}/f>, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE|SYNC_FILE_RANGE_WRITE) = 0").mark("ack:1")
+    t.call(
+        f"sync_file_range(5<{MNT}/f>, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE|SYNC_FILE_RANGE_WRITE) = 0"
+    ).mark("ack:1")
     (v,) = causes.commits(t.trace(), MNT)[0].violations
-    assert v.rule == causes.NO_FSYNC and "sync_file_range is not a durability barrier" in v.sentence()
+    assert (
+        v.rule == causes.NO_FSYNC and "sync_file_range is not a durability barrier" in v.sentence()
+    )
 
 
 def test_a_new_file_needs_its_directory_fsynced():
     t = T().mark("begin:1").open("sub/new").write("sub/new").fsync("sub/new").mark("ack:1")
     c = t.explain()
     assert c.rule == causes.NO_DIR_FSYNC and c.subject == "/sub"
-    t2 = T().mark("begin:1").open("sub/new").write("sub/new").fsync("sub/new").fsync_dir("sub").mark("ack:1")
+    t2 = (
+        T()
+        .mark("begin:1")
+        .open("sub/new")
+        .write("sub/new")
+        .fsync("sub/new")
+        .fsync_dir("sub")
+        .mark("ack:1")
+    )
     assert not causes.commits(t2.trace(), MNT)[0].violations
 
 
@@ -127,14 +167,16 @@ def test_acked_after_a_failed_fsync():
     assert not causes.commits(t2.trace(), MNT)[1].violations
     # the checker names only the later key: the failed fsync before the cut is still the cause
     c2 = t2.explain(reasons=["lost ack:2"])
-    assert c2.rule == causes.ERROR and "ack:1 was given after fsync of /db failed (EIO)" in c2.sentence
+    assert (
+        c2.rule == causes.ERROR and "ack:1 was given after fsync of /db failed (EIO)" in c2.sentence
+    )
 
 
 def test_only_acks_before_the_cut_and_the_lost_keys_count():
     t = T().open("a", "O_WRONLY|O_CREAT").open("b", "O_WRONLY|O_CREAT", fd=6).fsync_dir()
-    t.mark("begin:1").write("a").fsync("a").mark("ack:1")          # durable
-    t.mark("begin:2").write("b", fd=6).mark("ack:2")               # not
-    cut_after_1 = t.log[-3][0] + 1                                  # after ack:1, before begin:2
+    t.mark("begin:1").write("a").fsync("a").mark("ack:1")  # durable
+    t.mark("begin:2").write("b", fd=6).mark("ack:2")  # not
+    cut_after_1 = t.log[-3][0] + 1  # after ack:1, before begin:2
     assert t.explain(cut=cut_after_1).rule == causes.BEYOND
     c = t.explain(reasons=["lost ack:2"])
     assert c.rule == causes.NO_FSYNC and c.subject == "/b"
@@ -146,7 +188,7 @@ def test_unordered_writes_in_the_commit_in_flight():
     t = T().open("wal", "O_WRONLY|O_CREAT").fsync_dir()
     t.mark("begin:1").write("wal", 1024).write("wal", 64).fsync("wal").mark("ack:1")
     t.mark("begin:2").write("wal", 1024).write("wal", 64).fsync("wal").mark("ack:2")
-    cut = t.log[-2][0] + 1   # after begin:2, before ack:2: commit 2 in flight
+    cut = t.log[-2][0] + 1  # after begin:2, before ack:2: commit 2 in flight
     c = t.explain(cut=cut, verdict="corrupt-data")
     assert c.rule == causes.UNORDERED and c.subject == "/wal"
     assert "(ack:2) made 2 writes (/wal) durable with one fsync" in c.sentence
@@ -161,15 +203,22 @@ def test_no_ack_before_the_cut():
 
 def test_blame_agrees_or_both_are_said():
     c = kv(durable=False).explain()
-    agree = causes.with_blame(c, [{"path": "/store.json", "what": "data block", "text": "lost: data block of /store.json"}])
+    agree = causes.with_blame(
+        c,
+        [{"path": "/store.json", "what": "data block", "text": "lost: data block of /store.json"}],
+    )
     assert agree.blame.startswith("blame agrees: lost: data block of /store.json")
-    other = causes.with_blame(c, [{"path": "", "what": "superblock/group descriptors", "text": "durable: superblock"}])
+    other = causes.with_blame(
+        c, [{"path": "", "what": "superblock/group descriptors", "text": "durable: superblock"}]
+    )
     assert other.blame.startswith("blame names other blocks")
     assert causes.with_blame(c, []).blame == ""
 
 
 def test_cause_round_trips_through_json():
-    c = causes.with_blame(kv(durable=False).explain(), [{"path": "/x", "what": "data block", "text": "t"}])
+    c = causes.with_blame(
+        kv(durable=False).explain(), [{"path": "/x", "what": "data block", "text": "t"}]
+    )
     assert causes.Cause.from_json(c.to_json()) == c
     assert c.lines()[0].startswith("cause (rename-before-fsync): ")
 
@@ -186,14 +235,18 @@ def test_sync_is_a_barrier_for_the_commit_in_flight_too():
     # wal commit-before-data: the record that commits and its data, then one sync()
     t = T().open("seg", "O_WRONLY|O_CREAT").open("ctl", "O_WRONLY|O_CREAT", fd=6).call("sync() = 0")
     t.mark("begin:1").write("seg", 1104).write("ctl", 48, fd=6).call("sync() = 0").mark("ack:1")
-    cut = t.log[-1][0] - 1     # inside commit 1: no ack before the cut
+    cut = t.log[-1][0] - 1  # inside commit 1: no ack before the cut
     c = t.explain(cut=cut, verdict="corrupt-data")
     assert c.rule == causes.UNORDERED and c.subject == "/seg, /ctl"
     assert "made 2 writes (/seg, /ctl) durable with one sync" in c.sentence
     assert c.evidence[-1].endswith("sync() = 0")
     # ordered by a sync between them: no such cause
-    t2 = T().open("seg", "O_WRONLY|O_CREAT").open("ctl", "O_WRONLY|O_CREAT", fd=6).call("sync() = 0")
-    t2.mark("begin:1").write("seg", 1104).call("sync() = 0").write("ctl", 48, fd=6).call("sync() = 0").mark("ack:1")
+    t2 = (
+        T().open("seg", "O_WRONLY|O_CREAT").open("ctl", "O_WRONLY|O_CREAT", fd=6).call("sync() = 0")
+    )
+    t2.mark("begin:1").write("seg", 1104).call("sync() = 0").write("ctl", 48, fd=6).call(
+        "sync() = 0"
+    ).mark("ack:1")
     assert t2.explain(cut=t2.log[-1][0] - 1, verdict="corrupt-data").rule == causes.BEYOND
 
 
@@ -202,7 +255,9 @@ def test_a_torn_write_no_rule_prevents_is_named_as_a_tear():
     t.mark("begin:1").write("seg", 8192).call("sync() = 0").mark("ack:1")
     c = t.explain(cut=t.log[-1][0] - 1, verdict="corrupt-data", torn=[177])
     assert c.rule == causes.TORN and c.subject == "/seg"
-    assert "tore a write of the commit in flight (ack:1; /seg)" in c.sentence and "#177" in c.sentence
+    assert (
+        "tore a write of the commit in flight (ack:1; /seg)" in c.sentence and "#177" in c.sentence
+    )
     assert "checksum" in c.sentence
 
 
@@ -224,7 +279,9 @@ def race(ack_inside: bool) -> T:
 def test_an_ack_given_while_its_fsync_runs_is_the_race_not_a_missing_fsync():
     c = race(ack_inside=True).explain(reasons=["acknowledged record 1 is lost"])
     assert c.rule == causes.EARLY
-    assert "ack:1" in c.sentence and "fsync of /log in another thread was still running" in c.sentence
+    assert (
+        "ack:1" in c.sentence and "fsync of /log in another thread was still running" in c.sentence
+    )
     assert "began before the ack and returned after it (20.0 ms in all)" in c.sentence
     assert any("mark ack:1" in e for e in c.evidence) and c.evidence[-1].endswith("= 0")
     assert not any("no fsync or fdatasync" in o for o in c.others)
@@ -249,11 +306,19 @@ def test_a_split_fsync_records_when_it_began():
 
 
 def test_a_lying_disk_state_is_explained_by_what_the_disk_did():
-    c = causes.lie_cause("corrupt-sector", 114, 39, bits=3, verdict="silent-corruption",
-                         reasons=["page 2 holds unknown bytes"])
+    c = causes.lie_cause(
+        "corrupt-sector",
+        114,
+        39,
+        bits=3,
+        verdict="silent-corruption",
+        reasons=["page 2 holds unknown bytes"],
+    )
     assert c.rule == causes.LIED and c.rule in causes.RULES
-    assert c.sentence.startswith("the disk flipped 3 bit(s) of sector 39, last written by write #114, and the "
-                                 "program served the result as good data, with no error")
+    assert c.sentence.startswith(
+        "the disk flipped 3 bit(s) of sector 39, last written by write #114, and the "
+        "program served the result as good data, with no error"
+    )
     assert c.evidence == ("page 2 holds unknown bytes",)
     m = causes.lie_cause("misdirected-write", 102, 200, dest=229378, verdict="lost-ack")
     assert "wrote write #102's data at sector 229378 instead of its own sector 200" in m.sentence
@@ -267,7 +332,14 @@ def test_an_ack_sent_while_its_files_sync_was_held_is_that_race():
     another thread -- the rule is ack-before-sync-returned, said as the hold, not no-fsync."""
     from powercut.core.recording.races import with_holds
     from powercut.core.recording.syncdelay import holds
-    t = T().open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4).fsync_dir().mark("begin:1").write("log", fd=4)
+
+    t = (
+        T()
+        .open("log", "O_WRONLY|O_CREAT|O_APPEND", fd=4)
+        .fsync_dir()
+        .mark("begin:1")
+        .write("log", fd=4)
+    )
     called = t.t + 0.001
     t.mark("ack:1", pid=2)
     t.t += 0.2
@@ -277,9 +349,14 @@ def test_an_ack_sent_while_its_files_sync_was_held_is_that_race():
     held = with_holds(t.trace(), holds(f"fdatasync\t200000000\t1\t{called:.6f}\t{MNT}/log\n"))
     c = causes.explain(held, t.log, t.log[-1][0] + 1, MNT)
     assert c.rule == causes.EARLY and c.subject == "/log"
-    assert "ack:1 was sent while the fdatasync of /log that covers it, called by another thread" in c.sentence
+    assert (
+        "ack:1 was sent while the fdatasync of /log that covers it, called by another thread"
+        in c.sentence
+    )
     assert "was still held (--delay-sync holds it 200 ms before it runs)" in c.sentence
-    assert c.evidence[-1].endswith("fdatasync(4</run/powercut/mnt/log>) = 0 [--delay-sync held it 200 ms]")
+    assert c.evidence[-1].endswith(
+        "fdatasync(4</run/powercut/mnt/log>) = 0 [--delay-sync held it 200 ms]"
+    )
 
 
 def pointer(synced: bool = False, via_rename: bool = True, named: bool = True) -> T:
@@ -293,7 +370,9 @@ def pointer(synced: bool = False, via_rename: bool = True, named: bool = True) -
         t.fsync("MANIFEST-000002", fd=5)
     name = "CURRENT.tmp" if via_rename else "CURRENT"
     text = "MANIFEST-000002" if named else "MANIFEST-000001"
-    t.open(name, "O_WRONLY|O_CREAT|O_TRUNC", fd=6).call(f'write(6<{MNT}/{name}>, "{text}\\n", 16) = 16')
+    t.open(name, "O_WRONLY|O_CREAT|O_TRUNC", fd=6).call(
+        f'write(6<{MNT}/{name}>, "{text}\\n", 16) = 16'
+    )
     t.fsync(name, fd=6)
     if via_rename:
         t.call('rename("CURRENT.tmp", "CURRENT") = 0')
@@ -302,14 +381,17 @@ def pointer(synced: bool = False, via_rename: bool = True, named: bool = True) -
 
 def test_pointer_before_data_is_the_cause_of_a_current_naming_an_unsynced_manifest():
     t = pointer()
-    c = t.explain(cut=t.log[-1][0])   # the cut in the open's window, before its ack
+    c = t.explain(cut=t.log[-1][0])  # the cut in the open's window, before its ack
     assert c.rule == causes.POINTER and c.subject == "/MANIFEST-000002"
     assert "made /CURRENT durable -- renamed it into place" in c.sentence and "ack:1" in c.sentence
     assert "fsync /MANIFEST-000002 before publishing the name that points to it" in c.sentence
     assert any('"MANIFEST-000002\\n"' in e for e in c.evidence) and "rename(" in c.evidence[-1]
     in_place = pointer(via_rename=False)
     c2 = in_place.explain(cut=in_place.log[-1][0])
-    assert c2.rule == causes.POINTER and "made /CURRENT durable -- its fsync (trace line" in c2.sentence
+    assert (
+        c2.rule == causes.POINTER
+        and "made /CURRENT durable -- its fsync (trace line" in c2.sentence
+    )
     fixed, other = pointer(synced=True), pointer(named=False)
     assert fixed.explain(cut=fixed.log[-1][0]).rule != causes.POINTER
     assert other.explain(cut=other.log[-1][0]).rule != causes.POINTER
@@ -317,7 +399,14 @@ def test_pointer_before_data_is_the_cause_of_a_current_naming_an_unsynced_manife
 
 def test_an_unproven_cause_heads_with_what_it_says_not_as_a_cause():
     c = causes.Cause("no-fsync", "ack:1 was given after changing /wal (1 call) with no fsync", ())
-    assert c.head() == "cause (no-fsync): ack:1 was given after changing /wal (1 call) with no fsync"
-    u = causes.Cause("no-fsync", f"{causes.NOT_PROVEN}; the trace shows: ack:1 was given after changing /wal", ())
-    assert u.head() == "cause not proven; the trace shows: ack:1 was given after changing /wal [no-fsync, not proven]"
+    assert (
+        c.head() == "cause (no-fsync): ack:1 was given after changing /wal (1 call) with no fsync"
+    )
+    u = causes.Cause(
+        "no-fsync", f"{causes.NOT_PROVEN}; the trace shows: ack:1 was given after changing /wal", ()
+    )
+    assert (
+        u.head()
+        == "cause not proven; the trace shows: ack:1 was given after changing /wal [no-fsync, not proven]"
+    )
     assert u.lines()[0] == u.head()

@@ -2,6 +2,7 @@
 the slow way: the key marks before each node's cut), exhaustively the consistent cuts (every
 combination of the nodes' own distinct states of an instant, nothing else), ids round-trip, a
 mixed-instant id is refused, sampling is bounded, seeded and reported, logs of different runs refused."""
+
 from __future__ import annotations
 
 import itertools
@@ -29,12 +30,19 @@ from tests.unit.logops import build_log
 
 MODELS = ("flush", "write-cache", "torn")
 SPEC = SelectionSpec(models=MODELS, bound=4, samples=3, torn_samples=2)
-GLOBAL = ["mkfs", "begin:1", "ack:1", "begin:2", "ack:2", "ack:1"]   # the last adds no key
+GLOBAL = ["mkfs", "begin:1", "ack:1", "begin:2", "ack:2", "ack:1"]  # the last adds no key
 
 OP = st.one_of(
-    st.tuples(st.just("w"), st.integers(0, 12), st.integers(1, 3), st.sampled_from([0, 0, FUA, FLUSH]),
-              st.integers(0, 3)),
-    st.tuples(st.just("f")), st.tuples(st.just("m"), st.just("note")))
+    st.tuples(
+        st.just("w"),
+        st.integers(0, 12),
+        st.integers(1, 3),
+        st.sampled_from([0, 0, FUA, FLUSH]),
+        st.integers(0, 3),
+    ),
+    st.tuples(st.just("f")),
+    st.tuples(st.just("m"), st.just("note")),
+)
 NODE = st.lists(st.lists(OP, max_size=3), min_size=len(GLOBAL) + 1, max_size=len(GLOBAL) + 1)
 CLUSTER = st.lists(NODE, min_size=3, max_size=3)
 
@@ -72,12 +80,20 @@ def expected(cs: Disks, model: str) -> set[tuple[int, tuple[Hashable, ...]]]:
         got: dict[str, dict[int, set[Hashable]]] = {}
         for m in {model, FALLBACK_MODEL}:
             for s in enumerate_states(sp, m, seed=0, exhaustive_bound=4, samples=3, torn_samples=2):
-                if s.cut > floor and all(x > floor for x in s.dropped) and all(t > floor for t, _ in s.torn):
-                    got.setdefault(m, {}).setdefault(sp.key_version[s.cut], set()).add(image_key(sp, s))
+                if (
+                    s.cut > floor
+                    and all(x > floor for x in s.dropped)
+                    and all(t > floor for t, _ in s.torn)
+                ):
+                    got.setdefault(m, {}).setdefault(sp.key_version[s.cut], set()).add(
+                        image_key(sp, s)
+                    )
         per_node.append(got)
     out = set()
     for v in range(cs.instants):
-        pools = [g.get(model, {}).get(v) or g.get(FALLBACK_MODEL, {}).get(v) or set() for g in per_node]
+        pools = [
+            g.get(model, {}).get(v) or g.get(FALLBACK_MODEL, {}).get(v) or set() for g in per_node
+        ]
         out |= {(v, combo) for combo in itertools.product(*pools)}
     return out
 
@@ -96,10 +112,14 @@ def test_cluster_states_are_exactly_the_consistent_cuts(cluster: list) -> None: 
             for s in sel.states:
                 # one instant on every node, counted the slow way
                 assert len({keys_before(sp, ns.cut) for sp, ns in zip(cs.nodes, s.nodes)}) == 1
-                assert len({cs.instant_of(n, ns.cut) for n, ns in enumerate(s.nodes)}) == 1 == len(
-                    {(tuple(ns.acks), ns.begun) for ns in s.nodes})
-                assert tuple(s.acks) == tuple(k[4:] for k in keys_before(cs.nodes[0], s.nodes[0].cut)
-                                              if k.startswith("ack:"))
+                assert (
+                    len({cs.instant_of(n, ns.cut) for n, ns in enumerate(s.nodes)})
+                    == 1
+                    == len({(tuple(ns.acks), ns.begun) for ns in s.nodes})
+                )
+                assert tuple(s.acks) == tuple(
+                    k[4:] for k in keys_before(cs.nodes[0], s.nodes[0].cut) if k.startswith("ack:")
+                )
                 # ids round-trip
                 assert cs.state_from_id(s.id) == s
                 by_model[s.model].add((s.instant, cs.key(s)))
@@ -133,17 +153,24 @@ def test_mixed_instant_id_is_refused(tmp_path: Path) -> None:
     early = [cs.nodes[n].state_from_id(f"no-cache@{cs.window(n, 0)[-1]}") for n in range(3)]
     late = cs.nodes[2].state_from_id(f"no-cache@{cs.window(2, 1)[0]}")
     assert cs.make("no-cache", early).instant == 0
-    with pytest.raises(UsageError, match="not a consistent cut: node 0 at instant 0, node 1 at instant 0, "
-                                         "node 2 at instant 1"):
+    with pytest.raises(
+        UsageError,
+        match="not a consistent cut: node 0 at instant 0, node 1 at instant 0, node 2 at instant 1",
+    ):
         cs.state_from_id(format_disks_id("no-cache", [s.id for s in early[:2]] + [late.id]))
     with pytest.raises(UsageError, match="not a consistent cut"):
         cs.make("no-cache", [*early[:2], late])
 
 
-@pytest.mark.parametrize("bad, why", [
-    ("write-cache@3", "want MODEL~ID0"), ("nope~a+b+c", "unknown crash model"),
-    ("flush~flush@3+flush@3", "names 2 node state"), ("flush~flush@3++flush@3", "names 3 node state"),
-])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ("write-cache@3", "want MODEL~ID0"),
+        ("nope~a+b+c", "unknown crash model"),
+        ("flush~flush@3+flush@3", "names 2 node state"),
+        ("flush~flush@3++flush@3", "names 3 node state"),
+    ],
+)
 def test_malformed_ids(tmp_path: Path, bad: str, why: str) -> None:
     cs = Disks(simple(tmp_path))
     with pytest.raises(UsageError, match=why):
@@ -157,16 +184,21 @@ def test_node_id_that_does_not_fit_names_the_node(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="node 1: state id 'no-cache@999': cut 999 out of range"):
         cs.state_from_id("no-cache~no-cache@3+no-cache@999+no-cache@3")
     with pytest.raises(UsageError, match="holds torn or flush node states, not write-cache"):
-        cs.state_from_id(f"torn~flush@{cs.window(0, 1)[0]}+write-cache@{cs.window(1, 1)[-1]}"
-                         f"+flush@{cs.window(2, 1)[0]}")
+        cs.state_from_id(
+            f"torn~flush@{cs.window(0, 1)[0]}+write-cache@{cs.window(1, 1)[-1]}"
+            f"+flush@{cs.window(2, 1)[0]}"
+        )
 
 
 def test_logs_of_different_runs_are_refused(tmp_path: Path) -> None:
     a = build_log(tmp_path / "a.bin", [("m", "mkfs"), ("m", "begin:1"), ("m", "ack:1")])
     b = build_log(tmp_path / "b.bin", [("m", "mkfs"), ("m", "begin:1"), ("m", "ack:2")])
     c = build_log(tmp_path / "c.bin", [("m", "mkfs"), ("m", "begin:1")])
-    with pytest.raises(UsageError, match="node 1's log does not share node 0's key marks: key mark #2 is ack:2 on "
-                                         "node 1, ack:1 on node 0"):
+    with pytest.raises(
+        UsageError,
+        match="node 1's log does not share node 0's key marks: key mark #2 is ack:2 on "
+        "node 1, ack:1 on node 0",
+    ):
         Disks([a, b])
     with pytest.raises(UsageError, match="key mark #2 is its end on node 1"):
         Disks([a, c])
@@ -189,7 +221,7 @@ def test_sampling_is_bounded_seeded_and_reported(tmp_path: Path) -> None:
     assert {cs.key(s) for s in small.states} <= full_keys
     # per node: the window before the flush has 4 unflushed writes: 2^4 subsets, the instant's product 16^3
     assert full.node_states[0]["write-cache"] >= 16
-    assert full.products["write-cache"] >= 16 ** 3 > 50
+    assert full.products["write-cache"] >= 16**3 > 50
 
 
 def test_max_states_caps_and_reports(tmp_path: Path) -> None:
@@ -201,9 +233,19 @@ def test_max_states_caps_and_reports(tmp_path: Path) -> None:
 
 
 def test_torn_falls_back_to_flush_on_nodes_without_a_tearable_write(tmp_path: Path) -> None:
-    logs = [build_log(tmp_path / f"{n}.bin", [("m", "mkfs"), ("m", "begin:1"),
-                                              ("w", 0, 3 if n == 0 else 1, 0, n), ("f",), ("m", "ack:1")])
-            for n in range(3)]
+    logs = [
+        build_log(
+            tmp_path / f"{n}.bin",
+            [
+                ("m", "mkfs"),
+                ("m", "begin:1"),
+                ("w", 0, 3 if n == 0 else 1, 0, n),
+                ("f",),
+                ("m", "ack:1"),
+            ],
+        )
+        for n in range(3)
+    ]
     cs = Disks(logs)
     sel = select_disks(cs, SelectionSpec(models=("torn",), torn_samples=2))
     assert sel.states
@@ -216,8 +258,19 @@ def test_torn_falls_back_to_flush_on_nodes_without_a_tearable_write(tmp_path: Pa
 def test_single_node_cluster_matches_the_disk(tmp_path: Path) -> None:
     """One node: the cluster states are the disk's own distinct states (same images)."""
     from powercut.core.states.selection import select
-    idx = build_log(tmp_path / "l.bin", [("m", "mkfs"), ("w", 0, 2, 0, 1), ("m", "begin:1"), ("w", 4, 1, 0, 2),
-                                         ("f",), ("m", "ack:1"), ("w", 6, 1, 0, 3)])
+
+    idx = build_log(
+        tmp_path / "l.bin",
+        [
+            ("m", "mkfs"),
+            ("w", 0, 2, 0, 1),
+            ("m", "begin:1"),
+            ("w", 4, 1, 0, 2),
+            ("f",),
+            ("m", "ack:1"),
+            ("w", 6, 1, 0, 3),
+        ],
+    )
     cs = Disks([idx])
     sel = select_disks(cs, SPEC)
     one = select(idx, SPEC)

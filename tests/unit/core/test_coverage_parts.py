@@ -4,6 +4,7 @@ words lead with the commits.  Over random logs, models, bounds, caps and seeds: 
 to the whole, the set-up part is exactly the states before the first key mark, the commits are
 called exhaustive only when none of their windows was sampled, none of their states left out and
 no note weakens them; and the words on hand-made coverages."""
+
 from __future__ import annotations
 
 import tempfile
@@ -21,15 +22,30 @@ from tests.unit.core.test_selection import OPS, build
 SPEC = st.builds(
     SelectionSpec,
     models=st.lists(st.sampled_from(HONEST_MODELS), min_size=1, max_size=3, unique=True).map(tuple),
-    seed=st.integers(0, 3), bound=st.integers(0, 4), samples=st.integers(0, 3), torn_samples=st.integers(0, 2),
-    max_states=st.sampled_from([0, 0, 1, 3, 7]), setup_samples=st.sampled_from([None, 0, 2]))
+    seed=st.integers(0, 3),
+    bound=st.integers(0, 4),
+    samples=st.integers(0, 3),
+    torn_samples=st.integers(0, 2),
+    max_states=st.sampled_from([0, 0, 1, 3, 7]),
+    setup_samples=st.sampled_from([None, 0, 2]),
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=OPS, seed=st.integers(0, 3), bound=st.integers(0, 3), samples=st.integers(0, 3),
-       setup_samples=st.integers(0, 3))
-def test_setup_samples_change_the_setup_windows_alone(ops: list, seed: int, bound: int, samples: int,  # type: ignore[type-arg]
-                                                      setup_samples: int) -> None:
+@given(
+    ops=OPS,
+    seed=st.integers(0, 3),
+    bound=st.integers(0, 3),
+    samples=st.integers(0, 3),
+    setup_samples=st.integers(0, 3),
+)
+def test_setup_samples_change_the_setup_windows_alone(
+    ops: list,
+    seed: int,
+    bound: int,
+    samples: int,  # type: ignore[type-arg]
+    setup_samples: int,
+) -> None:
     """``setup_samples`` (the demo's 0) samples set-up windows on their own: the commit windows'
     states are the same states as with ``samples`` alone, the set-up windows' a subset or superset."""
     with tempfile.TemporaryDirectory() as d, build(Path(d) / "l.bin", ops) as idx:
@@ -39,7 +55,7 @@ def test_setup_samples_change_the_setup_windows_alone(ops: list, seed: int, boun
         own = {s.id for s in sp.iter_states("write-cache", **base, setup_samples=setup_samples)}
         setup = {i for i in same | own if sp.key_version[int(i.split("@")[1].split("/")[0])] == 0}
         assert same - setup == own - setup
-        if setup_samples <= samples:   # the first setup_samples of the same seeded sequence
+        if setup_samples <= samples:  # the first setup_samples of the same seeded sequence
             assert own & setup <= same & setup
         else:
             assert same & setup <= own & setup
@@ -49,7 +65,9 @@ def test_setup_samples_change_the_setup_windows_alone(ops: list, seed: int, boun
 
 @settings(max_examples=300, deadline=None)
 @given(ops=OPS, spec=SPEC)
-def test_the_parts_add_up_and_the_setup_part_is_before_the_first_key_mark(ops: list, spec: SelectionSpec) -> None:  # type: ignore[type-arg]
+def test_the_parts_add_up_and_the_setup_part_is_before_the_first_key_mark(
+    ops: list, spec: SelectionSpec
+) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory() as d, build(Path(d) / "l.bin", ops) as idx:
         sp = CrashSpace(idx)
         sel = select(sp, spec)
@@ -62,41 +80,71 @@ def test_the_parts_add_up_and_the_setup_part_is_before_the_first_key_mark(ops: l
             assert su.sampled_windows + co.sampled_windows == m.sampled_windows
             assert su.sampled_generated + co.sampled_generated == m.sampled_generated
             assert set(co.notes) <= set(m.notes) and set(su.notes) == set(m.notes)
-            judged_setup = sum(1 for s in sel.states if s.model == m.model and sp.key_version[s.cut] == 0)
+            judged_setup = sum(
+                1 for s in sel.states if s.model == m.model and sp.key_version[s.cut] == 0
+            )
             assert su.judged == judged_setup
-        if cov.commits_exhaustive:   # proven, never more than shown
-            assert all(m.part(COMMITS).words == ("exhaustive",) for m in cov.models) or not cov.split
-            assert not cov.split or all(not m.part(COMMITS).sampled_windows and not m.part(COMMITS).left_out
-                                        and not m.part(COMMITS).notes for m in cov.models)
+        if cov.commits_exhaustive:  # proven, never more than shown
+            assert (
+                all(m.part(COMMITS).words == ("exhaustive",) for m in cov.models) or not cov.split
+            )
+            assert not cov.split or all(
+                not m.part(COMMITS).sampled_windows
+                and not m.part(COMMITS).left_out
+                and not m.part(COMMITS).notes
+                for m in cov.models
+            )
             assert cov.split or cov.exhaustive
         if cov.split and not cov.exhaustive:
-            assert cov.phrase().startswith("every commit window exhaustive (" if cov.commits_exhaustive
-                                           else "commit windows ")
+            assert cov.phrase().startswith(
+                "every commit window exhaustive (" if cov.commits_exhaustive else "commit windows "
+            )
             assert "; set-up windows " in cov.phrase()
-        if not sp.late.setup_only:   # a note that may reach a commit window weakens the commits
+        if not sp.late.setup_only:  # a note that may reach a commit window weakens the commits
             assert all(set(m.part(COMMITS).notes) == set(m.notes) for m in cov.models)
 
 
 def cov(setup: Part, commits: Part, notes: tuple[str, ...] = ()) -> Coverage:
     d, j = setup.distinct + commits.distinct, setup.judged + commits.judged
-    return Coverage((ModelCoverage("write-cache", d, j, setup.windows + commits.windows,
-                                   setup.sampled_windows + commits.sampled_windows,
-                                   setup.sampled_generated + commits.sampled_generated,
-                                   setup.sampled_space + commits.sampled_space, 0, notes, setup, commits),), seed=0)
+    return Coverage(
+        (
+            ModelCoverage(
+                "write-cache",
+                d,
+                j,
+                setup.windows + commits.windows,
+                setup.sampled_windows + commits.sampled_windows,
+                setup.sampled_generated + commits.sampled_generated,
+                setup.sampled_space + commits.sampled_space,
+                0,
+                notes,
+                setup,
+                commits,
+            ),
+        ),
+        seed=0,
+    )
 
 
-LATE = ("writes logged after 2 flushes before the next ordered key mark may have completed while they were in "
-        "flight: states ... not generated; affects begin:0")
+LATE = (
+    "writes logged after 2 flushes before the next ordered key mark may have completed while they were in "
+    "flight: states ... not generated; affects begin:0"
+)
 
 
 def test_exhaustive_commits_lead_and_the_setup_windows_follow():
-    c = cov(Part("write-cache", 30, 30, 3, 3, 330, 2 ** 62, (LATE,)), Part("write-cache", 412, 412, 40),
-            (LATE,))
+    c = cov(
+        Part("write-cache", 30, 30, 3, 3, 330, 2**62, (LATE,)),
+        Part("write-cache", 412, 412, 40),
+        (LATE,),
+    )
     assert c.commits_exhaustive and not c.exhaustive and c.words == ("sampled", "weakened")
-    assert c.phrase() == ("every commit window exhaustive (412 distinct states); set-up windows sampled (seed 0): "
-                          "3 of 3 write-cache windows (330 of >= 2^62 states); weakened: writes logged after 2 "
-                          "flushes before the next ordered key mark may have completed while they were in flight "
-                          "(affects begin:0)")
+    assert c.phrase() == (
+        "every commit window exhaustive (412 distinct states); set-up windows sampled (seed 0): "
+        "3 of 3 write-cache windows (330 of >= 2^62 states); weakened: writes logged after 2 "
+        "flushes before the next ordered key mark may have completed while they were in flight "
+        "(affects begin:0)"
+    )
     j = c.to_json()
     assert j["commits"] == {"words": ["exhaustive"], "distinct": 412, "judged": 412}
     assert j["setup"]["words"] == ["sampled", "weakened"]
@@ -106,8 +154,10 @@ def test_exhaustive_commits_lead_and_the_setup_windows_follow():
 def test_commits_not_exhaustive_say_so_first():
     c = cov(Part("write-cache", 3, 3, 1), Part("write-cache", 50, 40, 9, 2, 20, 100))
     assert not c.commits_exhaustive
-    assert c.phrase() == ("commit windows capped: 40 of 50 distinct states judged; sampled (seed 0): 2 of 9 "
-                          "write-cache windows (20 of 100 states); set-up windows exhaustive")
+    assert c.phrase() == (
+        "commit windows capped: 40 of 50 distinct states judged; sampled (seed 0): 2 of 9 "
+        "write-cache windows (20 of 100 states); set-up windows exhaustive"
+    )
 
 
 def test_a_note_of_the_whole_check_weakens_the_commits():
@@ -124,34 +174,59 @@ def test_old_output_without_parts_claims_nothing_more():
 
 def test_a_note_of_both_parts_is_said_once_for_the_commits():
     other = "writes logged after 1 flush ... in flight: not generated; affects begin:3"
-    c = cov(Part("write-cache", 3, 3, 1, 1, 9, 2 ** 62, (LATE, other)), Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
-            (LATE, other))
-    assert c.phrase() == ("commit windows weakened: writes logged after 1 flush ... in flight (affects begin:3); "
-                          "set-up windows sampled (seed 0): 1 of 1 write-cache windows (9 of >= 2^62 states); "
-                          "weakened: writes logged after 2 flushes before the next ordered key mark may have "
-                          "completed while they were in flight (affects begin:0), and as the commit windows")
-    only = cov(Part("write-cache", 3, 3, 1, 0, 0, 0, (other,)), Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
-               (other,))
+    c = cov(
+        Part("write-cache", 3, 3, 1, 1, 9, 2**62, (LATE, other)),
+        Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
+        (LATE, other),
+    )
+    assert c.phrase() == (
+        "commit windows weakened: writes logged after 1 flush ... in flight (affects begin:3); "
+        "set-up windows sampled (seed 0): 1 of 1 write-cache windows (9 of >= 2^62 states); "
+        "weakened: writes logged after 2 flushes before the next ordered key mark may have "
+        "completed while they were in flight (affects begin:0), and as the commit windows"
+    )
+    only = cov(
+        Part("write-cache", 3, 3, 1, 0, 0, 0, (other,)),
+        Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
+        (other,),
+    )
     assert only.phrase().endswith("; set-up windows weakened as the commit windows")
 
 
 def test_a_complete_run_keeps_its_parts_a_partial_one_claims_nothing_more():
     from powercut.core.states.coverage import judged_only
-    c = cov(Part("write-cache", 30, 30, 3, 3, 330, 2 ** 62, (LATE,)), Part("write-cache", 412, 412, 40), (LATE,))
+
+    c = cov(
+        Part("write-cache", 30, 30, 3, 3, 330, 2**62, (LATE,)),
+        Part("write-cache", 412, 412, 40),
+        (LATE,),
+    )
     assert judged_only(c, {"write-cache": 442}) == c and c.commits_exhaustive
     part = judged_only(c, {"write-cache": 400})
-    assert not part.split and not part.commits_exhaustive and part.phrase().startswith("capped: 400 of 442")
+    assert (
+        not part.split
+        and not part.commits_exhaustive
+        and part.phrase().startswith("capped: 400 of 442")
+    )
     assert Coverage.from_json(part.to_json()) == part
     other = judged_only(c, {"write-cache": 42})
     from powercut.core.states.coverage import merge
+
     assert merge([part, other]) == c and merge([part]).phrase().startswith("capped: 400 of 442")
 
 
 def test_a_sampled_setup_part_weakened_by_a_commit_note_says_both():
     other = "writes logged after 1 flush ... in flight: not generated; affects begin:3"
-    c = cov(Part("write-cache", 3, 3, 1, 1, 9, 64, (other,)), Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
-            (other,))
-    assert c.phrase().endswith("; set-up windows sampled (seed 0): 1 of 1 write-cache windows (9 of 64 states); "
-                               "weakened as the commit windows")
-    assert c.phrase(notes=False) == ("commit windows weakened (1 note below); set-up windows sampled (seed 0): 1 of 1 "
-                                     "write-cache windows (9 of 64 states); weakened as the commit windows")
+    c = cov(
+        Part("write-cache", 3, 3, 1, 1, 9, 64, (other,)),
+        Part("write-cache", 50, 50, 9, 0, 0, 0, (other,)),
+        (other,),
+    )
+    assert c.phrase().endswith(
+        "; set-up windows sampled (seed 0): 1 of 1 write-cache windows (9 of 64 states); "
+        "weakened as the commit windows"
+    )
+    assert c.phrase(notes=False) == (
+        "commit windows weakened (1 note below); set-up windows sampled (seed 0): 1 of 1 "
+        "write-cache windows (9 of 64 states); weakened as the commit windows"
+    )

@@ -1,5 +1,6 @@
 """core/states/crashstate.py: the one rule of what a crash state keeps, against a direct reading of the
 definition (docs/crash-models.md: a state is (cut, kept); dropped entries lost, torn ones in part)."""
+
 from __future__ import annotations
 
 from hypothesis import given
@@ -23,12 +24,18 @@ def test_kept_is_every_device_write_before_the_cut_not_dropped_torn_in_part(chan
     n = len(changes)
     cut = data.draw(st.integers(0, n))
     writes = [i for i in range(cut) if changes[i]]
-    dropped = tuple(sorted(data.draw(st.sets(st.sampled_from(writes)) if writes else st.just(set()))))
+    dropped = tuple(
+        sorted(data.draw(st.sets(st.sampled_from(writes)) if writes else st.just(set())))
+    )
     left = [i for i in writes if i not in dropped]
     torn_at = data.draw(st.sampled_from(left)) if left and data.draw(st.booleans()) else None
     torn = ((torn_at, (0,)),) if torn_at is not None else ()
     s = state(cut, dropped, torn)
-    want = tuple((i, (0,) if i == torn_at else None) for i in range(cut) if changes[i] and i not in dropped)
+    want = tuple(
+        (i, (0,) if i == torn_at else None) for i in range(cut) if changes[i] and i not in dropped
+    )
     assert s.kept(changes) == want
     assert s.kept(changes, s.base) == tuple(k for k in want if k[0] >= s.base)
-    assert all(changes[i] and i not in dropped and i != torn_at for i in range(s.base) if changes[i])
+    assert all(
+        changes[i] and i not in dropped and i != torn_at for i in range(s.base) if changes[i]
+    )

@@ -1,4 +1,5 @@
 """The dm-log-writes reader: round trips, every stop reason, BadLog cases, stats, fuzzing."""
+
 from __future__ import annotations
 
 import os
@@ -55,17 +56,33 @@ def test_sample_log_fields_and_zero_copy_data(tmp_path: Path, ss: int) -> None:
         e = idx.entries
         assert [x.index for x in e] == list(range(9))
         assert (e[0].sector, e[0].nr_sectors, e[0].flags, e[0].data_offset) == (10, 2, 0, 2 * ss)
-        assert e[0].is_write and not (e[0].is_flush or e[0].is_fua or e[0].is_mark or e[0].is_discard)
+        assert e[0].is_write and not (
+            e[0].is_flush or e[0].is_fua or e[0].is_mark or e[0].is_discard
+        )
         assert e[0].byte_offset(ss) == 10 * ss and e[0].length(ss) == 2 * ss
         view = idx.data(e[0])
         assert isinstance(view, memoryview) and view.readonly and bytes(view) == payload(0, 2, ss)
-        assert e[1].mark == "mkfs" and e[1].data_offset == 4 * ss + 32 and bytes(idx.data(e[1])) == b"mkfs"
+        assert (
+            e[1].mark == "mkfs"
+            and e[1].data_offset == 4 * ss + 32
+            and bytes(idx.data(e[1])) == b"mkfs"
+        )
         assert e[3].is_metadata and e[3].data_offset == 7 * ss
-        assert e[4].is_flush and not e[4].is_write and e[4].nr_sectors == 0 and bytes(idx.data(e[4])) == b""
-        assert e[6].is_discard and not e[6].is_write and e[6].changes_device and e[6].length(ss) == 16 * ss
+        assert (
+            e[4].is_flush
+            and not e[4].is_write
+            and e[4].nr_sectors == 0
+            and bytes(idx.data(e[4])) == b""
+        )
+        assert (
+            e[6].is_discard
+            and not e[6].is_write
+            and e[6].changes_device
+            and e[6].length(ss) == 16 * ss
+        )
         assert bytes(idx.data(e[6])) == b""
         assert e[7].is_fua and e[7].is_write and bytes(idx.data(e[7])) == payload(7, 3, ss)
-        assert bytes(idx.sector_data(e[7], 2)) == payload(7, 3, ss)[2 * ss:]
+        assert bytes(idx.sector_data(e[7], 2)) == payload(7, 3, ss)[2 * ss :]
         assert idx.marks() == [(1, "mkfs"), (2, "begin:a"), (5, "ack:a"), (8, "begin:b")]
         assert idx.acks() == [(5, "a")] and idx.begun() == [(2, "a"), (8, "b")]
         assert idx.find_mark("ack:a") == 5 and idx.find_mark("nope") is None
@@ -75,19 +92,43 @@ def test_sample_log_fields_and_zero_copy_data(tmp_path: Path, ss: int) -> None:
 def test_stats(tmp_path: Path) -> None:
     with open_log(sample_log(tmp_path / "a.log")) as idx:
         s = stats(idx)
-    assert (s.entries, s.writes, s.flushes, s.fuas, s.discards, s.marks, s.acks) == (9, 3, 1, 1, 1, 4, 1)
-    assert s.bytes_written == 6 * SS and s.sectorsize == SS and s.super_nr_entries == 9 and not s.stale_super
+    assert (s.entries, s.writes, s.flushes, s.fuas, s.discards, s.marks, s.acks) == (
+        9,
+        3,
+        1,
+        1,
+        1,
+        4,
+        1,
+    )
+    assert (
+        s.bytes_written == 6 * SS
+        and s.sectorsize == SS
+        and s.super_nr_entries == 9
+        and not s.stale_super
+    )
     d = s.to_dict()
-    assert d["stop_reason"] == "end of file" and d["writes"] == 3 and set(d) >= {"entries", "bytes_written"}
+    assert (
+        d["stop_reason"] == "end of file"
+        and d["writes"] == 3
+        and set(d) >= {"entries", "bytes_written"}
+    )
 
 
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("w"), st.integers(0, 2**40), st.integers(1, 4), st.sampled_from([0, FUA, FLUSH, FLUSH | FUA,
-                                                                                       METADATA])),
-    st.tuples(st.just("flush"), st.just(0), st.just(0), st.just(0)),
-    st.tuples(st.just("discard"), st.integers(0, 2**40), st.integers(1, 2**20), st.just(0)),
-    st.tuples(st.just("mark"), st.integers(0, 5), st.just(0), st.just(0)),
-), max_size=30)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("w"),
+            st.integers(0, 2**40),
+            st.integers(1, 4),
+            st.sampled_from([0, FUA, FLUSH, FLUSH | FUA, METADATA]),
+        ),
+        st.tuples(st.just("flush"), st.just(0), st.just(0), st.just(0)),
+        st.tuples(st.just("discard"), st.integers(0, 2**40), st.integers(1, 2**20), st.just(0)),
+        st.tuples(st.just("mark"), st.integers(0, 5), st.just(0), st.just(0)),
+    ),
+    max_size=30,
+)
 
 
 def write_ops(p: Path, ops: list, ss: int = SS, stale: bool = False) -> None:  # type: ignore[type-arg]
@@ -123,25 +164,33 @@ def test_round_trip(ops: list, ss: int, stale: bool) -> None:  # type: ignore[ty
                 elif kind == "discard":
                     assert (e.flags, e.sector, e.nr_sectors) == (DISCARD, a, b)
                 else:
-                    assert e.flags == MARK and e.mark == ["mkfs", f"ack:k{a}", f"begin:k{a}", "é-ünïcode"][a % 4]
+                    assert (
+                        e.flags == MARK
+                        and e.mark == ["mkfs", f"ack:k{a}", f"begin:k{a}", "é-ünïcode"][a % 4]
+                    )
 
 
 # -- not a log at all -------------------------------------------------------------------------------
 def super_bytes(magic: int = MAGIC, version: int = 1, nr: int = 0, ss: int = SS) -> bytes:
-    return struct.pack("<QQQI", magic, version, nr, ss).ljust(max(ss, 28) if ss <= 65536 else 512, b"\0")
+    return struct.pack("<QQQI", magic, version, nr, ss).ljust(
+        max(ss, 28) if ss <= 65536 else 512, b"\0"
+    )
 
 
-@pytest.mark.parametrize("content, fragment", [
-    (b"", "empty file"),
-    (b"x" * 27, "shorter than a log super"),
-    (super_bytes(magic=0x1234), "not a dm-log-writes log"),
-    (super_bytes(version=2), "version 2"),
-    (super_bytes(ss=1000)[:512], "sectorsize 1000"),
-    (super_bytes(ss=256)[:512], "sectorsize 256"),
-    (super_bytes(ss=131072)[:512], "sectorsize 131072"),
-    (super_bytes(ss=0)[:512], "sectorsize 0"),
-    (super_bytes(ss=4096)[:1000], "shorter than the 4096-byte super sector"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (b"", "empty file"),
+        (b"x" * 27, "shorter than a log super"),
+        (super_bytes(magic=0x1234), "not a dm-log-writes log"),
+        (super_bytes(version=2), "version 2"),
+        (super_bytes(ss=1000)[:512], "sectorsize 1000"),
+        (super_bytes(ss=256)[:512], "sectorsize 256"),
+        (super_bytes(ss=131072)[:512], "sectorsize 131072"),
+        (super_bytes(ss=0)[:512], "sectorsize 0"),
+        (super_bytes(ss=4096)[:1000], "shorter than the 4096-byte super sector"),
+    ],
+)
 def test_not_a_log(tmp_path: Path, content: bytes, fragment: str) -> None:
     p = tmp_path / "bad.log"
     p.write_bytes(content)
@@ -264,8 +313,11 @@ def check_index(p: Path) -> None:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=OPS, cut=st.integers(0, 2**16), edits=st.lists(st.tuples(st.integers(0, 2**16), st.binary(min_size=1,
-       max_size=9)), max_size=4))
+@given(
+    ops=OPS,
+    cut=st.integers(0, 2**16),
+    edits=st.lists(st.tuples(st.integers(0, 2**16), st.binary(min_size=1, max_size=9)), max_size=4),
+)
 def test_fuzz_mutated_and_truncated_logs(ops: list, cut: int, edits: list) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "f.log"
@@ -273,8 +325,8 @@ def test_fuzz_mutated_and_truncated_logs(ops: list, cut: int, edits: list) -> No
         data = bytearray(p.read_bytes())
         for at, blob in edits:
             at %= len(data)
-            data[at:at + len(blob)] = blob
-        p.write_bytes(bytes(data[:cut % (len(data) + 1)]))
+            data[at : at + len(blob)] = blob
+        p.write_bytes(bytes(data[: cut % (len(data) + 1)]))
         check_index(p)
 
 
@@ -285,8 +337,12 @@ def test_truncation_keeps_exactly_the_complete_entries(ops: list, cut: int) -> N
         p = Path(d) / "t.log"
         write_ops(p, ops)
         with open_log(p) as full:
-            ends = [(e.data_offset - 32 + SS) if e.is_mark else e.data_offset + (e.nr_sectors * SS if e.is_write else 0)
-                    for e in full.entries]
+            ends = [
+                (e.data_offset - 32 + SS)
+                if e.is_mark
+                else e.data_offset + (e.nr_sectors * SS if e.is_write else 0)
+                for e in full.entries
+            ]
             original = full.entries
         cut %= p.stat().st_size + 1
         os.truncate(p, cut)
@@ -295,5 +351,5 @@ def test_truncation_keeps_exactly_the_complete_entries(ops: list, cut: int) -> N
                 open_log(p)
             return
         with open_log(p) as idx:
-            assert idx.entries == original[:sum(end <= cut for end in ends)]
+            assert idx.entries == original[: sum(end <= cut for end in ends)]
             assert idx.clean == (cut in ends or cut == SS)

@@ -1,4 +1,5 @@
 """LogWriter: byte-exact kernel format, stale supers, argument checks."""
+
 from __future__ import annotations
 
 import struct
@@ -17,7 +18,9 @@ def sector(payload: bytes, ss: int) -> bytes:
     return payload + b"\0" * (ss - len(payload))
 
 
-def header(sec: int, nr: int, flags: int, dlen: int = 0, inline: bytes = b"", ss: int = 512) -> bytes:
+def header(
+    sec: int, nr: int, flags: int, dlen: int = 0, inline: bytes = b"", ss: int = 512
+) -> bytes:
     return sector(struct.pack("<QQQQ", sec, nr, flags, dlen) + inline, ss)
 
 
@@ -35,13 +38,17 @@ def test_byte_exact_layout(tmp_path: Path, ss: int) -> None:
         assert w.write(4, a, FLUSH | FUA) == 6
     expected = (
         sector(struct.pack("<QQQI", MAGIC, 1, 7, ss), ss)
-        + header(7, 1, 0, ss=ss) + a
-        + header(9, 2, METADATA, ss=ss) + b
+        + header(7, 1, 0, ss=ss)
+        + a
+        + header(9, 2, METADATA, ss=ss)
+        + b
         + header(0, 0, FLUSH, ss=ss)
         + header(0, 0, MARK, 6, b"ack:k1", ss=ss)
         + header(100, 8, DISCARD, ss=ss)
-        + header(3, 1, FUA, ss=ss) + a
-        + header(4, 1, FLUSH | FUA, ss=ss) + a
+        + header(3, 1, FUA, ss=ss)
+        + a
+        + header(4, 1, FLUSH | FUA, ss=ss)
+        + a
     )
     assert p.read_bytes() == expected
 
@@ -50,11 +57,11 @@ def test_stale_super_is_count_after_last_fua_or_mark(tmp_path: Path) -> None:
     p = tmp_path / "s.log"
     w = LogWriter(p)
     w.write(0, b"x" * 512)
-    w.mark("ack:1")            # super rewritten: 2
+    w.mark("ack:1")  # super rewritten: 2
     w.write(1, b"y" * 512)
-    w.fua(2, b"z" * 512)       # super rewritten: 4
+    w.fua(2, b"z" * 512)  # super rewritten: 4
     w.write(3, b"w" * 512)
-    w.flush()                  # FLUSH alone does not rewrite the super
+    w.flush()  # FLUSH alone does not rewrite the super
     assert (w.count, w.super_count) == (6, 4)
     w.close(stale_super=True)
     assert struct.unpack_from("<Q", p.read_bytes(), 16)[0] == 4
@@ -75,18 +82,21 @@ def test_stale_super_explicit_value_and_fresh_super(tmp_path: Path) -> None:
     w.close()  # closing twice is harmless
 
 
-@pytest.mark.parametrize("call", [
-    lambda w: w.write(0, b""),
-    lambda w: w.write(0, b"x" * 100),
-    lambda w: w.write(-1, b"x" * 512),
-    lambda w: w.write(0, b"x" * 512, DISCARD),
-    lambda w: w.write(0, b"x" * 512, MARK),
-    lambda w: w.discard(0, 0),
-    lambda w: w.discard(2**64 - 1, 1),
-    lambda w: w.mark("a\0b"),
-    lambda w: w.mark("x" * (512 - 32)),
-    lambda w: w.flush(DISCARD),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda w: w.write(0, b""),
+        lambda w: w.write(0, b"x" * 100),
+        lambda w: w.write(-1, b"x" * 512),
+        lambda w: w.write(0, b"x" * 512, DISCARD),
+        lambda w: w.write(0, b"x" * 512, MARK),
+        lambda w: w.discard(0, 0),
+        lambda w: w.discard(2**64 - 1, 1),
+        lambda w: w.mark("a\0b"),
+        lambda w: w.mark("x" * (512 - 32)),
+        lambda w: w.flush(DISCARD),
+    ],
+)
 def test_rejects_what_the_kernel_cannot_log(tmp_path: Path, call) -> None:  # type: ignore[no-untyped-def]
     with LogWriter(tmp_path / "bad.log") as w:
         with pytest.raises(ValueError):

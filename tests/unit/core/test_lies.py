@@ -3,6 +3,7 @@ states are exactly a brute-force oracle's (none missing, none extra, no duplicat
 trip; sampled windows keep the program's data writes first and are seeded; images built by replay
 (the incremental walk and the from-scratch baseline) equal an image computed here directly from the
 log's operations; malformed or unfitting ids are one-line usage errors."""
+
 from __future__ import annotations
 
 import itertools
@@ -38,11 +39,22 @@ def states(idx: LogIndex, model: str, **kw: int) -> list:  # type: ignore[type-a
 
 @pytest.fixture
 def example(tmp_path: Path):  # type: ignore[no-untyped-def]
-    ops = [("w", 0, 2, 0, 1), ("m", "mkfs"),                                          # 0, 1
-           ("m", "begin:a"), ("w", 8, 2, 0, 2), ("w", 20, 1, METADATA, 3), ("f",),     # 2-5
-           ("w", 21, 1, FUA | METADATA, 4), ("m", "ack:a"),                          # 6, 7
-           ("m", "begin:b"), ("w", 10, 2, 0, 5), ("w", 8, 1, 0, 6), ("f",), ("m", "ack:b"),   # 8-12
-           ("w", 30, 1, METADATA, 7)]                                                # 13: after the last ack
+    ops = [
+        ("w", 0, 2, 0, 1),
+        ("m", "mkfs"),  # 0, 1
+        ("m", "begin:a"),
+        ("w", 8, 2, 0, 2),
+        ("w", 20, 1, METADATA, 3),
+        ("f",),  # 2-5
+        ("w", 21, 1, FUA | METADATA, 4),
+        ("m", "ack:a"),  # 6, 7
+        ("m", "begin:b"),
+        ("w", 10, 2, 0, 5),
+        ("w", 8, 1, 0, 6),
+        ("f",),
+        ("m", "ack:b"),  # 8-12
+        ("w", 30, 1, METADATA, 7),
+    ]  # 13: after the last ack
     with build_log(tmp_path / "l.bin", ops) as idx:
         yield idx
 
@@ -55,10 +67,16 @@ def test_windows_are_the_commits_after_the_floor(example: LogIndex) -> None:
 def test_lost_write_exact(example: LogIndex) -> None:
     got = states(example, "lost-write")
     assert [(s.id, s.dropped, s.acks) for s in got] == [
-        ("lost-write@8/w3", (3,), ("a",)), ("lost-write@8/w4", (4,), ("a",)), ("lost-write@8/w6", (6,), ("a",)),
-        ("lost-write@13/w10", (10,), ("a", "b")), ("lost-write@13/w9", (9,), ("a", "b")),
-        ("lost-write@14/w13", (13,), ("a", "b"))]
-    assert all(s.lie is None and s.torn == () for s in got)   # the mkfs write (entry 0) is never lost
+        ("lost-write@8/w3", (3,), ("a",)),
+        ("lost-write@8/w4", (4,), ("a",)),
+        ("lost-write@8/w6", (6,), ("a",)),
+        ("lost-write@13/w10", (10,), ("a", "b")),
+        ("lost-write@13/w9", (9,), ("a", "b")),
+        ("lost-write@14/w13", (13,), ("a", "b")),
+    ]
+    assert all(
+        s.lie is None and s.torn == () for s in got
+    )  # the mkfs write (entry 0) is never lost
 
 
 def test_misdirected_write_exact(example: LogIndex) -> None:
@@ -66,9 +84,12 @@ def test_misdirected_write_exact(example: LogIndex) -> None:
     # entry 3 (2 sectors at 8): no earlier 2-sector write after the floor, none later in its commit;
     # entry 9 (2 at 10) lands on entry 3's sectors 8-9; entry 13 on the nearest earlier 1-sector write's
     assert got == {
-        "misdirected-write@8/w4:s21": Lie("misdirect", 4, 21), "misdirected-write@8/w6:s20": Lie("misdirect", 6, 20),
-        "misdirected-write@13/w9:s8": Lie("misdirect", 9, 8), "misdirected-write@13/w10:s21": Lie("misdirect", 10, 21),
-        "misdirected-write@14/w13:s8": Lie("misdirect", 13, 8)}
+        "misdirected-write@8/w4:s21": Lie("misdirect", 4, 21),
+        "misdirected-write@8/w6:s20": Lie("misdirect", 6, 20),
+        "misdirected-write@13/w9:s8": Lie("misdirect", 9, 8),
+        "misdirected-write@13/w10:s21": Lie("misdirect", 10, 21),
+        "misdirected-write@14/w13:s8": Lie("misdirect", 13, 8),
+    }
     assert all(s.dropped == (s.lie.entry,) for s in states(example, "misdirected-write"))
 
 
@@ -83,7 +104,9 @@ def test_corrupt_and_unreadable_sectors(example: LogIndex) -> None:
             assert (len(s.lie.bits) == CORRUPT_BITS) == (model == "corrupt-sector")
             assert all(0 <= b < 4096 for b in s.lie.bits)
         assert got == states(example, model, seed=5)
-    assert {s.id for s in states(example, "corrupt-sector", seed=5)} != {s.id for s in states(example, "corrupt-sector", seed=6)}
+    assert {s.id for s in states(example, "corrupt-sector", seed=5)} != {
+        s.id for s in states(example, "corrupt-sector", seed=6)
+    }
     s = states(example, "unreadable-sector")[0]
     assert unreadable_of(s) == ((s.lie.sector, 1),)
 
@@ -91,7 +114,7 @@ def test_corrupt_and_unreadable_sectors(example: LogIndex) -> None:
 def test_flush_ignored_exact(example: LogIndex) -> None:
     sp = CrashSpace(example)
     got = states(example, "flush-ignored")
-    for s in got:   # no state an honest write cache could leave
+    for s in got:  # no state an honest write cache could leave
         c, d = canon(sp, s.cut, s.dropped)
         assert set(d) - set(sp.droppable(c)), s.id
     # cut 12 (before ack:b): the ignored flush is entry 11, the one before it entry 5: entries 6, 9, 10 may go
@@ -105,10 +128,16 @@ def test_flush_ignored_exact(example: LogIndex) -> None:
 
 # -- the oracle ------------------------------------------------------------------------------------------
 OP = st.one_of(
-    st.tuples(st.just("w"), st.integers(0, 12), st.integers(1, 3), st.sampled_from([0, FUA, METADATA]),
-              st.integers(0, 200)),
+    st.tuples(
+        st.just("w"),
+        st.integers(0, 12),
+        st.integers(1, 3),
+        st.sampled_from([0, FUA, METADATA]),
+        st.integers(0, 200),
+    ),
     st.tuples(st.just("f")),
-    st.tuples(st.just("m"), st.sampled_from(["ack:x", "ack:y", "begin:z", "mkfs"])))
+    st.tuples(st.just("m"), st.sampled_from(["ack:x", "ack:y", "begin:z", "mkfs"])),
+)
 
 
 def oracle(idx: LogIndex, model: str) -> set:  # type: ignore[type-arg]
@@ -118,12 +147,22 @@ def oracle(idx: LogIndex, model: str) -> set:  # type: ignore[type-arg]
     writes = [e for e in es[floor:] if e.is_write]
     out = set()
     for e in writes:
-        cut = next((a.index + 1 for a in es[e.index:] if a.ack_key is not None), n)
-        later = {s for x in es[e.index + 1:cut] if x.changes_device for s in range(x.sector, x.sector + x.nr_sectors)}
+        cut = next((a.index + 1 for a in es[e.index :] if a.ack_key is not None), n)
+        later = {
+            s
+            for x in es[e.index + 1 : cut]
+            if x.changes_device
+            for s in range(x.sector, x.sector + x.nr_sectors)
+        }
         live = [o for o in range(e.nr_sectors) if e.sector + o not in later]
         if model == "misdirected-write":
-            same = [o for o in writes if o.nr_sectors == e.nr_sectors and o.index != e.index
-                    and (o.sector + o.nr_sectors <= e.sector or e.sector + e.nr_sectors <= o.sector)]
+            same = [
+                o
+                for o in writes
+                if o.nr_sectors == e.nr_sectors
+                and o.index != e.index
+                and (o.sector + o.nr_sectors <= e.sector or e.sector + e.nr_sectors <= o.sector)
+            ]
             before = [o for o in same if o.index < e.index][-1:]
             after = [o for o in same if e.index < o.index < cut][:1]
             for o in before + after:
@@ -153,8 +192,10 @@ def test_per_write_models_are_exactly_the_oracle(ops: list, seed: int) -> None: 
             if model in ("corrupt-sector", "unreadable-sector"):
                 assert {(c, w) for c, w, _ in want} == {(s.cut, s.lie.entry) for s in got}
                 live = {(c, w): offs for c, w, offs in want}
-                for s in got:   # the sector is one the write still holds at the cut
-                    assert s.lie.sector - idx.entries[s.lie.entry].sector in live[(s.cut, s.lie.entry)]
+                for s in got:  # the sector is one the write still holds at the cut
+                    assert (
+                        s.lie.sector - idx.entries[s.lie.entry].sector in live[(s.cut, s.lie.entry)]
+                    )
             else:
                 assert {seen(model, s) for s in got} == want
             assert len({image_key(sp, s) for s in got}) == len(got), "two states, one image"
@@ -178,12 +219,18 @@ def test_flush_ignored_is_exactly_every_lying_subset(ops: list) -> None:  # type
         floor = next((e.index + 1 for e in idx.entries if e.mark == "mkfs"), 0)
 
         def subsets(pool: tuple[int, ...]):  # type: ignore[no-untyped-def]
-            return itertools.chain.from_iterable(itertools.combinations(pool, k) for k in range(len(pool) + 1))
+            return itertools.chain.from_iterable(
+                itertools.combinations(pool, k) for k in range(len(pool) + 1)
+            )
 
         # cut 0 too: the power failing before the first entry leaves the initial image
         honest = {truth(idx, c, lost) for c in range(sp.n + 1) for lost in subsets(sp.droppable(c))}
-        want = {truth(idx, c, lost) for c in sp.cut_points() if (pool := ignored_pool(sp, c)) and pool[-1] >= floor
-                for lost in subsets(pool)} - honest
+        want = {
+            truth(idx, c, lost)
+            for c in sp.cut_points()
+            if (pool := ignored_pool(sp, c)) and pool[-1] >= floor
+            for lost in subsets(pool)
+        } - honest
         got = sp.states("flush-ignored", exhaustive_bound=12)
         have = [truth(idx, s.cut, s.dropped) for s in got]
         assert set(have) == want and len(have) == len(set(have))
@@ -192,7 +239,11 @@ def test_flush_ignored_is_exactly_every_lying_subset(ops: list) -> None:  # type
 
 # -- sampling and coverage ------------------------------------------------------------------------------------
 def test_a_big_commit_is_sampled_data_writes_first(tmp_path: Path) -> None:
-    ops = [("m", "mkfs")] + [("w", 2 * i, 1, METADATA if i % 2 else 0, i) for i in range(20)] + [("m", "ack:x")]
+    ops = (
+        [("m", "mkfs")]
+        + [("w", 2 * i, 1, METADATA if i % 2 else 0, i) for i in range(20)]
+        + [("m", "ack:x")]
+    )
     with build_log(tmp_path / "l.bin", ops) as idx:
         sp = CrashSpace(idx)
         t = Tally()
@@ -203,7 +254,10 @@ def test_a_big_commit_is_sampled_data_writes_first(tmp_path: Path) -> None:
         assert got == sp.states("lost-write", samples=6, seed=1)
         assert {s.id for s in got} != {s.id for s in sp.states("lost-write", samples=6, seed=2)}
         whole = Tally()
-        assert len(sp.states("lost-write", samples=20, tally=whole)) == 20 and whole.sampled_windows == 0
+        assert (
+            len(sp.states("lost-write", samples=20, tally=whole)) == 20
+            and whole.sampled_windows == 0
+        )
         sel = select(sp, ["lost-write"], samples=6, seed=1)
         assert sel.coverage.models[0].sampled_windows == 1 and "sampled" in sel.coverage.words
 
@@ -220,7 +274,7 @@ def direct_image(idx: LogIndex, ops: list, s) -> bytes:  # type: ignore[no-untyp
     """The state's image from the ops themselves: every write before the cut but the dropped ones,
     a misdirected write's data at its new place in its turn, then the flipped bits."""
     img = bytearray(SIZE)
-    for e in idx.entries[:s.cut]:
+    for e in idx.entries[: s.cut]:
         data = None
         if e.is_write:
             data = bytes(idx.data(e))
@@ -229,9 +283,9 @@ def direct_image(idx: LogIndex, ops: list, s) -> bytes:  # type: ignore[no-untyp
         if data is None:
             continue
         if s.lie is not None and s.lie.kind == "misdirect" and e.index == s.lie.entry:
-            img[s.lie.sector * 512:s.lie.sector * 512 + len(data)] = data
+            img[s.lie.sector * 512 : s.lie.sector * 512 + len(data)] = data
         if e.index not in s.dropped:
-            img[e.sector * 512:e.sector * 512 + len(data)] = data
+            img[e.sector * 512 : e.sector * 512 + len(data)] = data
     if s.lie is not None and s.lie.kind == "corrupt":
         for b in s.lie.bits:
             img[s.lie.sector * 512 + b // 8] ^= 1 << (b % 8)
@@ -243,20 +297,38 @@ def direct_image(idx: LogIndex, ops: list, s) -> bytes:  # type: ignore[no-untyp
 def test_replay_builds_the_lie(ops: list, seed: int) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory() as d, build_log(Path(d) / "l.bin", ops) as idx:
         sp = CrashSpace(idx)
-        every = [s for m in LIE_MODELS for s in sp.states(m, seed=seed, exhaustive_bound=4, samples=6)]
+        every = [
+            s for m in LIE_MODELS for s in sp.states(m, seed=seed, exhaustive_bound=4, samples=6)
+        ]
         for s in every:
-            assert reference_image(idx, s, SIZE, Path(d) / "ref.img").read_bytes() == direct_image(idx, ops, s), s.id
+            assert reference_image(idx, s, SIZE, Path(d) / "ref.img").read_bytes() == direct_image(
+                idx, ops, s
+            ), s.id
         for s, img in materialize(idx, None, SIZE, every, Path(d), "copy"):
             assert img.read_bytes() == direct_image(idx, ops, s), s.id
 
 
 # -- ids -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("bad", [
-    "lost-write@8", "lost-write@8/d3", "lost-write@8/w7", "lost-write@8/w8", "lost-write@99/w3",
-    "misdirected-write@8/w3:s9", "misdirected-write@8/w3:s900", "misdirected-write@8/w3",
-    "corrupt-sector@8/w3:s2:b1", "corrupt-sector@8/w3:s0:b4096", "corrupt-sector@8/w3:s0:b3,1",
-    "unreadable-sector@8/w3:s5", "flush-ignored@3/d0", "flush-ignored@12/d9", "flush-ignored@12/d2",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "lost-write@8",
+        "lost-write@8/d3",
+        "lost-write@8/w7",
+        "lost-write@8/w8",
+        "lost-write@99/w3",
+        "misdirected-write@8/w3:s9",
+        "misdirected-write@8/w3:s900",
+        "misdirected-write@8/w3",
+        "corrupt-sector@8/w3:s2:b1",
+        "corrupt-sector@8/w3:s0:b4096",
+        "corrupt-sector@8/w3:s0:b3,1",
+        "unreadable-sector@8/w3:s5",
+        "flush-ignored@3/d0",
+        "flush-ignored@12/d9",
+        "flush-ignored@12/d2",
+    ],
+)
 def test_bad_ids_are_one_line_usage_errors(example: LogIndex, bad: str) -> None:
     with pytest.raises(UsageError) as e:
         CrashSpace(example).state_from_id(bad)
@@ -276,7 +348,11 @@ def test_with_a_file_map_the_programs_blocks_come_first(tmp_path: Path) -> None:
     """The recording's file map (guest/record.file_map) puts the writes that touch the program's files
     first in a sampled window, metadata or not, and corrupt/unreadable sectors inside them; the ids
     mean what they meant (they rebuild the same states without the map)."""
-    ops = [("m", "mkfs")] + [("w", 4 * i, 4, METADATA if i % 2 else 0, i) for i in range(20)] + [("m", "ack:x")]
+    ops = (
+        [("m", "mkfs")]
+        + [("w", 4 * i, 4, METADATA if i % 2 else 0, i) for i in range(20)]
+        + [("m", "ack:x")]
+    )
     with build_log(tmp_path / "l.bin", ops) as idx:
         # the program's file: sectors 8..9 (entry 3, a metadata write by its flag) and 41..42 (entry 11)
         target = LieTarget.of([(8, 2), (41, 2)], idx.sectorsize)
@@ -301,5 +377,7 @@ def test_a_lie_file_restricts_the_models_to_its_blocks(tmp_path: Path) -> None:
         sp = CrashSpace(idx, lie_target=LieTarget.of([(9, 2)], idx.sectorsize, only=True))
         assert [s.dropped for s in sp.states("lost-write")] == [(3,)]
         un = sp.states("unreadable-sector")
-        assert [(s.lie.entry, s.lie.sector) for s in un] == [(3, un[0].lie.sector)] and un[0].lie.sector in (9, 10)
+        assert [(s.lie.entry, s.lie.sector) for s in un] == [(3, un[0].lie.sector)] and un[
+            0
+        ].lie.sector in (9, 10)
         assert all(s.lie.sector in (9, 10) for s in sp.states("corrupt-sector"))

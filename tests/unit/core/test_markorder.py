@@ -3,6 +3,7 @@
 ack, when the marks are ordered (and there are such histories when they are not: the old false
 alarm); the ordering flushes add no durability (the write-cache and torn state spaces equal those of
 the same log without them); the window rule and ``mark_order`` on hand-built logs."""
+
 from __future__ import annotations
 
 import random
@@ -27,7 +28,9 @@ from tests.unit.logops import build_log
 SEEDS = range(300)
 
 
-def lost_before_ack(entries: list[Entry], completed_at: dict[str, set[int]], model: str) -> list[tuple[str, str]]:
+def lost_before_ack(
+    entries: list[Entry], completed_at: dict[str, set[int]], model: str
+) -> list[tuple[str, str]]:
     """(state id, key) of each state acking a key while missing a write completed before that ack."""
     sp = CrashSpace(entries)
     bad = []
@@ -49,8 +52,13 @@ def test_ordered_marks_never_lose_a_write_completed_before_the_ack(model: str) -
 @pytest.mark.parametrize("model", ["no-cache", "flush"])
 def test_unordered_marks_do_lose_such_writes(model: str) -> None:
     """The property fails on the old behaviour: the test above can fail."""
-    failing = [seed for seed in SEEDS
-               if lost_before_ack((sim := history(seed, ordered=False)).entries(), sim.completed_at_mark, model)]
+    failing = [
+        seed
+        for seed in SEEDS
+        if lost_before_ack(
+            (sim := history(seed, ordered=False)).entries(), sim.completed_at_mark, model
+        )
+    ]
     assert len(failing) > len(SEEDS) // 4
 
 
@@ -58,9 +66,15 @@ def test_unordered_marks_do_lose_such_writes(model: str) -> None:
 def test_the_flush_alone_is_not_enough(model: str) -> None:
     """Without the wait for bios in flight, a write taken by a program flush still in flight when
     the mark is given (e.g. jbd2's commit) is logged after the mark: why the marking code suspends."""
-    failing = [seed for seed in SEEDS
-               if lost_before_ack((sim := history(seed, ordered=True, quiesce=False)).entries(),
-                                  sim.completed_at_mark, model)]
+    failing = [
+        seed
+        for seed in SEEDS
+        if lost_before_ack(
+            (sim := history(seed, ordered=True, quiesce=False)).entries(),
+            sim.completed_at_mark,
+            model,
+        )
+    ]
     assert failing
 
 
@@ -68,8 +82,10 @@ def without_ordering(entries: list[Entry]) -> tuple[list[Entry], list[int]]:
     """The log without its order marks and ordering flushes, and the old index of each entry kept."""
     sp = CrashSpace(entries)
     keep = [i for i, e in enumerate(entries) if i not in sp.ordering and not e.is_order_mark]
-    return [Entry(j, entries[i].flags, entries[i].sector, entries[i].nr_sectors, 0, entries[i].mark)
-            for j, i in enumerate(keep)], keep
+    return [
+        Entry(j, entries[i].flags, entries[i].sector, entries[i].nr_sectors, 0, entries[i].mark)
+        for j, i in enumerate(keep)
+    ], keep
 
 
 def images(entries: list[Entry], model: str) -> set[tuple[object, ...]]:
@@ -77,7 +93,9 @@ def images(entries: list[Entry], model: str) -> set[tuple[object, ...]]:
     sp = CrashSpace(entries)
     out = set()
     for s in sp.states(model, exhaustive_bound=14, torn_samples=0):
-        kept = frozenset((entries[i].sector, t) for i, t in s.kept([e.changes_device for e in entries]))
+        kept = frozenset(
+            (entries[i].sector, t) for i, t in s.kept([e.changes_device for e in entries])
+        )
         out.add((kept, s.acks, s.begun))
     return out
 
@@ -105,20 +123,39 @@ def E(i: int, flags: int = 0, sector: int = 0, nr: int = 0, mark: str | None = N
 def test_write_cache_still_loses_writes_ordered_before_an_ack() -> None:
     """An O_DIRECT-like history: a plain write completes, ordered ack, no program flush: write-cache
     may lose it after the ack, the prefix models keep it."""
-    es = [E(0, 0, 8, 1), E(1, mark=ORDER_BEGIN), E(2, 0, 9, 1), E(3, FLUSH), E(4, mark=ORDER_END),
-          E(5, mark="ack:1"), E(6, mark="dm-log-writes-end")]
+    es = [
+        E(0, 0, 8, 1),
+        E(1, mark=ORDER_BEGIN),
+        E(2, 0, 9, 1),
+        E(3, FLUSH),
+        E(4, mark=ORDER_END),
+        E(5, mark="ack:1"),
+        E(6, mark="dm-log-writes-end"),
+    ]
     sp = CrashSpace(es)
     assert sp.ordering == {3} and sp.last_flush[6] == -1 and sp.droppable(6) == (0, 2)
     assert any("1" in s.acks and s.dropped for s in sp.states("write-cache"))
     assert all(s.cut != 4 for s in sp.states("flush"))  # no cut right after the ordering flush
-    assert mark_order(es) == {"key_marks": 1, "ordered_key_marks": 1, "ordering_flushes": 1,
-                              "ambiguous_windows": 0, "ordered": True}
+    assert mark_order(es) == {
+        "key_marks": 1,
+        "ordered_key_marks": 1,
+        "ordering_flushes": 1,
+        "ambiguous_windows": 0,
+        "ordered": True,
+    }
     assert sp.state_from_id("write-cache@6/d0,2").acks == ("1",)
 
 
 def test_a_program_flush_in_the_window_makes_it_ambiguous_and_all_count_as_barriers() -> None:
-    es = [E(0, 0, 8, 1), E(1, mark=ORDER_BEGIN), E(2, FLUSH), E(3, 0, 9, 1), E(4, FLUSH), E(5, mark=ORDER_END),
-          E(6, mark="ack:1")]
+    es = [
+        E(0, 0, 8, 1),
+        E(1, mark=ORDER_BEGIN),
+        E(2, FLUSH),
+        E(3, 0, 9, 1),
+        E(4, FLUSH),
+        E(5, mark=ORDER_END),
+        E(6, mark="ack:1"),
+    ]
     sp = CrashSpace(es)
     assert sp.ordering == frozenset() and sp.ambiguous_windows == 1 and sp.last_flush[7] == 4
     # the window's end mark: the marker suspended the device before ack:1, so the mark is still ordered
@@ -133,14 +170,29 @@ def test_a_window_left_open_is_ambiguous() -> None:
 
 
 def test_flushes_with_data_or_fua_are_never_ordering_flushes() -> None:
-    es = [E(0, mark=ORDER_BEGIN), E(1, FLUSH | FUA, 8, 1), E(2, FLUSH), E(3, mark=ORDER_END), E(4, mark="ack:1")]
+    es = [
+        E(0, mark=ORDER_BEGIN),
+        E(1, FLUSH | FUA, 8, 1),
+        E(2, FLUSH),
+        E(3, mark=ORDER_END),
+        E(4, mark="ack:1"),
+    ]
     sp = CrashSpace(es)
     assert sp.ordering == {2} and sp.is_barrier(1) and not sp.is_barrier(2)
 
 
 def test_concurrent_markers_nest() -> None:
-    es = [E(0, mark=ORDER_BEGIN), E(1, mark=ORDER_BEGIN), E(2, 0, 8, 1), E(3, FLUSH), E(4, mark=ORDER_END),
-          E(5, FLUSH), E(6, mark="ack:1"), E(7, mark=ORDER_END), E(8, mark="ack:2")]
+    es = [
+        E(0, mark=ORDER_BEGIN),
+        E(1, mark=ORDER_BEGIN),
+        E(2, 0, 8, 1),
+        E(3, FLUSH),
+        E(4, mark=ORDER_END),
+        E(5, FLUSH),
+        E(6, mark="ack:1"),
+        E(7, mark=ORDER_END),
+        E(8, mark="ack:2"),
+    ]
     sp = CrashSpace(es)
     assert sp.ordering == {3, 5} and sp.order_windows == 1
     # each ack's own window closed before it: ack:2's flush (5) was issued after ack:2 was asked for, so
@@ -154,8 +206,13 @@ def test_old_logs_are_unchanged() -> None:
     sp = CrashSpace(es)
     assert sp.ordering == frozenset() and sp.is_barrier(1) and sp.last_flush[3] == 1
     assert [s.cut for s in sp.states("flush")] == [2, 3]
-    assert mark_order(es) == {"key_marks": 1, "ordered_key_marks": 0, "ordering_flushes": 0,
-                              "ambiguous_windows": 0, "ordered": False}
+    assert mark_order(es) == {
+        "key_marks": 1,
+        "ordered_key_marks": 0,
+        "ordering_flushes": 0,
+        "ambiguous_windows": 0,
+        "ordered": False,
+    }
 
 
 # -- ambiguous windows and orphan begins (issue 37, item 5) -------------------------------------------
@@ -167,16 +224,25 @@ def orphan_ops(orphan_at: int | None) -> list[tuple]:  # type: ignore[type-arg]
     for k in range(5):
         if k == orphan_at:
             ops.append(("m", ORDER_BEGIN))
-        ops += [("w", 8 * (k + 1), 1, 0, k), ("m", ORDER_BEGIN), ("f",), ("m", ORDER_END), ("m", f"ack:k{k + 1}"),
-                ("f",)]
+        ops += [
+            ("w", 8 * (k + 1), 1, 0, k),
+            ("m", ORDER_BEGIN),
+            ("f",),
+            ("m", ORDER_END),
+            ("m", f"ack:k{k + 1}"),
+            ("f",),
+        ]
     return ops + [("m", "dm-log-writes-end")]
 
 
 def lost_acks(idx: LogIndex) -> int:
     """Write-cache states that ack a commit whose write they lost."""
     write = {e.sector // 8: e.index for e in idx.entries if e.is_write and e.sector >= 8}
-    return sum(1 for s in CrashSpace(idx).states("write-cache")
-               if any(write[int(k[1:])] in s.dropped for k in s.acks))
+    return sum(
+        1
+        for s in CrashSpace(idx).states("write-cache")
+        if any(write[int(k[1:])] in s.dropped for k in s.acks)
+    )
 
 
 def test_an_orphan_begin_closes_at_the_next_key_mark(tmp_path: Path) -> None:
@@ -189,37 +255,67 @@ def test_an_orphan_begin_closes_at_the_next_key_mark(tmp_path: Path) -> None:
         sp = CrashSpace(idx)
         assert lost_acks(idx) == 4
         ack1 = idx.find_mark("ack:k1")
-        assert sp.ambiguous == (AmbiguousWindow(3, ack1 - 1, ORPHAN_BEGIN, ack1, "ack:k1"),) == ambiguous_windows(idx)
+        assert (
+            sp.ambiguous
+            == (AmbiguousWindow(3, ack1 - 1, ORPHAN_BEGIN, ack1, "ack:k1"),)
+            == ambiguous_windows(idx)
+        )
         assert sp.ambiguous_windows == 1 and len(sp.ordering) == 4
         assert "affects ack:k1" in sp.ambiguous[0].note() and "entry 3" in sp.ambiguous[0].note()
         # ack:k1's own marker closed its window (its flush is one of the barriers): ordered (#52)
         assert mark_order(idx)["ordered_key_marks"] == 5
-    with build_log(tmp_path / "late.log", orphan_ops(2)) as idx:   # before the third commit
+    with build_log(tmp_path / "late.log", orphan_ops(2)) as idx:  # before the third commit
         assert lost_acks(idx) == 4 and [w.key_mark for w in CrashSpace(idx).ambiguous] == ["ack:k3"]
     ops = orphan_ops(None)
-    with build_log(tmp_path / "end.log", ops[:-1] + [("m", ORDER_BEGIN), ("m", "dm-log-writes-end")]) as idx:
+    with build_log(
+        tmp_path / "end.log", ops[:-1] + [("m", ORDER_BEGIN), ("m", "dm-log-writes-end")]
+    ) as idx:
         (w,) = CrashSpace(idx).ambiguous
-        assert lost_acks(idx) == 5 and (w.why, w.key, w.last) == (ORPHAN_BEGIN, None, len(idx.entries) - 1)
+        assert lost_acks(idx) == 5 and (w.why, w.key, w.last) == (
+            ORPHAN_BEGIN,
+            None,
+            len(idx.entries) - 1,
+        )
         assert "no key mark after it" in w.note()
 
 
 def test_a_program_flush_inside_names_the_window_and_its_ack() -> None:
-    es = [E(0, 0, 8, 1), E(1, mark=ORDER_BEGIN), E(2, FLUSH), E(3, 0, 9, 1), E(4, FLUSH), E(5, mark=ORDER_END),
-          E(6, mark="ack:7")]
+    es = [
+        E(0, 0, 8, 1),
+        E(1, mark=ORDER_BEGIN),
+        E(2, FLUSH),
+        E(3, 0, 9, 1),
+        E(4, FLUSH),
+        E(5, mark=ORDER_END),
+        E(6, mark="ack:7"),
+    ]
     (w,) = ambiguous_windows(es)
     assert w == AmbiguousWindow(1, 5, FLUSH_INSIDE, 6, "ack:7") and CrashSpace(es).ambiguous == (w,)
-    assert w.note() == ("ordering window at entries 1-5 (a program flush completed inside it) counted as a "
-                        "barrier: write-cache losses across it not generated; affects ack:7")
+    assert w.note() == (
+        "ordering window at entries 1-5 (a program flush completed inside it) counted as a "
+        "barrier: write-cache losses across it not generated; affects ack:7"
+    )
 
 
 def test_an_orphan_nested_in_a_live_window_makes_only_that_window_a_barrier() -> None:
     """B B F1 E ack:1 | B F2 E ack:2: which of the first two begins died the log cannot tell (the
     end is matched to the later one, so entry 0 is the orphan); the window overlapping its span
     counts as a barrier, the next one is an ordering window again."""
-    es = [E(0, mark=ORDER_BEGIN), E(1, mark=ORDER_BEGIN), E(2, FLUSH), E(3, mark=ORDER_END), E(4, mark="ack:1"),
-          E(5, mark=ORDER_BEGIN), E(6, FLUSH), E(7, mark=ORDER_END), E(8, mark="ack:2")]
+    es = [
+        E(0, mark=ORDER_BEGIN),
+        E(1, mark=ORDER_BEGIN),
+        E(2, FLUSH),
+        E(3, mark=ORDER_END),
+        E(4, mark="ack:1"),
+        E(5, mark=ORDER_BEGIN),
+        E(6, FLUSH),
+        E(7, mark=ORDER_END),
+        E(8, mark="ack:2"),
+    ]
     sp = CrashSpace(es)
-    assert sp.ordering == {6} and [(w.first, w.last, w.why, w.key) for w in sp.ambiguous] == [(0, 3, ORPHAN_BEGIN, 4)]
+    assert sp.ordering == {6} and [(w.first, w.last, w.why, w.key) for w in sp.ambiguous] == [
+        (0, 3, ORPHAN_BEGIN, 4)
+    ]
 
 
 def dying_history(seed: int, steps: int = 40) -> tuple[list[Entry], set[int]]:
@@ -266,30 +362,34 @@ def test_dying_markers_never_make_a_program_flush_an_ordering_flush() -> None:
         orphans = [w for w in sp.ambiguous if w.why == ORPHAN_BEGIN]
         orphaned += bool(orphans)
         recovered += bool(orphans) and any(f > orphans[-1].last for f in sp.ordering)
-    assert orphaned > 100 and recovered > 50   # windows after an orphan's span are ordering windows again
+    assert (
+        orphaned > 100 and recovered > 50
+    )  # windows after an orphan's span are ordering windows again
 
 
 # -- writes completing while a flush is in flight (issue 37, item 6) ------------------------------------
 def commit_logs() -> tuple[list[Entry], list[Entry]]:
     """Data write A, fsync F of it, commit record W, fsync G, ordered ack -- (1) W written by another
     thread while F is in flight, (2) W written after F returned (the correct sequential program)."""
+
     def run(overlap: bool) -> list[Entry]:
         sim = Sim()
-        sim.complete(sim.submit(0, 1))       # A (sector 8)
-        f = sim.submit(FLUSH, 0)            # F takes A at its submission
+        sim.complete(sim.submit(0, 1))  # A (sector 8)
+        f = sim.submit(FLUSH, 0)  # F takes A at its submission
         if overlap:
-            sim.complete(sim.submit(0, 1))   # W (sector 10) completes while F is in flight
+            sim.complete(sim.submit(0, 1))  # W (sector 10) completes while F is in flight
             sim.complete(f)
         else:
             sim.complete(f)
-            sim.complete(sim.submit(0, 1))   # W issued after F returned
-        sim.complete(sim.submit(FLUSH, 0))   # G takes W
+            sim.complete(sim.submit(0, 1))  # W issued after F returned
+        sim.complete(sim.submit(FLUSH, 0))  # G takes W
         sim.mark(ORDER_BEGIN)
         sim.complete(sim.submit(FLUSH, 0))
         sim.mark(ORDER_END)
         sim.mark("ack:c1")
         sim.mark("dm-log-writes-end")
         return sim.entries()
+
     return run(True), run(False)
 
 
@@ -302,31 +402,61 @@ def test_an_in_flight_flush_is_a_weakening_note_not_states() -> None:
     a, f, w = 0, 1, 2
     assert (concurrent[a].sector, concurrent[w].sector) == (8, 10) and concurrent[f].is_flush
     for model in ("write-cache", "torn"):
-        assert not [s for s in sp.states(model) if a in s.dropped and s.cut > w and w not in s.dropped]
+        assert not [
+            s for s in sp.states(model) if a in s.dropped and s.cut > w and w not in s.dropped
+        ]
     # bounded by the first key mark: only states before it (nothing acknowledged yet) are kept from the models
-    assert sp.late == LateWrites(flushes=(f,), fuas=(), unbounded=0, keys=("ack:c1",), setup_only=True) \
+    assert (
+        sp.late
+        == LateWrites(flushes=(f,), fuas=(), unbounded=0, keys=("ack:c1",), setup_only=True)
         == late_writes(concurrent)
+    )
     assert sp.setup_notes == sp.notes
     (note,) = sp.notes
-    assert note.startswith("writes logged after 1 flush before the next ordered key mark") and "ack:c1" in note
+    assert (
+        note.startswith("writes logged after 1 flush before the next ordered key mark")
+        and "ack:c1" in note
+    )
 
 
 def test_late_writes_bounds() -> None:
     w = lambda i, s, flags=0: E(i, flags, s, 1)  # noqa: E731
     # no write after F before the ordered ack: nothing to say; the write after the ack is bounded away
-    es = [w(0, 8), E(1, FLUSH), E(2, mark=ORDER_BEGIN), E(3, FLUSH), E(4, mark=ORDER_END), E(5, mark="ack:1"),
-          w(6, 9), E(7, FLUSH)]
+    es = [
+        w(0, 8),
+        E(1, FLUSH),
+        E(2, mark=ORDER_BEGIN),
+        E(3, FLUSH),
+        E(4, mark=ORDER_END),
+        E(5, mark="ack:1"),
+        w(6, 9),
+        E(7, FLUSH),
+    ]
     assert not late_writes(es) and CrashSpace(es).notes == ()
     # F completes inside the ack's ordering window: the marker's flush may have missed W, bound = next ack
-    es = [w(0, 8), E(1, mark=ORDER_BEGIN), E(2, FLUSH), E(3, FLUSH), E(4, mark=ORDER_END), E(5, mark="ack:1"),
-          w(6, 9), E(7, FLUSH), E(8, mark=ORDER_BEGIN), E(9, FLUSH), E(10, mark=ORDER_END), E(11, mark="ack:2")]
+    es = [
+        w(0, 8),
+        E(1, mark=ORDER_BEGIN),
+        E(2, FLUSH),
+        E(3, FLUSH),
+        E(4, mark=ORDER_END),
+        E(5, mark="ack:1"),
+        w(6, 9),
+        E(7, FLUSH),
+        E(8, mark=ORDER_BEGIN),
+        E(9, FLUSH),
+        E(10, mark=ORDER_END),
+        E(11, mark="ack:2"),
+    ]
     lw = late_writes(es)
     assert lw.fuas == () and lw.keys[-1:] == ("ack:1",) and lw.unbounded == 0 and lw.flushes
     # a FUA write with a plain write logged after it (blind spot (a)); no ordered marks: unbounded
     es = [w(0, 8, FUA), w(1, 9), E(2, FLUSH), E(3, mark="ack:1"), w(4, 10), E(5, FLUSH)]
     lw = late_writes(es)
     assert (lw.flushes, lw.fuas, lw.unbounded, lw.keys) == ((2,), (0,), 2, ("ack:1",))
-    assert lw.note().startswith("log without ordered marks: writes completing during a flush not bounded; "
-                                "writes logged after 1 flush and 1 FUA write")
+    assert lw.note().startswith(
+        "log without ordered marks: writes completing during a flush not bounded; "
+        "writes logged after 1 flush and 1 FUA write"
+    )
     # a flush with an empty window of its own loses nothing
     assert not late_writes([E(0, FLUSH), w(1, 9), E(2, FLUSH)])

@@ -2,6 +2,7 @@
 each node's plan moved by the marks and switching its own layer (faults.py), each node's fault
 windows read from its own log, the judge's ``acked-after-error`` naming the node (check/context.py,
 check/judge.py), and the host's reading of a cluster's result (record/vm.py)."""
+
 from __future__ import annotations
 
 import json
@@ -24,45 +25,71 @@ from powercut.vm.guestjob import GuestResult
 from tests.unit.logops import build_log
 
 
-@pytest.mark.parametrize("text, canonical", [
-    ("", ""),
-    ("eio-writes", "eio-writes"),
-    ("1=eio-writes,mark=ack:3", "1=eio-writes,mark=ack:3"),
-    (" 2 = eio-writes , writes=50 + 0=eio-writes,after=2", "0=eio-writes,after=2+2=eio-writes,writes=50"),
-    ("eio-range,sectors=100+8;200+8", "eio-range,sectors=100+8;200+8"),          # its + stays in the plan
-    ("1=eio-range,sectors=100+8+2=eio-writes", "1=eio-range,sectors=100+8+2=eio-writes"),
-])
+@pytest.mark.parametrize(
+    "text, canonical",
+    [
+        ("", ""),
+        ("eio-writes", "eio-writes"),
+        ("1=eio-writes,mark=ack:3", "1=eio-writes,mark=ack:3"),
+        (
+            " 2 = eio-writes , writes=50 + 0=eio-writes,after=2",
+            "0=eio-writes,after=2+2=eio-writes,writes=50",
+        ),
+        (
+            "eio-range,sectors=100+8;200+8",
+            "eio-range,sectors=100+8;200+8",
+        ),  # its + stays in the plan
+        ("1=eio-range,sectors=100+8+2=eio-writes", "1=eio-range,sectors=100+8+2=eio-writes"),
+    ],
+)
 def test_a_setting_reads_back_as_its_canonical_text(text, canonical):
     got = DisksFaults.parse(text)
-    assert str(got) == canonical and DisksFaults.parse(str(got)) == got and bool(got) == bool(canonical)
+    assert (
+        str(got) == canonical
+        and DisksFaults.parse(str(got)) == got
+        and bool(got) == bool(canonical)
+    )
 
 
 def test_each_node_has_its_own_plan_or_none():
     s = DisksFaults.parse("1=eio-writes,mark=ack:3+2=eio-writes,after=1")
-    assert s.of(0) is None and s.of(1) == FaultPlan("eio-writes", mark="ack:3") and s.of(2).after == 1
-    assert DisksFaults.parse("eio-writes").of(5) == FaultPlan("eio-writes")   # one disk's plan: any node asked
+    assert (
+        s.of(0) is None and s.of(1) == FaultPlan("eio-writes", mark="ack:3") and s.of(2).after == 1
+    )
+    assert DisksFaults.parse("eio-writes").of(5) == FaultPlan(
+        "eio-writes"
+    )  # one disk's plan: any node asked
 
 
-@pytest.mark.parametrize("text, says", [
-    ("1=eio-writes+1=eio-writes", "node 1 given twice"),
-    ("1=", "node 1 has no plan"),
-    ("1=eio-flush", "node 1: unknown fault kind 'eio-flush'"),
-    ("2=eio-writes,nth=2", "node 2: nth= goes with mark="),
-    ("eio-writes+1=eio-writes", "names no node"),
-    ("1=eio-writes+eio-writes,mark=ack:1+2=eio-writes", "starts another plan only before its NODE="),
-    ("bogus", "unknown fault kind"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("1=eio-writes+1=eio-writes", "node 1 given twice"),
+        ("1=", "node 1 has no plan"),
+        ("1=eio-flush", "node 1: unknown fault kind 'eio-flush'"),
+        ("2=eio-writes,nth=2", "node 2: nth= goes with mark="),
+        ("eio-writes+1=eio-writes", "names no node"),
+        (
+            "1=eio-writes+eio-writes,mark=ack:1+2=eio-writes",
+            "starts another plan only before its NODE=",
+        ),
+        ("bogus", "unknown fault kind"),
+    ],
+)
 def test_a_bad_setting_is_one_line(text, says):
     with pytest.raises(FaultsError) as e:
         DisksFaults.parse(text)
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("text, disks, says", [
-    ("eio-writes", 3, "a cluster recording: name the node whose disk fails, e.g. 1=eio-writes"),
-    ("3=eio-writes", 3, "node 3 named, and the recording has nodes 0..2"),
-    ("1=eio-writes", 1, "node 1 named, and the recording has one disk (node 0)"),
-])
+@pytest.mark.parametrize(
+    "text, disks, says",
+    [
+        ("eio-writes", 3, "a cluster recording: name the node whose disk fails, e.g. 1=eio-writes"),
+        ("3=eio-writes", 3, "node 3 named, and the recording has nodes 0..2"),
+        ("1=eio-writes", 1, "node 1 named, and the recording has one disk (node 0)"),
+    ],
+)
 def test_a_setting_that_does_not_fit_the_recording_is_one_line(text, disks, says):
     with pytest.raises(UsageError) as e:
         fault_for(text, disks)
@@ -70,23 +97,39 @@ def test_a_setting_that_does_not_fit_the_recording_is_one_line(text, disks, says
 
 
 def test_one_disk_takes_its_plan_with_or_without_node_0():
-    assert fault_for("0=eio-writes,mark=ack:1", 1) == fault_for("eio-writes,mark=ack:1", 1) == "eio-writes,mark=ack:1"
+    assert (
+        fault_for("0=eio-writes,mark=ack:1", 1)
+        == fault_for("eio-writes,mark=ack:1", 1)
+        == "eio-writes,mark=ack:1"
+    )
     assert fault_for("", 3) == "" and fault_for("2=eio-writes", 3) == "2=eio-writes"
 
 
 # ---------------------------------------------------------------------------------------------
 # The guest side: each node's plan and layer (faults.py), without a device.
 
+
 @pytest.fixture
 def cluster(monkeypatch, tmp_path):
     """A 3-node cluster's environment with node 1's plan on at its 2nd ack; the switches made."""
     done: list[tuple] = []
-    monkeypatch.setattr(faults, "fault", lambda kind, ranges=(), target=None, node=None:
-                        done.append(("on", target.node, target.name, kind)))
-    monkeypatch.setattr(faults, "recover", lambda target=None, node=None: done.append(("off", target.node)))
-    monkeypatch.setenv("POWERCUT_CLUSTER", ",".join(f"rec-n{i}=/dev/mapper/rec-n{i}-order" for i in range(3)))
+    monkeypatch.setattr(
+        faults,
+        "fault",
+        lambda kind, ranges=(), target=None, node=None: done.append(
+            ("on", target.node, target.name, kind)
+        ),
+    )
+    monkeypatch.setattr(
+        faults, "recover", lambda target=None, node=None: done.append(("off", target.node))
+    )
+    monkeypatch.setenv(
+        "POWERCUT_CLUSTER", ",".join(f"rec-n{i}=/dev/mapper/rec-n{i}-order" for i in range(3))
+    )
     monkeypatch.setenv("POWERCUT_MOUNTS", ":".join(str(tmp_path / f"n{i}") for i in range(3)))
-    monkeypatch.setenv("POWERCUT_FAULT_NODES", ",".join(f"rec-n{i}-fs:/dev/dm-{i}:2048" for i in range(3)))
+    monkeypatch.setenv(
+        "POWERCUT_FAULT_NODES", ",".join(f"rec-n{i}-fs:/dev/dm-{i}:2048" for i in range(3))
+    )
     setting = DisksFaults.parse("1=eio-writes,mark=ack:*,nth=2,until=ack:3")
     for k, v in faults.plan_env(setting, str(tmp_path / "plan.json")).items():
         monkeypatch.setenv(k, v)
@@ -105,8 +148,13 @@ def test_a_node_layers_marks_go_to_its_log_alone_under_the_cluster_lock(monkeypa
     sent: list[tuple[str, str]] = []
     monkeypatch.setattr(faults, "insert_cluster", lambda text, spec: sent.append((text, spec)))
     t = faults.node_target(2)
-    assert (t.name, t.lower, t.size, t.dm_name, t.order_dev) == ("rec-n2-fs", "/dev/dm-2", 2048, "rec-n2",
-                                                                 "/dev/mapper/rec-n2-order")
+    assert (t.name, t.lower, t.size, t.dm_name, t.order_dev) == (
+        "rec-n2-fs",
+        "/dev/dm-2",
+        2048,
+        "rec-n2",
+        "/dev/mapper/rec-n2-order",
+    )
     t.mark(FAULT_OFF)
     assert sent == [(FAULT_OFF, "rec-n2=/dev/mapper/rec-n2-order")]
     with pytest.raises(faults.FaultError, match="the cluster has nodes 0..2"):
@@ -147,26 +195,47 @@ class _Checker:
 
 def _judge_after_error(logs, lost):
     ctx = with_node_faults(CheckContext(filesystems.get("ext4"), _Checker(lost)), logs)  # type: ignore[arg-type]
-    st = CrashState(model="flush", cut=9, dropped=(), torn=(), acks=("0", "1", "2"), begun=("0", "1", "2"),
-                    id="flush@9", epoch=0)
-    return ctx, after_error(ctx, st, CheckInput("/mnt/n0", st.acks, st.begun, {}, st.id),
-                            CheckResult("lost-ack", (f"acked {sorted(lost)} lost",)))
+    st = CrashState(
+        model="flush",
+        cut=9,
+        dropped=(),
+        torn=(),
+        acks=("0", "1", "2"),
+        begun=("0", "1", "2"),
+        id="flush@9",
+        epoch=0,
+    )
+    return ctx, after_error(
+        ctx,
+        st,
+        CheckInput("/mnt/n0", st.acks, st.begun, {}, st.id),
+        CheckResult("lost-ack", (f"acked {sorted(lost)} lost",)),
+    )
 
 
 def test_each_node_has_its_own_windows_and_the_verdict_names_the_node():
-    node1 = [*KEYS, (4, on_mark("eio-writes")), (5, FAULT_OFF)]        # node 1's disk failed during commit 1
+    node1 = [
+        *KEYS,
+        (4, on_mark("eio-writes")),
+        (5, FAULT_OFF),
+    ]  # node 1's disk failed during commit 1
     ctx, got = _judge_after_error([_Log(KEYS), _Log(node1), _Log(KEYS)], lost={"1"})
     assert [bool(f) for f in ctx.node_faults] == [False, True, False]
     assert ctx.node_faults[1].after_error == ("1",)
     assert got.verdict == "acked-after-error"
-    assert "commit 1 was acked after node 1's device failed I/O during it (eio-writes from entry 4" in got.reasons[0]
+    assert (
+        "commit 1 was acked after node 1's device failed I/O during it (eio-writes from entry 4"
+        in got.reasons[0]
+    )
 
 
 def test_the_first_error_of_any_node_cuts_the_acks_and_both_nodes_are_named():
     both = [*KEYS, (4, on_mark("eio-writes")), (5, FAULT_OFF)]
     _, got = _judge_after_error([_Log(both), _Log(KEYS), _Log(both)], lost={"1"})
-    assert got.verdict == "acked-after-error" and "the devices of nodes 0, 2 failed" in got.reasons[0]
-    late = [*KEYS, (7, on_mark("eio-writes"))]                         # node 2: during commit 2 only
+    assert (
+        got.verdict == "acked-after-error" and "the devices of nodes 0, 2 failed" in got.reasons[0]
+    )
+    late = [*KEYS, (7, on_mark("eio-writes"))]  # node 2: during commit 2 only
     _, got = _judge_after_error([_Log(KEYS), _Log(both), _Log(late)], lost={"1"})
     assert "node 1's device" in got.reasons[0]
 
@@ -175,17 +244,23 @@ def test_no_window_on_any_node_leaves_the_context_and_a_trusted_failure_as_they_
     ctx, got = _judge_after_error([_Log(KEYS), _Log(KEYS)], lost={"1"})
     assert ctx.node_faults == () and got.verdict == "lost-ack"
     node1 = [*KEYS, (4, on_mark("eio-writes")), (5, FAULT_OFF)]
-    _, got = _judge_after_error([_Log(KEYS), _Log(node1)], lost={"0"})   # commit 0 lost: before any error
+    _, got = _judge_after_error(
+        [_Log(KEYS), _Log(node1)], lost={"0"}
+    )  # commit 0 lost: before any error
     assert got.verdict == "lost-ack"
 
 
 def test_a_malformed_fault_mark_names_its_node():
     with pytest.raises(UsageError, match="node 1: the log's fault marks are malformed"):
-        with_node_faults(CheckContext(filesystems.get("ext4")), [_Log(KEYS), _Log([(4, "powercut-fault:on:eio-x")])])
+        with_node_faults(
+            CheckContext(filesystems.get("ext4")),
+            [_Log(KEYS), _Log([(4, "powercut-fault:on:eio-x")])],
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # The host side: the recording's status and [faults] per node.
+
 
 def _manifest(tmp_path: Path) -> dict:
     return {"recording": {}, "log": {"device_bytes": 1 << 20}, "workload": {"timeout_s": 60}}
@@ -197,45 +272,125 @@ def _guest(rc: int, nodes: list[dict]) -> GuestResult:
 
 
 def test_a_node_plan_that_never_fired_fails_the_recording_naming_the_node(tmp_path):
-    res = _guest(0, [{}, {"fault_plan": {"plan": "eio-writes,mark=ack:99", "matches": 0, "on": False, "off": False,
-                                         "error": ""}}])
+    res = _guest(
+        0,
+        [
+            {},
+            {
+                "fault_plan": {
+                    "plan": "eio-writes,mark=ack:99",
+                    "matches": 0,
+                    "on": False,
+                    "off": False,
+                    "error": "",
+                }
+            },
+        ],
+    )
     m = _manifest(tmp_path)
-    with pytest.raises(WorkloadFailed, match="node 1: the fault plan 'eio-writes,mark=ack:99' never fired"):
-        record_vm.judge_result(res, record_vm.per_disk_results(res, 2), m, tmp_path, ["log-n0.bin", "log-n1.bin"])
+    with pytest.raises(
+        WorkloadFailed, match="node 1: the fault plan 'eio-writes,mark=ack:99' never fired"
+    ):
+        record_vm.judge_result(
+            res, record_vm.per_disk_results(res, 2), m, tmp_path, ["log-n0.bin", "log-n1.bin"]
+        )
     assert m["recording"]["status"] == "fault-plan-failed"
 
 
 def test_one_disks_plan_that_never_fired_is_said_without_a_node(tmp_path):
-    res = _guest(0, [{"fault_plan": {"plan": "eio-writes,mark=ack:99", "matches": 0, "on": False, "off": False,
-                                     "error": ""}, "fault_left_on": False}])
-    with pytest.raises(WorkloadFailed, match=r"^the fault plan 'eio-writes,mark=ack:99' never fired"):
-        record_vm.judge_result(res, record_vm.per_disk_results(res, 1), _manifest(tmp_path), tmp_path, ["log.bin"])
+    res = _guest(
+        0,
+        [
+            {
+                "fault_plan": {
+                    "plan": "eio-writes,mark=ack:99",
+                    "matches": 0,
+                    "on": False,
+                    "off": False,
+                    "error": "",
+                },
+                "fault_left_on": False,
+            }
+        ],
+    )
+    with pytest.raises(
+        WorkloadFailed, match=r"^the fault plan 'eio-writes,mark=ack:99' never fired"
+    ):
+        record_vm.judge_result(
+            res, record_vm.per_disk_results(res, 1), _manifest(tmp_path), tmp_path, ["log.bin"]
+        )
 
 
-def test_a_cluster_workload_that_exits_after_a_node_error_is_recorded_with_that_nodes_faults(tmp_path):
+def test_a_cluster_workload_that_exits_after_a_node_error_is_recorded_with_that_nodes_faults(
+    tmp_path,
+):
     build_log(tmp_path / "log-n0.bin", [("m", t) for _, t in KEYS])
-    build_log(tmp_path / "log-n1.bin", [("m", "begin:0"), ("m", "ack:0"), ("m", "begin:1"),
-                                        ("m", on_mark("eio-writes")), ("m", "ack:1")])
-    res = _guest(1, [{"fault_left_on": False}, {"fault_left_on": True, "fault_plan": {
-        "plan": "eio-writes,mark=ack:0", "matches": 1, "on": True, "off": False, "error": ""}}])
+    build_log(
+        tmp_path / "log-n1.bin",
+        [
+            ("m", "begin:0"),
+            ("m", "ack:0"),
+            ("m", "begin:1"),
+            ("m", on_mark("eio-writes")),
+            ("m", "ack:1"),
+        ],
+    )
+    res = _guest(
+        1,
+        [
+            {"fault_left_on": False},
+            {
+                "fault_left_on": True,
+                "fault_plan": {
+                    "plan": "eio-writes,mark=ack:0",
+                    "matches": 1,
+                    "on": True,
+                    "off": False,
+                    "error": "",
+                },
+            },
+        ],
+    )
     disks = record_vm.per_disk_results(res, 2)
     logs = ["log-n0.bin", "log-n1.bin"]
-    record_vm.judge_result(res, disks, _manifest(tmp_path), tmp_path, logs)   # not raised
+    record_vm.judge_result(res, disks, _manifest(tmp_path), tmp_path, logs)  # not raised
     with pytest.raises(WorkloadFailed, match="exited 1"):
         record_vm.judge_result(res, disks, _manifest(tmp_path), tmp_path, ["log-n0.bin"])
     got = record_vm.faults_of(tmp_path, logs, disks, 1)
     assert got["workload_rc"] == 1 and [n["node"] for n in got["node"]] == [1]
     assert got["node"][0]["acked_after_error"] == ["1"] and got["node"][0]["left_on"] is True
     assert got["node"][0]["plan"] == "eio-writes,mark=ack:0"
-    section = record_vm.result_section(res, disks)   # the manifest's [result] of a cluster, as before
-    assert section["fault_plans"] == [{"node": 1, **disks[1]["fault_plan"]}] and section["fault_left_on"] == [1]
+    section = record_vm.result_section(
+        res, disks
+    )  # the manifest's [result] of a cluster, as before
+    assert section["fault_plans"] == [{"node": 1, **disks[1]["fault_plan"]}] and section[
+        "fault_left_on"
+    ] == [1]
     assert section["nodes"] == 2 and "disks" not in section
 
 
 def test_one_disks_result_section_is_flat_as_before(tmp_path):
-    res = _guest(0, [{"target_write_cache": "write back", "latency": {"setting": "none"}, "logged_entries": 7,
-                      "highest_sector": 9, "logging_disabled": False, "fault_left_on": False,
-                      "file_map": "files.json"}])
+    res = _guest(
+        0,
+        [
+            {
+                "target_write_cache": "write back",
+                "latency": {"setting": "none"},
+                "logged_entries": 7,
+                "highest_sector": 9,
+                "logging_disabled": False,
+                "fault_left_on": False,
+                "file_map": "files.json",
+            }
+        ],
+    )
     section = record_vm.result_section(res, record_vm.per_disk_results(res, 1))
-    assert section == {"workload_rc": 0, "target_write_cache": "write back", "logged_entries": 7, "highest_sector": 9,
-                       "logging_disabled": False, "fault_left_on": False, "file_map": "files.json"}
+    assert section == {
+        "workload_rc": 0,
+        "target_write_cache": "write back",
+        "logged_entries": 7,
+        "highest_sector": 9,
+        "logging_disabled": False,
+        "fault_left_on": False,
+        "file_map": "files.json",
+    }

@@ -3,6 +3,7 @@ the order first opened, with their sizes before it ran, the bytes read and faile
 ``-y`` paths and without them (descriptors followed through dup, close, fork and exec), several
 processes, split calls, relative and absolute names, paths outside the mounts left out -- and the
 sentence that says them."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,10 +30,19 @@ def by_path(reads: tuple[ReadFile, ...]) -> dict[str, ReadFile]:
 def test_strace_args() -> None:
     args = strace_args("/tmp/t.txt")
     assert args[:4] == ("-f", "-y", "-qq", "-ttt") and args[-3:] == ("-o", "/tmp/t.txt", "--")
-    assert "--seccomp-bpf" in args and "--seccomp-bpf" not in strace_args("/tmp/t.txt", seccomp=False)
+    assert "--seccomp-bpf" in args and "--seccomp-bpf" not in strace_args(
+        "/tmp/t.txt", seccomp=False
+    )
     trace = next(a for a in args if a.startswith("trace="))
-    assert trace.startswith("trace=") and {"openat", "read", "close", "dup2", "mmap", "execve", "?openat2"} <= set(
-        trace[len("trace="):].split(","))
+    assert trace.startswith("trace=") and {
+        "openat",
+        "read",
+        "close",
+        "dup2",
+        "mmap",
+        "execve",
+        "?openat2",
+    } <= set(trace[len("trace=") :].split(","))
     assert args[args.index("-s") + 1] == "0"
 
 
@@ -41,24 +51,29 @@ def test_relative_names() -> None:
     assert relative(M, [M]) == "." and relative(M + "/", [M + "/"]) == "."
     assert relative(f"{M}/db/../db/x", [M]) == "db/x"
     assert relative(f"{M}2/x", [M]) is None and relative("/usr/lib/libc.so.6", [M]) is None
-    assert relative("CURRENT", [M]) is None   # never a relative path: a pipe:[...] or anon_inode
+    assert relative("CURRENT", [M]) is None  # never a relative path: a pipe:[...] or anon_inode
     nodes = [f"{M}/n0", f"{M}/n1"]
-    assert relative(f"{M}/n1/wal/0.log", nodes) == "n1/wal/0.log" and relative(f"{M}/n0", nodes) == "n0"
+    assert (
+        relative(f"{M}/n1/wal/0.log", nodes) == "n1/wal/0.log"
+        and relative(f"{M}/n0", nodes) == "n0"
+    )
     assert relative(f"{M}/other", nodes) is None
-    assert relative("/a/b/c", ["/a", "/a/b"]) == "n1/c"   # the deepest mount holds it
+    assert relative("/a/b/c", ["/a", "/a/b"]) == "n1/c"  # the deepest mount holds it
 
 
 # -- one call -------------------------------------------------------------------------------------------
 def test_a_call_and_its_return() -> None:
     c = call_of(7, f'openat(AT_FDCWD</x>, "a, b)", O_RDONLY) = 3<{M}/a, b)>')
-    assert c is not None and c.name == "openat" and c.args == ("AT_FDCWD</x>", '"a, b)"', "O_RDONLY")
+    assert (
+        c is not None and c.name == "openat" and c.args == ("AT_FDCWD</x>", '"a, b)"', "O_RDONLY")
+    )
     assert c.ret == 3 and c.ret_path == f"{M}/a, b)" and c.error == ""
     c = call_of(7, 'openat(AT_FDCWD, "x", O_RDONLY) = -1 ENOENT (No such file or directory)')
     assert c is not None and c.ret == -1 and c.error == "ENOENT" and c.ret_path == ""
     c = call_of(7, "fcntl(3, F_GETFL) = 0x8000 (flags O_RDONLY|O_LARGEFILE)")
     assert c is not None and c.ret == 0x8000 and c.error == ""
-    assert call_of(7, "exit_group(0) = ?") is None   # nothing returned
-    assert call_of(7, "openat(AT_FDCWD, \"x\"") is None and call_of(7, "not a call") is None
+    assert call_of(7, "exit_group(0) = ?") is None  # nothing returned
+    assert call_of(7, 'openat(AT_FDCWD, "x"') is None and call_of(7, "not a call") is None
 
 
 # -- -y traces ------------------------------------------------------------------------------------------
@@ -81,12 +96,16 @@ LEVELDB = f"""\
 
 def test_a_y_trace_in_order_with_sizes_bytes_and_a_failed_open() -> None:
     reads = parse(LEVELDB, [M], {"CURRENT": 16, "MANIFEST-000004": 0, ".": 4096})
-    assert reads == (ReadFile("CURRENT", 16, 16), ReadFile("MANIFEST-000004", 0, 0),
-                     ReadFile("000005.log", -1, 0, "ENOENT"))
+    assert reads == (
+        ReadFile("CURRENT", 16, 16),
+        ReadFile("MANIFEST-000004", 0, 0),
+        ReadFile("000005.log", -1, 0, "ENOENT"),
+    )
     assert read_paths(reads) == ("CURRENT", "MANIFEST-000004", "000005.log")
     assert words(reads, {"MANIFEST-000004": 1193}) == (
         "recovery read CURRENT (16 bytes), then MANIFEST-000004 (0 of 1,193 bytes present), then tried to open "
-        "000005.log: it does not exist, then stopped")
+        "000005.log: it does not exist, then stopped"
+    )
 
 
 def test_lines_as_an_iterable_and_without_sizes() -> None:
@@ -140,10 +159,16 @@ def test_directories_writes_o_path_and_deleted_files() -> None:
 1 1.5 read(7<{M}/wal/0001 (deleted)>, ""..., 10) = 4
 """
     reads = parse(text, [M], {".": 4096, "LOCK": 0, "wal": 4096, "wal/0001": 4})
-    assert reads == (ReadFile(".", 4096, 0, dir=True), ReadFile("LOCK", 0, 0, write=True),
-                     ReadFile("LOG", -1, 0, write=True), ReadFile("wal/0001", 4, 4))
-    assert words(reads) == ("recovery listed the top directory, then opened LOCK for writing (0 bytes), then "
-                            "created LOG, then read wal/0001 (4 bytes), then stopped")
+    assert reads == (
+        ReadFile(".", 4096, 0, dir=True),
+        ReadFile("LOCK", 0, 0, write=True),
+        ReadFile("LOG", -1, 0, write=True),
+        ReadFile("wal/0001", 4, 4),
+    )
+    assert words(reads) == (
+        "recovery listed the top directory, then opened LOCK for writing (0 bytes), then "
+        "created LOG, then read wal/0001 (4 bytes), then stopped"
+    )
 
 
 def test_a_failed_open_then_a_successful_one_is_no_failure() -> None:
@@ -170,8 +195,11 @@ def test_paths_outside_the_mounts_are_left_out_and_several_mounts_are_named_by_n
 """
     reads = parse(text, nodes, {"n1/member/wal": 1000, "n0/member/snap": 10})
     assert reads == (ReadFile("n1/member/wal", 1000, 100), ReadFile("n0/member/snap", 10, 0))
-    assert words(reads) == "recovery read n1/member/wal (100 of 1,000 bytes), then n0/member/snap (0 of 10 bytes), " \
-                           "then stopped"
+    assert (
+        words(reads)
+        == "recovery read n1/member/wal (100 of 1,000 bytes), then n0/member/snap (0 of 10 bytes), "
+        "then stopped"
+    )
 
 
 # -- traces without -y: descriptors followed --------------------------------------------------------------
@@ -217,10 +245,21 @@ def test_relative_names_follow_the_working_directory() -> None:
 1 2.0 openat2(AT_FDCWD, "db/two", {{flags=O_RDONLY|O_CLOEXEC, resolve=RESOLVE_BENEATH}}, 24) = 9
 1 2.1 read(9, ""..., 10) = 4
 """
-    assert read_paths(parse(text, [M])) == ("CURRENT", "db/x", ".", "made", "db/x/y", "db/z", "db/two")
+    assert read_paths(parse(text, [M])) == (
+        "CURRENT",
+        "db/x",
+        ".",
+        "made",
+        "db/x/y",
+        "db/z",
+        "db/two",
+    )
     reads = by_path(parse(text, [M]))
     assert reads["db/x/y"].error == "ENOTDIR" and reads["made"].write and reads["db/two"].read == 4
-    assert read_paths(parse(text, [M], cwd="/elsewhere"))[:2] == (".", "made")   # CURRENT and db/x lie outside
+    assert read_paths(parse(text, [M], cwd="/elsewhere"))[:2] == (
+        ".",
+        "made",
+    )  # CURRENT and db/x lie outside
 
 
 def test_children_copy_the_descriptors_and_clone_files_shares_them() -> None:
@@ -263,7 +302,11 @@ def test_exec_closes_the_close_on_exec_descriptors() -> None:
 20 1.7 read(5, ""..., 10) = 99
 21 1.8 <... execve resumed>) = 0
 """
-    assert parse(text, [M]) == (ReadFile("keep", -1, 1), ReadFile("gone", -1, 0), ReadFile("flagged", -1, 0))
+    assert parse(text, [M]) == (
+        ReadFile("keep", -1, 1),
+        ReadFile("gone", -1, 0),
+        ReadFile("flagged", -1, 0),
+    )
 
 
 def test_without_pids_or_times_and_with_junk() -> None:
@@ -287,8 +330,11 @@ def test_accesses_of_an_in_process_checker_have_unknown_bytes() -> None:
     acc.opened("/usr/lib/python3/os.py")
     acc.mapped(f"{M}/a")
     acc.opened(M, directory=True)
-    assert acc.files() == (ReadFile("a", 5, -1, mapped=True), ReadFile("missing", -1, -1, "ENOENT"),
-                           ReadFile(".", -1, -1, dir=True))
+    assert acc.files() == (
+        ReadFile("a", 5, -1, mapped=True),
+        ReadFile("missing", -1, -1, "ENOENT"),
+        ReadFile(".", -1, -1, dir=True),
+    )
 
 
 def test_read_file_json() -> None:
@@ -303,30 +349,55 @@ def test_read_file_json() -> None:
 def test_words_for_each_kind() -> None:
     assert words(()) == "recovery opened no file under the mount"
     assert words((ReadFile("a", 1, 1),)) == "recovery read a (1 byte), then stopped"
-    assert words((ReadFile("a", 4096, 100),)) == "recovery read a (100 of 4,096 bytes), then stopped"
+    assert (
+        words((ReadFile("a", 4096, 100),)) == "recovery read a (100 of 4,096 bytes), then stopped"
+    )
     assert words((ReadFile("a", 10, 30),)) == "recovery read a (10 bytes, 30 read), then stopped"
     assert words((ReadFile("a", 2000, -1),)) == "recovery read a (2,000 bytes), then stopped"
-    assert words((ReadFile("a", 2000, -1, mapped=True),)) == "recovery read a (mapped, 2,000 bytes), then stopped"
-    assert words((ReadFile("a", 1000, 100),), {"a": 1193}) == \
-        "recovery read a (1,000 of 1,193 bytes present, 100 read), then stopped"
-    assert words((ReadFile("a", 1193, 1193),), {"a": 1193, "b": 5}) == "recovery read a (1,193 bytes), then stopped"
-    assert words((ReadFile("a", -1, 0, write=True),), {"a": 50}) == \
-        "recovery created a (0 of 50 bytes present), then stopped"
-    assert words((ReadFile("x", -1, 0, "EIO"), ReadFile("y", -1, 0, "EXDEV"), ReadFile("d", -1, -1, "ENOENT", dir=True))) \
-        == ("recovery tried to open x: an I/O error (EIO), then y: EXDEV, then d/: it does not exist, then stopped")
-    assert words((ReadFile("n0", 4096, 0, dir=True), ReadFile("n0/db", 4096, 0, dir=True))) == \
-        "recovery listed n0/, then n0/db/, then stopped"
+    assert (
+        words((ReadFile("a", 2000, -1, mapped=True),))
+        == "recovery read a (mapped, 2,000 bytes), then stopped"
+    )
+    assert (
+        words((ReadFile("a", 1000, 100),), {"a": 1193})
+        == "recovery read a (1,000 of 1,193 bytes present, 100 read), then stopped"
+    )
+    assert (
+        words((ReadFile("a", 1193, 1193),), {"a": 1193, "b": 5})
+        == "recovery read a (1,193 bytes), then stopped"
+    )
+    assert (
+        words((ReadFile("a", -1, 0, write=True),), {"a": 50})
+        == "recovery created a (0 of 50 bytes present), then stopped"
+    )
+    assert words(
+        (
+            ReadFile("x", -1, 0, "EIO"),
+            ReadFile("y", -1, 0, "EXDEV"),
+            ReadFile("d", -1, -1, "ENOENT", dir=True),
+        )
+    ) == (
+        "recovery tried to open x: an I/O error (EIO), then y: EXDEV, then d/: it does not exist, then stopped"
+    )
+    assert (
+        words((ReadFile("n0", 4096, 0, dir=True), ReadFile("n0/db", 4096, 0, dir=True)))
+        == "recovery listed n0/, then n0/db/, then stopped"
+    )
 
 
 def test_long_lists_keep_the_first_the_notable_and_the_last() -> None:
     reads = tuple(ReadFile(f"f{i}", 10, 10) for i in range(20))
-    assert words(reads) == ("recovery read f0 (10 bytes), then f1 (10 bytes), then f2 (10 bytes), then f3 (10 bytes), "
-                            "then ... 15 more, then read f19 (10 bytes), then stopped")
+    assert words(reads) == (
+        "recovery read f0 (10 bytes), then f1 (10 bytes), then f2 (10 bytes), then f3 (10 bytes), "
+        "then ... 15 more, then read f19 (10 bytes), then stopped"
+    )
     reads = reads[:8] + (ReadFile("gone", -1, 0, "ENOENT"),) + reads[8:]
     said = words(reads, {"f12": 20})
-    assert said == ("recovery read f0 (10 bytes), then f1 (10 bytes), then f2 (10 bytes), then f3 (10 bytes), "
-                    "then ... 4 more, then tried to open gone: it does not exist, then ... 4 more, then read f12 "
-                    "(10 of 20 bytes present), then ... 6 more, then read f19 (10 bytes), then stopped")
+    assert said == (
+        "recovery read f0 (10 bytes), then f1 (10 bytes), then f2 (10 bytes), then f3 (10 bytes), "
+        "then ... 4 more, then tried to open gone: it does not exist, then ... 4 more, then read f12 "
+        "(10 of 20 bytes present), then ... 6 more, then read f19 (10 bytes), then stopped"
+    )
     six = tuple(ReadFile(f"f{i}", 1, 1) for i in range(6))
     assert "more" not in words(six) and words(six).count("f") == 6
 
@@ -340,21 +411,26 @@ def test_words_always_say_the_last_file(n: int) -> None:
 def test_a_file_only_looked_up_and_not_found_is_looked_for() -> None:
     """SQLite asks whether app.db-wal exists (access, stat) before it opens it: a lookup that fails is
     recovery looking for the file; one that succeeds and a later open make it an open as usual."""
-    text = "\n".join([
-        f'9 1.0 openat(AT_FDCWD</>, "{M}/app.db", O_RDWR|O_CLOEXEC) = 3<{M}/app.db>',
-        f'9 1.1 access("{M}/app.db-wal", F_OK) = -1 ENOENT (No such file or directory)',
-        f'9 1.2 newfstatat(AT_FDCWD</>, "{M}/app.db-journal", 0x7ffd, 0) = -1 ENOENT (No such file or directory)',
-        f'9 1.3 stat("{M}/app.db", {{st_mode=S_IFREG|0644, st_size=4096, ...}}) = 0',
-        f'9 1.4 stat("{M}/late", 0x1) = -1 ENOENT (No such file or directory)',
-        f'9 1.5 openat(AT_FDCWD</>, "{M}/late", O_RDONLY|O_CREAT, 0644) = 4<{M}/late>',
-        '9 1.6 statx(AT_FDCWD</>, "/usr/lib/x", 0, STATX_ALL, 0x1) = -1 ENOENT (No such file or directory)'])
+    text = "\n".join(
+        [
+            f'9 1.0 openat(AT_FDCWD</>, "{M}/app.db", O_RDWR|O_CLOEXEC) = 3<{M}/app.db>',
+            f'9 1.1 access("{M}/app.db-wal", F_OK) = -1 ENOENT (No such file or directory)',
+            f'9 1.2 newfstatat(AT_FDCWD</>, "{M}/app.db-journal", 0x7ffd, 0) = -1 ENOENT (No such file or directory)',
+            f'9 1.3 stat("{M}/app.db", {{st_mode=S_IFREG|0644, st_size=4096, ...}}) = 0',
+            f'9 1.4 stat("{M}/late", 0x1) = -1 ENOENT (No such file or directory)',
+            f'9 1.5 openat(AT_FDCWD</>, "{M}/late", O_RDONLY|O_CREAT, 0644) = 4<{M}/late>',
+            '9 1.6 statx(AT_FDCWD</>, "/usr/lib/x", 0, STATX_ALL, 0x1) = -1 ENOENT (No such file or directory)',
+        ]
+    )
     reads = parse(text, [M], {"app.db": 4096})
     assert [r.path for r in reads] == ["app.db", "app.db-wal", "app.db-journal", "late"]
     got = by_path(reads)
     assert got["app.db-wal"] == ReadFile("app.db-wal", -1, 0, "ENOENT", looked=True)
     assert not got["late"].error and not got["late"].looked and got["app.db"].size == 4096
-    assert words(reads) == ("recovery opened app.db for writing (0 of 4,096 bytes), then looked for app.db-wal: it "
-                            "does not exist, then app.db-journal: it does not exist, then created late, then stopped")
+    assert words(reads) == (
+        "recovery opened app.db for writing (0 of 4,096 bytes), then looked for app.db-wal: it "
+        "does not exist, then app.db-journal: it does not exist, then created late, then stopped"
+    )
     assert ReadFile.from_json(got["app.db-wal"].to_json()) == got["app.db-wal"]
 
 

@@ -5,6 +5,7 @@ them (commit 2b4c8c7: ``debug.diagnose.diagnose`` with its ``Diagnosis``, ``blam
 kept as the oracle of tests/unit/debug/test_one_diagnosis.py.  Their logic is verbatim; the tests
 replace the images, the judge, blame's tools and the mounts with fakes in this module and in the
 new one alike."""
+
 from __future__ import annotations
 
 import contextlib
@@ -60,22 +61,49 @@ class Diagnosis:
     def cause(self) -> str:
         """What groups failures of one bug: the verdict, its reason class and what the culprits are."""
         short = {"lost": "lost", "torn": "torn", "not": "late", "durable,": "present"}
-        objs = sorted({f"{short.get(c.how.split(' ')[0], c.how)} {c.what}" + (f" of {c.path}" if c.path else "")
-                       for c in self.culprits})
-        return f"{self.verdict}: {self.reason_class} <- " + ("; ".join(objs) or "no write (the cut alone)")
+        objs = sorted(
+            {
+                f"{short.get(c.how.split(' ')[0], c.how)} {c.what}"
+                + (f" of {c.path}" if c.path else "")
+                for c in self.culprits
+            }
+        )
+        return f"{self.verdict}: {self.reason_class} <- " + (
+            "; ".join(objs) or "no write (the cut alone)"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"state": self.state, "verdict": self.verdict, "minimized": self.minimized,
-                "minimized_reasons": list(self.minimized_reasons), "reason_class": self.reason_class,
-                "calls": self.calls, "one_at_a_time": self.one_at_a_time, "exhausted": self.exhausted,
-                "culprits": [c.to_json() for c in self.culprits], "cause": self.cause, "seconds": self.seconds}
+        return {
+            "state": self.state,
+            "verdict": self.verdict,
+            "minimized": self.minimized,
+            "minimized_reasons": list(self.minimized_reasons),
+            "reason_class": self.reason_class,
+            "calls": self.calls,
+            "one_at_a_time": self.one_at_a_time,
+            "exhausted": self.exhausted,
+            "culprits": [c.to_json() for c in self.culprits],
+            "cause": self.cause,
+            "seconds": self.seconds,
+        }
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Diagnosis":
-        cs = tuple(Culprit(**{k: v for k, v in c.items() if k != "text"}) for c in d.get("culprits", ()))
-        return Diagnosis(str(d["state"]), str(d["verdict"]), str(d["minimized"]), tuple(d.get("minimized_reasons", ())),
-                         str(d.get("reason_class", "")), int(d.get("calls", 0)), int(d.get("one_at_a_time", 0)),
-                         bool(d.get("exhausted", False)), cs, float(d.get("seconds", 0.0)))
+        cs = tuple(
+            Culprit(**{k: v for k, v in c.items() if k != "text"}) for c in d.get("culprits", ())
+        )
+        return Diagnosis(
+            str(d["state"]),
+            str(d["verdict"]),
+            str(d["minimized"]),
+            tuple(d.get("minimized_reasons", ())),
+            str(d.get("reason_class", "")),
+            int(d.get("calls", 0)),
+            int(d.get("one_at_a_time", 0)),
+            bool(d.get("exhausted", False)),
+            cs,
+            float(d.get("seconds", 0.0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +116,22 @@ class Workspace:
     workdir: Path
     provider: str = "auto"
     floor: int | None = None
-    space: CrashSpace | None = None   # the log's CrashSpace, when the caller has one (else built per call)
+    space: CrashSpace | None = (
+        None  # the log's CrashSpace, when the caller has one (else built per call)
+    )
 
     def crash_space(self) -> CrashSpace:
         return self.space if self.space is not None else CrashSpace(self.index)
 
 
-def diagnose(ctx: CheckContext, ws: Workspace, state: CrashState, first: Verdict, *,
-             budget: int = DEFAULT_BUDGET) -> Diagnosis:
+def diagnose(
+    ctx: CheckContext,
+    ws: Workspace,
+    state: CrashState,
+    first: Verdict,
+    *,
+    budget: int = DEFAULT_BUDGET,
+) -> Diagnosis:
     """Minimize ``state`` (judged ``first``) and blame what is left."""
     t0 = time.monotonic()
     sp = ws.crash_space()
@@ -107,18 +143,37 @@ def diagnose(ctx: CheckContext, ws: Workspace, state: CrashState, first: Verdict
     floor = ws.floor if ws.floor is not None and ws.floor < state.cut else None
     shrunk = minimize(sp, state, judge_one, budget=budget, expected=first, floor=floor)
     culprits = tuple(blame_state(ctx, ws, sp, shrunk.minimized, mnt))
-    return Diagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1],
-                     shrunk.calls, shrunk.one_at_a_time, shrunk.exhausted, culprits, round(time.monotonic() - t0, 2))
+    return Diagnosis(
+        state.id,
+        first.verdict,
+        shrunk.minimized.id,
+        shrunk.reasons,
+        shrunk.signature[1],
+        shrunk.calls,
+        shrunk.one_at_a_time,
+        shrunk.exhausted,
+        culprits,
+        round(time.monotonic() - t0, 2),
+    )
 
 
-def blame_state(ctx: CheckContext, ws: Workspace, sp: CrashSpace, state: CrashState, mnt: str, *,
-                settle: bool = False) -> list[Culprit]:
+def blame_state(
+    ctx: CheckContext,
+    ws: Workspace,
+    sp: CrashSpace,
+    state: CrashState,
+    mnt: str,
+    *,
+    settle: bool = False,
+) -> list[Culprit]:
     """Blame on the image of the state's cut with every write kept (for a prefix state: up to the
     flush its cut came too early for), recovered by a mount; with ``settle`` up to the commit that
     follows the culprits (``settled``: delayed allocation writes a file's data before the journal
     commit that maps it, so on the image without it the data blocks read as free)."""
     items = writes_that_matter(sp, state)
-    cut = max([state.cut] + [i + 1 for i, _ in items])  # for a prefix state: up to the flush it came before
+    cut = max(
+        [state.cut] + [i + 1 for i, _ in items]
+    )  # for a prefix state: up to the flush it came before
     cut = settled(sp, cut) if settle else cut
     kept = sp.make_state("no-cache", min(cut, sp.n))
 
@@ -158,9 +213,16 @@ class ClusterShrunk:
     rounds: int
 
 
-def minimize_cluster(cs: Disks, state: DisksState, judge: Callable[[DisksState], Judged], *,
-                     budget: int, expected: Judged, floors: Sequence[int | None] = (),
-                     classify: Callable[[str], str] = reason_class) -> ClusterShrunk:
+def minimize_cluster(
+    cs: Disks,
+    state: DisksState,
+    judge: Callable[[DisksState], Judged],
+    *,
+    budget: int,
+    expected: Judged,
+    floors: Sequence[int | None] = (),
+    classify: Callable[[str], str] = reason_class,
+) -> ClusterShrunk:
     """Minimize each node's state of the failing ``state`` in turn, the others fixed, while the
     cluster state fails like ``expected`` (its known judgement); at most ``budget`` calls of
     ``judge`` over all nodes and rounds.  ``floors``: per node, the floor mark's entry (or None)."""
@@ -187,13 +249,20 @@ def minimize_cluster(cs: Disks, state: DisksState, judge: Callable[[DisksState],
             seen: dict[str, Judged] = {}
 
             def judge_node(cand: CrashState, n: int = n, seen: dict[str, Judged] = seen) -> Judged:
-                nodes = [*current[:n], cand, *current[n + 1:]]
+                nodes = [*current[:n], cand, *current[n + 1 :]]
                 got = judge(cs.make(state.model, nodes))
                 seen[cand.id] = got
                 return got
 
-            shrunk = minimize(sp, current[n], judge_node, budget=budget - used, expected=last, classify=classify,
-                              floor=node_floor(cs.nodes[n], window, current[n], floors[n]))
+            shrunk = minimize(
+                sp,
+                current[n],
+                judge_node,
+                budget=budget - used,
+                expected=last,
+                classify=classify,
+                floor=node_floor(cs.nodes[n], window, current[n], floors[n]),
+            )
             used += shrunk.calls
             calls[n] += shrunk.calls
             exhausted[n] = exhausted[n] or shrunk.exhausted
@@ -204,17 +273,26 @@ def minimize_cluster(cs: Disks, state: DisksState, judge: Callable[[DisksState],
         if not changed or cut_short:
             break
     minimized = cs.make(state.model, current)
-    per_node = tuple(NodeShrunk(n, state.nodes[n], current[n], calls[n], exhausted[n]) for n in range(len(cs)))
-    return ClusterShrunk(state, minimized, target, tuple(last.reasons), per_node, used, any(exhausted) or cut_short,
-                         rounds)
-
+    per_node = tuple(
+        NodeShrunk(n, state.nodes[n], current[n], calls[n], exhausted[n]) for n in range(len(cs))
+    )
+    return ClusterShrunk(
+        state,
+        minimized,
+        target,
+        tuple(last.reasons),
+        per_node,
+        used,
+        any(exhausted) or cut_short,
+        rounds,
+    )
 
 
 # -- debug/clusterdebug.py ------------------------------------------------------------------------------
 
 Sink = Callable[[Verdict], None]
-JudgeStates = Callable[[Sequence[DisksState], Sink, Path], None]   # judge these states into the sink
-BlameNode = Callable[[int, CrashState, Path], list[Culprit]]         # node, its state, a work directory
+JudgeStates = Callable[[Sequence[DisksState], Sink, Path], None]  # judge these states into the sink
+BlameNode = Callable[[int, CrashState, Path], list[Culprit]]  # node, its state, a work directory
 
 
 def judge_one(judge: JudgeStates, state: DisksState, work: Path) -> Verdict:
@@ -229,11 +307,13 @@ def judge_one(judge: JudgeStates, state: DisksState, work: Path) -> Verdict:
     return got[0]
 
 
-def host_blame(ctx: CheckContext, cs: Disks, logs: Sequence[LogIndex], size: int,
-               floors: Sequence[int | None]) -> BlameNode:
+def host_blame(
+    ctx: CheckContext, cs: Disks, logs: Sequence[LogIndex], size: int, floors: Sequence[int | None]
+) -> BlameNode:
     """Blame one node's state on the host: the image of its cut with every write kept, up to the
     commit after the culprit writes (so a file's late data maps to the file), recovered by a mount,
     mapped by the filesystem's tools (debug/diagnose.blame_state)."""
+
     def blame(n: int, state: CrashState, work: Path) -> list[Culprit]:
         work.mkdir(parents=True, exist_ok=True)
         cleanup_stale(work)
@@ -243,6 +323,7 @@ def host_blame(ctx: CheckContext, cs: Disks, logs: Sequence[LogIndex], size: int
             return blame_state(ctx, ws, cs.nodes[n], state, str(work / "mnt"), settle=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
     return blame
 
 
@@ -257,7 +338,9 @@ class ClusterDiagnosis:
     reason_class: str
     calls: int
     exhausted: bool
-    nodes: tuple[dict[str, Any], ...]   # per node: original, minimized, calls, cut, lost, torn, culprits
+    nodes: tuple[
+        dict[str, Any], ...
+    ]  # per node: original, minimized, calls, cut, lost, torn, culprits
     cause: str
     seconds: float
     blame_note: str = ""
@@ -266,24 +349,48 @@ class ClusterDiagnosis:
         return list(self.nodes[node].get("culprits", ()))
 
     def to_json(self) -> dict[str, Any]:
-        return {"state": self.state, "verdict": self.verdict, "minimized": self.minimized,
-                "minimized_reasons": list(self.minimized_reasons), "reason_class": self.reason_class,
-                "calls": self.calls, "exhausted": self.exhausted, "nodes": [dict(n) for n in self.nodes],
-                "cause": self.cause, "seconds": self.seconds, **({"blame_note": self.blame_note} if self.blame_note
-                                                                  else {})}
+        return {
+            "state": self.state,
+            "verdict": self.verdict,
+            "minimized": self.minimized,
+            "minimized_reasons": list(self.minimized_reasons),
+            "reason_class": self.reason_class,
+            "calls": self.calls,
+            "exhausted": self.exhausted,
+            "nodes": [dict(n) for n in self.nodes],
+            "cause": self.cause,
+            "seconds": self.seconds,
+            **({"blame_note": self.blame_note} if self.blame_note else {}),
+        }
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ClusterDiagnosis:
-        return ClusterDiagnosis(str(d["state"]), str(d["verdict"]), str(d["minimized"]),
-                                tuple(d.get("minimized_reasons", ())), str(d.get("reason_class", "")),
-                                int(d.get("calls", 0)), bool(d.get("exhausted", False)),
-                                tuple(dict(n) for n in d.get("nodes", ())), str(d.get("cause", "")),
-                                float(d.get("seconds", 0.0)), str(d.get("blame_note", "")))
+        return ClusterDiagnosis(
+            str(d["state"]),
+            str(d["verdict"]),
+            str(d["minimized"]),
+            tuple(d.get("minimized_reasons", ())),
+            str(d.get("reason_class", "")),
+            int(d.get("calls", 0)),
+            bool(d.get("exhausted", False)),
+            tuple(dict(n) for n in d.get("nodes", ())),
+            str(d.get("cause", "")),
+            float(d.get("seconds", 0.0)),
+            str(d.get("blame_note", "")),
+        )
 
 
-def diagnose_cluster_state(cs: Disks, state: DisksState, first: Verdict, judge: JudgeStates,
-                           blame: BlameNode | None, work: Path, *, budget: int,
-                           floors: Sequence[int | None]) -> ClusterDiagnosis:
+def diagnose_cluster_state(
+    cs: Disks,
+    state: DisksState,
+    first: Verdict,
+    judge: JudgeStates,
+    blame: BlameNode | None,
+    work: Path,
+    *,
+    budget: int,
+    floors: Sequence[int | None],
+) -> ClusterDiagnosis:
     """Minimize ``state`` (judged ``first``) node by node through ``judge`` (``budget`` judge calls
     shared by the nodes), then blame each node's minimized state with ``blame``."""
     t0 = time.monotonic()
@@ -294,20 +401,39 @@ def diagnose_cluster_state(cs: Disks, state: DisksState, first: Verdict, judge: 
         k += 1
         return judge_one(judge, cand, work / f"shrink-{k}")
 
-    shrunk = minimize_cluster(cs, state, judge_cluster, budget=budget, expected=first, floors=floors)
+    shrunk = minimize_cluster(
+        cs, state, judge_cluster, budget=budget, expected=first, floors=floors
+    )
     per_node: list[dict[str, Any]] = [n.to_json() for n in shrunk.nodes]
-    note = "" if blame is not None else "blame per node runs in host mode only for now (check --check-in host)"
+    note = (
+        ""
+        if blame is not None
+        else "blame per node runs in host mode only for now (check --check-in host)"
+    )
     for n, ns in enumerate(shrunk.minimized.nodes):
         culprits: list[Culprit] = []
         if blame is not None:
             try:
                 culprits = blame(n, ns, work / f"blame-n{n}")
-            except PowercutError as e:   # an explanation: the verdicts stand without it
+            except PowercutError as e:  # an explanation: the verdicts stand without it
                 log.warning("blame of node %d failed: %s", n, e.one_line())
                 note = f"blame failed on node {n}: {e.one_line()}"
         per_node[n]["culprits"] = [c.to_json() for c in culprits]
-    cause = (cause_line(first.verdict, shrunk.signature[1], [p["culprits"] for p in per_node]) if blame is not None
-             else f"{first.verdict}: {shrunk.signature[1]} (no blame per node: {note})")
-    return ClusterDiagnosis(state.id, first.verdict, shrunk.minimized.id, shrunk.reasons, shrunk.signature[1],
-                            shrunk.calls, shrunk.exhausted, tuple(per_node), cause,
-                            round(time.monotonic() - t0, 2), note)
+    cause = (
+        cause_line(first.verdict, shrunk.signature[1], [p["culprits"] for p in per_node])
+        if blame is not None
+        else f"{first.verdict}: {shrunk.signature[1]} (no blame per node: {note})"
+    )
+    return ClusterDiagnosis(
+        state.id,
+        first.verdict,
+        shrunk.minimized.id,
+        shrunk.reasons,
+        shrunk.signature[1],
+        shrunk.calls,
+        shrunk.exhausted,
+        tuple(per_node),
+        cause,
+        round(time.monotonic() - t0, 2),
+        note,
+    )

@@ -4,6 +4,7 @@ N = 3 the cluster bundle the cluster writer gave; both fixtures (tests/unit/debu
 by those writers) load and replay through the one repro (debug/repro.py) to what they said;
 ``--keep-image`` writes PATH for one disk and PATH.n<i> per node; a missing, altered or misplaced
 node log is one clear error."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ from powercut.errors import UsageError
 from powercut.replay.materialize import replay_state
 from tests.unit.debug import bundleinputs as inputs
 
-FILES = {"one-disk": ("bundle.json", "log.bin", "syscalls.txt.gz"),
-         "cluster": ("bundle.json", "log0.bin", "log1.bin", "log2.bin")}
+FILES = {
+    "one-disk": ("bundle.json", "log.bin", "syscalls.txt.gz"),
+    "cluster": ("bundle.json", "log0.bin", "log1.bin", "log2.bin"),
+}
 
 
 def _frozen_clock(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
@@ -40,15 +43,23 @@ def _same_files(got: Path, name: str) -> None:
         assert (got / f).read_bytes() == (want / f).read_bytes(), f
 
 
-def test_one_disk_is_todays_bundle_byte_for_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_disk_is_todays_bundle_byte_for_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _frozen_clock(monkeypatch, "one-disk")
     kw = inputs.one_disk(tmp_path / "in")
-    _same_files(bundle.write(tmp_path / "a", **kw), "one-disk")   # the one-disk keywords (debug/triage.py's)
+    _same_files(
+        bundle.write(tmp_path / "a", **kw), "one-disk"
+    )  # the one-disk keywords (debug/triage.py's)
     log, cut = kw.pop("log_path"), kw.pop("cut")
-    _same_files(bundle.write(tmp_path / "b", logs=[log], cuts=[cut], **kw), "one-disk")   # N = 1 of N logs
+    _same_files(
+        bundle.write(tmp_path / "b", logs=[log], cuts=[cut], **kw), "one-disk"
+    )  # N = 1 of N logs
 
 
-def test_three_nodes_are_todays_cluster_bundle_byte_for_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_three_nodes_are_todays_cluster_bundle_byte_for_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _frozen_clock(monkeypatch, "cluster")
     _same_files(bundle.write(tmp_path / "c", **inputs.cluster(tmp_path / "in")), "cluster")
 
@@ -60,7 +71,12 @@ def _copy(name: str, tmp_path: Path) -> Path:
 def test_todays_bundles_load(tmp_path: Path) -> None:
     one, three = bundle.load(_copy("one-disk", tmp_path)), bundle.load(_copy("cluster", tmp_path))
     assert (one.nodes, [p.name for p in one.logs], one.log_path.name) == (1, ["log.bin"], "log.bin")
-    assert (one.state, one.cause, one.checker.name, one.pins[0]["entries"]) == ("write-cache@4/d2", "", "append-fsync", 6)
+    assert (one.state, one.cause, one.checker.name, one.pins[0]["entries"]) == (
+        "write-cache@4/d2",
+        "",
+        "append-fsync",
+        6,
+    )
     assert (three.nodes, [p.name for p in three.logs]) == (3, ["log0.bin", "log1.bin", "log2.bin"])
     assert three.state == inputs.CLUSTER_STATE and three.cause == "lost-ack: lost <- node 1: w6"
     assert [p["entries"] for p in three.pins] == [13, 13, 13] and three.checker.name == "replog"
@@ -75,7 +91,11 @@ class Judge:
     def __call__(self, states: Sequence[DisksState], sink: Any, work: Path) -> None:
         for st in states:
             self.seen.append(st)
-            sink(Verdict(st.id, st.model, st.instant, "lost-ack", ("acked record 1 missing",), 1, 0, 0.01))
+            sink(
+                Verdict(
+                    st.id, st.model, st.instant, "lost-ack", ("acked record 1 missing",), 1, 0, 0.01
+                )
+            )
 
 
 @pytest.mark.parametrize("name", ["one-disk", "cluster"])
@@ -87,16 +107,24 @@ def test_todays_bundles_replay_through_the_one_repro(tmp_path: Path, name: str) 
     (st,) = judge.seen
     assert st.id == t.state and len(st.nodes) == t.nodes == {"one-disk": 1, "cluster": 3}[name]
     lines = repro.describe(t, v)
-    if name == "one-disk":   # what the one-disk repro printed
-        assert lines == ["cause (lost-ack): record 1 was acked, then lost", "  | e1",
-                         f"write-cache@4/d2 (bundle {b}): lost-ack", "  acked record 1 missing",
-                         "  still fails: the same verdict as in the bundle"]
+    if name == "one-disk":  # what the one-disk repro printed
+        assert lines == [
+            "cause (lost-ack): record 1 was acked, then lost",
+            "  | e1",
+            f"write-cache@4/d2 (bundle {b}): lost-ack",
+            "  acked record 1 missing",
+            "  still fails: the same verdict as in the bundle",
+        ]
         assert repro.image_paths(str(tmp_path / "state.img"), 1) == [str(tmp_path / "state.img")]
-    else:                    # what the cluster repro printed
-        assert lines == ["cause: lost-ack: lost <- node 1: w6", f"{inputs.CLUSTER_STATE} (bundle {b}, 3 nodes): lost-ack",
-                         "  acked record 1 missing", "  still fails: the same verdict as in the bundle"]
+    else:  # what the cluster repro printed
+        assert lines == [
+            "cause: lost-ack: lost <- node 1: w6",
+            f"{inputs.CLUSTER_STATE} (bundle {b}, 3 nodes): lost-ack",
+            "  acked record 1 missing",
+            "  still fails: the same verdict as in the bundle",
+        ]
     kept = repro.image_paths(str(tmp_path / "state.img"), t.nodes)
-    for log, node, path in zip(t.logs, st.nodes, kept):   # each disk's image as the crash left it
+    for log, node, path in zip(t.logs, st.nodes, kept):  # each disk's image as the crash left it
         want = replay_state(log, node.id, tmp_path / "want.img", size=t.src.size)
         assert Path(path).read_bytes() == want.read_bytes()
     assert sorted(p.name for p in tmp_path.glob("state.img*")) == sorted(Path(p).name for p in kept)
@@ -124,13 +152,20 @@ def _bad(b: Path, how: str) -> None:
     (b / "bundle.json").write_text(json.dumps(doc))
 
 
-@pytest.mark.parametrize(("how", "says"), [("missing", "node 1's log log1.bin is missing"),
-                                           ("altered", "node 1's log log1.bin was altered"),
-                                           ("outside", "node 1's log ../log1.bin is missing"),
-                                           ("short", "nodes is 3 with 2 logs, not one log (file and sha256) per node")])
-def test_a_bad_cluster_bundle_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str,
-                                                 says: str) -> None:
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [
+        ("missing", "node 1's log log1.bin is missing"),
+        ("altered", "node 1's log log1.bin was altered"),
+        ("outside", "node 1's log ../log1.bin is missing"),
+        ("short", "nodes is 3 with 2 logs, not one log (file and sha256) per node"),
+    ],
+)
+def test_a_bad_cluster_bundle_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str, says: str
+) -> None:
     from powercut.cli import main
+
     b = _copy("cluster", tmp_path)
     _bad(b, how)
     with pytest.raises(UsageError, match=re.escape(says)):
@@ -148,7 +183,9 @@ def test_one_disks_bad_bundle_says_what_it_said(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"log.bin was altered \(sha256 "):
         bundle.load(b)
     (b / "log.bin").unlink()
-    with pytest.raises(UsageError, match=r"log.bin is missing \(the bundle cannot rebuild its state without it\)"):
+    with pytest.raises(
+        UsageError, match=r"log.bin is missing \(the bundle cannot rebuild its state without it\)"
+    ):
         bundle.load(b)
 
 

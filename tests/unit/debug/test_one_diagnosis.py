@@ -9,6 +9,7 @@ its state, a culprit per write that matters, noting the image it was read from).
   the log up to where the one-disk writer cut it.
 * N = 3: over random failing states of a 3-node log, it is the cluster diagnosis's as host mode
   made it (node by node, blame per node up to the commit after its culprits)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -46,9 +47,19 @@ Judge = Callable[[Sequence[CrashState]], Outcome]
 
 def fake_blame(sp: Any, state: CrashState, fstype: str, device: str, **_: Any) -> list[Culprit]:
     """A culprit per write that matters, what it is a function of its entry, read from ``device``."""
-    return [Culprit(i, sp.entries[i].sector, sp.entries[i].nr_sectors, how, ("data block", "journal")[i % 2],
-                    f"/f{i % 3}" if i % 2 == 0 else "", f"entry {i}", device)
-            for i, how in writes_that_matter(sp, state)]
+    return [
+        Culprit(
+            i,
+            sp.entries[i].sector,
+            sp.entries[i].nr_sectors,
+            how,
+            ("data block", "journal")[i % 2],
+            f"/f{i % 3}" if i % 2 == 0 else "",
+            f"entry {i}",
+            device,
+        )
+        for i, how in writes_that_matter(sp, state)
+    ]
 
 
 @contextlib.contextmanager
@@ -59,10 +70,21 @@ def fakes(judge: Judge) -> Iterator[list[str]]:
     def verdict(states: Sequence[CrashState], sid: str, model: str, at: int) -> Verdict:
         judged.append(sid)
         out = judge(states)
-        return Verdict(sid, model, at, out.verdict, tuple(out.reasons), len(states[0].acks), 0, 0.01)
+        return Verdict(
+            sid, model, at, out.verdict, tuple(out.reasons), len(states[0].acks), 0, 0.01
+        )
 
-    def judge_disks(ctx: Any, devs: Sequence[str], states: Sequence[CrashState], mnts: Sequence[str], *, sid: str,
-                    model: str, at: int, t0: float | None = None) -> Verdict:
+    def judge_disks(
+        ctx: Any,
+        devs: Sequence[str],
+        states: Sequence[CrashState],
+        mnts: Sequence[str],
+        *,
+        sid: str,
+        model: str,
+        at: int,
+        t0: float | None = None,
+    ) -> Verdict:
         assert list(devs) == [f"img:{s.id}" for s in states] and len(set(mnts)) == len(states)
         return verdict(states, sid, model, at)
 
@@ -91,45 +113,86 @@ def timeless(d: dict[str, Any]) -> dict[str, Any]:
 
 
 @settings(max_examples=400, deadline=None)
-@given(ops=st.lists(OP, min_size=1, max_size=12), model=st.sampled_from(HONEST_MODELS),
-       mode=st.sampled_from(["all", "any", "odd"]), need=st.sampled_from([None, "x", "x", "y"]),
-       sector=st.integers(0, 3), budget=st.integers(1, 40), data=st.data())
-def test_one_disk_is_the_one_disk_diagnosis(ops: list[tuple], model: str, mode: str,  # type: ignore[type-arg]
-                                            need: str | None, sector: int, budget: int, data: st.DataObject) -> None:
+@given(
+    ops=st.lists(OP, min_size=1, max_size=12),
+    model=st.sampled_from(HONEST_MODELS),
+    mode=st.sampled_from(["all", "any", "odd"]),
+    need=st.sampled_from([None, "x", "x", "y"]),
+    sector=st.integers(0, 3),
+    budget=st.integers(1, 40),
+    data=st.data(),
+)
+def test_one_disk_is_the_one_disk_diagnosis(
+    ops: list[tuple],
+    model: str,
+    mode: str,  # type: ignore[type-arg]
+    need: str | None,
+    sector: int,
+    budget: int,
+    data: st.DataObject,
+) -> None:
     ops.insert(data.draw(st.integers(0, len(ops))), ("m", "ack:x"))
     with tempfile.TemporaryDirectory() as d:
         index = build_log(Path(d) / "log", concrete(ops))
         disks = Disks([index])
         sp = disks.nodes[0]
-        relevant = data.draw(st.sets(st.sampled_from([i for i in range(sp.n) if sp.is_data[i]] or [0]),
-                                     min_size=1, max_size=3))
+        relevant = data.draw(
+            st.sets(
+                st.sampled_from([i for i in range(sp.n) if sp.is_data[i]] or [0]),
+                min_size=1,
+                max_size=3,
+            )
+        )
         one = mixed(sp, relevant, mode, need, sector)
-        failing = [s for s in sp.states(model, exhaustive_bound=4, samples=4, torn_samples=2) if one(s) != PASS]
+        failing = [
+            s
+            for s in sp.states(model, exhaustive_bound=4, samples=4, torn_samples=2)
+            if one(s) != PASS
+        ]
         if not failing:
             return
         orig = data.draw(st.sampled_from(failing))
         floor = data.draw(st.one_of(st.none(), st.integers(0, sp.n)))
         out = one(orig)
-        first = Verdict(orig.id, orig.model, orig.cut, out.verdict, tuple(out.reasons), len(orig.acks), 0, 0.01)
+        first = Verdict(
+            orig.id, orig.model, orig.cut, out.verdict, tuple(out.reasons), len(orig.acks), 0, 0.01
+        )
         with fakes(lambda states: one(states[0])) as judged:
             try:
-                want = old.diagnose(CTX, old.Workspace(index, 1 << 20, None, Path(d) / "old", "auto", floor, sp),
-                                    orig, first, budget=budget)
-            except UsageError as e:   # a state losing a write at or before the floor: refused alike
+                want = old.diagnose(
+                    CTX,
+                    old.Workspace(index, 1 << 20, None, Path(d) / "old", "auto", floor, sp),
+                    orig,
+                    first,
+                    budget=budget,
+                )
+            except UsageError as e:  # a state losing a write at or before the floor: refused alike
                 with pytest.raises(UsageError, match=re.escape(str(e))):
-                    diagnose.diagnose(CTX, diagnose.Workspace(disks, (index,), 1 << 20, Path(d) / "new",
-                                                              floors=(floor,)), disks.state_from_id(orig.id), first,
-                                      budget=budget)
+                    diagnose.diagnose(
+                        CTX,
+                        diagnose.Workspace(
+                            disks, (index,), 1 << 20, Path(d) / "new", floors=(floor,)
+                        ),
+                        disks.state_from_id(orig.id),
+                        first,
+                        budget=budget,
+                    )
                 return
             asked_old, judged[:] = list(judged), []
-            got = diagnose.diagnose(CTX, diagnose.Workspace(disks, (index,), 1 << 20, Path(d) / "new",
-                                                            floors=(floor,)), disks.state_from_id(orig.id), first,
-                                    budget=budget)
-    assert judged == asked_old   # the same candidates, in the same order
+            got = diagnose.diagnose(
+                CTX,
+                diagnose.Workspace(disks, (index,), 1 << 20, Path(d) / "new", floors=(floor,)),
+                disks.state_from_id(orig.id),
+                first,
+                budget=budget,
+            )
+    assert judged == asked_old  # the same candidates, in the same order
     assert list(got.to_json()) == list(want.to_json())
     assert timeless(got.to_json()) == timeless(want.to_json()) and got.cause == want.cause
     assert Diagnosis.from_json(got.to_json()).to_json() == got.to_json()
-    need_old = max([parse_id(want.minimized).cut] + [c.entry + 1 for c in want.culprits])   # triage._need
+    need_old = max(
+        [parse_id(want.minimized).cut] + [c.entry + 1 for c in want.culprits]
+    )  # triage._need
     assert triage.bundle_cuts(disks, first, got) == [max(first.cut, need_old) + 1]
     assert triage.bundle_cuts(disks, first, None) == [first.cut + 1]
 
@@ -137,11 +200,16 @@ def test_one_disk_is_the_one_disk_diagnosis(ops: list[tuple], model: str, mode: 
 def node_judge(relevant: Sequence[set[int]], need: str | None) -> Judge:
     """lost-ack when ``need`` is acked and some node lost every one of its relevant writes (the
     reason names it); a node whose relevant set is empty never fails."""
+
     def judge(states: Sequence[CrashState]) -> Outcome:
         gone = [n for n, (s, r) in enumerate(zip(states, relevant)) if r and r <= set(s.dropped)]
         if gone and (need is None or need in states[0].acks):
-            return Outcome("lost-ack", tuple(f"node {n}: acked record(s) {sorted(relevant[n])} missing" for n in gone))
+            return Outcome(
+                "lost-ack",
+                tuple(f"node {n}: acked record(s) {sorted(relevant[n])} missing" for n in gone),
+            )
         return PASS
+
     return judge
 
 
@@ -153,19 +221,41 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Disks, list[Any], P
 
 
 @settings(max_examples=100, deadline=None)
-@given(drops=st.lists(st.sets(st.sampled_from([4, 5, 6, 8, 10])), min_size=3, max_size=3),
-       relevant=st.lists(st.sets(st.sampled_from([4, 5, 6, 8, 10]), max_size=2), min_size=3, max_size=3),
-       need=st.sampled_from([None, "1"]), budget=st.integers(1, 60))
-def test_three_disks_are_the_cluster_diagnosis(three: tuple[Disks, list[Any], Path], drops: list[set[int]],
-                                               relevant: list[set[int]], need: str | None, budget: int) -> None:
+@given(
+    drops=st.lists(st.sets(st.sampled_from([4, 5, 6, 8, 10])), min_size=3, max_size=3),
+    relevant=st.lists(
+        st.sets(st.sampled_from([4, 5, 6, 8, 10]), max_size=2), min_size=3, max_size=3
+    ),
+    need=st.sampled_from([None, "1"]),
+    budget=st.integers(1, 60),
+)
+def test_three_disks_are_the_cluster_diagnosis(
+    three: tuple[Disks, list[Any], Path],
+    drops: list[set[int]],
+    relevant: list[set[int]],
+    need: str | None,
+    budget: int,
+) -> None:
     cs, indexes, d = three
-    state = cs.make("write-cache", [cs.nodes[n].make_state("write-cache", 11, sorted(x)) for n, x in enumerate(drops)])
+    state = cs.make(
+        "write-cache",
+        [cs.nodes[n].make_state("write-cache", 11, sorted(x)) for n, x in enumerate(drops)],
+    )
     judge = node_judge(relevant, need)
     out = judge(state.nodes)
     if out == PASS:
         return
-    first = Verdict(state.id, state.model, state.instant, out.verdict, tuple(out.reasons), len(state.acks), 0, 0.01)
-    floors = [0, 0, 0]   # every node's mkfs mark
+    first = Verdict(
+        state.id,
+        state.model,
+        state.instant,
+        out.verdict,
+        tuple(out.reasons),
+        len(state.acks),
+        0,
+        0.01,
+    )
+    floors = [0, 0, 0]  # every node's mkfs mark
 
     def judge_states(states: Sequence[DisksState], sink: Any, work: Path) -> None:
         work.mkdir(parents=True, exist_ok=True)
@@ -175,15 +265,38 @@ def test_three_disks_are_the_cluster_diagnosis(three: tuple[Disks, list[Any], Pa
     work = Path(tempfile.mkdtemp(dir=d))
     try:
         with fakes(judge) as judged:
-            def old_verdict(s: DisksState) -> Verdict:   # what Place.judge gave the cluster's minimization
-                return diagnose.judge_disks(CTX, [f"img:{x.id}" for x in s.nodes], s.nodes, ["a", "b", "c"],
-                                            sid=s.id, model=s.model, at=s.instant)
-            want = old.diagnose_cluster_state(cs, state, first, judge_states,
-                                              old.host_blame(CTX, cs, indexes, 1 << 20, floors), work / "old",
-                                              budget=budget, floors=floors)
+
+            def old_verdict(
+                s: DisksState,
+            ) -> Verdict:  # what Place.judge gave the cluster's minimization
+                return diagnose.judge_disks(
+                    CTX,
+                    [f"img:{x.id}" for x in s.nodes],
+                    s.nodes,
+                    ["a", "b", "c"],
+                    sid=s.id,
+                    model=s.model,
+                    at=s.instant,
+                )
+
+            want = old.diagnose_cluster_state(
+                cs,
+                state,
+                first,
+                judge_states,
+                old.host_blame(CTX, cs, indexes, 1 << 20, floors),
+                work / "old",
+                budget=budget,
+                floors=floors,
+            )
             asked_old, judged[:] = list(judged), []
-            got = diagnose.diagnose(CTX, diagnose.Workspace(cs, tuple(indexes), 1 << 20, work / "new",
-                                                            floors=tuple(floors)), state, first, budget=budget)
+            got = diagnose.diagnose(
+                CTX,
+                diagnose.Workspace(cs, tuple(indexes), 1 << 20, work / "new", floors=tuple(floors)),
+                state,
+                first,
+                budget=budget,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     assert judged == asked_old
@@ -192,4 +305,6 @@ def test_three_disks_are_the_cluster_diagnosis(three: tuple[Disks, list[Any], Pa
     assert Diagnosis.from_json(got.to_json()).to_json() == got.to_json()
     g = SimpleNamespace(states=[first])
     assert triage.group_extras(g, got, 3)["node_shrink"] == [  # type: ignore[arg-type]
-        {k: n[k] for k in ("node", "original", "minimized", "calls", "cut", "lost", "torn")} for n in want.nodes]
+        {k: n[k] for k in ("node", "original", "minimized", "calls", "cut", "lost", "torn")}
+        for n in want.nodes
+    ]

@@ -2,6 +2,7 @@
 loop run as a process on this machine standing in for the VM: the host hands the next job over,
 reads each job's own result and progress, stops the VM with the STOP file, kills one that does not
 stop, and a VM that dies mid-job is that job's failure."""
+
 from __future__ import annotations
 
 import subprocess
@@ -22,7 +23,7 @@ from powercut.vm import guestjob
 
 # The stand-in agent: the real guest.__main__ loop, with job handlers that judge nothing but speak
 # the progress protocol ("begin", then a verdict per state; the state "hang" never ends).
-AGENT = r'''
+AGENT = r"""
 import json, sys, time
 from pathlib import Path
 import powercut.guest.__main__ as agent
@@ -50,7 +51,7 @@ def diagnose(job, jobdir):
 
 agent.handler = lambda kind: {"check": check, "diagnose": diagnose}[kind]
 sys.exit(agent.main(sys.argv[1:]))
-'''
+"""
 
 
 class ProcessHost(CheckHost):
@@ -61,7 +62,9 @@ class ProcessHost(CheckHost):
     def boot(self, make_vm, run: Path, scratch_bytes: int, watchdog) -> None:  # type: ignore[override]
         ProcessHost.boots += 1
         (run / "agent.py").write_text(AGENT)
-        proc = subprocess.Popen([sys.executable, str(run / "agent.py"), str(run / "job" / "job.json")], cwd=run)
+        proc = subprocess.Popen(
+            [sys.executable, str(run / "agent.py"), str(run / "job" / "job.json")], cwd=run
+        )
         try:
             while proc.poll() is None:
                 reason = watchdog()
@@ -73,7 +76,9 @@ class ProcessHost(CheckHost):
             proc.kill()
             proc.wait()
         if proc.returncode not in (0, 1):
-            raise GuestHang(f"the agent died (exit {proc.returncode})", str(run / "console.log"), "")
+            raise GuestHang(
+                f"the agent died (exit {proc.returncode})", str(run / "console.log"), ""
+            )
 
 
 @pytest.fixture
@@ -100,7 +105,7 @@ def test_one_boot_serves_a_check_then_a_diagnosis(vm: CheckerVm) -> None:
     assert out.failure is None and out.diagnoses == [{"state": "flush@2", "minimized": "flush@2"}]
     got.clear()
     out = vm.run(check_job(vm, "flush@3"), steps=2, on_verdict=got.append)
-    assert [v.state for v in got] == ["flush@3"]            # job 3's progress only, not job 1's again
+    assert [v.state for v in got] == ["flush@3"]  # job 3's progress only, not job 1's again
     assert ProcessHost.boots == 1 and vm.boots == 1
     log = (vm.workdir / "run1" / "job" / "agent.log").read_text()
     assert "job 1: check (serving)" in log and "job 2: diagnose (serving)" in log and "job 3" in log
@@ -117,7 +122,7 @@ def test_a_hang_is_the_jobs_failure_and_the_next_job_boots_again(vm: CheckerVm) 
 
 def test_a_job_that_hangs_outside_any_state_is_ended_by_its_own_limit(vm: CheckerVm) -> None:
     t = time.monotonic()
-    out = vm.run(check_job(vm, "stuck-before"), steps=-29)   # limit: 60 + 2 s x -29 = 2 s
+    out = vm.run(check_job(vm, "stuck-before"), steps=-29)  # limit: 60 + 2 s x -29 = 2 s
     assert isinstance(out.failure, GuestHang) and "did not finish within" in str(out.failure)
     assert out.current is None and time.monotonic() - t < 30 and not vm.live()
 
@@ -128,7 +133,7 @@ def test_a_vm_that_ends_without_a_result_is_an_error_or_a_failure(vm: CheckerVm)
 
 
 def test_a_failed_job_result_is_one_line(vm: CheckerVm, tmp_path: Path) -> None:
-    bad = guestjob.ShellJob(vm.source(), "flush@1")          # the stand-in has no shell handler
+    bad = guestjob.ShellJob(vm.source(), "flush@1")  # the stand-in has no shell handler
     with pytest.raises(PowercutError, match="guest agent crashed"):
         vm.run(bad, steps=2)
 
@@ -139,7 +144,7 @@ def test_warm_pool_keeps_one_matching_vm_and_closes_the_rest(vm: CheckerVm, tmp_
     other.run(check_job(other, "flush@2"), steps=2)
     warm = WarmVms()
     warm.park(vm)
-    warm.park(other)                      # one is kept: the other is stopped at once
+    warm.park(other)  # one is kept: the other is stopped at once
     assert vm.live() and not other.live()
     assert warm.take(vm.ctx, LogSource(tmp_path / "other.bin", 1 << 20), vm.spec) is None
     assert warm.take(vm.ctx, vm.src, vm.spec) is vm and warm.take(vm.ctx, vm.src, vm.spec) is None
@@ -148,7 +153,7 @@ def test_warm_pool_keeps_one_matching_vm_and_closes_the_rest(vm: CheckerVm, tmp_
     assert not vm.live()
     third = CheckerVm(vm.ctx, vm.src, vm.spec, tmp_path / "vm2", ProcessHost(), serve=True)
     third.run(check_job(third, "flush@3"), steps=2)
-    warm.park(third)                      # a closed pool keeps nothing
+    warm.park(third)  # a closed pool keeps nothing
     assert not third.live()
 
 
@@ -156,7 +161,7 @@ def test_wait_next_sees_a_later_job_or_stop(tmp_path: Path) -> None:
     job = guestjob.MarkBenchJob(dm_name="x", disks={})
     guestjob.write(tmp_path, job, seq=1, serve=True)
     assert guestjob.peek(tmp_path / "job.json") == (1, True)
-    assert not guestjob.wait_next(tmp_path, 1, idle_s=0.2)   # nothing new: ends when idle
+    assert not guestjob.wait_next(tmp_path, 1, idle_s=0.2)  # nothing new: ends when idle
     guestjob.write(tmp_path, job, seq=2, serve=True)
     assert guestjob.wait_next(tmp_path, 1, idle_s=5)
     (tmp_path / guestjob.STOP).touch()

@@ -1,4 +1,5 @@
 """Guest image builder: module resolution through modules.dep, cpio layout, vmlinux extraction."""
+
 from __future__ import annotations
 
 import io
@@ -13,7 +14,13 @@ import pytest
 
 from powercut.errors import ImageError, UsageError
 from powercut.images import build
-from powercut.images.build import ImageSpec, _has_pvh_note, extract_vmlinux, resolve_modules, wanted_modules
+from powercut.images.build import (
+    ImageSpec,
+    _has_pvh_note,
+    extract_vmlinux,
+    resolve_modules,
+    wanted_modules,
+)
 from powercut.images.cpio import CpioWriter
 from powercut.linux import process
 
@@ -30,10 +37,20 @@ kernel/lib/raid6/raid6_pq.ko:
 
 
 def test_dependencies_load_first_once_with_groups() -> None:
-    order = resolve_modules(DEP, "", [("dm-log-writes", False, "*"), ("ext4", False, "ext4"),
-                                      ("xfs", False, "xfs"), ("btrfs", False, "btrfs")])
+    order = resolve_modules(
+        DEP,
+        "",
+        [
+            ("dm-log-writes", False, "*"),
+            ("ext4", False, "ext4"),
+            ("xfs", False, "xfs"),
+            ("btrfs", False, "btrfs"),
+        ],
+    )
     paths = [p for p, _, _ in order]
-    assert paths.index("kernel/drivers/md/dm-mod.ko") < paths.index("kernel/drivers/md/dm-log-writes.ko")
+    assert paths.index("kernel/drivers/md/dm-mod.ko") < paths.index(
+        "kernel/drivers/md/dm-log-writes.ko"
+    )
     assert paths.index("kernel/fs/jbd2/jbd2.ko") < paths.index("kernel/fs/ext4/ext4.ko")
     assert len(paths) == len(set(paths))
     groups = {p: g for p, _, g in order}
@@ -49,8 +66,11 @@ def test_missing_module_is_named() -> None:
 
 
 def test_optional_and_builtin_modules_are_skipped() -> None:
-    order = resolve_modules(DEP, "kernel/drivers/virtio/virtio_blk.ko\n",
-                            [("virtio_blk", False, "*"), ("crc32c-intel", True, "*"), ("dm_mod", False, "*")])
+    order = resolve_modules(
+        DEP,
+        "kernel/drivers/virtio/virtio_blk.ko\n",
+        [("virtio_blk", False, "*"), ("crc32c-intel", True, "*"), ("dm_mod", False, "*")],
+    )
     assert [p for p, _, _ in order] == ["kernel/drivers/md/dm-mod.ko"]
 
 
@@ -61,8 +81,21 @@ def test_dependency_cycle_is_an_error() -> None:
 
 def test_modules_txt_names_what_powercut_needs() -> None:
     names = {n for n, _, _ in wanted_modules()}
-    for needed in ("dm-mod", "dm-log-writes", "dm-snapshot", "brd", "ext4", "xfs", "btrfs", "9p", "virtiofs",
-                   "virtio_blk", "ahci", "sd_mod", "crc32c_generic"):
+    for needed in (
+        "dm-mod",
+        "dm-log-writes",
+        "dm-snapshot",
+        "brd",
+        "ext4",
+        "xfs",
+        "btrfs",
+        "9p",
+        "virtiofs",
+        "virtio_blk",
+        "ahci",
+        "sd_mod",
+        "crc32c_generic",
+    ):
         assert needed in names
 
 
@@ -78,10 +111,10 @@ def test_cpio_creates_parents_before_children_and_unpacks(tmp_path: Path) -> Non
     data = buf.getvalue()
     pos = 0
     while True:
-        assert data[pos:pos + 6] == b"070701"
-        namesize = int(data[pos + 94:pos + 102], 16)
-        filesize = int(data[pos + 54:pos + 62], 16)
-        name = data[pos + 110:pos + 110 + namesize - 1].decode()
+        assert data[pos : pos + 6] == b"070701"
+        namesize = int(data[pos + 94 : pos + 102], 16)
+        filesize = int(data[pos + 54 : pos + 62], 16)
+        name = data[pos + 110 : pos + 110 + namesize - 1].decode()
         if name == "TRAILER!!!":
             break
         names.append(name)
@@ -123,15 +156,18 @@ def test_image_spec_rejects_half_a_user_kernel() -> None:
         ImageSpec(kernel="/boot/vmlinuz")
 
 
-def test_the_mount_table_is_checked_hashed_and_in_the_initramfs(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_mount_table_is_checked_hashed_and_in_the_initramfs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """init.sh reads /etc/powercut/mounts (vm-images/mounts.txt); a bad table is an ImageError at build
     time, and the table is part of the image's hash (a new table, a new image and template key)."""
     monkeypatch.setenv("POWERCUT_CACHE", str(tmp_path / "cache"))
     moddir = tmp_path / "lib" / "modules" / "6.1.0-test"
     moddir.mkdir(parents=True)
     (moddir / "modules.dep").write_text("")
-    (moddir / "modules.builtin").write_text("".join(f"kernel/{n}.ko\n" for n, _, _ in wanted_modules()))
+    (moddir / "modules.builtin").write_text(
+        "".join(f"kernel/{n}.ko\n" for n, _, _ in wanted_modules())
+    )
     kernel = tmp_path / "vmlinuz"
     kernel.write_bytes(b"not a real kernel")
     monkeypatch.setattr(build, "_build_mark_tool", lambda source, bindir: bindir.mkdir())
@@ -147,8 +183,11 @@ def test_the_mount_table_is_checked_hashed_and_in_the_initramfs(tmp_path: Path,
         """importlib.resources as build.py sees it, with mounts.txt replaced by ``text``."""
         (tmp_path / "mounts.txt").write_bytes(text)
         pkg = resources.files("powercut.images")
-        return SimpleNamespace(files=lambda name: SimpleNamespace(
-            joinpath=lambda f: tmp_path / f if f == "mounts.txt" else pkg.joinpath(f)))
+        return SimpleNamespace(
+            files=lambda name: SimpleNamespace(
+                joinpath=lambda f: tmp_path / f if f == "mounts.txt" else pkg.joinpath(f)
+            )
+        )
 
     more = b"if-dir securityfs /sys/kernel/security securityfs -\n"
     monkeypatch.setattr(build, "resources", with_table(table + more))
@@ -158,15 +197,18 @@ def test_the_mount_table_is_checked_hashed_and_in_the_initramfs(tmp_path: Path,
         build.build_image(spec)
 
 
-def test_find_image_finds_a_built_image_and_never_builds_or_fetches(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_find_image_finds_a_built_image_and_never_builds_or_fetches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """powercut doctor looks for the image build_image would return, without building it, and without
     downloading a kernel package that is not there yet."""
     monkeypatch.setenv("POWERCUT_CACHE", str(tmp_path / "cache"))
     moddir = tmp_path / "lib" / "modules" / "6.1.0-test"
     moddir.mkdir(parents=True)
     (moddir / "modules.dep").write_text("")
-    (moddir / "modules.builtin").write_text("".join(f"kernel/{n}.ko\n" for n, _, _ in wanted_modules()))
+    (moddir / "modules.builtin").write_text(
+        "".join(f"kernel/{n}.ko\n" for n, _, _ in wanted_modules())
+    )
     kernel = tmp_path / "vmlinuz"
     kernel.write_bytes(b"not a real kernel")
     monkeypatch.setattr(build, "_build_mark_tool", lambda source, bindir: bindir.mkdir())
@@ -178,6 +220,7 @@ def test_find_image_finds_a_built_image_and_never_builds_or_fetches(tmp_path: Pa
 
     def no_download(package: str) -> Path:
         raise AssertionError(f"find_image downloaded {package}")
+
     monkeypatch.setattr(build, "resolve_kernel_package", lambda: "linux-image-9.9.9-test-amd64")
     monkeypatch.setattr(build, "fetch_kernel_package", no_download)
     assert build.find_image(ImageSpec()) is None

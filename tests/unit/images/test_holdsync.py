@@ -3,6 +3,7 @@ natively: a raw fdatasync (no libc wrapper, as a Go program makes it) on a match
 in another thread and in a forked child too, while another file's sync is not; msync is held by
 its mapping's file; the log's lines; the program's exit status and its death by a signal pass
 through; a bad command line or a missing program is one line."""
+
 from __future__ import annotations
 
 import shutil
@@ -85,22 +86,34 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         pytest.skip("no C compiler (cc)")
     d = tmp_path_factory.mktemp("holdsync")
     supervisor = d / syncdelay.SUPERVISOR
-    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(supervisor), str(SOURCE)], check=True, timeout=120)
+    subprocess.run(
+        ["cc", "-O2", "-Wall", "-Werror", "-o", str(supervisor), str(SOURCE)],
+        check=True,
+        timeout=120,
+    )
     (d / "program.c").write_text(PROGRAM)
-    subprocess.run(["cc", "-O2", "-pthread", "-o", str(d / "program"), str(d / "program.c")], check=True,
-                   timeout=120)
+    subprocess.run(
+        ["cc", "-O2", "-pthread", "-o", str(d / "program"), str(d / "program.c")],
+        check=True,
+        timeout=120,
+    )
     return supervisor, d / "program"
 
 
-def supervised(built: tuple[Path, Path], work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def supervised(
+    built: tuple[Path, Path], work: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
     supervisor, program = built
     rules = syncdelay.parse_all([f"held.log={HOLD_NS // 1_000_000}ms"])
     argv = syncdelay.supervisor_argv(str(supervisor), rules, str(work), str(work / "hold.log"))
-    return subprocess.run([*argv, str(program), *args], cwd=work, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [*argv, str(program), *args], cwd=work, capture_output=True, text=True, timeout=60
+    )
 
 
-def test_a_raw_sync_of_the_matching_file_is_held_in_every_thread_and_child(built: tuple[Path, Path],
-                                                                           tmp_path: Path) -> None:
+def test_a_raw_sync_of_the_matching_file_is_held_in_every_thread_and_child(
+    built: tuple[Path, Path], tmp_path: Path
+) -> None:
     p = supervised(built, tmp_path)
     assert p.returncode == 0, p.stderr
     ms = {k: float(v) for k, v in (line.split() for line in p.stdout.splitlines())}
@@ -110,27 +123,50 @@ def test_a_raw_sync_of_the_matching_file_is_held_in_every_thread_and_child(built
     log = (tmp_path / "hold.log").read_text()
     assert log.startswith(syncdelay.LISTENING + "\n")
     summary = syncdelay.held_summary(log, str(tmp_path))
-    assert summary["files"] == {"held.log": {"calls": 4, "held": 4}, "other.log": {"calls": 1, "held": 0}}
+    assert summary["files"] == {
+        "held.log": {"calls": 4, "held": 4},
+        "other.log": {"calls": 1, "held": 0},
+    }
     held = [h for h in syncdelay.holds(log) if h.ns]
-    assert {h.call for h in held} == {"fdatasync", "msync"} and all(h.called > 0 and h.tid > 0 for h in held)
+    assert {h.call for h in held} == {"fdatasync", "msync"} and all(
+        h.called > 0 and h.tid > 0 for h in held
+    )
 
 
-def test_the_programs_exit_status_and_its_death_by_a_signal_pass_through(built: tuple[Path, Path],
-                                                                       tmp_path: Path) -> None:
+def test_the_programs_exit_status_and_its_death_by_a_signal_pass_through(
+    built: tuple[Path, Path], tmp_path: Path
+) -> None:
     assert supervised(built, tmp_path, "7").returncode == 7
     supervisor, _ = built
-    killed = subprocess.run([str(supervisor), "--", sys.executable, "-c", "import os; os.kill(os.getpid(), 15)"],
-                            capture_output=True, text=True, timeout=60)
+    killed = subprocess.run(
+        [str(supervisor), "--", sys.executable, "-c", "import os; os.kill(os.getpid(), 15)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert killed.returncode == -signal.SIGTERM
 
 
-@pytest.mark.parametrize("argv", [["-r", "oops", "--", "true"], ["--", ], ["-x", "1", "--", "true"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-r", "oops", "--", "true"],
+        [
+            "--",
+        ],
+        ["-x", "1", "--", "true"],
+    ],
+)
 def test_a_bad_command_line_is_one_line_exit_2(built: tuple[Path, Path], argv: list[str]) -> None:
     p = subprocess.run([str(built[0]), *argv], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
 
 
 def test_a_missing_program_is_one_line_exit_127(built: tuple[Path, Path], tmp_path: Path) -> None:
-    p = subprocess.run([str(built[0]), "-l", str(tmp_path / "log"), "--", str(tmp_path / "nothing")],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [str(built[0]), "-l", str(tmp_path / "log"), "--", str(tmp_path / "nothing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 127 and "nothing" in p.stderr and len(p.stderr.strip().splitlines()) == 1

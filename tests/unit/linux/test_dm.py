@@ -2,6 +2,7 @@
 log-writes messages, errors) where there is root and device-mapper.  This host's kernel may lack
 device-mapper: tests/vm/test_replay_real.py::test_dm_snapshot_provider_in_guest runs this module in
 a guest VM, where the device tests must pass, not skip."""
+
 from __future__ import annotations
 
 import errno
@@ -24,7 +25,9 @@ def _dm_missing() -> str | None:
     if os.geteuid() != 0:
         return "needs root"
     if not dm.dm_available(("dm-snapshot",)):
-        return "this kernel has no device-mapper (tests/vm/test_replay_real.py runs these in a guest)"
+        return (
+            "this kernel has no device-mapper (tests/vm/test_replay_real.py runs these in a guest)"
+        )
     return None
 
 
@@ -44,7 +47,9 @@ def test_ioctl_numbers_match_linux_header() -> None:
 def test_header_fields() -> None:
     buf = dm.header("pc-x", flags=dm.READONLY_FLAG, size=4096)
     version = struct.unpack_from("<3I", buf, 0)
-    data_size, data_start, count, open_count, flags, event_nr, _pad, dev = struct.unpack_from("<IIIiIIIQ", buf, 12)
+    data_size, data_start, count, open_count, flags, event_nr, _pad, dev = struct.unpack_from(
+        "<IIIiIIIQ", buf, 12
+    )
     assert version == (4, 0, 0) and data_size == len(buf) == 4096 and data_start == 312
     assert (count, open_count, flags, event_nr, dev) == (0, 0, dm.READONLY_FLAG, 0, 0)
     assert bytes(buf[48:53]) == b"pc-x\0" and bytes(buf[176:312]) == bytes(136)  # uuid + data: zero
@@ -52,7 +57,11 @@ def test_header_fields() -> None:
 
 
 def test_table_layout_is_8_byte_aligned() -> None:
-    table = [(0, 100, "linear", "/dev/loop0 0"), (100, 28, "error", ""), (128, 8, "snapshot", "7:1 7:2 N 8")]
+    table = [
+        (0, 100, "linear", "/dev/loop0 0"),
+        (100, 28, "error", ""),
+        (128, 8, "snapshot", "7:1 7:2 N 8"),
+    ]
     buf = dm.table_buffer("pc-t", table, readonly=True)
     data_size, data_start, count, _oc, flags = struct.unpack_from("<IIIiI", buf, 12)
     assert data_size == len(buf) and data_size % 8 == 0 and (data_start, count) == (312, 3)
@@ -62,7 +71,7 @@ def test_table_layout_is_8_byte_aligned() -> None:
         s, n, status, nxt, ttype = dm.SPEC.unpack_from(buf, pos)
         assert (s, n, status, ttype.rstrip(b"\0").decode()) == (start, length, 0, kind)
         body = pos + 40
-        assert bytes(buf[body:body + len(params) + 1]) == params.encode() + b"\0"
+        assert bytes(buf[body : body + len(params) + 1]) == params.encode() + b"\0"
         assert nxt % 8 == 0 and nxt >= 40 + len(params) + 1 and nxt - (40 + len(params) + 1) < 8
         seen.append(nxt)
         pos += nxt
@@ -100,13 +109,17 @@ def _answer(data: bytes, count: int = 0, flags: int = 0) -> bytearray:
 def test_parse_status_follows_next_from_the_data_start() -> None:
     one = dm.SPEC.pack(0, 64, 0, 56, b"snapshot") + b"16/128 16\0".ljust(16, b"\0")
     two = dm.SPEC.pack(64, 64, 0, 0, b"linear") + b"\0" + bytes(7)
-    assert len(one) == 56  # the kernel's next for the 2nd spec: 56 from the data start (= from spec 1)
+    assert (
+        len(one) == 56
+    )  # the kernel's next for the 2nd spec: 56 from the data start (= from spec 1)
     buf = _answer(one + two, count=2)
     assert dm.parse_status(buf) == ["0 64 snapshot 16/128 16", "64 64 linear"]
 
 
 def test_parse_name_list() -> None:
-    a = struct.pack("<QI", (253 << 8) | 1, 24) + b"pc-a\0".ljust(12, b"\0")  # next: from this record
+    a = struct.pack("<QI", (253 << 8) | 1, 24) + b"pc-a\0".ljust(
+        12, b"\0"
+    )  # next: from this record
     b = struct.pack("<QI", (253 << 8) | 2, 0) + b"pc-b\0"
     got = dm.parse_name_list(_answer(a + b))
     assert [(d.name, d.major, d.minor) for d in got] == [("pc-a", 253, 1), ("pc-b", 253, 2)]
@@ -116,6 +129,7 @@ def test_parse_name_list() -> None:
 def test_decode_dev() -> None:
     def encode(major: int, minor: int) -> int:  # the kernel's new_encode_dev
         return (minor & 0xFF) | (major << 8) | ((minor & ~0xFF) << 12)
+
     for major, minor in ((253, 0), (253, 300), (7, 70000), (4095, 0xFFFFF)):
         assert dm.decode_dev(encode(major, minor)) == (major, minor)
 
@@ -214,13 +228,17 @@ def test_create_errors_leave_nothing(loop: LoopDevice, tmp_path: Path) -> None:
         with pytest.raises(dm.DmError, match=f"DEV_CREATE on {name}: E") as ei:
             dm.create(name, [(0, 8, "linear", f"{loop.path} 0")])
         assert ei.value.errno in (errno.EBUSY, errno.EEXIST)
-        assert dm.status(name, table=True) == [f"0 8 linear {_majmin(loop.path)} 0"]  # the first one is intact
+        assert dm.status(name, table=True) == [
+            f"0 8 linear {_majmin(loop.path)} 0"
+        ]  # the first one is intact
     finally:
         dm.remove(name)
 
 
 @needs_dm
-def test_node_made_without_udev_or_devtmpfs(loop: LoopDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_node_made_without_udev_or_devtmpfs(
+    loop: LoopDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Neither /dev/mapper/NAME nor /dev/dm-N usable: create makes /dev/mapper/NAME, remove drops it."""
     monkeypatch.setattr(dm, "_is_node", lambda path, rdev: False)
     name = _name("mknod")
@@ -247,7 +265,9 @@ def test_snapshot_target(tmp_path: Path) -> None:
             assert _read(origin.path, 8192, 4096) == b"O" * 4096
             (line,) = dm.status(name)
             start, length, kind, used = line.split()[:4]
-            assert (start, length, kind) == ("0", "2048", "snapshot") and int(used.split("/")[0]) > 0
+            assert (start, length, kind) == ("0", "2048", "snapshot") and int(
+                used.split("/")[0]
+            ) > 0
         finally:
             dm.remove(name)
     finally:

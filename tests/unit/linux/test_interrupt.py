@@ -1,5 +1,6 @@
 """interrupt.py: a first signal becomes Interrupted (cleanup runs, children are killed, exit
 128+signum); a second one during a slow cleanup kills every child group and exits at once."""
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,9 @@ except KeyboardInterrupt as e:
 
 
 def _start(cleanup_s: float) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(cleanup_s)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(cleanup_s)], stdout=subprocess.PIPE, text=True
+    )
     child = int(proc.stdout.readline())
     return proc, child
 

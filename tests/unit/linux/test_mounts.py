@@ -2,6 +2,7 @@
 (octal escapes, optional fields, unmount order), and -- as root, with loop devices -- a real ext4
 image mounted, found, refused, kept busy and unmounted; the guest's mount table (vm-images/mounts.txt)
 parsed, refused line by line, and walked for each kind of kernel command line."""
+
 from __future__ import annotations
 
 import errno
@@ -33,22 +34,42 @@ from powercut.linux.mounts import (
 
 
 # -- option words ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("opts, readonly, flags, data", [
-    ("", False, 0, ""),
-    ("", True, MS_RDONLY, ""),
-    ("ro", False, MS_RDONLY, ""),
-    ("ro,rw", False, 0, ""),
-    ("rw", True, 0, ""),
-    ("nosuid,nodev,noexec,sync,dirsync", False, MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_SYNCHRONOUS | MS_DIRSYNC, ""),
-    ("noatime,nodiratime", False, MS_NOATIME | MS_NODIRATIME, ""),
-    ("relatime,lazytime,mand", False, MS_RELATIME | MS_LAZYTIME | MS_MANDLOCK, ""),
-    ("strictatime,sync,async", False, MS_STRICTATIME, ""),
-    ("nouuid,norecovery", True, MS_RDONLY, "nouuid,norecovery"),
-    ("noatime,data=writeback,ro,errors=remount-ro", False, MS_NOATIME | MS_RDONLY, "data=writeback,errors=remount-ro"),
-    ("defaults,noauto,nofail,x-systemd.device-timeout=1,user_xattr", False, 0, "user_xattr"),
-    (' context="system_u:object_r:tmp_t:s0,c1" , noexec', False, MS_NOEXEC, 'context="system_u:object_r:tmp_t:s0,c1"'),
-])
-def test_options_split_into_flags_and_data(opts: str, readonly: bool, flags: int, data: str) -> None:
+@pytest.mark.parametrize(
+    "opts, readonly, flags, data",
+    [
+        ("", False, 0, ""),
+        ("", True, MS_RDONLY, ""),
+        ("ro", False, MS_RDONLY, ""),
+        ("ro,rw", False, 0, ""),
+        ("rw", True, 0, ""),
+        (
+            "nosuid,nodev,noexec,sync,dirsync",
+            False,
+            MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_SYNCHRONOUS | MS_DIRSYNC,
+            "",
+        ),
+        ("noatime,nodiratime", False, MS_NOATIME | MS_NODIRATIME, ""),
+        ("relatime,lazytime,mand", False, MS_RELATIME | MS_LAZYTIME | MS_MANDLOCK, ""),
+        ("strictatime,sync,async", False, MS_STRICTATIME, ""),
+        ("nouuid,norecovery", True, MS_RDONLY, "nouuid,norecovery"),
+        (
+            "noatime,data=writeback,ro,errors=remount-ro",
+            False,
+            MS_NOATIME | MS_RDONLY,
+            "data=writeback,errors=remount-ro",
+        ),
+        ("defaults,noauto,nofail,x-systemd.device-timeout=1,user_xattr", False, 0, "user_xattr"),
+        (
+            ' context="system_u:object_r:tmp_t:s0,c1" , noexec',
+            False,
+            MS_NOEXEC,
+            'context="system_u:object_r:tmp_t:s0,c1"',
+        ),
+    ],
+)
+def test_options_split_into_flags_and_data(
+    opts: str, readonly: bool, flags: int, data: str
+) -> None:
     assert parse_options(opts, readonly=readonly) == (flags, data)
 
 
@@ -88,7 +109,13 @@ def test_mounts_under_deepest_and_last_stacked_first() -> None:
     table = mounts.parse_mountinfo(INFO)
     got = [(m.mount_id, m.target) for m in mounts.mounts_under("/work/a b", table)]
     assert got == [(34, "/work/a b/tab\tx\\y"), (32, "/work/a b/tab\tx\\y"), (31, "/work/a b")]
-    assert [m.mount_id for m in mounts.mounts_under("/work", table)] == [34, 32, 33, 31, 30]  # same depth: later first
+    assert [m.mount_id for m in mounts.mounts_under("/work", table)] == [
+        34,
+        32,
+        33,
+        31,
+        30,
+    ]  # same depth: later first
     assert mounts.mounts_under("/work/a b/nothing-here", table) == []
 
 
@@ -102,7 +129,9 @@ def test_umount_of_a_non_mount(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root (umount2 answers EPERM otherwise)")
     assert mounts.umount(tmp_path, missing_ok=True) == "not-mounted"
-    with pytest.raises(mounts.MountError, match=f"umount\\(2\\) of {tmp_path}: Invalid argument") as ei:
+    with pytest.raises(
+        mounts.MountError, match=f"umount\\(2\\) of {tmp_path}: Invalid argument"
+    ) as ei:
         mounts.umount(tmp_path)
     assert ei.value.errno == errno.EINVAL and isinstance(ei.value, PowercutError)
 
@@ -127,7 +156,9 @@ def test_mount_find_and_umount_ext4(ext4_loop: str, tmp_path: Path) -> None:
     try:
         (m,) = mounts.mounts_under(tmp_path)
         assert (m.target, m.fstype, m.source) == (str(mnt), "ext4", ext4_loop)
-        assert {"noatime", "nodev"} <= set(m.options.split(",")) and "data=writeback" in m.super_options
+        assert {"noatime", "nodev"} <= set(
+            m.options.split(",")
+        ) and "data=writeback" in m.super_options
         (mnt / "f").write_text("x")
     finally:
         assert mounts.umount(mnt) == "unmounted"
@@ -150,7 +181,10 @@ def test_mount_errors_are_one_line(ext4_loop: str, tmp_path: Path) -> None:
         mounts.mount(ext4_loop, tmp_path, "ext4", "ro,bogus_option_xyz")
     msg = str(ei.value)
     assert msg == ei.value.one_line() and ei.value.errno == errno.EINVAL
-    assert msg == f"mount(2) of {ext4_loop} as ext4 on {tmp_path} (-o ro,bogus_option_xyz): Invalid argument"
+    assert (
+        msg
+        == f"mount(2) of {ext4_loop} as ext4 on {tmp_path} (-o ro,bogus_option_xyz): Invalid argument"
+    )
     with pytest.raises(mounts.MountError, match="as xfs on"):
         mounts.mount(ext4_loop, tmp_path, "xfs")
     assert mounts.mounts_under(tmp_path) == []
@@ -160,7 +194,9 @@ def test_busy_umount_retries_then_detaches(ext4_loop: str, tmp_path: Path) -> No
     mounts.mount(ext4_loop, tmp_path, "ext4")
     held = open(tmp_path / "held", "w")
     try:
-        with pytest.raises(mounts.MountError, match="Device or resource busy \\(after 2 attempts\\)"):
+        with pytest.raises(
+            mounts.MountError, match="Device or resource busy \\(after 2 attempts\\)"
+        ):
             mounts.umount(tmp_path, attempts=2, lazy_fallback=False)
         assert len(mounts.mounts_under(tmp_path)) == 1
         assert mounts.umount(tmp_path, attempts=2) == "detached"
@@ -191,13 +227,25 @@ def test_guest_table_rows_and_9p_options() -> None:
     assert rows[2] == mounts.TableRow("kept", "/run/hosttmp%", "/tmp%", "bind", "ro")
 
 
-@pytest.mark.parametrize("text, why", [
-    ("9p-options o\nsometimes proc /proc proc -\n", "line 2: 'sometimes proc /proc proc -' is not"),
-    ("9p-options o\nalways proc /proc proc\n", "line 2: 'always proc /proc proc' is not"),
-    ("always proc /proc proc -\n9p-options o\n", "line 2: '9p-options o' is not"),   # after a mount
-    ("always proc proc proc -\n", "line 1: the target must be absolute"),
-    ("always hostroot / 9p ro\n9p-options o\n", "line 1: the target must be absolute, and a 9p share comes after"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        (
+            "9p-options o\nsometimes proc /proc proc -\n",
+            "line 2: 'sometimes proc /proc proc -' is not",
+        ),
+        ("9p-options o\nalways proc /proc proc\n", "line 2: 'always proc /proc proc' is not"),
+        (
+            "always proc /proc proc -\n9p-options o\n",
+            "line 2: '9p-options o' is not",
+        ),  # after a mount
+        ("always proc proc proc -\n", "line 1: the target must be absolute"),
+        (
+            "always hostroot / 9p ro\n9p-options o\n",
+            "line 1: the target must be absolute, and a 9p share comes after",
+        ),
+    ],
+)
 def test_a_bad_guest_table_line_is_named(text: str, why: str) -> None:
     with pytest.raises(ImageError, match=re.escape(why)):
         mounts.parse_guest_table(text)
@@ -206,24 +254,40 @@ def test_a_bad_guest_table_line_is_named(text: str, why: str) -> None:
 def test_guest_mounts_under_a_root_for_each_command_line() -> None:
     gm = mounts.GuestMount
     bare = mounts.guest_mounts(TABLE, "/r", {})
-    assert bare == [gm("hostroot", "/r", "9p", "trans=virtio,msize=4096,ro,cache=loose"),
-                    gm("", "/r/run/mnt", "", ""),
-                    gm("configfs", "/r/sys/kernel/config", "configfs", "", optional=True)]
-    full = mounts.guest_mounts(TABLE, "/r", {"powercut.transport": "virtiofs",
-                                             "powercut.keep": "/tmp/a,/opt/b,/tmp/c/d", "powercut.mount": "x,y"})
-    assert full == [gm("hostroot", "/r", "virtiofs", "ro"),
-                    gm("/r/tmp", "/r/run/hosttmp", "none", "bind"),
-                    gm("/r/run/hosttmp/a", "/r/tmp/a", "none", "bind,ro"),
-                    gm("/r/run/hosttmp/c/d", "/r/tmp/c/d", "none", "bind,ro"),
-                    gm("", "/r/run/mnt", "", ""),
-                    gm("x", "/r/run/shares/x", "virtiofs", "ro"),
-                    gm("y", "/r/run/shares/y", "virtiofs", "ro"),
-                    gm("configfs", "/r/sys/kernel/config", "configfs", "", optional=True)]
+    assert bare == [
+        gm("hostroot", "/r", "9p", "trans=virtio,msize=4096,ro,cache=loose"),
+        gm("", "/r/run/mnt", "", ""),
+        gm("configfs", "/r/sys/kernel/config", "configfs", "", optional=True),
+    ]
+    full = mounts.guest_mounts(
+        TABLE,
+        "/r",
+        {
+            "powercut.transport": "virtiofs",
+            "powercut.keep": "/tmp/a,/opt/b,/tmp/c/d",
+            "powercut.mount": "x,y",
+        },
+    )
+    assert full == [
+        gm("hostroot", "/r", "virtiofs", "ro"),
+        gm("/r/tmp", "/r/run/hosttmp", "none", "bind"),
+        gm("/r/run/hosttmp/a", "/r/tmp/a", "none", "bind,ro"),
+        gm("/r/run/hosttmp/c/d", "/r/tmp/c/d", "none", "bind,ro"),
+        gm("", "/r/run/mnt", "", ""),
+        gm("x", "/r/run/shares/x", "virtiofs", "ro"),
+        gm("y", "/r/run/shares/y", "virtiofs", "ro"),
+        gm("configfs", "/r/sys/kernel/config", "configfs", "", optional=True),
+    ]
     # keep names nothing under /tmp: no bind at all
     assert len(mounts.guest_mounts(TABLE, "/r", {"powercut.keep": "/opt/b"})) == len(bare)
 
 
 def test_the_guest_table_of_the_image_parses() -> None:
     from importlib import resources
-    ninep, rows = mounts.parse_guest_table(resources.files("powercut.images").joinpath("mounts.txt").read_text())
-    assert ninep.startswith("trans=virtio,") and rows[0].source == "hostroot" and rows[0].target == "/"
+
+    ninep, rows = mounts.parse_guest_table(
+        resources.files("powercut.images").joinpath("mounts.txt").read_text()
+    )
+    assert (
+        ninep.startswith("trans=virtio,") and rows[0].source == "hostroot" and rows[0].target == "/"
+    )

@@ -1,5 +1,6 @@
 """The Debian packages powercut needs: one list (linux/packages.py), what apt-get would run for the
 missing ones, the one-line errors, and ci/setup.sh keeping no list of its own."""
+
 from __future__ import annotations
 
 import re
@@ -19,9 +20,18 @@ def test_groups_partition_the_one_list() -> None:
     every = names(packages.GROUPS)
     assert len(every) == len(set(every)) == len(packages.PACKAGES)
     crash = names(("crash",))
-    assert {"qemu-system-x86", "e2fsprogs", "xfsprogs", "btrfs-progs", "busybox-static", "strace"} <= set(crash)
+    assert {
+        "qemu-system-x86",
+        "e2fsprogs",
+        "xfsprogs",
+        "btrfs-progs",
+        "busybox-static",
+        "strace",
+    } <= set(crash)
     assert set(names()) == set(crash) | set(names(("bench",)))
-    assert "postgresql" in every and "postgresql" not in names()   # the dev group is powercut's own tests'
+    assert (
+        "postgresql" in every and "postgresql" not in names()
+    )  # the dev group is powercut's own tests'
     with pytest.raises(ValueError, match="unknown package group"):
         names(("nope",))
 
@@ -35,8 +45,10 @@ def test_plan_installs_only_what_is_missing_after_an_update_when_there_are_no_li
 
 
 def test_dpkg_query_output() -> None:
-    text = ("qemu-system-x86 install ok installed\nfio deinstall ok config-files\n"
-            "libc6:amd64 install ok installed\nstrace unknown ok not-installed\n")
+    text = (
+        "qemu-system-x86 install ok installed\nfio deinstall ok config-files\n"
+        "libc6:amd64 install ok installed\nstrace unknown ok not-installed\n"
+    )
     assert parse_dpkg_query(text) == {"qemu-system-x86", "libc6"}
 
 
@@ -49,6 +61,7 @@ def apt(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
         ran.append(argv)
         if "fail-once" in argv and sum("fail-once" in a for a in ran) == 1:
             raise InstallError("apt-get install exited 100:\nE: stale lists")
+
     monkeypatch.setattr(packages, "_run", run)
     monkeypatch.setattr(packages, "apt_ready", lambda: None)
     monkeypatch.setattr(packages, "have_lists", lambda lists_dir="": True)
@@ -74,7 +87,9 @@ def test_dry_run_runs_nothing(apt: list) -> None:
 
 def test_no_apt_get_or_no_root_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(packages.shutil, "which", lambda tool: None)
-    with pytest.raises(InstallError, match="no apt-get here: powercut setup installs Debian/Ubuntu packages"):
+    with pytest.raises(
+        InstallError, match="no apt-get here: powercut setup installs Debian/Ubuntu packages"
+    ):
         packages.apt_ready()
     monkeypatch.setattr(packages.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     monkeypatch.setattr(packages.os, "geteuid", lambda: 1000)
@@ -84,14 +99,23 @@ def test_no_apt_get_or_no_root_is_one_clear_error(monkeypatch: pytest.MonkeyPatc
 
 def test_runs_as_a_script_before_powercut_is_installed() -> None:
     """ci/setup.sh runs the file itself (standard library only), from the checkout."""
-    out = subprocess.run([sys.executable, "-S", str(ROOT / "harness" / "linux" / "packages.py"), "--dev", "--list"],
-                         capture_output=True, text=True, cwd="/", check=True)
+    out = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "harness" / "linux" / "packages.py"), "--dev", "--list"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        check=True,
+    )
     assert out.stdout.split() == names(packages.GROUPS)
 
 
 def test_ci_setup_keeps_no_list_of_its_own() -> None:
     text = (ROOT / "ci" / "setup.sh").read_text()
-    code = "\n".join(line.split("#")[0] for line in text.splitlines())   # the comments may name a package
+    code = "\n".join(
+        line.split("#")[0] for line in text.splitlines()
+    )  # the comments may name a package
     assert "harness/linux/packages.py --dev" in text and "powercut.cli setup" in text
-    listed = [p for p in names(packages.GROUPS) if re.search(rf"(?<![\w/-]){re.escape(p)}(?![\w-])", code)]
+    listed = [
+        p for p in names(packages.GROUPS) if re.search(rf"(?<![\w/-]){re.escape(p)}(?![\w-])", code)
+    ]
     assert listed == [], f"ci/setup.sh names Debian packages of its own: {listed}"

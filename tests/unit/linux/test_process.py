@@ -1,5 +1,6 @@
 """process.py: timeouts kill the whole process group, results carry duration and timed-out,
 errors carry a copy-pasteable argv, the live-group registry feeds the interrupt handler."""
+
 from __future__ import annotations
 
 import os
@@ -70,7 +71,9 @@ def test_a_finished_command_leaves_no_background_child(path: str, tmp_path: Path
 
 
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no os.pidfd_open on this platform")
-def test_waiting_after_the_pipes_close_does_not_poll_with_sleeps(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_waiting_after_the_pipes_close_does_not_poll_with_sleeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # the child closes its pipes at once and exits 0.3 s later: subprocess's own wait(timeout)
     # would poll waitpid with sleeps (1 ms, 2, 4...); the pidfd wait returns when it exits
     sleeps: list[float] = []
@@ -118,7 +121,9 @@ def test_text_output_has_universal_newlines_and_bytes_stay_bytes(path: str) -> N
     assert (raw.stdout, raw.stderr) == (b"a\r\nb\rc\n", b"e\r\n")
 
 
-def test_the_child_reads_an_empty_stdin_and_is_registered_while_it_runs(path: str, tmp_path: Path) -> None:
+def test_the_child_reads_an_empty_stdin_and_is_registered_while_it_runs(
+    path: str, tmp_path: Path
+) -> None:
     seen: list[list[int]] = []
     real = process._register
     process_register = lambda pid: (real(pid), seen.append(process.live_groups()))  # noqa: E731
@@ -134,7 +139,9 @@ def test_a_large_output_is_read_whole(path: str) -> None:
     assert len(res.stdout) == 3_000_000 and set(res.stdout) == {"x"}
 
 
-def test_the_program_is_found_on_the_childs_path_and_a_bad_one_is_one_line(path: str, tmp_path: Path) -> None:
+def test_the_program_is_found_on_the_childs_path_and_a_bad_one_is_one_line(
+    path: str, tmp_path: Path
+) -> None:
     tool = tmp_path / "bin" / "only-here"
     tool.parent.mkdir()
     tool.write_text("#!/bin/sh\necho found\n")
@@ -149,9 +156,12 @@ def test_the_program_is_found_on_the_childs_path_and_a_bad_one_is_one_line(path:
 
 
 @pytest.mark.skipif(not process._lean[0], reason="no pidfd_open/memfd_create/posix_spawn here")
-def test_without_a_pidfd_the_lean_path_polls_and_still_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_pidfd_the_lean_path_polls_and_still_times_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def no_pidfd(pid: int) -> int:
         raise OSError(38, "Function not implemented")
+
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     assert process.run(["sh", "-c", "sleep 0.2; exit 5"], timeout=10, check=False).returncode == 5
     t = time.monotonic()
@@ -195,8 +205,9 @@ def _child_reports(out: str) -> int:
 
 def test_forked_runs_a_function_with_its_own_cwd_env_and_output(tmp_path: Path) -> None:
     with open(tmp_path / "o", "w") as so, open(tmp_path / "e", "w") as se:
-        with process.Forked(lambda: _child_reports("x"), stdout=so, stderr=se, env={"ONLY": "1"},
-                            cwd=str(tmp_path)) as p:
+        with process.Forked(
+            lambda: _child_reports("x"), stdout=so, stderr=se, env={"ONLY": "1"}, cwd=str(tmp_path)
+        ) as p:
             assert p.wait(30) == 7
     assert (tmp_path / "o").read_text().split() == [str(tmp_path), "1", "None", "True"]
 
@@ -217,7 +228,9 @@ def test_forked_exceptions_and_exits_become_exit_codes(tmp_path: Path) -> None:
 
 def test_forked_timeout_returns_none_and_kill_takes_its_group(tmp_path: Path) -> None:
     def sleeper() -> int:
-        return process.Spawned(["sleep", "60"]).wait(None) or 0   # a grandchild: killed with the group
+        return (
+            process.Spawned(["sleep", "60"]).wait(None) or 0
+        )  # a grandchild: killed with the group
 
     with open(tmp_path / "o", "w") as so, open(tmp_path / "e", "w") as se:
         p = process.Forked(sleeper, stdout=so, stderr=se, env=dict(os.environ), cwd=str(tmp_path))

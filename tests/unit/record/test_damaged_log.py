@@ -2,6 +2,7 @@
 an entry boundary before the first ack (its states would all pass), cut to the superblock alone, cut
 mid-entry, an entry header corrupted, another recording's log copied in, and no state to judge.
 Each is one line and exit 1 from ``check`` and ``replay``, before any VM boots."""
+
 from __future__ import annotations
 
 import shutil
@@ -32,9 +33,13 @@ def _make(d: Path, commits: int = 2, payload: bytes = b"x") -> Path:
             w.flush()
             w.mark(f"ack:{i}")
         w.mark(END_MARK)
-    manifest = {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
-                "data": {"size_bytes": 1 << 20, "final": "data-final.img", "initial": "zeros"},
-                "fs": {"fstype": "ext4"}, "workload": {"cmd": "true"}}
+    manifest = {
+        "recording": {"format": 1, "status": "ok"},
+        "log": {"file": "log.bin"},
+        "data": {"size_bytes": 1 << 20, "final": "data-final.img", "initial": "zeros"},
+        "fs": {"fstype": "ext4"},
+        "workload": {"cmd": "true"},
+    }
     manifest["log"].update(recording.pin_log(d / "log.bin"))
     recording.write(d, manifest)
     return d
@@ -85,13 +90,13 @@ def test_a_corrupted_entry_header_is_refused_not_a_finding(rec: Path) -> None:
     off = _header_offset(rec, lambda e: e.mark == "begin:1")
     with open(rec / "log.bin", "r+b") as f:
         f.seek(off + 16)
-        f.write((0xFF00).to_bytes(8, "little"))   # unknown flags
+        f.write((0xFF00).to_bytes(8, "little"))  # unknown flags
     with pytest.raises(BadRecording, match="is damaged"):
         recording.verify_log(recording.load(rec))
 
 
 def test_another_recordings_log_is_refused(rec: Path, tmp_path: Path) -> None:
-    other = _make(tmp_path / "other", payload=b"y")          # same shape, other content
+    other = _make(tmp_path / "other", payload=b"y")  # same shape, other content
     shutil.copy(other / "log.bin", rec / "log.bin")
     with pytest.raises(BadRecording, match="sha256 differs"):
         recording.verify_log(recording.load(rec))
@@ -100,13 +105,23 @@ def test_another_recordings_log_is_refused(rec: Path, tmp_path: Path) -> None:
 def test_a_log_without_the_teardown_mark_is_refused(tmp_path: Path) -> None:
     d = tmp_path / "old"
     d.mkdir()
-    with LogWriter(d / "log.bin") as w:   # an old recording (no pin): the guest's count and the end mark
+    with LogWriter(
+        d / "log.bin"
+    ) as w:  # an old recording (no pin): the guest's count and the end mark
         w.write(0, b"x" * SS)
         w.flush()
         w.mark("mkfs")
-    recording.write(d, {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
-                        "data": {"size_bytes": 1 << 20, "final": "f", "initial": "zeros"},
-                        "fs": {"fstype": "ext4"}, "workload": {}, "result": {"logged_entries": 2}})
+    recording.write(
+        d,
+        {
+            "recording": {"format": 1, "status": "ok"},
+            "log": {"file": "log.bin"},
+            "data": {"size_bytes": 1 << 20, "final": "f", "initial": "zeros"},
+            "fs": {"fstype": "ext4"},
+            "workload": {},
+            "result": {"logged_entries": 2},
+        },
+    )
     with pytest.raises(BadRecording, match="teardown mark"):
         recording.verify_log(recording.load(d))
 
@@ -130,19 +145,45 @@ def test_no_state_to_judge_is_not_a_pass(tmp_path: Path) -> None:
         run_campaign(d, CampaignSpec.of(check_in="vm", models=("flush",)), tmp_path / "out")
 
 
-@pytest.mark.parametrize("argv", [["check", "{rec}", "--check-in", "vm"], ["replay", "{rec}", "--state", "flush@3", "-o", "{out}"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "{rec}", "--check-in", "vm"],
+        ["replay", "{rec}", "--state", "flush@3", "-o", "{out}"],
+    ],
+)
 def test_the_cli_says_one_line_and_exits_1(rec: Path, tmp_path: Path, argv: list[str]) -> None:
     _truncate(rec / "log.bin", SS)
     args = [a.format(rec=rec, out=tmp_path / "img") for a in argv]
-    p = subprocess.run([sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "powercut.cli", *args], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert len(p.stderr.rstrip("\n").splitlines()) == 1 and "log.bin" in p.stderr and "record again" in p.stderr
+    assert (
+        len(p.stderr.rstrip("\n").splitlines()) == 1
+        and "log.bin" in p.stderr
+        and "record again" in p.stderr
+    )
     assert not (tmp_path / "img").exists()
 
 
 def test_replay_refuses_to_overwrite_the_recordings_own_log(rec: Path) -> None:
     before = (rec / "log.bin").read_bytes()
-    p = subprocess.run([sys.executable, "-m", "powercut.cli", "replay", str(rec), "--state", "flush@3", "-o", str(rec / "log.bin")],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "powercut.cli",
+            "replay",
+            str(rec),
+            "--state",
+            "flush@3",
+            "-o",
+            str(rec / "log.bin"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode != 0 and "own file" in p.stderr and "Traceback" not in p.stderr
     assert (rec / "log.bin").read_bytes() == before

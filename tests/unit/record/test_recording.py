@@ -1,4 +1,5 @@
 """recording.py: a manifest is validated on load; each missing or garbled key is one clear line."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,9 +9,13 @@ import pytest
 from powercut.errors import BadRecording, UsageError
 from powercut.record import recording
 
-GOOD = {"recording": {"format": 1, "status": "ok"}, "log": {"file": "log.bin"},
-        "data": {"size_bytes": 1 << 20, "final": "data-final.img", "initial": "zeros"},
-        "fs": {"fstype": "ext4", "mount_opts": "noatime"}, "workload": {"name": "append-fsync"}}
+GOOD = {
+    "recording": {"format": 1, "status": "ok"},
+    "log": {"file": "log.bin"},
+    "data": {"size_bytes": 1 << 20, "final": "data-final.img", "initial": "zeros"},
+    "fs": {"fstype": "ext4", "mount_opts": "noatime"},
+    "workload": {"name": "append-fsync"},
+}
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -21,7 +26,9 @@ def test_round_trip(tmp_path: Path) -> None:
     assert rec.workload_label == "append-fsync" and rec.require_ok() is rec
 
 
-@pytest.mark.parametrize("section,key", [(s, k) for s, keys in recording.REQUIRED.items() for k in keys])
+@pytest.mark.parametrize(
+    "section,key", [(s, k) for s, keys in recording.REQUIRED.items() for k in keys]
+)
 def test_missing_key_is_one_line(tmp_path: Path, section: str, key: str) -> None:
     m = {s: dict(v) for s, v in GOOD.items()}
     del m[section][key]
@@ -57,5 +64,7 @@ def test_unfinished_recording_is_refused_for_checking(tmp_path: Path) -> None:
     m = {s: dict(v) for s, v in GOOD.items()}
     m["recording"].update(status="interrupted", error="interrupted by SIGTERM")
     recording.write(tmp_path, m)
-    with pytest.raises(UsageError, match="did not finish \\(interrupted: interrupted by SIGTERM\\)"):
+    with pytest.raises(
+        UsageError, match="did not finish \\(interrupted: interrupted by SIGTERM\\)"
+    ):
         recording.load(tmp_path).require_ok()

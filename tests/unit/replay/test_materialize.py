@@ -4,6 +4,7 @@ models.durable_entries; discards read as zeros; replay_state rebuilds a state by
 gives one clear error.  A full disk needs root (skipped elsewhere).  The providers' own tests
 (every provider against the reference, XFS workspace, dm-snapshot) are in test_snapshot.py, which
 reuses this module's log builders."""
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,13 @@ from powercut.core.states.stateid import HONEST_MODELS, MODELS
 from powercut.errors import BadLog, BadRecording, PowercutError, UsageError
 from powercut.linux import process
 from powercut.linux.imageio import data_extents
-from powercut.replay.materialize import ReplayStats, materialize, plan, reference_image, replay_state
+from powercut.replay.materialize import (
+    ReplayStats,
+    materialize,
+    plan,
+    reference_image,
+    replay_state,
+)
 from powercut.replay.snapshot import Provider
 
 ROOT = os.geteuid() == 0
@@ -78,14 +85,35 @@ def random_ops(seed: int, n: int) -> list[tuple]:  # type: ignore[type-arg]
     return ops
 
 
-HAND = [("w", 0, 2, 0, 1), ("w", 4, 1, 0, 2), ("f", 0), ("m", "begin:a"), ("w", 0, 4, 0, 3), ("w", 8, 3, FUA, 4),
-        ("d", 1, 2), ("w", 2, 1, 0, 5), ("w", 20, 2, 1, 6), ("w", 1, 1, 0, 7), ("m", "ack:a"), ("f", FUA),
-        ("d", 0, 30), ("w", 3, 6, 0, 8), ("m", "ack:b")]
+HAND = [
+    ("w", 0, 2, 0, 1),
+    ("w", 4, 1, 0, 2),
+    ("f", 0),
+    ("m", "begin:a"),
+    ("w", 0, 4, 0, 3),
+    ("w", 8, 3, FUA, 4),
+    ("d", 1, 2),
+    ("w", 2, 1, 0, 5),
+    ("w", 20, 2, 1, 6),
+    ("w", 1, 1, 0, 7),
+    ("m", "ack:a"),
+    ("f", FUA),
+    ("d", 0, 30),
+    ("w", 3, 6, 0, 8),
+    ("m", "ack:b"),
+]
 LOGS = {"hand": HAND, "r1": random_ops(1, 40), "r2": random_ops(2, 60), "r3": random_ops(3, 25)}
 
 
-def check_all(idx: LogIndex, size: int, workspace: Path, provider: str | Provider, models=MODELS,
-              initial: Path | None = None, **kw) -> int:  # type: ignore[no-untyped-def]
+def check_all(
+    idx: LogIndex,
+    size: int,
+    workspace: Path,
+    provider: str | Provider,
+    models=MODELS,
+    initial: Path | None = None,
+    **kw,
+) -> int:  # type: ignore[no-untyped-def]
     """Materialize every state of the models; each image must equal the reference."""
     ref = workspace / "ref.img"
     n = 0
@@ -105,7 +133,9 @@ def check_all(idx: LogIndex, size: int, workspace: Path, provider: str | Provide
 
 # -- correctness on the copy provider (always available) -------------------------------------------------
 def test_every_state_matches_reference(small_log: LogIndex, tmp_path: Path) -> None:
-    n = check_all(small_log, NSECT * small_log.sectorsize, tmp_path, "copy", exhaustive_bound=6, samples=8)
+    n = check_all(
+        small_log, NSECT * small_log.sectorsize, tmp_path, "copy", exhaustive_bound=6, samples=8
+    )
     assert n > len(small_log)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("powercut-replay-")] == []
 
@@ -114,12 +144,16 @@ def test_plan_agrees_with_durable_entries(small_log: LogIndex) -> None:
     for model in MODELS:
         for state in enumerate_states(small_log, model, exhaustive_bound=6, samples=8):
             p = plan(small_log, state)
-            durable = list(with_lie(state, small_log.entries, durable_entries(small_log, state)))  # + a misdirected copy
-            prefix = [(e, None) for e in small_log.entries[:p.base] if e.changes_device]
+            durable = list(
+                with_lie(state, small_log.entries, durable_entries(small_log, state))
+            )  # + a misdirected copy
+            prefix = [(e, None) for e in small_log.entries[: p.base] if e.changes_device]
             assert durable == prefix + list(p.extras), state.id
             if model in ("no-cache", "flush"):
                 assert p.base == state.cut and not p.extras
-            if model == "torn":  # the torn write (or an earlier dropped one) is where the clone starts
+            if (
+                model == "torn"
+            ):  # the torn write (or an earlier dropped one) is where the clone starts
                 assert p.base == min([i for i, _ in state.torn] + list(state.dropped))
                 assert sum(sectors is not None for _, sectors in p.extras) == 1
 
@@ -127,17 +161,27 @@ def test_plan_agrees_with_durable_entries(small_log: LogIndex) -> None:
 def test_extras_bounded_by_epoch(tmp_path: Path) -> None:
     """The work per state (extras) depends on the epoch, not on how long the log is."""
     ops = [("w", i % 50, 1, 0, i) for i in range(2000)] + [("f", 0)]
-    ops += [("w", 60, 1, 0, 1), ("w", 61, 1, 0, 2), ("w", 62, 2, FUA, 3), ("w", 64, 1, 0, 4), ("m", "ack:x")]
+    ops += [
+        ("w", 60, 1, 0, 1),
+        ("w", 61, 1, 0, 2),
+        ("w", 62, 2, FUA, 3),
+        ("w", 64, 1, 0, 4),
+        ("m", "ack:x"),
+    ]
     with build(tmp_path / "l.bin", ops, 512) as idx:
-        for model in HONEST_MODELS:   # a lie's extras: its commit's writes after it (test_lies.py)
+        for model in HONEST_MODELS:  # a lie's extras: its commit's writes after it (test_lies.py)
             for s in enumerate_states(idx, model):
                 if s.cut > 2001:
                     assert plan(idx, s).base >= 2000 and len(plan(idx, s).extras) <= 4, s.id
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 30), ss=st.sampled_from([512, 4096]))
-def test_property_random_logs(tmp_path_factory: pytest.TempPathFactory, seed: int, n: int, ss: int) -> None:
+def test_property_random_logs(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, n: int, ss: int
+) -> None:
     d = tmp_path_factory.mktemp("h")
     with build(d / "l.bin", random_ops(seed, n), ss) as idx:
         check_all(idx, NSECT * ss, d, "copy", exhaustive_bound=4, samples=4, seed=seed % 1000)
@@ -151,28 +195,37 @@ def test_initial_image(tmp_path: Path) -> None:
         check_all(idx, size, tmp_path, "copy", models=("no-cache", "write-cache"), initial=init)
         with pytest.raises(UsageError, match="has 10 bytes"):
             (tmp_path / "short.img").write_bytes(b"x" * 10)
-            materialize(idx, tmp_path / "short.img", size, enumerate_states(idx, "flush"), tmp_path, "copy")
+            materialize(
+                idx, tmp_path / "short.img", size, enumerate_states(idx, "flush"), tmp_path, "copy"
+            )
 
 
 def test_discard_replays_as_zeros_and_holes(tmp_path: Path) -> None:
     ss, size = 4096, 64 * 4096
-    with build(tmp_path / "l.bin", [("w", 0, 16, 0, 9), ("f", 0), ("d", 4, 8), ("m", "ack:1")], ss) as idx:
+    with build(
+        tmp_path / "l.bin", [("w", 0, 16, 0, 9), ("f", 0), ("d", 4, 8), ("m", "ack:1")], ss
+    ) as idx:
         states = enumerate_states(idx, "no-cache")
         for state, img in materialize(idx, None, size, states, tmp_path, "copy"):
             if state.cut >= 3:
                 data = img.read_bytes()
-                assert data[4 * ss:12 * ss] == bytes(8 * ss)
-                assert data[:4 * ss] != bytes(4 * ss) and data[12 * ss:16 * ss] != bytes(4 * ss)
+                assert data[4 * ss : 12 * ss] == bytes(8 * ss)
+                assert data[: 4 * ss] != bytes(4 * ss) and data[12 * ss : 16 * ss] != bytes(4 * ss)
                 with open(img, "rb") as f:  # the copy kept the punched hole
-                    assert all(not (o < 12 * ss and o + n > 4 * ss) for o, n in data_extents(f.fileno(), size))
+                    assert all(
+                        not (o < 12 * ss and o + n > 4 * ss)
+                        for o, n in data_extents(f.fileno(), size)
+                    )
         # write-cache: a dropped discard leaves the data, a kept one zeros it
         wc = {s.id: s for s in enumerate_states(idx, "write-cache")}
-        end = len(idx.entries)  # the end mark is not an ack: no cut of its own, the last cut is the end
+        end = len(
+            idx.entries
+        )  # the end mark is not an ack: no cut of its own, the last cut is the end
         kept = [s for s in wc.values() if s.cut == end and 2 not in s.dropped]
         gone = [s for s in wc.values() if s.cut == end and 2 in s.dropped]
         assert kept and gone
         for state, img in materialize(idx, None, size, kept + gone, tmp_path, "copy"):
-            zeros = img.read_bytes()[4 * ss:12 * ss] == bytes(8 * ss)
+            zeros = img.read_bytes()[4 * ss : 12 * ss] == bytes(8 * ss)
             assert zeros == (2 not in state.dropped), state.id
 
 
@@ -192,7 +245,9 @@ def test_walk_is_monotone_and_stats(tmp_path: Path) -> None:
     with build(tmp_path / "l.bin", LOGS["r2"], 512) as idx:
         states = enumerate_states(idx, "write-cache", exhaustive_bound=6, samples=8)
         stats = ReplayStats()
-        got = [s for s, _ in materialize(idx, None, NSECT * 512, states, tmp_path, "copy", stats=stats)]
+        got = [
+            s for s, _ in materialize(idx, None, NSECT * 512, states, tmp_path, "copy", stats=stats)
+        ]
         bases = [plan(idx, s).base for s in got]
         assert bases == sorted(bases) and sorted(s.id for s in got) == sorted(s.id for s in states)
         assert stats.states == len(states) and stats.walk_entries <= len(idx)
@@ -204,10 +259,13 @@ def fake_recording(d: Path, log_ops: list[tuple], ss: int, size: int) -> Path:  
     d.mkdir()
     build(d / "log.bin", log_ops, ss).close()
     (d / "data-final.img").write_bytes(b"")
-    manifest = {"recording": {"format": 1, "status": "ok"}, "fs": {"fstype": "ext4"},
-                "workload": {"name": "append-fsync"}, "data": {"initial": "zeros", "size_bytes": size,
-                                                               "final": "data-final.img"},
-                "log": {"file": "log.bin", "device_bytes": 0}}
+    manifest = {
+        "recording": {"format": 1, "status": "ok"},
+        "fs": {"fstype": "ext4"},
+        "workload": {"name": "append-fsync"},
+        "data": {"initial": "zeros", "size_bytes": size, "final": "data-final.img"},
+        "log": {"file": "log.bin", "device_bytes": 0},
+    }
     (d / "manifest.toml").write_text(tomli_w.dumps(manifest))
     return d
 
@@ -216,7 +274,9 @@ def test_replay_state_equals_walk(tmp_path: Path, ss: int) -> None:
     size = NSECT * ss
     rec = fake_recording(tmp_path / "rec", LOGS["r2"], ss, size)
     with open_log(rec / "log.bin") as idx:
-        states = [s for m in MODELS for s in enumerate_states(idx, m, exhaustive_bound=4, samples=4)]
+        states = [
+            s for m in MODELS for s in enumerate_states(idx, m, exhaustive_bound=4, samples=4)
+        ]
         walk = {s.id: sha(img) for s, img in materialize(idx, None, size, states, tmp_path, "copy")}
     for sid in sorted(walk)[::7] + [s.id for s in states if "/r" in s.id][:3]:
         out = replay_state(rec, sid, tmp_path / "one.img")
@@ -274,11 +334,13 @@ def test_corrupt_log_tail(tmp_path: Path) -> None:
         last = idx.entries[-2]
     raw = bytearray((tmp_path / "l.bin").read_bytes())
     hdr = last.data_offset - 512
-    raw[hdr + 16:hdr + 24] = (0xFF00).to_bytes(8, "little")  # unknown flags
+    raw[hdr + 16 : hdr + 24] = (0xFF00).to_bytes(8, "little")  # unknown flags
     (tmp_path / "l.bin").write_bytes(bytes(raw))
     with pytest.raises(BadLog):
         open_log(tmp_path / "l.bin", strict=True)
-    out = replay_state(tmp_path / "l.bin", f"no-cache@{n - 2}", tmp_path / "o.img", size=NSECT * 512)
+    out = replay_state(
+        tmp_path / "l.bin", f"no-cache@{n - 2}", tmp_path / "o.img", size=NSECT * 512
+    )
     assert out.is_file()
     with pytest.raises(UsageError, match="out of range"):
         replay_state(tmp_path / "l.bin", f"no-cache@{n}", tmp_path / "o.img", size=NSECT * 512)
@@ -291,7 +353,9 @@ def test_replay_state_full_disk(tmp_path: Path) -> None:
     mnt.mkdir()
     process.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], timeout=30)
     try:
-        rec = fake_recording(tmp_path / "rec", [("w", 0, 64, 0, 1), ("m", "ack:1")], 4096, 128 * 4096)
+        rec = fake_recording(
+            tmp_path / "rec", [("w", 0, 64, 0, 1), ("m", "ack:1")], 4096, 128 * 4096
+        )
         with pytest.raises(PowercutError) as ei:
             replay_state(rec, "no-cache@2", mnt / "o.img")
         msg = str(ei.value)

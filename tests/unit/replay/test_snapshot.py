@@ -3,6 +3,7 @@ provider that works here materializes the same bytes as the from-scratch referen
 native reflink or the XFS workspace; setup and teardown leave nothing behind.  Root-only parts (XFS
 workspace, reflink on XFS, dm-snapshot) skip when not root; dm-snapshot also needs a kernel with
 device-mapper (tests/vm/test_replay_real.py runs it in the guest VM when the host lacks it)."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,14 @@ from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.models import enumerate_states
 from powercut.errors import EnvironmentNotReady, UsageError
 from powercut.linux import dm, mounts
-from powercut.linux.imageio import data_extents, new_image, probe_reflink, punch_hole, pwrite_all, sparse_copy_fd
+from powercut.linux.imageio import (
+    data_extents,
+    new_image,
+    probe_reflink,
+    punch_hole,
+    pwrite_all,
+    sparse_copy_fd,
+)
 from powercut.replay.materialize import materialize, reference_image
 from powercut.replay.providers import choose_provider
 from powercut.replay.snapshot import CopyProvider, Provider, XfsWorkspaceProvider
@@ -58,7 +66,10 @@ def test_sparse_copy_keeps_holes_and_bytes(tmp_path: Path) -> None:
         os.close(fd)
         os.close(d)
     data = dst.read_bytes()
-    assert data[1 << 20:(1 << 20) + 8192] == b"a" * 8192 and data[6 << 20:(6 << 20) + 4096] == b"b" * 4096
+    assert (
+        data[1 << 20 : (1 << 20) + 8192] == b"a" * 8192
+        and data[6 << 20 : (6 << 20) + 4096] == b"b" * 4096
+    )
     assert data.count(0) == size - 8192 - 4096
 
 
@@ -69,7 +80,11 @@ def test_new_image_dense_and_sparse(tmp_path: Path) -> None:
         p = tmp_path / f"img-{dense}"
         os.close(new_image(p, 3 << 20, init, dense))
         data = p.read_bytes()
-        assert len(data) == 3 << 20 and data[:5000] == b"x" * 5000 and data[5000:] == bytes(len(data) - 5000)
+        assert (
+            len(data) == 3 << 20
+            and data[:5000] == b"x" * 5000
+            and data[5000:] == bytes(len(data) - 5000)
+        )
 
 
 def test_probe_reflink_names_the_reason(tmp_path: Path) -> None:
@@ -90,8 +105,17 @@ def xfs_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]
 
 
 @needs_root
-def test_xfs_workspace_provider(small_log: LogIndex, xfs_provider: Provider, tmp_path: Path) -> None:
-    assert check_all(small_log, NSECT * small_log.sectorsize, tmp_path, xfs_provider, exhaustive_bound=5, samples=4)
+def test_xfs_workspace_provider(
+    small_log: LogIndex, xfs_provider: Provider, tmp_path: Path
+) -> None:
+    assert check_all(
+        small_log,
+        NSECT * small_log.sectorsize,
+        tmp_path,
+        xfs_provider,
+        exhaustive_bound=5,
+        samples=4,
+    )
     assert [p.name for p in xfs_provider.workdir.iterdir() if p.suffix == ".img"] == []
 
 
@@ -111,6 +135,7 @@ def test_native_reflink_provider(xfs_provider: Provider, tmp_path: Path) -> None
 def test_auto_without_reflink_uses_xfs_workspace(tmp_path: Path) -> None:
     """The XFS workspace is a loop device + mount(2); close unmounts it and frees the loop."""
     from powercut.linux.loopdev import loops_backed_under
+
     if probe_reflink(tmp_path) is None:
         pytest.skip(f"{tmp_path} supports reflink natively")
     with choose_provider(tmp_path) as p:
@@ -123,7 +148,9 @@ def test_auto_without_reflink_uses_xfs_workspace(tmp_path: Path) -> None:
 
 
 @needs_root
-def test_xfs_workspace_loop_is_write_through_until_close(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_xfs_workspace_loop_is_write_through_until_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Flushes inside the workspace stop at its loop device (no fsync of the image below); the
     loop's write cache is on again before the workspace lets it go, and a killed run's is turned
     back on by the host's stale-run cleanup before the unmount lets autoclear detach it.  Once the
@@ -132,12 +159,14 @@ def test_xfs_workspace_loop_is_write_through_until_close(tmp_path: Path, monkeyp
     from powercut.check.host import cleanup_stale
     from powercut.linux import loopdev
     from powercut.linux.loopcache import has_write_cache
+
     seen: list[bool] = []
     real_clear = loopdev._clear
 
     def spy(fd: int, path: str, attempts: int = 50) -> None:
         seen.append(has_write_cache(path))
         real_clear(fd, path, attempts)
+
     monkeypatch.setattr(loopdev, "_clear", spy)
     p = XfsWorkspaceProvider(tmp_path, "test", image_bytes=512 << 20)
     dev = p.loop.path  # type: ignore[union-attr]
@@ -150,7 +179,7 @@ def test_xfs_workspace_loop_is_write_through_until_close(tmp_path: Path, monkeyp
     p.loop.fd = -1  # type: ignore[union-attr]
     p._closed = True
     cleanup_stale(tmp_path)
-    assert seen == [True, True]   # the cleanup's detach, after the cache came back
+    assert seen == [True, True]  # the cleanup's detach, after the cache came back
     assert mounts.mounts_under(tmp_path) == []
 
 
@@ -171,7 +200,9 @@ def test_xfs_workspace_busy_at_close_is_detached(tmp_path: Path) -> None:
 def test_dm_snapshot_provider(small_log: LogIndex, tmp_path: Path) -> None:
     with choose_provider(tmp_path, "dm-snapshot") as p:
         assert p.block
-        check_all(small_log, NSECT * small_log.sectorsize, tmp_path, p, exhaustive_bound=5, samples=4)
+        check_all(
+            small_log, NSECT * small_log.sectorsize, tmp_path, p, exhaustive_bound=5, samples=4
+        )
         assert p.live == {}  # type: ignore[attr-defined]
     assert [d.name for d in dm.devices() if d.name.startswith(p.prefix)] == []  # type: ignore[attr-defined]
     assert not p.loops  # type: ignore[attr-defined]
@@ -200,7 +231,9 @@ def test_providers_agree(tmp_path: Path) -> None:
     """Same states, every provider that works here (at least two), the reference's bytes."""
     names = ["copy"] + (["xfs"] if ROOT else []) + (["dm-snapshot"] if DM_MISSING is None else [])
     if len(names) < 2:
-        pytest.skip("only the copy provider works here: the XFS workspace and dm-snapshot need root")
+        pytest.skip(
+            "only the copy provider works here: the XFS workspace and dm-snapshot need root"
+        )
     with build(tmp_path / "l.bin", LOGS["r2"], 512) as idx:
         states = enumerate_states(idx, "write-cache", exhaustive_bound=5, samples=4)
         ref = tmp_path / "ref.img"
@@ -210,7 +243,10 @@ def test_providers_agree(tmp_path: Path) -> None:
             want[s.id] = sha(ref)
         assert len(set(want.values())) > 1
         for name in names:
-            got = {s.id: sha(img) for s, img in materialize(idx, None, NSECT * 512, states, tmp_path, name)}
+            got = {
+                s.id: sha(img)
+                for s, img in materialize(idx, None, NSECT * 512, states, tmp_path, name)
+            }
             assert got == want, f"{name} differs from the reference"
 
 
@@ -224,5 +260,8 @@ def test_choose_provider_errors(tmp_path: Path) -> None:
     if DM_MISSING is not None:
         with pytest.raises(EnvironmentNotReady):
             choose_provider(tmp_path, "dm-snapshot")
-    with build(tmp_path / "l.bin", HAND, 512) as idx, pytest.raises(UsageError, match="unknown snapshot provider"):
+    with (
+        build(tmp_path / "l.bin", HAND, 512) as idx,
+        pytest.raises(UsageError, match="unknown snapshot provider"),
+    ):
         materialize(idx, None, NSECT * 512, enumerate_states(idx, "flush"), tmp_path, "zfs")

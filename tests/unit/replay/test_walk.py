@@ -2,6 +2,7 @@
 node's states (in the cluster's product order) where the pristine would have to go back, and
 ``NodeImages`` yields for every position exactly the image host mode replays from entry 0 (here
 over the copy provider: the unit tests have no device-mapper)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,11 +22,22 @@ def test_runs_cut_where_the_base_goes_back() -> None:
 
 
 def test_node_images_are_the_replayed_states_in_product_order(tmp_path: Path) -> None:
-    ops = [("m", "mkfs"), ("w", 0, 2, 0, 1), ("f",), ("w", 4, 1, 0, 2), ("w", 8, 3, 0, 3), ("m", "ack:1"),
-           ("w", 4, 1, 0, 9), ("f",), ("w", 12, 1, 0, 4)]
+    ops = [
+        ("m", "mkfs"),
+        ("w", 0, 2, 0, 1),
+        ("f",),
+        ("w", 4, 1, 0, 2),
+        ("w", 8, 3, 0, 3),
+        ("m", "ack:1"),
+        ("w", 4, 1, 0, 9),
+        ("f",),
+        ("w", 12, 1, 0, 4),
+    ]
     index = build_log(tmp_path / "n.bin", ops)
     sp = CrashSpace(index)
-    mine = [s for s in sp.iter_states("write-cache", seed=0, exhaustive_bound=4, samples=2) if s.cut > 1]
+    mine = [
+        s for s in sp.iter_states("write-cache", seed=0, exhaustive_bound=4, samples=2) if s.cut > 1
+    ]
     assert len(mine) >= 4
     # as the last node of a product sees them: its pool again and again, with repeats
     order = [mine[k % len(mine)] for k in range(2 * len(mine))] + [mine[-1], mine[-1], mine[0]]

@@ -1,6 +1,7 @@
 """replay/zeros.py: the log's all-zero writes, and a walk that skips them only where the image is
 still zero -- every state of every model byte-identical to the reference with or without them;
 ``Written`` against a set of bytes."""
+
 from __future__ import annotations
 
 import contextlib
@@ -45,10 +46,13 @@ def zlog(path: Path, seed: int, n: int):  # type: ignore[no-untyped-def]
     return open_log(path, strict=True)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 40), whole=st.booleans())
-def test_skipping_zero_writes_never_changes_an_image(tmp_path_factory: pytest.TempPathFactory, seed: int, n: int,
-                                                     whole: bool) -> None:
+def test_skipping_zero_writes_never_changes_an_image(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, n: int, whole: bool
+) -> None:
     d = tmp_path_factory.mktemp("z")
     size = NSECT * SS
     with zlog(d / "l.bin", seed, n) as idx:
@@ -57,7 +61,9 @@ def test_skipping_zero_writes_never_changes_an_image(tmp_path_factory: pytest.Te
             assert all(not any(idx.data(e)) for e in idx.entries[lo:hi])
         for model in HONEST_MODELS:
             states = enumerate_states(idx, model, exhaustive_bound=3, samples=2)
-            with contextlib.closing(materialize(idx, None, size, states, d, "copy", known_zero=zeros)) as it:
+            with contextlib.closing(
+                materialize(idx, None, size, states, d, "copy", known_zero=zeros)
+            ) as it:
                 for state, img in it:
                     reference_image(idx, state, size, d / "ref.img")
                     assert sha(img) == sha(d / "ref.img"), state.id
@@ -66,9 +72,9 @@ def test_skipping_zero_writes_never_changes_an_image(tmp_path_factory: pytest.Te
 def test_mkfs_like_zeros_are_not_read_and_a_zero_write_over_data_is(tmp_path: Path) -> None:
     size = NSECT * SS
     with LogWriter(tmp_path / "l.bin", SS) as w:
-        w.write(0, bytes(16 * SS), 0)          # mkfs zeroing a table: skipped
-        w.write(32, b"\1" * (4 * SS), 0)       # data
-        w.write(32, bytes(2 * SS), 0)          # zeros over that data: applied
+        w.write(0, bytes(16 * SS), 0)  # mkfs zeroing a table: skipped
+        w.write(32, b"\1" * (4 * SS), 0)  # data
+        w.write(32, bytes(2 * SS), 0)  # zeros over that data: applied
         w.mark("mkfs")
         w.flush(0)
         w.mark("dm-log-writes-end")
@@ -77,8 +83,9 @@ def test_mkfs_like_zeros_are_not_read_and_a_zero_write_over_data_is(tmp_path: Pa
         assert zeros == ((0, 1), (2, 3))
         stats = ReplayStats()
         states = enumerate_states(idx, "flush")
-        with contextlib.closing(materialize(idx, None, size, states, tmp_path, "copy", stats=stats,
-                                            known_zero=zeros)) as it:
+        with contextlib.closing(
+            materialize(idx, None, size, states, tmp_path, "copy", stats=stats, known_zero=zeros)
+        ) as it:
             for state, img in it:
                 reference_image(idx, state, size, tmp_path / "ref.img")
                 assert sha(img) == sha(tmp_path / "ref.img")
@@ -95,18 +102,25 @@ def test_an_initial_image_disables_the_skip(tmp_path: Path) -> None:
     with open_log(tmp_path / "l.bin", strict=True) as idx:
         stats = ReplayStats()
         states = enumerate_states(idx, "no-cache")
-        with contextlib.closing(materialize(idx, init, size, states, tmp_path, "copy", stats=stats,
-                                            known_zero=zero_writes(idx))) as it:
+        with contextlib.closing(
+            materialize(
+                idx, init, size, states, tmp_path, "copy", stats=stats, known_zero=zero_writes(idx)
+            )
+        ) as it:
             for state, img in it:
                 if state.cut >= 1:
-                    assert img.read_bytes()[:8 * SS] == bytes(8 * SS)
+                    assert img.read_bytes()[: 8 * SS] == bytes(8 * SS)
         assert stats.zero_skipped == 0
 
 
 @settings(max_examples=300, deadline=None)
-@given(ranges=st.lists(st.tuples(st.integers(0, 200), st.integers(1, 30)), max_size=25),
-       probes=st.lists(st.tuples(st.integers(0, 240), st.integers(1, 30)), max_size=10))
-def test_written_agrees_with_a_set_of_bytes(ranges: list[tuple[int, int]], probes: list[tuple[int, int]]) -> None:
+@given(
+    ranges=st.lists(st.tuples(st.integers(0, 200), st.integers(1, 30)), max_size=25),
+    probes=st.lists(st.tuples(st.integers(0, 240), st.integers(1, 30)), max_size=10),
+)
+def test_written_agrees_with_a_set_of_bytes(
+    ranges: list[tuple[int, int]], probes: list[tuple[int, int]]
+) -> None:
     w = Written()
     seen: set[int] = set()
     for lo, n in ranges:
@@ -114,4 +128,6 @@ def test_written_agrees_with_a_set_of_bytes(ranges: list[tuple[int, int]], probe
             assert w.overlaps(plo, plo + pn) == bool(seen & set(range(plo, plo + pn)))
         w.add(lo, lo + n)
         seen |= set(range(lo, lo + n))
-        assert all(a < b for a, b in zip(w.hi, w.lo[1:])) and sum(hi - lo for lo, hi in zip(w.lo, w.hi)) == len(seen)
+        assert all(a < b for a, b in zip(w.hi, w.lo[1:])) and sum(
+            hi - lo for lo, hi in zip(w.lo, w.hi)
+        ) == len(seen)

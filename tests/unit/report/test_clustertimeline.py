@@ -1,6 +1,7 @@
 """The cluster timeline (report/clustertimeline.py): one band per node, the shared key marks at the
 same x on every node whatever each node wrote between them, each failing cluster state drawn
 through its cut on every node, ids the logs cannot rebuild left out."""
+
 from __future__ import annotations
 
 import re
@@ -34,17 +35,23 @@ def test_key_marks_line_up_across_nodes_and_failing_cuts_are_drawn(tmp_path: Pat
     cs = Disks(logs)
     states = select_disks(cs, SelectionSpec(models=("flush",))).states
     failing = [Verdict(s.id, s.model, s.instant, "lost-ack", ("x",), 1, 1, 0.0) for s in states[:3]]
-    failing.append(Verdict("flush~flush@999+flush@1+flush@1", "flush", 0, "lost-ack", (), 0, 0, 0.0))
+    failing.append(
+        Verdict("flush~flush@999+flush@1+flush@1", "flush", 0, "lost-ack", (), 0, 0, 0.0)
+    )
     tl = clustertimeline.of_logs(logs, failing)
     assert len(tl.bands) == 3 and tl.entries == sum(len(x) for x in logs)
     x = tl.x_of()
-    for k in range(len(tl.bands[0].anchors)):   # every shared key mark at one x on every node
+    for k in range(len(tl.bands[0].anchors)):  # every shared key mark at one x on every node
         xs = {round(x(n, b.anchors[k]), 6) for n, b in enumerate(tl.bands)}
         assert len(xs) == 1, (k, xs)
-    for n, b in enumerate(tl.bands):   # entries keep their order on each node
+    for n, b in enumerate(tl.bands):  # entries keep their order on each node
         pos = [x(n, i) for i in range(b.entries)]
         assert pos == sorted(pos)
-    assert [c for c, _ in tl.cuts] == [tuple(s.cut for s in st.nodes) for st in states[:3]]   # the bad id is left out
+    assert [c for c, _ in tl.cuts] == [
+        tuple(s.cut for s in st.nodes) for st in states[:3]
+    ]  # the bad id is left out
     svg = tl.svg()
     assert svg.count('class="cut"') == 3 and svg.count("node 2") >= 1
-    assert len(re.findall(r'<polyline class="cut" points="([^"]+)"', svg)[0].split()) == 3   # one point per node
+    assert (
+        len(re.findall(r'<polyline class="cut" points="([^"]+)"', svg)[0].split()) == 3
+    )  # one point per node

@@ -1,6 +1,7 @@
 """bench/bench_curve.py's tiled recordings: a real recording's log tiled to N entries is a recording
 that powercut verifies and judges like any other (its pin, no trace), with N entries, the recording's
 mkfs prefix once and its key marks renamed per tile."""
+
 from __future__ import annotations
 
 import tomli_w
@@ -15,14 +16,30 @@ def test_a_tiled_recording_is_verified_and_has_the_entries_asked(tmp_path) -> No
     curve = benchscripts.load("bench_curve")
     src = tmp_path / "src"
     src.mkdir()
-    ops = [("w", 0, 8, 0, 1), ("m", "mkfs"), ("m", "begin:0"), ("w", 16, 4, 0, 3), ("f",), ("w", 8, 1, FUA, 4),
-           ("m", "ack:0"), ("m", "begin:1"), ("w", 20, 4, 0, 5), ("f",), ("w", 8, 1, FUA, 6), ("m", "ack:1"),
-           ("m", END_MARK)]
+    ops = [
+        ("w", 0, 8, 0, 1),
+        ("m", "mkfs"),
+        ("m", "begin:0"),
+        ("w", 16, 4, 0, 3),
+        ("f",),
+        ("w", 8, 1, FUA, 4),
+        ("m", "ack:0"),
+        ("m", "begin:1"),
+        ("w", 20, 4, 0, 5),
+        ("f",),
+        ("w", 8, 1, FUA, 6),
+        ("m", "ack:1"),
+        ("m", END_MARK),
+    ]
     build_log(src / "log.bin", ops).close()
-    manifest = {"recording": {"format": 1, "status": "ok"}, "fs": {"fstype": "ext4"},
-                "workload": {"name": "append-fsync", "trace": True}, "trace": {"file": "job/syscalls.txt.gz"},
-                "data": {"initial": "zeros", "size_bytes": 64 * 512, "final": "data-final.img"},
-                "log": {"file": "log.bin", "device_bytes": 0}}
+    manifest = {
+        "recording": {"format": 1, "status": "ok"},
+        "fs": {"fstype": "ext4"},
+        "workload": {"name": "append-fsync", "trace": True},
+        "trace": {"file": "job/syscalls.txt.gz"},
+        "data": {"initial": "zeros", "size_bytes": 64 * 512, "final": "data-final.img"},
+        "log": {"file": "log.bin", "device_bytes": 0},
+    }
     (src / "manifest.toml").write_text(tomli_w.dumps(manifest))
     tiled = load(curve.tiled_recording(load(src), 40, tmp_path / "tiled"))
     verify_log(tiled)

@@ -1,5 +1,6 @@
 """powercut.vm.accel (the KVM probes and their verdict cache) and the life of a libvirt domain around
 them, with fake libvirt-python objects: no process, no libvirtd, no VM."""
+
 from __future__ import annotations
 
 import ast
@@ -36,13 +37,26 @@ class FakeError(Exception):
 
 
 FAKE = types.SimpleNamespace(
-    libvirtError=FakeError, VIR_DOMAIN_START_AUTODESTROY=2, VIR_DOMAIN_EVENT_ID_LIFECYCLE=0,
-    VIR_DOMAIN_RUNNING=1, VIR_DOMAIN_PAUSED=3, VIR_DOMAIN_SHUTOFF=5,
-    VIR_DOMAIN_PAUSED_UNKNOWN=0, VIR_DOMAIN_PAUSED_USER=1, VIR_DOMAIN_PAUSED_IOERROR=5,
-    VIR_DOMAIN_PAUSED_SHUTTING_DOWN=8, VIR_DOMAIN_PAUSED_CRASHED=10, VIR_DOMAIN_PAUSED_STARTING_UP=11,
-    VIR_DOMAIN_EVENT_STOPPED=5, VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN=0, VIR_DOMAIN_EVENT_STOPPED_DESTROYED=1,
-    VIR_DOMAIN_EVENT_STOPPED_CRASHED=2, VIR_DOMAIN_EVENT_STOPPED_FAILED=5,
-    VIR_ERR_NO_DOMAIN=42, VIR_ERR_OPERATION_INVALID=55)
+    libvirtError=FakeError,
+    VIR_DOMAIN_START_AUTODESTROY=2,
+    VIR_DOMAIN_EVENT_ID_LIFECYCLE=0,
+    VIR_DOMAIN_RUNNING=1,
+    VIR_DOMAIN_PAUSED=3,
+    VIR_DOMAIN_SHUTOFF=5,
+    VIR_DOMAIN_PAUSED_UNKNOWN=0,
+    VIR_DOMAIN_PAUSED_USER=1,
+    VIR_DOMAIN_PAUSED_IOERROR=5,
+    VIR_DOMAIN_PAUSED_SHUTTING_DOWN=8,
+    VIR_DOMAIN_PAUSED_CRASHED=10,
+    VIR_DOMAIN_PAUSED_STARTING_UP=11,
+    VIR_DOMAIN_EVENT_STOPPED=5,
+    VIR_DOMAIN_EVENT_STOPPED_SHUTDOWN=0,
+    VIR_DOMAIN_EVENT_STOPPED_DESTROYED=1,
+    VIR_DOMAIN_EVENT_STOPPED_CRASHED=2,
+    VIR_DOMAIN_EVENT_STOPPED_FAILED=5,
+    VIR_ERR_NO_DOMAIN=42,
+    VIR_ERR_OPERATION_INVALID=55,
+)
 RUNNING = (FAKE.VIR_DOMAIN_RUNNING, 1)
 PAUSED_CRASHED = (FAKE.VIR_DOMAIN_PAUSED, FAKE.VIR_DOMAIN_PAUSED_CRASHED)
 
@@ -143,19 +157,36 @@ def files(tmp_path) -> types.SimpleNamespace:
     return types.SimpleNamespace(kernel=str(kernel), initrd=str(initrd), dir=tmp_path)
 
 
-def run(conn: FakeConn, monkeypatch, files, *, uri: str = "qemu:///system", accel_: str | None = "tcg",
-        timeout_s: float = 30, spec_accel: str = "auto"):
+def run(
+    conn: FakeConn,
+    monkeypatch,
+    files,
+    *,
+    uri: str = "qemu:///system",
+    accel_: str | None = "tcg",
+    timeout_s: float = 30,
+    spec_accel: str = "auto",
+):
     monkeypatch.setattr(lv, "_import_libvirt", lambda: FAKE)
     monkeypatch.setattr(lv, "_ensure_event_loop", lambda _lv: None)
     monkeypatch.setattr(FAKE, "open", lambda u: conn, raising=False)
-    spec = VmSpec(kernel=files.kernel, initrd=files.initrd, console_path=str(files.dir / "console.log"),
-                  name="pc", timeout_s=timeout_s, accel=spec_accel)  # type: ignore[arg-type]
+    spec = VmSpec(
+        kernel=files.kernel,
+        initrd=files.initrd,
+        console_path=str(files.dir / "console.log"),
+        name="pc",
+        timeout_s=timeout_s,
+        accel=spec_accel,
+    )  # type: ignore[arg-type]
     return lv.run_vm_libvirt(spec, uri=uri, accel=accel_, rundir=files.dir / "run")
 
 
 # ---------------------------------------------------------------- the domain's lifetime (libvirt.py)
 
-def test_domains_start_with_autodestroy_and_are_destroyed_and_closed_at_a_normal_end(monkeypatch, files):
+
+def test_domains_start_with_autodestroy_and_are_destroyed_and_closed_at_a_normal_end(
+    monkeypatch, files
+):
     conn = FakeConn(Guest(b"powercut-init: modules loaded\npowercut-exit=0\n", stop=True))
     res = run(conn, monkeypatch, files)
     assert res.exit_status == 0 and res.accel == "tcg"
@@ -166,8 +197,11 @@ def test_domains_start_with_autodestroy_and_are_destroyed_and_closed_at_a_normal
 def test_paused_domain_is_an_error_at_once_naming_uri_and_accel(monkeypatch, files):
     conn = FakeConn(Guest(state=PAUSED_CRASHED))
     start = time.monotonic()
-    with pytest.raises(VmError, match=r"at qemu\+ssh://root@hv1.example/system \(accel kvm\) is paused "
-                                      r"\(crashed\): KVM cannot run this guest there") as exc:
+    with pytest.raises(
+        VmError,
+        match=r"at qemu\+ssh://root@hv1.example/system \(accel kvm\) is paused "
+        r"\(crashed\): KVM cannot run this guest there",
+    ) as exc:
         run(conn, monkeypatch, files, uri=REMOTE, accel_="kvm", timeout_s=600)
     assert time.monotonic() - start < 5
     assert "\n" not in str(exc.value)
@@ -186,8 +220,11 @@ def test_silent_domain_is_a_boot_timeout_naming_uri_and_accel(monkeypatch, files
     monkeypatch.setenv("POWERCUT_BOOT_TIMEOUT", "0.3")
     conn = FakeConn(Guest(b"early kernel noise\n"))
     start = time.monotonic()
-    with pytest.raises(GuestHang, match=r"libvirt domain pc-\w+ at qemu:///system \(accel kvm\) did not reach "
-                                        r"the guest init within 0.3 s.*try --accel tcg"):
+    with pytest.raises(
+        GuestHang,
+        match=r"libvirt domain pc-\w+ at qemu:///system \(accel kvm\) did not reach "
+        r"the guest init within 0.3 s.*try --accel tcg",
+    ):
         run(conn, monkeypatch, files, accel_="kvm", timeout_s=600)
     assert time.monotonic() - start < 3
     assert conn.domains[0].destroyed == 1 and conn.closed
@@ -203,7 +240,10 @@ def test_a_guest_that_booted_is_not_a_boot_timeout(monkeypatch, files):
 
 def test_paused_reason_ignores_the_pauses_of_start_and_shutdown():
     assert lv.paused_reason(FAKE, PAUSED_CRASHED) == "crashed"
-    assert lv.paused_reason(FAKE, (FAKE.VIR_DOMAIN_PAUSED, FAKE.VIR_DOMAIN_PAUSED_IOERROR)) == "ioerror"
+    assert (
+        lv.paused_reason(FAKE, (FAKE.VIR_DOMAIN_PAUSED, FAKE.VIR_DOMAIN_PAUSED_IOERROR))
+        == "ioerror"
+    )
     assert lv.paused_reason(FAKE, (FAKE.VIR_DOMAIN_PAUSED, 99)) == "reason 99"
     for reason in (FAKE.VIR_DOMAIN_PAUSED_STARTING_UP, FAKE.VIR_DOMAIN_PAUSED_SHUTTING_DOWN):
         assert lv.paused_reason(FAKE, (FAKE.VIR_DOMAIN_PAUSED, reason)) is None
@@ -212,8 +252,11 @@ def test_paused_reason_ignores_the_pauses_of_start_and_shutdown():
 
 # ---------------------------------------------------------------- remote probe: decision, key, cache
 
+
 def test_remote_auto_probes_there_as_kvm_domain_then_runs_tcg(monkeypatch, files, cache):
-    conn = FakeConn(Guest(b"", state=PAUSED_CRASHED), Guest(b"powercut-init: x\npowercut-exit=0\n", stop=True))
+    conn = FakeConn(
+        Guest(b"", state=PAUSED_CRASHED), Guest(b"powercut-init: x\npowercut-exit=0\n", stop=True)
+    )
     res = run(conn, monkeypatch, files, uri=REMOTE, accel_=None)
     probe, real = conn.domains
     assert probe.type == "kvm" and "powercut.probe=1" in probe.cmdline and probe.destroyed == 1
@@ -221,7 +264,11 @@ def test_remote_auto_probes_there_as_kvm_domain_then_runs_tcg(monkeypatch, files
     assert real.type == "qemu" and res.accel == "tcg"
     assert conn.flags == [FAKE.VIR_DOMAIN_START_AUTODESTROY] * 2
     (entry,) = json.loads(cache.read_text()).values()
-    assert entry["accel"] == "tcg" and entry["where"] == REMOTE and "paused (crashed)" in entry["reason"]
+    assert (
+        entry["accel"] == "tcg"
+        and entry["where"] == REMOTE
+        and "paused (crashed)" in entry["reason"]
+    )
 
 
 def test_remote_verdict_is_cached_per_uri_no_second_boot(monkeypatch, files, cache):
@@ -234,16 +281,29 @@ def test_remote_verdict_is_cached_per_uri_no_second_boot(monkeypatch, files, cac
         return lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE)
 
     for _ in range(2):
-        assert accel.resolve_remote_accel("auto", uri=REMOTE, kernel=files.kernel, probe=probe) == "kvm"
+        assert (
+            accel.resolve_remote_accel("auto", uri=REMOTE, kernel=files.kernel, probe=probe)
+            == "kvm"
+        )
     assert len(calls) == 1 and len(conn.domains) == 1
     other = "qemu+ssh://root@hv2.example/system"
-    assert accel.resolve_remote_accel("auto", uri=other, kernel=files.kernel, probe=lambda: (False, "no")) == "tcg"
-    assert {v["where"]: v["accel"] for v in json.loads(cache.read_text()).values()} == {REMOTE: "kvm", other: "tcg"}
+    assert (
+        accel.resolve_remote_accel(
+            "auto", uri=other, kernel=files.kernel, probe=lambda: (False, "no")
+        )
+        == "tcg"
+    )
+    assert {v["where"]: v["accel"] for v in json.loads(cache.read_text()).values()} == {
+        REMOTE: "kvm",
+        other: "tcg",
+    }
 
 
 def test_remote_explicit_accel_never_probes(files, cache):
     for want in ("kvm", "tcg"):
-        got = accel.resolve_remote_accel(want, uri=REMOTE, kernel=files.kernel, probe=lambda: pytest.fail("probed"))
+        got = accel.resolve_remote_accel(
+            want, uri=REMOTE, kernel=files.kernel, probe=lambda: pytest.fail("probed")
+        )
         assert got == want
     assert not cache.exists()
 
@@ -259,23 +319,40 @@ def test_remote_key_is_per_uri_hypervisor_and_guest_kernel(files):
 
 def test_local_uri_uses_the_local_probe_not_a_domain(files, monkeypatch):
     seen = []
-    monkeypatch.setattr(accel, "resolve_accel", lambda req, kernel, initrd: seen.append(req) or "tcg")
+    monkeypatch.setattr(
+        accel, "resolve_accel", lambda req, kernel, initrd: seen.append(req) or "tcg"
+    )
     conn = FakeConn(Guest())
     for uri in ("qemu:///system", "qemu:///session", "qemu+unix:///system?socket=/run/x.sock"):
-        assert lv.resolve_libvirt_accel(FAKE, conn, "auto", uri=uri, kernel=files.kernel,
-                                           initrd=files.initrd, workdir=files.dir) == "tcg"
+        assert (
+            lv.resolve_libvirt_accel(
+                FAKE,
+                conn,
+                "auto",
+                uri=uri,
+                kernel=files.kernel,
+                initrd=files.initrd,
+                workdir=files.dir,
+            )
+            == "tcg"
+        )
     assert seen == ["auto"] * 3 and conn.domains == []
 
 
-@pytest.mark.parametrize("guest,ok,reason", [
-    (Guest(accel.PROBE_OK + b"\n", stop=True), True, "booted in"),
-    (Guest(b"", state=PAUSED_CRASHED), False, "paused (crashed)"),
-    (Guest(b"", stop=True), False, "stopped without booting"),
-    (Guest(b"no answer"), False, "did not boot within 0.3 s"),
-])
+@pytest.mark.parametrize(
+    "guest,ok,reason",
+    [
+        (Guest(accel.PROBE_OK + b"\n", stop=True), True, "booted in"),
+        (Guest(b"", state=PAUSED_CRASHED), False, "paused (crashed)"),
+        (Guest(b"", stop=True), False, "stopped without booting"),
+        (Guest(b"no answer"), False, "did not boot within 0.3 s"),
+    ],
+)
 def test_probe_domain_verdicts(files, guest, ok, reason):
     conn = FakeConn(guest)
-    got, why = lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE, timeout=0.3)
+    got, why = lv.probe_kvm_libvirt(
+        FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE, timeout=0.3
+    )
     assert got is ok and reason in why and REMOTE in why
     assert conn.flags == [FAKE.VIR_DOMAIN_START_AUTODESTROY] and conn.domains[0].destroyed == 1
 
@@ -285,23 +362,36 @@ class AbortingConn(FakeConn):
     kvm_buf_set_msrs: Assertion failed): createXML fails, no domain exists."""
 
     def createXML(self, xml: str, flags: int) -> FakeDom:
-        raise FakeError("internal error: qemu unexpectedly closed the monitor: 2026-11-24T03:10:12.1Z\n"
-                        "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x0\nqemu-system-x86_64: "
-                        "kvm.c:3183: kvm_buf_set_msrs: Assertion `ret == nmsrs' failed.")
+        raise FakeError(
+            "internal error: qemu unexpectedly closed the monitor: 2026-11-24T03:10:12.1Z\n"
+            "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x0\nqemu-system-x86_64: "
+            "kvm.c:3183: kvm_buf_set_msrs: Assertion `ret == nmsrs' failed."
+        )
 
 
 def test_probe_of_a_qemu_that_aborts_at_start_is_a_tcg_verdict_naming_the_uri(files, cache):
     conn = AbortingConn(Guest())
-    got, why = lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE, timeout=0.3)
+    got, why = lv.probe_kvm_libvirt(
+        FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE, timeout=0.3
+    )
     assert got is False and REMOTE in why and "\n" not in why
-    probe = lambda: lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE)  # noqa: E731
+    probe = lambda: lv.probe_kvm_libvirt(  # noqa: E731
+        FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE
+    )
     assert accel.resolve_remote_accel("auto", uri=REMOTE, kernel=files.kernel, probe=probe) == "tcg"
     assert json.loads(cache.read_text()).popitem()[1]["where"] == REMOTE
 
 
-@pytest.mark.parametrize("conn", [AbortingConn(Guest()), FakeConn(Guest(b"", state=PAUSED_CRASHED)),
-                                  FakeConn(Guest(b"")), FakeConn(Guest(b"", stop=True))],
-                         ids=["aborts-at-start", "pauses", "no-agent", "stops-without-booting"])
+@pytest.mark.parametrize(
+    "conn",
+    [
+        AbortingConn(Guest()),
+        FakeConn(Guest(b"", state=PAUSED_CRASHED)),
+        FakeConn(Guest(b"")),
+        FakeConn(Guest(b"", stop=True)),
+    ],
+    ids=["aborts-at-start", "pauses", "no-agent", "stops-without-booting"],
+)
 def test_every_way_kvm_fails_is_a_vm_error_naming_uri_and_accel(monkeypatch, files, conn):
     """Behaviour, not wording: whichever way KVM fails on a host, an explicit --accel kvm run ends at
     once (within the boot timeout) in a VmError that names the URI and the accel, in one line."""
@@ -309,14 +399,20 @@ def test_every_way_kvm_fails_is_a_vm_error_naming_uri_and_accel(monkeypatch, fil
     start = time.monotonic()
     with pytest.raises(VmError) as exc:
         run(conn, monkeypatch, files, uri=REMOTE, accel_="kvm", timeout_s=600)
-    assert REMOTE in str(exc.value) and "(accel kvm)" in str(exc.value) and "\n" not in exc.value.one_line()
+    assert (
+        REMOTE in str(exc.value)
+        and "(accel kvm)" in str(exc.value)
+        and "\n" not in exc.value.one_line()
+    )
     assert time.monotonic() - start < 10
     assert all(d.destroyed == 1 for d in conn.domains)
 
 
 def test_probe_that_loses_libvirt_caches_nothing(files, cache):
     conn = FakeConn(Guest(state=FakeError("end of file while reading data")))
-    probe = lambda: lv.probe_kvm_libvirt(FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE)  # noqa: E731
+    probe = lambda: lv.probe_kvm_libvirt(  # noqa: E731
+        FAKE, conn, files.kernel, files.initrd, files.dir, uri=REMOTE
+    )
     with pytest.raises(VmError, match="lost libvirt at .* during the KVM probe"):
         accel.resolve_remote_accel("auto", uri=REMOTE, kernel=files.kernel, probe=probe)
     assert not cache.exists() and conn.domains[0].destroyed == 1
@@ -329,15 +425,20 @@ def test_local_verdict_cache_is_keyed_and_reused(files, monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(accel.process, "require", lambda *a: str(qemu))
     monkeypatch.setattr(accel, "probe_kvm", lambda *a: calls.append(a) or (False, "no kvm"))
-    assert [accel.resolve_accel("auto", files.kernel, files.initrd) for _ in range(2)] == ["tcg", "tcg"]
+    assert [accel.resolve_accel("auto", files.kernel, files.initrd) for _ in range(2)] == [
+        "tcg",
+        "tcg",
+    ]
     assert len(calls) == 1
     assert accel.cached_verdicts()[accel.local_key(str(qemu), files.kernel)]["where"] == "local"
 
 
 # ---------------------------------------------------------------- the cache's place, the layering
 
+
 def test_cache_root_env_rules(monkeypatch):
     from powercut.images import build
+
     assert build.cache_root is paths.cache_root  # the image builder re-exports it
     monkeypatch.delenv("POWERCUT_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", "/x/cache")
@@ -353,6 +454,11 @@ def test_vm_package_never_imports_the_image_builder():
     vm_dir = Path(lv.__file__).parent
     for source in sorted(vm_dir.glob("*.py")):
         for node in ast.walk(ast.parse(source.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not any("images" in n for n in names), f"{source.name} imports {names}"

@@ -1,6 +1,7 @@
 """VmSpec -> libvirt domain XML (powercut.vm.libvirt.domain_xml), parsed back with ElementTree; the
 URI locality rule, the boot timeout, the console watch.  No libvirtd needed (the domain's lifetime
 with fake libvirt objects: tests/unit/test_accel.py)."""
+
 from __future__ import annotations
 
 import builtins
@@ -18,9 +19,16 @@ Q = "{http://libvirt.org/schemas/domain/qemu/1.0}"
 
 
 def spec(**kw) -> VmSpec:
-    base: dict = {"kernel": "/img/vmlinuz", "initrd": "/img/initrd.cpio", "memory_mb": 768, "cpus": 2,
-                  "shares": (ShareSpec("hostroot", "/"), ShareSpec("job", "/tmp/job", readonly=False)),
-                  "console_path": "/runs/r1/console.log", "cmdline": ("quiet",), "name": "rec"}
+    base: dict = {
+        "kernel": "/img/vmlinuz",
+        "initrd": "/img/initrd.cpio",
+        "memory_mb": 768,
+        "cpus": 2,
+        "shares": (ShareSpec("hostroot", "/"), ShareSpec("job", "/tmp/job", readonly=False)),
+        "console_path": "/runs/r1/console.log",
+        "cmdline": ("quiet",),
+        "name": "rec",
+    }
     base.update(kw)
     return VmSpec(**base)
 
@@ -35,14 +43,21 @@ def disk_by_serial(root: ET.Element, serial: str) -> ET.Element:
 
 
 def write_cache(root: ET.Element, alias: str) -> str:
-    (prop,) = [p for dev in root.iter(f"{Q}device") if dev.get("alias") == alias
-               for p in dev.iter(f"{Q}property") if p.get("name") == "write-cache"]
+    (prop,) = [
+        p
+        for dev in root.iter(f"{Q}device")
+        if dev.get("alias") == alias
+        for p in dev.iter(f"{Q}property")
+        if p.get("name") == "write-cache"
+    ]
     assert prop.get("type") == "string"
     return prop.get("value")
 
 
-VIRTIO_DISKS = (DiskSpec("/d/data.img", "data", cache="unsafe", write_cache=False),
-                DiskSpec("/d/log.img", "log", cache="writethrough", write_cache=True, discard=False))
+VIRTIO_DISKS = (
+    DiskSpec("/d/data.img", "data", cache="unsafe", write_cache=False),
+    DiskSpec("/d/log.img", "log", cache="writethrough", write_cache=True, discard=False),
+)
 
 
 def test_kernel_boot_memory_cpus_and_lifecycle():
@@ -52,9 +67,14 @@ def test_kernel_boot_memory_cpus_and_lifecycle():
     assert root.findtext("vcpu") == "2"
     os_el = root.find("os")
     assert os_el.findtext("type") == "hvm" and os_el.find("type").get("arch") == "x86_64"
-    assert os_el.findtext("kernel") == "/img/vmlinuz" and os_el.findtext("initrd") == "/img/initrd.cpio"
+    assert (
+        os_el.findtext("kernel") == "/img/vmlinuz"
+        and os_el.findtext("initrd") == "/img/initrd.cpio"
+    )
     assert os_el.findtext("cmdline") == kernel_cmdline(spec())
-    assert "powercut.transport=9p" in os_el.findtext("cmdline") and os_el.findtext("cmdline").endswith("quiet")
+    assert "powercut.transport=9p" in os_el.findtext("cmdline") and os_el.findtext(
+        "cmdline"
+    ).endswith("quiet")
     # the guest's reset (init.sh: reboot -f) must end the domain, like QEMU's -no-reboot
     for event in ("on_reboot", "on_poweroff", "on_crash"):
         assert root.findtext(event) == "destroy"
@@ -89,17 +109,27 @@ def test_virtio_disks_cache_discard_serial_and_write_cache():
         assert d.find("driver").get("type") == "raw" and d.find("driver").get("io") == "threads"
     assert data.find("source").get("file") == "/d/data.img"
     assert data.find("target").get("dev") == "vda" and logd.find("target").get("dev") == "vdb"
-    assert data.find("driver").get("cache") == "unsafe" and logd.find("driver").get("cache") == "writethrough"
-    assert data.find("driver").get("discard") == "unmap" and logd.find("driver").get("discard") == "ignore"
+    assert (
+        data.find("driver").get("cache") == "unsafe"
+        and logd.find("driver").get("cache") == "writethrough"
+    )
+    assert (
+        data.find("driver").get("discard") == "unmap"
+        and logd.find("driver").get("discard") == "ignore"
+    )
     # the guest-visible cache is independent of the host cache mode (libvirt would couple them)
     assert data.find("alias").get("name") == "ua-disk0" and write_cache(root, "ua-disk0") == "off"
     assert logd.find("alias").get("name") == "ua-disk1" and write_cache(root, "ua-disk1") == "on"
 
 
 def test_ahci_disks_are_sata_on_q35_with_controller():
-    disks = (DiskSpec("/d/a.img", "sata0", bus="ahci", cache="none", write_cache=True),
-             DiskSpec("/d/b.img", "virt0", bus="virtio", cache="directsync", write_cache=False),
-             DiskSpec("/d/c.img", "sata1", bus="ahci", cache="writeback", write_cache=False, readonly=True))
+    disks = (
+        DiskSpec("/d/a.img", "sata0", bus="ahci", cache="none", write_cache=True),
+        DiskSpec("/d/b.img", "virt0", bus="virtio", cache="directsync", write_cache=False),
+        DiskSpec(
+            "/d/c.img", "sata1", bus="ahci", cache="writeback", write_cache=False, readonly=True
+        ),
+    )
     root = render(spec(disks=disks))
     assert root.find("os/type").get("machine") == "q35"
     assert [c.get("type") for c in root.iter("controller")].count("sata") == 1
@@ -118,7 +148,10 @@ def test_9p_shares():
     for fs in (hostroot, job):
         assert fs.get("type") == "mount" and fs.get("accessmode") == "passthrough"
         assert fs.get("multidevs") == "remap" and fs.find("driver").get("type") == "path"
-    assert hostroot.find("source").get("dir") == "/" and hostroot.find("target").get("dir") == "hostroot"
+    assert (
+        hostroot.find("source").get("dir") == "/"
+        and hostroot.find("target").get("dir") == "hostroot"
+    )
     assert hostroot.find("readonly") is not None
     assert job.find("source").get("dir") == "/tmp/job" and job.find("target").get("dir") == "job"
     assert job.find("readonly") is None
@@ -132,10 +165,15 @@ def test_virtiofs_shares_shared_memfd_and_modern_mmio():
     hostroot, job = root.findall("devices/filesystem")
     for fs in (hostroot, job):
         assert fs.find("driver").get("type") == "virtiofs"
-    assert hostroot.find("binary/cache").get("mode") == "always" and job.find("binary/cache").get("mode") == "none"
+    assert (
+        hostroot.find("binary/cache").get("mode") == "always"
+        and job.find("binary/cache").get("mode") == "none"
+    )
     assert [fs.find("binary/sandbox").get("mode") for fs in (hostroot, job)] == ["chroot", "chroot"]
     assert [fs.find("target").get("dir") for fs in (hostroot, job)] == ["hostroot", "job"]
-    assert all(fs.find("readonly") is None for fs in (hostroot, job))  # libvirt 9.0: no read-only virtiofs
+    assert all(
+        fs.find("readonly") is None for fs in (hostroot, job)
+    )  # libvirt 9.0: no read-only virtiofs
     assert "powercut.transport=virtiofs" in root.findtext("os/cmdline")
 
 
@@ -150,18 +188,26 @@ def test_console_serial_file_and_no_extra_devices():
     root = render(spec(console_path="/runs/r1/console.log"))
     (serial,) = root.findall("devices/serial")
     assert serial.get("type") == "file"
-    assert serial.find("source").get("path") == "/runs/r1/console.log" and serial.find("source").get("append") == "on"
+    assert (
+        serial.find("source").get("path") == "/runs/r1/console.log"
+        and serial.find("source").get("append") == "on"
+    )
     devices = root.find("devices")
     for tag in ("graphics", "video", "interface", "sound", "input", "rng"):
         assert devices.find(tag) is None, tag
     assert devices.find("memballoon").get("model") == "none"
-    assert any(c.get("type") == "usb" and c.get("model") == "none" for c in devices.iter("controller"))
+    assert any(
+        c.get("type") == "usb" and c.get("model") == "none" for c in devices.iter("controller")
+    )
 
 
 def test_qemu_runs_as_root_without_relabeling():
     root = render(spec(disks=VIRTIO_DISKS))
     sec = root.find("seclabel")
-    assert sec.attrib == {"type": "static", "model": "dac", "relabel": "no"} and sec.findtext("label") == "+0:+0"
+    assert (
+        sec.attrib == {"type": "static", "model": "dac", "relabel": "no"}
+        and sec.findtext("label") == "+0:+0"
+    )
 
 
 def test_relative_paths_become_absolute(tmp_path, monkeypatch):
@@ -179,22 +225,37 @@ def test_name_override_and_no_override_without_disks():
 
 def test_uri_locality():
     # local: no host and the unix socket; everything else is probed through libvirt
-    for uri in ("qemu:///system", "qemu:///session", "qemu+unix:///system", "qemu+unix:///system?socket=/x.sock"):
+    for uri in (
+        "qemu:///system",
+        "qemu:///session",
+        "qemu+unix:///system",
+        "qemu+unix:///system?socket=/x.sock",
+    ):
         assert lv.is_local_uri(uri), uri
-    for uri in ("qemu+ssh://root@host/system", "qemu+ssh://root@127.0.0.1:2222/system?keyfile=/k",
-                "qemu+ssh:///system", "qemu://localhost/system", "qemu+tcp://h/system",
-                "qemu+libssh2://u@h/system", "qemu+ext:///system?command=/bin/tunnel"):
+    for uri in (
+        "qemu+ssh://root@host/system",
+        "qemu+ssh://root@127.0.0.1:2222/system?keyfile=/k",
+        "qemu+ssh:///system",
+        "qemu://localhost/system",
+        "qemu+tcp://h/system",
+        "qemu+libssh2://u@h/system",
+        "qemu+ext:///system?command=/bin/tunnel",
+    ):
         assert not lv.is_local_uri(uri), uri
 
 
 def test_boot_timeout_per_accel_env_and_capped_by_vm_timeout(monkeypatch):
     monkeypatch.delenv("POWERCUT_BOOT_TIMEOUT", raising=False)
-    assert lv.boot_timeout_s("kvm", 900) == lv.BOOT_TIMEOUTS_S["kvm"] < lv.boot_timeout_s("tcg", 900)
+    assert (
+        lv.boot_timeout_s("kvm", 900) == lv.BOOT_TIMEOUTS_S["kvm"] < lv.boot_timeout_s("tcg", 900)
+    )
     assert lv.boot_timeout_s("tcg", 40) == 40
     monkeypatch.setenv("POWERCUT_BOOT_TIMEOUT", "7.5")
     assert lv.boot_timeout_s("kvm", 900) == lv.boot_timeout_s("tcg", 900) == 7.5
     monkeypatch.setenv("POWERCUT_BOOT_TIMEOUT", "soon")
-    with pytest.raises(UsageError, match="POWERCUT_BOOT_TIMEOUT must be a number of seconds, not 'soon'"):
+    with pytest.raises(
+        UsageError, match="POWERCUT_BOOT_TIMEOUT must be a number of seconds, not 'soon'"
+    ):
         lv.boot_timeout_s("kvm", 900)
 
 
@@ -210,11 +271,16 @@ def test_console_watch_reads_only_new_bytes_and_finds_split_marker(tmp_path):
 
 
 def test_qemu_stderr_filters_libvirt_lines_and_warnings():
-    text = ("2026-11-21 05:22:30.829+0000: starting up libvirt version: 9.0.0\n/usr/bin/qemu-system-x86_64 \\\n"
-            "-name guest=x \\\nqemu-system-x86_64: -fsdev local,readonly: warning: short-form boolean\n"
-            "2026-11-21T05:22:31.000Z qemu-system-x86_64: kvm_buf_set_msrs: Assertion failed\n"
-            "2026-11-21 05:22:31.829+0000: shutting down, reason=crashed\n")
-    assert lv._qemu_stderr(text) == "2026-11-21T05:22:31.000Z qemu-system-x86_64: kvm_buf_set_msrs: Assertion failed"
+    text = (
+        "2026-11-21 05:22:30.829+0000: starting up libvirt version: 9.0.0\n/usr/bin/qemu-system-x86_64 \\\n"
+        "-name guest=x \\\nqemu-system-x86_64: -fsdev local,readonly: warning: short-form boolean\n"
+        "2026-11-21T05:22:31.000Z qemu-system-x86_64: kvm_buf_set_msrs: Assertion failed\n"
+        "2026-11-21 05:22:31.829+0000: shutting down, reason=crashed\n"
+    )
+    assert (
+        lv._qemu_stderr(text)
+        == "2026-11-21T05:22:31.000Z qemu-system-x86_64: kvm_buf_set_msrs: Assertion failed"
+    )
 
 
 def test_missing_libvirt_python_is_one_clear_line(monkeypatch):
@@ -234,7 +300,11 @@ def test_missing_libvirt_python_is_one_clear_line(monkeypatch):
 
 def test_unreachable_uri_is_environment_not_ready(tmp_path):
     pytest.importorskip("libvirt")
-    with pytest.raises(EnvironmentNotReady, match="cannot connect to libvirt at qemu\\+unix") as exc:
-        lv.run_vm_libvirt(spec(console_path=str(tmp_path / "c.log")),
-                          uri=f"qemu+unix:///system?socket={tmp_path}/no-such.sock")
+    with pytest.raises(
+        EnvironmentNotReady, match="cannot connect to libvirt at qemu\\+unix"
+    ) as exc:
+        lv.run_vm_libvirt(
+            spec(console_path=str(tmp_path / "c.log")),
+            uri=f"qemu+unix:///system?socket={tmp_path}/no-such.sock",
+        )
     assert "\n" not in str(exc.value)

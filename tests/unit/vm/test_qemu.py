@@ -1,4 +1,5 @@
 """VmSpec -> QEMU argv, and how the end of a VM is classified."""
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,20 @@ from powercut.vm.qemu import build_argv
 
 
 def spec(tmp_path: Path, **kw) -> VmSpec:
-    return VmSpec(kernel="/k", initrd="/i", console_path=str(tmp_path / "console"),
-                  disks=kw.pop("disks", (DiskSpec("/d.img", "pcdata"), DiskSpec("/l.img", "pclog", write_cache=False,
-                                                                                   cache="none"))),
-                  shares=(ShareSpec("hostroot", "/"), ShareSpec("job", "/job", readonly=False)), **kw)
+    return VmSpec(
+        kernel="/k",
+        initrd="/i",
+        console_path=str(tmp_path / "console"),
+        disks=kw.pop(
+            "disks",
+            (
+                DiskSpec("/d.img", "pcdata"),
+                DiskSpec("/l.img", "pclog", write_cache=False, cache="none"),
+            ),
+        ),
+        shares=(ShareSpec("hostroot", "/"), ShareSpec("job", "/job", readonly=False)),
+        **kw,
+    )
 
 
 def opt(argv: list[str], flag: str) -> list[str]:
@@ -55,7 +66,10 @@ def test_virtiofs_uses_shared_memory_and_sockets(tmp_path: Path) -> None:
     s = spec(tmp_path, transport="virtiofs")
     argv = build_argv(s, "tcg", virtiofs_sockets={"hostroot": "/r.sock", "job": "/j.sock"})
     assert "memory-backend=mem" in opt(argv, "-machine")[0]
-    assert any(o.startswith("memory-backend-memfd,id=mem") and "share=on" in o for o in opt(argv, "-object"))
+    assert any(
+        o.startswith("memory-backend-memfd,id=mem") and "share=on" in o
+        for o in opt(argv, "-object")
+    )
     assert "socket,id=vfs0,path=/r.sock" in opt(argv, "-chardev")
     assert "-fsdev" not in argv
 
@@ -68,7 +82,9 @@ def test_cmdline_loads_only_needed_groups(tmp_path: Path) -> None:
     assert "powercut.load=ext4,9p,pci,ahci" in kernel_cmdline(ahci)
 
 
-@pytest.mark.parametrize("kw", [{"memory_mb": 64}, {"cpus": 0}, {"transport": "nfs"}, {"accel": "hvf"}])
+@pytest.mark.parametrize(
+    "kw", [{"memory_mb": 64}, {"cpus": 0}, {"transport": "nfs"}, {"accel": "hvf"}]
+)
 def test_bad_vm_specs(tmp_path: Path, kw: dict) -> None:
     with pytest.raises(UsageError):
         spec(tmp_path, **kw)
@@ -97,33 +113,61 @@ def test_classify_end(tmp_path: Path) -> None:
     with pytest.raises(VmError, match="without reporting"):
         classify_end(b"booting", 0, False, s, "")
     with pytest.raises(VmKilled, match="from outside: terminating on signal 15 from pid 1 "):
-        classify_end(b"booting", 0, False, s, "qemu-system-x86_64: terminating on signal 15 from pid 1 (pkill)\n")
-    with pytest.raises(VmError, match="without reporting"):   # powercut's own kill is not "from outside"
-        classify_end(b"booting", 0, False, s, f"qemu: terminating on signal 15 from pid {os.getpid()} (python)\n")
-    with pytest.raises(VmKilled):   # a signal without a sender's pid (older QEMU)
+        classify_end(
+            b"booting",
+            0,
+            False,
+            s,
+            "qemu-system-x86_64: terminating on signal 15 from pid 1 (pkill)\n",
+        )
+    with pytest.raises(
+        VmError, match="without reporting"
+    ):  # powercut's own kill is not "from outside"
+        classify_end(
+            b"booting",
+            0,
+            False,
+            s,
+            f"qemu: terminating on signal 15 from pid {os.getpid()} (python)\n",
+        )
+    with pytest.raises(VmKilled):  # a signal without a sender's pid (older QEMU)
         classify_end(b"booting", 0, False, s, "qemu: terminating on signal 1\n")
 
 
-def test_paths_under_tmp_are_kept_visible_in_the_guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_paths_under_tmp_are_kept_visible_in_the_guest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import sys
 
     from powercut.vm import cmdline
+
     venv = tmp_path / "some-venv"
     venv.mkdir()
     monkeypatch.setattr(sys, "prefix", str(venv))
     assert str(venv) in cmdline.host_paths_to_keep()
-    assert "powercut.keep=" in kernel_cmdline(spec(tmp_path)) and str(venv) in kernel_cmdline(spec(tmp_path))
+    assert "powercut.keep=" in kernel_cmdline(spec(tmp_path)) and str(venv) in kernel_cmdline(
+        spec(tmp_path)
+    )
     monkeypatch.setattr(sys, "prefix", "/usr")
     assert "/usr" not in cmdline.host_paths_to_keep()
 
 
-def test_paths_kept_for_user_functions_are_not_repeated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_paths_kept_for_user_functions_are_not_repeated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The pytest plugin's test project and its sys.path: one bind per outermost directory, and
     nothing that does not exist (the guest's bind would fail)."""
     from powercut.vm import cmdline
+
     monkeypatch.setattr(cmdline, "_extra_keep", set())
     (tmp_path / "proj" / "lib").mkdir(parents=True)
-    cmdline.keep_visible([str(tmp_path / "proj" / "lib"), str(tmp_path / "proj"), str(tmp_path / "gone"), "/usr/lib"])
+    cmdline.keep_visible(
+        [str(tmp_path / "proj" / "lib"), str(tmp_path / "proj"), str(tmp_path / "gone"), "/usr/lib"]
+    )
     kept = cmdline.host_paths_to_keep()
     assert str(tmp_path / "proj") in kept
-    assert str(tmp_path / "proj" / "lib") not in kept and str(tmp_path / "gone") not in kept and "/usr/lib" not in kept
+    assert (
+        str(tmp_path / "proj" / "lib") not in kept
+        and str(tmp_path / "gone") not in kept
+        and "/usr/lib" not in kept
+    )

@@ -1,5 +1,6 @@
 """Shipping by hash and mirroring for remote checker hosts (powercut.vm.remote), with a local shell
 standing in for ssh: the same scripts run, only the transport differs."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,15 +22,21 @@ LOCAL_SH = SshTarget("qemu+ssh://test/system", ("sh", "-c"), "test")
 
 
 def test_ssh_argv_from_libvirt_uri():
-    t = SshTarget.from_uri("qemu+ssh://alice@db7.example:2201/system?keyfile=%2Fk%2Fid&command=%2Fopt%2Fssh&no_tty=1")
+    t = SshTarget.from_uri(
+        "qemu+ssh://alice@db7.example:2201/system?keyfile=%2Fk%2Fid&command=%2Fopt%2Fssh&no_tty=1"
+    )
     assert t.argv[0] == "/opt/ssh" and t.argv[-1] == "db7.example" and t.host == "db7.example"
     argv = " ".join(t.argv)
-    assert "-p 2201" in argv and "-i /k/id" in argv and "-l alice" in argv and "BatchMode=yes" in argv
+    assert (
+        "-p 2201" in argv and "-i /k/id" in argv and "-l alice" in argv and "BatchMode=yes" in argv
+    )
     bare = SshTarget.from_uri("qemu+ssh://host9/system")
     assert bare.argv[0] == "ssh" and "-p" not in bare.argv and "-l" not in bare.argv
 
 
-@pytest.mark.parametrize("uri", ["qemu+tcp://h/system", "qemu+tls://h/system", "qemu+ssh:///system", "http://h/", "h"])
+@pytest.mark.parametrize(
+    "uri", ["qemu+tcp://h/system", "qemu+tls://h/system", "qemu+ssh:///system", "http://h/", "h"]
+)
 def test_unusable_check_uris_are_one_line_usage_errors(uri):
     with pytest.raises(UsageError) as e:
         validate_uri(uri)
@@ -53,8 +60,8 @@ def test_ship_file_once_then_found_by_hash(tmp_path):
     sha = hashlib.sha256(log.read_bytes()).hexdigest()
     assert remote == f"{tmp_path}/remote/recordings/{sha}/log.bin"
     assert Path(remote).read_bytes() == log.read_bytes() and sh.shipped == [str(log)]
-    assert sh.ship_file(log) == remote and sh.shipped == [str(log)]      # found there: not copied again
-    with pytest.raises(EnvironmentNotReady, match="damaged"):           # the hash it was asked to have
+    assert sh.ship_file(log) == remote and sh.shipped == [str(log)]  # found there: not copied again
+    with pytest.raises(EnvironmentNotReady, match="damaged"):  # the hash it was asked to have
         Shipper(LOCAL_SH, str(tmp_path / "other")).ship_file(log, "0" * 64)
 
 
@@ -69,10 +76,13 @@ def test_ship_tree_and_new_run_and_remove(tmp_path):
     assert sh.ship_tree(img, "abc123") == d and sh.shipped == [str(img)]
     run = sh.new_run("r1", {"job/job.json": b"{}", "console.log": b""}, {"scratch.img": 1 << 30})
     assert Path(run, "job", "job.json").read_bytes() == b"{}"
-    assert Path(run, "scratch.img").stat().st_size == 1 << 30 and Path(run, "scratch.img").stat().st_blocks == 0
+    assert (
+        Path(run, "scratch.img").stat().st_size == 1 << 30
+        and Path(run, "scratch.img").stat().st_blocks == 0
+    )
     sh.remove(run)
     assert not Path(run).exists()
-    sh.remove(str(tmp_path))              # never outside <root>/runs/
+    sh.remove(str(tmp_path))  # never outside <root>/runs/
     assert tmp_path.exists()
 
 
@@ -81,7 +91,13 @@ def test_mirror_fetches_appended_bytes_and_whole_files(tmp_path):
     (remote / "job").mkdir(parents=True)
     con = remote / "console.log"
     con.write_bytes(b"boot\x00\xff line 1\n")
-    m = Mirror(LOCAL_SH, str(remote), tmp_path / "local", ("console.log", "job/progress.jsonl"), ("job/result.json",))
+    m = Mirror(
+        LOCAL_SH,
+        str(remote),
+        tmp_path / "local",
+        ("console.log", "job/progress.jsonl"),
+        ("job/result.json",),
+    )
     m.sync()
     assert m.local(str(con)).read_bytes() == b"boot\x00\xff line 1\n"
     with open(con, "ab") as f:
@@ -90,7 +106,7 @@ def test_mirror_fetches_appended_bytes_and_whole_files(tmp_path):
     m.sync()
     assert m.local(str(con)).read_bytes() == con.read_bytes()
     assert (tmp_path / "local" / "job" / "progress.jsonl").read_text() == '{"begin": "s1"}\n'
-    assert not (tmp_path / "local" / "job" / "result.json").exists()   # whole files only at the end
+    assert not (tmp_path / "local" / "job" / "result.json").exists()  # whole files only at the end
     (remote / "job" / "result.json").write_text('{"ok": true}')
     m.sync(final=True)
     assert (tmp_path / "local" / "job" / "result.json").read_text() == '{"ok": true}'
@@ -115,6 +131,7 @@ def test_a_host_with_other_code_is_refused_before_anything_ships(tmp_path, monke
     host.shipper.target = SshTarget("qemu+ssh://h/system", ("sh", "-c"), "h")
     monkeypatch.setattr("powercut.check.hosts.sys.executable", "/nonexistent/python3")
     from powercut.check.context import LogSource
+
     with pytest.raises(EnvironmentNotReady, match="has no /nonexistent/python3"):
         host.stage(LogSource(tmp_path / "log", 1 << 20), "/img/vmlinuz", "/img/initrd", "", ())
     assert not (tmp_path / "remote").exists()
@@ -129,6 +146,7 @@ def _host(tmp_path) -> CheckHost:
 
 def test_stage_ships_the_image_and_the_recording_once(tmp_path):
     from powercut.check.context import LogSource
+
     img = tmp_path / "images" / "0123abcd"
     (img / "bin").mkdir(parents=True)
     for name in ("vmlinux", "initrd.cpio", "bin/powercut-mark"):
@@ -137,17 +155,40 @@ def test_stage_ships_the_image_and_the_recording_once(tmp_path):
     log.parent.mkdir()
     log.write_bytes(b"\x01" * 4096)
     host = _host(tmp_path)
-    st = host.stage(LogSource(log, 1 << 20), str(img / "vmlinux"), str(img / "initrd.cpio"), str(img / "bin"), ())
+    st = host.stage(
+        LogSource(log, 1 << 20),
+        str(img / "vmlinux"),
+        str(img / "initrd.cpio"),
+        str(img / "bin"),
+        (),
+    )
     root = tmp_path / "remote"
-    assert st.kernel == f"{root}/images/0123abcd/vmlinux" and Path(st.initrd).read_bytes() == b"initrd.cpio" * 100
-    assert st.tools_dir == f"{root}/images/0123abcd/bin" and Path(st.rec_dir, "log.bin").read_bytes() == log.read_bytes()
-    assert host.stage(LogSource(log, 1 << 20), "x", "y", "z", ()) is st            # once per host and run
+    assert (
+        st.kernel == f"{root}/images/0123abcd/vmlinux"
+        and Path(st.initrd).read_bytes() == b"initrd.cpio" * 100
+    )
+    assert (
+        st.tools_dir == f"{root}/images/0123abcd/bin"
+        and Path(st.rec_dir, "log.bin").read_bytes() == log.read_bytes()
+    )
+    assert host.stage(LogSource(log, 1 << 20), "x", "y", "z", ()) is st  # once per host and run
     again = _host(tmp_path)
-    again.stage(LogSource(log, 1 << 20), str(img / "vmlinux"), str(img / "initrd.cpio"), str(img / "bin"), ())
-    assert again.shipper.shipped == []                                               # found there by hash
+    again.stage(
+        LogSource(log, 1 << 20),
+        str(img / "vmlinux"),
+        str(img / "initrd.cpio"),
+        str(img / "bin"),
+        (),
+    )
+    assert again.shipper.shipped == []  # found there by hash
     with pytest.raises(UsageError, match="same path"):
-        _host(tmp_path).stage(LogSource(log, 1 << 20), str(img / "vmlinux"), str(img / "initrd.cpio"), "",
-                              (str(tmp_path / "not-there"),))
+        _host(tmp_path).stage(
+            LogSource(log, 1 << 20),
+            str(img / "vmlinux"),
+            str(img / "initrd.cpio"),
+            "",
+            (str(tmp_path / "not-there"),),
+        )
 
 
 @pytest.mark.parametrize("root", ["", "/", "relative/dir"])
@@ -181,7 +222,9 @@ def test_an_interrupt_kills_a_running_ssh(tmp_path):
     """A running ssh is one of the runner's live groups, so the interrupt handler's kill_all ends it."""
     out: list[object] = []
     started = tmp_path / "started"
-    t = threading.Thread(target=lambda: out.append(LOCAL_SH.run(f"touch {started}; sleep 60", check=False)))
+    t = threading.Thread(
+        target=lambda: out.append(LOCAL_SH.run(f"touch {started}; sleep 60", check=False))
+    )
     t.start()
     deadline = time.monotonic() + 10
     while not (started.exists() and process.live_groups()) and time.monotonic() < deadline:
@@ -191,9 +234,15 @@ def test_an_interrupt_kills_a_running_ssh(tmp_path):
     t.join(10)
     assert not t.is_alive()
     res = out[0]
-    assert isinstance(res, process.Result) and res.returncode == -signal.SIGKILL and res.argv[:2] == ("sh", "-c")
+    assert (
+        isinstance(res, process.Result)
+        and res.returncode == -signal.SIGKILL
+        and res.argv[:2] == ("sh", "-c")
+    )
 
 
 def test_a_missing_ssh_program_is_one_line_naming_the_host():
-    with pytest.raises(EnvironmentNotReady, match=r"cannot run /nonexistent/ssh to reach h9: not found"):
+    with pytest.raises(
+        EnvironmentNotReady, match=r"cannot run /nonexistent/ssh to reach h9: not found"
+    ):
         SshTarget("qemu+ssh://h9/system", ("/nonexistent/ssh", "h9"), "h9").run("true")

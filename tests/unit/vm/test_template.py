@@ -1,5 +1,6 @@
 """Checker VM templates without a VM: the agent's runtime as files and as a cpio part, the template's
 key, the restored VM's spec, the go block, the QMP client."""
+
 from __future__ import annotations
 
 import json
@@ -28,15 +29,15 @@ def read_cpio(data: bytes) -> dict[str, tuple[int, bytes, int]]:
     """name -> (mode, data, mtime) of a newc archive (several concatenated: later entries win)."""
     out, pos = {}, 0
     while pos + 110 <= len(data):
-        if data[pos:pos + 6] != b"070701":
-            pos += 4   # padding between concatenated archives
+        if data[pos : pos + 6] != b"070701":
+            pos += 4  # padding between concatenated archives
             continue
-        fields = [int(data[pos + 6 + 8 * i: pos + 14 + 8 * i], 16) for i in range(13)]
+        fields = [int(data[pos + 6 + 8 * i : pos + 14 + 8 * i], 16) for i in range(13)]
         mode, mtime, size, namesize = fields[1], fields[5], fields[6], fields[11]
-        name = data[pos + 110: pos + 110 + namesize - 1].decode()
+        name = data[pos + 110 : pos + 110 + namesize - 1].decode()
         pos += 110 + namesize
         pos += -pos % 4
-        body = data[pos: pos + size]
+        body = data[pos : pos + size]
         pos += size
         pos += -pos % 4
         if name != "TRAILER!!!":
@@ -49,7 +50,7 @@ def read_cpio(data: bytes) -> dict[str, tuple[int, bytes, int]]:
 
 def test_elf_interpreter_of_this_python_and_of_a_text_file(tmp_path: Path) -> None:
     interp = runtime.elf_interpreter(os.path.realpath(sys.executable))
-    assert interp is None or os.path.exists(interp)   # a static Python has none
+    assert interp is None or os.path.exists(interp)  # a static Python has none
     text = tmp_path / "x.txt"
     text.write_text("not an ELF file")
     assert runtime.elf_interpreter(str(text)) is None
@@ -72,10 +73,14 @@ def test_the_archive_keeps_links_as_links_and_files_with_their_mtime(tmp_path: P
     mod = real / "mod.py"
     mod.write_text("x = 1\n")
     os.utime(mod, (1_600_000_000, 1_600_000_000))
-    (tmp_path / "link").symlink_to("real")               # a directory link on the way
-    (real / "alias.py").symlink_to("mod.py")             # a file link
-    rt = runtime.Runtime(executable=str(tmp_path / "link" / "lib" / "mod.py"),
-                         files=(str(tmp_path / "link" / "lib" / "alias.py"),), dirs=(str(real),), boot="print(1)\n")
+    (tmp_path / "link").symlink_to("real")  # a directory link on the way
+    (real / "alias.py").symlink_to("mod.py")  # a file link
+    rt = runtime.Runtime(
+        executable=str(tmp_path / "link" / "lib" / "mod.py"),
+        files=(str(tmp_path / "link" / "lib" / "alias.py"),),
+        dirs=(str(real),),
+        boot="print(1)\n",
+    )
     out = tmp_path / "rt.cpio"
     with open(out, "wb") as f:
         runtime.write_archive(rt, f)
@@ -101,6 +106,7 @@ def test_the_archive_keeps_links_as_links_and_files_with_their_mtime(tmp_path: P
 
 def test_cpio_symlink_entry() -> None:
     import io
+
     buf = io.BytesIO()
     w = CpioWriter(buf)
     w.symlink("a/b", "../c")
@@ -113,7 +119,7 @@ def test_the_agent_runtime_holds_what_the_template_agent_needs() -> None:
     rt = template.agent_runtime()
     assert rt.executable == sys.executable
     files = set(rt.files)
-    assert any(f.endswith(os.sep + "os.py") for f in files)   # Python's prefix landmark
+    assert any(f.endswith(os.sep + "os.py") for f in files)  # Python's prefix landmark
     for name in ("guest/template.py", "guest/check.py", "vm/guestjob.py", "linux/mounts.py"):
         assert any(f.endswith(name) for f in files), name
     assert all(os.path.isabs(f) for f in files)
@@ -142,11 +148,21 @@ def _spec(tmp: Path, run: str, *, scratch: int = 1 << 30, memory: int = 768, **k
     for p in (kernel, initrd):
         if not p.exists():
             p.write_bytes(b"k")
-    return VmSpec(kernel=str(kernel), initrd=str(initrd), memory_mb=memory,
-                  disks=(DiskSpec(str(d / "scratch.img"), "pcscratch"),),
-                  shares=(ShareSpec("hostroot", "/"), ShareSpec("job", str(d / "job"), readonly=False),
-                          ShareSpec("rec", str(tmp))),
-                  console_path=str(d / "console.log"), modules=("ext4",), cmdline=("powercut.mount=rec",), **kw)
+    return VmSpec(
+        kernel=str(kernel),
+        initrd=str(initrd),
+        memory_mb=memory,
+        disks=(DiskSpec(str(d / "scratch.img"), "pcscratch"),),
+        shares=(
+            ShareSpec("hostroot", "/"),
+            ShareSpec("job", str(d / "job"), readonly=False),
+            ShareSpec("rec", str(tmp)),
+        ),
+        console_path=str(d / "console.log"),
+        modules=("ext4",),
+        cmdline=("powercut.mount=rec",),
+        **kw,
+    )
 
 
 def test_scratch_sizes_round_up_to_powers_of_two() -> None:
@@ -158,7 +174,7 @@ def test_scratch_sizes_round_up_to_powers_of_two() -> None:
 
 def test_the_key_ignores_the_runs_own_paths_and_follows_the_shape(tmp_path: Path) -> None:
     rt = runtime.Runtime(sys.executable, (), (), "boot\n")
-    qemu = sys.executable   # any file: its identity is part of the key
+    qemu = sys.executable  # any file: its identity is part of the key
 
     def key(spec: VmSpec, accel: str = "tcg", r: runtime.Runtime = rt) -> str:
         return template.template_key(spec, accel, r, qemu)
@@ -172,16 +188,19 @@ def test_the_key_ignores_the_runs_own_paths_and_follows_the_shape(tmp_path: Path
     assert key(a) != key(replace(a, cmdline=()))
     assert key(a) != key(a, r=replace(rt, boot="other\n"))
     import powercut.vm.cmdline as cmdline  # a host whose "cpu MHz" wanders keeps its templates
+
     khz = iter([2_596_128, 3_100_000])
     orig = cmdline.host_tsc_khz
     try:
-        cmdline.host_tsc_khz = lambda: next(khz)   # type: ignore[assignment]
+        cmdline.host_tsc_khz = lambda: next(khz)  # type: ignore[assignment]
         assert key(a) == key(a)
     finally:
-        cmdline.host_tsc_khz = orig   # type: ignore[assignment]
+        cmdline.host_tsc_khz = orig  # type: ignore[assignment]
 
 
-def test_eligible_only_for_9p_non_interactive_vms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_eligible_only_for_9p_non_interactive_vms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("POWERCUT_VM_START", raising=False)
     s = _spec(tmp_path, "run")
     assert template.eligible(s)
@@ -204,11 +223,20 @@ def test_a_restored_vm_has_the_templates_devices_in_order(tmp_path: Path) -> Non
     assert restored.restore == tmpl.state and restored.initrd == tmpl.initrd
     assert restored.cmdline[-1] == "powercut.template=1"
     assert restored.disks[-1].serial == guestjob.CONTROL_SERIAL
-    go = guestjob.parse_go((tmp_path / "run" / "control.img").read_bytes()[:guestjob.GO_BLOCK])
-    assert go is not None and abs(go["time"] - __import__("time").time()) < 60 and len(go["seed"]) == 128
+    go = guestjob.parse_go((tmp_path / "run" / "control.img").read_bytes()[: guestjob.GO_BLOCK])
+    assert (
+        go is not None
+        and abs(go["time"] - __import__("time").time()) < 60
+        and len(go["seed"]) == 128
+    )
     assert (tmp_path / "run" / "control.img").stat().st_size == template.CONTROL_BYTES
-    built = template._template_spec(_spec(tmp_path, "build"), tdir, tmpl.initrd, rundir=tmp_path / "build",
-                                    console=str(tmp_path / "build" / "console.log"))
+    built = template._template_spec(
+        _spec(tmp_path, "build"),
+        tdir,
+        tmpl.initrd,
+        rundir=tmp_path / "build",
+        console=str(tmp_path / "build" / "console.log"),
+    )
     a = build_argv(replace(built, qmp=str(tmp_path / "q.sock")), "tcg")
     b = build_argv(restored, "tcg")
 
@@ -224,6 +252,7 @@ def test_a_restored_vm_has_the_templates_devices_in_order(tmp_path: Path) -> Non
                 continue
             out.append(x.replace(str(tmp_path / "build"), "R").replace(str(tmp_path / "run"), "R"))
         return out
+
     assert shape(a) == shape(b)
 
 
@@ -236,23 +265,28 @@ def test_go_blocks_parse_and_zeros_are_no_go() -> None:
         guestjob.parse_go(guestjob.GO_MAGIC + b'{"time": "x"}' + b"\0" * 100)
 
 
-def test_a_failed_build_makes_this_process_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_build_makes_this_process_boot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("POWERCUT_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("POWERCUT_VM_START", raising=False)
     monkeypatch.setattr(template, "resolve_accel", lambda *a: "tcg")
-    monkeypatch.setattr(template, "agent_runtime", lambda: runtime.Runtime(sys.executable, (), (), "b\n"))
+    monkeypatch.setattr(
+        template, "agent_runtime", lambda: runtime.Runtime(sys.executable, (), (), "b\n")
+    )
     calls = []
 
     def fail(self, spec, accel, rt):  # type: ignore[no-untyped-def]
         calls.append(1)
         raise VmError("the template VM did not get ready")
+
     monkeypatch.setattr(template.Template, "build", fail)
     saved = set(template._failed)
     try:
         spec = _spec(tmp_path, "run")
         assert template.template_for(spec) is None
         assert template.template_for(spec) is None
-        assert calls == [1]   # not tried again in this process
+        assert calls == [1]  # not tried again in this process
     finally:
         template._failed.clear()
         template._failed.update(saved)
@@ -290,17 +324,25 @@ class FakeQmp:
 
 def test_qmp_commands_events_and_errors(tmp_path: Path) -> None:
     path = str(tmp_path / "q.sock")
-    fake = FakeQmp(path, [[{"return": {}}],
-                          [{"event": "STOP"}, {"return": {"status": "running"}}],
-                          [{"error": {"class": "GenericError", "desc": "no such thing"}}]])
+    fake = FakeQmp(
+        path,
+        [
+            [{"return": {}}],
+            [{"event": "STOP"}, {"return": {"status": "running"}}],
+            [{"error": {"class": "GenericError", "desc": "no such thing"}}],
+        ],
+    )
     q = Qmp(path, timeout_s=10)
-    assert q.command("query-status") == {"status": "running"}   # the event before the reply skipped
+    assert q.command("query-status") == {"status": "running"}  # the event before the reply skipped
     with pytest.raises(QmpError, match="refused migrate: no such thing"):
         q.command("migrate", uri="exec:cat > x")
     q.close()
     fake.thread.join(5)
-    assert fake.got == [{"execute": "qmp_capabilities"}, {"execute": "query-status"},
-                        {"execute": "migrate", "arguments": {"uri": "exec:cat > x"}}]
+    assert fake.got == [
+        {"execute": "qmp_capabilities"},
+        {"execute": "query-status"},
+        {"execute": "migrate", "arguments": {"uri": "exec:cat > x"}},
+    ]
 
 
 def test_qmp_unreachable_is_one_error(tmp_path: Path) -> None:
@@ -315,19 +357,21 @@ def test_wait_migration_completed_and_failed() -> None:
 
         def command(self, name: str) -> dict:
             return self.statuses.pop(0)
-    wait_migration(Q([{"status": "active"}, {"status": "completed"}]), 5)   # type: ignore[arg-type]
+
+    wait_migration(Q([{"status": "active"}, {"status": "completed"}]), 5)  # type: ignore[arg-type]
     with pytest.raises(QmpError, match="failed: disk full"):
-        wait_migration(Q([{"status": "failed", "error-desc": "disk full"}]), 5)   # type: ignore[arg-type]
+        wait_migration(Q([{"status": "failed", "error-desc": "disk full"}]), 5)  # type: ignore[arg-type]
 
 
 def test_prune_keeps_the_recent_templates_and_any_used_within_the_hour(tmp_path: Path) -> None:
     import time
+
     root = tmp_path / "templates"
     old = []
     for i in range(9):
         d = root / f"old{i}"
         d.mkdir(parents=True)
-        t = time.time() - 7200 - i * 60   # old0 the most recently used
+        t = time.time() - 7200 - i * 60  # old0 the most recently used
         os.utime(d, (t, t))
         old.append(d)
     fresh = root / "fresh"
@@ -336,13 +380,14 @@ def test_prune_keeps_the_recent_templates_and_any_used_within_the_hour(tmp_path:
     keep.mkdir()
     template._prune(root, keep=keep)
     left = {d.name for d in root.iterdir()}
-    assert "current" in left and "fresh" in left   # this run's, and one used within the hour
+    assert "current" in left and "fresh" in left  # this run's, and one used within the hour
     # KEEP in all: the current one, then the most recently used (fresh and old0..old3)
     assert left == {"current", "fresh"} | {f"old{i}" for i in range(template.KEEP - 2)}
 
 
-def test_prewarm_builds_the_template_the_checks_vms_will_ask_for(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prewarm_builds_the_template_the_checks_vms_will_ask_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The matrix and the main job build the first row's template while it records: the spec that
     prewarm asks for has the key of the spec a checker VM of that row's check asks for (after the
     host's scratch disk rounding), and a different filesystem or disk size would not."""
@@ -350,13 +395,17 @@ def test_prewarm_builds_the_template_the_checks_vms_will_ask_for(tmp_path: Path,
     from powercut.check.context import CheckContext, LogSource
     from powercut.checker import CheckerSpec
     from powercut.linux import filesystems
+
     rt = runtime.Runtime(sys.executable, (), (), "boot\n")
     asked: list[VmSpec] = []
 
     def fake_template_for(vm: VmSpec) -> None:
-        asked.append(replace(vm, disks=tuple(replace(d, path=str(tmp_path / "sized.img")) for d in vm.disks)))
+        asked.append(
+            replace(vm, disks=tuple(replace(d, path=str(tmp_path / "sized.img")) for d in vm.disks))
+        )
         with open(tmp_path / "sized.img", "wb") as f:
             f.truncate(os.path.getsize(vm.disks[0].path))
+
     monkeypatch.setattr(template, "template_for", fake_template_for)
     kernel, initrd = tmp_path / "vmlinux", tmp_path / "initrd.cpio"
     kernel.write_bytes(b"k")
@@ -366,17 +415,23 @@ def test_prewarm_builds_the_template_the_checks_vms_will_ask_for(tmp_path: Path,
     size = 256 << 20
     before = set(os.listdir(tempfile.gettempdir()))
     checkervm.prewarm(spec, ext4, size).join(30)
-    assert len(asked) == 1 and set(os.listdir(tempfile.gettempdir())) <= before   # its scratch file removed
+    assert (
+        len(asked) == 1 and set(os.listdir(tempfile.gettempdir())) <= before
+    )  # its scratch file removed
     key = lambda vm: template.template_key(vm, "tcg", rt, sys.executable)  # noqa: E731
     prewarmed = key(asked[0])
     rec = tmp_path / "rec"
     rec.mkdir()
-    vm = checkervm.CheckerVm(CheckContext(ext4, CheckerSpec(name="osync")), LogSource(rec / "log.bin", size),
-                             spec, tmp_path / "work")
+    vm = checkervm.CheckerVm(
+        CheckContext(ext4, CheckerSpec(name="osync")),
+        LogSource(rec / "log.bin", size),
+        spec,
+        tmp_path / "work",
+    )
     run = tmp_path / "run"
     run.mkdir()
     with open(run / "scratch.img", "wb") as f:
-        f.truncate(template.scratch_bytes(vm.scratch_bytes))   # hosts.CheckHost.boot's rounding
+        f.truncate(template.scratch_bytes(vm.scratch_bytes))  # hosts.CheckHost.boot's rounding
     check = vm._vm_spec(checkervm.Staged(spec.kernel, spec.initrd, "", str(rec)), str(run), 60.0)
     assert key(check) == prewarmed
     asked.clear()

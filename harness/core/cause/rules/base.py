@@ -3,6 +3,7 @@ core/cause/rules/registry.py lists once, in rank order -- its id, where it looks
 commit the cut fell in), the finding it returns, its check, its sentence, its counterfactual and
 its advice.  ``Plan``: what a rule's counterfactual makes durable; ``PlanInput``: what a plan is
 built from; ``next_sync`` and ``entry_after``: the bounds plans share."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -32,17 +33,24 @@ class Plan:
     def words(self) -> str:
         """What was made durable, as the cause's proof says it."""
         if self.files is None and self.sync is not None:
-            return (f"every write of the commit in flight up to its {self.sync.kind} (trace line {self.sync.line}, "
-                    f"log entry #{self.until})")
+            return (
+                f"every write of the commit in flight up to its {self.sync.kind} (trace line {self.sync.line}, "
+                f"log entry #{self.until})"
+            )
         if self.files is None:
             return "every write the state lost or tore before its cut kept whole"
-        data = (f"{', '.join('/' + f for f in sorted(self.files))}'s data and the filesystem's metadata"
-                if self.files else "the filesystem's metadata (no file's data)")
+        data = (
+            f"{', '.join('/' + f for f in sorted(self.files))}'s data and the filesystem's metadata"
+            if self.files
+            else "the filesystem's metadata (no file's data)"
+        )
         if self.sync is None:
             return f"{data} as logged to the end of the recording"
         what = "sync" if self.sync.kind in (sc.SYNC, sc.SYNCFS) else self.sync.kind
         which = self.bound.format(what=what) if self.bound else f"its next {what}"
-        return f"{data} as logged up to {which} (trace line {self.sync.line}, log entry #{self.until})"
+        return (
+            f"{data} as logged up to {which} (trace line {self.sync.line}, log entry #{self.until})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +68,18 @@ class PlanInput:
         """A rule's subject (``/wal``) as the trace's absolute path."""
         return self.root.rstrip("/") + subject if subject.startswith("/") else subject
 
-    def file_plan(self, rule: str, subject: str, sync: Op | None, *, data: bool = True, bound: str = "") -> Plan:
+    def file_plan(
+        self, rule: str, subject: str, sync: Op | None, *, data: bool = True, bound: str = ""
+    ) -> Plan:
         """The plan of a rule about one file: its data (``data``; else no file's) and the metadata up
         to the mark after ``sync`` (the end of the log without one), never before the cut."""
         until = entry_after(self.trace, self.aligned, sync, self.n) if sync is not None else self.n
         files = frozenset({subject.lstrip("/")}) if data else frozenset()
         return Plan(rule, subject, files, max(until, self.cut), sync, bound)
 
-    def up_to_next_sync(self, rule: str, subject: str, after: Op, *, directory: bool = False) -> Plan:
+    def up_to_next_sync(
+        self, rule: str, subject: str, after: Op, *, directory: bool = False
+    ) -> Plan:
         """The plan of a rule about one file (a ``directory``: its names, no file's data) whose
         missing writes its next sync after the call ``after`` made durable (the end of the log when
         none came): what a sync in time would have made durable, at the latest."""
@@ -77,14 +89,16 @@ class PlanInput:
 
 def next_sync(trace: Trace, after: Op, path: str, directory: bool) -> Op | None:
     """The first successful call after ``after`` that makes ``path``'s changes durable."""
-    for o in trace.ops[after.seq + 1:]:
+    for o in trace.ops[after.seq + 1 :]:
         if not o.ok:
             continue
         if o.kind in (sc.SYNC, sc.SYNCFS):
             return o
         if o.path != path:
             continue
-        if o.kind in (sc.FSYNC, sc.FDATASYNC) or (not directory and o.kind == sc.MSYNC and "MS_SYNC" in o.flags):
+        if o.kind in (sc.FSYNC, sc.FDATASYNC) or (
+            not directory and o.kind == sc.MSYNC and "MS_SYNC" in o.flags
+        ):
             return o
     return None
 
@@ -92,7 +106,10 @@ def next_sync(trace: Trace, after: Op, path: str, directory: bool) -> Op | None:
 def entry_after(trace: Trace, aligned: Mapping[int, int], op: Op, n: int) -> int:
     """The log entry of the first mark after ``op`` in the trace (the log holds what ``op`` wrote
     before it); ``n`` (the end of the log) when no mark follows."""
-    return next((aligned[o.seq] for o in trace.ops[op.seq + 1:] if o.kind == sc.MARK and o.seq in aligned), n)
+    return next(
+        (aligned[o.seq] for o in trace.ops[op.seq + 1 :] if o.kind == sc.MARK and o.seq in aligned),
+        n,
+    )
 
 
 def nothing_to_note(_: Any) -> str:

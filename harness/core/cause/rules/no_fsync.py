@@ -3,6 +3,7 @@
 disk's write cache; sync_file_range is not a barrier).  Its counterfactual: the file's data, with
 the metadata, up to its next sync after the ack (the end of the log when none came) -- what an
 fsync before the ack would have made durable, at the latest."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,7 +47,11 @@ def check(at: AtAck) -> list[Unsynced]:
     out: list[Unsynced] = []
     for path, ops in p.dirty.items():
         if at.this_commit(ops) and at.running.get(path) is None and at.running.get("") is None:
-            out.append(Unsynced(rel(path, p.root), at.ack, tuple(ops), path in p.direct, path in p.range_synced))
+            out.append(
+                Unsynced(
+                    rel(path, p.root), at.ack, tuple(ops), path in p.direct, path in p.range_synced
+                )
+            )
     return out
 
 
@@ -67,13 +72,23 @@ def sentence(f: Unsynced) -> str:
     n = len(f.shown)
     what = f"{n} call{'s' if n != 1 else ''}" + (f", {nbytes} bytes" if nbytes else "")
     qualified = f" ({note(f)})" if note(f) else ""
-    return (f"{f.ack.text} was given after changing {f.subject} ({what}) with no fsync or fdatasync of it in "
-            f"between{qualified}")
+    return (
+        f"{f.ack.text} was given after changing {f.subject} ({what}) with no fsync or fdatasync of it in "
+        f"between{qualified}"
+    )
 
 
 def plan(f: Unsynced, inp: PlanInput) -> Plan | None:
     return inp.up_to_next_sync(ID, f.subject, f.ack)
 
 
-RULE = Rule(ID, "ack", Unsynced, check, sentence, plan,
-            advice="fsync (or fdatasync) the file after writing it and before acking", note=note)
+RULE = Rule(
+    ID,
+    "ack",
+    Unsynced,
+    check,
+    sentence,
+    plan,
+    advice="fsync (or fdatasync) the file after writing it and before acking",
+    note=note,
+)

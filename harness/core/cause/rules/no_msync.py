@@ -3,6 +3,7 @@
 cache only (the trace cannot see the stores; it sees the mapping and that nothing synced it).  Its
 counterfactual: the file's data, with the metadata, up to its next sync after the ack (the end of
 the log when none came)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,15 +40,24 @@ def check(at: AtAck) -> list[UnsyncedMapping]:
 
 
 def sentence(f: UnsyncedMapping) -> str:
-    return (f"{f.ack.text} was given while {f.subject} was mapped shared and writable (mmap at trace line "
-            f"{f.mapping.line}) with no msync (MS_SYNC) or fsync of it since: what the program stored through "
-            "the mapping was in the page cache only (the trace sees the mapping, not the stores)")
+    return (
+        f"{f.ack.text} was given while {f.subject} was mapped shared and writable (mmap at trace line "
+        f"{f.mapping.line}) with no msync (MS_SYNC) or fsync of it since: what the program stored through "
+        "the mapping was in the page cache only (the trace sees the mapping, not the stores)"
+    )
 
 
 def plan(f: UnsyncedMapping, inp: PlanInput) -> Plan | None:
     return inp.up_to_next_sync(ID, f.subject, f.ack)
 
 
-RULE = Rule(ID, "ack", UnsyncedMapping, check, sentence, plan,
-            advice="msync(MS_SYNC) the mapped range (or fsync the file) after storing through the mapping and "
-                   "before acking")
+RULE = Rule(
+    ID,
+    "ack",
+    UnsyncedMapping,
+    check,
+    sentence,
+    plan,
+    advice="msync(MS_SYNC) the mapped range (or fsync the file) after storing through the mapping and "
+    "before acking",
+)

@@ -12,6 +12,7 @@ sentence) that core/cause/rules/registry.py lists after the rules:
 - ``beyond-rules``: the rules were kept, the trace saw every write, and the kill-equivalent state
   passes (or could not be judged): a filesystem or disk behaviour beyond the rules -- or no ack was
   given before the cut."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -27,14 +28,18 @@ BEYOND = "beyond-rules"
 
 # what a lying disk did, by model (core/crashmodels/lies.py): e = the write's log entry, s = its sector, d = the
 # sector the disk wrote or damaged, n = the bits flipped, ws = the writes an ignored flush lost
-LIE_WORDS = {"lost-write": "acked write #{e} (sector {s}) and dropped it",
-             "misdirected-write": "wrote write #{e}'s data at sector {d} instead of its own sector {s}",
-             "corrupt-sector": "flipped {n} bit(s) of sector {d}, last written by write #{e}",
-             "unreadable-sector": "could not read back sector {d}, last written by write #{e}",
-             "flush-ignored": "acked a FLUSH without emptying its cache: writes {ws} before it were lost"}
+LIE_WORDS = {
+    "lost-write": "acked write #{e} (sector {s}) and dropped it",
+    "misdirected-write": "wrote write #{e}'s data at sector {d} instead of its own sector {s}",
+    "corrupt-sector": "flipped {n} bit(s) of sector {d}, last written by write #{e}",
+    "unreadable-sector": "could not read back sector {d}, last written by write #{e}",
+    "flush-ignored": "acked a FLUSH without emptying its cache: writes {ws} before it were lost",
+}
 # what the program did with it, by verdict
-SERVED = {"silent-corruption": "the program served the result as good data, with no error",
-          "lost-ack": "an acked commit was gone without an error from the program"}
+SERVED = {
+    "silent-corruption": "the program served the result as good data, with no error",
+    "lost-ack": "an acked commit was gone without an error from the program",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,33 +121,46 @@ def _lie(f: DiskLie) -> str:
     """What the disk did, what the program did with it, and what notices a lying disk."""
     ws = ", ".join(f"#{i}" for i in f.dropped[:6]) + (" ..." if len(f.dropped) > 6 else "")
     did = LIE_WORDS.get(f.model, "lied about write #{e}").format(
-        e=f.entry, s=f.sector, d=f.dest if f.dest >= 0 else f.sector, n=f.bits, ws=ws)
-    served = SERVED.get(f.verdict, f"the program answered {f.verdict or 'a failure'} without noticing")
-    return (f"the disk {did}, and {served} -- a checksum over what it reads back, or a refusal to go on, is what "
-            "notices a lying disk")
+        e=f.entry, s=f.sector, d=f.dest if f.dest >= 0 else f.sector, n=f.bits, ws=ws
+    )
+    served = SERVED.get(
+        f.verdict, f"the program answered {f.verdict or 'a failure'} without noticing"
+    )
+    return (
+        f"the disk {did}, and {served} -- a checksum over what it reads back, or a refusal to go on, is what "
+        "notices a lying disk"
+    )
 
 
 def _kept(f: RulesKept) -> str:
-    return (f"the program did everything the rules ask before {f.ack.text} (its changes were fsynced before "
-            "the ack) and still lost it: a filesystem or disk behaviour beyond the rules; the block-level "
-            "blame is the evidence")
+    return (
+        f"the program did everything the rules ask before {f.ack.text} (its changes were fsynced before "
+        "the ack) and still lost it: a filesystem or disk behaviour beyond the rules; the block-level "
+        "blame is the evidence"
+    )
 
 
 def _unseen(f: RulesKeptUnseen) -> str:
-    return (f"the rules the trace can check were kept before {f.ack.text}, but the program also wrote where the "
-            f"trace cannot see ({'; '.join(f.unseen)}): the cause may lie there, so this is not said to be "
-            "beyond the rules; the block-level blame is the evidence")
+    return (
+        f"the rules the trace can check were kept before {f.ack.text}, but the program also wrote where the "
+        f"trace cannot see ({'; '.join(f.unseen)}): the cause may lie there, so this is not said to be "
+        "beyond the rules; the block-level blame is the evidence"
+    )
 
 
 def _no_ack(f: NoAckBefore) -> str:
-    return ("no ack was given before the crash in the trace, so no rule about an ack applies: the failure is "
-            "in recovery itself (see the blocks)")
+    return (
+        "no ack was given before the crash in the trace, so no rule about an ack applies: the failure is "
+        "in recovery itself (see the blocks)"
+    )
 
 
 def _recovery(f: RecoveryFails) -> str:
-    return (f"the program's recovery fails on a state it made itself: with {f.where} ({f.state}) -- what a "
-            f"process kill there leaves -- it fails too ({f.verdict}: {f.reason}); no durability rule is why, "
-            "its recovery is")
+    return (
+        f"the program's recovery fails on a state it made itself: with {f.where} ({f.state}) -- what a "
+        f"process kill there leaves -- it fails too ({f.verdict}: {f.reason}); no durability rule is why, "
+        "its recovery is"
+    )
 
 
 @dataclass(frozen=True)
@@ -154,6 +172,10 @@ class Outcome:
     sentence: Callable[[Any], str]
 
 
-OUTCOMES = (Outcome(RECOVERY, RecoveryFails, _recovery), Outcome(LIED, DiskLie, _lie),
-            Outcome(UNSEEN, RulesKeptUnseen, _unseen), Outcome(BEYOND, RulesKept, _kept),
-            Outcome(BEYOND, NoAckBefore, _no_ack))
+OUTCOMES = (
+    Outcome(RECOVERY, RecoveryFails, _recovery),
+    Outcome(LIED, DiskLie, _lie),
+    Outcome(UNSEEN, RulesKeptUnseen, _unseen),
+    Outcome(BEYOND, RulesKept, _kept),
+    Outcome(BEYOND, NoAckBefore, _no_ack),
+)

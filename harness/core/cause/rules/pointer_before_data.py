@@ -6,6 +6,7 @@ a write to the pointer (under its final name or the name it was renamed from) wh
 strace printed them, hold the other file's name.  Its counterfactual: the named file's data, with
 the metadata, up to its next sync after the pointer was made durable (the end of the log when none
 came) -- the state passes, the order is why."""
+
 from __future__ import annotations
 
 import posixpath
@@ -19,8 +20,10 @@ from powercut.core.trace.syscalls import Op
 from powercut.core.trace.tracefacts import InFlight, rel
 
 ID = "pointer-before-data"
-MIN_NAME = 3   # a file name shorter than this is not looked for in the pointer's bytes
-_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')   # a buffer as strace prints it (the fd's <path> is not one)
+MIN_NAME = 3  # a file name shorter than this is not looked for in the pointer's bytes
+_QUOTED = re.compile(
+    r'"((?:[^"\\]|\\.)*)"'
+)  # a buffer as strace prints it (the fd's <path> is not one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,7 @@ def _followed(p: _Published, root: str, read: tuple[str, ...]) -> str | None:
     name = rel(p.path, root).lstrip("/")
     if name not in read:
         return None
-    after = read[read.index(name) + 1:]
+    after = read[read.index(name) + 1 :]
     return next((t for t in p.unsynced if rel(t, root).lstrip("/") in after), None)
 
 
@@ -80,8 +83,10 @@ def check(window: InFlight, torn: tuple[int, ...] = ()) -> PointerBeforeData | N
     followed) while it named a file with unsynced data -- by a write holding its name, else (when
     what recovery read is known) by recovery reading it and then that file; None when every file a
     pointer named was synced first."""
-    unsynced: dict[str, list[Op]] = {}   # file -> its data writes since its last sync
-    content: dict[str, list[Op]] = {}    # file -> its writes since it was emptied (they move with a rename)
+    unsynced: dict[str, list[Op]] = {}  # file -> its data writes since its last sync
+    content: dict[
+        str, list[Op]
+    ] = {}  # file -> its writes since it was emptied (they move with a rename)
     start = window.calls[0].seq if window.calls else -1
     published: list[_Published] = []
     for o in (*window.earlier, *window.calls):
@@ -109,7 +114,7 @@ def check(window: InFlight, torn: tuple[int, ...] = ()) -> PointerBeforeData | N
             if o.path in unsynced:
                 unsynced[o.path2] = unsynced.pop(o.path)
             for p in published:
-                if p.path == o.path:   # put in place under its new name: that is its publication
+                if p.path == o.path:  # put in place under its new name: that is its publication
                     p.path, p.op = o.path2, o
         elif k == sc.UNLINK:
             content.pop(o.path, None)
@@ -118,29 +123,50 @@ def check(window: InFlight, torn: tuple[int, ...] = ()) -> PointerBeforeData | N
         named = _named(p)
         target = named[0] if named else _followed(p, window.root, window.read)
         if target is not None:
-            return PointerBeforeData(rel(target, window.root), window.ack, rel(p.path, window.root), p.op,
-                                     named[1] if named else None, p.unsynced[target])
+            return PointerBeforeData(
+                rel(target, window.root),
+                window.ack,
+                rel(p.path, window.root),
+                p.op,
+                named[1] if named else None,
+                p.unsynced[target],
+            )
     return None
 
 
 def sentence(f: PointerBeforeData) -> str:
     nbytes = sum(o.nbytes for o in f.writes if o.kind == sc.WRITE)
-    how = f"renamed it into place (trace line {f.publish.line})" if f.publish.kind == sc.RENAME \
+    how = (
+        f"renamed it into place (trace line {f.publish.line})"
+        if f.publish.kind == sc.RENAME
         else f"its {f.publish.kind} (trace line {f.publish.line})"
+    )
     key = f" ({f.ack.text})" if f.ack is not None else ""
-    named = (f"while it names {f.subject} (written at trace line {f.names.line})" if f.names is not None
-             else f"while recovery goes from it to {f.subject} (it read {f.pointer}, then {f.subject})")
+    named = (
+        f"while it names {f.subject} (written at trace line {f.names.line})"
+        if f.names is not None
+        else f"while recovery goes from it to {f.subject} (it read {f.pointer}, then {f.subject})"
+    )
     changes = f"{len(f.writes)} change{'s' if len(f.writes) != 1 else ''}, {nbytes} bytes"
-    return (f"the commit in flight at the crash{key} made {f.pointer} durable -- {how} -- {named}, whose own data "
-            f"({changes}) was not yet synced: a crash then "
-            f"leaves {f.pointer} pointing at {f.subject} with its data missing; fsync {f.subject} before "
-            "publishing the name that points to it")
+    return (
+        f"the commit in flight at the crash{key} made {f.pointer} durable -- {how} -- {named}, whose own data "
+        f"({changes}) was not yet synced: a crash then "
+        f"leaves {f.pointer} pointing at {f.subject} with its data missing; fsync {f.subject} before "
+        "publishing the name that points to it"
+    )
 
 
 def plan(f: PointerBeforeData, inp: PlanInput) -> Plan | None:
     return inp.up_to_next_sync(ID, f.subject, f.publish)
 
 
-RULE = Rule(ID, "cut", PointerBeforeData, check, sentence, plan,
-            advice="fsync a file before publishing the name that points to it (before the pointer's fsync or "
-                   "its rename into place)")
+RULE = Rule(
+    ID,
+    "cut",
+    PointerBeforeData,
+    check,
+    sentence,
+    plan,
+    advice="fsync a file before publishing the name that points to it (before the pointer's fsync or "
+    "its rename into place)",
+)

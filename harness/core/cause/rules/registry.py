@@ -6,6 +6,7 @@ one entry in ``REGISTERED``, where its rank is.
 The rank is the order a cause is picked in when a state broke several rules (core/cause/causes.py): a
 failed call first, then what can reach the disk in the wrong order, then what was never synced,
 then the rules about the commit the cut fell in."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,12 +40,21 @@ REGISTERED: tuple[Rule, ...] = (
     unchecked_tear.RULE,
 )
 
-ACK_RULES = tuple(r for r in REGISTERED if r.where == "ack")    # looked for at each ack, in rank order
-CUT_RULES = tuple(r for r in REGISTERED if r.where == "cut")    # looked for in the commit the cut fell in
-RANK = tuple(r.id for r in REGISTERED)                          # every rule's id, strongest first
-IDS = (*RANK, *dict.fromkeys(o.id for o in outcomes.OUTCOMES))  # every cause's id: rules, then the others
+ACK_RULES = tuple(
+    r for r in REGISTERED if r.where == "ack"
+)  # looked for at each ack, in rank order
+CUT_RULES = tuple(
+    r for r in REGISTERED if r.where == "cut"
+)  # looked for in the commit the cut fell in
+RANK = tuple(r.id for r in REGISTERED)  # every rule's id, strongest first
+IDS = (
+    *RANK,
+    *dict.fromkeys(o.id for o in outcomes.OUTCOMES),
+)  # every cause's id: rules, then the others
 _BY_FINDING: dict[type, Rule | outcomes.Outcome] = {
-    **{r.finding: r for r in REGISTERED}, **{o.finding: o for o in outcomes.OUTCOMES}}
+    **{r.finding: r for r in REGISTERED},
+    **{o.finding: o for o in outcomes.OUTCOMES},
+}
 _BY_ID = {r.id: r for r in REGISTERED}
 
 if len(_BY_ID) != len(REGISTERED) or len(_BY_FINDING) != len(REGISTERED) + len(outcomes.OUTCOMES):

@@ -2,6 +2,7 @@
 or truncated it) and wrote a new one under its name, and a sync of something else came before the
 new file's own: the new, still empty file can be durable before its contents.  Its counterfactual:
 the new file's data, with the metadata, up to its own fsync after the sync that came first."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,8 @@ class ReplacedInPlace:
     away: Op
     writes: tuple[Op, ...]
     barrier: Op
-    moved_to: str = ""     # where the rename moved the old file ("" for a truncation)
-    synced: str = ""       # the file the barrier synced ("" for sync/syncfs)
+    moved_to: str = ""  # where the rename moved the old file ("" for a truncation)
+    synced: str = ""  # the file the barrier synced ("" for sync/syncfs)
 
     @property
     def evidence(self) -> tuple[Op, ...]:
@@ -64,12 +65,16 @@ def check(window: InFlight, torn: tuple[int, ...] = ()) -> ReplacedInPlace | Non
     for o in window.calls:
         if not o.ok:
             continue
-        emptied = o.kind == sc.OPEN and "O_TRUNC" in o.flags or o.kind == sc.TRUNCATE and o.nbytes == 0
+        emptied = (
+            o.kind == sc.OPEN and "O_TRUNC" in o.flags or o.kind == sc.TRUNCATE and o.nbytes == 0
+        )
         if o.kind == sc.RENAME:
             away[o.path] = o
             writes.pop(o.path, None)
-        elif emptied and o.path in exists and o.path not in away:   # a new file after a rename away is its
-            away[o.path] = o                                        # replacement's
+        elif (
+            emptied and o.path in exists and o.path not in away
+        ):  # a new file after a rename away is its
+            away[o.path] = o  # replacement's
             writes.pop(o.path, None)
         elif o.kind == sc.WRITE and o.path in away:
             writes.setdefault(o.path, []).append(o)
@@ -81,27 +86,45 @@ def check(window: InFlight, torn: tuple[int, ...] = ()) -> ReplacedInPlace | Non
             hit = next((p for p in away if writes.get(p)), None)
             if hit is not None:
                 a = away[hit]
-                return ReplacedInPlace(rel(hit, window.root), window.ack, a, tuple(writes[hit]), o,
-                                       rel(a.path2, window.root) if a.kind == sc.RENAME else "",
-                                       rel(o.path, window.root) if o.path else "")
+                return ReplacedInPlace(
+                    rel(hit, window.root),
+                    window.ack,
+                    a,
+                    tuple(writes[hit]),
+                    o,
+                    rel(a.path2, window.root) if a.kind == sc.RENAME else "",
+                    rel(o.path, window.root) if o.path else "",
+                )
         exists |= _existing((o,))
     return None
 
 
 def sentence(f: ReplacedInPlace) -> str:
-    how = (f"renamed it away to {f.moved_to} (trace line {f.away.line})" if f.moved_to
-           else f"truncated it (trace line {f.away.line})")
+    how = (
+        f"renamed it away to {f.moved_to} (trace line {f.away.line})"
+        if f.moved_to
+        else f"truncated it (trace line {f.away.line})"
+    )
     other = f"the {f.barrier.kind} of {f.synced}" if f.synced else "a sync"
-    return (f"the commit in flight at the crash{' (' + f.ack.text + ')' if f.ack else ''} replaced {f.subject} in "
-            f"place -- {how} and wrote a new one -- and {other} (trace line {f.barrier.line}) came before the new "
-            f"file's own fsync: it can make the new, still empty {f.subject} durable before its contents, and a "
-            "crash then leaves it empty though earlier commits were acked; write the new file under a temporary "
-            "name, fsync it, then rename it over the old one")
+    return (
+        f"the commit in flight at the crash{' (' + f.ack.text + ')' if f.ack else ''} replaced {f.subject} in "
+        f"place -- {how} and wrote a new one -- and {other} (trace line {f.barrier.line}) came before the new "
+        f"file's own fsync: it can make the new, still empty {f.subject} durable before its contents, and a "
+        "crash then leaves it empty though earlier commits were acked; write the new file under a temporary "
+        "name, fsync it, then rename it over the old one"
+    )
 
 
 def plan(f: ReplacedInPlace, inp: PlanInput) -> Plan | None:
     return inp.up_to_next_sync(ID, f.subject, f.barrier)
 
 
-RULE = Rule(ID, "cut", ReplacedInPlace, check, sentence, plan,
-            advice="write the new file under a temporary name, fsync it, then rename it over the old one")
+RULE = Rule(
+    ID,
+    "cut",
+    ReplacedInPlace,
+    check,
+    sentence,
+    plan,
+    advice="write the new file under a temporary name, fsync it, then rename it over the old one",
+)

@@ -2,6 +2,7 @@
 make the commit durable was still running -- it began before the ack and returned after it (one
 thread acks as another's fsync is issued: a race a slow disk loses).  Its counterfactual: the
 file's data, with the metadata, up to the sync that was still running."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,20 +64,31 @@ def sentence(f: SyncStillRunning) -> str:
     if f.sync.held > 0:
         other = " by another thread" if f.other_thread else ""
         before = f.ack.time - f.sync.began
-        return (f"{f.ack.text} was sent while the {f.sync.kind} of {f.subject} that covers it, called{other} "
-                f"{before * 1000:.1f} ms before the ack, was still held (--delay-sync holds it "
-                f"{f.sync.held * 1000:g} ms before it runs) -- the reply did not wait for the "
-                f"{f.sync.kind} to return; a slow sync of this one file loses this race")
+        return (
+            f"{f.ack.text} was sent while the {f.sync.kind} of {f.subject} that covers it, called{other} "
+            f"{before * 1000:.1f} ms before the ack, was still held (--delay-sync holds it "
+            f"{f.sync.held * 1000:g} ms before it runs) -- the reply did not wait for the "
+            f"{f.sync.kind} to return; a slow sync of this one file loses this race"
+        )
     other = " in another thread" if f.other_thread else ""
-    return (f"{f.ack.text} was given while the {f.sync.kind} of {f.subject}{other} was still running: it began "
-            f"before the ack and returned after it ({duration(f)} in all) -- an ack must wait for the "
-            f"{f.sync.kind} to return; a slow disk loses this race")
+    return (
+        f"{f.ack.text} was given while the {f.sync.kind} of {f.subject}{other} was still running: it began "
+        f"before the ack and returned after it ({duration(f)} in all) -- an ack must wait for the "
+        f"{f.sync.kind} to return; a slow disk loses this race"
+    )
 
 
 def plan(f: SyncStillRunning, inp: PlanInput) -> Plan | None:
     return inp.file_plan(ID, f.subject, f.sync, bound="the {what} still running at the ack")
 
 
-RULE = Rule(ID, "ack", SyncStillRunning, check, sentence, plan,
-            advice="reply only after the sync that covers the commit has returned (join the syncing thread, "
-                   "or wait on its result)")
+RULE = Rule(
+    ID,
+    "ack",
+    SyncStillRunning,
+    check,
+    sentence,
+    plan,
+    advice="reply only after the sync that covers the commit has returned (join the syncing thread, "
+    "or wait on its result)",
+)

@@ -1,6 +1,7 @@
 """``unchecked-tear``: the state tore a write of the commit in flight at the cut, and recovery took
 what it found as valid (no rule prevents a tear; a checksum over each record detects it).  Its
 counterfactual: every write the state lost or tore before its cut, kept whole."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,15 +48,24 @@ def note(f: Tear) -> str:
 
 def sentence(f: Tear) -> str:
     key = f.ack.text if f.ack is not None else f.writes[-1].text if f.writes else "the end"
-    return (f"the crash tore a write of the commit in flight ({key}; {f.subject}): part of it reached the "
-            f"disk, part did not{note(f)}, and recovery took what it found as valid -- a write can tear at a "
-            "sector or 4 KiB boundary on power loss, and only a checksum over each record detects it")
+    return (
+        f"the crash tore a write of the commit in flight ({key}; {f.subject}): part of it reached the "
+        f"disk, part did not{note(f)}, and recovery took what it found as valid -- a write can tear at a "
+        "sector or 4 KiB boundary on power loss, and only a checksum over each record detects it"
+    )
 
 
 def plan(f: Tear, inp: PlanInput) -> Plan | None:
     return Plan(ID, f.subject, None, inp.cut)
 
 
-RULE = Rule(ID, "cut", Tear, check, sentence, plan,
-            advice="checksum each record and have recovery stop at the first one that does not verify",
-            note=note)
+RULE = Rule(
+    ID,
+    "cut",
+    Tear,
+    check,
+    sentence,
+    plan,
+    advice="checksum each record and have recovery stop at the first one that does not verify",
+    note=note,
+)

@@ -3,6 +3,7 @@ durable with one barrier: the disk may keep a later write without an earlier one
 that kept some and lost others shows (a commit record persisted before the data it commits).  Its
 counterfactual: every write up to that barrier, in log order -- the commit in flight's writes all
 kept."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,16 +56,31 @@ def check(window: InFlight, torn: tuple[int, ...] = ()) -> UnorderedWrites | Non
 def sentence(f: UnorderedWrites) -> str:
     # the count is of the writes the evidence shows (at most four)
     key = (f.ack or f.barrier).text
-    return (f"the commit in flight at the crash ({key}) made {len(f.shown)} writes ({f.subject}) durable "
-            f"with one {f.barrier.kind} and nothing ordering them before it: the disk may keep a later write "
-            "without an earlier one (a record that commits data without that data); this state kept only part "
-            "of them")
+    return (
+        f"the commit in flight at the crash ({key}) made {len(f.shown)} writes ({f.subject}) durable "
+        f"with one {f.barrier.kind} and nothing ordering them before it: the disk may keep a later write "
+        "without an earlier one (a record that commits data without that data); this state kept only part "
+        "of them"
+    )
 
 
 def plan(f: UnorderedWrites, inp: PlanInput) -> Plan | None:
-    return Plan(ID, f.subject, None, max(entry_after(inp.trace, inp.aligned, f.barrier, inp.n), inp.cut), f.barrier)
+    return Plan(
+        ID,
+        f.subject,
+        None,
+        max(entry_after(inp.trace, inp.aligned, f.barrier, inp.n), inp.cut),
+        f.barrier,
+    )
 
 
-RULE = Rule(ID, "cut", UnorderedWrites, check, sentence, plan,
-            advice="make the data durable before the record that commits it (a sync between them), or checksum "
-                   "the record over the data so recovery can tell a commit whose data was lost")
+RULE = Rule(
+    ID,
+    "cut",
+    UnorderedWrites,
+    check,
+    sentence,
+    plan,
+    advice="make the data durable before the record that commits it (a sync between them), or checksum "
+    "the record over the data so recovery can tell a commit whose data was lost",
+)

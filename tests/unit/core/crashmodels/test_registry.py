@@ -2,6 +2,7 @@
 unique name, every model object of the family modules registered, the derived lists in the
 documented order and the same wherever they are imported from, and a model added to a list of
 models showing up in every derived list."""
+
 from __future__ import annotations
 
 import importlib
@@ -19,11 +20,23 @@ from powercut.core.states import models, stateid
 from powercut.core.states.coverage import Tally
 from powercut.core.states.crashstate import CrashState
 
-DOCUMENTED = ("no-cache", "flush", "write-cache", "torn", "torn-4k",
-              "lost-write", "misdirected-write", "corrupt-sector", "flush-ignored", "unreadable-sector")
+DOCUMENTED = (
+    "no-cache",
+    "flush",
+    "write-cache",
+    "torn",
+    "torn-4k",
+    "lost-write",
+    "misdirected-write",
+    "corrupt-sector",
+    "flush-ignored",
+    "unreadable-sector",
+)
 
 
-HYPOTHETICAL = ("what-if",)   # registered so that their ids rebuild; in no list (core/crashmodels/whatif.py)
+HYPOTHETICAL = (
+    "what-if",
+)  # registered so that their ids rebuild; in no list (core/crashmodels/whatif.py)
 
 
 def test_every_model_is_registered_once_under_a_unique_name() -> None:
@@ -61,8 +74,17 @@ def test_the_derived_lists_are_in_the_documented_order() -> None:
 
 def test_each_model_declares_the_id_part_its_properties_imply() -> None:
     for m in REGISTERED:
-        want = ("own" if m.hypothetical else "lie" if m.lie else "none" if m.prefix else
-                "tear" if m.unit_bytes is not None else "subset")
+        want = (
+            "own"
+            if m.hypothetical
+            else "lie"
+            if m.lie
+            else "none"
+            if m.prefix
+            else "tear"
+            if m.unit_bytes is not None
+            else "subset"
+        )
         assert m.id_part == want, m.name
 
 
@@ -91,7 +113,10 @@ def test_a_new_model_appears_in_every_derived_list() -> None:
 
 
 def test_a_hypothetical_model_is_in_no_list_and_cannot_be_chosen() -> None:
-    assert "what-if" in REGISTRY.by_name and "what-if" not in REGISTRY.models + REGISTRY.lies + REGISTRY.prefix
+    assert (
+        "what-if" in REGISTRY.by_name
+        and "what-if" not in REGISTRY.models + REGISTRY.lies + REGISTRY.prefix
+    )
     with pytest.raises(Exception, match="unknown crash model 'what-if'"):
         stateid.check_model("what-if")
     assert stateid.parse_id("what-if@12/a8/d3,5-6").lie == "a8/d3,5-6"
