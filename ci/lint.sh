@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Lint and type check, from the repository root: `ruff check .` (the rules in pyproject.toml's
-# [tool.ruff]) and mypy on the package (pyproject.toml's [tool.mypy]).  Exit 0: both clean; 1: a
+# [tool.ruff]), `ruff format --check .` (the code is formatted: run `ruff format .`) and mypy on the
+# package (pyproject.toml's [tool.mypy]).  Exit 0: both clean; 1: a
 # tool found something (its findings above, then one line naming the tool); 2: a tool is missing.
 # Extra arguments go to ruff (e.g. --fix for import order and unused imports).
 set -uo pipefail
@@ -16,6 +17,7 @@ else say "ruff is not installed (pip install -e '.[test]')"; exit 2; fi
 
 failed=()
 "${ruff[@]}" check . "$@" || failed+=(ruff)
+"${ruff[@]}" format --check . || { say "run: ruff format ."; failed+=("ruff format"); }
 
 # mypy cannot follow setuptools' package-dir mapping (harness/ is powercut, vm-images/ is
 # powercut.images, ...): link the directories into the tree pyproject.toml's mypy_path names, and
@@ -38,4 +40,4 @@ if [ ${#failed[@]} -gt 0 ]; then
     say "FAILED: ${failed[*]}"
     exit 1
 fi
-say "ruff and mypy: clean"
+say "ruff, ruff format and mypy: clean"
