@@ -464,6 +464,9 @@ def plan(
             if p is None:
                 tried.append(Tried(f, p, None))
                 continue
+            p = cf.to_commit(
+                p, mine, sp, st.cut
+            )  # a file never synced: up to its last write's commit
             state = cf.what_if(sp, st, mine, p)
             tried.append(
                 Tried(

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from powercut.core.cause.rules.base import Plan
 from powercut.core.crashmodels.tables import SpaceTables
 from powercut.core.crashmodels.whatif import WHAT_IF
-from powercut.core.log.dmlog import Entry
+from powercut.core.log.dmlog import FUA, Entry
 from powercut.core.log.marknames import END_MARK, ORDER_BEGIN, ORDER_END
 from powercut.core.states.crashstate import CrashState
 from powercut.core.trace import syscalls as sc
@@ -45,6 +45,7 @@ __all__ = [
     "mixed_in",
     "owners",
     "removed_after",
+    "to_commit",
     "unlogged",
     "what_if",
     "written_back",
@@ -209,6 +210,29 @@ def _removes(o: Op, exists: set[str]) -> str | None:
     return None
 
 
+def to_commit(p: Plan, owned: Sequence[str | None], sp: SpaceTables, cut: int) -> Plan:
+    """``p``, a plan to the end of the log (no sync of its files came), bounded instead by the commit
+    that made its files' last logged write durable: the first FUA write after the last entry
+    ``owned`` by its files (a journal's commit record, written after the flush that precedes it),
+    else the first barrier flush, included -- the metadata that
+    makes those writes reachable is committed with them or before, and the program's later renames
+    and removals stay out; never before the state's ``cut``.  ``p`` itself when its files own no
+    entry or no commit follows."""
+    n = len(owned)
+    if p.sync is not None or not p.files or p.until < n:
+        return p
+    last = max((i for i, o in enumerate(owned) if o in p.files), default=-1)
+    if last < 0:
+        return p
+    entries = sp.entries
+    after = range(last + 1, n)
+    fua = next((i for i in after if entries[i].flags & FUA and entries[i].changes_device), None)
+    commit = fua if fua is not None else next((i for i in after if sp.is_barrier(i)), None)
+    if commit is None or commit + 1 >= n:
+        return p
+    return replace(p, until=max(commit + 1, cut), commit=commit)
+
+
 def mixed_in(
     p: Plan,
     removed: Mapping[str, int],
@@ -227,7 +251,7 @@ def mixed_in(
     every lost write (nothing is left out)."""
     if p.files is None:
         return frozenset()
-    if p.sync is None:
+    if p.sync is None and p.commit < 0:
         moved = {
             n
             for o in trace.ops[after_cut(trace, aligned, cut) :]
@@ -235,24 +259,26 @@ def mixed_in(
             if (n := _under(o.path, root)) is not None
         }
         return frozenset((set(removed) | moved) - p.files)
-    late = {f for f, seq in removed.items() if seq > p.sync.seq and f not in p.files}
+    # the bound's place in the trace: its sync, or (a commit) the calls after the last mark before it
+    at = p.sync.seq if p.sync is not None else after_cut(trace, aligned, p.until) - 1
+    late = {f for f, seq in removed.items() if seq > at and f not in p.files}
     if not late:
         return frozenset()
-    return frozenset(late & changed_after(trace, aligned, root, cut, p.sync))
+    return frozenset(late & changed_after(trace, aligned, root, cut, at))
 
 
 def changed_after(
-    trace: Trace, aligned: Mapping[int, int], root: str, cut: int, until: Op
+    trace: Trace, aligned: Mapping[int, int], root: str, cut: int, until: int
 ) -> set[str]:
     """The files under ``root`` (relative) whose data the log may hold between log entry ``cut`` and
-    the call ``until``: unsynced changes or a shared writable mapping at the cut
-    (core/trace/tracefacts.Pending), or written, truncated, allocated or mapped after it up to ``until``."""
+    the call at trace position ``until``: unsynced changes or a shared writable mapping at the cut
+    (core/trace/tracefacts.Pending), or written, truncated, allocated or mapped after it up to it."""
     start = after_cut(trace, aligned, cut)
     pending = Pending(root)
     for o in trace.ops[:start]:
         pending.step(o)
     paths = set(pending.dirty) | set(pending.mapped)
-    for o in trace.ops[start : until.seq + 1]:
+    for o in trace.ops[start : until + 1]:
         if o.ok and (
             o.kind in (sc.WRITE, sc.TRUNCATE, sc.ALLOCATE, sc.MMAP_SHARED)
             or (o.kind == sc.OPEN and "O_TRUNC" in o.flags)

@@ -4,7 +4,6 @@ the lock file's readiness, the start/stop loop against a stand-in postmaster, ps
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -134,15 +133,19 @@ def test_start_waits_for_ready_and_stop_shuts_down(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pgserver, "as_postgres", dict)  # stays this user
+    # the stand-in notes the signal it got, whenever it comes (a trap from its first line: a signal
+    # between writing its pid file and a later exec would otherwise race the test)
     bin_dir = stand_in(
         tmp_path,
-        'sleep 0.2\nprintf "$$\\n$2\\n1\\n1\\n/s\\n\\nk\\nready\\n" > "$2/postmaster.pid"\n'
-        "exec sleep 60\n",
+        "trap 'echo INT > \"$2/got\"; exit 3' INT\nsleep 0.2\n"
+        'printf "$$\\n$2\\n1\\n1\\n/s\\n\\nk\\nready\\n" > "$2/postmaster.pid"\n'
+        "while :; do sleep 0.05; done\n",
     )
     with open(tmp_path / "log", "wb") as log:
         server = pgserver.start(bin_dir, str(tmp_path), str(tmp_path), log)
     assert server.poll() is None
-    assert pgserver.stop(server) == -signal.SIGINT  # a fast shutdown: SIGINT
+    assert pgserver.stop(server) == 3  # its exit status
+    assert (tmp_path / "got").read_text() == "INT\n"  # a fast shutdown: SIGINT
 
 
 def test_a_server_that_exits_while_starting_is_a_runtime_error(

@@ -13,8 +13,10 @@ from powercut.core.cause import causes
 from powercut.core.cause import counterfactual as cf
 from powercut.core.cause.rules import registry
 from powercut.core.cause.rules.base import Plan, PlanInput
+from powercut.core.log.dmlog import FUA
 from powercut.core.states.models import space
 from powercut.core.trace import syscalls as sc
+from powercut.core.trace.syscalls import Op
 from tests.unit.core.test_causes import MNT, T
 from tests.unit.logops import build_log
 
@@ -388,7 +390,7 @@ def test_files_removed_or_truncated_after_the_cut_are_named() -> None:
     def mixed(p: Plan) -> frozenset[str]:
         return cf.mixed_in(p, removed, tr, aligned, MNT, cut)
 
-    assert cf.changed_after(tr, aligned, MNT, cut, sync) == {"idx", "log", "new"}
+    assert cf.changed_after(tr, aligned, MNT, cut, sync.seq) == {"idx", "log", "new"}
     assert mixed(Plan(causes.NO_FSYNC, "/a", frozenset({"a"}), 40, sync)) == frozenset({"idx"})
     assert mixed(Plan(causes.NO_FSYNC, "/idx", frozenset({"idx"}), 40, sync)) == frozenset()
     # to the end of the log: every name changed after the cut is changed in the what-if too
@@ -396,3 +398,37 @@ def test_files_removed_or_truncated_after_the_cut_are_named() -> None:
         {"x", "CURRENT", "log", "idx", "tmp", "tmp2"}
     )
     assert mixed(Plan(causes.UNORDERED, "/", None, 40, sync)) == frozenset()  # every lost write
+
+
+def test_a_plan_to_the_end_is_bounded_by_the_commit_of_its_files_last_write(sp) -> None:
+    """A file never synced: its plan ends at the first barrier after its last logged write, not at
+    the end of the recording (the program's later renames stay out); unchanged when the file owns
+    no entry, when a sync bounds it, or when its last write's commit is the end of the log."""
+    owned = cf.owners(sp.entries, FILES, 512)
+    n = len(owned)
+    early = tuple(None if i in (6, 10) else o for i, o in enumerate(owned))  # wal's last write: #1
+    wal = Plan(causes.NO_FSYNC, "/wal", frozenset({"wal"}), n)
+    bounded = cf.to_commit(wal, early, sp, 1)
+    assert bounded.until == 5 and bounded.commit == 4  # the flush at #4, included
+    assert bounded.words().endswith(
+        "as logged up to the commit that made its last write durable (log entry #4)"
+    )
+    assert cf.to_commit(wal, early, sp, 8).until == 8  # never before the cut
+    assert (
+        cf.to_commit(wal, owned, sp, 1) is wal
+    )  # its last write (#10) is committed by the last entry
+    nobody = Plan(causes.NO_FSYNC, "/x", frozenset({"x"}), n)
+    assert cf.to_commit(nobody, early, sp, 1) is nobody
+    synced = Plan(causes.NO_FSYNC, "/wal", frozenset({"wal"}), 6, Op(0, 1, 1, 1.0, sc.FSYNC))
+    assert cf.to_commit(synced, early, sp, 1) is synced
+
+
+def test_the_commit_is_the_fua_write_after_the_flush_that_precedes_it(tmp_path: Path) -> None:
+    """A journal commit is logged as a flush, then the commit record written FUA: the plan keeps
+    the record (without it the transaction that maps the file's write is not committed)."""
+    ops = [("m", "mkfs"), ("w", 100, 1, 0, 1), ("w", 10, 1, 0, 2), ("f",), ("w", 12, 1, FUA, 3)]
+    ops += [("m", "ack:1"), ("w", 11, 1, 0, 4), ("f",)]
+    sp = space(build_log(tmp_path / "log.bin", ops))
+    owned = cf.owners(sp.entries, FILES, 512)
+    p = cf.to_commit(Plan(causes.NO_FSYNC, "/wal", frozenset({"wal"}), len(owned)), owned, sp, 1)
+    assert p.commit == 4 and p.until == 5

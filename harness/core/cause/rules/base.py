@@ -21,7 +21,9 @@ class Plan:
     """What a rule's counterfactual makes durable: the data of ``files`` (None: every write the
     state lost before its cut) and the metadata, as logged before entry ``until``; ``sync``: the
     call whose completion bounds it (None: the end of the log, or the state's own cut); ``bound``:
-    what ``sync`` is to the file, said in the proof ("its next fsync")."""
+    what ``sync`` is to the file, said in the proof ("its next fsync"); ``commit``: with no sync,
+    the log entry of the commit that made the files' last write durable, which bounds it instead
+    of the end of the log (core/cause/counterfactual.to_commit; -1: none)."""
 
     rule: str
     subject: str
@@ -29,6 +31,7 @@ class Plan:
     until: int
     sync: Op | None = None
     bound: str = ""
+    commit: int = -1
 
     def words(self) -> str:
         """What was made durable, as the cause's proof says it."""
@@ -44,6 +47,11 @@ class Plan:
             if self.files
             else "the filesystem's metadata (no file's data)"
         )
+        if self.sync is None and self.commit >= 0:
+            return (
+                f"{data} as logged up to the commit that made its last write durable (log entry "
+                f"#{self.commit})"
+            )
         if self.sync is None:
             return f"{data} as logged to the end of the recording"
         what = "sync" if self.sync.kind in (sc.SYNC, sc.SYNCFS) else self.sync.kind
