@@ -82,6 +82,7 @@ def test_stopping_at_node_1s_first_eio_passes(crashtest):
 '''
 
 
+@pytest.mark.nightly  # ~66 s; one disk's plan in the marker is fast: test_fault_plan_vm
 def test_a_fault_on_node_1_is_judged_acked_after_error_naming_node_1(
     pytester: pytest.Pytester,
 ) -> None:

@@ -116,7 +116,7 @@ GO_BUILT = pytest.mark.skipif(
     "workload, reply_on, rc",
     [
         pytest.param("gotwofile", "index", 3, marks=GO_BUILT),
-        pytest.param("gotwofile", "both", 0, marks=GO_BUILT),
+        pytest.param("gotwofile", "both", 0, marks=[GO_BUILT, pytest.mark.nightly]),
         pytest.param("twofile", "index", 3, marks=pytest.mark.nightly),
     ],
 )
