@@ -180,13 +180,12 @@ def judge(data: bytes, acked: list[int], begun: list[int], seed: int, size: int)
         return CheckResult("corrupt-data", tuple(bad))
     ok = f"records 0..{last_acked} intact" if last_acked >= 0 else "no record acked"
     if last > last_acked:
-        have = (
-            "whole"
-            if maybe.missing < 0
-            else "partial"
-            if data[lay.end(last_acked) : end].strip(b"\0")
-            else "absent"
-        )
+        if maybe.missing < 0:
+            have = "whole"
+        elif data[lay.end(last_acked) : end].strip(b"\0"):
+            have = "partial"
+        else:
+            have = "absent"
         ok += f"; begun record(s) {last_acked + 1}..{last} {have} (an interrupted, unacked append)"
     return CheckResult("pass", (ok,))
 

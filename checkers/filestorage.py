@@ -207,7 +207,8 @@ class Layout:
 
     def transaction(self, tid: int) -> bytes:
         """Transaction ``tid`` as committed (status ' ')."""
-        tl, descr = self.txn_bytes - 8, _descr(tid)
+        tl = self.txn_bytes - 8
+        descr = _descr(tid)
         out = bytearray(
             TXN_HDR.pack(tid, tl, b" ", len(USER), len(descr), len(EXTENSION))
             + USER
@@ -265,7 +266,12 @@ def corruption(
         if txn.tid != tid:
             out.append(f"the transaction at byte {txn.pos} has tid {txn.tid}, expected {tid}")
             break
-        state = "acked" if tid in acked else "begun, not acked" if tid in begun else "never begun"
+        if tid in acked:
+            state = "acked"
+        elif tid in begun:
+            state = "begun, not acked"
+        else:
+            state = "never begun"
         if state == "never begun":
             out.append(
                 f"txn {tid} is committed on disk (status {txn.status.decode('latin-1')!r}) but was never begun"

@@ -123,13 +123,12 @@ def judge(data: bytes, acked: int, begun: int, p: dict[str, Any]) -> CheckResult
         return CheckResult("lost-ack", (_lost(data, want, sure.missing, bs, acked),))
     ok = f"writes 0..{acked} intact ({acked_end} bytes)" if acked >= 0 else "nothing acked"
     if begun > acked:
-        have = (
-            "whole"
-            if maybe.missing < 0
-            else "partial"
-            if data[acked_end:begun_end].strip(b"\0")
-            else "absent"
-        )
+        if maybe.missing < 0:
+            have = "whole"
+        elif data[acked_end:begun_end].strip(b"\0"):
+            have = "partial"
+        else:
+            have = "absent"
         ok += f"; begun writes {acked + 1}..{begun} {have}"
     return CheckResult("pass", (ok,))
 

@@ -152,13 +152,19 @@ class Judge:
     """What the server answered against what the marks promise."""
 
     def __init__(self, seed: int, row_bytes: int, acked: set[int], begun: set[int]) -> None:
-        self.seed, self.size, self.acked, self.begun = seed, row_bytes, acked, begun
+        self.seed = seed
+        self.size = row_bytes
+        self.acked = acked
+        self.begun = begun
         self.corrupt: list[str] = []
 
     def state(self, i: int) -> str:
-        return (
-            "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
-        )
+        if i in self.acked:
+            return "acked"
+        elif i in self.begun:
+            return "begun, not acked"
+        else:
+            return "never begun"
 
     def run(self, found: Found, *, amcheck: Sequence[str] = (), note: str = "") -> CheckResult:
         self.corrupt.extend(f"pg_amcheck: {line}" for line in amcheck[:3])
@@ -167,13 +173,12 @@ class Judge:
         if last is not None:
             self.check_pairs(set(found.rows), last)
         lost = self.acked - set(found.rows)
-        held = (
-            f"rows {_keys(set(found.rows)) or 'none'}"
-            if last is None
-            else f"txns 1..{last}"
-            if last
-            else "no txn"
-        )
+        if last is None:
+            held = f"rows {_keys(set(found.rows)) or 'none'}"
+        elif last:
+            held = f"txns 1..{last}"
+        else:
+            held = "no txn"
         lost_line = f"acked txn(s) {_keys(lost)} lost: the database holds {held}" if lost else ""
         if self.corrupt:
             return CheckResult(

@@ -72,13 +72,20 @@ class Judge:
         begun: set[int],
         noticed: str = "corrupt-data",
     ) -> None:
-        self.con, self.seed, self.acked, self.begun, self.noticed = con, seed, acked, begun, noticed
+        self.con = con
+        self.seed = seed
+        self.acked = acked
+        self.begun = begun
+        self.noticed = noticed
         self.corrupt: list[str] = []
 
     def state(self, i: int) -> str:
-        return (
-            "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
-        )
+        if i in self.acked:
+            return "acked"
+        elif i in self.begun:
+            return "begun, not acked"
+        else:
+            return "never begun"
 
     def run(self) -> CheckResult:
         lines = [str(r[0]) for r in self.con.execute("PRAGMA integrity_check")]
@@ -115,9 +122,12 @@ class Judge:
         if last is not None:
             self.check_pairs(set(rows), last)
         lost = self.acked - set(rows)
-        held = (
-            f"rows {_keys(set(rows))}" if last is None else f"txns 1..{last}" if last else "no txn"
-        )
+        if last is None:
+            held = f"rows {_keys(set(rows))}"
+        elif last:
+            held = f"txns 1..{last}"
+        else:
+            held = "no txn"
         lost_line = f"acked txn(s) {_keys(lost)} lost: the database holds {held}" if lost else ""
         if self.corrupt:
             return CheckResult(

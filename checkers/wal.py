@@ -64,7 +64,10 @@ CTL = struct.Struct(
     "<8sQQQQII"
 )  # magic, ckpt lsn, ckpt txn, committed lsn, committed txn, ckpt seg, crc
 IMG = struct.Struct("<4sIQ")  # b"WALP", page, txn
-T_PAGE, T_COMMIT, T_FILL, T_SWITCH = 1, 2, 3, 4
+T_PAGE = 1
+T_COMMIT = 2
+T_FILL = 3
+T_SWITCH = 4
 NAMES = {T_PAGE: "PAGE", T_COMMIT: "COMMIT", T_FILL: "FILL", T_SWITCH: "SWITCH"}
 VARIANTS = (
     "correct",
@@ -108,7 +111,8 @@ def crc32c(data: bytes, crc: int = 0) -> int:
 
 def _crc32c(data: bytes, crc: int = 0) -> int:
     """CRC32C (Castagnoli, reflected poly 0x82F63B78), table-driven."""
-    table, crc = CRC_TABLE, crc ^ 0xFFFFFFFF
+    table = CRC_TABLE
+    crc = crc ^ 0xFFFFFFFF
     for b in data:
         crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
@@ -277,7 +281,8 @@ def open_segment(root: str, segno: int, start: int | None) -> Segment | str:
 
 def parse(seg: Segment, off: int, lay: Layout) -> Rec | str:
     """The record at file offset ``off``, or why it is not a good one."""
-    data, where = seg.data, f"segment {seg.segno} offset {off} (LSN {seg.start + off})"
+    data = seg.data
+    where = f"segment {seg.segno} offset {off} (LSN {seg.start + off})"
     io = "" if seg.unreadable is None else f", unreadable (I/O error) from offset {seg.unreadable}"
     if off + REC.size > len(data):
         return (
@@ -310,7 +315,9 @@ def redo(root: str, lay: Layout, ctl: Control, pages: list[bytes | None]) -> tup
     seg = open_segment(root, ctl.ckpt_seg, None)
     if isinstance(seg, str):
         return ctl.ckpt_txn, seg
-    off, last, pending = ctl.ckpt_lsn - seg.start, ctl.ckpt_txn, []
+    off = ctl.ckpt_lsn - seg.start
+    last = ctl.ckpt_txn
+    pending = []
     if off < SEG.size:
         return (
             last,
@@ -395,13 +402,12 @@ def identify(lay: Layout, page: int, content: bytes | None) -> tuple[int | None,
     )
     prev = lay.previous(t, page)
     part = content[lo:hi]
-    kind = (
-        "zeros"
-        if not part.strip(b"\0")
-        else f"txn {prev}'s image"
-        if prev and part == lay.image(prev, page)[lo:hi]
-        else "other bytes"
-    )
+    if not part.strip(b"\0"):
+        kind = "zeros"
+    elif prev and part == lay.image(prev, page)[lo:hi]:
+        kind = f"txn {prev}'s image"
+    else:
+        kind = "other bytes"
     return None, f"txn {t}'s image except bytes {lo}..{hi - 1}, which hold {kind}"
 
 

@@ -84,9 +84,12 @@ class Expect:
     notes: list[str] = field(default_factory=list)
 
     def state(self, i: int) -> str:
-        return (
-            "acked" if i in self.acked else "begun, not acked" if i in self.begun else "never begun"
-        )
+        if i in self.acked:
+            return "acked"
+        elif i in self.begun:
+            return "begun, not acked"
+        else:
+            return "never begun"
 
     def value(self, i: int) -> bytes:
         return value(self.seed, i, self.size)
@@ -216,13 +219,12 @@ def compare(items: dict[Any, Any], want: set[int], exp: Expect, where: str) -> N
             )
         got = items[i]
         if got != exp.value(i):
-            what = (
-                f"{len(got)} bytes, {exp.size} written"
-                if isinstance(got, bytes) and len(got) != exp.size
-                else f"a {type(got).__name__}"
-                if not isinstance(got, bytes)
-                else f"differs from byte {next(k for k, (a, b) in enumerate(zip(got, exp.value(i))) if a != b)}"
-            )
+            if isinstance(got, bytes) and len(got) != exp.size:
+                what = f"{len(got)} bytes, {exp.size} written"
+            elif not isinstance(got, bytes):
+                what = f"a {type(got).__name__}"
+            else:
+                what = f"differs from byte {next(k for k, (a, b) in enumerate(zip(got, exp.value(i))) if a != b)}"
             raise Corrupt(f"key {i} ({exp.state(i)}) {where}: its value {what}")
 
 

@@ -212,7 +212,10 @@ class PlanRun:
     def __init__(
         self, plan: FaultPlan, state_path: str, target: Target | None = None, mount: str = "."
     ) -> None:
-        self.plan, self.path, self.target, self.mount = plan, state_path, target, mount
+        self.plan = plan
+        self.path = state_path
+        self.target = target
+        self.mount = mount
 
     @staticmethod
     def from_env() -> "PlanRun | None":

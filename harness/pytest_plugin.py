@@ -360,7 +360,9 @@ class _Crash:
     """Where a crash test failed and its headline (pytest's short summary line, JUnit's message)."""
 
     def __init__(self, path: str, lineno: int, message: str) -> None:
-        self.path, self.lineno, self.message = path, lineno, message
+        self.path = path
+        self.lineno = lineno
+        self.message = message
 
 
 class _FailureText:

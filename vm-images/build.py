@@ -398,14 +398,14 @@ def find_image(spec: ImageSpec = ImageSpec()) -> Image | None:
 def build_image(spec: ImageSpec = ImageSpec(), force: bool = False) -> Image:
     inputs = _inputs(spec)
     assert inputs is not None
-    kernel, release, source, modules, digest = (
-        inputs.kernel,
-        inputs.release,
-        inputs.source,
-        inputs.modules,
-        inputs.digest,
-    )
-    init, mount_table, mark_src = inputs.init, inputs.mount_table, inputs.mark_src
+    kernel = inputs.kernel
+    release = inputs.release
+    source = inputs.source
+    modules = inputs.modules
+    digest = inputs.digest
+    init = inputs.init
+    mount_table = inputs.mount_table
+    mark_src = inputs.mark_src
     out = cache_root() / "images" / digest
     if (out / "image.toml").exists() and not force:
         return load_image(out)

@@ -117,7 +117,8 @@ def failures(cl: Cluster) -> list[str]:
 
 def put_retrying(cl: Cluster, k: bytes, v: bytes, timeout: float) -> None:
     """Put through member 0, else the next running member, until ``timeout`` or a majority exited."""
-    deadline, err = time.monotonic() + timeout, ""
+    deadline = time.monotonic() + timeout
+    err = ""
     while time.monotonic() < deadline and len(cl.exited()) <= len(cl.procs) // 2:
         for url in cl.urls():
             try:

@@ -153,7 +153,9 @@ def healthy(url: str, timeout: float) -> bool:
 
 def lo_up() -> None:
     """Bring ``lo`` up (a fresh network namespace has it down)."""
-    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    siocgifflags = 0x8913
+    siocsifflags = 0x8914
+    iff_up = 0x1
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         ifr = fcntl.ioctl(s, siocgifflags, struct.pack("16sH14x", b"lo", 0))
         flags = struct.unpack("16sH14x", ifr)[1]

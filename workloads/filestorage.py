@@ -142,7 +142,8 @@ def prev_pointer(p: Params, tid: int, j: int) -> int:
 
 def transaction(p: Params, tid: int, status: bytes) -> bytes:
     """Transaction ``tid``'s whole record with the given status byte."""
-    tpos, descr = txn_pos(p, tid), description(tid)
+    tpos = txn_pos(p, tid)
+    descr = description(tid)
     tl = p.txn_bytes - 8
     parts = [
         TXN_HDR.pack(tid, tl, status, len(USER), len(descr), len(EXTENSION)),

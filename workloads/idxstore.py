@@ -76,7 +76,10 @@ def _publish(name: str, index: bytes, dat: int, data_first: bool) -> None:
 
 
 def main(params: dict[str, Any]) -> int:
-    n, size, seed, how = params["n"], params["size"], params["seed"], params["replace"]
+    n = params["n"]
+    size = params["size"]
+    seed = params["seed"]
+    how = params["replace"]
     dat = os.open("store.dat", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     entries: list[list[int]] = []
     offset = 0

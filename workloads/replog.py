@@ -39,7 +39,8 @@ class Replica(threading.Thread):
         dirfd = os.open(os.path.dirname(path), os.O_RDONLY)
         os.fsync(dirfd)  # the file's directory entry is durable before any record
         os.close(dirfd)
-        self.fsync, self.answers = fsync, answers
+        self.fsync = fsync
+        self.answers = answers
         self.inbox: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
 
     def run(self) -> None:

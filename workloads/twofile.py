@@ -82,7 +82,10 @@ def _msync(mapped: mmap.mmap, i: int, _: int) -> None:
 
 
 def main(params: dict[str, Any]) -> int:
-    n, size, seed, via = params["n"], params["size"], params["seed"], params["log_via"]
+    n = params["n"]
+    size = params["size"]
+    seed = params["seed"]
+    via = params["log_via"]
     log = os.open("store.log", os.O_RDWR | os.O_CREAT, 0o644)
     idx = os.open("store.idx", os.O_RDWR | os.O_CREAT, 0o644)
     mapped: mmap.mmap | None = None

@@ -104,7 +104,10 @@ CTL = struct.Struct(
     "<8sQQQQII"
 )  # magic, ckpt lsn, ckpt txn, committed lsn, committed txn, ckpt seg, crc
 IMG = struct.Struct("<4sIQ")  # b"WALP", page, txn
-T_PAGE, T_COMMIT, T_FILL, T_SWITCH = 1, 2, 3, 4
+T_PAGE = 1
+T_COMMIT = 2
+T_FILL = 3
+T_SWITCH = 4
 CTL_NAME, DATA_NAME = "wal.ctl", "data.db"
 
 
@@ -123,7 +126,8 @@ CRC_TABLE = _table()
 
 def crc32c(data: bytes, crc: int = 0) -> int:
     """CRC32C (Castagnoli, reflected poly 0x82F63B78), table-driven."""
-    table, crc = CRC_TABLE, crc ^ 0xFFFFFFFF
+    table = CRC_TABLE
+    crc = crc ^ 0xFFFFFFFF
     for b in data:
         crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
@@ -274,7 +278,10 @@ class Writer:
         self.p = p
         self.pages = [bytes(p.page_bytes)] * p.npages
         self.dirty: set[int] = set()
-        self.segno, self.oldest, self.seg_start, self.off = 1, 1, 0, SEG.size
+        self.segno = 1
+        self.oldest = 1
+        self.seg_start = 0
+        self.off = SEG.size
         self.end_lsn, self.last = SEG.size, 0  # after the last commit record; the last txn written
         self.ckpt = (SEG.size, 0, 1)  # lsn, txn, segno
         os.mkdir(p.dir)
@@ -334,7 +341,9 @@ class Writer:
     def write_txn(self, t: int) -> None:
         """One pwrite: the txn's PAGE records, its COMMIT, and in commit-before-data a FILL to the
         block's end when the next txn would not fit in what is left of it."""
-        p, buf, start = self.p, bytearray(), self.off
+        p = self.p
+        buf = bytearray()
+        start = self.off
         recs = []
         for page in txn_pages(t, p.npages):
             img = image(p.seed, t, page, p.page_bytes)

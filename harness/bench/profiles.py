@@ -37,14 +37,13 @@ GROUP_COMMIT_BLOCK = 2048  # a group commit groups 2 KiB transactions
 QUICK_BLOCK = 4096
 
 #: The ``${VAR}`` names the job files use.
-VAR_DIR, VAR_BS, VAR_SIZE, VAR_RUNTIME, VAR_SYNC_EVERY = (
-    "PC_DIR",
-    "PC_BS",
-    "PC_SIZE",
-    "PC_RUNTIME",
-    "PC_SYNC_EVERY",
-)
-VAR_FILE, VAR_UNLINK = "PC_FILE", "PC_UNLINK"
+VAR_DIR = "PC_DIR"
+VAR_BS = "PC_BS"
+VAR_SIZE = "PC_SIZE"
+VAR_RUNTIME = "PC_RUNTIME"
+VAR_SYNC_EVERY = "PC_SYNC_EVERY"
+VAR_FILE = "PC_FILE"
+VAR_UNLINK = "PC_UNLINK"
 REWRITE_JOB = "rewrite.fio"
 #: pg_test_fsync's method -> (guarantee, O_DIRECT, fio sync=, fsync=, fdatasync=)
 PG_METHODS: dict[str, tuple[str, int, str, int, int]] = {

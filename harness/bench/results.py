@@ -65,7 +65,12 @@ class BenchEntry:
 
     @property
     def cache(self) -> str:
-        return "as is" if self.write_cache is None else ("on" if self.write_cache else "off")
+        if self.write_cache is None:
+            return "as is"
+        elif self.write_cache:
+            return "on"
+        else:
+            return "off"
 
     @property
     def setting(self) -> str:

@@ -29,7 +29,9 @@ from powercut.linux import environ, filesystems, packages
 from powercut.vm import accel
 from powercut.vm.qemu import QEMU
 
-OK, MISSING, WARN = "ok", "missing", "warn"
+OK = "ok"
+MISSING = "missing"
+WARN = "warn"
 SETUP = "powercut setup"
 LOG_WRITES = "dm_log_writes"
 FS_PACKAGE = {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs"}

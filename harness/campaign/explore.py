@@ -239,7 +239,8 @@ def _leg(
     elif (trace := load_trace(recording.load(leg.base.dir))) is None:
         leg.note = "the base recording has no syscall trace (see its manifest's [trace]): nothing to explore from"
     else:
-        leg.files, leg.commit_s = synced_files(trace, ROOT), commit_seconds(trace)
+        leg.files = synced_files(trace, ROOT)
+        leg.commit_s = commit_seconds(trace)
         leg.delay = ex.delay or auto_delay(leg.commit_s)
     write(out, ex)
     return leg

@@ -65,10 +65,17 @@ class CampaignRun:
         journal: Journal,
         on_verdict: Callable[[Verdict], None] | None,
     ) -> None:
-        self.spec, self.rec, self.ctx, self.outdir = spec, rec, ctx, outdir
-        self.logs, self.space = list(logs), space
-        self.sel, self.journal, self.on_verdict = sel, journal, on_verdict
-        self.place, self.src = spec.place.with_warm_vms(), LogSource.of(rec)
+        self.spec = spec
+        self.rec = rec
+        self.ctx = ctx
+        self.outdir = outdir
+        self.logs = list(logs)
+        self.space = space
+        self.sel = sel
+        self.journal = journal
+        self.on_verdict = on_verdict
+        self.place = spec.place.with_warm_vms()
+        self.src = LogSource.of(rec)
         self.first: list[
             str
         ] = []  # the first verdicts of this run: a checker broken on all is an error

@@ -193,7 +193,10 @@ class CheckerVm:
         scratch_bytes: int = 0,
         rec_root: Path | None = None,
     ) -> None:
-        self.ctx, self.src, self.spec, self.workdir = ctx, src, spec, workdir
+        self.ctx = ctx
+        self.src = src
+        self.spec = spec
+        self.workdir = workdir
         # the pristine and the COWs: one disk's, or a pristine and COW files per disk
         self.scratch_bytes = scratch_bytes or scratch_need(src.disks, src.size)
         self.host = host or CheckHost()
@@ -435,7 +438,9 @@ class _Live:
 
     def __init__(self, jobdir: Path, progress: Progress, on_verdict: Sink, limit_s: float) -> None:
         self.thread = threading.Thread()
-        self.jobdir, self.progress, self.on_verdict = jobdir, progress, on_verdict
+        self.jobdir = jobdir
+        self.progress = progress
+        self.on_verdict = on_verdict
         self.seq = 1
         self.job_limit_s, self.job_deadline = limit_s, time.monotonic() + limit_s
         self.lock = threading.Lock()

@@ -174,7 +174,9 @@ class Judging:
     instant for a cut)."""
 
     def __init__(self, vm: CheckerVm, states: Sequence[Any], sink: Sink) -> None:
-        self.vm, self.states, self.sink = vm, states, sink
+        self.vm = vm
+        self.states = states
+        self.sink = sink
         self.job = vm.check_job
         self.by_id = {s.id: s for s in states}
         self.done: set[str] = set()

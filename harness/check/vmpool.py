@@ -33,7 +33,9 @@ class VmPool(WarmVms):
 
     def __init__(self, root: Path, workdir: Path, keep: int) -> None:
         super().__init__()
-        self.root, self.workdir, self.KEEP = Path(root).resolve(), Path(workdir), max(1, keep)
+        self.root = Path(root).resolve()
+        self.workdir = Path(workdir)
+        self.KEEP = max(1, keep)
         self.booted = 0
         self.lent = 0  # how many chunks took a booted VM (the saving, for the timeline and tests)
 

@@ -128,7 +128,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
                 "merge: not a pass",
                 file=sys.stderr,
             )
-        return 3 if bad else (1 if missing else 0)
+        if bad:
+            return 3
+        elif missing:
+            return 1
+        else:
+            return 0
     summary, paths = merge(args.shards, args.out)
     return _finish(summary, paths)
 

@@ -158,13 +158,13 @@ def blame(
     for i, how in items:
         e = sp.entries[i]
         if mapper is None:
-            what, path, note = (
-                "unmapped",
-                "",
-                f"{fstype}: blocks are not mapped to files (see harness/debug/blame.py)",
-            )
+            what = "unmapped"
+            path = ""
+            note = f"{fstype}: blocks are not mapped to files (see harness/debug/blame.py)"
         elif not size:
-            what, path, note = "unmapped", "", "the filesystem's tool could not read the image"
+            what = "unmapped"
+            path = ""
+            note = "the filesystem's tool could not read the image"
         else:
             found = [mapping.get(b, ("unknown", "", "")) for b in _blocks(e, size)]
             blocks[i] = _blocks(e, size)

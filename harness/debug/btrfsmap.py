@@ -267,7 +267,10 @@ def tree_blocks(text: str) -> dict[int, Block]:
         if (m := _BLOCK.match(line)) and int(m.group(2)) != start:
             if start is not None:
                 out[start] = Block(kind, owner, tuple(ids))
-            start, kind, owner, ids = int(m.group(2)), m.group(1), _root(m.group(4)), []
+            start = int(m.group(2))
+            kind = m.group(1)
+            owner = _root(m.group(4))
+            ids = []
         elif (k := _KEY.match(line)) and k.group(1).isdigit():
             ids.append(int(k.group(1)))
     if start is not None:
@@ -285,13 +288,14 @@ def describe_block(block: Block, names: Files, in_use: bool) -> Found:
         path = ", ".join(paths[:FILES_NAMED]) + (
             f" (+{len(paths) - FILES_NAMED} more)" if len(paths) > FILES_NAMED else ""
         )
-    note = (
-        "the fsync log: log trees have no extent items; replayed at the next mount, then freed"
-        if block.owner == "TREE_LOG"
-        else ""
-        if in_use
-        else "not in use on the recovered image: copied on write since (the recovery mount commits too), or freed"
-    )
+    if block.owner == "TREE_LOG":
+        note = (
+            "the fsync log: log trees have no extent items; replayed at the next mount, then freed"
+        )
+    elif in_use:
+        note = ""
+    else:
+        note = "not in use on the recovered image: copied on write since (the recovery mount commits too), or freed"
     return what, path, note
 
 

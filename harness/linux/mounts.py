@@ -25,10 +25,21 @@ from powercut.errors import ImageError, PowercutError, UsageError
 
 log = logging.getLogger(__name__)
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_SYNCHRONOUS = 1, 2, 4, 8, 16
-MS_MANDLOCK, MS_DIRSYNC, MS_NOSYMFOLLOW = 64, 128, 256
-MS_NOATIME, MS_NODIRATIME, MS_SILENT = 1024, 2048, 1 << 15
-MS_RELATIME, MS_I_VERSION, MS_STRICTATIME, MS_LAZYTIME = 1 << 21, 1 << 23, 1 << 24, 1 << 25
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_SYNCHRONOUS = 16
+MS_MANDLOCK = 64
+MS_DIRSYNC = 128
+MS_NOSYMFOLLOW = 256
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_SILENT = 1 << 15
+MS_RELATIME = 1 << 21
+MS_I_VERSION = 1 << 23
+MS_STRICTATIME = 1 << 24
+MS_LAZYTIME = 1 << 25
 MS_BIND = 4096
 MNT_DETACH = 2
 
@@ -347,7 +358,9 @@ def guest_mounts(text: str, root: str, args: Mapping[str, str]) -> list[GuestMou
             elif fstype == "9p":
                 opts = ",".join(filter(None, [ninep, opts]))
             elif fstype == "bind":
-                src, fstype, opts = root + src, "none", ",".join(filter(None, ["bind", opts]))
+                src = root + src
+                fstype = "none"
+                opts = ",".join(filter(None, ["bind", opts]))
             elif fstype == "dir":
                 src = fstype = opts = ""
             out.append(GuestMount(src, dst, fstype, opts, row.when == "if-dir"))

@@ -119,7 +119,10 @@ class _Writer:
     def __init__(
         self, index: LogIndex, fd: int, punch: bool, zeros: bool = False, known_zero: ZeroRuns = ()
     ) -> None:
-        self.index, self.fd, self.punch, self.zeros = index, fd, punch, zeros
+        self.index = index
+        self.fd = fd
+        self.punch = punch
+        self.zeros = zeros
         self.ss = index.sectorsize
         self.bytes = 0
         self.skipped = 0
@@ -405,7 +408,9 @@ def _source(source: str | os.PathLike[str], size: int | None) -> tuple[Path, int
     src = Path(source)
     if src.is_dir():
         rec = load_recording(src)
-        dsize, log_path, initial = rec.data_size, rec.log_path, rec.initial_image
+        dsize = rec.data_size
+        log_path = rec.log_path
+        initial = rec.initial_image
         if size is not None and size != dsize:
             raise UsageError(
                 f"{src}: the recording's data device has {dsize} bytes; drop --size or give {dsize}"

@@ -47,13 +47,11 @@ class Pristine:
     def __init__(
         self, path: Path, fd: int, block: bool, backing: Path | None = None, writeback: bool = False
     ) -> None:
-        self.path, self.fd, self.block, self.backing, self.writeback = (
-            path,
-            fd,
-            block,
-            backing,
-            writeback,
-        )
+        self.path = path
+        self.fd = fd
+        self.block = block
+        self.backing = backing
+        self.writeback = writeback
 
     def sync(self) -> None:
         """Before a clone: make the writes visible below the page cache (dm-snapshot: fsync the

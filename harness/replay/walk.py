@@ -49,7 +49,10 @@ class NodeImages:
         initial: Path | None = None,
         known_zero: ZeroRuns = (),
     ) -> None:
-        self.index, self.size, self.states, self.initial = index, size, list(states), initial
+        self.index = index
+        self.size = size
+        self.states = list(states)
+        self.initial = initial
         self.known_zero = known_zero
         self.runs = runs([plan(index, s).base for s in self.states])
         workspace.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,12 @@ def fmt_num(x: float | None) -> str:
 
 
 def fmt_ratio(x: float | None) -> str:
-    return "-" if x is None else (f"{x:.1f}x" if x >= 10 else f"{x:.2f}x")
+    if x is None:
+        return "-"
+    elif x >= 10:
+        return f"{x:.1f}x"
+    else:
+        return f"{x:.2f}x"
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -187,7 +192,12 @@ def plot(results: BenchResults, out_dir: str | Path, stem: str = "latency") -> l
     )
     width = 0.38
     for k, (wc, color) in enumerate(((True, "#4c72b0"), (False, "#dd8452"), (None, "#55a868"))):
-        xs, p50, lo, hi, p999, cps = [], [], [], [], [], []
+        xs = []
+        p50 = []
+        lo = []
+        hi = []
+        p999 = []
+        cps = []
         for i, name in enumerate(names):
             e = results.find(name, wc)
             if e is None or e.p50_us is None:

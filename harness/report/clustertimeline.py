@@ -19,7 +19,10 @@ from powercut.core.states.disks import Disks, key_events
 from powercut.errors import UsageError
 
 WIDTH = 1200
-LEFT, TOP, BAND_H, GAP = 96, 8, 54, 10
+LEFT = 96
+TOP = 8
+BAND_H = 54
+GAP = 10
 MIN_SPAN = (
     4  # entries' worth of width per instant at least (an instant with no writes stays visible)
 )
@@ -144,7 +147,9 @@ def of_logs(logs: Sequence[LogIndex], failing: Sequence[Any] = ()) -> ClusterTim
     bands = []
     for index, sp in zip(logs, cs.nodes):
         anchors = tuple(i for _, _, i in key_events(sp))
-        writes, flushes, marks = [], [], []
+        writes = []
+        flushes = []
+        marks = []
         for e in index:
             if e.is_mark:
                 if not e.is_order_mark and e.mark and e.mark.startswith(("ack:", "begin:")):

@@ -97,7 +97,9 @@ def _environment(recording: Path) -> list[tuple[str, str]]:
         m = rec_mod.load(recording).manifest
     except Exception:  # noqa: BLE001 -- the page still says what it can
         return [("recording", f"{recording} (not readable here)")]
-    r, vm, fs = m.get("recording", {}), m.get("vm", {}), m.get("fs", {})
+    r = m.get("recording", {})
+    vm = m.get("vm", {})
+    fs = m.get("fs", {})
     return [
         ("recording", str(recording)),
         ("VM acceleration", str(r.get("accel", "?"))),
@@ -175,7 +177,12 @@ def write(
     node (report/clustertimeline.py; left out, with a word, if it cannot be drawn) and their failing
     states one column per node."""
     rec = Path(s.recording)
-    logs = [] if index is None else [index] if isinstance(index, LogIndex) else list(index)
+    if index is None:
+        logs = []
+    elif isinstance(index, LogIndex):
+        logs = [index]
+    else:
+        logs = list(index)
     if len(logs) > 1 and picture is None:
         nodes = len(logs)
         try:
@@ -183,17 +190,14 @@ def write(
         except Exception as e:  # noqa: BLE001 -- a report never fails for want of its picture
             log.warning("report.html without the cluster timeline: %s", e)
     nodes = nodes or (s.nodes if s.nodes > 1 else 0)
-    tl = (
-        picture
-        if picture is not None or nodes
-        else (
-            timeline.of_index(logs[0], s.failures)
-            if logs
-            else timeline.from_log(rec / "log.bin", s.failures)
-            if (rec / "log.bin").is_file()
-            else None
-        )
-    )
+    if picture is not None or nodes:
+        tl = picture
+    elif logs:
+        tl = timeline.of_index(logs[0], s.failures)
+    elif (rec / "log.bin").is_file():
+        tl = timeline.from_log(rec / "log.bin", s.failures)
+    else:
+        tl = None
     seen = [v for v in SEVERITY if any(v in c for c in s.by_model.values())]
     cov = {m.model: m for m in (s.coverage.models if s.coverage is not None else ())}
     models = [
@@ -342,12 +346,18 @@ def write_matrix(
         ("rows", str(len(rows))),
     ]
     ok = not surprises and not missing and bool(results)
+    if ok:
+        verdict = "AS EXPECTED"
+    elif surprises:
+        verdict = "SURPRISES"
+    else:
+        verdict = "INCOMPLETE"
     page = _ENV.get_template("matrix.html.j2").render(
         title=title,
         kind=kind,
         shard=shard,
         ok=ok,
-        verdict="AS EXPECTED" if ok else "SURPRISES" if surprises else "INCOMPLETE",
+        verdict=verdict,
         sentence=matrix_sentence(rows, results, missing),
         notes=[],
         models=used,

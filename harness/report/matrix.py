@@ -295,7 +295,12 @@ class Cell:
     def mark(self) -> str:
         """What the matrix prints before the cell: ``ok``, ``ok?`` (as expected, but not every state
         was judged: the coverage says which way), or ``SURPRISE``."""
-        return "SURPRISE" if not self.ok else "ok" if self.proven else "ok?"
+        if not self.ok:
+            return "SURPRISE"
+        elif self.proven:
+            return "ok"
+        else:
+            return "ok?"
 
     @property
     def tear_needed(self) -> int:
@@ -527,13 +532,12 @@ def markdown(rows: list[Row], results: list[Cell]) -> str:
         lines.append(f"- **{r.id}**: {' '.join(r.why.split())}")
         if r.claim:
             seen = [c for c in by_row.get(r.id, [])]
-            verdict = (
-                "reality agrees"
-                if seen and all(c.ok for c in seen)
-                else "**reality disagrees** (see the cells above)"
-                if seen
-                else "not run"
-            )
+            if seen and all(c.ok for c in seen):
+                verdict = "reality agrees"
+            elif seen:
+                verdict = "**reality disagrees** (see the cells above)"
+            else:
+                verdict = "not run"
             lines.append(f'  - documented claim: "{r.claim}" -- {verdict}')
         lines.extend(f"  - {m}: {' '.join(n.split())}" for m, n in r.notes.items())
     return "\n".join(lines) + "\n"

@@ -208,13 +208,19 @@ def pg(r: BenchResults) -> Table | None:
             if ours is None and theirs is None:
                 continue
             q = ratio(ours, theirs)
+            if q is None:
+                within_goal = "-"
+            elif abs(q - 1) <= PG_GOAL:
+                within_goal = "yes"
+            else:
+                within_goal = "no"
             t.add_row(
                 method,
                 "on" if wc else "off",
                 fmt_num(ours),
                 fmt_num(theirs),
                 fmt_ratio(q),
-                "-" if q is None else ("yes" if abs(q - 1) <= PG_GOAL else "no"),
+                within_goal,
                 fmt_ratio(spread(r, "commits_per_s", f"pg-{method}-8k", wc)),
                 fmt_ratio(spread(r, "ops_per_s", f"pg_test_fsync {method}", wc)),
             )

@@ -23,7 +23,9 @@ LANES = (
     ("begin", "begin: marks", "#c8a02e"),
     ("mark", "other marks", "#999999"),
 )
-LANE_H, TOP, LEFT = 26, 8, 96
+LANE_H = 26
+TOP = 8
+LEFT = 96
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +109,12 @@ def of_index(index: LogIndex, failing: tuple[Any, ...] | list[Any] = ()) -> Time
             if e.is_order_mark:  # the marking code's, around its ordering flush
                 continue
             text = e.mark or ""
-            lane = (
-                "ack"
-                if text.startswith("ack:")
-                else "begin"
-                if text.startswith("begin:")
-                else "mark"
-            )
+            if text.startswith("ack:"):
+                lane = "ack"
+            elif text.startswith("begin:"):
+                lane = "begin"
+            else:
+                lane = "mark"
             lanes[lane].append((e.index, text))
             continue
         if e.is_flush:

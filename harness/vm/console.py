@@ -78,7 +78,10 @@ class ConsoleWatch:
     """Watches a growing console file for one byte string, reading only what is new."""
 
     def __init__(self, path: str | os.PathLike, needle: bytes) -> None:
-        self.path, self.needle, self.pos, self.found = path, needle, 0, False
+        self.path = path
+        self.needle = needle
+        self.pos = 0
+        self.found = False
 
     def seen(self) -> bool:
         if not self.found:

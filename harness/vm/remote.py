@@ -263,7 +263,9 @@ class Mirror:
         appended: tuple[str, ...],
         whole: tuple[str, ...] = (),
     ) -> None:
-        self.target, self.remote_dir, self.local_dir = target, remote_dir, Path(local_dir)
+        self.target = target
+        self.remote_dir = remote_dir
+        self.local_dir = Path(local_dir)
         self.appended, self.whole = appended, whole
         self.offsets = {rel: 0 for rel in appended}
         for rel in appended:
@@ -318,7 +320,8 @@ CODE_PACKAGES = ("powercut", "powercut.checkers", "powercut.workloads")
 def code_digest() -> str:
     """A digest of the powercut code a checker VM's agent runs (the package, the built-in checkers and
     workloads): the remote host's must equal this one's, or its verdicts would come from other code."""
-    files, h = [], hashlib.sha256()
+    files = []
+    h = hashlib.sha256()
     for pkg in CODE_PACKAGES:
         spec = importlib.util.find_spec(pkg)
         base = Path(list(spec.submodule_search_locations or [])[0]) if spec else None

@@ -122,7 +122,9 @@ def as_blamed(
     A write blame could not map, or mapped to several files, keeps its owner from the map."""
     out = list(owned)
     for c in culprits:
-        entry, what, path = c.get("entry"), str(c.get("what", "")), str(c.get("path", ""))
+        entry = c.get("entry")
+        what = str(c.get("what", ""))
+        path = str(c.get("path", ""))
         if not isinstance(entry, int) or not 0 <= entry < len(out):
             continue
         if what == "data block" and path.startswith("/") and "," not in path:

@@ -41,7 +41,10 @@ __all__ = [
     "node_trace",
 ]
 
-LIE, REASONS, BLAME = "lie", "reasons", "blame"  # why a node was chosen (``cause_nodes``)
+# why a node was chosen (``cause_nodes``)
+LIE = "lie"
+REASONS = "reasons"
+BLAME = "blame"
 _TARGET = re.compile(r"-n(\d+)$")
 _NODE = re.compile(r"\bnode \d+\b")
 

@@ -147,7 +147,8 @@ def windows(sp: SpaceTables) -> list[tuple[int, tuple[int, ...]]]:
 
 def _sweep(sp: SpaceTables, cut: int, writes: Sequence[int]) -> Iterator[tuple[int, _Cover]]:
     """(w, the cover of what entries (w, cut) wrote) for each w of ``writes``, newest first."""
-    cover, es = _Cover(), sp.entries
+    cover = _Cover()
+    es = sp.entries
     at = cut
     for w in reversed(writes):
         for e in es[w + 1 : at]:

@@ -210,7 +210,13 @@ class SpaceTables:
         torn model); ``sid`` None: its canonical explicit id."""
         acks, begun = self.keys(cut)
         if sid is None:
-            pool = (droppable if droppable is not None else self.droppable(cut)) if dropped else ()
+            pool: Sequence[int]
+            if not dropped:
+                pool = ()
+            elif droppable is not None:
+                pool = droppable
+            else:
+                pool = self.droppable(cut)
             units = tuple((t, sector_units(self.entries[t], per, s) or ()) for t, s in torn)
             sid = format_id(model, cut, dropped, units, pool)
         return CrashState(model, cut, dropped, torn, acks, begun, sid, self.epoch[cut])

@@ -57,7 +57,11 @@ class InstantSpace(CrashSpace):
 
     def __init__(self, sp: CrashSpace, window: range, model: str) -> None:  # shares sp's tables
         self.__dict__.update(vars(sp))
-        self._keys, self._at, self._nacks, self._begun = {}, 0, 0, {}  # its own key cache, not sp's
+        # its own key cache, not sp's
+        self._keys = {}
+        self._at = 0
+        self._nacks = 0
+        self._begun = {}
         self._lock = threading.Lock()
         self.window, self.cluster_model = window, model
 
@@ -188,7 +192,9 @@ def minimize_disks(
     last: Judged = Outcome(expected.verdict, tuple(expected.reasons))
     calls, naive = [0] * len(cs), [0] * len(cs)
     exhausted = [False] * len(cs)
-    used, rounds, cut_short = 0, 0, False
+    used = 0
+    rounds = 0
+    cut_short = False
     while rounds < (MAX_ROUNDS if len(cs) > 1 else 1):
         rounds += 1
         changed = False

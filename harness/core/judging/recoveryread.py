@@ -377,7 +377,9 @@ class _Tracer:
         return posixpath.normpath(posixpath.join(base, name)) if base else ""
 
     def call(self, c: Call) -> None:
-        a, name, pid = c.args, c.name, c.pid
+        a = c.args
+        name = c.name
+        pid = c.pid
         for x in a:  # each AT_FDCWD<...> strace prints is the process's working directory then
             if x.startswith("AT_FDCWD<"):
                 self.cwds[pid] = fd_path(x)
@@ -405,7 +407,12 @@ class _Tracer:
             name == "fcntl" and len(a) > 1 and "F_DUPFD" in a[1]
         ):
             if c.ret >= 0 and a:  # dup3's O_CLOEXEC, fcntl's F_DUPFD_CLOEXEC
-                flags = a[2] if name == "dup3" and len(a) > 2 else a[1] if name == "fcntl" else ""
+                if name == "dup3" and len(a) > 2:
+                    flags = a[2]
+                elif name == "fcntl":
+                    flags = a[1]
+                else:
+                    flags = ""
                 self.table(pid)[c.ret] = (c.ret_path or self.fd(pid, a[0]), "CLOEXEC" in flags)
         elif name == "fcntl" and len(a) > 2 and a[1] == "F_SETFD" and c.ret == 0:
             entry = self.table(pid).get(_int(a[0]))
@@ -427,9 +434,13 @@ class _Tracer:
     def open(self, c: Call) -> None:
         a, pid = c.args, c.pid
         if c.name == "creat":
-            dirfd, name, flags = "", a[0] if a else "", "O_WRONLY|O_CREAT|O_TRUNC"
+            dirfd = ""
+            name = a[0] if a else ""
+            flags = "O_WRONLY|O_CREAT|O_TRUNC"
         elif c.name == "open":
-            dirfd, name, flags = "", a[0] if a else "", a[1] if len(a) > 1 else ""
+            dirfd = ""
+            name = a[0] if a else ""
+            flags = a[1] if len(a) > 1 else ""
         else:
             dirfd, name = (a[0], a[1]) if len(a) > 1 else ("", "")
             flags = a[2] if len(a) > 2 else ""
@@ -556,7 +567,8 @@ def words(reads: Sequence[ReadFile], written: Mapping[str, int] | None = None) -
     the others said as "... N more"."""
     if not reads:
         return "recovery opened no file under the mount"
-    n, w = len(reads), written or {}
+    n = len(reads)
+    w = written or {}
     keep = set(range(n))
     if n > FIRST + 2:
         keep = set(range(FIRST)) | {n - 1}

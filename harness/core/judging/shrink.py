@@ -153,7 +153,10 @@ class _Search:
         floor: int | None,
         original: CrashState,
     ) -> None:
-        self.sp, self.judge, self.classify, self.budget = sp, judge, classify, budget
+        self.sp = sp
+        self.judge = judge
+        self.classify = classify
+        self.budget = budget
         self.floor = -1 if floor is None else floor
         self.cache: dict[Hashable, tuple[Signature, tuple[str, ...]]] = {}
         self.calls = self.hits = 0
@@ -240,7 +243,9 @@ class _Search:
     ) -> CrashState:
         """Binary search over ``cuts`` (the last one ``state``'s, failing) for the earliest failing
         cut, failures assumed monotone; the result was judged failing either way."""
-        lo, hi, best = -1, len(cuts) - 1, state
+        lo = -1
+        hi = len(cuts) - 1
+        best = state
         while hi - lo > 1:
             mid = (lo + hi) // 2
             cand = build(cuts[mid])
@@ -260,7 +265,10 @@ class _Search:
 
     def round(self, s: CrashState) -> CrashState:
         """One round for a write-cache or torn state: cut, tear, lost writes, lost sectors."""
-        model, cut, dropped, torn = s.model, s.cut, s.dropped, s.torn
+        model = s.model
+        cut = s.cut
+        dropped = s.dropped
+        torn = s.torn
         lowest = torn[0][0] + 1 if torn else max(self.floor + 1, 1)
         s = self.gallop(
             range(lowest, cut + 1),
@@ -277,11 +285,14 @@ class _Search:
                 if self.fails(cand):
                     s = cand  # type: ignore[assignment]
                     break
-        model, cut, torn = s.model, s.cut, s.torn
+        model = s.model
+        cut = s.cut
+        torn = s.torn
         s = self.restore(s.dropped, lambda d: self.build(model, cut, d, torn), s)
         if s.torn:
             ((t, kept),) = s.torn
-            m, dropped = self.sp.entries[t].nr_sectors, s.dropped
+            m = self.sp.entries[t].nr_sectors
+            dropped = s.dropped
             s = self.restore(
                 [o for o in range(m) if o not in kept],
                 lambda gone: self.build(

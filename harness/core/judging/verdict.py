@@ -117,13 +117,12 @@ class Verdict:
             return "flaky"
         if not self.failed:
             return ""
-        return (
-            "confirmed"
-            if self.confirmed
-            else "confirmed-by-group"
-            if self.by_group
-            else "unconfirmed"
-        )
+        if self.confirmed:
+            return "confirmed"
+        elif self.by_group:
+            return "confirmed-by-group"
+        else:
+            return "unconfirmed"
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -249,7 +249,12 @@ class FaultPlan:
             return "p"
         if self.mark:
             return "mark"
-        return "writes" if self.writes else "after" if self.after else "start"
+        if self.writes:
+            return "writes"
+        elif self.after:
+            return "after"
+        else:
+            return "start"
 
     @property
     def on_glob(self) -> str:
@@ -287,16 +292,13 @@ class FaultPlan:
         for key in PLAN_KEYS:
             value = getattr(self, key)
             if value:
-                out.append(
-                    f"{key}="
-                    + (
-                        ";".join(f"{s}+{n}" for s, n in value)
-                        if key == "sectors"
-                        else f"{value:g}"
-                        if isinstance(value, float)
-                        else str(value)
-                    )
-                )
+                if key == "sectors":
+                    text = ";".join(f"{s}+{n}" for s, n in value)
+                elif isinstance(value, float):
+                    text = f"{value:g}"
+                else:
+                    text = str(value)
+                out.append(f"{key}=" + text)
         return ",".join(out)
 
     def step(self, state: "PlanState", text: str) -> tuple["PlanState", str]:

@@ -45,12 +45,14 @@ __all__ = [
     "requirement",
 ]
 
-EXHAUSTIVE, SAMPLED, CAPPED, WEAKENED = "exhaustive", "sampled", "capped", "weakened"
-ALL, COMMITS, SETUP = (
-    "all",
-    "commits",
-    "setup",
-)  # the parts of a check's windows (ModelCoverage.part)
+EXHAUSTIVE = "exhaustive"
+SAMPLED = "sampled"
+CAPPED = "capped"
+WEAKENED = "weakened"
+# the parts of a check's windows (ModelCoverage.part)
+ALL = "all"
+COMMITS = "commits"
+SETUP = "setup"
 WORDS = (EXHAUSTIVE, SAMPLED, CAPPED, WEAKENED)  # worst last
 SPACE_CAP = (
     2**62

@@ -38,7 +38,10 @@ def image_key(sp: CrashSpace, state: CrashState) -> Hashable:
     is the first ``ndata[base]`` data entries, then those of [base, hi) but the lost ones (all
     dropped entries below ``hi``), the torn ones with their sectors: (ndata[base], ndata[hi], lost,
     torn) names it and is named by it."""
-    base, cut, dropped, data = state.base, state.cut, state.dropped, sp.is_data
+    base = state.base
+    cut = state.cut
+    dropped = state.dropped
+    data = sp.is_data
     hi, j = cut, len(dropped) - 1
     while hi > base and (not data[hi - 1] or (j >= 0 and dropped[j] == hi - 1)):
         if data[hi - 1]:

@@ -387,11 +387,9 @@ def select_disks(
         ]
     owned: dict[str, StateList[DisksState]] = {m: StateList(disks) for m in order}
     aliases: dict[str, list[str]] = {}
-    gen, distinct, before = (
-        dict.fromkeys(order, 0),
-        dict.fromkeys(order, 0),
-        dict.fromkeys(order, 0),
-    )
+    gen = dict.fromkeys(order, 0)
+    distinct = dict.fromkeys(order, 0)
+    before = dict.fromkeys(order, 0)
     setup_owned = dict.fromkeys(
         order, 0
     )  # owned states of instant 0 (set-up: before the first key mark)

@@ -116,7 +116,12 @@ def check_model(model: str) -> None:
 
 def _pick(text: str, kinds: str, state_id: str, what: str) -> Pick:
     m = _PICK.fullmatch(text)
-    kind = "r" if m is not None and m.group(3) is not None else (m.group(1) if m else "")
+    if m is not None and m.group(3) is not None:
+        kind = "r"
+    elif m:
+        kind = m.group(1)
+    else:
+        kind = ""
     if m is None or kind not in kinds:
         raise UsageError(
             f"state id {state_id!r}: {what} {text!r} is not one of "
@@ -132,7 +137,9 @@ def parse_id(state_id: object) -> StateId:
     m = _HEAD.fullmatch(state_id.strip()) if isinstance(state_id, str) else None
     if m is None:
         raise UsageError(f"malformed state id {state_id!r}; expected {USAGE}")
-    model, cut, spec = m.group(1), int(m.group(2)), m.group(3)
+    model = m.group(1)
+    cut = int(m.group(2))
+    spec = m.group(3)
     sid = str(state_id)
     part = REGISTRY.by_name[model].id_part
     if part in ("lie", "own"):

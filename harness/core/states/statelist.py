@@ -42,7 +42,10 @@ class StateList(Sequence[S], Generic[S]):
     WIDE = 1 << 32  # ids' bytes from which the end offsets take 8 bytes, not 4
 
     def __init__(self, sp: CrashSpace | Disks, ids: Iterable[str] = ()) -> None:
-        self._sp, self._buf, self._ends, self._mi = sp, bytearray(), array("I"), array("B")
+        self._sp = sp
+        self._buf = bytearray()
+        self._ends = array("I")
+        self._mi = array("B")
         self._models: list[str] = []
         self._model_at: dict[str, int] = {}
         for sid in ids:
@@ -70,7 +73,9 @@ class StateList(Sequence[S], Generic[S]):
         """The same ids (buffers shared, not copied) rebuilt by another space of the same log(s): one
         disk's states chosen as states of the disks (``Disks([sp])``) are ``sp``'s own ids."""
         out: StateList[S] = StateList(sp)
-        out._buf, out._ends, out._mi = self._buf, self._ends, self._mi
+        out._buf = self._buf
+        out._ends = self._ends
+        out._mi = self._mi
         out._models, out._model_at = self._models, self._model_at
         return out
 

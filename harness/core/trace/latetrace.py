@@ -143,13 +143,11 @@ def quiet(entries: Sequence[Entry], late: LateWrites, trace: Trace | None, root:
 
 
 CLEARED = "cleared"
-NO_TRACE, BLIND, UNORDERED, DISAGREE, INTERLEAVED = (
-    "no trace",
-    "a blind spot in the trace",
-    "the log's marks are not ordered",
-    "the trace's marks and the log's disagree",
-    "order marks interleave",
-)
+NO_TRACE = "no trace"
+BLIND = "a blind spot in the trace"
+UNORDERED = "the log's marks are not ordered"
+DISAGREE = "the trace's marks and the log's disagree"
+INTERLEAVED = "order marks interleave"
 NO_WINDOW = "no ordering window before it (set-up after mkfs, or inside a window)"
 UNSYNCED = "unsynced changes before it"
 CHANGED = "a change between the marks around it"
@@ -161,9 +159,14 @@ def why_kept(
 ) -> dict[int, str]:
     """Each of ``late``'s flushes and FUA writes -> CLEARED, or why the trace cannot clear it."""
     flagged = tuple(sorted((*late.flushes, *late.fuas)))
-    whole = (
-        NO_TRACE if trace is None else BLIND if trace.blind else UNORDERED if late.unordered else ""
-    )
+    if trace is None:
+        whole = NO_TRACE
+    elif trace.blind:
+        whole = BLIND
+    elif late.unordered:
+        whole = UNORDERED
+    else:
+        whole = ""
     if not flagged or whole or trace is None:
         return dict.fromkeys(flagged, whole)
     marks = [(e.index, str(e.mark)) for e in entries if e.flags & MARK]
@@ -188,17 +191,16 @@ def why_kept(
         lo = by_entry.get(b) if b is not None else None
         nxt = bisect.bisect_right(traced, f)  # the first traced mark after F, else the trace's end
         hi = by_entry[traced[nxt]] if nxt < len(traced) else len(trace.ops)
-        out[f] = (
-            NO_WINDOW
-            if lo is None
-            else UNSYNCED
-            if not clean[lo]
-            else CHANGED
-            if changed[hi] - changed[lo + 1]
-            else RUNNING
-            if hi < len(trace.ops) and _running(trace.ops, hi, root)
-            else CLEARED
-        )
+        if lo is None:
+            out[f] = NO_WINDOW
+        elif not clean[lo]:
+            out[f] = UNSYNCED
+        elif changed[hi] - changed[lo + 1]:
+            out[f] = CHANGED
+        elif hi < len(trace.ops) and _running(trace.ops, hi, root):
+            out[f] = RUNNING
+        else:
+            out[f] = CLEARED
         if (
             lo is not None
             and out[f] == CHANGED

@@ -78,17 +78,25 @@ WRITE_CALLS = {
 SYNC_FLAGS = ("O_SYNC", "O_DSYNC")
 
 # Op kinds
-OPEN, WRITE, TRUNCATE, ALLOCATE = "open", "write", "truncate", "allocate"
-RENAME, LINK, UNLINK, MKDIR, RMDIR = "rename", "link", "unlink", "mkdir", "rmdir"
-FSYNC, FDATASYNC, RANGE_SYNC, SYNCFS, SYNC, MSYNC = (
-    "fsync",
-    "fdatasync",
-    "sync_file_range",
-    "syncfs",
-    "sync",
-    "msync",
-)
-MMAP_SHARED, IO_URING, MARK, CHDIR = "mmap-shared", "io_uring", "mark", "chdir"
+OPEN = "open"
+WRITE = "write"
+TRUNCATE = "truncate"
+ALLOCATE = "allocate"
+RENAME = "rename"
+LINK = "link"
+UNLINK = "unlink"
+MKDIR = "mkdir"
+RMDIR = "rmdir"
+FSYNC = "fsync"
+FDATASYNC = "fdatasync"
+RANGE_SYNC = "sync_file_range"
+SYNCFS = "syncfs"
+SYNC = "sync"
+MSYNC = "msync"
+MMAP_SHARED = "mmap-shared"
+IO_URING = "io_uring"
+MARK = "mark"
+CHDIR = "chdir"
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +187,9 @@ def split_args(text: str) -> list[str]:
     """The top-level arguments of a call's argument text (quotes, brackets and ``<path>`` kept whole)."""
     out: list[str] = []
     cur: list[str] = []
-    depth, i, n = 0, 0, len(text)
+    depth = 0
+    i = 0
+    n = len(text)
     while i < n:
         c = text[i]
         if c == '"' or (c == "<" and cur and (cur[-1][-1:].isalnum() or cur[-1][-1:] == "_")):
@@ -267,7 +277,9 @@ def parse_lines(lines: Iterable[str]) -> tuple[list[Call], int, int]:
         if not m:
             bad += bool(line.strip())
             continue
-        pid, t, rest = int(m.group(1)), float(m.group(2)), m.group(3)
+        pid = int(m.group(1))
+        t = float(m.group(2))
+        rest = m.group(3)
         if rest.startswith(("---", "+++")):
             continue
         r = _RESUMED.match(rest)
@@ -366,7 +378,9 @@ def ops_of(calls: Sequence[Call], cwd: str = "/") -> Trace:
             tr.blind.append(what)
 
     for c in calls:
-        a, name, err = c.args, c.name, c.error
+        a = c.args
+        name = c.name
+        err = c.error
         for x in a:  # each AT_FDCWD<...> strace prints is the process's working directory then
             if x.startswith("AT_FDCWD<"):
                 cwds[c.pid] = fd_path(x)

@@ -47,7 +47,12 @@ def note(f: Tear) -> str:
 
 
 def sentence(f: Tear) -> str:
-    key = f.ack.text if f.ack is not None else f.writes[-1].text if f.writes else "the end"
+    if f.ack is not None:
+        key = f.ack.text
+    elif f.writes:
+        key = f.writes[-1].text
+    else:
+        key = "the end"
     return (
         f"the crash tore a write of the commit in flight ({key}; {f.subject}): part of it reached the "
         f"disk, part did not{note(f)}, and recovery took what it found as valid -- a write can tear at a "
