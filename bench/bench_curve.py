@@ -51,8 +51,10 @@ def tiled_recording(rec, entries: int, out: Path) -> Path:
     out.mkdir(parents=True)
     bench_scale.tile_log(rec.log_path, out / "log.bin", entries)
     m = json.loads(json.dumps(rec.manifest))
-    m["log"].update(pin_log(out / "log.bin"), file="log.bin")
-    m.get("result", {}).pop("logged_entries", None)
+    node = m["node"][0]
+    node.update(pin_log(out / "log.bin"), log="log.bin")
+    node.pop("logged_entries", None)
+    m["node"] = [node]
     m.pop("trace", None)
     m["workload"]["trace"] = False
     if rec.initial_image is not None:

@@ -26,10 +26,20 @@ SYNC_S = 0.5  # a verdict is on disk at most this long after it was written
 def pinned_settings(outdir: Path) -> dict[str, Any]:
     """The settings an earlier campaign in ``outdir`` pinned ({} if none or unreadable)."""
     try:
-        got = json.loads((outdir / SETTINGS).read_text())
+        return read_settings(outdir / SETTINGS)
     except (OSError, ValueError):
         return {}
-    return got if isinstance(got, dict) else {}
+
+
+def read_settings(path: Path) -> dict[str, Any]:
+    """A campaign.json in the one form (OSError, ValueError as json.loads): one disk's
+    ``log_sha256`` of campaigns before the one form read as ``logs_sha256`` of one."""
+    got = json.loads(path.read_text())
+    if not isinstance(got, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    if "log_sha256" in got:
+        got["logs_sha256"] = [got.pop("log_sha256")]
+    return got
 
 
 def pin_settings(outdir: Path, settings: dict[str, Any], resume: bool) -> None:
@@ -37,7 +47,7 @@ def pin_settings(outdir: Path, settings: dict[str, Any], resume: bool) -> None:
     path = outdir / SETTINGS
     if resume and path.exists():
         try:
-            before = json.loads(path.read_text())
+            before = read_settings(path)
         except (OSError, ValueError):
             raise UsageError(
                 f"{path} is unreadable: cannot tell which settings the journal was made with; "

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from powercut.campaign.journal import SETTINGS
+from powercut.campaign.journal import SETTINGS, read_settings
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import open_log
 from powercut.core.states import coverage
@@ -69,7 +69,7 @@ def load(path: str | Path) -> ShardOut:
     if not (d / "journal.jsonl").is_file():
         raise UsageError(f"{d}: not a check output (no journal.jsonl)")
     try:
-        settings = json.loads((d / SETTINGS).read_text())
+        settings = read_settings(d / SETTINGS)
         summary = json.loads((d / "summary.json").read_text())
     except FileNotFoundError as e:
         raise UsageError(
@@ -105,7 +105,7 @@ def _same_campaign(outs: list[ShardOut]) -> None:
             k = diff[0]
             what = (
                 "recordings"
-                if k in ("log_sha256", "logs_sha256")
+                if k == "logs_sha256"
                 else f"settings ({k}: {want.get(k)!r} vs {have.get(k)!r})"
             )
             raise UsageError(

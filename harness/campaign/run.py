@@ -98,14 +98,9 @@ class CampaignSpec:
     def settings(self, rec: recording.Recording) -> dict[str, Any]:
         """What a resumed campaign must share with the journal's: the logs and how states are made
         and judged (not where or how fast)."""
-        logs: dict[str, Any] = (
-            {"log_sha256": rec.manifest["log"].get("sha256", "")}
-            if rec.nodes == 1
-            else {
-                "logs_sha256": [str(n.get("sha256", "")) for n in rec.manifest["cluster"]["node"]],
-                "cluster_bound": self.cluster_bound,
-            }
-        )
+        logs: dict[str, Any] = {"logs_sha256": [str(n.pin.get("sha256", "")) for n in rec.nodes]}
+        if len(rec.nodes) > 1:  # how far instants combine: no meaning for one disk
+            logs["cluster_bound"] = self.cluster_bound
         return {
             **logs,
             **self.selection.to_json(),
@@ -236,7 +231,7 @@ def lie_target_of(
     loses the preference (no target); a ``lie_file`` the map cannot give is a usage error.
     ``sectorsize``: the log's sector size."""
     path = rec.file_maps[disk]
-    node = f" (node {disk})" if rec.nodes > 1 else ""
+    node = f" (node {disk})" if len(rec.nodes) > 1 else ""
     if path is None:
         if lie_file:
             raise UsageError(
@@ -297,25 +292,21 @@ def run_campaign(
 @contextlib.contextmanager
 def _open_verified(rec: recording.Recording) -> Iterator[list[LogIndex]]:
     """Every disk's log, scanned once for the whole campaign and verified against its manifest."""
-    if rec.nodes > 1:
-        recording.verify_node_logs(rec)
-    elif not rec.log_path.is_file():
-        recording.verify_log(rec)  # names the missing log
+    if any(not n.log.is_file() for n in rec.nodes):
+        recording.verify_logs(rec)  # names the missing log
     with contextlib.ExitStack() as stack:
         try:
             logs = [stack.enter_context(open_log(p, quiet=True)) for p in rec.node_logs]
         except BadLog as e:
             raise BadRecording(f"{rec.dir}: the log is not usable: {e.one_line()}") from None
-        if rec.nodes == 1:
-            recording.verify_log(rec, logs[0])
+        recording.verify_logs(rec, logs)
         yield logs
 
 
 def ledger_id(rec: recording.Recording) -> str:
     """What a ledger (campaign/ledger.py) files a recording's passes under: its logs' sha256, joined
     by ``+`` in disk order (one disk's is its own)."""
-    nodes = rec.manifest.get("cluster", {}).get("node") or [rec.manifest["log"]]
-    return "+".join(str(n.get("sha256", "")) for n in nodes)
+    return "+".join(str(n.pin.get("sha256", "")) for n in rec.nodes)
 
 
 def _select(

@@ -100,7 +100,7 @@ class LogSource:
     @staticmethod
     def of(rec: recording.Recording) -> "LogSource":
         logs = rec.node_logs
-        return LogSource(logs[0], rec.data_size, rec.initial_image, logs if len(logs) > 1 else ())
+        return LogSource(logs[0], rec.data_size, rec.initial_image, logs)
 
     @property
     def logs(self) -> tuple[Path, ...]:

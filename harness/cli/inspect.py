@@ -114,14 +114,15 @@ def _describe_text(model: str, d: dict[str, Any]) -> str:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from powercut.record.recording import MANIFEST, load, verify_log
+    from powercut.record.recording import MANIFEST, load, verify_logs
     from powercut.replay.materialize import replay_state
 
     src = Path(args.path)
     if (src / MANIFEST).exists():
         rec = load(src)
-        verify_log(rec)
-        own = {p.resolve() for p in (rec.log_path, rec.final_image, src / MANIFEST) if p.exists()}
+        verify_logs(rec)
+        files = [src / MANIFEST, *(f for n in rec.nodes for f in (n.log, n.final))]
+        own = {p.resolve() for p in files if p.exists()}
         if Path(args.out).resolve() in own:
             raise UsageError(f"{args.out} is the recording's own file: give another --out")
     out = replay_state(args.path, args.state, args.out, size=args.size or None)

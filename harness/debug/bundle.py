@@ -1,18 +1,23 @@
 """Repro bundles (host): a failing state of N >= 1 disks saved as a directory that travels alone --
-``bundle.json`` (the state and its minimized form, the verdict and reasons, the blame, the
-filesystem, mount options, checker and workload parameters, where it came from) and the log of
+``bundle.json`` (the state and its minimized form, the verdict and reasons, the cause and the blame,
+the filesystem, mount options, checker and workload parameters, where it came from) and the log of
 each disk, cut right after the last entry the state needs (so the state ids keep their meaning),
 each with its SHA-256.  ``powercut repro BUNDLE`` rebuilds the state from it and judges it again
 (debug/repro.py); a missing or altered log is one clear error, never a wrong verdict.
 
-The number of disks is a value of the one format, which has two layouts: one disk (N = 1) writes
-``log.bin`` and bundle.json's ``log`` (its file, sha256 and entries); several (a cluster's nodes)
-write ``log0.bin``, ``log1.bin``, ..., bundle.json's ``kind: "cluster"``, ``nodes`` and ``logs``
-(one pin per node, node 0 first), each node's log cut just after the key mark that ends the state's
-instant (core/judging/disksshrink.bundle_cuts: every cut log keeps the same key marks, so the logs still
-make one cluster and the node ids keep their meaning), with the instant, the cause naming the nodes
-and the blame per node.  Both layouts are read by ``load``; tests/unit/debug/bundles/ holds one of
-each as the writers before the one format wrote them."""
+One layout for every N (format 2): the logs ``log0.bin``, ``log1.bin``, ... (one disk's too), and
+bundle.json with ``nodes`` (how many disks), ``logs`` (one pin per disk, node 0 first: its file,
+sha256 and entries), ``instant`` (the verdict's cut: one disk's cut, a cluster's instant),
+``minimized_reasons``, ``cause`` (the cause line; with several disks it names the nodes) and
+``blame`` (per disk the texts of its blamed writes).  Several disks' logs are each cut just after
+the key mark that ends the state's instant (core/judging/disksshrink.bundle_cuts: every cut log
+keeps the same key marks, so the logs still make one cluster and the node ids keep their meaning).
+
+Bundles written before (format 1) had two layouts -- one disk's ``log.bin`` with bundle.json's
+``log`` pin and none of ``nodes``/``logs``/``instant``/``minimized_reasons``/``cause``/``blame``, and
+several disks' with ``kind: "cluster"`` -- and still load: ``load`` turns their bundle.json into the
+format-2 form in memory (``_upgrade``, the one place that knows the old layouts), so what reads a
+``Bundle`` sees one form.  tests/unit/debug/bundles/ holds one bundle of each old layout."""
 
 from __future__ import annotations
 
@@ -29,38 +34,38 @@ from typing import Any
 from powercut.checker import CheckerSpec
 from powercut.checker import get as get_checker
 from powercut.core.log.dmlog_writer import trim_log
+from powercut.core.states.stateid import parse_id
+from powercut.debug.diagnosis import culprits_of
 from powercut.errors import UsageError
 
-FORMAT = 1
-LOG = "log.bin"  # one disk's log
+FORMAT = 2
+READS = (1, FORMAT)  # the formats load reads (1: through _upgrade)
 MANIFEST = "bundle.json"
-KIND = "cluster"  # bundle.json's kind with several disks (one disk's has none)
 TRACE = (
     "syscalls.txt.gz"  # the recording's system-call trace (core/trace/syscalls.py), when it has one
 )
+DAMAGED = "the bundle is damaged: write it again with powercut check"
 
 
-def log_name(node: int, nodes: int) -> str:
-    """The file of disk ``node``'s log in a bundle of ``nodes`` disks."""
-    return LOG if nodes == 1 else f"log{node}.bin"
+def log_name(node: int) -> str:
+    """The file of disk ``node``'s log in a bundle."""
+    return f"log{node}.bin"
 
 
 @dataclass(frozen=True, slots=True)
 class Bundle:
     dir: Path
-    doc: dict[str, Any]
+    doc: dict[str, Any]  # bundle.json in the format-2 form (load upgrades an older one)
 
     @property
     def nodes(self) -> int:
         """How many disks the state has (1: one disk; a cluster's nodes)."""
-        return int(self.doc["nodes"]) if is_cluster(self.doc) else 1
+        return int(self.doc["nodes"])
 
     @property
     def pins(self) -> list[dict[str, Any]]:
         """Each disk's log as bundle.json pins it (file, sha256, entries), node 0 first."""
-        if is_cluster(self.doc):
-            return list(self.doc["logs"])
-        return [{**self.doc["log"], "file": LOG}]
+        return list(self.doc["logs"])
 
     @property
     def logs(self) -> tuple[Path, ...]:
@@ -78,7 +83,7 @@ class Bundle:
 
     @property
     def cause(self) -> str:
-        """The cause line naming the nodes (a cluster's; one disk's is in ``why``)."""
+        """The cause line ("" without a diagnosis); with several disks it names the nodes."""
         return str(self.doc.get("cause") or "")
 
     @property
@@ -93,11 +98,6 @@ class Bundle:
         )
 
 
-def is_cluster(doc: object) -> bool:
-    """A bundle.json of several disks' layout."""
-    return isinstance(doc, dict) and doc.get("kind") == KIND
-
-
 def write(
     dest: Path,
     *,
@@ -109,28 +109,18 @@ def write(
     params: dict[str, Any],
     workload: dict[str, Any],
     verdict: Any,
+    logs: Sequence[Path],
+    cuts: Sequence[int],
     diagnosis: Any = None,
-    logs: Sequence[Path] = (),
-    cuts: Sequence[int] = (),
-    log_path: Path | None = None,
-    cut: int = 0,
     trace: Path | None = None,
     why: dict[str, Any] | None = None,
 ) -> Path:
     """Write a bundle for ``verdict`` (and its ``diagnosis``, debug/diagnosis.Diagnosis) into the new
-    directory ``dest``.  ``logs``:
-    every disk's log, node 0 first, ``cuts``: per disk how many entries it keeps (0: all);
-    ``log_path`` and ``cut``: the same for one disk.  ``trace``: the recording's system-call trace,
-    copied in; ``why``: the group's cause in the program's terms."""
-    if log_path is not None:
-        if logs:
-            raise UsageError(
-                "a bundle's logs are log_path (one disk) or logs (one per disk), not both"
-            )
-        logs, cuts = [log_path], [cut]
+    directory ``dest``.  ``logs``: every disk's log, node 0 first (one for one disk), ``cuts``: per
+    disk how many entries it keeps (0: all).  ``trace``: the recording's system-call trace, copied
+    in; ``why``: the group's cause in the program's terms."""
     if len(logs) != len(cuts) or len(logs) < 1:
         raise UsageError(f"a bundle has one log cut per disk: {len(logs)} logs, {len(cuts)} cuts")
-    n = len(logs)
     if dest.exists():
         shutil.rmtree(dest)
     tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
@@ -139,7 +129,7 @@ def write(
     try:
         pins = []
         for i, (src, c) in enumerate(zip(logs, cuts)):
-            name = log_name(i, n)
+            name = log_name(i)
             entries = trim_log(src, tmp / name, c)
             pins.append({"file": name, "sha256": sha256(tmp / name), "entries": entries})
         doc = _manifest(
@@ -180,15 +170,14 @@ def _manifest(
     verdict: Any,
     diagnosis: Any,
 ) -> dict[str, Any]:
-    """bundle.json's keys, in the order (and with the keys) of each layout."""
+    """bundle.json's keys, in their order (``why`` and ``trace`` follow when there are)."""
     n, d = len(pins), diagnosis
-    several = n > 1
     return {
         "format": FORMAT,
-        **({"kind": KIND, "nodes": n} if several else {}),
+        "nodes": n,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "recording": recording,
-        **({"logs": pins} if several else {"log": pins[0]}),
+        "logs": pins,
         "data_size": data_size,
         "fstype": fstype,
         "mount_opts": mount_opts,
@@ -205,56 +194,72 @@ def _manifest(
         "params": params,
         "workload": workload,
         "state": verdict.state,
-        **({"instant": verdict.cut} if several else {}),
+        "instant": verdict.cut,
         "verdict": verdict.verdict,
         "reasons": list(verdict.reasons),
         "minimized": d.minimized if d is not None else "",
-        **(
-            {
-                "minimized_reasons": list(d.minimized_reasons) if d is not None else [],
-                "cause": d.cause if d is not None else "",
-                "blame": [[c.get("text", "") for c in d.culprits(i)] for i in range(n)]
-                if d is not None
-                else [],
-            }
-            if several
-            else {}
-        ),
+        "minimized_reasons": list(d.minimized_reasons) if d is not None else [],
+        "cause": d.cause if d is not None else "",
+        "blame": [
+            [c.get("text", "") for c in d.culprits(i)] if d is not None else [] for i in range(n)
+        ],
         "diagnosis": d.to_json() if d is not None else None,
     }
 
 
+def _upgrade(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """A format-1 bundle.json of either old layout in the format-2 form (a new dict; ``format`` still
+    says 1): one disk's ``log`` pin becomes ``logs`` (its file ``log.bin``) with ``nodes`` 1, and the
+    keys it did not have are taken from its diagnosis and state id as the writer takes them (empty
+    without a diagnosis); several disks' loses ``kind`` (and a ``blame`` of no diagnosis, ``[]``,
+    becomes one empty list per node).  UsageError naming ``log`` if one disk's pin is damaged."""
+    new = {k: v for k, v in doc.items() if k not in ("kind", "log")}
+    if doc.get("kind") != "cluster":  # one disk's layout
+        pin = doc.get("log")
+        if not isinstance(pin, dict) or not isinstance(pin.get("sha256"), str):
+            raise UsageError(
+                f"{where}: log is {pin!r}, not an object with the log's sha256; {DAMAGED}"
+            )
+        diag = doc.get("diagnosis")
+        if not isinstance(diag, dict):
+            diag = {}  # written without a diagnosis
+        reasons = diag.get("minimized_reasons")
+        cause = diag.get("cause")
+        new.update(
+            nodes=1,
+            logs=[{**pin, "file": "log.bin"}],
+            instant=_cut_of(doc.get("state")),
+            minimized_reasons=list(reasons) if isinstance(reasons, list) else [],
+            cause=cause if isinstance(cause, str) else "",
+            blame=[[c.get("text", "") for c in culprits_of(diag) if isinstance(c, dict)]],
+        )
+    logs = new.get("logs")
+    for key, empty in (
+        ("instant", None),
+        ("minimized_reasons", []),
+        ("cause", ""),
+        ("blame", [[] for _ in logs] if isinstance(logs, list) else []),
+    ):
+        if new.get(key) in (None, []):
+            new[key] = empty
+    return new  # its diagnosis as written: debug/diagnosis.py reads either of its layouts
+
+
+def _cut_of(state: object) -> int | None:
+    """One disk's state id's cut (its verdict's cut), None if the id is malformed."""
+    try:
+        return parse_id(state).cut
+    except UsageError:
+        return None
+
+
 def validate(doc: dict[str, Any], where: str) -> None:
-    """The keys every bundle has, with their types: one UsageError naming the first that is wrong."""
+    """The keys every bundle has (format-2 form), with their types: one UsageError naming the first
+    that is wrong."""
 
     def bad(key: str, want: str) -> UsageError:
-        return UsageError(
-            f"{where}: {key} is {doc.get(key)!r}, not {want}; the bundle is damaged: write it again "
-            "with powercut check"
-        )
+        return UsageError(f"{where}: {key} is {doc.get(key)!r}, not {want}; {DAMAGED}")
 
-    if not isinstance(doc.get("fstype"), str) or not doc["fstype"]:
-        raise bad("fstype", "a filesystem name")
-    size = doc.get("data_size")
-    if not isinstance(size, int) or isinstance(size, bool) or size <= 0 or size % 512:
-        raise bad("data_size", "a positive whole number of bytes (a multiple of 512)")
-    for key, kind in (("state", str), ("params", dict), ("checker", dict)):
-        if key in doc and not isinstance(doc[key], kind):
-            raise bad(key, f"a JSON {'string' if kind is str else 'object'}")
-    checker = doc.get("checker") or {}
-    if checker.get("name"):
-        get_checker(str(checker["name"]))  # an unknown checker name is one UsageError line
-
-
-def _validate_logs(doc: dict[str, Any], where: str) -> None:
-    """The log pins of the bundle's layout: one UsageError if they are not what it needs."""
-    if not is_cluster(doc):
-        if not isinstance(doc.get("log"), dict) or not isinstance(doc["log"].get("sha256"), str):
-            raise UsageError(
-                f"{where}: log is {doc.get('log')!r}, not an object with the log's sha256; the bundle "
-                "is damaged: write it again with powercut check"
-            )
-        return
     nodes, logs = doc.get("nodes"), doc.get("logs")
     if (
         not isinstance(nodes, int)
@@ -271,9 +276,19 @@ def _validate_logs(doc: dict[str, Any], where: str) -> None:
     ):
         raise UsageError(
             f"{where}: nodes is {nodes!r} with {len(logs) if isinstance(logs, list) else 'no'} logs, "
-            "not one log (file and sha256) per node; the bundle is damaged: write it again with "
-            "powercut check"
+            f"not one log (file and sha256) per node; {DAMAGED}"
         )
+    if not isinstance(doc.get("fstype"), str) or not doc["fstype"]:
+        raise bad("fstype", "a filesystem name")
+    size = doc.get("data_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0 or size % 512:
+        raise bad("data_size", "a positive whole number of bytes (a multiple of 512)")
+    for key, kind in (("state", str), ("cause", str), ("params", dict), ("checker", dict)):
+        if key in doc and not isinstance(doc[key], kind):
+            raise bad(key, f"a JSON {'string' if kind is str else 'object'}")
+    checker = doc.get("checker") or {}
+    if checker.get("name"):
+        get_checker(str(checker["name"]))  # an unknown checker name is one UsageError line
 
 
 def sha256(path: Path) -> str:
@@ -285,7 +300,8 @@ def sha256(path: Path) -> str:
 
 
 def load(path: str | Path) -> Bundle:
-    """Read and verify a bundle of either layout: one clear UsageError if anything is missing or altered."""
+    """Read and verify a bundle (format 2, or 1 through ``_upgrade``): one clear UsageError if
+    anything is missing or altered."""
     d = Path(path)
     if not d.is_dir():
         raise UsageError(f"{path}: not a repro bundle directory")
@@ -295,15 +311,17 @@ def load(path: str | Path) -> Bundle:
         raise UsageError(f"{path}: no {MANIFEST}: not a repro bundle") from None
     except ValueError as e:
         raise UsageError(f"{path}/{MANIFEST}: not valid JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or "state" not in doc:
-        raise UsageError(f"{path}/{MANIFEST}: not a bundle of format {FORMAT}")
     where = f"{path}/{MANIFEST}"
-    _validate_logs(doc, where)
+    fmt = doc.get("format") if isinstance(doc, dict) else None
+    if type(fmt) is not int or fmt not in READS or "state" not in doc:
+        raise UsageError(f"{where}: not a bundle of format {' or '.join(str(f) for f in READS)}")
+    if fmt != FORMAT:
+        doc = _upgrade(doc, where)
     validate(doc, where)
     b = Bundle(d, doc)
-    several = is_cluster(doc)
+    several = b.nodes > 1
     for n, (p, pin) in enumerate(zip(b.logs, b.pins)):
-        what = f"node {n}'s log {pin['file']}" if several else LOG
+        what = f"node {n}'s log {pin['file']}" if several else pin["file"]
         if p.parent != d or not p.is_file():
             raise UsageError(
                 f"bundle {path}: {what} is missing (the bundle cannot rebuild its "

@@ -23,6 +23,7 @@ from powercut.core.states.disks import Disks
 from powercut.core.states.models import space
 from powercut.core.states.stateid import LIE_MODELS
 from powercut.core.trace import anatomy, syscalls
+from powercut.debug.diagnosis import culprits_of
 from powercut.errors import PowercutError
 from powercut.vm.guestjob import GUEST_MNT
 
@@ -102,9 +103,7 @@ def explain_groups(
             log.warning("no cause for %s: %s", sid, e.one_line())
             continue
         if len(indexes) == 1:
-            g.why = state_why(
-                trace, indexes[0], st[0], ROOT, g.verdict, reasons, d.get("culprits") or []
-            )
+            g.why = state_why(trace, indexes[0], st[0], ROOT, g.verdict, reasons, culprits_of(d))
         else:
             g.why = node_why(
                 trace,
@@ -112,7 +111,7 @@ def explain_groups(
                 st,
                 g.verdict,
                 reasons,
-                [list(n.get("culprits", ())) for n in d.get("nodes", ())],
+                [culprits_of(d, i) for i in range(len(indexes))],
             )
         held = tuple(rec.workload.get("delay_sync") or ())
         if not held or not _shim_blind(rec, trace) or not isinstance(g.why, dict):
@@ -265,14 +264,18 @@ def excerpt(
     starts = sorted(aligned.values())
     rows: list[dict[str, Any]] = []
     for o in window:
-        kind = (
-            "mark"
-            if o.kind == syscalls.MARK
-            else "sync"
-            if o.kind
-            in (syscalls.FSYNC, syscalls.FDATASYNC, syscalls.SYNC, syscalls.SYNCFS, syscalls.MSYNC)
-            else "call"
-        )
+        if o.kind == syscalls.MARK:
+            kind = "mark"
+        elif o.kind in (
+            syscalls.FSYNC,
+            syscalls.FDATASYNC,
+            syscalls.SYNC,
+            syscalls.SYNCFS,
+            syscalls.MSYNC,
+        ):
+            kind = "sync"
+        else:
+            kind = "call"
         rows.append(
             {
                 "kind": kind,

@@ -3,11 +3,12 @@ writes each disk's minimized state comes down to, and the cause in blocks -- mad
 debug/diagnose.py, carried as JSON from the checker VM, into diagnoses.json, summary.json's groups
 and repro bundles (debug/bundle.py).
 
-Its JSON has one layout per number of disks, each what it always was: one disk's has the blame as
-``culprits`` and ``one_at_a_time`` (core/judging/shrink.Shrunk's lower bound); several disks' has
-``nodes``, per node its minimization (core/judging/disksshrink.NodeShrunk) and its ``culprits``.  The cause
-line is one disk's sentence (its blamed objects, alphabetical) or names each node
-(core/judging/disksshrink.cause_line)."""
+Its JSON has one layout whatever the number of disks: ``nodes``, per node its ``culprits`` and, with
+several disks, its minimization (core/judging/disksshrink.NodeShrunk), and ``one_at_a_time``
+(core/judging/shrink.Shrunk's lower bound).  Diagnoses written before it gave one disk's blame as a
+flat ``culprits``: ``from_json`` and ``culprits_of`` read both (the one adapter).  The cause line is
+one disk's sentence (its blamed objects, alphabetical) or names each node
+(core/judging/disksshrink.cause_line): the words the user reads differ, not the layout."""
 
 from __future__ import annotations
 
@@ -49,17 +50,9 @@ class Diagnosis:
             "reason_class": self.reason_class,
             "calls": self.calls,
         }
-        if len(self.nodes) == 1:  # one disk's layout
-            return {
-                **head,
-                "one_at_a_time": self.one_at_a_time,
-                "exhausted": self.exhausted,
-                "culprits": self.culprits(0),
-                "cause": self.cause,
-                "seconds": self.seconds,
-            }
         return {
             **head,
+            "one_at_a_time": self.one_at_a_time,
             "exhausted": self.exhausted,
             "nodes": [dict(n) for n in self.nodes],
             "cause": self.cause,
@@ -68,12 +61,8 @@ class Diagnosis:
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Diagnosis:
-        """Either layout (a JSON with ``nodes`` is several disks')."""
-        nodes = (
-            tuple(dict(n) for n in d["nodes"])
-            if "nodes" in d
-            else ({"culprits": [dict(c) for c in d.get("culprits", ())]},)
-        )
+        """The one layout, or one disk's before it (a flat ``culprits``)."""
+        nodes = tuple(dict(n) for n in _nodes(d))
         culprits = [list(n.get("culprits", ())) for n in nodes]
         return Diagnosis(
             str(d["state"]),
@@ -100,3 +89,17 @@ def cause_of(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str
         return cause_line(verdict, reason_cls, culprits)
     objs = sorted({culprit_phrase(c) for c in (culprits[0] if culprits else ())})
     return f"{verdict}: {reason_cls} <- " + ("; ".join(objs) or "no write (the cut alone)")
+
+
+def _nodes(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """A diagnosis JSON's per-node dicts: its ``nodes``, or one disk's flat ``culprits`` of a
+    diagnosis written before the one layout."""
+    if "nodes" in d:
+        return list(d["nodes"])
+    return [{"culprits": [dict(c) for c in d.get("culprits", ())]}]
+
+
+def culprits_of(d: dict[str, Any] | None, node: int = 0) -> list[dict[str, Any]]:
+    """Disk ``node``'s blamed writes in a diagnosis JSON of either layout ([] without one)."""
+    nodes = _nodes(d or {})
+    return list(nodes[node].get("culprits", ())) if node < len(nodes) else []

@@ -63,8 +63,6 @@ class Target:
 
     def source_of_all(self) -> LogSource:
         """One source of every disk's log (check/context.LogSource: one directory, node 0 first)."""
-        if self.nodes == 1:
-            return self.src
         if len({log.parent for log in self.logs}) != 1:
             raise UsageError(f"{self.source}: the node logs are not in one directory")
         return LogSource(self.src.path, self.src.size, self.src.initial, nodes=self.logs)
@@ -117,7 +115,7 @@ def _from_recording(p: Path, state: str) -> Target:
         rec: recording.Recording | None = recording.load(p)
     except BadRecording:
         rec = None  # said below, once the state is there
-    nodes = rec.nodes if rec is not None else 1
+    nodes = len(rec.nodes) if rec is not None else 1
     if not state:
         raise UsageError(
             f"{p} is a recording: give the state to rebuild with --state ID"
@@ -126,13 +124,8 @@ def _from_recording(p: Path, state: str) -> Target:
             "MODEL~ID0+ID1+... (one state id per node)"
         )
     rec = (rec or recording.load(p)).require_ok()
-    disks: tuple[LogSource, ...]
-    if nodes == 1:
-        recording.verify_log(rec)
-        disks = (LogSource.of(rec),)
-    else:
-        recording.verify_node_logs(rec)
-        disks = tuple(LogSource(log, rec.data_size) for log in rec.node_logs)
+    recording.verify_logs(rec)
+    disks = tuple(LogSource(log, rec.data_size, rec.initial_image) for log in rec.node_logs)
     return Target(disks, context_for(rec), state, "", f"recording {p}")
 
 
@@ -215,7 +208,8 @@ def describe(target: Target, v: Verdict) -> list[str]:
     ):  # the cause in the program's terms leads, as in the check that found it
         c = causes.Cause.from_json(target.why)
         lines += [c.head(), *(f"  | {e}" for e in c.evidence[-4:])]
-    if target.cause and v.failed:  # a cluster's cause line, naming the nodes
+    if target.cause and v.failed and target.nodes > 1:  # the line naming the nodes (one disk's
+        # cause is its ``why``, above)
         lines.append(f"cause: {target.cause}")
     nodes = f", {target.nodes} nodes" if target.nodes > 1 else ""
     lines.append(f"{target.state} ({target.source}{nodes}): {v.verdict}")

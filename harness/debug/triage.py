@@ -33,7 +33,7 @@ from powercut.core.states.stateid import parse_id
 from powercut.debug import bundle
 from powercut.debug.blame import lines as blame_lines
 from powercut.debug.diagnose import Workspace, diagnose, without_tear
-from powercut.debug.diagnosis import Diagnosis
+from powercut.debug.diagnosis import Diagnosis, culprits_of
 from powercut.errors import PowercutError
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class Group:
             "states": [v.state for v in self.states[:20]],
             "cause": d.get("cause", ""),
             "minimized": d.get("minimized", ""),
-            "culprits": blame_lines(list(d.get("culprits", ()))),
+            "culprits": blame_lines(culprits_of(d)),
             "shrink_calls": d.get("calls"),
             "one_at_a_time": d.get("one_at_a_time"),
             "bundle": self.bundle,

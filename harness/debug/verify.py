@@ -55,6 +55,7 @@ from powercut.core.states.stateid import LIE_MODELS
 from powercut.core.trace import syscalls
 from powercut.core.trace.tracefacts import written_by
 from powercut.debug.cause import ROOT, excerpt, load_trace
+from powercut.debug.diagnosis import culprits_of
 
 if TYPE_CHECKING:
     from powercut.debug.triage import Group
@@ -304,7 +305,7 @@ class Verification:
             if (not ts and sid not in self.kills) or trace is None:
                 continue
             self.stats.groups += 1
-            culprits = (g.diagnosis or {}).get("culprits") or []
+            culprits = culprits_of(g.diagnosis)
             reads = self.reads.get(sid, ())
             ts = in_order(ts or [], self.order.get(sid, []))
             ts = self.tried[sid] = in_read_order(ts, read_paths(reads) if complete(reads) else ())
@@ -450,9 +451,7 @@ def plan(
         )
         ver.order[sid] = [(f.rule, f.subject) for f in found]
         at_cut = cf.as_of(owned, trace, aligned, ROOT, st.cut)  # named as at the cut
-        mine = cf.as_blamed(
-            at_cut, (g.diagnosis or {}).get("culprits") or []
-        )  # as of the cut, where blamed
+        mine = cf.as_blamed(at_cut, culprits_of(g.diagnosis))  # as of the cut, where blamed
         removed = cf.removed_after(trace, aligned, ROOT, st.cut)
         inp = PlanInput(trace, aligned, ROOT, st.cut, len(index.entries))
         tried = ver.tried.setdefault(sid, [])

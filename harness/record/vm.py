@@ -273,9 +273,9 @@ def record(
     N (docs/clusters.md has the figures).  What one VM cannot show -- a network between the nodes,
     independent kernels -- does not change what reaches each disk, which is what a power cut judges.
 
-    Layout: per disk its log and final image (``disk_files``); a cluster's manifest names them in
-    ``[cluster]`` (``node``: one table per node with its log, final image, mount and pinned log),
-    and ``[log]`` and ``[data]`` describe node 0 so that ``recording.load`` reads it unchanged."""
+    Layout: per disk its log and final image (``disk_files``); the manifest names them in one
+    [[node]] table per disk, whatever their number (record/recording.py), with its pinned log and
+    what the guest said of that disk."""
     check_nodes(nodes)
     spec, image = ready(spec, nodes)
     out = Path(out).absolute()
@@ -311,24 +311,17 @@ def record(
         )
         vmspec = vm_spec(spec, image, out, jobdir, disks)
         manifest = base_manifest(spec, image, vmspec, data_bytes)
-        manifest["log"]["file"], manifest["data"]["final"] = disk_files(0, nodes)
-        logs = [disk_files(i, nodes)[0] for i in range(nodes)]
-        if nodes > 1:
-            manifest["cluster"] = {
-                "nodes": nodes,
-                "node": [
-                    {"log": log, "final": disk_files(i, nodes)[1], "mount": f"n{i}"}
-                    for i, log in enumerate(logs)
-                ],
-            }
+        manifest["node"] = [recording.node_table(*disk_files(i, nodes)) for i in range(nodes)]
+        logs = [t["log"] for t in manifest["node"]]
         with finishing(out, manifest):
             result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
             per_disk = per_disk_results(result, nodes)
             manifest["result"] = {
                 "ok": result.ok,
-                **result_section(result, per_disk),
+                **result_section(result),
                 **({"error": result.error} if result.error else {}),
             }
+            note_nodes(per_disk, manifest["node"])
             if per_disk and all(
                 isinstance(d.get("latency"), dict) for d in per_disk
             ):  # each delay layer, as made
@@ -341,22 +334,12 @@ def record(
             note_trace(
                 result, manifest, spec.workload.trace
             )  # one trace: a cluster's client and every node
-            note_file_maps(per_disk, manifest)
-            for i, log in enumerate(logs):
-                pin = recording.pin_log(out / log)  # what check/replay/repro verify
-                if nodes == 1:
-                    manifest["log"].update(pin)
-                else:
-                    node = manifest["cluster"]["node"][i]
-                    node.update(pin)
-                    if isinstance(per_disk[i].get("logged_entries"), int):
-                        node["logged_entries"] = per_disk[i]["logged_entries"]
-            if nodes > 1:
-                manifest["log"].update(recording.pin_log(out / logs[0]))
+            for table in manifest["node"]:
+                table.update(recording.pin_log(out / table["log"]))  # what check/repro verify
             manifest["marks"] = marks_of(out / logs[0])
             if section := faults_of(out, logs, per_disk, int(result.get("workload_rc") or 0)):
                 manifest["faults"] = section
-        return Recording(out, manifest)
+        return recording.of(out, manifest)
 
 
 def per_disk_results(result: guestjob.GuestResult, disks: int) -> list[dict[str, Any]]:
@@ -366,38 +349,20 @@ def per_disk_results(result: guestjob.GuestResult, disks: int) -> list[dict[str,
     return [dict(d) for d in got] if isinstance(got, list) and len(got) == disks else []
 
 
-def result_section(result: guestjob.GuestResult, per_disk: list[dict[str, Any]]) -> dict[str, Any]:
-    """The manifest's [result]: what the guest said that is common, and of its disks, for one disk
-    its values flat (fault_plan, fault_left_on, logged_entries, the file map's size, ...) and for a
-    cluster the nodes' write caches, plans, nodes left faulted and whether any log filled up (each
-    node's entries are in its [cluster] table)."""
-    common = {k: v for k, v in result.data.items() if k != "disks"}
-    if not per_disk:
-        return common
-    if len(per_disk) == 1:
-        return {**common, **{k: v for k, v in per_disk[0].items() if k != "latency"}}
-    plans = [{"node": i, **d["fault_plan"]} for i, d in enumerate(per_disk) if d.get("fault_plan")]
-    left = [i for i, d in enumerate(per_disk) if d.get("fault_left_on")]
-    return {
-        **common,
-        "nodes": len(per_disk),
-        "target_write_cache": [d.get("target_write_cache") for d in per_disk],
-        **({"fault_plans": plans} if plans else {}),
-        **({"fault_left_on": left} if left else {}),
-        "logging_disabled": any(d.get("logging_disabled") for d in per_disk),
-    }
+def result_section(result: guestjob.GuestResult) -> dict[str, Any]:
+    """The manifest's [result]: what the guest said of the whole job (each disk's values go to its
+    [[node]] table: ``note_nodes``)."""
+    return {k: v for k, v in result.data.items() if k != "disks"}
 
 
-def note_file_maps(per_disk: list[dict[str, Any]], manifest: dict[str, Any]) -> None:
-    """Where each disk's file map is (the job directory): ``[files] map`` for one disk, each node's
-    ``file_map`` in its [cluster] table."""
-    for i, d in enumerate(per_disk):
-        if not d.get("file_map"):
-            continue
-        if len(per_disk) == 1:
-            manifest["files"] = {**manifest.get("files", {}), "map": f"job/{d['file_map']}"}
-        else:
-            manifest["cluster"]["node"][i]["file_map"] = f"job/{d['file_map']}"
+def note_nodes(per_disk: list[dict[str, Any]], tables: list[dict[str, Any]]) -> None:
+    """Each disk's values from the guest (its target's write cache and status, logged entries,
+    fault plan, whether a fault was left on, ...) into its [[node]] table; its file map as the
+    path in the recording (``job/<map>``); its delay layer stays in [latency]."""
+    for d, table in zip(per_disk, tables):
+        table.update({k: v for k, v in d.items() if k not in ("latency", "file_map")})
+        if d.get("file_map"):
+            table["file_map"] = f"job/{d['file_map']}"
 
 
 def note_trace(result: guestjob.GuestResult, manifest: dict[str, Any], asked: bool) -> None:
@@ -429,15 +394,13 @@ def faults_section(log_path: Path, plan: dict[str, Any] | None, left_on: bool) -
 def faults_of(
     out: Path, logs: list[str], per_disk: list[dict[str, Any]], rc: int
 ) -> dict[str, Any]:
-    """The manifest's [faults]: one disk's section, or a cluster's with each faulted node's (its
-    ``node``), and the workload's exit status; {} with no window."""
+    """The manifest's [faults]: the workload's exit status and each faulted node's section (its
+    ``node``); {} with no window on any node."""
     per_disk = per_disk or [{} for _ in logs]
     secs = [
         faults_section(out / name, d.get("fault_plan"), bool(d.get("fault_left_on")))
         for name, d in zip(logs, per_disk)
     ]
-    if len(logs) == 1:
-        return {**secs[0], "workload_rc": rc} if secs[0] else {}
     nodes = [{"node": i, **sec} for i, sec in enumerate(secs) if sec]
     return {"workload_rc": rc, "node": nodes} if nodes else {}
 
@@ -498,8 +461,8 @@ def base_manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int)
             "write_cache": True,
             "machine": vmspec.resolved_machine(),
         },
-        "data": {"initial": "zeros", "size_bytes": data_bytes, "final": "data-final.img"},
-        "log": {"file": "log.bin", "device_bytes": spec.log_bytes()},
+        "data": {"initial": "zeros", "size_bytes": data_bytes},
+        "log": {"device_bytes": spec.log_bytes()},
         "files": {"console": "console.log", "job": "job"},
     }
 

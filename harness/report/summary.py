@@ -270,7 +270,8 @@ class Summary:
                 for f in self.failures
             ],
             "flaky_states": [f.to_json() for f in self.flaky],
-            **({"nodes": self.nodes, "disks": self.disks} if self.nodes > 1 else {}),
+            "nodes": self.nodes,
+            "disks": self.disks,
         }
 
 
@@ -323,6 +324,12 @@ def summarize(
         m: (c.to_json() if hasattr(c, "to_json") else dict(c))
         for m, c in (selection.counts.items() if selection is not None else ())
     }
+    if disks is not None:
+        per_disk = disks
+    elif nodes > 1:
+        per_disk = _disks_of(selection)
+    else:
+        per_disk = {}
     return Summary(
         recording,
         fstype,
@@ -354,7 +361,7 @@ def summarize(
         trace_note,
         disk_latency,
         nodes,
-        dict(disks if disks is not None else _disks_of(selection) if nodes > 1 else {}),
+        dict(per_disk),
         tuple(delay_sync),
         dict(proofs or {}),
         {
@@ -391,7 +398,9 @@ def group_confirmation(g: dict[str, Any]) -> str:
     """How a failure group (triage.Group.to_json) was confirmed, in words ("" for an old summary)."""
     if "confirmed_alone" not in g:
         return ""
-    n, alone, by = g["count"], g["confirmed_alone"], g["confirmed_by_group"]
+    n = g["count"]
+    alone = g["confirmed_alone"]
+    by = g["confirmed_by_group"]
     if not alone and not by:
         return "unconfirmed: confirmation was off"
     text = f"{alone} of {n} judged again alone with the same verdict"
@@ -572,17 +581,15 @@ def table(summary: Summary) -> Any:
     for col in ("generated", "distinct", "judged"):
         t.add_column(col, justify="right")
     for v in seen:
-        t.add_column(
-            v,
-            justify="right",
-            style="green"
-            if v == "pass"
-            else "yellow"
-            if v == "flaky"
-            else "cyan"
-            if v == "detected"
-            else "red",
-        )  # detected: a pass under a lying disk only
+        if v == "pass":
+            style = "green"
+        elif v == "flaky":
+            style = "yellow"
+        elif v == "detected":
+            style = "cyan"  # detected: a pass under a lying disk only
+        else:
+            style = "red"
+        t.add_column(v, justify="right", style=style)
     for model in dict.fromkeys([*summary.counts, *summary.by_model]):
         c = summary.counts.get(model, {})
         counts = summary.by_model.get(model, {})

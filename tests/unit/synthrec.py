@@ -79,12 +79,13 @@ def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0) -> Path:
         w.mark("dm-log-writes-end")  # the teardown mark every real recording ends with
     img.unlink()
     manifest = {
-        "recording": {"format": 1, "status": "ok"},
-        "log": {"file": "log.bin"},
-        "data": {"size_bytes": SIZE, "final": "data-final.img", "initial": "zeros"},
+        "recording": {"format": 2, "status": "ok"},
+        "data": {"size_bytes": SIZE, "initial": "zeros"},
         "fs": {"fstype": "ext4"},
         "workload": {"cmd": "synthetic"},
+        "node": [
+            {"log": "log.bin", "final": "data-final.img", **recording.pin_log(rec / "log.bin")}
+        ],
     }
-    manifest["log"].update(recording.pin_log(rec / "log.bin"))
     recording.write(rec, manifest)
     return rec

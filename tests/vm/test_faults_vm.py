@@ -41,8 +41,8 @@ def _verdicts(out: Path) -> dict[str, str]:
 
 def test_fsync_retry_after_eio_is_caught_in_vm_and_host_alike(tmp_path):
     rec = _record(tmp_path, "retry")
-    faults = rec.manifest["faults"]
-    assert faults["acked_after_error"] == ["2"] and faults["workload_rc"] == 0
+    faults = rec.manifest["faults"]["node"][0]  # one disk's is node 0's, as a cluster's
+    assert faults["acked_after_error"] == ["2"] and rec.manifest["faults"]["workload_rc"] == 0
     assert len(faults["windows"]) == 1 and faults["windows"][0].startswith("eio-range on sectors ")
     how = dict(models=("flush",), shrink=0, confirm=False)
     vm, _ = run_campaign(
@@ -63,7 +63,7 @@ def test_stopping_at_the_first_eio_passes_and_its_exit_is_recorded(tmp_path):
     rec = _record(tmp_path, "stop")
     assert (
         rec.manifest["faults"]["workload_rc"] == 3
-        and rec.manifest["faults"]["acked_after_error"] == []
+        and rec.manifest["faults"]["node"][0]["acked_after_error"] == []
     )
     assert "stopping without acking" in (rec.dir / "job" / "workload.err").read_text()
     summary, _ = run_campaign(

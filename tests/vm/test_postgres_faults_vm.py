@@ -66,7 +66,10 @@ def test_data_sync_retry_off_panics_recovers_from_wal_and_keeps_every_ack(
     prepared: None, tmp_path: Path
 ) -> None:
     rec, err = _record(tmp_path / "rec", retry=False)
-    faults = rec.manifest["faults"]
+    faults = {
+        **rec.manifest["faults"]["node"][0],
+        "workload_rc": rec.manifest["faults"]["workload_rc"],
+    }
     assert faults["workload_rc"] == pgw.STOPPED_AFTER_FAULT and faults["acked_after_error"] == []
     assert len(faults["windows"]) == 1 and not faults["left_on"]
     panic = err.index('PANIC:  could not fsync file "base/5/')
@@ -102,7 +105,10 @@ def test_data_sync_retry_on_retries_the_checkpoint_and_loses_acked_rows(
     prepared: None, tmp_path: Path
 ) -> None:
     rec, err = _record(tmp_path / "rec", retry=True)
-    faults = rec.manifest["faults"]
+    faults = {
+        **rec.manifest["faults"]["node"][0],
+        "workload_rc": rec.manifest["faults"]["workload_rc"],
+    }
     assert faults["workload_rc"] == 0 and faults["acked_after_error"] == [
         "7"
     ]  # txn 7 spans the fault window

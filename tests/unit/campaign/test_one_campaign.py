@@ -118,22 +118,16 @@ def recording(d: Path, nodes: int) -> Path:
     names = ["log.bin"] if nodes == 1 else [f"log-n{i}.bin" for i in range(nodes)]
     for name in names:
         build_log(d / name, LOG_OPS).close()
+    finals = ["data-final.img"] if nodes == 1 else [f"data-n{i}-final.img" for i in range(nodes)]
     manifest: dict[str, Any] = {
-        "recording": {"format": 1, "status": "ok"},
+        "recording": {"format": 2, "status": "ok"},
         "fs": {"fstype": "ext4"},
         "workload": {"cmd": "true"},
-        "data": {"initial": "zeros", "size_bytes": 1 << 20, "final": "data-final.img"},
-        "log": {"file": names[0], "device_bytes": 0},
+        "data": {"initial": "zeros", "size_bytes": 1 << 20},
+        "log": {"device_bytes": 0},
         "result": {"ok": True},
+        "node": [{"log": n, "final": f} for n, f in zip(names, finals)],
     }
-    if nodes > 1:
-        manifest["cluster"] = {
-            "nodes": nodes,
-            "node": [
-                {"log": n, "final": f"data-n{i}-final.img", "mount": f"n{i}"}
-                for i, n in enumerate(names)
-            ],
-        }
     (d / "manifest.toml").write_text(tomli_w.dumps(manifest))
     return d
 
@@ -155,12 +149,8 @@ def test_one_call_checks_one_disk_and_a_cluster(
         recording(tmp_path / "rec", nodes), spec(place, shrink=1), tmp_path / "out"
     )
     doc = json.loads(paths["summary"].read_text())
-    assert (
-        summary.nodes == nodes and doc.get("nodes", 1) == nodes and ("nodes" in doc) == (nodes > 1)
-    )
-    assert ("disks" in doc) == (nodes > 1) and len(doc.get("disks", {}).get("node_states", [])) == (
-        nodes if nodes > 1 else 0
-    )
+    assert summary.nodes == nodes and doc["nodes"] == nodes  # one form: every summary says it
+    assert len(doc["disks"].get("node_states", [])) == (nodes if nodes > 1 else 0)
     assert summary.total == len(
         set(place.judged)
         & {
@@ -188,8 +178,9 @@ def test_one_call_checks_one_disk_and_a_cluster(
             g["minimized"].startswith("write-cache~")
             and (tmp_path / "out" / "report.html").is_file()
         )
-    else:  # one disk's: its own id, its diagnosis's one-disk layout
-        assert g["minimized"].startswith("write-cache@") and "nodes" not in g and "culprits" in m
+    else:  # one disk's: its own id, the group's words without nodes, the one diagnosis layout
+        assert g["minimized"].startswith("write-cache@") and "nodes" not in g
+        assert len(m["nodes"]) == 1 and "culprits" in m["nodes"][0]
         assert (
             m["minimized"] == f"write-cache@8/d{W6}"
         )  # the write W6 lost, the cut right after ack:1 (entry 7)
@@ -245,7 +236,7 @@ def test_each_node_aims_its_lies_at_its_own_file_map(tmp_path: Path) -> None:
     rec_dir = recording(tmp_path / "rec", 3)
     doc = tomllib.loads((rec_dir / "manifest.toml").read_text())
     (rec_dir / "job").mkdir()
-    for i, node in enumerate(doc["cluster"]["node"]):
+    for i, node in enumerate(doc["node"]):
         files = {"db": [[8 * (i + 1), 8]]} if i < 2 else {"other": [[64, 8]]}
         (rec_dir / "job" / f"files-n{i}.json").write_text(
             json.dumps({"sector_bytes": 512, "files": files})

@@ -165,7 +165,8 @@ def _bundle(tmp_path: Path) -> Path:
     return bundle.write(
         tmp_path / "b",
         recording=str(log.parent),
-        log_path=log,
+        logs=[log],
+        cuts=[0],
         data_size=1 << 20,
         fstype="ext4",
         mount_opts="",
@@ -182,7 +183,7 @@ def _bundle(tmp_path: Path) -> Path:
         (lambda d: d.pop("fstype"), "fstype"),
         (lambda d: d.pop("data_size"), "data_size"),
         (lambda d: d.update(data_size="1048576"), "data_size"),
-        (lambda d: d.update(log=["log.bin"]), "log"),
+        (lambda d: d.update(logs=["log0.bin"]), "logs"),
         (lambda d: d.update(checker={"name": "no-such-checker"}), "no-such-checker"),
         (lambda d: d.update(params=[1, 2]), "params"),
     ],

@@ -360,16 +360,14 @@ def test_a_cluster_workload_that_exits_after_a_node_error_is_recorded_with_that_
     assert got["workload_rc"] == 1 and [n["node"] for n in got["node"]] == [1]
     assert got["node"][0]["acked_after_error"] == ["1"] and got["node"][0]["left_on"] is True
     assert got["node"][0]["plan"] == "eio-writes,mark=ack:0"
-    section = record_vm.result_section(
-        res, disks
-    )  # the manifest's [result] of a cluster, as before
-    assert section["fault_plans"] == [{"node": 1, **disks[1]["fault_plan"]}] and section[
-        "fault_left_on"
-    ] == [1]
-    assert section["nodes"] == 2 and "disks" not in section
+    tables = [{"log": log, "final": "f"} for log in logs]
+    record_vm.note_nodes(disks, tables)  # each node's values in its own [[node]] table
+    assert tables[1]["fault_plan"] == disks[1]["fault_plan"] and tables[1]["fault_left_on"]
+    assert not tables[0]["fault_left_on"] and "fault_plan" not in tables[0]
+    assert "disks" not in record_vm.result_section(res)
 
 
-def test_one_disks_result_section_is_flat_as_before(tmp_path):
+def test_one_disks_values_go_to_its_node_table_as_a_clusters_do(tmp_path):
     res = _guest(
         0,
         [
@@ -384,13 +382,18 @@ def test_one_disks_result_section_is_flat_as_before(tmp_path):
             }
         ],
     )
-    section = record_vm.result_section(res, record_vm.per_disk_results(res, 1))
-    assert section == {
-        "workload_rc": 0,
-        "target_write_cache": "write back",
-        "logged_entries": 7,
-        "highest_sector": 9,
-        "logging_disabled": False,
-        "fault_left_on": False,
-        "file_map": "files.json",
-    }
+    tables = [{"log": "log.bin", "final": "data-final.img"}]
+    record_vm.note_nodes(record_vm.per_disk_results(res, 1), tables)
+    assert record_vm.result_section(res) == {"workload_rc": 0}
+    assert tables == [
+        {
+            "log": "log.bin",
+            "final": "data-final.img",
+            "target_write_cache": "write back",
+            "logged_entries": 7,
+            "highest_sector": 9,
+            "logging_disabled": False,
+            "fault_left_on": False,
+            "file_map": "job/files.json",
+        }
+    ]

@@ -63,27 +63,27 @@ def rec(tmp_path: Path) -> Path:
 
 def test_an_intact_log_is_accepted_and_pinned(rec: Path) -> None:
     r = recording.load(rec)
-    recording.verify_log(r)
-    pin = r.manifest["log"]
+    recording.verify_logs(r)
+    pin = r.nodes[0].pin
     assert pin["entries"] == 12 and len(pin["sha256"]) == 64 and pin["used_bytes"] > SS
 
 
 def test_a_log_cut_before_the_first_ack_is_refused(rec: Path) -> None:
     _truncate(rec / "log.bin", _header_offset(rec, lambda e: e.mark == "ack:0"))
     with pytest.raises(BadRecording, match="holds 6 entries, the recording logged 12"):
-        recording.verify_log(recording.load(rec))
+        recording.verify_logs(recording.load(rec))
 
 
 def test_a_log_cut_to_its_superblock_is_refused(rec: Path) -> None:
     _truncate(rec / "log.bin", SS)
     with pytest.raises(BadRecording, match="holds 0 entries"):
-        recording.verify_log(recording.load(rec))
+        recording.verify_logs(recording.load(rec))
 
 
 def test_a_log_cut_mid_entry_is_refused(rec: Path) -> None:
     _truncate(rec / "log.bin", _header_offset(rec, lambda e: e.mark == "ack:1") + 100)
     with pytest.raises(BadRecording, match="is damaged: its scan stops"):
-        recording.verify_log(recording.load(rec))
+        recording.verify_logs(recording.load(rec))
 
 
 def test_a_corrupted_entry_header_is_refused_not_a_finding(rec: Path) -> None:
@@ -92,14 +92,14 @@ def test_a_corrupted_entry_header_is_refused_not_a_finding(rec: Path) -> None:
         f.seek(off + 16)
         f.write((0xFF00).to_bytes(8, "little"))  # unknown flags
     with pytest.raises(BadRecording, match="is damaged"):
-        recording.verify_log(recording.load(rec))
+        recording.verify_logs(recording.load(rec))
 
 
 def test_another_recordings_log_is_refused(rec: Path, tmp_path: Path) -> None:
     other = _make(tmp_path / "other", payload=b"y")  # same shape, other content
     shutil.copy(other / "log.bin", rec / "log.bin")
     with pytest.raises(BadRecording, match="sha256 differs"):
-        recording.verify_log(recording.load(rec))
+        recording.verify_logs(recording.load(rec))
 
 
 def test_a_log_without_the_teardown_mark_is_refused(tmp_path: Path) -> None:
@@ -123,13 +123,13 @@ def test_a_log_without_the_teardown_mark_is_refused(tmp_path: Path) -> None:
         },
     )
     with pytest.raises(BadRecording, match="teardown mark"):
-        recording.verify_log(recording.load(d))
+        recording.verify_logs(recording.load(d))
 
 
 def test_a_missing_log_is_refused(rec: Path) -> None:
     (rec / "log.bin").unlink()
     with pytest.raises(BadRecording, match="log is missing"):
-        recording.verify_log(recording.load(rec))
+        recording.verify_logs(recording.load(rec))
 
 
 def test_a_campaign_refuses_before_judging(rec: Path, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tomli_w
 
 from powercut.core.log.dmlog import END_MARK, FUA, open_log
-from powercut.record.recording import load, verify_log
+from powercut.record.recording import load, verify_logs
 from tests.unit import benchscripts
 from tests.unit.logops import build_log
 
@@ -42,10 +42,10 @@ def test_a_tiled_recording_is_verified_and_has_the_entries_asked(tmp_path) -> No
     }
     (src / "manifest.toml").write_text(tomli_w.dumps(manifest))
     tiled = load(curve.tiled_recording(load(src), 40, tmp_path / "tiled"))
-    verify_log(tiled)
+    verify_logs(tiled)
     assert "trace" not in tiled.manifest and tiled.manifest["workload"]["trace"] is False
     with open_log(tiled.log_path) as idx:
         marks = [e.mark for e in idx.entries if e.is_mark]
-        assert len(idx.entries) == tiled.manifest["log"]["entries"] == 40
+        assert len(idx.entries) == tiled.nodes[0].pin["entries"] == 40
     assert marks[0] == "mkfs" and marks.count("mkfs") == 1 and marks[-1] == END_MARK
     assert "ack:0" in marks and "ack:1.0" in marks and len(set(marks)) == len(marks)
