@@ -30,7 +30,7 @@ from powercut.campaign.explore import explore
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Schedule, run_one
 from powercut.config import WorkloadSpec
-from powercut.core.recording.latency import DisksLatency
+from powercut.core.recording.latency import NodesLatency
 from powercut.record.vm import RecordSpec, record
 
 CAUGHT = "lost-ack"
@@ -63,7 +63,7 @@ def main() -> int:
         for r in range(0 if args.cost_only else args.rounds):
             for setting in ("none", "hdd"):
                 o = run_one(
-                    Schedule(DisksLatency.parse(setting), r, r),
+                    Schedule(NodesLatency.parse(setting), r, r),
                     rspec,
                     cspec,
                     root / f"{setting}-{r}",
@@ -71,7 +71,7 @@ def main() -> int:
                 caught[setting] += o.verdict == CAUGHT
                 recordings[setting] += 1
             ex = explore(
-                [Schedule(DisksLatency.parse("none"), r, r)], rspec, cspec, root / f"explore-{r}"
+                [Schedule(NodesLatency.parse("none"), r, r)], rspec, cspec, root / f"explore-{r}"
             )
             runs = ex.runs
             caught["explored"] += any(o.verdict == CAUGHT for o in runs)
@@ -80,7 +80,7 @@ def main() -> int:
                 rspec, workload=dataclasses.replace(wl, params={**wl.params, "reply_on": "both"})
             )
             fx = explore(
-                [Schedule(DisksLatency.parse("none"), r, r)], fixed, cspec, root / f"fixed-{r}"
+                [Schedule(NodesLatency.parse("none"), r, r)], fixed, cspec, root / f"fixed-{r}"
             )
             fruns = fx.runs
             caught["fixed, explored (must stay 0)"] += any(o.verdict != "pass" for o in fruns)

@@ -32,7 +32,7 @@ from powercut.campaign.explore import explore, markdown
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Schedule
 from powercut.config import WorkloadSpec
-from powercut.core.recording.latency import DisksLatency
+from powercut.core.recording.latency import NodesLatency
 from powercut.record.vm import RecordSpec
 
 CONFIGS = {"on": {"synchronous_commit": "on"}, "off": {"synchronous_commit": "off"}}
@@ -75,7 +75,7 @@ def main() -> int:
             rspec = RecordSpec(workload=WorkloadSpec(name="pggroup", params=params))
             began = time.monotonic()
             ex = explore(
-                Schedule(DisksLatency.parse("none")),
+                Schedule(NodesLatency.parse("none")),
                 rspec,
                 cspec,
                 root / f"pggroup-{name}",

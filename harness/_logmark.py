@@ -18,8 +18,8 @@ from powercut.linux.dm import DM_CONTROL
 TIMING_ENV = environ.TIMING  # timing mode: marks are timestamps in this file (marks.py)
 ORDER_ENV = environ.ORDER_DEV
 DM_NAME_ENV = environ.DM_NAME
-CLUSTER_ENV = environ.CLUSTER
-CLUSTER_LOCK = (
+MARK_NODES_ENV = environ.NODES
+NODES_LOCK = (
     "/run/powercut/cluster-marks.lock"  # guest-local: every marking process of the VM takes it
 )
 
@@ -57,8 +57,8 @@ def insert(text: str, dm_name: str | None = None, order_dev: str | None = None) 
         raise MarkError(e.errno, f"mark {text!r} on {dm_name}: {os.strerror(e.errno)}") from None
 
 
-def cluster_nodes(spec: str) -> list[tuple[str, str]]:
-    """``name=order,name=order,...`` ($POWERCUT_CLUSTER) as (dm name, order device) pairs."""
+def node_pairs(spec: str) -> list[tuple[str, str]]:
+    """``name=order,name=order,...`` ($POWERCUT_NODES) as (dm name, order device) pairs."""
     out = []
     for part in filter(None, spec.split(",")):
         name, _, order = part.partition("=")
@@ -66,13 +66,13 @@ def cluster_nodes(spec: str) -> list[tuple[str, str]]:
     return out
 
 
-def insert_cluster(text: str, spec: str, lock: str = CLUSTER_LOCK) -> None:
+def insert_on_nodes(text: str, spec: str, lock: str = NODES_LOCK) -> None:
     """A cluster recording's mark: on every node's log in node order (each ordered after that
     node's completed writes), all of them under one lock (an flock held across processes), so
-    every log has the same sequence of marks (core/states/disks.py)."""
-    nodes = cluster_nodes(spec)
+    every log has the same sequence of marks (core/states/nodes.py)."""
+    nodes = node_pairs(spec)
     if not nodes:
-        raise MarkError(0, f"{CLUSTER_ENV} names no node")
+        raise MarkError(0, f"{MARK_NODES_ENV} names no node")
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as e:

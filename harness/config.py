@@ -13,8 +13,8 @@ from typing import Any, Literal
 import tomli_w
 
 from powercut.core.recording import syncdelay
-from powercut.core.recording.latency import DiskLatency, DisksLatency, LatencyError
-from powercut.core.recording.nodefaults import DisksFaults, FaultsError
+from powercut.core.recording.latency import DiskLatency, LatencyError, NodesLatency
+from powercut.core.recording.nodefaults import FaultsError, NodesFaults
 from powercut.errors import UsageError
 from powercut.linux import environ, filesystems
 
@@ -164,7 +164,7 @@ class WorkloadSpec:
     params: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = WORKLOAD_TIMEOUT_S
     fault: str = (
-        ""  # the recording's fault plan(s) (core/recording/nodefaults.DisksFaults), canonical text
+        ""  # the recording's fault plan(s) (core/recording/nodefaults.NodesFaults), canonical text
     )
     trace: bool = (
         True  # trace its durability-relevant system calls (core/trace/syscalls.py) with strace
@@ -180,7 +180,7 @@ class WorkloadSpec:
             )
         if self.fault:
             try:
-                object.__setattr__(self, "fault", str(DisksFaults.parse(self.fault)))
+                object.__setattr__(self, "fault", str(NodesFaults.parse(self.fault)))
             except FaultsError as e:
                 raise UsageError(f"--fault {self.fault}: {e}") from None
         object.__setattr__(self, "delay_sync", syncdelay.canonical(self.delay_sync))
@@ -194,42 +194,42 @@ DEFAULT_SHRINK = 3  # failure groups minimized and blamed (CLI, library and pyte
 DEFAULT_SHRINK_BUDGET = 60  # judgments one minimization may take (a cluster's nodes share them)
 # the recording's data-disk latency (core/recording/latency.py): none, a preset, or write=...,flush=... -- the one
 # default of record/run's --disk-latency, the pytest marker's disk_latency and a matrix row's disk_latency
-DEFAULT_DISK_LATENCY = DisksLatency()
+DEFAULT_DISK_LATENCY = NodesLatency()
 
 
 def disk_latency(
-    text: str | DiskLatency | DisksLatency, where: str = "--disk-latency"
-) -> DisksLatency:
-    """A latency setting read as a user gave it (one for every disk, or per node: core/recording/latency.DisksLatency):
+    text: str | DiskLatency | NodesLatency, where: str = "--disk-latency"
+) -> NodesLatency:
+    """A latency setting read as a user gave it (one for every disk, or per node: core/recording/latency.NodesLatency):
     a bad one is one UsageError line naming ``where``."""
-    if isinstance(text, DisksLatency):
+    if isinstance(text, NodesLatency):
         return text
     if isinstance(text, DiskLatency):
-        return DisksLatency(text)
+        return NodesLatency(text)
     try:
-        return DisksLatency.parse(str(text))
+        return NodesLatency.parse(str(text))
     except LatencyError as e:
         raise UsageError(f"{where}: {e}") from None
 
 
 def fault_for(text: str, disks: int, where: str = "--fault ") -> str:
-    """A fault setting (a plan, or per node: core/recording/nodefaults.DisksFaults) for a recording of ``disks``
+    """A fault setting (a plan, or per node: core/recording/nodefaults.NodesFaults) for a recording of ``disks``
     data disks, canonical; a bad one, a node beyond them or a cluster's plan without a node is one
     UsageError line naming ``where``."""
     try:
-        return str(DisksFaults.parse(text).for_disks(disks))
+        return str(NodesFaults.parse(text).for_nodes(disks))
     except FaultsError as e:
         raise UsageError(f"{where}{text}: {e}") from None
 
 
 def disk_latency_for(
-    text: str | DiskLatency | DisksLatency, disks: int, where: str = "--disk-latency"
-) -> DisksLatency:
+    text: str | DiskLatency | NodesLatency, disks: int, where: str = "--disk-latency"
+) -> NodesLatency:
     """``disk_latency`` for a recording of ``disks`` data disks, in its canonical form; a node it
     names beyond them is one UsageError line naming ``where``."""
     lat = disk_latency(text, where)
     try:
-        return lat.for_disks(disks)
+        return lat.for_nodes(disks)
     except LatencyError as e:
         raise UsageError(f"{where}: {e}") from None
 

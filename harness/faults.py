@@ -25,11 +25,11 @@ execs ``powercut-fault hook TEXT`` when TEXT matches $POWERCUT_FAULT_MARKS and t
 spent), so the fault is on before the mark's caller goes on; write-count, time and start triggers
 run in the recording job (guest/record.py).
 
-**A cluster recording** (``--fault 1=PLAN``: core/recording/nodefaults.DisksFaults) has a fault layer per node,
+**A cluster recording** (``--fault 1=PLAN``: core/recording/nodefaults.NodesFaults) has a fault layer per node,
 each named in $POWERCUT_FAULT_NODES (node order); ``fault(kind, node=i)`` and ``recover(node=i)``
 (``powercut-fault --node I on ...``) switch node i's, and its ``powercut-fault:`` marks go to node
 i's log only, under the cluster's mark lock (the other logs' marks stay in step: a fault mark is not
-a key mark, core/states/disks.py).  $POWERCUT_FAULT_PLAN then holds the per-node setting and
+a key mark, core/states/nodes.py).  $POWERCUT_FAULT_PLAN then holds the per-node setting and
 $POWERCUT_FAULT_STATE names the state file of which each node's is a sibling (``node_state``): each
 node's plan runs on its own (its trigger, its state, its window)."""
 
@@ -45,15 +45,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from powercut._logmark import (
-    CLUSTER_ENV,
+    MARK_NODES_ENV,
     TIMING_ENV,
     MarkError,
-    cluster_nodes,
     insert,
-    insert_cluster,
+    insert_on_nodes,
+    node_pairs,
 )
 from powercut.core.log.faultwindows import FAULT_OFF, KINDS, FaultPlan, PlanState, on_mark
-from powercut.core.recording.nodefaults import DisksFaults
+from powercut.core.recording.nodefaults import NodesFaults
 from powercut.linux import dm, environ
 
 FAULT_ENV = environ.FAULT_DEV
@@ -103,7 +103,7 @@ class Target:
     def mark(self, text: str) -> None:
         """A switch mark into this layer's log (a cluster node's: its log alone, under the mark lock)."""
         if self.node >= 0:
-            insert_cluster(text, f"{self.dm_name}={self.order_dev or ''}")
+            insert_on_nodes(text, f"{self.dm_name}={self.order_dev or ''}")
         else:
             insert(text, self.dm_name, self.order_dev)
 
@@ -121,9 +121,9 @@ def _device(node: int | None = None) -> Target:
 
 
 def node_target(node: int) -> Target:
-    """Node ``node``'s fault layer in a cluster recording ($POWERCUT_FAULT_NODES, $POWERCUT_CLUSTER)."""
+    """Node ``node``'s fault layer in a cluster recording ($POWERCUT_FAULT_NODES, $POWERCUT_NODES)."""
     specs = [s for s in environ.text(NODES_ENV).split(",") if s]
-    names = cluster_nodes(environ.text(CLUSTER_ENV))
+    names = node_pairs(environ.text(MARK_NODES_ENV))
     if not specs or len(names) != len(specs):
         raise FaultError(0, f"${NODES_ENV} is not set: node= works only inside a cluster recording")
     if not 0 <= node < len(specs):
@@ -192,7 +192,7 @@ def recover(*, target: Target | None = None, node: int | None = None) -> None:
     t.mark(FAULT_OFF)
 
 
-def plan_env(plan: FaultPlan | DisksFaults, state_path: str) -> dict[str, str]:
+def plan_env(plan: FaultPlan | NodesFaults, state_path: str) -> dict[str, str]:
     """What the workload's environment carries of a plan, or of a cluster's plans per node (the
     recording job sets it)."""
     plans = [plan] if isinstance(plan, FaultPlan) else [p for _, p in plan.nodes]
@@ -240,7 +240,7 @@ class PlanRun:
                     node_target(node),
                     mounts[node] if node < len(mounts) else ".",
                 )
-                for node, plan in DisksFaults.parse(text).nodes
+                for node, plan in NodesFaults.parse(text).nodes
             ]
             if text and path
             else []

@@ -13,9 +13,9 @@ that device (one empty flush through the target: every completed write is logged
 flush already under way included), then inserts the mark.  The models treat that flush as an
 ordering point, never as a durability barrier.
 
-**Cluster recordings** (core/states/disks.py): with $POWERCUT_CLUSTER set (``name=order,...``, one per
+**Cluster recordings** (core/states/nodes.py): with $POWERCUT_NODES set (``name=order,...``, one per
 node), a mark goes to every node's log in node order, each ordered as above, all under one flock
-(``_logmark.insert_cluster``), so every node's log holds the same sequence of marks.
+(``_logmark.insert_on_nodes``), so every node's log holds the same sequence of marks.
 
 **Timing mode** (``powercut bench --workload``): with ``$POWERCUT_TIMING=<file>`` set, a mark sends
 no ioctl and needs no target; it appends ``<CLOCK_MONOTONIC ns> <text>`` to that file instead (one
@@ -55,9 +55,9 @@ def mark(text: str, dm_name: str | None = None, *, order_dev: str | None = None)
     if timing:
         _time(timing, text)
         return
-    cluster = environ.text(logmark.CLUSTER_ENV) if dm_name is None else ""
+    cluster = environ.text(logmark.MARK_NODES_ENV) if dm_name is None else ""
     if cluster:  # a cluster recording: the mark goes to every node's log, under one lock
-        logmark.insert_cluster(text, cluster)
+        logmark.insert_on_nodes(text, cluster)
     else:
         logmark.insert(text, dm_name, order_dev)
     if environ.text(PLAN_ENV) and not text.startswith("powercut-"):

@@ -36,7 +36,7 @@ from powercut.config import (
 from powercut.core.judging.verdict import FINDINGS, Verdict
 from powercut.core.recording import syncdelay
 from powercut.core.states.coverage import requirement
-from powercut.core.states.disks import MAX_NODES
+from powercut.core.states.nodes import MAX_NODES
 from powercut.core.states.selection import SelectionSpec
 from powercut.debug.cause import group_lines
 from powercut.errors import PowercutError, UsageError

@@ -33,12 +33,15 @@ def pinned_settings(outdir: Path) -> dict[str, Any]:
 
 def read_settings(path: Path) -> dict[str, Any]:
     """A campaign.json in the one form (OSError, ValueError as json.loads): one disk's
-    ``log_sha256`` of campaigns before the one form read as ``logs_sha256`` of one."""
+    ``log_sha256`` of campaigns before the one form read as ``logs_sha256`` of one, and their
+    ``cluster_bound`` as ``node_bound``."""
     got = json.loads(path.read_text())
     if not isinstance(got, dict):
         raise ValueError(f"{path}: not a JSON object")
     if "log_sha256" in got:
         got["logs_sha256"] = [got.pop("log_sha256")]
+    if "cluster_bound" in got:  # its name before one word per idea
+        got["node_bound"] = got.pop("cluster_bound")
     return got
 
 

@@ -23,7 +23,7 @@ from powercut.check.place import Place
 from powercut.check.vmpool import VmPool
 from powercut.config import DEFAULT_ACCEL, BenchItem, FsSpec, RunSet, WorkloadSpec, disk_latency
 from powercut.core.log.dmlog import open_log
-from powercut.core.states.disks import Disks
+from powercut.core.states.nodes import Nodes
 from powercut.core.states.selection import SelectionSpec
 from powercut.core.states.stateid import TORN_MODELS
 from powercut.debug.triage import diagnose_at
@@ -222,7 +222,7 @@ def _untorn(rec: Any, cspec: CampaignSpec, torn: list[Any], work: Path) -> dict[
             context_for(rec),
             LogSource.of(rec),
             [index],
-            Disks([index]),
+            Nodes([index]),
             torn,
             work,
             floors=(None,),

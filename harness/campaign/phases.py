@@ -34,8 +34,8 @@ from powercut.check.context import CheckContext, LogSource
 from powercut.core.judging import confirm as confirming
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
-from powercut.core.states.disks import Disks
 from powercut.core.states.models import CrashSpace
+from powercut.core.states.nodes import Nodes
 from powercut.debug import cause, triage, verify
 from powercut.debug.triage import Group
 from powercut.errors import CheckerError, PowercutError
@@ -51,7 +51,7 @@ BROKEN_AFTER = (
 
 class CampaignRun:
     """One campaign's moving parts: its disks (``logs``, opened; ``space``: one disk's CrashSpace or
-    N disks' Disks, each giving ``state_from_id``), the selection, the journal, the callbacks."""
+    N disks' Nodes, each giving ``state_from_id``), the selection, the journal, the callbacks."""
 
     def __init__(
         self,
@@ -60,7 +60,7 @@ class CampaignRun:
         ctx: CheckContext,
         outdir: Path,
         logs: Sequence[LogIndex],
-        space: CrashSpace | Disks,
+        space: CrashSpace | Nodes,
         sel: Any,
         journal: Journal,
         on_verdict: Callable[[Verdict], None] | None,
@@ -93,9 +93,9 @@ class CampaignRun:
         return len(self.logs)
 
     @property
-    def all_disks(self) -> Disks:
-        """The run's disks as one Disks (one disk's CrashSpace is a Disks of one)."""
-        return self.space if isinstance(self.space, Disks) else Disks([self.space])
+    def all_nodes(self) -> Nodes:
+        """The run's disks as one Nodes (one disk's CrashSpace is a Nodes of one)."""
+        return self.space if isinstance(self.space, Nodes) else Nodes([self.space])
 
     def sink(self, v: Verdict) -> None:
         self.first.append(v.verdict)
@@ -157,7 +157,7 @@ class CampaignRun:
                 self.proofs.apply(self.rec, self.logs[0], self.groups)
             except Exception as e:  # noqa: BLE001 -- a cause is an explanation: the verdicts stand without it
                 log.warning("no causes from the trace: %s", e)
-            triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.all_disks)
+            triage.write_bundles(self.outdir, self.groups, self.rec, self.ctx, self.all_nodes)
             triage.save(self.outdir, self.groups)
         self.triage_s += time.monotonic() - t1
         return self.groups
@@ -308,7 +308,7 @@ class CampaignRun:
             self.ctx,
             self.src,
             self.logs,
-            self.all_disks,
+            self.all_nodes,
             [g.first for g in groups],
             self.outdir / "diagnose",
             floors=self.sel.floors,

@@ -33,16 +33,16 @@ from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex, open_log
 from powercut.core.log.markorder import unordered_acks
 from powercut.core.states.coverage import Coverage, judged_only
-from powercut.core.states.disks import DEFAULT_CLUSTER_BOUND, Disks
 from powercut.core.states.imagekey import key_name, state_key
 from powercut.core.states.models import CrashSpace
+from powercut.core.states.nodes import DEFAULT_NODE_BOUND, Nodes
 from powercut.core.states.selection import (
     SEED_AUTO,
-    DisksSelection,
+    NodesSelection,
     Selection,
     SelectionSpec,
     select,
-    select_disks,
+    select_nodes,
 )
 from powercut.core.states.shard import Shard
 from powercut.core.states.stateid import LIE_MODELS
@@ -91,8 +91,8 @@ class CampaignSpec:
     label: str = (
         ""  # what the outputs call the workload (a crash test's id); default the recording's
     )
-    cluster_bound: int = (
-        DEFAULT_CLUSTER_BOUND  # N > 1 disks: every combination of an instant up to this many
+    node_bound: int = (
+        DEFAULT_NODE_BOUND  # N > 1 disks: every combination of an instant up to this many
     )
 
     def settings(self, rec: recording.Recording) -> dict[str, Any]:
@@ -100,7 +100,7 @@ class CampaignSpec:
         and judged (not where or how fast)."""
         logs: dict[str, Any] = {"logs_sha256": [str(n.pin.get("sha256", "")) for n in rec.nodes]}
         if len(rec.nodes) > 1:  # how far instants combine: no meaning for one disk
-            logs["cluster_bound"] = self.cluster_bound
+            logs["node_bound"] = self.node_bound
         return {
             **logs,
             **self.selection.to_json(),
@@ -128,8 +128,8 @@ class CampaignSpec:
             raise UsageError(
                 f"--confirm must be one of {', '.join(confirming.MODES)}, not {self.confirm_mode!r}"
             )
-        if not isinstance(self.cluster_bound, int) or self.cluster_bound < 1:
-            raise UsageError(f"--cluster-bound must be at least 1, not {self.cluster_bound!r}")
+        if not isinstance(self.node_bound, int) or self.node_bound < 1:
+            raise UsageError(f"--node-bound must be at least 1, not {self.node_bound!r}")
         if self.confirm_sample < confirming.MIN_SAMPLE:
             raise UsageError(
                 f"--confirm-sample must be at least {confirming.MIN_SAMPLE} (a group's first and last "
@@ -211,7 +211,7 @@ def _anatomy(rec: Any, index: LogIndex) -> dict[str, Any]:
 
 
 def coverage_of(
-    sel: Selection | DisksSelection, verdicts: list[Verdict], ctx: CheckContext
+    sel: Selection | NodesSelection, verdicts: list[Verdict], ctx: CheckContext
 ) -> Coverage:
     """What this run covered: the selection's coverage with what was really judged per model (a
     shard, or a run stopped early, judged less) and the checker's note."""
@@ -311,8 +311,8 @@ def ledger_id(rec: recording.Recording) -> str:
 
 def _select(
     rec: recording.Recording, logs: list[LogIndex], spec: CampaignSpec, earlier: frozenset[str]
-) -> tuple[CrashSpace | Disks, Selection | DisksSelection]:
-    """The space of the recording's disks (one disk: its CrashSpace; N: Disks of theirs), each disk's
+) -> tuple[CrashSpace | Nodes, Selection | NodesSelection]:
+    """The space of the recording's disks (one disk: its CrashSpace; N: Nodes of theirs), each disk's
     aimed by its lying-disk target and told which late flushes its trace cleared, and the states
     chosen in it."""
     cleared = cleared_by_trace(rec, logs)
@@ -326,12 +326,12 @@ def _select(
     ]
     if len(logs) == 1:
         return spaces[0], select(spaces[0], spec.selection, earlier=earlier)
-    cs = Disks(spaces)
-    return cs, select_disks(cs, spec.selection, cluster_bound=spec.cluster_bound, earlier=earlier)
+    cs = Nodes(spaces)
+    return cs, select_nodes(cs, spec.selection, node_bound=spec.node_bound, earlier=earlier)
 
 
-def _ledger_key(space: CrashSpace | Disks, state_id: str) -> str:
-    if isinstance(space, Disks):
+def _ledger_key(space: CrashSpace | Nodes, state_id: str) -> str:
+    if isinstance(space, Nodes):
         return key_name(space.key(space.state_from_id(state_id)))
     return state_key(space, space.state_from_id(state_id))
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from powercut.campaign.run import CampaignSpec, run_campaign
-from powercut.core.recording.latency import DisksLatency
+from powercut.core.recording.latency import NodesLatency
 from powercut.core.states.selection import SEED_AUTO
 from powercut.errors import PowercutError
 from powercut.record.vm import RecordSpec, record
@@ -38,7 +38,7 @@ class Schedule:
     """One recording of the set: its disk latency, which repeat it is, its sampling seed, and the
     files whose syncs it holds (``--delay-sync`` rules, core/recording/syncdelay.py; run --explore-races)."""
 
-    latency: DisksLatency
+    latency: NodesLatency
     repeat: int = 0
     seed: int = 0
     delay_sync: tuple[str, ...] = ()
@@ -57,7 +57,7 @@ class Schedule:
         return f"{base[:80]}-{self.repeat + 1}"
 
 
-def plan(latencies: tuple[DisksLatency, ...], repeat: int = 1, seed: int = 0) -> list[Schedule]:
+def plan(latencies: tuple[NodesLatency, ...], repeat: int = 1, seed: int = 0) -> list[Schedule]:
     """Every setting ``repeat`` times, setting by setting; repeat k samples with ``seed + k`` (auto
     stays auto: each campaign draws and prints its own)."""
     if repeat < 1:

@@ -1,4 +1,4 @@
-"""``--check-in host`` (host, root): judge states of N >= 1 disks (core/states/disks.DisksState; one disk's
+"""``--check-in host`` (host, root): judge states of N >= 1 disks (core/states/nodes.NodesState; one disk's
 plain CrashState too) on this machine over loop devices, ``jobs`` incremental walks in parallel.
 For trusted, disposable machines: a corrupt image meets the host kernel.
 
@@ -9,7 +9,7 @@ replay/materialize), a cluster's kept in product order (the last node changes fa
 and per disk the images come from replay/walk.NodeImages: a pristine walked forward over each run
 of the disk's states, cloned per state by the workspace's provider (reflink, an XFS workspace or a
 sparse copy: a mount's recovery writes the image).  Each image is attached to a loop device of its
-own for its state (write-back) and every disk is judged at once by check/judge.judge_disks: every
+own for its state (write-back) and every disk is judged at once by check/judge.judge_nodes: every
 disk mounted (one disk at the worker's ``mnt``, node i at ``mnt/n<i>``), the checker given every
 mount, every disk fsck'd; a disk that fails to mount is the state's finding, with its kernel words
 and fsck.  One disk's verdict lies at its cut, a cluster's at its instant.
@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from powercut.check.context import CheckContext, LogSource
-from powercut.check.judge import judge_disks
+from powercut.check.judge import judge_nodes
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import DisksState
+from powercut.core.states.nodes import NodesState
 from powercut.errors import EnvironmentNotReady
 from powercut.linux import interrupt, loopcache
 from powercut.linux.loopcache import ensure_write_cache
@@ -49,7 +49,7 @@ from powercut.replay.walk import NodeImages
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Verdict], None]
-S = TypeVar("S", bound=CrashState | DisksState)
+S = TypeVar("S", bound=CrashState | NodesState)
 T = TypeVar("T")
 
 
@@ -122,7 +122,7 @@ def check_host(
     ctx: CheckContext,
     src: LogSource,
     logs: Sequence[LogIndex],
-    states: Sequence[CrashState] | Sequence[DisksState],
+    states: Sequence[CrashState] | Sequence[NodesState],
     sink: Sink,
     workspace: Path,
     *,
@@ -141,9 +141,9 @@ def check_host(
         src.initial if len(logs) == 1 else None
     )  # a cluster's disks start from zeros (record/)
 
-    def worker(wid: int, chunk: list[CrashState | DisksState]) -> None:
+    def worker(wid: int, chunk: list[CrashState | NodesState]) -> None:
         with contextlib.closing(
-            HostDisks(logs, src.size, initial, chunk, workspace / f"w{wid}")
+            HostNodes(logs, src.size, initial, chunk, workspace / f"w{wid}")
         ) as disks:
             for state in chunk:
                 if interrupt.stopping() or failed.is_set():
@@ -154,7 +154,7 @@ def check_host(
                 with lock:
                     sink(v)
 
-    parts: list[list[CrashState | DisksState]] = walk_chunks(logs, list(states), jobs)
+    parts: list[list[CrashState | NodesState]] = walk_chunks(logs, list(states), jobs)
     if not parts:
         return
     with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="powercut-host") as pool:
@@ -171,7 +171,7 @@ def check_host(
             raise
 
 
-class HostDisks:
+class HostNodes:
     """One worker's disks: per disk a NodeImages over the disk's states in the worker's chunk (one
     disk's in the worker's directory ``ws``, node i's in ``ws/n<i>``), each on a provider of the
     workspace's own (choose_provider), and the mount points (``ws/mnt``; node i's ``ws/mnt/n<i>``).
@@ -182,7 +182,7 @@ class HostDisks:
         logs: Sequence[LogIndex],
         size: int,
         initial: Path | None,
-        states: Sequence[CrashState | DisksState],
+        states: Sequence[CrashState | NodesState],
         ws: Path,
     ) -> None:
         one = len(logs) == 1
@@ -207,7 +207,7 @@ class HostDisks:
         )
 
     def judge(
-        self, ctx: CheckContext, state: CrashState | DisksState, serial: threading.Lock | None
+        self, ctx: CheckContext, state: CrashState | NodesState, serial: threading.Lock | None
     ) -> Verdict:
         """The next state's verdict: every disk's image built and attached, then judged (under
         ``serial``, if given).  Its seconds count building and judging, not waiting for ``serial``."""
@@ -218,7 +218,7 @@ class HostDisks:
             devs = [_attached(img, loops) for img in imgs]
             built = time.monotonic() - t0
             with serial or contextlib.nullcontext():
-                return judge_disks(
+                return judge_nodes(
                     ctx,
                     devs,
                     nodes,
@@ -243,9 +243,9 @@ def _attached(img: Path, loops: contextlib.ExitStack) -> str:
     return str(loops.enter_context(LoopDevice(img)))
 
 
-def _disks(state: CrashState | DisksState) -> tuple[tuple[CrashState, ...], int]:
+def _disks(state: CrashState | NodesState) -> tuple[tuple[CrashState, ...], int]:
     """(each disk's state, where the verdict says the state lies): a CrashState is one disk's, at its
-    cut; a DisksState of one disk lies at its disk's cut too (the verdict one disk always had, as in
+    cut; a NodesState of one disk lies at its disk's cut too (the verdict one disk always had, as in
     the checker VM), a cluster's at its instant."""
     if isinstance(state, CrashState):
         return (state,), state.cut

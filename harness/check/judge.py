@@ -1,7 +1,7 @@
 """Judge one crash state (host and guest): recover (mount: the kernel replays its journal, as after
 a real power loss) -> the workload's checker -> unmount -> read-only fsck -> a verdict with reasons.
 
-``judge_disks`` (a state of N >= 1 disks; ``judge``: one disk's, the minimization's) works on any
+``judge_nodes`` (a state of N >= 1 disks; ``judge``: one disk's, the minimization's) works on any
 block devices and runs wherever they are: on the host over loop devices (check/host.py) or inside
 the checker VM over dm-snapshots (the guest agent, check/vm.py).  A mount
 that fails carries the kernel's own words about it (its /dev/kmsg lines), so an unmountable state
@@ -46,14 +46,14 @@ def fsck(ctx: CheckContext, device: str) -> tuple[bool, str]:
 
 
 def judge(ctx: CheckContext, device: str, state: CrashState, mnt: str) -> Verdict:
-    """The verdict for one disk's state whose image is the block device ``device`` (``judge_disks``
+    """The verdict for one disk's state whose image is the block device ``device`` (``judge_nodes``
     of one disk)."""
-    return judge_disks(
+    return judge_nodes(
         ctx, (device,), (state,), (mnt,), sid=state.id, model=state.model, at=state.cut
     )
 
 
-def judge_disks(
+def judge_nodes(
     ctx: CheckContext,
     devices: Sequence[str],
     states: Sequence[CrashState],
@@ -65,7 +65,7 @@ def judge_disks(
     t0: float | None = None,
 ) -> Verdict:
     """The verdict for one state of N >= 1 disks (one disk's, or each node's of a cluster state:
-    core/states/disks.DisksState) whose images are the block devices ``devices``, mounted at ``mnts``.
+    core/states/nodes.NodesState) whose images are the block devices ``devices``, mounted at ``mnts``.
     ``sid``, ``model``: the state's; ``at``: where it lies (one disk: its cut; a cluster: its
     instant); ``t0``: when its judging began (default: now).
 

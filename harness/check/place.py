@@ -22,7 +22,7 @@ from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import DisksState
+from powercut.core.states.nodes import NodesState
 from powercut.errors import UsageError
 
 PLACES = ("vm", "host")
@@ -94,7 +94,7 @@ class Place:
         ctx: CheckContext,
         src: LogSource,
         index: LogIndex | Sequence[LogIndex],
-        states: Sequence[CrashState] | Sequence[DisksState],
+        states: Sequence[CrashState] | Sequence[NodesState],
         sink: Callable[[Verdict], None],
         work: Path,
         *,

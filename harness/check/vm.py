@@ -1,7 +1,7 @@
 """``--check-in vm`` (the default; host side): checker VMs judge the states, so corrupt images never
 touch the host kernel.  ``jobs`` VMs run side by side on each host (this machine, or each
 ``--check-uri``), each over its own contiguous chunk of the walk order (one kernel each, so clones
-of one filesystem never meet in one kernel).  States of N > 1 disks (core/states/disks.DisksState) come in
+of one filesystem never meet in one kernel).  States of N > 1 disks (core/states/nodes.NodesState) come in
 product order and are cut into contiguous chunks too (a node's state changes rarely inside one, so
 its walks stay few); the VM rebuilds every disk of a state (guest/check.py).
 
@@ -33,7 +33,7 @@ from powercut.check.host import chunks, split_by_base
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import DisksState
+from powercut.core.states.nodes import NodesState
 from powercut.errors import GuestHang, GuestPanic, PowercutError, VmError, VmKilled
 from powercut.linux import interrupt
 from powercut.vm import guestjob
@@ -283,7 +283,7 @@ def diagnose_vm(
 def shell_vm(
     ctx: CheckContext,
     src: LogSource,
-    state: CrashState | DisksState,
+    state: CrashState | NodesState,
     workdir: Path,
     spec: VmCheckSpec,
 ) -> Verdict | None:

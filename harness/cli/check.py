@@ -45,7 +45,7 @@ def campaign_spec(args: argparse.Namespace, preset: str = "check") -> Any:
         shard=args.shard or Shard(),
         require_exhaustive=args.require_exhaustive or "",
         ledger=args.ledger,
-        **({"cluster_bound": args.cluster_bound} if getattr(args, "cluster_bound", None) else {}),
+        **({"node_bound": args.node_bound} if getattr(args, "node_bound", None) else {}),
     )
 
 

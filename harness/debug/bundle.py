@@ -10,7 +10,7 @@ bundle.json with ``nodes`` (how many disks), ``logs`` (one pin per disk, node 0 
 sha256 and entries), ``instant`` (the verdict's cut: one disk's cut, a cluster's instant),
 ``minimized_reasons``, ``cause`` (the cause line; with several disks it names the nodes) and
 ``blame`` (per disk the texts of its blamed writes).  Several disks' logs are each cut just after
-the key mark that ends the state's instant (core/judging/disksshrink.bundle_cuts: every cut log
+the key mark that ends the state's instant (core/judging/nodesshrink.bundle_cuts: every cut log
 keeps the same key marks, so the logs still make one cluster and the node ids keep their meaning).
 
 Bundles written before (format 1) had two layouts -- one disk's ``log.bin`` with bundle.json's

@@ -19,8 +19,8 @@ from powercut.core.log.markorder import ordering_flushes
 from powercut.core.recording import races
 from powercut.core.recording.syncdelay import Hold, held_note, holds
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import Disks
 from powercut.core.states.models import space
+from powercut.core.states.nodes import Nodes
 from powercut.core.states.stateid import LIE_MODELS
 from powercut.core.trace import anatomy, syscalls
 from powercut.debug.diagnosis import culprits_of
@@ -129,7 +129,7 @@ def _node_states(indexes: Sequence[LogIndex]) -> Callable[[str], tuple[CrashStat
     if len(indexes) == 1:
         sp = space(indexes[0])
         return lambda sid: (sp.state_from_id(sid),)
-    disks = Disks(indexes)
+    disks = Nodes(indexes)
     return lambda sid: disks.state_from_id(sid).nodes
 
 

@@ -1,5 +1,5 @@
 """From a failing state of N >= 1 disks to its cause (host and guest): minimize it by judging
-candidate states for real (core/judging/disksshrink.py chooses them a disk at a time, core/judging/shrink.py for
+candidate states for real (core/judging/nodesshrink.py chooses them a disk at a time, core/judging/shrink.py for
 each disk; this module materializes and judges), then blame each disk's minimized state
 (debug/blame.py) on the recovered image of its cut; for the verdict matrix, whether a failing torn
 state of one disk needs its tear (``without_tear``: its twin without the tear fails alike -- the
@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from powercut.check.context import CheckContext
-from powercut.check.judge import judge_disks
-from powercut.core.judging.disksshrink import minimize_disks
+from powercut.check.judge import judge_nodes
+from powercut.core.judging.nodesshrink import minimize_nodes
 from powercut.core.judging.shrink import Judged, reason_class
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import Disks, DisksState
 from powercut.core.states.models import CrashSpace
+from powercut.core.states.nodes import Nodes, NodesState
 from powercut.debug.blame import Culprit, blame, writes_that_matter
 from powercut.debug.diagnosis import Diagnosis, cause_of
 from powercut.errors import UsageError
@@ -55,7 +55,7 @@ class Workspace:
     0's log starts from (check/context.LogSource's ``initial``; None: zeros), the snapshot provider,
     each disk's floor entry (the floor mark's; None: none)."""
 
-    disks: Disks
+    disks: Nodes
     indexes: tuple[LogIndex, ...]
     size: int
     workdir: Path
@@ -72,7 +72,7 @@ class Workspace:
 def diagnose(
     ctx: CheckContext,
     ws: Workspace,
-    state: DisksState,
+    state: NodesState,
     first: Verdict,
     *,
     budget: int = DEFAULT_BUDGET,
@@ -83,7 +83,7 @@ def diagnose(
     with one, on the filesystems of ``SETTLE_FS`` (all three)."""
     t0 = time.monotonic()
     several = len(ws.disks) > 1
-    shrunk = minimize_disks(
+    shrunk = minimize_nodes(
         ws.disks,
         state,
         lambda cand: judge_state(ctx, ws, cand),
@@ -116,14 +116,14 @@ def diagnose(
     )
 
 
-def judge_state(ctx: CheckContext, ws: Workspace, state: DisksState) -> Verdict:
-    """One state of the disks judged on its images (check/judge.judge_disks: one disk's verdict has
+def judge_state(ctx: CheckContext, ws: Workspace, state: NodesState) -> Verdict:
+    """One state of the disks judged on its images (check/judge.judge_nodes: one disk's verdict has
     its cut, several disks' the instant)."""
     mnts = [str(ws.where("mnt", n)) for n in range(len(state.nodes))]
     at = state.nodes[0].cut if len(state.nodes) == 1 else state.instant
     with contextlib.ExitStack() as stack:
         devs = [stack.enter_context(_image(ws, n, s)) for n, s in enumerate(state.nodes)]
-        return judge_disks(ctx, devs, state.nodes, mnts, sid=state.id, model=state.model, at=at)
+        return judge_nodes(ctx, devs, state.nodes, mnts, sid=state.id, model=state.model, at=at)
 
 
 def blame_state(

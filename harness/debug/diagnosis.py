@@ -4,11 +4,11 @@ debug/diagnose.py, carried as JSON from the checker VM, into diagnoses.json, sum
 and repro bundles (debug/bundle.py).
 
 Its JSON has one layout whatever the number of disks: ``nodes``, per node its ``culprits`` and, with
-several disks, its minimization (core/judging/disksshrink.NodeShrunk), and ``one_at_a_time``
+several disks, its minimization (core/judging/nodesshrink.NodeShrunk), and ``one_at_a_time``
 (core/judging/shrink.Shrunk's lower bound).  Diagnoses written before it gave one disk's blame as a
 flat ``culprits``: ``from_json`` and ``culprits_of`` read both (the one adapter).  The cause line is
 one disk's sentence (its blamed objects, alphabetical) or names each node
-(core/judging/disksshrink.cause_line): the words the user reads differ, not the layout."""
+(core/judging/nodesshrink.cause_line): the words the user reads differ, not the layout."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from powercut.core.judging.disksshrink import cause_line, culprit_phrase
+from powercut.core.judging.nodesshrink import cause_line, culprit_phrase
 
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
     """A failing state of N >= 1 disks, its minimized form and, per disk, the writes it comes down to
     (``nodes``: per disk a dict with its ``culprits`` as debug/blame.Culprit JSON, and with several
-    disks its minimization, core/judging/disksshrink.NodeShrunk JSON)."""
+    disks its minimization, core/judging/nodesshrink.NodeShrunk JSON)."""
 
     state: str
     verdict: str
@@ -84,7 +84,7 @@ class Diagnosis:
 
 def cause_of(verdict: str, reason_cls: str, culprits: Sequence[Sequence[dict[str, Any]]]) -> str:
     """What groups failures of one bug: the verdict, its reason class and what the culprits are --
-    one disk's blamed objects (alphabetical, every one), or each node's (core/judging/disksshrink.cause_line)."""
+    one disk's blamed objects (alphabetical, every one), or each node's (core/judging/nodesshrink.cause_line)."""
     if len(culprits) > 1:
         return cause_line(verdict, reason_cls, culprits)
     objs = sorted({culprit_phrase(c) for c in (culprits[0] if culprits else ())})

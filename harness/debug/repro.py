@@ -5,7 +5,7 @@ possibly corrupt image never meets the host kernel, or ``--check-in host``), opt
 each disk's image (``--keep-image``) or opening a shell in a checker VM on the recovered, mounted
 state (``--shell``).
 
-The state is a core/states/disks.DisksState of the target's disks whatever N, judged by
+The state is a core/states/nodes.NodesState of the target's disks whatever N, judged by
 check/place.Place.judge (host or checker VM, as every check's) -- or through the ``judge``
 callback a caller gives (``JudgeStates``)."""
 
@@ -26,7 +26,7 @@ from powercut.core.cause import causes
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex, open_log
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.nodes import Nodes, NodesState
 from powercut.debug import bundle
 from powercut.errors import BadLog, BadRecording, UsageError
 from powercut.linux import filesystems
@@ -40,7 +40,7 @@ CHECKER_SAID = (
     "checker-crashed",
 )  # verdicts only a checker gives
 JudgeStates = Callable[
-    [Sequence[DisksState], Callable[[Verdict], None], Path], None
+    [Sequence[NodesState], Callable[[Verdict], None], Path], None
 ]  # judge these into the sink
 
 
@@ -140,13 +140,13 @@ def judge_for(target: Target, place: Place, indexes: Sequence[LogIndex]) -> Judg
     src = target.source_of_all()
     ctx = with_node_faults(target.ctx, indexes)
 
-    def judge(states: Sequence[DisksState], sink: Callable[[Verdict], None], work: Path) -> None:
+    def judge(states: Sequence[NodesState], sink: Callable[[Verdict], None], work: Path) -> None:
         place.judge(ctx, src, indexes, placed(states), sink, work)
 
     return judge
 
 
-def placed(states: Sequence[DisksState]) -> Sequence[CrashState] | Sequence[DisksState]:
+def placed(states: Sequence[NodesState]) -> Sequence[CrashState] | Sequence[NodesState]:
     """The states as check/place.Place.judge takes them: one disk's as its own CrashStates (its
     walk and its verdicts' cut are the disk's), N disks' as they are."""
     if all(len(s.nodes) == 1 for s in states):
@@ -164,7 +164,7 @@ def _opened(target: Target) -> Any:
             ]
         except BadLog as e:
             raise UsageError(f"{target.source}: {e.one_line()}") from None
-        yield indexes, Disks(indexes).state_from_id(target.state)
+        yield indexes, Nodes(indexes).state_from_id(target.state)
 
 
 def run(

@@ -24,11 +24,11 @@ from powercut.check.host import cleanup_stale
 from powercut.check.place import Place
 from powercut.check.vm import diagnose_vm
 from powercut.core.judging.confirm import group_key, order
-from powercut.core.judging.disksshrink import bundle_cuts as instant_cuts
-from powercut.core.judging.disksshrink import nodes_named, nodes_note
+from powercut.core.judging.nodesshrink import bundle_cuts as instant_cuts
+from powercut.core.judging.nodesshrink import nodes_named, nodes_note
 from powercut.core.judging.verdict import SEVERITY, Verdict
 from powercut.core.log.dmlog import LogIndex
-from powercut.core.states.disks import Disks
+from powercut.core.states.nodes import Nodes
 from powercut.core.states.stateid import parse_id
 from powercut.debug import bundle
 from powercut.debug.blame import lines as blame_lines
@@ -114,7 +114,7 @@ def diagnose_at(
     ctx: CheckContext,
     src: LogSource,
     indexes: Sequence[LogIndex],
-    disks: Disks,
+    disks: Nodes,
     firsts: list[Verdict],
     work: Path,
     *,
@@ -169,7 +169,7 @@ def save(outdir: Path, groups: list[Group]) -> Path:
 
 
 def write_bundles(
-    outdir: Path, groups: list[Group], rec: Recording, ctx: CheckContext, disks: Disks
+    outdir: Path, groups: list[Group], rec: Recording, ctx: CheckContext, disks: Nodes
 ) -> None:
     """A bundle per group of N >= 1 disks' states: its first state with its diagnosis when it has
     one (debug/bundle.py, every disk's log cut by ``bundle_cuts``), and the group's words beyond
@@ -201,10 +201,10 @@ def write_bundles(
         g.extra = group_extras(g, d, len(disks))
 
 
-def bundle_cuts(disks: Disks, first: Verdict, d: Diagnosis | None) -> list[int]:
+def bundle_cuts(disks: Nodes, first: Verdict, d: Diagnosis | None) -> list[int]:
     """Per disk, how many of its log's entries a bundle keeps.  One disk's: up to the last entry
     its states need (the first state's cut, the minimized cut, the blamed writes).  Several disks'
-    logs: up to the key mark that ends the state's instant (core/judging/disksshrink.bundle_cuts), so that
+    logs: up to the key mark that ends the state's instant (core/judging/nodesshrink.bundle_cuts), so that
     every cut log keeps the same key marks and the logs still make one cluster."""
     if len(disks) > 1:
         return instant_cuts(disks, first.cut)

@@ -4,10 +4,10 @@ rebuilds its states with dm-snapshot over a pristine replayed incrementally insi
 scratch disk, and writes one progress line before and one after each step, so the host can
 attribute a panic or a hang to its state.
 
-``check`` and ``shell`` take states of N >= 1 disks (core/states/disks.DisksState; one disk is N = 1): per
+``check`` and ``shell`` take states of N >= 1 disks (core/states/nodes.NodesState; one disk is N = 1): per
 disk a pristine walked forward over a *run* of its states whose positions never decrease
 (replay/walk.NodeImages), a dm-snapshot clone per state, and every disk judged at once by
-check/judge.judge_disks (every disk mounted, the checker given every mount, every disk fsck'd).
+check/judge.judge_nodes (every disk mounted, the checker given every mount, every disk fsck'd).
 One disk's states are first put in walk order (one run: the incremental replay they always had),
 mounted at ``MNT``, judged against the log's fault windows; the states of several come in product
 order (the last node changes fastest: per node one walk per wrap), node i mounted at ``MNT/n<i>``."""
@@ -25,10 +25,10 @@ from typing import Any
 
 from powercut import registry
 from powercut.check.context import CheckContext, with_node_faults
-from powercut.check.judge import judge_disks
+from powercut.check.judge import judge_nodes
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex, open_log
-from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.nodes import Nodes, NodesState
 from powercut.linux import filesystems, process
 from powercut.linux.blockdev import find_disk
 from powercut.linux.jsonlines import JsonLines
@@ -59,20 +59,20 @@ class _Session:
 
     ctx: CheckContext
     indexes: tuple[LogIndex, ...]
-    disks: Disks
+    disks: Nodes
     work: Path
     progress: JsonLines
 
 
 @dataclass(slots=True)
 class _Disks:
-    """The disks of a check or shell job: the judging context, the states (core/states/disks.DisksState,
+    """The disks of a check or shell job: the judging context, the states (core/states/nodes.NodesState,
     one disk's too), each disk's images (replay/walk.NodeImages: a pristine walked forward over the
     disk's states, a dm-snapshot clone per state), the mount points -- one disk's at ``MNT``, node
     i's at ``MNT/n<i>`` -- and the progress file."""
 
     ctx: CheckContext
-    states: list[DisksState]
+    states: list[NodesState]
     nodes: list[NodeImages]
     mnts: list[str]
     progress: JsonLines
@@ -83,7 +83,7 @@ class _Disks:
         ctx: CheckContext,
         indexes: Sequence[LogIndex],
         size: int,
-        states: list[DisksState],
+        states: list[NodesState],
         progress: JsonLines,
         stack: contextlib.ExitStack,
         zeros: Sequence[tuple[tuple[int, int], ...]] = (),
@@ -109,7 +109,7 @@ class _Disks:
             os.makedirs(m, exist_ok=True)
         return _Disks(ctx, states, nodes, mnts, progress)
 
-    def judge(self, state: DisksState) -> tuple[Verdict, list[str]]:
+    def judge(self, state: NodesState) -> tuple[Verdict, list[str]]:
         """One state judged (one progress line before, one after): its verdict and its disks' devices."""
         if self.ready is None:  # the boot timeline: kernel start -> this VM judges its first state
             self.ready = uptime()
@@ -121,7 +121,7 @@ class _Disks:
         at = (
             state.nodes[0].cut if len(self.nodes) == 1 else state.instant
         )  # one disk's verdict: its cut
-        v = judge_disks(
+        v = judge_nodes(
             self.ctx, devs, state.nodes, self.mnts, sid=state.id, model=state.model, at=at, t0=t0
         )
         self.progress.add({"verdict": v.to_json()})
@@ -175,7 +175,7 @@ def _session(src: StateSource, logs: Sequence[str], jobdir: Path) -> Iterator[_S
         indexes = tuple(stack.enter_context(open_log(p)) for p in (tuple(logs) or (src.log,)))
         progress = stack.enter_context(JsonLines(jobdir / "progress.jsonl", durable=False))
         yield _Session(
-            with_node_faults(ctx, indexes), indexes, Disks(indexes), Path(WORK), progress
+            with_node_faults(ctx, indexes), indexes, Nodes(indexes), Path(WORK), progress
         )
 
 
@@ -188,7 +188,7 @@ def _disks(
     with prepared(src) as ctx, contextlib.ExitStack() as stack:
         indexes = [stack.enter_context(open_log(p)) for p in paths]
         progress = stack.enter_context(JsonLines(jobdir / "progress.jsonl", durable=False))
-        disks = Disks(indexes)
+        disks = Nodes(indexes)
         states = [disks.state_from_id(i) for i in ids]
         if len(indexes) == 1:  # in walk order (materialize's): one forward walk of the pristine
             states.sort(key=lambda s: plan(indexes[0], s.nodes[0]).base)

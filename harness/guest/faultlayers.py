@@ -7,7 +7,7 @@ job-side trigger polling its own device (``PlanTrigger``), its mark trigger move
 the workload inserts (faults.plan_mark).  Its ``powercut-fault:on/off`` marks go to **its log
 only**: the fault windows a log holds are its own disk's (core/log/faultwindows.py reads them per
 log), while the key marks of a cluster stay the same sequence in every log (a fault mark is not a
-key mark, core/states/disks.py).
+key mark, core/states/nodes.py).
 
 What the workload is told differs by the number of disks, as its contract does (docs/workloads.md):
 one disk's layer is $POWERCUT_FAULT_DEV and its plan's state file is ``PLAN_STATE``; a cluster's
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from powercut.core.recording.nodefaults import DisksFaults
+from powercut.core.recording.nodefaults import NodesFaults
 from powercut.faults import FAULT_ENV, NODES_ENV, FaultError, PlanRun, Target, node_state, plan_env
 from powercut.guest.stack import FS_SUFFIX, DiskStack
 
@@ -87,13 +87,13 @@ class DiskFaults:
     """Every disk's fault layer (disk order) and the plans of the disks that have one."""
 
     text: str  # the --fault setting as the job gave it
-    setting: DisksFaults
+    setting: NodesFaults
     stacks: Sequence[DiskStack]
     triggers: list[tuple[int, PlanTrigger]] = field(default_factory=list)
 
     @staticmethod
     def of(text: str, stacks: Sequence[DiskStack]) -> DiskFaults:
-        return DiskFaults(text, DisksFaults.parse(text), stacks)
+        return DiskFaults(text, NodesFaults.parse(text), stacks)
 
     @property
     def several(self) -> bool:
@@ -130,7 +130,7 @@ class DiskFaults:
         poll from a thread of their own."""
         for i in range(
             len(self.stacks)
-        ):  # a bare plan is one disk's (DisksFaults.of(0)), a cluster's per node
+        ):  # a bare plan is one disk's (NodesFaults.of(0)), a cluster's per node
             plan = self.setting.of(i)
             if plan is None:
                 continue

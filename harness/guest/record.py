@@ -17,7 +17,7 @@ What differs with the number of disks is the workload's contract, not the record
 mounted at ``MNT`` and the workload is told its target ($POWERCUT_DM_NAME, $POWERCUT_DEVICE, the
 order device: the C powercut-mark writes to it directly); a cluster's node i is mounted at
 ``MNT/n<i>`` and the workload (the client, and the nodes it starts) is told every node
-($POWERCUT_CLUSTER, $POWERCUT_MOUNTS) so that each of its marks reaches every log under one lock
+($POWERCUT_NODES, $POWERCUT_MOUNTS) so that each of its marks reaches every log under one lock
 (marks.py), with the Python powercut-mark first on its PATH (the C one knows one log).
 
 The result has what is common at its top and, under ``disks``, one dict per disk in disk order:
@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from powercut._logmark import close as close_marks
-from powercut._logmark import insert_cluster
+from powercut._logmark import insert_on_nodes
 from powercut.config import WorkloadSpec
 from powercut.core.recording import syncdelay
-from powercut.core.recording.latency import DisksLatency
+from powercut.core.recording.latency import NodesLatency
 from powercut.errors import PowercutError
 from powercut.guest.faultlayers import DiskFaults
 from powercut.guest.filemap import FILE_MAP, file_map
@@ -68,8 +68,8 @@ def disk_mount(i: int, disks: int) -> str:
     return MNT if disks == 1 else os.path.join(MNT, f"n{i}")
 
 
-def cluster_spec(stacks: list[DiskStack]) -> str:
-    """$POWERCUT_CLUSTER: ``name=order`` per node (_logmark.cluster_nodes)."""
+def nodes_spec(stacks: list[DiskStack]) -> str:
+    """$POWERCUT_NODES: ``name=order`` per node (_logmark.node_pairs)."""
     return ",".join(f"{s.name}={s.order}" for s in stacks)
 
 
@@ -77,7 +77,7 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     res: dict[str, Any] = {"uptime_agent_start": uptime()}
     fs = filesystems.get(job.fs.fstype)
     n = job.nodes
-    latencies = DisksLatency.parse(job.latency)
+    latencies = NodesLatency.parse(job.latency)
     t0 = time.monotonic()
     stacks = []
     for i in range(n):
@@ -95,7 +95,7 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     if n == 1:
         mark("mkfs", stacks[0].name)
     else:
-        insert_cluster("mkfs", cluster_spec(stacks))  # the one lock, from the agent too
+        insert_on_nodes("mkfs", nodes_spec(stacks))  # the one lock, from the agent too
     disks: list[dict[str, Any]] = [{**s.info, "latency": s.slow()} for s in stacks]
     for s in stacks:
         os.makedirs(s.mount, exist_ok=True)
@@ -148,7 +148,7 @@ def workload_env(job: RecordJob, stacks: list[DiskStack]) -> dict[str, str]:
     return {
         **env,
         "PATH": guestjob.guest_path(""),
-        environ.CLUSTER: cluster_spec(stacks),
+        environ.NODES: nodes_spec(stacks),
         environ.MOUNTS: ":".join(s.mount for s in stacks),
     }
 

@@ -33,7 +33,7 @@ FAULT_PLAN = "POWERCUT_FAULT_PLAN"
 FAULT_STATE = "POWERCUT_FAULT_STATE"
 FAULT_MARKS = "POWERCUT_FAULT_MARKS"
 FAULT_NODES = "POWERCUT_FAULT_NODES"
-CLUSTER = "POWERCUT_CLUSTER"
+NODES = "POWERCUT_NODES"
 MOUNTS = "POWERCUT_MOUNTS"
 RUN_DIR = "POWERCUT_RUN_DIR"
 
@@ -115,7 +115,7 @@ VARIABLES = (
         "comma separated in node order; its plan per node in POWERCUT_FAULT_PLAN",
     ),
     Variable(
-        CLUSTER,
+        NODES,
         "recording",
         "",
         "a cluster recording's nodes (dm name=order device, comma separated): "

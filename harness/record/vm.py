@@ -42,8 +42,8 @@ from powercut.core.log.dmlog import open_log
 from powercut.core.log.faultwindows import Faults
 from powercut.core.log.markorder import mark_order
 from powercut.core.recording import syncdelay
-from powercut.core.recording.latency import DiskLatency, DisksLatency, LatencyError
-from powercut.core.states.disks import MAX_NODES
+from powercut.core.recording.latency import DiskLatency, LatencyError, NodesLatency
+from powercut.core.states.nodes import MAX_NODES
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import filesystems, process, runlock
@@ -73,7 +73,7 @@ class RecordSpec:
     backend: str = DEFAULT_BACKEND
     libvirt_uri: str = DEFAULT_LIBVIRT_URI
     image: dict[str, Any] = field(default_factory=dict)
-    latency: DisksLatency = (
+    latency: NodesLatency = (
         DEFAULT_DISK_LATENCY  # the data disks' write and flush latency (core/recording/latency.py)
     )
 
@@ -81,17 +81,17 @@ class RecordSpec:
         if isinstance(
             self.latency, DiskLatency
         ):  # one setting for every disk, as the library took it before
-            object.__setattr__(self, "latency", DisksLatency(self.latency))
+            object.__setattr__(self, "latency", NodesLatency(self.latency))
 
-    def latency_for(self, disks: int) -> DisksLatency:
+    def latency_for(self, disks: int) -> NodesLatency:
         """The latency for a recording of ``disks`` data disks; UsageError if it names a node beyond them."""
         try:
-            return self.latency.for_disks(disks)
+            return self.latency.for_nodes(disks)
         except LatencyError as e:
             raise UsageError(f"--disk-latency: {e}") from None
 
     def workload_for(self, disks: int) -> WorkloadSpec:
-        """The workload with its fault setting for ``disks`` data disks (core/recording/nodefaults.DisksFaults);
+        """The workload with its fault setting for ``disks`` data disks (core/recording/nodefaults.NodesFaults);
         UsageError if it names a node beyond them or gives a cluster a plan without a node."""
         return dataclasses.replace(self.workload, fault=fault_for(self.workload.fault, disks))
 
@@ -266,7 +266,7 @@ def record(
     a cluster's nodes, in one VM) into the directory ``out``.  On any failure (or an interrupt) the
     directory is kept with a manifest whose status says what happened, and the error is raised.
 
-    Why one VM for a cluster: the marks that define a cluster crash instant (core/states/disks.py) must
+    Why one VM for a cluster: the marks that define a cluster crash instant (core/states/nodes.py) must
     reach every node's log in the same order, under one lock.  In one guest that lock is an flock
     and the order is the order of a few ioctls; with one VM per node it would be a network round
     trip per mark and per node, and the logs would share no clock.  One VM also costs one boot, not

@@ -7,5 +7,5 @@
 * ``cost`` -- the durability-vs-cost report;
 * ``html`` -- the self-contained report.html of a check (Jinja2 template in ``templates/``);
 * ``timeline`` -- the log as an inline SVG timeline with the failing cuts;
-* ``clustertimeline`` -- a cluster's node logs as one band per node, lined up at the shared key
+* ``nodestimeline`` -- a cluster's node logs as one band per node, lined up at the shared key
   marks, each failing cluster state drawn through its cut on every node."""

@@ -33,7 +33,7 @@ from powercut.core.recording.syncdelay import held_phrase
 from powercut.core.states.stateid import LIE_MODELS, MODELS
 from powercut.core.trace.anatomy import short as short_anatomy
 from powercut.record import recording as rec_mod
-from powercut.report import bench, clustertimeline, seeds, timeline
+from powercut.report import bench, nodestimeline, seeds, timeline
 from powercut.report.summary import Summary, group_confirmation
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def write(
 ) -> Path:
     """Render ``outdir/report.html`` for the summary ``s`` of that output.  ``index``: the recording's
     log, already scanned, or every disk's (node 0 first): N > 1 disks' timeline has one band per
-    node (report/clustertimeline.py; left out, with a word, if it cannot be drawn) and their failing
+    node (report/nodestimeline.py; left out, with a word, if it cannot be drawn) and their failing
     states one column per node."""
     rec = Path(s.recording)
     if index is None:
@@ -186,7 +186,7 @@ def write(
     if len(logs) > 1 and picture is None:
         nodes = len(logs)
         try:
-            picture = clustertimeline.of_logs(logs, s.failures)
+            picture = nodestimeline.of_logs(logs, s.failures)
         except Exception as e:  # noqa: BLE001 -- a report never fails for want of its picture
             log.warning("report.html without the cluster timeline: %s", e)
     nodes = nodes or (s.nodes if s.nodes > 1 else 0)

@@ -25,7 +25,7 @@ from powercut.core.judging.confirm import group_key
 from powercut.core.judging.verdict import FINDINGS
 from powercut.core.recording import syncdelay
 from powercut.core.states.coverage import ALL, COMMITS, Coverage, requirement
-from powercut.core.states.disks import MAX_NODES
+from powercut.core.states.nodes import MAX_NODES
 from powercut.core.states.stateid import MODELS
 from powercut.errors import PowercutError, UsageError
 from powercut.report import html

@@ -373,7 +373,7 @@ def summarize(
 
 
 def _disks_of(selection: Any) -> dict[str, Any]:
-    """What a selection of N > 1 disks' states says per disk (core/states/selection.DisksSelection): the
+    """What a selection of N > 1 disks' states says per disk (core/states/selection.NodesSelection): the
     instants and each disk's distinct states per model."""
     return {
         "instants": int(getattr(selection, "instants", 0)),

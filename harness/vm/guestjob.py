@@ -108,7 +108,7 @@ class StateSource:
 @dataclass(frozen=True, slots=True)
 class CheckJob:
     """Judge these states, one progress line before and one verdict after each: states of one disk
-    (``src.log``), or of N > 1 disks (core/states/disks.py ids) whose logs are ``logs`` (node 0 first,
+    (``src.log``), or of N > 1 disks (core/states/nodes.py ids) whose logs are ``logs`` (node 0 first,
     paths in the guest; ``src.log`` is node 0's), every disk's image rebuilt from its own log and
     all mounted at once."""
 

@@ -4,7 +4,7 @@ passes; with ``--unsafe-no-fsync`` the acked puts are lost (lost-ack).
 
 Measured (2026-11-26, this 2-core TCG machine, other VMs beside it, n=3, ext4 256 MiB a node):
 recording ~16 s each (boot to workload ~5 s, members healthy ~4.5 s, 3 puts < 1 s).  ``--model flush
---cluster-bound 8 --samples 0``: fsync=true 342 cluster states, 100 judged (``--max-states``), all
+--node-bound 8 --samples 0``: fsync=true 342 cluster states, 100 judged (``--max-states``), all
 pass, 52 s; fsync=false 113 states, all judged: lost-ack 7 (the instants between ``ack:up`` and the
 last ack: every acked key gone), detected 17 (after the last ack: ``need non-empty snapshot``, or no
 leader), pass 89 (51 of them before ``ack:up``, etcd not started) -- 582 s, 15 states waiting out
@@ -81,7 +81,7 @@ def test_etcd_acked_puts_survive_only_with_fsync(
         "host",
         "--model",
         "flush",
-        "--cluster-bound",
+        "--node-bound",
         "8",
         "--samples",
         "0",

@@ -13,7 +13,7 @@ import pytest
 from powercut.campaign.run import CampaignSpec
 from powercut.campaign.schedules import Schedule, run_one
 from powercut.config import WorkloadSpec
-from powercut.core.recording.latency import DisksLatency
+from powercut.core.recording.latency import NodesLatency
 from powercut.record import recording
 from powercut.record.vm import RecordSpec
 
@@ -31,7 +31,7 @@ def test_postgres_group_commit_with_its_wal_flushes_held_keeps_every_ack(tmp_pat
     cspec = CampaignSpec.of(
         models=("flush",), check_in="host", jobs=2, max_states=30, shrink=0, confirm=False
     )
-    o = run_one(Schedule(DisksLatency.parse("none")), rspec, cspec, tmp_path)
+    o = run_one(Schedule(NodesLatency.parse("none")), rspec, cspec, tmp_path)
     assert o.verdict == "pass" and o.states.get("pass", 0) == o.total > 0, o
     ds = recording.load(o.dir).manifest["result"]["delay_sync"]
     wal = {p: f for p, f in ds["files"].items() if p.startswith("pgdata/pg_wal/")}

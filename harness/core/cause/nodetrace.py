@@ -3,7 +3,7 @@ cause is about (pure: no I/O).
 
 A cluster recording traces its client and every node in one trace (guest/record.py): the node i
 files are those under ``<root>/n<i>/`` (its filesystem's mount), and every cluster mark is one
-ioctl per node's log (``_logmark.insert_cluster``), each naming its node's device (``Op.target``,
+ioctl per node's log (``_logmark.insert_on_nodes``), each naming its node's device (``Op.target``,
 ``...-n<i>``).  ``node_trace`` keeps of it what node i's log and filesystem saw: node i's marks
 (so that the k-th mark of a text is the k-th in node i's log, ``syscalls.align``), the calls on
 node i's files, and the calls that reach every filesystem (``sync``, io_uring's blind spot); a
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from powercut.core.cause.causes import lost_keys
-from powercut.core.judging.disksshrink import nodes_named
+from powercut.core.judging.nodesshrink import nodes_named
 from powercut.core.trace import syscalls as sc
 from powercut.core.trace.syscalls import Trace
 

@@ -6,6 +6,6 @@ what recovery read), and what follows a failure -- confirmation and minimizing.
 * ``recoveryread`` -- what recovery read: the files a checker opened (from strace's text) and the words for them;
 * ``confirm`` -- confirmation by failure group: which failing states are judged again alone;
 * ``shrink`` -- minimize a failing state;
-* ``disksshrink`` -- minimize a failing state of N >= 1 disks, a disk at a time; several disks' failure: nodes,
+* ``nodesshrink`` -- minimize a failing state of N >= 1 disks, a disk at a time; several disks' failure: nodes,
   cause line, bundle cuts.
 """

@@ -224,7 +224,7 @@ NODE_SEP = "+"  # between the settings of several nodes: ``0=nvme+1=hdd``
 
 
 @dataclass(frozen=True, slots=True)
-class DisksLatency:
+class NodesLatency:
     """The latency of every data disk of a recording: one setting for all (``hdd``), and settings
     for single nodes of a cluster recording that replace it there (``1=hdd``: node 1 only, the
     others none; ``nvme+1=hdd``: node 1 hdd, every other nvme).  One disk is node 0."""
@@ -233,7 +233,7 @@ class DisksLatency:
     nodes: tuple[tuple[int, DiskLatency], ...] = ()  # (node, its setting), by node, each node once
 
     @staticmethod
-    def parse(text: str) -> DisksLatency:
+    def parse(text: str) -> NodesLatency:
         """A setting for every disk (DiskLatency.parse) or ``NODE=SETTING`` pieces joined by ``+``,
         with at most one piece without ``NODE=`` (the others' setting)."""
         every: DiskLatency | None = None
@@ -256,13 +256,13 @@ class DisksLatency:
                     f"disk latency {text!r}: node {node} has no setting (e.g. {node}=hdd)"
                 )
             nodes[node] = DiskLatency.parse(m.group(2))
-        return DisksLatency(every or DiskLatency(), tuple(sorted(nodes.items())))
+        return NodesLatency(every or DiskLatency(), tuple(sorted(nodes.items())))
 
     def of(self, node: int) -> DiskLatency:
         """Node ``node``'s disk's latency."""
         return dict(self.nodes).get(node, self.every)
 
-    def for_disks(self, n: int) -> DisksLatency:
+    def for_nodes(self, n: int) -> NodesLatency:
         """This setting for a recording of ``n`` disks, in its canonical form (a node given the
         others' setting is not named; n nodes of one setting are one setting for all); LatencyError
         if it names a node the recording does not have."""
@@ -274,8 +274,8 @@ class DisksLatency:
             )
         own = tuple((node, lat) for node, lat in self.nodes if lat != self.every)
         if own and len(own) == n and len({lat for _, lat in own}) == 1:
-            return DisksLatency(own[0][1])
-        return DisksLatency(self.every, own)
+            return NodesLatency(own[0][1])
+        return NodesLatency(self.every, own)
 
     @property
     def none(self) -> bool:
@@ -309,13 +309,13 @@ class DisksLatency:
         }
 
 
-def parse_schedules(text: str) -> tuple[DisksLatency, ...]:
+def parse_schedules(text: str) -> tuple[NodesLatency, ...]:
     """``none,hdd`` or ``none;write=1ms,flush=8ms`` or ``none;1=hdd``: one or more settings (each for
-    every disk or per node: DisksLatency).  Settings are separated by ``;`` when any holds a ``=``
+    every disk or per node: NodesLatency).  Settings are separated by ``;`` when any holds a ``=``
     (an explicit ``write=``/``flush=``, whose own parts use ``,``, or a node's setting), else by
     ``,``.  Repeats are refused (each setting is one schedule)."""
     parts = [p for p in (text.split(";") if "=" in text else text.split(","))]
-    out = tuple(DisksLatency.parse(p) for p in parts if p.strip())
+    out = tuple(NodesLatency.parse(p) for p in parts if p.strip())
     if not out:
         raise LatencyError(
             "give at least one disk latency (none, a preset, or write=...,flush=...)"

@@ -1,5 +1,5 @@
 """The recording's fault plan per node (pure, host and guest): ``--fault`` for one disk or for the
-nodes of a cluster recording, in the shape of ``--disk-latency`` per node (core/recording/latency.DisksLatency).
+nodes of a cluster recording, in the shape of ``--disk-latency`` per node (core/recording/latency.NodesLatency).
 
 * one disk: ``PLAN`` (core/log/faultwindows.FaultPlan: ``eio-writes,mark=ack:3``), or ``0=PLAN``;
 * a cluster: ``NODE=PLAN`` pieces joined by ``+`` -- ``1=eio-writes,mark=ack:3`` fails node 1's
@@ -35,7 +35,7 @@ class FaultsError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class DisksFaults:
+class NodesFaults:
     """The fault plan of each data disk: ``every`` (a plan without a node: one disk's), or plans
     for named nodes (``nodes``: (node, plan), by node, each once) -- never both."""
 
@@ -43,10 +43,10 @@ class DisksFaults:
     nodes: tuple[tuple[int, FaultPlan], ...] = ()
 
     @staticmethod
-    def parse(text: str) -> DisksFaults:
+    def parse(text: str) -> NodesFaults:
         """``PLAN`` or ``NODE=PLAN`` pieces joined by ``+`` ("" : no plan); FaultsError naming what is wrong."""
         if not text.strip():
-            return DisksFaults()
+            return NodesFaults()
         every: FaultPlan | None = None
         nodes: dict[int, FaultPlan] = {}
         for piece in _SPLIT.split(text):
@@ -73,9 +73,9 @@ class DisksFaults:
             if not m.group(2).strip():
                 raise FaultsError(f"node {node} has no plan (e.g. {node}=eio-writes,mark=ack:3)")
             nodes[node] = _plan(m.group(2), f"node {node}: ")
-        return DisksFaults(every, tuple(sorted(nodes.items())))
+        return NodesFaults(every, tuple(sorted(nodes.items())))
 
-    def for_disks(self, n: int) -> DisksFaults:
+    def for_nodes(self, n: int) -> NodesFaults:
         """This setting for a recording of ``n`` data disks, canonical (one disk's ``0=PLAN`` is its
         ``PLAN``); FaultsError if it names a node the recording lacks, or gives a cluster a plan
         without a node (the module's docstring says why)."""
@@ -84,7 +84,7 @@ class DisksFaults:
             have = "one disk (node 0)" if n == 1 else f"nodes 0..{n - 1}"
             raise FaultsError(f"node {beyond[0]} named, and the recording has {have}")
         if n == 1:
-            return DisksFaults(self.every or (self.nodes[0][1] if self.nodes else None))
+            return NodesFaults(self.every or (self.nodes[0][1] if self.nodes else None))
         if self.every is not None:
             raise FaultsError(
                 f"a cluster recording: name the node whose disk fails, e.g. 1={self.every} "

@@ -58,7 +58,7 @@ def key_name(keys: Sequence[Hashable]) -> str:
     """A short stable name of the images of one instant's disks (their ``image_key`` each, one per
     disk): each disk's key hashed to 16 hex digits, joined by ``+``.  One disk's name is its
     ``state_key``: a ledger written by an earlier one-disk run still names the same states."""
-    # imported here: every checker VM's check job imports this module (core/states/disks.py) and never names
+    # imported here: every checker VM's check job imports this module (core/states/nodes.py) and never names
     # a key; hashlib (with OpenSSL's _hashlib) costs 2.4-2.7 ms natively, measured, 10-50x that under TCG
     import hashlib
 

@@ -1,5 +1,5 @@
 """Choose the crash states a check judges (pure; host): the states of its disks (one, or each
-node's of a cluster: core/states/disks.py) after a floor mark, each distinct image once, and under a cap
+node's of a cluster: core/states/nodes.py) after a floor mark, each distinct image once, and under a cap
 a fair share of every model.  One algorithm for N >= 1 disks; one disk is N = 1.
 
 * **Floor**: only states whose cut lies after the floor mark (``mkfs``) on every disk and whose
@@ -9,12 +9,12 @@ a fair share of every model.  One algorithm for N >= 1 disks; one disk is N = 1.
   replays the same data and the same keys are told (core/states/imagekey.py).  The first in model order
   (models in the order given, then each model's own order) is the *representative* that gets
   judged; the others are its *aliases* and share its verdict.
-* **Per instant** (a key version: core/states/disks.py), per model, each disk contributes its *pool*: its
+* **Per instant** (a key version: core/states/nodes.py), per model, each disk contributes its *pool*: its
   distinct states of the instant under that model (the first of each image), in its model's order.
   The states of the disks are the combinations of the pools, in product order (one disk: its pool).
   With several disks, a disk whose pool is empty contributes its ``flush`` pool (its disk as a
   model without that failure sees it), provided some disk has a state of the model there; if the
-  product exceeds ``cluster_bound``, the structured picks and seeded samples of ``_combos`` are
+  product exceeds ``node_bound``, the structured picks and seeded samples of ``_combos`` are
   taken instead, and the coverage says *sampled* (one window per instant).  Under a lying-disk
   model one disk lies at a time: each disk's pool with every other disk's flush pool.  One disk's pool is
   already its model's own selection: nothing to combine, no window of its own.
@@ -48,16 +48,16 @@ from typing import Any
 from powercut.core.log.dmlog import Entry, LogIndex
 from powercut.core.states.coverage import SPACE_CAP, Coverage, Tally, build
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import (
-    DEFAULT_CLUSTER_BOUND,
-    FALLBACK_MODEL,
-    LATE_MARKS,
-    Disks,
-    DisksState,
-    format_disks_id,
-)
 from powercut.core.states.imagekey import key_name
 from powercut.core.states.models import CrashSpace, space
+from powercut.core.states.nodes import (
+    DEFAULT_NODE_BOUND,
+    FALLBACK_MODEL,
+    LATE_MARKS,
+    Nodes,
+    NodesState,
+    format_nodes_id,
+)
 from powercut.core.states.pools import Stream
 from powercut.core.states.stateid import LIE_MODELS, MODELS, shake_bits
 from powercut.core.states.statelist import StateList
@@ -69,14 +69,14 @@ __all__ = [
     "DEMO_SELECTION",
     "RUN_SELECTION",
     "SEED_AUTO",
-    "DisksSelection",
+    "NodesSelection",
     "ModelCounts",
     "Selection",
     "SelectionSpec",
     "fair_shares",
     "log_notes",
     "select",
-    "select_disks",
+    "select_nodes",
     "spread",
 ]
 
@@ -238,7 +238,7 @@ class Selection:
 
     @property
     def floors(self) -> tuple[int | None, ...]:
-        """Each disk's floor entry, as DisksSelection's: the one disk's ``floor``."""
+        """Each disk's floor entry, as NodesSelection's: the one disk's ``floor``."""
         return (self.floor,)
 
     def to_json(self) -> dict[str, object]:
@@ -251,14 +251,14 @@ class Selection:
 
 
 @dataclass(frozen=True, slots=True)
-class DisksSelection:
-    """The states of the disks to judge (``select_disks``; model order, then instant, then product
+class NodesSelection:
+    """The states of the disks to judge (``select_nodes``; model order, then instant, then product
     order), their aliases (representative id -> ids of the other states with the same images on
     every disk), per-model counts, the coverage, each disk's floor entry, and per disk and model its
     distinct states (``node_states``); ``products``: model -> the sum over instants of the
     product of the disks' pools (one disk: its distinct states)."""
 
-    states: Sequence[DisksState]  # a StateList from select_disks(); a tuple once sharded
+    states: Sequence[NodesState]  # a StateList from select_nodes(); a tuple once sharded
     aliases: dict[str, tuple[str, ...]]
     counts: dict[str, ModelCounts]
     coverage: Coverage
@@ -341,14 +341,14 @@ def _floor_of(sp: CrashSpace, floor_mark: str | None) -> int | None:
     return next((e.index for e in sp.entries if e.mark == floor_mark), None) if floor_mark else None
 
 
-def select_disks(
-    disks: Disks,
+def select_nodes(
+    disks: Nodes,
     how: SelectionSpec,
     *,
     floor_mark: str | None = "mkfs",
     earlier: Collection[str] = frozenset(),
-    cluster_bound: int = DEFAULT_CLUSTER_BOUND,
-) -> DisksSelection:
+    node_bound: int = DEFAULT_NODE_BOUND,
+) -> NodesSelection:
     """The states of the disks to judge: per model, per instant, the combinations of the disks'
     pools (after each disk's floor mark), each distinct image once, at most ``how.max_states`` (0:
     all) spread fairly over the models.  Deterministic per seed; a seed of SEED_AUTO must be
@@ -359,8 +359,8 @@ def select_disks(
     the run's time go to states never judged before."""
     if how.seed == SEED_AUTO:
         raise UsageError("select: resolve --seed auto first (SelectionSpec.resolved)")
-    if not isinstance(cluster_bound, int) or isinstance(cluster_bound, bool) or cluster_bound < 1:
-        raise UsageError(f"--cluster-bound must be a whole number >= 1, not {cluster_bound!r}")
+    if not isinstance(node_bound, int) or isinstance(node_bound, bool) or node_bound < 1:
+        raise UsageError(f"--node-bound must be a whole number >= 1, not {node_bound!r}")
     several = len(disks) > 1
     order = list(dict.fromkeys(how.models))
     floors = tuple(_floor_of(sp, floor_mark) for sp in disks.nodes)
@@ -385,7 +385,7 @@ def select_disks(
             Stream(sp, FALLBACK_MODEL, floor, Tally(), **kw)
             for sp, floor in zip(disks.nodes, floors)
         ]
-    owned: dict[str, StateList[DisksState]] = {m: StateList(disks) for m in order}
+    owned: dict[str, StateList[NodesState]] = {m: StateList(disks) for m in order}
     aliases: dict[str, list[str]] = {}
     gen = dict.fromkeys(order, 0)
     distinct = dict.fromkeys(order, 0)
@@ -419,7 +419,7 @@ def select_disks(
                     continue
                 images = [list(p) for p in variant]
                 sizes = [len(k) for k in images]
-                combos, sampled = _combos(sizes, cluster_bound, how.seed, m + tag, v, how.samples)
+                combos, sampled = _combos(sizes, node_bound, how.seed, m + tag, v, how.samples)
                 products[m] = min(SPACE_CAP, products[m] + math.prod(sizes))
                 for c in combos:
                     keys = tuple(images[n][i] for n, i in enumerate(c))
@@ -427,7 +427,7 @@ def select_disks(
                     ids = [g[0] for g in groups]
                     gen[m] += math.prod(len(g) for g in groups)
                     seen.add(keys)
-                    sid = format_disks_id(m, ids)
+                    sid = format_nodes_id(m, ids)
                     rep = reps.get(keys)
                     if rep is None:
                         reps[keys] = rep = sid
@@ -440,7 +440,7 @@ def select_disks(
                     for n, g in enumerate(groups):  # each disk's duplicates, one disk at a time
                         for dup in g[1:]:
                             aliases.setdefault(rep, []).append(
-                                format_disks_id(m, [*ids[:n], dup, *ids[n + 1 :]])
+                                format_nodes_id(m, [*ids[:n], dup, *ids[n + 1 :]])
                             )
                 if several:
                     combined[m].window(
@@ -450,7 +450,7 @@ def select_disks(
             if v == 0:
                 setup_owned[m] = len(owned[m])
     shares = fair_shares([len(owned[m]) for m in order], how.max_states)
-    chosen: StateList[DisksState] = StateList(disks)
+    chosen: StateList[NodesState] = StateList(disks)
     counts: dict[str, ModelCounts] = {}
     for m, q in zip(order, shares):
         mine = owned.pop(m)
@@ -485,7 +485,7 @@ def select_disks(
     )
     cov = build(counts, tallies, notes=notes, seed=how.seed, setup_only=setup_only)
     node_states = tuple({m: streams[m][n].distinct for m in order} for n in range(len(disks)))
-    return DisksSelection(
+    return NodesSelection(
         chosen,
         {k: tuple(x) for k, x in aliases.items()},
         counts,
@@ -523,14 +523,14 @@ def _sum_tallies(parts: Sequence[Tally]) -> Tally:
     return out
 
 
-def _setup_notes(disks: Disks) -> list[str]:
+def _setup_notes(disks: Nodes) -> list[str]:
     """The notes (as ``_notes`` words them) that weaken only the set-up windows (CrashSpace.setup_notes)."""
     if len(disks) == 1:
         return list(disks.nodes[0].setup_notes)
     return [f"node {n} -- {x}" for n, sp in enumerate(disks.nodes) for x in sp.setup_notes]
 
 
-def _notes(disks: Disks, model: str) -> list[str]:
+def _notes(disks: Nodes, model: str) -> list[str]:
     """What the logs keep a model from generating (log_notes), each naming its node when there are
     several, and then what marking several logs in turn hides (LATE_MARKS)."""
     if len(disks) == 1:
@@ -548,7 +548,7 @@ def select(
     earlier: Collection[str] = frozenset(),
     **fields: Any,
 ) -> Selection:
-    """One disk's states to judge (``select_disks`` of one disk): after the floor mark (if the log has
+    """One disk's states to judge (``select_nodes`` of one disk): after the floor mark (if the log has
     it), one per distinct image, at most ``max_states`` (0: all) spread fairly over the models.
     ``how`` is a SelectionSpec, or the models with any of its other fields as keywords (the rest
     its defaults).  ``earlier``: state keys (core/states/imagekey.state_key) that passed in earlier runs."""
@@ -556,7 +556,7 @@ def select(
         how if isinstance(how, SelectionSpec) else SelectionSpec(models=tuple(how)).with_(**fields)
     )
     sp = space(index_or_entries)
-    got = select_disks(Disks([sp]), spec, floor_mark=floor_mark, earlier=earlier)
+    got = select_nodes(Nodes([sp]), spec, floor_mark=floor_mark, earlier=earlier)
     chosen = got.states
     assert isinstance(chosen, StateList)
     return Selection(chosen.over(sp), got.aliases, got.counts, got.floors[0], got.coverage)

@@ -1,6 +1,6 @@
 """Chosen crash states kept as their ids (pure; host): how a selection of millions of states fits in
 memory.  The states are rebuilt from their ids when asked for (an id names one state, equal to the
-enumerated one: core/states/stateid, core/states/disks)."""
+enumerated one: core/states/stateid, core/states/nodes)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, TypeVar, cast, overload
 
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import Disks, DisksState
 from powercut.core.states.models import CrashSpace
+from powercut.core.states.nodes import Nodes, NodesState
 
 __all__ = ["StateList"]
 
 
-S = TypeVar("S", CrashState, DisksState)
+S = TypeVar("S", CrashState, NodesState)
 
 
 def _same_logs(a: object, b: object) -> bool:
@@ -24,7 +24,7 @@ def _same_logs(a: object, b: object) -> bool:
         return True
     if isinstance(a, CrashSpace) and isinstance(b, CrashSpace):
         return a.entries == b.entries
-    if isinstance(a, Disks) and isinstance(b, Disks):
+    if isinstance(a, Nodes) and isinstance(b, Nodes):
         return len(a) == len(b) and all(x.entries == y.entries for x, y in zip(a.nodes, b.nodes))
     return False
 
@@ -34,14 +34,14 @@ class StateList(Sequence[S], Generic[S]):
     prefix byte (the text before the first ``@``: the model, or for several disks ``MODEL~MODEL``)
     and a 4-byte end offset per state: ~20-25 bytes a state instead of ~300 bytes of objects --
     each rebuilt from its id when asked for (``CrashSpace.state_from_id`` for one disk's states,
-    ``Disks.state_from_id`` for states of the disks: an id names one state, equal to the enumerated
+    ``Nodes.state_from_id`` for states of the disks: an id names one state, equal to the enumerated
     one).  A log of 10^6 entries has millions of distinct states: this is how a selection of them
     fits in memory."""
 
     __slots__ = ("_sp", "_buf", "_ends", "_mi", "_models", "_model_at")
     WIDE = 1 << 32  # ids' bytes from which the end offsets take 8 bytes, not 4
 
-    def __init__(self, sp: CrashSpace | Disks, ids: Iterable[str] = ()) -> None:
+    def __init__(self, sp: CrashSpace | Nodes, ids: Iterable[str] = ()) -> None:
         self._sp = sp
         self._buf = bytearray()
         self._ends = array("I")
@@ -69,9 +69,9 @@ class StateList(Sequence[S], Generic[S]):
         self._models.append(prefix)
         return self._model_at[prefix]
 
-    def over(self, sp: CrashSpace | Disks) -> StateList[S]:
+    def over(self, sp: CrashSpace | Nodes) -> StateList[S]:
         """The same ids (buffers shared, not copied) rebuilt by another space of the same log(s): one
-        disk's states chosen as states of the disks (``Disks([sp])``) are ``sp``'s own ids."""
+        disk's states chosen as states of the disks (``Nodes([sp])``) are ``sp``'s own ids."""
         out: StateList[S] = StateList(sp)
         out._buf = self._buf
         out._ends = self._ends

@@ -23,11 +23,11 @@ from powercut.campaign.run import CampaignSpec
 from powercut.check.place import Place
 from powercut.checker import CheckerSpec
 from powercut.core.judging.verdict import Verdict
-from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.nodes import Nodes, NodesState
 from powercut.debug import bundle, diagnose, repro, triage
 from powercut.errors import UsageError
 from powercut.linux import interrupt
-from tests.unit.core.test_disksshrink import OPS, W6
+from tests.unit.core.test_nodesshrink import OPS, W6
 from tests.unit.logops import build_log
 
 
@@ -37,7 +37,7 @@ class FakeJudge:
     def __init__(self, flaky: Sequence[str] = (), alternate: Sequence[str] = ()) -> None:
         self.flaky, self.alternate, self.seen = set(flaky), set(alternate), list[str]()
 
-    def verdict(self, st: DisksState) -> Verdict:
+    def verdict(self, st: NodesState) -> Verdict:
         again = st.id in self.seen
         odd = self.seen.count(st.id) % 2 == 1  # alternate states pass every second judgment
         self.seen.append(st.id)
@@ -58,18 +58,18 @@ class FakeJudge:
             0.01,
         )
 
-    def __call__(self, states: Sequence[DisksState], sink: Any, work: Path) -> None:
+    def __call__(self, states: Sequence[NodesState], sink: Any, work: Path) -> None:
         for st in states:
             sink(self.verdict(st))
 
 
 @pytest.fixture()
-def setup(tmp_path: Path) -> tuple[Disks, list[DisksState], Any, Any]:
+def setup(tmp_path: Path) -> tuple[Nodes, list[NodesState], Any, Any]:
     paths = [tmp_path / f"log-n{i}.bin" for i in range(3)]
     logs = [build_log(p, OPS) for p in paths]
-    cs = Disks(logs)
+    cs = Nodes(logs)
 
-    def wc(*drops: tuple[int, ...]) -> DisksState:
+    def wc(*drops: tuple[int, ...]) -> NodesState:
         return cs.make(
             "write-cache",
             [cs.nodes[n].make_state("write-cache", 11, d) for n, d in enumerate(drops)],
@@ -111,7 +111,7 @@ class FakePlace:
         ctx: Any,
         src: Any,
         index: Any,
-        states: Sequence[DisksState],
+        states: Sequence[NodesState],
         sink: Any,
         work: Path,
         *,
@@ -137,7 +137,7 @@ class FakePlace:
 
 
 @contextlib.contextmanager
-def in_process(verdict: Callable[[DisksState], Verdict]) -> Iterator[None]:
+def in_process(verdict: Callable[[NodesState], Verdict]) -> Iterator[None]:
     """The diagnosis (debug/diagnose.py, on the host) with fake images: each candidate judged by
     ``verdict``, no write blamed, nothing left mounted to clean."""
     with pytest.MonkeyPatch.context() as mp:

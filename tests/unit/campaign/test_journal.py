@@ -99,3 +99,19 @@ def test_jsonlines_reader_follows_a_growing_file(tmp_path: Path) -> None:
         with open(path, "ab") as f:
             f.write(b'{"verdict"')  # half a line: not yet
         assert read_lines(path, pos) == ([], pos)
+
+
+def test_settings_pinned_before_the_one_form_resume_as_the_same_campaign(tmp_path: Path) -> None:
+    """A campaign.json written before one form and one word (one disk's ``log_sha256``, a cluster's
+    ``cluster_bound``) is read as today's keys: a resume with the same logs and bound goes on, a
+    different one is refused naming the key."""
+    (tmp_path / journal.SETTINGS).write_text(
+        json.dumps({"log_sha256": "a" * 64, "cluster_bound": 8, "bound": 7})
+    )
+    now = {"logs_sha256": ["a" * 64], "node_bound": 8, "bound": 7}
+    assert journal.pinned_settings(tmp_path) == now
+    journal.pin_settings(tmp_path, now, resume=True)  # not refused
+    with pytest.raises(UsageError, match="node_bound was 8, now 9"):
+        journal.pin_settings(tmp_path, {**now, "node_bound": 9}, resume=True)
+    with pytest.raises(UsageError, match="logs_sha256"):
+        journal.pin_settings(tmp_path, {**now, "logs_sha256": ["b" * 64]}, resume=True)

@@ -21,21 +21,21 @@ from powercut.campaign.run import CampaignSpec, lie_target_of, run_campaign
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import END_MARK
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import DisksState
+from powercut.core.states.nodes import NodesState
 from powercut.core.states.selection import SelectionSpec
 from powercut.core.states.shard import Shard
 from powercut.debug import diagnose, triage
 from powercut.errors import UsageError
 from powercut.record.recording import load as load_recording
-from tests.unit.core.test_disksshrink import OPS, W6
+from tests.unit.core.test_nodesshrink import OPS, W6
 from tests.unit.logops import build_log
 
 LOG_OPS = [*OPS, ("m", END_MARK)]
 
 
-def _bad(st: CrashState | DisksState) -> bool:
+def _bad(st: CrashState | NodesState) -> bool:
     """The fake program's bug: ack 1 given while the write W6 of the last disk was lost."""
-    last = st.nodes[-1] if isinstance(st, DisksState) else st
+    last = st.nodes[-1] if isinstance(st, NodesState) else st
     return "1" in st.acks and W6 in last.dropped
 
 
@@ -81,11 +81,11 @@ class FakePlace:
         assert src.disks == (1 if not isinstance(index, list) else len(index))
         for st in states:
             self.judged.append(st.id)
-            cut = st.instant if isinstance(st, DisksState) and len(st.nodes) > 1 else st.cut
+            cut = st.instant if isinstance(st, NodesState) and len(st.nodes) > 1 else st.cut
             sink(verdict(st, cut))
 
 
-def verdict(st: CrashState | DisksState, at: int) -> Verdict:
+def verdict(st: CrashState | NodesState, at: int) -> Verdict:
     bad = _bad(st)
     return Verdict(
         st.id,

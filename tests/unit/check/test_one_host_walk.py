@@ -1,7 +1,7 @@
 """Host mode's one walk for N >= 1 disks (check/host.check_host) judges every state as the two walks it
 replaced did: the one-disk walk (``jobs`` workers, each a replay/materialize walk judged by
 check/judge.judge) and the cluster walk (serial, one replay/walk.NodeImages per node, judged by
-judge_disks).  Both are kept here verbatim (but for their names) as the oracle.
+judge_nodes).  Both are kept here verbatim (but for their names) as the oracle.
 
 The recording is made without a VM (tests/unit/synthrec): a real ext4 in a dm-log-writes log whose
 third commit lies in a fault window (its writes never logged, acked anyway), so its states pass,
@@ -32,12 +32,12 @@ from powercut.check.context import (
     with_node_faults,
 )
 from powercut.check.host import check_host, cleanup_stale, require_root
-from powercut.check.judge import judge, judge_disks
+from powercut.check.judge import judge, judge_nodes
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex, open_log
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import Disks, DisksState
-from powercut.core.states.selection import SelectionSpec, select, select_disks
+from powercut.core.states.nodes import Nodes, NodesState
+from powercut.core.states.selection import SelectionSpec, select, select_nodes
 from powercut.core.states.stateid import MODELS
 from powercut.linux import interrupt
 from powercut.linux.loopdev import LoopDevice
@@ -131,7 +131,7 @@ def old_check_cluster_host(
     ctx: CheckContext,
     logs: Sequence[LogIndex],
     size: int,
-    states: Sequence[DisksState],
+    states: Sequence[NodesState],
     sink: Sink,
     workspace: Path,
 ) -> None:
@@ -156,7 +156,7 @@ def old_check_cluster_host(
             imgs = [node.next_image() for node in nodes]
             with contextlib.ExitStack() as loops:
                 devs = [loops.enter_context(LoopDevice(img)) for img in imgs]
-                v = judge_disks(
+                v = judge_nodes(
                     ctx,
                     devs,
                     state.nodes,
@@ -224,7 +224,7 @@ def test_one_disk_is_judged_as_the_one_disk_walk_judged_it(
             (k, got[k]["reasons"], want[k]["reasons"]) for k in got if got[k] != want[k]
         ][:3]
         as_disks = [
-            Disks([index]).state_from_id(s.id) for s in states
+            Nodes([index]).state_from_id(s.id) for s in states
         ]  # one disk's DisksStates: the same
         got = verdicts(
             lambda sink, w: check_host(ctx, src, [index], as_disks, sink, w, jobs=1),
@@ -257,7 +257,7 @@ def test_a_cluster_is_judged_as_the_cluster_walk_judged_it_by_any_number_of_work
         how = SelectionSpec(
             models=("flush", "write-cache", "lost-write"), bound=2, samples=2, max_states=30
         )
-        states = list(select_disks(Disks(logs), how).states)
+        states = list(select_nodes(Nodes(logs), how).states)
         want = verdicts(
             lambda sink, w: old_check_cluster_host(ctx, logs, SIZE, states, sink, w),
             tmp_path / "old",

@@ -359,7 +359,7 @@ def test_the_guest_judges_with_the_jobs_flag(
 )
 @needs_strace
 def test_the_judge_traces_a_real_mount(tmp_path: Path) -> None:
-    from powercut.check.judge import judge, judge_disks
+    from powercut.check.judge import judge, judge_nodes
     from powercut.core.states.crashstate import CrashState
     from powercut.linux import loopdev, process
     from powercut.linux.mounts import mount, umount
@@ -403,7 +403,7 @@ def test_the_judge_traces_a_real_mount(tmp_path: Path) -> None:
 
         spec = CheckerSpec(command="cat ../n1/MANIFEST-000004 CURRENT >/dev/null", timeout_s=30)
         mnts = [str(tmp_path / "k" / "n0"), str(tmp_path / "k" / "n1")]
-        v = judge_disks(
+        v = judge_nodes(
             CheckContext(filesystems.get("ext4"), spec, trace_reads=True),
             (a, b),
             (state, state),

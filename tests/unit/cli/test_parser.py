@@ -77,7 +77,7 @@ SOURCES: dict[tuple[tuple[str, ...], str], Callable[[], Any]] = {
     (CHECK, "confirm_sample"): field(CampaignSpec, "confirm_sample"),
     (CHECK, "shrink"): field(CampaignSpec, "shrink"),
     (CHECK, "shrink_budget"): field(CampaignSpec, "shrink_budget"),
-    (("check", "run"), "cluster_bound"): field(CampaignSpec, "cluster_bound"),
+    (("check", "run"), "node_bound"): field(CampaignSpec, "node_bound"),
     (("bench",), "accel"): field(BenchVmSpec, "accel"),
     (("bench",), "memory"): field(BenchVmSpec, "memory_mb"),
     (("bench",), "qemu_cache"): field(BenchVmSpec, "qemu_cache"),
@@ -272,3 +272,14 @@ def test_a_repeated_literal_is_caught() -> None:
         ("cpus", 1),
         ("confirm_mode", "group"),
     ]
+
+
+@pytest.mark.parametrize("cmd", ["check", "run"])
+def test_the_node_bound_keeps_its_old_name_as_an_alias(cmd: str) -> None:
+    """--node-bound was --cluster-bound before one word per idea: users' scripts keep working."""
+    from powercut.cli.parser import build_parser
+
+    p = build_parser()
+    args = ["rec"] if cmd == "check" else ["--workload", "append-fsync"]
+    assert p.parse_args([cmd, *args, "--cluster-bound", "3"]).node_bound == 3
+    assert p.parse_args([cmd, *args, "--node-bound", "5"]).node_bound == 5

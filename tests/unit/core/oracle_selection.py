@@ -196,7 +196,7 @@ def old_select_cluster(
     how: SelectionSpec,
     *,
     floor_mark: str | None = "mkfs",
-    cluster_bound: int = 4096,
+    node_bound: int = 4096,
 ) -> Result:
     order = list(dict.fromkeys(how.models))
     floors = [
@@ -236,7 +236,7 @@ def old_select_cluster(
             if not all(node_pools):
                 continue
             sizes = [len(p) for p in node_pools]
-            combos, sampled = _old_combos(sizes, cluster_bound, how.seed, m, v, how.samples)
+            combos, sampled = _old_combos(sizes, node_bound, how.seed, m, v, how.samples)
             seen: set[Hashable] = set()
             for c in combos:
                 picked = [node_pools[n][i] for n, i in enumerate(c)]

@@ -15,16 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from powercut.core.log.dmlog import FLUSH, FUA, LogIndex
-from powercut.core.states.disks import (
-    FALLBACK_MODEL,
-    Disks,
-    format_disks_id,
-    key_events,
-    parse_disks_id,
-)
 from powercut.core.states.imagekey import image_key
 from powercut.core.states.models import CrashSpace, enumerate_states
-from powercut.core.states.selection import SelectionSpec, select_disks
+from powercut.core.states.nodes import (
+    FALLBACK_MODEL,
+    Nodes,
+    format_nodes_id,
+    key_events,
+    parse_nodes_id,
+)
+from powercut.core.states.selection import SelectionSpec, select_nodes
 from powercut.errors import UsageError
 from tests.unit.logops import build_log
 
@@ -71,7 +71,7 @@ def keys_before(sp: CrashSpace, cut: int) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def expected(cs: Disks, model: str) -> set[tuple[int, tuple[Hashable, ...]]]:
+def expected(cs: Nodes, model: str) -> set[tuple[int, tuple[Hashable, ...]]]:
     """Every consistent cut, from the nodes' full state lists: per instant, the product of each
     node's distinct images (its flush ones where the model has none there), after the floor."""
     per_node: list[dict[str, dict[int, set[Hashable]]]] = []
@@ -104,8 +104,8 @@ def test_cluster_states_are_exactly_the_consistent_cuts(cluster: list) -> None: 
     with tempfile.TemporaryDirectory() as d:
         logs = build(Path(d), cluster)
         try:
-            cs = Disks(logs)
-            sel = select_disks(cs, SPEC, cluster_bound=10**6)
+            cs = Nodes(logs)
+            sel = select_nodes(cs, SPEC, node_bound=10**6)
             assert "capped" not in sel.coverage.words
             reps = {s.id for s in sel.states}
             by_model: dict[str, set[tuple[int, tuple[Hashable, ...]]]] = {m: set() for m in MODELS}
@@ -149,7 +149,7 @@ def simple(d: Path, writes: int = 3) -> list[LogIndex]:
 
 
 def test_mixed_instant_id_is_refused(tmp_path: Path) -> None:
-    cs = Disks(simple(tmp_path))
+    cs = Nodes(simple(tmp_path))
     early = [cs.nodes[n].state_from_id(f"no-cache@{cs.window(n, 0)[-1]}") for n in range(3)]
     late = cs.nodes[2].state_from_id(f"no-cache@{cs.window(2, 1)[0]}")
     assert cs.make("no-cache", early).instant == 0
@@ -157,7 +157,7 @@ def test_mixed_instant_id_is_refused(tmp_path: Path) -> None:
         UsageError,
         match="not a consistent cut: node 0 at instant 0, node 1 at instant 0, node 2 at instant 1",
     ):
-        cs.state_from_id(format_disks_id("no-cache", [s.id for s in early[:2]] + [late.id]))
+        cs.state_from_id(format_nodes_id("no-cache", [s.id for s in early[:2]] + [late.id]))
     with pytest.raises(UsageError, match="not a consistent cut"):
         cs.make("no-cache", [*early[:2], late])
 
@@ -172,15 +172,15 @@ def test_mixed_instant_id_is_refused(tmp_path: Path) -> None:
     ],
 )
 def test_malformed_ids(tmp_path: Path, bad: str, why: str) -> None:
-    cs = Disks(simple(tmp_path))
+    cs = Nodes(simple(tmp_path))
     with pytest.raises(UsageError, match=why):
         if "node state" in why and "++" not in bad:
-            parse_disks_id(bad, 3)
+            parse_nodes_id(bad, 3)
         cs.state_from_id(bad)
 
 
 def test_node_id_that_does_not_fit_names_the_node(tmp_path: Path) -> None:
-    cs = Disks(simple(tmp_path))
+    cs = Nodes(simple(tmp_path))
     with pytest.raises(UsageError, match="node 1: state id 'no-cache@999': cut 999 out of range"):
         cs.state_from_id("no-cache~no-cache@3+no-cache@999+no-cache@3")
     with pytest.raises(UsageError, match="holds torn or flush node states, not write-cache"):
@@ -199,19 +199,19 @@ def test_logs_of_different_runs_are_refused(tmp_path: Path) -> None:
         match="node 1's log does not share node 0's key marks: key mark #2 is ack:2 on "
         "node 1, ack:1 on node 0",
     ):
-        Disks([a, b])
+        Nodes([a, b])
     with pytest.raises(UsageError, match="key mark #2 is its end on node 1"):
-        Disks([a, c])
+        Nodes([a, c])
     assert [x[:2] for x in key_events(CrashSpace(a))] == [(False, "1"), (True, "1")]
 
 
 def test_sampling_is_bounded_seeded_and_reported(tmp_path: Path) -> None:
-    cs = Disks(simple(tmp_path, writes=2))
+    cs = Nodes(simple(tmp_path, writes=2))
     spec = SelectionSpec(models=("write-cache",), bound=10, samples=5)
-    full = select_disks(cs, spec, cluster_bound=10**6)
-    small = select_disks(cs, spec, cluster_bound=50)
-    again = select_disks(cs, spec, cluster_bound=50)
-    other = select_disks(cs, spec.with_(seed=7), cluster_bound=50)
+    full = select_nodes(cs, spec, node_bound=10**6)
+    small = select_nodes(cs, spec, node_bound=50)
+    again = select_nodes(cs, spec, node_bound=50)
+    other = select_nodes(cs, spec.with_(seed=7), node_bound=50)
     assert [s.id for s in small.states] == [s.id for s in again.states]
     assert {s.id for s in small.states} != {s.id for s in other.states}
     assert "sampled" not in full.coverage.words and "capped" not in full.coverage.words
@@ -225,8 +225,8 @@ def test_sampling_is_bounded_seeded_and_reported(tmp_path: Path) -> None:
 
 
 def test_max_states_caps_and_reports(tmp_path: Path) -> None:
-    cs = Disks(simple(tmp_path, writes=1))
-    sel = select_disks(cs, SelectionSpec(models=("flush", "write-cache"), max_states=5))
+    cs = Nodes(simple(tmp_path, writes=1))
+    sel = select_nodes(cs, SelectionSpec(models=("flush", "write-cache"), max_states=5))
     assert len(sel.states) == 5
     assert "capped" in sel.coverage.words
     assert sel.counts["flush"].judged + sel.counts["write-cache"].judged == 5
@@ -246,8 +246,8 @@ def test_torn_falls_back_to_flush_on_nodes_without_a_tearable_write(tmp_path: Pa
         )
         for n in range(3)
     ]
-    cs = Disks(logs)
-    sel = select_disks(cs, SelectionSpec(models=("torn",), torn_samples=2))
+    cs = Nodes(logs)
+    sel = select_nodes(cs, SelectionSpec(models=("torn",), torn_samples=2))
     assert sel.states
     for s in sel.states:
         assert s.nodes[0].model == "torn" if s.instant == 1 else True
@@ -271,8 +271,8 @@ def test_single_node_cluster_matches_the_disk(tmp_path: Path) -> None:
             ("w", 6, 1, 0, 3),
         ],
     )
-    cs = Disks([idx])
-    sel = select_disks(cs, SPEC)
+    cs = Nodes([idx])
+    sel = select_nodes(cs, SPEC)
     one = select(idx, SPEC)
     assert sorted(s.nodes[0].id for s in sel.states) == sorted(s.id for s in one.states)
 
@@ -280,8 +280,8 @@ def test_single_node_cluster_matches_the_disk(tmp_path: Path) -> None:
 def test_every_cluster_verdict_says_its_marks_reach_the_nodes_in_turn(tmp_path: Path) -> None:
     """However whole the enumeration, a cluster's coverage is weakened by the marks' late arrival on
     the later nodes (a durability action inside that delay counts as before the ack)."""
-    cs = Disks(simple(tmp_path, writes=1))
+    cs = Nodes(simple(tmp_path, writes=1))
     for model in ("flush", "write-cache"):
-        cov = select_disks(cs, SelectionSpec(models=(model,)), cluster_bound=10**6).coverage
+        cov = select_nodes(cs, SelectionSpec(models=(model,)), node_bound=10**6).coverage
         assert "weakened" in cov.words and not cov.exhaustive
         assert "marks reach the nodes' logs in turn" in cov.phrase()

@@ -10,8 +10,8 @@ from powercut.core.recording.latency import (
     NONE,
     PRESETS,
     DiskLatency,
-    DisksLatency,
     LatencyError,
+    NodesLatency,
     below_tick,
     jiffies,
     layer_phrase,
@@ -182,23 +182,23 @@ def test_the_layer_phrase_says_what_was_and_was_not_delayed():
     ],
 )
 def test_a_setting_per_node(text: str, canon: str, n0: str, n1: str) -> None:
-    lat = DisksLatency.parse(text)
-    assert str(lat) == canon and DisksLatency.parse(str(lat)) == lat
+    lat = NodesLatency.parse(text)
+    assert str(lat) == canon and NodesLatency.parse(str(lat)) == lat
     assert (str(lat.of(0)), str(lat.of(1)), str(lat.of(7))) == (n0, n1, str(lat.every))
 
 
 def test_for_a_number_of_disks_the_canonical_form_and_no_node_beyond() -> None:
     assert (
-        str(DisksLatency.parse("0=hdd+1=hdd").for_disks(2)) == "hdd"
+        str(NodesLatency.parse("0=hdd+1=hdd").for_nodes(2)) == "hdd"
     )  # every node alike: one setting
-    assert str(DisksLatency.parse("hdd+1=hdd").for_disks(2)) == "hdd"
-    assert str(DisksLatency.parse("0=hdd").for_disks(1)) == "hdd"  # one disk is node 0
-    assert str(DisksLatency.parse("1=hdd").for_disks(3)) == "1=hdd"
-    assert DisksLatency.parse("hdd").for_disks(1) == DisksLatency(DiskLatency.parse("hdd"))
+    assert str(NodesLatency.parse("hdd+1=hdd").for_nodes(2)) == "hdd"
+    assert str(NodesLatency.parse("0=hdd").for_nodes(1)) == "hdd"  # one disk is node 0
+    assert str(NodesLatency.parse("1=hdd").for_nodes(3)) == "1=hdd"
+    assert NodesLatency.parse("hdd").for_nodes(1) == NodesLatency(DiskLatency.parse("hdd"))
     with pytest.raises(LatencyError, match="node 1 named, and the recording has node 0 only"):
-        DisksLatency.parse("1=hdd").for_disks(1)
+        NodesLatency.parse("1=hdd").for_nodes(1)
     with pytest.raises(LatencyError, match="node 3 named, and the recording has nodes 0..2"):
-        DisksLatency.parse("3=hdd").for_disks(3)
+        NodesLatency.parse("3=hdd").for_nodes(3)
 
 
 @pytest.mark.parametrize(
@@ -212,15 +212,15 @@ def test_for_a_number_of_disks_the_canonical_form_and_no_node_beyond() -> None:
 )
 def test_a_bad_per_node_setting_is_one_line(bad: str, says: str) -> None:
     with pytest.raises(LatencyError, match=says):
-        DisksLatency.parse(bad)
+        NodesLatency.parse(bad)
 
 
 def test_one_disk_reads_as_before() -> None:
     """A setting for every disk is a DiskLatency's own text and JSON (manifests written before)."""
     for text in ("none", "hdd", "write=1ms,flush=8ms"):
-        assert str(DisksLatency.parse(text)) == str(DiskLatency.parse(text))
-        assert DisksLatency.parse(text).to_json() == DiskLatency.parse(text).to_json()
-    assert DisksLatency.parse("1=hdd").to_json()["setting"] == "1=hdd"
+        assert str(NodesLatency.parse(text)) == str(DiskLatency.parse(text))
+        assert NodesLatency.parse(text).to_json() == DiskLatency.parse(text).to_json()
+    assert NodesLatency.parse("1=hdd").to_json()["setting"] == "1=hdd"
 
 
 def test_schedules_may_name_a_node() -> None:
@@ -243,5 +243,5 @@ def test_a_record_spec_still_takes_one_disks_latency() -> None:
 
     spec = RecordSpec(latency=DiskLatency.parse("hdd"))
     assert (
-        spec.latency == DisksLatency(DiskLatency.parse("hdd")) and str(spec.latency_for(1)) == "hdd"
+        spec.latency == NodesLatency(DiskLatency.parse("hdd")) and str(spec.latency_for(1)) == "hdd"
     )

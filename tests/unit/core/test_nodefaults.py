@@ -1,4 +1,4 @@
-"""``--fault`` per node of a cluster recording: the setting's grammar (core/recording/nodefaults.DisksFaults),
+"""``--fault`` per node of a cluster recording: the setting's grammar (core/recording/nodefaults.NodesFaults),
 each node's plan moved by the marks and switching its own layer (faults.py), each node's fault
 windows read from its own log, the judge's ``acked-after-error`` naming the node (check/context.py,
 check/judge.py), and the host's reading of a cluster's result (record/vm.py)."""
@@ -16,7 +16,7 @@ from powercut.check.judge import after_error
 from powercut.checker import CheckInput, CheckResult
 from powercut.config import fault_for
 from powercut.core.log.faultwindows import FAULT_OFF, FaultPlan, on_mark
-from powercut.core.recording.nodefaults import DisksFaults, FaultsError
+from powercut.core.recording.nodefaults import FaultsError, NodesFaults
 from powercut.core.states.crashstate import CrashState
 from powercut.errors import UsageError, WorkloadFailed
 from powercut.linux import filesystems
@@ -43,20 +43,20 @@ from tests.unit.logops import build_log
     ],
 )
 def test_a_setting_reads_back_as_its_canonical_text(text, canonical):
-    got = DisksFaults.parse(text)
+    got = NodesFaults.parse(text)
     assert (
         str(got) == canonical
-        and DisksFaults.parse(str(got)) == got
+        and NodesFaults.parse(str(got)) == got
         and bool(got) == bool(canonical)
     )
 
 
 def test_each_node_has_its_own_plan_or_none():
-    s = DisksFaults.parse("1=eio-writes,mark=ack:3+2=eio-writes,after=1")
+    s = NodesFaults.parse("1=eio-writes,mark=ack:3+2=eio-writes,after=1")
     assert (
         s.of(0) is None and s.of(1) == FaultPlan("eio-writes", mark="ack:3") and s.of(2).after == 1
     )
-    assert DisksFaults.parse("eio-writes").of(5) == FaultPlan(
+    assert NodesFaults.parse("eio-writes").of(5) == FaultPlan(
         "eio-writes"
     )  # one disk's plan: any node asked
 
@@ -78,7 +78,7 @@ def test_each_node_has_its_own_plan_or_none():
 )
 def test_a_bad_setting_is_one_line(text, says):
     with pytest.raises(FaultsError) as e:
-        DisksFaults.parse(text)
+        NodesFaults.parse(text)
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
@@ -124,13 +124,13 @@ def cluster(monkeypatch, tmp_path):
         faults, "recover", lambda target=None, node=None: done.append(("off", target.node))
     )
     monkeypatch.setenv(
-        "POWERCUT_CLUSTER", ",".join(f"rec-n{i}=/dev/mapper/rec-n{i}-order" for i in range(3))
+        "POWERCUT_NODES", ",".join(f"rec-n{i}=/dev/mapper/rec-n{i}-order" for i in range(3))
     )
     monkeypatch.setenv("POWERCUT_MOUNTS", ":".join(str(tmp_path / f"n{i}") for i in range(3)))
     monkeypatch.setenv(
         "POWERCUT_FAULT_NODES", ",".join(f"rec-n{i}-fs:/dev/dm-{i}:2048" for i in range(3))
     )
-    setting = DisksFaults.parse("1=eio-writes,mark=ack:*,nth=2,until=ack:3")
+    setting = NodesFaults.parse("1=eio-writes,mark=ack:*,nth=2,until=ack:3")
     for k, v in faults.plan_env(setting, str(tmp_path / "plan.json")).items():
         monkeypatch.setenv(k, v)
     return done
@@ -146,7 +146,7 @@ def test_a_cluster_mark_moves_only_the_planned_node_and_switches_its_layer(clust
 
 def test_a_node_layers_marks_go_to_its_log_alone_under_the_cluster_lock(monkeypatch, cluster):
     sent: list[tuple[str, str]] = []
-    monkeypatch.setattr(faults, "insert_cluster", lambda text, spec: sent.append((text, spec)))
+    monkeypatch.setattr(faults, "insert_on_nodes", lambda text, spec: sent.append((text, spec)))
     t = faults.node_target(2)
     assert (t.name, t.lower, t.size, t.dm_name, t.order_dev) == (
         "rec-n2-fs",

@@ -1,4 +1,4 @@
-"""One selection algorithm for N >= 1 disks (core/states/selection.select_disks), proven against the two it
+"""One selection algorithm for N >= 1 disks (core/states/selection.select_nodes), proven against the two it
 replaced (tests/unit/core/oracle_selection.py, their logic verbatim):
 
 * **one disk** (N = 1), over random logs, every crash model (the lying-disk ones too), random seeds,
@@ -24,11 +24,11 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.states.disks import Disks
 from powercut.core.states.imagekey import state_key
 from powercut.core.states.models import CrashSpace
+from powercut.core.states.nodes import Nodes
 from powercut.core.states.pools import after_floor
-from powercut.core.states.selection import SelectionSpec, select, select_disks
+from powercut.core.states.selection import SelectionSpec, select, select_nodes
 from powercut.core.states.stateid import HONEST_MODELS, LIE_MODELS, MODELS
 from tests.unit.core.oracle_selection import old_select, old_select_cluster
 from tests.unit.core.test_cluster import CLUSTER
@@ -90,7 +90,7 @@ def test_one_disk_is_exactly_the_one_disk_algorithm(
         new = select(sp, spec, floor_mark=floor, earlier=earlier)
         old = old_select(sp, spec, floor_mark=floor, earlier=earlier)
         assert today(new) == {**old, "coverage": whole(old["coverage"])}  # type: ignore[arg-type]
-        disks = select_disks(Disks([sp]), spec, floor_mark=floor, earlier=earlier, cluster_bound=1)
+        disks = select_nodes(Nodes([sp]), spec, floor_mark=floor, earlier=earlier, node_bound=1)
         assert [s.id for s in disks.states] == old["ids"], (
             "one disk's pool is its model's choice: no bound"
         )
@@ -112,7 +112,7 @@ def _labelled_flush(aliases: dict[str, tuple[str, ...]]) -> dict[str, list[str]]
     return out
 
 
-def cluster_spec(rest: tuple[str, ...]) -> SelectionSpec:
+def nodes_spec(rest: tuple[str, ...]) -> SelectionSpec:
     return SelectionSpec(models=("flush", *rest), bound=4, samples=3, torn_samples=2)
 
 
@@ -129,13 +129,13 @@ def test_a_cluster_judges_exactly_what_the_cluster_algorithm_judged(
     bound: int,
     cap: int,
 ) -> None:
-    spec = cluster_spec(tuple(rest)).with_(max_states=cap)
+    spec = nodes_spec(tuple(rest)).with_(max_states=cap)
     with tempfile.TemporaryDirectory() as d:
         logs = build_cluster(Path(d), cluster)
         try:
-            disks = Disks(logs)
-            new = select_disks(disks, spec, cluster_bound=bound)
-            old = old_select_cluster(disks.nodes, disks.instants, spec, cluster_bound=bound)
+            disks = Nodes(logs)
+            new = select_nodes(disks, spec, node_bound=bound)
+            old = old_select_cluster(disks.nodes, disks.instants, spec, node_bound=bound)
             flushed = {m for m, ids in _labelled_flush(old["aliases"]).items() if ids}
             flushed |= {i.partition("~")[0] for i in old["ids"] if _all_flush(i)}
             if not flushed:  # exactly the same choice and coverage
@@ -180,9 +180,9 @@ def test_no_node_of_the_model_is_no_state_of_it(tmp_path: Path) -> None:
     one_sector = [[("w", 1, 1, FLUSH, 0)] for _ in range(len(GLOBAL) + 1)]
     logs = build_cluster(tmp_path, [one_sector] * 3)
     try:
-        disks = Disks(logs)
+        disks = Nodes(logs)
         spec = SelectionSpec(models=("torn",))
-        assert len(select_disks(disks, spec).states) == 0
+        assert len(select_nodes(disks, spec).states) == 0
         assert old_select_cluster(disks.nodes, disks.instants, spec)["ids"], (
             "the oracle labelled flush states torn"
         )
@@ -203,8 +203,8 @@ def test_a_lying_disk_model_on_a_cluster_has_one_lying_node_per_state(
     with tempfile.TemporaryDirectory() as d:
         logs = build_cluster(Path(d), cluster)
         try:
-            disks = Disks(logs)
-            sel = select_disks(disks, spec)
+            disks = Nodes(logs)
+            sel = select_nodes(disks, spec)
             liars: set[int] = set()
             every = [s.id for s in sel.states] + [a for ids in sel.aliases.values() for a in ids]
             for sid in every:  # judged, or an alias (a lie whose image an honest state has too)

@@ -11,9 +11,9 @@ from typing import Any
 
 from powercut.checker import CheckerSpec
 from powercut.core.judging.verdict import Verdict
-from powercut.core.states.disks import Disks
+from powercut.core.states.nodes import Nodes
 from powercut.debug.diagnosis import Diagnosis
-from tests.unit.core.test_disksshrink import OPS as CLUSTER_OPS
+from tests.unit.core.test_nodesshrink import OPS as CLUSTER_OPS
 from tests.unit.logops import build_log
 
 FIXTURES = Path(__file__).parent / "bundles"
@@ -94,7 +94,7 @@ def cluster(tmp: Path) -> dict[str, Any]:
     logs = [tmp / "rec" / f"log-n{i}.bin" for i in range(3)]
     logs[0].parent.mkdir(parents=True, exist_ok=True)
     indexes = [build_log(p, CLUSTER_OPS) for p in logs]
-    st = Disks(indexes).state_from_id(CLUSTER_STATE)
+    st = Nodes(indexes).state_from_id(CLUSTER_STATE)
     for x in indexes:
         x.close()
     v = Verdict(

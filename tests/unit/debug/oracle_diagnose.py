@@ -22,13 +22,13 @@ from typing import Any
 from powercut.check.context import CheckContext
 from powercut.check.host import cleanup_stale
 from powercut.check.judge import judge
-from powercut.core.judging.disksshrink import InstantSpace, NodeShrunk, cause_line, node_floor
+from powercut.core.judging.nodesshrink import InstantSpace, NodeShrunk, cause_line, node_floor
 from powercut.core.judging.shrink import Judged, Outcome, minimize, reason_class, signature
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import Disks, DisksState
 from powercut.core.states.models import CrashSpace
+from powercut.core.states.nodes import Nodes, NodesState
 from powercut.debug.blame import Culprit, blame, writes_that_matter
 from powercut.debug.diagnose import settled
 from powercut.errors import PowercutError, UsageError
@@ -203,8 +203,8 @@ def _with_image(ws: Workspace, state: CrashState, use: Any) -> Any:
 # -- core/clustershrink.py ----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ClusterShrunk:
-    original: DisksState
-    minimized: DisksState
+    original: NodesState
+    minimized: NodesState
     signature: tuple[str, str]
     reasons: tuple[str, ...]
     nodes: tuple[NodeShrunk, ...]
@@ -214,9 +214,9 @@ class ClusterShrunk:
 
 
 def minimize_cluster(
-    cs: Disks,
-    state: DisksState,
-    judge: Callable[[DisksState], Judged],
+    cs: Nodes,
+    state: NodesState,
+    judge: Callable[[NodesState], Judged],
     *,
     budget: int,
     expected: Judged,
@@ -291,11 +291,11 @@ def minimize_cluster(
 # -- debug/clusterdebug.py ------------------------------------------------------------------------------
 
 Sink = Callable[[Verdict], None]
-JudgeStates = Callable[[Sequence[DisksState], Sink, Path], None]  # judge these states into the sink
+JudgeStates = Callable[[Sequence[NodesState], Sink, Path], None]  # judge these states into the sink
 BlameNode = Callable[[int, CrashState, Path], list[Culprit]]  # node, its state, a work directory
 
 
-def judge_one(judge: JudgeStates, state: DisksState, work: Path) -> Verdict:
+def judge_one(judge: JudgeStates, state: NodesState, work: Path) -> Verdict:
     """One cluster state's verdict through ``judge``, in a fresh ``work`` directory."""
     got: list[Verdict] = []
     try:
@@ -308,7 +308,7 @@ def judge_one(judge: JudgeStates, state: DisksState, work: Path) -> Verdict:
 
 
 def host_blame(
-    ctx: CheckContext, cs: Disks, logs: Sequence[LogIndex], size: int, floors: Sequence[int | None]
+    ctx: CheckContext, cs: Nodes, logs: Sequence[LogIndex], size: int, floors: Sequence[int | None]
 ) -> BlameNode:
     """Blame one node's state on the host: the image of its cut with every write kept, up to the
     commit after the culprit writes (so a file's late data maps to the file), recovered by a mount,
@@ -381,8 +381,8 @@ class ClusterDiagnosis:
 
 
 def diagnose_cluster_state(
-    cs: Disks,
-    state: DisksState,
+    cs: Nodes,
+    state: NodesState,
     first: Verdict,
     judge: JudgeStates,
     blame: BlameNode | None,
@@ -396,7 +396,7 @@ def diagnose_cluster_state(
     t0 = time.monotonic()
     k = 0
 
-    def judge_cluster(cand: DisksState) -> Verdict:
+    def judge_cluster(cand: NodesState) -> Verdict:
         nonlocal k
         k += 1
         return judge_one(judge, cand, work / f"shrink-{k}")

@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 
 from powercut.check.place import Place
-from powercut.core.judging.disksshrink import bundle_cuts
+from powercut.core.judging.nodesshrink import bundle_cuts
 from powercut.core.judging.verdict import Verdict
-from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.nodes import Nodes, NodesState
 from powercut.debug import bundle, repro
 from powercut.debug.diagnosis import Diagnosis
 from powercut.errors import UsageError
 from powercut.replay.materialize import replay_state
-from tests.unit.core.test_disksshrink import OPS as CLUSTER_OPS
+from tests.unit.core.test_nodesshrink import OPS as CLUSTER_OPS
 from tests.unit.debug import bundleinputs as inputs
 from tests.unit.logops import build_log
 
@@ -173,9 +173,9 @@ class Judge:
     """A judge callback (debug/repro.JudgeStates) that says what the bundle said, and keeps the states."""
 
     def __init__(self) -> None:
-        self.seen: list[DisksState] = []
+        self.seen: list[NodesState] = []
 
-    def __call__(self, states: Sequence[DisksState], sink: Any, work: Path) -> None:
+    def __call__(self, states: Sequence[NodesState], sink: Any, work: Path) -> None:
         for st in states:
             self.seen.append(st)
             sink(
@@ -281,7 +281,7 @@ def _two_nodes(tmp: Path, diagnosis: bool) -> dict[str, Any]:
     logs = [tmp / "rec" / f"log-n{i}.bin" for i in range(2)]
     logs[0].parent.mkdir(parents=True, exist_ok=True)
     indexes = [build_log(p, CLUSTER_OPS) for p in logs]
-    cs = Disks(indexes)
+    cs = Nodes(indexes)
     st = cs.state_from_id("write-cache~write-cache@11/d5+write-cache@11")
     cuts = bundle_cuts(cs, st.instant)
     for x in indexes:

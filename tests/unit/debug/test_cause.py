@@ -12,8 +12,8 @@ from typing import Any
 from powercut.core.cause import causes
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
-from powercut.core.states.disks import Disks
 from powercut.core.states.models import space
+from powercut.core.states.nodes import Nodes
 from powercut.core.trace import syscalls as sc
 from powercut.debug import cause
 from powercut.debug.triage import Group
@@ -92,13 +92,13 @@ def test_one_disk_is_explained_as_before(tmp_path: Path) -> None:
     assert "/store.json.tmp was renamed over /store.json" in g.why["sentence"]
 
 
-def cluster(tmp_path: Path, c: Cluster) -> tuple[Rec, list[LogIndex], Disks]:
+def cluster(tmp_path: Path, c: Cluster) -> tuple[Rec, list[LogIndex], Nodes]:
     marks = [m.text for m in c.trace().marks() if m.target.endswith("-n0")]
     logs = [log_of(tmp_path / f"log-n{n}.bin", marks) for n in range(c.nodes)]
-    return traced(tmp_path, c.lines), logs, Disks(logs)
+    return traced(tmp_path, c.lines), logs, Nodes(logs)
 
 
-def at_ack(disks: Disks, logs: list[LogIndex], text: str = "ack:1") -> str:
+def at_ack(disks: Nodes, logs: list[LogIndex], text: str = "ack:1") -> str:
     return disks.make("flush", [space(ix).make_state("flush", after(ix, text)) for ix in logs]).id
 
 

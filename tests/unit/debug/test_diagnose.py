@@ -15,8 +15,8 @@ import pytest
 from powercut.check.context import CheckContext
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import FLUSH, FUA
-from powercut.core.states.disks import Disks
 from powercut.core.states.models import CrashSpace
+from powercut.core.states.nodes import Nodes
 from powercut.debug import diagnose
 from powercut.debug.blame import writes_that_matter
 from powercut.debug.diagnose import Workspace, settled
@@ -63,9 +63,9 @@ def test_settled_reaches_the_commit_after_the_next_barrier(tmp_path: Path) -> No
 
 
 def test_one_disks_images_are_the_workdirs_own_and_node_is_under_n(tmp_path: Path) -> None:
-    one = Workspace(Disks([build_log(tmp_path / "a.bin", OPS)]), (), 1 << 20, tmp_path / "w")
+    one = Workspace(Nodes([build_log(tmp_path / "a.bin", OPS)]), (), 1 << 20, tmp_path / "w")
     three = Workspace(
-        Disks([build_log(tmp_path / f"n{i}.bin", OPS) for i in range(3)]),
+        Nodes([build_log(tmp_path / f"n{i}.bin", OPS) for i in range(3)]),
         (),
         1 << 20,
         tmp_path / "w",
@@ -90,7 +90,7 @@ def test_one_disks_blame_image_reaches_the_commit(
     before."""
     if not settles:
         monkeypatch.setattr(diagnose, "SETTLE_FS", frozenset())
-    disks = Disks([build_log(tmp_path / "a.bin", OPS)])
+    disks = Nodes([build_log(tmp_path / "a.bin", OPS)])
     state = disks.nodes[0].make_state(
         "no-cache", 4
     )  # the writes that matter: 7, 8 (up to the barrier at 9)
@@ -110,7 +110,7 @@ def test_one_disks_blame_image_reaches_the_commit(
         exhausted=False,
         one_at_a_time=0,
     )
-    monkeypatch.setattr(diagnose, "minimize_disks", lambda *a, **k: shrunk)
+    monkeypatch.setattr(diagnose, "minimize_nodes", lambda *a, **k: shrunk)
     monkeypatch.setattr(diagnose, "_image", image)
     monkeypatch.setattr(diagnose, "mount", lambda *a, **k: None)
     monkeypatch.setattr(diagnose, "umount", lambda *a, **k: None)

@@ -29,14 +29,14 @@ from powercut.check.context import CheckContext
 from powercut.core.judging.shrink import Outcome
 from powercut.core.judging.verdict import Verdict
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.nodes import Nodes, NodesState
 from powercut.core.states.stateid import HONEST_MODELS, parse_id
 from powercut.debug import diagnose, triage
 from powercut.debug.blame import Culprit, writes_that_matter
 from powercut.debug.diagnosis import Diagnosis
 from powercut.errors import UsageError
 from powercut.linux import filesystems
-from tests.unit.core.test_disksshrink import OPS as NODE_OPS
+from tests.unit.core.test_nodesshrink import OPS as NODE_OPS
 from tests.unit.core.test_shrink import OP, PASS, concrete, mixed
 from tests.unit.debug import oracle_diagnose as old
 from tests.unit.logops import build_log
@@ -74,7 +74,7 @@ def fakes(judge: Judge) -> Iterator[list[str]]:
             sid, model, at, out.verdict, tuple(out.reasons), len(states[0].acks), 0, 0.01
         )
 
-    def judge_disks(
+    def judge_nodes(
         ctx: Any,
         devs: Sequence[str],
         states: Sequence[CrashState],
@@ -99,7 +99,7 @@ def fakes(judge: Judge) -> Iterator[list[str]]:
         mp.setattr(old, "_with_image", lambda ws, state, use: use(f"img:{state.id}"))
         mp.setattr(old, "judge", lambda ctx, dev, s, mnt: verdict([s], s.id, s.model, s.cut))
         mp.setattr(diagnose, "_image", image)
-        mp.setattr(diagnose, "judge_disks", judge_disks)
+        mp.setattr(diagnose, "judge_nodes", judge_nodes)
         for m in (old, diagnose):
             mp.setattr(m, "blame", fake_blame)
             mp.setattr(m, "mount", lambda *a, **k: None)
@@ -134,7 +134,7 @@ def test_one_disk_is_the_one_disk_diagnosis(
     ops.insert(data.draw(st.integers(0, len(ops))), ("m", "ack:x"))
     with tempfile.TemporaryDirectory() as d:
         index = build_log(Path(d) / "log", concrete(ops))
-        disks = Disks([index])
+        disks = Nodes([index])
         sp = disks.nodes[0]
         relevant = data.draw(
             st.sets(
@@ -215,10 +215,10 @@ def node_judge(relevant: Sequence[set[int]], need: str | None) -> Judge:
 
 
 @pytest.fixture(scope="module")
-def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Disks, list[Any], Path]:
+def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Nodes, list[Any], Path]:
     d = tmp_path_factory.mktemp("three")
     indexes = [build_log(d / f"n{i}.bin", NODE_OPS) for i in range(3)]
-    return Disks(indexes), indexes, d
+    return Nodes(indexes), indexes, d
 
 
 @settings(max_examples=100, deadline=None)
@@ -231,7 +231,7 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Disks, list[Any], P
     budget=st.integers(1, 60),
 )
 def test_three_disks_are_the_cluster_diagnosis(
-    three: tuple[Disks, list[Any], Path],
+    three: tuple[Nodes, list[Any], Path],
     drops: list[set[int]],
     relevant: list[set[int]],
     need: str | None,
@@ -258,7 +258,7 @@ def test_three_disks_are_the_cluster_diagnosis(
     )
     floors = [0, 0, 0]  # every node's mkfs mark
 
-    def judge_states(states: Sequence[DisksState], sink: Any, work: Path) -> None:
+    def judge_states(states: Sequence[NodesState], sink: Any, work: Path) -> None:
         work.mkdir(parents=True, exist_ok=True)
         for s in states:
             sink(old_verdict(s))
@@ -268,9 +268,9 @@ def test_three_disks_are_the_cluster_diagnosis(
         with fakes(judge) as judged:
 
             def old_verdict(
-                s: DisksState,
+                s: NodesState,
             ) -> Verdict:  # what Place.judge gave the cluster's minimization
-                return diagnose.judge_disks(
+                return diagnose.judge_nodes(
                     CTX,
                     [f"img:{x.id}" for x in s.nodes],
                     s.nodes,

@@ -15,7 +15,7 @@ import pytest
 from powercut.check.context import with_faults, with_node_faults
 from powercut.core.log.dmlog import LogIndex, open_log
 from powercut.core.states.crashstate import CrashState
-from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.nodes import Nodes, NodesState
 from powercut.debug import repro
 from tests.unit.debug import bundleinputs as inputs
 
@@ -47,7 +47,7 @@ class Place:
 def test_one_judge_for_one_disk_and_n(tmp_path: Path, name: str) -> None:
     t = repro.resolve(str(shutil.copytree(inputs.FIXTURES / name, tmp_path / name)))
     indexes = [open_log(p) for p in t.logs]
-    st = Disks(indexes).state_from_id(t.state)
+    st = Nodes(indexes).state_from_id(t.state)
     place = Place()
     repro.judge_for(t, place, indexes)([st], lambda v: None, tmp_path / "w")  # type: ignore[arg-type]
     ((ctx, src, index, states),) = place.calls
@@ -62,7 +62,7 @@ def test_one_judge_for_one_disk_and_n(tmp_path: Path, name: str) -> None:
         assert (
             ctx == with_node_faults(t.ctx, indexes)
             and states == [st]
-            and isinstance(states[0], DisksState)
+            and isinstance(states[0], NodesState)
         )
 
 

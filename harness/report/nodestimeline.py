@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from powercut.core.log.dmlog import LogIndex
-from powercut.core.states.disks import Disks, key_events
+from powercut.core.states.nodes import Nodes, key_events
 from powercut.errors import UsageError
 
 WIDTH = 1200
@@ -39,7 +39,7 @@ class NodeBand:
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterTimeline:
+class NodesTimeline:
     bands: tuple[NodeBand, ...]
     cuts: list[tuple[tuple[int, ...], str]] = field(
         default_factory=list
@@ -140,10 +140,10 @@ class ClusterTimeline:
         ]
 
 
-def of_logs(logs: Sequence[LogIndex], failing: Sequence[Any] = ()) -> ClusterTimeline:
+def of_logs(logs: Sequence[LogIndex], failing: Sequence[Any] = ()) -> NodesTimeline:
     """The timeline of a cluster recording's node logs (node 0 first) with the failing verdicts'
     cluster states; a state id the logs cannot rebuild is left out of the picture."""
-    cs = Disks(logs)
+    cs = Nodes(logs)
     bands = []
     for index, sp in zip(logs, cs.nodes):
         anchors = tuple(i for _, _, i in key_events(sp))
@@ -174,4 +174,4 @@ def of_logs(logs: Sequence[LogIndex], failing: Sequence[Any] = ()) -> ClusterTim
         except UsageError:
             continue
         cuts.append((tuple(s.cut for s in st.nodes), f"{v.state}: {v.verdict}"))
-    return ClusterTimeline(tuple(bands), cuts)
+    return NodesTimeline(tuple(bands), cuts)

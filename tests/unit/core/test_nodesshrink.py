@@ -1,4 +1,4 @@
-"""The minimization of N >= 1 disks' states (core/judging/disksshrink.py).  On synthetic 3-node logs, node by
+"""The minimization of N >= 1 disks' states (core/judging/nodesshrink.py).  On synthetic 3-node logs, node by
 node: a failure that needs one lost write of one node is minimized to exactly that (the other nodes
 lose nothing, every cut walked back within the instant), the id rebuilds, the budget is shared and
 honoured, candidates never leave the instant.  At N = 1, a Hypothesis property over random logs,
@@ -17,18 +17,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from powercut.core.judging.disksshrink import (
-    DisksShrunk,
+from powercut.core.judging.nodesshrink import (
     InstantSpace,
+    NodesShrunk,
     bundle_cuts,
     cause_line,
-    minimize_disks,
+    minimize_nodes,
     node_floor,
     nodes_named,
     nodes_note,
 )
 from powercut.core.judging.shrink import Outcome, minimize
-from powercut.core.states.disks import Disks, DisksState
+from powercut.core.states.nodes import Nodes, NodesState
 from powercut.core.states.stateid import HONEST_MODELS
 from powercut.errors import UsageError
 from tests.unit.core.test_shrink import OP, PASS, concrete, mixed
@@ -56,14 +56,14 @@ LOST = Outcome("lost-ack", ("acked record 1 is intact on 1 of 3 nodes",))
 
 
 @pytest.fixture()
-def cs(tmp_path: Path) -> Disks:
-    return Disks([build_log(tmp_path / f"n{i}.bin", OPS) for i in range(3)])
+def cs(tmp_path: Path) -> Nodes:
+    return Nodes([build_log(tmp_path / f"n{i}.bin", OPS) for i in range(3)])
 
 
-def fake_judge(calls: list[str]) -> Callable[[DisksState], Outcome]:
+def fake_judge(calls: list[str]) -> Callable[[NodesState], Outcome]:
     """Fails iff ack 1 is given and node 1 lost its write at entry W6."""
 
-    def judge(st: DisksState) -> Outcome:
+    def judge(st: NodesState) -> Outcome:
         calls.append(st.id)
         assert {s.cut for s in st.nodes} <= set(range(8, 13)), st.id  # never outside the instant
         if "1" in st.acks and W6 in st.nodes[1].dropped:
@@ -75,16 +75,16 @@ def fake_judge(calls: list[str]) -> Callable[[DisksState], Outcome]:
     return judge
 
 
-def start(cs: Disks) -> DisksState:
+def start(cs: Nodes) -> NodesState:
     return cs.make(
         "write-cache",
         [cs.nodes[n].make_state("write-cache", 11, (4, 5, 6, 8, 10)) for n in range(3)],
     )
 
 
-def test_the_failure_comes_down_to_node_1s_one_lost_write(cs: Disks) -> None:
+def test_the_failure_comes_down_to_node_1s_one_lost_write(cs: Nodes) -> None:
     calls: list[str] = []
-    got = minimize_disks(
+    got = minimize_nodes(
         cs, start(cs), fake_judge(calls), budget=200, expected=LOST, floors=[0, 0, 0]
     )
     m = got.minimized
@@ -102,19 +102,19 @@ def test_the_failure_comes_down_to_node_1s_one_lost_write(cs: Disks) -> None:
     assert [n.to_json()["lost"] for n in got.nodes] == [[5, 0], [5, 1], [5, 0]]
 
 
-def test_the_budget_is_shared_by_the_nodes_and_honoured(cs: Disks) -> None:
+def test_the_budget_is_shared_by_the_nodes_and_honoured(cs: Nodes) -> None:
     calls: list[str] = []
-    got = minimize_disks(cs, start(cs), fake_judge(calls), budget=3, expected=LOST)
+    got = minimize_nodes(cs, start(cs), fake_judge(calls), budget=3, expected=LOST)
     assert len(calls) == got.calls <= 3 and got.exhausted
     assert fake_judge([])(got.minimized).verdict == "lost-ack"  # the smallest failing state so far
 
 
-def test_a_passing_expectation_is_refused(cs: Disks) -> None:
+def test_a_passing_expectation_is_refused(cs: Nodes) -> None:
     with pytest.raises(UsageError, match="passes"):
-        minimize_disks(cs, start(cs), fake_judge([]), budget=5, expected=Outcome("pass"))
+        minimize_nodes(cs, start(cs), fake_judge([]), budget=5, expected=Outcome("pass"))
 
 
-def test_instant_space_refuses_other_instants_and_models(cs: Disks) -> None:
+def test_instant_space_refuses_other_instants_and_models(cs: Nodes) -> None:
     sp = InstantSpace(cs.nodes[0], cs.window(0, INSTANT), "torn-4k")
     assert sp.make_state("flush", 12).cut == 12
     with pytest.raises(UsageError, match="outside the instant"):
@@ -162,7 +162,7 @@ def test_cause_line_names_every_node() -> None:
     )
 
 
-def test_bundle_cuts_end_at_the_key_mark_after_the_instant(cs: Disks) -> None:
+def test_bundle_cuts_end_at_the_key_mark_after_the_instant(cs: Nodes) -> None:
     assert bundle_cuts(cs, INSTANT) == [13, 13, 13]  # begin:2 is the last entry
     assert bundle_cuts(cs, 1) == [8, 8, 8]  # up to and including ack:1
 
@@ -189,7 +189,7 @@ def test_one_disk_is_core_shrinks_minimization(
     ops.insert(data.draw(st.integers(0, len(ops))), ("m", "ack:x"))
     with tempfile.TemporaryDirectory() as d:
         index = build_log(Path(d) / "log", concrete(ops))
-    cs = Disks([index])
+    cs = Nodes([index])
     sp = cs.nodes[0]
     relevant = data.draw(
         st.sets(
@@ -210,16 +210,16 @@ def test_one_disk_is_core_shrinks_minimization(
     floor = data.draw(st.one_of(st.none(), st.integers(0, sp.n)))
     first, asked = judge(orig), []
 
-    def judge_disks(s: DisksState) -> Outcome:
+    def judge_nodes(s: NodesState) -> Outcome:
         asked.append(s.id)
         assert len(s.nodes) == 1 and s.id == s.nodes[0].id and s.model == s.nodes[0].model
         return judge(s.nodes[0])
 
-    def got_() -> DisksShrunk:
-        return minimize_disks(
+    def got_() -> NodesShrunk:
+        return minimize_nodes(
             cs,
             cs.state_from_id(orig.id),
-            judge_disks,
+            judge_nodes,
             budget=budget,
             expected=first,
             floors=[floor],

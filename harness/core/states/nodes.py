@@ -3,7 +3,7 @@ all at the same instant; one disk is the case N = 1, a cluster of several nodes 
 
 A recording has one dm-log-writes log per disk; with several (a cluster: ``record --nodes N``)
 every ``ack:``/``begin:`` mark is written to every log under one lock (marks.py,
-``$POWERCUT_CLUSTER``), so every log holds the same sequence of key marks.  This module turns N
+``$POWERCUT_NODES``), so every log holds the same sequence of key marks.  This module turns N
 such logs into states of N disks; core/states/selection.py chooses which ones a check judges.
 
 **The instant.**  A disk's *key version* at cut c (``CrashSpace.key_version[c]``) is the number of
@@ -25,7 +25,7 @@ as it always was.  With several it lists every disk's state id after the model t
 ``MODEL~ID0+ID1+...`` (``write-cache~flush@9+write-cache@12/d3+flush@10``): a disk with no state of
 that model in the instant contributes a ``flush`` state (FALLBACK_MODEL), so the disks' own ids do
 not name the model.  Each disk's id rebuilds that disk's state exactly (seeded parts included), so
-the id alone rebuilds the state of the disks; ``Disks.state_from_id`` refuses an id whose cuts lie
+the id alone rebuilds the state of the disks; ``Nodes.state_from_id`` refuses an id whose cuts lie
 in two instants.
 """
 
@@ -43,17 +43,17 @@ from powercut.core.states.stateid import parse_id as parse_disk_id
 from powercut.errors import UsageError
 
 __all__ = [
-    "DEFAULT_CLUSTER_BOUND",
-    "Disks",
-    "DisksState",
+    "DEFAULT_NODE_BOUND",
+    "Nodes",
+    "NodesState",
     "FALLBACK_MODEL",
     "ID_SEP",
     "LATE_MARKS",
     "MAX_NODES",
     "NODE_SEP",
-    "format_disks_id",
+    "format_nodes_id",
     "key_events",
-    "parse_disks_id",
+    "parse_nodes_id",
 ]
 
 ID_SEP = "~"  # MODEL~ids (several disks)
@@ -61,8 +61,8 @@ NODE_SEP = "+"  # between the disks' ids (no per-disk id contains it)
 FALLBACK_MODEL = (
     "flush"  # what a disk with no state of the model in an instant contributes (several disks)
 )
-DEFAULT_CLUSTER_BOUND = (
-    4096  # combinations of the disks' states taken in full per instant (--cluster-bound)
+DEFAULT_NODE_BOUND = (
+    4096  # combinations of the disks' states taken in full per instant (--node-bound)
 )
 MAX_NODES = 8  # disks of one recording (one recording VM's data disks)
 LATE_MARKS = (
@@ -82,14 +82,14 @@ def key_events(sp: CrashSpace) -> tuple[tuple[bool, str, int], ...]:
     return tuple(out)
 
 
-def format_disks_id(model: str, node_ids: Sequence[str]) -> str:
+def format_nodes_id(model: str, node_ids: Sequence[str]) -> str:
     """The id of a state of the disks: one disk's own id (it names its model), or ``MODEL~ID0+ID1+...``."""
     if len(node_ids) == 1:
         return node_ids[0]
     return model + ID_SEP + NODE_SEP.join(node_ids)
 
 
-def parse_disks_id(text: object, nodes: int) -> tuple[str, tuple[str, ...]]:
+def parse_nodes_id(text: object, nodes: int) -> tuple[str, tuple[str, ...]]:
     """(model, disk ids) of the id of a state of ``nodes`` disks, checked for shape only (one disk's
     id: core/states/stateid.parse_id); UsageError if malformed."""
     if nodes == 1:
@@ -110,7 +110,7 @@ def parse_disks_id(text: object, nodes: int) -> tuple[str, tuple[str, ...]]:
 
 
 @dataclass(frozen=True, slots=True)
-class DisksState:
+class NodesState:
     """One state per disk at one instant (key version): what every disk held (``nodes``: one disk's
     state, or each node's of a cluster, in node order)."""
 
@@ -138,7 +138,7 @@ class DisksState:
         }
 
 
-class Disks:
+class Nodes:
     """The crash spaces of N >= 1 disks' logs that share their key marks (one disk, or the nodes of
     a cluster).  UsageError (one line) if the logs do not have the same key-adding marks in the same
     order: they were not recorded as one cluster, and no cut of them is consistent."""
@@ -177,7 +177,7 @@ class Disks:
     def instant_of(self, node: int, cut: int) -> int:
         return self.nodes[node].key_version[cut]
 
-    def make(self, model: str, states: Sequence[CrashState]) -> DisksState:
+    def make(self, model: str, states: Sequence[CrashState]) -> NodesState:
         """A state of the disks from one state per disk; UsageError if they lie in different instants
         (or, for one disk, if its state is not of ``model``)."""
         check_model(model)
@@ -196,18 +196,18 @@ class Disks:
                 f"not a consistent cut: {where} (every node's cut must lie between the same two "
                 "key marks)"
             )
-        return DisksState(
-            model, at[0], tuple(states), format_disks_id(model, [s.id for s in states])
+        return NodesState(
+            model, at[0], tuple(states), format_nodes_id(model, [s.id for s in states])
         )
 
-    def state_from_id(self, text: str) -> DisksState:
+    def state_from_id(self, text: str) -> NodesState:
         """Rebuild the state of the disks an id names; UsageError for a malformed id, a disk's id that
         does not fit its log, or cuts in two instants.  One disk: its own id and errors
         (CrashSpace.state_from_id)."""
         if len(self.nodes) == 1:
             s = self.nodes[0].state_from_id(text)
-            return DisksState(s.model, self.instant_of(0, s.cut), (s,), text)
-        model, ids = parse_disks_id(text, len(self.nodes))
+            return NodesState(s.model, self.instant_of(0, s.cut), (s,), text)
+        model, ids = parse_nodes_id(text, len(self.nodes))
         states = []
         for n, (sp, sid) in enumerate(zip(self.nodes, ids)):
             try:
@@ -221,9 +221,9 @@ class Disks:
                 f"{FALLBACK_MODEL} node states, not {bad[0]}"
             )
         got = self.make(model, states)
-        return DisksState(got.model, got.instant, got.nodes, text)
+        return NodesState(got.model, got.instant, got.nodes, text)
 
-    def key(self, state: DisksState) -> tuple[Hashable, ...]:
+    def key(self, state: NodesState) -> tuple[Hashable, ...]:
         """Equal for two states of the disks iff every disk replays the same data and the keys are the same."""
         return tuple(image_key(sp, s) for sp, s in zip(self.nodes, state.nodes))
 

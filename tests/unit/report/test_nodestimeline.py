@@ -1,4 +1,4 @@
-"""The cluster timeline (report/clustertimeline.py): one band per node, the shared key marks at the
+"""The cluster timeline (report/nodestimeline.py): one band per node, the shared key marks at the
 same x on every node whatever each node wrote between them, each failing cluster state drawn
 through its cut on every node, ids the logs cannot rebuild left out."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import FLUSH
-from powercut.core.states.disks import Disks
-from powercut.core.states.selection import SelectionSpec, select_disks
-from powercut.report import clustertimeline
+from powercut.core.states.nodes import Nodes
+from powercut.core.states.selection import SelectionSpec, select_nodes
+from powercut.report import nodestimeline
 from tests.unit.logops import build_log
 
 GLOBAL = ["mkfs", "begin:1", "ack:1", "begin:2", "ack:2"]
@@ -32,13 +32,13 @@ def _logs(tmp_path: Path, writes: list[list[int]]):  # type: ignore[no-untyped-d
 
 def test_key_marks_line_up_across_nodes_and_failing_cuts_are_drawn(tmp_path: Path) -> None:
     logs = _logs(tmp_path, [[3, 1, 0, 5, 1], [1, 6, 2, 0, 0], [2, 2, 2, 2, 2]])
-    cs = Disks(logs)
-    states = select_disks(cs, SelectionSpec(models=("flush",))).states
+    cs = Nodes(logs)
+    states = select_nodes(cs, SelectionSpec(models=("flush",))).states
     failing = [Verdict(s.id, s.model, s.instant, "lost-ack", ("x",), 1, 1, 0.0) for s in states[:3]]
     failing.append(
         Verdict("flush~flush@999+flush@1+flush@1", "flush", 0, "lost-ack", (), 0, 0, 0.0)
     )
-    tl = clustertimeline.of_logs(logs, failing)
+    tl = nodestimeline.of_logs(logs, failing)
     assert len(tl.bands) == 3 and tl.entries == sum(len(x) for x in logs)
     x = tl.x_of()
     for k in range(len(tl.bands[0].anchors)):  # every shared key mark at one x on every node

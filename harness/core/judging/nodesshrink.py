@@ -9,7 +9,7 @@ every other disk's current state -- still fails the same way (the same verdict a
 of first reason, ``shrink.signature``).  Rounds over the disks repeat until one changes nothing
 or the budget (judge calls, shared by all disks) runs out.
 
-With several disks a candidate must stay a state of the disks that ``Disks.state_from_id``
+With several disks a candidate must stay a state of the disks that ``Nodes.state_from_id``
 rebuilds: its cut in the same instant (key version) as the others' (else the checker would be told
 other acks), its model the state's or ``flush`` (the fallback a node contributes).
 ``InstantSpace`` is the node's CrashSpace with ``make_state`` refusing anything else, so
@@ -29,18 +29,18 @@ from typing import Any
 
 from powercut.core.judging.shrink import Judged, Outcome, minimize, reason_class, signature
 from powercut.core.states.crashstate import CrashState, Torn
-from powercut.core.states.disks import FALLBACK_MODEL, Disks, DisksState
 from powercut.core.states.models import CrashSpace
+from powercut.core.states.nodes import FALLBACK_MODEL, Nodes, NodesState
 from powercut.errors import UsageError
 
 __all__ = [
-    "DisksShrunk",
+    "NodesShrunk",
     "InstantSpace",
     "NodeShrunk",
     "bundle_cuts",
     "cause_line",
     "culprit_phrase",
-    "minimize_disks",
+    "minimize_nodes",
     "node_bounds",
     "node_floor",
     "nodes_named",
@@ -63,7 +63,7 @@ class InstantSpace(CrashSpace):
         self._nacks = 0
         self._begun = {}
         self._lock = threading.Lock()
-        self.window, self.cluster_model = window, model
+        self.window, self.nodes_model = window, model
 
     def make_state(
         self,
@@ -76,8 +76,8 @@ class InstantSpace(CrashSpace):
             raise UsageError(
                 f"cut {cut} is outside the instant's cuts {self.window.start}..{self.window.stop - 1}"
             )
-        if model not in (self.cluster_model, FALLBACK_MODEL):
-            raise UsageError(f"a {self.cluster_model} cluster state holds no {model} node state")
+        if model not in (self.nodes_model, FALLBACK_MODEL):
+            raise UsageError(f"a {self.nodes_model} cluster state holds no {model} node state")
         return super().make_state(model, cut, dropped, torn)
 
 
@@ -108,12 +108,12 @@ class NodeShrunk:
 
 
 @dataclass(frozen=True, slots=True)
-class DisksShrunk:
+class NodesShrunk:
     """A minimization of N >= 1 disks' state: ``minimized`` fails like ``original`` (``signature``;
     ``reasons``: its own judgement); ``calls`` judge calls in all (the budget shared by the disks)."""
 
-    original: DisksState
-    minimized: DisksState
+    original: NodesState
+    minimized: NodesState
     signature: tuple[str, str]
     reasons: tuple[str, ...]
     nodes: tuple[NodeShrunk, ...]
@@ -153,7 +153,7 @@ def node_floor(sp: CrashSpace, window: range, state: CrashState, floor: int | No
 
 
 def node_bounds(
-    cs: Disks, n: int, state: DisksState, current: CrashState, floor: int | None
+    cs: Nodes, n: int, state: NodesState, current: CrashState, floor: int | None
 ) -> tuple[CrashSpace, int | None]:
     """The space disk ``n``'s candidates come from and the floor entry they keep, while the other
     disks hold their states: the cuts of the state's instant under its model or ``flush``
@@ -168,16 +168,16 @@ def node_bounds(
     )
 
 
-def minimize_disks(
-    cs: Disks,
-    state: DisksState,
-    judge: Callable[[DisksState], Judged],
+def minimize_nodes(
+    cs: Nodes,
+    state: NodesState,
+    judge: Callable[[NodesState], Judged],
     *,
     budget: int,
     expected: Judged,
     floors: Sequence[int | None] = (),
     classify: Callable[[str], str] = reason_class,
-) -> DisksShrunk:
+) -> NodesShrunk:
     """Minimize each disk's state of the failing ``state`` in turn, the others fixed, while the
     state of the disks fails like ``expected`` (its known judgement); at most ``budget`` calls of
     ``judge`` over all disks and rounds (one round for one disk: ``node_bounds``).  ``floors``: per
@@ -237,7 +237,7 @@ def minimize_disks(
         NodeShrunk(n, state.nodes[n], current[n], calls[n], exhausted[n], naive[n])
         for n in range(len(cs))
     )
-    return DisksShrunk(
+    return NodesShrunk(
         state,
         minimized,
         target,
@@ -291,7 +291,7 @@ def cause_line(
     return f"{verdict}: {reason_cls} <- " + " | ".join(parts)
 
 
-def bundle_cuts(cs: Disks, instant: int) -> list[int]:
+def bundle_cuts(cs: Nodes, instant: int) -> list[int]:
     """Per node, how many log entries rebuild every cluster state of ``instant``: up to and
     including the key mark that ends the instant (so every cut log keeps the same key marks and
     still makes one cluster), or the whole log for the last instant."""
