@@ -249,4 +249,4 @@ def _disks(state: CrashState | NodesState) -> tuple[tuple[CrashState, ...], int]
     the checker VM), a cluster's at its instant."""
     if isinstance(state, CrashState):
         return (state,), state.cut
-    return state.nodes, state.nodes[0].cut if len(state.nodes) == 1 else state.instant
+    return state.nodes, state.cut

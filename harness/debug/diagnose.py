@@ -64,9 +64,9 @@ class Workspace:
     floors: tuple[int | None, ...] = ()
 
     def where(self, what: str, node: int) -> Path:
-        """Disk ``node``'s directory for ``what`` (its images: ``diag``, its mount point: ``mnt``):
-        one disk's ``workdir/what``, node i's of several ``workdir/what/n<i>``."""
-        return self.workdir / what if len(self.disks) == 1 else self.workdir / what / f"n{node}"
+        """Node ``node``'s directory for ``what`` (its images: ``diag``, its mount point: ``mnt``):
+        ``workdir/what/n<node>``, whatever the number of nodes."""
+        return self.workdir / what / f"n{node}"
 
 
 def diagnose(
@@ -120,7 +120,7 @@ def judge_state(ctx: CheckContext, ws: Workspace, state: NodesState) -> Verdict:
     """One state of the disks judged on its images (check/judge.judge_nodes: one disk's verdict has
     its cut, several disks' the instant)."""
     mnts = [str(ws.where("mnt", n)) for n in range(len(state.nodes))]
-    at = state.nodes[0].cut if len(state.nodes) == 1 else state.instant
+    at = state.cut
     with contextlib.ExitStack() as stack:
         devs = [stack.enter_context(_image(ws, n, s)) for n, s in enumerate(state.nodes)]
         return judge_nodes(ctx, devs, state.nodes, mnts, sid=state.id, model=state.model, at=at)

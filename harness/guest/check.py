@@ -118,11 +118,15 @@ class _Disks:
         t0 = time.monotonic()
         devs = [str(node.next_image()) for node in self.nodes]
         log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t0)
-        at = (
-            state.nodes[0].cut if len(self.nodes) == 1 else state.instant
-        )  # one disk's verdict: its cut
         v = judge_nodes(
-            self.ctx, devs, state.nodes, self.mnts, sid=state.id, model=state.model, at=at, t0=t0
+            self.ctx,
+            devs,
+            state.nodes,
+            self.mnts,
+            sid=state.id,
+            model=state.model,
+            at=state.cut,
+            t0=t0,
         )
         self.progress.add({"verdict": v.to_json()})
         return v, devs

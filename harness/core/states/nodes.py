@@ -127,6 +127,12 @@ class NodesState:
     def begun(self) -> tuple[str, ...]:
         return self.nodes[0].begun
 
+    @property
+    def cut(self) -> int:
+        """Where a verdict of this state says it was cut: one disk's own cut (its log's entry), N
+        disks' instant (a key version, which every node shares)."""
+        return self.nodes[0].cut if len(self.nodes) == 1 else self.instant
+
     def to_json(self) -> dict[str, object]:
         return {
             "id": self.id,

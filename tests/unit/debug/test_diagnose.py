@@ -62,7 +62,7 @@ def test_settled_reaches_the_commit_after_the_next_barrier(tmp_path: Path) -> No
     assert settled(sp, 3) == 3  # the barrier at 2, no FUA write after it
 
 
-def test_one_disks_images_are_the_workdirs_own_and_node_is_under_n(tmp_path: Path) -> None:
+def test_every_nodes_images_are_under_n_whatever_the_number_of_nodes(tmp_path: Path) -> None:
     one = Workspace(Nodes([build_log(tmp_path / "a.bin", OPS)]), (), 1 << 20, tmp_path / "w")
     three = Workspace(
         Nodes([build_log(tmp_path / f"n{i}.bin", OPS) for i in range(3)]),
@@ -71,8 +71,8 @@ def test_one_disks_images_are_the_workdirs_own_and_node_is_under_n(tmp_path: Pat
         tmp_path / "w",
     )
     assert (one.where("mnt", 0), one.where("diag", 0)) == (
-        tmp_path / "w" / "mnt",
-        tmp_path / "w" / "diag",
+        tmp_path / "w" / "mnt" / "n0",
+        tmp_path / "w" / "diag" / "n0",
     )
     assert three.where("mnt", 2) == tmp_path / "w" / "mnt" / "n2"
 
