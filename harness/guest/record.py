@@ -81,7 +81,7 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     stacks = []
     for i in range(n):
-        data_role, log_role = guestjob.record_roles(i, n)
+        data_role, log_role = guestjob.record_roles(i)
         s = DiskStack.make(
             disk_name(job.dm_name, i, n),
             job.disks[data_role],

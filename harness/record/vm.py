@@ -113,9 +113,9 @@ def disk_files(i: int, disks: int) -> tuple[str, str]:
     )
 
 
-def disk_serials(i: int, disks: int) -> tuple[str, str]:
-    """The QEMU serials of data disk i's data and log disks (the guest finds them by these)."""
-    return ("pcdata", "pclog") if disks == 1 else (f"pcdata{i}", f"pclog{i}")
+def disk_serials(i: int) -> tuple[str, str]:
+    """The QEMU serials of node i's data and log disks (the guest finds them by these)."""
+    return (f"pcdata{i}", f"pclog{i}")
 
 
 def vm_disks(
@@ -125,12 +125,12 @@ def vm_disks(
     disks: list[DiskSpec] = []
     roles: dict[str, str] = {}
     for i in range(nodes):
-        (logf, final), serials = disk_files(i, nodes), disk_serials(i, nodes)
+        (logf, final), serials = disk_files(i, nodes), disk_serials(i)
         disks += [
             DiskSpec(str(out / final), serials[0], bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
             DiskSpec(str(out / logf), serials[1], bus=spec.bus, cache="unsafe", write_cache=True),  # type: ignore[arg-type]
         ]
-        roles.update(zip(guestjob.record_roles(i, nodes), serials))
+        roles.update(zip(guestjob.record_roles(i), serials))
     return tuple(disks), roles
 
 

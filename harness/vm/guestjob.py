@@ -69,10 +69,9 @@ class RecordJob:
     nodes: int = 1  # data disks (> 1: a cluster, each node's disks named by record_roles)
 
 
-def record_roles(i: int, disks: int) -> tuple[str, str]:
-    """The roles (RecordJob.disks keys) of data disk i's data and log disks: ``data``/``log`` for
-    one disk, ``data<i>``/``log<i>`` for a cluster's node i."""
-    return ("data", "log") if disks == 1 else (f"data{i}", f"log{i}")
+def record_roles(i: int) -> tuple[str, str]:
+    """The roles (RecordJob.disks keys) of node i's data and log disks: ``data<i>``/``log<i>``."""
+    return (f"data{i}", f"log{i}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -262,6 +262,6 @@ def test_dry_run_prints_qemu_argv(tmp_path: Path) -> None:
     argv = out.stdout.strip()
     assert argv.startswith(shutil.which("qemu-system-x86_64") or "qemu-system-x86_64")
     assert (
-        "-accel tcg" in argv and "serial=pcdata,write-cache=on" in argv and "cache=unsafe" in argv
+        "-accel tcg" in argv and "serial=pcdata0,write-cache=on" in argv and "cache=unsafe" in argv
     )
     assert not (tmp_path / "rec").exists()
