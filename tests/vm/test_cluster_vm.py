@@ -48,7 +48,7 @@ def test_a_three_node_recording_is_judged_at_every_consistent_instant(
     )
     assert out.returncode == 0, out.stdout + out.stderr
     text = (rec / "manifest.toml").read_text()
-    assert "[cluster]" in text and text.count("[[cluster.node]]") == 3
+    assert "[cluster]" not in text and text.count("[[node]]") == 3  # one table per node
     chk = powercut(
         "check", str(rec), "--check-in", "host", "--model", "flush", "-o", str(tmp_path / "out")
     )
