@@ -48,6 +48,24 @@ class OneDiagnosis:
         }
 
 
+def blamed_diagnosis(state: str) -> Diagnosis:
+    """A real one-disk Diagnosis of ``state``: minimized to write-cache@4/d2, which loses one data
+    write of /f (entry 2)."""
+    culprit = {"entry": 2, "what": "data block", "path": "/f", "text": "entry 2: data of /f"}
+    return Diagnosis(
+        state,
+        "lost-ack",
+        "write-cache@4/d2",
+        ("acked record(s) [1] missing",),
+        "lost",
+        3,
+        False,
+        ({"culprits": [culprit]},),
+        "lost-ack: lost <- data of /f",
+        0.1,
+    )
+
+
 def one_disk(tmp: Path) -> dict[str, Any]:
     """A one-disk bundle's inputs (the keywords of the one-disk writer), its log built in ``tmp``."""
     log = tmp / "rec" / "log.bin"

@@ -16,6 +16,7 @@ from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import open_log
 from powercut.debug import bundle, repro
 from powercut.errors import UsageError
+from tests.unit.debug import bundleinputs
 from tests.unit.logops import build_log
 
 OPS = [
@@ -167,21 +168,8 @@ def test_a_one_disk_bundle_is_the_one_layout(tmp_path: Path) -> None:
 
 def test_a_one_disk_diagnosis_is_written_as_a_clusters(tmp_path: Path) -> None:
     """minimized_reasons, cause and blame come from the diagnosis for one disk as for several."""
-    from powercut.debug.diagnosis import Diagnosis
 
-    culprit = {"entry": 2, "what": "data block", "path": "/f", "text": "entry 2: data of /f"}
-    d = Diagnosis(
-        "write-cache@6/d2",
-        "lost-ack",
-        "write-cache@4/d2",
-        ("acked record(s) [1] missing",),
-        "lost",
-        3,
-        False,
-        ({"culprits": [culprit]},),
-        "lost-ack: lost <- data of /f",
-        0.1,
-    )
+    d = bundleinputs.blamed_diagnosis("write-cache@6/d2")
     log = tmp_path / "rec" / "log.bin"
     log.parent.mkdir()
     build_log(log, OPS).close()

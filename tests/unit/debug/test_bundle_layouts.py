@@ -110,22 +110,9 @@ def test_the_adapter_takes_an_old_one_disk_bundles_findings_from_its_diagnosis(
 ) -> None:
     """What the one-disk writer before the one format wrote of a real diagnosis (no nodes, logs,
     instant, minimized_reasons, cause, blame) becomes what today's writer writes of it."""
-    from powercut.debug.diagnosis import Diagnosis
 
-    culprit = {"entry": 2, "what": "data block", "path": "/f", "text": "entry 2: data of /f"}
     kw = _inputs("one-disk", tmp_path / "in")
-    kw["diagnosis"] = Diagnosis(
-        "write-cache@4/d2",
-        "lost-ack",
-        "write-cache@4/d2",
-        ("acked record(s) [1] missing",),
-        "lost",
-        3,
-        False,
-        ({"culprits": [culprit]},),
-        "lost-ack: lost <- data of /f",
-        0.1,
-    )
+    kw["diagnosis"] = inputs.blamed_diagnosis("write-cache@4/d2")
     new = bundle.write(tmp_path / "new", **kw)
     doc = json.loads((new / "bundle.json").read_text())
     old = {k: v for k, v in doc.items() if k not in ("nodes", "logs", "instant", "kind")}
