@@ -47,6 +47,9 @@ class Workload:
     minimum: dict[str, float] = field(
         default_factory=dict
     )  # numeric parameter -> least value (else 0)
+    nodes: bool = (
+        False  # it runs on every node's filesystem ($POWERCUT_MOUNTS): record --nodes N > 1
+    )
 
     def params(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """Defaults overlaid with ``given``; unknown keys, values of the wrong type, out of range or

@@ -191,6 +191,7 @@ WORKLOAD = Workload(
         "put_timeout": 1,
         "recover_timeout": 1,
     },
+    nodes=True,
 )
 
 

@@ -199,4 +199,5 @@ WORKLOAD = Workload(
     description="PostgreSQL primary (node 0) + synchronous streaming standby (node 1): "
     "INSERT + UPDATE transactions, synchronous_commit=on|remote_write|remote_apply|local|off",
     choices={"synchronous_commit": pg.SYNC_COMMIT},
+    nodes=True,
 )

@@ -97,4 +97,5 @@ WORKLOAD = Workload(
     main,
     {"n": 40, "size": 1000, "seed": 0, "file": "replog.log", "fsync": True},
     minimum={"n": 1, "size": 1},
+    nodes=True,
 )

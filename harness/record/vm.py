@@ -242,9 +242,15 @@ def ready(spec: RecordSpec, disks: int) -> tuple[RecordSpec, Any]:
     and its guest image (built, or found cached), once the workload's name and parameters, and QEMU,
     are known good: a bad one fails here, before anything is written."""
     if spec.workload.name:
-        workloads.get(spec.workload.name).params(
-            spec.workload.params
-        )  # unknown names/params fail here
+        named = workloads.get(spec.workload.name)
+        named.params(spec.workload.params)  # unknown names/params fail here
+        if disks > 1 and not named.nodes:
+            raise UsageError(
+                f"workload {named.name} writes to one disk: --nodes {disks} would record "
+                f"{disks - 1} idle node(s) and judge its acks where it never wrote them; give a "
+                "cluster workload (replog, pgsync, etcd) or --cmd with a program that uses "
+                "$POWERCUT_MOUNTS"
+            )
     spec = dataclasses.replace(
         spec, latency=spec.latency_for(disks), workload=spec.workload_for(disks)
     )

@@ -111,6 +111,22 @@ def test_a_bad_option_value_exits_2_before_anything_runs(argv: list[str], names:
 @pytest.mark.parametrize(
     "argv",
     [
+        ["record", "--workload", "append-fsync", "--nodes", "2"],
+        ["run", "--workload", "wal", "--nodes", "3"],
+    ],
+)
+def test_a_one_disk_workload_on_several_nodes_is_refused(argv: list[str], tmp_path: Path) -> None:
+    """Its acks would be judged on node 0's filesystem, where it never wrote: every state a false
+    lost-ack.  One line naming the cause, before any VM, and nothing written."""
+    p = cli(*argv, "-o", str(tmp_path / "out"))
+    assert p.returncode == 1
+    one_line(p, "writes to one disk")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
         ["record", "--workload", "wal", "--mkfs-opts", "'x", "-o", "{out}"],
         ["record", "--workload", "wal", "--mkfs-opts", "'x", "-o", "{out}", "--dry-run"],
         ["run", "--mkfs-opts", "'x", "-o", "{out}"],
