@@ -32,7 +32,9 @@ from powercut.core.states.shard import Shard
 from powercut.errors import UsageError
 
 SHARD_JSON = "shard.json"
-BIG = ("log.bin", "data-final.img")  # a recording's disk and log: large, and no repro needs them
+# a recording's logs and final data images, one disk's or every node's (record/vm.disk_files):
+# large, and no repro needs them (a bundle keeps its own logs)
+BIG = re.compile(r"log(-n\d+)?\.bin|data(-n\d+)?-final\.img")
 
 
 def annotate(level: str, text: str) -> None:
@@ -103,8 +105,8 @@ def finish_shard(
     if status == 1 and not problems:
         problems.append(f"shard {shard}: {meaning}")
     if prune and tests_dir.is_dir():
-        for name in BIG:
-            for f in tests_dir.glob(f"*/recording/{name}"):
+        for f in tests_dir.glob("*/recording/*"):
+            if BIG.fullmatch(f.name):
                 f.unlink()
     doc = {
         "shard": str(shard),
@@ -218,8 +220,8 @@ def _groups(check: Path) -> list[dict[str, Any]]:
 
 
 def _recording_files(where: str, names: list[str]) -> list[str]:
-    """copytree's ignore: a recording's disk and log (a repro bundle keeps its own log.bin)."""
-    return [n for n in names if n in BIG] if Path(where).name == "recording" else []
+    """copytree's ignore: a recording's logs and data images (a repro bundle keeps its own logs)."""
+    return [n for n in names if BIG.fullmatch(n)] if Path(where).name == "recording" else []
 
 
 def merge(paths: list[str | Path], out: str | Path, *, artifact_prefix: str = "powercut") -> Merged:

@@ -89,3 +89,23 @@ def test_bad_shard_arguments_get_one_line(
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 3 and all(line.startswith("powercut: error: ") for line in lines)
     assert "no such directory" in lines[1] and "auto, kvm or tcg, not 'fast'" in lines[2]
+
+
+def test_a_recordings_logs_and_images_are_left_out_of_the_artifact_for_every_node() -> None:
+    """One disk's log.bin and data-final.img and every node's log-n<i>.bin, data-n<i>-final.img:
+    large, and no repro needs them; the manifest, the job and a bundle's logs stay."""
+    from powercut.campaign.ghsummary import _recording_files
+
+    names = [
+        "log.bin",
+        "data-final.img",
+        "log-n0.bin",
+        "log-n12.bin",
+        "data-n1-final.img",
+        "manifest.toml",
+        "job",
+        "log0.bin",
+        "console.log",
+    ]
+    assert _recording_files("/x/recording", names) == names[:5]
+    assert _recording_files("/x/bundles", names) == []
