@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from powercut import Checker, CheckInput, CheckResult
+from powercut.checkers.keystate import key_state
 from powercut.workloads.pgserver import (
     MISSING,
     USER,
@@ -159,12 +160,7 @@ class Judge:
         self.corrupt: list[str] = []
 
     def state(self, i: int) -> str:
-        if i in self.acked:
-            return "acked"
-        elif i in self.begun:
-            return "begun, not acked"
-        else:
-            return "never begun"
+        return key_state(i, self.acked, self.begun)
 
     def run(self, found: Found, *, amcheck: Sequence[str] = (), note: str = "") -> CheckResult:
         self.corrupt.extend(f"pg_amcheck: {line}" for line in amcheck[:3])

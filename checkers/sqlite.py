@@ -33,6 +33,7 @@ import urllib.parse
 from typing import Any
 
 from powercut import Checker, CheckInput, CheckResult
+from powercut.checkers.keystate import key_state
 
 PAYLOAD_BYTES = 1000
 DEFAULTS: dict[str, Any] = {"seed": 0, "file": "app.db"}
@@ -80,12 +81,7 @@ class Judge:
         self.corrupt: list[str] = []
 
     def state(self, i: int) -> str:
-        if i in self.acked:
-            return "acked"
-        elif i in self.begun:
-            return "begun, not acked"
-        else:
-            return "never begun"
+        return key_state(i, self.acked, self.begun)
 
     def run(self) -> CheckResult:
         lines = [str(r[0]) for r in self.con.execute("PRAGMA integrity_check")]

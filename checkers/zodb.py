@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from powercut import Checker, CheckInput, CheckResult
+from powercut.checkers.keystate import key_state
 
 MISSING = "the zodb workload needs ZODB: pip install 'powercut[apps]'"
 DEFAULTS: dict[str, Any] = {"seed": 0, "value_bytes": 2048, "file": "Data.fs"}
@@ -84,12 +85,7 @@ class Expect:
     notes: list[str] = field(default_factory=list)
 
     def state(self, i: int) -> str:
-        if i in self.acked:
-            return "acked"
-        elif i in self.begun:
-            return "begun, not acked"
-        else:
-            return "never begun"
+        return key_state(i, self.acked, self.begun)
 
     def value(self, i: int) -> bytes:
         return value(self.seed, i, self.size)
