@@ -14,7 +14,7 @@ garbled key is one clear BadRecording line naming it, never a KeyError.  ``load`
 recording into one form whatever its number of disks, ``Recording.nodes`` (one ``Node`` per data
 disk: its log, final image, file map and pin): format 2 writes it as it is ([[node]]); format 1's
 two layouts -- one disk's ``[log]``/``[data] final``/``[files] map`` and a cluster's ``[cluster]``
-tables -- are read into it by one adapter, ``_nodes_of_format_1``.  One disk's files keep their
+tables -- are read into it by one adapter, ``upgrade``.  One disk's files keep their
 names (``log.bin``, ``data-final.img``): they are what its user types (``powercut log
 runs/x/log.bin``, the docs' examples); the names are the node's values, not a second layout.
 
@@ -206,7 +206,7 @@ def upgrade(m: dict[str, Any]) -> dict[str, Any]:
     m["recording"]["format"] = FORMAT_VERSION
     cluster = m.pop("cluster", None)
     log = m["log"]
-    table = {**node_table(log.pop("file"), m["data"].pop("final"))}
+    table = node_table(log.pop("file"), m["data"].pop("final"))
     table.update({k: log.pop(k) for k in PIN if k in log})
     fmap = m.get("files", {}).pop("map", None)
     logged = m.get("result", {}).pop("logged_entries", None)

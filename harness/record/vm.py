@@ -248,8 +248,8 @@ def ready(spec: RecordSpec, disks: int) -> tuple[RecordSpec, Any]:
             raise UsageError(
                 f"workload {named.name} writes to one disk: --nodes {disks} would record "
                 f"{disks - 1} idle node(s) and judge its acks where it never wrote them; give a "
-                "cluster workload (replog, pgsync, etcd) or --cmd with a program that uses "
-                "$POWERCUT_MOUNTS"
+                f"cluster workload ({', '.join(n for n in workloads.names() if workloads.get(n).nodes)}) "
+                "or --cmd with a program that uses $POWERCUT_MOUNTS"
             )
     spec = dataclasses.replace(
         spec, latency=spec.latency_for(disks), workload=spec.workload_for(disks)
