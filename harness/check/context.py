@@ -79,8 +79,8 @@ class CheckContext:
 @dataclass(frozen=True, slots=True)
 class LogSource:
     """The recorded logs a state is rebuilt from: the first disk's log, the data devices' size (every
-    disk's), the image the log starts from (None: zeros; a repro bundle has none) and, for N > 1
-    disks, every disk's log in disk order (``nodes``; empty for one disk, whose log is ``path``).
+    disk's), the image the log starts from (None: zeros; a repro bundle has none) and every disk's
+    log in disk order (``nodes``, ``path`` first; empty means ``path`` alone: ``logs`` reads both).
     Every log of a source lies in one directory (the recording's, or a bundle's)."""
 
     path: Path
