@@ -11,6 +11,8 @@
 #                                           each, repeat k sampling with seed+k), each judged: $OUT/schedules
 #   bash ci/nightly.sh explore              $EXPLORE_ROW's races explored (run --explore-races: one recording
 #                                           per file it synced, only that file's syncs held): $OUT/explore
+#   bash ci/nightly.sh corpus               the corpus of published durability bugs (docs/corpus.md): each
+#                                           buggy and fixed release built once, recorded, judged: $OUT/corpus
 #
 # A row is WORKLOAD:FS[:k=v,...] (the workload's params; delay-sync=GLOB=TIME among them holds those
 # files' syncs while recording, --delay-sync).  Environment: OUT (runs/nightly), SHARDS (3),
@@ -20,6 +22,7 @@
 # nightly samples other states each night; the workflow passes its run id).  Schedules (docs/races.md):
 # SCHEDULE_ROW (append-fsync:ext4:n=8), SCHEDULES (the disk latencies: none,hdd), REPEAT (2).
 # Races (docs/races.md): EXPLORE_ROW (twofile:ext4:n=6), EXPLORE_BUDGET (8 recordings after the first).
+# The corpus: CORPUS (space-separated entry names; default every entry).
 # Exit status: 0 every merged row passed, 3 a row has confirmed failures, 1 an error or a row that
 # is not complete (a missing shard, an interrupted check).
 set -euo pipefail
@@ -95,6 +98,14 @@ explore() {
         -o "$OUT/explore" --check-in "$CHECK_IN" -j "$JOBS" --max-states "$MAX_STATES" --seed "$SEED"
 }
 
+corpus() {
+    local names=()
+    read -r -a names <<< "${CORPUS:-}"
+    say "corpus: ${CORPUS:-every entry} -> $OUT/corpus"
+    pc corpus --build-only "${names[@]}"   # the one step that needs the network
+    pc corpus "${names[@]}" -o "$OUT/corpus"
+}
+
 merge() {
     local row=$1 d; d=$(row_dir "$row")
     local shards=("$d"/shard-*)
@@ -110,6 +121,7 @@ case "${1:-all}" in
     merge) merge "$2" ;;
     schedules) schedules ;;
     explore) explore ;;
+    corpus) corpus ;;
     all)
         [ "${SETUP:-1}" = 0 ] || bash ci/setup.sh
         worst=0
@@ -121,12 +133,12 @@ case "${1:-all}" in
             if [ "$rc" = 1 ] || { [ "$rc" = 3 ] && [ "$worst" = 0 ]; }; then worst=$rc; fi
             [ "$rc" = 0 ] || [ "$rc" = 1 ] || [ "$rc" = 3 ] || worst=1
         done
-        for step in schedules explore; do
+        for step in schedules explore corpus; do
             rc=0; "$step" || rc=$?
             say "$step: exit $rc"
             if [ "$rc" = 1 ] || { [ "$rc" = 3 ] && [ "$worst" = 0 ]; }; then worst=$rc; fi
             [ "$rc" = 0 ] || [ "$rc" = 1 ] || [ "$rc" = 3 ] || worst=1
         done
         exit "$worst" ;;
-    *) say "unknown step '$1': all, rows, record ROW, check ROW I/N, merge ROW, schedules, explore"; exit 2 ;;
+    *) say "unknown step '$1': all, rows, record ROW, check ROW I/N, merge ROW, schedules, explore, corpus"; exit 2 ;;
 esac

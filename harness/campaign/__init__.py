@@ -10,6 +10,8 @@
 * ``ledger`` -- the states that passed in earlier runs of a log (``--ledger``), skipped in the next;
 * ``merge`` -- the shards of one campaign joined into its outputs;
 * ``matrix`` -- running the verdict matrix and timing its rows;
+* ``corpus`` -- the corpus of published durability bugs: each release built once into a cache,
+  recorded and judged through its driver (``powercut corpus``);
 * ``schedules`` -- the same workload recorded under several disk latencies and repeats, each judged,
   and what differs between them (``run --disk-latency none,hdd --repeat N``);
 * ``explore`` -- races explored: one schedule per file the trace synced before an ack, only its syncs

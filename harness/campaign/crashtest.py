@@ -42,7 +42,8 @@ from powercut.debug.cause import group_lines
 from powercut.errors import PowercutError, UsageError
 from powercut.images.build import ImageSpec, build_image
 from powercut.linux import filesystems, process
-from powercut.record.vm import RecordSpec, record
+from powercut.record.vm import RecordSpec, Start, record
+from powercut.replay.materialize import replay_state
 from powercut.report.summary import Summary
 from powercut.vm.cmdline import keep_visible
 from powercut.vm.qemu import QEMU
@@ -82,6 +83,7 @@ class CrashTest:
     delay_sync: tuple[
         str, ...
     ] = ()  # GLOB=TIME rules: those files' syncs held (core/recording/syncdelay.py)
+    start: tuple[Path, str] | None = None  # (recording, state id): record from that crash state
 
     @classmethod
     def of(cls, name: str, workload_cmd: str, **settings: Any) -> CrashTest:
@@ -164,6 +166,7 @@ class CrashTest:
             ),
             accel=self.place.accel,
             latency=disk_latency_for(self.disk_latency, self.nodes),
+            start=Start(*self.start) if self.start else None,
         )
 
     def campaign(self) -> CampaignSpec:
@@ -379,6 +382,6 @@ def run(test: CrashTest, out: Path, on_verdict: Callable[[Verdict], None] | None
     )
     # the guests import the test's functions from its files and sys.path: keep those visible there
     keep_visible([*test.path, *(os.path.dirname(f.split("::")[0]) for f in test.functions())])
-    rec = record(test.recording(), out / "recording", nodes=test.nodes)
+    rec = record(test.recording(), out / "recording", nodes=test.nodes, replayer=replay_state)
     summary, paths = run_campaign(rec.dir, test.campaign(), out / "check", on_verdict=on_verdict)
     return Outcome(test, summary, paths, out)

@@ -189,6 +189,7 @@ def merge(paths: list[str | Path], out: str | Path) -> tuple[Summary, dict[str, 
         disk_latency=str(base.get("disk_latency", "")),
         nodes=nodes,
         delay_sync=tuple(str(r) for r in base.get("delay_sync") or ()),
+        start=dict(base.get("from") or {}),
         disks=dict(base.get("disks") or {}),
     )
     with open(outdir / "journal.jsonl", "w") as f:

@@ -432,6 +432,7 @@ def _campaign(
             disk_latency=disk_latency_of(rec.manifest),
             nodes=len(logs),
             delay_sync=tuple(rec.workload.get("delay_sync") or ()),
+            start=rec.start,
             proofs=run.proofs.stats.to_json() if run.proofs.checked else {},
             doubts=unordered_acks(logs[0]) if len(logs) == 1 else (),
         )

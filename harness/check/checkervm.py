@@ -286,6 +286,7 @@ class CheckerVm:
             scratch_ready=not self.host.remote,
             zeros=log_zeros(self.src),
             trace_reads=self.ctx.trace_reads,
+            initial=self.guest_path(self.src.initial) if self.src.initial is not None else "",
         )
 
     def guest_logs(self) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
-"""The commands that judge (host): ``check`` (and its summary and failure groups), ``repro`` and
-``matrix``."""
+"""The commands that judge (host): ``check`` (and its summary and failure groups), ``repro``,
+``matrix`` and ``corpus``."""
 
 from __future__ import annotations
 
@@ -355,6 +355,62 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     )
     print(f"report: {paths['html']}")
     return 3 if bad else 0
+
+
+def _said(name: str) -> Any:
+    """The line printed as each of an entry's releases is judged."""
+
+    def said(role: str, r: Any) -> None:
+        from powercut.report.corpus import describe
+
+        print(f"     {name} {role} {r.version}: {describe(r)}", flush=True)
+
+    return said
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    """Build, record and judge the chosen corpus entries; exit 0 when every entry gave what the
+    corpus records for it, 1 when one did not."""
+    import json
+
+    from powercut.campaign import corpus as run
+    from powercut.check.place import Place
+    from powercut.report import corpus
+
+    entries = corpus.choose(corpus.load(args.file or None), args.names)
+    if args.list:
+        for e in entries:
+            why = " ".join(e.why.split())
+            outcome = e.outcome if e.outcome == "reproduced" else f"{e.outcome}: {why[:120]}"
+            print(
+                f"{e.name:28} {e.buggy} -> {e.fixed}  {', '.join(e.kinds)}; buggy: {e.expect}; {outcome}"
+            )
+        return 0
+    cache = Path(args.cache) if args.cache else run.CACHE
+    if args.build_only:
+        for e in entries:
+            for _, version in e.releases():
+                print(f"{e.program} {version}: {run.build(e.program, version, cache)}", flush=True)
+        return 0
+    out = Path(args.out).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    place = Place("host", args.accel)
+    results = []
+    for e in entries:
+        res = run.run_entry(e, out, cache=cache, place=place, on_release=_said(e.name))
+        results.append(res)
+        print(res.line(), flush=True)
+        (out / "corpus.json").write_text(
+            json.dumps({"results": [r.to_json() for r in results]}, indent=1) + "\n"
+        )
+    (out / "corpus.md").write_text(corpus.markdown(results))
+    bad = [r for r in results if not r.as_recorded]
+    spent = sum(x.seconds for r in results for _, x in r.runs())
+    print(
+        f"corpus: {corpus.count_line(results)}; {len(bad)} not as the corpus records; "
+        f"{corpus.minutes(spent)}; table: {out / 'corpus.md'}"
+    )
+    return 1 if bad else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

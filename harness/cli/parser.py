@@ -339,6 +339,23 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
             f"{syncdelay.EXPLORE_BUDGET}; the files left out are named)",
         )
     p.add_argument(
+        "--from",
+        dest="start_from",
+        default="",
+        metavar="RECORDING",
+        help="crash, recover, crash again: start from a crash state (--state) of this recording "
+        "(one disk's) instead of an empty disk; its filesystem, size and options are taken; the "
+        "state's acks must survive this recording too (docs/corpus.md)",
+    )
+    p.add_argument(
+        "--state",
+        dest="start_state",
+        default="",
+        metavar="ID",
+        help="with --from: the crash state to start from (a state id, as 'powercut states' or a "
+        "check's journal names it)",
+    )
+    p.add_argument(
         "--no-trace",
         action="store_true",
         help="do not trace the workload's system calls (strace; the cause of a failure is then given in blocks only)",
@@ -869,6 +886,42 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="I/N",
         help="run only shard I of N of the chosen rows (round-robin, 1-based); 'powercut merge' joins them",
     )
+
+    cp = sub.add_parser(
+        "corpus",
+        help="the corpus of published durability bugs: build each entry's buggy and fixed release "
+        "once, record and judge both, say which bugs are caught (docs/corpus.md)",
+    )
+    cp.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="entries (or programs) to run (default: every entry)",
+    )
+    cp.add_argument(
+        "--list", action="store_true", help="print the entries and what each expects; run nothing"
+    )
+    cp.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build the chosen entries' releases into the cache (the only step that needs the "
+        "network) and stop",
+    )
+    cp.add_argument(
+        "--file", default="", help="another corpus file (default: workloads/corpus/corpus.toml)"
+    )
+    cp.add_argument(
+        "-o",
+        "--out",
+        default="runs/corpus",
+        help="where recordings and results go (default runs/corpus)",
+    )
+    cp.add_argument(
+        "--cache",
+        default="",
+        help="where the releases are built (by default the cache under /var/cache/powercut)",
+    )
+    accel_option(cp)
 
     dm = sub.add_parser(
         "demo",

@@ -24,7 +24,7 @@ log = logging.getLogger("powercut")
 def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     from powercut import workload as workloads
     from powercut.config import FsSpec, WorkloadSpec, disk_latency_for, fault_for
-    from powercut.record.vm import RecordSpec
+    from powercut.record.vm import RecordSpec, Start
     from powercut.workload import parse_params
 
     try:  # an unknown --fs is a bad option value (exit 2)
@@ -69,7 +69,15 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
         latency = disk_latency_for(args.disk_latency, getattr(args, "nodes", 1) or 1)
     except UsageError as e:
         raise OptionError(str(e)) from None
+    start = None
+    if bool(args.start_from) != bool(args.start_state):
+        raise OptionError("--from RECORDING and --state ID go together")
+    if args.start_from:
+        if not (Path(args.start_from) / "manifest.toml").is_file():
+            raise OptionError(f"--from {args.start_from}: not a recording (no manifest.toml)")
+        start = Start(Path(args.start_from).absolute(), args.start_state)
     return RecordSpec(
+        start=start,
         latency=latency,
         fs=fs,
         workload=wl,
@@ -121,6 +129,7 @@ def _dry_run(spec: Any, out: str, nodes: int) -> int:
 
 def cmd_record(args: argparse.Namespace, default_workload: str | None = None) -> int:
     from powercut.record.vm import check_nodes, record
+    from powercut.replay.materialize import replay_state
 
     spec = _record_spec(args, default_workload)
     nodes = getattr(args, "nodes", 1)
@@ -131,7 +140,7 @@ def cmd_record(args: argparse.Namespace, default_workload: str | None = None) ->
     if args.dry_run:
         return _dry_run(spec, args.out, nodes)
     try:
-        rec = record(spec, args.out, nodes=nodes, force=args.force)
+        rec = record(spec, args.out, nodes=nodes, force=args.force, replayer=replay_state)
     except (PowercutError, KeyboardInterrupt) as e:
         if isinstance(e, KeyboardInterrupt):
             print(f"powercut: {interrupt.note(e)}: the VM was stopped", file=sys.stderr)
@@ -328,6 +337,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.workload and not args.cmd and not args.param and not args.dry_run:
         args.param = [f"n={RUN_COMMITS}"]
     schedules = _schedules(args)
+    if args.start_from and (getattr(args, "explore_races", False) or len(schedules) > 1):
+        raise OptionError(
+            "--from records once, from one crash state: not with --explore-races, --repeat or "
+            "several --disk-latency settings"
+        )
     if getattr(args, "explore_races", False):
         return cmd_explore(args, schedules)
     if len(schedules) > 1:

@@ -12,6 +12,9 @@ sha256 and entries), ``instant`` (the verdict's cut: one disk's cut, a cluster's
 ``blame`` (per disk the texts of its blamed writes).  Several disks' logs are each cut just after
 the key mark that ends the state's instant (core/judging/nodesshrink.bundle_cuts: every cut log
 keeps the same key marks, so the logs still make one cluster and the node ids keep their meaning).
+A state of a recording made from another's crash state (``record --from``) starts from that
+state's image, not zeros: the bundle carries it, ``initial.img`` (sparse), pinned by its sha256 in
+``initial``, and names the first cut in ``from``.
 
 Bundles written before (format 1) had two layouts -- one disk's ``log.bin`` with bundle.json's
 ``log`` pin and none of ``nodes``/``logs``/``instant``/``minimized_reasons``/``cause``/``blame``, and
@@ -37,6 +40,7 @@ from powercut.core.log.dmlog_writer import trim_log
 from powercut.core.states.stateid import parse_id
 from powercut.debug.diagnosis import culprits_of
 from powercut.errors import UsageError
+from powercut.linux.imageio import sparse_copy
 
 FORMAT = 2
 READS = (1, FORMAT)  # the formats load reads (1: through _upgrade)
@@ -44,6 +48,7 @@ MANIFEST = "bundle.json"
 TRACE = (
     "syscalls.txt.gz"  # the recording's system-call trace (core/trace/syscalls.py), when it has one
 )
+INITIAL = "initial.img"  # node 0's image before its log (a recording made from a crash state)
 DAMAGED = "the bundle is damaged: write it again with powercut check"
 
 
@@ -75,6 +80,12 @@ class Bundle:
     def log_path(self) -> Path:
         """Node 0's log (one disk's only one)."""
         return self.logs[0]
+
+    @property
+    def initial(self) -> Path | None:
+        """Node 0's image before its log (a recording made from a crash state); None: zeros."""
+        pin = self.doc.get("initial")
+        return self.dir / str(pin["file"]) if isinstance(pin, dict) else None
 
     @property
     def state(self) -> str:
@@ -114,6 +125,8 @@ def write(
     diagnosis: Any = None,
     trace: Path | None = None,
     why: dict[str, Any] | None = None,
+    initial: Path | None = None,
+    start: dict[str, Any] | None = None,
 ) -> Path:
     """Write a bundle for ``verdict`` (and its ``diagnosis``, debug/diagnosis.Diagnosis) into the new
     directory ``dest``.  ``logs``: every disk's log, node 0 first (one for one disk), ``cuts``: per
@@ -146,6 +159,11 @@ def write(
         )
         if why:
             doc["why"] = why
+        if initial is not None:
+            sparse_copy(initial, tmp / INITIAL)
+            doc["initial"] = {"file": INITIAL, "sha256": sha256(tmp / INITIAL)}
+        if start:
+            doc["from"] = start
         if trace is not None and trace.is_file():
             shutil.copyfile(trace, tmp / TRACE)
             doc["trace"] = TRACE
@@ -327,10 +345,25 @@ def load(path: str | Path) -> Bundle:
                 f"bundle {path}: {what} is missing (the bundle cannot rebuild its "
                 f"{'cluster ' if several else ''}state without it)"
             )
-        got = sha256(p)
-        if got != pin["sha256"]:
+        _verify(path, what, p, pin)
+    start = doc.get("initial")
+    if start is not None:
+        if not isinstance(start, dict) or not isinstance(start.get("sha256"), str):
+            raise UsageError(f"{where}: initial is {start!r}, not the image's file and sha256")
+        image = d / str(start.get("file", INITIAL))
+        if image.parent != d or not image.is_file():
             raise UsageError(
-                f"bundle {path}: {what} was altered (sha256 {got[:12]}..., the bundle says "
-                f"{pin['sha256'][:12]}...)"
+                f"bundle {path}: the initial image {image.name} is missing (the state starts "
+                "from it, not from zeros)"
             )
+        _verify(path, f"the initial image {image.name}", image, start)
     return b
+
+
+def _verify(path: str | Path, what: str, p: Path, pin: dict[str, Any]) -> None:
+    got = sha256(p)
+    if got != pin["sha256"]:
+        raise UsageError(
+            f"bundle {path}: {what} was altered (sha256 {got[:12]}..., the bundle says "
+            f"{pin['sha256'][:12]}...)"
+        )

@@ -95,7 +95,9 @@ def resolve(path: str, state: str = "") -> Target:
         b.checker.validate()  # a command this machine cannot run is refused here, not judged as "no longer fails"
         size = int(b.doc["data_size"])
         return Target(
-            tuple(LogSource(log, size) for log in b.logs),
+            tuple(
+                LogSource(log, size, b.initial if i == 0 else None) for i, log in enumerate(b.logs)
+            ),
             ctx,
             state or b.state,
             before,
@@ -125,7 +127,10 @@ def _from_recording(p: Path, state: str) -> Target:
         )
     rec = (rec or recording.load(p)).require_ok()
     recording.verify_logs(rec)
-    disks = tuple(LogSource(log, rec.data_size, rec.initial_image) for log in rec.node_logs)
+    disks = tuple(
+        LogSource(log, rec.data_size, rec.initial_image if i == 0 else None)
+        for i, log in enumerate(rec.node_logs)
+    )
     return Target(disks, context_for(rec), state, "", f"recording {p}")
 
 

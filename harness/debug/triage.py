@@ -194,6 +194,8 @@ def write_bundles(
                 diagnosis=d,
                 trace=rec.trace_path,
                 why=g.why,
+                initial=rec.initial_image,
+                start=rec.start,
             )
             g.bundle = str(dest)
         except (OSError, PowercutError) as e:

@@ -87,6 +87,7 @@ class _Disks:
         progress: JsonLines,
         stack: contextlib.ExitStack,
         zeros: Sequence[tuple[tuple[int, int], ...]] = (),
+        initial: str = "",
     ) -> _Disks:
         one = len(indexes) == 1
         nodes = []
@@ -100,6 +101,7 @@ class _Disks:
                     [s.nodes[i] for s in states],
                     where,
                     DmSnapshotProvider(where),
+                    initial=Path(initial) if initial and i == 0 else None,
                     known_zero=zeros[i] if i < len(zeros) else (),
                 )
             )
@@ -197,7 +199,14 @@ def _disks(
         if len(indexes) == 1:  # in walk order (materialize's): one forward walk of the pristine
             states.sort(key=lambda s: plan(indexes[0], s.nodes[0]).base)
         yield _Disks.of(
-            with_node_faults(ctx, indexes), indexes, src.size, states, progress, stack, src.zeros
+            with_node_faults(ctx, indexes),
+            indexes,
+            src.size,
+            states,
+            progress,
+            stack,
+            src.zeros,
+            src.initial,
         )
 
 
@@ -228,6 +237,7 @@ def diagnose_job(job: DiagnoseJob, jobdir: Path) -> dict[str, Any]:
             s.indexes,
             job.src.size,
             s.work / "diagnose",
+            Path(job.src.initial) if job.src.initial else None,
             provider="dm-snapshot",
             floors=tuple(f if f >= 0 else None for f in job.floors),
         )

@@ -2,10 +2,13 @@
 the marks; record/vm.py has why).
 
 Per disk the stack of guest/stack.py, its fault layer (guest/faultlayers.py) and its latency;
-every disk made through its log (mkfs), the mark ``mkfs`` on every log, the latency loaded, every
-filesystem mounted; then the workload, under strace when asked (guest/tracing.py); then every
-layer torn down and each target's last status read; for a filesystem whose extents are the
-device's, each disk's file map (guest/filemap.py).
+every disk made through its log (mkfs; not for a recording that starts from another's crash
+state, ``record --from``: its disk holds that state), the mark ``mkfs`` on every log, then that
+state's own ``begin:``/``ack:`` marks (``prior``: what was acknowledged before the first crash must
+survive every state of this one), the latency loaded, every filesystem mounted (the kernel's
+recovery of a crash state is logged writes, judged like the program's); then the workload, under
+strace when asked (guest/tracing.py); then every layer torn down and each target's last status
+read; for a filesystem whose extents are the device's, each disk's file map (guest/filemap.py).
 
 The unmount comes before the log-writes target goes: it writes back what the page cache still
 held -- stores through a shared mapping never msynced among it -- into the log, after the last
@@ -89,13 +92,15 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
             latencies.of(i),
             disk_mount(i, n),
         )
-        process.run(fs.eager_mkfs_argv(s.dev, job.fs.mkfs_opts), timeout=600)
+        if job.mkfs:
+            process.run(fs.eager_mkfs_argv(s.dev, job.fs.mkfs_opts), timeout=600)
         stacks.append(s)
     res["mkfs_s"] = round(time.monotonic() - t0, 3)
-    if n == 1:
-        mark("mkfs", stacks[0].name)
-    else:
-        insert_on_nodes("mkfs", nodes_spec(stacks))  # the one lock, from the agent too
+    for text in ("mkfs", *job.prior):  # before the mount: every state of this log has them
+        if n == 1:
+            mark(text, stacks[0].name)
+        else:
+            insert_on_nodes(text, nodes_spec(stacks))  # the one lock, from the agent too
     disks: list[dict[str, Any]] = [{**s.info, "latency": s.slow()} for s in stacks]
     for s in stacks:
         os.makedirs(s.mount, exist_ok=True)

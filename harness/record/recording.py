@@ -126,6 +126,12 @@ class Recording:
         return None if name == "zeros" else self.dir / name
 
     @property
+    def start(self) -> dict[str, Any]:
+        """The crash state this recording started from (``record --from``: [from], its recording,
+        state id and log pin); {} for one that started from an empty disk."""
+        return dict(self.manifest.get("from") or {})
+
+    @property
     def status(self) -> str:
         return str(self.manifest["recording"]["status"])
 

@@ -2,7 +2,12 @@
 prepare the disks and the job share, boot the VM, collect the logs into a recording directory
 (layout and manifest: record/recording.py).
 
-The initial data-disk state is all zeros (mkfs runs through the log), recorded as such.  An
+The initial data-disk state is all zeros (mkfs runs through the log), recorded as such -- or, for
+crash, recover, crash again (``record --from REC --state ID``, ``Start``), the crash state ID of
+the recording REC, replayed here into ``initial.img`` and recorded as the data disk's initial
+image: the guest makes no filesystem, logs that state's acks and begun keys as marks before it
+mounts, then mounts (the kernel's recovery of the crash state is the new log's first writes) and
+runs the workload (the program's recovery, then what follows it).  An
 interrupt (SIGINT/SIGTERM/SIGHUP) kills the VM on the way out and leaves the manifest with status
 ``interrupted``."""
 
@@ -14,7 +19,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,10 +48,12 @@ from powercut.core.log.faultwindows import Faults
 from powercut.core.log.markorder import mark_order
 from powercut.core.recording import syncdelay
 from powercut.core.recording.latency import DiskLatency, LatencyError, NodesLatency
+from powercut.core.states.models import state_from_id
 from powercut.core.states.nodes import MAX_NODES
 from powercut.errors import LogDeviceFull, PowercutError, UsageError, VmError, WorkloadFailed
 from powercut.images.build import ImageSpec, build_image, tools_dir
 from powercut.linux import filesystems, process, runlock
+from powercut.linux.imageio import sparse_copy
 from powercut.record import recording
 from powercut.record.recording import FORMAT_VERSION, MANIFEST, Recording
 from powercut.vm import guestjob
@@ -57,6 +64,16 @@ from powercut.vmstart import template
 log = logging.getLogger(__name__)
 
 DM_NAME = "powercut-rec"
+INITIAL = "initial.img"  # a recording's data disk before its log, when it is not zeros (--from)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Crash, recover, crash again: record from the crash state ``state`` of the recording
+    ``recording`` (one disk's) instead of an empty disk."""
+
+    recording: Path
+    state: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +93,7 @@ class RecordSpec:
     latency: NodesLatency = (
         DEFAULT_DISK_LATENCY  # the data disks' write and flush latency (core/recording/latency.py)
     )
+    start: Start | None = None  # record from another recording's crash state (--from, --state)
 
     def __post_init__(self) -> None:
         if isinstance(
@@ -265,8 +283,16 @@ def check_nodes(nodes: int) -> None:
         raise UsageError(f"--nodes must be 1..{MAX_NODES}, not {nodes!r}")
 
 
+Replayer = Callable[..., Path]  # replay/materialize.replay_state: (recording, state id, image)
+
+
 def record(
-    spec: RecordSpec, out: str | os.PathLike, *, nodes: int = 1, force: bool = False
+    spec: RecordSpec,
+    out: str | os.PathLike,
+    *,
+    nodes: int = 1,
+    force: bool = False,
+    replayer: Replayer | None = None,
 ) -> Recording:
     """Record ``spec.workload`` on ``nodes`` data disks (each ``spec.fs``; one: a single disk, more:
     a cluster's nodes, in one VM) into the directory ``out``.  On any failure (or an interrupt) the
@@ -281,8 +307,16 @@ def record(
 
     Layout: per disk its log and final image (``disk_files``); the manifest names them in one
     [[node]] table per disk, whatever their number (record/recording.py), with its pinned log and
-    what the guest said of that disk."""
+    what the guest said of that disk.
+
+    ``spec.start`` (crash, recover, crash again) needs ``replayer``, replay/materialize.replay_state,
+    given by the caller: the replay stack is a layer above the recording's."""
     check_nodes(nodes)
+    first = None
+    if spec.start is not None:
+        if replayer is None:
+            raise UsageError("a recording from a crash state needs the replayer (replay_state)")
+        spec, first = starting_from(spec, nodes)
     spec, image = ready(spec, nodes)
     out = Path(out).absolute()
     with runlock.hold(out, "--out"):  # no other run records into it meanwhile
@@ -301,6 +335,11 @@ def record(
         for i in range(nodes):
             for name, size in zip(disk_files(i, nodes), (spec.log_bytes(), data_bytes)):
                 _sparse(out / name, size)
+        prior: tuple[str, ...] = ()
+        if spec.start is not None and first is not None and replayer is not None:
+            prior = start_image(
+                first, spec.start.state, out, out / disk_files(0, nodes)[1], replayer
+            )
         disks, roles = vm_disks(spec, out, nodes)
         jobdir = out / "job"
         guestjob.write(
@@ -313,11 +352,16 @@ def record(
                 tools_dir=tools_dir(image) or "",
                 nodes=nodes,
                 latency=str(spec.latency),
+                mkfs=spec.start is None,
+                prior=prior,
             ),
         )
         vmspec = vm_spec(spec, image, out, jobdir, disks)
         manifest = base_manifest(spec, image, vmspec, data_bytes)
         manifest["node"] = [recording.node_table(*disk_files(i, nodes)) for i in range(nodes)]
+        if spec.start is not None and first is not None:
+            manifest["data"]["initial"] = INITIAL
+            manifest["from"] = from_section(first, spec.start.state, prior)
         logs = [t["log"] for t in manifest["node"]]
         with finishing(out, manifest):
             result = run_recording_vm(vmspec, spec, out, jobdir, manifest)
@@ -442,6 +486,57 @@ def _faults(path: Path) -> Faults:
             return Faults.from_marks(index.marks())
     except (PowercutError, ValueError, OSError):
         return Faults()
+
+
+def starting_from(spec: RecordSpec, nodes: int) -> tuple[RecordSpec, Recording]:
+    """The spec of a recording from another's crash state: that recording's filesystem (type,
+    size, mkfs and mount options), which it must have been made of one disk, whole."""
+    assert spec.start is not None
+    src = spec.start.recording
+    if nodes != 1:
+        raise UsageError(
+            "--from: a recording of one data disk only (N nodes from a crash state is not built yet)"
+        )
+    first = recording.load(src)
+    if len(first.nodes) != 1:
+        raise UsageError(f"--from {src}: a recording of {len(first.nodes)} nodes; give one disk's")
+    first.require_ok()
+    recording.verify_logs(first)
+    f = first.manifest["fs"]
+    fs = FsSpec(
+        fstype=str(f["fstype"]),
+        mkfs_opts=tuple(f.get("mkfs_opts", ())),
+        mount_opts=str(f.get("mount_opts", "")),
+        size_mb=first.data_size >> 20,
+    )
+    return dataclasses.replace(spec, fs=fs), first
+
+
+def start_image(
+    first: Recording, state: str, out: Path, data: Path, replayer: Replayer
+) -> tuple[str, ...]:
+    """Replay ``first``'s crash state ``state`` into ``out/initial.img`` and the data disk ``data``;
+    the state's marks for the guest to log before it mounts: an ``ack:`` per acknowledged key (they
+    must survive every state of the new recording), a ``begin:`` per key begun and not acked."""
+    with open_log(first.log_path) as index:
+        st = state_from_id(index, state)  # a bad id: one UsageError line, nothing replayed
+    replayer(first.dir, state, out / INITIAL)
+    sparse_copy(out / INITIAL, data)
+    acked = list(st.acks)
+    done = set(acked)
+    return (*(f"ack:{k}" for k in acked), *(f"begin:{k}" for k in st.begun if k not in done))
+
+
+def from_section(first: Recording, state: str, prior: tuple[str, ...]) -> dict[str, Any]:
+    """The manifest's [from]: the first recording, its state, its log's pin, and how many of that
+    state's keys were acknowledged and begun."""
+    return {
+        "recording": str(first.dir),
+        "state": state,
+        "log_sha256": str(first.nodes[0].pin.get("sha256", "")),
+        "acked": sum(m.startswith("ack:") for m in prior),
+        "begun": sum(m.startswith("begin:") for m in prior),
+    }
 
 
 def base_manifest(spec: RecordSpec, image: Any, vmspec: VmSpec, data_bytes: int) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 * ``summary`` -- summary.json, JUnit, the console table and repro lines;
 * ``matrix`` -- the verdict matrix: rows, cells, tables;
+* ``corpus`` -- the corpus of published durability bugs: its entries, what a release's run found,
+  whether the entry's expectation held, the table docs/corpus.md shows;
 * ``bench`` -- bench tables and plots;
 * ``seeds`` -- the seed documents' figures;
 * ``cost`` -- the durability-vs-cost report;

@@ -55,6 +55,11 @@ def sentence(s: Summary) -> str:
     )
     if s.shard:
         where += f" (shard {s.shard})"
+    if s.start:
+        where += (
+            f", a recording that started from the crash state {s.start.get('state')} of "
+            f"{s.start.get('recording')} (its {s.start.get('acked', 0)} acks must survive too)"
+        )
     if s.failures:
         conf = (
             f"{s.confirmed} confirmed alone, {s.by_group} confirmed by their group's sample"

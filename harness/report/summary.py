@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from powercut.core.cause.causes import Cause
@@ -87,6 +88,9 @@ class Summary:
         default_factory=dict
     )  # failing state -> why it is possibly a false alarm
     #   (its cut lies after an ack the log cannot order: core/log/markorder.unordered_acks); still a failure
+    start: dict[str, Any] = field(
+        default_factory=dict
+    )  # the recording's [from]: the crash state it started from (record --from; {} none)
 
     @property
     def no_acks(self) -> bool:
@@ -234,6 +238,7 @@ class Summary:
             "headline": self.headline(),
             "disk_latency": self.disk_latency,
             "delay_sync": list(self.delay_sync),
+            **({"from": self.start} if self.start else {}),
             "cause_proofs": self.proofs,
             "coverage": self.coverage.to_json() if self.coverage is not None else None,
             "require_exhaustive": self.require_exhaustive,
@@ -306,6 +311,7 @@ def summarize(
     delay_sync: Sequence[str] = (),
     proofs: dict[str, Any] | None = None,
     doubts: Sequence[UnorderedAck] = (),
+    start: dict[str, Any] | None = None,
 ) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
@@ -369,6 +375,7 @@ def summarize(
             for f in failures
             if (d := possibly_false(doubts, f.cut)) is not None
         },
+        start=dict(start or {}),
     )
 
 
@@ -571,10 +578,14 @@ def table(summary: Summary) -> Any:
         else ""
     )
     status += f" [delay-sync {', '.join(summary.delay_sync)}]" if summary.delay_sync else ""
+    if summary.start:
+        status += f" [from {summary.start.get('state')} of {summary.start.get('recording')}]"
     disks = f" on {summary.nodes} nodes" if summary.nodes > 1 else ""
     t = Table(
-        title=f"{summary.workload}{disks} on {summary.fstype}: {summary.total} distinct crash states judged "
-        f"in {summary.check_in} in {summary.seconds:.1f} s{status}",
+        title=escape(
+            f"{summary.workload}{disks} on {summary.fstype}: {summary.total} distinct crash states "
+            f"judged in {summary.check_in} in {summary.seconds:.1f} s{status}"
+        ),  # the [shard ...], [from ...] notes are words, not rich markup
         min_width=72,
     )
     t.add_column("model")

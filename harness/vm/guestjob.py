@@ -67,6 +67,8 @@ class RecordJob:
         "none"  # the data disk's latency (core/recording/latency.DiskLatency, canonical text)
     )
     nodes: int = 1  # data disks (> 1: a cluster, each node's disks named by record_roles)
+    mkfs: bool = True  # False: the data disk starts from another recording's crash state (--from)
+    prior: tuple[str, ...] = ()  # marks logged before the mount: that state's begin:/ack: marks
 
 
 def record_roles(i: int) -> tuple[str, str]:
@@ -96,6 +98,8 @@ class StateSource:
     #                                                        first mark (replay/materialize.zero_writes)
     trace_reads: bool = False  # CheckContext.trace_reads (left out of job.json when False: what an
     #                                agent before it reads)
+    initial: str = ""  # the first disk's image before its log, in the guest ("": zeros); a
+    #                    recording made from another's crash state (record --from) has one
 
     @staticmethod
     def entries_for(checker: CheckerSpec) -> dict[str, str]:
@@ -190,8 +194,16 @@ def to_json(job: Job, *, seq: int = 1, serve: bool = False) -> dict[str, Any]:
     """``seq``: the job's number in this VM; ``serve``: after it, the agent waits for job seq+1 (a
     new job.json) or the STOP file, so one booted VM can run the jobs of several phases."""
     body = to_dict(job)
-    if isinstance(body.get("src"), dict) and not body["src"].get("trace_reads"):
-        body["src"].pop("trace_reads", None)
+    if isinstance(body.get("src"), dict):
+        for key in (
+            "trace_reads",
+            "initial",
+        ):  # left out when unset: what an agent before them reads
+            if not body["src"].get(key):
+                body["src"].pop(key, None)
+    if job.kind == "record" and body.get("mkfs") is True and not body.get("prior"):
+        body.pop("mkfs", None)
+        body.pop("prior", None)
     return {"version": JOB_VERSION, "kind": job.kind, "seq": seq, "serve": serve, **body}
 
 

@@ -89,6 +89,7 @@ def setup(tmp_path: Path) -> tuple[Nodes, list[NodesState], Any, Any]:
         mount_opts="",
         workload={"name": "replog"},
         initial_image=None,
+        start={},
         log_path=paths[0],
         indexes=logs,
         trace_path=None,

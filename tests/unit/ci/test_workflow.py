@@ -77,7 +77,7 @@ def test_actionlint_refuses_a_broken_workflow(
 
 def test_every_step_the_workflow_runs_is_a_step_of_nightly_sh() -> None:
     steps = set(re.findall(r"bash ci/nightly\.sh (\w+)", WORKFLOW.read_text()))
-    assert steps == {"rows", "record", "check", "merge", "schedules", "explore"}
+    assert steps == {"rows", "record", "check", "merge", "schedules", "explore", "corpus"}
     script = NIGHTLY.read_text()
     for step in steps:
         assert re.search(rf"^\s+{step}\)", script, re.M), f"ci/nightly.sh has no step {step}"
@@ -112,6 +112,20 @@ def test_a_nightly_row_holds_syncs_and_the_exploration_runs_its_row(tmp_path) ->
         "run --workload twofile --fs xfs --param n=4 --param reply_on=index --explore-races --budget 3"
         in ex.stdout
     )
+
+
+def test_the_nightly_corpus_builds_first_then_runs_the_chosen_entries(tmp_path: Path) -> None:
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake), OUT=str(tmp_path / "n"), CORPUS="a-bug b-bug")
+    res = subprocess.run(
+        ["bash", str(NIGHTLY), "corpus"], capture_output=True, text=True, env=env, timeout=30
+    )
+    assert res.returncode == 0, res.stderr
+    build, run = res.stdout.splitlines()
+    assert build == "-m powercut.cli corpus --build-only a-bug b-bug"
+    assert run == f"-m powercut.cli corpus a-bug b-bug -o {tmp_path}/n/corpus"
 
 
 def test_nightly_rows_and_wrong_step() -> None:

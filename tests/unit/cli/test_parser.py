@@ -67,7 +67,7 @@ SOURCES: dict[tuple[tuple[str, ...], str], Callable[[], Any]] = {
     (("image build",), "kernel"): field(ImageSpec, "kernel"),
     (("image build",), "modules"): field(ImageSpec, "modules_dir"),
     (CHECK + ("repro",), "check_in"): field(Place, "check_in"),
-    (("check", "repro", "matrix"), "accel"): field(Place, "accel"),
+    (("check", "repro", "matrix", "corpus"), "accel"): field(Place, "accel"),
     (CHECK + ("matrix",), "jobs"): field(Place, "jobs"),
     (CHECK, "state_timeout"): field(Place, "state_timeout_s"),
     (CHECK, "checker"): field(CampaignSpec, "checker_command"),
@@ -107,6 +107,14 @@ OWN: dict[tuple[tuple[str, ...], str], str] = {
     (("matrix",), "file"): "empty: the built-in checkers/matrix.toml",
     (("matrix",), "out"): "where the matrix command writes",
     (("demo",), "out"): "where the demo command writes",
+    (
+        ("record", "run"),
+        "start_from",
+    ): "empty: an empty disk (a crash state to start from is asked for)",
+    (("record", "run"), "start_state"): "empty: goes with --from",
+    (("corpus",), "file"): "empty: the built-in workloads/corpus/corpus.toml",
+    (("corpus",), "out"): "where the corpus command writes",
+    (("corpus",), "cache"): "empty: campaign/corpus.CACHE, where the releases are built",
 }
 
 
