@@ -61,5 +61,15 @@ else
     say "gotwofile: no Go toolchain: the gotwofile workload and its tests are skipped"
 fi
 
+# the corpus entry the README's test command runs (tests/vm/test_corpus_vm.py): redb's two releases,
+# built once from crates.io into /var/cache/powercut/corpus (skipped when they are there); without
+# cargo that test is skipped, and this says so (the nightly builds every entry: ci/nightly.sh corpus)
+if command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; then
+    PATH="$PATH:$HOME/.cargo/bin" "$PY" -m powercut.cli corpus --build-only redb-reopen-after-crash |
+        sed 's/^/setup: corpus: /' || exit 1
+else
+    say "corpus: no Rust toolchain (cargo): the corpus entry's test is skipped"
+fi
+
 # the postgres workload's prepared cluster (initdb once here: under TCG it takes a minute per recording)
 say "postgres cluster: $("$PY" -m powercut.workloads.postgres --prepare 2>&1 | tail -1)"
