@@ -46,7 +46,13 @@ from powercut.core.cause import counterfactual as cf
 from powercut.core.cause.rules import registry
 from powercut.core.cause.rules.base import Plan, PlanInput
 from powercut.core.cause.rules.outcomes import LIED, RECOVERY, RecoveryFails
-from powercut.core.judging.recoveryread import ReadFile, complete, read_paths, words
+from powercut.core.judging.recoveryread import (
+    ReadFile,
+    complete,
+    rank_paths,
+    read_paths,
+    words,
+)
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
@@ -308,7 +314,7 @@ class Verification:
             culprits = culprits_of(g.diagnosis)
             reads = self.reads.get(sid, ())
             ts = in_order(ts or [], self.order.get(sid, []))
-            ts = self.tried[sid] = in_read_order(ts, read_paths(reads) if complete(reads) else ())
+            ts = self.tried[sid] = in_read_order(ts, rank_paths(reads) if complete(reads) else ())
             for t in ts:  # the judge passed the state with the acks before the error alone
                 t.by_judge = g.verdict == ERROR_VERDICT and t.finding.rule == causes.ERROR
                 t.mixed = mixed(t, reads)
@@ -437,7 +443,7 @@ def plan(
             reads
         )  # a pointer recovery was seen to follow is one, even in a partial trace
         read = (
-            seen if complete(reads) else ()
+            rank_paths(reads) if complete(reads) else ()
         )  # but only a whole trace can rank by what was not read
         found = causes.candidates(
             trace,
@@ -590,6 +596,14 @@ def _proven(
             "others": [*shown, *why.get("others", [])][:4],
         }
     stats.unproven += 1
+    if ts and (why.get("rule"), why.get("subject")) != (ts[0].finding.rule, ts[0].finding.subject):
+        # none proven: what the trace shows is said of the rule ranked first (by what recovery
+        # read), not of the one the trace alone put first
+        first = causes.with_blame(
+            causes.cause_of(trace, ts[0].finding, others=[t.label for t in ts[1:]]), culprits, ROOT
+        ).to_json()
+        first["excerpt"] = excerpt(trace, index, first)
+        why = {**why, **first}
     proof = "; ".join(f"{t.label}: {t.words()}" for t in ts) if ts else NO_MAP
     if killed is not None:
         proof += f"; {killed.words()}"

@@ -522,6 +522,16 @@ def read_paths(reads: Sequence[ReadFile]) -> tuple[str, ...]:
     return tuple(r.path for r in reads)
 
 
+def rank_paths(reads: Sequence[ReadFile]) -> tuple[str, ...]:
+    """The files whose rules are tried first, in order: those recovery opened, as ``read_paths``,
+    but the ones it only wrote last -- from a complete trace, a file opened for writing of which
+    not a byte was read (a lock file recovery truncates and rewrites: surrealkv's db/LOCK) is one
+    whose lost contents recovery never looked at."""
+    only = {r.path for r in reads if r.write and r.read == 0 and not r.mapped and not r.dir}
+    paths = read_paths(reads)
+    return (*(p for p in paths if p not in only), *(p for p in paths if p in only))
+
+
 def _bytes(n: int) -> str:
     return f"{n:,} byte" + ("" if n == 1 else "s")
 

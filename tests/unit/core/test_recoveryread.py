@@ -13,6 +13,7 @@ from powercut.core.judging.recoveryread import (
     ReadFile,
     call_of,
     parse,
+    rank_paths,
     read_paths,
     relative,
     strace_args,
@@ -102,6 +103,13 @@ def test_a_y_trace_in_order_with_sizes_bytes_and_a_failed_open() -> None:
         ReadFile("000005.log", -1, 0, "ENOENT"),
     )
     assert read_paths(reads) == ("CURRENT", "MANIFEST-000004", "000005.log")
+    # a lock file recovery truncated and wrote, not a byte read: its rules are tried last
+    # (surrealkv 0.21.2 opens db/LOCK before its manifest; the corpus)
+    lock = (ReadFile("LOCK", 4, 0, write=True), *reads)
+    assert read_paths(lock)[0] == "LOCK"  # the order recovery opened them in
+    assert rank_paths(lock) == ("CURRENT", "MANIFEST-000004", "000005.log", "LOCK")
+    mapped = (ReadFile("data.mdb", 8192, 0, write=True, mapped=True), *reads)
+    assert rank_paths(mapped)[0] == "data.mdb"  # mapped: read through memory, counted as read
     assert words(reads, {"MANIFEST-000004": 1193}) == (
         "recovery read CURRENT (16 bytes), then MANIFEST-000004 (0 of 1,193 bytes present), then tried to open "
         "000005.log: it does not exist, then stopped"

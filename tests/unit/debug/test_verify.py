@@ -330,6 +330,22 @@ def test_what_recovery_read_ranks_the_rules_and_is_said(setup) -> None:
     )
 
 
+def test_unproven_the_trace_speaks_of_the_rule_recovery_read_first(setup) -> None:
+    """No what-if state passes: the cause stays not proven, and what the trace shows is said of
+    the rule ranked first by what recovery read (idx), not of the one the trace alone put first
+    (wal); a file recovery only wrote (a lock it truncated, not a byte read) ranks after it."""
+    rec, index, g = setup(idx_synced=False)
+    read = (ReadFile("wal", 0, 0, write=True), ReadFile("idx", 0, 0))
+    ver = run(rec, index, g, judged(lambda s: s.id == KILL), read=read)  # only the kill passes
+    assert [t.label for t in ver.tried[g.first.state]] == ["no-fsync (/idx)", "no-fsync (/wal)"]
+    assert g.why["proven"] is False and g.why["subject"] == "/idx"
+    assert g.why["sentence"].startswith(
+        "cause not proven; candidates: no-fsync (/idx), no-fsync (/wal); the trace shows: "
+        "ack:1 was given after changing /idx"
+    )
+    assert ver.stats.unproven == 1
+
+
 def test_every_rule_about_a_file_recovery_read_is_tried_then_the_others_to_the_limit() -> None:
     def f(subject: str) -> Any:
         return no_fsync.Unsynced(subject, Op(0, 1, 1, 1.0, "mark", text="ack:1"), ())
