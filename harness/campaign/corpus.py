@@ -141,6 +141,7 @@ def test_of(
         expect="pass",
         nodes=entry.nodes,
         delay_sync=entry.delay_sync,
+        trace=entry.trace,
         start=start,
     )
 

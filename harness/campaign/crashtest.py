@@ -84,6 +84,7 @@ class CrashTest:
         str, ...
     ] = ()  # GLOB=TIME rules: those files' syncs held (core/recording/syncdelay.py)
     start: tuple[Path, str] | None = None  # (recording, state id): record from that crash state
+    trace: bool = True  # trace the workload's system calls (False: --no-trace)
 
     @classmethod
     def of(cls, name: str, workload_cmd: str, **settings: Any) -> CrashTest:
@@ -163,6 +164,7 @@ class CrashTest:
                 timeout_s=self.workload_timeout_s,
                 fault=self.fault,
                 delay_sync=self.delay_sync,
+                trace=self.trace,
             ),
             accel=self.place.accel,
             latency=disk_latency_for(self.disk_latency, self.nodes),

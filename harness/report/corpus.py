@@ -66,6 +66,7 @@ KNOWN = {
     "fixed_expect",
     "why",
     "delay_sync",
+    "trace",
     "second",
 }
 SECOND_KEYS = {"model", "params"}
@@ -103,6 +104,7 @@ class Entry:
     fixed_expect: str = "pass"  # a verdict: the fixed release fails for another published reason
     why: str = ""  # why it is not reproduced (or only told apart), or what reproducing it needed
     delay_sync: tuple[str, ...] = ()  # GLOB=TIME: those files' syncs held (a reply race)
+    trace: bool = True  # False: recorded without the system-call trace (--no-trace)
     second: Second | None = None
 
     def releases(self) -> tuple[tuple[str, str], ...]:
@@ -210,6 +212,7 @@ def entry_of(d: dict[str, Any], where: str) -> Entry:
         fixed_expect=fixed_expect,
         why=str(d.get("why", "")),
         delay_sync=tuple(d.get("delay_sync", ())),
+        trace=bool(d.get("trace", True)),
         second=second_of(d.get("second"), where),
     )
 
