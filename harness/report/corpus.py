@@ -34,6 +34,7 @@ KINDS = {
     "cross-file-order": "one file made durable before another it depends on",
     "in-file-order": "pages of one file overwritten before the commit that frees them is durable",
     "dir-fsync": "a created or renamed file's directory entry never synced",
+    "rename-before-fsync": "a rebuilt file renamed over the old one before its data was synced",
     "torn-record": "a record written in part, not detected or not skipped by recovery",
     "reply-race": "a reply sent before the sync it depends on has finished",
     "two-crashes": "a repair by recovery that is not durable: a second crash undoes it",
