@@ -3,9 +3,9 @@ the marks; record/vm.py has why).
 
 Per disk the stack of guest/stack.py, its fault layer (guest/faultlayers.py) and its latency;
 every disk made through its log (mkfs; not for a recording that starts from another's crash
-state, ``record --from``: its disk holds that state), the mark ``mkfs`` on every log, then that
-state's own ``begin:``/``ack:`` marks (``prior``: what was acknowledged before the first crash must
-survive every state of this one), the latency loaded, every filesystem mounted (the kernel's
+state, ``record --from``: its disk holds that state, and that state's own ``begin:``/``ack:`` marks
+come first, ``prior``: what was acknowledged before the first crash must survive every state of
+this one), the mark ``mkfs`` on every log (the floor: no state is cut before it), the latency loaded, every filesystem mounted (the kernel's
 recovery of a crash state is logged writes, judged like the program's); then the workload, under
 strace when asked (guest/tracing.py); then every layer torn down and each target's last status
 read; for a filesystem whose extents are the device's, each disk's file map (guest/filemap.py).
@@ -96,7 +96,9 @@ def record(job: RecordJob, jobdir: Path) -> dict[str, Any]:
             process.run(fs.eager_mkfs_argv(s.dev, job.fs.mkfs_opts), timeout=600)
         stacks.append(s)
     res["mkfs_s"] = round(time.monotonic() - t0, 3)
-    for text in ("mkfs", *job.prior):  # before the mount: every state of this log has them
+    # a recording from a crash state: that state's marks first, then ``mkfs``, the floor no state
+    # is cut before (core/states/selection.py): every state of this log has all of them
+    for text in (*job.prior, "mkfs"):
         if n == 1:
             mark(text, stacks[0].name)
         else:

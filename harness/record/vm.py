@@ -199,6 +199,8 @@ OWN_FILES = frozenset(
         f".{MANIFEST}.tmp",
         "log.bin",
         "data-final.img",
+        INITIAL,
+        f".{INITIAL}.partial",
         "console.log",
         "job",
         "check",
