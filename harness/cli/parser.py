@@ -248,7 +248,8 @@ def _record_options(p: argparse.ArgumentParser, required_out: bool = True) -> No
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="workload parameter (repeat)",
+        help="workload parameter (repeat); with --cmd: the command's $POWERCUT_PARAMS and its "
+        "checker's params (JSON numbers and true/false as such, anything else as text)",
     )
     p.add_argument(
         "--fault",

@@ -21,6 +21,16 @@ from powercut.linux import interrupt
 log = logging.getLogger("powercut")
 
 
+def json_value(text: str) -> Any:
+    """A command's --param value: a JSON number, true, false or null as that, anything else the
+    text itself (``n=40`` is 40, ``name=db`` is "db", ``flag=true`` is true)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (int, float, bool)) or value is None else text
+
+
 def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     from powercut import workload as workloads
     from powercut.config import FsSpec, WorkloadSpec, disk_latency_for, fault_for
@@ -39,12 +49,12 @@ def _record_spec(args: argparse.Namespace, default_workload: str | None = None):
     name = args.workload or ("" if args.cmd else default_workload)
     if not name and not args.cmd:
         raise UsageError("give --workload NAME or --cmd 'COMMAND'")
-    if args.cmd and args.param:
-        raise OptionError("--param goes with --workload, not --cmd")
     try:  # a bad --param is a bad option value: refused here (exit 2), before any VM or --dry-run
         params = parse_params(args.param)
         if name:
             workloads.get(name).params(params)
+        else:  # a command's: its $POWERCUT_PARAMS and its checker's "params", as JSON values
+            params = {k: json_value(v) for k, v in params.items()}
     except OptionError:
         raise
     except UsageError as e:

@@ -84,9 +84,27 @@ def test_record_input_errors_before_any_vm(tmp_path: Path) -> None:
     assert out.returncode == 2 and "unknown workload 'nope'" in out.stderr
     out = run("record", "--workload", "append-fsync", "--fs", "zfs", "-o", str(tmp_path / "r"))
     assert out.returncode == 2 and "unknown filesystem 'zfs'" in out.stderr
-    out = run("record", "--cmd", "true", "--param", "n=1", "-o", str(tmp_path / "r"))
-    assert out.returncode == 2 and "--param goes with --workload" in out.stderr
+    out = run("record", "--cmd", "true", "--param", "n", "-o", str(tmp_path / "r"))
+    assert out.returncode == 2 and "--param wants key=value" in out.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_commands_params_are_json_values_for_it_and_its_checker() -> None:
+    from powercut.cli.parser import build_parser
+    from powercut.cli.record import _record_spec
+
+    argv = ["record", "--cmd", "./db run", "-o", "x"]
+    for p in ("n=40", "ratio=0.5", "sync=true", "name=db", "ver=1.2.3", "list=[1]"):
+        argv += ["--param", p]
+    spec = _record_spec(build_parser().parse_args(argv))
+    assert spec.workload.params == {
+        "n": 40,
+        "ratio": 0.5,
+        "sync": True,
+        "name": "db",
+        "ver": "1.2.3",
+        "list": "[1]",
+    }
 
 
 def _fake_recording(tmp_path: Path, data: bytes = b"x" * (256 << 10)) -> Path:
