@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from powercut.core.cause.causes import RULES
 from powercut.core.judging.verdict import FINDINGS
 from powercut.core.states.nodes import MAX_NODES
 from powercut.core.states.stateid import MODELS
@@ -64,6 +65,7 @@ KNOWN = {
     "expect",
     "message",
     "outcome",
+    "cause",
     "fixed_expect",
     "why",
     "delay_sync",
@@ -102,6 +104,7 @@ class Entry:
     check_in: str = "host"
     message: str = ""  # the recovery message the published issue reports (a failing reason has it)
     outcome: str = "reproduced"  # what the entry gives (OUTCOMES): the corpus records it
+    cause: str = ""  # the rule the buggy release's first failure group names, proven ("": unsaid)
     fixed_expect: str = "pass"  # a verdict: the fixed release fails for another published reason
     why: str = ""  # why it is not reproduced (or only told apart), or what reproducing it needed
     delay_sync: tuple[str, ...] = ()  # GLOB=TIME: those files' syncs held (a reply race)
@@ -184,6 +187,9 @@ def entry_of(d: dict[str, Any], where: str) -> Entry:
         raise UsageError(f"{where}: outcome: one of {', '.join(OUTCOMES)}")
     if outcome != "reproduced" and not d.get("why"):
         raise UsageError(f"{where}: an entry {outcome} says why (`why`)")
+    cause = d.get("cause", "")
+    if cause and cause not in RULES:
+        raise UsageError(f"{where}: cause: a rule of {', '.join(sorted(RULES))}, not {cause!r}")
     fixed_expect = d.get("fixed_expect", "pass")
     if fixed_expect not in ("pass", *EXPECT):
         raise UsageError(f"{where}: fixed_expect: pass or one of {', '.join(EXPECT)}")
@@ -210,6 +216,7 @@ def entry_of(d: dict[str, Any], where: str) -> Entry:
         check_in=d.get("check_in", "host"),
         message=str(d.get("message", "")),
         outcome=outcome,
+        cause=cause,
         fixed_expect=fixed_expect,
         why=str(d.get("why", "")),
         delay_sync=tuple(d.get("delay_sync", ())),
@@ -334,9 +341,16 @@ class Result:
         return "reproduced" if self.entry.fixed_expect == "pass" else "told apart"
 
     @property
+    def cause_as_recorded(self) -> bool:
+        """The buggy release's cause is the proven rule the entry records (when it records one)."""
+        e = self.entry
+        buggy = self.buggy_second or self.buggy
+        return not e.cause or (buggy.cause == e.cause and buggy.proof == "proven")
+
+    @property
     def as_recorded(self) -> bool:
-        """Whether the outcome is the one the corpus file records for the entry."""
-        return self.status == self.entry.outcome
+        """Whether the outcome (and the cause, where recorded) is the one the corpus file records."""
+        return self.status == self.entry.outcome and self.cause_as_recorded
 
     def line(self) -> str:
         """One console line: the status, then each release's verdict."""
@@ -344,8 +358,10 @@ class Result:
         parts = [f"{mark:4} {self.entry.name}: {self.status}"]
         for role, r in self.runs():
             parts.append(f"{role} {r.version}: {describe(r)}")
-        if not self.as_recorded:
+        if self.status != self.entry.outcome:
             parts.append(f"the corpus records it as {self.entry.outcome}")
+        if not self.cause_as_recorded:
+            parts.append(f"the corpus records its cause as {self.entry.cause} (proven)")
         return "; ".join(parts)
 
     def runs(self) -> list[tuple[str, Release]]:

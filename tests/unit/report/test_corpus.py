@@ -104,6 +104,7 @@ def test_an_entry_loads_with_its_defaults(tmp_path: Path) -> None:
         ('message = "FileTooSmall"', 'message = "x"\noutcome = "not reproduced"'),
         ('message = "FileTooSmall"', 'message = "x"\noutcome = "maybe"\nwhy = "w"'),
         ('message = "FileTooSmall"', 'message = "x"\nfixed_expect = "lost-ack"'),
+        ('message = "FileTooSmall"', 'message = "x"\ncause = "bad-luck"'),
         ('message = "FileTooSmall"', 'message = "x"\nsecond = { model = "flush", when = 1 }'),
     ],
 )
@@ -144,6 +145,17 @@ def test_reproduced_needs_the_verdict_the_message_and_a_passing_fix() -> None:
     # "fail" takes any finding; no message asked: none needed
     loose = entry(expect="fail", message="")
     assert Result(loose, caught(verdicts=("lost-ack",), message_seen=False), passed()).caught
+
+
+def test_a_recorded_cause_must_be_named_and_proven() -> None:
+    e = entry(cause="no-fsync")
+    assert Result(e, caught(), passed()).as_recorded  # caught() names no-fsync, proven
+    unproven = Result(e, caught(proof="not proven"), passed())
+    assert unproven.status == "reproduced" and not unproven.as_recorded
+    assert "the corpus records its cause as no-fsync (proven)" in unproven.line()
+    other = Result(e, caught(cause="unordered-writes"), passed())
+    assert not other.as_recorded
+    assert Result(entry(), caught(cause="", proof=""), passed()).as_recorded  # no cause recorded
 
 
 def test_a_failing_fix_is_a_false_alarm_and_an_unfinished_run_an_error() -> None:
