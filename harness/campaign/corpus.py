@@ -151,7 +151,7 @@ def release_of(version: str, outcome: crashtest.Outcome, message: str, seconds: 
     s = outcome.summary
     reasons = [r for f in s.failures for r in f.reasons]
     first = min(s.failures, key=lambda v: (v.cut, v.state)) if s.failures else None
-    group = s.groups[0] if s.groups else {}
+    group = the_group(s, message)
     why = group.get("why") or {}
     proof = ""
     if why.get("proven") is True:
@@ -171,12 +171,25 @@ def release_of(version: str, outcome: crashtest.Outcome, message: str, seconds: 
         verdicts=tuple(sorted({f.verdict for f in s.failures})),
         coverage=s.coverage_phrase(),
         message_seen=message_in(message, reasons),
-        first_reason=(first.reasons[0] if first and first.reasons else "")[:300],
+        first_reason=next(
+            (r for r in reasons if message and message in r),
+            first.reasons[0] if first and first.reasons else "",
+        )[:300],
         cause=str(why.get("rule", "")),
         proof=proof,
         seconds=round(seconds, 1),
         error=error,
     )
+
+
+def the_group(s: Any, message: str) -> dict[str, Any]:
+    """The failure group the entry's bug is: the first whose first state's reasons hold the
+    entry's message (another bug of the same release may fail first), else the first group."""
+    said = {v.state: v.reasons for v in s.failures}
+    for g in s.groups:
+        if message and any(message in r for r in said.get(g.get("first", ""), ())):
+            return dict(g)
+    return dict(s.groups[0]) if s.groups else {}
 
 
 def run_release(

@@ -5,10 +5,11 @@ Per disk the stack of guest/stack.py, its fault layer (guest/faultlayers.py) and
 every disk made through its log (mkfs; not for a recording that starts from another's crash
 state, ``record --from``: its disk holds that state, and that state's own ``begin:``/``ack:`` marks
 come first, ``prior``: what was acknowledged before the first crash must survive every state of
-this one), the mark ``mkfs`` on every log (the floor: no state is cut before it), the latency loaded, every filesystem mounted (the kernel's
-recovery of a crash state is logged writes, judged like the program's); then the workload, under
-strace when asked (guest/tracing.py); then every layer torn down and each target's last status
-read; for a filesystem whose extents are the device's, each disk's file map (guest/filemap.py).
+this one), the mark ``mkfs`` on every log (the floor: no state is cut before it), the latency
+loaded, every filesystem mounted (the kernel's recovery of a crash state is logged writes, judged
+like the program's); then the workload, under strace when asked (guest/tracing.py); then every
+layer torn down and each target's last status read; for a filesystem whose extents are the
+device's, each disk's file map (guest/filemap.py).
 
 The unmount comes before the log-writes target goes: it writes back what the page cache still
 held -- stores through a shared mapping never msynced among it -- into the log, after the last

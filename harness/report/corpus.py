@@ -382,13 +382,20 @@ class Result:
 
 
 def describe(r: Release) -> str:
+    """A release's run in a line: its verdicts, the cause, the first failing reason."""
+    if r.error or not r.failing:
+        return verdict_words(r)
+    cause = f", cause {r.cause} ({r.proof or 'untried'})" if r.cause else ""
+    return verdict_words(r) + cause + (f": {r.first_reason}" if r.first_reason else "")
+
+
+def verdict_words(r: Release) -> str:
+    """What a release's run gave: the failing states' verdicts out of those judged, or its pass
+    with what it covered."""
     if r.error:
         return f"error: {r.error}"
     if r.failing:
-        cause = f", cause {r.cause} ({r.proof or 'untried'})" if r.cause else ""
-        return f"{'/'.join(r.verdicts)} in {r.failing} of {r.judged} states{cause}" + (
-            f": {r.first_reason}" if r.first_reason else ""
-        )
+        return f"{'/'.join(r.verdicts)} in {r.failing} of {r.judged} states"
     if not r.coverage:
         return r.verdict
     return f"{r.verdict}, {r.judged} states ({r.coverage.split('; ')[0]})"
@@ -422,7 +429,7 @@ def markdown(results: list[Result]) -> str:
 
 
 def _cell(r: Release, status: str) -> str:
-    said = describe(r).split(": ", 1)[0] if r.failing else describe(r)
+    said = verdict_words(r)
     if status in ("not reproduced", "told apart"):
         return f"{status}: {said}"
     return said

@@ -137,3 +137,38 @@ def test_the_second_run_starts_from_the_last_passing_state_of_the_model(tmp_path
     assert run.last_state(journal, "flush") == "flush@30"
     assert run.last_state(journal, "write-cache") == "write-cache@50/d44"
     assert run.last_state(journal, "torn-4k") == ""
+
+
+def test_a_release_is_said_by_the_group_of_the_entry_message(tmp_path: Path) -> None:
+    """Another bug of the same release may fail first: the cause and the reason said are those of
+    the group whose state holds the entry's message."""
+    from types import SimpleNamespace
+
+    from powercut.core.judging.verdict import Verdict
+
+    def v(state: str, cut: int, reason: str) -> Verdict:
+        return Verdict(state, "flush", cut, "corrupt-data", (reason,), 0, 0, 0.1)
+
+    failures = [
+        v("flush@5", 5, "panicked: empty database"),
+        v("flush@9", 9, "All roots are corrupted"),
+    ]
+    groups = [
+        {"first": "flush@5", "why": {"rule": "unordered-writes", "proven": True}},
+        {"first": "flush@9", "why": {"rule": "pointer-before-data", "proven": False}},
+    ]
+    s = SimpleNamespace(
+        failures=failures,
+        groups=groups,
+        status="complete",
+        no_acks=False,
+        verdict="corrupt-data",
+        total=40,
+        coverage_phrase=lambda: "exhaustive",
+    )
+    r = run.release_of("0.16.0", SimpleNamespace(summary=s), "All roots", 12.34)
+    assert (r.cause, r.proof, r.message_seen) == ("pointer-before-data", "not proven", True)
+    assert r.first_reason == "All roots are corrupted" and r.failing == 2 and r.seconds == 12.3
+    plain = run.release_of("0.16.0", SimpleNamespace(summary=s), "", 1.0)
+    assert (plain.cause, plain.proof, plain.message_seen) == ("unordered-writes", "proven", False)
+    assert plain.first_reason == "panicked: empty database"
