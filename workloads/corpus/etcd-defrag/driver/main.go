@@ -5,9 +5,12 @@
 //	driver run    the workload (recording guest, cwd holds the node mounts n0, n1, n2): member i
 //	              of a three-member cluster on n<i>/etcd (127.0.0.1, client port port+2i, peer port
 //	              one above); `begin:up` .. `ack:up` around the bootstrap (every member healthy, then
-//	              sync); sequential puts k0..k<n-1> (begin:i before, ack:i once the put returned);
+//	              sync); commits 0..n-1 (begin:i before, ack:i once every put of it returned): by
+//	              default sequential puts k<i>; with clients=C, C writers at once, writer c doing
+//	              commits c, c+C, ...; with group=G a commit is G concurrent puts k<i>.0 .. k<i>.<G-1>;
+//	              with txn=1 each put is a Txn (put if the key has no version yet);
 //	              meanwhile a second goroutine calls Maintenance.Defragment on the members in turn,
-//	              every defrag_ms; then the members are stopped (SIGTERM, SIGKILL 3 s later).
+//	              every defrag_ms (0: never); then the members are stopped (SIGTERM, SIGKILL 3 s later).
 //	driver check  the checker (JSON on stdin, one verdict line on stdout): re-runs itself in a
 //	              network namespace of its own (unshare --net), restarts the three members on the
 //	              recovered mounts with the recorded ports (a cut before ack:up passes, etcd not
@@ -24,7 +27,8 @@
 //
 // Params (POWERCUT_PARAMS, JSON, or `driver run KEY=VALUE ...`): n (20), size (100), seed (0), port (2379), defrag_ms (300; 0: no
 // defragmentation), heartbeat_ms (200), election_ms (2000), start_timeout (300 s), put_timeout
-// (120 s), recover_timeout (30 s).
+// (120 s), recover_timeout (30 s), clients (1), group (1), txn (0). The checker needs the same
+// params as the run (group and size name the keys and values).
 package main
 
 import (
@@ -74,11 +78,15 @@ type params struct {
 	StartTimeout   float64 `json:"start_timeout"`
 	PutTimeout     float64 `json:"put_timeout"`
 	RecoverTimeout float64 `json:"recover_timeout"`
+	Clients        int     `json:"clients"`
+	Group          int     `json:"group"`
+	Txn            int     `json:"txn"`
 }
 
 func defaults() params {
 	return params{N: 20, Size: 100, Seed: 0, Port: 2379, DefragMs: 300, HeartbeatMs: 200,
-		ElectionMs: 2000, StartTimeout: 300, PutTimeout: 120, RecoverTimeout: 30}
+		ElectionMs: 2000, StartTimeout: 300, PutTimeout: 120, RecoverTimeout: 30,
+		Clients: 1, Group: 1, Txn: 0}
 }
 
 // parseParams reads a JSON object whose values may be numbers or strings of numbers (a command
@@ -86,7 +94,8 @@ func defaults() params {
 func parseParams(raw map[string]any) (params, error) {
 	p := defaults()
 	ints := map[string]*int{"n": &p.N, "size": &p.Size, "seed": &p.Seed, "port": &p.Port,
-		"defrag_ms": &p.DefragMs, "heartbeat_ms": &p.HeartbeatMs, "election_ms": &p.ElectionMs}
+		"defrag_ms": &p.DefragMs, "heartbeat_ms": &p.HeartbeatMs, "election_ms": &p.ElectionMs,
+		"clients": &p.Clients, "group": &p.Group, "txn": &p.Txn}
 	floats := map[string]*float64{"start_timeout": &p.StartTimeout, "put_timeout": &p.PutTimeout,
 		"recover_timeout": &p.RecoverTimeout}
 	num := func(k string, v any) (float64, error) {
@@ -122,6 +131,12 @@ func parseParams(raw map[string]any) (params, error) {
 			*dst = f
 		}
 	}
+	if p.Clients < 1 {
+		p.Clients = 1
+	}
+	if p.Group < 1 {
+		p.Group = 1
+	}
 	return p, nil
 }
 
@@ -140,6 +155,22 @@ func envParams() (params, error) {
 // ---------------------------------------------------------------- keys and values
 
 func key(i int) string { return "k" + strconv.Itoa(i) }
+
+// subKey is the j-th put of commit i: k<i> when a commit is one put (group=1), else k<i>.<j>.
+func subKey(i, j, group int) string {
+	if group <= 1 {
+		return key(i)
+	}
+	return key(i) + "." + strconv.Itoa(j)
+}
+
+// subValue is the value put under subKey(i, j, group).
+func subValue(seed, i, j, size, group int) string {
+	if group <= 1 {
+		return value(seed, i, size)
+	}
+	return value(seed, i*1000003+j+1, size)
+}
 
 // value is the `size` bytes put under key i: hex of SHA-256 chained from (seed, i).
 func value(seed, i, size int) string {
@@ -460,7 +491,11 @@ func startMarks() {
 	markIn, markOut = in, bufio.NewReader(out)
 }
 
+var markMu sync.Mutex // the writers' marks, one at a time through the one helper
+
 func mark(kind, k string) {
+	markMu.Lock()
+	defer markMu.Unlock()
 	text := kind + ":" + k
 	if markIn != nil {
 		if _, err := io.WriteString(markIn, text+"\n"); err != nil {
@@ -491,7 +526,7 @@ func run() {
 	if err != nil {
 		fatalf("%v", err)
 	}
-	if len(os.Args) > 2 { // driver run KEY=VALUE ...: params on the command line (powercut --cmd takes no --param)
+	if len(os.Args) > 2 { // driver run KEY=VALUE ...: params on the command line (powercut run --cmd takes no --param)
 		raw := map[string]any{}
 		b, _ := json.Marshal(p)
 		json.Unmarshal(b, &raw)
@@ -589,32 +624,93 @@ func run() {
 			}()
 		}
 
-		for i := 0; i < p.N; i++ {
-			k := key(i)
-			mark("begin", strconv.Itoa(i))
-			deadline := time.Now().Add(time.Duration(p.PutTimeout * float64(time.Second)))
+		// the writers: clients goroutines, client c commits i = c, c+clients, ...; commit i is
+		// `group` puts (k<i>, or k<i>.0 .. k<i>.<group-1> issued concurrently), each a plain Put or
+		// with txn=1 a Txn (put if the key is new); begin:i before, ack:i once every put returned
+		var (
+			failMu  sync.Mutex
+			failMsg string
+			acks    int
+			sawTime []time.Duration
+		)
+		failed := func() bool { failMu.Lock(); defer failMu.Unlock(); return failMsg != "" }
+		putOne := func(k, v string, deadline time.Time) error {
 			for {
 				ctx, cancel := context.WithDeadline(context.Background(), deadline)
-				_, err := cli.Put(ctx, k, value(p.Seed, i, p.Size))
+				var err error
+				if p.Txn != 0 {
+					var r *clientv3.TxnResponse
+					r, err = cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(k), "=", 0)).
+						Then(clientv3.OpPut(k, v)).Commit()
+					if err == nil && !r.Succeeded {
+						// a retried Txn whose first try was applied: the key is there; the value is checked
+						err = nil
+					}
+				} else {
+					_, err = cli.Put(ctx, k, v)
+				}
 				cancel()
 				if err == nil {
-					break
+					return nil
 				}
-				if time.Now().After(deadline) {
-					close(stop)
-					wg.Wait()
-					fmt.Fprintf(os.Stderr, "etcd-defrag: put %s not answered within %gs: %v; %s\n", k, p.PutTimeout, err, failures(c))
-					code = 1
-					return
+				if time.Now().After(deadline) || failed() {
+					return err
 				}
 				time.Sleep(200 * time.Millisecond)
 			}
-			mark("ack", strconv.Itoa(i))
 		}
+		var writers sync.WaitGroup
+		for w := 0; w < p.Clients; w++ {
+			writers.Add(1)
+			go func(w int) {
+				defer writers.Done()
+				for i := w; i < p.N && !failed(); i += p.Clients {
+					mark("begin", strconv.Itoa(i))
+					s := time.Now()
+					deadline := s.Add(time.Duration(p.PutTimeout * float64(time.Second)))
+					errs := make([]error, p.Group)
+					var g sync.WaitGroup
+					for j := 0; j < p.Group; j++ {
+						g.Add(1)
+						go func(j int) {
+							defer g.Done()
+							errs[j] = putOne(subKey(i, j, p.Group), subValue(p.Seed, i, j, p.Size, p.Group), deadline)
+						}(j)
+					}
+					g.Wait()
+					for j, err := range errs {
+						if err != nil {
+							failMu.Lock()
+							if failMsg == "" {
+								failMsg = fmt.Sprintf("put %s not answered within %gs: %v; %s", subKey(i, j, p.Group), p.PutTimeout, err, failures(c))
+							}
+							failMu.Unlock()
+							return
+						}
+					}
+					mark("ack", strconv.Itoa(i))
+					failMu.Lock()
+					acks++
+					sawTime = append(sawTime, time.Since(s))
+					failMu.Unlock()
+				}
+			}(w)
+		}
+		writers.Wait()
 		close(stop)
 		wg.Wait()
-		fmt.Fprintf(os.Stderr, "etcd-defrag: %d puts acked in %.1fs, %d defragmentations (%d failed)\n",
-			p.N, time.Since(t1).Seconds(), defrags, defragErrs)
+		if failMsg != "" {
+			fmt.Fprintf(os.Stderr, "etcd-defrag: %s\n", failMsg)
+			code = 1
+			return
+		}
+		sort.Slice(sawTime, func(a, b int) bool { return sawTime[a] < sawTime[b] })
+		med := time.Duration(0)
+		if len(sawTime) > 0 {
+			med = sawTime[len(sawTime)/2]
+		}
+		fmt.Fprintf(os.Stderr, "etcd-defrag: %d commits (%d puts each, %d clients, txn=%d) acked in %.1fs (median %.0f ms each), %d defragmentations (%d failed)\n",
+			acks, p.Group, p.Clients, p.Txn, time.Since(t1).Seconds(), med.Seconds()*1000, defrags, defragErrs)
 	}()
 	os.Exit(code)
 }
@@ -678,7 +774,33 @@ func check() {
 		say(result{"pass", []string{"the cut is before the cluster first came up (no ack:up): a bootstrap cut short promises nothing, etcd not started"}})
 		return
 	}
-	p, _ := parseParams(ci.Params)
+	// the params: $POWERCUT_PARAMS, then the input's, then `driver check KEY=VALUE ...` (a manual
+	// `powercut run --cmd` passes no --param: the run and the checker get them on their command
+	// lines); the inner half gets them merged in its input
+	merged := map[string]any{}
+	if s := strings.TrimSpace(os.Getenv("POWERCUT_PARAMS")); s != "" {
+		json.Unmarshal([]byte(s), &merged)
+	}
+	for k, v := range ci.Params {
+		merged[k] = v
+	}
+	for _, kv := range os.Args[2:] {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			merged[k] = v
+		}
+	}
+	p, err := parseParams(merged)
+	if err != nil {
+		say(result{"corrupt-data", []string{"checker: " + err.Error()}})
+		return
+	}
+	var whole map[string]any
+	if json.Unmarshal(in, &whole) == nil {
+		whole["params"] = merged
+		if b, err := json.Marshal(whole); err == nil {
+			in = b
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		say(result{"corrupt-data", []string{"checker: " + err.Error()}})
@@ -920,12 +1042,43 @@ func short(s string) string {
 	return fmt.Sprintf("%q (%d bytes)", s, len(s))
 }
 
+// keyIndex: the commit i of key k<i> or k<i>.<j>; -1 for any other key.
 func keyIndex(k string) int {
-	i, err := strconv.Atoi(strings.TrimPrefix(k, "k"))
-	if err != nil || !strings.HasPrefix(k, "k") {
+	i, _, ok := parseKey(k)
+	if !ok {
 		return -1
 	}
 	return i
+}
+
+// parseKey: k<i> -> (i, -1); k<i>.<j> -> (i, j).
+func parseKey(k string) (i, j int, ok bool) {
+	if !strings.HasPrefix(k, "k") {
+		return -1, -1, false
+	}
+	head, tail, dotted := strings.Cut(k[1:], ".")
+	i, err := strconv.Atoi(head)
+	if err != nil || i < 0 {
+		return -1, -1, false
+	}
+	if !dotted {
+		return i, -1, true
+	}
+	j, err = strconv.Atoi(tail)
+	if err != nil || j < 0 {
+		return -1, -1, false
+	}
+	return i, j, true
+}
+
+// keyLess orders keys by commit, then by put within it.
+func keyLess(a, b string) bool {
+	ia, ja, _ := parseKey(a)
+	ib, jb, _ := parseKey(b)
+	if ia != ib {
+		return ia < ib
+	}
+	return ja < jb
 }
 
 // judge: (a) every acked put on every member with its value, no key never put; (b) the members
@@ -974,10 +1127,10 @@ func judge(ci checkInput, p params, views []view) result {
 		sort.Strings(keys)
 		var phantom, wrong []string
 		for _, k := range keys {
-			i := keyIndex(k)
-			if i < 0 || !known[i] {
+			i, j, ok := parseKey(k)
+			if !ok || !known[i] || (p.Group <= 1) != (j < 0) || j >= p.Group || subKey(i, j, p.Group) != k {
 				phantom = append(phantom, fmt.Sprintf("%q", k))
-			} else if want := value(p.Seed, i, p.Size); v.kvs[k] != want {
+			} else if want := subValue(p.Seed, i, j, p.Size, p.Group); v.kvs[k] != want {
 				wrong = append(wrong, fmt.Sprintf("key %s holds %s, not the value put %s", k, short(v.kvs[k]), short(want)))
 			}
 		}
@@ -989,8 +1142,10 @@ func judge(ci checkInput, p params, views []view) result {
 		}
 		var missing []string
 		for _, i := range ackedSorted {
-			if _, ok := v.kvs[key(i)]; !ok {
-				missing = append(missing, key(i))
+			for j := 0; j < p.Group; j++ {
+				if _, ok := v.kvs[subKey(i, j, p.Group)]; !ok {
+					missing = append(missing, subKey(i, j, p.Group))
+				}
 			}
 		}
 		if len(missing) > 0 {
@@ -1000,7 +1155,7 @@ func judge(ci checkInput, p params, views []view) result {
 				missing = missing[:10]
 			}
 			lost = append(lost, fmt.Sprintf("node %d: acked key %s is missing: it serves %d keys, %d were acked (missing: %s%s)",
-				n, missing[0], len(v.kvs), len(acked), strings.Join(missing, ", "), more))
+				n, missing[0], len(v.kvs), len(acked)*p.Group, strings.Join(missing, ", "), more))
 		}
 	}
 	// (b) the members agree
@@ -1025,7 +1180,7 @@ func judge(ci checkInput, p params, views []view) result {
 		for k := range all {
 			keys = append(keys, k)
 		}
-		sort.Slice(keys, func(a, b int) bool { return keyIndex(keys[a]) < keyIndex(keys[b]) })
+		sort.Slice(keys, func(a, b int) bool { return keyLess(keys[a], keys[b]) })
 		// every key all members hold: the same mod_revision and version
 		diffs, first := 0, ""
 		for _, k := range keys {
@@ -1054,7 +1209,7 @@ func judge(ci checkInput, p params, views []view) result {
 			}
 		}
 		if diffs > 0 {
-			corrupt = append(corrupt, fmt.Sprintf("members disagree on the revision after restart: %s; %d keys they all hold differ: %s", revLine, diffs, first))
+			corrupt = append(corrupt, fmt.Sprintf("members disagree on the revision after restart: %s; %d keys they all hold differ: %s%s", revLine, diffs, first, skipped(views, nodeOf, keys)))
 		}
 		// beyond the common revision: one revision per put the others lack, none acked
 		for n, v := range views {
@@ -1129,6 +1284,34 @@ func judge(ci checkInput, p params, views []view) result {
 		}
 	}
 	return result{"pass", append(out, notes...)}
+}
+
+// skipped names a put one member lacks although it holds a put the others made after it (a
+// committed entry it never applied): "; node 1 lacks k5.2 (mod_revision 32 on node 0) but holds
+// k6.0, put after it (mod_revision 33 on node 0)"; "" when none.
+func skipped(views []view, nodeOf []int, keys []string) string {
+	for n, v := range views {
+		for o, w := range views {
+			if o == n {
+				continue
+			}
+			for _, k := range keys {
+				mk, ok := w.mods[k]
+				if _, has := v.mods[k]; !ok || has {
+					continue
+				}
+				for _, l := range keys {
+					if ml, both := w.mods[l]; both && ml > mk {
+						if _, has := v.mods[l]; has {
+							return fmt.Sprintf("; node %d lacks %s (mod_revision %d on node %d) but holds %s, put after it (mod_revision %d on node %d)",
+								nodeOf[n], k, mk, nodeOf[o], l, ml, nodeOf[o])
+						}
+					}
+				}
+			}
+		}
+	}
+	return ""
 }
 
 func main() {
