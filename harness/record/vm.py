@@ -504,6 +504,8 @@ def starting_from(spec: RecordSpec, nodes: int) -> tuple[RecordSpec, Recording]:
         raise UsageError(f"--from {src}: a recording of {len(first.nodes)} nodes; give one disk's")
     first.require_ok()
     recording.verify_logs(first)
+    with open_log(first.log_path) as index:
+        state_from_id(index, spec.start.state)  # a bad id: one line, before anything is written
     f = first.manifest["fs"]
     fs = FsSpec(
         fstype=str(f["fstype"]),

@@ -89,6 +89,8 @@ def test_a_bad_start_is_one_line_and_nothing_is_recorded(tmp_path: Path) -> None
     recording.write(broken, m)
     with pytest.raises(UsageError, match="did not finish"):
         starting_from(spec(broken, "flush@3"), 1)
+    with pytest.raises(UsageError, match="out of range"):  # before any file of the output exists
+        starting_from(spec(first, "flush@99999"), 1)
     out = tmp_path / "o"
     out.mkdir()
     with pytest.raises(UsageError):
