@@ -10,6 +10,7 @@ import dataclasses
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,6 +115,24 @@ def _verdict() -> Verdict:
     return Verdict("flush@3", "flush", 3, "lost-ack", ("key 1 lost",), 1, 0, 0.1)
 
 
+def write_bundle(dest: Path, log: Path, **extra: Any) -> Path:
+    """A one-disk bundle of ``_verdict`` from ``log`` (``extra``: bundle.write's initial, start)."""
+    return bundle.write(
+        dest,
+        recording=str(dest.parent),
+        data_size=1 << 20,
+        fstype="ext4",
+        mount_opts="",
+        checker=CheckerSpec(command="true"),
+        params={},
+        workload={"cmd": "true"},
+        verdict=_verdict(),
+        logs=[log],
+        cuts=[0],
+        **extra,
+    )
+
+
 def test_a_bundle_carries_the_initial_image_and_a_changed_one_is_refused(tmp_path: Path) -> None:
     log = tmp_path / "log.bin"
     from powercut.core.log.dmlog_writer import LogWriter
@@ -126,20 +145,8 @@ def test_a_bundle_carries_the_initial_image_and_a_changed_one_is_refused(tmp_pat
     with open(image, "wb") as f:
         f.truncate(1 << 20)
         f.write(b"state")
-    dest = bundle.write(
-        tmp_path / "b",
-        recording=str(tmp_path),
-        data_size=1 << 20,
-        fstype="ext4",
-        mount_opts="",
-        checker=CheckerSpec(command="true"),
-        params={},
-        workload={"cmd": "true"},
-        verdict=_verdict(),
-        logs=[log],
-        cuts=[0],
-        initial=image,
-        start={"recording": "/r", "state": "flush@9"},
+    dest = write_bundle(
+        tmp_path / "b", log, initial=image, start={"recording": "/r", "state": "flush@9"}
     )
     b = bundle.load(dest)
     assert b.initial == dest / "initial.img"
@@ -152,18 +159,6 @@ def test_a_bundle_carries_the_initial_image_and_a_changed_one_is_refused(tmp_pat
     b.initial.unlink()
     with pytest.raises(UsageError, match="initial image initial.img is missing"):
         bundle.load(dest)
-    plain = bundle.write(
-        tmp_path / "p",
-        recording=str(tmp_path),
-        data_size=1 << 20,
-        fstype="ext4",
-        mount_opts="",
-        checker=CheckerSpec(command="true"),
-        params={},
-        workload={"cmd": "true"},
-        verdict=_verdict(),
-        logs=[log],
-        cuts=[0],
-    )
+    plain = write_bundle(tmp_path / "p", log)
     assert bundle.load(plain).initial is None
     assert "initial" not in bundle.load(plain).doc
