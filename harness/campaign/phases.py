@@ -32,6 +32,7 @@ from powercut.campaign import retries
 from powercut.campaign.journal import Journal
 from powercut.check.context import CheckContext, LogSource
 from powercut.core.judging import confirm as confirming
+from powercut.core.judging.readset import Mismatch
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.models import CrashSpace
@@ -87,6 +88,7 @@ class CampaignRun:
             set()
         )  # groups confirmed state by state after a disagreement
         self.proofs = verify.Verification()  # the causes' counterfactuals (debug/verify.py)
+        self.mismatch: Mismatch | None = None  # the read-set rule disproved (check/proving.py)
 
     @property
     def disks(self) -> int:
@@ -112,9 +114,20 @@ class CampaignRun:
             self.on_verdict(v)
 
     def judge(
-        self, states: Sequence[Any], sink: Callable[[Verdict], None], work: Path, jobs: int
+        self,
+        states: Sequence[Any],
+        sink: Callable[[Verdict], None],
+        work: Path,
+        jobs: int,
+        prove: bool = False,
     ) -> None:
-        self.place.judge(self.ctx, self.src, self.logs, states, sink, work, jobs=jobs)
+        """Judge ``states`` where the place says; ``prove``: the read-set rule may prove some
+        (the main check only: confirmation and diagnosis judge for real)."""
+        found = self.place.judge(
+            self.ctx, self.src, self.logs, states, sink, work, jobs=jobs, prove=prove
+        )
+        if found is not None and self.mismatch is None:
+            self.mismatch = found
 
     def triage(self) -> list[Group]:
         """Group the failures by cause; minimize and blame the first state of the first ``shrink``

@@ -68,6 +68,7 @@ class CampaignSpec:
     checker_timeout_s: float = DEFAULT_TIMEOUT_S  # per state
     resume: bool = False
     confirm: bool = True  # judge failures a second time, alone
+    prove: bool = True  # host mode: the read-set rule proves states (check/proving.py)
     confirm_mode: str = DEFAULT_CONFIRM_MODE  # group: by failure group (a sample of a large group); all: every failure
     confirm_sample: int = confirming.DEFAULT_SAMPLE  # states judged alone per large group
     shrink: int = (
@@ -377,7 +378,7 @@ def _campaign(
         if on_start:
             on_start(len(sel.states), sum(1 for s in sel.states if s.id in journal.done))
         todo = [s for s in sel.states if s.id not in journal.done]
-        run.judge(todo, run.sink, outdir / "work", spec.workers())
+        run.judge(todo, run.sink, outdir / "work", spec.workers(), prove=spec.prove)
         run.triage()  # groups, diagnoses, confirmation by group, bundles
     except KeyboardInterrupt:
         status = "interrupted"
@@ -435,6 +436,7 @@ def _campaign(
             start=rec.start,
             proofs=run.proofs.stats.to_json() if run.proofs.checked else {},
             doubts=unordered_acks(logs[0]) if len(logs) == 1 else (),
+            readset_mismatch=run.mismatch.line() if run.mismatch is not None else "",
         )
         paths = write_outputs(summary, verdicts, outdir)
         paths["html"] = html.write(summary, outdir, verdicts, logs)

@@ -33,12 +33,15 @@ from typing import TypeVar
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.judge import judge_nodes
+from powercut.check.proving import Proving
+from powercut.core.judging.readset import Mismatch, ReadSet
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
 from powercut.core.states.nodes import NodesState
 from powercut.errors import EnvironmentNotReady
 from powercut.linux import interrupt, loopcache
+from powercut.linux.blockreads import BlockReads
 from powercut.linux.loopcache import ensure_write_cache
 from powercut.linux.loopdev import LoopDevice, detach, loops_backed_under
 from powercut.linux.mounts import mounts_under, umount
@@ -127,11 +130,16 @@ def check_host(
     workspace: Path,
     *,
     jobs: int = 1,
-) -> None:
+    prove: bool = False,
+) -> Mismatch | None:
     """Judge ``states`` of the disks whose opened logs are ``logs`` (``src``'s, disk 0 first; ``ctx``
     knowing their fault windows: check/context.with_faults, with_node_faults) here, in at most
     ``jobs`` parallel walks; each verdict goes to ``sink`` (called under a lock, in walk order per
-    worker).  Stops between states on an interrupt; what is mounted or attached is undone."""
+    worker).  Stops between states on an interrupt; what is mounted or attached is undone.
+
+    ``prove``: states the read-set rule proves (check/proving.py) are not judged; their verdicts
+    reach ``sink`` after the walks.  If confirmation disproved the rule, those states are judged
+    after all, and the mismatch is returned."""
     require_root()
     cleanup_stale(workspace)
     lock = threading.Lock()
@@ -140,23 +148,34 @@ def check_host(
     initial = (
         src.initial if len(logs) == 1 else None
     )  # a cluster's disks start from zeros (record/)
+    proving = Proving.of(logs[0], states, len(logs)) if prove else None
 
     def worker(wid: int, chunk: list[CrashState | NodesState]) -> None:
-        with contextlib.closing(
-            HostNodes(logs, src.size, initial, chunk, workspace / f"w{wid}")
-        ) as disks:
+        with contextlib.ExitStack() as stack:
+            disks = stack.enter_context(
+                contextlib.closing(HostNodes(logs, src.size, initial, chunk, workspace / f"w{wid}"))
+            )
+            reads = stack.enter_context(contextlib.closing(BlockReads())) if proving else None
             for state in chunk:
                 if interrupt.stopping() or failed.is_set():
                     return
-                v = disks.judge(ctx, state, serial)
+                equal_to, confirm = proving.proof(state) if proving else (None, False)
+                if proving and equal_to is not None and not confirm:
+                    disks.pass_by()
+                    assert isinstance(state, CrashState)
+                    proving.prove(state, equal_to)
+                    continue
+                v, read = disks.judge(ctx, state, serial, reads)
                 if interrupt.stopping():
                     return  # its checker or fsck may have been killed: not a verdict
+                if proving:
+                    proving.judged_state(state, v, read, equal_to)
                 with lock:
                     sink(v)
 
     parts: list[list[CrashState | NodesState]] = walk_chunks(logs, list(states), jobs)
     if not parts:
-        return
+        return None
     with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="powercut-host") as pool:
         futures = [pool.submit(worker, i, c) for i, c in enumerate(parts)]
         try:
@@ -169,6 +188,16 @@ def check_host(
         except BaseException:
             failed.set()
             raise
+    if proving is None or interrupt.stopping():
+        return None
+    if proving.mismatch is None:
+        for v in proving.proven:
+            sink(v)
+        return None
+    again = {v.state for v in proving.proven}
+    todo = [s for s in states if s.id in again]
+    check_host(ctx, src, logs, todo, sink, workspace, jobs=jobs)  # type: ignore[arg-type]
+    return proving.mismatch
 
 
 class HostNodes:
@@ -207,18 +236,25 @@ class HostNodes:
         )
 
     def judge(
-        self, ctx: CheckContext, state: CrashState | NodesState, serial: threading.Lock | None
-    ) -> Verdict:
+        self,
+        ctx: CheckContext,
+        state: CrashState | NodesState,
+        serial: threading.Lock | None,
+        reads: BlockReads | None = None,
+    ) -> tuple[Verdict, ReadSet | None]:
         """The next state's verdict: every disk's image built and attached, then judged (under
-        ``serial``, if given).  Its seconds count building and judging, not waiting for ``serial``."""
+        ``serial``, if given).  Its seconds count building and judging, not waiting for ``serial``.
+        With ``reads`` (one disk): also the sectors its judge read (None: unknown)."""
         t0 = time.monotonic()
         nodes, at = _disks(state)
         imgs = [node.next_image() for node in self.nodes]
         with contextlib.ExitStack() as loops:
-            devs = [_attached(img, loops) for img in imgs]
+            devs = [_attached(img, loops) for img in imgs if img is not None]
             built = time.monotonic() - t0
             with serial or contextlib.nullcontext():
-                return judge_nodes(
+                if reads is not None:
+                    reads.watch(devs[0])
+                v = judge_nodes(
                     ctx,
                     devs,
                     nodes,
@@ -228,6 +264,13 @@ class HostNodes:
                     at=at,
                     t0=time.monotonic() - built,
                 )
+                spans = reads.take() if reads is not None else None
+        return v, None if spans is None else ReadSet(spans)
+
+    def pass_by(self) -> None:
+        """The next state is not judged (proven): the walks pass it, no image is made."""
+        for node in self.nodes:
+            node.next_image(build=False)
 
     def close(self) -> None:
         self._close.close()

@@ -19,6 +19,7 @@ from powercut.check.host import check_host, require_root
 from powercut.check.hosts import validate_uri
 from powercut.check.vm import WarmVms, check_vm
 from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S
+from powercut.core.judging.readset import Mismatch
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
@@ -99,19 +100,23 @@ class Place:
         work: Path,
         *,
         jobs: int = 1,
-    ) -> None:
+        prove: bool = False,
+    ) -> Mismatch | None:
         """Judge ``states`` of the disks whose logs are ``src`` (opened: ``index``, one disk's log or
-        every disk's); each verdict goes to ``sink``."""
+        every disk's); each verdict goes to ``sink``.  ``prove``: the read-set rule may prove
+        states instead (host mode; check/proving.py); a mismatch its confirmation found is
+        returned (every state was judged for real then)."""
         if not states:
-            return
+            return None
         logs = [index] if isinstance(index, LogIndex) else list(index)
         if len(logs) != src.disks:
             raise ValueError(f"{len(logs)} opened logs for a source of {src.disks} disks")
         if self.on_host:
-            check_host(ctx, src, logs, states, sink, work, jobs=jobs)
+            mismatch = check_host(ctx, src, logs, states, sink, work, jobs=jobs, prove=prove)
             shutil.rmtree(
                 work, ignore_errors=True
             )  # only after a clean end: nothing is mounted under it
+            return mismatch
         else:
             check_vm(
                 ctx,
@@ -124,6 +129,7 @@ class Place:
                 jobs=jobs,
                 warm=self.warm,
             )
+            return None
 
     def with_warm_vms(self) -> "Place":
         """This place keeping a run's checker VMs booted between phases (close_warm ends them); one

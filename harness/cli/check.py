@@ -35,6 +35,7 @@ def campaign_spec(args: argparse.Namespace, preset: str = "check") -> Any:
         checker_command=args.checker,
         resume=args.resume,
         confirm=not args.no_confirm,
+        prove=not args.judge_all,
         confirm_mode=args.confirm_mode,
         confirm_sample=args.confirm_sample,
         shrink=args.shrink,
@@ -169,9 +170,9 @@ def _print_summary(summary: Any, paths: dict[str, Path]) -> None:
     if summary.failures and summary.trace_note:
         print(f"note: {summary.trace_note}")
     _print_groups(summary)
-    line = summary.confirmation_line()
-    if line:
-        print(line)
+    for line in (summary.proofs_line(), summary.confirmation_line()):
+        if line:
+            print(line)
     for f in summary.flaky[:10]:
         print(f"FLAKY {f.state}: {f.reasons[0]}")
     shown = 3 if summary.groups else 10

@@ -485,6 +485,12 @@ def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
         help="do not judge failing states a second time (flaky states then go unnoticed)",
     )
     g.add_argument(
+        "--judge-all",
+        action="store_true",
+        help="judge every state: no read-set proofs (--check-in host proves a state whose image "
+        "equals a judged state's on every sector that state's judge read, with the same acks)",
+    )
+    g.add_argument(
         "--shrink",
         type=at_least(0),
         default=config.DEFAULT_SHRINK,

@@ -11,6 +11,7 @@
 * ``imageio`` -- sparse image files, copy and reflink;
 * ``filesystems`` -- the filesystem table (mkfs, fsck, mount options, modules);
 * ``blockdev`` -- find a disk by serial, its size;
+* ``blockreads`` -- the sectors a block device was asked to read (tracefs block_rq_issue);
 * ``badsector`` -- unreadable sectors at check time: a dm layer with ``error`` segments;
 * ``jsonlines`` -- the fsync'd JSON-lines file;
 * ``environ`` -- every ``POWERCUT_*`` environment variable, named and read in one place;

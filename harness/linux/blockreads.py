@@ -68,6 +68,11 @@ class BlockReads:
         self.dev = (-1, -1)
         try:
             (self.dir / "buffer_size_kb").write_text(str(BUFFER_KB))
+            for option in ("context-info", "record-cmd"):  # shorter lines, less to read
+                try:
+                    (self.dir / "options" / option).write_text("0")
+                except OSError:
+                    pass
             (self.dir / EVENT / "enable").write_text("1")
             self.pipe = os.open(self.dir / "trace_pipe", os.O_RDONLY | os.O_NONBLOCK)
         except BaseException:
@@ -78,7 +83,11 @@ class BlockReads:
         """Trace ``device`` (a block device node) from now on; what was traced before is dropped."""
         rdev = os.stat(device).st_rdev
         self.dev = (os.major(rdev), os.minor(rdev))
-        (self.dir / EVENT / "filter").write_text(f"dev == {(self.dev[0] << 20) | self.dev[1]}")
+        dev = (self.dev[0] << 20) | self.dev[1]
+        try:  # reads only, filtered in the kernel
+            (self.dir / EVENT / "filter").write_text(f'dev == {dev} && rwbs ~ "*R*"')
+        except OSError:
+            (self.dir / EVENT / "filter").write_text(f"dev == {dev}")
         self._drain()
         self.overruns = self._overruns()
 

@@ -28,9 +28,10 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from powercut.core.crashmodels.lies import flip_of, with_lie
 from powercut.core.log.dmlog import Entry, LogIndex, open_log
@@ -216,7 +217,30 @@ def materialize(
             raise UsageError(
                 f"unknown snapshot provider {provider!r}; choose auto, {', '.join(PROVIDERS)}"
             )
-    return _walk(index, initial, size, plans, Path(workspace), provider, st, known_zero)
+    walk = _walk(index, initial, size, plans, Path(workspace), provider, st, known_zero, None)
+    return cast(Generator[tuple[CrashState, Path], None, None], walk)
+
+
+def materialize_some(
+    index: LogIndex,
+    initial: Path | None,
+    size: int,
+    states: Sequence[CrashState],
+    workspace: Path,
+    provider: Provider,
+    skip: Callable[[CrashState], bool],
+    *,
+    stats: ReplayStats | None = None,
+    known_zero: ZeroRuns = (),
+) -> Generator[tuple[CrashState, Path | None], None, None]:
+    """``materialize``, but a state ``skip`` says needs no image (asked when the walk reaches it)
+    is yielded with None: the pristine walks on, no clone is made (the read-set rule's proven
+    states, check/host.py)."""
+    st = stats if stats is not None else ReplayStats()
+    plans = sorted((plan(index, s) for s in states), key=lambda p: p.base)
+    check_extents(index, size, max((p.state.cut for p in plans), default=0))
+    initial = _check_initial(initial, size)
+    return _walk(index, initial, size, plans, Path(workspace), provider, st, known_zero, skip)
 
 
 def _walk(
@@ -227,8 +251,9 @@ def _walk(
     workspace: Path,
     provider: str | Provider,
     st: ReplayStats,
-    known_zero: ZeroRuns = (),
-) -> Generator[tuple[CrashState, Path], None, None]:
+    known_zero: ZeroRuns,
+    skip: Callable[[CrashState], bool] | None,
+) -> Generator[tuple[CrashState, Path | None], None, None]:
     if not plans:
         return
     t0 = time.perf_counter()
@@ -274,6 +299,9 @@ def _walk(
                     pos = p.base
                     pristine.sync()
                     st.walk_s += time.perf_counter() - t
+                if skip is not None and skip(p.state):
+                    yield p.state, None
+                    continue
                 t = time.perf_counter()
                 img = prov.clone(pristine.path, prov.path("state"))
                 st.clone_s += time.perf_counter() - t

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
-from powercut.replay.materialize import ReplayStats, materialize, plan
+from powercut.replay.materialize import ReplayStats, materialize_some, plan
 from powercut.replay.snapshot import Provider
 from powercut.replay.zeros import ZeroRuns
 
@@ -57,25 +57,30 @@ class NodeImages:
         self.runs = runs([plan(index, s).base for s in self.states])
         workspace.mkdir(parents=True, exist_ok=True)
         self.provider = provider
-        self.walk: Generator[tuple[CrashState, Path], None, None] | None = None
+        self.walk: Generator[tuple[CrashState, Path | None], None, None] | None = None
+        self.build = True  # whether the state being reached gets an image (``next_image``)
         self.k = 0  # the next state's position
         self.run = -1  # the run being walked
         self.walks = 0
         self.stats = ReplayStats()  # summed over the walks
 
-    def next_image(self) -> Path:
+    def next_image(self, build: bool = True) -> Path | None:
+        """The next state's image, valid until the next call; with ``build`` False the walk
+        passes the state by: no clone, None."""
+        self.build = build
         if self.walk is None or self.k == self.runs[self.run].stop:
             if self.walk is not None:
                 self.walk.close()  # releases the last clone and the pristine
             self.run += 1
             r = self.runs[self.run]
-            self.walk = materialize(
+            self.walk = materialize_some(
                 self.index,
                 self.initial,
                 self.size,
                 self.states[r.start : r.stop],
                 self.provider.workspace,
                 self.provider,
+                lambda _state: not self.build,
                 stats=self.stats,
                 known_zero=self.known_zero,
             )

@@ -91,6 +91,30 @@ class Summary:
     start: dict[str, Any] = field(
         default_factory=dict
     )  # the recording's [from]: the crash state it started from (record --from; {} none)
+    proven: dict[str, int] = field(
+        default_factory=dict
+    )  # model -> states proven by the read-set rule, not judged (check/proving.py)
+    readset_mismatch: str = (
+        ""  # the read-set rule disproved by its confirmation: every state judged after all
+    )
+
+    @property
+    def judged(self) -> int:
+        """States judged for real (``total`` less those proven equal to a judged one)."""
+        return self.total - sum(self.proven.values())
+
+    def proofs_line(self) -> str:
+        """What the read-set rule did, in one line ("" when it proved nothing and failed nothing)."""
+        if self.readset_mismatch:
+            return f"read-set rule disproved: {self.readset_mismatch}"
+        n = sum(self.proven.values())
+        if not n:
+            return ""
+        per = ", ".join(f"{m} {k}" for m, k in self.proven.items())
+        return (
+            f"{self.judged} judged, {n} proven equal to a judged state on every sector its judge "
+            f"read ({per}; --judge-all judges them too)"
+        )
 
     @property
     def no_acks(self) -> bool:
@@ -239,6 +263,8 @@ class Summary:
             "disk_latency": self.disk_latency,
             "delay_sync": list(self.delay_sync),
             **({"from": self.start} if self.start else {}),
+            "proven": self.proven,
+            **({"readset_mismatch": self.readset_mismatch} if self.readset_mismatch else {}),
             "cause_proofs": self.proofs,
             "coverage": self.coverage.to_json() if self.coverage is not None else None,
             "require_exhaustive": self.require_exhaustive,
@@ -312,11 +338,15 @@ def summarize(
     proofs: dict[str, Any] | None = None,
     doubts: Sequence[UnorderedAck] = (),
     start: dict[str, Any] | None = None,
+    readset_mismatch: str = "",
 ) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
+    proven: Counter[str] = Counter()
     for v in verdicts:
         by_model[v.model][v.verdict] += 1
+        if v.proof:
+            proven[v.model] += 1
         for m in models_of(v):
             covered[m][v.verdict] += 1
     failures = sorted(
@@ -376,6 +406,8 @@ def summarize(
             if (d := possibly_false(doubts, f.cut)) is not None
         },
         start=dict(start or {}),
+        proven=dict(sorted(proven.items())),
+        readset_mismatch=readset_mismatch,
     )
 
 
@@ -581,10 +613,12 @@ def table(summary: Summary) -> Any:
     if summary.start:
         status += f" [from {summary.start.get('state')} of {summary.start.get('recording')}]"
     disks = f" on {summary.nodes} nodes" if summary.nodes > 1 else ""
+    n = sum(summary.proven.values())
+    proven = f" ({n} of them proven equal to a judged state)" if n else ""
     t = Table(
         title=escape(
             f"{summary.workload}{disks} on {summary.fstype}: {summary.total} distinct crash states "
-            f"judged in {summary.check_in} in {summary.seconds:.1f} s{status}"
+            f"judged{proven} in {summary.check_in} in {summary.seconds:.1f} s{status}"
         ),  # the [shard ...], [from ...] notes are words, not rich markup
         min_width=72,
     )

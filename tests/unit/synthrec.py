@@ -30,10 +30,11 @@ def _blocks(path: Path) -> dict[int, bytes]:
     return {i // BS: data[i : i + BS] for i in range(0, len(data), BS)}
 
 
-def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0) -> Path:
+def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0, unread: bool = False) -> Path:
     """``d``/rec: ext4 and ``commits`` acked commits (keys 1..commits, the line ``commit K``).
     ``fault_at`` K: commit K is made in a fault window (core/log/faultwindows: the device failed every
-    write) and acked anyway -- none of its writes is logged, the next commit's carry its line."""
+    write) and acked anyway -- none of its writes is logged, the next commit's carry its line.
+    ``unread``: each commit also appends a block to the file ``other``, which CHECKER never reads."""
     d.mkdir(parents=True, exist_ok=True)
     img = d / "fs.img"
     with open(img, "wb") as f:
@@ -51,6 +52,9 @@ def ext4_recording(d: Path, commits: int = 2, *, fault_at: int = 0) -> Path:
             mount(dev, str(mnt), "ext4")
             with open(mnt / "data", "ab") as f:
                 f.write(f"commit {k}\n".encode())
+            if unread:
+                with open(mnt / "other", "ab") as f:
+                    f.write(bytes([k]) * BS)
             umount(str(mnt))
         snaps.append(_blocks(img))
     rec = d / "rec"

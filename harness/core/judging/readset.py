@@ -140,7 +140,6 @@ class ReadSetRule:
             else:
                 g.lo = min(g.lo, s.base)
                 g.hi = max(g.hi, s.cut)
-        self.verdicts: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.mismatch: Mismatch | None = None
 
     @property
@@ -164,9 +163,7 @@ class ReadSetRule:
                 return found
         return None
 
-    def add(
-        self, state: object, reads: ReadSet | None, verdict: str, reasons: Sequence[str]
-    ) -> bool:
+    def add(self, state: object, reads: ReadSet | None, verdict: str) -> bool:
         """Index a judged state by what its judge read (None: unknown); whether it was indexed."""
         if self.off or reads is None or not len(reads) or verdict in UNSHARED:
             return False
@@ -187,12 +184,7 @@ class ReadSetRule:
         sigs = g.classes.pop(touched, {})  # re-inserted: the newest touched set is tried first
         sigs.setdefault(sig, state.id)
         g.classes[touched] = sigs
-        self.verdicts.setdefault(state.id, (verdict, tuple(reasons)))
         return True
-
-    def verdict_of(self, sid: str) -> tuple[str, tuple[str, ...]]:
-        """The verdict and reasons of judged state ``sid`` (one ``add`` indexed)."""
-        return self.verdicts[sid]
 
     def disprove(self, mismatch: Mismatch) -> None:
         """A proof a real judge disproved: the rule is off from now on."""

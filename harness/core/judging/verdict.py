@@ -83,7 +83,9 @@ class Verdict:
     group's confirmation (core/judging/confirm.py: every sampled state of its group kept its verdict).
     For ``flaky``, ``first`` holds the first verdict and its reasons.  ``read``: judged with
     ``CheckContext.trace_reads``, the files its checker opened, in order (empty otherwise, or where
-    tracing could not be done)."""
+    tracing could not be done).  ``proof``: the state was not judged itself -- its image equals that
+    judged state's on every sector that state's judge read, with the same checker input
+    (core/judging/readset.py): its verdict, reasons and ``read`` are that state's."""
 
     state: str
     model: str
@@ -100,6 +102,7 @@ class Verdict:
     read: tuple[
         ReadFile, ...
     ] = ()  # judged with trace_reads: what its checker opened (core/judging/recoveryread.py)
+    proof: str = ""  # not judged: equal to this judged state on every sector its judge read
 
     @property
     def failed(self) -> bool:
@@ -138,6 +141,8 @@ class Verdict:
             d["read"] = [r.to_json() for r in self.read]
         else:
             del d["read"]
+        if not self.proof:
+            del d["proof"]
         return d
 
     @staticmethod
@@ -156,4 +161,5 @@ class Verdict:
             tuple(d.get("first", ())),
             bool(d.get("by_group", False)),
             tuple(ReadFile.from_json(r) for r in d.get("read", ())),
+            str(d.get("proof", "")),
         )

@@ -117,6 +117,7 @@ class FakePlace:
         work: Path,
         *,
         jobs: int = 1,
+        prove: bool = False,
     ) -> None:
         assert src.disks == 3 and len(index) == 3
         self.fake(states, sink, work)

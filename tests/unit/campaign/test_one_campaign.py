@@ -77,6 +77,7 @@ class FakePlace:
         work: Path,
         *,
         jobs: int = 1,
+        prove: bool = False,
     ) -> None:
         assert src.disks == (1 if not isinstance(index, list) else len(index))
         for st in states:

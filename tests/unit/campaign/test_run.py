@@ -164,7 +164,8 @@ def test_a_flaky_checker_escalates_its_group_and_every_state_is_flaky(
     synthetic: Path, tmp_path: Path
 ) -> None:
     """The forced flake: a checker that fails a state the first time it sees it.  The group's sample
-    passes alone, so the whole group is judged state by state: every state flaky, no finding."""
+    passes alone, so the whole group is judged state by state: every state flaky, no finding.
+    (Every state judged: a proven state's first real judge would be its confirmation.)"""
     seen = tmp_path / "seen"
     seen.mkdir()
     flake = (
@@ -184,6 +185,7 @@ def test_a_flaky_checker_escalates_its_group_and_every_state_is_flaky(
             bound=2,
             samples=2,
             confirm_sample=2,
+            prove=False,
         ),
         tmp_path / "out",
     )

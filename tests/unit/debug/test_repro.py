@@ -36,6 +36,7 @@ class Place:
         work: Path,
         *,
         jobs: int = 1,
+        prove: bool = False,
     ) -> None:
         self.calls.append((ctx, src, index, list(states)))
 
