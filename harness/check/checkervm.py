@@ -294,10 +294,15 @@ class CheckerVm:
         for one disk, whose log is the source's (a job's ``logs``)."""
         return tuple(self.guest_path(p) for p in self.src.logs) if self.src.disks > 1 else ()
 
-    def check_job(self, ids: tuple[str, ...]) -> guestjob.Job:
-        """The job that judges the states ``ids`` of the source's disks."""
+    def check_job(self, ids: tuple[str, ...], prove: bool = False) -> guestjob.Job:
+        """The job that judges the states ``ids`` of the source's disks (``prove``: the read-set
+        rule may prove some)."""
         return guestjob.CheckJob(
-            self.source(), ids, tools_dir=self.staged().tools_dir, logs=self.guest_logs()
+            self.source(),
+            ids,
+            tools_dir=self.staged().tools_dir,
+            logs=self.guest_logs(),
+            prove=prove,
         )
 
     def run(
@@ -347,7 +352,9 @@ class CheckerVm:
                 raise PowercutError(
                     f"the checker VM failed: {result.error} (see {jobdir}/agent.log)"
                 )
-        return Outcome(failure, progress.current, progress.since, progress.diagnoses)
+        return Outcome(
+            failure, progress.current, progress.since, progress.diagnoses, progress.mismatch
+        )
 
     def _new_run(self, job: guestjob.Job, *, serve: bool) -> tuple[Path, Path]:
         self.boots += 1
@@ -470,4 +477,4 @@ class _Live:
 
     def outcome(self, failure: VmError | None) -> Outcome:
         p = self.progress
-        return Outcome(failure, p.current, p.since, p.diagnoses)
+        return Outcome(failure, p.current, p.since, p.diagnoses, p.mismatch)

@@ -104,8 +104,8 @@ class Place:
     ) -> Mismatch | None:
         """Judge ``states`` of the disks whose logs are ``src`` (opened: ``index``, one disk's log or
         every disk's); each verdict goes to ``sink``.  ``prove``: the read-set rule may prove
-        states instead (host mode; check/proving.py); a mismatch its confirmation found is
-        returned (every state was judged for real then)."""
+        states of one disk instead (check/proving.py, here or in the checker VMs); a mismatch its
+        confirmation found is returned (every state it had proven was judged for real then)."""
         if not states:
             return None
         logs = [index] if isinstance(index, LogIndex) else list(index)
@@ -118,7 +118,7 @@ class Place:
             )  # only after a clean end: nothing is mounted under it
             return mismatch
         else:
-            check_vm(
+            return check_vm(
                 ctx,
                 src,
                 logs[0] if src.disks == 1 else None,
@@ -128,8 +128,8 @@ class Place:
                 self.vm(),
                 jobs=jobs,
                 warm=self.warm,
+                prove=prove,
             )
-            return None
 
     def with_warm_vms(self) -> "Place":
         """This place keeping a run's checker VMs booted between phases (close_warm ends them); one

@@ -18,6 +18,7 @@ from powercut.core.judging.readset import Mismatch, ReadSet, ReadSetRule
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
+from powercut.core.states.nodes import NodesState
 from powercut.linux import blockreads
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class Proving:
     """One check's rule (one disk's log, the states it walks), shared by its walks (thread-safe)."""
 
     def __init__(self, index: LogIndex, states: Sequence[object]) -> None:
-        self.rule = ReadSetRule(index.entries, index.sectorsize, states)
+        self.rule = ReadSetRule(index.entries, index.sectorsize, [_disk(s) for s in states])
         self.lock = threading.Lock()
         self.judged: dict[str, Verdict] = {}  # the states a proof may name
         self.proven: list[Verdict] = []
@@ -51,13 +52,13 @@ class Proving:
     def proof(self, state: object) -> tuple[str | None, bool]:
         """(the judged state ``state`` equals, or None; whether to judge it anyway, to confirm)."""
         with self.lock:
-            found = self.rule.proof(state)
+            found = self.rule.proof(_disk(state))
             if found is None:
                 return None, False
             self.proofs += 1
             return found, (self.proofs - 1) % CONFIRM_EVERY == 0
 
-    def prove(self, state: CrashState, equal_to: str) -> None:
+    def prove(self, state: CrashState | NodesState, equal_to: str) -> None:
         """``state`` is not judged: it gets ``equal_to``'s verdict, reasons and reads."""
         with self.lock:
             j = self.judged[equal_to]
@@ -90,5 +91,13 @@ class Proving:
                     if self.rule.mismatch is None:
                         log.warning("%s", m.line())
                     self.rule.disprove(m)
-            if self.rule.add(state, reads, v.verdict):
+            if self.rule.add(_disk(state), reads, v.verdict):
                 self.judged[v.state] = v
+
+
+def _disk(state: object) -> object:
+    """The one disk's state the rule speaks of: a CrashState, or a one-disk NodesState's (the
+    checker VM's); a cluster's instant as it is (never eligible)."""
+    if isinstance(state, NodesState) and len(state.nodes) == 1:
+        return state.nodes[0]
+    return state

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from powercut.check.checkervm import CheckerVm, Sink, VmCheckSpec
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import chunks, split_by_base
+from powercut.core.judging.readset import Mismatch
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
@@ -55,15 +56,19 @@ def check_vm(
     *,
     jobs: int = 1,
     warm: "WarmVms | None" = None,
-) -> None:
+    prove: bool = False,
+) -> Mismatch | None:
     """Judge ``states`` in ``jobs`` checker VMs on each of the spec's hosts (contiguous chunks of the
     walk order, dealt to the hosts in turn); every verdict goes to ``sink`` (under a lock).  ``index``:
     one disk's opened log (its states are chunked by the pristine they need); None for N > 1 disks.
     With ``warm``, a VM that ends its chunk normally stays booted there for the run's next phase, and
     a lone chunk on this machine takes the VM a phase before left booted (a cluster's minimization
     judges its candidates one call at a time: one boot, not one per call); with a matrix's pool
-    (check/vmpool.VmPool) every chunk takes a booted VM that fits, whichever run booted it."""
+    (check/vmpool.VmPool) every chunk takes a booted VM that fits, whichever run booted it.
+    ``prove``: each VM's walk may prove states by the read-set rule (one disk; check/proving.py);
+    a mismatch its confirmation found is returned (that VM judged every state it had proven)."""
     hosts = spec.hosts()
+    found: list[Mismatch] = []
     locked = locked_sink(sink)
     n = jobs * len(hosts)
     parts = (
@@ -81,7 +86,10 @@ def check_vm(
             else CheckerVm(ctx, src, spec, workdir / f"vm{i}", host)
         )
         try:
-            Judging(vm, chunk, locked).run()
+            judging = Judging(vm, chunk, locked, prove=prove and src.disks == 1)
+            judging.run()
+            if judging.mismatch is not None:
+                found.append(judging.mismatch)
         except BaseException:
             vm.close(force=True)
             raise
@@ -89,6 +97,7 @@ def check_vm(
             warm.park(vm)
 
     in_parallel(parts, one)
+    return found[0] if found else None
 
 
 def locked_sink(sink: Sink) -> Sink:
@@ -173,13 +182,16 @@ class Judging:
     or a hang (which becomes the finding of the state in progress; a state of N disks has its
     instant for a cut)."""
 
-    def __init__(self, vm: CheckerVm, states: Sequence[Any], sink: Sink) -> None:
+    def __init__(
+        self, vm: CheckerVm, states: Sequence[Any], sink: Sink, *, prove: bool = False
+    ) -> None:
         self.vm = vm
         self.states = states
         self.sink = sink
-        self.job = vm.check_job
+        self.prove = prove
         self.by_id = {s.id: s for s in states}
         self.done: set[str] = set()
+        self.mismatch: Mismatch | None = None
 
     def run(self) -> None:
         failed_boots = 0
@@ -187,11 +199,18 @@ class Judging:
             interrupt.raise_if_stopping()
             before = len(self.done)
             out = self.vm.run(
-                self.job(tuple(s.id for s in todo)), steps=len(todo) + 1, on_verdict=self._verdict
+                self.vm.check_job(tuple(s.id for s in todo), self.prove),
+                steps=len(todo) + 1,
+                on_verdict=self._verdict,
             )
             interrupt.raise_if_stopping()
+            if out.mismatch is not None and self.mismatch is None:
+                self.mismatch = out.mismatch
             if out.failure is None:
                 left = [s.id for s in todo if s.id not in self.done]
+                if left and self.prove and self.mismatch is not None:
+                    self.prove = False  # the guest disproved the rule: judge what it had proven
+                    continue
                 if left:
                     raise PowercutError(
                         f"the checker VM ended without judging {len(left)} state(s), e.g. {left[0]} "

@@ -15,6 +15,7 @@ order (the last node changes fastest: per node one walk per wrap), node i mounte
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -26,11 +27,14 @@ from typing import Any
 from powercut import registry
 from powercut.check.context import CheckContext, with_node_faults
 from powercut.check.judge import judge_nodes
+from powercut.check.proving import Proving
+from powercut.core.judging.readset import ReadSet
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex, open_log
 from powercut.core.states.nodes import Nodes, NodesState
 from powercut.linux import filesystems, process
 from powercut.linux.blockdev import find_disk
+from powercut.linux.blockreads import BlockReads
 from powercut.linux.jsonlines import JsonLines
 from powercut.linux.mounts import mount, umount
 from powercut.replay.dmsnapshot import DmSnapshotProvider
@@ -111,8 +115,11 @@ class _Disks:
             os.makedirs(m, exist_ok=True)
         return _Disks(ctx, states, nodes, mnts, progress)
 
-    def judge(self, state: NodesState) -> tuple[Verdict, list[str]]:
-        """One state judged (one progress line before, one after): its verdict and its disks' devices."""
+    def judge(
+        self, state: NodesState, reads: BlockReads | None = None
+    ) -> tuple[Verdict, list[str], ReadSet | None]:
+        """One state judged (one progress line before, one after): its verdict, its disks' devices
+        and with ``reads`` (one disk) the sectors its judge read (None: unknown)."""
         if self.ready is None:  # the boot timeline: kernel start -> this VM judges its first state
             self.ready = uptime()
             log.info("first state begins %.2f s after the kernel", self.ready)
@@ -120,6 +127,8 @@ class _Disks:
         t0 = time.monotonic()
         devs = [str(node.next_image()) for node in self.nodes]
         log.debug("%s: materialized in %.3f s", state.id, time.monotonic() - t0)
+        if reads is not None:
+            reads.watch(devs[0])
         v = judge_nodes(
             self.ctx,
             devs,
@@ -130,8 +139,14 @@ class _Disks:
             at=state.cut,
             t0=t0,
         )
+        spans = reads.take() if reads is not None else None
         self.progress.add({"verdict": v.to_json()})
-        return v, devs
+        return v, devs, None if spans is None else ReadSet(spans)
+
+    def pass_by(self) -> None:
+        """The next state is proven, not judged: the walks pass it, no clone is made."""
+        for node in self.nodes:
+            node.next_image(build=False)
 
     def walks(self) -> list[dict[str, Any]]:
         """Per disk, its walks and what they cost."""
@@ -211,14 +226,35 @@ def _disks(
 
 
 def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
-    """The checker VM: judge each listed state (of one disk, or of N)."""
+    """The checker VM: judge each listed state (of one disk, or of N).  With ``job.prove`` the
+    read-set rule proves what it can (check/proving.py): the proven states' verdicts follow the
+    walk, each a progress line alone.  If confirmation disproved the rule, a "readset-mismatch"
+    line instead: the host judges the states left without a verdict in a job without the rule."""
     n = 0
+    proven = 0
     with _disks(job.src, job.logs, job.states, jobdir) as d:
-        for state in d.states:
-            d.judge(state)
-            n += 1
+        proving = Proving.of(d.nodes[0].index, d.states, len(d.nodes)) if job.prove else None
+        with contextlib.ExitStack() as stack:
+            reads = stack.enter_context(contextlib.closing(BlockReads())) if proving else None
+            for state in d.states:
+                found, confirm = proving.proof(state) if proving else (None, False)
+                if proving and found is not None and not confirm:
+                    d.pass_by()
+                    proving.prove(state, found)
+                    continue
+                v, _, read = d.judge(state, reads)
+                n += 1
+                if proving:
+                    proving.judged_state(state, v, read, found)
+        if proving is not None and proving.mismatch is None:
+            for v in proving.proven:
+                d.progress.add({"verdict": v.to_json()})
+            proven = len(proving.proven)
+        elif proving is not None and proving.mismatch is not None:
+            d.progress.add({"readset-mismatch": dataclasses.asdict(proving.mismatch)})
     return {
         "judged": n,
+        "proven": proven,
         "first_state_s": d.ready,
         **({"nodes": d.walks()} if len(d.nodes) > 1 else {}),
     }
@@ -266,7 +302,7 @@ def shell(job: ShellJob, jobdir: Path) -> dict[str, Any]:
     in ``MNT``; the VM powers off when the shell exits."""
     with _disks(job.src, job.logs, (job.state,), jobdir) as d:
         state = d.states[0]
-        v, devs = d.judge(state)
+        v, devs, _ = d.judge(state)
         shell_on(d.ctx, list(zip(devs, d.mnts)), state.id, state.acks, v, MNT)
     return {"judged": 1}
 

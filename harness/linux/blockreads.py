@@ -1,5 +1,7 @@
-"""The sectors a block device was asked to read, from the kernel's ``block:block_rq_issue``
+"""The sectors a block device was asked to read, from the kernel's ``block:block_bio_queue``
 tracepoint (tracefs, root): what the read-set rule (core/judging/readset.py) knows of a judge.
+Every read submitted to the device, a loop device's or a bio-based device-mapper clone's alike
+(``block_rq_issue`` never fires for the latter; on a loop device the two give the same sectors).
 
 One ``BlockReads`` per walk worker: a tracefs instance of its own (``instances/powercut-reads-*``),
 its event filtered on one device at a time (``watch``); ``take`` drains what was read since.  A
@@ -22,10 +24,10 @@ from powercut.linux import process
 log = logging.getLogger(__name__)
 
 TRACEFS = Path("/sys/kernel/tracing")
-EVENT = "events/block/block_rq_issue"
+EVENT = "events/block/block_bio_queue"
 BUFFER_KB = 4096  # per CPU: a judge issues thousands of requests at most
-# "  mount-123 [001] ..... 12.3: block_rq_issue: 7,0 RM 4096 () 2048 + 8 [mount]"
-LINE = re.compile(rb"block_rq_issue: (\d+),(\d+) (\S+) \d+ \(\S*\s*\) (\d+) \+ (\d+)")
+# "block_bio_queue: 7,0 RM 2048 + 8 [mount]" (with context-info: "mount-123 [001] ..... 12.3: " first)
+LINE = re.compile(rb"block_bio_queue: (\d+),(\d+) (\S+) (\d+) \+ (\d+)")
 OVERRUN = re.compile(rb"^overrun: (\d+)", re.M)
 _count = [0]
 _count_lock = threading.Lock()
@@ -51,7 +53,7 @@ def _probe() -> str:
     if not (TRACEFS / "instances").is_dir():
         return f"no tracefs at {TRACEFS}"
     if not (TRACEFS / EVENT).is_dir():
-        return "no block:block_rq_issue tracepoint (a kernel without CONFIG_BLK_DEV_IO_TRACE?)"
+        return "no block:block_bio_queue tracepoint (a kernel without CONFIG_BLK_DEV_IO_TRACE?)"
     return ""
 
 

@@ -120,6 +120,7 @@ class CheckJob:
     states: tuple[str, ...]
     tools_dir: str = ""
     logs: tuple[str, ...] = ()
+    prove: bool = False  # the read-set rule may prove states of one disk (check/proving.py)
 
 
 @dataclass(frozen=True, slots=True)
