@@ -19,6 +19,13 @@ powercut also runs with twice the states, and the table splits its time into a f
 scan, selection, the walk, the report: O(log)) and a marginal cost per state (clone, mount,
 checker, umount, fsck: O(1)): ``fixed + states x marginal``.
 
+``--every flush,write-cache`` also runs powercut on every state of those models (at most
+``--every-cap``), once with the read-set rule (issue #64: a state equal to a judged one on every
+sector that judge read is proven, not judged) and once with every state judged, and prints ms per
+state judged or proven against the baseline's ms per state (the baseline replays FUA points only:
+it has no write-cache states).  With the accept checker (it reads nothing) the rule proves more
+than with a checker that reads the program's files.
+
 Needs root.  Prints a table (entries, states, ms per state for each procedure, the ratio) and draws
 ``curve.png`` in ``--out`` (log-log, ms per state against entries).  Figures, not assertions."""
 
@@ -88,6 +95,29 @@ def powercut(rec_dir: Path, work: Path, states: int) -> tuple[int, float]:
     return res.total, time.perf_counter() - t
 
 
+def powercut_every(
+    rec_dir: Path, work: Path, models: tuple[str, ...], cap: int, prove: bool
+) -> tuple[int, int, float]:
+    """(states, of them proven, seconds): every state of ``models`` (at most ``cap``, spread),
+    judged or proven by the read-set rule (``prove``), -j 1, the accept checker."""
+    t = time.perf_counter()
+    accept = f"{Path(baseline482.__file__).resolve()}::accept"
+    res, _ = run_campaign(
+        rec_dir,
+        CampaignSpec.of(
+            models=models,
+            check_in="host",
+            jobs=1,
+            shrink=0,
+            max_states=cap,
+            checker_function=accept,
+            prove=prove,
+        ),
+        work,
+    )
+    return res.total, sum(res.proven.values()), time.perf_counter() - t
+
+
 def plot(rows: list[dict], out: Path) -> Path:
     import matplotlib  # noqa: PLC0415 - optional dependency (the bench extra)
 
@@ -136,6 +166,14 @@ def main() -> int:
         default="",
         help="fstests' replay-log binary: also run the procedure with the real tool",
     )
+    ap.add_argument(
+        "--every",
+        metavar="MODELS",
+        default="",
+        help="also judge or prove every state of these models (e.g. flush,write-cache), with the "
+        "read-set rule and with every state judged (--judge-all), at most --every-cap states",
+    )
+    ap.add_argument("--every-cap", type=int, default=40000, help="states for --every (spread)")
     ap.add_argument("--out", default="bench-curve", help="directory for curve.png and results.json")
     ap.add_argument(
         "--from-results", metavar="FILE", help="draw the plot and print the table of an earlier run"
@@ -208,6 +246,29 @@ def main() -> int:
                 "powercut_fixed_s": secs - total * marginal,
             }
             row["ratio"] = row["fstests_py_ms"] / row["powercut_ms"]
+            if args.every:
+                models = tuple(m for m in args.every.split(",") if m)
+                n_all, _, s_all = powercut_every(
+                    rec.dir, d / "every-all", models, args.every_cap, False
+                )
+                n_rule, proven, s_rule = powercut_every(
+                    rec.dir, d / "every-rule", models, args.every_cap, True
+                )
+                row.update(
+                    every_states=n_rule,
+                    every_proven=proven,
+                    every_ms_all=1000 * s_all / max(1, n_all),
+                    every_ms=1000 * s_rule / max(1, n_rule),
+                )
+                base_ms = row["fstests_tool_ms"] or row["fstests_py_ms"]
+                print(
+                    f"{'':8s} every {args.every} state: {n_rule} states, {proven} proven "
+                    f"({100 * proven / max(1, n_rule):.0f} %): {row['every_ms']:.2f} ms a state judged or "
+                    f"proven, {row['every_ms_all']:.2f} ms every state judged; against "
+                    f"{'replay-log' if real else 'the 482 procedure'}: "
+                    f"{base_ms / row['every_ms']:.1f}x (judged only: {base_ms / row['every_ms_all']:.1f}x)",
+                    flush=True,
+                )
             rows.append(row)
             tool = f"{row['fstests_tool_ms']:11.1f}" if real else f"{'-':>11}"
             print(

@@ -31,8 +31,8 @@ from typing import Any
 from powercut.campaign import retries
 from powercut.campaign.journal import Journal
 from powercut.check.context import CheckContext, LogSource
+from powercut.check.proving import Report
 from powercut.core.judging import confirm as confirming
-from powercut.core.judging.readset import Mismatch
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.models import CrashSpace
@@ -88,7 +88,7 @@ class CampaignRun:
             set()
         )  # groups confirmed state by state after a disagreement
         self.proofs = verify.Verification()  # the causes' counterfactuals (debug/verify.py)
-        self.mismatch: Mismatch | None = None  # the read-set rule disproved (check/proving.py)
+        self.rule: Report | None = None  # what the read-set rule did (check/proving.py)
 
     @property
     def disks(self) -> int:
@@ -126,8 +126,8 @@ class CampaignRun:
         found = self.place.judge(
             self.ctx, self.src, self.logs, states, sink, work, jobs=jobs, prove=prove
         )
-        if found is not None and self.mismatch is None:
-            self.mismatch = found
+        if found is not None:
+            self.rule = found.merged(self.rule)
 
     def triage(self) -> list[Group]:
         """Group the failures by cause; minimize and blame the first state of the first ``shrink``

@@ -436,7 +436,8 @@ def _campaign(
             start=rec.start,
             proofs=run.proofs.stats.to_json() if run.proofs.checked else {},
             doubts=unordered_acks(logs[0]) if len(logs) == 1 else (),
-            readset_mismatch=run.mismatch.line() if run.mismatch is not None else "",
+            readset_mismatch=run.rule.mismatch.line() if run.rule and run.rule.mismatch else "",
+            readset_stopped=run.rule.stopped if run.rule else "",
         )
         paths = write_outputs(summary, verdicts, outdir)
         paths["html"] = html.write(summary, outdir, verdicts, logs)

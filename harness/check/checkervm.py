@@ -352,9 +352,7 @@ class CheckerVm:
                 raise PowercutError(
                     f"the checker VM failed: {result.error} (see {jobdir}/agent.log)"
                 )
-        return Outcome(
-            failure, progress.current, progress.since, progress.diagnoses, progress.mismatch
-        )
+        return Outcome(failure, progress.current, progress.since, progress.diagnoses, progress.rule)
 
     def _new_run(self, job: guestjob.Job, *, serve: bool) -> tuple[Path, Path]:
         self.boots += 1
@@ -477,4 +475,4 @@ class _Live:
 
     def outcome(self, failure: VmError | None) -> Outcome:
         p = self.progress
-        return Outcome(failure, p.current, p.since, p.diagnoses, p.mismatch)
+        return Outcome(failure, p.current, p.since, p.diagnoses, p.rule)

@@ -33,8 +33,8 @@ from typing import TypeVar
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.judge import judge_nodes
-from powercut.check.proving import Proving
-from powercut.core.judging.readset import Mismatch, ReadSet
+from powercut.check.proving import Proving, Report
+from powercut.core.judging.readset import ReadSet
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
@@ -131,7 +131,7 @@ def check_host(
     *,
     jobs: int = 1,
     prove: bool = False,
-) -> Mismatch | None:
+) -> Report | None:
     """Judge ``states`` of the disks whose opened logs are ``logs`` (``src``'s, disk 0 first; ``ctx``
     knowing their fault windows: check/context.with_faults, with_node_faults) here, in at most
     ``jobs`` parallel walks; each verdict goes to ``sink`` (called under a lock, in walk order per
@@ -139,7 +139,7 @@ def check_host(
 
     ``prove``: states the read-set rule proves (check/proving.py) are not judged; their verdicts
     reach ``sink`` after the walks.  If confirmation disproved the rule, those states are judged
-    after all, and the mismatch is returned."""
+    after all.  What the rule did that the verdicts do not say is returned (None: no rule)."""
     require_root()
     cleanup_stale(workspace)
     lock = threading.Lock()
@@ -165,11 +165,14 @@ def check_host(
                     assert isinstance(state, CrashState)
                     proving.prove(state, equal_to)
                     continue
-                v, read = disks.judge(ctx, state, serial, reads)
+                traced = reads if proving and proving.tracing else None
+                spent = reads.spent if reads else 0.0
+                v, read = disks.judge(ctx, state, serial, traced)
                 if interrupt.stopping():
                     return  # its checker or fsck may have been killed: not a verdict
                 if proving:
-                    proving.judged_state(state, v, read, equal_to)
+                    cost = reads.spent - spent if reads else 0.0
+                    proving.judged_state(state, v, read, equal_to, cost)
                 with lock:
                     sink(v)
 
@@ -193,11 +196,11 @@ def check_host(
     if proving.mismatch is None:
         for v in proving.proven:
             sink(v)
-        return None
+        return proving.report()
     again = {v.state for v in proving.proven}
     todo = [s for s in states if s.id in again]
     check_host(ctx, src, logs, todo, sink, workspace, jobs=jobs)  # type: ignore[arg-type]
-    return proving.mismatch
+    return proving.report()
 
 
 class HostNodes:

@@ -17,9 +17,9 @@ from powercut.check.checkervm import CHECKER_MEMORY_MB, VmCheckSpec
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import check_host, require_root
 from powercut.check.hosts import validate_uri
+from powercut.check.proving import Report
 from powercut.check.vm import WarmVms, check_vm
 from powercut.config import DEFAULT_ACCEL, DEFAULT_CHECK_IN, STATE_TIMEOUT_S
-from powercut.core.judging.readset import Mismatch
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
@@ -101,22 +101,23 @@ class Place:
         *,
         jobs: int = 1,
         prove: bool = False,
-    ) -> Mismatch | None:
+    ) -> Report | None:
         """Judge ``states`` of the disks whose logs are ``src`` (opened: ``index``, one disk's log or
         every disk's); each verdict goes to ``sink``.  ``prove``: the read-set rule may prove
-        states of one disk instead (check/proving.py, here or in the checker VMs); a mismatch its
-        confirmation found is returned (every state it had proven was judged for real then)."""
+        states of one disk instead (check/proving.py, here or in the checker VMs); what it did that
+        the verdicts do not say is returned (a mismatch: every state it had proven was judged for
+        real then; a stop: tracing did not pay)."""
         if not states:
             return None
         logs = [index] if isinstance(index, LogIndex) else list(index)
         if len(logs) != src.disks:
             raise ValueError(f"{len(logs)} opened logs for a source of {src.disks} disks")
         if self.on_host:
-            mismatch = check_host(ctx, src, logs, states, sink, work, jobs=jobs, prove=prove)
+            report = check_host(ctx, src, logs, states, sink, work, jobs=jobs, prove=prove)
             shutil.rmtree(
                 work, ignore_errors=True
             )  # only after a clean end: nothing is mounted under it
-            return mismatch
+            return report
         else:
             return check_vm(
                 ctx,

@@ -6,13 +6,22 @@ state's verdict (``Verdict.proof`` names it) and no image.  One proof in ``CONFI
 first of the run among them) is judged for real anyway: a different verdict than the state it was
 said to equal disproves the rule (``ReadSetRule.disprove``): nothing is proven from then on, and
 every state proven so far is judged for real after the walk (``proven`` holds them until then: a
-proven verdict reaches the journal only from a walk that ended with the rule standing)."""
+proven verdict reaches the journal only from a walk that ended with the rule standing).
+
+The rule pays only where it proves more than tracing costs: the block-read trace costs ~1 ms a
+judged state natively and far more in a TCG guest, where Python is 10-50x slower.  After
+``WARMUP`` judged states it weighs the two (``weigh``): when what it saved (its share of proven
+states times a judge's mean time) is less than what tracing cost, it stops tracing (``tracing``
+false: states are judged untraced, the states already indexed still prove) and says so
+(``Report.stopped``)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from powercut.core.judging.readset import Mismatch, ReadSet, ReadSetRule
 from powercut.core.judging.verdict import Verdict
@@ -24,6 +33,33 @@ from powercut.linux import blockreads
 log = logging.getLogger(__name__)
 
 CONFIRM_EVERY = 16  # one proof in this many is judged for real too
+WARMUP = 48  # states judged traced before the rule weighs its cost
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What the rule did in one check that the verdicts do not say: disproved (``mismatch``), or
+    stopped tracing because it did not pay (``stopped``, in words)."""
+
+    mismatch: Mismatch | None = None
+    stopped: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mismatch": asdict(self.mismatch) if self.mismatch else None,
+            "stopped": self.stopped,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Report:
+        m = d.get("mismatch")
+        return Report(Mismatch(**m) if m else None, str(d.get("stopped", "")))
+
+    def merged(self, other: Report | None) -> Report:
+        """This check's report with another walk's (the first mismatch, the first stop)."""
+        if other is None:
+            return self
+        return Report(self.mismatch or other.mismatch, self.stopped or other.stopped)
 
 
 class Proving:
@@ -36,6 +72,10 @@ class Proving:
         self.proven: list[Verdict] = []
         self.proofs = 0
         self.confirmed = 0
+        self.traced = 0  # states judged with their reads traced
+        self.trace_s = 0.0  # what tracing them cost
+        self.judge_s = 0.0  # what judging them cost
+        self.stopped = ""
 
     @staticmethod
     def of(index: LogIndex, states: Sequence[object], disks: int) -> Proving | None:
@@ -48,6 +88,14 @@ class Proving:
     @property
     def mismatch(self) -> Mismatch | None:
         return self.rule.mismatch
+
+    @property
+    def tracing(self) -> bool:
+        """Whether the next judged state's reads are worth tracing."""
+        return not self.stopped and not self.rule.off
+
+    def report(self) -> Report:
+        return Report(self.rule.mismatch, self.stopped)
 
     def proof(self, state: object) -> tuple[str | None, bool]:
         """(the judged state ``state`` equals, or None; whether to judge it anyway, to confirm)."""
@@ -78,11 +126,22 @@ class Proving:
             )
 
     def judged_state(
-        self, state: object, v: Verdict, reads: ReadSet | None, equal_to: str | None
+        self,
+        state: object,
+        v: Verdict,
+        reads: ReadSet | None,
+        equal_to: str | None,
+        trace_s: float = 0.0,
     ) -> None:
-        """A state judged for real with what its judge read; ``equal_to``: the state a proof said
-        it equals (judged to confirm it)."""
+        """A state judged for real with what its judge read (``trace_s``: what tracing it cost);
+        ``equal_to``: the state a proof said it equals (judged to confirm it)."""
         with self.lock:
+            if reads is not None:
+                self.traced += 1
+                self.trace_s += trace_s
+                self.judge_s += v.seconds
+                if self.traced == WARMUP:
+                    self._weigh()
             if equal_to is not None:
                 self.confirmed += 1
                 said = self.judged[equal_to].verdict
@@ -93,6 +152,20 @@ class Proving:
                     self.rule.disprove(m)
             if self.rule.add(_disk(state), reads, v.verdict):
                 self.judged[v.state] = v
+
+    def _weigh(self) -> None:
+        """Stop tracing when tracing the judged states cost more than proving the others saved."""
+        seen = self.traced + self.proofs
+        share = self.proofs / seen
+        judge = self.judge_s / self.traced
+        trace = self.trace_s / self.traced
+        if share * judge >= (1 - share) * trace:
+            return
+        self.stopped = (
+            f"the read-set rule stopped tracing after {seen} states: {100 * share:.0f} % proven, "
+            f"tracing {1000 * trace:.1f} ms a judged state against {1000 * judge:.1f} ms a judge"
+        )
+        log.info("%s", self.stopped)
 
 
 def _disk(state: object) -> object:

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from powercut.check.checkervm import CheckerVm, Sink, VmCheckSpec
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.host import chunks, split_by_base
-from powercut.core.judging.readset import Mismatch
+from powercut.check.proving import Report
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
@@ -57,7 +57,7 @@ def check_vm(
     jobs: int = 1,
     warm: "WarmVms | None" = None,
     prove: bool = False,
-) -> Mismatch | None:
+) -> Report | None:
     """Judge ``states`` in ``jobs`` checker VMs on each of the spec's hosts (contiguous chunks of the
     walk order, dealt to the hosts in turn); every verdict goes to ``sink`` (under a lock).  ``index``:
     one disk's opened log (its states are chunked by the pristine they need); None for N > 1 disks.
@@ -66,9 +66,10 @@ def check_vm(
     judges its candidates one call at a time: one boot, not one per call); with a matrix's pool
     (check/vmpool.VmPool) every chunk takes a booted VM that fits, whichever run booted it.
     ``prove``: each VM's walk may prove states by the read-set rule (one disk; check/proving.py);
-    a mismatch its confirmation found is returned (that VM judged every state it had proven)."""
+    what it did that the verdicts do not say is returned (a mismatch: that VM's states it had
+    proven were judged for real)."""
     hosts = spec.hosts()
-    found: list[Mismatch] = []
+    found: list[Report] = []
     locked = locked_sink(sink)
     n = jobs * len(hosts)
     parts = (
@@ -88,8 +89,8 @@ def check_vm(
         try:
             judging = Judging(vm, chunk, locked, prove=prove and src.disks == 1)
             judging.run()
-            if judging.mismatch is not None:
-                found.append(judging.mismatch)
+            if judging.report is not None:
+                found.append(judging.report)
         except BaseException:
             vm.close(force=True)
             raise
@@ -97,7 +98,12 @@ def check_vm(
             warm.park(vm)
 
     in_parallel(parts, one)
-    return found[0] if found else None
+    if not found:
+        return None
+    report = found[0]
+    for other in found[1:]:
+        report = report.merged(other)
+    return report
 
 
 def locked_sink(sink: Sink) -> Sink:
@@ -191,7 +197,7 @@ class Judging:
         self.prove = prove
         self.by_id = {s.id: s for s in states}
         self.done: set[str] = set()
-        self.mismatch: Mismatch | None = None
+        self.report: Report | None = None  # what the guest's rule did (check/proving.py)
 
     def run(self) -> None:
         failed_boots = 0
@@ -204,11 +210,11 @@ class Judging:
                 on_verdict=self._verdict,
             )
             interrupt.raise_if_stopping()
-            if out.mismatch is not None and self.mismatch is None:
-                self.mismatch = out.mismatch
+            if out.rule is not None:
+                self.report = out.rule.merged(self.report)
             if out.failure is None:
                 left = [s.id for s in todo if s.id not in self.done]
-                if left and self.prove and self.mismatch is not None:
+                if left and self.prove and self.report and self.report.mismatch:
                     self.prove = False  # the guest disproved the rule: judge what it had proven
                     continue
                 if left:

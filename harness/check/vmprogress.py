@@ -1,6 +1,6 @@
 """A checker VM's progress as the host follows it (host side): the agent's ``progress.jsonl`` in the
 job share (a "begin" line before each state, its verdict after it, a proven state's verdict
-alone, diagnoses, a read-set rule disproved), and how one boot
+alone, diagnoses, what the read-set rule did), and how one boot
 went (``Outcome``): the state in progress when it ended is the one a panic or a hang is blamed on."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powercut.core.judging.readset import Mismatch
+from powercut.check.proving import Report
 from powercut.core.judging.verdict import Verdict
 from powercut.errors import VmError
 from powercut.linux.jsonlines import read_lines
@@ -24,7 +24,7 @@ class Progress:
         self.current: str | None = None
         self.since = time.monotonic()
         self.diagnoses: list[dict[str, Any]] = []
-        self.mismatch: Mismatch | None = None  # the read-set rule disproved in the guest
+        self.rule: Report | None = None  # what the guest's read-set rule did
 
     def poll(self) -> list[Verdict]:
         objs, self.pos = read_lines(self.path, self.pos)
@@ -37,8 +37,8 @@ class Progress:
                 self.current = None
             elif "diagnosis" in obj:
                 self.diagnoses.append(obj["diagnosis"])
-            elif "readset-mismatch" in obj:
-                self.mismatch = Mismatch(**obj["readset-mismatch"])
+            elif "readset" in obj:
+                self.rule = Report.from_json(obj["readset"])
         return new
 
     def overdue(self, limit_s: float) -> str | None:
@@ -56,4 +56,4 @@ class Outcome:
     current: str | None  # the state in progress when it ended
     since: float  # when that state began (monotonic)
     diagnoses: list[dict[str, Any]]
-    mismatch: Mismatch | None = None  # the read-set rule disproved in the guest (check/proving.py)
+    rule: Report | None = None  # what the guest's read-set rule did (check/proving.py)

@@ -15,7 +15,6 @@ order (the last node changes fastest: per node one walk per wrap), node i mounte
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -228,8 +227,9 @@ def _disks(
 def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
     """The checker VM: judge each listed state (of one disk, or of N).  With ``job.prove`` the
     read-set rule proves what it can (check/proving.py): the proven states' verdicts follow the
-    walk, each a progress line alone.  If confirmation disproved the rule, a "readset-mismatch"
-    line instead: the host judges the states left without a verdict in a job without the rule."""
+    walk, each a progress line alone, then a "readset" line (check/proving.Report).  If
+    confirmation disproved the rule the proven verdicts are not sent: the host judges the states
+    left without a verdict in a job without the rule."""
     n = 0
     proven = 0
     with _disks(job.src, job.logs, job.states, jobdir) as d:
@@ -242,16 +242,19 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
                     d.pass_by()
                     proving.prove(state, found)
                     continue
-                v, _, read = d.judge(state, reads)
+                traced = reads if proving and proving.tracing else None
+                spent = reads.spent if reads else 0.0
+                v, _, read = d.judge(state, traced)
                 n += 1
                 if proving:
-                    proving.judged_state(state, v, read, found)
+                    cost = reads.spent - spent if reads else 0.0
+                    proving.judged_state(state, v, read, found, cost)
         if proving is not None and proving.mismatch is None:
             for v in proving.proven:
                 d.progress.add({"verdict": v.to_json()})
             proven = len(proving.proven)
-        elif proving is not None and proving.mismatch is not None:
-            d.progress.add({"readset-mismatch": dataclasses.asdict(proving.mismatch)})
+        if proving is not None:
+            d.progress.add({"readset": proving.report().to_json()})
     return {
         "judged": n,
         "proven": proven,

@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 from powercut.linux import process
@@ -68,6 +69,7 @@ class BlockReads:
         self.dir.mkdir()
         self.pipe = -1
         self.dev = (-1, -1)
+        self.spent = 0.0  # seconds in watch and take: what tracing costs its caller
         try:
             (self.dir / "buffer_size_kb").write_text(str(BUFFER_KB))
             for option in ("context-info", "record-cmd"):  # shorter lines, less to read
@@ -83,6 +85,7 @@ class BlockReads:
 
     def watch(self, device: str) -> None:
         """Trace ``device`` (a block device node) from now on; what was traced before is dropped."""
+        t0 = time.perf_counter()
         rdev = os.stat(device).st_rdev
         self.dev = (os.major(rdev), os.minor(rdev))
         dev = (self.dev[0] << 20) | self.dev[1]
@@ -92,10 +95,18 @@ class BlockReads:
             (self.dir / EVENT / "filter").write_text(f"dev == {dev}")
         self._drain()
         self.overruns = self._overruns()
+        self.spent += time.perf_counter() - t0
 
     def take(self) -> list[tuple[int, int]] | None:
         """The sector spans [lo, hi) read from the watched device since ``watch`` or the last
         ``take``; None when an event may have been lost."""
+        t0 = time.perf_counter()
+        try:
+            return self._take()
+        finally:
+            self.spent += time.perf_counter() - t0
+
+    def _take(self) -> list[tuple[int, int]] | None:
         data = self._drain()
         if data is None:
             return None

@@ -97,6 +97,9 @@ class Summary:
     readset_mismatch: str = (
         ""  # the read-set rule disproved by its confirmation: every state judged after all
     )
+    readset_stopped: str = (
+        ""  # the read-set rule stopped tracing: it did not pay (check/proving.py)
+    )
 
     @property
     def judged(self) -> int:
@@ -108,12 +111,13 @@ class Summary:
         if self.readset_mismatch:
             return f"read-set rule disproved: {self.readset_mismatch}"
         n = sum(self.proven.values())
+        stop = f"; {self.readset_stopped}" if self.readset_stopped else ""
         if not n:
-            return ""
+            return stop[2:]
         per = ", ".join(f"{m} {k}" for m, k in self.proven.items())
         return (
             f"{self.judged} judged, {n} proven equal to a judged state on every sector its judge "
-            f"read ({per}; --judge-all judges them too)"
+            f"read ({per}; --judge-all judges them too){stop}"
         )
 
     @property
@@ -265,6 +269,7 @@ class Summary:
             **({"from": self.start} if self.start else {}),
             "proven": self.proven,
             **({"readset_mismatch": self.readset_mismatch} if self.readset_mismatch else {}),
+            **({"readset_stopped": self.readset_stopped} if self.readset_stopped else {}),
             "cause_proofs": self.proofs,
             "coverage": self.coverage.to_json() if self.coverage is not None else None,
             "require_exhaustive": self.require_exhaustive,
@@ -339,6 +344,7 @@ def summarize(
     doubts: Sequence[UnorderedAck] = (),
     start: dict[str, Any] | None = None,
     readset_mismatch: str = "",
+    readset_stopped: str = "",
 ) -> Summary:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     covered: dict[str, Counter[str]] = defaultdict(Counter)
@@ -408,6 +414,7 @@ def summarize(
         start=dict(start or {}),
         proven=dict(sorted(proven.items())),
         readset_mismatch=readset_mismatch,
+        readset_stopped=readset_stopped,
     )
 
 

@@ -65,8 +65,8 @@ def judged(rec, checker: str, work: Path, prove: bool) -> tuple[dict[str, Verdic
 @needs_root
 def test_a_proven_state_has_the_verdict_its_own_judge_gives(rec, tmp_path: Path) -> None:
     every, _ = judged(rec, CHECKER, tmp_path / "all", prove=False)
-    some, mismatch = judged(rec, CHECKER, tmp_path / "some", prove=True)
-    assert mismatch is None
+    some, report = judged(rec, CHECKER, tmp_path / "some", prove=True)
+    assert report is not None and report.mismatch is None
     proven = [v for v in some.values() if v.proof]
     assert proven, "the rule proved nothing on states that differ where no judge reads"
     assert len(proven) < len(some)
@@ -84,7 +84,8 @@ def test_a_checker_that_is_not_a_function_of_its_reads_turns_the_rule_off(
     rec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(proving, "CONFIRM_EVERY", 1)  # every proof judged for real too
-    got, mismatch = judged(rec, BY_ID, tmp_path / "w", prove=True)
+    got, report = judged(rec, BY_ID, tmp_path / "w", prove=True)
+    mismatch = report.mismatch
     assert mismatch is not None
     assert got[mismatch.state].verdict == mismatch.judged != mismatch.proven
     assert not [v for v in got.values() if v.proof]  # every proven state was judged after all
@@ -139,3 +140,28 @@ def test_a_confirmation_with_another_verdict_disproves_the_rule() -> None:
     p.judged_state(b, Verdict("b", "write-cache", 2, "fail", (), 0, 0, 1.0), ReadSet([(0, 8)]), "a")
     assert p.mismatch is not None and (p.mismatch.state, p.mismatch.equal_to) == ("b", "a")
     assert p.proof(b) == (None, False)
+
+
+def test_tracing_stops_when_it_costs_more_than_the_proofs_save() -> None:
+    from powercut.core.log.dmlog import Entry
+    from powercut.core.states.crashstate import CrashState
+
+    es = [Entry(0, 0, 0, 1, 0), Entry(1, 0, 1, 1, 0)]
+
+    def run(proofs_between: int) -> Proving:
+        states = [
+            CrashState("write-cache", 2, (1,), (), (str(k),), (), f"s{k}", 0)
+            for k in range(proving.WARMUP)
+        ]
+        p = Proving(_Log(es), states)  # type: ignore[arg-type]
+        for s in states:
+            p.proofs += proofs_between  # as if that many states had been proven meanwhile
+            v = Verdict(s.id, s.model, 2, "pass", (), 1, 0, 0.010)
+            p.judged_state(s, v, ReadSet([(0, 8)]), None, trace_s=0.002)
+        return p
+
+    paying = run(proofs_between=1)  # half the states proven: saves 10 ms each, costs 2 ms
+    assert paying.tracing and not paying.report().stopped
+    losing = run(proofs_between=0)  # nothing proven: 2 ms a state for nothing
+    assert not losing.tracing
+    assert "stopped tracing after 48 states: 0 % proven" in losing.report().stopped
