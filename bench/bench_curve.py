@@ -131,6 +131,8 @@ def plot(rows: list[dict], out: Path) -> Path:
         ("fstests_tool_ms", "generic/482 with fstests' replay-log", "s--"),
         ("powercut_ms", "powercut host mode, -j 1 (campaign time / states)", "^-"),
         ("powercut_marginal_ms", "powercut host mode, marginal cost per state", "v:"),
+        ("every_ms", "powercut, --every models' states judged or proven (read-set rule)", "D-"),
+        ("every_ms_all", "powercut, --every models' states all judged", "x:"),
     ):
         if all(r.get(key) for r in rows):
             ax.plot(xs, [r[key] for r in rows], style, label=label)

@@ -36,6 +36,9 @@ from powercut.report.corpus import Entry, Release, Result, message_in, program_d
 log = logging.getLogger(__name__)
 
 CACHE = Path("/var/cache/powercut/corpus")
+COMMON = (
+    "common"  # workloads/corpus/common: what several drivers compile in (no program of its own)
+)
 STAMP = ".powercut-source"  # in a build's folder: the digest of the sources it was built from
 BUILD_TIMEOUT_S = 3600.0
 BUILD_LOG = "build.log"
@@ -47,12 +50,14 @@ class BuildError(PowercutError):
 
 
 def source_digest(folder: Path) -> str:
-    """The digest of a program folder's files (names and bytes), what a build is stamped with."""
+    """The digest of a program folder's files and of the drivers' shared ``common`` folder beside
+    it (names and bytes): what a build is stamped with."""
     h = hashlib.sha256()
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            h.update(p.relative_to(folder).as_posix().encode() + b"\0")
-            h.update(p.read_bytes() + b"\0")
+    for top in (folder, folder.parent / COMMON):
+        for p in sorted(top.rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(p.relative_to(top.parent).as_posix().encode() + b"\0")
+                h.update(p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 

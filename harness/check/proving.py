@@ -10,10 +10,10 @@ proven verdict reaches the journal only from a walk that ended with the rule sta
 
 The rule pays only where it proves more than tracing costs: the block-read trace costs ~1 ms a
 judged state natively and far more in a TCG guest, where Python is 10-50x slower.  After
-``WARMUP`` judged states it weighs the two (``weigh``): when what it saved (its share of proven
-states times a judge's mean time) is less than what tracing cost, it stops tracing (``tracing``
-false: states are judged untraced, the states already indexed still prove) and says so
-(``Report.stopped``)."""
+``WINDOW`` traced states, and after each further ``WINDOW``, it weighs the two over that window
+(``_weigh``): when what it saved (the window's share of proven states times a judge's mean time)
+is less than what tracing cost, it stops tracing (``tracing`` false: states are judged untraced,
+the states already indexed still prove) and says so (``Report.stopped``)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from powercut.linux import blockreads
 log = logging.getLogger(__name__)
 
 CONFIRM_EVERY = 16  # one proof in this many is judged for real too
-WARMUP = 48  # states judged traced before the rule weighs its cost
+WINDOW = 48  # traced states between two weighings of what the rule costs and saves
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +73,9 @@ class Proving:
         self.proofs = 0
         self.confirmed = 0
         self.traced = 0  # states judged with their reads traced
-        self.trace_s = 0.0  # what tracing them cost
-        self.judge_s = 0.0  # what judging them cost
+        self.trace_s = 0.0  # what tracing them cost (this window)
+        self.judge_s = 0.0  # what judging them cost (this window)
+        self.window_proofs = 0  # proofs made in this window
         self.stopped = ""
 
     @staticmethod
@@ -104,6 +105,7 @@ class Proving:
             if found is None:
                 return None, False
             self.proofs += 1
+            self.window_proofs += 1
             return found, (self.proofs - 1) % CONFIRM_EVERY == 0
 
     def prove(self, state: CrashState | NodesState, equal_to: str) -> None:
@@ -140,7 +142,7 @@ class Proving:
                 self.traced += 1
                 self.trace_s += trace_s
                 self.judge_s += v.seconds
-                if self.traced == WARMUP:
+                if self.traced % WINDOW == 0:
                     self._weigh()
             if equal_to is not None:
                 self.confirmed += 1
@@ -154,16 +156,20 @@ class Proving:
                 self.judged[v.state] = v
 
     def _weigh(self) -> None:
-        """Stop tracing when tracing the judged states cost more than proving the others saved."""
-        seen = self.traced + self.proofs
-        share = self.proofs / seen
-        judge = self.judge_s / self.traced
-        trace = self.trace_s / self.traced
+        """Over the last window: stop tracing when tracing its judged states cost more than its
+        proofs saved; then start the next window."""
+        seen = WINDOW + self.window_proofs
+        share = self.window_proofs / seen
+        judge = self.judge_s / WINDOW
+        trace = self.trace_s / WINDOW
+        self.trace_s = self.judge_s = 0.0
+        self.window_proofs = 0
         if share * judge >= (1 - share) * trace:
             return
         self.stopped = (
-            f"the read-set rule stopped tracing after {seen} states: {100 * share:.0f} % proven, "
-            f"tracing {1000 * trace:.1f} ms a judged state against {1000 * judge:.1f} ms a judge"
+            f"the read-set rule stopped tracing after {self.traced + self.proofs} states: "
+            f"{100 * share:.0f} % of the last {seen} proven, tracing {1000 * trace:.1f} ms a judged "
+            f"state against {1000 * judge:.1f} ms a judge"
         )
         log.info("%s", self.stopped)
 

@@ -70,6 +70,7 @@ class BlockReads:
         self.pipe = -1
         self.dev = (-1, -1)
         self.spent = 0.0  # seconds in watch and take: what tracing costs its caller
+        self.overruns = -1  # the ring buffer's overruns so far (-1: not read yet)
         try:
             (self.dir / "buffer_size_kb").write_text(str(BUFFER_KB))
             for option in ("context-info", "record-cmd"):  # shorter lines, less to read
@@ -87,14 +88,19 @@ class BlockReads:
         """Trace ``device`` (a block device node) from now on; what was traced before is dropped."""
         t0 = time.perf_counter()
         rdev = os.stat(device).st_rdev
-        self.dev = (os.major(rdev), os.minor(rdev))
-        dev = (self.dev[0] << 20) | self.dev[1]
-        try:  # reads only, filtered in the kernel
-            (self.dir / EVENT / "filter").write_text(f'dev == {dev} && rwbs ~ "*R*"')
-        except OSError:
-            (self.dir / EVENT / "filter").write_text(f"dev == {dev}")
+        if (
+            os.major(rdev),
+            os.minor(rdev),
+        ) != self.dev:  # a loop device is often the last one again
+            self.dev = (os.major(rdev), os.minor(rdev))
+            dev = (self.dev[0] << 20) | self.dev[1]
+            try:  # reads only, filtered in the kernel
+                (self.dir / EVENT / "filter").write_text(f'dev == {dev} && rwbs ~ "*R*"')
+            except OSError:
+                (self.dir / EVENT / "filter").write_text(f"dev == {dev}")
         self._drain()
-        self.overruns = self._overruns()
+        if self.overruns < 0:
+            self.overruns = self._overruns()
         self.spent += time.perf_counter() - t0
 
     def take(self) -> list[tuple[int, int]] | None:
