@@ -10,10 +10,12 @@ proven verdict reaches the journal only from a walk that ended with the rule sta
 
 The rule pays only where it proves more than tracing costs: the block-read trace costs ~1 ms a
 judged state natively and far more in a TCG guest, where Python is 10-50x slower.  After
-``WINDOW`` traced states, and after each further ``WINDOW``, it weighs the two over that window
-(``_weigh``): when what it saved (the window's share of proven states times a judge's mean time)
-is less than what tracing cost, it stops tracing (``tracing`` false: states are judged untraced,
-the states already indexed still prove) and says so (``Report.stopped``)."""
+``WINDOW`` traced states, and after each further ``WINDOW``, it weighs the two so far
+(``_weigh``; so far, not the last window: the walk mixes the models' states, and a window of flush
+states, which are never proven, says nothing of the write-cache states after it): when what it
+saved (its share of proven states times a judge's mean time) is less than what tracing cost, it
+stops tracing (``tracing`` false: states are judged untraced, the states already indexed still
+prove) and says so (``Report.stopped``)."""
 
 from __future__ import annotations
 
@@ -73,9 +75,8 @@ class Proving:
         self.proofs = 0
         self.confirmed = 0
         self.traced = 0  # states judged with their reads traced
-        self.trace_s = 0.0  # what tracing them cost (this window)
-        self.judge_s = 0.0  # what judging them cost (this window)
-        self.window_proofs = 0  # proofs made in this window
+        self.trace_s = 0.0  # what tracing them cost
+        self.judge_s = 0.0  # what judging them cost
         self.stopped = ""
 
     @staticmethod
@@ -105,7 +106,6 @@ class Proving:
             if found is None:
                 return None, False
             self.proofs += 1
-            self.window_proofs += 1
             return found, (self.proofs - 1) % CONFIRM_EVERY == 0
 
     def prove(self, state: CrashState | NodesState, equal_to: str) -> None:
@@ -156,20 +156,16 @@ class Proving:
                 self.judged[v.state] = v
 
     def _weigh(self) -> None:
-        """Over the last window: stop tracing when tracing its judged states cost more than its
-        proofs saved; then start the next window."""
-        seen = WINDOW + self.window_proofs
-        share = self.window_proofs / seen
-        judge = self.judge_s / WINDOW
-        trace = self.trace_s / WINDOW
-        self.trace_s = self.judge_s = 0.0
-        self.window_proofs = 0
+        """Stop tracing when tracing the judged states has cost more than the proofs saved."""
+        seen = self.traced + self.proofs
+        share = self.proofs / seen
+        judge = self.judge_s / self.traced
+        trace = self.trace_s / self.traced
         if share * judge >= (1 - share) * trace:
             return
         self.stopped = (
-            f"the read-set rule stopped tracing after {self.traced + self.proofs} states: "
-            f"{100 * share:.0f} % of the last {seen} proven, tracing {1000 * trace:.1f} ms a judged "
-            f"state against {1000 * judge:.1f} ms a judge"
+            f"the read-set rule stopped tracing after {seen} states: {100 * share:.0f} % proven, "
+            f"tracing {1000 * trace:.1f} ms a judged state against {1000 * judge:.1f} ms a judge"
         )
         log.info("%s", self.stopped)
 
