@@ -487,8 +487,9 @@ def _check_options(p: argparse.ArgumentParser, preset: str) -> None:
     g.add_argument(
         "--judge-all",
         action="store_true",
-        help="judge every state: no read-set proofs (--check-in host proves a state whose image "
-        "equals a judged state's on every sector that state's judge read, with the same acks)",
+        help="judge every state: no read-set proofs (by default a state whose image equals a "
+        "judged state's on every sector that state's judge read, with the same acks, gets its "
+        "verdict; for a checker that reads the clock or anything outside the mounts)",
     )
     g.add_argument(
         "--shrink",
