@@ -68,7 +68,7 @@ class CampaignSpec:
     checker_timeout_s: float = DEFAULT_TIMEOUT_S  # per state
     resume: bool = False
     confirm: bool = True  # judge failures a second time, alone
-    prove: bool = True  # host mode: the read-set rule proves states (check/proving.py)
+    prove: bool = True  # the read-set rule proves states, host and checker VMs (check/proving.py)
     confirm_mode: str = DEFAULT_CONFIRM_MODE  # group: by failure group (a sample of a large group); all: every failure
     confirm_sample: int = confirming.DEFAULT_SAMPLE  # states judged alone per large group
     shrink: int = (

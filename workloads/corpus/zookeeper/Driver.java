@@ -60,7 +60,7 @@ public final class Driver {
         }
         int rc;
         try {
-            rc = run(parseParams(System.getenv("POWERCUT_PARAMS")));
+            rc = run(Corpus.parseParams(System.getenv("POWERCUT_PARAMS")));
         } catch (Throwable e) {
             // The server's non-daemon threads would keep a failed run alive: report and stop.
             e.printStackTrace();
@@ -74,10 +74,10 @@ public final class Driver {
     // ---- the workload -------------------------------------------------------------------------
 
     static int run(Map<String, Object> params) throws Exception {
-        int n = intParam(params, "n", 100);
-        int clients = Math.max(1, intParam(params, "clients", 4));
-        int snapCount = intParam(params, "snapcount", 10);
-        int vsize = intParam(params, "vsize", 64);
+        int n = Corpus.intParam(params, "n", 100);
+        int clients = Math.max(1, Corpus.intParam(params, "clients", 4));
+        int snapCount = Corpus.intParam(params, "snapcount", 10);
+        int vsize = Corpus.intParam(params, "vsize", 64);
         // zoo.cfg's snapCount is the system property zookeeper.snapCount (read when the server's
         // classes load, so set before the first server class is touched).
         System.setProperty("zookeeper.snapCount", Integer.toString(snapCount));
@@ -101,10 +101,10 @@ public final class Driver {
                 try {
                     for (int i = next.getAndIncrement(); i < n && failure.get() == null;
                          i = next.getAndIncrement()) {
-                        mark("begin:" + i);
+                        Corpus.mark("begin:" + i);
                         zk.create("/k" + i, value(i, vsize), ZooDefs.Ids.OPEN_ACL_UNSAFE,
                                 CreateMode.PERSISTENT);
-                        mark("ack:" + i);
+                        Corpus.mark("ack:" + i);
                     }
                 } catch (Throwable e) {
                     failure.compareAndSet(null, e);
@@ -150,14 +150,6 @@ public final class Driver {
         return sb.toString().getBytes(StandardCharsets.UTF_8);
     }
 
-    static void mark(String text) throws Exception {
-        Process p = new ProcessBuilder("powercut-mark", text).inheritIO().start();
-        int rc = p.waitFor();
-        if (rc != 0) {
-            throw new IllegalStateException("powercut-mark " + text + " exited " + rc);
-        }
-    }
-
     // ---- the checker --------------------------------------------------------------------------
 
     static void check() {
@@ -165,11 +157,11 @@ public final class Driver {
         String verdict;
         List<String> reasons = new ArrayList<>();
         try {
-            Map<String, Object> in = asObject(new Json(readAll(System.in)).parse());
-            List<String> acked = stringList(in.get("acked"));
-            Set<String> begun = new HashSet<>(stringList(in.get("begun")));
+            Map<String, Object> in = Corpus.asObject(new Corpus.Json(Corpus.readAll(System.in)).parse());
+            List<String> acked = Corpus.stringList(in.get("acked"));
+            Set<String> begun = new HashSet<>(Corpus.stringList(in.get("begun")));
             begun.addAll(acked);
-            Map<String, Object> params = in.get("params") instanceof Map ? asObject(in.get("params"))
+            Map<String, Object> params = in.get("params") instanceof Map ? Corpus.asObject(in.get("params"))
                     : new LinkedHashMap<>();
             verdict = judge(in.get("mount") instanceof String ? (String) in.get("mount") : ".",
                     acked, begun, params, reasons);
@@ -177,10 +169,10 @@ public final class Driver {
             verdict = "corrupt-data";
             reasons.add("checker failed: " + describe(e));
         }
-        StringBuilder sb = new StringBuilder("{\"verdict\": ").append(quote(verdict))
+        StringBuilder sb = new StringBuilder("{\"verdict\": ").append(Corpus.quote(verdict))
                 .append(", \"reasons\": [");
         for (int i = 0; i < reasons.size(); i++) {
-            sb.append(i > 0 ? ", " : "").append(quote(reasons.get(i)));
+            sb.append(i > 0 ? ", " : "").append(Corpus.quote(reasons.get(i)));
         }
         sb.append("]}");
         System.err.flush();
@@ -192,7 +184,7 @@ public final class Driver {
 
     static String judge(String mount, List<String> acked, Set<String> begun,
                         Map<String, Object> params, List<String> reasons) throws Exception {
-        int vsize = intParam(params, "vsize", 64);
+        int vsize = Corpus.intParam(params, "vsize", 64);
         File dir = new File(mount, DATA_DIR).getAbsoluteFile();
         if (!dir.isDirectory()) {
             if (acked.isEmpty()) {
@@ -283,198 +275,4 @@ public final class Driver {
 
     // ---- parameters and a minimal JSON reader ------------------------------------------------
 
-    static Map<String, Object> parseParams(String text) {
-        if (text == null || text.isBlank()) {
-            return new LinkedHashMap<>();
-        }
-        return asObject(new Json(text).parse());
-    }
-
-    static int intParam(Map<String, Object> params, String name, int dflt) {
-        Object v = params.get(name);
-        if (v == null) {
-            return dflt;
-        }
-        if (v instanceof Number) {
-            return ((Number) v).intValue();
-        }
-        return Integer.parseInt(v.toString().trim());
-    }
-
-    @SuppressWarnings("unchecked")
-    static Map<String, Object> asObject(Object o) {
-        if (!(o instanceof Map)) {
-            throw new IllegalArgumentException("expected a JSON object");
-        }
-        return (Map<String, Object>) o;
-    }
-
-    static List<String> stringList(Object o) {
-        List<String> out = new ArrayList<>();
-        if (o instanceof List) {
-            for (Object x : (List<?>) o) {
-                out.add(x instanceof Double && ((Double) x) == Math.rint((Double) x)
-                        ? Long.toString(((Double) x).longValue()) : String.valueOf(x));
-            }
-        }
-        return out;
-    }
-
-    static String readAll(InputStream in) throws Exception {
-        ByteArrayOutputStream buf = new ByteArrayOutputStream();
-        in.transferTo(buf);
-        return buf.toString(StandardCharsets.UTF_8);
-    }
-
-    static String quote(String s) {
-        StringBuilder sb = new StringBuilder("\"");
-        for (char c : s.toCharArray()) {
-            switch (c) {
-                case '"': sb.append("\\\""); break;
-                case '\\': sb.append("\\\\"); break;
-                case '\n': sb.append("\\n"); break;
-                case '\r': sb.append("\\r"); break;
-                case '\t': sb.append("\\t"); break;
-                default:
-                    if (c < 0x20) {
-                        sb.append(String.format("\\u%04x", (int) c));
-                    } else {
-                        sb.append(c);
-                    }
-            }
-        }
-        return sb.append('"').toString();
-    }
-
-    static final class Json {
-        final String s;
-        int p;
-
-        Json(String s) {
-            this.s = s;
-        }
-
-        Object parse() {
-            Object v = value();
-            ws();
-            if (p != s.length()) {
-                throw new IllegalArgumentException("trailing JSON at " + p);
-            }
-            return v;
-        }
-
-        void ws() {
-            while (p < s.length() && Character.isWhitespace(s.charAt(p))) {
-                p++;
-            }
-        }
-
-        Object value() {
-            ws();
-            if (p >= s.length()) {
-                throw new IllegalArgumentException("unexpected end of JSON");
-            }
-            char c = s.charAt(p);
-            if (c == '{') {
-                Map<String, Object> m = new LinkedHashMap<>();
-                p++;
-                ws();
-                if (s.charAt(p) == '}') {
-                    p++;
-                    return m;
-                }
-                while (true) {
-                    ws();
-                    String k = string();
-                    ws();
-                    expect(':');
-                    m.put(k, value());
-                    ws();
-                    if (s.charAt(p) == ',') {
-                        p++;
-                        continue;
-                    }
-                    expect('}');
-                    return m;
-                }
-            }
-            if (c == '[') {
-                List<Object> l = new ArrayList<>();
-                p++;
-                ws();
-                if (s.charAt(p) == ']') {
-                    p++;
-                    return l;
-                }
-                while (true) {
-                    l.add(value());
-                    ws();
-                    if (s.charAt(p) == ',') {
-                        p++;
-                        continue;
-                    }
-                    expect(']');
-                    return l;
-                }
-            }
-            if (c == '"') {
-                return string();
-            }
-            if (s.startsWith("true", p)) {
-                p += 4;
-                return Boolean.TRUE;
-            }
-            if (s.startsWith("false", p)) {
-                p += 5;
-                return Boolean.FALSE;
-            }
-            if (s.startsWith("null", p)) {
-                p += 4;
-                return null;
-            }
-            int start = p;
-            while (p < s.length() && "+-0123456789.eE".indexOf(s.charAt(p)) >= 0) {
-                p++;
-            }
-            if (start == p) {
-                throw new IllegalArgumentException("bad JSON at " + p);
-            }
-            return Double.parseDouble(s.substring(start, p));
-        }
-
-        void expect(char c) {
-            if (p >= s.length() || s.charAt(p) != c) {
-                throw new IllegalArgumentException("expected '" + c + "' at " + p);
-            }
-            p++;
-        }
-
-        String string() {
-            expect('"');
-            StringBuilder sb = new StringBuilder();
-            while (true) {
-                char c = s.charAt(p++);
-                if (c == '"') {
-                    return sb.toString();
-                }
-                if (c != '\\') {
-                    sb.append(c);
-                    continue;
-                }
-                char e = s.charAt(p++);
-                switch (e) {
-                    case 'n': sb.append('\n'); break;
-                    case 't': sb.append('\t'); break;
-                    case 'r': sb.append('\r'); break;
-                    case 'b': sb.append('\b'); break;
-                    case 'f': sb.append('\f'); break;
-                    case 'u':
-                        sb.append((char) Integer.parseInt(s.substring(p, p + 4), 16));
-                        p += 4;
-                        break;
-                    default: sb.append(e);
-                }
-            }
-        }
-    }
 }

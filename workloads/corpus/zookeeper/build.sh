@@ -23,7 +23,7 @@ sed "s/@VERSION@/$VERSION/g" "$SRC/pom.xml.in" >"$SCRATCH/pom.xml"
     -DoutputDirectory="$OUT/lib")
 test -f "$OUT/lib/zookeeper-$VERSION.jar"
 
-javac -nowarn -d "$SCRATCH/classes" -cp "$OUT/lib/*" "$SRC/Driver.java"
+javac -nowarn -d "$SCRATCH/classes" -cp "$OUT/lib/*" "$SRC/Driver.java" "$SRC/../common/Corpus.java"
 cp "$SRC/logback.xml" "$SCRATCH/classes/logback.xml"
 # a jar, not a class folder: class-data sharing takes only jars on the class path
 jar --create --file "$OUT/driver.jar" -C "$SCRATCH/classes" .
