@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from powercut.linux import process
+
+TIMEOUT_S = 3600.0  # one record or check
 MADE = {
     "append-fsync": ["--workload", "append-fsync", "--param", "n=120"],
     "wal": ["--workload", "wal", "--param", "n=40"],
@@ -34,9 +36,10 @@ MADE = {
 def powercut(*args: str) -> float:
     """Its seconds; exit 0, 1 (not ok) and 3 (failing states) are answers, anything else an error."""
     t = time.perf_counter()
-    res = subprocess.run(["powercut", *args], stdout=subprocess.DEVNULL)
+    res = process.run(["powercut", *args], timeout=TIMEOUT_S, check=False)
     if res.returncode not in (0, 1, 3):
-        raise SystemExit(f"bench_proofs: powercut {' '.join(args)} exited {res.returncode}")
+        tail = (res.stderr.strip().splitlines() or [""])[-1]
+        raise SystemExit(f"bench_proofs: powercut {' '.join(args)} exited {res.returncode}: {tail}")
     return time.perf_counter() - t
 
 
