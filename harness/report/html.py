@@ -239,6 +239,7 @@ def write(
         else {},
         environment=_environment(rec),
         notes=s.notes(),
+        proofs=s.proofs_line(),
         summary_json=json.dumps(s.to_json().get("states", {})),
     )
     path = outdir / "report.html"
