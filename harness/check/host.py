@@ -33,7 +33,7 @@ from typing import TypeVar
 
 from powercut.check.context import CheckContext, LogSource
 from powercut.check.judge import judge_nodes
-from powercut.check.proving import Proving, Report
+from powercut.check.proving import Proving, Report, judge_or_prove
 from powercut.core.judging.readset import ReadSet
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex
@@ -159,20 +159,17 @@ def check_host(
             for state in chunk:
                 if interrupt.stopping() or failed.is_set():
                     return
-                equal_to, confirm = proving.proof(state) if proving else (None, False)
-                if proving and equal_to is not None and not confirm:
-                    disks.pass_by()
-                    assert isinstance(state, CrashState)
-                    proving.prove(state, equal_to)
-                    continue
-                traced = reads if proving and proving.tracing else None
-                spent = reads.spent if reads else 0.0
-                v, read = disks.judge(ctx, state, serial, traced)
+                v = judge_or_prove(
+                    proving,
+                    reads,
+                    state,
+                    lambda traced: disks.judge(ctx, state, serial, traced),  # noqa: B023 -- called now
+                    disks.pass_by,
+                )
                 if interrupt.stopping():
                     return  # its checker or fsck may have been killed: not a verdict
-                if proving:
-                    cost = reads.spent - spent if reads else 0.0
-                    proving.judged_state(state, v, read, equal_to, cost)
+                if v is None:
+                    continue  # proven: its verdict follows the walks
                 with lock:
                     sink(v)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from powercut.core.log.dmlog import LogIndex
 from powercut.core.states.crashstate import CrashState
 from powercut.core.states.nodes import NodesState
 from powercut.linux import blockreads
+from powercut.linux.blockreads import BlockReads
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,30 @@ class Proving:
             f"tracing {1000 * trace:.1f} ms a judged state against {1000 * judge:.1f} ms a judge"
         )
         log.info("%s", self.stopped)
+
+
+def judge_or_prove(
+    proving: Proving | None,
+    reads: BlockReads | None,
+    state: CrashState | NodesState,
+    judge: Callable[[BlockReads | None], tuple[Verdict, ReadSet | None]],
+    pass_by: Callable[[], None],
+) -> Verdict | None:
+    """One state of a walk (host or checker VM): judged -- ``judge(reads)``, its reads traced while
+    the rule traces -- and its verdict returned; or proven: ``pass_by`` moves the walk past it, None
+    is returned and its verdict waits in ``proving.proven``.  Without a rule: judged."""
+    if proving is None:
+        return judge(None)[0]
+    found, confirm = proving.proof(state)
+    if found is not None and not confirm:
+        pass_by()
+        proving.prove(state, found)
+        return None
+    spent = reads.spent if reads is not None else 0.0
+    v, read = judge(reads if proving.tracing else None)
+    cost = reads.spent - spent if reads is not None else 0.0
+    proving.judged_state(state, v, read, found, cost)
+    return v
 
 
 def _disk(state: object) -> object:

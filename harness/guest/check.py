@@ -26,7 +26,7 @@ from typing import Any
 from powercut import registry
 from powercut.check.context import CheckContext, with_node_faults
 from powercut.check.judge import judge_nodes
-from powercut.check.proving import Proving
+from powercut.check.proving import Proving, judge_or_prove
 from powercut.core.judging.readset import ReadSet
 from powercut.core.judging.verdict import Verdict
 from powercut.core.log.dmlog import LogIndex, open_log
@@ -142,6 +142,11 @@ class _Disks:
         self.progress.add({"verdict": v.to_json()})
         return v, devs, None if spans is None else ReadSet(spans)
 
+    def judged(self, state: NodesState, reads: BlockReads | None) -> tuple[Verdict, ReadSet | None]:
+        """``judge`` as a walk of the read-set rule wants it: the verdict and the sectors read."""
+        v, _, read = self.judge(state, reads)
+        return v, read
+
     def pass_by(self) -> None:
         """The next state is proven, not judged: the walks pass it, no clone is made."""
         for node in self.nodes:
@@ -237,18 +242,14 @@ def check(job: CheckJob, jobdir: Path) -> dict[str, Any]:
         with contextlib.ExitStack() as stack:
             reads = stack.enter_context(contextlib.closing(BlockReads())) if proving else None
             for state in d.states:
-                found, confirm = proving.proof(state) if proving else (None, False)
-                if proving and found is not None and not confirm:
-                    d.pass_by()
-                    proving.prove(state, found)
-                    continue
-                traced = reads if proving and proving.tracing else None
-                spent = reads.spent if reads else 0.0
-                v, _, read = d.judge(state, traced)
-                n += 1
-                if proving:
-                    cost = reads.spent - spent if reads else 0.0
-                    proving.judged_state(state, v, read, found, cost)
+                judged = judge_or_prove(
+                    proving,
+                    reads,
+                    state,
+                    lambda traced: d.judged(state, traced),  # noqa: B023 -- called at once
+                    d.pass_by,
+                )
+                n += judged is not None
         if proving is not None and proving.mismatch is None:
             for v in proving.proven:
                 d.progress.add({"verdict": v.to_json()})
